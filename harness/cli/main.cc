@@ -1,0 +1,88 @@
+// The dbh command line.
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/cli/env_command.h"
+#include "harness/cli/train_command.h"
+#include "harness/version.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dbh: reproduce, inject and bisect failures in DBNet training.\n"
+      "Exit codes: 0 expectations met, 1 not met, 2 usage/config/input error, "
+      "3 internal error."};
+  app.name("dbh");
+  app.require_subcommand(1);
+  app.set_version_flag("--version",
+                       std::string("dbh ") + dbh::harness::kVersion + " (" +
+                           dbh::harness::kGitRevision + ")");
+
+  bool env_json = false;
+  auto* env = app.add_subcommand("env", "Print LibTorch/CUDA/cuDNN/OpenCV versions, device, CPU, RAM, OS and kernel");
+  env->add_flag("--json", env_json, "Print JSON");
+
+  dbh::harness::TrainCommandOptions t;
+  auto* train = app.add_subcommand("train", "Train DBNet for a few steps, without a scenario");
+  train->add_option("--data", t.data, "Dataset directory (images + annotations.json); synthetic data when omitted")
+      ->check(CLI::ExistingDirectory);
+  train->add_option("--on-invalid", t.on_invalid, "What to do with invalid annotations")
+      ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+  train->add_option("--source", t.source, "Synthetic source when --data is omitted")
+      ->check(CLI::IsMember({"synthetic_boxes", "synthetic_random"}))
+      ->capture_default_str();
+  train->add_option("--encoder", t.encoder, "ResNet depth")
+      ->check(CLI::IsMember({18, 34, 50}))->capture_default_str();
+  train->add_option("--decoder", t.decoder, "Neck")
+      ->check(CLI::IsMember({"fpn", "pan"}))->capture_default_str();
+  train->add_option("--batch-size", t.batch_size, "Samples per micro-batch")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--size", t.size, "Square training size in pixels (multiple of 32)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--steps", t.steps, "Optimizer steps")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--accumulation", t.accumulation, "Micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--optimizer", t.optimizer)->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  train->add_option("--lr", t.lr, "Base learning rate (poly schedule)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--grad-clip", t.grad_clip, "Max gradient norm; 0 = off")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--precision", t.precision)
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
+  train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
+  train->add_option("--seed", t.seed)->capture_default_str();
+  train->add_option("--threads", t.threads, "Intra-op threads; 0 = all cores")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--out", t.out, "Output folder (default reports/runs/train-<time>)");
+  train->add_option("--weights", t.weights, "Initial weights file")->check(CLI::ExistingFile);
+  train->add_option("--checkpoint-every", t.checkpoint_every, "Checkpoint every K steps; 0 = final only")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--resume", t.resume, "Resume from a checkpoint")->check(CLI::ExistingFile);
+  train->add_flag("-q,--quiet", t.quiet, "Print only the summary");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  try {
+    if (*env) return dbh::harness::run_env_command(env_json);
+    if (*train) return dbh::harness::run_train_command(t);
+  } catch (const std::exception& e) {
+    std::cerr << "dbh: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return 2;
+}

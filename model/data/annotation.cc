@@ -1,0 +1,633 @@
+#include "model/data/annotation.h"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <sstream>
+#include <utility>
+
+#include "model/label/shrink.h"
+
+namespace dbh::model {
+namespace {
+
+using nlohmann::json;
+
+// Longest excerpt of an offending value quoted in a message.
+constexpr size_t kMaxQuoted = 60;
+
+bool read_bytes(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in),
+              std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+std::string quoted(std::string s) {
+  if (s.size() > kMaxQuoted) s = s.substr(0, kMaxQuoted) + "...";
+  return "\"" + s + "\"";
+}
+
+// A JSON value as it appears in a message: its type and a short excerpt.
+std::string describe(const json& j) {
+  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return std::string(j.type_name()) + " " + text;
+}
+
+std::string format_point(const Point& p) {
+  std::ostringstream s;
+  s << "(" << p.x << ", " << p.y << ")";
+  return s.str();
+}
+
+// Builds defects whose messages start with "file[:line]: image 'x', word 'y':
+// ".
+class DefectSink {
+ public:
+  DefectSink(std::vector<Defect>* out, std::string file)
+      : out_(out), file_(std::move(file)) {}
+
+  void add(DefectKind kind, const std::string& image,
+           const std::string& word_id, int line, const std::string& what,
+           int column = 0) {
+    std::ostringstream m;
+    m << file_;
+    if (line > 0) m << ":" << line;
+    if (line > 0 && column > 0) m << ":" << column;
+    m << ": ";
+    if (!image.empty()) m << "image " << quoted(image);
+    if (!word_id.empty()) {
+      m << (image.empty() ? "" : ", ") << "word " << quoted(word_id);
+    }
+    if (!image.empty() || !word_id.empty()) m << ": ";
+    m << what;
+    out_->push_back({kind, file_, image, word_id, line, m.str()});
+  }
+
+ private:
+  std::vector<Defect>* out_;
+  std::string file_;
+};
+
+// 1-based line and column of byte offset `pos` (nlohmann reports the number
+// of bytes read, i.e. one past the offending byte).
+std::pair<int, int> line_column(const std::string& text, size_t pos) {
+  pos = std::min(pos, text.size());
+  int line = 1;
+  int column = 1;
+  for (size_t i = 0; i + 1 < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+// Reads img_w / img_h: a positive integer (an integral float is accepted).
+void read_size(const json& img, const char* key, const std::string& name,
+               int* out, DefectSink& sink) {
+  const auto it = img.find(key);
+  const std::string where = std::string(key) + ": ";
+  if (it == img.end()) {
+    sink.add(DefectKind::kBadJsonShape, name, "", 0,
+             where + "expected a positive integer, got no such key");
+    return;
+  }
+  if (it->is_number()) {
+    const double v = it->get<double>();
+    if (v >= 1 && v <= INT_MAX && std::floor(v) == v) {
+      *out = static_cast<int>(v);
+      return;
+    }
+  }
+  sink.add(DefectKind::kBadJsonType, name, "", 0,
+           where + "expected a positive integer, got " + describe(*it));
+}
+
+// Reads a UFO points array into `poly`; false (and one defect) if it is not
+// an array of [number, number] pairs.
+bool read_points(const json& word, const std::string& name,
+                 const std::string& id, Polygon* poly, DefectSink& sink) {
+  const auto it = word.find("points");
+  if (it == word.end()) {
+    sink.add(DefectKind::kBadJsonShape, name, id, 0,
+             "points: expected an array of [x, y] pairs, got no such key");
+    return false;
+  }
+  if (!it->is_array()) {
+    sink.add(DefectKind::kBadJsonType, name, id, 0,
+             "points: expected an array of [x, y] pairs, got " + describe(*it));
+    return false;
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& pt = (*it)[i];
+    const std::string where = "points[" + std::to_string(i) + "]: ";
+    if (!pt.is_array()) {
+      sink.add(DefectKind::kBadJsonType, name, id, 0,
+               where + "expected an [x, y] pair, got " + describe(pt));
+      return false;
+    }
+    if (pt.size() != 2) {
+      sink.add(DefectKind::kBadJsonShape, name, id, 0,
+               where + "expected 2 numbers, got " + std::to_string(pt.size()) +
+                   " values");
+      return false;
+    }
+    for (size_t c = 0; c < 2; ++c) {
+      if (!pt[c].is_number()) {
+        sink.add(DefectKind::kBadJsonType, name, id, 0,
+                 "points[" + std::to_string(i) + "][" + std::to_string(c) +
+                     "]: expected a number, got " + describe(pt[c]));
+        return false;
+      }
+    }
+    poly->push_back({pt[0].get<double>(), pt[1].get<double>()});
+  }
+  return true;
+}
+
+void read_word(const std::string& name, const std::string& id, const json& word,
+               const std::vector<std::string>& ignore_tags,
+               ImageAnnotation* image, DefectSink& sink) {
+  if (!word.is_object()) {
+    sink.add(DefectKind::kBadJsonType, name, id, 0,
+             "expected an object, got " + describe(word));
+    return;
+  }
+  WordAnnotation w;
+  w.id = id;
+  if (!read_points(word, name, id, &w.points, sink)) return;
+
+  if (const auto t = word.find("transcription"); t != word.end()) {
+    if (t->is_string()) {
+      w.transcription = t->get<std::string>();
+    } else if (!t->is_null()) {
+      sink.add(DefectKind::kBadJsonType, name, id, 0,
+               "transcription: expected a string or null, got " + describe(*t));
+    }
+  }
+  if (const auto il = word.find("illegibility"); il != word.end()) {
+    if (il->is_boolean()) {
+      w.ignore = il->get<bool>();
+    } else if (!il->is_null()) {
+      // Unknown legibility: safer as "don't care" than as a positive.
+      w.ignore = true;
+      sink.add(DefectKind::kBadJsonType, name, id, 0,
+               "illegibility: expected a boolean, got " + describe(*il));
+    }
+  }
+  if (const auto tags = word.find("tags"); tags != word.end()) {
+    bool well_formed = tags->is_null() || tags->is_array();
+    if (tags->is_array()) {
+      for (const json& tag : *tags) {
+        if (!tag.is_string()) {
+          well_formed = false;
+          continue;
+        }
+        const std::string& s = tag.get_ref<const std::string&>();
+        if (std::find(ignore_tags.begin(), ignore_tags.end(), s) !=
+            ignore_tags.end()) {
+          w.ignore = true;
+        }
+      }
+    }
+    if (!well_formed) {
+      sink.add(DefectKind::kBadJsonType, name, id, 0,
+               "tags: expected an array of strings, got " + describe(*tags));
+    }
+  }
+  image->words.push_back(std::move(w));
+}
+
+void read_ufo_document(const json& doc,
+                       const std::vector<std::string>& ignore_tags,
+                       ReadResult* result, DefectSink& sink) {
+  if (!doc.is_object()) {
+    sink.add(DefectKind::kBadJsonType, "", "", 0,
+             "root: expected an object, got " + describe(doc));
+    return;
+  }
+  const auto images = doc.find("images");
+  if (images == doc.end()) {
+    sink.add(DefectKind::kBadJsonShape, "", "", 0,
+             "images: expected an object of images, got no such key");
+    return;
+  }
+  if (!images->is_object()) {
+    sink.add(DefectKind::kBadJsonType, "", "", 0,
+             "images: expected an object of images, got " + describe(*images));
+    return;
+  }
+  for (const auto& [name, img] : images->items()) {
+    if (!img.is_object()) {
+      sink.add(DefectKind::kBadJsonType, name, "", 0,
+               "expected an object, got " + describe(img));
+      continue;
+    }
+    ImageAnnotation image;
+    image.file = name;
+    read_size(img, "img_w", name, &image.width, sink);
+    read_size(img, "img_h", name, &image.height, sink);
+    const auto words = img.find("words");
+    if (words == img.end()) {
+      sink.add(DefectKind::kBadJsonShape, name, "", 0,
+               "words: expected an object of words, got no such key");
+    } else if (!words->is_object()) {
+      sink.add(DefectKind::kBadJsonType, name, "", 0,
+               "words: expected an object of words, got " + describe(*words));
+    } else {
+      for (const auto& [id, word] : words->items()) {
+        read_word(name, id, word, ignore_tags, &image, sink);
+      }
+    }
+    result->images.push_back(std::move(image));
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Whole-field number; accepts what std::from_chars does (incl. nan, inf).
+bool parse_number(std::string_view field, double* out) {
+  field = trim(field);
+  if (!field.empty() && field.front() == '+') field.remove_prefix(1);
+  if (field.empty()) return false;
+  const char* end = field.data() + field.size();
+  const auto [ptr, ec] = std::from_chars(field.data(), end, *out);
+  // Out-of-range values are huge, not malformed: from_chars leaves *out
+  // untouched, so spell them as infinities for validate() to report.
+  if (ec == std::errc::result_out_of_range && ptr == end) {
+    *out = field.front() == '-' ? -HUGE_VAL : HUGE_VAL;
+    return true;
+  }
+  return ec == std::errc() && ptr == end;
+}
+
+void read_icdar_line(std::string_view line, int line_no,
+                     const std::string& image_file, ImageAnnotation* image,
+                     DefectSink& sink) {
+  const std::string id = std::to_string(line_no);
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (fields.size() < 8) {
+    const size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) break;
+    fields.push_back(line.substr(start, comma - start));
+    start = comma + 1;
+  }
+  std::string_view transcription = line.substr(start);
+  if (fields.size() == 7) {
+    // Exactly 8 fields: coordinates without a transcription.
+    fields.push_back(transcription);
+    transcription = {};
+  }
+  if (fields.size() < 8) {
+    sink.add(DefectKind::kBadIcdarLine, image_file, id, line_no,
+             "expected x1,y1,x2,y2,x3,y3,x4,y4,transcription, got " +
+                 std::to_string(fields.size() + 1) + " comma-separated " +
+                 "fields in " + quoted(std::string(line)));
+    return;
+  }
+  WordAnnotation w;
+  w.id = id;
+  w.line = line_no;
+  double v[8];
+  for (size_t i = 0; i < 8; ++i) {
+    if (!parse_number(fields[i], &v[i])) {
+      sink.add(DefectKind::kBadIcdarLine, image_file, id, line_no,
+               "field " + std::to_string(i + 1) + ": expected a number, got " +
+                   quoted(std::string(fields[i])));
+      return;
+    }
+  }
+  for (size_t i = 0; i < 8; i += 2) w.points.push_back({v[i], v[i + 1]});
+  w.transcription = std::string(transcription);
+  w.ignore = trim(transcription) == "###";
+  image->words.push_back(std::move(w));
+}
+
+// Segments ab and cd cross at a single point interior to both.
+bool proper_crossing(const Point& a, const Point& b, const Point& c,
+                     const Point& d) {
+  const auto orient = [](const Point& p, const Point& q, const Point& r) {
+    const double v = (q.x - p.x) * (r.y - p.y) - (q.y - p.y) * (r.x - p.x);
+    return (v > 0) - (v < 0);
+  };
+  return orient(a, b, c) * orient(a, b, d) < 0 &&
+         orient(c, d, a) * orient(c, d, b) < 0;
+}
+
+// First pair of non-adjacent edges (i, j) that cross properly, or (-1, -1).
+std::pair<int, int> find_self_intersection(const Polygon& poly) {
+  const int n = static_cast<int>(poly.size());
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 2; j < n; ++j) {
+      if (i == 0 && j == n - 1) continue;  // Adjacent through the closing edge.
+      if (proper_crossing(poly[i], poly[(i + 1) % n], poly[j],
+                          poly[(j + 1) % n])) {
+        return {i, j};
+      }
+    }
+  }
+  return {-1, -1};
+}
+
+}  // namespace
+
+std::string to_string(DefectKind kind) {
+  switch (kind) {
+    case DefectKind::kNonFiniteCoordinate:
+      return "non_finite_coordinate";
+    case DefectKind::kHugeCoordinate:
+      return "huge_coordinate";
+    case DefectKind::kTooFewPoints:
+      return "too_few_points";
+    case DefectKind::kZeroArea:
+      return "zero_area";
+    case DefectKind::kSelfIntersection:
+      return "self_intersection";
+    case DefectKind::kRepeatedVertex:
+      return "repeated_vertex";
+    case DefectKind::kOutOfImage:
+      return "out_of_image";
+    case DefectKind::kMissingImage:
+      return "missing_image";
+    case DefectKind::kUnreadableImage:
+      return "unreadable_image";
+    case DefectKind::kImageSizeMismatch:
+      return "image_size_mismatch";
+    case DefectKind::kBadJsonShape:
+      return "bad_json_shape";
+    case DefectKind::kBadJsonType:
+      return "bad_json_type";
+    case DefectKind::kBadIcdarLine:
+      return "bad_icdar_line";
+    case DefectKind::kUnreadableFile:
+      return "unreadable_file";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string data_error_message(const std::vector<Defect>& defects) {
+  if (defects.empty()) return "invalid annotation data";
+  std::string m = defects.front().message;
+  if (defects.size() > 1) {
+    m += " (and " + std::to_string(defects.size() - 1) + " more defects)";
+  }
+  return m;
+}
+
+}  // namespace
+
+DataError::DataError(std::vector<Defect> defects)
+    : std::runtime_error(data_error_message(defects)),
+      defects_(std::move(defects)) {}
+
+ReadResult read_ufo_json(const std::string& path,
+                         const std::vector<std::string>& ignore_tags) {
+  ReadResult result;
+  DefectSink sink(&result.defects, path);
+  try {
+    std::string text;
+    if (!read_bytes(path, &text)) {
+      sink.add(DefectKind::kUnreadableFile, "", "", 0,
+               "expected a readable UFO JSON file, got an unreadable path");
+      return result;
+    }
+    json doc;
+    try {
+      doc = json::parse(text);
+    } catch (const json::parse_error& e) {
+      const auto [line, column] = line_column(text, e.byte);
+      sink.add(DefectKind::kBadJsonShape, "", "", line,
+               std::string("expected valid JSON, got: ") + e.what(), column);
+      return result;
+    } catch (const json::exception& e) {
+      // Number overflow (1e400) and the like carry no position.
+      sink.add(DefectKind::kBadJsonShape, "", "", 0,
+               std::string("expected valid JSON, got: ") + e.what());
+      return result;
+    }
+    read_ufo_document(doc, ignore_tags, &result, sink);
+  } catch (const std::exception& e) {
+    sink.add(DefectKind::kUnreadableFile, "", "", 0,
+             std::string("reading failed: ") + e.what());
+  }
+  return result;
+}
+
+ReadResult read_icdar_txt(const std::string& path,
+                          const std::string& image_file) {
+  ReadResult result;
+  DefectSink sink(&result.defects, path);
+  try {
+    std::string text;
+    if (!read_bytes(path, &text)) {
+      sink.add(DefectKind::kUnreadableFile, image_file, "", 0,
+               "expected a readable ICDAR text file, got an unreadable path");
+      return result;
+    }
+    std::string_view rest(text);
+    if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);
+    ImageAnnotation image;
+    image.file = image_file;
+    int line_no = 0;
+    while (!rest.empty()) {
+      const size_t nl = rest.find('\n');
+      std::string_view line = rest.substr(0, nl);
+      rest = nl == std::string_view::npos ? std::string_view()
+                                          : rest.substr(nl + 1);
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (trim(line).empty()) continue;
+      read_icdar_line(line, line_no, image_file, &image, sink);
+    }
+    result.images.push_back(std::move(image));
+  } catch (const std::exception& e) {
+    sink.add(DefectKind::kUnreadableFile, image_file, "", 0,
+             std::string("reading failed: ") + e.what());
+  }
+  return result;
+}
+
+std::vector<Defect> validate(ImageAnnotation& image, OnInvalid policy,
+                             const std::string& file) {
+  std::vector<Defect> defects;
+  DefectSink sink(&defects, file);
+  const bool size_known = image.width > 0 && image.height > 0;
+  std::vector<WordAnnotation> kept;
+  kept.reserve(image.words.size());
+  for (WordAnnotation& word : image.words) {
+    const size_t before = defects.size();
+    const auto add = [&](DefectKind kind, const std::string& what) {
+      sink.add(kind, image.file, word.id, word.line, what);
+    };
+    const Polygon& pts = word.points;
+    // Defects that clamping cannot repair.
+    bool fatal = false;
+
+    for (size_t i = 0; i < pts.size(); ++i) {
+      if (!std::isfinite(pts[i].x) || !std::isfinite(pts[i].y)) {
+        add(DefectKind::kNonFiniteCoordinate,
+            "points[" + std::to_string(i) +
+                "]: expected finite coordinates, got " + format_point(pts[i]));
+        fatal = true;
+        break;
+      }
+    }
+    if (!fatal && pts.size() < 3) {
+      add(DefectKind::kTooFewPoints,
+          "expected at least 3 vertices, got " + std::to_string(pts.size()));
+      fatal = true;
+    }
+    if (!fatal) {
+      for (size_t i = 0; i < pts.size(); ++i) {
+        if (std::fabs(pts[i].x) > kHugeCoordinate ||
+            std::fabs(pts[i].y) > kHugeCoordinate) {
+          std::ostringstream what;
+          what << "points[" << i
+               << "]: expected |coordinate| <= " << kHugeCoordinate << ", got "
+               << format_point(pts[i]);
+          add(DefectKind::kHugeCoordinate, what.str());
+          if (!size_known) fatal = true;
+          break;
+        }
+      }
+      if (size_known) {
+        for (size_t i = 0; i < pts.size(); ++i) {
+          const Point& p = pts[i];
+          if (p.x < 0 || p.y < 0 || p.x > image.width || p.y > image.height) {
+            add(DefectKind::kOutOfImage,
+                "points[" + std::to_string(i) + "]: expected a vertex in [0, " +
+                    std::to_string(image.width) + "] x [0, " +
+                    std::to_string(image.height) + "], got " + format_point(p));
+            break;
+          }
+        }
+      }
+      for (size_t i = 0; i < pts.size(); ++i) {
+        const size_t j = (i + 1) % pts.size();
+        if (pts[i].x == pts[j].x && pts[i].y == pts[j].y) {
+          add(DefectKind::kRepeatedVertex,
+              "points[" + std::to_string(j) + "]: expected a vertex distinct " +
+                  "from points[" + std::to_string(i) + "], got " +
+                  format_point(pts[j]) + " twice");
+          break;
+        }
+      }
+    }
+    Polygon repaired;
+    if (!fatal) {
+      repaired = pts;
+      if (policy == OnInvalid::kClip && size_known) {
+        for (Point& p : repaired) {
+          p.x = std::clamp(p.x, 0.0, static_cast<double>(image.width));
+          p.y = std::clamp(p.y, 0.0, static_cast<double>(image.height));
+        }
+      }
+      repaired = remove_duplicate_vertices(repaired, 0.0);
+      const char* after = policy == OnInvalid::kClip && defects.size() > before
+                              ? " after clamping"
+                              : "";
+      if (repaired.size() < 3) {
+        add(DefectKind::kTooFewPoints, "expected at least 3 distinct vertices" +
+                                           std::string(after) + ", got " +
+                                           std::to_string(repaired.size()));
+        fatal = true;
+      } else if (const auto [i, j] = find_self_intersection(repaired); i >= 0) {
+        add(DefectKind::kSelfIntersection,
+            "expected a simple polygon, got edge " + std::to_string(i) +
+                " crossing edge " + std::to_string(j) +
+                (repaired.size() != pts.size()
+                     ? " (after dropping repeated vertices)"
+                     : ""));
+        fatal = true;
+      } else if (area(repaired) < kZeroAreaEps) {
+        std::ostringstream what;
+        what << "expected a polygon with area >= " << kZeroAreaEps << " px²"
+             << after << ", got " << area(repaired);
+        add(DefectKind::kZeroArea, what.str());
+        fatal = true;
+      }
+    }
+
+    const bool defective = defects.size() > before;
+    switch (policy) {
+      case OnInvalid::kError:
+        kept.push_back(std::move(word));
+        break;
+      case OnInvalid::kSkip:
+        if (!defective) kept.push_back(std::move(word));
+        break;
+      case OnInvalid::kClip:
+        if (!fatal) {
+          word.points = std::move(repaired);
+          kept.push_back(std::move(word));
+        }
+        break;
+    }
+  }
+  image.words = std::move(kept);
+  return defects;
+}
+
+std::vector<Defect> check_image(ImageAnnotation& image,
+                                const std::string& image_path,
+                                const std::string& file, cv::Mat* decoded) {
+  std::vector<Defect> defects;
+  DefectSink sink(&defects, file);
+  if (decoded != nullptr) *decoded = cv::Mat();
+  try {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(image_path, ec)) {
+      sink.add(
+          DefectKind::kMissingImage, image.file, "", 0,
+          "expected an image file at " + quoted(image_path) + ", got none");
+      return defects;
+    }
+    // Spec §11 item 11: annotations refer to the stored pixel grid.
+    cv::Mat img = cv::imread(image_path,
+                             cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    if (img.empty()) {
+      sink.add(DefectKind::kUnreadableImage, image.file, "", 0,
+               "expected a decodable image at " + quoted(image_path) +
+                   ", got bytes OpenCV cannot decode");
+      return defects;
+    }
+    if (image.width <= 0 || image.height <= 0) {
+      image.width = img.cols;
+      image.height = img.rows;
+    } else if (image.width != img.cols || image.height != img.rows) {
+      sink.add(DefectKind::kImageSizeMismatch, image.file, "", 0,
+               "expected a decoded size of " + std::to_string(image.width) +
+                   "x" + std::to_string(image.height) +
+                   " (img_w x img_h), got " + std::to_string(img.cols) + "x" +
+                   std::to_string(img.rows));
+    }
+    if (decoded != nullptr) *decoded = std::move(img);
+  } catch (const std::exception& e) {
+    sink.add(DefectKind::kUnreadableImage, image.file, "", 0,
+             "expected a decodable image at " + quoted(image_path) +
+                 ", got an error: " + e.what());
+  }
+  return defects;
+}
+
+}  // namespace dbh::model

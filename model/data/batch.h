@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/loss/db_loss.h"
+
+namespace dbh::model {
+
+/// One training batch, named as in the seeds' batches.
+struct Batch {
+  torch::Tensor image;  // [N, 3, H, W] float32, normalised
+  DbTargets targets;    // four maps, each [N, 1, H, W] float32
+  /// Where each sample came from ("img_001.png", "synthetic:17", …), so a
+  /// failure can name its samples.
+  std::vector<std::string> sample_ids;
+
+  int64_t size() const { return image.defined() ? image.size(0) : 0; }
+  /// Copies every tensor to `device` (non-blocking from pinned memory).
+  Batch to(const torch::Device& device, bool non_blocking = false) const;
+};
+
+/// Random tensors of the right shapes and ranges, like the seeds'
+/// `torch.randn` model test: a normal image, a random binary shrink map, full
+/// masks and a threshold map in [0.3, 0.7]. Deterministic in `seed`.
+Batch synthetic_random_batch(int64_t batch_size, int64_t height, int64_t width,
+                             uint64_t seed);
+
+/// A learnable synthetic batch: each image shows a few bright rectangles on a
+/// noisy background, and the targets are the DB maps of those rectangles
+/// (shrunk kernel, threshold band). Deterministic in `seed`.
+Batch synthetic_boxes_batch(int64_t batch_size, int64_t height, int64_t width,
+                            uint64_t seed);
+
+}  // namespace dbh::model

@@ -1,0 +1,265 @@
+#include "model/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "model/nn/autocast.h"
+
+namespace dbh::model {
+
+OptimizerKind optimizer_kind_from_string(const std::string& s) {
+  if (s == "sgd") return OptimizerKind::kSgd;
+  if (s == "adam") return OptimizerKind::kAdam;
+  throw std::invalid_argument("expected optimizer \"sgd\" or \"adam\", got \"" + s + "\"");
+}
+
+Precision precision_from_string(const std::string& s) {
+  if (s == "fp32") return Precision::kFp32;
+  if (s == "fp16") return Precision::kFp16;
+  if (s == "bf16") return Precision::kBf16;
+  throw std::invalid_argument("expected precision \"fp32\", \"fp16\" or \"bf16\", got \"" +
+                              s + "\"");
+}
+
+std::string to_string(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adam"; }
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+// --- GradScaler ------------------------------------------------------------
+
+GradScaler::GradScaler(bool enabled, double init_scale,
+                       int64_t growth_interval, const torch::Device& device)
+    : enabled_(enabled), growth_interval_(growth_interval) {
+  TORCH_CHECK(init_scale > 0, "Expected a positive initial loss scale, but got ",
+              init_scale);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  scale_ = torch::full({1}, init_scale, f32);
+  growth_tracker_ = torch::zeros({1}, f32.dtype(torch::kInt32));
+  found_inf_ = torch::zeros({1}, f32);
+}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
+  return enabled_ ? loss * scale_.to(loss.dtype()) : loss;
+}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  if (!enabled_) return true;
+  found_inf_.zero_();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  const auto inv_scale = scale_.reciprocal();
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+  return found_inf_.item<float>() == 0.0f;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_,
+                         /*scale_growth_factor=*/2.0,
+                         /*scale_backoff_factor=*/0.5, growth_interval_);
+}
+
+double GradScaler::current_scale() const {
+  return enabled_ ? scale_.item<double>() : 1.0;
+}
+
+void GradScaler::load_state(const std::vector<torch::Tensor>& s) {
+  TORCH_CHECK(s.size() == 2, "Expected 2 loss-scaler tensors, but got ", s.size());
+  scale_.copy_(s[0]);
+  growth_tracker_.copy_(s[1]);
+}
+
+// --- Trainer ----------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const TrainOptions& o, std::vector<torch::Tensor> params) {
+  TORCH_CHECK(o.lr() > 0, "Expected a positive learning rate, but got ", o.lr());
+  if (o.optimizer() == OptimizerKind::kSgd) {
+    return std::make_unique<torch::optim::SGD>(
+        std::move(params), torch::optim::SGDOptions(o.lr())
+                               .momentum(o.momentum())
+                               .weight_decay(o.weight_decay()));
+  }
+  return std::make_unique<torch::optim::Adam>(
+      std::move(params),
+      torch::optim::AdamOptions(o.lr()).weight_decay(o.weight_decay()));
+}
+
+uint32_t float_bits(float f) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+}  // namespace
+
+Trainer::Trainer(DbNet model, const TrainOptions& options)
+    : model_(std::move(model)),
+      options_(options),
+      device_(parse_device(options.device())),
+      scaler_(options.precision() == Precision::kFp16, options.init_scale(),
+              options.growth_interval(), device_) {
+  TORCH_CHECK(options_.max_steps() > 0, "Expected max_steps > 0, but got ",
+              options_.max_steps());
+  TORCH_CHECK(options_.accumulation() > 0, "Expected accumulation > 0, but got ",
+              options_.accumulation());
+  TORCH_CHECK(options_.grad_clip() >= 0, "Expected grad_clip >= 0, but got ",
+              options_.grad_clip());
+  TORCH_CHECK(options_.precision() == Precision::kFp32 || device_.is_cuda(),
+              "Expected precision fp32 on ", device_.str(), ", but got ",
+              to_string(options_.precision()),
+              " (mixed precision runs on CUDA devices only)");
+  model_->to(device_);
+  model_->train();
+  loss_ = DbLoss(options_.loss());
+  optimizer_ = make_optimizer(options_, model_->parameters());
+}
+
+void Trainer::add_listener(std::shared_ptr<TrainerListener> listener) {
+  listeners_.push_back(std::move(listener));
+}
+
+double Trainer::lr_at(int64_t step) const {
+  const double progress = std::min<double>(
+      1.0, static_cast<double>(step) / static_cast<double>(options_.max_steps()));
+  return options_.lr() * std::pow(1.0 - progress, options_.poly_power());
+}
+
+StepResult Trainer::step(const BatchSource& source) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t step = step_;
+  for (auto& l : listeners_) l->on_step_begin(step);
+
+  StepResult r;
+  r.step = step;
+  r.lr = lr_at(step);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(r.lr);
+  optimizer_->zero_grad(/*set_to_none=*/true);
+
+  const bool amp = options_.precision() != Precision::kFp32;
+  const auto amp_dtype =
+      options_.precision() == Precision::kBf16 ? at::kBFloat16 : at::kHalf;
+  const int64_t micro_count = options_.accumulation();
+  const bool non_blocking = device_.is_cuda();
+  torch::Tensor loss_sum;
+  float last_loss = 0.0f;
+  for (int64_t m = 0; m < micro_count; ++m) {
+    Batch batch = source(step * micro_count + m).to(device_, non_blocking);
+    r.samples += batch.size();
+    for (auto& l : listeners_) l->on_batch(step, batch);
+    DbLossParts parts;
+    {
+      AutocastGuard autocast(amp, amp_dtype);
+      auto out = model_->forward(batch.image);
+      for (auto& l : listeners_) l->on_forward(step, out);
+      parts = loss_->forward(out, batch.targets);
+    }
+    for (auto& l : listeners_) l->on_loss(step, parts);
+    auto scaled = scaler_.scale(parts.total / static_cast<double>(micro_count));
+    scaled.backward();
+    const auto detached = torch::stack({parts.total.detach(), parts.bce.detach(),
+                                        parts.l1.detach(), parts.dice.detach()});
+    loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
+    if (m + 1 == micro_count) {
+      last_loss = parts.total.detach().to(torch::kCPU).item<float>();
+    }
+  }
+  const auto means = (loss_sum / static_cast<double>(micro_count)).to(torch::kCPU);
+  r.loss = means[0].item<double>();
+  r.bce = means[1].item<double>();
+  r.l1 = means[2].item<double>();
+  r.dice = means[3].item<double>();
+  r.loss_bits = float_bits(last_loss);
+
+  const auto params = model_->parameters();
+  const bool finite = scaler_.unscale(params);
+  for (auto& l : listeners_) l->on_before_optimizer(step, model_);
+  {
+    std::vector<torch::Tensor> norms;
+    for (const auto& p : params) {
+      if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2).to(torch::kFloat32));
+    }
+    r.grad_norm = norms.empty() ? 0.0
+                                : torch::stack(norms).norm(2).item<double>();
+  }
+  if (options_.grad_clip() > 0 && std::isfinite(r.grad_norm)) {
+    torch::nn::utils::clip_grad_norm_(params, options_.grad_clip());
+  }
+  r.skipped = !finite;
+  if (finite) optimizer_->step();
+  r.loss_scale = scaler_.current_scale();
+  scaler_.update();
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& l : listeners_) l->on_step_end(step, r);
+  return r;
+}
+
+std::vector<StepResult> Trainer::fit(const BatchSource& source) {
+  std::vector<StepResult> results;
+  while (step_ < options_.max_steps()) results.push_back(step(source));
+  return results;
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive, optim_archive;
+  model_->save(model_archive);
+  optimizer_->save(optim_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optim_archive);
+  const auto scaler = scaler_.state();
+  archive.write("scaler.scale", scaler[0].cpu());
+  archive.write("scaler.growth_tracker", scaler[1].cpu());
+  archive.write("step", torch::tensor(step_, torch::kInt64));
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    archive.write("rng.cpu", gen.get_state());
+  }
+  const std::string tmp = path + ".tmp";
+  archive.save_to(tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename checkpoint " + tmp + " to " + path +
+                             ": " + std::strerror(errno));
+  }
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(path, device_);
+  torch::serialize::InputArchive model_archive, optim_archive;
+  archive.read("model", model_archive);
+  archive.read("optimizer", optim_archive);
+  model_->load(model_archive);
+  optimizer_->load(optim_archive);
+  torch::Tensor scale, tracker, step, rng;
+  archive.read("scaler.scale", scale);
+  archive.read("scaler.growth_tracker", tracker);
+  scaler_.load_state({scale, tracker});
+  archive.read("step", step);
+  step_ = step.item<int64_t>();
+  archive.read("rng.cpu", rng);
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(rng.cpu());
+}
+
+}  // namespace dbh::model

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what dbh needs and skips what is already there:
+#   - Debian packages (apt-get), only the missing ones;
+#   - LibTorch from the pinned torch wheel (requirements-torch.txt) in .venv/.
+# Safe to re-run: on a ready machine it finishes in about a second.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------
+apt_packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  python3 python3-venv
+  libopencv-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libpolyclipping-dev
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+# python3 may come from elsewhere (pyenv); only ask apt for it when absent.
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    [[ "$p" == python3 || "$p" == python3-venv ]] || filtered+=("$p")
+  done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages: all present"
+fi
+
+# --- LibTorch from the pinned wheel ----------------------------------------
+venv="$root/.venv"
+stamp="$venv/.dbh-torch-stamp"
+want="$(sha256sum requirements-torch.txt | cut -d' ' -f1)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  log "LibTorch: $(grep -E '^torch==' requirements-torch.txt) present in .venv"
+else
+  log "installing $(grep -E '^torch==' requirements-torch.txt) into .venv (about 1 minute, 4.6 GB)"
+  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off \
+    -r requirements-torch.txt
+  echo "$want" > "$stamp"
+fi

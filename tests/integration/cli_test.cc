@@ -1,0 +1,85 @@
+// Drives the real dbh binary the way a user does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_process;
+
+testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 600) {
+  args.insert(args.begin(), DBH_BINARY);
+  return run_process(args, DBH_SOURCE_DIR, timeout_s);
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("dbh-it-" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+TEST(CliTest, HelpListsCommandsAndExitsZero) {
+  const auto r = dbh({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("env"), std::string::npos);
+  EXPECT_NE(r.out.find("train"), std::string::npos);
+}
+
+TEST(CliTest, VersionPrintsTheVersionFile) {
+  std::ifstream in(std::string(DBH_SOURCE_DIR) + "/VERSION");
+  std::string version;
+  in >> version;
+  const auto r = dbh({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("dbh " + version), std::string::npos) << r.out;
+}
+
+TEST(CliTest, EnvReportsLibraryVersionsAndMachine) {
+  const auto r = dbh({"env", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("torch_version").get<std::string>().substr(0, 4), "2.11");
+  EXPECT_FALSE(j.at("opencv_version").get<std::string>().empty());
+  EXPECT_FALSE(j.at("cpu_model").get<std::string>().empty());
+  EXPECT_GT(j.at("ram_bytes").get<int64_t>(), 0);
+  EXPECT_FALSE(j.at("kernel").get<std::string>().empty());
+  EXPECT_FALSE(j.at("os").get<std::string>().empty());
+  const auto text = dbh({"env"});
+  EXPECT_NE(text.out.find("cuDNN:"), std::string::npos);
+}
+
+TEST(CliTest, UnknownCommandIsAUsageError) {
+  const auto r = dbh({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(CliTest, BadOptionValueIsAUsageError) {
+  EXPECT_EQ(dbh({"train", "--encoder", "101"}).exit_code, 2);
+  const auto r = dbh({"train", "--size", "100", "--out", fresh_dir("badsize").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("multiple of 32"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, TrainsOnSyntheticDataAndWritesItsOutput) {
+  const auto out = fresh_dir("train-synthetic");
+  const auto r = dbh({"train", "--steps", "3", "--size", "64", "--batch-size", "2",
+                      "--threads", "2", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("output: "), std::string::npos);
+  EXPECT_TRUE(fs::exists(out / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(out / "checkpoint-final.pt"));
+  std::ifstream in(out / "summary.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("steps_completed").get<int>(), 3);
+  EXPECT_TRUE(j.at("all_losses_finite").get<bool>());
+}
+
+}  // namespace
+}  // namespace dbh

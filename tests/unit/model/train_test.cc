@@ -1,0 +1,166 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/train/trainer.h"
+
+namespace dbh::model {
+namespace {
+
+DbNet small_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return DbNet(DbNetOptions().encoder(ResNetOptions().depth(18)));
+}
+
+TrainOptions cpu_options(int64_t steps) {
+  return TrainOptions()
+      .max_steps(steps)
+      .device("cpu")
+      .determinism(DeterminismOptions().seed(7).threads(2));
+}
+
+TEST(TrainerTest, OverfitsOneSmallBatch) {
+  apply_determinism(DeterminismOptions().seed(3).threads(2));
+  const Batch batch = synthetic_boxes_batch(2, 64, 64, 11);
+  Trainer trainer(small_net(3), cpu_options(40).optimizer(OptimizerKind::kAdam).lr(1e-3));
+  const auto results = trainer.fit([&](int64_t) { return batch; });
+  ASSERT_EQ(results.size(), 40u);
+  for (const auto& r : results) ASSERT_TRUE(std::isfinite(r.loss)) << "step " << r.step;
+  const double first = results.front().loss;
+  const double last = results.back().loss;
+  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+}
+
+TEST(TrainerTest, CheckpointResumeIsBitIdentical) {
+  for (auto kind : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
+    const auto source = [](int64_t micro) {
+      return synthetic_boxes_batch(2, 64, 64, 100 + static_cast<uint64_t>(micro));
+    };
+    const auto opts = cpu_options(6).optimizer(kind).lr(kind == OptimizerKind::kSgd ? 0.01 : 1e-3);
+    apply_determinism(opts.determinism());
+    Trainer straight(small_net(5), opts);
+    const auto full = straight.fit(source);
+
+    apply_determinism(opts.determinism());
+    Trainer first_half(small_net(5), opts);
+    for (int i = 0; i < 3; ++i) first_half.step(source);
+    const auto path = testing::TempDir() + "/resume-" + to_string(kind) + ".pt";
+    first_half.save_checkpoint(path);
+    // Perturb the global RNG: the checkpoint must restore it.
+    torch::rand({100});
+
+    Trainer resumed(small_net(99), opts);  // different initial weights
+    resumed.load_checkpoint(path);
+    ASSERT_EQ(resumed.next_step(), 3);
+    for (int64_t s = 3; s < 6; ++s) {
+      const auto r = resumed.step(source);
+      EXPECT_EQ(r.loss_bits, full[static_cast<size_t>(s)].loss_bits)
+          << to_string(kind) << " step " << s << ": " << r.loss << " vs "
+          << full[static_cast<size_t>(s)].loss;
+    }
+    const auto a = straight.model()->parameters();
+    const auto b = resumed.model()->parameters();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(torch::equal(a[i], b[i])) << i;
+  }
+}
+
+TEST(TrainerTest, PolyLearningRate) {
+  Trainer trainer(small_net(1), cpu_options(100).lr(0.01).poly_power(0.9));
+  EXPECT_DOUBLE_EQ(trainer.lr_at(0), 0.01);
+  EXPECT_NEAR(trainer.lr_at(50), 0.01 * std::pow(0.5, 0.9), 1e-12);
+  EXPECT_DOUBLE_EQ(trainer.lr_at(100), 0.0);
+}
+
+TEST(TrainerTest, AccumulationConsumesMicroBatchesInOrder) {
+  std::vector<int64_t> seen;
+  Trainer trainer(small_net(1), cpu_options(2).accumulation(3));
+  trainer.fit([&](int64_t micro) {
+    seen.push_back(micro);
+    return synthetic_random_batch(1, 64, 64, static_cast<uint64_t>(micro));
+  });
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(TrainerTest, GradientClippingBoundsTheNorm) {
+  Trainer trainer(small_net(1), cpu_options(1).grad_clip(0.01));
+  const auto r = trainer.step([](int64_t) { return synthetic_random_batch(2, 32, 32, 1); });
+  EXPECT_GT(r.grad_norm, 0.01);  // before clipping
+  double sq = 0;
+  for (const auto& p : trainer.model()->parameters()) {
+    if (p.grad().defined()) sq += p.grad().pow(2).sum().item<double>();
+  }
+  EXPECT_LE(std::sqrt(sq), 0.01 * 1.001);
+}
+
+TEST(TrainerTest, MixedPrecisionOnCpuIsRejected) {
+  EXPECT_THROW(Trainer(small_net(1), cpu_options(1).precision(Precision::kFp16)), c10::Error);
+}
+
+TEST(TrainerTest, ListenersSeeEveryStage) {
+  struct Recorder : TrainerListener {
+    std::vector<std::string> calls;
+    void on_step_begin(int64_t) override { calls.push_back("begin"); }
+    void on_batch(int64_t, Batch&) override { calls.push_back("batch"); }
+    void on_forward(int64_t, DbNetOutput&) override { calls.push_back("forward"); }
+    void on_loss(int64_t, DbLossParts&) override { calls.push_back("loss"); }
+    void on_before_optimizer(int64_t, DbNet&) override { calls.push_back("optimizer"); }
+    void on_step_end(int64_t, const StepResult&) override { calls.push_back("end"); }
+  };
+  auto rec = std::make_shared<Recorder>();
+  Trainer trainer(small_net(1), cpu_options(1));
+  trainer.add_listener(rec);
+  trainer.step([](int64_t) { return synthetic_random_batch(1, 64, 64, 1); });
+  EXPECT_EQ(rec->calls, (std::vector<std::string>{"begin", "batch", "forward", "loss",
+                                                  "optimizer", "end"}));
+}
+
+TEST(GradScalerTest, BacksOffOnOverflowAndGrowsAfterInterval) {
+  GradScaler scaler(true, 1024.0, /*growth_interval=*/2, torch::kCPU);
+  auto p = torch::zeros({3}, torch::requires_grad());
+  p.mutable_grad() = torch::tensor({1024.0f, std::numeric_limits<float>::infinity(), 0.0f});
+  EXPECT_FALSE(scaler.unscale({p}));
+  scaler.update();
+  EXPECT_DOUBLE_EQ(scaler.current_scale(), 512.0);
+  for (int i = 0; i < 2; ++i) {
+    p.mutable_grad() = torch::tensor({512.0f, 0.0f, 0.0f});
+    EXPECT_TRUE(scaler.unscale({p}));
+    EXPECT_FLOAT_EQ(p.grad()[0].item<float>(), 1.0f);
+    scaler.update();
+  }
+  EXPECT_DOUBLE_EQ(scaler.current_scale(), 1024.0);
+}
+
+TEST(DeviceTest, ParsesAndRejects) {
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  EXPECT_THROW(parse_device("gpu7"), std::invalid_argument);
+  if (!torch::cuda::is_available()) {
+    EXPECT_THROW(parse_device("cuda:0"), std::runtime_error);
+  }
+}
+
+class CudaTrainerTest : public ::testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+  }
+};
+
+TEST_P(CudaTrainerTest, TrainsFiniteStepsOnCuda) {
+  auto opts = cpu_options(3).device("cuda:0").precision(GetParam());
+  Trainer trainer(small_net(1), opts);
+  const auto results = trainer.fit([](int64_t m) {
+    return synthetic_boxes_batch(2, 128, 128, static_cast<uint64_t>(m));
+  });
+  for (const auto& r : results) EXPECT_TRUE(std::isfinite(r.loss)) << r.step;
+  // The head's last layer and the loss stay float32 under autocast.
+  auto out = trainer.model()->forward(torch::randn({1, 3, 64, 64}, torch::kCUDA));
+  EXPECT_EQ(out.prob_logits.scalar_type(), torch::kFloat32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaTrainerTest,
+                         ::testing::Values(Precision::kFp32, Precision::kFp16, Precision::kBf16),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace dbh::model
