@@ -32,6 +32,11 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   train->add_option("--on-invalid", t.on_invalid, "What to do with invalid annotations")
       ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+  train->add_flag("--augment", t.augment, "Apply the DB training augmentation to real data");
+  train->add_option("--num-workers", t.num_workers, "Loader threads; 0 loads inline")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_flag("--validate-batches", t.validate_batches,
+                  "Check every batch (finite, in range, binary masks) before training on it");
   train->add_option("--source", t.source, "Synthetic source when --data is omitted")
       ->check(CLI::IsMember({"synthetic_boxes", "synthetic_random"}))
       ->capture_default_str();

@@ -103,6 +103,8 @@ int run_train_command(const TrainCommandOptions& o) {
     model::DatasetOptions dopt;
     dopt.root = o.data;
     dopt.size = s;
+    dopt.augment = o.augment;
+    dopt.seed = seed;
     dopt.on_invalid = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
                       : o.on_invalid == "clip" ? model::OnInvalid::kClip
                                                : model::OnInvalid::kError;
@@ -116,9 +118,13 @@ int run_train_command(const TrainCommandOptions& o) {
       return 2;
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << d.message << "\n";
-    source = [dataset, n, seed](int64_t micro) {
-      return dataset->collate(model::batch_indices(dataset->size(), n, seed, micro));
-    };
+    model::LoaderOptions lopt;
+    lopt.batch_size = n;
+    lopt.num_workers = o.num_workers;
+    lopt.seed = seed;
+    lopt.validate = o.validate_batches;
+    auto loader = std::make_shared<model::Loader>(dataset, lopt);
+    source = [loader](int64_t micro) { return loader->get(micro); };
     data_desc = "real (" + o.data + ", " + std::to_string(dataset->size()) + " images, " +
                 dataset->format() + ")";
   } else if (o.source == "synthetic_random") {
@@ -143,7 +149,13 @@ int run_train_command(const TrainCommandOptions& o) {
   std::vector<model::StepResult> results;
   const auto t0 = std::chrono::steady_clock::now();
   while (trainer.next_step() < o.steps) {
-    const auto r = trainer.step(source);
+    model::StepResult r;
+    try {
+      r = trainer.step(source);
+    } catch (const model::DataError& e) {
+      std::cerr << "dbh train: step " << trainer.next_step() << ": " << e.what() << "\n";
+      return 2;
+    }
     results.push_back(r);
     csv << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << ","
         << r.dice << "," << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << ","

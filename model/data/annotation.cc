@@ -379,6 +379,8 @@ std::string to_string(DefectKind kind) {
       return "bad_icdar_line";
     case DefectKind::kUnreadableFile:
       return "unreadable_file";
+    case DefectKind::kInvalidBatch:
+      return "invalid_batch";
   }
   return "unknown";
 }

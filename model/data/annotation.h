@@ -48,6 +48,7 @@ enum class DefectKind {
   kBadJsonType,          ///< A JSON value of the wrong type.
   kBadIcdarLine,         ///< An ICDAR line that is not 8 numbers + text.
   kUnreadableFile,       ///< The annotation file cannot be read.
+  kInvalidBatch,         ///< A loaded batch failed the validation hook.
 };
 
 /// Stable snake_case name of a kind, e.g. "non_finite_coordinate".

@@ -89,54 +89,52 @@ Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
   }
 }
 
-Sample Dataset::get(int64_t index) const {
+Sample Dataset::get(int64_t index, int64_t epoch) const {
   TORCH_CHECK(index >= 0 && index < size(), "Expected a sample index in [0, ", size(),
               "), but got ", index);
   const auto& ann = images_[static_cast<size_t>(index)];
   const fs::path path = fs::path(options_.root) / "images" / ann.file;
-  cv::Mat bgr = cv::imread(path.string(), cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
-  if (bgr.empty()) {
+  AnnotatedImage in;
+  in.image = decode_image(path.string(), options_.apply_exif);
+  if (in.image.empty()) {
     throw DataError({Defect{DefectKind::kUnreadableImage, path.string(), ann.file, "", 0,
-                            path.string() + ": cannot decode the image"}});
+                            path.string() + ": cannot decode the image (sample " +
+                                std::to_string(index) + ")"}});
   }
+  for (const auto& word : ann.words) in.texts.push_back(TextInstance{word.points, word.ignore});
   const int s = static_cast<int>(options_.size);
-  const double scale = static_cast<double>(s) / std::max(bgr.rows, bgr.cols);
-  const int w = std::max(1, static_cast<int>(std::lround(bgr.cols * scale)));
-  const int h = std::max(1, static_cast<int>(std::lround(bgr.rows * scale)));
-  cv::Mat resized;
-  cv::resize(bgr, resized, cv::Size(w, h), 0, 0, scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+  double scale = 1.0;
+  AnnotatedImage prepared;
+  if (options_.augment) {
+    AugmentOptions aug = options_.augmentation;
+    aug.size = s;
+    SampleRng rng(options_.seed, epoch, index);
+    prepared = augment(in, aug, rng);
+  } else {
+    prepared = letterbox(in, s, &scale);
+  }
   cv::Mat rgb;
-  cv::cvtColor(resized, rgb, cv::COLOR_BGR2RGB);
-  cv::Mat canvas = cv::Mat::zeros(s, s, CV_32FC3);
-  cv::Mat roi = canvas(cv::Rect(0, 0, w, h));
-  rgb.convertTo(roi, CV_32FC3, 1.0 / 255.0);
-  // Normalise the content; padding becomes the normalised value of black.
+  cv::cvtColor(prepared.image, rgb, cv::COLOR_BGR2RGB);
+  cv::Mat canvas;
+  rgb.convertTo(canvas, CV_32FC3, 1.0 / 255.0);
   cv::Mat channels[3];
   cv::split(canvas, channels);
   for (int c = 0; c < 3; ++c) channels[c] = (channels[c] - kMean[c]) / kStd[c];
   cv::merge(channels, 3, canvas);
 
-  std::vector<TextInstance> texts;
-  const double sx = static_cast<double>(w) / bgr.cols, sy = static_cast<double>(h) / bgr.rows;
-  for (const auto& word : ann.words) {
-    TextInstance t;
-    t.ignore = word.ignore;
-    for (const auto& p : word.points) t.polygon.push_back({p.x * sx, p.y * sy});
-    texts.push_back(std::move(t));
-  }
   Sample sample;
   sample.id = ann.file;
   sample.image = canvas;
-  sample.maps = make_label_maps(texts, s, s, options_.labels);
+  sample.maps = make_label_maps(prepared.texts, s, s, options_.labels);
   sample.scale = scale;
   return sample;
 }
 
-Batch Dataset::collate(const std::vector<int64_t>& indices) const {
+Batch Dataset::collate(const std::vector<int64_t>& indices, int64_t epoch) const {
   std::vector<torch::Tensor> images, shrink, shrink_mask, thresh, thresh_mask;
   Batch b;
   for (const int64_t i : indices) {
-    const Sample s = get(i);
+    const Sample s = get(i, epoch);
     images.push_back(mat_to_tensor(s.image));
     shrink.push_back(mat_to_tensor(s.maps.gt_shrink));
     shrink_mask.push_back(mat_to_tensor(s.maps.gt_shrink_mask));
@@ -174,6 +172,140 @@ std::vector<int64_t> batch_indices(int64_t n, int64_t batch_size, uint64_t seed,
     out.push_back(perm[static_cast<size_t>(pos % n)]);
   }
   return out;
+}
+
+}  // namespace dbh::model
+
+namespace dbh::model {
+
+std::string validate_batch(const Batch& b) {
+  auto name = [&](int64_t i) {
+    return i < static_cast<int64_t>(b.sample_ids.size()) ? b.sample_ids[static_cast<size_t>(i)]
+                                                         : "sample " + std::to_string(i);
+  };
+  float lo = 0, hi = 0;
+  for (int c = 0; c < 3; ++c) {
+    lo = std::min(lo, (0.0f - kMean[c]) / kStd[c]);
+    hi = std::max(hi, (1.0f - kMean[c]) / kStd[c]);
+  }
+  struct Check {
+    const char* what;
+    torch::Tensor bad;  // [N] bool
+  };
+  auto per_sample = [](const torch::Tensor& t) { return t.flatten(1).any(1); };
+  const auto& t = b.targets;
+  const std::vector<Check> checks = {
+      {"image has a non-finite value", per_sample(~torch::isfinite(b.image))},
+      {"image outside the normalised range of [0, 1] pixels",
+       per_sample((b.image < lo - 1e-3).logical_or(b.image > hi + 1e-3))},
+      {"gt_shrink not binary", per_sample((t.gt_shrink != 0).logical_and(t.gt_shrink != 1))},
+      {"gt_shrink_mask not binary",
+       per_sample((t.gt_shrink_mask != 0).logical_and(t.gt_shrink_mask != 1))},
+      {"gt_thresh_mask not binary",
+       per_sample((t.gt_thresh_mask != 0).logical_and(t.gt_thresh_mask != 1))},
+      {"gt_thresh non-finite or outside [0, 1]",
+       per_sample((~torch::isfinite(t.gt_thresh)).logical_or(t.gt_thresh < 0).logical_or(t.gt_thresh > 1))},
+  };
+  for (const auto& c : checks) {
+    const auto idx = c.bad.nonzero();
+    if (idx.numel() > 0) return name(idx[0][0].item<int64_t>()) + ": " + c.what;
+  }
+  return {};
+}
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  TORCH_CHECK(options_.batch_size > 0, "Expected batch_size > 0, but got ", options_.batch_size);
+  TORCH_CHECK(options_.num_workers >= 0, "Expected num_workers >= 0, but got ",
+              options_.num_workers);
+  TORCH_CHECK(options_.prefetch >= 1, "Expected prefetch >= 1, but got ", options_.prefetch);
+  for (int64_t i = 0; i < options_.num_workers; ++i) {
+    workers_.emplace_back([this] { worker_loop(); });
+  }
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+Batch Loader::produce(int64_t micro) const {
+  const int64_t n = dataset_->size();
+  const auto indices = batch_indices(n, options_.batch_size, options_.seed, micro);
+  const int64_t epoch = (micro * options_.batch_size) / n;
+  Batch b = dataset_->collate(indices, epoch);
+  if (options_.validate) {
+    const auto problem = validate_batch(b);
+    if (!problem.empty()) {
+      throw DataError({Defect{DefectKind::kInvalidBatch, dataset_->options().root, "", "", 0,
+                              "batch " + std::to_string(micro) + ": " + problem}});
+    }
+  }
+  return b;
+}
+
+void Loader::worker_loop() {
+  for (;;) {
+    int64_t micro = 0;
+    std::shared_ptr<std::promise<Batch>> promise;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      micro = queue_.front();
+      queue_.erase(queue_.begin());
+      const auto it = pending_.find(micro);
+      if (it == pending_.end()) continue;  // dropped: older than the consumer
+      promise = it->second;
+    }
+    try {
+      promise->set_value(produce(micro));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }
+}
+
+Batch Loader::get(int64_t micro) {
+  if (workers_.empty()) return produce(micro);
+  std::shared_future<Batch> result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (next_to_schedule_ <= micro) next_to_schedule_ = micro;
+    // Keep `prefetch` batches ahead of the one being consumed.
+    while (next_to_schedule_ <= micro + options_.prefetch) {
+      const int64_t m = next_to_schedule_++;
+      if (ready_.count(m)) continue;
+      auto promise = std::make_shared<std::promise<Batch>>();
+      pending_[m] = promise;
+      ready_[m] = promise->get_future().share();
+      queue_.push_back(m);
+    }
+    if (!ready_.count(micro)) {
+      auto promise = std::make_shared<std::promise<Batch>>();
+      pending_[micro] = promise;
+      ready_[micro] = promise->get_future().share();
+      queue_.insert(queue_.begin(), micro);
+    }
+    result = ready_.at(micro);
+  }
+  cv_.notify_all();
+  Batch b = result.get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_.erase(micro);
+    pending_.erase(micro);
+    // Anything older than `micro` will not be asked for again.
+    for (auto it = ready_.begin(); it != ready_.end() && it->first < micro;) {
+      pending_.erase(it->first);
+      it = ready_.erase(it);
+    }
+  }
+  return b;
 }
 
 }  // namespace dbh::model

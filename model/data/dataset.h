@@ -6,7 +6,15 @@
 
 #include <opencv2/core/mat.hpp>
 
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
 #include "model/data/annotation.h"
+#include "model/data/augment.h"
 #include "model/data/batch.h"
 #include "model/label/label_maps.h"
 
@@ -23,6 +31,14 @@ struct DatasetOptions {
   OnInvalid on_invalid = OnInvalid::kError;
   std::vector<std::string> ignore_tags;
   LabelMapOptions labels;
+  /// Apply the DB training augmentation; otherwise letterbox only.
+  bool augment = false;
+  AugmentOptions augmentation;
+  /// Seed of the augmentation draws (with epoch and sample index).
+  uint64_t seed = 0;
+  /// Apply EXIF orientation when decoding (off: annotations usually refer to
+  /// the stored pixels).
+  bool apply_exif = false;
 };
 
 /// One preprocessed sample: the network input and its four DB maps.
@@ -48,12 +64,14 @@ class Dataset {
   /// "UFO JSON" or "ICDAR 2015 txt".
   const std::string& format() const { return format_; }
 
-  /// Loads, resizes, pads, normalises and labels sample `index`. A function of
-  /// the index alone, so any sample can be regenerated on its own.
-  Sample get(int64_t index) const;
+  /// Loads, augments (or letterboxes), normalises and labels sample `index`
+  /// of `epoch`. A function of (seed, epoch, index) alone, so any sample can
+  /// be regenerated on its own. Throws DataError naming the file when the
+  /// image cannot be decoded.
+  Sample get(int64_t index, int64_t epoch = 0) const;
 
   /// Collates samples into a batch of tensors.
-  Batch collate(const std::vector<int64_t>& indices) const;
+  Batch collate(const std::vector<int64_t>& indices, int64_t epoch = 0) const;
 
  private:
   DatasetOptions options_;
@@ -67,6 +85,53 @@ class Dataset {
 /// only on (seed, epoch).
 std::vector<int64_t> batch_indices(int64_t dataset_size, int64_t batch_size,
                                    uint64_t seed, int64_t micro);
+
+/// Checks a batch: finite values, images within the normalised range of
+/// [0, 1] pixels, maps within [0, 1], masks and the shrink map binary.
+/// Returns "" when valid, else a message naming the sample and the check.
+std::string validate_batch(const Batch& batch);
+
+struct LoaderOptions {
+  int64_t batch_size = 2;
+  /// Threads that prepare batches ahead; 0 prepares each batch inline.
+  int64_t num_workers = 0;
+  /// Batches prepared ahead of the one being consumed (bounded queue).
+  int64_t prefetch = 2;
+  uint64_t seed = 0;
+  /// Run validate_batch on every batch and throw DataError on a bad one.
+  bool validate = false;
+};
+
+/// Multi-threaded, prefetching batch loader over a Dataset. Batch `micro` is
+/// a function of (seed, micro) alone: identical for any number of workers.
+class Loader {
+ public:
+  Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// The batch for micro-batch `micro` (CPU tensors). Rethrows a loading
+  /// error of that batch.
+  Batch get(int64_t micro);
+
+  const LoaderOptions& options() const { return options_; }
+
+ private:
+  Batch produce(int64_t micro) const;
+  void worker_loop();
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions options_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<int64_t, std::shared_ptr<std::promise<Batch>>> pending_;
+  std::map<int64_t, std::shared_future<Batch>> ready_;
+  int64_t next_to_schedule_ = 0;
+  std::vector<int64_t> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
 
 /// ImageNet statistics, RGB order, applied to pixels scaled to [0, 1].
 inline constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
