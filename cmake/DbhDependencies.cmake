@@ -22,6 +22,13 @@ get_filename_component(DBH_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 # The torch target set: torch plus c10 (and torch_cuda when the wheel has CUDA).
 add_library(dbh_torch INTERFACE)
 target_link_libraries(dbh_torch INTERFACE ${TORCH_LIBRARIES})
+# Note [libtorch exports std::filesystem]: the wheel's libtorch.so defines 64
+# std::filesystem symbols of its own. Because libtorch.so comes before
+# libstdc++.so in an executable's NEEDED list, the dynamic linker binds calls
+# such as std::filesystem::remove_all to libtorch's copies, which crash (a null
+# call). Naming libstdc++ first on the link line makes it the first NEEDED
+# library, so its definitions win.
+target_link_options(dbh_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 # libtorch_cuda.so is loaded only if something references it; keep it linked so
 # CUDA devices are available to dbh when the wheel has CUDA.
 if(TARGET torch_cuda)

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "harness/cli/data_command.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/train_command.h"
 #include "harness/version.h"
@@ -71,6 +72,29 @@ int main(int argc, char** argv) {
   train->add_option("--resume", t.resume, "Resume from a checkpoint")->check(CLI::ExistingFile);
   train->add_flag("-q,--quiet", t.quiet, "Print only the summary");
 
+  auto* data = app.add_subcommand("data", "Inspect a dataset the way training reads it");
+  data->require_subcommand(1);
+  dbh::harness::DataCheckOptions dc;
+  auto* check = data->add_subcommand(
+      "check", "Load a dataset, print counts and every defect with its location. "
+               "Exit 0 clean, 1 defects found, 2 unreadable");
+  check->add_option("DIR", dc.dir, "Dataset folder (images/ + annotations.json or icdar/)")
+      ->required()->check(CLI::ExistingDirectory);
+  check->add_option("--on-invalid", dc.on_invalid, "Policy the check applies")
+      ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+  check->add_option("--json", dc.json_out, "Write the JSON summary to this file");
+  check->add_flag("-q,--quiet", dc.quiet, "Print the JSON summary instead of text");
+  dbh::harness::DataShowOptions ds;
+  auto* show = data->add_subcommand(
+      "show", "Write what the model is trained on for one sample: input, label maps, overlay");
+  show->add_option("DIR", ds.dir, "Dataset folder")->required()->check(CLI::ExistingDirectory);
+  show->add_option("--index", ds.index, "Sample index")->required();
+  show->add_flag("--no-augment", ds.no_augment, "Letterbox only");
+  show->add_option("--size", ds.size, "Square size (multiple of 32)")->capture_default_str();
+  show->add_option("--epoch", ds.epoch, "Epoch of the augmentation draw")->capture_default_str();
+  show->add_option("--seed", ds.seed, "Augmentation seed")->capture_default_str();
+  show->add_option("--out", ds.out, "Output folder")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -85,6 +109,8 @@ int main(int argc, char** argv) {
   try {
     if (*env) return dbh::harness::run_env_command(env_json);
     if (*train) return dbh::harness::run_train_command(t);
+    if (*check) return dbh::harness::run_data_check(dc);
+    if (*show) return dbh::harness::run_data_show(ds);
   } catch (const std::exception& e) {
     std::cerr << "dbh: internal error: " << e.what() << "\n";
     return 3;

@@ -1,5 +1,7 @@
 #include "model/data/dataset.h"
 
+#include "model/data/scan.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -36,56 +38,16 @@ Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
   TORCH_CHECK(options_.size > 0 && options_.size % 32 == 0,
               "Expected a training size that is a positive multiple of 32, but got ",
               options_.size);
-  const fs::path root(options_.root);
-  const fs::path ufo = root / "annotations.json";
-  const fs::path icdar = root / "icdar";
-  ReadResult read;
-  if (fs::exists(ufo)) {
-    format_ = "UFO JSON";
-    read = read_ufo_json(ufo.string(), options_.ignore_tags);
-  } else if (fs::is_directory(icdar)) {
-    format_ = "ICDAR 2015 txt";
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(icdar)) {
-      if (e.path().extension() == ".txt") files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      std::string stem = f.stem().string();
-      if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
-      std::string image_file;
-      for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".bmp", ".tif", ".tiff"}) {
-        if (fs::exists(root / "images" / (stem + ext))) {
-          image_file = stem + ext;
-          break;
-        }
-      }
-      if (image_file.empty()) image_file = stem + ".png";
-      auto r = read_icdar_txt(f.string(), image_file);
-      read.images.insert(read.images.end(), r.images.begin(), r.images.end());
-      read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
-    }
-  } else {
-    throw DataError({Defect{DefectKind::kUnreadableFile, options_.root, "", "", 0,
-                            options_.root + ": expected annotations.json (UFO) or an icdar/ "
-                                            "folder of gt_*.txt files, found neither"}});
+  ScanResult scan = scan_dataset(options_.root, options_.on_invalid, options_.ignore_tags);
+  format_ = scan.format;
+  defects_ = std::move(scan.defects);
+  images_ = std::move(scan.images);
+  if (!scan.readable || (options_.on_invalid == OnInvalid::kError && !defects_.empty())) {
+    throw DataError(defects_);
   }
-  defects_ = read.defects;
-  const std::string ann_file = format_ == "UFO JSON" ? ufo.string() : icdar.string();
-  for (auto& image : read.images) {
-    auto found = check_image(image, (root / "images" / image.file).string(), ann_file);
-    const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
-      return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;
-    });
-    auto word_defects = validate(image, options_.on_invalid, ann_file);
-    found.insert(found.end(), word_defects.begin(), word_defects.end());
-    defects_.insert(defects_.end(), found.begin(), found.end());
-    if (!unusable || options_.on_invalid == OnInvalid::kError) images_.push_back(std::move(image));
-  }
-  if (options_.on_invalid == OnInvalid::kError && !defects_.empty()) throw DataError(defects_);
   if (images_.empty()) {
-    throw DataError({Defect{DefectKind::kUnreadableFile, ann_file, "", "", 0,
-                            ann_file + ": expected at least one usable image, found none"}});
+    throw DataError({Defect{DefectKind::kUnreadableFile, scan.annotation_path, "", "", 0,
+                            scan.annotation_path + ": expected at least one usable image, found none"}});
   }
 }
 

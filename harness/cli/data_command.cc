@@ -1,0 +1,180 @@
+#include "harness/cli/data_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "model/data/dataset.h"
+#include "model/data/scan.h"
+#include "model/eval/overlay.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+model::OnInvalid parse_policy(const std::string& s) {
+  if (s == "skip") return model::OnInvalid::kSkip;
+  if (s == "clip") return model::OnInvalid::kClip;
+  return model::OnInvalid::kError;
+}
+
+bool write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+// NumPy .npy (format 1.0) of a CV_32FC1 matrix.
+bool write_npy(const fs::path& path, const cv::Mat& m) {
+  CV_Assert(m.type() == CV_32FC1 && m.isContinuous());
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(m.rows) + ", " + std::to_string(m.cols) + "), }";
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string data("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<uint16_t>(header.size());
+  data.push_back(static_cast<char>(len & 0xff));
+  data.push_back(static_cast<char>(len >> 8));
+  data += header;
+  data.append(reinterpret_cast<const char*>(m.ptr<float>()), m.total() * sizeof(float));
+  return write_atomically(path, data);
+}
+
+}  // namespace
+
+int run_data_check(const DataCheckOptions& o) {
+  const auto scan = model::scan_dataset(o.dir, parse_policy(o.on_invalid));
+  std::map<std::string, int64_t> counts;
+  for (const auto& d : scan.defects) ++counts[model::to_string(d.kind)];
+  if (!o.quiet) {
+    std::cout << "dataset:  " << o.dir << "\n"
+              << "format:   " << (scan.format.empty() ? "none found" : scan.format) << "\n"
+              << "images:   " << scan.images_usable << " usable of " << scan.images_listed
+              << " listed\n"
+              << "words:    " << scan.words << " (" << scan.words_ignored << " ignored)\n"
+              << "defects:  " << scan.defects.size() << "\n";
+    for (const auto& [kind, n] : counts) std::cout << "  " << kind << ": " << n << "\n";
+    for (const auto& d : scan.defects) std::cout << d.message << "\n";
+  }
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["root"] = o.dir;
+  j["format"] = scan.format;
+  j["readable"] = scan.readable;
+  j["images_listed"] = scan.images_listed;
+  j["images_usable"] = scan.images_usable;
+  j["words"] = scan.words;
+  j["words_ignored"] = scan.words_ignored;
+  j["defect_counts"] = counts;
+  j["defects"] = nlohmann::json::array();
+  for (const auto& d : scan.defects) {
+    j["defects"].push_back({{"kind", model::to_string(d.kind)},
+                            {"file", d.file},
+                            {"image", d.image},
+                            {"word_id", d.word_id},
+                            {"line", d.line},
+                            {"message", d.message}});
+  }
+  const int code = !scan.readable ? 2 : scan.defects.empty() ? 0 : 1;
+  j["exit_code"] = code;
+  if (!o.json_out.empty() && !write_atomically(o.json_out, j.dump(2) + "\n")) {
+    std::cerr << "dbh data check: --json " << o.json_out << ": cannot write\n";
+    return 2;
+  }
+  if (o.quiet) std::cout << j.dump(2) << "\n";
+  return code;
+}
+
+int run_data_show(const DataShowOptions& o) {
+  if (o.size <= 0 || o.size % 32 != 0) {
+    std::cerr << "dbh data show: --size: expected a positive multiple of 32, got " << o.size << "\n";
+    return 2;
+  }
+  model::DatasetOptions dopt;
+  dopt.root = o.dir;
+  dopt.size = o.size;
+  dopt.augment = !o.no_augment;
+  dopt.seed = o.seed;
+  dopt.on_invalid = model::OnInvalid::kSkip;
+  std::unique_ptr<model::Dataset> ds;
+  try {
+    ds = std::make_unique<model::Dataset>(dopt);
+  } catch (const model::DataError& e) {
+    std::cerr << "dbh data show: " << o.dir << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (o.index < 0 || o.index >= ds->size()) {
+    std::cerr << "dbh data show: --index: expected 0.." << ds->size() - 1 << ", got " << o.index
+              << "\n";
+    return 2;
+  }
+  model::Sample s;
+  try {
+    s = ds->get(o.index, o.epoch);
+  } catch (const model::DataError& e) {
+    std::cerr << "dbh data show: " << e.what() << "\n";
+    return 2;
+  }
+  std::error_code ec;
+  const fs::path out(o.out);
+  fs::create_directories(out, ec);
+  if (ec) {
+    std::cerr << "dbh data show: --out " << o.out << ": cannot create: " << ec.message() << "\n";
+    return 2;
+  }
+  const cv::Mat bgr8 = model::denormalize_to_bgr8(s.image);
+  bool ok = cv::imwrite((out / "input.png").string(), bgr8);
+  const std::pair<const char*, const cv::Mat*> maps[] = {
+      {"gt_shrink", &s.maps.gt_shrink},
+      {"gt_shrink_mask", &s.maps.gt_shrink_mask},
+      {"gt_thresh", &s.maps.gt_thresh},
+      {"gt_thresh_mask", &s.maps.gt_thresh_mask}};
+  for (const auto& [name, m] : maps) {
+    ok = write_npy(out / (std::string(name) + ".npy"), *m) && ok;
+    cv::Mat png;
+    m->convertTo(png, CV_8U, 255.0);
+    ok = cv::imwrite((out / (std::string(name) + ".png")).string(), png) && ok;
+  }
+  // Overlay: the shrunk text kernels (green) and the threshold band (red) on
+  // the input the model sees.
+  cv::Mat overlay = bgr8.clone();
+  for (int y = 0; y < overlay.rows; ++y) {
+    for (int x = 0; x < overlay.cols; ++x) {
+      auto& px = overlay.at<cv::Vec3b>(y, x);
+      if (s.maps.gt_shrink.at<float>(y, x) > 0.5f) {
+        px = px * 0.5 + cv::Vec3b(0, 255, 0) * 0.5;
+      } else if (s.maps.gt_thresh_mask.at<float>(y, x) > 0.5f) {
+        px = px * 0.6 + cv::Vec3b(0, 0, 255) * 0.4;
+      }
+      if (s.maps.gt_shrink_mask.at<float>(y, x) < 0.5f) px = px * 0.5 + cv::Vec3b(128, 128, 128) * 0.5;
+    }
+  }
+  ok = cv::imwrite((out / "overlay.png").string(), overlay) && ok;
+  if (!ok) {
+    std::cerr << "dbh data show: --out " << o.out << ": cannot write the files\n";
+    return 2;
+  }
+  if (model::looks_all_black(bgr8)) {
+    std::cerr << "warning: the input image is all black after de-normalisation\n";
+  }
+  std::cout << "sample " << o.index << " (" << s.id << "), " << (o.no_augment ? "no augmentation" : "augmented, epoch " + std::to_string(o.epoch))
+            << ", " << o.size << "x" << o.size << "\n"
+            << "wrote " << fs::absolute(out).string()
+            << ": input.png, overlay.png, gt_shrink/gt_shrink_mask/gt_thresh/gt_thresh_mask (.npy float32, .png)\n";
+  return 0;
+}
+
+}  // namespace dbh::harness

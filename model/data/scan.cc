@@ -1,0 +1,75 @@
+#include "model/data/scan.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace dbh::model {
+namespace fs = std::filesystem;
+
+ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
+                        const std::vector<std::string>& ignore_tags) {
+  ScanResult out;
+  out.root = root_dir;
+  const fs::path root(root_dir);
+  const fs::path ufo = root / "annotations.json";
+  const fs::path icdar = root / "icdar";
+  std::error_code ec;
+  ReadResult read;
+  if (fs::exists(ufo, ec)) {
+    out.format = "UFO JSON";
+    out.annotation_path = ufo.string();
+    read = read_ufo_json(ufo.string(), ignore_tags);
+  } else if (fs::is_directory(icdar, ec)) {
+    out.format = "ICDAR 2015 txt";
+    out.annotation_path = icdar.string();
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(icdar, ec)) {
+      if (e.path().extension() == ".txt") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      std::string stem = f.stem().string();
+      if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
+      std::string image_file = stem + ".png";
+      for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".bmp", ".tif", ".tiff"}) {
+        if (fs::exists(root / "images" / (stem + ext), ec)) {
+          image_file = stem + ext;
+          break;
+        }
+      }
+      auto r = read_icdar_txt(f.string(), image_file);
+      read.images.insert(read.images.end(), r.images.begin(), r.images.end());
+      read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
+    }
+  } else {
+    out.defects.push_back(Defect{DefectKind::kUnreadableFile, root_dir, "", "", 0,
+                                 root_dir + ": expected annotations.json (UFO) or an icdar/ "
+                                            "folder of gt_*.txt files, found neither"});
+    return out;
+  }
+  out.defects = read.defects;
+  // A file-level failure (not JSON, no "images" object, unreadable) leaves
+  // nothing to train on.
+  out.readable = !read.images.empty() ||
+                 std::none_of(read.defects.begin(), read.defects.end(), [](const Defect& d) {
+                   return d.image.empty() && d.word_id.empty();
+                 });
+  out.images_listed = static_cast<int64_t>(read.images.size());
+  for (auto& image : read.images) {
+    auto found = check_image(image, (root / "images" / image.file).string(), out.annotation_path);
+    const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
+      return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;
+    });
+    auto word_defects = validate(image, policy, out.annotation_path);
+    found.insert(found.end(), word_defects.begin(), word_defects.end());
+    out.defects.insert(out.defects.end(), found.begin(), found.end());
+    if (!unusable) ++out.images_usable;
+    if (unusable && policy != OnInvalid::kError) continue;
+    out.words += static_cast<int64_t>(image.words.size());
+    for (const auto& w : image.words) out.words_ignored += w.ignore ? 1 : 0;
+    out.images.push_back(std::move(image));
+  }
+  return out;
+}
+
+}  // namespace dbh::model

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/data/annotation.h"
+
+namespace dbh::model {
+
+/// What reading a dataset folder found.
+struct ScanResult {
+  std::string root;
+  /// "UFO JSON", "ICDAR 2015 txt", or "" when no annotations were found.
+  std::string format;
+  /// annotations.json, or the icdar/ folder.
+  std::string annotation_path;
+  /// Usable images (under kError: every image read, defects and all).
+  std::vector<ImageAnnotation> images;
+  std::vector<Defect> defects;
+  int64_t images_listed = 0;
+  /// Images whose file exists and decodes.
+  int64_t images_usable = 0;
+  int64_t words = 0;
+  int64_t words_ignored = 0;
+  /// False when the annotations cannot be read at all (no file, not JSON…).
+  bool readable = false;
+};
+
+/// Reads `root` (images/ plus annotations.json or icdar/gt_*.txt), checks
+/// every image file (exists, decodes, size) and every word under `policy`.
+/// Never throws.
+ScanResult scan_dataset(const std::string& root, OnInvalid policy,
+                        const std::vector<std::string>& ignore_tags = {});
+
+}  // namespace dbh::model
