@@ -1,6 +1,8 @@
 // The dbh command line.
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -9,6 +11,9 @@
 
 #include "harness/cli/data_command.h"
 #include "harness/cli/env_command.h"
+#include "harness/cli/run_command.h"
+#include "harness/supervisor/trial.h"
+#include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
 #include "harness/version.h"
 
@@ -95,6 +100,39 @@ int main(int argc, char** argv) {
   show->add_option("--seed", ds.seed, "Augmentation seed")->capture_default_str();
   show->add_option("--out", ds.out, "Output folder")->required();
 
+  dbh::harness::RunOptions ro;
+  auto add_run_options = [&](CLI::App* cmd) {
+    cmd->add_option("--out", ro.out, "Output folder (default reports/runs/<name>-<time>)");
+    cmd->add_option("--device", ro.device, "Shortcut for hardware.device=…");
+    cmd->add_option("--seed", ro.seed, "Shortcut for train.seed=…");
+    cmd->add_option("--junit", ro.junit, "Write JUnit XML here");
+    cmd->add_flag("--json", ro.json, "Print report.json on stdout");
+    cmd->add_flag("-q,--quiet", ro.quiet, "Print only the result line");
+    cmd->add_flag("-v,--verbose", ro.verbose, "Print every step and fault");
+  };
+  std::vector<std::string> run_args;
+  auto* run = app.add_subcommand("run", "Run one scenario: dbh run SCENARIO [key=value …]");
+  run->add_option("ARGS", run_args, "Scenario file, then dotted overrides (model.encoder=resnet18 …)")
+      ->required();
+  add_run_options(run);
+  run->add_flag("--withhold-fault-records", ro.withhold_fault_records)->group("");
+  std::vector<std::string> suite_args;
+  auto* suite = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
+  suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
+      ->required();
+  add_run_options(suite);
+  std::string list_what, list_dir;
+  auto* list = app.add_subcommand("list", "List faults or scenarios");
+  list->add_option("WHAT", list_what, "faults | scenarios")->required()
+      ->check(CLI::IsMember({"faults", "scenarios"}));
+  list->add_option("DIR", list_dir, "Scenario folder (default: scenarios/)");
+  std::string w_scenario, w_dir;
+  int64_t w_trial = 0;
+  auto* worker = app.add_subcommand("__worker", "")->group("");
+  worker->add_option("--scenario", w_scenario)->required();
+  worker->add_option("--run-dir", w_dir)->required();
+  worker->add_option("--trial", w_trial);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -110,6 +148,26 @@ int main(int argc, char** argv) {
     if (*env) return dbh::harness::run_env_command(env_json);
     if (*train) return dbh::harness::run_train_command(t);
     if (*check) return dbh::harness::run_data_check(dc);
+    auto split = [&](const std::vector<std::string>& args) {
+      for (const auto& a : args) {
+        (a.find('=') != std::string::npos ? ro.overrides : ro.scenarios).push_back(a);
+      }
+    };
+    if (*run) {
+      split(run_args);
+      return dbh::harness::run_command(ro);
+    }
+    if (*suite) {
+      split(suite_args);
+      return dbh::harness::suite_command(ro);
+    }
+    if (*list) return dbh::harness::list_command(list_what, list_dir);
+    if (*worker) {
+      std::ifstream in(w_scenario);
+      std::stringstream text;
+      text << in.rdbuf();
+      return dbh::harness::worker_main(text.str(), w_dir, dbh::harness::kEventsFd, w_trial);
+    }
     if (*show) return dbh::harness::run_data_show(ds);
   } catch (const std::exception& e) {
     std::cerr << "dbh: internal error: " << e.what() << "\n";

@@ -1,5 +1,7 @@
 #include "model/backbone/resnet.h"
 
+#include "model/nn/hooks.h"
+
 namespace dbh::model {
 namespace {
 
@@ -144,13 +146,14 @@ ResNetFeatures ResNetImpl::forward(const torch::Tensor& x) {
               x.size(2), "x", x.size(3),
               " (DBNet's neck adds feature maps upsampled by fixed factors; "
               "pad or resize to a multiple of 32)");
-  auto y = torch::relu(bn1(conv1(x)));
-  y = torch::max_pool2d(y, 3, 2, 1);
+  const auto y = run_module("encoder.stem", [&] {
+    return torch::max_pool2d(torch::relu(bn1(conv1(x))), 3, 2, 1);
+  });
   ResNetFeatures f;
-  f.c2 = layer1->forward(y);
-  f.c3 = layer2->forward(f.c2);
-  f.c4 = layer3->forward(f.c3);
-  f.c5 = layer4->forward(f.c4);
+  f.c2 = run_module("encoder.layer1", [&] { return layer1->forward(y); });
+  f.c3 = run_module("encoder.layer2", [&] { return layer2->forward(f.c2); });
+  f.c4 = run_module("encoder.layer3", [&] { return layer3->forward(f.c3); });
+  f.c5 = run_module("encoder.layer4", [&] { return layer4->forward(f.c4); });
   return f;
 }
 

@@ -38,7 +38,8 @@ Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
   TORCH_CHECK(options_.size > 0 && options_.size % 32 == 0,
               "Expected a training size that is a positive multiple of 32, but got ",
               options_.size);
-  ScanResult scan = scan_dataset(options_.root, options_.on_invalid, options_.ignore_tags);
+  ScanResult scan = scan_dataset(options_.root, options_.on_invalid, options_.ignore_tags,
+                                 options_.preflight);
   format_ = scan.format;
   defects_ = std::move(scan.defects);
   images_ = std::move(scan.images);

@@ -36,6 +36,10 @@ struct DatasetOptions {
   AugmentOptions augmentation;
   /// Seed of the augmentation draws (with epoch and sample index).
   uint64_t seed = 0;
+  /// Decode every image before training (catches unreadable files up front).
+  /// Off, an unreadable image fails when a batch first needs it, as lazily
+  /// decoding pipelines do.
+  bool preflight = true;
   /// Apply EXIF orientation when decoding (off: annotations usually refer to
   /// the stored pixels).
   bool apply_exif = false;

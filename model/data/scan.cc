@@ -7,7 +7,7 @@ namespace dbh::model {
 namespace fs = std::filesystem;
 
 ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
-                        const std::vector<std::string>& ignore_tags) {
+                        const std::vector<std::string>& ignore_tags, bool check_images) {
   ScanResult out;
   out.root = root_dir;
   const fs::path root(root_dir);
@@ -56,7 +56,10 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                  });
   out.images_listed = static_cast<int64_t>(read.images.size());
   for (auto& image : read.images) {
-    auto found = check_image(image, (root / "images" / image.file).string(), out.annotation_path);
+    std::vector<Defect> found;
+    if (check_images) {
+      found = check_image(image, (root / "images" / image.file).string(), out.annotation_path);
+    }
     const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
       return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;
     });

@@ -31,6 +31,7 @@ struct ScanResult {
 /// every image file (exists, decodes, size) and every word under `policy`.
 /// Never throws.
 ScanResult scan_dataset(const std::string& root, OnInvalid policy,
-                        const std::vector<std::string>& ignore_tags = {});
+                        const std::vector<std::string>& ignore_tags = {},
+                        bool check_images = true);
 
 }  // namespace dbh::model

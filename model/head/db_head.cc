@@ -1,12 +1,13 @@
 #include "model/head/db_head.h"
 
 #include "model/nn/autocast.h"
+#include "model/nn/hooks.h"
 
 namespace dbh::model {
 
 namespace nn = torch::nn;
 
-DbBranchImpl::DbBranchImpl(int64_t in_channels) {
+DbBranchImpl::DbBranchImpl(int64_t in_channels, std::string name) : name_(std::move(name)) {
   TORCH_CHECK(in_channels >= 4 && in_channels % 4 == 0,
               "Expected DB head input channels to be a positive multiple of 4, "
               "but got ", in_channels);
@@ -22,11 +23,11 @@ DbBranchImpl::DbBranchImpl(int64_t in_channels) {
 }
 
 torch::Tensor DbBranchImpl::forward(const torch::Tensor& x) {
-  auto y = torch::relu(bn(conv(x)));
-  y = torch::relu(up1_bn(up1(y)));
+  const auto y1 = run_module(name_ + ".conv", [&] { return torch::relu(bn(conv(x))); });
+  const auto y2 = run_module(name_ + ".up1", [&] { return torch::relu(up1_bn(up1(y1))); });
   // The last layer runs in float32 even under AMP (spec §11 pitfall 2).
   AutocastOffGuard fp32;
-  return up2(y.to(torch::kFloat32));
+  return run_module(name_ + ".up2", [&] { return up2(y2.to(torch::kFloat32)); });
 }
 
 torch::Tensor binarize_sigmoid(const torch::Tensor& p, const torch::Tensor& t,
@@ -42,8 +43,8 @@ torch::Tensor binarize_exp(const torch::Tensor& p, const torch::Tensor& t,
 DbHeadImpl::DbHeadImpl(const DbHeadOptions& options_) : options(options_) {
   TORCH_CHECK(options.k() > 0, "Expected a positive binarization factor k, but got ",
               options.k());
-  prob = register_module("prob", DbBranch(options.in_channels()));
-  thresh = register_module("thresh", DbBranch(options.in_channels()));
+  prob = register_module("prob", DbBranch(options.in_channels(), "head.prob"));
+  thresh = register_module("thresh", DbBranch(options.in_channels(), "head.thresh"));
 }
 
 torch::Tensor DbHeadImpl::binarize(const torch::Tensor& p,
@@ -67,7 +68,8 @@ DbHeadOutput DbHeadImpl::forward(const torch::Tensor& x) {
   out.probability = torch::sigmoid(out.prob_logits);
   if (is_training()) {
     out.threshold = torch::sigmoid(thresh(x));
-    out.binary = binarize(out.probability, out.threshold);
+    out.binary = run_module("head.binarize",
+                            [&] { return binarize(out.probability, out.threshold); });
   }
   return out;
 }

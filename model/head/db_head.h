@@ -32,7 +32,9 @@ struct DbHeadOptions {
 /// Returns logits; the sigmoid is applied by the head.
 class DbBranchImpl : public torch::nn::Module {
  public:
-  explicit DbBranchImpl(int64_t in_channels);
+  /// `name` is the branch's full module name ("head.prob"), used to report
+  /// its layers to the module observer.
+  DbBranchImpl(int64_t in_channels, std::string name);
 
   /// x: [N, C, H/4, W/4] → logits [N, 1, H, W], float32.
   torch::Tensor forward(const torch::Tensor& x);
@@ -42,6 +44,9 @@ class DbBranchImpl : public torch::nn::Module {
   torch::nn::ConvTranspose2d up1{nullptr};
   torch::nn::BatchNorm2d up1_bn{nullptr};
   torch::nn::ConvTranspose2d up2{nullptr};
+
+ private:
+  std::string name_;
 };
 TORCH_MODULE(DbBranch);
 

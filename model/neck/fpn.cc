@@ -1,5 +1,7 @@
 #include "model/neck/fpn.h"
 
+#include "model/nn/hooks.h"
+
 namespace dbh::model {
 
 torch::Tensor resize_nearest(const torch::Tensor& x, torch::IntArrayRef size) {
@@ -43,16 +45,22 @@ FpnImpl::FpnImpl(const FpnOptions& options_) : options(options_) {
 }
 
 torch::Tensor FpnImpl::forward(const ResNetFeatures& f) {
-  const auto l5 = lateral5(f.c5);
-  const auto m4 = resize_nearest(l5, f.c4.sizes().slice(2)) + lateral4(f.c4);
-  const auto m3 = resize_nearest(m4, f.c3.sizes().slice(2)) + lateral3(f.c3);
-  const auto m2 = resize_nearest(m3, f.c2.sizes().slice(2)) + lateral2(f.c2);
+  const auto l5 = run_module("decoder.lateral5", [&] { return lateral5(f.c5); });
+  const auto l4 = run_module("decoder.lateral4", [&] { return lateral4(f.c4); });
+  const auto l3 = run_module("decoder.lateral3", [&] { return lateral3(f.c3); });
+  const auto l2 = run_module("decoder.lateral2", [&] { return lateral2(f.c2); });
+  const auto m4 = resize_nearest(l5, f.c4.sizes().slice(2)) + l4;
+  const auto m3 = resize_nearest(m4, f.c3.sizes().slice(2)) + l3;
+  const auto m2 = resize_nearest(m3, f.c2.sizes().slice(2)) + l2;
   const auto size = m2.sizes().slice(2);
-  auto fused = torch::cat({resize_nearest(smooth5(l5), size),
-                           resize_nearest(smooth4(m4), size),
-                           resize_nearest(smooth3(m3), size), smooth2(m2)},
-                          /*dim=*/1);
-  return fusion.forward(fused);
+  const auto p5 = run_module("decoder.smooth5", [&] { return smooth5(l5); });
+  const auto p4 = run_module("decoder.smooth4", [&] { return smooth4(m4); });
+  const auto p3 = run_module("decoder.smooth3", [&] { return smooth3(m3); });
+  const auto p2 = run_module("decoder.smooth2", [&] { return smooth2(m2); });
+  const auto fused = torch::cat({resize_nearest(p5, size), resize_nearest(p4, size),
+                                 resize_nearest(p3, size), p2},
+                                /*dim=*/1);
+  return run_module("decoder.fusion", [&] { return fusion.forward(fused); });
 }
 
 }  // namespace dbh::model

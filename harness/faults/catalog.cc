@@ -1,0 +1,90 @@
+#include "harness/faults/catalog.h"
+
+namespace dbh::harness {
+
+std::string to_string(ParamType t) {
+  switch (t) {
+    case ParamType::kInt: return "int";
+    case ParamType::kDouble: return "number";
+    case ParamType::kString: return "string";
+    case ParamType::kBool: return "bool";
+    case ParamType::kBytes: return "bytes";
+  }
+  return "?";
+}
+
+const std::vector<ParamSpec>& schedule_params() {
+  static const std::vector<ParamSpec> kParams = {
+      {"at_step", ParamType::kInt, false, "0", {}, "first step (0-based) at which the fault fires"},
+      {"until_step", ParamType::kInt, false, "", {}, "last step it fires at (default: at_step only)"},
+      {"run", ParamType::kInt, false, "-1", {}, "in-process repeat it applies to (-1: every run)"},
+  };
+  return kParams;
+}
+
+const std::vector<FaultSpec>& fault_catalog() {
+  const std::vector<std::string> kMaps = {"gt_shrink", "gt_shrink_mask", "gt_thresh",
+                                          "gt_thresh_mask"};
+  static const std::vector<FaultSpec> kCatalog = {
+      {"nan_input", "NaN pixels in the input batch",
+       {{"sample", ParamType::kInt, false, "0", {}, "sample of the batch"},
+        {"count", ParamType::kInt, false, "16", {}, "pixels set"}}},
+      {"inf_input", "+Inf pixels in the input batch",
+       {{"sample", ParamType::kInt, false, "0", {}, "sample of the batch"},
+        {"count", ParamType::kInt, false, "16", {}, "pixels set"}}},
+      {"nan_label", "NaN in a label map of the batch",
+       {{"sample", ParamType::kInt, false, "0", {}, "sample of the batch"},
+        {"map", ParamType::kString, false, "gt_thresh", kMaps, "which map"},
+        {"count", ParamType::kInt, false, "16", {}, "pixels set"}}},
+      {"nan_activation", "replace a named module's forward output with NaN",
+       {{"module", ParamType::kString, true, "", {}, "module name, e.g. decoder.fusion"}}},
+      {"nan_gradient", "NaN gradients for a parameter or all parameters of a module",
+       {{"module", ParamType::kString, false, "", {}, "module name prefix"},
+        {"parameter", ParamType::kString, false, "", {}, "full parameter name"}}},
+      {"unstable_binarization",
+       "switch the head to the exp form 1/(1+exp(-k(P-T))), evaluated in the given dtype",
+       {{"dtype", ParamType::kString, false, "float16", {"float16", "float32"}, ""}}},
+      {"loss_scale_overflow", "multiply the loss by a factor that overflows it, as an fp16 "
+                              "loss scale does",
+       {{"factor", ParamType::kDouble, false, "1e39", {}, ""}}},
+      {"lr_spike", "multiply the learning rate",
+       {{"factor", ParamType::kDouble, false, "10000", {}, ""}}},
+      {"corrupt_sample", "break one sample in a private copy of the dataset before training",
+       {{"sample", ParamType::kInt, true, "", {}, "dataset index"},
+        {"kind", ParamType::kString, false, "truncate_image",
+         {"truncate_image", "zero_byte_image", "nan_coordinate", "duplicate_vertices"},
+         "what to break"}}},
+      {"memory_ballast", "hold extra memory on the device or host",
+       {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 512MiB"},
+        {"on", ParamType::kString, false, "device", {"device", "host"}, ""}}},
+      {"memory_cap", "a memory budget for the worker (host address space on CPU, the "
+                     "allocator's limit on CUDA)",
+       {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 2GiB"}}},
+      {"cuda_error", "raise a CUDA/cuDNN error with the real error text from a named module",
+       {{"kind", ParamType::kString, true, "",
+         {"cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
+          "cudnn_no_engine", "cuda_oom"},
+         ""},
+        {"module", ParamType::kString, false, "decoder.fusion", {}, ""},
+        {"sticky", ParamType::kBool, false, "false", {},
+         "every later CUDA call in the process fails, as with a corrupted context"}}},
+      {"crash", "kill the worker with a signal at a step",
+       {{"signal", ParamType::kString, false, "SIGSEGV", {"SIGSEGV", "SIGABRT", "SIGKILL", "SIGBUS"},
+         ""}}},
+      {"hang", "stop making progress at a step (no events, no exit)", {}},
+      {"slow_data", "delay every batch",
+       {{"seconds", ParamType::kDouble, false, "1", {}, "delay per batch"}}},
+      {"leak", "retain tensors across in-process runs",
+       {{"bytes", ParamType::kBytes, false, "64MiB", {}, "retained per run"}}},
+  };
+  return kCatalog;
+}
+
+const FaultSpec* find_fault(const std::string& name) {
+  for (const auto& f : fault_catalog()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace dbh::harness

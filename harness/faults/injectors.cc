@@ -1,0 +1,270 @@
+#include "harness/faults/injectors.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "model/data/scan.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+std::vector<torch::Tensor>& leaked_tensors() {
+  static std::vector<torch::Tensor> kept;
+  return kept;
+}
+
+bool apply_host_memory_cap(int64_t bytes) {
+  rlimit lim{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+  return setrlimit(RLIMIT_DATA, &lim) == 0;
+}
+
+std::string FaultInjector::cuda_error_text(const std::string& kind) {
+  if (kind == "cudnn_execution_failed") return "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED";
+  if (kind == "illegal_instruction") return "CUDA error: an illegal instruction was encountered";
+  if (kind == "illegal_memory_access") return "CUDA error: an illegal memory access was encountered";
+  if (kind == "cudnn_no_engine") return "FIND was unable to find an engine to execute this computation";
+  if (kind == "cuda_oom") {
+    return "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 11.76 GiB "
+           "of which 1.12 GiB is free.";
+  }
+  return "CUDA error: unknown error";
+}
+
+FaultInjector::FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
+                             const std::string& device)
+    : faults_(faults), events_(events), device_(device) {}
+
+bool FaultInjector::fires(size_t i) const { return faults_[i].fires_at(step_, run_); }
+
+void FaultInjector::fired(size_t i, const std::string& module, nlohmann::json detail) {
+  nlohmann::json j = {{"fault", faults_[i].name}, {"index", i}, {"run", run_}, {"step", step_}};
+  if (!module.empty()) j["module"] = module;
+  if (!detail.is_null()) j["detail"] = detail;
+  events_.emit("fault_fired", j);
+}
+
+void FaultInjector::hold_memory(int64_t bytes, bool host) {
+  if (host || device_ == "cpu") {
+    std::vector<char> block(static_cast<size_t>(bytes));
+    for (size_t k = 0; k < block.size(); k += 4096) block[k] = 1;  // touch every page
+    host_held_.push_back(std::move(block));
+  } else {
+    held_.push_back(torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)));
+  }
+}
+
+void FaultInjector::on_model(model::DbNet& net) {
+  net_ = &net;
+  step_ = 0;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (f.name == "unstable_binarization" && f.at_step == 0 && (f.run < 0 || f.run == run_)) {
+      net->set_binarization(model::Binarization::kExp,
+                            f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
+      fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
+    }
+  }
+}
+
+void FaultInjector::on_start() {
+  step_ = 0;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (!(f.at_step == 0 && (f.run < 0 || f.run == run_))) continue;
+    if (f.name == "memory_cap" && run_ == 0) {
+      const bool ok = device_ == "cpu" ? apply_host_memory_cap(f.get_bytes("bytes")) : false;
+      fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"enforced", ok ? "RLIMIT_DATA" : "not enforced"}});
+    } else if (f.name == "memory_ballast") {
+      hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
+      fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"on", f.get("on")}});
+    }
+  }
+}
+
+void FaultInjector::on_teardown() {
+  if (poisoned_) throw std::runtime_error(cuda_error_text("illegal_instruction"));
+}
+
+void FaultInjector::on_enter(const std::string& name) {
+  if (poisoned_) {
+    throw std::runtime_error(cuda_error_text("illegal_instruction") +
+                             " (CUDA context unusable after an earlier error)");
+  }
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (f.name != "cuda_error" || !fires(i) || f.get("module") != name) continue;
+    fired(i, name, {{"kind", f.get("kind")}, {"sticky", f.get_bool("sticky")}});
+    if (f.get_bool("sticky")) poisoned_ = true;
+    throw std::runtime_error(cuda_error_text(f.get("kind")));
+  }
+}
+
+void FaultInjector::on_output(const std::string& name, torch::Tensor& output) {
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (f.name == "nan_activation" && fires(i) && f.get("module") == name) {
+      output = output + std::numeric_limits<float>::quiet_NaN();
+      fired(i, name);
+    }
+  }
+}
+
+void FaultInjector::on_step_begin(int64_t step) {
+  step_ = step;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (!fires(i)) continue;
+    if (f.name == "crash") {
+      fired(i, "", {{"signal", f.get("signal")}});
+      const std::string s = f.get("signal");
+      const int sig = s == "SIGABRT" ? SIGABRT : s == "SIGKILL" ? SIGKILL : s == "SIGBUS" ? SIGBUS : SIGSEGV;
+      signal(sig, SIG_DFL);
+      raise(sig);
+    } else if (f.name == "hang") {
+      fired(i, "");
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+    } else if (f.name == "unstable_binarization" && step > 0 && step == f.at_step && net_ != nullptr) {
+      (*net_)->set_binarization(model::Binarization::kExp,
+                                f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
+      fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
+    } else if (f.name == "memory_ballast" && step > 0 && step == f.at_step) {
+      hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
+      fired(i, "", {{"bytes", f.get_bytes("bytes")}});
+    } else if (f.name == "leak" && step == f.at_step) {
+      const int64_t bytes = f.get_bytes("bytes");
+      leaked_tensors().push_back(torch::ones({bytes}, torch::kUInt8));
+      fired(i, "", {{"bytes", bytes}, {"retained_total", static_cast<int64_t>(leaked_tensors().size()) * bytes}});
+    }
+  }
+}
+
+void FaultInjector::on_batch(int64_t step, model::Batch& b) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (!fires(i)) continue;
+    if (f.name == "slow_data") {
+      std::this_thread::sleep_for(std::chrono::duration<double>(f.get_double("seconds")));
+      fired(i, "", {{"seconds", f.get_double("seconds")}});
+      continue;
+    }
+    torch::Tensor target;
+    std::string what;
+    float value = std::numeric_limits<float>::quiet_NaN();
+    if (f.name == "nan_input" || f.name == "inf_input") {
+      target = b.image;
+      what = "image";
+      if (f.name == "inf_input") value = std::numeric_limits<float>::infinity();
+    } else if (f.name == "nan_label") {
+      const std::string m = f.get("map");
+      what = m;
+      target = m == "gt_shrink"        ? b.targets.gt_shrink
+               : m == "gt_shrink_mask" ? b.targets.gt_shrink_mask
+               : m == "gt_thresh_mask" ? b.targets.gt_thresh_mask
+                                       : b.targets.gt_thresh;
+    } else {
+      continue;
+    }
+    const int64_t sample = std::min<int64_t>(f.get_int("sample"), b.size() - 1);
+    const int64_t count = std::max<int64_t>(1, f.get_int("count"));
+    auto flat = target[sample].view({-1});
+    const int64_t n = std::min<int64_t>(count, flat.numel());
+    flat.slice(0, 0, n).fill_(value);
+    fired(i, "", {{"tensor", what},
+                  {"sample", sample},
+                  {"sample_id", sample < static_cast<int64_t>(b.sample_ids.size())
+                                    ? b.sample_ids[static_cast<size_t>(sample)]
+                                    : ""},
+                  {"count", n}});
+  }
+}
+
+void FaultInjector::on_loss(int64_t step, model::DbLossParts& loss) {
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (f.name == "loss_scale_overflow" && fires(i)) {
+      loss.total = loss.total * static_cast<float>(std::min(f.get_double("factor"), 3.0e38)) *
+                   static_cast<float>(std::max(1.0, f.get_double("factor") / 3.0e38));
+      fired(i, "", {{"factor", f.get_double("factor")}});
+    }
+  }
+}
+
+void FaultInjector::on_before_optimizer(int64_t step, model::DbNet& net) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (!fires(i)) continue;
+    if (f.name == "nan_gradient") {
+      const std::string mod = f.get("module"), param = f.get("parameter");
+      int64_t hit = 0;
+      for (auto& p : net->named_parameters(true)) {
+        const bool match = !param.empty() ? p.key() == param
+                                          : p.key().rfind(mod + ".", 0) == 0;
+        if (match && p.value().grad().defined()) {
+          p.value().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+          ++hit;
+        }
+      }
+      fired(i, !param.empty() ? param : mod, {{"parameters", hit}});
+    } else if (f.name == "lr_spike" && optimizer_ != nullptr) {
+      double lr = 0;
+      for (auto& group : optimizer_->param_groups()) {
+        lr = group.options().get_lr() * f.get_double("factor");
+        group.options().set_lr(lr);
+      }
+      fired(i, "", {{"factor", f.get_double("factor")}, {"lr", lr}});
+    }
+  }
+}
+
+std::string corrupt_dataset_copy(const std::string& src, const std::string& dst, int64_t index,
+                                 const std::string& kind) {
+  fs::remove_all(dst);
+  fs::create_directories(dst);
+  fs::copy(src, dst, fs::copy_options::recursive);
+  const auto scan = model::scan_dataset(dst, model::OnInvalid::kSkip);
+  if (index < 0 || index >= static_cast<int64_t>(scan.images.size())) {
+    throw std::runtime_error("corrupt_sample: sample " + std::to_string(index) +
+                             " does not exist (the dataset has " +
+                             std::to_string(scan.images.size()) + " samples)");
+  }
+  const std::string file = scan.images[static_cast<size_t>(index)].file;
+  const fs::path image = fs::path(dst) / "images" / file;
+  if (kind == "truncate_image" || kind == "zero_byte_image") {
+    const auto size = fs::file_size(image);
+    fs::resize_file(image, kind == "zero_byte_image" ? 0 : size / 3);
+    return file;
+  }
+  // Annotation corruptions edit the UFO JSON of that image.
+  const fs::path ann = fs::path(dst) / "annotations.json";
+  if (!fs::exists(ann)) throw std::runtime_error("corrupt_sample: " + kind + " needs UFO annotations");
+  nlohmann::json j;
+  {
+    std::ifstream in(ann);
+    j = nlohmann::json::parse(in);
+  }
+  auto& words = j["images"][file]["words"];
+  if (words.empty()) throw std::runtime_error("corrupt_sample: " + file + " has no words to corrupt");
+  auto& points = words.begin().value()["points"];
+  if (kind == "nan_coordinate") {
+    points[0][0] = "NaN";
+  } else {  // duplicate_vertices: every vertex the same point
+    for (auto& p : points) p = points[0];
+  }
+  std::ofstream out(ann);
+  out << j.dump(1);
+  return file;
+}
+
+}  // namespace dbh::harness

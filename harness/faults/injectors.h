@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harness/scenario/scenario.h"
+#include "harness/worker/event_writer.h"
+#include "model/nn/hooks.h"
+#include "model/train/trainer.h"
+
+namespace dbh::harness {
+
+/// Applies a scenario's faults to a training run. Each fault fires according
+/// to its schedule (step range, run) and emits `fault_fired` when it does;
+/// the report lists every fault with whether it fired.
+class FaultInjector : public model::TrainerListener, public model::ModuleObserver {
+ public:
+  FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
+                const std::string& device);
+
+  void set_run(int64_t run) { run_ = run; }
+  void set_optimizer(torch::optim::Optimizer* optimizer) { optimizer_ = optimizer; }
+  /// Switches the model before training (unstable_binarization at step 0).
+  void on_model(model::DbNet& net);
+  /// Before any training: memory_cap / memory_ballast scheduled at step 0.
+  void on_start();
+  /// Called when the worker tears down after an error; a sticky CUDA fault
+  /// makes it fail as a corrupted context does.
+  void on_teardown();
+  bool context_poisoned() const { return poisoned_; }
+
+  void on_enter(const std::string& name) override;
+  void on_output(const std::string& name, torch::Tensor& output) override;
+  void on_step_begin(int64_t step) override;
+  void on_batch(int64_t step, model::Batch& batch) override;
+  void on_loss(int64_t step, model::DbLossParts& loss) override;
+  void on_before_optimizer(int64_t step, model::DbNet& net) override;
+
+  /// The error text CUDA/cuDNN print for `kind`.
+  static std::string cuda_error_text(const std::string& kind);
+
+ private:
+  bool fires(size_t i) const;
+  void fired(size_t i, const std::string& module, nlohmann::json detail = {});
+  void hold_memory(int64_t bytes, bool host);
+
+  std::vector<FaultConfig> faults_;
+  EventWriter& events_;
+  std::string device_;
+  int64_t run_ = 0;
+  int64_t step_ = -1;
+  bool poisoned_ = false;
+  model::DbNet* net_ = nullptr;
+  torch::optim::Optimizer* optimizer_ = nullptr;
+  std::vector<torch::Tensor> held_;
+  std::vector<std::vector<char>> host_held_;
+};
+
+/// Applies a corrupt_sample fault: copies the dataset at `src` to `dst` and
+/// breaks sample `index` (in scan order). Returns the file it broke.
+std::string corrupt_dataset_copy(const std::string& src, const std::string& dst, int64_t index,
+                                 const std::string& kind);
+
+/// Tensors retained across in-process runs by the `leak` fault.
+std::vector<torch::Tensor>& leaked_tensors();
+
+/// Sets a memory budget on this process (RLIMIT_DATA on the host).
+bool apply_host_memory_cap(int64_t bytes);
+
+}  // namespace dbh::harness

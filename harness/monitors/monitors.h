@@ -1,0 +1,83 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harness/worker/event_writer.h"
+#include "model/nn/hooks.h"
+#include "model/train/trainer.h"
+
+namespace dbh::harness {
+
+/// Thrown by the monitors to stop a run whose tensors turned non-finite; the
+/// health events describing it have been emitted already.
+class DivergedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Finite checks on the batch, every named module's forward output, every
+/// loss part and every parameter gradient, plus memory, step time and loss
+/// spikes.
+///
+/// Note [Cheap and localise monitors]: in cheap mode each check only queues a
+/// device-side `!isfinite(x).all()` flag; the flags are read with a single
+/// synchronisation per step, before the optimizer step (so a non-finite
+/// gradient never reaches the weights). The first flagged site in execution
+/// order (batch → modules in forward order → loss parts → gradients in
+/// backward order) is the one the failure is attributed to. Localise mode
+/// synchronises after every check and records the offending tensor's
+/// statistics, its first bad index and the statistics of the module output
+/// that fed it; it is meant for replays of a failing step.
+class Monitors : public model::TrainerListener, public model::ModuleObserver {
+ public:
+  enum class Mode { kOff, kCheap, kLocalise };
+  Monitors(Mode mode, EventWriter& events, double loss_spike_factor);
+
+  void set_run(int64_t run) { run_ = run; }
+  const std::string& last_module() const { return last_module_; }
+
+  // ModuleObserver
+  void on_enter(const std::string& name) override;
+  void on_output(const std::string& name, torch::Tensor& output) override;
+
+  // TrainerListener
+  void on_step_begin(int64_t step) override;
+  void on_batch(int64_t step, model::Batch& batch) override;
+  void on_loss(int64_t step, model::DbLossParts& loss) override;
+  void on_before_optimizer(int64_t step, model::DbNet& model) override;
+  void on_step_end(int64_t step, const model::StepResult& result) override;
+
+ private:
+  struct Site {
+    std::string kind;  // input | label | activation | loss | gradient
+    std::string name;  // tensor, module or parameter name
+    std::string module;
+  };
+  void check(const Site& site, const torch::Tensor& t);
+  void flush(int64_t step);
+  nlohmann::json stats(const torch::Tensor& t) const;
+
+  Mode mode_;
+  EventWriter& events_;
+  double spike_factor_;
+  int64_t run_ = 0;
+  int64_t step_ = 0;
+  std::string last_module_;
+  std::vector<Site> sites_;
+  std::vector<torch::Tensor> flags_;
+  nlohmann::json last_good_output_;  // localise: stats of the last finite module output
+  std::string last_good_module_;
+  std::vector<double> losses_;
+};
+
+Monitors::Mode monitor_mode_from_string(const std::string& s);
+
+/// Resident set size of this process, and its peak, in bytes.
+int64_t current_rss_bytes();
+int64_t peak_rss_bytes();
+
+}  // namespace dbh::harness

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+/// One failure class of the knowledge base (reports/kb/failures.yaml).
+struct FailureClass {
+  std::string id;  // e.g. "cudnn_execution_failed"
+  std::string title;
+  std::vector<std::string> signatures;  // substrings of error messages
+  std::vector<std::string> events;      // monitor findings / process facts
+  std::vector<std::string> causes;
+  std::vector<std::string> resolutions;
+};
+
+class KnowledgeBase {
+ public:
+  /// Loads the YAML file; throws ScenarioError (file:line:col) when malformed.
+  static KnowledgeBase load(const std::string& path);
+  /// The knowledge base shipped with dbh (found next to the sources or the
+  /// binary); empty when none can be found.
+  static const KnowledgeBase& shipped();
+
+  /// The class whose signature occurs in `message`, or nullptr.
+  const FailureClass* match_message(const std::string& message) const;
+  const FailureClass* find(const std::string& id) const;
+  const std::vector<FailureClass>& classes() const { return classes_; }
+
+ private:
+  std::vector<FailureClass> classes_;
+};
+
+/// Directory holding dbh's data files (reports/, scenarios/): $DBH_HOME, else
+/// the source tree the binary was built from.
+std::string dbh_home();
+
+}  // namespace dbh::harness

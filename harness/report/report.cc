@@ -1,0 +1,388 @@
+#include "harness/report/report.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "harness/common/error.h"
+#include "harness/report/knowledge_base.h"
+
+namespace dbh::harness {
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw ReportError(path + ": expected a writable file, got a write error (" +
+                        std::strerror(errno) + ")");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(errno));
+  }
+}
+
+namespace {
+
+nlohmann::ordered_json failure_json(const Failure& f) {
+  nlohmann::ordered_json j;
+  j["class"] = f.klass.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.klass);
+  j["step"] = f.step ? nlohmann::ordered_json(*f.step) : nlohmann::ordered_json(nullptr);
+  j["run"] = f.run ? nlohmann::ordered_json(*f.run) : nlohmann::ordered_json(nullptr);
+  j["module"] = f.module.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.module);
+  j["message"] = f.message;
+  j["evidence"] = f.evidence;
+  j["secondary_errors"] = f.secondary;
+  return j;
+}
+
+nlohmann::ordered_json env_json(const Environment& e) {
+  return nlohmann::ordered_json::parse(environment_json(e));
+}
+
+}  // namespace
+
+nlohmann::ordered_json report_json(const RunReport& r) {
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["scenario_name"] = r.scenario.name;
+  j["started_at"] = r.started_at;
+  j["seconds"] = r.seconds;
+  j["outcome"] = to_string(r.outcome);
+  j["expectation"] = {{"met", r.expectation_met},
+                      {"expected", nlohmann::ordered_json::parse(resolved_json(r.scenario))["expect"]},
+                      {"mismatches", r.expectation_why}};
+  j["failure"] = failure_json(r.failure);
+  const auto& main = r.trials.empty() ? TrialAnalysis{} : r.trials.front().analysis;
+  j["faults"] = nlohmann::ordered_json::array();
+  for (const auto& f : main.faults) {
+    const auto& cfg = r.scenario.faults[static_cast<size_t>(f.index)];
+    j["faults"].push_back({{"name", f.name},
+                           {"step", cfg.at_step},
+                           {"module", cfg.get("module").empty() ? nlohmann::ordered_json(nullptr)
+                                                                : nlohmann::ordered_json(cfg.get("module"))},
+                           {"fired", f.fired},
+                           {"fired_at_steps", f.steps}});
+  }
+  j["steps_completed"] = main.steps_completed;
+  j["memory"] = {{"peak_bytes", main.peak_memory_bytes}, {"kind", "host RSS"}};
+  j["environment"] = env_json(r.env);
+  j["repro"] = {{"command", r.repro_command}};
+  j["determinism"] = {{"checked", r.determinism.checked},
+                      {"identical", r.determinism.identical},
+                      {"processes", r.determinism.processes},
+                      {"first_divergent_step", r.determinism.first_divergent_step
+                                                   ? nlohmann::ordered_json(*r.determinism.first_divergent_step)
+                                                   : nlohmann::ordered_json(nullptr)},
+                      {"detail", r.determinism.detail},
+                      {"pass_rate", r.determinism.pass_rate}};
+  j["data_dependent"] = r.data_dependent ? nlohmann::ordered_json(*r.data_dependent) : nlohmann::ordered_json(nullptr);
+  j["data_dependent_reason"] = r.data_dependent_reason;
+  j["trials"] = nlohmann::ordered_json::array();
+  for (const auto& t : r.trials) {
+    j["trials"].push_back({{"label", t.label},
+                           {"overrides", t.overrides},
+                           {"dir", t.dir},
+                           {"outcome", to_string(t.analysis.outcome)},
+                           {"failure", failure_json(t.analysis.failure)},
+                           {"steps_completed", t.analysis.steps_completed},
+                           {"seconds", t.analysis.seconds},
+                           {"exit_code", t.analysis.exit_code},
+                           {"signal", t.analysis.term_signal ? nlohmann::ordered_json(signal_name(t.analysis.term_signal))
+                                                             : nlohmann::ordered_json(nullptr)},
+                           {"run_checksums", t.analysis.run_checksums}});
+  }
+  j["scenario"] = {{"file", r.scenario.file},
+                   {"overrides", r.scenario.overrides},
+                   {"hash", scenario_hash(r.scenario)},
+                   {"resolved", nlohmann::ordered_json::parse(resolved_json(r.scenario))}};
+  return j;
+}
+
+namespace {
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream s;
+  s << std::setprecision(precision) << v;
+  return s.str();
+}
+
+std::string bullet_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += "- " + i + "\n";
+  return out;
+}
+
+std::string numbered(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += std::to_string(i + 1) + ". " + items[i] + "\n";
+  return out;
+}
+
+std::string non_default_settings(const Scenario& s) {
+  std::ostringstream o;
+  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
+    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size
+    << "x" << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", "
+    << s.train.max_steps << " steps, " << s.train.optimizer << " lr " << s.train.lr << ", "
+    << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
+  return o.str();
+}
+
+}  // namespace
+
+std::string report_markdown(const RunReport& r) {
+  const auto& s = r.scenario;
+  const auto& f = r.failure;
+  const auto& kb = KnowledgeBase::shipped();
+  const FailureClass* cls = f.klass.empty() ? nullptr : kb.find(f.klass);
+  const bool failed = is_failure(r.outcome);
+  std::ostringstream md;
+  const std::string title =
+      failed ? (cls ? cls->title : "Training " + to_string(r.outcome)) +
+                   (f.module.empty() ? "" : " in " + f.module) +
+                   (f.step ? " at step " + std::to_string(*f.step) : "")
+             : "Scenario " + s.name + " passed";
+  md << "---\n"
+     << "title: \"" << title << "\"\n"
+     << "date: \"" << r.started_at << "\"\n"
+     << "type: \"bug_report\"\n"
+     << "status: \"" << (failed ? "open" : "passed") << "\"\n"
+     << "scenario: \"" << s.name << "\"\n"
+     << "outcome: \"" << to_string(r.outcome) << "\"\n"
+     << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"
+     << "tags: ['bug_report', 'dbh'" << (f.klass.empty() ? "" : ", '" + f.klass + "'") << "]\n"
+     << "---\n\n";
+  md << "# " << title << "\n\n";
+  md << "## Summary\n\n";
+  if (failed) {
+    md << "Training under scenario `" << s.name << "` ended **" << to_string(r.outcome) << "**";
+    if (!f.klass.empty()) md << " (class `" << f.klass << "`)";
+    if (f.step) md << " at step " << *f.step;
+    if (!f.module.empty()) md << " in module `" << f.module << "`";
+    md << ": " << f.message << "\n\n";
+  } else {
+    md << "Training under scenario `" << s.name << "` completed " << r.trials.front().analysis.steps_completed
+       << " steps with every health check passing.\n\n";
+  }
+  if (r.data_dependent) {
+    md << "**Data-dependent:** " << (*r.data_dependent ? "yes" : "no") << ". " << r.data_dependent_reason
+       << "\n\n";
+  }
+  if (r.determinism.checked) {
+    md << "**Determinism:** " << r.determinism.processes << " processes were "
+       << (r.determinism.identical ? "bit-identical" : "not identical") << ". " << r.determinism.detail
+       << "\n\n";
+  }
+  md << "The scenario's expectation (`outcome: " << s.expect.outcome << "`"
+     << (s.expect.failure_class ? ", `failure_class: " + *s.expect.failure_class + "`" : "")
+     << (s.expect.step ? ", `step: " + std::to_string(*s.expect.step) + "`" : "")
+     << (s.expect.module ? ", `module: " + *s.expect.module + "`" : "") << ") was **"
+     << (r.expectation_met ? "met" : "not met") << "**.\n";
+  for (const auto& w : r.expectation_why) md << "- " << w << "\n";
+  md << "\n## Environment\n\n";
+  const auto& e = r.env;
+  md << "- GPU: " << (e.gpus.empty() ? "none (CPU run)" : e.gpus.front()) << "\n"
+     << "- Driver: " << (e.driver_version.empty() ? "none" : e.driver_version) << "\n"
+     << "- CUDA (LibTorch build): " << (e.torch_cuda.empty() ? "none" : e.torch_cuda) << "\n"
+     << "- cuDNN: " << (e.cudnn_version.empty() ? "unavailable" : e.cudnn_version) << "\n"
+     << "- LibTorch: " << e.torch_version << "\n"
+     << "- OpenCV: " << e.opencv_version << "\n"
+     << "- OS: " << e.os << "\n"
+     << "- Kernel: " << e.kernel << (e.wsl ? " (WSL2)" : " (not WSL2)") << "\n"
+     << "- CPU: " << e.cpu_model << " (" << e.cpu_cores << " cores)\n"
+     << "- RAM: " << format_bytes(e.ram_bytes) << "\n"
+     << "- dbh: " << e.dbh_version << "\n"
+     << "- Settings: " << non_default_settings(s) << "\n\n";
+  md << "## Steps to Reproduce\n\n```sh\n" << r.repro_command << "\n```\n\n"
+     << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "
+        "the command above.\n\n";
+  md << "## Expected Behavior\n\n";
+  md << "Training completes " << s.train.max_steps << " steps"
+     << (s.repeat.in_process > 1 ? " in each of " + std::to_string(s.repeat.in_process) + " in-process runs" : "")
+     << " with finite batches, activations, losses and gradients";
+  if (s.expect.outcome != "passed") {
+    md << ". This scenario injects faults and expects dbh to catch them: outcome `" << s.expect.outcome << "`"
+       << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
+  }
+  md << ".\n\n## Actual Behavior\n\n";
+  md << "| trial | outcome | class | step | module | steps done | seconds |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& t : r.trials) {
+    const auto& a = t.analysis;
+    md << "| " << t.label << (t.overrides.empty() ? "" : " (`" + [&] {
+      std::string o;
+      for (const auto& x : t.overrides) o += (o.empty() ? "" : " ") + x;
+      return o;
+    }() + "`)")
+       << " | " << to_string(a.outcome) << " | " << (a.failure.klass.empty() ? "-" : a.failure.klass) << " | "
+       << (a.failure.step ? std::to_string(*a.failure.step) : "-") << " | "
+       << (a.failure.module.empty() ? "-" : a.failure.module) << " | " << a.steps_completed << " | "
+       << fmt(a.seconds, 3) << " |\n";
+  }
+  const auto& main = r.trials.front().analysis;
+  if (!main.steps.empty()) {
+    md << "\nLoss per step (main trial): ";
+    for (size_t i = 0; i < main.steps.size() && i < 20; ++i) md << (i ? ", " : "") << fmt(main.steps[i].loss);
+    md << (main.steps.size() > 20 ? ", …" : "") << ". Peak memory " << format_bytes(main.peak_memory_bytes)
+       << " (host RSS). Plots: `loss.png`, `memory.png`; per-step numbers: `metrics.csv`.\n";
+  }
+  if (!main.faults.empty()) {
+    md << "\nInjected faults:\n\n| fault | scheduled step | module | fired |\n|---|---|---|---|\n";
+    for (const auto& fr : main.faults) {
+      const auto& cfg = s.faults[static_cast<size_t>(fr.index)];
+      md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.get("module").empty() ? "-" : cfg.get("module"))
+         << " | " << (fr.fired ? "yes" : "no") << " |\n";
+    }
+  }
+  md << "\n## Logs / Stack Trace\n\n";
+  if (failed) {
+    md << "```\n" << f.message << "\n";
+    for (const auto& sec : f.secondary) md << sec << "\n";
+    md << "```\n\n";
+    const std::string tail = r.trials.front().stderr_tail;
+    if (!tail.empty()) {
+      const std::string trimmed = tail.size() > 1500 ? "…" + tail.substr(tail.size() - 1500) : tail;
+      md << "Last lines of the worker's stderr (`main/stderr.log`):\n\n```\n" << trimmed << "\n```\n\n";
+    }
+  } else {
+    md << "No errors. Full event stream: `events.jsonl`.\n\n";
+  }
+  md << "## Root Cause Analysis\n\n";
+  if (failed) {
+    md << "Evidence gathered by dbh:\n\n" << bullet_list(f.evidence);
+    if (!f.secondary.empty()) {
+      md << "- later errors were consequences of the first (" << f.secondary.size()
+         << "), e.g. the teardown failing after the context was corrupted\n";
+    }
+    if (r.data_dependent && *r.data_dependent) md << "- " << r.data_dependent_reason << "\n";
+    if (cls != nullptr && !cls->causes.empty()) {
+      md << "\nLikely causes for `" << cls->id << "` (knowledge base):\n\n" << bullet_list(cls->causes);
+    }
+  } else {
+    md << "Nothing to analyse: no monitor flagged a problem.\n";
+  }
+  md << "\n## Resolution\n\n";
+  if (cls != nullptr && !cls->resolutions.empty()) {
+    md << numbered(cls->resolutions);
+  } else if (failed) {
+    md << "1. Re-run the reproduction command and inspect `events.jsonl` around the failing step.\n";
+  } else {
+    md << "None needed.\n";
+  }
+  md << "\n## Testing\n\n"
+     << "1. Apply the resolution.\n2. Re-run `" << r.repro_command << "`.\n"
+     << "3. Check that `report.json` shows `outcome: passed` and that every health check passed.\n\n";
+  md << "## Prevention\n\n"
+     << "- Keep this scenario in the CI smoke suite (`dbh suite scenarios/`) with its expectation.\n"
+     << "- Keep the cheap finite monitors on in training runs: one synchronisation per step catches non-finite "
+        "tensors before they reach the weights.\n";
+  return md.str();
+}
+
+std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name) {
+  auto esc = [](const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      switch (c) {
+        case '&': o += "&amp;"; break;
+        case '<': o += "&lt;"; break;
+        case '>': o += "&gt;"; break;
+        case '"': o += "&quot;"; break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
+          else o += c;
+      }
+    }
+    return o;
+  };
+  int failures = 0, errors = 0;
+  double total = 0;
+  for (const auto& r : runs) {
+    total += r.seconds;
+    if (r.expectation_met) continue;
+    const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
+                       r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
+    (error ? errors : failures)++;
+  }
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<testsuites name=\"dbh\" tests=\"" << runs.size() << "\" failures=\"" << failures
+    << "\" errors=\"" << errors << "\" time=\"" << fmt(total, 6) << "\">\n"
+    << "  <testsuite name=\"" << esc(suite_name) << "\" tests=\"" << runs.size() << "\" failures=\""
+    << failures << "\" errors=\"" << errors << "\" time=\"" << fmt(total, 6) << "\">\n";
+  for (const auto& r : runs) {
+    x << "    <testcase classname=\"dbh." << esc(suite_name) << "\" name=\"" << esc(r.scenario.name)
+      << "\" time=\"" << fmt(r.seconds, 6) << "\">\n";
+    if (!r.expectation_met) {
+      const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
+                         r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
+      std::string why;
+      for (const auto& w : r.expectation_why) why += w + "; ";
+      x << "      <" << (error ? "error" : "failure") << " type=\"" << to_string(r.outcome)
+        << "\" message=\"" << esc(why) << "\">" << esc(r.failure.message) << "\n"
+        << esc("repro: " + r.repro_command) << "</" << (error ? "error" : "failure") << ">\n";
+    }
+    x << "      <system-out>" << esc("report: " + r.out_dir + "/report.md") << "</system-out>\n";
+    x << "    </testcase>\n";
+  }
+  x << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+bool write_plot_png(const std::string& path, const std::string& title,
+                    const std::vector<std::string>& names,
+                    const std::vector<std::vector<double>>& series, const std::string& y_label) {
+  const int w = 720, h = 400, left = 70, right = 20, top = 40, bottom = 50;
+  cv::Mat img(h, w, CV_8UC3, cv::Scalar(255, 255, 255));
+  double lo = INFINITY, hi = -INFINITY;
+  size_t n = 0;
+  for (const auto& s : series) {
+    n = std::max(n, s.size());
+    for (double v : s) {
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+  }
+  cv::putText(img, title, {left, 25}, cv::FONT_HERSHEY_SIMPLEX, 0.6, cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
+  cv::rectangle(img, {left, top}, {w - right, h - bottom}, cv::Scalar(0, 0, 0), 1);
+  if (n == 0 || !std::isfinite(lo)) {
+    cv::putText(img, "no finite values", {left + 20, h / 2}, cv::FONT_HERSHEY_SIMPLEX, 0.6, cv::Scalar(0, 0, 200), 1);
+    return cv::imwrite(path, img);
+  }
+  if (hi - lo < 1e-12) hi = lo + 1.0;
+  auto px = [&](size_t i) { return left + static_cast<int>((w - left - right) * (n <= 1 ? 0.5 : double(i) / double(n - 1))); };
+  auto py = [&](double v) { return h - bottom - static_cast<int>((h - top - bottom) * (v - lo) / (hi - lo)); };
+  const cv::Scalar colors[] = {{200, 60, 30}, {30, 140, 30}, {30, 30, 200}, {150, 0, 150}, {0, 150, 200}};
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const cv::Scalar c = colors[k % 5];
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+      if (std::isfinite(s[i]) && std::isfinite(s[i + 1])) {
+        cv::line(img, {px(i), py(s[i])}, {px(i + 1), py(s[i + 1])}, c, 2, cv::LINE_AA);
+      }
+    }
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (std::isfinite(s[i])) cv::circle(img, {px(i), py(s[i])}, 2, c, -1, cv::LINE_AA);
+      else cv::drawMarker(img, {px(i), top + 8}, cv::Scalar(0, 0, 255), cv::MARKER_TILTED_CROSS, 10, 2);
+    }
+    cv::putText(img, names[k], {left + 10 + static_cast<int>(k) * 110, h - 15}, cv::FONT_HERSHEY_SIMPLEX, 0.5, c, 1, cv::LINE_AA);
+  }
+  cv::putText(img, fmt(hi), {5, top + 5}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 1);
+  cv::putText(img, fmt(lo), {5, h - bottom}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 1);
+  cv::putText(img, y_label, {5, top - 10}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(80, 80, 80), 1);
+  cv::putText(img, "step", {w / 2, h - 30}, cv::FONT_HERSHEY_SIMPLEX, 0.45, cv::Scalar(80, 80, 80), 1);
+  return cv::imwrite(path, img);
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/env/environment.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+
+/// One trial of a run: the main trial, a repeat or a control.
+struct TrialRecord {
+  std::string label;                   // "main", "process 2", "control 1"
+  std::vector<std::string> overrides;  // for controls
+  std::string dir;                     // its folder under the run folder
+  TrialAnalysis analysis;
+  std::string stderr_tail;
+};
+
+/// Comparison of repeated processes (repeat.processes > 1).
+struct DeterminismCheck {
+  bool checked = false;
+  bool identical = true;
+  int64_t processes = 0;
+  std::optional<int64_t> first_divergent_step;
+  std::string detail;      // what differed first
+  double pass_rate = 1.0;  // fraction of processes that passed
+};
+
+/// Everything a run produced, the input of every report.
+struct RunReport {
+  Scenario scenario;
+  std::string out_dir;
+  std::string started_at;  // ISO 8601
+  double seconds = 0;
+  Environment env;
+  std::vector<TrialRecord> trials;  // trials[0] is the main trial
+  Outcome outcome = Outcome::kUnresolved;
+  Failure failure;
+  DeterminismCheck determinism;
+  std::optional<bool> data_dependent;  // decided from the controls
+  std::string data_dependent_reason;
+  bool expectation_met = false;
+  std::vector<std::string> expectation_why;
+  std::string repro_command;
+};
+
+nlohmann::ordered_json report_json(const RunReport& r);
+std::string report_markdown(const RunReport& r);
+/// JUnit XML for a list of runs: `failure` for unmet expectations, `error`
+/// for crashes, timeouts and kills.
+std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name);
+
+/// Writes text to `path` through a temporary file and rename, so readers never
+/// see a torn file. Throws ReportError naming the path.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+/// A PNG line plot of one or more series (loss parts, memory) per step.
+bool write_plot_png(const std::string& path, const std::string& title,
+                    const std::vector<std::string>& names,
+                    const std::vector<std::vector<double>>& series, const std::string& y_label);
+
+}  // namespace dbh::harness

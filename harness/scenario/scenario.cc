@@ -1,0 +1,663 @@
+#include "harness/scenario/scenario.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+#include "harness/faults/catalog.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::optional<int64_t> parse_bytes(const std::string& text) {
+  std::string s;
+  for (char c : text) {
+    if (c != ' ' && c != '_') s.push_back(c);
+  }
+  if (s.empty()) return std::nullopt;
+  size_t pos = 0;
+  double number = 0;
+  try {
+    number = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const std::string unit = s.substr(pos);
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
+  for (const auto& [u, mult] : kUnits) {
+    if (unit == u) {
+      const double bytes = number * mult;
+      if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.2e18) return std::nullopt;
+      return static_cast<int64_t>(std::llround(bytes));
+    }
+  }
+  return std::nullopt;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::fabs(v) >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(u == 0 ? 0 : 1);
+  s << v << " " << units[u];
+  return s.str();
+}
+
+const std::vector<std::string>& known_module_names(const std::string& decoder) {
+  static const std::vector<std::string> kHead = {
+      "head.prob.conv", "head.prob.up1", "head.prob.up2", "head.thresh.conv",
+      "head.thresh.up1", "head.thresh.up2", "head.binarize"};
+  static const std::vector<std::string> kEncoder = {"encoder.stem", "encoder.layer1",
+                                                    "encoder.layer2", "encoder.layer3",
+                                                    "encoder.layer4"};
+  auto build = [&](std::vector<std::string> dec) {
+    std::vector<std::string> all = kEncoder;
+    all.insert(all.end(), dec.begin(), dec.end());
+    all.insert(all.end(), kHead.begin(), kHead.end());
+    return all;
+  };
+  static const std::vector<std::string> kFpn =
+      build({"decoder.lateral5", "decoder.lateral4", "decoder.lateral3", "decoder.lateral2",
+             "decoder.smooth5", "decoder.smooth4", "decoder.smooth3", "decoder.smooth2",
+             "decoder.fusion"});
+  static const std::vector<std::string> kPan =
+      build({"decoder.lateral5", "decoder.lateral4", "decoder.lateral3", "decoder.lateral2",
+             "decoder.smooth4", "decoder.smooth3", "decoder.smooth2", "decoder.merge3",
+             "decoder.merge4", "decoder.merge5", "decoder.fusion"});
+  return decoder == "pan" ? kPan : kFpn;
+}
+
+namespace {
+
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& k : known) {
+    const size_t d = edit_distance(key, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+[[noreturn]] void fail(const Location& loc, const std::string& key, const std::string& expected,
+                       const std::string& got) {
+  throw ScenarioError(loc.str() + ": " + key + ": expected " + expected + ", got " + got);
+}
+
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(*out);
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "True" || s == "TRUE" || s == "yes" || s == "on") {
+    *out = true;
+    return true;
+  }
+  if (s == "false" || s == "False" || s == "FALSE" || s == "no" || s == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+// Reads the keys of one map, checking types, ranges and unknown keys.
+class MapReader {
+ public:
+  MapReader(const Value* v, std::string path, Location fallback)
+      : v_(v), path_(std::move(path)), fallback_(std::move(fallback)) {
+    if (v_ != nullptr && !v_->is_map() && !v_->is_null()) {
+      fail(v_->loc, path_, "a map", v_->describe());
+    }
+  }
+
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+
+  const Value* get(const std::string& k) {
+    known_.push_back(k);
+    if (v_ == nullptr || !v_->is_map()) return nullptr;
+    const Value* x = v_->find(k);
+    return (x == nullptr || x->is_null()) ? nullptr : x;
+  }
+
+  const Value& scalar(const std::string& k, const Value* x, const char* expected) {
+    if (!x->is_scalar()) fail(x->loc, key(k), expected, x->describe());
+    return *x;
+  }
+
+  int64_t integer(const std::string& k, int64_t def, int64_t lo, int64_t hi) {
+    const Value* x = get(k);
+    if (x == nullptr) return def;
+    const std::string expected = "an integer in [" + std::to_string(lo) + ", " +
+                                 (hi == INT64_MAX ? std::string("∞") : std::to_string(hi)) + "]";
+    int64_t v = 0;
+    if (!parse_int(scalar(k, x, expected.c_str()).scalar, &v) || v < lo || v > hi) {
+      fail(x->loc, key(k), expected, x->describe());
+    }
+    return v;
+  }
+
+  double number(const std::string& k, double def, double lo, double hi, bool lo_open = false) {
+    const Value* x = get(k);
+    if (x == nullptr) return def;
+    std::ostringstream e;
+    e << "a number " << (lo_open ? "> " : ">= ") << lo;
+    if (hi < 1e300) e << " and <= " << hi;
+    double v = 0;
+    if (!parse_double(scalar(k, x, e.str().c_str()).scalar, &v) || v < lo || (lo_open && v == lo) ||
+        v > hi) {
+      fail(x->loc, key(k), e.str(), x->describe());
+    }
+    return v;
+  }
+
+  bool boolean(const std::string& k, bool def) {
+    const Value* x = get(k);
+    if (x == nullptr) return def;
+    bool v = false;
+    if (!parse_bool(scalar(k, x, "true or false").scalar, &v)) {
+      fail(x->loc, key(k), "true or false", x->describe());
+    }
+    return v;
+  }
+
+  std::optional<bool> opt_boolean(const std::string& k) {
+    if (get(k) == nullptr) return std::nullopt;
+    known_.pop_back();
+    return boolean(k, false);
+  }
+
+  std::string string(const std::string& k, const std::string& def,
+                     const std::vector<std::string>& allowed = {}) {
+    const Value* x = get(k);
+    if (x == nullptr) return def;
+    const std::string expected =
+        allowed.empty() ? std::string("a string") : "one of " + join(allowed);
+    const std::string& s = scalar(k, x, expected.c_str()).scalar;
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+      fail(x->loc, key(k), expected, x->describe() + did_you_mean(s, allowed));
+    }
+    return s;
+  }
+
+  std::optional<std::string> opt_string(const std::string& k,
+                                        const std::vector<std::string>& allowed = {}) {
+    if (get(k) == nullptr) return std::nullopt;
+    known_.pop_back();
+    return string(k, "", allowed);
+  }
+
+  int64_t bytes(const std::string& k, int64_t def) {
+    const Value* x = get(k);
+    if (x == nullptr) return def;
+    const auto b = parse_bytes(scalar(k, x, "a size such as 512MiB").scalar);
+    if (!b) fail(x->loc, key(k), "a size such as 512MiB or 12GB", x->describe());
+    return *b;
+  }
+
+  // Unknown keys are errors, with a suggestion among the known ones.
+  void finish() {
+    if (v_ == nullptr || !v_->is_map()) return;
+    for (const auto& [k, x] : v_->map) {
+      if (std::find(known_.begin(), known_.end(), k) == known_.end()) {
+        throw ScenarioError(x.key_loc.str() + ": " + key(k) + ": expected one of " +
+                            join(known_) + ", got an unknown key" + did_you_mean(k, known_));
+      }
+    }
+  }
+
+  const Location& loc() const { return v_ != nullptr ? v_->loc : fallback_; }
+
+ private:
+  const Value* v_;
+  std::string path_;
+  Location fallback_;
+  std::vector<std::string> known_;
+};
+
+const std::vector<std::string> kOutcomes = {"passed",   "failed",           "crashed",
+                                            "timed_out", "hung",            "diverged",
+                                            "nondeterministic", "leaked",   "skipped",
+                                            "unresolved"};
+
+FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder) {
+  const std::string path = "faults[" + std::to_string(index) + "]";
+  if (!v.is_map()) fail(v.loc, path, "a map with a fault name", v.describe());
+  MapReader r(&v, path, v.loc);
+  FaultConfig f;
+  f.loc = v.loc;
+  std::vector<std::string> names;
+  for (const auto& spec : fault_catalog()) names.push_back(spec.name);
+  const Value* name = r.get("name");
+  if (name == nullptr) fail(v.loc, path + ".name", "a fault name (dbh list faults)", "none");
+  f.name = r.string("name", "", names);
+  const FaultSpec* spec = find_fault(f.name);
+  f.at_step = r.integer("at_step", 0, 0, INT64_MAX);
+  f.until_step = r.integer("until_step", f.at_step, 0, INT64_MAX);
+  if (f.until_step < f.at_step) {
+    fail(r.get("until_step")->loc, path + ".until_step",
+         "a step >= at_step (" + std::to_string(f.at_step) + ")", std::to_string(f.until_step));
+  }
+  f.run = r.integer("run", -1, -1, INT64_MAX);
+  for (const auto& p : spec->params) {
+    const Value* x = r.get(p.name);
+    if (x == nullptr) {
+      if (p.required) {
+        fail(v.loc, path + "." + p.name, "a " + to_string(p.type) + " (required by " + f.name + ")",
+             "none");
+      }
+      if (!p.default_value.empty()) f.params[p.name] = p.default_value;
+      continue;
+    }
+    r.get(p.name);  // keep it known
+    switch (p.type) {
+      case ParamType::kInt: {
+        int64_t i = 0;
+        if (!x->is_scalar() || !parse_int(x->scalar, &i)) {
+          fail(x->loc, path + "." + p.name, "an integer", x->describe());
+        }
+        break;
+      }
+      case ParamType::kDouble: {
+        double d = 0;
+        if (!x->is_scalar() || !parse_double(x->scalar, &d)) {
+          // 1e39 overflows a double check only in float; accept any finite.
+          fail(x->loc, path + "." + p.name, "a number", x->describe());
+        }
+        break;
+      }
+      case ParamType::kBool: {
+        bool b = false;
+        if (!x->is_scalar() || !parse_bool(x->scalar, &b)) {
+          fail(x->loc, path + "." + p.name, "true or false", x->describe());
+        }
+        break;
+      }
+      case ParamType::kBytes:
+        if (!x->is_scalar() || !parse_bytes(x->scalar)) {
+          fail(x->loc, path + "." + p.name, "a size such as 512MiB", x->describe());
+        }
+        break;
+      case ParamType::kString:
+        if (!x->is_scalar()) fail(x->loc, path + "." + p.name, "a string", x->describe());
+        if (!p.allowed.empty() &&
+            std::find(p.allowed.begin(), p.allowed.end(), x->scalar) == p.allowed.end()) {
+          fail(x->loc, path + "." + p.name, "one of " + join(p.allowed),
+               x->describe() + did_you_mean(x->scalar, p.allowed));
+        }
+        break;
+    }
+    f.params[p.name] = x->scalar;
+  }
+  // Module names must be ones the model reports.
+  for (const char* key : {"module"}) {
+    const auto it = f.params.find(key);
+    if (it == f.params.end() || it->second.empty()) continue;
+    const auto& known = known_module_names(decoder);
+    const bool exact = std::find(known.begin(), known.end(), it->second) != known.end();
+    const bool prefix = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
+      return n.rfind(it->second + ".", 0) == 0;
+    });
+    if (!exact && !(f.name == "nan_gradient" && prefix)) {
+      const Value* x = v.find(key);
+      fail(x ? x->loc : v.loc, path + "." + key, "a module name of the " + decoder + " model",
+           "\"" + it->second + "\"" + did_you_mean(it->second, known));
+    }
+  }
+  if (f.name == "nan_gradient" && f.params["module"].empty() && f.params["parameter"].empty()) {
+    fail(v.loc, path, "nan_gradient with a module or a parameter", "neither");
+  }
+  r.finish();
+  return f;
+}
+
+}  // namespace
+
+int64_t FaultConfig::get_int(const std::string& key) const {
+  int64_t v = 0;
+  parse_int(get(key), &v);
+  return v;
+}
+double FaultConfig::get_double(const std::string& key) const {
+  return std::strtod(get(key).c_str(), nullptr);
+}
+bool FaultConfig::get_bool(const std::string& key) const {
+  bool b = false;
+  parse_bool(get(key), &b);
+  return b;
+}
+int64_t FaultConfig::get_bytes(const std::string& key) const {
+  return parse_bytes(get(key)).value_or(0);
+}
+const std::string& FaultConfig::get(const std::string& key) const {
+  static const std::string kEmpty;
+  const auto it = params.find(key);
+  return it == params.end() ? kEmpty : it->second;
+}
+bool FaultConfig::fires_at(int64_t step, int64_t run_index) const {
+  return step >= at_step && step <= until_step && (run < 0 || run == run_index);
+}
+
+Scenario scenario_from_tree(const Value& tree, const std::string& file) {
+  Scenario s;
+  s.file = file;
+  const Location top{file, 1, 1};
+  MapReader root(&tree, "", top);
+  s.name = root.string("name", file.empty() ? "scenario" : fs::path(file).stem().string());
+  s.description = root.string("description", "");
+  root.get("include");  // consumed by the loader
+
+  {
+    MapReader r(root.get("model"), "model", root.loc());
+    const Value* enc = r.get("encoder");
+    if (enc != nullptr) {
+      std::string e = r.scalar("encoder", enc, "resnet18, resnet34 or resnet50").scalar;
+      if (e.rfind("resnet", 0) == 0) e = e.substr(6);
+      int64_t d = 0;
+      if (!parse_int(e, &d) || (d != 18 && d != 34 && d != 50)) {
+        fail(enc->loc, "model.encoder", "resnet18, resnet34 or resnet50", enc->describe());
+      }
+      s.model.encoder = d;
+    }
+    s.model.decoder = r.string("decoder", "fpn", {"fpn", "pan"});
+    s.model.k = r.number("k", 50.0, 0.0, 1e6, /*lo_open=*/true);
+    s.model.weights = r.string("weights", "");
+    r.finish();
+  }
+  {
+    MapReader r(root.get("data"), "data", root.loc());
+    s.data.source = r.string("source", "synthetic_boxes",
+                             {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"});
+    s.data.path = r.string("path", "");
+    if (s.data.source == "real" && s.data.path.empty()) {
+      fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");
+    }
+    s.data.batch_size = r.integer("batch_size", 2, 1, 4096);
+    s.data.size = r.integer("size", 128, 32, 8192);
+    if (s.data.size % 32 != 0) {
+      fail(r.get("size")->loc, "data.size", "a multiple of 32", std::to_string(s.data.size));
+    }
+    s.data.num_workers = r.integer("num_workers", 0, 0, 256);
+    s.data.augment = r.boolean("augment", false);
+    s.data.on_invalid = r.string("on_invalid", "error", {"error", "skip", "clip"});
+    s.data.validate = r.boolean("validate", true);
+    s.data.preflight = r.boolean("preflight", true);
+    r.finish();
+  }
+  {
+    MapReader r(root.get("train"), "train", root.loc());
+    s.train.max_steps = r.integer("max_steps", 5, 1, 100000000);
+    s.train.optimizer = r.string("optimizer", "sgd", {"sgd", "adam"});
+    s.train.lr = r.number("lr", 0.007, 0.0, 1e6, true);
+    s.train.momentum = r.number("momentum", 0.9, 0.0, 1.0);
+    s.train.weight_decay = r.number("weight_decay", 1e-4, 0.0, 1.0);
+    s.train.poly_power = r.number("poly_power", 0.9, 0.0, 100.0);
+    s.train.accumulation = r.integer("accumulation", 1, 1, 4096);
+    s.train.grad_clip = r.number("grad_clip", 0.0, 0.0, 1e12);
+    s.train.precision = r.string("precision", "fp32", {"fp32", "fp16", "bf16"});
+    s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
+    s.train.threads = r.integer("threads", 0, 0, 1024);
+    s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
+    r.finish();
+  }
+  {
+    MapReader r(root.get("hardware"), "hardware", root.loc());
+    s.hardware.device = r.string("device", "cpu");
+    if (!(s.hardware.device == "cpu" || s.hardware.device == "cuda" ||
+          s.hardware.device.rfind("cuda:", 0) == 0)) {
+      fail(r.get("device")->loc, "hardware.device", "cpu, cuda or cuda:N",
+           "\"" + s.hardware.device + "\"");
+    }
+    s.hardware.cudnn_enabled = r.boolean("cudnn_enabled", true);
+    s.hardware.cudnn_benchmark = r.boolean("cudnn_benchmark", false);
+    s.hardware.cudnn_deterministic = r.boolean("cudnn_deterministic", false);
+    s.hardware.allow_tf32 = r.boolean("allow_tf32", false);
+    s.hardware.memory_budget = r.bytes("memory_budget", 0);
+    s.hardware.profile = r.string("profile", "");
+    r.finish();
+  }
+  if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
+    fail(Location{file, 0, 0}, "train.precision", "fp32 on hardware.device cpu (AMP runs on CUDA)",
+         "\"" + s.train.precision + "\"");
+  }
+  {
+    MapReader r(root.get("monitors"), "monitors", root.loc());
+    s.monitors.mode = r.string("mode", "cheap", {"cheap", "localise", "off"});
+    s.monitors.loss_spike_factor = r.number("loss_spike_factor", 0.0, 0.0, 1e12);
+    r.finish();
+  }
+  if (const Value* faults = root.get("faults")) {
+    if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
+    for (size_t i = 0; i < faults->seq.size(); ++i) {
+      s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder));
+    }
+  }
+  {
+    MapReader r(root.get("repeat"), "repeat", root.loc());
+    s.repeat.in_process = r.integer("in_process", 1, 1, 1000);
+    s.repeat.processes = r.integer("processes", 1, 1, 1000);
+    r.finish();
+  }
+  {
+    MapReader r(root.get("limits"), "limits", root.loc());
+    s.limits.deadline_s = r.number("deadline_s", 600, 0.0, 1e7, true);
+    s.limits.silence_s = r.number("silence_s", 120, 0.0, 1e7, true);
+    s.limits.grace_s = r.number("grace_s", 5, 0.0, 3600);
+    r.finish();
+  }
+  {
+    MapReader r(root.get("expect"), "expect", root.loc());
+    s.expect.outcome = r.string("outcome", "passed", kOutcomes);
+    s.expect.failure_class = r.opt_string("failure_class");
+    if (const Value* st = r.get("step")) {
+      r.get("step");
+      int64_t v = 0;
+      if (!st->is_scalar() || !parse_int(st->scalar, &v) || v < 0) {
+        fail(st->loc, "expect.step", "a non-negative integer", st->describe());
+      }
+      s.expect.step = v;
+    }
+    s.expect.module = r.opt_string("module");
+    s.expect.deterministic = r.opt_boolean("deterministic");
+    if (const Value* m = r.get("max_peak_memory")) {
+      const auto b = m->is_scalar() ? parse_bytes(m->scalar) : std::nullopt;
+      if (!b) fail(m->loc, "expect.max_peak_memory", "a size such as 2GiB", m->describe());
+      s.expect.max_peak_memory = *b;
+    }
+    s.expect.data_dependent = r.opt_boolean("data_dependent");
+    r.finish();
+  }
+  if (const Value* controls = root.get("controls")) {
+    if (!controls->is_seq()) {
+      fail(controls->loc, "controls", "a list of override lists", controls->describe());
+    }
+    for (size_t i = 0; i < controls->seq.size(); ++i) {
+      const Value& c = controls->seq[i];
+      std::vector<std::string> overrides;
+      if (c.is_scalar()) {
+        overrides.push_back(c.scalar);
+      } else if (c.is_seq()) {
+        for (const auto& o : c.seq) {
+          if (!o.is_scalar()) {
+            fail(o.loc, "controls[" + std::to_string(i) + "]", "key=value strings", o.describe());
+          }
+          overrides.push_back(o.scalar);
+        }
+      } else {
+        fail(c.loc, "controls[" + std::to_string(i) + "]", "a list of key=value strings",
+             c.describe());
+      }
+      for (const auto& o : overrides) {
+        if (o.find('=') == std::string::npos) {
+          fail(c.loc, "controls[" + std::to_string(i) + "]", "key=value", "\"" + o + "\"");
+        }
+      }
+      s.controls.push_back(overrides);
+    }
+  }
+  root.finish();
+  s.resolved = parse_yaml(resolved_json(s), file);
+  return s;
+}
+
+namespace {
+
+Value load_with_includes(const std::string& path, std::vector<std::string>& stack) {
+  const std::string canonical = fs::weakly_canonical(path).string();
+  if (std::find(stack.begin(), stack.end(), canonical) != stack.end()) {
+    throw ScenarioError(path + ": include: expected no cycle, got " + join(stack, " -> ") +
+                        " -> " + canonical);
+  }
+  stack.push_back(canonical);
+  Value own = load_yaml_file(path);
+  if (!own.is_map() && !own.is_null()) fail(own.loc, "(top level)", "a map", own.describe());
+  Value merged;
+  merged.kind = Value::Kind::kMap;
+  merged.loc = own.loc;
+  if (const Value* inc = own.find("include")) {
+    std::vector<const Value*> items;
+    if (inc->is_scalar()) {
+      items.push_back(inc);
+    } else if (inc->is_seq()) {
+      for (const auto& x : inc->seq) items.push_back(&x);
+    } else {
+      fail(inc->loc, "include", "a file name or a list of file names", inc->describe());
+    }
+    for (const Value* x : items) {
+      if (!x->is_scalar()) fail(x->loc, "include", "a file name", x->describe());
+      const fs::path base = fs::path(path).parent_path() / x->scalar;
+      if (!fs::exists(base)) {
+        fail(x->loc, "include", "an existing file", "\"" + x->scalar + "\" (" + base.string() + " not found)");
+      }
+      merge_into(merged, load_with_includes(base.string(), stack));
+    }
+  }
+  merge_into(merged, own);
+  stack.pop_back();
+  return merged;
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  if (!fs::exists(path)) throw ScenarioError(path + ": expected a scenario file, got none");
+  std::vector<std::string> stack;
+  Value tree = load_with_includes(path, stack);
+  for (const auto& o : overrides) apply_override(tree, o);
+  Scenario s = scenario_from_tree(tree, path);
+  s.overrides = overrides;
+  return s;
+}
+
+std::string resolved_json(const Scenario& s) {
+  nlohmann::ordered_json j;
+  j["name"] = s.name;
+  j["description"] = s.description;
+  j["model"] = {{"encoder", "resnet" + std::to_string(s.model.encoder)},
+                {"decoder", s.model.decoder},
+                {"k", s.model.k},
+                {"weights", s.model.weights}};
+  j["data"] = {{"source", s.data.source},         {"path", s.data.path},
+               {"batch_size", s.data.batch_size}, {"size", s.data.size},
+               {"num_workers", s.data.num_workers}, {"augment", s.data.augment},
+               {"on_invalid", s.data.on_invalid}, {"validate", s.data.validate},
+               {"preflight", s.data.preflight}};
+  j["train"] = {{"max_steps", s.train.max_steps},     {"optimizer", s.train.optimizer},
+                {"lr", s.train.lr},                   {"momentum", s.train.momentum},
+                {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
+                {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
+                {"precision", s.train.precision},     {"seed", s.train.seed},
+                {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every}};
+  j["hardware"] = {{"device", s.hardware.device},
+                   {"cudnn_enabled", s.hardware.cudnn_enabled},
+                   {"cudnn_benchmark", s.hardware.cudnn_benchmark},
+                   {"cudnn_deterministic", s.hardware.cudnn_deterministic},
+                   {"allow_tf32", s.hardware.allow_tf32},
+                   {"memory_budget", std::to_string(s.hardware.memory_budget)},
+                   {"profile", s.hardware.profile}};
+  j["monitors"] = {{"mode", s.monitors.mode}, {"loss_spike_factor", s.monitors.loss_spike_factor}};
+  j["faults"] = nlohmann::ordered_json::array();
+  for (const auto& f : s.faults) {
+    nlohmann::ordered_json fj;
+    fj["name"] = f.name;
+    fj["at_step"] = f.at_step;
+    fj["until_step"] = f.until_step;
+    fj["run"] = f.run;
+    for (const auto& [k, v] : f.params) fj[k] = v;
+    j["faults"].push_back(fj);
+  }
+  j["repeat"] = {{"in_process", s.repeat.in_process}, {"processes", s.repeat.processes}};
+  j["limits"] = {{"deadline_s", s.limits.deadline_s},
+                 {"silence_s", s.limits.silence_s},
+                 {"grace_s", s.limits.grace_s}};
+  nlohmann::ordered_json e;
+  e["outcome"] = s.expect.outcome;
+  if (s.expect.failure_class) e["failure_class"] = *s.expect.failure_class;
+  if (s.expect.step) e["step"] = *s.expect.step;
+  if (s.expect.module) e["module"] = *s.expect.module;
+  if (s.expect.deterministic) e["deterministic"] = *s.expect.deterministic;
+  if (s.expect.max_peak_memory) e["max_peak_memory"] = std::to_string(*s.expect.max_peak_memory);
+  if (s.expect.data_dependent) e["data_dependent"] = *s.expect.data_dependent;
+  j["expect"] = e;
+  j["controls"] = s.controls;
+  return j.dump(2);
+}
+
+std::string scenario_hash(const Scenario& s) {
+  const std::string text = resolved_json(s);
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,147 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/scenario/value.h"
+
+namespace dbh::harness {
+
+struct ModelConfig {
+  int64_t encoder = 18;            // ResNet depth
+  std::string decoder = "fpn";     // fpn | pan
+  double k = 50.0;
+  std::string weights;             // optional initial weights file
+};
+
+struct DataConfig {
+  /// real | synthetic_random | synthetic_boxes | synthetic_render
+  std::string source = "synthetic_boxes";
+  std::string path;                // dataset folder for `real`
+  int64_t batch_size = 2;
+  int64_t size = 128;              // square, multiple of 32
+  int64_t num_workers = 0;
+  bool augment = false;
+  std::string on_invalid = "error";
+  bool validate = true;            // per-batch validation hook
+  bool preflight = true;           // decode every image before training
+};
+
+struct TrainConfig {
+  int64_t max_steps = 5;
+  std::string optimizer = "sgd";
+  double lr = 0.007;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  double poly_power = 0.9;
+  int64_t accumulation = 1;
+  double grad_clip = 0.0;
+  std::string precision = "fp32";
+  uint64_t seed = 42;
+  int64_t threads = 0;             // 0 = all cores
+  int64_t checkpoint_every = 0;
+};
+
+struct HardwareConfig {
+  std::string device = "cpu";
+  bool cudnn_enabled = true;
+  bool cudnn_benchmark = false;
+  bool cudnn_deterministic = false;
+  bool allow_tf32 = false;
+  int64_t memory_budget = 0;       // bytes; 0 = none
+  std::string profile;             // hardware profile name
+};
+
+struct MonitorConfig {
+  std::string mode = "cheap";      // cheap | localise | off
+  double loss_spike_factor = 0.0;  // 0 = off
+};
+
+/// One scheduled fault with its parameters (defaults filled in, as written).
+struct FaultConfig {
+  std::string name;
+  int64_t at_step = 0;
+  int64_t until_step = 0;
+  int64_t run = -1;
+  std::map<std::string, std::string> params;
+  Location loc;
+  int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  int64_t get_bytes(const std::string& key) const;
+  const std::string& get(const std::string& key) const;
+  bool fires_at(int64_t step, int64_t run_index) const;
+};
+
+struct RepeatConfig {
+  int64_t in_process = 1;
+  int64_t processes = 1;
+};
+
+struct LimitsConfig {
+  double deadline_s = 600;
+  double silence_s = 120;
+  double grace_s = 5;
+};
+
+/// What a scenario expects; unset fields are not checked.
+struct Expectation {
+  std::string outcome = "passed";
+  std::optional<std::string> failure_class;
+  std::optional<int64_t> step;
+  std::optional<std::string> module;
+  std::optional<bool> deterministic;
+  std::optional<int64_t> max_peak_memory;
+  std::optional<bool> data_dependent;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  std::string file;                 // the top-level file ("" for overrides only)
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  HardwareConfig hardware;
+  MonitorConfig monitors;
+  std::vector<FaultConfig> faults;
+  RepeatConfig repeat;
+  LimitsConfig limits;
+  Expectation expect;
+  /// Control trials: override sets run beside the scenario (e.g. the same
+  /// training on synthetic data) whose outcomes the report compares.
+  std::vector<std::vector<std::string>> controls;
+  std::vector<std::string> overrides;  // as given on the command line
+  /// The fully resolved tree (includes merged, overrides applied, defaults
+  /// filled in), saved with every result.
+  Value resolved;
+};
+
+/// Loads `path` (following `include:` lists, relative to the including file),
+/// applies `overrides`, validates every key and value, and fills defaults.
+/// Throws ScenarioError "file:line:col: key: expected …, got …" (with "did you
+/// mean" for near-miss keys).
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Builds a scenario from an already merged tree (used by the worker, which
+/// receives the resolved tree).
+Scenario scenario_from_tree(const Value& tree, const std::string& file);
+
+/// The resolved scenario as canonical JSON, and its stable 16-hex-digit hash.
+std::string resolved_json(const Scenario& s);
+std::string scenario_hash(const Scenario& s);
+
+/// Parses sizes such as "512MiB", "12GB", "1.5GiB", "4096".
+std::optional<int64_t> parse_bytes(const std::string& text);
+std::string format_bytes(int64_t bytes);
+
+/// The names forward passes report to the module observer, per decoder.
+const std::vector<std::string>& known_module_names(const std::string& decoder);
+
+/// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace dbh::harness

@@ -1,0 +1,234 @@
+#include "harness/scenario/value.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+
+namespace dbh::harness {
+
+std::string Location::str() const {
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+const Value* Value::find(const std::string& key) const {
+  for (const auto& [k, v] : map) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+Value* Value::find(const std::string& key) {
+  for (auto& [k, v] : map) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Value::set(const std::string& key, Value v) {
+  if (Value* existing = find(key)) {
+    *existing = std::move(v);
+    return;
+  }
+  map.emplace_back(key, std::move(v));
+}
+
+std::string Value::describe() const {
+  switch (kind) {
+    case Kind::kNull: return "null";
+    case Kind::kMap: return "a map";
+    case Kind::kSeq: return "a list";
+    case Kind::kScalar: return "\"" + scalar + "\"";
+  }
+  return "?";
+}
+
+namespace {
+
+Location mark_of(const YAML::Node& n, const std::string& file) {
+  const YAML::Mark m = n.Mark();
+  if (m.line < 0) return Location{file, 0, 0};
+  return Location{file, m.line + 1, m.column + 1};
+}
+
+Value convert(const YAML::Node& n, const std::string& file) {
+  Value v;
+  v.loc = mark_of(n, file);
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      v.kind = Value::Kind::kNull;
+      break;
+    case YAML::NodeType::Scalar:
+      v.kind = Value::Kind::kScalar;
+      v.scalar = n.Scalar();
+      // "~" and "null" are YAML nulls.
+      if (n.Tag() == "?" && (v.scalar == "~" || v.scalar == "null" || v.scalar == "Null" ||
+                             v.scalar == "NULL")) {
+        v.kind = Value::Kind::kNull;
+        v.scalar.clear();
+      }
+      break;
+    case YAML::NodeType::Sequence:
+      v.kind = Value::Kind::kSeq;
+      for (const auto& item : n) v.seq.push_back(convert(item, file));
+      break;
+    case YAML::NodeType::Map:
+      v.kind = Value::Kind::kMap;
+      for (const auto& item : n) {
+        const std::string key = item.first.as<std::string>("");
+        Value child = convert(item.second, file);
+        child.key_loc = mark_of(item.first, file);
+        if (v.find(key) != nullptr) {
+          throw ScenarioError(child.key_loc.str() + ": " + key +
+                              ": expected each key once, got a duplicate");
+        }
+        v.map.emplace_back(key, std::move(child));
+      }
+      break;
+  }
+  return v;
+}
+
+}  // namespace
+
+Value parse_yaml(const std::string& text, const std::string& file) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ScenarioError(Location{file, e.mark.line + 1, e.mark.column + 1}.str() +
+                        ": expected valid YAML, got a syntax error: " + e.msg);
+  }
+  return convert(node, file);
+}
+
+Value load_yaml_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError(path + ": expected a readable scenario file, got none");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_yaml(ss.str(), path);
+}
+
+void merge_into(Value& base, const Value& overlay) {
+  if (base.is_map() && overlay.is_map()) {
+    for (const auto& [k, v] : overlay.map) {
+      if (Value* existing = base.find(k)) {
+        merge_into(*existing, v);
+      } else {
+        base.map.emplace_back(k, v);
+      }
+    }
+    return;
+  }
+  base = overlay;
+}
+
+namespace {
+bool parse_index(const std::string& s, size_t* out) {
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+}  // namespace
+
+void apply_override(Value& root, const std::string& text) {
+  const std::string where = "<override> " + text;
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ScenarioError(where + ": expected key.path=value, got no '='");
+  }
+  const std::string path = text.substr(0, eq);
+  const std::string raw = text.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream ps(path);
+  while (std::getline(ps, part, '.')) {
+    if (part.empty()) throw ScenarioError(where + ": expected key.path=value, got an empty key");
+    parts.push_back(part);
+  }
+  Value value = raw.empty() ? Value{} : parse_yaml(raw, "<override>");
+  if (raw.empty()) value.kind = Value::Kind::kScalar;  // "key=" sets an empty string
+  value.loc = Location{"<override>", 0, 0};
+  value.key_loc = value.loc;
+  Value* cur = &root;
+  if (cur->is_null()) cur->kind = Value::Kind::kMap;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    size_t index = 0;
+    if (cur->is_seq() && parse_index(parts[i], &index)) {
+      if (index >= cur->seq.size()) {
+        throw ScenarioError(where + ": " + path + ": expected an index below " +
+                            std::to_string(cur->seq.size()) + ", got " + parts[i]);
+      }
+      if (last) {
+        cur->seq[index] = value;
+        return;
+      }
+      cur = &cur->seq[index];
+      continue;
+    }
+    if (cur->is_null()) cur->kind = Value::Kind::kMap;
+    if (!cur->is_map()) {
+      throw ScenarioError(where + ": " + path + ": expected " + parts[i - 1] +
+                          " to be a map, got " + cur->describe());
+    }
+    if (last) {
+      Value* existing = cur->find(parts[i]);
+      if (existing != nullptr && existing->is_map() && value.is_map()) {
+        merge_into(*existing, value);
+      } else {
+        cur->set(parts[i], value);
+      }
+      return;
+    }
+    Value* next = cur->find(parts[i]);
+    if (next == nullptr) {
+      Value m;
+      m.kind = Value::Kind::kMap;
+      m.loc = value.loc;
+      cur->set(parts[i], m);
+      next = cur->find(parts[i]);
+    }
+    cur = next;
+  }
+}
+
+namespace {
+nlohmann::ordered_json to_json_value(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kNull: return nullptr;
+    case Value::Kind::kSeq: {
+      auto a = nlohmann::ordered_json::array();
+      for (const auto& x : v.seq) a.push_back(to_json_value(x));
+      return a;
+    }
+    case Value::Kind::kMap: {
+      auto o = nlohmann::ordered_json::object();
+      for (const auto& [k, x] : v.map) o[k] = to_json_value(x);
+      return o;
+    }
+    case Value::Kind::kScalar: {
+      const std::string& s = v.scalar;
+      if (s == "true") return true;
+      if (s == "false") return false;
+      int64_t i = 0;
+      auto r = std::from_chars(s.data(), s.data() + s.size(), i);
+      if (!s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size()) return i;
+      return s;
+    }
+  }
+  return nullptr;
+}
+}  // namespace
+
+std::string to_json(const Value& v, int indent) { return to_json_value(v).dump(indent); }
+
+}  // namespace dbh::harness

@@ -1,0 +1,96 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/report/knowledge_base.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::harness {
+
+/// How a trial ended, as lit and ctest name results.
+enum class Outcome {
+  kPassed,
+  kFailed,            // the worker reported an error and stopped
+  kCrashed,           // ended by a signal
+  kTimedOut,          // killed at the wall-clock deadline
+  kHung,              // killed by the silence watchdog
+  kDiverged,          // monitors found non-finite tensors
+  kNondeterministic,  // repeated processes disagree
+  kLeaked,            // memory grew across in-process runs
+  kSkipped,
+  kUnresolved,        // the harness could not tell (its own bug)
+};
+
+std::string to_string(Outcome o);
+std::optional<Outcome> outcome_from_string(const std::string& s);
+/// Whether the outcome is a failure of the training (lit's isFailure).
+bool is_failure(Outcome o);
+
+/// What went wrong and where, from what the monitors and the event stream
+/// observed (never from the fault schedule).
+struct Failure {
+  std::string klass;                  // knowledge-base class, "" when passed
+  std::optional<int64_t> step;
+  std::optional<int64_t> run;
+  std::string module;
+  std::string message;
+  std::vector<std::string> evidence;  // human-readable facts that decided it
+  std::vector<std::string> secondary;  // later errors (e.g. teardown)
+};
+
+struct FaultRecord {
+  std::string name;
+  int64_t index = 0;
+  bool fired = false;
+  std::vector<int64_t> steps;
+  std::string module;
+};
+
+struct StepRecord {
+  int64_t run = 0;
+  int64_t step = 0;
+  double loss = 0, bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0, seconds = 0;
+  uint32_t loss_bits = 0;
+  int64_t rss_bytes = 0;
+};
+
+/// A trial's result turned into values.
+struct TrialAnalysis {
+  Outcome outcome = Outcome::kUnresolved;
+  Failure failure;
+  int64_t steps_completed = 0;
+  int64_t peak_memory_bytes = 0;
+  bool done_seen = false;
+  int term_signal = 0;
+  int exit_code = -1;
+  double seconds = 0;
+  std::vector<StepRecord> steps;
+  std::vector<FaultRecord> faults;  // every scheduled fault, fired or not
+  std::vector<std::string> run_checksums;
+  std::vector<int64_t> run_end_rss;
+  std::vector<int64_t> run_begin_rss;
+  std::string scenario_hash;
+};
+
+struct ClassifyOptions {
+  /// Ignore `fault_fired` events when attributing (they still count as fired
+  /// in the fault list). Attribution never reads them; this proves it.
+  bool withhold_fault_records = false;
+  /// Growth across in-process runs above this is a leak.
+  int64_t leak_threshold_bytes = 32 * 1024 * 1024;
+};
+
+TrialAnalysis classify(const TrialResult& result, const Scenario& scenario,
+                       const KnowledgeBase& kb, const ClassifyOptions& options = {});
+
+/// Whether `analysis` meets `expect`; `why` receives one line per mismatch.
+bool expectation_met(const Expectation& expect, const TrialAnalysis& analysis,
+                     std::vector<std::string>* why);
+
+std::string signal_name(int sig);
+
+}  // namespace dbh::harness

@@ -1,0 +1,185 @@
+#include "harness/supervisor/trial.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+extern char** environ;
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string read_tail(const fs::path& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(in.tellg());
+  const size_t start = size > max_bytes ? size - max_bytes : 0;
+  in.seekg(static_cast<std::streamoff>(start));
+  std::string out(size - start, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+}  // namespace
+
+TrialResult run_trial(const TrialSpec& spec) {
+  TrialResult result;
+  std::error_code ec;
+  fs::create_directories(spec.run_dir, ec);
+  const fs::path dir(spec.run_dir);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, (dir / "stdout.log").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, (dir / "stderr.log").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], kEventsFd);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> args;
+  for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const auto start = Clock::now();
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    result.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
+    return result;
+  }
+  std::ofstream journal(dir / "events.jsonl", std::ios::binary | std::ios::trunc);
+  std::string pending;
+  auto last_event = Clock::now();
+  bool exited = false;
+  int status = 0;
+  bool pipe_open = true;
+  auto handle_bytes = [&](const char* data, size_t n) {
+    journal.write(data, static_cast<std::streamsize>(n));
+    journal.flush();
+    pending.append(data, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      const std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      if (line.empty()) continue;
+      try {
+        Event e = decode_event(line, "events.jsonl:" + std::to_string(result.events.size() + 1));
+        if (spec.on_event) spec.on_event(e);
+        result.events.push_back(std::move(e));
+      } catch (const std::exception& e) {
+        result.bad_lines.push_back(e.what());
+      }
+    }
+    last_event = Clock::now();
+  };
+  auto kill_group = [&](bool graceful) {
+    result.killed_by_supervisor = true;
+    if (graceful) {
+      killpg(pid, SIGTERM);
+      const auto term_at = Clock::now();
+      while (since(term_at) < spec.grace_s) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+          exited = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    killpg(pid, SIGKILL);
+    if (!exited) {
+      waitpid(pid, &status, 0);
+      exited = true;
+    }
+  };
+  char buf[65536];
+  while (!exited || pipe_open) {
+    if (pipe_open) {
+      pollfd p{fds[0], POLLIN, 0};
+      const int n = poll(&p, 1, 100);
+      if (n > 0) {
+        const ssize_t got = read(fds[0], buf, sizeof buf);
+        if (got > 0) {
+          handle_bytes(buf, static_cast<size_t>(got));
+        } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+          pipe_open = false;
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      // Descendants may still hold the pipe: give them a moment, then stop.
+      killpg(pid, SIGKILL);
+    }
+    if (exited && pipe_open) {
+      // Drain what is buffered without waiting for stray writers.
+      for (;;) {
+        pollfd p{fds[0], POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0) break;
+        const ssize_t got = read(fds[0], buf, sizeof buf);
+        if (got <= 0) break;
+        handle_bytes(buf, static_cast<size_t>(got));
+      }
+      pipe_open = false;
+    }
+    if (!exited) {
+      if (since(start) > spec.deadline_s) {
+        result.timed_out = true;
+        kill_group(true);
+      } else if (since(last_event) > spec.silence_s) {
+        result.hung = true;
+        kill_group(true);
+      }
+    }
+  }
+  close(fds[0]);
+  killpg(pid, SIGKILL);  // nothing of the trial outlives it
+  result.seconds = since(start);
+  result.torn_tail = pending;
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
+  result.stderr_tail = read_tail(dir / "stderr.log", 4096);
+  return result;
+}
+
+}  // namespace dbh::harness

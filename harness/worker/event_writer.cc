@@ -1,0 +1,32 @@
+#include "harness/worker/event_writer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "harness/proto/events.h"
+
+namespace dbh::harness {
+
+EventWriter::EventWriter(int fd) : fd_(fd), start_(std::chrono::steady_clock::now()) {}
+
+double EventWriter::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void EventWriter::emit(const std::string& type, nlohmann::json fields) {
+  const std::string line = encode_event(type, std::move(fields), elapsed());
+  if (fd_ < 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t off = 0;
+  while (off < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the supervisor is gone; nothing useful to do
+    }
+    off += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,266 @@
+#include "harness/worker/worker.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "harness/common/error.h"
+#include "harness/faults/injectors.h"
+#include "harness/monitors/monitors.h"
+#include "harness/proto/events.h"
+#include "harness/scenario/scenario.h"
+#include "harness/version.h"
+#include "harness/worker/event_writer.h"
+#include "model/data/dataset.h"
+#include "model/dbnet.h"
+#include "model/train/trainer.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forwards module notifications: monitors see a module entered before a fault
+// can throw from it, and see outputs after faults replaced them.
+class ObserverChain : public model::ModuleObserver {
+ public:
+  ObserverChain(Monitors& monitors, FaultInjector& faults) : monitors_(monitors), faults_(faults) {}
+  void on_enter(const std::string& name) override {
+    monitors_.on_enter(name);
+    faults_.on_enter(name);
+  }
+  void on_output(const std::string& name, torch::Tensor& out) override {
+    faults_.on_output(name, out);
+    monitors_.on_output(name, out);
+  }
+
+ private:
+  Monitors& monitors_;
+  FaultInjector& faults_;
+};
+
+// Non-owning shared_ptr for listeners that live on the stack.
+template <typename T>
+std::shared_ptr<T> borrow(T& x) {
+  return std::shared_ptr<T>(&x, [](T*) {});
+}
+
+nlohmann::json memory_json(const std::string& device) {
+  nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
+  (void)device;
+  return m;
+}
+
+std::string backtrace_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
+    std::string bt = c10->backtrace() ? c10->backtrace()->get() : std::string();
+    if (bt.size() > 4000) bt = bt.substr(0, 4000) + "\n…";
+    return bt;
+  }
+  return {};
+}
+
+std::string message_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+uint64_t parameter_checksum(model::DbNet& net) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : net->parameters()) {
+    const auto c = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+    for (size_t i = 0; i < n; ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
+int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
+                int64_t trial_index) {
+  EventWriter events(events_fd);
+  Scenario s;
+  try {
+    s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+  } catch (const std::exception& e) {
+    events.emit("error", {{"kind", "harness"}, {"message", std::string(e.what())}});
+    return 3;
+  }
+  const int64_t threads = s.train.threads > 0 ? s.train.threads
+                                               : static_cast<int64_t>(std::thread::hardware_concurrency());
+  events.emit("hello", {{"schema_version", kEventSchemaVersion},
+                        {"pid", static_cast<int64_t>(getpid())},
+                        {"seed", s.train.seed},
+                        {"scenario_hash", scenario_hash(s)},
+                        {"scenario", s.name},
+                        {"trial", trial_index},
+                        {"git", kGitRevision},
+                        {"dbh_version", kVersion},
+                        {"torch_version", TORCH_VERSION},
+                        {"device", s.hardware.device},
+                        {"threads", threads}});
+
+  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor);
+  FaultInjector faults(s.faults, events, s.hardware.device);
+  ObserverChain chain(monitors, faults);
+  model::set_module_observer(&chain);
+
+  int64_t run = 0;
+  int64_t step = -1;
+  std::string status = "passed";
+  try {
+    if (s.hardware.memory_budget > 0 && s.hardware.device == "cpu") {
+      apply_host_memory_cap(s.hardware.memory_budget);
+    }
+    // Data: a private corrupted copy when a corrupt_sample fault asks for one.
+    std::string data_path = s.data.path;
+    for (size_t i = 0; i < s.faults.size(); ++i) {
+      const auto& f = s.faults[i];
+      if (f.name != "corrupt_sample") continue;
+      const std::string copy = (fs::path(run_dir) / "data").string();
+      const std::string file = corrupt_dataset_copy(data_path, copy, f.get_int("sample"), f.get("kind"));
+      data_path = copy;
+      events.emit("fault_fired", {{"fault", f.name}, {"index", i}, {"run", 0}, {"step", -1},
+                                  {"detail", {{"sample", f.get_int("sample")}, {"file", file},
+                                              {"kind", f.get("kind")}, {"copy", copy}}}});
+    }
+    std::shared_ptr<model::Dataset> dataset;
+    std::shared_ptr<model::Loader> loader;
+    if (s.data.source == "real") {
+      model::DatasetOptions d;
+      d.root = data_path;
+      d.size = s.data.size;
+      d.augment = s.data.augment;
+      d.seed = s.train.seed;
+      d.on_invalid = s.data.on_invalid == "skip"   ? model::OnInvalid::kSkip
+                     : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
+                                                   : model::OnInvalid::kError;
+      d.preflight = s.data.preflight;
+      dataset = std::make_shared<model::Dataset>(d);
+      for (const auto& defect : dataset->defects()) events.emit("warning", {{"message", defect.message}});
+    }
+
+    for (run = 0; run < s.repeat.in_process; ++run) {
+      monitors.set_run(run);
+      faults.set_run(run);
+      model::apply_determinism(model::DeterminismOptions()
+                                   .seed(s.train.seed)
+                                   .threads(threads)
+                                   .cudnn_enabled(s.hardware.cudnn_enabled)
+                                   .cudnn_benchmark(s.hardware.cudnn_benchmark)
+                                   .cudnn_deterministic(s.hardware.cudnn_deterministic)
+                                   .allow_tf32(s.hardware.allow_tf32));
+      events.emit("run_begin", {{"run", run}, {"memory", memory_json(s.hardware.device)}});
+      model::DbNet net(model::DbNetOptions()
+                           .encoder(model::ResNetOptions().depth(s.model.encoder))
+                           .decoder(model::decoder_kind_from_string(s.model.decoder))
+                           .k(s.model.k));
+      if (!s.model.weights.empty()) net->load_weights(s.model.weights);
+      faults.on_model(net);
+      faults.on_start();
+      model::TrainOptions t;
+      t.optimizer(model::optimizer_kind_from_string(s.train.optimizer))
+          .lr(s.train.lr)
+          .momentum(s.train.momentum)
+          .weight_decay(s.train.weight_decay)
+          .poly_power(s.train.poly_power)
+          .max_steps(s.train.max_steps)
+          .accumulation(s.train.accumulation)
+          .grad_clip(s.train.grad_clip)
+          .precision(model::precision_from_string(s.train.precision))
+          .device(s.hardware.device);
+      model::Trainer trainer(net, t);
+      faults.set_optimizer(&trainer.optimizer());
+      trainer.add_listener(borrow(faults));
+      trainer.add_listener(borrow(monitors));
+      if (dataset) {
+        model::LoaderOptions lo;
+        lo.batch_size = s.data.batch_size;
+        lo.num_workers = s.data.num_workers;
+        lo.seed = s.train.seed;
+        lo.validate = s.data.validate;
+        loader = std::make_shared<model::Loader>(dataset, lo);
+      }
+      const int64_t n = s.data.batch_size, size = s.data.size;
+      const uint64_t seed = s.train.seed;
+      const std::string source = s.data.source;
+      model::BatchSource batches = [&, n, size, seed, source](int64_t micro) {
+        if (loader) return loader->get(micro);
+        const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
+        return source == "synthetic_random" ? model::synthetic_random_batch(n, size, size, k)
+                                            : model::synthetic_boxes_batch(n, size, size, k);
+      };
+      while (trainer.next_step() < s.train.max_steps) {
+        step = trainer.next_step();
+        events.emit("step_begin", {{"run", run}, {"step", step}});
+        const auto r = trainer.step(batches);
+        events.emit("step_end", {{"run", run},
+                                 {"step", r.step},
+                                 {"loss", r.loss},
+                                 {"bce", r.bce},
+                                 {"l1", r.l1},
+                                 {"dice", r.dice},
+                                 {"loss_bits", r.loss_bits},
+                                 {"lr", r.lr},
+                                 {"grad_norm", r.grad_norm},
+                                 {"skipped", r.skipped},
+                                 {"loss_scale", r.loss_scale},
+                                 {"seconds", r.seconds},
+                                 {"samples", r.samples},
+                                 {"memory", memory_json(s.hardware.device)}});
+        if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
+          const std::string path = (fs::path(run_dir) / ("checkpoint-r" + std::to_string(run) + "-s" +
+                                                         std::to_string(trainer.next_step()) + ".pt"))
+                                       .string();
+          trainer.save_checkpoint(path);
+          events.emit("checkpoint", {{"run", run}, {"step", trainer.next_step()}, {"path", path}});
+        }
+      }
+      step = -1;
+      std::ostringstream checksum;
+      checksum << std::hex << parameter_checksum(net);
+      loader.reset();
+      events.emit("run_end", {{"run", run},
+                              {"steps", s.train.max_steps},
+                              {"checksum", checksum.str()},
+                              {"memory", memory_json(s.hardware.device)}});
+    }
+  } catch (const DivergedError& e) {
+    status = "diverged";
+    events.emit("error", {{"kind", "diverged"}, {"run", run}, {"step", step},
+                          {"message", std::string(e.what())}, {"module", monitors.last_module()}});
+  } catch (const std::exception& e) {
+    status = "error";
+    const bool data = dynamic_cast<const model::DataError*>(&e) != nullptr;
+    events.emit("error", {{"kind", data ? "data" : "exception"},
+                          {"run", run},
+                          {"step", step},
+                          {"phase", "train"},
+                          {"message", message_of(e)},
+                          {"backtrace", backtrace_of(e)},
+                          {"module", monitors.last_module()}});
+    // Teardown, as a training framework does after a failure (moving state,
+    // syncing the device). A corrupted CUDA context fails here too.
+    try {
+      faults.on_teardown();
+    } catch (const std::exception& t) {
+      events.emit("error", {{"kind", "exception"}, {"run", run}, {"step", step},
+                            {"phase", "teardown"}, {"message", message_of(t)},
+                            {"module", monitors.last_module()}});
+    }
+  }
+  model::set_module_observer(nullptr);
+  events.emit("done", {{"status", status}, {"memory", memory_json(s.hardware.device)}});
+  return status == "passed" ? 0 : 1;
+}
+
+}  // namespace dbh::harness
