@@ -236,21 +236,30 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   if (!s.controls.empty()) {
     bool controls_pass = true;
     std::string keys;
+    bool data_key = false;
     for (size_t c = 0; c < s.controls.size(); ++c) {
       controls_pass = controls_pass && !is_failure(r.trials[static_cast<size_t>(processes) + c].analysis.outcome);
-      for (const auto& kv : s.controls[c]) keys += (keys.empty() ? "" : ", ") + kv;
+      for (const auto& kv : s.controls[c]) {
+        keys += (keys.empty() ? "" : ", ") + kv;
+        data_key = data_key || kv.rfind("data.source=", 0) == 0 || kv.rfind("data.path=", 0) == 0;
+      }
     }
     const bool main_fails = is_failure(r.outcome);
-    const bool data_key = keys.find("data.") != std::string::npos;
     if (main_fails && controls_pass) {
       r.data_dependent = data_key;
-      r.data_dependent_reason = "the same training passed with " + keys + " and failed with the scenario's data (" +
-                                s.data.source + (s.data.path.empty() ? "" : " " + s.data.path) +
-                                "): the failure depends on the data, not on the model, trainer or device";
-      if (data_key) r.failure.evidence.push_back(r.data_dependent_reason);
+      if (data_key) {
+        r.data_dependent_reason = "the same training passed with " + keys + " and failed with the scenario's data (" +
+                                  s.data.source + (s.data.path.empty() ? "" : " " + s.data.path) +
+                                  "): the failure depends on the data, not on the model, trainer or device";
+        r.failure.evidence.push_back(r.data_dependent_reason);
+      } else {
+        r.failure.evidence.push_back("a control run with " + keys +
+                                     " passed: the failure depends on these settings");
+      }
     } else if (main_fails) {
       r.data_dependent = false;
       r.data_dependent_reason = "the control run with " + keys + " failed too: the failure does not depend on it";
+      r.failure.evidence.push_back(r.data_dependent_reason);
     }
   }
   // Expectation.

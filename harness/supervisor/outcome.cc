@@ -98,6 +98,9 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       ++a.steps_completed;
       open_step.reset();
     } else if (e.type == "fault_fired") {
+      // Fault records only fill the fault list; attribution below never reads
+      // them. Withholding them (a test of exactly that) leaves it unchanged.
+      if (opts.withhold_fault_records) continue;
       const auto idx = e.get<int64_t>("index", -1);
       if (idx >= 0 && idx < static_cast<int64_t>(a.faults.size())) {
         auto& f = a.faults[static_cast<size_t>(idx)];
@@ -125,7 +128,6 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       }
     }
   }
-  (void)opts.withhold_fault_records;  // attribution below never reads fault records
   Failure& f = a.failure;
   auto crash_step = [&]() {
     f.step = open_step;

@@ -44,6 +44,8 @@ std::string describe(const json& j) {
 
 std::string format_point(const Point& p) {
   std::ostringstream s;
+  // Enough digits that a value just outside a bound never prints as the bound.
+  s.precision(10);
   s << "(" << p.x << ", " << p.y << ")";
   return s.str();
 }
@@ -505,7 +507,7 @@ std::vector<Defect> validate(ImageAnnotation& image, OnInvalid policy,
             std::fabs(pts[i].y) > kHugeCoordinate) {
           std::ostringstream what;
           what << "points[" << i
-               << "]: expected |coordinate| <= " << kHugeCoordinate << ", got "
+               << "]: expected |coordinate| <= " << static_cast<int64_t>(kHugeCoordinate) << ", got "
                << format_point(pts[i]);
           add(DefectKind::kHugeCoordinate, what.str());
           if (!size_known) fatal = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 namespace dbh::model {
 namespace fs = std::filesystem;
@@ -15,6 +16,8 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
   const fs::path icdar = root / "icdar";
   std::error_code ec;
   ReadResult read;
+  // Per image, the file its annotations came from (ICDAR: one file per image).
+  std::map<std::string, std::string> annotation_file_of;
   if (fs::exists(ufo, ec)) {
     out.format = "UFO JSON";
     out.annotation_path = ufo.string();
@@ -38,6 +41,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
         }
       }
       auto r = read_icdar_txt(f.string(), image_file);
+      for (const auto& im : r.images) annotation_file_of[im.file] = f.string();
       read.images.insert(read.images.end(), r.images.begin(), r.images.end());
       read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
     }
@@ -55,15 +59,23 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                    return d.image.empty() && d.word_id.empty();
                  });
   out.images_listed = static_cast<int64_t>(read.images.size());
+  if (out.readable && read.images.empty()) {
+    out.readable = false;
+    out.defects.push_back(Defect{DefectKind::kUnreadableFile, out.annotation_path, "", "", 0,
+                                 out.annotation_path + ": expected at least one annotated image, found none"});
+  }
   for (auto& image : read.images) {
+    const auto source = annotation_file_of.find(image.file);
+    const std::string& ann_file =
+        source != annotation_file_of.end() ? source->second : out.annotation_path;
     std::vector<Defect> found;
     if (check_images) {
-      found = check_image(image, (root / "images" / image.file).string(), out.annotation_path);
+      found = check_image(image, (root / "images" / image.file).string(), ann_file);
     }
     const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
       return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;
     });
-    auto word_defects = validate(image, policy, out.annotation_path);
+    auto word_defects = validate(image, policy, ann_file);
     found.insert(found.end(), word_defects.begin(), word_defects.end());
     out.defects.insert(out.defects.end(), found.begin(), found.end());
     if (!unusable) ++out.images_usable;
