@@ -116,6 +116,16 @@ int main(int argc, char** argv) {
       ->required();
   add_run_options(run);
   run->add_flag("--withhold-fault-records", ro.withhold_fault_records)->group("");
+  std::vector<std::string> repeat_args;
+  int64_t repeat_processes = 0, repeat_in_process = 0;
+  auto* repeat = app.add_subcommand(
+      "repeat", "Run a scenario repeatedly: fresh processes (bit-identical?) or in one process (leaks?)");
+  repeat->add_option("ARGS", repeat_args, "Scenario file, then key=value overrides")->required();
+  repeat->add_option("--processes", repeat_processes, "Fresh processes to compare")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  repeat->add_option("--in-process", repeat_in_process, "Runs in the same process")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  add_run_options(repeat);
   std::vector<std::string> suite_args;
   auto* suite = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
@@ -155,6 +165,17 @@ int main(int argc, char** argv) {
     };
     if (*run) {
       split(run_args);
+      return dbh::harness::run_command(ro);
+    }
+    if (*repeat) {
+      split(repeat_args);
+      if (repeat_processes == 0 && repeat_in_process == 0) repeat_processes = 2;
+      if (repeat_processes > 0) {
+        ro.overrides.push_back("repeat.processes=" + std::to_string(repeat_processes));
+      }
+      if (repeat_in_process > 0) {
+        ro.overrides.push_back("repeat.in_process=" + std::to_string(repeat_in_process));
+      }
       return dbh::harness::run_command(ro);
     }
     if (*suite) {

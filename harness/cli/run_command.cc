@@ -456,7 +456,8 @@ int list_command(const std::string& what, const std::string& dir) {
       try {
         const auto s = load_scenario(f);
         std::cout << std::left << std::setw(36) << s.name << " expect " << s.expect.outcome
-                  << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  " << s.description << "\n";
+                  << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  "
+                  << (s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description) << "\n";
       } catch (const ScenarioError& e) {
         std::cout << std::left << std::setw(36) << fs::path(f).stem().string() << " INVALID: " << e.what() << "\n";
       }

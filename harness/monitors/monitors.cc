@@ -31,7 +31,16 @@ int64_t peak_rss_bytes() {
 Monitors::Monitors(Mode mode, EventWriter& events, double loss_spike_factor)
     : mode_(mode), events_(events), spike_factor_(loss_spike_factor) {}
 
-void Monitors::on_enter(const std::string& name) { last_module_ = name; }
+void Monitors::on_enter(const std::string& name) {
+  last_module_ = name;
+  // Progress heartbeats: a long step still shows it is moving, module by
+  // module, so the silence watchdog only fires when training truly stops.
+  const double now = events_.elapsed();
+  if (now - last_heartbeat_ >= 1.0) {
+    last_heartbeat_ = now;
+    events_.emit("heartbeat", {{"run", run_}, {"step", step_}, {"module", name}});
+  }
+}
 
 nlohmann::json Monitors::stats(const torch::Tensor& t) const {
   torch::NoGradGuard no_grad;

@@ -72,6 +72,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   nlohmann::json last_good_output_;  // localise: stats of the last finite module output
   std::string last_good_module_;
   std::vector<double> losses_;
+  double last_heartbeat_ = 0;
 };
 
 Monitors::Mode monitor_mode_from_string(const std::string& s);

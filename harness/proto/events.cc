@@ -5,6 +5,7 @@
 namespace dbh::harness {
 
 std::string encode_event(const std::string& type, nlohmann::json fields, double t) {
+  if (type.empty()) throw ProtocolError("encode_event: expected an event type, got an empty one");
   if (!fields.is_object()) fields = nlohmann::json::object();
   nlohmann::json out = nlohmann::json::object();
   out["type"] = type;

@@ -1,6 +1,7 @@
 #include "harness/scenario/scenario.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -390,6 +391,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   MapReader root(&tree, "", top);
   s.name = root.string("name", file.empty() ? "scenario" : fs::path(file).stem().string());
   s.description = root.string("description", "");
+  while (!s.description.empty() && std::isspace(static_cast<unsigned char>(s.description.back()))) {
+    s.description.pop_back();
+  }
   root.get("include");  // consumed by the loader
 
   {
@@ -414,6 +418,15 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.data.source = r.string("source", "synthetic_boxes",
                              {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"});
     s.data.path = r.string("path", "");
+    // A relative path is relative to the scenario file that wrote it (the
+    // current directory for command-line overrides), so scenarios work from
+    // any working directory.
+    if (const Value* pv = r.get("path"); pv != nullptr && !s.data.path.empty() &&
+                                         fs::path(s.data.path).is_relative() &&
+                                         pv->loc.file.rfind("<override", 0) != 0 && !pv->loc.file.empty() &&
+                                         pv->loc.file != "scenario.resolved.json") {
+      s.data.path = (fs::path(pv->loc.file).parent_path() / s.data.path).lexically_normal().string();
+    }
     if (s.data.source == "real" && s.data.path.empty()) {
       fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");
     }
@@ -462,7 +475,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     r.finish();
   }
   if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
-    fail(Location{file, 0, 0}, "train.precision", "fp32 on hardware.device cpu (AMP runs on CUDA)",
+    const Value* train = tree.find("train");
+    const Value* prec = train != nullptr && train->is_map() ? train->find("precision") : nullptr;
+    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, "train.precision", "fp32 on hardware.device cpu (AMP runs on CUDA)",
          "\"" + s.train.precision + "\"");
   }
   {
@@ -547,11 +562,12 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
 
 namespace {
 
-Value load_with_includes(const std::string& path, std::vector<std::string>& stack) {
+Value load_with_includes(const std::string& path, std::vector<std::string>& stack,
+                         const Location& included_at) {
   const std::string canonical = fs::weakly_canonical(path).string();
   if (std::find(stack.begin(), stack.end(), canonical) != stack.end()) {
-    throw ScenarioError(path + ": include: expected no cycle, got " + join(stack, " -> ") +
-                        " -> " + canonical);
+    throw ScenarioError(included_at.str() + ": include: expected no cycle, got " +
+                        join(stack, " -> ") + " -> " + canonical);
   }
   stack.push_back(canonical);
   Value own = load_yaml_file(path);
@@ -574,7 +590,7 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
       if (!fs::exists(base)) {
         fail(x->loc, "include", "an existing file", "\"" + x->scalar + "\" (" + base.string() + " not found)");
       }
-      merge_into(merged, load_with_includes(base.string(), stack));
+      merge_into(merged, load_with_includes(base.string(), stack, x->loc));
     }
   }
   merge_into(merged, own);
@@ -587,10 +603,24 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
   if (!fs::exists(path)) throw ScenarioError(path + ": expected a scenario file, got none");
   std::vector<std::string> stack;
-  Value tree = load_with_includes(path, stack);
+  const Value tree_from_files = load_with_includes(path, stack, Location{path, 0, 0});
+  Value tree = tree_from_files;
   for (const auto& o : overrides) apply_override(tree, o);
   Scenario s = scenario_from_tree(tree, path);
   s.overrides = overrides;
+  // Every control must be a valid scenario too, before anything runs.
+  for (size_t i = 0; i < s.controls.size(); ++i) {
+    Value control = tree;
+    try {
+      for (const auto& o : s.controls[i]) apply_override(control, o);
+      (void)scenario_from_tree(control, path);
+    } catch (const ScenarioError& e) {
+      const Value* controls = tree.find("controls");
+      const Location at = controls != nullptr && i < controls->seq.size() ? controls->seq[i].loc
+                                                                          : Location{path, 0, 0};
+      throw ScenarioError(at.str() + ": controls[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
   return s;
 }
 

@@ -142,21 +142,28 @@ bool parse_index(const std::string& s, size_t* out) {
 void apply_override(Value& root, const std::string& text) {
   const std::string where = "<override> " + text;
   const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
+  if (eq == std::string::npos) {
     throw ScenarioError(where + ": expected key.path=value, got no '='");
   }
+  if (eq == 0) throw ScenarioError(where + ": expected a key before '=', got an empty key");
   const std::string path = text.substr(0, eq);
   const std::string raw = text.substr(eq + 1);
   std::vector<std::string> parts;
-  std::string part;
-  std::istringstream ps(path);
-  while (std::getline(ps, part, '.')) {
-    if (part.empty()) throw ScenarioError(where + ": expected key.path=value, got an empty key");
+  size_t begin = 0;
+  for (;;) {
+    const size_t dot = path.find('.', begin);
+    const std::string part = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (part.empty()) {
+      throw ScenarioError(where + ": expected dot-separated key names, got an empty key in \"" +
+                          path + "\"");
+    }
     parts.push_back(part);
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
   }
-  Value value = raw.empty() ? Value{} : parse_yaml(raw, "<override>");
+  Value value = raw.empty() ? Value{} : parse_yaml(raw, where);
   if (raw.empty()) value.kind = Value::Kind::kScalar;  // "key=" sets an empty string
-  value.loc = Location{"<override>", 0, 0};
+  value.loc = Location{where, 0, 0};
   value.key_loc = value.loc;
   Value* cur = &root;
   if (cur->is_null()) cur->kind = Value::Kind::kMap;

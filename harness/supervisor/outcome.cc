@@ -69,6 +69,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, ""});
   }
   const Event* first_error = nullptr;
+  const Event* harness_error = nullptr;
+  std::string done_status;
   std::vector<const Event*> errors;
   const Event* primary_health = nullptr;
   std::optional<int64_t> open_step, open_run;
@@ -114,6 +116,10 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         primary_health = &e;
       }
     } else if (e.type == "error") {
+      if (e.get<std::string>("kind", "") == "harness") {
+        if (harness_error == nullptr) harness_error = &e;
+        continue;
+      }
       errors.push_back(&e);
       if (first_error == nullptr && e.get<std::string>("kind", "") != "diverged") first_error = &e;
     } else if (e.type == "run_begin") {
@@ -123,6 +129,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       if (e.body.contains("memory")) a.run_end_rss.push_back(e.body["memory"].value("rss_bytes", int64_t{0}));
     } else if (e.type == "done") {
       a.done_seen = true;
+      done_status = e.get<std::string>("status", "");
       if (e.body.contains("memory")) {
         a.peak_memory_bytes = std::max(a.peak_memory_bytes, e.body["memory"].value("peak_rss_bytes", int64_t{0}));
       }
@@ -140,6 +147,12 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   if (!r.spawn_error.empty()) {
     a.outcome = Outcome::kUnresolved;
     f.message = r.spawn_error;
+    return a;
+  }
+  if (harness_error != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = "the worker reported a harness error: " + harness_error->get<std::string>("message", "");
+    f.evidence.push_back(f.message);
     return a;
   }
   if (r.timed_out) {
@@ -208,6 +221,17 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     f.klass = "premature_exit";
     f.message = "worker exited with status " + std::to_string(r.exit_code) + " without a `done` event";
     crash_step();
+  } else if (done_status == "diverged") {
+    a.outcome = Outcome::kDiverged;
+    f.klass = "nonfinite_loss";
+    f.message = "the worker stopped a diverged run without a monitor finding";
+    f.evidence.push_back("done status \"diverged\" without a primary health event");
+  } else if (r.exit_code != 0 || (!done_status.empty() && done_status != "passed")) {
+    a.outcome = Outcome::kFailed;
+    f.klass = "premature_exit";
+    f.message = "worker finished with status \"" + done_status + "\" and exit code " +
+                std::to_string(r.exit_code) + " but reported no error";
+    f.evidence.push_back(f.message);
   } else if (!r.bad_lines.empty()) {
     a.outcome = Outcome::kUnresolved;
     f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +

@@ -88,6 +88,7 @@ TrialResult run_trial(const TrialSpec& spec) {
   }
   std::ofstream journal(dir / "events.jsonl", std::ios::binary | std::ios::trunc);
   std::string pending;
+  int64_t line_no = 0;
   auto last_event = Clock::now();
   bool exited = false;
   int status = 0;
@@ -100,9 +101,10 @@ TrialResult run_trial(const TrialSpec& spec) {
     while ((nl = pending.find('\n')) != std::string::npos) {
       const std::string line = pending.substr(0, nl);
       pending.erase(0, nl + 1);
+      ++line_no;
       if (line.empty()) continue;
       try {
-        Event e = decode_event(line, "events.jsonl:" + std::to_string(result.events.size() + 1));
+        Event e = decode_event(line, "events.jsonl:" + std::to_string(line_no));
         if (spec.on_event) spec.on_event(e);
         result.events.push_back(std::move(e));
       } catch (const std::exception& e) {

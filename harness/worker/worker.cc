@@ -7,6 +7,9 @@
 #include <sstream>
 
 #include <torch/torch.h>
+#ifdef DBH_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "harness/common/error.h"
 #include "harness/faults/injectors.h"
@@ -51,7 +54,21 @@ std::shared_ptr<T> borrow(T& x) {
 
 nlohmann::json memory_json(const std::string& device) {
   nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
+#ifdef DBH_TORCH_HAS_CUDA
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    const auto index = static_cast<c10::DeviceIndex>(torch::Device(device).has_index()
+                                                         ? torch::Device(device).index()
+                                                         : 0);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    m["cuda_allocated_bytes"] = stats.allocated_bytes[all].current;
+    m["cuda_reserved_bytes"] = stats.reserved_bytes[all].current;
+    m["cuda_peak_allocated_bytes"] = stats.allocated_bytes[all].peak;
+    m["cuda_peak_reserved_bytes"] = stats.reserved_bytes[all].peak;
+  }
+#else
   (void)device;
+#endif
   return m;
 }
 

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+/// The verdict of one probe. kUnknown: the probe could not decide (its trial
+/// was unresolved); searches treat it like git bisect's "skip".
+enum class Verdict { kPass, kFail, kUnknown };
+
+/// Result of a boundary search over integers.
+struct BoundaryResult {
+  /// The smallest value that fails (with every smaller probed value passing).
+  std::optional<int64_t> first_fail;
+  /// The largest value that passes.
+  std::optional<int64_t> last_pass;
+  int64_t probes = 0;
+  std::string note;  // why there is no answer, when there is none
+};
+
+/// Finds the boundary of a monotone predicate on [lo, hi]: `fails(x)` is
+/// false below the boundary and true from it on. Assumes `fails(hi)` (and
+/// probes it only if `check_ends`). Uses at most ⌈log2(hi − lo + 1)⌉ probes
+/// after the ends.
+BoundaryResult find_first_failing(int64_t lo, int64_t hi,
+                                  const std::function<Verdict(int64_t)>& fails,
+                                  bool check_ends = false);
+
+/// Delta debugging (Zeller's ddmin) over item indices 0..n-1. `test` returns
+/// kFail when the subset still fails. The result fails and is 1-minimal:
+/// removing any single element makes it pass (or undecidable).
+struct DdminResult {
+  std::vector<size_t> minimal;
+  int64_t probes = 0;
+  bool reproduced = true;  // false when the full set did not fail
+};
+DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t>&)>& test);
+
+/// Repetitions a probe needs so that a failure reproducing with probability
+/// `rate` per trial is missed with probability at most `alpha`:
+/// ⌈log(alpha) / log(1 − rate)⌉ (1 for a deterministic failure).
+int64_t repetitions_for(double rate, double alpha);
+
+/// Repeats `probe` up to `k` times and fails as soon as one repetition fails
+/// (a passing verdict needs k passes). `runs` receives the repetitions used.
+Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* runs = nullptr);
+
+}  // namespace dbh::harness

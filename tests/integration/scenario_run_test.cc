@@ -1,0 +1,392 @@
+// `dbh run`, `dbh suite` and `dbh list` on the shipped scenarios, as a user
+// runs them: exit codes, report.json, .FAILURE, JUnit XML, and bad input that
+// leaves nothing behind.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/scenario/scenario.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::run_process;
+
+testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 600) {
+  args.insert(args.begin(), DBH_BINARY);
+  return run_process(args, DBH_SOURCE_DIR, timeout_s);
+}
+
+// A fresh, empty folder under the test temp dir.
+fs::path fresh_dir(const std::string& name) {
+  std::string templ = (fs::path(::testing::TempDir()) / ("dbh-run-" + name + "-XXXXXX")).string();
+  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return templ;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json read_json(const fs::path& p) { return json::parse(read_text(p)); }
+
+void write_text(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::string base_include() {
+  return "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n";
+}
+
+bool is_failure(const std::string& outcome) { return outcome != "passed" && outcome != "skipped"; }
+
+// --- every shipped scenario ----------------------------------------------------
+
+std::vector<std::string> shipped_scenarios() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(DBH_SOURCE_DIR) / "scenarios", ec)) {
+    if (e.is_regular_file() && e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return s;
+}
+
+class ShippedScenarioTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
+  const std::string rel = "scenarios/" + GetParam() + ".yaml";
+  const harness::Scenario s = harness::load_scenario(std::string(DBH_SOURCE_DIR) + "/" + rel);
+  if (s.data.source == "real" && s.data.path.find("fixtures/real") != std::string::npos &&
+      !fs::exists(fs::path(DBH_SOURCE_DIR) / "fixtures" / "real" / "annotations.json")) {
+    GTEST_SKIP() << rel << " trains on fixtures/real, which is absent (no fixtures/real/annotations.json)";
+  }
+  if (s.hardware.device != "cpu") GTEST_SKIP() << rel << " needs " << s.hardware.device;
+
+  const fs::path out = fresh_dir(GetParam()) / "out";
+  const auto r = dbh({"run", rel, "--out", out.string(), "-q"});
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS  " + s.name), std::string::npos) << r.out;
+
+  const json j = read_json(out / "report.json");
+  EXPECT_EQ(j.at("schema_version"), 1);
+  EXPECT_EQ(j.at("scenario_name"), s.name);
+  const std::string outcome = j.at("outcome");
+  EXPECT_EQ(outcome, s.expect.outcome);
+  EXPECT_TRUE(j.at("expectation").at("met").get<bool>()) << j.at("expectation").dump();
+  EXPECT_TRUE(j.at("expectation").at("mismatches").empty());
+  const json& f = j.at("failure");
+  if (s.expect.failure_class) {
+    EXPECT_EQ(f.at("class"), *s.expect.failure_class);
+  }
+  if (s.expect.step) {
+    EXPECT_EQ(f.at("step"), *s.expect.step);
+  }
+  if (s.expect.module) {
+    const std::string m = f.at("module");
+    EXPECT_TRUE(m == *s.expect.module || m.rfind(*s.expect.module + ".", 0) == 0)
+        << "module " << m << " is not " << *s.expect.module << " or inside it";
+  }
+  if (is_failure(outcome)) {
+    EXPECT_FALSE(f.at("class").get<std::string>().empty());
+    EXPECT_FALSE(f.at("message").get<std::string>().empty());
+  }
+
+  // Every scheduled fault fired (the shipped scenarios' faults all do).
+  ASSERT_EQ(j.at("faults").size(), s.faults.size());
+  for (const auto& fault : j.at("faults")) {
+    EXPECT_TRUE(fault.at("fired").get<bool>()) << fault.dump();
+    EXPECT_FALSE(fault.at("fired_at_steps").empty()) << fault.dump();
+  }
+
+  // Steps: all of them when the run finished, those before the failing step
+  // otherwise.
+  const int64_t steps = j.at("steps_completed");
+  if (outcome == "passed" || outcome == "leaked" || outcome == "nondeterministic") {
+    EXPECT_EQ(steps, s.train.max_steps * s.repeat.in_process);
+  } else if (s.expect.step && f.value("run", 0) == 0) {
+    EXPECT_EQ(steps, *s.expect.step);
+  }
+
+  // Determinism checks run when repeated processes are asked for.
+  if (s.repeat.processes > 1) {
+    EXPECT_TRUE(j.at("determinism").at("checked").get<bool>());
+    EXPECT_EQ(j.at("determinism").at("processes"), s.repeat.processes);
+    if (s.expect.deterministic) {
+      EXPECT_EQ(j.at("determinism").at("identical").get<bool>(), *s.expect.deterministic);
+    }
+  }
+
+  // The scenario as run, and how to run it again.
+  const json& resolved = j.at("scenario").at("resolved");
+  ASSERT_TRUE(resolved.is_object());
+  EXPECT_EQ(resolved.at("name"), s.name);
+  EXPECT_EQ(resolved.at("train").at("max_steps"), s.train.max_steps);
+  EXPECT_EQ(j.at("scenario").at("hash"), harness::scenario_hash(s));
+  const std::string repro = j.at("repro").at("command");
+  EXPECT_FALSE(repro.empty());
+  EXPECT_NE(repro.find(rel), std::string::npos) << repro;
+  EXPECT_TRUE(j.at("environment").is_object());
+
+  // .FAILURE exactly when the outcome is a failure.
+  EXPECT_EQ(fs::exists(out / ".FAILURE"), is_failure(outcome)) << outcome;
+  if (is_failure(outcome)) {
+    EXPECT_EQ(read_text(out / ".FAILURE").rfind(outcome + " ", 0), 0u) << read_text(out / ".FAILURE");
+  }
+  for (const char* file : {"report.md", "metrics.csv", "events.jsonl", "scenario.resolved.json", "repro.sh"}) {
+    EXPECT_TRUE(fs::exists(out / file)) << file;
+  }
+  // The event stream opens with hello and the scenario's hash.
+  std::ifstream events(out / "events.jsonl");
+  std::string first;
+  ASSERT_TRUE(std::getline(events, first));
+  const json hello = json::parse(first);
+  EXPECT_EQ(hello.at("type"), "hello");
+  EXPECT_EQ(hello.at("scenario_hash"), harness::scenario_hash(s));
+  fs::remove_all(out.parent_path());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, ShippedScenarioTest, ::testing::ValuesIn(shipped_scenarios()),
+                         test_name);
+
+// Attribution reads the monitors and the process, never the fault records:
+// with every fault_fired event withheld, the same class, step and module.
+class WithheldFaultRecordsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WithheldFaultRecordsTest, AttributeTheSame) {
+  const std::string rel = "scenarios/" + GetParam() + ".yaml";
+  const fs::path dir = fresh_dir("withheld-" + GetParam());
+  const auto a = dbh({"run", rel, "--out", (dir / "with").string(), "-q"});
+  const auto b = dbh({"run", rel, "--out", (dir / "without").string(), "-q", "--withhold-fault-records"});
+  ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
+  const json ja = read_json(dir / "with" / "report.json");
+  const json jb = read_json(dir / "without" / "report.json");
+  EXPECT_EQ(jb.at("outcome"), ja.at("outcome"));
+  for (const char* key : {"class", "step", "run", "module", "message", "secondary_errors"}) {
+    EXPECT_EQ(jb.at("failure").at(key), ja.at("failure").at(key)) << key;
+  }
+  for (const auto& f : ja.at("faults")) EXPECT_TRUE(f.at("fired").get<bool>());
+  for (const auto& f : jb.at("faults")) EXPECT_FALSE(f.at("fired").get<bool>()) << f.dump();
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, WithheldFaultRecordsTest,
+                         ::testing::Values("nan-activation", "seed-000-cudnn-execution-failed",
+                                           "seed-002-unstable-binarization"),
+                         test_name);
+
+// --- bad input -------------------------------------------------------------------
+
+TEST(RunCommandTest, BadScenarioIsAConfigErrorAndCreatesNothing) {
+  const fs::path dir = fresh_dir("bad");
+  const fs::path bad = dir / "bad.yaml";
+  write_text(bad, "name: bad\n" + base_include() + "model:\n  decoder: fnp\n");
+  const fs::path out = dir / "out";
+  const auto r = dbh({"run", bad.string(), "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  const std::regex where(std::regex_replace(bad.string(), std::regex("[.]"), "\\.") +
+                         ":4:12: model\\.decoder: expected one of fpn, pan, got \"fnp\"");
+  EXPECT_TRUE(std::regex_search(r.err, where)) << r.err;
+  EXPECT_NE(r.err.find("did you mean \"fpn\"?"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out)) << "a rejected scenario left " << out;
+  fs::remove_all(dir);
+}
+
+TEST(RunCommandTest, BadOverrideIsAConfigErrorAndCreatesNothing) {
+  const fs::path dir = fresh_dir("badoverride");
+  const fs::path out = dir / "out";
+  const auto r = dbh({"run", "scenarios/nan-activation.yaml", "data.batch_size=0", "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("data.batch_size: expected an integer in [1, 4096], got \"0\""), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  const auto missing = dbh({"run", "scenarios/absent.yaml", "--out", out.string()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("absent.yaml"), std::string::npos) << missing.err;
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
+// BUG (harness/cli/run_command.cc, run_command): controls are loaded with
+// their overrides only after the main trial ran, so an invalid control
+// ("data.batch_size=0") exits 2 leaving out/main and out/scenario.resolved.json
+// behind, against "validate before creating anything".
+TEST(RunCommandTest, InvalidControlIsRejectedBeforeAnythingRuns) {
+  const fs::path dir = fresh_dir("badcontrol");
+  const fs::path scenario = dir / "ctl.yaml";
+  write_text(scenario, "name: ctl\n" + base_include() +
+                           "train:\n  max_steps: 1\n  threads: 1\ncontrols:\n  - [data.batch_size=0]\n");
+  const fs::path out = dir / "out";
+  const auto r = dbh({"run", scenario.string(), "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("controls[0]"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out)) << "a rejected scenario left " << out;
+  fs::remove_all(dir);
+}
+
+// --- JUnit ---------------------------------------------------------------------------
+
+TEST(RunCommandTest, JunitHasAFailureForAnUnmetExpectation) {
+  const fs::path dir = fresh_dir("junit-failure");
+  const fs::path xml = dir / "junit.xml";
+  const auto r = dbh({"run", "scenarios/nan-activation.yaml", "expect.step=3", "--out", (dir / "out").string(),
+                      "--junit", xml.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("step: expected 3, got 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("repro:  dbh run scenarios/nan-activation.yaml expect.step=3"), std::string::npos)
+      << r.out;
+  const std::string x = read_text(xml);
+  EXPECT_EQ(x.rfind("<?xml", 0), 0u) << x;
+  EXPECT_NE(x.find("<testcase"), std::string::npos) << x;
+  EXPECT_NE(x.find("name=\"nan-activation\""), std::string::npos) << x;
+  EXPECT_NE(x.find("<failure type=\"diverged\""), std::string::npos) << x;
+  EXPECT_NE(x.find("step: expected 3, got 1"), std::string::npos) << x;
+  EXPECT_EQ(x.find("<error"), std::string::npos) << x;
+  EXPECT_NE(x.find("failures=\"1\" errors=\"0\""), std::string::npos) << x;
+  const json j = read_json(dir / "out" / "report.json");
+  EXPECT_FALSE(j.at("expectation").at("met").get<bool>());
+  EXPECT_EQ(j.at("expectation").at("mismatches"), json::array({"step: expected 3, got 1"}));
+  fs::remove_all(dir);
+}
+
+TEST(RunCommandTest, JunitHasAnErrorForACrash) {
+  const fs::path dir = fresh_dir("junit-error");
+  const fs::path scenario = dir / "crash.yaml";
+  // Expects a pass (the default), gets a crash.
+  write_text(scenario, "name: crash-unexpected\n" + base_include() +
+                           "train:\n  max_steps: 2\n  threads: 1\n"
+                           "faults:\n  - name: crash\n    signal: SIGABRT\n    at_step: 0\n");
+  const fs::path xml = dir / "junit.xml";
+  const auto r = dbh({"run", scenario.string(), "--out", (dir / "out").string(), "--junit", xml.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const std::string x = read_text(xml);
+  EXPECT_NE(x.find("<error type=\"crashed\""), std::string::npos) << x;
+  EXPECT_NE(x.find("SIGABRT"), std::string::npos) << x;
+  EXPECT_EQ(x.find("<failure"), std::string::npos) << x;
+  EXPECT_NE(x.find("failures=\"0\" errors=\"1\""), std::string::npos) << x;
+  EXPECT_TRUE(fs::exists(dir / "out" / ".FAILURE"));
+  fs::remove_all(dir);
+}
+
+TEST(RunCommandTest, JunitForAMetExpectationHasNeither) {
+  const fs::path dir = fresh_dir("junit-pass");
+  const fs::path xml = dir / "junit.xml";
+  const auto r = dbh({"run", "scenarios/nan-activation.yaml", "--out", (dir / "out").string(), "--junit",
+                      xml.string(), "-q"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string x = read_text(xml);
+  EXPECT_EQ(x.find("<failure"), std::string::npos) << x;
+  EXPECT_EQ(x.find("<error"), std::string::npos) << x;
+  EXPECT_NE(x.find("tests=\"1\" failures=\"0\" errors=\"0\""), std::string::npos) << x;
+  fs::remove_all(dir);
+}
+
+// --- suite and list -----------------------------------------------------------------
+
+TEST(SuiteCommandTest, RunsAFolderAndCountsExpectations) {
+  const fs::path dir = fresh_dir("suite");
+  write_text(dir / "scenarios" / "a-pass.yaml",
+             "name: a-pass\n" + base_include() + "train:\n  max_steps: 1\n  threads: 1\n");
+  write_text(dir / "scenarios" / "b-nan.yaml",
+             "name: b-nan\n" + base_include() +
+                 "train:\n  max_steps: 2\n  threads: 1\n"
+                 "faults:\n  - name: nan_activation\n    module: decoder.fusion\n    at_step: 1\n"
+                 "expect:\n  outcome: diverged\n  failure_class: nonfinite_activation\n  step: 1\n"
+                 "  module: decoder\n");
+  write_text(dir / "scenarios" / "notes.txt", "not a scenario\n");
+  const fs::path out = dir / "out";
+  const fs::path xml = dir / "suite.xml";
+  const auto r = dbh({"suite", (dir / "scenarios").string(), "--out", out.string(), "--junit", xml.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 passed, 0 failed"), std::string::npos) << r.out;
+  const json summary = read_json(out / "suite.json");
+  EXPECT_EQ(summary.at("scenarios"), 2);
+  EXPECT_EQ(summary.at("expectations_met"), 2);
+  ASSERT_EQ(summary.at("runs").size(), 2u);
+  EXPECT_EQ(summary.at("runs")[0].at("outcome"), "passed");
+  EXPECT_EQ(summary.at("runs")[1].at("outcome"), "diverged");
+  EXPECT_TRUE(fs::exists(out / "a-pass" / "report.json"));
+  EXPECT_TRUE(fs::exists(out / "b-nan" / "report.json"));
+  EXPECT_FALSE(fs::exists(out / "a-pass" / ".FAILURE"));
+  EXPECT_TRUE(fs::exists(out / "b-nan" / ".FAILURE"));
+  EXPECT_NE(read_text(xml).find("tests=\"2\" failures=\"0\" errors=\"0\""), std::string::npos);
+
+  // One unmet expectation makes the suite fail.
+  write_text(dir / "scenarios" / "c-wrong.yaml",
+             "name: c-wrong\n" + base_include() + "train:\n  max_steps: 1\n  threads: 1\n"
+             "expect:\n  outcome: diverged\n");
+  const auto r2 = dbh({"suite", (dir / "scenarios").string(), "--out", (dir / "out2").string(), "-q"});
+  EXPECT_EQ(r2.exit_code, 1) << r2.out << r2.err;
+  EXPECT_NE(r2.out.find("2 passed, 1 failed"), std::string::npos) << r2.out;
+  fs::remove_all(dir);
+}
+
+TEST(SuiteCommandTest, OneBadScenarioStopsTheSuiteBeforeAnythingRuns) {
+  const fs::path dir = fresh_dir("suite-bad");
+  write_text(dir / "scenarios" / "a.yaml", "name: a\n" + base_include());
+  write_text(dir / "scenarios" / "b.yaml", "name: b\n" + base_include() + "train:\n  max_step: 3\n");
+  const fs::path out = dir / "out";
+  const auto r = dbh({"suite", (dir / "scenarios").string(), "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("b.yaml:4:3: train.max_step: expected one of"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean \"max_steps\"?"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
+TEST(ListCommandTest, ListsAllSixteenFaults) {
+  const auto r = dbh({"list", "faults"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> names = {
+      "nan_input",     "inf_input",  "nan_label",   "nan_activation", "nan_gradient", "unstable_binarization",
+      "loss_scale_overflow", "lr_spike", "corrupt_sample", "memory_ballast", "memory_cap", "cuda_error",
+      "crash",         "hang",       "slow_data",   "leak"};
+  ASSERT_EQ(names.size(), 16u);
+  std::vector<std::string> listed;  // unindented lines are fault names
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != ' ' && line.back() != ':') listed.push_back(line);
+  }
+  EXPECT_EQ(listed, names) << r.out;
+  EXPECT_NE(r.out.find("every fault also takes:"), std::string::npos);
+  EXPECT_NE(r.out.find("at_step (int)"), std::string::npos);
+}
+
+TEST(ListCommandTest, ListsTheShippedScenarios) {
+  const auto r = dbh({"list", "scenarios"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& name : shipped_scenarios()) EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  EXPECT_EQ(r.out.find("INVALID"), std::string::npos) << r.out;
+  EXPECT_EQ(dbh({"list", "everything"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace dbh

@@ -1,0 +1,200 @@
+// The worker → supervisor event stream: one JSON object per line, whatever
+// the messages contain, and a decoder that survives torn and bad lines.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/common/error.h"
+#include "harness/proto/events.h"
+
+namespace dbh::harness {
+namespace {
+
+using nlohmann::json;
+
+// Whether `line` is exactly one frame: a '\n' at the end and nowhere else, and
+// no other control character.
+::testing::AssertionResult IsOneFrame(const std::string& line) {
+  if (line.empty() || line.back() != '\n') {
+    return ::testing::AssertionFailure() << "no trailing newline: " << line;
+  }
+  for (size_t i = 0; i + 1 < line.size(); ++i) {
+    if (static_cast<unsigned char>(line[i]) < 0x20) {
+      return ::testing::AssertionFailure()
+             << "control byte " << static_cast<int>(line[i]) << " at " << i << ": " << line;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(EncodeEvent, OneLineWithTypeAndTime) {
+  const std::string line = encode_event(event::kStepEnd, {{"run", 0}, {"step", 3}, {"loss", 0.5}}, 1.25);
+  EXPECT_TRUE(IsOneFrame(line));
+  const json j = json::parse(line);
+  EXPECT_EQ(j.at("type"), "step_end");
+  EXPECT_DOUBLE_EQ(j.at("t").get<double>(), 1.25);
+  EXPECT_EQ(j.at("step"), 3);
+  EXPECT_DOUBLE_EQ(j.at("loss").get<double>(), 0.5);
+}
+
+TEST(EncodeEvent, TheTypeArgumentAndTimeWinOverFields) {
+  const json j = json::parse(encode_event("hello", {{"type", "spoof"}, {"t", 99}, {"pid", 7}}, 2));
+  EXPECT_EQ(j.at("type"), "hello");
+  EXPECT_EQ(j.at("t"), 2);
+  EXPECT_EQ(j.at("pid"), 7);
+}
+
+TEST(EncodeEvent, NonObjectFieldsAreDropped) {
+  for (const json& fields : {json(nullptr), json(3), json("x"), json::array({1, 2})}) {
+    const std::string line = encode_event("heartbeat", fields, 0);
+    EXPECT_TRUE(IsOneFrame(line));
+    const json j = json::parse(line);
+    EXPECT_EQ(j.size(), 2u) << line;
+  }
+}
+
+TEST(EncodeEvent, RoundTripsThroughDecodeEvent) {
+  const json fields = {{"run", 1},
+                       {"step", 42},
+                       {"loss", 0.1234567890123},
+                       {"loss_bits", 1109676723u},
+                       {"memory", {{"rss_bytes", int64_t{1} << 40}}},
+                       {"sites", json::array({"a", "b"})},
+                       {"ok", true},
+                       {"nothing", nullptr},
+                       {"negative", -17}};
+  const Event e = decode_event(encode_event("step_end", fields, 3.5), "x:1");
+  EXPECT_EQ(e.type, "step_end");
+  EXPECT_DOUBLE_EQ(e.t, 3.5);
+  for (const auto& [k, v] : fields.items()) EXPECT_EQ(e.body.at(k), v) << k;
+  EXPECT_EQ(e.get<int64_t>("step", -1), 42);
+  EXPECT_EQ(e.get<uint32_t>("loss_bits", 0), 1109676723u);
+  EXPECT_EQ(e.get<std::string>("step", "fallback"), "fallback");  // wrong type
+  EXPECT_EQ(e.get<int64_t>("nothing", 5), 5);                     // null
+  EXPECT_EQ(e.get<int64_t>("absent", 6), 6);
+  EXPECT_TRUE(e.has("nothing"));
+  EXPECT_FALSE(e.has("absent"));
+}
+
+TEST(EncodeEvent, NewlinesAndControlCharactersStayInsideTheLine) {
+  std::string message = "line one\nline two\r\nthree\ttab\x01\x02\x1f end\0mid";
+  message += std::string("\0after nul", 10);
+  message += "\xe2\x80\xa8 (U+2028) \xc3\xa9";
+  const std::string line = encode_event("error", {{"message", message}, {"back\ntrace", "k\n"}}, 0);
+  EXPECT_TRUE(IsOneFrame(line));
+  const auto stream = decode_stream(line + line, "events.jsonl");
+  ASSERT_EQ(stream.events.size(), 2u);
+  EXPECT_TRUE(stream.bad_lines.empty());
+  EXPECT_TRUE(stream.torn_tail.empty());
+  EXPECT_EQ(stream.events[0].get<std::string>("message", ""), message);
+  EXPECT_EQ(stream.events[1].get<std::string>("back\ntrace", ""), "k\n");
+}
+
+TEST(EncodeEvent, InvalidUtf8IsReplacedNotThrown) {
+  const std::string bad = std::string("cuDNN \xff\xfe error \xc3 at \x80 end");
+  std::string line;
+  ASSERT_NO_THROW(line = encode_event("error", {{"message", bad}, {std::string("k\xff"), 1}}, 0));
+  EXPECT_TRUE(IsOneFrame(line));
+  const auto stream = decode_stream(line, "events.jsonl");
+  ASSERT_EQ(stream.events.size(), 1u);
+  EXPECT_TRUE(stream.bad_lines.empty());
+  const std::string m = stream.events[0].get<std::string>("message", "");
+  EXPECT_NE(m.find("cuDNN "), std::string::npos);
+  EXPECT_NE(m.find(" end"), std::string::npos);
+  EXPECT_NE(m.find("\xef\xbf\xbd"), std::string::npos) << "U+FFFD replacement expected: " << m;
+  // The type itself may be malformed too.
+  const std::string typed = encode_event("warn\xffing\n", {}, 0);
+  EXPECT_TRUE(IsOneFrame(typed));
+  EXPECT_EQ(decode_stream(typed, "e").events.size(), 1u);
+}
+
+// --- decode_event ------------------------------------------------------------
+
+std::string DecodeError(const std::string& line, const std::string& where) {
+  try {
+    (void)decode_event(line, where);
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DecodeEvent, ErrorsNameTheLocation) {
+  const auto invalid = DecodeError("{\"type\": \"step_end\", ", "events.jsonl:12");
+  EXPECT_EQ(invalid.rfind("events.jsonl:12: expected one JSON object per line, got invalid JSON", 0),
+            0u)
+      << invalid;
+  const auto array = DecodeError("[1, 2]", "events.jsonl:3");
+  EXPECT_EQ(array, "events.jsonl:3: expected a JSON object, got array");
+  EXPECT_EQ(DecodeError("42", "f:1"), "f:1: expected a JSON object, got number");
+  EXPECT_EQ(DecodeError("\"hello\"", "f:1"), "f:1: expected a JSON object, got string");
+  EXPECT_EQ(DecodeError("{\"step\": 1}", "f:2"), "f:2: expected a string \"type\", got none");
+  EXPECT_EQ(DecodeError("{\"type\": 3}", "f:2"), "f:2: expected a string \"type\", got 3");
+  EXPECT_EQ(DecodeError("{\"type\": \"\"}", "f:2"), "f:2: expected a string \"type\", got \"\"");
+  EXPECT_NE(DecodeError("", "f:9").find("f:9: "), std::string::npos);
+}
+
+TEST(DecodeEvent, ToleratesWhitespaceAndMissingTime) {
+  const Event e = decode_event("  {\"type\":\"heartbeat\"}\r", "f:1");
+  EXPECT_EQ(e.type, "heartbeat");
+  EXPECT_EQ(e.t, 0);
+  EXPECT_EQ(decode_event("{\"type\":\"x\",\"t\":\"soon\"}", "f:1").t, 0);
+}
+
+// --- decode_stream -----------------------------------------------------------
+
+TEST(DecodeStream, EmptyTextHasNoEvents) {
+  const auto s = decode_stream("", "events.jsonl");
+  EXPECT_TRUE(s.events.empty());
+  EXPECT_TRUE(s.bad_lines.empty());
+  EXPECT_TRUE(s.torn_tail.empty());
+}
+
+TEST(DecodeStream, TornLastLineIsKeptApartAndNotDecoded) {
+  const std::string a = encode_event("step_begin", {{"step", 0}}, 0.1);
+  const std::string b = encode_event("step_end", {{"step", 0}}, 0.2);
+  const std::string torn = b.substr(0, b.size() / 2);
+  const auto s = decode_stream(a + torn, "events.jsonl");
+  ASSERT_EQ(s.events.size(), 1u);
+  EXPECT_EQ(s.events[0].type, "step_begin");
+  EXPECT_EQ(s.torn_tail, torn);
+  EXPECT_TRUE(s.bad_lines.empty());
+  // A complete object without its '\n' is still a torn write.
+  const auto whole = decode_stream(a + b.substr(0, b.size() - 1), "events.jsonl");
+  EXPECT_EQ(whole.events.size(), 1u);
+  EXPECT_EQ(whole.torn_tail, b.substr(0, b.size() - 1));
+}
+
+TEST(DecodeStream, BadLinesAreSkippedAndReportedWithTheirLineNumber) {
+  const std::string text = encode_event("hello", {}, 0) + "not json\n" + "\n" +
+                           encode_event("run_begin", {}, 0) + "[1]\n" + "{\"no\":\"type\"}\n" +
+                           encode_event("done", {}, 0);
+  const auto s = decode_stream(text, "events.jsonl");
+  ASSERT_EQ(s.events.size(), 3u);
+  EXPECT_EQ(s.events[0].type, "hello");
+  EXPECT_EQ(s.events[1].type, "run_begin");
+  EXPECT_EQ(s.events[2].type, "done");
+  ASSERT_EQ(s.bad_lines.size(), 3u);
+  EXPECT_EQ(s.bad_lines[0].rfind("events.jsonl:2: ", 0), 0u) << s.bad_lines[0];
+  EXPECT_EQ(s.bad_lines[1].rfind("events.jsonl:5: ", 0), 0u) << s.bad_lines[1];
+  EXPECT_EQ(s.bad_lines[2].rfind("events.jsonl:6: ", 0), 0u) << s.bad_lines[2];
+  EXPECT_TRUE(s.torn_tail.empty());
+}
+
+TEST(DecodeStream, EmptyLinesAreSkippedSilently) {
+  const std::string e = encode_event("heartbeat", {}, 0);
+  const auto s = decode_stream("\n\n" + e + "\n\n" + e + "\n", "events.jsonl");
+  EXPECT_EQ(s.events.size(), 2u);
+  EXPECT_TRUE(s.bad_lines.empty());
+  EXPECT_TRUE(s.torn_tail.empty());
+}
+
+TEST(DecodeStream, CrLfLineEndingsDecode) {
+  const std::string e = encode_event("heartbeat", {}, 0);
+  const auto s = decode_stream(e.substr(0, e.size() - 1) + "\r\n" + e, "events.jsonl");
+  EXPECT_EQ(s.events.size(), 2u);
+  EXPECT_TRUE(s.bad_lines.empty());
+}
+
+}  // namespace
+}  // namespace dbh::harness

@@ -1,0 +1,600 @@
+// Outcome classification from hand-built trial results: what the process did
+// (exit status, signal, watchdog) and what its event stream said.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/proto/events.h"
+#include "harness/report/knowledge_base.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/outcome.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::harness {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+Event Ev(const std::string& type, json fields = json::object()) {
+  // Through the codec, so the events look exactly like a worker's.
+  return decode_event(encode_event(type, std::move(fields), 0.5), "test");
+}
+
+// A builder for a worker's event stream and its exit.
+class Stream {
+ public:
+  Stream() { add("hello", {{"schema_version", kEventSchemaVersion}, {"pid", 1234}, {"scenario_hash", "abc"}}); }
+  Stream& add(const std::string& type, json fields = json::object()) {
+    r_.events.push_back(Ev(type, std::move(fields)));
+    return *this;
+  }
+  Stream& run_begin(int64_t run = 0, int64_t rss = 100 * kMiB) {
+    return add("run_begin", {{"run", run}, {"memory", {{"rss_bytes", rss}, {"peak_rss_bytes", rss}}}});
+  }
+  Stream& step(int64_t s, int64_t run = 0) {
+    add("step_begin", {{"run", run}, {"step", s}});
+    return add("step_end", {{"run", run},
+                            {"step", s},
+                            {"loss", 1.0 / static_cast<double>(s + 1)},
+                            {"loss_bits", 1065353216u + static_cast<uint32_t>(s)},
+                            {"grad_norm", 2.0},
+                            {"memory", {{"rss_bytes", 200 * kMiB}, {"peak_rss_bytes", 300 * kMiB + s}}}});
+  }
+  Stream& begin(int64_t s, int64_t run = 0) { return add("step_begin", {{"run", run}, {"step", s}}); }
+  Stream& run_end(int64_t run = 0, int64_t rss = 200 * kMiB) {
+    return add("run_end", {{"run", run}, {"steps", 2}, {"checksum", "c" + std::to_string(run)},
+                           {"memory", {{"rss_bytes", rss}}}});
+  }
+  Stream& fault(const std::string& name, int64_t index, int64_t s, const std::string& module = "") {
+    json j = {{"fault", name}, {"index", index}, {"run", 0}, {"step", s}};
+    if (!module.empty()) j["module"] = module;
+    return add("fault_fired", j);
+  }
+  Stream& health(const std::string& kind, int64_t s, const std::string& module, bool primary = true) {
+    return add("health", {{"run", 0}, {"step", s}, {"check", "finite"}, {"site", module.empty() ? kind : module},
+                          {"kind", kind}, {"module", module}, {"primary", primary}, {"mode", "cheap"}});
+  }
+  Stream& error(const std::string& message, int64_t s, const std::string& module,
+                const std::string& kind = "exception", const std::string& phase = "train") {
+    return add("error", {{"kind", kind}, {"run", 0}, {"step", s}, {"phase", phase},
+                         {"message", message}, {"module", module}});
+  }
+  Stream& done(const std::string& status = "passed") {
+    return add("done", {{"status", status}, {"memory", {{"peak_rss_bytes", 400 * kMiB}}}});
+  }
+  Stream& exit(int code) {
+    r_.exit_code = code;
+    return *this;
+  }
+  Stream& signal(int sig) {
+    r_.term_signal = sig;
+    r_.exit_code = -1;
+    return *this;
+  }
+  TrialResult& result() { return r_; }
+
+ private:
+  TrialResult r_;
+};
+
+Scenario WithFaults(std::vector<std::string> names) {
+  Scenario s;
+  for (auto& n : names) {
+    FaultConfig f;
+    f.name = std::move(n);
+    s.faults.push_back(f);
+  }
+  return s;
+}
+
+const KnowledgeBase& Kb() {
+  const KnowledgeBase& kb = KnowledgeBase::shipped();
+  EXPECT_FALSE(kb.classes().empty()) << "reports/kb/failures.yaml was not found (DBH_HOME?)";
+  return kb;
+}
+
+TrialAnalysis Classify(const TrialResult& r, const Scenario& s = Scenario(),
+                       const ClassifyOptions& o = {}) {
+  return classify(r, s, Kb(), o);
+}
+
+// Every event of `r` except the `fault_fired` ones.
+TrialResult WithoutFaultRecords(TrialResult r) {
+  std::vector<Event> kept;
+  for (auto& e : r.events) {
+    if (e.type != event::kFaultFired) kept.push_back(std::move(e));
+  }
+  r.events = std::move(kept);
+  return r;
+}
+
+// Classifies `r` as given, without its fault_fired events, and with the
+// withhold option; all three must attribute the failure identically.
+void ExpectAttributionIgnoresFaultRecords(const TrialResult& r, const Scenario& s) {
+  const TrialAnalysis with = Classify(r, s);
+  for (const TrialAnalysis& without :
+       {Classify(WithoutFaultRecords(r), s), Classify(r, s, ClassifyOptions{true, 32 * kMiB})}) {
+    EXPECT_EQ(to_string(without.outcome), to_string(with.outcome));
+    EXPECT_EQ(without.failure.klass, with.failure.klass);
+    EXPECT_EQ(without.failure.step, with.failure.step);
+    EXPECT_EQ(without.failure.module, with.failure.module);
+    EXPECT_EQ(without.failure.message, with.failure.message);
+    EXPECT_EQ(without.failure.evidence, with.failure.evidence);
+    EXPECT_EQ(without.steps_completed, with.steps_completed);
+    for (const auto& f : without.faults) EXPECT_FALSE(f.fired) << f.name;
+  }
+}
+
+// --- outcomes ------------------------------------------------------------------
+
+TEST(Classify, CleanRunPasses) {
+  Stream st;
+  st.run_begin().step(0).step(1).run_end().done().exit(0);
+  const auto a = Classify(st.result(), WithFaults({"slow_data"}));
+  EXPECT_EQ(a.outcome, Outcome::kPassed);
+  EXPECT_FALSE(is_failure(a.outcome));
+  EXPECT_EQ(a.failure.klass, "");
+  EXPECT_EQ(a.steps_completed, 2);
+  ASSERT_EQ(a.steps.size(), 2u);
+  EXPECT_EQ(a.steps[1].step, 1);
+  EXPECT_DOUBLE_EQ(a.steps[1].loss, 0.5);
+  EXPECT_EQ(a.steps[1].loss_bits, 1065353217u);
+  EXPECT_EQ(a.steps[1].rss_bytes, 200 * kMiB);
+  EXPECT_EQ(a.peak_memory_bytes, 400 * kMiB);  // the done event's peak
+  EXPECT_TRUE(a.done_seen);
+  EXPECT_EQ(a.scenario_hash, "abc");
+  EXPECT_EQ(a.run_checksums, std::vector<std::string>{"c0"});
+  ASSERT_EQ(a.faults.size(), 1u);  // scheduled, never fired
+  EXPECT_EQ(a.faults[0].name, "slow_data");
+  EXPECT_FALSE(a.faults[0].fired);
+}
+
+TEST(Classify, SignalWithOpenStepIsACrashAtThatStep) {
+  for (int sig : {SIGSEGV, SIGABRT, SIGKILL, SIGBUS}) {
+    Stream st;
+    st.run_begin().step(0).begin(1).fault("crash", 0, 1).signal(sig);
+    const auto a = Classify(st.result(), WithFaults({"crash"}));
+    SCOPED_TRACE(signal_name(sig));
+    EXPECT_EQ(a.outcome, Outcome::kCrashed);
+    EXPECT_TRUE(is_failure(a.outcome));
+    EXPECT_EQ(a.failure.klass, "crash_signal");
+    EXPECT_EQ(a.failure.step, 1);
+    EXPECT_EQ(a.failure.run, 0);
+    EXPECT_EQ(a.term_signal, sig);
+    EXPECT_NE(a.failure.message.find(signal_name(sig)), std::string::npos) << a.failure.message;
+    EXPECT_EQ(a.steps_completed, 1);
+    EXPECT_TRUE(a.faults.at(0).fired);
+    EXPECT_EQ(a.faults.at(0).steps, std::vector<int64_t>{1});
+  }
+}
+
+TEST(Classify, SignalBetweenStepsHasNoStep) {
+  Stream st;
+  st.run_begin().step(0).step(1).signal(SIGSEGV);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, Outcome::kCrashed);
+  EXPECT_FALSE(a.failure.step.has_value());
+}
+
+TEST(Classify, SigkillUnderAMemoryBudgetIsHostOom) {
+  Stream st;
+  st.run_begin().begin(0).signal(SIGKILL);
+  Scenario s;
+  s.hardware.memory_budget = 512 * kMiB;
+  const auto a = Classify(st.result(), s);
+  EXPECT_EQ(a.outcome, Outcome::kCrashed);
+  EXPECT_EQ(a.failure.klass, "host_oom");
+  EXPECT_EQ(a.failure.step, 0);
+}
+
+TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
+  Stream st;
+  st.run_begin().step(0).begin(1).fault("hang", 0, 1).signal(SIGTERM);
+  st.result().hung = true;
+  st.result().killed_by_supervisor = true;
+  Scenario s = WithFaults({"hang"});
+  s.limits.silence_s = 2;
+  const auto a = Classify(st.result(), s);
+  EXPECT_EQ(a.outcome, Outcome::kHung);
+  EXPECT_EQ(a.failure.klass, "hang");
+  EXPECT_EQ(a.failure.step, 1);
+  EXPECT_NE(a.failure.message.find("silence watchdog"), std::string::npos) << a.failure.message;
+}
+
+TEST(Classify, DeadlineKillIsTimedOut) {
+  Stream st;
+  st.run_begin().begin(0).signal(SIGKILL);
+  st.result().timed_out = true;
+  Scenario s;
+  s.limits.deadline_s = 3;
+  s.hardware.memory_budget = kMiB;  // a deadline kill is not an OOM kill
+  const auto a = Classify(st.result(), s);
+  EXPECT_EQ(a.outcome, Outcome::kTimedOut);
+  EXPECT_EQ(a.failure.klass, "hang");
+  EXPECT_EQ(a.failure.step, 0);
+  EXPECT_NE(a.failure.message.find("deadline"), std::string::npos) << a.failure.message;
+}
+
+TEST(Classify, SpawnErrorIsUnresolved) {
+  TrialResult r;
+  r.spawn_error = "cannot start /nope: No such file or directory";
+  const auto a = Classify(r);
+  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.failure.message, r.spawn_error);
+}
+
+struct HealthCase {
+  std::string kind, klass, module;
+  int64_t step;
+};
+
+TEST(Classify, PrimaryHealthFindingIsDivergedWithItsClassStepAndModule) {
+  for (const auto& c : std::vector<HealthCase>{{"input", "nonfinite_input", "", 0},
+                                               {"label", "nonfinite_label", "", 2},
+                                               {"activation", "nonfinite_activation", "decoder.fusion", 1},
+                                               {"gradient", "nonfinite_gradient", "head.thresh.up2", 0},
+                                               {"loss", "nonfinite_loss", "", 3}}) {
+    SCOPED_TRACE(c.kind);
+    Stream st;
+    st.run_begin();
+    for (int64_t i = 0; i < c.step; ++i) st.step(i);
+    st.begin(c.step)
+        .health("activation", c.step, "encoder.stem", /*primary=*/false)  // a consequence
+        .health(c.kind, c.step, c.module)
+        .health("loss", c.step, "", /*primary=*/true)  // only the first primary counts
+        .error("non-finite " + c.kind, c.step, "head.binarize", "diverged")
+        .done("diverged")
+        .exit(1);
+    const auto a = Classify(st.result());
+    EXPECT_EQ(a.outcome, Outcome::kDiverged);
+    EXPECT_EQ(a.failure.klass, c.klass);
+    EXPECT_EQ(a.failure.step, c.step);
+    EXPECT_EQ(a.failure.module, c.module);
+    EXPECT_EQ(a.steps_completed, c.step);
+    EXPECT_FALSE(a.failure.evidence.empty());
+  }
+}
+
+TEST(Classify, NonPrimaryOrNonFiniteHealthAloneIsNotADivergence) {
+  Stream st;
+  st.run_begin().step(0);
+  st.add("health", {{"run", 0}, {"step", 0}, {"check", "finite"}, {"kind", "activation"}, {"primary", false}});
+  st.add("health", {{"run", 0}, {"step", 0}, {"check", "loss_spike"}, {"kind", "loss"}, {"primary", true}});
+  st.run_end().done().exit(0);
+  EXPECT_EQ(Classify(st.result()).outcome, Outcome::kPassed);
+}
+
+struct MessageCase {
+  std::string message, klass;
+};
+
+TEST(Classify, ErrorMessageIsClassifiedByTheKnowledgeBase) {
+  for (const auto& c : std::vector<MessageCase>{
+           {"cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "cudnn_execution_failed"},
+           {"FIND was unable to find an engine to execute this computation", "cudnn_no_engine"},
+           {"GET was unable to find an engine to execute this computation", "cudnn_no_engine"},
+           {"CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"},
+           {"CUDA error: an illegal memory access was encountered", "illegal_memory_access"},
+           {"CUDA error: an illegal instruction was encountered", "illegal_instruction"},
+           {"DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes", "host_oom"},
+           {"std::bad_alloc", "host_oom"},
+           {"something nobody has seen before", "exception"}}) {
+    SCOPED_TRACE(c.message);
+    Stream st;
+    st.run_begin().step(0).step(1).begin(2).error(c.message, 2, "decoder.fusion").done("error").exit(1);
+    const auto a = Classify(st.result());
+    EXPECT_EQ(a.outcome, Outcome::kFailed);
+    EXPECT_EQ(a.failure.klass, c.klass);
+    EXPECT_EQ(a.failure.step, 2);
+    EXPECT_EQ(a.failure.module, "decoder.fusion");
+    EXPECT_EQ(a.failure.message, c.message);
+  }
+}
+
+TEST(Classify, DataErrorIsDataInvalidWhateverItsMessage) {
+  Stream st;
+  st.run_begin().begin(0).error("sample 3: something odd", 0, "", "data").done("error").exit(1);
+  EXPECT_EQ(Classify(st.result()).failure.klass, "data_invalid");
+  Stream st2;
+  st2.run_begin().begin(0).error("img_3.jpg: cannot decode the image", 0, "", "data").done("error").exit(1);
+  EXPECT_EQ(Classify(st2.result()).failure.klass, "data_invalid");
+  // A data error before training has no step.
+  Stream st3;
+  st3.error("img_1.jpg: expected a decodable image", -1, "", "data").done("error").exit(1);
+  const auto a = Classify(st3.result());
+  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.failure.klass, "data_invalid");
+  EXPECT_FALSE(a.failure.step.has_value());
+}
+
+TEST(Classify, TeardownErrorsAreKeptAsSecondary) {
+  Stream st;
+  st.run_begin().step(0).step(1).begin(2).fault("cuda_error", 0, 2, "decoder.fusion")
+      .error("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", 2, "decoder.fusion")
+      .error("CUDA error: an illegal instruction was encountered", 2, "decoder.fusion", "exception",
+             "teardown")
+      .done("error")
+      .exit(1);
+  const auto a = Classify(st.result(), WithFaults({"cuda_error"}));
+  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.failure.klass, "cudnn_execution_failed");  // the first error, not the teardown one
+  EXPECT_EQ(a.failure.step, 2);
+  EXPECT_EQ(a.failure.module, "decoder.fusion");
+  ASSERT_EQ(a.failure.secondary.size(), 1u);
+  EXPECT_EQ(a.failure.secondary[0], "teardown: CUDA error: an illegal instruction was encountered");
+  EXPECT_TRUE(a.faults.at(0).fired);
+  EXPECT_EQ(a.faults.at(0).module, "decoder.fusion");
+}
+
+TEST(Classify, ExitWithoutDoneIsAPrematureExit) {
+  Stream st;
+  st.run_begin().step(0).begin(1).exit(1);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.failure.klass, "premature_exit");
+  EXPECT_EQ(a.failure.step, 1);
+  EXPECT_FALSE(a.done_seen);
+  EXPECT_NE(a.failure.message.find("status 1"), std::string::npos) << a.failure.message;
+}
+
+TEST(Classify, ExitZeroWithoutDoneIsUnresolved) {
+  Stream st;
+  st.run_begin().step(0).step(1).run_end().exit(0);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.failure.klass, "premature_exit");
+  EXPECT_TRUE(is_failure(a.outcome));
+}
+
+TEST(Classify, UndecodableLinesMakeAnOtherwiseCleanRunUnresolved) {
+  Stream st;
+  st.run_begin().step(0).run_end().done().exit(0);
+  st.result().bad_lines = {"events.jsonl:3: expected one JSON object per line, got invalid JSON"};
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_NE(a.failure.message.find("events.jsonl:3"), std::string::npos);
+}
+
+TEST(Classify, MemoryGrowthAcrossInProcessRunsIsALeak) {
+  Stream st;
+  for (int64_t run = 0; run < 3; ++run) {
+    st.run_begin(run, (200 + 96 * run) * kMiB).step(0, run).step(1, run);
+    st.fault("leak", 0, 0).run_end(run, (300 + 96 * run) * kMiB);
+  }
+  st.done().exit(0);
+  const auto a = Classify(st.result(), WithFaults({"leak"}));
+  EXPECT_EQ(a.outcome, Outcome::kLeaked);
+  EXPECT_TRUE(is_failure(a.outcome));
+  EXPECT_EQ(a.failure.klass, "leak_across_runs");
+  EXPECT_NE(a.failure.message.find("96.0 MiB per run"), std::string::npos) << a.failure.message;
+  EXPECT_EQ(a.failure.evidence.size(), 3u);
+  EXPECT_EQ(a.run_end_rss.size(), 3u);
+  EXPECT_EQ(a.run_begin_rss.size(), 3u);
+  EXPECT_EQ(a.steps_completed, 6);
+  ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"leak"}));
+}
+
+TEST(Classify, GrowthBelowTheThresholdIsNotALeak) {
+  Stream st;
+  for (int64_t run = 0; run < 3; ++run) st.run_begin(run).step(0, run).run_end(run, (300 + 8 * run) * kMiB);
+  st.done().exit(0);
+  EXPECT_EQ(Classify(st.result()).outcome, Outcome::kPassed);
+  ClassifyOptions strict;
+  strict.leak_threshold_bytes = 4 * kMiB;
+  EXPECT_EQ(Classify(st.result(), Scenario(), strict).outcome, Outcome::kLeaked);
+  // One run cannot leak across runs.
+  Stream one;
+  one.run_begin().step(0).run_end(0, 4096 * kMiB).done().exit(0);
+  EXPECT_EQ(Classify(one.result()).outcome, Outcome::kPassed);
+}
+
+TEST(Classify, FaultRecordsWithBadIndicesAreIgnored) {
+  Stream st;
+  st.run_begin().step(0).fault("crash", 7, 0).fault("crash", -1, 0).run_end().done().exit(0);
+  const auto a = Classify(st.result(), WithFaults({"crash"}));
+  EXPECT_EQ(a.outcome, Outcome::kPassed);
+  EXPECT_FALSE(a.faults.at(0).fired);
+}
+
+// BUG (harness/supervisor/outcome.cc, classify): the `done` status and the
+// exit code are ignored once `done` is seen, so a worker that reports a
+// divergence without a primary health event (e.g. the health line was lost)
+// and says `done: diverged` with exit 1 is classified as passed.
+TEST(Classify, WorkerThatSaysItFailedIsNeverPassed) {
+  Stream st;
+  st.run_begin().step(0).begin(1)
+      .error("non-finite loss in total at step 1", 1, "", "diverged")
+      .done("diverged")
+      .exit(1);
+  const auto a = Classify(st.result());
+  EXPECT_NE(a.outcome, Outcome::kPassed);
+  EXPECT_TRUE(is_failure(a.outcome));
+}
+
+// BUG (harness/supervisor/outcome.cc, classify): the worker reports its own
+// failures (a resolved scenario it cannot read) as an error of kind
+// "harness" and exits 3; style.md says harness bugs become kUnresolved with
+// the exception text, but classify calls it a training failure (kFailed,
+// class "exception").
+TEST(Classify, HarnessErrorInTheWorkerIsUnresolved) {
+  Stream st;
+  st.add("error", {{"kind", "harness"}, {"message", "scenario.resolved.json:3:1: expected valid YAML"}});
+  st.exit(3);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(to_string(a.outcome), "unresolved");
+  EXPECT_NE(a.failure.message.find("expected valid YAML"), std::string::npos);
+}
+
+// --- attribution never reads the fault schedule or the fault records ---------
+
+TEST(Classify, AttributionWithoutFaultRecordsIsIdentical) {
+  {
+    SCOPED_TRACE("diverged");
+    Stream st;
+    st.run_begin().step(0).begin(1).fault("nan_activation", 0, 1, "decoder.fusion")
+        .health("activation", 1, "decoder.fusion")
+        .error("non-finite activation in decoder.fusion at step 1", 1, "head.binarize", "diverged")
+        .done("diverged")
+        .exit(1);
+    ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"nan_activation"}));
+  }
+  {
+    SCOPED_TRACE("failed");
+    Stream st;
+    st.run_begin().step(0).step(1).begin(2).fault("cuda_error", 0, 2, "decoder.fusion")
+        .error("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", 2, "decoder.fusion")
+        .done("error")
+        .exit(1);
+    ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"cuda_error"}));
+  }
+  {
+    SCOPED_TRACE("crashed");
+    Stream st;
+    st.run_begin().step(0).begin(1).fault("crash", 0, 1).signal(SIGABRT);
+    ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"crash"}));
+  }
+  {
+    SCOPED_TRACE("hung");
+    Stream st;
+    st.run_begin().begin(0).fault("hang", 0, 0).signal(SIGTERM);
+    st.result().hung = true;
+    ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"hang"}));
+  }
+  {
+    SCOPED_TRACE("gradient in the head");
+    Stream st;
+    st.run_begin().begin(0).fault("unstable_binarization", 0, 0, "head.binarize")
+        .health("gradient", 0, "head.thresh.up2")
+        .done("diverged")
+        .exit(1);
+    ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"unstable_binarization"}));
+  }
+}
+
+TEST(Classify, AttributionComesFromMonitorsNotFromWhereTheFaultSaysItFired) {
+  // A fault record that names another module and step changes nothing.
+  Stream st;
+  st.run_begin().step(0).begin(1).fault("nan_activation", 0, 0, "encoder.stem")
+      .health("activation", 1, "decoder.fusion")
+      .done("diverged")
+      .exit(1);
+  const auto a = Classify(st.result(), WithFaults({"nan_activation"}));
+  EXPECT_EQ(a.failure.module, "decoder.fusion");
+  EXPECT_EQ(a.failure.step, 1);
+}
+
+// --- expectations -----------------------------------------------------------------
+
+TrialAnalysis Diverged(const std::string& module, int64_t step) {
+  TrialAnalysis a;
+  a.outcome = Outcome::kDiverged;
+  a.failure.klass = "nonfinite_gradient";
+  a.failure.step = step;
+  a.failure.module = module;
+  a.peak_memory_bytes = 512 * kMiB;
+  return a;
+}
+
+TEST(ExpectationMet, MatchingExpectationHasNoMismatches) {
+  Expectation e;
+  e.outcome = "diverged";
+  e.failure_class = "nonfinite_gradient";
+  e.step = 0;
+  e.module = "head.thresh.up2";
+  e.max_peak_memory = 1024 * kMiB;
+  std::vector<std::string> why;
+  EXPECT_TRUE(expectation_met(e, Diverged("head.thresh.up2", 0), &why));
+  EXPECT_TRUE(why.empty());
+  EXPECT_TRUE(expectation_met(e, Diverged("head.thresh.up2", 0), nullptr));
+}
+
+TEST(ExpectationMet, ModuleMatchesByDottedPrefix) {
+  Expectation e;
+  e.outcome = "diverged";
+  e.module = "head";
+  EXPECT_TRUE(expectation_met(e, Diverged("head", 0), nullptr));
+  EXPECT_TRUE(expectation_met(e, Diverged("head.thresh.up2", 0), nullptr));
+  EXPECT_FALSE(expectation_met(e, Diverged("header.conv", 0), nullptr));  // not a component prefix
+  EXPECT_FALSE(expectation_met(e, Diverged("encoder.head", 0), nullptr));
+  e.module = "head.thresh";
+  EXPECT_TRUE(expectation_met(e, Diverged("head.thresh.up2", 0), nullptr));
+  EXPECT_FALSE(expectation_met(e, Diverged("head", 0), nullptr));  // less specific than expected
+  std::vector<std::string> why;
+  EXPECT_FALSE(expectation_met(e, Diverged("", 0), &why));
+  EXPECT_EQ(why, std::vector<std::string>{"module: expected head.thresh, got none"});
+}
+
+TEST(ExpectationMet, EachMismatchHasItsOwnLine) {
+  Expectation e;
+  e.outcome = "failed";
+  e.failure_class = "cudnn_execution_failed";
+  e.step = 2;
+  e.module = "decoder.fusion";
+  e.max_peak_memory = 256 * kMiB;
+  std::vector<std::string> why;
+  EXPECT_FALSE(expectation_met(e, Diverged("head.binarize", 1), &why));
+  EXPECT_EQ(why, (std::vector<std::string>{
+                     "outcome: expected failed, got diverged",
+                     "failure_class: expected cudnn_execution_failed, got nonfinite_gradient",
+                     "step: expected 2, got 1",
+                     "module: expected decoder.fusion, got head.binarize",
+                     "max_peak_memory: expected at most 256.0 MiB, got 512.0 MiB",
+                 }));
+  // Against a passed run, the failure fields say "none".
+  TrialAnalysis passed;
+  passed.outcome = Outcome::kPassed;
+  why.clear();
+  EXPECT_FALSE(expectation_met(e, passed, &why));
+  EXPECT_EQ(why, (std::vector<std::string>{
+                     "outcome: expected failed, got passed",
+                     "failure_class: expected cudnn_execution_failed, got none",
+                     "step: expected 2, got none",
+                     "module: expected decoder.fusion, got none",
+                 }));
+}
+
+TEST(ExpectationMet, UnsetFieldsAreNotChecked) {
+  Expectation e;
+  e.outcome = "diverged";
+  EXPECT_TRUE(expectation_met(e, Diverged("anything", 99), nullptr));
+  Expectation passed;  // outcome defaults to passed
+  TrialAnalysis a;
+  a.outcome = Outcome::kPassed;
+  EXPECT_TRUE(expectation_met(passed, a, nullptr));
+}
+
+// --- names ---------------------------------------------------------------------------
+
+TEST(OutcomeNames, RoundTripAndFailureSet) {
+  for (Outcome o : {Outcome::kPassed, Outcome::kFailed, Outcome::kCrashed, Outcome::kTimedOut,
+                    Outcome::kHung, Outcome::kDiverged, Outcome::kNondeterministic, Outcome::kLeaked,
+                    Outcome::kSkipped, Outcome::kUnresolved}) {
+    EXPECT_EQ(outcome_from_string(to_string(o)), o);
+    EXPECT_EQ(is_failure(o), o != Outcome::kPassed && o != Outcome::kSkipped) << to_string(o);
+  }
+  EXPECT_FALSE(outcome_from_string("exploded").has_value());
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(64), "signal 64");
+}
+
+TEST(KnowledgeBase, ShippedClassesCoverEveryClassTheClassifierNames) {
+  const auto& kb = Kb();
+  for (const char* id : {"nonfinite_input", "nonfinite_label", "nonfinite_activation", "nonfinite_gradient",
+                         "nonfinite_loss", "data_invalid", "cuda_oom", "host_oom", "cudnn_no_engine",
+                         "cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
+                         "crash_signal", "hang", "nondeterminism", "leak_across_runs", "premature_exit"}) {
+    const FailureClass* c = kb.find(id);
+    ASSERT_NE(c, nullptr) << id;
+    EXPECT_FALSE(c->title.empty()) << id;
+  }
+  EXPECT_EQ(kb.match_message("no signature here"), nullptr);
+}
+
+}  // namespace
+}  // namespace dbh::harness
