@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/data_command.h"
+#include "harness/bisect/bisect_command.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/supervisor/trial.h"
@@ -126,6 +127,26 @@ int main(int argc, char** argv) {
   repeat->add_option("--in-process", repeat_in_process, "Runs in the same process")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   add_run_options(repeat);
+  dbh::harness::BisectOptions bo;
+  std::vector<std::string> bisect_args;
+  auto* bisect = app.add_subcommand(
+      "bisect", "Bisect a failure to its step, module, samples, config difference or value boundary");
+  bisect->add_option("KIND", bo.kind, "steps | modules | data | config | range")->required()
+      ->check(CLI::IsMember({"steps", "modules", "data", "config", "range"}));
+  bisect->add_option("ARGS", bisect_args,
+                     "SCENARIO [KEY for range] [key=value …]");
+  bisect->add_option("--good", bo.good, "config: the passing scenario file or key=value set");
+  bisect->add_option("--bad", bo.bad, "config: the failing scenario file or key=value set");
+  bisect->add_option("--key", bo.key, "range: the numeric key");
+  bisect->add_option("--lo", bo.lo, "range: low end");
+  bisect->add_option("--hi", bo.hi, "range: high end");
+  bisect->add_option("--out", bo.out, "Output folder");
+  bisect->add_option("--cache", bo.cache_dir, "Probe cache folder (default reports/cache/probes)");
+  bisect->add_option("--alpha", bo.alpha, "Accepted probability of missing a flaky failure per probe")
+      ->check(CLI::Range(0.0001, 0.5))->capture_default_str();
+  bisect->add_option("--reproductions", bo.reproductions, "Runs that measure the reproduction rate")
+      ->check(CLI::Range(int64_t{1}, int64_t{50}))->capture_default_str();
+  bisect->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   std::vector<std::string> suite_args;
   auto* suite = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
@@ -177,6 +198,33 @@ int main(int argc, char** argv) {
         ro.overrides.push_back("repeat.in_process=" + std::to_string(repeat_in_process));
       }
       return dbh::harness::run_command(ro);
+    }
+    if (*bisect) {
+      for (const auto& a : bisect_args) {
+        if (a.find('=') != std::string::npos) {
+          bo.overrides.push_back(a);
+        } else if (bo.scenario.empty() && (bo.kind != "config" || std::ifstream(a).good())) {
+          bo.scenario = a;
+        } else if (bo.kind == "range" && bo.key.empty()) {
+          bo.key = a;
+        } else {
+          std::cerr << "dbh bisect: unexpected argument \"" << a << "\"\n";
+          return 2;
+        }
+      }
+      if (bo.kind != "config" && bo.scenario.empty()) {
+        std::cerr << "dbh bisect " << bo.kind << ": expected a scenario file\n";
+        return 2;
+      }
+      if (bo.kind == "config" && (bo.good.empty() || bo.bad.empty())) {
+        std::cerr << "dbh bisect config: expected --good and --bad\n";
+        return 2;
+      }
+      if (bo.kind == "range" && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
+        std::cerr << "dbh bisect range: expected KEY --lo X --hi Y\n";
+        return 2;
+      }
+      return dbh::harness::bisect_command(bo);
     }
     if (*suite) {
       split(suite_args);

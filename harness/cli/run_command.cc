@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "harness/bisect/probe.h"
 #include "harness/common/error.h"
 #include "harness/env/environment.h"
 #include "harness/faults/catalog.h"
@@ -24,12 +25,6 @@ namespace dbh::harness {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string self_exe() {
-  std::error_code ec;
-  const auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("dbh") : p.string();
-}
 
 std::string now_iso() {
   const std::time_t t = std::time(nullptr);
@@ -69,18 +64,8 @@ struct Printer {
 TrialRecord run_one_trial(const Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
-  fs::create_directories(dir);
-  const fs::path resolved = dir / "scenario.resolved.json";
-  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
-  TrialSpec spec;
-  spec.argv = {self_exe(), "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
-               "--trial", std::to_string(index)};
-  spec.run_dir = dir.string();
-  spec.deadline_s = s.limits.deadline_s;
-  spec.silence_s = s.limits.silence_s;
-  spec.grace_s = s.limits.grace_s;
   const int64_t total = s.train.max_steps;
-  spec.on_event = [&](const Event& e) {
+  auto on_event = [&](const Event& e) {
     if (p.quiet) return;
     if (e.type == "step_end") {
       const int64_t step = e.get<int64_t>("step", 0);
@@ -104,16 +89,12 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
                 << std::endl;
     }
   };
-  const TrialResult result = run_trial(spec);
-  if (p.tty && !p.quiet) std::cout << std::endl;
-  ClassifyOptions copts;
-  copts.withhold_fault_records = o.withhold_fault_records;
   TrialRecord t;
   t.label = label;
   t.overrides = overrides;
   t.dir = dir.string();
-  t.analysis = classify(result, s, KnowledgeBase::shipped(), copts);
-  t.stderr_tail = result.stderr_tail;
+  t.analysis = run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
+  if (p.tty && !p.quiet) std::cout << std::endl;
   return t;
 }
 

@@ -21,6 +21,7 @@ inline constexpr const char* kHello = "hello";            // schema_version, pid
 inline constexpr const char* kRunBegin = "run_begin";     // run, memory
 inline constexpr const char* kStepBegin = "step_begin";   // run, step
 inline constexpr const char* kStepEnd = "step_end";       // run, step, loss, bce, l1, dice, lr, grad_norm, seconds, memory, loss_bits
+inline constexpr const char* kBatch = "batch";            // run, step, samples (ids of the batch)
 inline constexpr const char* kFaultFired = "fault_fired"; // fault, index, run, step, module, detail
 inline constexpr const char* kHealth = "health";          // run, step, check, site, kind, module, detail, stats
 inline constexpr const char* kCheckpoint = "checkpoint";  // run, step, path

@@ -440,6 +440,16 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.data.on_invalid = r.string("on_invalid", "error", {"error", "skip", "clip"});
     s.data.validate = r.boolean("validate", true);
     s.data.preflight = r.boolean("preflight", true);
+    if (const Value* sub = r.get("subset")) {
+      if (!sub->is_seq()) fail(sub->loc, "data.subset", "a list of sample indices", sub->describe());
+      for (const auto& x : sub->seq) {
+        int64_t v = 0;
+        if (!x.is_scalar() || !parse_int(x.scalar, &v) || v < 0) {
+          fail(x.loc, "data.subset", "non-negative sample indices", x.describe());
+        }
+        s.data.subset.push_back(v);
+      }
+    }
     r.finish();
   }
   {
@@ -456,6 +466,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
     s.train.threads = r.integer("threads", 0, 0, 1024);
     s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
+    s.train.resume_from = r.string("resume_from", "");
+    s.train.stop_after = r.integer("stop_after", 0, 0, s.train.max_steps);
     r.finish();
   }
   {
@@ -636,13 +648,14 @@ std::string resolved_json(const Scenario& s) {
                {"batch_size", s.data.batch_size}, {"size", s.data.size},
                {"num_workers", s.data.num_workers}, {"augment", s.data.augment},
                {"on_invalid", s.data.on_invalid}, {"validate", s.data.validate},
-               {"preflight", s.data.preflight}};
+               {"preflight", s.data.preflight}, {"subset", s.data.subset}};
   j["train"] = {{"max_steps", s.train.max_steps},     {"optimizer", s.train.optimizer},
                 {"lr", s.train.lr},                   {"momentum", s.train.momentum},
                 {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
                 {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
                 {"precision", s.train.precision},     {"seed", s.train.seed},
-                {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every}};
+                {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every},
+                {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after}};
   j["hardware"] = {{"device", s.hardware.device},
                    {"cudnn_enabled", s.hardware.cudnn_enabled},
                    {"cudnn_benchmark", s.hardware.cudnn_benchmark},

@@ -28,6 +28,8 @@ struct DataConfig {
   std::string on_invalid = "error";
   bool validate = true;            // per-batch validation hook
   bool preflight = true;           // decode every image before training
+  /// Train on these dataset indices only (bisect data); empty = all.
+  std::vector<int64_t> subset;
 };
 
 struct TrainConfig {
@@ -43,6 +45,10 @@ struct TrainConfig {
   uint64_t seed = 42;
   int64_t threads = 0;             // 0 = all cores
   int64_t checkpoint_every = 0;
+  std::string resume_from;         // checkpoint to resume from (replays)
+  /// Stop after this many steps (0 = max_steps) without changing the
+  /// schedule, which still runs to max_steps (bisect steps).
+  int64_t stop_after = 0;
 };
 
 struct HardwareConfig {

@@ -110,6 +110,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         f.steps.push_back(e.get<int64_t>("step", -1));
         f.module = e.get<std::string>("module", f.module);
       }
+    } else if (e.type == "batch") {
+      a.batches.emplace_back(e.get<int64_t>("step", 0), e.get<std::vector<std::string>>("samples", {}));
     } else if (e.type == "health") {
       if (e.get<bool>("primary", false) && e.get<std::string>("check", "") == "finite" &&
           primary_health == nullptr) {
@@ -176,6 +178,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   } else if (primary_health != nullptr) {
     a.outcome = Outcome::kDiverged;
     const auto& h = *primary_health;
+    a.primary_health = h.body;
     f.klass = class_for_health_kind(h.get<std::string>("kind", ""));
     f.step = h.get<int64_t>("step", 0);
     f.run = h.get<int64_t>("run", 0);

@@ -74,6 +74,10 @@ struct TrialAnalysis {
   std::vector<int64_t> run_end_rss;
   std::vector<int64_t> run_begin_rss;
   std::string scenario_hash;
+  /// The monitors' primary finding (a `health` event), when there was one.
+  nlohmann::json primary_health;
+  /// Sample ids per step, from `batch` events.
+  std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };
 
 struct ClassifyOptions {

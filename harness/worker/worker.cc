@@ -162,6 +162,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                      : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
                                                    : model::OnInvalid::kError;
       d.preflight = s.data.preflight;
+      d.subset = s.data.subset;
       dataset = std::make_shared<model::Dataset>(d);
       for (const auto& defect : dataset->defects()) events.emit("warning", {{"message", defect.message}});
     }
@@ -197,6 +198,11 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
           .device(s.hardware.device);
       model::Trainer trainer(net, t);
       faults.set_optimizer(&trainer.optimizer());
+      if (!s.train.resume_from.empty()) {
+        trainer.load_checkpoint(s.train.resume_from);
+        events.emit("checkpoint", {{"run", run}, {"step", trainer.next_step()},
+                                   {"path", s.train.resume_from}, {"resumed", true}});
+      }
       trainer.add_listener(borrow(faults));
       trainer.add_listener(borrow(monitors));
       if (dataset) {
@@ -216,7 +222,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         return source == "synthetic_random" ? model::synthetic_random_batch(n, size, size, k)
                                             : model::synthetic_boxes_batch(n, size, size, k);
       };
-      while (trainer.next_step() < s.train.max_steps) {
+      const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+      while (trainer.next_step() < last) {
         step = trainer.next_step();
         events.emit("step_begin", {{"run", run}, {"step", step}});
         const auto r = trainer.step(batches);
@@ -247,7 +254,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       checksum << std::hex << parameter_checksum(net);
       loader.reset();
       events.emit("run_end", {{"run", run},
-                              {"steps", s.train.max_steps},
+                              {"steps", trainer.next_step()},
                               {"checksum", checksum.str()},
                               {"memory", memory_json(s.hardware.device)}});
     }

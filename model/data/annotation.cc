@@ -36,8 +36,32 @@ std::string quoted(std::string s) {
 }
 
 // A JSON value as it appears in a message: its type and a short excerpt.
+// Quotes a JSON value for a message without recursing into deep containers
+// (dump() recurses once per level and overflows the stack on hostile input).
+void describe_into(const json& j, std::string& out, int depth) {
+  if (out.size() > kMaxQuoted) return;
+  if (j.is_array() || j.is_object()) {
+    if (depth >= 4) {
+      out += j.is_array() ? "[…]" : "{…}";
+      return;
+    }
+    out += j.is_array() ? "[" : "{";
+    bool first = true;
+    for (auto it = j.begin(); it != j.end() && out.size() <= kMaxQuoted; ++it) {
+      if (!first) out += ",";
+      first = false;
+      if (j.is_object()) out += json(it.key()).dump() + ":";
+      describe_into(*it, out, depth + 1);
+    }
+    out += j.is_array() ? "]" : "}";
+    return;
+  }
+  out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string describe(const json& j) {
-  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string text;
+  describe_into(j, text, 0);
   if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
   return std::string(j.type_name()) + " " + text;
 }

@@ -17,13 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 torch::Tensor mat_to_tensor(const cv::Mat& m) {
   // HxWxC float32 → [C, H, W].
   TORCH_INTERNAL_ASSERT(m.isContinuous() && m.depth() == CV_32F);
@@ -45,6 +38,19 @@ Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
   images_ = std::move(scan.images);
   if (!scan.readable || (options_.on_invalid == OnInvalid::kError && !defects_.empty())) {
     throw DataError(defects_);
+  }
+  if (!options_.subset.empty()) {
+    std::vector<ImageAnnotation> kept;
+    for (const int64_t i : options_.subset) {
+      if (i < 0 || i >= static_cast<int64_t>(images_.size())) {
+        throw DataError({Defect{DefectKind::kUnreadableFile, scan.annotation_path, "", "", 0,
+                                scan.annotation_path + ": subset index " + std::to_string(i) +
+                                    " is outside the dataset's " + std::to_string(images_.size()) +
+                                    " images"}});
+      }
+      kept.push_back(images_[static_cast<size_t>(i)]);
+    }
+    images_ = std::move(kept);
   }
   if (images_.empty()) {
     throw DataError({Defect{DefectKind::kUnreadableFile, scan.annotation_path, "", "", 0,
@@ -111,30 +117,6 @@ Batch Dataset::collate(const std::vector<int64_t>& indices, int64_t epoch) const
   b.targets.gt_thresh = torch::stack(thresh);
   b.targets.gt_thresh_mask = torch::stack(thresh_mask);
   return b;
-}
-
-std::vector<int64_t> batch_indices(int64_t n, int64_t batch_size, uint64_t seed, int64_t micro) {
-  TORCH_CHECK(n > 0 && batch_size > 0, "Expected a non-empty dataset and batch, but got ", n,
-              " samples and batch ", batch_size);
-  std::vector<int64_t> out;
-  int64_t cached_epoch = -1;
-  std::vector<int64_t> perm;
-  for (int64_t k = 0; k < batch_size; ++k) {
-    const int64_t pos = micro * batch_size + k;
-    const int64_t epoch = pos / n;
-    if (epoch != cached_epoch) {
-      perm.resize(static_cast<size_t>(n));
-      std::iota(perm.begin(), perm.end(), 0);
-      uint64_t state = seed ^ (0x5DEECE66DULL * static_cast<uint64_t>(epoch + 1));
-      for (int64_t i = n - 1; i > 0; --i) {
-        const auto j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
-        std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
-      }
-      cached_epoch = epoch;
-    }
-    out.push_back(perm[static_cast<size_t>(pos % n)]);
-  }
-  return out;
 }
 
 }  // namespace dbh::model

@@ -16,6 +16,7 @@
 #include "model/data/annotation.h"
 #include "model/data/augment.h"
 #include "model/data/batch.h"
+#include "model/data/scan.h"
 #include "model/label/label_maps.h"
 
 namespace dbh::model {
@@ -40,6 +41,8 @@ struct DatasetOptions {
   /// Off, an unreadable image fails when a batch first needs it, as lazily
   /// decoding pipelines do.
   bool preflight = true;
+  /// Keep only these indices (in scan order), in this order; empty keeps all.
+  std::vector<int64_t> subset;
   /// Apply EXIF orientation when decoding (off: annotations usually refer to
   /// the stored pixels).
   bool apply_exif = false;
@@ -84,11 +87,6 @@ class Dataset {
   std::vector<Defect> defects_;
 };
 
-/// The sample indices of the `batch_size` samples consumed by micro-batch
-/// `micro`: samples are drawn epoch by epoch in a permutation that depends
-/// only on (seed, epoch).
-std::vector<int64_t> batch_indices(int64_t dataset_size, int64_t batch_size,
-                                   uint64_t seed, int64_t micro);
 
 /// Checks a batch: finite values, images within the normalised range of
 /// [0, 1] pixels, maps within [0, 1], masks and the shrink map binary.

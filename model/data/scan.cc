@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <numeric>
+#include <stdexcept>
 
 namespace dbh::model {
 namespace fs = std::filesystem;
@@ -83,6 +85,41 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
     out.words += static_cast<int64_t>(image.words.size());
     for (const auto& w : image.words) out.words_ignored += w.ignore ? 1 : 0;
     out.images.push_back(std::move(image));
+  }
+  return out;
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<int64_t> batch_indices(int64_t n, int64_t batch_size, uint64_t seed, int64_t micro) {
+  if (n <= 0 || batch_size <= 0) {
+    throw std::invalid_argument("batch_indices: expected a non-empty dataset and batch, got " +
+                                std::to_string(n) + " samples and batch " + std::to_string(batch_size));
+  }
+  std::vector<int64_t> out;
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> perm;
+  for (int64_t k = 0; k < batch_size; ++k) {
+    const int64_t pos = micro * batch_size + k;
+    const int64_t epoch = pos / n;
+    if (epoch != cached_epoch) {
+      perm.resize(static_cast<size_t>(n));
+      std::iota(perm.begin(), perm.end(), 0);
+      uint64_t state = seed ^ (0x5DEECE66DULL * static_cast<uint64_t>(epoch + 1));
+      for (int64_t i = n - 1; i > 0; --i) {
+        const auto j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
+        std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+      }
+      cached_epoch = epoch;
+    }
+    out.push_back(perm[static_cast<size_t>(pos % n)]);
   }
   return out;
 }

@@ -34,4 +34,10 @@ ScanResult scan_dataset(const std::string& root, OnInvalid policy,
                         const std::vector<std::string>& ignore_tags = {},
                         bool check_images = true);
 
+/// The sample indices of the `batch_size` samples consumed by micro-batch
+/// `micro`: samples are drawn epoch by epoch in a permutation that depends
+/// only on (seed, epoch).
+std::vector<int64_t> batch_indices(int64_t dataset_size, int64_t batch_size,
+                                   uint64_t seed, int64_t micro);
+
 }  // namespace dbh::model

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+struct BisectOptions {
+  std::string kind;                    // steps | modules | data | config | range
+  std::string scenario;                // scenario file (optional for config)
+  std::vector<std::string> overrides;  // key=value on top of the scenario
+  std::vector<std::string> good, bad;  // config: scenario files or key=value sets
+  std::string key;                     // range: the numeric key
+  std::string lo, hi;                  // range: the interval
+  std::string out;
+  std::string cache_dir;               // probe cache (default reports/cache/probes)
+  double alpha = 0.05;                 // accepted probability of missing a flaky failure
+  int64_t reproductions = 3;           // runs to measure the reproduction rate
+  bool quiet = false;
+};
+
+/// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json and
+/// bisect.md under the output folder, and ends with a one-line command that
+/// reproduces the minimal failure. Exit 0 when a result was found, 1 when the
+/// failure did not reproduce or no answer could be given, 2 on bad input.
+int bisect_command(const BisectOptions& options);
+
+struct DiagnoseOptions {
+  std::string scenario;
+  std::vector<std::string> overrides;
+  std::string out;
+  std::string cache_dir;
+  bool quiet = false;
+};
+
+/// `dbh diagnose SCENARIO`: the diagnosis ladder, a what-works/what-fails
+/// table, ranked hypotheses, next steps and a minimal repro scenario.
+int diagnose_command(const DiagnoseOptions& options);
+
+}  // namespace dbh::harness
