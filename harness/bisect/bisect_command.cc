@@ -40,8 +40,18 @@ std::string quote(const std::string& s) {
 }
 
 std::string command_line(const std::string& scenario, const std::vector<std::string>& overrides) {
+  // A later override of the same key wins; print each key once, last value.
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    const std::string key = overrides[i].substr(0, overrides[i].find('='));
+    bool later = false;
+    for (size_t j = i + 1; j < overrides.size(); ++j) {
+      later = later || overrides[j].substr(0, overrides[j].find('=')) == key;
+    }
+    if (!later) kept.push_back(overrides[i]);
+  }
   std::string cmd = "dbh run " + quote(scenario);
-  for (const auto& o : overrides) cmd += " " + quote(o);
+  for (const auto& o : kept) cmd += " " + quote(o);
   return cmd;
 }
 

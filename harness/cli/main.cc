@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
       ->required();
   add_run_options(run);
   run->add_flag("--withhold-fault-records", ro.withhold_fault_records)->group("");
+  bool bisect_exit = false;
+  run->add_flag("--bisect-exit", bisect_exit,
+                "Exit codes for git bisect run: 0 expectation met, 1 not met, 125 cannot test");
   std::vector<std::string> repeat_args;
   int64_t repeat_processes = 0, repeat_in_process = 0;
   auto* repeat = app.add_subcommand(
@@ -147,6 +150,14 @@ int main(int argc, char** argv) {
   bisect->add_option("--reproductions", bo.reproductions, "Runs that measure the reproduction rate")
       ->check(CLI::Range(int64_t{1}, int64_t{50}))->capture_default_str();
   bisect->add_flag("-q,--quiet", bo.quiet, "Print only the result");
+  dbh::harness::DiagnoseOptions dg;
+  std::vector<std::string> diagnose_args;
+  auto* diagnose = app.add_subcommand(
+      "diagnose", "Run the diagnosis ladder on a failing scenario: what works, what fails, ranked hypotheses");
+  diagnose->add_option("ARGS", diagnose_args, "SCENARIO [key=value …]")->required();
+  diagnose->add_option("--out", dg.out, "Output folder");
+  diagnose->add_option("--cache", dg.cache_dir, "Probe cache folder");
+  diagnose->add_flag("-q,--quiet", dg.quiet, "Print only the conclusion");
   std::vector<std::string> suite_args;
   auto* suite = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
@@ -186,7 +197,10 @@ int main(int argc, char** argv) {
     };
     if (*run) {
       split(run_args);
-      return dbh::harness::run_command(ro);
+      const int code = dbh::harness::run_command(ro);
+      if (!bisect_exit) return code;
+      // git bisect: 0 good, 1 bad, 125 skip; never a code > 127 (git would abort).
+      return code == 0 ? 0 : code == 1 ? 1 : 125;
     }
     if (*repeat) {
       split(repeat_args);
@@ -198,6 +212,19 @@ int main(int argc, char** argv) {
         ro.overrides.push_back("repeat.in_process=" + std::to_string(repeat_in_process));
       }
       return dbh::harness::run_command(ro);
+    }
+    if (*diagnose) {
+      for (const auto& a : diagnose_args) {
+        if (a.find('=') != std::string::npos) {
+          dg.overrides.push_back(a);
+        } else if (dg.scenario.empty()) {
+          dg.scenario = a;
+        } else {
+          std::cerr << "dbh diagnose: unexpected argument \"" << a << "\"\n";
+          return 2;
+        }
+      }
+      return dbh::harness::diagnose_command(dg);
     }
     if (*bisect) {
       for (const auto& a : bisect_args) {

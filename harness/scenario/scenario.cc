@@ -468,6 +468,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
     s.train.resume_from = r.string("resume_from", "");
     s.train.stop_after = r.integer("stop_after", 0, 0, s.train.max_steps);
+    s.train.mode = r.string("mode", "train", {"train", "ops"});
     r.finish();
   }
   {
@@ -484,6 +485,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.hardware.allow_tf32 = r.boolean("allow_tf32", false);
     s.hardware.memory_budget = r.bytes("memory_budget", 0);
     s.hardware.profile = r.string("profile", "");
+    s.hardware.launch_blocking = r.boolean("launch_blocking", false);
     r.finish();
   }
   if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
@@ -655,14 +657,16 @@ std::string resolved_json(const Scenario& s) {
                 {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
                 {"precision", s.train.precision},     {"seed", s.train.seed},
                 {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every},
-                {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after}};
+                {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after},
+                {"mode", s.train.mode}};
   j["hardware"] = {{"device", s.hardware.device},
                    {"cudnn_enabled", s.hardware.cudnn_enabled},
                    {"cudnn_benchmark", s.hardware.cudnn_benchmark},
                    {"cudnn_deterministic", s.hardware.cudnn_deterministic},
                    {"allow_tf32", s.hardware.allow_tf32},
                    {"memory_budget", std::to_string(s.hardware.memory_budget)},
-                   {"profile", s.hardware.profile}};
+                   {"profile", s.hardware.profile},
+                   {"launch_blocking", s.hardware.launch_blocking}};
   j["monitors"] = {{"mode", s.monitors.mode}, {"loss_spike_factor", s.monitors.loss_spike_factor}};
   j["faults"] = nlohmann::ordered_json::array();
   for (const auto& f : s.faults) {

@@ -49,6 +49,9 @@ struct TrainConfig {
   /// Stop after this many steps (0 = max_steps) without changing the
   /// schedule, which still runs to max_steps (bisect steps).
   int64_t stop_after = 0;
+  /// train: the training loop; ops: basic tensor operations on the device
+  /// only (the first rung of `dbh diagnose`).
+  std::string mode = "train";
 };
 
 struct HardwareConfig {
@@ -59,6 +62,7 @@ struct HardwareConfig {
   bool allow_tf32 = false;
   int64_t memory_budget = 0;       // bytes; 0 = none
   std::string profile;             // hardware profile name
+  bool launch_blocking = false;    // CUDA_LAUNCH_BLOCKING=1 in the worker
 };
 
 struct MonitorConfig {

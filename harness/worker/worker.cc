@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -134,6 +136,35 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   int64_t run = 0;
   int64_t step = -1;
   std::string status = "passed";
+  if (s.hardware.launch_blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  if (s.train.mode == "ops") {
+    // Basic tensor operations on the device: matmul, convolution forward and
+    // backward, reductions. No model, no data.
+    try {
+      torch::manual_seed(s.train.seed);
+      const torch::Device device = model::parse_device(s.hardware.device);
+      for (step = 0; step < 3; ++step) {
+        events.emit("step_begin", {{"run", 0}, {"step", step}});
+        auto a = torch::randn({256, 256}, device);
+        auto x = torch::randn({2, 16, 32, 32}, torch::TensorOptions().device(device).requires_grad(true));
+        auto w = torch::randn({32, 16, 3, 3}, torch::TensorOptions().device(device).requires_grad(true));
+        auto y = torch::conv2d(x, w, {}, 1, 1).relu().sum() + a.matmul(a).mean();
+        y.backward();
+        const double v = y.item<double>();
+        const bool finite = std::isfinite(v) && torch::isfinite(x.grad()).all().item<bool>() &&
+                            torch::isfinite(w.grad()).all().item<bool>();
+        if (!finite) throw std::runtime_error("basic tensor ops produced non-finite values on " + device.str());
+        events.emit("step_end", {{"run", 0}, {"step", step}, {"loss", v}, {"seconds", 0.0}});
+      }
+    } catch (const std::exception& e) {
+      events.emit("error", {{"kind", "exception"}, {"run", 0}, {"step", step}, {"phase", "ops"},
+                            {"message", message_of(e)}});
+      events.emit("done", {{"status", "error"}});
+      return 1;
+    }
+    events.emit("done", {{"status", "passed"}});
+    return 0;
+  }
   try {
     if (s.hardware.memory_budget > 0 && s.hardware.device == "cpu") {
       apply_host_memory_cap(s.hardware.memory_budget);
@@ -142,7 +173,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     std::string data_path = s.data.path;
     for (size_t i = 0; i < s.faults.size(); ++i) {
       const auto& f = s.faults[i];
-      if (f.name != "corrupt_sample") continue;
+      if (f.name != "corrupt_sample" || s.data.source != "real") continue;
       const std::string copy = (fs::path(run_dir) / "data").string();
       const std::string file = corrupt_dataset_copy(data_path, copy, f.get_int("sample"), f.get("kind"));
       data_path = copy;

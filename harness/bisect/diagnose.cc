@@ -1,0 +1,306 @@
+// dbh diagnose: the seeds' diagnosis ladder, automated.
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/bisect/bisect_command.h"
+#include "harness/bisect/probe.h"
+#include "harness/common/error.h"
+#include "harness/report/knowledge_base.h"
+#include "harness/report/report.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+struct Rung {
+  std::string name;       // what the row says
+  std::string group;      // ladder | variant
+  std::vector<std::string> overrides;
+  std::string applies;    // "" when it applies, else why not
+  ProbeResult probe;
+  bool ran = false;
+};
+
+struct Hypothesis {
+  std::string id;
+  std::string title;
+  std::vector<std::string> support;
+  std::vector<std::string> refute;
+  std::string next;
+  int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
+};
+
+std::string q(const std::string& s) {
+  if (s.find_first_of(" '\"[]{}") == std::string::npos) return s;
+  return "'" + s + "'";
+}
+
+std::string row_result(const Rung& r) {
+  if (!r.applies.empty()) return "n/a (" + r.applies + ")";
+  const auto& a = r.probe.analysis;
+  std::string s = is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
+  if (!a.failure.klass.empty()) s += " `" + a.failure.klass + "`";
+  if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
+  return s;
+}
+
+std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+int diagnose_command(const DiagnoseOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const Scenario s = load_scenario(o.scenario, o.overrides);
+    const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
+                                             ("diagnose-" + fs::path(o.scenario).stem().string() + "-" +
+                                              std::to_string(std::time(nullptr)))
+                                       : fs::path(o.out);
+    fs::create_directories(out);
+    const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
+    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
+    const bool cuda = s.hardware.device != "cpu";
+    const bool real = s.data.source == "real";
+    if (!o.quiet) std::cout << "dbh diagnose " << s.name << " (" << s.hardware.device << ")" << std::endl;
+
+    std::vector<Rung> rungs = {
+        {"Basic tensor ops on the device", "ladder", {"train.mode=ops", "controls=[]"}, "", {}, false},
+        {"Model forward/backward on synthetic data (1 step)", "ladder",
+         {"data.source=synthetic_random", "train.max_steps=1", "train.stop_after=0", "controls=[]"}, "", {}, false},
+        {"Full trainer on synthetic data", "ladder", {"data.source=synthetic_boxes", "controls=[]"}, "", {}, false},
+        {"Trainer on real data, num_workers=0", "ladder", {"data.num_workers=0", "controls=[]"},
+         real ? "" : "data is not real", {}, false},
+        {"Trainer on real data with loader workers", "ladder", {"data.num_workers=2", "controls=[]"},
+         real ? "" : "data is not real", {}, false},
+        {"The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
+    };
+    for (auto& r : rungs) {
+      if (!r.applies.empty()) continue;
+      r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
+      r.ran = true;
+    }
+    const bool fails = is_failure(rungs.back().probe.analysis.outcome);
+    const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
+    std::vector<Rung> variants = {
+        {"cuDNN deterministic", "variant", {"hardware.cudnn_deterministic=true", "controls=[]"},
+         cuda ? "" : "no cuDNN on cpu", {}, false},
+        {"cuDNN benchmark off", "variant", {"hardware.cudnn_benchmark=false", "controls=[]"},
+         cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
+        {"cuDNN disabled", "variant", {"hardware.cudnn_enabled=false", "controls=[]"},
+         cuda ? "" : "no cuDNN on cpu", {}, false},
+        {"AMP off (fp32)", "variant", {"train.precision=fp32", "controls=[]"},
+         s.train.precision == "fp32" ? "already fp32" : "", {}, false},
+        {"AMP on (bf16)", "variant", {"train.precision=bf16", "controls=[]"},
+         cuda ? (s.train.precision == "fp32" ? "" : "already AMP") : "AMP needs CUDA", {}, false},
+        {"Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
+         "variant",
+         {"data.batch_size=" + std::to_string(half), "train.accumulation=" + std::to_string(s.train.accumulation * 2),
+          "controls=[]"},
+         s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
+        {"More memory headroom", "variant",
+         {"hardware.memory_budget=" + std::to_string(s.hardware.memory_budget * 2), "controls=[]"},
+         s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
+        {"Blocking kernel launches", "variant", {"hardware.launch_blocking=true", "controls=[]"},
+         cuda ? "" : "CPU kernels are synchronous", {}, false},
+    };
+    if (fails) {
+      for (auto& r : variants) {
+        if (!r.applies.empty()) continue;
+        r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
+        r.ran = true;
+      }
+    }
+    auto failed = [](const Rung& r) { return r.ran && is_failure(r.probe.analysis.outcome); };
+    auto passed = [](const Rung& r) { return r.ran && !is_failure(r.probe.analysis.outcome); };
+    const Rung& ops = rungs[0];
+    const Rung& model_fb = rungs[1];
+    const Rung& synth = rungs[2];
+    const Rung& real0 = rungs[3];
+    const Rung& realw = rungs[4];
+    const Rung& full = rungs[5];
+
+    std::vector<Hypothesis> hyps = {
+        {"data", "The real data: an invalid or unusual sample breaks training", {}, {}, "dbh bisect data"},
+        {"loader", "Data loading with worker threads", {}, {}, "train with data.num_workers=0"},
+        {"model", "The model, loss or trainer numerics, independent of the data", {}, {}, "dbh bisect steps / modules"},
+        {"device", "The device, driver or CUDA/cuDNN libraries", {}, {}, "check dbh env; update driver/cuDNN"},
+        {"cudnn", "A cuDNN algorithm choice", {}, {}, "set hardware.cudnn_deterministic=true or benchmark off"},
+        {"amp", "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
+        {"memory", "Memory exhaustion (batch too large for the budget)", {}, {}, "dbh qualify / smaller batch with accumulation"},
+    };
+    auto H = [&](const std::string& id) -> Hypothesis& {
+      for (auto& h : hyps) {
+        if (h.id == id) return h;
+      }
+      return hyps.front();
+    };
+    auto cite = [](const Rung& r) { return r.name + ": " + row_result(r); };
+    if (failed(ops)) H("device").support.push_back(cite(ops));
+    if (passed(ops)) H("device").refute.push_back(cite(ops));
+    if (passed(synth) && fails) {
+      H("data").support.push_back(cite(synth) + " while the scenario fails");
+      H("model").refute.push_back(cite(synth));
+    }
+    if (failed(synth)) {
+      H("model").support.push_back(cite(synth));
+      H("data").refute.push_back(cite(synth) + " (fails without real data)");
+    }
+    if (failed(model_fb)) H("model").support.push_back(cite(model_fb));
+    if (failed(real0)) H("data").support.push_back(cite(real0));
+    if (passed(real0) && failed(realw)) H("loader").support.push_back(cite(real0) + "; " + cite(realw));
+    if (failed(real0)) H("loader").refute.push_back(cite(real0) + " (fails without workers)");
+    for (const auto& v : variants) {
+      if (!v.ran) continue;
+      const bool ok = passed(v);
+      std::string id = v.name.rfind("cuDNN", 0) == 0 ? "cudnn"
+                       : v.name.rfind("AMP", 0) == 0 ? "amp"
+                       : (v.name.rfind("Smaller", 0) == 0 || v.name.rfind("More memory", 0) == 0) ? "memory"
+                                                                                               : "device";
+      (ok ? H(id).support : H(id).refute).push_back(cite(v));
+    }
+    if (fails) {
+      const auto& klass = full.probe.analysis.failure.klass;
+      if (klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine") {
+        H("memory").support.push_back("the failure class is `" + klass + "`");
+      }
+      if (klass == "data_invalid") H("data").support.push_back("the failure class is `data_invalid`");
+    }
+    std::stable_sort(hyps.begin(), hyps.end(), [](const Hypothesis& a, const Hypothesis& b) {
+      return a.score() > b.score();
+    });
+
+    // Follow-ups, as a person would do next.
+    std::vector<std::string> followups;
+    std::string bisect_summary;
+    std::vector<std::string> repro_overrides = {"controls=[]"};
+    const bool data_dependent = fails && passed(synth) && real;
+    const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
+    if (data_dependent || nonfinite) {
+      BisectOptions b;
+      b.kind = data_dependent ? "data" : "modules";
+      b.scenario = o.scenario;
+      b.overrides = concat_overrides(o.overrides, {"controls=[]"});
+      b.out = (out / ("bisect-" + b.kind)).string();
+      b.cache_dir = cache;
+      b.quiet = o.quiet;
+      if (!o.quiet) std::cout << "follow-up: dbh bisect " << b.kind << std::endl;
+      bisect_command(b);
+      std::ifstream in(out / ("bisect-" + b.kind) / "bisect.json");
+      if (in) {
+        const auto j = nlohmann::json::parse(in, nullptr, false);
+        if (!j.is_discarded()) {
+          bisect_summary = j.value("repro", "");
+          followups.push_back("dbh bisect " + b.kind + ": " + j["result"].dump());
+          if (b.kind == "data" && j["result"].contains("samples")) {
+            std::vector<int64_t> idx;
+            for (const auto& smp : j["result"]["samples"]) idx.push_back(smp.value("index", int64_t{0}));
+            std::string list = "[";
+            for (size_t i = 0; i < idx.size(); ++i) list += (i ? "," : "") + std::to_string(idx[i]);
+            repro_overrides.push_back("data.subset=" + list + "]");
+            repro_overrides.push_back("train.max_steps=" + std::to_string(std::max<int64_t>(
+                                                               1, (static_cast<int64_t>(idx.size()) + s.data.batch_size - 1) /
+                                                                      s.data.batch_size)));
+          }
+        }
+      }
+    }
+    // The minimal repro scenario, next to the report.
+    std::ostringstream repro_yaml;
+    repro_yaml << "# Minimal reproduction written by dbh diagnose.\n"
+               << "include: " << fs::absolute(o.scenario).string() << "\n";
+    {
+      Value tree;
+      tree.kind = Value::Kind::kMap;
+      auto all = o.overrides;
+      all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
+      for (const auto& ov : all) apply_override(tree, ov);
+      const auto j = nlohmann::ordered_json::parse(to_json(tree));
+      for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
+    }
+    write_file_atomically((out / "repro.yaml").string(), repro_yaml.str());
+
+    // Reports.
+    std::ostringstream md;
+    md << "# Diagnosis: " << s.name << "\n\n";
+    md << "Scenario `" << o.scenario << "` on " << s.hardware.device << ": the full run "
+       << (fails ? "**fails** (" + to_string(full.probe.analysis.outcome) + ", `" + full.probe.analysis.failure.klass + "`)"
+                 : "**passes**")
+       << ".\n\n## What works / What fails\n\n| check | result |\n|---|---|\n";
+    for (const auto* group : {&rungs, &variants}) {
+      for (const auto& r : *group) {
+        if (!fails && r.group == "variant") continue;
+        md << "| " << r.name << " | " << row_result(r) << " |\n";
+      }
+    }
+    md << "\n## Hypotheses, ranked by evidence\n\n";
+    int rank = 0;
+    for (const auto& h : hyps) {
+      if (h.support.empty() && h.refute.empty()) continue;
+      md << ++rank << ". **" << h.title << "** (" << h.support.size() << " for, " << h.refute.size() << " against)\n";
+      for (const auto& sp : h.support) md << "   - supports: " << sp << "\n";
+      for (const auto& rf : h.refute) md << "   - refutes: " << rf << "\n";
+    }
+    md << "\n## Next steps\n\n";
+    int step_no = 0;
+    for (const auto& h : hyps) {
+      if (h.score() <= 0) continue;
+      md << ++step_no << ". " << h.title << ": " << h.next << "\n";
+    }
+    for (const auto& f : followups) md << ++step_no << ". Done already: " << f << "\n";
+    if (fails) {
+      if (const auto* c = KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)) {
+        for (const auto& res : c->resolutions) md << ++step_no << ". " << res << "\n";
+      }
+    }
+    md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\ndbh run "
+       << (out / "repro.yaml").string() << "\n```\n";
+    if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
+    write_file_atomically((out / "diagnosis.md").string(), md.str());
+    ojson j;
+    j["schema_version"] = 1;
+    j["scenario"] = o.scenario;
+    j["fails"] = fails;
+    j["data_dependent"] = data_dependent;
+    j["rows"] = ojson::array();
+    for (const auto* group : {&rungs, &variants}) {
+      for (const auto& r : *group) {
+        j["rows"].push_back({{"check", r.name}, {"group", r.group}, {"overrides", r.overrides},
+                             {"ran", r.ran}, {"applies", r.applies.empty()},
+                             {"outcome", r.ran ? to_string(r.probe.analysis.outcome) : "n/a"},
+                             {"class", r.probe.analysis.failure.klass}});
+      }
+    }
+    j["hypotheses"] = ojson::array();
+    for (const auto& h : hyps) {
+      j["hypotheses"].push_back({{"id", h.id}, {"title", h.title}, {"support", h.support},
+                                 {"refute", h.refute}, {"score", h.score()}});
+    }
+    j["conclusion"] = data_dependent ? "data-dependent" : fails ? hyps.front().id : "passes";
+    j["followups"] = followups;
+    j["probe_count"] = prober.history().size();
+    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    j["repro_scenario"] = (out / "repro.yaml").string();
+    write_file_atomically((out / "diagnosis.json").string(), j.dump(2) + "\n");
+    std::cout << "conclusion: " << j["conclusion"].get<std::string>()
+              << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n"
+              << "top hypothesis: " << hyps.front().title << "\n"
+              << "report: " << (out / "diagnosis.md").string() << "\n"
+              << "repro:  dbh run " << (out / "repro.yaml").string() << std::endl;
+    return fails ? 1 : 0;
+  } catch (const ScenarioError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace dbh::harness
