@@ -1,0 +1,167 @@
+// Bisection and diagnosis through the real dbh binary: each test plants an
+// answer (a NaN at a step, a broken sample, a config key, a value boundary)
+// and dbh must find exactly it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("dbh-bisect-" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+testing::ProcessResult dbh(std::vector<std::string> args) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process(args, DBH_SOURCE_DIR, 600);
+}
+
+fs::path write(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string base() { return std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml"; }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+TEST(BisectTest, StepsFindsThePlantedNaNStep) {
+  const auto dir = temp_dir("steps");
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ntrain: {max_steps: 12}\nfaults:\n  - {name: nan_activation, "
+                                            "module: decoder.smooth3, at_step: 7}\n");
+  const auto r = dbh({"bisect", "steps", s.string(), "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["kind"], "steps");
+  EXPECT_EQ(j["result"]["step"], 7);
+  EXPECT_TRUE(j["result"]["agrees_with_monitors"].get<bool>());
+  EXPECT_EQ(j["confidence"].get<double>(), 1.0);
+  // ⌈log2 12⌉ = 4 search probes + 2 end re-checks + 3 reproduction runs.
+  EXPECT_LE(j["probes"].size(), 4u + 2u + 3u);
+  EXPECT_NE(r.out.find("repro:  dbh run"), std::string::npos);
+  for (const auto& p : j["probes"]) {
+    EXPECT_TRUE(p.contains("config") && p.contains("outcome") && p.contains("seconds"));
+  }
+}
+
+TEST(BisectTest, ModulesFindsThePlantedModuleWithStatistics) {
+  const auto dir = temp_dir("modules");
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ntrain: {max_steps: 6}\nfaults:\n  - {name: nan_activation, "
+                                            "module: encoder.layer3, at_step: 4}\n");
+  const auto r = dbh({"bisect", "modules", s.string(), "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["result"]["step"], 4);
+  EXPECT_EQ(j["result"]["module"], "encoder.layer3");
+  EXPECT_EQ(j["result"]["direction"], "forward");
+  EXPECT_GT(j["result"]["stats"]["nan"].get<int64_t>(), 0);
+  EXPECT_EQ(j["result"]["input_module"], "encoder.layer2");
+}
+
+TEST(BisectTest, DataFindsThePlantedBrokenSample) {
+  const auto dir = temp_dir("data");
+  const fs::path data = dir / "data";
+  fs::create_directories(data / "images");
+  const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
+  std::string json = "{\"images\": {";
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "s" + std::to_string(i) + ".png";
+    fs::copy_file(png, data / "images" / name);
+    json += (i ? "," : "") + std::string("\"") + name +
+            "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
+            "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
+  }
+  write(data / "annotations.json", json + "}}");
+  fs::resize_file(data / "images" / "s5.png", 20);  // the planted defect
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ndata: {source: real, path: data, size: 64, preflight: false}\n"
+                                            "train: {max_steps: 4}\n");
+  const auto r = dbh({"bisect", "data", s.string(), "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["file"], "s5.png");
+  EXPECT_EQ(j["result"]["samples"][0]["annotation_ids"][0], "w5");
+  EXPECT_NE(j["repro"].get<std::string>().find("data.subset=[5]"), std::string::npos) << j["repro"];
+}
+
+TEST(BisectTest, ConfigFindsThePlantedKey) {
+  const auto dir = temp_dir("config");
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 3}\n");
+  // Three differences; only the fault makes the run fail.
+  const auto bad = write(dir / "bad.yaml", "include: " + base() +
+                                                "\ntrain: {max_steps: 3, lr: 0.005}\nmodel: {decoder: pan}\n"
+                                                "faults:\n  - {name: nan_input, at_step: 1}\n");
+  const auto r = dbh({"bisect", "config", "--good", good.string(), "--bad", bad.string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("faults=", 0), 0u);
+  EXPECT_EQ(j["result"]["differing_keys"], 3);
+}
+
+TEST(BisectTest, RangeFindsThePlantedBoundary) {
+  const auto dir = temp_dir("range");
+  // A NaN injected at step 5: runs of up to 5 steps pass, 6 or more fail.
+  const auto s = write(dir / "s.yaml",
+                       "include: " + base() + "\ntrain: {max_steps: 2}\nfaults:\n  - {name: nan_label, at_step: 5}\n");
+  const auto r = dbh({"bisect", "range", s.string(), "train.max_steps", "--lo", "1", "--hi", "16", "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["result"]["last_passing"], "5");
+  EXPECT_EQ(j["result"]["first_failing"], "6");
+  EXPECT_LE(j["probes"].size(), 2u + 4u);  // the two ends + ⌈log2 16⌉
+}
+
+TEST(BisectTest, BisectExitMapsOutcomesForGitBisect) {
+  const auto dir = temp_dir("exit");
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\n");
+  EXPECT_EQ(dbh({"run", good.string(), "--bisect-exit", "-q", "--out", (dir / "a").string()}).exit_code, 0);
+  EXPECT_EQ(dbh({"run", good.string(), "faults=[{name: nan_input, at_step: 0}]", "--bisect-exit", "-q", "--out",
+                 (dir / "b").string()})
+                .exit_code,
+            1);
+  EXPECT_EQ(dbh({"run", good.string(), "train.max_steps=oops", "--bisect-exit", "-q"}).exit_code, 125);
+  const auto crash = dbh({"run", good.string(), "faults=[{name: crash, signal: SIGKILL}]", "--bisect-exit", "-q",
+                          "--out", (dir / "c").string()});
+  EXPECT_EQ(crash.exit_code, 1);  // the trial was killed; the harness never exits 137
+}
+
+TEST(BisectTest, DiagnoseConcludesDataDependentAndNamesTheSample) {
+  const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json";
+  if (!fs::exists(real)) GTEST_SKIP() << "fixtures/real is not present";
+  const auto dir = temp_dir("diagnose");
+  const auto r = dbh({"diagnose", std::string(DBH_SOURCE_DIR) + "/scenarios/seed-001-synthetic-ok-real-fails.yaml",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "data-dependent");
+  EXPECT_TRUE(fs::exists(dir / "out" / "repro.yaml"));
+  const auto b = read_json(dir / "out" / "bisect-data" / "bisect.json");
+  ASSERT_EQ(b["result"]["samples"].size(), 1u);
+  EXPECT_EQ(b["result"]["samples"][0]["index"], 3);  // the sample the scenario corrupts
+}
+
+}  // namespace
+}  // namespace dbh
