@@ -11,6 +11,7 @@
 
 #include "harness/cli/data_command.h"
 #include "harness/bisect/bisect_command.h"
+#include "harness/bisect/qualify.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/supervisor/trial.h"
@@ -158,6 +159,19 @@ int main(int argc, char** argv) {
   diagnose->add_option("--out", dg.out, "Output folder");
   diagnose->add_option("--cache", dg.cache_dir, "Probe cache folder");
   diagnose->add_flag("-q,--quiet", dg.quiet, "Print only the conclusion");
+  dbh::harness::QualifyOptions qo;
+  std::vector<std::string> qualify_args;
+  auto* qualify = app.add_subcommand(
+      "qualify", "Will training fit and stay stable on a target card? Largest batch per precision, recommendation");
+  qualify->add_option("ARGS", qualify_args, "SCENARIO [key=value …]")->required();
+  qualify->add_option("--profile", qo.profile, "Hardware profile (dbh list profiles)");
+  qualify->add_option("--budget", qo.budget, "Memory budget instead of a profile, e.g. 12GiB");
+  qualify->add_option("--steps", qo.steps, "Steps each trial must train")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  qualify->add_option("--margin", qo.margin, "Safety margin kept free")->capture_default_str();
+  qualify->add_option("--out", qo.out, "Output folder");
+  qualify->add_option("--cache", qo.cache_dir, "Probe cache folder");
+  qualify->add_flag("-q,--quiet", qo.quiet, "Print only the verdict");
   std::vector<std::string> suite_args;
   auto* suite = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
@@ -165,8 +179,8 @@ int main(int argc, char** argv) {
   add_run_options(suite);
   std::string list_what, list_dir;
   auto* list = app.add_subcommand("list", "List faults or scenarios");
-  list->add_option("WHAT", list_what, "faults | scenarios")->required()
-      ->check(CLI::IsMember({"faults", "scenarios"}));
+  list->add_option("WHAT", list_what, "faults | scenarios | profiles")->required()
+      ->check(CLI::IsMember({"faults", "scenarios", "profiles"}));
   list->add_option("DIR", list_dir, "Scenario folder (default: scenarios/)");
   std::string w_scenario, w_dir;
   int64_t w_trial = 0;
@@ -212,6 +226,23 @@ int main(int argc, char** argv) {
         ro.overrides.push_back("repeat.in_process=" + std::to_string(repeat_in_process));
       }
       return dbh::harness::run_command(ro);
+    }
+    if (*qualify) {
+      for (const auto& a : qualify_args) {
+        if (a.find('=') != std::string::npos) {
+          qo.overrides.push_back(a);
+        } else if (qo.scenario.empty()) {
+          qo.scenario = a;
+        } else {
+          std::cerr << "dbh qualify: unexpected argument \"" << a << "\"\n";
+          return 2;
+        }
+      }
+      if (qo.profile.empty() && qo.budget.empty()) {
+        std::cerr << "dbh qualify: expected --profile NAME or --budget SIZE\n";
+        return 2;
+      }
+      return dbh::harness::qualify_command(qo);
     }
     if (*diagnose) {
       for (const auto& a : diagnose_args) {

@@ -17,6 +17,7 @@
 #include "harness/faults/catalog.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
+#include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
@@ -421,6 +422,18 @@ int list_command(const std::string& what, const std::string& dir) {
     std::cout << "every fault also takes:\n";
     for (const auto& p : schedule_params()) {
       std::cout << "    " << p.name << " (" << to_string(p.type) << "): " << p.help << "\n";
+    }
+    return 0;
+  }
+  if (what == "profiles") {
+    try {
+      for (const auto& p : list_profiles()) {
+        std::cout << std::left << std::setw(16) << p.name << std::setw(32) << p.display_name << std::setw(10)
+                  << format_bytes(p.memory_bytes) << std::setw(14) << p.architecture << p.notes << "\n";
+      }
+    } catch (const ScenarioError& e) {
+      std::cerr << "dbh: " << e.what() << "\n";
+      return 2;
     }
     return 0;
   }

@@ -104,8 +104,15 @@ void Monitors::on_output(const std::string& name, torch::Tensor& output) {
   check(Site{"activation", name, name}, output);
 }
 
+void Monitors::sample(const char* phase) {
+  if (memory_probe_) phases_[phase] = memory_probe_();
+}
+
+void Monitors::on_forward(int64_t step, model::DbNetOutput& out) { sample("forward"); }
+
 void Monitors::on_step_begin(int64_t step) {
   step_ = step;
+  phases_ = nlohmann::json::object();
   sites_.clear();
   flags_.clear();
 }
@@ -113,6 +120,7 @@ void Monitors::on_step_begin(int64_t step) {
 void Monitors::on_batch(int64_t step, model::Batch& b) {
   // Which samples this step trains on, so a failure can name them.
   events_.emit("batch", {{"run", run_}, {"step", step}, {"samples", b.sample_ids}});
+  sample("data");
   check(Site{"input", "image", ""}, b.image);
   check(Site{"label", "gt_shrink", ""}, b.targets.gt_shrink);
   check(Site{"label", "gt_shrink_mask", ""}, b.targets.gt_shrink_mask);
@@ -153,6 +161,7 @@ std::string module_of_parameter(const std::string& param) {
 }  // namespace
 
 void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
+  sample("backward");
   // Gradients in backward order: parameters closest to the output first.
   auto params = model->named_parameters(/*recurse=*/true);
   for (auto it = params.end(); it != params.begin();) {
@@ -191,6 +200,7 @@ void Monitors::flush(int64_t step) {
 }
 
 void Monitors::on_step_end(int64_t step, const model::StepResult& r) {
+  sample("optimizer");
   if (spike_factor_ > 0 && losses_.size() >= 3 && std::isfinite(r.loss)) {
     std::vector<double> sorted = losses_;
     std::sort(sorted.begin(), sorted.end());

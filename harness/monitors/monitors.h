@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
 
   void set_run(int64_t run) { run_ = run; }
   const std::string& last_module() const { return last_module_; }
+  /// Samples memory at each phase of a step (data, forward, backward,
+  /// optimizer) with `probe`.
+  void set_memory_probe(std::function<nlohmann::json()> probe) { memory_probe_ = std::move(probe); }
+  /// The current step's memory per phase, as far as it got.
+  const nlohmann::json& phase_memory() const { return phases_; }
+  void on_forward(int64_t step, model::DbNetOutput& out) override;
 
   // ModuleObserver
   void on_enter(const std::string& name) override;
@@ -73,6 +80,9 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   std::string last_good_module_;
   std::vector<double> losses_;
   double last_heartbeat_ = 0;
+  std::function<nlohmann::json()> memory_probe_;
+  nlohmann::json phases_ = nlohmann::json::object();
+  void sample(const char* phase);
 };
 
 Monitors::Mode monitor_mode_from_string(const std::string& s);

@@ -16,6 +16,8 @@
 
 namespace dbh::harness {
 
+using ojson = nlohmann::ordered_json;
+
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -77,7 +79,18 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                            {"fired_at_steps", f.steps}});
   }
   j["steps_completed"] = main.steps_completed;
-  j["memory"] = {{"peak_bytes", main.peak_memory_bytes}, {"kind", "host RSS"}};
+  {
+    ojson steps = ojson::array();
+    for (const auto& st : main.steps) {
+      steps.push_back({{"run", st.run}, {"step", st.step}, {"rss_bytes", st.rss_bytes}, {"peak_bytes", st.peak_bytes},
+                       {"phases", ojson::parse(st.phases.is_null() ? "{}" : st.phases.dump())}});
+    }
+    j["memory"] = {{"peak_bytes", main.peak_memory_bytes},
+                   {"kind", r.scenario.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak"},
+                   {"budget", ojson::parse(main.budget.is_null() ? "null" : main.budget.dump())},
+                   {"at_failure", ojson::parse(main.memory_at_failure.is_null() ? "null" : main.memory_at_failure.dump())},
+                   {"timeline", steps}};
+  }
   j["environment"] = env_json(r.env);
   j["repro"] = {{"command", r.repro_command}};
   j["determinism"] = {{"checked", r.determinism.checked},
@@ -237,6 +250,37 @@ std::string report_markdown(const RunReport& r) {
     for (size_t i = 0; i < main.steps.size() && i < 20; ++i) md << (i ? ", " : "") << fmt(main.steps[i].loss);
     md << (main.steps.size() > 20 ? ", …" : "") << ". Peak memory " << format_bytes(main.peak_memory_bytes)
        << " (host RSS). Plots: `loss.png`, `memory.png`; per-step numbers: `metrics.csv`.\n";
+  }
+  if (!main.budget.is_null() && !main.budget.empty()) {
+    md << "\nMemory budget: " << format_bytes(main.budget.value("budget_bytes", int64_t{0})) << ", enforced by "
+       << main.budget.value("method", std::string("nothing")) << ". " << main.budget.value("detail", std::string()) << "\n";
+  }
+  if (!main.memory_at_failure.is_null() && !main.memory_at_failure.empty()) {
+    const auto& m = main.memory_at_failure["memory"];
+    md << "\nMemory at the failing moment: RSS " << format_bytes(m.value("rss_bytes", int64_t{0})) << ", process peak "
+       << format_bytes(m.value("peak_rss_bytes", int64_t{0}));
+    if (m.contains("cuda_allocated_bytes")) {
+      md << ", CUDA allocated " << format_bytes(m.value("cuda_allocated_bytes", int64_t{0})) << ", reserved "
+         << format_bytes(m.value("cuda_reserved_bytes", int64_t{0}));
+    }
+    md << "; phases reached in that step:";
+    for (const auto& [phase, pm] : main.memory_at_failure["phases"].items()) {
+      md << " " << phase << " " << format_bytes(pm.value("rss_bytes", int64_t{0}));
+    }
+    md << ".\n";
+  }
+  if (!main.steps.empty() && !main.steps.front().phases.is_null()) {
+    md << "\nMemory per step and phase (" << (r.scenario.hardware.device == "cpu" ? "host RSS" : "CUDA allocated")
+       << "):\n\n| run | step | data | forward | backward | optimizer | step peak |\n|---|---|---|---|---|---|---|\n";
+    const char* key = r.scenario.hardware.device == "cpu" ? "rss_bytes" : "cuda_allocated_bytes";
+    for (size_t i = 0; i < main.steps.size() && i < 12; ++i) {
+      const auto& st = main.steps[i];
+      auto cell = [&](const char* phase) {
+        return st.phases.contains(phase) ? format_bytes(st.phases[phase].value(key, int64_t{0})) : std::string("-");
+      };
+      md << "| " << st.run << " | " << st.step << " | " << cell("data") << " | " << cell("forward") << " | "
+         << cell("backward") << " | " << cell("optimizer") << " | " << format_bytes(st.peak_bytes) << " |\n";
+    }
   }
   if (!main.faults.empty()) {
     md << "\nInjected faults:\n\n| fault | scheduled step | module | fired |\n|---|---|---|---|\n";

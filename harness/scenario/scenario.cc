@@ -12,6 +12,7 @@
 
 #include "harness/common/error.h"
 #include "harness/faults/catalog.h"
+#include "harness/scenario/profile.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -485,6 +486,16 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.hardware.allow_tf32 = r.boolean("allow_tf32", false);
     s.hardware.memory_budget = r.bytes("memory_budget", 0);
     s.hardware.profile = r.string("profile", "");
+    if (!s.hardware.profile.empty()) {
+      // The profile's memory is the budget unless one is given explicitly.
+      try {
+        const HardwareProfile p = load_profile(s.hardware.profile);
+        if (s.hardware.memory_budget == 0) s.hardware.memory_budget = p.memory_bytes;
+      } catch (const ScenarioError& e) {
+        const Value* pv = r.get("profile");
+        throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
+      }
+    }
     s.hardware.launch_blocking = r.boolean("launch_blocking", false);
     r.finish();
   }

@@ -93,8 +93,23 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       st.seconds = e.get<double>("seconds", 0);
       st.loss_bits = e.get<uint32_t>("loss_bits", 0);
       if (e.body.contains("memory")) {
-        st.rss_bytes = e.body["memory"].value("rss_bytes", int64_t{0});
-        a.peak_memory_bytes = std::max(a.peak_memory_bytes, e.body["memory"].value("peak_rss_bytes", int64_t{0}));
+        const auto& m = e.body["memory"];
+        st.rss_bytes = m.value("rss_bytes", int64_t{0});
+        if (m.contains("cuda_peak_allocated_bytes")) {
+          st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
+        }
+        a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
+                                                                ? st.peak_bytes
+                                                                : m.value("peak_rss_bytes", int64_t{0}));
+      }
+      if (e.body.contains("phases") && e.body["phases"].is_object()) {
+        st.phases = e.body["phases"];
+        if (st.peak_bytes == 0) {
+          for (const auto& [phase, m] : st.phases.items()) {
+            st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
+          }
+          st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
+        }
       }
       a.steps.push_back(st);
       ++a.steps_completed;
@@ -110,6 +125,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         f.steps.push_back(e.get<int64_t>("step", -1));
         f.module = e.get<std::string>("module", f.module);
       }
+    } else if (e.type == "memory_budget") {
+      a.budget = e.body;
     } else if (e.type == "batch") {
       a.batches.emplace_back(e.get<int64_t>("step", 0), e.get<std::vector<std::string>>("samples", {}));
     } else if (e.type == "health") {
@@ -123,7 +140,13 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         continue;
       }
       errors.push_back(&e);
-      if (first_error == nullptr && e.get<std::string>("kind", "") != "diverged") first_error = &e;
+      if (first_error == nullptr && e.get<std::string>("kind", "") != "diverged") {
+        first_error = &e;
+        if (e.body.contains("memory")) {
+          a.memory_at_failure = {{"memory", e.body["memory"]},
+                                 {"phases", e.body.value("phases", nlohmann::json::object())}};
+        }
+      }
     } else if (e.type == "run_begin") {
       if (e.body.contains("memory")) a.run_begin_rss.push_back(e.body["memory"].value("rss_bytes", int64_t{0}));
     } else if (e.type == "run_end") {

@@ -56,6 +56,8 @@ struct StepRecord {
   double loss = 0, bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0, seconds = 0;
   uint32_t loss_bits = 0;
   int64_t rss_bytes = 0;
+  int64_t peak_bytes = 0;  // step peak: CUDA allocated peak, else max RSS over the phases
+  nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
 };
 
 /// A trial's result turned into values.
@@ -76,6 +78,10 @@ struct TrialAnalysis {
   std::string scenario_hash;
   /// The monitors' primary finding (a `health` event), when there was one.
   nlohmann::json primary_health;
+  /// Memory when the worker reported its error, and the phases it reached.
+  nlohmann::json memory_at_failure;
+  /// How the memory budget was enforced (the `memory_budget` event).
+  nlohmann::json budget;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };

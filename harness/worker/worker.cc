@@ -9,9 +9,6 @@
 #include <sstream>
 
 #include <torch/torch.h>
-#ifdef DBH_TORCH_HAS_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 #include "harness/common/error.h"
 #include "harness/faults/injectors.h"
@@ -20,6 +17,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/version.h"
 #include "harness/worker/event_writer.h"
+#include "harness/worker/memory_budget.h"
 #include "model/data/dataset.h"
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
@@ -54,25 +52,7 @@ std::shared_ptr<T> borrow(T& x) {
   return std::shared_ptr<T>(&x, [](T*) {});
 }
 
-nlohmann::json memory_json(const std::string& device) {
-  nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
-#ifdef DBH_TORCH_HAS_CUDA
-  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
-    const auto index = static_cast<c10::DeviceIndex>(torch::Device(device).has_index()
-                                                         ? torch::Device(device).index()
-                                                         : 0);
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
-    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    m["cuda_allocated_bytes"] = stats.allocated_bytes[all].current;
-    m["cuda_reserved_bytes"] = stats.reserved_bytes[all].current;
-    m["cuda_peak_allocated_bytes"] = stats.allocated_bytes[all].peak;
-    m["cuda_peak_reserved_bytes"] = stats.reserved_bytes[all].peak;
-  }
-#else
-  (void)device;
-#endif
-  return m;
-}
+nlohmann::json memory_json(const std::string& device) { return memory_sample(device); }
 
 std::string backtrace_of(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
@@ -129,6 +109,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                         {"threads", threads}});
 
   Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor);
+  monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
   FaultInjector faults(s.faults, events, s.hardware.device);
   ObserverChain chain(monitors, faults);
   model::set_module_observer(&chain);
@@ -166,8 +147,14 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     return 0;
   }
   try {
-    if (s.hardware.memory_budget > 0 && s.hardware.device == "cpu") {
-      apply_host_memory_cap(s.hardware.memory_budget);
+    if (s.hardware.memory_budget > 0) {
+      // Start the intra-op thread pool before the cap: thread stacks count
+      // against it, and a pool that cannot start its threads hangs instead of
+      // failing.
+      torch::set_num_threads(static_cast<int>(threads));
+      (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
+      const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
+      events.emit("memory_budget", b.to_json());
     }
     // Data: a private corrupted copy when a corrupt_sample fault asks for one.
     std::string data_path = s.data.path;
@@ -257,6 +244,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       while (trainer.next_step() < last) {
         step = trainer.next_step();
         events.emit("step_begin", {{"run", run}, {"step", step}});
+        reset_memory_peaks(s.hardware.device);
         const auto r = trainer.step(batches);
         events.emit("step_end", {{"run", run},
                                  {"step", r.step},
@@ -271,7 +259,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                                  {"loss_scale", r.loss_scale},
                                  {"seconds", r.seconds},
                                  {"samples", r.samples},
-                                 {"memory", memory_json(s.hardware.device)}});
+                                 {"memory", memory_json(s.hardware.device)},
+                                 {"phases", monitors.phase_memory()}});
         if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
           const std::string path = (fs::path(run_dir) / ("checkpoint-r" + std::to_string(run) + "-s" +
                                                          std::to_string(trainer.next_step()) + ".pt"))
@@ -302,7 +291,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                           {"phase", "train"},
                           {"message", message_of(e)},
                           {"backtrace", backtrace_of(e)},
-                          {"module", monitors.last_module()}});
+                          {"module", monitors.last_module()},
+                          {"memory", memory_json(s.hardware.device)},
+                          {"phases", monitors.phase_memory()}});
     // Teardown, as a training framework does after a failure (moving state,
     // syncing the device). A corrupted CUDA context fails here too.
     try {

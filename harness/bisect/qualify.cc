@@ -1,0 +1,299 @@
+#include "harness/bisect/qualify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/bisect/probe.h"
+#include "harness/bisect/search.h"
+#include "harness/common/error.h"
+#include "harness/report/report.h"
+#include "harness/scenario/profile.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+struct Trial {
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  std::string precision;
+  bool passed = false;
+  std::string outcome;
+  std::string klass;
+  int64_t peak = 0;
+  double step_seconds = 0;
+  std::vector<std::string> overrides;
+};
+
+Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const std::string& precision) {
+  Trial t;
+  t.batch = batch;
+  t.accumulation = accumulation;
+  t.precision = precision;
+  t.passed = p.verdict == Verdict::kPass;
+  t.outcome = to_string(p.analysis.outcome);
+  t.klass = p.analysis.failure.klass;
+  t.peak = p.analysis.peak_memory_bytes;
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& s : p.analysis.steps) {
+    if (s.step > 0) sum += s.seconds, ++n;  // the first step includes warm-up
+  }
+  if (n == 0) {
+    for (const auto& s : p.analysis.steps) sum += s.seconds, ++n;
+  }
+  t.step_seconds = n > 0 ? sum / static_cast<double>(n) : 0.0;
+  t.overrides = p.overrides;
+  return t;
+}
+
+std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
+  std::string c = "dbh run " + scenario;
+  for (const auto& o : base) c += " " + o;
+  for (const auto& o : extra) c += " " + o;
+  return c;
+}
+
+}  // namespace
+
+int qualify_command(const QualifyOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const Scenario source = load_scenario(o.scenario, o.overrides);
+    HardwareProfile profile;
+    if (!o.profile.empty()) profile = load_profile(o.profile);
+    int64_t budget = profile.memory_bytes;
+    if (!o.budget.empty()) {
+      const auto b = parse_bytes(o.budget);
+      if (!b || *b <= 0) throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
+      budget = *b;
+    }
+    if (budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
+    if (o.margin < 0 || o.margin >= 0.9) throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9)");
+    const auto margined = static_cast<int64_t>(static_cast<double>(budget) * (1.0 - o.margin));
+    const int64_t effective = source.data.batch_size * source.train.accumulation;
+    const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
+                                             ("qualify-" + fs::path(o.scenario).stem().string() + "-" +
+                                              (o.profile.empty() ? "budget" : o.profile) + "-" +
+                                              std::to_string(std::time(nullptr)))
+                                       : fs::path(o.out);
+    fs::create_directories(out);
+    const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
+    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
+    const bool cuda = source.hardware.device != "cpu";
+    std::vector<std::string> precisions = {"fp32"};
+    if (cuda) precisions = {"fp32", "fp16", "bf16"};
+    if (!o.quiet) {
+      std::cout << "dbh qualify " << source.name << " for "
+                << (o.profile.empty() ? "a budget" : profile.display_name) << ": " << format_bytes(budget)
+                << " (" << format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
+                << "% safety margin), source effective batch " << effective << " (" << source.data.batch_size << " x "
+                << source.train.accumulation << ")" << std::endl;
+    }
+    auto trial_overrides = [&](int64_t batch, int64_t accumulation, const std::string& precision, int64_t mem) {
+      return std::vector<std::string>{"data.batch_size=" + std::to_string(batch),
+                                      "train.accumulation=" + std::to_string(accumulation),
+                                      "train.precision=" + precision,
+                                      "train.max_steps=" + std::to_string(o.steps),
+                                      "hardware.memory_budget=" + std::to_string(mem),
+                                      "controls=[]", "repeat.processes=1", "repeat.in_process=1"};
+    };
+    // The source configuration as it is, under the full budget.
+    const ProbeResult source_probe =
+        prober.probe(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision, budget),
+                     "source config " + std::to_string(source.data.batch_size) + "x" +
+                         std::to_string(source.train.accumulation) + " " + source.train.precision);
+    const Trial source_trial =
+        to_trial(source_probe, source.data.batch_size, source.train.accumulation, source.train.precision);
+    // What the source setup needs, measured without a budget.
+    const Trial source_need = to_trial(
+        prober.probe(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision, 0),
+                     "source config, no budget (profile)"),
+        source.data.batch_size, source.train.accumulation, source.train.precision);
+
+    ojson per_precision = ojson::array();
+    std::vector<Trial> searched;
+    struct Rec {
+      std::string precision;
+      int64_t max_batch = 0;
+      Trial at_max;
+      Trial confirm;
+      bool confirmed = false;
+      int64_t probes = 0;
+    };
+    std::vector<Rec> recs;
+    for (const auto& precision : precisions) {
+      Rec rec;
+      rec.precision = precision;
+      std::map<int64_t, Trial> seen;
+      auto fails = [&](int64_t b) {
+        const auto p = prober.probe(trial_overrides(b, 1, precision, margined),
+                                    precision + " batch " + std::to_string(b) + " (margined budget)");
+        ++rec.probes;
+        seen[b] = to_trial(p, b, 1, precision);
+        searched.push_back(seen[b]);
+        return p.verdict == Verdict::kUnknown ? Verdict::kFail : p.verdict;
+      };
+      int64_t max_batch = 0;
+      if (fails(effective) == Verdict::kPass) {
+        max_batch = effective;
+      } else {
+        const auto r = find_first_failing(1, effective, [&](int64_t b) {
+          if (const auto it = seen.find(b); it != seen.end()) return it->second.passed ? Verdict::kPass : Verdict::kFail;
+          return fails(b);
+        });
+        max_batch = r.first_fail ? *r.first_fail - 1 : 0;
+      }
+      rec.max_batch = max_batch;
+      if (max_batch > 0) {
+        rec.at_max = seen.count(max_batch) ? seen[max_batch] : Trial{};
+        // The largest divisor of the effective batch that fits keeps
+        // batch × accumulation equal to the source's.
+        int64_t batch = max_batch;
+        while (batch > 1 && effective % batch != 0) --batch;
+        const int64_t accumulation = effective / batch;
+        const auto p = prober.probe(trial_overrides(batch, accumulation, precision, budget),
+                                    "confirm " + precision + " " + std::to_string(batch) + "x" + std::to_string(accumulation));
+        rec.confirm = to_trial(p, batch, accumulation, precision);
+        rec.confirmed = rec.confirm.passed;
+      }
+      recs.push_back(rec);
+    }
+    // Recommend the confirmed configuration with the highest throughput.
+    const Rec* best = nullptr;
+    for (const auto& r : recs) {
+      if (!r.confirmed) continue;
+      auto rate = [&](const Rec& x) {
+        return x.confirm.step_seconds > 0 ? static_cast<double>(effective) / x.confirm.step_seconds : 0.0;
+      };
+      if (best == nullptr || rate(r) > rate(*best)) best = &r;
+    }
+    const bool qualifies = best != nullptr;
+
+    // Plot: peak memory of every probed batch, per precision.
+    std::vector<std::string> names;
+    std::vector<std::vector<double>> series;
+    for (const auto& precision : precisions) {
+      std::vector<double> ys(static_cast<size_t>(effective), NAN);
+      for (const auto& t : searched) {
+        if (t.precision == precision && t.passed) ys[static_cast<size_t>(t.batch - 1)] = static_cast<double>(t.peak) / 1048576.0;
+      }
+      names.push_back(precision + " peak MiB");
+      series.push_back(ys);
+    }
+    names.push_back("budget MiB");
+    series.push_back(std::vector<double>(static_cast<size_t>(effective), static_cast<double>(budget) / 1048576.0));
+    write_plot_png((out / "memory_vs_batch.png").string(), "peak memory by batch size (x = batch - 1)", names, series, "MiB");
+
+    std::ostringstream md;
+    md << "---\ntitle: \"Hardware Qualification Report: " << source.name << " on "
+       << (o.profile.empty() ? format_bytes(budget) : profile.display_name) << "\"\ntype: \"qualification\"\nverdict: \""
+       << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
+    md << "# Hardware Qualification Report\n\n";
+    md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << ".** ";
+    if (qualifies) {
+      md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
+         << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
+         << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
+         << format_bytes(budget - best->confirm.peak) << " of headroom.\n\n";
+    } else {
+      md << "No batch size trains within the budget even with accumulation.\n\n";
+    }
+    md << "- Target: " << (o.profile.empty() ? "explicit budget" : profile.display_name + " (" + profile.name + ")") << ", "
+       << format_bytes(budget) << (profile.notes.empty() ? "" : "; " + profile.notes) << "\n"
+       << "- Safety margin: " << static_cast<int>(o.margin * 100) << "% (searches run within " << format_bytes(margined) << ")\n"
+       << "- Device: " << source.hardware.device
+       << (cuda ? " (budget enforced with a ballast outside the allocator plus the allocator limit)"
+                : " (budget enforced as a host memory limit, RLIMIT_DATA)")
+       << "\n- Source setup: batch " << source.data.batch_size << " × " << source.train.accumulation << " ("
+       << source.train.precision << "), " << source.data.size << " px, resnet" << source.model.encoder << " + "
+       << source.model.decoder << ": " << (source_trial.passed ? "fits" : "does NOT fit") << " ("
+       << source_trial.outcome << (source_trial.klass.empty() ? "" : " " + source_trial.klass) << ")\n\n";
+    md << "| precision | largest batch | peak at that batch | headroom | step time | recommended | confirmed |\n"
+       << "|---|---|---|---|---|---|---|\n";
+    for (const auto& r : recs) {
+      md << "| " << r.precision << " | " << r.max_batch << " | " << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
+         << " | " << (r.max_batch ? format_bytes(budget - r.at_max.peak) : "-") << " | "
+         << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
+         << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
+         << " | " << (r.confirmed ? "yes" : "no") << " |\n";
+    }
+    md << "\nPeak memory by batch: `memory_vs_batch.png`. Every trial: `qualification.json`.\n\n## Commands\n\n```sh\n";
+    if (qualifies) {
+      md << "# recommended\n" << cmd(o.scenario, o.overrides, {"data.batch_size=" + std::to_string(best->confirm.batch),
+                                                            "train.accumulation=" + std::to_string(best->confirm.accumulation),
+                                                            "train.precision=" + best->precision})
+         << "\n";
+    }
+    md << "# re-run this qualification\ndbh qualify " << o.scenario
+       << (o.profile.empty() ? " --budget " + o.budget : " --profile " + o.profile) << "\n```\n\n";
+    md << "## Migration checklist (measured)\n\n"
+       << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
+       << source.train.accumulation << " peaks at " << format_bytes(source_need.peak)
+       << " without a budget on this machine (" << (source_need.passed ? "trains" : "fails even then") << ").\n"
+       << "2. **Target capacity:** " << format_bytes(budget) << "; with a " << static_cast<int>(o.margin * 100)
+       << "% margin " << format_bytes(margined) << " is usable.\n"
+       << "3. **Adjust the batch:** largest stable batch "
+       << (recs.empty() ? 0 : recs.front().max_batch) << " (" << (recs.empty() ? "" : recs.front().precision) << ")"
+       << (qualifies ? "; use " + std::to_string(best->confirm.batch) + " × " + std::to_string(best->confirm.accumulation) +
+                           " to keep the effective batch of " + std::to_string(effective)
+                     : "")
+       << ".\n"
+       << "4. **Test with the minimal config first:** the recommended configuration trained " << o.steps << " steps: "
+       << (qualifies ? "passed" : "failed") << ".\n"
+       << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/events.jsonl`); "
+          "keep `dbh run` in CI with `expect.max_peak_memory`.\n";
+    write_file_atomically((out / "qualification.md").string(), md.str());
+    ojson j;
+    j["schema_version"] = 1;
+    j["scenario"] = o.scenario;
+    j["profile"] = o.profile;
+    j["budget_bytes"] = budget;
+    j["margin"] = o.margin;
+    j["effective_batch"] = effective;
+    j["qualifies"] = qualifies;
+    j["source"] = {{"batch", source_trial.batch}, {"accumulation", source_trial.accumulation},
+                   {"passed", source_trial.passed}, {"peak_bytes_unbudgeted", source_need.peak}};
+    j["precisions"] = ojson::array();
+    for (const auto& r : recs) {
+      j["precisions"].push_back({{"precision", r.precision}, {"max_batch", r.max_batch},
+                                 {"peak_bytes", r.at_max.peak}, {"step_seconds", r.at_max.step_seconds},
+                                 {"recommended", {{"batch", r.confirm.batch}, {"accumulation", r.confirm.accumulation}}},
+                                 {"confirmed", r.confirmed}, {"probes", r.probes}});
+    }
+    if (qualifies) {
+      j["recommendation"] = {{"precision", best->precision}, {"batch", best->confirm.batch},
+                             {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
+                             {"headroom_bytes", budget - best->confirm.peak}};
+    }
+    j["trials"] = ojson::array();
+    for (const auto& p : prober.history()) {
+      j["trials"].push_back({{"what", p.what}, {"outcome", to_string(p.analysis.outcome)},
+                             {"class", p.analysis.failure.klass}, {"peak_bytes", p.analysis.peak_memory_bytes},
+                             {"seconds", p.seconds}, {"cached", p.cached}});
+    }
+    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    write_file_atomically((out / "qualification.json").string(), j.dump(2) + "\n");
+    std::cout << (qualifies ? "QUALIFIES: " : "DOES NOT QUALIFY") ;
+    if (qualifies) {
+      std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("
+                << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "
+                << format_bytes(budget - best->confirm.peak);
+    }
+    std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
+    return qualifies ? 0 : 1;
+  } catch (const ScenarioError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+struct QualifyOptions {
+  std::string scenario;
+  std::vector<std::string> overrides;
+  std::string profile;   // hardware profile name
+  std::string budget;    // explicit budget instead of the profile's memory
+  int64_t steps = 3;     // steps each trial must train stably
+  double margin = 0.10;  // safety margin kept free of the budget
+  std::string out;
+  std::string cache_dir;
+  bool quiet = false;
+};
+
+/// `dbh qualify SCENARIO --profile NAME`: for each precision, the largest
+/// batch that trains `steps` steps stably within the profile's memory minus
+/// the margin; a recommendation keeping the source's effective batch
+/// (batch × accumulation), confirmed by its own run; a Hardware Qualification
+/// Report. Exit 0 when the recommended configuration qualifies, 1 when none
+/// does, 2 on bad input.
+int qualify_command(const QualifyOptions& options);
+
+}  // namespace dbh::harness

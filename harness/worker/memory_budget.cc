@@ -1,0 +1,111 @@
+#include "harness/worker/memory_budget.h"
+
+#include <sys/resource.h>
+
+#include <torch/torch.h>
+
+#ifdef DBH_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "harness/monitors/monitors.h"
+#include "harness/scenario/scenario.h"
+
+namespace dbh::harness {
+
+nlohmann::json BudgetEnforcement::to_json() const {
+  return {{"applied", applied},         {"method", method},
+          {"budget_bytes", budget_bytes}, {"device_total", device_total},
+          {"used_before", used_before}, {"ballast_bytes", ballast_bytes},
+          {"allocator_fraction", allocator_fraction}, {"detail", detail}};
+}
+
+BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budget) {
+  BudgetEnforcement e;
+  e.budget_bytes = budget;
+  if (budget <= 0) return e;
+  if (device == "cpu") {
+    rlimit lim{static_cast<rlim_t>(budget), static_cast<rlim_t>(budget)};
+    e.applied = setrlimit(RLIMIT_DATA, &lim) == 0;
+    e.method = "RLIMIT_DATA";
+    e.detail = "The worker's data segment and anonymous mappings (heap, tensors, thread stacks) are capped at " +
+               format_bytes(budget) + "; shared libraries' code is not counted";
+    return e;
+  }
+#ifdef DBH_TORCH_HAS_CUDA
+  const torch::Device d(device);
+  const int index = d.has_index() ? d.index() : 0;
+  if (cudaSetDevice(index) != cudaSuccess) {
+    e.detail = "cudaSetDevice failed";
+    return e;
+  }
+  // Create the context (and the allocator) first, so its memory is counted.
+  (void)torch::empty({1}, torch::TensorOptions().device(d));
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    e.detail = "cudaMemGetInfo failed";
+    return e;
+  }
+  e.device_total = static_cast<int64_t>(total_bytes);
+  e.used_before = static_cast<int64_t>(total_bytes - free_bytes);
+  const int64_t available = budget - e.used_before;
+  if (available <= 0) {
+    e.detail = "the budget is smaller than what the context already uses (" + format_bytes(e.used_before) + ")";
+    return e;
+  }
+  e.ballast_bytes = std::max<int64_t>(0, static_cast<int64_t>(free_bytes) - available);
+  if (e.ballast_bytes > 0) {
+    void* ballast = nullptr;
+    if (cudaMalloc(&ballast, static_cast<size_t>(e.ballast_bytes)) != cudaSuccess) {
+      e.detail = "the ballast of " + format_bytes(e.ballast_bytes) + " could not be allocated";
+      return e;
+    }
+    // Held for the life of the worker on purpose.
+  }
+  e.allocator_fraction = static_cast<double>(available) / static_cast<double>(total_bytes);
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(e.allocator_fraction, static_cast<c10::DeviceIndex>(index));
+  e.applied = true;
+  e.method = "cuda ballast + allocator limit";
+  e.detail = "card " + format_bytes(e.device_total) + ", already used " + format_bytes(e.used_before) +
+             " (context, libraries, other processes), ballast " + format_bytes(e.ballast_bytes) +
+             " outside the allocator, allocator capped at " + format_bytes(available) +
+             "; cuDNN/cuBLAS workspaces and later library loads compete for the same " + format_bytes(budget);
+#else
+  e.detail = "this build has no CUDA";
+#endif
+  return e;
+}
+
+nlohmann::json memory_sample(const std::string& device) {
+  nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
+#ifdef DBH_TORCH_HAS_CUDA
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    const torch::Device d(device);
+    const auto index = static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    m["cuda_allocated_bytes"] = stats.allocated_bytes[all].current;
+    m["cuda_reserved_bytes"] = stats.reserved_bytes[all].current;
+    m["cuda_peak_allocated_bytes"] = stats.allocated_bytes[all].peak;
+    m["cuda_peak_reserved_bytes"] = stats.reserved_bytes[all].peak;
+    m["cuda_fragmentation_bytes"] = stats.reserved_bytes[all].current - stats.allocated_bytes[all].current;
+  }
+#else
+  (void)device;
+#endif
+  return m;
+}
+
+void reset_memory_peaks(const std::string& device) {
+#ifdef DBH_TORCH_HAS_CUDA
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    const torch::Device d(device);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0));
+  }
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace dbh::harness

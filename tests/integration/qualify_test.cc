@@ -1,0 +1,116 @@
+// Memory budgets and hardware qualification through the real dbh binary.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+
+testing::ProcessResult dbh(std::vector<std::string> args) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process(args, DBH_SOURCE_DIR, 900);
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("dbh-qualify-" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// ResNet-18 + FPN at 384 px: batch 8 needs more than the CI host budget,
+// batch 4 less (measured; see scenarios/hardware/ci-host-2500m.yaml).
+fs::path source_scenario(const fs::path& dir) {
+  const fs::path p = dir / "source.yaml";
+  std::ofstream(p) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {batch_size: 8, size: 384}\ntrain: {max_steps: 2}\n";
+  return p;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+TEST(MemoryBudgetTest, Batch8FailsAndBatch4PassesUnderTheHostBudget) {
+  const auto dir = temp_dir("budget");
+  const auto s = source_scenario(dir);
+  const auto big = dbh({"run", s.string(), "hardware.profile=ci-host-2500m", "hardware.memory_budget=2250MiB",
+                        "expect.outcome=failed", "expect.failure_class=host_oom", "--out", (dir / "b8").string(), "-q"});
+  EXPECT_EQ(big.exit_code, 0) << big.out << big.err;
+  const auto small = dbh({"run", s.string(), "data.batch_size=4", "hardware.memory_budget=2250MiB", "--out",
+                          (dir / "b4").string(), "-q"});
+  EXPECT_EQ(small.exit_code, 0) << small.out << small.err;
+  const auto j = read_json(dir / "b8" / "report.json");
+  EXPECT_EQ(j["memory"]["budget"]["method"], "RLIMIT_DATA");
+  EXPECT_TRUE(j["memory"]["budget"]["applied"].get<bool>());
+  EXPECT_FALSE(j["memory"]["at_failure"].is_null());
+}
+
+TEST(MemoryBudgetTest, TimelineIsConsistent) {
+  const auto dir = temp_dir("timeline");
+  const auto s = source_scenario(dir);
+  const auto r = dbh({"run", s.string(), "data.batch_size=2", "data.size=128", "train.max_steps=3", "--out",
+                      (dir / "out").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "report.json");
+  const int64_t peak = j["memory"]["peak_bytes"];
+  const auto& timeline = j["memory"]["timeline"];
+  ASSERT_EQ(timeline.size(), 3u);
+  for (const auto& step : timeline) {
+    EXPECT_GE(peak, step["peak_bytes"].get<int64_t>());
+    EXPECT_GE(step["peak_bytes"].get<int64_t>(), step["rss_bytes"].get<int64_t>());
+    for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+      ASSERT_TRUE(step["phases"].contains(phase)) << phase;
+      EXPECT_GE(peak, step["phases"][phase]["rss_bytes"].get<int64_t>()) << phase;
+      EXPECT_GE(step["peak_bytes"].get<int64_t>(), step["phases"][phase]["rss_bytes"].get<int64_t>()) << phase;
+    }
+  }
+}
+
+TEST(QualifyTest, RecommendsFourTimesTwoForAnEffectiveBatchOfEight) {
+  const auto dir = temp_dir("qualify");
+  const auto s = source_scenario(dir);
+  const auto r = dbh({"qualify", s.string(), "--profile", "ci-host-2500m", "--steps", "2", "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("QUALIFIES: batch 4 x 2 accumulation"), std::string::npos) << r.out;
+  const auto j = read_json(dir / "out" / "qualification.json");
+  EXPECT_TRUE(j["qualifies"].get<bool>());
+  EXPECT_EQ(j["recommendation"]["batch"], 4);
+  EXPECT_EQ(j["recommendation"]["accumulation"], 2);
+  EXPECT_FALSE(j["source"]["passed"].get<bool>());  // batch 8 does not fit
+  const int64_t max_batch = j["precisions"][0]["max_batch"];
+  EXPECT_GE(max_batch, 4);
+  EXPECT_LT(max_batch, 8);
+  // ⌈log2 8⌉ + 2 search trials at most.
+  EXPECT_LE(j["precisions"][0]["probes"].get<int64_t>(), 3 + 2);
+  EXPECT_TRUE(fs::exists(dir / "out" / "qualification.md"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "memory_vs_batch.png"));
+}
+
+TEST(QualifyTest, ImpossibleBudgetDoesNotQualify) {
+  const auto dir = temp_dir("impossible");
+  const auto s = source_scenario(dir);
+  const auto r = dbh({"qualify", s.string(), "--budget", "300MiB", "--steps", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_FALSE(read_json(dir / "out" / "qualification.json")["qualifies"].get<bool>());
+}
+
+TEST(QualifyTest, UnknownProfileIsAUsageError) {
+  const auto dir = temp_dir("badprofile");
+  const auto r = dbh({"qualify", source_scenario(dir).string(), "--profile", "rtx9999"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("rtx3060-12gb"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace dbh
