@@ -495,7 +495,7 @@ TEST_F(ScenarioFiles, EverySectionRoundTrips) {
       " poly_power: 1, accumulation: 2, grad_clip: 5.5, precision: fp16, seed: 123456789012,"
       " threads: 1, checkpoint_every: 3}\n"
       "hardware: {device: 'cuda:1', cudnn_enabled: false, cudnn_benchmark: true,"
-      " cudnn_deterministic: true, allow_tf32: true, memory_budget: 1.5GiB, profile: rtx3060}\n"
+      " cudnn_deterministic: true, allow_tf32: true, memory_budget: 1.5GiB, profile: rtx3060-12gb}\n"
       "monitors: {mode: localise, loss_spike_factor: 10}\n"
       "faults:\n"
       "  - {name: cuda_error, kind: cuda_oom, module: decoder.merge3, sticky: true, at_step: 2}\n"
@@ -560,7 +560,7 @@ TEST(ResolvedJson, HashChangesWhenAnyValueChanges) {
       "hardware.cudnn_deterministic=true",
       "hardware.allow_tf32=true",
       "hardware.memory_budget=1GiB",
-      "hardware.profile=p",
+      "hardware.profile=rtx3060-12gb",
       "monitors.mode=localise",
       "monitors.loss_spike_factor=3",
       "faults.0.at_step=2",
