@@ -71,9 +71,11 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
     if (e.type == "step_end") {
       const int64_t step = e.get<int64_t>("step", 0);
       std::ostringstream l;
+      const double elapsed = e.t;
+      const double eta = step + 1 < total ? elapsed / static_cast<double>(step + 1) * static_cast<double>(total - step - 1) : 0.0;
       l << "  [" << label << "] run " << e.get<int64_t>("run", 0) << " step " << std::setw(3) << step + 1 << "/"
         << total << "  loss " << std::fixed << std::setprecision(4) << e.get<double>("loss", 0) << "  "
-        << std::setprecision(2) << e.get<double>("seconds", 0) << " s";
+        << std::setprecision(2) << e.get<double>("seconds", 0) << " s/step  ETA " << std::setprecision(0) << eta << " s";
       if (p.tty) {
         std::cout << "\r" << l.str() << "   " << std::flush;
       } else if (p.verbose || step + 1 == total || (step + 1) % 10 == 0) {

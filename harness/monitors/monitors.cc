@@ -120,6 +120,7 @@ void Monitors::on_step_begin(int64_t step) {
 void Monitors::on_batch(int64_t step, model::Batch& b) {
   // Which samples this step trains on, so a failure can name them.
   events_.emit("batch", {{"run", run_}, {"step", step}, {"samples", b.sample_ids}});
+  last_batch_ = b;
   sample("data");
   check(Site{"input", "image", ""}, b.image);
   check(Site{"label", "gt_shrink", ""}, b.targets.gt_shrink);

@@ -45,6 +45,8 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   void set_memory_probe(std::function<nlohmann::json()> probe) { memory_probe_ = std::move(probe); }
   /// The current step's memory per phase, as far as it got.
   const nlohmann::json& phase_memory() const { return phases_; }
+  /// The batch of the current (or last) step, kept by reference.
+  const model::Batch& last_batch() const { return last_batch_; }
   void on_forward(int64_t step, model::DbNetOutput& out) override;
 
   // ModuleObserver
@@ -82,6 +84,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   double last_heartbeat_ = 0;
   std::function<nlohmann::json()> memory_probe_;
   nlohmann::json phases_ = nlohmann::json::object();
+  model::Batch last_batch_;
   void sample(const char* phase);
 };
 

@@ -79,6 +79,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                            {"fired_at_steps", f.steps}});
   }
   j["steps_completed"] = main.steps_completed;
+  j["overlays"] = main.overlays;
   {
     ojson steps = ojson::array();
     for (const auto& st : main.steps) {
@@ -289,6 +290,12 @@ std::string report_markdown(const RunReport& r) {
       md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.get("module").empty() ? "-" : cfg.get("module"))
          << " | " << (fr.fired ? "yes" : "no") << " |\n";
     }
+  }
+  if (!main.overlays.empty()) {
+    md << "\nOverlays of the failing batch (input as the model saw it; green: text kernels, red: threshold band, "
+          "grey: ignored, magenta: non-finite):";
+    for (const auto& o : main.overlays) md << " [`" << o << "`](main/overlays/" << o << ")";
+    md << "\n";
   }
   md << "\n## Logs / Stack Trace\n\n";
   if (failed) {

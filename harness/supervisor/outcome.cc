@@ -125,6 +125,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         f.steps.push_back(e.get<int64_t>("step", -1));
         f.module = e.get<std::string>("module", f.module);
       }
+    } else if (e.type == "overlays") {
+      a.overlays = e.get<std::vector<std::string>>("files", {});
     } else if (e.type == "memory_budget") {
       a.budget = e.body;
     } else if (e.type == "batch") {

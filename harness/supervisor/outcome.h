@@ -82,6 +82,9 @@ struct TrialAnalysis {
   nlohmann::json memory_at_failure;
   /// How the memory budget was enforced (the `memory_budget` event).
   nlohmann::json budget;
+  /// Overlays of the failing batch written by the worker (file names under
+  /// the trial's overlays/ folder).
+  std::vector<std::string> overlays;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };

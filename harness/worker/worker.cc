@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 #include <torch/torch.h>
 
 #include "harness/common/error.h"
@@ -19,6 +21,7 @@
 #include "harness/worker/event_writer.h"
 #include "harness/worker/memory_budget.h"
 #include "model/data/dataset.h"
+#include "model/eval/overlay.h"
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
 
@@ -80,6 +83,58 @@ uint64_t parameter_checksum(model::DbNet& net) {
     }
   }
   return h;
+}
+
+// Writes one overlay per sample of `b` into `dir`: the input as the model
+// saw it (de-normalised), the shrunk text kernels in green, the threshold band
+// in red, ignored regions greyed and non-finite pixels in magenta. Returns the
+// file names.
+std::vector<std::string> write_batch_overlays(const model::Batch& b, const fs::path& dir) {
+  std::vector<std::string> files;
+  if (!b.image.defined()) return files;
+  fs::create_directories(dir);
+  torch::NoGradGuard no_grad;
+  const auto image = b.image.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto get = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat32).contiguous(); };
+  const auto shrink = get(b.targets.gt_shrink), mask = get(b.targets.gt_shrink_mask),
+             tmask = get(b.targets.gt_thresh_mask);
+  const int64_t n = image.size(0), h = image.size(2), w = image.size(3);
+  for (int64_t i = 0; i < n && i < 8; ++i) {
+    const auto chw = image[i].permute({1, 2, 0}).contiguous();
+    cv::Mat normalised(static_cast<int>(h), static_cast<int>(w), CV_32FC3, const_cast<float*>(chw.data_ptr<float>()));
+    cv::Mat bad;
+    {
+      const auto finite = torch::isfinite(chw).all(2).to(torch::kUInt8).contiguous();
+      bad = cv::Mat(static_cast<int>(h), static_cast<int>(w), CV_8UC1, finite.data_ptr<uint8_t>()).clone();
+    }
+    cv::Mat safe = normalised.clone();
+    safe.setTo(cv::Scalar(0, 0, 0), bad == 0);
+    cv::Mat bgr = model::denormalize_to_bgr8(safe);
+    const float* ps = shrink[i][0].data_ptr<float>();
+    const float* pm = mask[i][0].data_ptr<float>();
+    const float* pt = tmask[i][0].data_ptr<float>();
+    for (int y = 0; y < bgr.rows; ++y) {
+      for (int x = 0; x < bgr.cols; ++x) {
+        const size_t k = static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x);
+        auto& px = bgr.at<cv::Vec3b>(y, x);
+        if (!bad.at<uint8_t>(y, x) || !std::isfinite(ps[k]) || !std::isfinite(pt[k])) {
+          px = cv::Vec3b(255, 0, 255);
+          continue;
+        }
+        if (ps[k] > 0.5f) px = px * 0.5 + cv::Vec3b(0, 255, 0) * 0.5;
+        else if (pt[k] > 0.5f) px = px * 0.6 + cv::Vec3b(0, 0, 255) * 0.4;
+        if (pm[k] < 0.5f) px = px * 0.5 + cv::Vec3b(128, 128, 128) * 0.5;
+      }
+    }
+    std::string id = i < static_cast<int64_t>(b.sample_ids.size()) ? b.sample_ids[static_cast<size_t>(i)]
+                                                                     : "sample" + std::to_string(i);
+    for (char& c : id) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+    }
+    const std::string name = std::to_string(i) + "-" + id + (id.size() > 4 && id.substr(id.size() - 4) == ".png" ? "" : ".png");
+    if (cv::imwrite((dir / name).string(), bgr)) files.push_back(name);
+  }
+  return files;
 }
 
 }  // namespace
@@ -282,6 +337,11 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     status = "diverged";
     events.emit("error", {{"kind", "diverged"}, {"run", run}, {"step", step},
                           {"message", std::string(e.what())}, {"module", monitors.last_module()}});
+    try {
+      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
+      if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+    } catch (const std::exception&) {
+    }
   } catch (const std::exception& e) {
     status = "error";
     const bool data = dynamic_cast<const model::DataError*>(&e) != nullptr;
@@ -294,6 +354,13 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                           {"module", monitors.last_module()},
                           {"memory", memory_json(s.hardware.device)},
                           {"phases", monitors.phase_memory()}});
+    if (!faults.context_poisoned()) {
+      try {
+        const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
+        if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+      } catch (const std::exception&) {
+      }
+    }
     // Teardown, as a training framework does after a failure (moving state,
     // syncing the device). A corrupted CUDA context fails here too.
     try {
