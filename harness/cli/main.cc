@@ -177,6 +177,16 @@ int main(int argc, char** argv) {
   suite->add_option("ARGS", suite_args, "Folders / scenario files, then key=value overrides for all")
       ->required();
   add_run_options(suite);
+  suite->add_flag("--resume", ro.resume, "Skip scenarios the --out folder's journal records as finished");
+  suite->add_option("--shard", ro.shard, "Run shard K/N (0-based K); detected from Slurm, Kubernetes, GitLab, "
+                                         "GoogleTest and Bazel variables when omitted");
+  suite->add_option("--shard-count", ro.shard_count, "Shard count for Kubernetes indexed Jobs");
+  std::vector<std::string> merge_dirs;
+  std::string merge_out, merge_junit;
+  auto* merge = app.add_subcommand("merge", "Combine suite outputs (shards) into one suite.json and JUnit");
+  merge->add_option("DIRS", merge_dirs, "Suite output folders")->required();
+  merge->add_option("--out", merge_out, "Output folder");
+  merge->add_option("--junit", merge_junit, "Also write the JUnit XML here");
   std::string list_what, list_dir;
   auto* list = app.add_subcommand("list", "List faults or scenarios");
   list->add_option("WHAT", list_what, "faults | scenarios | profiles")->required()
@@ -288,6 +298,7 @@ int main(int argc, char** argv) {
       split(suite_args);
       return dbh::harness::suite_command(ro);
     }
+    if (*merge) return dbh::harness::merge_command(merge_dirs, merge_out, merge_junit);
     if (*list) return dbh::harness::list_command(list_what, list_dir);
     if (*worker) {
       std::ifstream in(w_scenario);

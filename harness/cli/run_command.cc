@@ -1,6 +1,13 @@
 #include "harness/cli/run_command.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +27,7 @@
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/shard.h"
 #include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
@@ -365,44 +373,246 @@ std::vector<std::string> expand_scenarios(const std::vector<std::string>& inputs
 }
 }  // namespace
 
-int suite_command(const RunOptions& o) {
-  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
-  std::vector<std::string> files;
-  try {
-    files = expand_scenarios(o.scenarios);
-    if (files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got none");
-    for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
-  } catch (const ScenarioError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
+namespace {
+
+// The suite's append-only journal: a `started` record before each scenario
+// and a `finished` record after it, each flushed to disk (fsync), so a suite
+// killed at any moment can be resumed.
+class Journal {
+ public:
+  explicit Journal(const fs::path& path) : path_(path) {}
+  void append(const nlohmann::ordered_json& record) {
+    const std::string line = record.dump() + "\n";
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) throw ReportError(path_.string() + ": cannot open the journal: " + std::strerror(errno));
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    const bool ok = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+    ::close(fd);
+    if (!ok) throw ReportError(path_.string() + ": cannot append to the journal: " + std::strerror(errno));
   }
-  const fs::path root = o.out.empty() ? fs::path("reports") / "runs" / ("suite-" + stamp()) : fs::path(o.out);
-  std::vector<RunReport> reports;
-  int met = 0;
-  for (const auto& f : files) {
-    try {
-      reports.push_back(run_scenario(f, o, root / fs::path(f).stem(), p));
-      print_summary(reports.back(), p);
-      met += reports.back().expectation_met ? 1 : 0;
-    } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << e.what() << "\n";
-      return 2;
+  /// Records that decode; a torn last line (the harness died mid-write) is
+  /// ignored.
+  std::vector<nlohmann::json> read() const {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.is_object()) out.push_back(j);
     }
+    return out;
   }
-  if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml(reports, "dbh.suite"));
+
+ private:
+  fs::path path_;
+};
+
+RunReport report_from_json(const nlohmann::json& j) {
+  RunReport r;
+  r.scenario.name = j.value("scenario_name", "");
+  r.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
+  r.expectation_met = j["expectation"].value("met", false);
+  for (const auto& w : j["expectation"].value("mismatches", std::vector<std::string>{})) r.expectation_why.push_back(w);
+  r.failure.klass = j["failure"]["class"].is_string() ? j["failure"]["class"].get<std::string>() : "";
+  r.failure.message = j["failure"].value("message", "");
+  r.seconds = j.value("seconds", 0.0);
+  r.repro_command = j["repro"].value("command", "");
+  return r;
+}
+
+volatile sig_atomic_t g_signal = 0;
+void on_stop_signal(int sig) {
+  g_signal = sig;
+  request_stop(sig);
+}
+
+std::string scenario_id(const std::string& file) { return fs::path(file).stem().string(); }
+
+void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& reports,
+                         const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
+                         const std::string& junit, const std::string& shard_text) {
+  int met = 0;
+  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
   nlohmann::ordered_json summary;
   summary["schema_version"] = 1;
-  summary["scenarios"] = files.size();
+  summary["shard"] = shard_text;
+  summary["scenarios"] = ids.size();
+  summary["completed"] = reports.size();
   summary["expectations_met"] = met;
+  summary["interrupted"] = interrupted;
   summary["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : reports) {
     summary["runs"].push_back({{"scenario", r.scenario.name}, {"outcome", to_string(r.outcome)},
                                {"expectation_met", r.expectation_met}, {"report", r.out_dir + "/report.md"}});
   }
   write_file_atomically((root / "suite.json").string(), summary.dump(2) + "\n");
-  if (o.json) std::cout << summary.dump(2) << std::endl;
-  std::cout << met << " passed, " << files.size() - static_cast<size_t>(met) << " failed" << std::endl;
-  return met == static_cast<int>(files.size()) ? 0 : 1;
+  const std::string xml = junit_xml(reports, "dbh.suite");
+  write_file_atomically((root / "junit.xml").string(), xml);
+  if (!junit.empty()) write_file_atomically(junit, xml);
+}
+
+}  // namespace
+
+int suite_command(const RunOptions& o) {
+  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
+  std::vector<std::string> files;
+  std::optional<Shard> shard;
+  try {
+    files = expand_scenarios(o.scenarios);
+    if (files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got none");
+    for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
+    shard = o.shard.empty() ? detect_shard(process_environment(), o.shard_count) : parse_shard(o.shard);
+  } catch (const ScenarioError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+  if (shard) {
+    std::vector<std::string> mine;
+    for (const auto& f : files) {
+      if (in_shard(scenario_id(f), *shard)) mine.push_back(f);
+    }
+    files = mine;
+  }
+  const std::string shard_text =
+      shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
+  fs::path root = o.out.empty() ? fs::path("reports") / "runs" / ("suite-" + stamp()) : fs::path(o.out);
+  if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) {
+    std::cerr << "dbh: " << root.string() << ": expected a writable output folder, got: " << ec.message() << "\n";
+    return 2;
+  }
+  Journal journal(root / "journal.jsonl");
+  std::map<std::string, nlohmann::json> finished;
+  std::set<std::string> started;
+  if (o.resume) {
+    for (const auto& rec : journal.read()) {
+      const std::string id = rec.value("scenario", "");
+      if (rec.value("type", "") == "started") started.insert(id);
+      if (rec.value("type", "") == "finished") finished[id] = rec;
+    }
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  if (shard) p.line("dbh suite: shard " + shard_text + ": " + std::to_string(files.size()) + " scenario(s)");
+  std::vector<RunReport> reports;
+  std::vector<std::string> ids, interrupted;
+  for (const auto& f : files) {
+    const std::string id = scenario_id(f);
+    ids.push_back(id);
+    if (const auto it = finished.find(id); it != finished.end()) {
+      std::ifstream in(fs::path(it->second.value("dir", "")) / "report.json");
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded()) {
+        RunReport r = report_from_json(j);
+        r.out_dir = it->second.value("dir", "");
+        p.line("skip  " + id + ": finished in an earlier run (" + to_string(r.outcome) + ")");
+        reports.push_back(r);
+        continue;
+      }
+    }
+    if (started.count(id) && !finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
+    if (g_signal != 0) {
+      interrupted.push_back(id);
+      continue;
+    }
+    const fs::path dir = root / id;
+    try {
+      journal.append({{"type", "started"}, {"scenario", id}, {"file", f}, {"time", now_iso()}});
+      RunReport r = run_scenario(f, o, dir, p);
+      if (g_signal != 0) {
+        // Stopped mid-scenario: its result is not a result.
+        interrupted.push_back(id);
+        continue;
+      }
+      journal.append({{"type", "finished"}, {"scenario", id}, {"outcome", to_string(r.outcome)},
+                      {"expectation_met", r.expectation_met}, {"dir", fs::absolute(dir).string()},
+                      {"time", now_iso()}});
+      print_summary(r, p);
+      reports.push_back(std::move(r));
+    } catch (const ScenarioError& e) {
+      std::cerr << "dbh: " << e.what() << "\n";
+      return 2;
+    } catch (const ReportError& e) {
+      std::cerr << "dbh: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  try {
+    write_suite_outputs(root, reports, ids, interrupted, o.junit, shard_text);
+  } catch (const ReportError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+  int met = 0;
+  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
+  if (o.json) {
+    std::ifstream in(root / "suite.json");
+    std::cout << in.rdbuf();
+  }
+  if (g_signal != 0) {
+    std::cout << "interrupted by signal " << g_signal << ": " << interrupted.size()
+              << " scenario(s) not run; resume with --resume --out " << (o.out.empty() ? root.string() : o.out)
+              << std::endl;
+    return 128 + g_signal;
+  }
+  std::cout << met << " passed, " << reports.size() - static_cast<size_t>(met) << " failed" << std::endl;
+  return met == static_cast<int>(reports.size()) ? 0 : 1;
+}
+
+int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
+  std::map<std::string, nlohmann::json> finished;  // last finished record per scenario wins
+  std::vector<std::string> order;
+  for (const auto& d : dirs) {
+    if (!fs::is_directory(d)) {
+      std::cerr << "dbh merge: " << d << ": expected a suite output folder, got none\n";
+      return 2;
+    }
+    std::vector<fs::path> journals;
+    for (const auto& e : fs::recursive_directory_iterator(d)) {
+      if (e.path().filename() == "journal.jsonl") journals.push_back(e.path());
+    }
+    std::sort(journals.begin(), journals.end());
+    for (const auto& jp : journals) {
+      for (const auto& rec : Journal(jp).read()) {
+        if (rec.value("type", "") != "finished") continue;
+        const std::string id = rec.value("scenario", "");
+        if (!finished.count(id)) order.push_back(id);
+        finished[id] = rec;
+      }
+    }
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<RunReport> reports;
+  for (const auto& id : order) {
+    std::ifstream in(fs::path(finished[id].value("dir", "")) / "report.json");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) {
+      std::cerr << "dbh merge: " << finished[id].value("dir", "") << "/report.json: expected a report, got none\n";
+      return 2;
+    }
+    RunReport r = report_from_json(j);
+    r.out_dir = finished[id].value("dir", "");
+    reports.push_back(r);
+  }
+  const fs::path root = out.empty() ? fs::path("reports") / "runs" / ("merged-" + stamp()) : fs::path(out);
+  fs::create_directories(root);
+  try {
+    write_suite_outputs(root, reports, order, {}, junit, "merged");
+  } catch (const ReportError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+  int met = 0;
+  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
+  std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, "
+            << reports.size() - static_cast<size_t>(met) << " failed\nsuite: " << (root / "suite.json").string()
+            << std::endl;
+  return met == static_cast<int>(reports.size()) ? 0 : 1;
 }
 
 int list_command(const std::string& what, const std::string& dir) {

@@ -16,6 +16,9 @@ struct RunOptions {
   bool quiet = false;
   bool verbose = false;
   bool withhold_fault_records = false; // attribution test hook (hidden)
+  bool resume = false;                 // suite: skip finished scenarios
+  std::string shard;                   // suite: "K/N"
+  int64_t shard_count = 0;             // suite: count for Kubernetes indexed Jobs
 };
 
 /// `dbh run SCENARIO [key=value …]`: 0 expectation met, 1 not met, 2 bad
@@ -23,6 +26,9 @@ struct RunOptions {
 int run_command(const RunOptions& options);
 /// `dbh suite DIR|FILES…`: runs every scenario; 0 when all expectations hold.
 int suite_command(const RunOptions& options);
+/// `dbh merge DIRS…`: combines the journals and reports of suite runs
+/// (shards) into one suite.json and one JUnit file.
+int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit);
 /// `dbh list faults|scenarios`.
 int list_command(const std::string& what, const std::string& dir);
 

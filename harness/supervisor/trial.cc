@@ -21,6 +21,19 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+volatile sig_atomic_t g_stop_signal = 0;
+volatile pid_t g_current_group = 0;
+}  // namespace
+
+void request_stop(int signal_number) {
+  g_stop_signal = signal_number;
+  const pid_t group = g_current_group;
+  if (group > 0) killpg(group, SIGTERM);
+}
+
+int stop_requested() { return g_stop_signal; }
+
+namespace {
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -86,6 +99,7 @@ TrialResult run_trial(const TrialSpec& spec) {
     result.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
     return result;
   }
+  g_current_group = pid;
   std::ofstream journal(dir / "events.jsonl", std::ios::binary | std::ios::trunc);
   std::string pending;
   int64_t line_no = 0;
@@ -165,7 +179,10 @@ TrialResult run_trial(const TrialSpec& spec) {
       pipe_open = false;
     }
     if (!exited) {
-      if (since(start) > spec.deadline_s) {
+      if (g_stop_signal != 0) {
+        result.interrupted = true;
+        kill_group(true);
+      } else if (since(start) > spec.deadline_s) {
         result.timed_out = true;
         kill_group(true);
       } else if (since(last_event) > spec.silence_s) {
@@ -176,6 +193,7 @@ TrialResult run_trial(const TrialSpec& spec) {
   }
   close(fds[0]);
   killpg(pid, SIGKILL);  // nothing of the trial outlives it
+  g_current_group = 0;
   result.seconds = since(start);
   result.torn_tail = pending;
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);

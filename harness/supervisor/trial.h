@@ -26,6 +26,7 @@ struct TrialResult {
   bool timed_out = false;  // killed at the deadline
   bool hung = false;       // killed by the silence watchdog
   bool killed_by_supervisor = false;
+  bool interrupted = false;  // stopped because the harness was asked to stop
   double seconds = 0;
   std::vector<Event> events;
   std::vector<std::string> bad_lines;  // event lines that did not decode
@@ -39,6 +40,12 @@ struct TrialResult {
 /// KILL), reaps it and returns what happened. Never throws for anything the
 /// worker does; a failure to start is reported in `spawn_error`.
 TrialResult run_trial(const TrialSpec& spec);
+
+/// Asks every running trial to stop (from a signal handler: async-signal-
+/// safe). The trial's process group gets TERM, then KILL after the grace.
+void request_stop(int signal_number);
+/// The signal that requested a stop, or 0.
+int stop_requested();
 
 /// The file descriptor number workers write events to.
 inline constexpr int kEventsFd = 3;

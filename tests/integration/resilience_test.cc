@@ -1,0 +1,111 @@
+// The harness itself killed at random moments: the journal stays parseable,
+// no report is torn, and --resume completes the suite with the same results
+// as an uninterrupted run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path make_suite(const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string base = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
+  std::ofstream(dir / "a.yaml") << "include: " << base << "\ntrain: {max_steps: 2}\n";
+  std::ofstream(dir / "b.yaml") << "include: " << base
+                                << "\ntrain: {max_steps: 3}\nfaults:\n  - {name: nan_input, at_step: 1}\n"
+                                << "expect: {outcome: diverged, failure_class: nonfinite_input, step: 1}\n";
+  std::ofstream(dir / "c.yaml") << "include: " << base
+                                << "\ntrain: {max_steps: 2}\nfaults:\n  - {name: crash, at_step: 1, signal: SIGSEGV}\n"
+                                << "expect: {outcome: crashed, step: 1}\n";
+  return dir;
+}
+
+std::map<std::string, std::string> outcomes(const fs::path& suite_json) {
+  std::ifstream in(suite_json);
+  const auto j = nlohmann::json::parse(in);
+  std::map<std::string, std::string> out;
+  for (const auto& r : j["runs"]) out[r["scenario"]] = r["outcome"].get<std::string>() + "/" +
+                                                        (r["expectation_met"].get<bool>() ? "met" : "not met");
+  return out;
+}
+
+void check_no_torn_files(const fs::path& root) {
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const auto name = e.path().filename().string();
+    if (name == "report.json" || name == "suite.json") {
+      std::ifstream in(e.path());
+      EXPECT_FALSE(nlohmann::json::parse(in, nullptr, false).is_discarded()) << e.path() << " is torn";
+    }
+    if (name == "journal.jsonl") {
+      std::ifstream in(e.path());
+      std::string line, last;
+      std::vector<std::string> lines;
+      while (std::getline(in, line)) lines.push_back(line);
+      // Every complete line parses; only a final line cut by the kill may not.
+      for (size_t i = 0; i + 1 < lines.size(); ++i) {
+        EXPECT_FALSE(nlohmann::json::parse(lines[i], nullptr, false).is_discarded())
+            << e.path() << ":" << i + 1 << ": " << lines[i];
+      }
+    }
+  }
+}
+
+TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-resilience";
+  fs::remove_all(dir);
+  const auto suite = make_suite(dir / "suite");
+  // Reference: an uninterrupted run.
+  const auto ref = testing::run_process({DBH_BINARY, "suite", suite.string(), "--out", (dir / "ref").string(), "-q"},
+                                        DBH_SOURCE_DIR, 300);
+  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const auto expected = outcomes(dir / "ref" / "suite.json");
+  ASSERT_EQ(expected.size(), 3u);
+  std::mt19937 rng(20261121);
+  std::uniform_real_distribution<double> when(0.2, 4.0);
+  int kills = 0;
+  for (int i = 0; i < 8; ++i) {
+    const fs::path out = dir / ("run-" + std::to_string(i));
+    // Kill the harness (SIGKILL, as the OOM killer would) at a random moment,
+    // then once more during the resumed run.
+    for (int k = 0; k < 2; ++k) {
+      const auto r = testing::run_process(
+          {DBH_BINARY, "suite", suite.string(), "--out", out.string(), "--resume", "-q"}, DBH_SOURCE_DIR, when(rng));
+      kills += r.timed_out ? 1 : 0;
+      if (fs::exists(out)) check_no_torn_files(out);
+    }
+    const auto done = testing::run_process({DBH_BINARY, "suite", suite.string(), "--out", out.string(), "--resume", "-q"},
+                                           DBH_SOURCE_DIR, 300);
+    ASSERT_EQ(done.exit_code, 0) << "iteration " << i << ": " << done.out << done.err;
+    EXPECT_EQ(outcomes(out / "suite.json"), expected) << "iteration " << i;
+    check_no_torn_files(out);
+  }
+  EXPECT_GE(kills, 8) << "most runs should have been killed mid-way";
+  RecordProperty("kills", kills);
+}
+
+TEST(ResilienceTest, SigtermStopsChildrenAndWritesWhatItHas) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-sigterm";
+  fs::remove_all(dir);
+  const auto suite = make_suite(dir / "suite");
+  // run_process kills with SIGKILL at the timeout; use a shell to send TERM.
+  const std::string cmd = std::string(DBH_BINARY) + " suite " + suite.string() + " --out " + (dir / "out").string() +
+                          " -q & pid=$!; sleep 2.5; kill -TERM $pid; wait $pid; echo exit=$?";
+  const auto r = testing::run_process({"/bin/sh", "-c", cmd}, DBH_SOURCE_DIR, 120);
+  EXPECT_NE(r.out.find("exit=143"), std::string::npos) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(dir / "out" / "suite.json"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "junit.xml"));
+  check_no_torn_files(dir / "out");
+}
+
+}  // namespace
+}  // namespace dbh
