@@ -240,17 +240,17 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     if (main_fails && controls_pass) {
       r.data_dependent = data_key;
       if (data_key) {
-        r.data_dependent_reason = "the same training passed with " + keys + " and failed with the scenario's data (" +
+        r.data_dependent_reason = "The same training passed with " + keys + " and failed with the scenario's data (" +
                                   s.data.source + (s.data.path.empty() ? "" : " " + s.data.path) +
-                                  "): the failure depends on the data, not on the model, trainer or device";
+                                  "): the failure depends on the data, not on the model, trainer or device.";
         r.failure.evidence.push_back(r.data_dependent_reason);
       } else {
-        r.failure.evidence.push_back("a control run with " + keys +
+        r.failure.evidence.push_back("A control run with " + keys +
                                      " passed: the failure depends on these settings");
       }
     } else if (main_fails) {
       r.data_dependent = false;
-      r.data_dependent_reason = "the control run with " + keys + " failed too: the failure does not depend on it";
+      r.data_dependent_reason = "The control run with " + keys + " failed too: the failure does not depend on it.";
       r.failure.evidence.push_back(r.data_dependent_reason);
     }
   }

@@ -112,6 +112,7 @@ void Monitors::on_forward(int64_t step, model::DbNetOutput& out) { sample("forwa
 
 void Monitors::on_step_begin(int64_t step) {
   step_ = step;
+  last_module_.clear();  // an error before the forward pass names no module
   phases_ = nlohmann::json::object();
   sites_.clear();
   flags_.clear();

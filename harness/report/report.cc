@@ -317,7 +317,6 @@ std::string report_markdown(const RunReport& r) {
       md << "- later errors were consequences of the first (" << f.secondary.size()
          << "), e.g. the teardown failing after the context was corrupted\n";
     }
-    if (r.data_dependent && *r.data_dependent) md << "- " << r.data_dependent_reason << "\n";
     if (cls != nullptr && !cls->causes.empty()) {
       md << "\nLikely causes for `" << cls->id << "` (knowledge base):\n\n" << bullet_list(cls->causes);
     }
