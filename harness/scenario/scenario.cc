@@ -426,7 +426,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
                                          fs::path(s.data.path).is_relative() &&
                                          pv->loc.file.rfind("<override", 0) != 0 && !pv->loc.file.empty() &&
                                          pv->loc.file != "scenario.resolved.json") {
-      s.data.path = (fs::path(pv->loc.file).parent_path() / s.data.path).lexically_normal().string();
+      s.data.path =
+          fs::absolute(fs::path(pv->loc.file).parent_path() / s.data.path).lexically_normal().string();
     }
     if (s.data.source == "real" && s.data.path.empty()) {
       fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");

@@ -1,0 +1,89 @@
+// The data path through the real binary on the real fixtures.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+
+testing::ProcessResult dbh(std::vector<std::string> args) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process(args, DBH_SOURCE_DIR, 600);
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("dbh-data-" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+TEST(DataCommandTest, RealFixturesCheckClean) {
+  const auto dir = temp_dir("check");
+  fs::create_directories(dir);
+  const auto r = dbh({"data", "check", "fixtures/real", "--json", (dir / "check.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(dir / "check.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_GE(j["images_usable"].get<int>(), 8);
+  EXPECT_GE(j["words"].get<int>(), 100);
+  EXPECT_TRUE(j["defects"].empty());
+  // The ICDAR copy of the same annotations reads the same.
+  const auto icdar_dir = temp_dir("icdar");
+  fs::create_directories(icdar_dir);
+  fs::copy("fixtures/real/images", icdar_dir / "images");
+  fs::copy("fixtures/real/icdar", icdar_dir / "icdar");
+  const auto r2 = dbh({"data", "check", icdar_dir.string()});
+  EXPECT_EQ(r2.exit_code, 0) << r2.out;
+  EXPECT_NE(r2.out.find("ICDAR 2015 txt"), std::string::npos);
+}
+
+TEST(DataCommandTest, ShowWritesInputMapsAndOverlay) {
+  const auto dir = temp_dir("show");
+  const auto r = dbh({"data", "show", "fixtures/real", "--index", "1", "--size", "256", "--out", dir.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* f : {"input.png", "overlay.png", "gt_shrink.npy", "gt_shrink_mask.npy", "gt_thresh.npy",
+                        "gt_thresh_mask.npy", "gt_shrink.png", "gt_thresh.png"}) {
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  }
+  // A float32 256×256 .npy: 128-byte header + 256·256·4 bytes.
+  EXPECT_EQ(fs::file_size(dir / "gt_thresh.npy"), 128u + 256u * 256u * 4u);
+  std::ifstream npy(dir / "gt_thresh.npy", std::ios::binary);
+  std::string magic(6, '\0');
+  npy.read(magic.data(), 6);
+  EXPECT_EQ(magic, "\x93NUMPY");
+  EXPECT_EQ(dbh({"data", "show", "fixtures/real", "--index", "99", "--out", dir.string()}).exit_code, 2);
+  EXPECT_EQ(dbh({"data", "show", "fixtures/real", "--index", "0", "--size", "100", "--out", dir.string()}).exit_code, 2);
+}
+
+TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
+  const auto dir = temp_dir("train");
+  const auto r = dbh({"train", "--data", "fixtures/real", "--steps", "30", "--size", "128", "--optimizer", "adam",
+                      "--lr", "0.001", "--threads", "2", "--out", dir.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream csv(dir / "metrics.csv");
+  std::string line;
+  std::getline(csv, line);  // header
+  std::vector<double> losses;
+  while (std::getline(csv, line)) {
+    std::istringstream row(line);
+    std::string step, loss;
+    std::getline(row, step, ',');
+    std::getline(row, loss, ',');
+    losses.push_back(std::stod(loss));
+  }
+  ASSERT_EQ(losses.size(), 30u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[static_cast<size_t>(i)], last += losses[losses.size() - 1 - static_cast<size_t>(i)];
+  EXPECT_LT(last, 0.7 * first) << "first five " << first / 5 << ", last five " << last / 5;
+}
+
+}  // namespace
+}  // namespace dbh
