@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   train->add_flag("--validate-batches", t.validate_batches,
                   "Check every batch (finite, in range, binary masks) before training on it");
   train->add_option("--source", t.source, "Synthetic source when --data is omitted")
-      ->check(CLI::IsMember({"synthetic_boxes", "synthetic_random"}))
+      ->check(CLI::IsMember({"synthetic_boxes", "synthetic_random", "synthetic_render"}))
       ->capture_default_str();
   train->add_option("--encoder", t.encoder, "ResNet depth")
       ->check(CLI::IsMember({18, 34, 50}))->capture_default_str();

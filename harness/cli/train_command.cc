@@ -99,9 +99,10 @@ int run_train_command(const TrainCommandOptions& o) {
   std::string data_desc;
   const uint64_t seed = o.seed;
   const int64_t n = o.batch_size, s = o.size;
-  if (!o.data.empty()) {
+  if (!o.data.empty() || o.source == "synthetic_render") {
     model::DatasetOptions dopt;
     dopt.root = o.data;
+    if (o.data.empty()) dopt.synthetic_samples = 64;
     dopt.size = s;
     dopt.augment = o.augment;
     dopt.seed = seed;
@@ -125,8 +126,9 @@ int run_train_command(const TrainCommandOptions& o) {
     lopt.validate = o.validate_batches;
     auto loader = std::make_shared<model::Loader>(dataset, lopt);
     source = [loader](int64_t micro) { return loader->get(micro); };
-    data_desc = "real (" + o.data + ", " + std::to_string(dataset->size()) + " images, " +
-                dataset->format() + ")";
+    data_desc = o.data.empty() ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
+                               : "real (" + o.data + ", " + std::to_string(dataset->size()) + " images, " +
+                                     dataset->format() + ")";
   } else if (o.source == "synthetic_random") {
     source = [=](int64_t micro) {
       return model::synthetic_random_batch(n, s, s, seed * 1000003ULL + static_cast<uint64_t>(micro));

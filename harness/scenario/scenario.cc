@@ -442,6 +442,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.data.on_invalid = r.string("on_invalid", "error", {"error", "skip", "clip"});
     s.data.validate = r.boolean("validate", true);
     s.data.preflight = r.boolean("preflight", true);
+    s.data.samples = r.integer("samples", 64, 1, 1000000);
     if (const Value* sub = r.get("subset")) {
       if (!sub->is_seq()) fail(sub->loc, "data.subset", "a list of sample indices", sub->describe());
       for (const auto& x : sub->seq) {
@@ -662,7 +663,8 @@ std::string resolved_json(const Scenario& s) {
                {"batch_size", s.data.batch_size}, {"size", s.data.size},
                {"num_workers", s.data.num_workers}, {"augment", s.data.augment},
                {"on_invalid", s.data.on_invalid}, {"validate", s.data.validate},
-               {"preflight", s.data.preflight}, {"subset", s.data.subset}};
+               {"preflight", s.data.preflight}, {"subset", s.data.subset},
+               {"samples", s.data.samples}};
   j["train"] = {{"max_steps", s.train.max_steps},     {"optimizer", s.train.optimizer},
                 {"lr", s.train.lr},                   {"momentum", s.train.momentum},
                 {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},

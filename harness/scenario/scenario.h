@@ -28,6 +28,7 @@ struct DataConfig {
   std::string on_invalid = "error";
   bool validate = true;            // per-batch validation hook
   bool preflight = true;           // decode every image before training
+  int64_t samples = 64;            // synthetic_render: rendered images in the dataset
   /// Train on these dataset indices only (bisect data); empty = all.
   std::vector<int64_t> subset;
 };

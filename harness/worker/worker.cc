@@ -225,8 +225,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     }
     std::shared_ptr<model::Dataset> dataset;
     std::shared_ptr<model::Loader> loader;
-    if (s.data.source == "real") {
+    if (s.data.source == "real" || s.data.source == "synthetic_render") {
       model::DatasetOptions d;
+      if (s.data.source == "synthetic_render") d.synthetic_samples = s.data.samples;
       d.root = data_path;
       d.size = s.data.size;
       d.augment = s.data.augment;

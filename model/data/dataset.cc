@@ -1,6 +1,7 @@
 #include "model/data/dataset.h"
 
 #include "model/data/scan.h"
+#include "model/data/synthetic_render.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,22 @@ Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
   TORCH_CHECK(options_.size > 0 && options_.size % 32 == 0,
               "Expected a training size that is a positive multiple of 32, but got ",
               options_.size);
+  if (options_.synthetic_samples > 0) {
+    format_ = "synthetic_render";
+    std::vector<int64_t> indices = options_.subset;
+    if (indices.empty()) {
+      for (int64_t i = 0; i < options_.synthetic_samples; ++i) indices.push_back(i);
+    }
+    for (const int64_t i : indices) {
+      TORCH_CHECK(i >= 0 && i < options_.synthetic_samples, "Expected synthetic sample indices in [0, ",
+                  options_.synthetic_samples, "), but got ", i);
+      ImageAnnotation a;
+      a.file = "synthetic_render:" + std::to_string(options_.seed) + ":" + std::to_string(i);
+      images_.push_back(a);
+      render_index_.push_back(i);
+    }
+    return;
+  }
   ScanResult scan = scan_dataset(options_.root, options_.on_invalid, options_.ignore_tags,
                                  options_.preflight);
   format_ = scan.format;
@@ -62,15 +79,21 @@ Sample Dataset::get(int64_t index, int64_t epoch) const {
   TORCH_CHECK(index >= 0 && index < size(), "Expected a sample index in [0, ", size(),
               "), but got ", index);
   const auto& ann = images_[static_cast<size_t>(index)];
-  const fs::path path = fs::path(options_.root) / "images" / ann.file;
   AnnotatedImage in;
-  in.image = decode_image(path.string(), options_.apply_exif);
-  if (in.image.empty()) {
-    throw DataError({Defect{DefectKind::kUnreadableImage, path.string(), ann.file, "", 0,
-                            path.string() + ": cannot decode the image (sample " +
-                                std::to_string(index) + ")"}});
+  if (!render_index_.empty()) {
+    RenderOptions render;
+    render.width = render.height = static_cast<int>(options_.size);
+    in = render_synthetic_text(options_.seed, render_index_[static_cast<size_t>(index)], render);
+  } else {
+    const fs::path path = fs::path(options_.root) / "images" / ann.file;
+    in.image = decode_image(path.string(), options_.apply_exif);
+    if (in.image.empty()) {
+      throw DataError({Defect{DefectKind::kUnreadableImage, path.string(), ann.file, "", 0,
+                              path.string() + ": cannot decode the image (sample " +
+                                  std::to_string(index) + ")"}});
+    }
+    for (const auto& word : ann.words) in.texts.push_back(TextInstance{word.points, word.ignore});
   }
-  for (const auto& word : ann.words) in.texts.push_back(TextInstance{word.points, word.ignore});
   const int s = static_cast<int>(options_.size);
   double scale = 1.0;
   AnnotatedImage prepared;

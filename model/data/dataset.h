@@ -41,6 +41,10 @@ struct DatasetOptions {
   /// Off, an unreadable image fails when a batch first needs it, as lazily
   /// decoding pipelines do.
   bool preflight = true;
+  /// When > 0, the dataset is `synthetic_render`: this many deterministic
+  /// rendered text images (render_synthetic_text(seed, index)) instead of a
+  /// folder; `root` is ignored.
+  int64_t synthetic_samples = 0;
   /// Keep only these indices (in scan order), in this order; empty keeps all.
   std::vector<int64_t> subset;
   /// Apply EXIF orientation when decoding (off: annotations usually refer to
@@ -85,6 +89,7 @@ class Dataset {
   std::string format_;
   std::vector<ImageAnnotation> images_;
   std::vector<Defect> defects_;
+  std::vector<int64_t> render_index_;  // synthetic_render: the rendered index per sample
 };
 
 

@@ -85,5 +85,18 @@ TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
   EXPECT_LT(last, 0.7 * first) << "first five " << first / 5 << ", last five " << last / 5;
 }
 
+TEST(DataCommandTest, EveryDataSourceTrains) {
+  for (const char* source : {"synthetic_random", "synthetic_boxes", "synthetic_render"}) {
+    const auto dir = temp_dir(std::string("source-") + source);
+    const auto r = dbh({"run", "scenarios/base/tiny-cpu.yaml", std::string("data.source=") + source, "data.size=96",
+                        "train.max_steps=2", "--out", dir.string(), "-q"});
+    EXPECT_EQ(r.exit_code, 0) << source << ": " << r.out << r.err;
+    std::ifstream in(dir / "report.json");
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["steps_completed"], 2) << source;
+    EXPECT_EQ(j["scenario"]["resolved"]["data"]["source"], source);
+  }
+}
+
 }  // namespace
 }  // namespace dbh
