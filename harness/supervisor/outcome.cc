@@ -111,6 +111,9 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
           st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
         }
       }
+      // getrusage's high-water mark and /proc's current RSS are read at
+      // different moments; the peak is at least every sample taken.
+      a.peak_memory_bytes = std::max({a.peak_memory_bytes, st.peak_bytes, st.rss_bytes});
       a.steps.push_back(st);
       ++a.steps_completed;
       open_step.reset();

@@ -38,8 +38,9 @@ TEST(DataCommandTest, RealFixturesCheckClean) {
   // The ICDAR copy of the same annotations reads the same.
   const auto icdar_dir = temp_dir("icdar");
   fs::create_directories(icdar_dir);
-  fs::copy("fixtures/real/images", icdar_dir / "images");
-  fs::copy("fixtures/real/icdar", icdar_dir / "icdar");
+  const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures" / "real";
+  fs::copy(real / "images", icdar_dir / "images");
+  fs::copy(real / "icdar", icdar_dir / "icdar");
   const auto r2 = dbh({"data", "check", icdar_dir.string()});
   EXPECT_EQ(r2.exit_code, 0) << r2.out;
   EXPECT_NE(r2.out.find("ICDAR 2015 txt"), std::string::npos);
