@@ -16,6 +16,10 @@ apt_packages=(
   libopencv-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libpolyclipping-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
 )
+# Optional: clang and libFuzzer for scripts/fuzz.sh and scripts/sanitize.sh.
+if [[ "${DBH_WITH_FUZZ:-0}" == 1 ]]; then
+  apt_packages+=(clang-14 libclang-rt-14-dev)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -178,7 +178,13 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   r.scenario = load_scenario(path, overrides);
   r.started_at = now_iso();
   r.out_dir = fs::absolute(out).string();
-  fs::create_directories(out);
+  {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) {
+      throw ReportError(out.string() + ": expected a writable output folder, got: " + ec.message());
+    }
+  }
   write_file_atomically((out / "scenario.resolved.json").string(), resolved_json(r.scenario) + "\n");
   const Scenario& s = r.scenario;
   p.line("dbh run " + s.name + ": " + [&] {
@@ -332,10 +338,23 @@ fs::path default_out(const std::string& name) {
 int run_command(const RunOptions& o) {
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
   try {
-    if (o.scenarios.size() != 1) throw ScenarioError("dbh run: expected one scenario file");
+    if (o.scenarios.empty()) throw ScenarioError("dbh run: expected a scenario file, got none");
+    if (o.scenarios.size() > 1) {
+      throw ScenarioError("dbh run: expected one scenario file followed by key.path=value overrides, got \"" +
+                          o.scenarios[1] + "\" (an override needs '=')");
+    }
     const std::string name = fs::path(o.scenarios.front()).stem().string();
     // Validate before creating anything, so bad input leaves nothing behind.
     (void)load_scenario(o.scenarios.front(), o.overrides);
+    if (!o.out.empty()) {
+      std::error_code ec;
+      const fs::path parent = fs::absolute(o.out).parent_path();
+      fs::create_directories(parent, ec);
+      if (ec || access(parent.c_str(), W_OK) != 0) {
+        throw ReportError(o.out + ": expected a writable output folder, got: " +
+                          (ec ? ec.message() : std::string(std::strerror(errno))));
+      }
+    }
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
     RunReport r = run_scenario(o.scenarios.front(), o, out, p);
     if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));

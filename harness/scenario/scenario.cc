@@ -432,6 +432,11 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if (s.data.source == "real" && s.data.path.empty()) {
       fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");
     }
+    if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
+      const Value* pv = r.get("path");
+      fail(pv != nullptr ? pv->loc : r.loc(), "data.path", "an existing dataset folder",
+           "\"" + s.data.path + "\"");
+    }
     s.data.batch_size = r.integer("batch_size", 2, 1, 4096);
     s.data.size = r.integer("size", 128, 32, 8192);
     if (s.data.size % 32 != 0) {
@@ -519,11 +524,32 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder));
     }
   }
+  // A fault that can never fire is a mistake in the scenario.
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto& f = s.faults[i];
+    const bool per_step = f.name != "corrupt_sample" && f.name != "memory_cap";
+    if (per_step && f.at_step >= s.train.max_steps) {
+      const Value* faults = tree.find("faults");
+      const Value& fv = faults->seq[i];
+      const Value* at = fv.find("at_step");
+      fail(at != nullptr ? at->loc : fv.loc, "faults[" + std::to_string(i) + "].at_step",
+           "a step below train.max_steps (" + std::to_string(s.train.max_steps) + ")", std::to_string(f.at_step));
+    }
+  }
   {
     MapReader r(root.get("repeat"), "repeat", root.loc());
     s.repeat.in_process = r.integer("in_process", 1, 1, 1000);
     s.repeat.processes = r.integer("processes", 1, 1, 1000);
     r.finish();
+  }
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (s.faults[i].run >= s.repeat.in_process) {
+      const Value& fv = tree.find("faults")->seq[i];
+      const Value* run = fv.find("run");
+      fail(run != nullptr ? run->loc : fv.loc, "faults[" + std::to_string(i) + "].run",
+           "a run below repeat.in_process (" + std::to_string(s.repeat.in_process) + ")",
+           std::to_string(s.faults[i].run));
+    }
   }
   {
     MapReader r(root.get("limits"), "limits", root.loc());
