@@ -346,8 +346,11 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   }
   std::sort(consumed.begin(), consumed.end());
   auto subset_overrides = [&](const std::vector<int64_t>& subset) {
-    const int64_t steps = std::max<int64_t>(1, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) /
-                                                   s.data.batch_size);
+    // Enough steps to consume every sample once, and at least up to the
+    // failing step so the scenario's fault schedule stays valid.
+    const int64_t steps = std::max<int64_t>(
+        {int64_t{1}, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) / s.data.batch_size,
+         std::min(last_step + 1, s.train.max_steps)});
     return std::vector<std::string>{"data.subset=" + list_yaml(subset),
                                     "train.max_steps=" + std::to_string(steps), "controls=[]"};
   };

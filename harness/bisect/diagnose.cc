@@ -76,7 +76,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::vector<Rung> rungs = {
         {"Basic tensor ops on the device", "ladder", {"train.mode=ops", "controls=[]"}, "", {}, false},
         {"Model forward/backward on synthetic data (1 step)", "ladder",
-         {"data.source=synthetic_random", "train.max_steps=1", "train.stop_after=0", "controls=[]"}, "", {}, false},
+         {"data.source=synthetic_random", "train.stop_after=1", "controls=[]"}, "", {}, false},
         {"Full trainer on synthetic data", "ladder", {"data.source=synthetic_boxes", "controls=[]"}, "", {}, false},
         {"Trainer on real data, num_workers=0", "ladder", {"data.num_workers=0", "controls=[]"},
          real ? "" : "data is not real", {}, false},

@@ -102,7 +102,9 @@ int qualify_command(const QualifyOptions& o) {
       return std::vector<std::string>{"data.batch_size=" + std::to_string(batch),
                                       "train.accumulation=" + std::to_string(accumulation),
                                       "train.precision=" + precision,
-                                      "train.max_steps=" + std::to_string(o.steps),
+                                      source.train.max_steps >= o.steps
+                                          ? "train.stop_after=" + std::to_string(o.steps)
+                                          : "train.max_steps=" + std::to_string(o.steps),
                                       "hardware.memory_budget=" + std::to_string(mem),
                                       "controls=[]", "repeat.processes=1", "repeat.in_process=1"};
     };

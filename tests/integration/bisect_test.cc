@@ -122,10 +122,10 @@ TEST(BisectTest, ConfigFindsThePlantedKey) {
 
 TEST(BisectTest, RangeFindsThePlantedBoundary) {
   const auto dir = temp_dir("range");
-  // A NaN injected at step 5: runs of up to 5 steps pass, 6 or more fail.
+  // A NaN injected at step 5: runs stopped after up to 5 steps pass, 6 or more fail.
   const auto s = write(dir / "s.yaml",
-                       "include: " + base() + "\ntrain: {max_steps: 2}\nfaults:\n  - {name: nan_label, at_step: 5}\n");
-  const auto r = dbh({"bisect", "range", s.string(), "train.max_steps", "--lo", "1", "--hi", "16", "--out",
+                       "include: " + base() + "\ntrain: {max_steps: 16}\nfaults:\n  - {name: nan_label, at_step: 5}\n");
+  const auto r = dbh({"bisect", "range", s.string(), "train.stop_after", "--lo", "1", "--hi", "16", "--out",
                       (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto j = read_json(dir / "out" / "bisect.json");
