@@ -156,7 +156,7 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   j["fresh_probes"] = fresh;
   j["seconds"] = seconds;
   j["repro"] = o.repro;
-  write_file_atomically((out / "bisect.json").string(), j.dump(2) + "\n");
+  write_file_atomically((out / "bisect.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::ostringstream md;
   md << "## Bisection: " << o.kind << "\n\n" << o.summary << "\n\n";
   for (const auto& d : o.details) md << "- " << d << "\n";

@@ -290,7 +290,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     j["probe_count"] = prober.history().size();
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     j["repro_scenario"] = (out / "repro.yaml").string();
-    write_file_atomically((out / "diagnosis.json").string(), j.dump(2) + "\n");
+    write_file_atomically((out / "diagnosis.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cout << "conclusion: " << j["conclusion"].get<std::string>()
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n"
               << "top hypothesis: " << hyps.front().title << "\n"

@@ -123,7 +123,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
     if (!cache_dir_.empty() && repetition == 0) {
       std::error_code ec;
       fs::create_directories(cache_dir_, ec);
-      if (!ec) write_file_atomically(cache_file.string(), summary_json(p).dump(2) + "\n");
+      if (!ec) write_file_atomically(cache_file.string(), summary_json(p).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
   }
   p.verdict = verdict_of(p.analysis);

@@ -283,7 +283,7 @@ int qualify_command(const QualifyOptions& o) {
                              {"seconds", p.seconds}, {"cached", p.cached}});
     }
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    write_file_atomically((out / "qualification.json").string(), j.dump(2) + "\n");
+    write_file_atomically((out / "qualification.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cout << (qualifies ? "QUALIFIES: " : "DOES NOT QUALIFY") ;
     if (qualifies) {
       std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("

@@ -90,11 +90,11 @@ int run_data_check(const DataCheckOptions& o) {
   }
   const int code = !scan.readable ? 2 : scan.defects.empty() ? 0 : 1;
   j["exit_code"] = code;
-  if (!o.json_out.empty() && !write_atomically(o.json_out, j.dump(2) + "\n")) {
+  if (!o.json_out.empty() && !write_atomically(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
     std::cerr << "dbh data check: --json " << o.json_out << ": cannot write\n";
     return 2;
   }
-  if (o.quiet) std::cout << j.dump(2) << "\n";
+  if (o.quiet) std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return code;
 }
 

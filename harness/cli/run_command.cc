@@ -303,7 +303,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                             shell_quote(fs::current_path().string()) + "\nexec " + r.repro_command + "\n");
   fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::add);
-  write_file_atomically((out / "report.json").string(), report_json(r).dump(2) + "\n");
+  write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_file_atomically((out / "report.md").string(), report_markdown(r));
   const fs::path sentinel = out / ".FAILURE";
   if (is_failure(r.outcome)) {
@@ -358,7 +358,7 @@ int run_command(const RunOptions& o) {
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
     RunReport r = run_scenario(o.scenarios.front(), o, out, p);
     if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
-    if (o.json) std::cout << report_json(r).dump(2) << std::endl;
+    if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     return r.expectation_met ? 0 : 1;
   } catch (const ScenarioError& e) {
@@ -464,7 +464,7 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
     summary["runs"].push_back({{"scenario", r.scenario.name}, {"outcome", to_string(r.outcome)},
                                {"expectation_met", r.expectation_met}, {"report", r.out_dir + "/report.md"}});
   }
-  write_file_atomically((root / "suite.json").string(), summary.dump(2) + "\n");
+  write_file_atomically((root / "suite.json").string(), summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   const std::string xml = junit_xml(reports, "dbh.suite");
   write_file_atomically((root / "junit.xml").string(), xml);
   if (!junit.empty()) write_file_atomically(junit, xml);

@@ -190,7 +190,7 @@ int run_train_command(const TrainCommandOptions& o) {
   summary["environment"] = nlohmann::json::parse(environment_json(collect_environment()));
   {
     std::ofstream js(out / "summary.json.tmp");
-    js << summary.dump(2) << "\n";
+    js << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   fs::rename(out / "summary.json.tmp", out / "summary.json");
   std::cout << "dbh train: " << results.size() << " steps in " << std::fixed << std::setprecision(1)

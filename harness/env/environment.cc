@@ -165,7 +165,7 @@ std::string environment_json(const Environment& e) {
   j["kernel"] = e.kernel;
   j["wsl"] = e.wsl;
   j["hostname"] = e.hostname;
-  return j.dump(2);
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace dbh::harness

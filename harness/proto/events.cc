@@ -22,7 +22,7 @@ Event decode_event(const std::string& line, const std::string& where) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     throw ProtocolError(where + ": expected one JSON object per line, got invalid JSON (" +
                         std::string(e.what()) + ")");
   }

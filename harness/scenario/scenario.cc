@@ -732,7 +732,8 @@ std::string resolved_json(const Scenario& s) {
   if (s.expect.data_dependent) e["data_dependent"] = *s.expect.data_dependent;
   j["expect"] = e;
   j["controls"] = s.controls;
-  return j.dump(2);
+  // Scenario text may hold invalid UTF-8; replace it rather than throw.
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string scenario_hash(const Scenario& s) {

@@ -236,6 +236,8 @@ nlohmann::ordered_json to_json_value(const Value& v) {
 }
 }  // namespace
 
-std::string to_json(const Value& v, int indent) { return to_json_value(v).dump(indent); }
+std::string to_json(const Value& v, int indent) {
+  return to_json_value(v).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 }  // namespace dbh::harness

@@ -136,7 +136,8 @@ TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
   const Scenario s = load_scenario(write("f.yaml",
                                          "faults:\n  - name: crash\n    at_step: 2\n"
                                          "  - name: leak\n    until_step: 3\n    run: 1\n"
-                                         "  - name: slow_data\n    seconds: 0.25\n"));
+                                         "  - name: slow_data\n    seconds: 0.25\n"
+                                         "repeat: {in_process: 2}\n"));
   ASSERT_EQ(s.faults.size(), 3u);
   EXPECT_EQ(s.faults[0].get("signal"), "SIGSEGV");
   EXPECT_EQ(s.faults[0].loc.line, 2);
