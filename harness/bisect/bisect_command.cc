@@ -14,6 +14,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "model/data/scan.h"
 
@@ -23,21 +24,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
+std::string stamp() { return timestamp_compact(); }
 
-std::string quote(const std::string& s) {
-  if (s.find_first_of(" '\"[]{}*?$;&|<>()\\") == std::string::npos && !s.empty()) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string quote(const std::string& s) { return shell_quote(s); }
 
 std::string command_line(const std::string& scenario, const std::vector<std::string>& overrides) {
   // A later override of the same key wins; print each key once, last value.

@@ -20,6 +20,7 @@
 
 #include "harness/bisect/probe.h"
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/faults/catalog.h"
 #include "harness/report/knowledge_base.h"
@@ -35,33 +36,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  std::ostringstream s;
-  s << std::put_time(&tm, "%Y-%m-%dT%H:%M:%S%z");
-  return s.str();
-}
-
-std::string stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  std::ostringstream s;
-  s << std::put_time(&tm, "%Y%m%d-%H%M%S");
-  return s.str();
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
-                        std::string::npos) {
-    return s;
-  }
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string stamp() { return timestamp_compact(); }
 
 struct Printer {
   bool quiet, verbose, tty, json;

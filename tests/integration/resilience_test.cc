@@ -20,13 +20,17 @@ namespace fs = std::filesystem;
 fs::path make_suite(const fs::path& dir) {
   fs::create_directories(dir);
   const std::string base = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
-  std::ofstream(dir / "a.yaml") << "include: " << base << "\ntrain: {max_steps: 2}\n";
+  // Every scenario loads each batch slowly, so the suite takes several
+  // seconds on any machine and the kills below land in the middle of it.
+  const std::string slow = "  - {name: slow_data, seconds: 0.6, until_step: 3}\n";
+  std::ofstream(dir / "a.yaml") << "include: " << base << "\ntrain: {max_steps: 3}\nfaults:\n" << slow;
   std::ofstream(dir / "b.yaml") << "include: " << base
-                                << "\ntrain: {max_steps: 3}\nfaults:\n  - {name: nan_input, at_step: 1}\n"
-                                << "expect: {outcome: diverged, failure_class: nonfinite_input, step: 1}\n";
+                                << "\ntrain: {max_steps: 3}\nfaults:\n" << slow << "  - {name: nan_input, at_step: 2}\n"
+                                << "expect: {outcome: diverged, failure_class: nonfinite_input, step: 2}\n";
   std::ofstream(dir / "c.yaml") << "include: " << base
-                                << "\ntrain: {max_steps: 2}\nfaults:\n  - {name: crash, at_step: 1, signal: SIGSEGV}\n"
-                                << "expect: {outcome: crashed, step: 1}\n";
+                                << "\ntrain: {max_steps: 3}\nfaults:\n" << slow
+                                << "  - {name: crash, at_step: 2, signal: SIGSEGV}\n"
+                                << "expect: {outcome: crashed, step: 2}\n";
   return dir;
 }
 
@@ -71,7 +75,7 @@ TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
   const auto expected = outcomes(dir / "ref" / "suite.json");
   ASSERT_EQ(expected.size(), 3u);
   std::mt19937 rng(20261121);
-  std::uniform_real_distribution<double> when(0.2, 4.0);
+  std::uniform_real_distribution<double> when(0.3, 5.0);
   int kills = 0;
   for (int i = 0; i < 8; ++i) {
     const fs::path out = dir / ("run-" + std::to_string(i));
