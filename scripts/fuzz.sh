@@ -3,7 +3,8 @@
 # no torch target is compiled) and runs each for a bounded time on a scratch
 # copy of its seed corpus (tests/fuzz/corpus/<target>/, left untouched).
 #   scripts/fuzz.sh [seconds-per-target]     (default 30; documented long run: 600)
-# Env: DBH_FUZZ_TARGETS="scenario events" to run a subset; DBH_FUZZ_JOBS (-j, default 1).
+# Env: DBH_FUZZ_TARGETS="scenario events" to run a subset; DBH_FUZZ_JOBS (-j, default 1);
+# DBH_FUZZ_SEED=N fixes libFuzzer's seed (CI does, so a failure replays).
 # Prints executions per target; exits non-zero if any target crashed. Crash
 # reproducers land in $work/<target>/ (printed), named crash-*/leak-*/timeout-*/oom-*.
 set -euo pipefail
@@ -30,7 +31,9 @@ for t in "${targets[@]}"; do
   cp -r "tests/fuzz/corpus/$t/." "$work/$t/corpus/"
   log="$work/$t/log.txt"
   rc=0
-  "$bin" "$work/$t/corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  seed=()
+  [[ -n "${DBH_FUZZ_SEED:-}" ]] && seed=(-seed="$DBH_FUZZ_SEED")
+  "$bin" "$work/$t/corpus" "${seed[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" >"$log" 2>&1 || rc=$?
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   if ((rc == 0)); then

@@ -3,6 +3,8 @@
 #   - Debian packages (apt-get), only the missing ones;
 #   - LibTorch from the pinned torch wheel (requirements-torch.txt) in .venv/.
 # Safe to re-run: on a ready machine it finishes in about a second.
+# Extras: DBH_WITH_FUZZ=1 (clang-14 and libFuzzer), DBH_WITH_SLURM=1 (Slurm and
+# munge for the scheduler test); .ci/run sets both.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -19,6 +21,11 @@ apt_packages=(
 # Optional: clang and libFuzzer for scripts/fuzz.sh and scripts/sanitize.sh.
 if [[ "${DBH_WITH_FUZZ:-0}" == 1 ]]; then
   apt_packages+=(clang-14 libclang-rt-14-dev)
+fi
+# Optional: Slurm and munge for the scheduler integration test
+# (scripts/slurm-local.sh starts them by hand; their services are not used).
+if [[ "${DBH_WITH_SLURM:-0}" == 1 ]]; then
+  apt_packages+=(slurmctld slurmd slurm-client munge)
 fi
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -39,7 +46,7 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   log "Debian packages: all present"
 fi

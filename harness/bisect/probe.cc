@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/error.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
@@ -38,6 +39,9 @@ TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text,
   spec.grace_s = s.limits.grace_s;
   spec.on_event = on_event;
   const TrialResult result = run_trial(spec);
+  // The trial's own outcome stands, but a run whose raw record is torn is not
+  // one to report on.
+  if (!result.journal_error.empty()) throw ReportError(result.journal_error);
   ClassifyOptions copts;
   copts.withhold_fault_records = withhold_fault_records;
   if (stderr_tail != nullptr) *stderr_tail = result.stderr_tail;

@@ -261,9 +261,10 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // Files.
   write_metrics(out / "metrics.csv", main);
   {
-    std::error_code ec;
-    fs::copy_file(fs::path(r.trials.front().dir) / "events.jsonl", out / "events.jsonl",
-                  fs::copy_options::overwrite_existing, ec);
+    std::ifstream in(fs::path(r.trials.front().dir) / "events.jsonl", std::ios::binary);
+    std::ostringstream events;
+    events << in.rdbuf();
+    write_file_atomically((out / "events.jsonl").string(), events.str());
   }
   std::vector<double> loss, bce, l1, dice, rss;
   for (const auto& st : main.steps) {
@@ -331,8 +332,18 @@ int run_command(const RunOptions& o) {
       }
     }
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
-    RunReport r = run_scenario(o.scenarios.front(), o, out, p);
-    if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
+    // A run that cannot write its outputs (disk full) removes the folder it
+    // created rather than leave a half-written one.
+    const bool out_is_new = !fs::exists(out);
+    RunReport r;
+    try {
+      r = run_scenario(o.scenarios.front(), o, out, p);
+      if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
+    } catch (const ReportError&) {
+      std::error_code ec;
+      if (out_is_new) fs::remove_all(out, ec);
+      throw;
+    }
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     return r.expectation_met ? 0 : 1;
@@ -422,6 +433,11 @@ void on_stop_signal(int sig) {
 
 std::string scenario_id(const std::string& file) { return fs::path(file).stem().string(); }
 
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string();
+}
+
 void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
                          const std::string& junit, const std::string& shard_text) {
@@ -449,6 +465,13 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
 
 int suite_command(const RunOptions& o) {
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
+  // From the start: a stop requested while the scenarios are being validated
+  // still ends in written outputs (every scenario interrupted) and 128 + signal.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   std::vector<std::string> files;
   std::optional<Shard> shard;
   try {
@@ -487,12 +510,16 @@ int suite_command(const RunOptions& o) {
       if (rec.value("type", "") == "finished") finished[id] = rec;
     }
   }
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   if (shard) p.line("dbh suite: shard " + shard_text + ": " + std::to_string(files.size()) + " scenario(s)");
+  // A `suite` record opens every invocation, so even a shard with nothing to
+  // run leaves a journal saying that it ran, with what and when.
+  try {
+    journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", files.size()}, {"resume", o.resume},
+                    {"host", host_name()}, {"pid", ::getpid()}, {"time", now_iso()}});
+  } catch (const ReportError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
   std::vector<RunReport> reports;
   std::vector<std::string> ids, interrupted;
   for (const auto& f : files) {
@@ -532,6 +559,10 @@ int suite_command(const RunOptions& o) {
       std::cerr << "dbh: " << e.what() << "\n";
       return 2;
     } catch (const ReportError& e) {
+      // Cannot write (disk full): the journal keeps what finished; this
+      // scenario's half-written folder goes, and --resume re-runs it.
+      std::error_code ec;
+      fs::remove_all(dir, ec);
       std::cerr << "dbh: " << e.what() << "\n";
       return 2;
     }

@@ -1,5 +1,8 @@
 #include "harness/report/report.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -19,22 +22,47 @@ namespace dbh::harness {
 using ojson = nlohmann::ordered_json;
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw ReportError(path + ": expected a writable file, got a write error (" +
-                        std::strerror(errno) + ")");
+  // A per-process temporary name: two writers of the same file (a shard run
+  // twice) never share one. Written, fsync'd, then renamed over the target.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw ReportError(path + ": expected a writable file, got: " + std::strerror(errno));
+  }
+  const char* p = text.data();
+  size_t left = text.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
     }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw ReportError(path + ": expected a writable file, got a write error (" + std::strerror(err) + ")");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(errno));
+    err = errno;
+    ::unlink(tmp.c_str());
+    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(err));
   }
 }
+
+namespace {
+// Encodes in memory, then writes atomically: a full disk leaves no torn image.
+void write_png_atomically(const std::string& path, const cv::Mat& img) {
+  std::vector<uchar> png;
+  if (!cv::imencode(".png", img, png)) throw ReportError(path + ": cannot encode the plot as PNG");
+  write_file_atomically(path, std::string(png.begin(), png.end()));
+}
+}  // namespace
 
 namespace {
 
@@ -391,7 +419,7 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
   return x.str();
 }
 
-bool write_plot_png(const std::string& path, const std::string& title,
+void write_plot_png(const std::string& path, const std::string& title,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<double>>& series, const std::string& y_label) {
   const int w = 720, h = 400, left = 70, right = 20, top = 40, bottom = 50;
@@ -408,7 +436,8 @@ bool write_plot_png(const std::string& path, const std::string& title,
   cv::rectangle(img, {left, top}, {w - right, h - bottom}, cv::Scalar(0, 0, 0), 1);
   if (n == 0 || !std::isfinite(lo)) {
     cv::putText(img, "no finite values", {left + 20, h / 2}, cv::FONT_HERSHEY_SIMPLEX, 0.6, cv::Scalar(0, 0, 200), 1);
-    return cv::imwrite(path, img);
+    write_png_atomically(path, img);
+    return;
   }
   if (hi - lo < 1e-12) hi = lo + 1.0;
   auto px = [&](size_t i) { return left + static_cast<int>((w - left - right) * (n <= 1 ? 0.5 : double(i) / double(n - 1))); };
@@ -432,7 +461,7 @@ bool write_plot_png(const std::string& path, const std::string& title,
   cv::putText(img, fmt(lo), {5, h - bottom}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 1);
   cv::putText(img, y_label, {5, top - 10}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(80, 80, 80), 1);
   cv::putText(img, "step", {w / 2, h - 30}, cv::FONT_HERSHEY_SIMPLEX, 0.45, cv::Scalar(80, 80, 80), 1);
-  return cv::imwrite(path, img);
+  write_png_atomically(path, img);
 }
 
 }  // namespace dbh::harness

@@ -54,12 +54,14 @@ std::string report_markdown(const RunReport& r);
 /// for crashes, timeouts and kills.
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name);
 
-/// Writes text to `path` through a temporary file and rename, so readers never
-/// see a torn file. Throws ReportError naming the path.
+/// Writes text to `path` through a temporary file (fsync'd) and a rename, so
+/// readers never see a torn file and a full disk leaves no partial one.
+/// Throws ReportError naming the path and the system's reason.
 void write_file_atomically(const std::string& path, const std::string& text);
 
-/// A PNG line plot of one or more series (loss parts, memory) per step.
-bool write_plot_png(const std::string& path, const std::string& title,
+/// A PNG line plot of one or more series (loss parts, memory) per step,
+/// written atomically. Throws ReportError when it cannot be written.
+void write_plot_png(const std::string& path, const std::string& title,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<double>>& series, const std::string& y_label);
 

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -110,6 +111,11 @@ TrialResult run_trial(const TrialSpec& spec) {
   auto handle_bytes = [&](const char* data, size_t n) {
     journal.write(data, static_cast<std::streamsize>(n));
     journal.flush();
+    if (!journal && result.journal_error.empty()) {
+      const int err = errno;
+      result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
+                             std::strerror(err != 0 ? err : EIO) + ")";
+    }
     pending.append(data, n);
     size_t nl;
     while ((nl = pending.find('\n')) != std::string::npos) {

@@ -33,6 +33,7 @@ struct TrialResult {
   std::string torn_tail;               // a last line cut short
   std::string stderr_tail;             // last ~4 KB of stderr
   std::string spawn_error;             // non-empty when the worker never started
+  std::string journal_error;           // events.jsonl could not be written (disk full, …)
 };
 
 /// Spawns the worker in its own process group with the event stream on fd 3,

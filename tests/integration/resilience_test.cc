@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <random>
@@ -76,15 +77,30 @@ TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
   ASSERT_EQ(expected.size(), 3u);
   std::mt19937 rng(20261121);
   std::uniform_real_distribution<double> when(0.3, 5.0);
-  int kills = 0;
+  int kills = 0, terms = 0;
   for (int i = 0; i < 8; ++i) {
     const fs::path out = dir / ("run-" + std::to_string(i));
-    // Kill the harness (SIGKILL, as the OOM killer would) at a random moment,
-    // then once more during the resumed run.
+    // Stop the harness at a random moment, then once more during the resumed
+    // run: SIGKILL (as the OOM killer would) or SIGTERM (as a scheduler
+    // would), alternating.
     for (int k = 0; k < 2; ++k) {
+      const int sig = (i + k) % 2 == 0 ? SIGKILL : SIGTERM;
       const auto r = testing::run_process(
-          {DBH_BINARY, "suite", suite.string(), "--out", out.string(), "--resume", "-q"}, DBH_SOURCE_DIR, when(rng));
-      kills += r.timed_out ? 1 : 0;
+          {DBH_BINARY, "suite", suite.string(), "--out", out.string(), "--resume", "-q"}, DBH_SOURCE_DIR, when(rng),
+          sig);
+      if (r.timed_out) {
+        ++kills;
+        // SIGTERM: a clean stop (128 + SIGTERM, what it had written), unless
+        // it landed while the process was still loading, before main().
+        if (sig == SIGTERM && r.term_signal == 0) {
+          ++terms;
+          EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.out << r.err;
+          EXPECT_TRUE(fs::exists(out / "suite.json")) << "iteration " << i;
+          EXPECT_TRUE(fs::exists(out / "junit.xml")) << "iteration " << i;
+        } else if (sig == SIGTERM) {
+          EXPECT_EQ(r.term_signal, SIGTERM);
+        }
+      }
       if (fs::exists(out)) check_no_torn_files(out);
     }
     const auto done = testing::run_process({DBH_BINARY, "suite", suite.string(), "--out", out.string(), "--resume", "-q"},
@@ -93,8 +109,10 @@ TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
     EXPECT_EQ(outcomes(out / "suite.json"), expected) << "iteration " << i;
     check_no_torn_files(out);
   }
-  EXPECT_GE(kills, 8) << "most runs should have been killed mid-way";
+  EXPECT_GE(kills, 8) << "most runs should have been stopped mid-way";
+  EXPECT_GE(terms, 2) << "some stops should have been SIGTERM";
   RecordProperty("kills", kills);
+  RecordProperty("sigterms", terms);
 }
 
 TEST(ResilienceTest, SigtermStopsChildrenAndWritesWhatItHas) {

@@ -16,7 +16,7 @@ extern char** environ;
 namespace dbh::testing {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& cwd,
-                          double timeout_s) {
+                          double timeout_s, int timeout_signal) {
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
@@ -40,8 +40,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::strin
     throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
   }
   ProcessResult result;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  bool signalled = false;
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
@@ -51,6 +52,13 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::strin
                           .count();
     if (left <= 0) {
       result.timed_out = true;
+      if (timeout_signal != SIGKILL && !signalled) {
+        // A polite signal: let it finish its shutdown, within a bound.
+        signalled = true;
+        kill(pid, timeout_signal);
+        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        continue;
+      }
       kill(pid, SIGKILL);
       break;
     }

@@ -15,8 +15,10 @@ struct ProcessResult {
 };
 
 /// Runs `argv` (argv[0] is a path) with the working directory `cwd`, waits up
-/// to `timeout_s` seconds (then kills it), and captures both output streams.
+/// to `timeout_s` seconds, then sends `timeout_signal` (SIGKILL by default;
+/// after any other signal it waits up to 60 s more for the process to finish
+/// on its own, then kills it), and captures both output streams.
 ProcessResult run_process(const std::vector<std::string>& argv,
-                          const std::string& cwd = "", double timeout_s = 300);
+                          const std::string& cwd = "", double timeout_s = 300, int timeout_signal = 9);
 
 }  // namespace dbh::testing

@@ -1,0 +1,212 @@
+// Suites on real schedulers, through the shipped examples:
+// - Slurm: a single-node cluster from Debian's packages (scripts/slurm-local.sh)
+//   runs a suite as a 4-task array job via examples/slurm/; the merged result
+//   must equal a local run. Skips, saying why, where Slurm cannot start.
+// - Kubernetes: the Indexed Job manifest's own command and environment, run
+//   once per completion index, then the merge Job's command.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSource = DBH_SOURCE_DIR;
+
+// Six quick scenarios with different outcomes. Their stable ids hash to
+// shards 1, 2 and 3 of 4, so shard 0 runs nothing: an empty shard must still
+// write its outputs and merge cleanly.
+void make_suite(const fs::path& dir, bool small = false) {
+  fs::create_directories(dir);
+  const std::string inc = "include: " + kSource + "/scenarios/base/tiny-cpu.yaml\n";
+  int seed = 1;
+  for (const char* n : {"plain-a", "plain-b", "plain-c"}) {
+    if (small && seed > 1) break;
+    std::ofstream(dir / (std::string(n) + ".yaml")) << inc << "train: {max_steps: 2, seed: " << seed++ << "}\n";
+  }
+  std::ofstream(dir / "nan-input.yaml") << inc << "train: {max_steps: 3}\nfaults:\n  - {name: nan_input, at_step: 2}\n"
+                                        << "expect: {outcome: diverged, failure_class: nonfinite_input, step: 2}\n";
+  std::ofstream(dir / "abort.yaml") << inc << "train: {max_steps: 3}\nfaults:\n"
+                                    << "  - {name: crash, at_step: 1, signal: SIGABRT}\n"
+                                    << "expect: {outcome: crashed, step: 1}\n";
+  if (small) return;
+  std::ofstream(dir / "real.yaml") << inc << "data: {source: real, path: " << kSource
+                                   << "/fixtures/real, size: 128}\ntrain: {max_steps: 2}\n";
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// scenario -> "outcome failure_class@step met|not met"
+std::map<std::string, std::string> results(const nlohmann::json& suite) {
+  std::map<std::string, std::string> out;
+  for (const auto& r : suite["runs"]) {
+    const auto report = read_json(fs::path(r["report"].get<std::string>()).parent_path() / "report.json");
+    std::string cls, step;
+    if (!report.is_discarded() && report.contains("failure") && report["failure"].is_object()) {
+      const auto& f = report["failure"];
+      if (f.contains("class") && f["class"].is_string()) cls = f["class"].get<std::string>();
+      if (f.contains("step") && f["step"].is_number()) step = std::to_string(f["step"].get<long>());
+    }
+    out[r["scenario"]] = r["outcome"].get<std::string>() + " " + cls + "@" + step + " " +
+                         (r["expectation_met"].get<bool>() ? "met" : "not met");
+  }
+  return out;
+}
+
+class Cluster {
+ public:
+  explicit Cluster(fs::path dir) : dir_(std::move(dir)) {}
+  ~Cluster() {
+    if (up_) testing::run_process({"/bin/bash", kSource + "/scripts/slurm-local.sh", "down", dir_.string()}, "", 60);
+  }
+  testing::ProcessResult start() {
+    auto r = testing::run_process({"/bin/bash", kSource + "/scripts/slurm-local.sh", "up", dir_.string()}, "", 90);
+    up_ = true;  // `up` stops what it started when it fails; `down` is harmless either way
+    return r;
+  }
+  std::string conf() const { return (dir_ / "etc" / "slurm.conf").string(); }
+
+ private:
+  fs::path dir_;
+  bool up_ = false;
+};
+
+TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
+  // Unix socket paths are short: keep the cluster folder near the root.
+  const fs::path dir = fs::path("/tmp") / ("dbh-slurm-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  make_suite(dir / "suite");
+  // Destroyed in reverse order: the cluster stops first, then the folder goes
+  // (kept when the test failed, for its logs).
+  struct RemoveOnSuccess {
+    fs::path dir;
+    ~RemoveOnSuccess() {
+      if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+    }
+  } cleanup{dir};
+  Cluster cluster(dir / "cluster");
+  const auto up = cluster.start();
+  if (up.exit_code == 77) {
+    GTEST_SKIP() << "Slurm cannot start on this machine: " << up.err;
+  }
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+
+  const auto local = testing::run_process(
+      {DBH_BINARY, "suite", (dir / "suite").string(), "--out", (dir / "local").string(), "-q"}, kSource, 300);
+  ASSERT_EQ(local.exit_code, 0) << local.out << local.err;
+
+  // The shipped submit script: array job, then the merge job after it.
+  const auto slurm = testing::run_process({"/usr/bin/env", "SLURM_CONF=" + cluster.conf(),
+                                           std::string("DBH=") + DBH_BINARY, "/bin/bash",
+                                           kSource + "/examples/slurm/submit.sh", "--wait", (dir / "suite").string(),
+                                           (dir / "slurm").string(), "4"},
+                                          dir.string(), 400);
+  std::string logs;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".log") {
+      std::ifstream in(e.path());
+      logs += "--- " + e.path().filename().string() + "\n" +
+              std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
+  ASSERT_EQ(slurm.exit_code, 0) << slurm.out << slurm.err << logs;
+  EXPECT_NE(slurm.out.find("array job"), std::string::npos) << slurm.out;
+
+  // Every array task wrote its own shard, each knowing it came from Slurm.
+  std::multiset<std::string> ran;
+  for (int k = 0; k < 4; ++k) {
+    const fs::path shard = dir / "slurm" / ("shard-" + std::to_string(k) + "-of-4");
+    const auto s = read_json(shard / "suite.json");
+    ASSERT_FALSE(s.is_discarded()) << shard << "/suite.json missing or torn\n" << logs;
+    EXPECT_EQ(s.value("shard", ""), std::to_string(k) + "/4 (SLURM_ARRAY_TASK_ID)");
+    EXPECT_TRUE(fs::exists(shard / "junit.xml"));
+    EXPECT_TRUE(fs::exists(shard / "journal.jsonl"));
+    for (const auto& r : s["runs"]) ran.insert(r["scenario"].get<std::string>());
+  }
+  EXPECT_EQ(ran.size(), 6u) << "each scenario runs in exactly one shard";
+  EXPECT_EQ(std::set<std::string>(ran.begin(), ran.end()).size(), ran.size()) << "a scenario ran twice";
+
+  const auto merged = read_json(dir / "slurm" / "merged" / "suite.json");
+  ASSERT_FALSE(merged.is_discarded()) << logs;
+  const auto want = results(read_json(dir / "local" / "suite.json"));
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(results(merged), want);
+  std::ifstream junit(dir / "slurm" / "merged" / "junit.xml");
+  const std::string xml((std::istreambuf_iterator<char>(junit)), std::istreambuf_iterator<char>());
+  size_t cases = 0;
+  for (size_t p = xml.find("<testcase"); p != std::string::npos; p = xml.find("<testcase", p + 1)) ++cases;
+  EXPECT_EQ(cases, 6u) << xml;
+}
+
+// The containers' commands with the manifest's paths mapped to this test's.
+std::vector<std::string> container_argv(const YAML::Node& job, const std::map<std::string, std::string>& paths) {
+  std::vector<std::string> argv;
+  for (const auto& a : job["spec"]["template"]["spec"]["containers"][0]["command"]) {
+    std::string s = a.as<std::string>();
+    if (s == "dbh") s = DBH_BINARY;
+    for (const auto& [from, to] : paths) {
+      if (s.rfind(from, 0) == 0) s = to + s.substr(from.size());
+    }
+    argv.push_back(s);
+  }
+  return argv;
+}
+
+TEST(KubernetesTest, IndexedJobManifestShardsMergeToTheLocalResult) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-k8s";
+  fs::remove_all(dir);
+  make_suite(dir / "suite", /*small=*/true);
+  const YAML::Node job = YAML::LoadFile(kSource + "/examples/kubernetes/dbh-suite-job.yaml");
+  const YAML::Node merge = YAML::LoadFile(kSource + "/examples/kubernetes/dbh-merge-job.yaml");
+  ASSERT_EQ(job["spec"]["completionMode"].as<std::string>(), "Indexed");
+  const int completions = job["spec"]["completions"].as<int>();
+  EXPECT_EQ(job["spec"]["parallelism"].as<int>(), completions);
+  std::vector<std::string> env{"/usr/bin/env"};
+  for (const auto& e : job["spec"]["template"]["spec"]["containers"][0]["env"]) {
+    env.push_back(e["name"].as<std::string>() + "=" + e["value"].as<std::string>());
+  }
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[1], "DBH_SHARD_COUNT=" + std::to_string(completions)) << "shard count must equal completions";
+
+  const std::map<std::string, std::string> paths{{"/suites/smoke", (dir / "suite").string()},
+                                                 {"/results", (dir / "results").string()}};
+  for (int k = 0; k < completions; ++k) {  // what each pod runs
+    auto argv = env;
+    argv.push_back("JOB_COMPLETION_INDEX=" + std::to_string(k));
+    for (auto& a : container_argv(job, paths)) argv.push_back(a);
+    argv.push_back("-q");
+    const auto r = testing::run_process(argv, dir.string(), 300);
+    ASSERT_EQ(r.exit_code, 0) << "index " << k << ": " << r.out << r.err;
+    const auto s = read_json(dir / "results" / "smoke" / ("shard-" + std::to_string(k) + "-of-4") / "suite.json");
+    ASSERT_FALSE(s.is_discarded()) << "index " << k;
+    EXPECT_EQ(s.value("shard", ""), std::to_string(k) + "/4 (JOB_COMPLETION_INDEX)");
+  }
+  const auto m = testing::run_process(container_argv(merge, paths), dir.string(), 120);
+  ASSERT_EQ(m.exit_code, 0) << m.out << m.err;
+  const auto local = testing::run_process(
+      {DBH_BINARY, "suite", (dir / "suite").string(), "--out", (dir / "local").string(), "-q"}, kSource, 300);
+  ASSERT_EQ(local.exit_code, 0) << local.out << local.err;
+  const auto want = results(read_json(dir / "local" / "suite.json"));
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(results(read_json(dir / "results" / "smoke" / "merged" / "suite.json")), want);
+  EXPECT_TRUE(fs::exists(dir / "results" / "smoke" / "merged" / "junit.xml"));
+}
+
+}  // namespace
+}  // namespace dbh
