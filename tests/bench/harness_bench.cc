@@ -5,20 +5,30 @@
 // localise mode (listener + module observer). Run them in one process with
 // --benchmark_enable_random_interleaving=true so machine noise hits all three
 // alike; the ratios are computed from the medians (tests/bench/results/README.md).
-// BM_TrialSpawnToFirstStep: wall time of `dbh run scenarios/base/tiny-cpu.yaml
-// train.max_steps=1` as a child process, end to end.
+// BM_StepPythonEager: the same step in PyTorch eager with the same weights and
+// input. BM_TrialSpawnToFirstStep: worker spawn to its first step_end;
+// BM_DbhRunOneStep: a whole one-step `dbh run`, end to end.
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <spawn.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "harness/monitors/monitors.h"
+#include "harness/proto/events.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/trial.h"
 #include "harness/worker/event_writer.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
@@ -69,13 +79,179 @@ BENCHMARK(BM_StepPlain)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2
 BENCHMARK(BM_StepMonitorsCheap)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_StepMonitorsLocalise)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
+// --- The same step in PyTorch eager, side by side -------------------------
+// The Python reference (tests/bench/python/dbnet_step.py --serve) gets this
+// step's initial weights and input from a dump, so both sides compute the
+// same numbers: the first step's losses are compared and reported
+// ("loss_rel_diff"). Each iteration sends "step" down a pipe and waits for
+// the step's reply; the pipe round trip is well under 0.1 ms.
+
+void put_u32(std::ofstream& out, uint32_t v) { out.write(reinterpret_cast<const char*>(&v), sizeof v); }
+
+// Format (little endian): "DBHT1", u32 count, then per tensor: u32 name
+// length, name, u32 ndim, i64 dims[ndim], u8 dtype (0 float32, 1 int64), data.
+void dump_tensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write("DBHT1", 5);
+  put_u32(out, static_cast<uint32_t>(tensors.size()));
+  for (const auto& [name, t0] : tensors) {
+    const torch::Tensor t = t0.detach().contiguous().cpu();
+    put_u32(out, static_cast<uint32_t>(name.size()));
+    out.write(name.data(), static_cast<std::streamsize>(name.size()));
+    put_u32(out, static_cast<uint32_t>(t.dim()));
+    for (int64_t d : t.sizes()) out.write(reinterpret_cast<const char*>(&d), sizeof d);
+    const bool is_long = t.scalar_type() == torch::kLong;
+    TORCH_CHECK(is_long || t.scalar_type() == torch::kFloat, "Expected float32 or int64 tensors, but got ",
+                t.scalar_type(), " for ", name);
+    const char dtype = is_long ? 1 : 0;
+    out.write(&dtype, 1);
+    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  }
+  if (!out) throw std::runtime_error(path + ": cannot write the tensor dump");
+}
+
+class PythonStepper {
+ public:
+  PythonStepper(const std::string& python, const std::string& script, const std::string& dump) {
+    int in_pipe[2], out_pipe[2];
+    if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+    std::vector<std::string> args = {python, script, "--serve", dump};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, python.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(in_pipe[0]);
+    close(out_pipe[1]);
+    if (rc != 0) throw std::runtime_error("cannot start " + python);
+    to_ = fdopen(in_pipe[1], "w");
+    from_ = fdopen(out_pipe[0], "r");
+    const std::string ready = line();
+    if (ready.rfind("ready", 0) != 0) throw std::runtime_error("python reference: expected 'ready', got '" + ready + "'");
+  }
+  ~PythonStepper() {
+    if (to_ != nullptr) fclose(to_);
+    if (from_ != nullptr) fclose(from_);
+    int status = 0;
+    if (pid_ > 0) waitpid(pid_, &status, 0);
+  }
+  // One step; returns the loss the reference computed.
+  double step() {
+    fputs("step\n", to_);
+    fflush(to_);
+    const std::string reply = line();
+    double ms = 0, loss = 0;
+    if (std::sscanf(reply.c_str(), "%lf %lf", &ms, &loss) != 2) {
+      throw std::runtime_error("python reference: expected '<ms> <loss>', got '" + reply + "'");
+    }
+    return loss;
+  }
+
+ private:
+  std::string line() {
+    char buf[512];
+    if (fgets(buf, sizeof buf, from_) == nullptr) throw std::runtime_error("python reference exited");
+    std::string s(buf);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+  }
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+void BM_StepPythonEager(benchmark::State& state) {
+  const std::string python = std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string script = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
+  if (access(python.c_str(), X_OK) != 0) {
+    state.SkipWithError((python + " missing: run ./dev setup").c_str());
+    return;
+  }
+  // The C++ side's model and batch, exactly as run_step_bench builds them.
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
+  model::Trainer trainer(model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
+                         model::TrainOptions().max_steps(1 << 20).device("cpu"));
+  const model::Batch batch = model::synthetic_boxes_batch(kBatch, kSize, kSize, 1);
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& p : trainer.model()->named_parameters()) tensors.emplace_back(p.key(), p.value());
+  for (const auto& b : trainer.model()->named_buffers()) tensors.emplace_back(b.key(), b.value());
+  tensors.emplace_back("input.image", batch.image);
+  tensors.emplace_back("target.gt_shrink", batch.targets.gt_shrink);
+  tensors.emplace_back("target.gt_shrink_mask", batch.targets.gt_shrink_mask);
+  tensors.emplace_back("target.gt_thresh", batch.targets.gt_thresh);
+  tensors.emplace_back("target.gt_thresh_mask", batch.targets.gt_thresh_mask);
+  const auto dump = std::filesystem::temp_directory_path() / ("dbh_bench_py_" + std::to_string(getpid()) + ".bin");
+  dump_tensors(dump.string(), tensors);
+  const model::BatchSource source = [&](int64_t) { return batch; };
+  try {
+    PythonStepper py(python, script, dump.string());
+    const double cpp_loss = trainer.step(source).loss;  // the same first step on both sides
+    const double py_loss = py.step();
+    state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
+    for (auto _ : state) benchmark::DoNotOptimize(py.step());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  std::filesystem::remove(dump);
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch * state.iterations()),
+                                                   benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_StepPythonEager)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+// Trial overhead as the supervisor sees it: from posix_spawn of the worker
+// (`dbh __worker`, what every trial of a run, suite or bisection costs) to its
+// first step_end event, for tiny-cpu.yaml with one step. Counters split it:
+// spawn → hello (process start, loading LibTorch, reading the scenario) and
+// hello → first step_end (model, data, first step).
 void BM_TrialSpawnToFirstStep(benchmark::State& state) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dbh_bench_trial_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const harness::Scenario s = harness::load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml",
+                                                     {"train.max_steps=1"});
+  const std::string resolved = (dir / "scenario.resolved.json").string();
+  std::ofstream(resolved) << harness::resolved_json(s) << "\n";
+  double hello_s = 0, first_s = 0;
+  for (auto _ : state) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point t0, t_hello, t_first;
+    bool seen_hello = false, seen_step = false;
+    harness::TrialSpec spec;
+    spec.argv = {DBH_BINARY, "__worker", "--scenario", resolved, "--run-dir", dir.string(), "--trial", "0"};
+    spec.run_dir = dir.string();
+    spec.on_event = [&](const harness::Event& e) {
+      if (e.type == harness::event::kHello && !seen_hello) seen_hello = true, t_hello = Clock::now();
+      if (e.type == harness::event::kStepEnd && !seen_step) seen_step = true, t_first = Clock::now();
+    };
+    t0 = Clock::now();
+    const harness::TrialResult r = harness::run_trial(spec);
+    if (!seen_step || r.exit_code != 0) {
+      state.SkipWithError(("worker failed: " + r.stderr_tail + r.spawn_error).c_str());
+      break;
+    }
+    const double total = std::chrono::duration<double>(t_first - t0).count();
+    state.SetIterationTime(total);
+    hello_s += std::chrono::duration<double>(t_hello - t0).count();
+    first_s += std::chrono::duration<double>(t_first - t_hello).count();
+  }
+  const auto n = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["spawn_to_hello_ms"] = 1e3 * hello_s / n;
+  state.counters["hello_to_step_ms"] = 1e3 * first_s / n;
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_TrialSpawnToFirstStep)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
+
+// The whole `dbh run` of the same one-step scenario, end to end: harness
+// start, the trial, analysis and every report file.
+void BM_DbhRunOneStep(benchmark::State& state) {
   const std::string binary = DBH_BINARY;
   const std::string scenario = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
-  const auto out_dir = std::filesystem::temp_directory_path() / "dbh_bench_trial";
+  const auto out_dir = std::filesystem::temp_directory_path() / ("dbh_bench_run_" + std::to_string(getpid()));
   const std::string out = out_dir.string();
-  std::vector<std::string> args = {binary, "run", scenario, "train.max_steps=1",
-                                   "--out", out, "--quiet"};
+  std::vector<std::string> args = {binary, "run", scenario, "train.max_steps=1", "--out", out, "--quiet"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -95,7 +271,7 @@ void BM_TrialSpawnToFirstStep(benchmark::State& state) {
   }
   std::filesystem::remove_all(out_dir);
 }
-BENCHMARK(BM_TrialSpawnToFirstStep)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_DbhRunOneStep)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 }  // namespace
 }  // namespace dbh

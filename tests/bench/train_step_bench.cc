@@ -36,6 +36,7 @@ BENCHMARK(BM_TrainStep)
     ->Args({18, 256})
     ->Args({50, 128})
     ->Args({50, 256})
+    ->Args({18, 640})  // the loader benchmark's size: the trainer's consumption rate
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -9,12 +9,22 @@ DB loss (model/loss/db_loss.cc: 5 * balanced BCE with logits + 3:1 OHEM,
 with 1-3 bright rectangles per sample, their shrunk kernels as the binary map,
 full shrink masks, a threshold band. Prints the median of 20 steps after 3
 warm-ups. Run: .venv/bin/python tests/bench/python/dbnet_step.py (no numpy).
+
+--serve DUMP: the side-by-side mode of BM_StepPythonEager (harness_bench.cc).
+Loads the C++ model's initial weights and buffers and its input batch from DUMP
+(parameter names are LibTorch's: encoder.layer1.0.conv1.weight, ...), prints
+"ready N", then answers each "step" line on stdin with "<ms> <loss>".
 """
 import platform
 import statistics
+import struct
+import sys
 import time
 
-import torch
+import warnings
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import torch  # noqa: E402
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -74,12 +84,22 @@ def resize_nearest(x, size):
     return x if tuple(x.shape[2:]) == tuple(size) else F.interpolate(x, size=size, mode="nearest")
 
 
+class ConvBnRelu(nn.Module):
+    def __init__(self, cin, cout, k):
+        super().__init__()
+        self.conv = conv(cin, cout, k)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
 class Fpn(nn.Module):
     def __init__(self, cins=(64, 128, 256, 512), inner=256, level=64):
         super().__init__()
         self.lateral2, self.lateral3, self.lateral4, self.lateral5 = (conv(c, inner, 1) for c in cins)
         self.smooth2, self.smooth3, self.smooth4, self.smooth5 = (conv(inner, level, 3) for _ in range(4))
-        self.fusion = nn.Sequential(conv(4 * level, 4 * level, 3), nn.BatchNorm2d(4 * level), nn.ReLU())
+        self.fusion = ConvBnRelu(4 * level, 4 * level, 3)
 
     def forward(self, f):
         c2, c3, c4, c5 = f
@@ -110,18 +130,23 @@ class DbBranch(nn.Module):
         return self.up2(y2)
 
 
+class DbHead(nn.Module):
+    def __init__(self, cin):
+        super().__init__()
+        self.prob, self.thresh = DbBranch(cin), DbBranch(cin)
+
+
 class DbNet(nn.Module):
     def __init__(self, k=50.0):
         super().__init__()
-        self.encoder, self.decoder = ResNet18(), Fpn()
-        self.prob, self.thresh = DbBranch(256), DbBranch(256)
+        self.encoder, self.decoder, self.head = ResNet18(), Fpn(), DbHead(256)
         self.k = k
 
     def forward(self, x):
         y = self.decoder(self.encoder(x))
-        prob_logits = self.prob(y)
+        prob_logits = self.head.prob(y)
         probability = torch.sigmoid(prob_logits)
-        threshold = torch.sigmoid(self.thresh(y))
+        threshold = torch.sigmoid(self.head.thresh(y))
         binary = torch.sigmoid((probability - threshold) * self.k)
         return prob_logits, threshold, binary
 
@@ -178,7 +203,65 @@ def synthetic_batch(n, h, w, seed=1):
                        gt_thresh=gt_thresh, gt_thresh_mask=gt_thresh_mask)
 
 
+def read_dump(path):
+    """Named tensors written by harness_bench.cc's dump_tensors."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:5] != b"DBHT1":
+        sys.exit(f"{path}: expected a DBHT1 tensor dump")
+    (count,), off = struct.unpack_from("<I", data, 5), 9
+    out = {}
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", data, off)
+        name = data[off + 4:off + 4 + n].decode()
+        off += 4 + n
+        (ndim,) = struct.unpack_from("<I", data, off)
+        dims = struct.unpack_from(f"<{ndim}q", data, off + 4)
+        off += 4 + 8 * ndim
+        dtype = (torch.float32, torch.int64)[data[off]]
+        off += 1
+        numel = 1
+        for d in dims:
+            numel *= d
+        nbytes = numel * (4 if dtype == torch.float32 else 8)
+        out[name] = torch.frombuffer(bytearray(data[off:off + nbytes]), dtype=dtype).reshape(dims).clone()
+        off += nbytes
+    return out
+
+
+def serve(path):
+    torch.set_num_threads(THREADS)
+    tensors = read_dump(path)
+    model = DbNet().train()
+    state = model.state_dict()
+    missing = sorted(set(state) - set(tensors))
+    unexpected = sorted(k for k in tensors if k not in state and not k.startswith(("input.", "target.")))
+    if missing or unexpected:
+        sys.exit(f"{path}: names differ from the C++ model: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(tensors[k].shape):
+            sys.exit(f"{path}: {k}: expected shape {tuple(v.shape)}, got {tuple(tensors[k].shape)}")
+    model.load_state_dict({k: tensors[k] for k in state})
+    opt = torch.optim.SGD(model.parameters(), lr=0.007, momentum=0.9, weight_decay=1e-4)
+    image = tensors["input.image"]
+    targets = {k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")}
+    print(f"ready {len(state)}", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            continue
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = db_loss(model(image), targets)
+        loss.backward()
+        opt.step()
+        value = float(loss)
+        print(f"{(time.perf_counter() - t0) * 1e3:.3f} {value:.9g}", flush=True)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        serve(sys.argv[2])
+        return
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
     model = DbNet().train()
