@@ -116,6 +116,7 @@ void Monitors::on_step_begin(int64_t step) {
   phases_ = nlohmann::json::object();
   sites_.clear();
   flags_.clear();
+  grads_.clear();
 }
 
 void Monitors::on_batch(int64_t step, model::Batch& b) {
@@ -169,25 +170,49 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
   for (auto it = params.end(); it != params.begin();) {
     --it;
     const auto& g = it->value().grad();
-    if (g.defined()) check(Site{"gradient", it->key(), module_of_parameter(it->key())}, g);
+    if (!g.defined()) continue;
+    if (mode_ == Mode::kCheap) {
+      grads_.emplace_back(it->key(), g);  // checked through their norms
+    } else {
+      check(Site{"gradient", it->key(), module_of_parameter(it->key())}, g);
+    }
   }
-  if (mode_ == Mode::kCheap) flush(step);
+}
+
+void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
+  if (mode_ != Mode::kCheap) return;
+  if (norms.defined() && norms.numel() > 0) {
+    torch::NoGradGuard no_grad;
+    sites_.push_back(Site{"gradients", "", ""});  // expanded in flush when flagged
+    flags_.push_back(torch::isfinite(norms).all().logical_not());
+  }
+  flush(step);
 }
 
 void Monitors::flush(int64_t step) {
   if (flags_.empty()) return;
   const auto flags = torch::stack(flags_).to(torch::kCPU);  // the one sync per step
   const bool* f = flags.data_ptr<bool>();
-  std::vector<size_t> bad;
+  std::vector<Site> bad;
   for (size_t i = 0; i < sites_.size(); ++i) {
-    if (f[i]) bad.push_back(i);
+    if (!f[i]) continue;
+    if (sites_[i].kind != "gradients") {
+      bad.push_back(sites_[i]);
+      continue;
+    }
+    // A non-finite norm: find the gradients themselves (none when a finite
+    // gradient's norm merely overflowed).
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, g] : grads_) {
+      if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, module_of_parameter(name)});
+    }
   }
   if (bad.empty()) return;
   // The first site in execution order is the primary finding; later ones are
   // consequences, reported as a count per kind.
-  const Site& first = sites_[bad.front()];
+  const Site first = bad.front();
   nlohmann::json counts = nlohmann::json::object();
-  for (size_t i : bad) counts[sites_[i].kind] = counts.value(sites_[i].kind, 0) + 1;
+  for (const auto& b : bad) counts[b.kind] = counts.value(b.kind, 0) + 1;
   events_.emit("health", {{"run", run_},
                           {"step", step},
                           {"check", "finite"},

@@ -58,6 +58,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   void on_batch(int64_t step, model::Batch& batch) override;
   void on_loss(int64_t step, model::DbLossParts& loss) override;
   void on_before_optimizer(int64_t step, model::DbNet& model) override;
+  void on_grad_norms(int64_t step, const torch::Tensor& norms) override;
   void on_step_end(int64_t step, const model::StepResult& result) override;
 
  private:
@@ -78,6 +79,10 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   std::string last_module_;
   std::vector<Site> sites_;
   std::vector<torch::Tensor> flags_;
+  /// Cheap mode: this step's gradients in backward order, checked one by one
+  /// only when their norms flag something (the norms are the trainer's, so
+  /// the healthy path adds no pass over the gradients).
+  std::vector<std::pair<std::string, torch::Tensor>> grads_;
   nlohmann::json last_good_output_;  // localise: stats of the last finite module output
   std::string last_good_module_;
   std::vector<double> losses_;

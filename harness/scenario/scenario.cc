@@ -471,6 +471,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.train.accumulation = r.integer("accumulation", 1, 1, 4096);
     s.train.grad_clip = r.number("grad_clip", 0.0, 0.0, 1e12);
     s.train.precision = r.string("precision", "fp32", {"fp32", "fp16", "bf16"});
+    s.train.channels_last = r.boolean("channels_last", true);
     s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
     s.train.threads = r.integer("threads", 0, 0, 1024);
     s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
@@ -695,7 +696,8 @@ std::string resolved_json(const Scenario& s) {
                 {"lr", s.train.lr},                   {"momentum", s.train.momentum},
                 {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
                 {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
-                {"precision", s.train.precision},     {"seed", s.train.seed},
+                {"precision", s.train.precision},     {"channels_last", s.train.channels_last},
+                {"seed", s.train.seed},
                 {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every},
                 {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after},
                 {"mode", s.train.mode}};

@@ -43,6 +43,7 @@ struct TrainConfig {
   int64_t accumulation = 1;
   double grad_clip = 0.0;
   std::string precision = "fp32";
+  bool channels_last = true;  // NHWC weights and input image
   uint64_t seed = 42;
   int64_t threads = 0;             // 0 = all cores
   int64_t checkpoint_every = 0;

@@ -269,6 +269,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
           .accumulation(s.train.accumulation)
           .grad_clip(s.train.grad_clip)
           .precision(model::precision_from_string(s.train.precision))
+          .channels_last(s.train.channels_last)
           .device(s.hardware.device);
       model::Trainer trainer(net, t);
       faults.set_optimizer(&trainer.optimizer());

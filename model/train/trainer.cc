@@ -126,9 +126,20 @@ Trainer::Trainer(DbNet model, const TrainOptions& options)
               to_string(options_.precision()),
               " (mixed precision runs on CUDA devices only)");
   model_->to(device_);
+  apply_memory_format();
   model_->train();
   loss_ = DbLoss(options_.loss());
   optimizer_ = make_optimizer(options_, model_->parameters());
+}
+
+void Trainer::apply_memory_format() {
+  if (!options_.channels_last()) return;
+  torch::NoGradGuard no_grad;
+  // set_data keeps each parameter's identity (the optimizer's references and
+  // state keys stay valid) and only changes its layout.
+  for (auto& p : model_->parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
 }
 
 void Trainer::add_listener(std::shared_ptr<TrainerListener> listener) {
@@ -166,7 +177,11 @@ StepResult Trainer::step(const BatchSource& source) {
     DbLossParts parts;
     {
       AutocastGuard autocast(amp, amp_dtype);
-      auto out = model_->forward(batch.image);
+      // Listeners (fault injection, monitors) saw the batch as loaded; the
+      // model gets the image in its own layout.
+      auto out = model_->forward(options_.channels_last()
+                                     ? batch.image.contiguous(torch::MemoryFormat::ChannelsLast)
+                                     : batch.image);
       for (auto& l : listeners_) l->on_forward(step, out);
       parts = loss_->forward(out, batch.targets);
     }
@@ -193,10 +208,13 @@ StepResult Trainer::step(const BatchSource& source) {
   {
     std::vector<torch::Tensor> norms;
     for (const auto& p : params) {
-      if (p.grad().defined()) norms.push_back(p.grad().detach().norm(2).to(torch::kFloat32));
+      if (!p.grad().defined()) continue;
+      auto n = p.grad().detach().norm(2);
+      norms.push_back(n.scalar_type() == torch::kFloat32 ? n : n.to(torch::kFloat32));
     }
-    r.grad_norm = norms.empty() ? 0.0
-                                : torch::stack(norms).norm(2).item<double>();
+    const torch::Tensor stacked = norms.empty() ? torch::Tensor() : torch::stack(norms);
+    for (auto& l : listeners_) l->on_grad_norms(step, stacked);
+    r.grad_norm = norms.empty() ? 0.0 : stacked.norm(2).item<double>();
   }
   if (options_.grad_clip() > 0 && std::isfinite(r.grad_norm)) {
     torch::nn::utils::clip_grad_norm_(params, options_.grad_clip());
@@ -249,6 +267,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   archive.read("model", model_archive);
   archive.read("optimizer", optim_archive);
   model_->load(model_archive);
+  apply_memory_format();  // loading replaces the parameters' storage and layout
   optimizer_->load(optim_archive);
   torch::Tensor scale, tracker, step, rng;
   archive.read("scaler.scale", scale);

@@ -1,6 +1,6 @@
 // Harness overhead on the CPU training step, and trial start-up latency.
 // BM_StepPlain / BM_StepMonitorsCheap / BM_StepMonitorsLocalise: the same
-// DBNet step (ResNet-18 + FPN, batch 2, 128², SGD, synthetic_boxes_batch,
+// DBNet step (ResNet-18 + FPN, batch 2, 128² and 640², SGD, synthetic_boxes_batch,
 // 2 threads) without listeners, with harness::Monitors in cheap mode, and in
 // localise mode (listener + module observer). Run them in one process with
 // --benchmark_enable_random_interleaving=true so machine noise hits all three
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <filesystem>
@@ -39,15 +40,21 @@ namespace dbh {
 namespace {
 
 constexpr int64_t kThreads = 2;
+
+// DBH_BENCH_DEVICE=cuda runs the step benchmarks (C++ and Python) on the GPU;
+// the default is the CPU.
+std::string bench_device() {
+  const char* d = std::getenv("DBH_BENCH_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
 constexpr int64_t kBatch = 2;
-constexpr int64_t kSize = 128;
 
 // mode < 0: no monitors; otherwise a Monitors::Mode.
-void run_step_bench(benchmark::State& state, int mode) {
+void run_step_bench(benchmark::State& state, int mode, bool channels_last = true) {
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
-      model::TrainOptions().max_steps(1 << 20).device("cpu"));
+      model::TrainOptions().max_steps(1 << 20).channels_last(channels_last).device(bench_device()));
   harness::EventWriter writer(-1);  // discards events
   std::shared_ptr<harness::Monitors> monitors;
   if (mode >= 0) {
@@ -56,7 +63,7 @@ void run_step_bench(benchmark::State& state, int mode) {
     trainer.add_listener(monitors);
     model::set_module_observer(monitors.get());
   }
-  const model::Batch batch = model::synthetic_boxes_batch(kBatch, kSize, kSize, 1);
+  const model::Batch batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);
   const model::BatchSource source = [&](int64_t) { return batch; };
   trainer.step(source);  // warm-up: allocator, oneDNN primitive caches
   for (auto _ : state) {
@@ -69,15 +76,21 @@ void run_step_bench(benchmark::State& state, int mode) {
 }
 
 void BM_StepPlain(benchmark::State& state) { run_step_bench(state, -1); }
+// The plain step with PyTorch's default (NCHW) layout instead of channels-last.
+void BM_StepPlainNchw(benchmark::State& state) { run_step_bench(state, -1, false); }
 void BM_StepMonitorsCheap(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap));
 }
 void BM_StepMonitorsLocalise(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
 }
-BENCHMARK(BM_StepPlain)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
-BENCHMARK(BM_StepMonitorsCheap)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
-BENCHMARK(BM_StepMonitorsLocalise)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+// Sizes: 128² (quick, overhead-heavy) and 640², the size DBNet trains at.
+#define DBH_STEP_BENCH(b) \
+  BENCHMARK(b)->ArgName("size")->Arg(128)->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0)
+DBH_STEP_BENCH(BM_StepPlain);
+DBH_STEP_BENCH(BM_StepPlainNchw);
+DBH_STEP_BENCH(BM_StepMonitorsCheap);
+DBH_STEP_BENCH(BM_StepMonitorsLocalise);
 
 // --- The same step in PyTorch eager, side by side -------------------------
 // The Python reference (tests/bench/python/dbnet_step.py --serve) gets this
@@ -112,14 +125,15 @@ void dump_tensors(const std::string& path, const std::vector<std::pair<std::stri
 
 class PythonStepper {
  public:
-  PythonStepper(const std::string& python, const std::string& script, const std::string& dump) {
+  PythonStepper(const std::string& python, const std::string& script, const std::string& dump,
+                const std::string& layout) {
     int in_pipe[2], out_pipe[2];
     if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-    std::vector<std::string> args = {python, script, "--serve", dump};
+    std::vector<std::string> args = {python, script, "--serve", dump, bench_device(), layout};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -164,7 +178,9 @@ class PythonStepper {
   FILE* from_ = nullptr;
 };
 
-void BM_StepPythonEager(benchmark::State& state) {
+// layout: "nchw" (PyTorch's default, how users' scripts run) or
+// "channels_last" (what dbh's trainer uses).
+void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
   const std::string python = std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
   const std::string script = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
   if (access(python.c_str(), X_OK) != 0) {
@@ -174,8 +190,8 @@ void BM_StepPythonEager(benchmark::State& state) {
   // The C++ side's model and batch, exactly as run_step_bench builds them.
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
   model::Trainer trainer(model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
-                         model::TrainOptions().max_steps(1 << 20).device("cpu"));
-  const model::Batch batch = model::synthetic_boxes_batch(kBatch, kSize, kSize, 1);
+                         model::TrainOptions().max_steps(1 << 20).device(bench_device()));
+  const model::Batch batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& p : trainer.model()->named_parameters()) tensors.emplace_back(p.key(), p.value());
   for (const auto& b : trainer.model()->named_buffers()) tensors.emplace_back(b.key(), b.value());
@@ -188,7 +204,7 @@ void BM_StepPythonEager(benchmark::State& state) {
   dump_tensors(dump.string(), tensors);
   const model::BatchSource source = [&](int64_t) { return batch; };
   try {
-    PythonStepper py(python, script, dump.string());
+    PythonStepper py(python, script, dump.string(), layout);
     const double cpp_loss = trainer.step(source).loss;  // the same first step on both sides
     const double py_loss = py.step();
     state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
@@ -200,7 +216,16 @@ void BM_StepPythonEager(benchmark::State& state) {
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch * state.iterations()),
                                                    benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_StepPythonEager)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_StepPythonEager, nchw, std::string("nchw"))
+    ->ArgName("size")->Arg(128)->Arg(640)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(BM_StepPythonEager, channels_last, std::string("channels_last"))
+    ->ArgName("size")->Arg(128)->Arg(640)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
 // Trial overhead as the supervisor sees it: from posix_spawn of the worker
 // (`dbh __worker`, what every trial of a run, suite or bisection costs) to its

@@ -10,7 +10,7 @@ with 1-3 bright rectangles per sample, their shrunk kernels as the binary map,
 full shrink masks, a threshold band. Prints the median of 20 steps after 3
 warm-ups. Run: .venv/bin/python tests/bench/python/dbnet_step.py (no numpy).
 
---serve DUMP: the side-by-side mode of BM_StepPythonEager (harness_bench.cc).
+--serve DUMP [DEVICE [nchw|channels_last]]: the side-by-side mode of BM_StepPythonEager (harness_bench.cc).
 Loads the C++ model's initial weights and buffers and its input batch from DUMP
 (parameter names are LibTorch's: encoder.layer1.0.conv1.weight, ...), prints
 "ready N", then answers each "step" line on stdin with "<ms> <loss>".
@@ -161,7 +161,7 @@ def balanced_bce(logits, gt, mask, negative_ratio=3.0, fallback=100, eps=1e-6):
     n_pos, n_neg_avail = int(counts[0]), int(counts[1])
     n_neg = min(n_neg_avail, int(n_pos * negative_ratio)) if n_pos > 0 else min(n_neg_avail, fallback)
     pos_sum = (loss * target).sum()
-    neg_sum = torch.zeros((), dtype=loss.dtype)
+    neg_sum = torch.zeros((), dtype=loss.dtype, device=loss.device)
     if n_neg > 0:
         neg_sum = (loss * is_neg.float()).flatten().topk(n_neg, 0, largest=True, sorted=False)[0].sum()
     return (pos_sum + neg_sum) / (n_pos + n_neg + eps)
@@ -229,7 +229,7 @@ def read_dump(path):
     return out
 
 
-def serve(path):
+def serve(path, device="cpu", layout="nchw"):
     torch.set_num_threads(THREADS)
     tensors = read_dump(path)
     model = DbNet().train()
@@ -242,6 +242,11 @@ def serve(path):
         if tuple(v.shape) != tuple(tensors[k].shape):
             sys.exit(f"{path}: {k}: expected shape {tuple(v.shape)}, got {tuple(tensors[k].shape)}")
     model.load_state_dict({k: tensors[k] for k in state})
+    model.to(device)
+    tensors = {k: v.to(device) for k, v in tensors.items()}
+    if layout == "channels_last":
+        model.to(memory_format=torch.channels_last)
+        tensors["input.image"] = tensors["input.image"].contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.007, momentum=0.9, weight_decay=1e-4)
     image = tensors["input.image"]
     targets = {k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")}
@@ -259,8 +264,8 @@ def serve(path):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        serve(sys.argv[2])
+    if len(sys.argv) in (3, 4, 5) and sys.argv[1] == "--serve":
+        serve(*sys.argv[2:])
         return
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)

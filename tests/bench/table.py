@@ -1,0 +1,132 @@
+"""Prints the performance table (Markdown) from Google Benchmark JSON results.
+
+    python tests/bench/table.py DIR      (DIR holds harness_*.json, loader_*.json, bisect_*.json)
+
+Every ratio is computed from numbers measured in the same benchmark run; with
+repetitions, from the medians. Used by scripts/bench.sh; the README's table
+is this script's output on the committed results. Exit status: 0 when every
+measured target is met, 1 when one is missed, 2 when results are missing.
+"""
+import glob
+import json
+import os
+import sys
+
+
+def load(directory, prefix):
+    files = sorted(glob.glob(os.path.join(directory, prefix + "_*.json")))
+    if not files:
+        return None, {}
+    with open(files[0]) as f:
+        j = json.load(f)
+    by_name = {}
+    for b in j["benchmarks"]:
+        if b.get("error_occurred"):
+            continue
+        name = b.get("run_name", b["name"])
+        # Medians when the run had repetitions; plain results otherwise.
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        if b.get("run_type") == "aggregate" or name not in by_name:
+            by_name[name] = b
+    return j["context"], by_name
+
+
+def seconds(b):
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
+    return b["real_time"] * scale
+
+
+def find(results, prefix):
+    for name, b in results.items():
+        if name.startswith(prefix):
+            return b
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: table.py DIR")
+    directory = sys.argv[1]
+    ctx, harness = load(directory, "harness")
+    _, loader = load(directory, "loader")
+    _, bisect = load(directory, "bisect")
+    if ctx is None:
+        print(f"table.py: {directory}: expected harness_*.json, found none", file=sys.stderr)
+        sys.exit(2)
+    rows, missed = [], 0
+
+    def row(what, value, target, ok, note=""):
+        nonlocal missed
+        verdict = "—" if ok is None else ("met" if ok else "**missed**")
+        missed += 1 if ok is False else 0
+        rows.append(f"| {what} | {value} | {target} | {verdict} | {note} |")
+
+    for size in (640, 128):
+        tag = f"/size:{size}/"
+        plain = find(harness, "BM_StepPlain" + tag)
+        nchw = find(harness, "BM_StepPlainNchw" + tag)
+        cheap = find(harness, "BM_StepMonitorsCheap" + tag)
+        local = find(harness, "BM_StepMonitorsLocalise" + tag)
+        py = find(harness, "BM_StepPythonEager/nchw" + tag)
+        py_cl = find(harness, "BM_StepPythonEager/channels_last" + tag)
+        judged = size == 640  # the size DBNet trains at; 128² is shown for reference
+        at = f" ({size}²)"
+        if plain and cheap:
+            r = seconds(cheap) / seconds(plain)
+            row("step with monitors (cheap) ÷ plain" + at, f"{r:.3f}", "≤ 1.05", r <= 1.05 if judged else None,
+                f"{seconds(cheap) * 1e3:.1f} / {seconds(plain) * 1e3:.1f} ms")
+        if plain and local:
+            r = seconds(local) / seconds(plain)
+            row("step in localise mode ÷ plain (replayed step)" + at, f"{r:.3f}", "— (replays only)", None,
+                f"{seconds(local) * 1e3:.1f} ms")
+        if plain and py:
+            r = seconds(plain) / seconds(py)
+            diff = py.get("loss_rel_diff")
+            note = f"{seconds(plain) * 1e3:.1f} / {seconds(py) * 1e3:.1f} ms"
+            if diff is not None:
+                note += f"; same weights and input (first-step loss rel. diff {diff:.1e})"
+            row("dbh C++ step ÷ PyTorch eager step" + at, f"{r:.3f}", "≤ 0.9", r <= 0.9 if judged else None, note)
+        if plain and py_cl:
+            r = seconds(plain) / seconds(py_cl)
+            row("dbh C++ step ÷ PyTorch eager made channels-last too" + at, f"{r:.3f}", "—", None,
+                f"{seconds(py_cl) * 1e3:.1f} ms in Python with dbh's layout")
+        if plain and nchw:
+            r = seconds(plain) / seconds(nchw)
+            row("channels-last step ÷ NCHW step (C++)" + at, f"{r:.3f}", "—", None,
+                f"{seconds(nchw) * 1e3:.1f} ms with PyTorch's default layout")
+    step640 = find(loader, "BM_TrainStep/resnet:18/size:640") or find(harness, "BM_TrainStep/resnet:18/size:640")
+    best = None
+    for name, b in loader.items():
+        if name.startswith("BM_LoaderThroughput") and (best is None or b["samples/s"] > best["samples/s"]):
+            best = b
+    if best and step640:
+        consume = step640["images/s"]
+        r = best["samples/s"] / consume
+        row("data loader ÷ trainer consumption (640², batch 2, R18)", f"{r:.1f}", "≥ 2", r >= 2,
+            f"{best['samples/s']:.1f} samples/s ({best['name'].split('/')[1]}) vs {consume:.2f} images/s")
+    trial = find(harness, "BM_TrialSpawnToFirstStep")
+    if trial:
+        t = seconds(trial)
+        row("trial: worker spawn → first step_end", f"{t:.2f} s", "≤ 2 s", t <= 2.0,
+            f"spawn → hello {trial['spawn_to_hello_ms']:.0f} ms, hello → step {trial['hello_to_step_ms']:.0f} ms")
+    run = find(harness, "BM_DbhRunOneStep")
+    if run:
+        row("whole `dbh run`, one step, all reports", f"{seconds(run):.2f} s", "—", None, "end to end")
+    for kind in ("steps", "modules", "data", "config", "range"):
+        b = find(bisect, f"BM_Bisect/{kind}")
+        if b:
+            ok = b["found"] >= 1
+            row(f"bisect {kind}: probes, wall", f"{b['probes']:.0f} probes, {seconds(b):.1f} s",
+                "finds the planted cause", ok, f"{b['s_per_probe']:.2f} s per probe, {b['fresh']:.0f} run fresh")
+    print(f"Machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
+          f"load average at start {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}; {ctx.get('date', '')}")
+    print()
+    print("| measure | value | target | result | detail |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
