@@ -78,8 +78,12 @@ void Monitors::check(const Site& site, const torch::Tensor& t) {
   if (mode_ == Mode::kOff || !t.defined()) return;
   torch::NoGradGuard no_grad;
   if (mode_ == Mode::kCheap) {
+    // One reduction, no full-size temporary: the float32 sum is non-finite
+    // when any element is (or when finite values overflow it, |mean| above
+    // ~1e38/numel, which is as good as divergence). Localise mode checks
+    // element by element.
     sites_.push_back(site);
-    flags_.push_back(torch::isfinite(t.detach()).all().logical_not());
+    flags_.push_back(torch::isfinite(t.detach().sum(torch::kFloat32)).logical_not());
     return;
   }
   const bool bad = !torch::isfinite(t.detach()).all().item<bool>();

@@ -25,9 +25,11 @@ class DivergedError : public std::runtime_error {
 /// spikes.
 ///
 /// Note [Cheap and localise monitors]: in cheap mode each check only queues a
-/// device-side `!isfinite(x).all()` flag; the flags are read with a single
-/// synchronisation per step, before the optimizer step (so a non-finite
-/// gradient never reaches the weights). The first flagged site in execution
+/// device-side `!isfinite(x.sum(float32))` flag (one reduction, no full-size
+/// temporary), and gradients are checked through the norms the trainer
+/// computes anyway (only a flagged step looks at the gradients one by one);
+/// the flags are read with a single synchronisation per step, before the
+/// optimizer step (so a non-finite gradient never reaches the weights). The first flagged site in execution
 /// order (batch → modules in forward order → loss parts → gradients in
 /// backward order) is the one the failure is attributed to. Localise mode
 /// synchronises after every check and records the offending tensor's
