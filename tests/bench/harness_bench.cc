@@ -13,6 +13,7 @@
 #include <spawn.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -66,6 +67,13 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
   const model::Batch batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);
   const model::BatchSource source = [&](int64_t) { return batch; };
   for (int i = 0; i < 2; ++i) trainer.step(source);  // warm-up: allocator, oneDNN primitive caches, momentum
+  // DBH_BENCH_TRACE=DIR: one plain step's op-level trace (chrome://tracing JSON), to compare with the
+  // Python reference's (dbnet_step.py writes its own into the same folder).
+  if (const char* dir = std::getenv("DBH_BENCH_TRACE"); dir != nullptr && mode < 0) {
+    torch::autograd::profiler::RecordProfile trace(std::string(dir) + "/cpp_" + (channels_last ? "cl" : "nchw") +
+                                                   "_" + std::to_string(state.range(0)) + ".json");
+    trainer.step(source);
+  }
   for (auto _ : state) {
     const auto r = trainer.step(source);
     benchmark::DoNotOptimize(r.loss);

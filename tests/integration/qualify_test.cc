@@ -26,7 +26,7 @@ fs::path temp_dir(const std::string& name) {
 }
 
 // ResNet-18 + FPN at 384 px: batch 8 needs more than the CI host budget,
-// batch 4 less (measured; see scenarios/hardware/ci-host-2500m.yaml).
+// batch 4 less (measured; see scenarios/hardware/ci-host-2200m.yaml).
 fs::path source_scenario(const fs::path& dir) {
   const fs::path p = dir / "source.yaml";
   std::ofstream(p) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
@@ -42,7 +42,7 @@ nlohmann::json read_json(const fs::path& p) {
 TEST(MemoryBudgetTest, Batch8FailsAndBatch4PassesUnderTheHostBudget) {
   const auto dir = temp_dir("budget");
   const auto s = source_scenario(dir);
-  const auto big = dbh({"run", s.string(), "hardware.profile=ci-host-2500m", "hardware.memory_budget=2250MiB",
+  const auto big = dbh({"run", s.string(), "hardware.profile=ci-host-2200m", "hardware.memory_budget=2250MiB",
                         "expect.outcome=failed", "expect.failure_class=host_oom", "--out", (dir / "b8").string(), "-q"});
   EXPECT_EQ(big.exit_code, 0) << big.out << big.err;
   const auto small = dbh({"run", s.string(), "data.batch_size=4", "hardware.memory_budget=2250MiB", "--out",
@@ -78,7 +78,7 @@ TEST(MemoryBudgetTest, TimelineIsConsistent) {
 TEST(QualifyTest, RecommendsFourTimesTwoForAnEffectiveBatchOfEight) {
   const auto dir = temp_dir("qualify");
   const auto s = source_scenario(dir);
-  const auto r = dbh({"qualify", s.string(), "--profile", "ci-host-2500m", "--steps", "2", "--out",
+  const auto r = dbh({"qualify", s.string(), "--profile", "ci-host-2200m", "--steps", "2", "--out",
                       (dir / "out").string(), "--cache", (dir / "cache").string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("QUALIFIES: batch 4 x 2 accumulation"), std::string::npos) << r.out;

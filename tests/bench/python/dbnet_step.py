@@ -15,6 +15,7 @@ Loads the C++ model's initial weights and buffers and its input batch from DUMP
 (parameter names are LibTorch's: encoder.layer1.0.conv1.weight, ...), prints
 "ready N", then answers each "step" line on stdin with "<ms> <loss>".
 """
+import os
 import platform
 import statistics
 import struct
@@ -250,16 +251,29 @@ def serve(path, device="cpu", layout="nchw"):
     opt = torch.optim.SGD(model.parameters(), lr=0.007, momentum=0.9, weight_decay=1e-4)
     image = tensors["input.image"]
     targets = {k[len("target."):]: v for k, v in tensors.items() if k.startswith("target.")}
+    trace_dir = os.environ.get("DBH_BENCH_TRACE")
+    traced = False
     print(f"ready {len(state)}", flush=True)
+    steps = 0
     for line in sys.stdin:
         if line.strip() != "step":
             continue
         t0 = time.perf_counter()
+        # DBH_BENCH_TRACE=DIR: the third step (after the two warm-ups) as an op-level trace.
+        steps += 1
+        prof = None
+        if trace_dir and not traced and steps == 3:
+            prof = torch.autograd.profiler.profile()
+            prof.__enter__()
         opt.zero_grad(set_to_none=True)
         loss = db_loss(model(image), targets)
         loss.backward()
         opt.step()
         value = float(loss)
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            traced = True
+            prof.export_chrome_trace(os.path.join(trace_dir, f"py_{layout}_{image.shape[-1]}.json"))
         print(f"{(time.perf_counter() - t0) * 1e3:.3f} {value:.9g}", flush=True)
 
 
