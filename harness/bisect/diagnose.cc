@@ -37,11 +37,6 @@ struct Hypothesis {
   int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
 };
 
-std::string q(const std::string& s) {
-  if (s.find_first_of(" '\"[]{}") == std::string::npos) return s;
-  return "'" + s + "'";
-}
-
 std::string row_result(const Rung& r) {
   if (!r.applies.empty()) return "n/a (" + r.applies + ")";
   const auto& a = r.probe.analysis;
