@@ -561,10 +561,7 @@ int bisect_command(const BisectOptions& o) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return finish(result, *prober, out, seconds);
-  } catch (const ScenarioError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
-  } catch (const ReportError& e) {
+  } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }

@@ -292,7 +292,7 @@ int diagnose_command(const DiagnoseOptions& o) {
               << "report: " << (out / "diagnosis.md").string() << "\n"
               << "repro:  dbh run " << (out / "repro.yaml").string() << std::endl;
     return fails ? 1 : 0;
-  } catch (const ScenarioError& e) {
+  } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }

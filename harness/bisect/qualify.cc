@@ -292,7 +292,7 @@ int qualify_command(const QualifyOptions& o) {
     }
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
     return qualifies ? 0 : 1;
-  } catch (const ScenarioError& e) {
+  } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }

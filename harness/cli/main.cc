@@ -12,6 +12,7 @@
 #include "harness/cli/data_command.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/qualify.h"
+#include "harness/common/error.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/supervisor/trial.h"
@@ -307,6 +308,9 @@ int main(int argc, char** argv) {
       return dbh::harness::worker_main(text.str(), w_dir, dbh::harness::kEventsFd, w_trial);
     }
     if (*show) return dbh::harness::run_data_show(ds);
+  } catch (const dbh::harness::UsageError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "dbh: internal error: " << e.what() << "\n";
     return 3;

@@ -347,10 +347,7 @@ int run_command(const RunOptions& o) {
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     return r.expectation_met ? 0 : 1;
-  } catch (const ScenarioError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
-  } catch (const ReportError& e) {
+  } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }

@@ -12,10 +12,17 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// A scenario, override or CLI value is wrong (exit code 2).
-class ScenarioError : public Error {
+/// Something the user has to fix: bad input, or an output that cannot be
+/// written (exit code 2). Commands report it as "dbh: <what>".
+class UsageError : public Error {
  public:
   using Error::Error;
+};
+
+/// A scenario, override or CLI value is wrong (exit code 2).
+class ScenarioError : public UsageError {
+ public:
+  using UsageError::UsageError;
 };
 
 /// A worker could not be started.
@@ -30,10 +37,10 @@ class ProtocolError : public Error {
   using Error::Error;
 };
 
-/// A report could not be written.
-class ReportError : public Error {
+/// A report could not be written: unwritable folder, full disk (exit code 2).
+class ReportError : public UsageError {
  public:
-  using Error::Error;
+  using UsageError::UsageError;
 };
 
 }  // namespace dbh::harness
