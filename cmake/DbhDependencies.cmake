@@ -1,7 +1,8 @@
 # Finds every dependency with find_package; nothing is downloaded here.
-# Debian packages provide OpenCV, CLI11, yaml-cpp, nlohmann-json, Clipper,
-# GoogleTest, rapidcheck and Google Benchmark; LibTorch comes from the pinned
-# torch wheel in .venv/ (scripts/setup.sh) or from CMAKE_PREFIX_PATH / Torch_DIR.
+# Debian packages provide OpenCV, libjpeg, CLI11, yaml-cpp, nlohmann-json,
+# Clipper, GoogleTest, rapidcheck and Google Benchmark; LibTorch comes from
+# the pinned torch wheel in .venv/ (scripts/setup.sh) or from
+# CMAKE_PREFIX_PATH / Torch_DIR.
 
 # --- LibTorch -------------------------------------------------------------
 if(NOT Torch_DIR)
@@ -41,6 +42,12 @@ find_package(OpenCV REQUIRED COMPONENTS core imgproc imgcodecs)
 add_library(dbh_opencv INTERFACE)
 target_include_directories(dbh_opencv SYSTEM INTERFACE ${OpenCV_INCLUDE_DIRS})
 target_link_libraries(dbh_opencv INTERFACE opencv_core opencv_imgproc opencv_imgcodecs)
+
+# --- libjpeg ------------------------------------------------------------------
+# The dataset reads every JPEG to its end with libjpeg before OpenCV decodes
+# it, with warnings ("Premature end of JPEG file") counted as errors
+# (model/data/image_decode.cc). Debian: libjpeg62-turbo-dev.
+find_package(JPEG REQUIRED)
 
 # --- small libraries ----------------------------------------------------------
 find_package(CLI11 CONFIG REQUIRED)

@@ -15,7 +15,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git
   python3 python3-venv
-  libopencv-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libpolyclipping-dev
+  libopencv-dev libjpeg62-turbo-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libpolyclipping-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
 )
 # Optional: clang and libFuzzer for scripts/fuzz.sh and scripts/sanitize.sh.

@@ -1,9 +1,11 @@
 #include "harness/bisect/bisect_command.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <set>
@@ -16,6 +18,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
+#include "harness/supervisor/trial.h"
 #include "model/data/scan.h"
 
 namespace dbh::harness {
@@ -23,6 +26,13 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace {
+
+// An answer is "confident" only when it was confirmed by fresh probes, no
+// evidence contradicts it and its confidence is at least this.
+constexpr double kConfidentAt = 0.95;
+// The most an answer gets that fresh re-checks did not confirm or that mixed
+// evidence contradicts: no better than a coin toss.
+constexpr double kUnconfirmedCap = 0.5;
 
 std::string stamp() { return timestamp_compact(); }
 
@@ -55,28 +65,179 @@ std::string list_yaml(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-// How reliably the failure reproduces, and how many repetitions each probe
-// needs so that a passing verdict is wrong with probability <= alpha.
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::string fixed3(double v) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(3) << v;
+  return s.str();
+}
+
+// ---------------------------------------------------------------------------
+// The failure being bisected, and whether a probe shows that same failure.
+
+// File names (no folders) that `message` names: tokens ending in a known
+// extension, e.g. ".../images/img_003.png: cannot decode" → img_003.png.
+std::vector<std::string> files_named(const std::string& message) {
+  static const std::set<std::string> kExt = {"png", "jpg", "jpeg", "bmp", "tif", "tiff", "webp", "gif",
+                                             "json", "txt",  "pt",   "pth", "yaml", "yml"};
+  std::set<std::string> out;
+  size_t i = 0;
+  auto in_token = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' || c == '+' ||
+           c == '@';
+  };
+  while (i < message.size()) {
+    if (!in_token(message[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < message.size() && in_token(message[j])) ++j;
+    std::string token = message.substr(i, j - i);
+    while (!token.empty() && (token.back() == '.' || token.back() == '/')) token.pop_back();
+    const auto slash = token.rfind('/');
+    const std::string base = slash == std::string::npos ? token : token.substr(slash + 1);
+    const auto dot = base.rfind('.');
+    if (dot != std::string::npos && dot > 0) {
+      std::string ext = base.substr(dot + 1);
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (kExt.count(ext)) out.insert(base);
+    }
+    i = j;
+  }
+  return {out.begin(), out.end()};
+}
+
+// Module names (of the scenario's model) that `message` names.
+std::vector<std::string> modules_named(const std::string& message, const std::string& decoder) {
+  std::vector<std::string> out;
+  for (const auto& m : known_module_names(decoder)) {
+    for (size_t at = message.find(m); at != std::string::npos; at = message.find(m, at + 1)) {
+      const size_t end = at + m.size();
+      const bool left_ok = at == 0 || !(std::isalnum(static_cast<unsigned char>(message[at - 1])) ||
+                                        message[at - 1] == '_' || message[at - 1] == '.');
+      const bool right_ok = end >= message.size() || !std::isalnum(static_cast<unsigned char>(message[end]));
+      if (left_ok && right_ok) {
+        out.push_back(m);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+struct Signature {
+  std::string klass;
+  std::optional<int64_t> step;
+  bool check_step = false;  // steps/modules: a replay must fail at the same step
+  bool before_training = false;
+  std::vector<std::string> files;
+  std::vector<std::string> modules;
+
+  std::string text() const {
+    std::string t = "`" + (klass.empty() ? std::string("failure") : klass) + "`";
+    if (before_training) t += " before training";
+    if (check_step && step) t += " at step " + std::to_string(*step);
+    if (!files.empty()) t += " naming " + join(files, ", ");
+    if (!modules.empty()) t += " in " + join(modules, ", ");
+    return t;
+  }
+};
+
+Signature signature_of(const ProbeResult& p, const std::string& decoder, bool check_step) {
+  Signature s;
+  const auto& f = p.analysis.failure;
+  s.klass = f.klass;
+  s.step = f.step;
+  s.check_step = check_step;
+  s.before_training = failed_before_training(p.analysis);
+  s.files = files_named(f.message);
+  s.modules = modules_named(f.message, decoder);
+  return s;
+}
+
+// Why the failing probe `p` is not the failure `sig` ("" when it is).
+std::string difference(const ProbeResult& p, const Signature& sig) {
+  const auto& f = p.analysis.failure;
+  if (f.klass != sig.klass) return "class `" + f.klass + "` instead of `" + sig.klass + "`";
+  if (failed_before_training(p.analysis) != sig.before_training) {
+    return sig.before_training ? "failed during training, not before" : "failed before training";
+  }
+  if (sig.check_step && sig.step && f.step != sig.step) {
+    return "failed at step " + (f.step ? std::to_string(*f.step) : std::string("-")) + " instead of " +
+           std::to_string(*sig.step);
+  }
+  for (const auto& file : sig.files) {
+    if (f.message.find(file) == std::string::npos) return "its message does not name " + file;
+  }
+  for (const auto& m : sig.modules) {
+    if (f.message.find(m) == std::string::npos && f.module != m) return "its message does not name " + m;
+  }
+  return "";
+}
+
+Verdict judge(const ProbeResult& p, const Signature& sig) {
+  if (p.verdict != Verdict::kFail) return p.verdict;
+  return difference(p, sig).empty() ? Verdict::kFail : Verdict::kDifferent;
+}
+
+// ---------------------------------------------------------------------------
+// Reproduction: how reliably the failure reproduces, and how many repetitions
+// each probe needs so that a passing verdict is wrong with probability <= alpha.
+
 struct Reproduction {
-  ProbeResult baseline;
+  ProbeResult baseline;  // the first failing run (the failure being bisected)
+  ProbeResult source;    // the first run (steps: its checkpoints are replayed)
+  Signature sig;
   int64_t runs = 0;
-  int64_t failures = 0;
+  int64_t failures = 0;   // runs that failed the same way as the baseline
+  int64_t different = 0;  // runs that failed another way
   double rate = 0;
   int64_t per_probe = 1;
   bool flaky = false;
+  std::vector<std::string> notes;
 };
 
-Reproduction reproduce(Prober& prober, const std::vector<std::string>& extra, const BisectOptions& o,
-                       bool fresh_first) {
+struct ReproducePlan {
+  std::vector<std::string> first;  // overrides of the first run
+  std::vector<std::string> rest;   // overrides of the others
+  bool keep_checkpoints = false;   // the first run's checkpoints are replayed
+  bool first_may_be_cached = false;
+  bool check_step = false;
+};
+
+Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, const std::string& decoder) {
   Reproduction r;
-  r.baseline = fresh_first ? prober.probe_repeated(extra, "reproduce the failure", 1)
-                           : prober.probe(extra, "reproduce the failure");
-  r.runs = 1;
-  r.failures = r.baseline.verdict == Verdict::kFail ? 1 : 0;
+  std::vector<ProbeResult> runs;
+  runs.push_back(plan.keep_checkpoints      ? prober.probe_keeping_checkpoints(plan.first, "reproduce the failure")
+                 : plan.first_may_be_cached ? prober.probe(plan.first, "reproduce the failure")
+                                            : prober.probe_fresh(plan.first, "reproduce the failure"));
   for (int64_t i = 1; i < o.reproductions; ++i) {
-    const auto p = prober.probe_repeated(extra, "reproduction rate, run " + std::to_string(i + 1), 1);
-    ++r.runs;
-    r.failures += p.verdict == Verdict::kFail ? 1 : 0;
+    runs.push_back(prober.probe_fresh(plan.rest, "reproduction rate, run " + std::to_string(i + 1)));
+  }
+  r.source = runs.front();
+  r.baseline = runs.front();
+  for (const auto& p : runs) {
+    if (p.verdict == Verdict::kFail) {
+      r.baseline = p;
+      break;
+    }
+  }
+  r.sig = signature_of(r.baseline, decoder, plan.check_step);
+  r.runs = static_cast<int64_t>(runs.size());
+  for (const auto& p : runs) {
+    const Verdict v = judge(p, r.sig);
+    if (v == Verdict::kFail) ++r.failures;
+    if (v == Verdict::kDifferent) {
+      ++r.different;
+      r.notes.push_back("reproduction probe " + std::to_string(p.index) + " failed differently (" +
+                        difference(p, r.sig) + ")");
+    }
   }
   r.rate = r.runs > 0 ? static_cast<double>(r.failures) / static_cast<double>(r.runs) : 0.0;
   r.flaky = r.failures > 0 && r.failures < r.runs;
@@ -91,13 +252,73 @@ double confidence(const Reproduction& r, int64_t pass_verdicts) {
   return std::pow(1.0 - miss, static_cast<double>(pass_verdicts));
 }
 
-Verdict probe_verdict(Prober& prober, const Reproduction& rep, const std::vector<std::string>& extra,
-                      const std::string& what, ProbeResult* out = nullptr) {
-  const ProbeResult p = rep.per_probe > 1 ? prober.probe_repeated(extra, what, rep.per_probe)
-                                          : prober.probe(extra, what);
-  if (out) *out = p;
-  return p.verdict;
-}
+// The probes of one search, judged against the failure being bisected, with
+// what they showed per configuration (for the mixed-evidence check).
+class Search {
+ public:
+  Search(Prober& prober, const Reproduction& rep, Signature sig) : prober_(prober), rep_(rep), sig_(std::move(sig)) {}
+
+  /// The verdict for `extra`: one probe (cached unless `fresh`) for a
+  /// deterministic failure; for a flaky one up to per_probe fresh
+  /// repetitions, failing at the first that fails the same way.
+  Verdict verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
+                  ProbeResult* last = nullptr) {
+    const int64_t k = rep_.per_probe;
+    bool unknown = false, different = false;
+    for (int64_t i = 0; i < k; ++i) {
+      const std::string label = what + (k > 1 ? " [" + std::to_string(i + 1) + "/" + std::to_string(k) + "]" : "");
+      const ProbeResult p = (fresh || k > 1) ? prober_.probe_fresh(extra, label) : prober_.probe(extra, label);
+      if (last) *last = p;
+      const Verdict v = judge(p, sig_);
+      auto& seen = seen_[join(extra, " ")];
+      seen.what = what;
+      if (v == Verdict::kPass) ++seen.passes;
+      if (v == Verdict::kFail) ++seen.fails;
+      if (v == Verdict::kFail) return v;
+      if (v == Verdict::kDifferent) {
+        different = true;
+        if (notes_.size() < 8) {
+          notes_.push_back("probe " + std::to_string(p.index) + " (" + what +
+                           ") failed differently: " + difference(p, sig_));
+        }
+      }
+      unknown = unknown || v == Verdict::kUnknown;
+    }
+    if (different) return Verdict::kDifferent;
+    if (unknown) return Verdict::kUnknown;
+    ++passes_;
+    return Verdict::kPass;
+  }
+
+  /// Configurations whose single runs both passed and failed the same way
+  /// although the failure reproduced every time: evidence of flakiness the
+  /// reproduction runs did not show.
+  std::vector<std::string> contradictions() const {
+    std::vector<std::string> out;
+    for (const auto& [config, seen] : seen_) {
+      if (seen.passes > 0 && seen.fails > 0 && !rep_.flaky) {
+        out.push_back("`" + seen.what + "` both passed (" + std::to_string(seen.passes) + "x) and failed (" +
+                      std::to_string(seen.fails) + "x)");
+      }
+    }
+    return out;
+  }
+  int64_t passes() const { return passes_; }
+  const std::vector<std::string>& notes() const { return notes_; }
+  const Signature& sig() const { return sig_; }
+
+ private:
+  struct Seen {
+    std::string what;
+    int64_t passes = 0, fails = 0;
+  };
+  Prober& prober_;
+  const Reproduction& rep_;
+  Signature sig_;
+  std::map<std::string, Seen> seen_;
+  int64_t passes_ = 0;
+  std::vector<std::string> notes_;
+};
 
 ojson probes_json(const Prober& prober) {
   ojson a = ojson::array();
@@ -111,7 +332,9 @@ ojson probes_json(const Prober& prober) {
                  {"module", p.analysis.failure.module},
                  {"seconds", p.seconds},
                  {"cached", p.cached},
-                 {"hash", p.hash}});
+                 {"fresh", p.fresh},
+                 {"hash", p.hash},
+                 {"key", p.key}});
   }
   return a;
 }
@@ -119,15 +342,38 @@ ojson probes_json(const Prober& prober) {
 struct Outputs {
   std::string kind;
   ojson result;
-  bool found = false;
+  bool found = false;      // an answer was produced
+  bool confirmed = false;  // fresh probes confirmed it
   double confidence = 0;
+  std::vector<std::string> doubts;  // why the answer is unsure
   Reproduction rep;
   std::string repro;
   std::string summary;                 // one paragraph for bisect.md
   std::vector<std::string> details;    // bullet lines
+  int64_t answer_step = -1;            // steps: the answer, for modules
+
+  bool confident() const { return found && confirmed && doubts.empty() && confidence >= kConfidentAt; }
 };
 
-int finish(const Outputs& o, const Prober& prober, const fs::path& out, double seconds) {
+// Settles the verdict: the confidence of an answer with doubts (unconfirmed,
+// contradicted, mixed) is capped, and one below kConfidentAt is a doubt.
+void conclude(Outputs& o, double base_confidence) {
+  if (!o.found) {
+    o.confidence = 0;
+    return;
+  }
+  if (!o.confirmed || !o.doubts.empty()) base_confidence = std::min(base_confidence, kUnconfirmedCap);
+  o.confidence = base_confidence;
+  if (o.confirmed && o.doubts.empty() && base_confidence < kConfidentAt) {
+    o.doubts.push_back("confidence " + fixed3(base_confidence) + " is below " + fixed3(kConfidentAt) +
+                       " (the failure is flaky: " + std::to_string(o.rep.failures) + " of " +
+                       std::to_string(o.rep.runs) + " runs)");
+  }
+}
+
+int finish(const Outputs& o, const Prober& prober, const fs::path& out, double seconds, int64_t removed_bytes) {
+  const bool confident = o.confident();
+  const std::string verdict = confident ? "confident" : "unsure";
   ojson j;
   j["schema_version"] = 1;
   j["kind"] = o.kind;
@@ -135,23 +381,41 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   j["overrides"] = prober.base_overrides();
   j["result"] = o.result;
   j["found"] = o.found;
+  j["confirmed"] = o.confirmed;
+  j["verdict"] = verdict;
+  j["doubts"] = o.doubts;
   j["confidence"] = o.confidence;
   j["reproduction"] = {{"runs", o.rep.runs}, {"failures", o.rep.failures}, {"rate", o.rep.rate},
-                       {"flaky", o.rep.flaky}, {"repetitions_per_probe", o.rep.per_probe}};
+                       {"flaky", o.rep.flaky}, {"repetitions_per_probe", o.rep.per_probe},
+                       {"failed_differently", o.rep.different}, {"failure", o.rep.sig.text()}};
   j["probes"] = probes_json(prober);
   int64_t fresh = 0;
   for (const auto& p : prober.history()) fresh += p.cached ? 0 : 1;
   j["probe_count"] = prober.history().size();
   j["fresh_probes"] = fresh;
   j["seconds"] = seconds;
+  j["checkpoints"] = {{"kept", prober.keep_checkpoints()}, {"removed_bytes", removed_bytes}};
   j["repro"] = o.repro;
   write_file_atomically((out / "bisect.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::ostringstream md;
   md << "## Bisection: " << o.kind << "\n\n" << o.summary << "\n\n";
+  if (confident) {
+    md << "**Verdict: confident.** Fresh re-checks confirmed the answer and no probe contradicts it.\n\n";
+  } else if (o.found) {
+    md << "**Verdict: unsure** (confidence " << fixed3(o.confidence) << "). Do not act on this answer alone:\n\n";
+    for (const auto& d : o.doubts) md << "- " << d << "\n";
+    md << "\n";
+  } else {
+    md << "**No answer.**" << (o.doubts.empty() ? "" : " Why:") << "\n\n";
+    for (const auto& d : o.doubts) md << "- " << d << "\n";
+    if (!o.doubts.empty()) md << "\n";
+  }
   for (const auto& d : o.details) md << "- " << d << "\n";
   md << "\nReproduction: " << o.rep.failures << " of " << o.rep.runs << " runs failed"
+     << (o.rep.sig.klass.empty() ? "" : " with " + o.rep.sig.text())
      << (o.rep.flaky ? " (flaky: " + std::to_string(o.rep.per_probe) + " repetitions per probe)" : "")
-     << ". Confidence " << std::fixed << std::setprecision(3) << o.confidence << ".\n\n";
+     << (o.rep.different > 0 ? "; " + std::to_string(o.rep.different) + " failed differently" : "")
+     << ". Confidence " << fixed3(o.confidence) << ".\n\n";
   md << "| probe | config | outcome | step | module | seconds |\n|---|---|---|---|---|---|\n";
   for (const auto& p : prober.history()) {
     std::string cfg;
@@ -160,24 +424,36 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
     md << "| " << p.index << " | `" << (cfg.empty() ? "(scenario)" : cfg) << "` | " << to_string(p.analysis.outcome)
        << (p.analysis.failure.klass.empty() ? "" : " " + p.analysis.failure.klass) << " | "
        << (p.analysis.failure.step ? std::to_string(*p.analysis.failure.step) : "-") << " | "
-       << (p.analysis.failure.module.empty() ? "-" : p.analysis.failure.module) << " | " << std::setprecision(1)
-       << p.seconds << (p.cached ? " (cached)" : "") << " |\n";
+       << (p.analysis.failure.module.empty() ? "-" : p.analysis.failure.module) << " | " << std::fixed
+       << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "") << " |\n";
   }
+  md << "\nCheckpoints: "
+     << (prober.keep_checkpoints() ? "kept (--keep-checkpoints)"
+                                   : "removed after the search (" + format_bytes(removed_bytes) + ")")
+     << ". Probe folders keep their events and logs.\n";
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
-  std::cout << (o.found ? "result: " : "no result: ") << o.summary << "\n"
-            << "probes: " << prober.history().size() << " (" << fresh << " run, "
+  std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << o.summary << "\n";
+  if (!confident) {
+    for (const auto& d : o.doubts) std::cout << "  - " << d << "\n";
+  }
+  std::cout << "probes: " << prober.history().size() << " (" << fresh << " run, "
             << prober.history().size() - static_cast<size_t>(fresh) << " cached) in " << std::fixed
             << std::setprecision(1) << seconds << " s; confidence " << std::setprecision(3) << o.confidence
+            << " (" << verdict << ")"
             << "\nreport: " << (out / "bisect.md").string() << "\nrepro:  " << o.repro << std::endl;
-  return o.found ? 0 : 1;
+  return confident ? 0 : 1;
 }
+
+// ---------------------------------------------------------------------------
+// steps and modules
 
 // Nearest checkpoint written by `probe` whose step count is <= limit.
 std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeResult& probe, int64_t limit) {
-  if (probe.dir.empty() || !fs::exists(probe.dir)) return std::nullopt;
+  std::error_code ec;
+  if (probe.dir.empty() || !fs::exists(probe.dir, ec)) return std::nullopt;
   std::optional<std::pair<int64_t, std::string>> best;
-  for (const auto& e : fs::directory_iterator(probe.dir)) {
+  for (const auto& e : fs::directory_iterator(probe.dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("checkpoint-r0-s", 0) != 0 || e.path().extension() != ".pt") continue;
     int64_t step = 0;
@@ -188,102 +464,166 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeRes
   return best;
 }
 
-std::vector<std::string> replay_overrides(const ProbeResult& baseline, int64_t stop_after) {
+// A replay of the first `stop_after` steps, resuming from the nearest of the
+// reproduction's checkpoints when `resume`.
+std::vector<std::string> replay_overrides(const ProbeResult& source, int64_t stop_after, bool resume = true) {
   std::vector<std::string> o = {"train.stop_after=" + std::to_string(stop_after), "train.checkpoint_every=0"};
-  if (const auto ck = nearest_checkpoint(baseline, stop_after - 1)) {
-    o.push_back("train.resume_from=" + ck->second);
+  if (resume) {
+    if (const auto ck = nearest_checkpoint(source, stop_after - 1)) o.push_back("train.resume_from=" + ck->second);
   }
   return o;
 }
 
-Outputs bisect_steps(Prober& prober, const BisectOptions& o, int64_t* failing_step, ProbeResult* baseline_out) {
+Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "steps";
   const Scenario s = prober.load({});
-  if (s.repeat.in_process != 1) throw ScenarioError("bisect steps: expected repeat.in_process 1, got " + std::to_string(s.repeat.in_process));
-  const int64_t n = s.train.max_steps;
+  if (s.repeat.in_process != 1) {
+    throw ScenarioError("bisect steps: expected repeat.in_process 1, got " + std::to_string(s.repeat.in_process));
+  }
+  const int64_t n = s.train.stop_after > 0 ? std::min(s.train.stop_after, s.train.max_steps) : s.train.max_steps;
   const int64_t every = std::max<int64_t>(1, n / 8);
-  const std::vector<std::string> with_ckpt = {"train.checkpoint_every=" + std::to_string(every)};
-  out.rep = reproduce(prober, with_ckpt, o, /*fresh_first=*/true);
-  if (baseline_out) *baseline_out = out.rep.baseline;
+  ReproducePlan plan;
+  plan.first = {"train.checkpoint_every=" + std::to_string(every)};
+  plan.rest = {"train.checkpoint_every=0"};
+  plan.keep_checkpoints = true;
+  plan.check_step = true;
+  out.rep = reproduce(prober, plan, o, s.model.decoder);
+  out.doubts = out.rep.notes;
+  const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
   if (out.rep.failures == 0) {
-    out.summary = "the failure does not reproduce (" + std::to_string(out.rep.runs) + " runs passed)";
-    out.repro = command_line(prober.scenario_path(), prober.base_overrides());
+    out.summary = "the failure does not reproduce (" + std::to_string(out.rep.runs) + " runs, none failed" +
+                  (out.rep.different > 0 ? " the same way" : "") + ")";
+    out.repro = base_repro;
     return out;
   }
-  const auto hint = out.rep.baseline.analysis.failure.step;
-  int64_t passes = 0;
+  const auto& fail = out.rep.baseline.analysis.failure;
+  if (out.rep.sig.before_training) {
+    out.summary = "the failure happens before training (no step completed: `" + fail.klass + "`, \"" +
+                  one_line(fail.message) + "\"), so there is no failing step to bisect";
+    out.doubts.push_back("a failure before the first step (data validation, preflight, model or checkpoint "
+                         "loading) cannot be bisected by steps; try `dbh bisect data` or `dbh diagnose`");
+    out.result = {{"step", nullptr}, {"before_training", true}, {"class", fail.klass}, {"message", fail.message}};
+    out.repro = base_repro;
+    return out;
+  }
+  const auto hint = fail.step;
+  Search search(prober, out.rep, out.rep.sig);
+  std::map<int64_t, Verdict> seen;  // prefix length → verdict
   auto fails = [&](int64_t m) {
-    const Verdict v = probe_verdict(prober, out.rep, replay_overrides(out.rep.baseline, m),
-                                    "first " + std::to_string(m) + " step(s)");
-    passes += v == Verdict::kPass ? 1 : 0;
+    const Verdict v = search.verdict(replay_overrides(out.rep.source, m), "first " + std::to_string(m) + " step(s)",
+                                     /*fresh=*/false);
+    seen[m] = v;
     return v;
   };
   const auto r = find_first_failing(1, n, fails);
   if (!r.first_fail) {
     out.summary = "no failing prefix found: " + r.note;
-    out.repro = command_line(prober.scenario_path(), prober.base_overrides());
+    out.repro = base_repro;
     return out;
   }
   const int64_t step = *r.first_fail - 1;
-  // Re-check both ends of the boundary.
-  bool consistent = true;
+  out.found = true;
+  out.answer_step = step;
+  if (!r.note.empty()) out.doubts.push_back(r.note);
+  // Confirm both ends with fresh probes: the steps before the answer pass,
+  // the answer fails the same way.
+  bool before_passes = true;
   if (step >= 1) {
-    consistent = fails(step) == Verdict::kPass;
+    before_passes = search.verdict(replay_overrides(out.rep.source, step),
+                                   "re-check: first " + std::to_string(step) + " step(s)", /*fresh=*/true) ==
+                    Verdict::kPass;
+    if (!before_passes) {
+      out.doubts.push_back("re-check: the first " + std::to_string(step) + " step(s) did not pass when run again");
+    }
   }
-  consistent = consistent && fails(*r.first_fail) == Verdict::kFail;
-  out.found = consistent;
-  out.confidence = consistent ? confidence(out.rep, passes) : 0.0;
-  if (failing_step) *failing_step = step;
+  const bool answer_fails = search.verdict(replay_overrides(out.rep.source, step + 1),
+                                           "re-check: first " + std::to_string(step + 1) + " step(s)",
+                                           /*fresh=*/true) == Verdict::kFail;
+  if (!answer_fails) {
+    out.doubts.push_back("re-check: the first " + std::to_string(step + 1) +
+                         " step(s) did not fail the same way when run again");
+  }
+  out.confirmed = before_passes && answer_fails;
+  const bool agrees = !hint || *hint == step;
+  if (!agrees) {
+    out.doubts.push_back("the reproduction failed at step " + std::to_string(*hint) + ", the replays at step " +
+                         std::to_string(step));
+  }
+  for (const auto& [m, v] : seen) {
+    if (v != Verdict::kFail) continue;
+    for (const auto& [m2, v2] : seen) {
+      if (m2 > m && v2 == Verdict::kPass) {
+        out.doubts.push_back("the first " + std::to_string(m) + " step(s) failed but the first " +
+                             std::to_string(m2) + " passed");
+      }
+    }
+  }
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, confidence(out.rep, search.passes()));
   out.result = {{"step", step},
                 {"monitor_step", hint ? ojson(*hint) : ojson(nullptr)},
-                {"agrees_with_monitors", hint && *hint == step},
-                {"class", out.rep.baseline.analysis.failure.klass},
-                {"flaky_boundary", !consistent}};
-  out.summary = consistent ? "the first failing step is **" + std::to_string(step) + "** (class `" +
-                                 out.rep.baseline.analysis.failure.klass + "`)"
-                           : "flaky boundary near step " + std::to_string(step) +
-                                 ": re-checking the ends gave inconsistent verdicts";
+                {"agrees_with_monitors", agrees},
+                {"class", fail.klass},
+                {"flaky_boundary", !out.confirmed}};
+  out.summary = (out.confirmed ? "the first failing step is **" : "the first failing step appears to be **") +
+                std::to_string(step) + "** (class `" + fail.klass + "`)";
   if (hint) {
     out.details.push_back(std::string("the monitors of the full run flagged step ") + std::to_string(*hint) +
                           (*hint == step ? " (agrees)" : " (differs)"));
   }
   out.details.push_back("replays resume from checkpoints written every " + std::to_string(every) +
-                        " steps by the first run");
-  out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), replay_overrides(out.rep.baseline, step + 1)));
+                        " steps by the first reproduction run; no other probe writes checkpoints");
+  out.repro = command_line(prober.scenario_path(),
+                           concat(prober.base_overrides(),
+                                  replay_overrides(out.rep.source, step + 1, prober.keep_checkpoints())));
   return out;
 }
 
 Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
-  int64_t step = -1;
-  ProbeResult baseline;
-  Outputs steps = bisect_steps(prober, o, &step, &baseline);
+  Outputs steps = bisect_steps(prober, o);
   Outputs out;
   out.kind = "modules";
   out.rep = steps.rep;
+  out.doubts = steps.doubts;
+  out.details = steps.details;
   if (!steps.found) {
     out.summary = "no failing step to replay: " + steps.summary;
     out.repro = steps.repro;
     return out;
   }
-  auto extra = replay_overrides(baseline, step + 1);
+  const int64_t step = steps.answer_step;
+  auto extra = replay_overrides(steps.rep.source, step + 1);
   extra.push_back("monitors.mode=localise");
+  // Localise mode names sites more precisely: the same class at the same
+  // step is the same failure.
+  Signature sig = steps.rep.sig;
+  sig.modules.clear();
+  Search search(prober, steps.rep, sig);
   ProbeResult replay;
-  probe_verdict(prober, out.rep, extra, "localise replay of step " + std::to_string(step), &replay);
+  const Verdict v = search.verdict(extra, "localise replay of step " + std::to_string(step), /*fresh=*/false, &replay);
+  if (v != Verdict::kFail) {
+    out.doubts.push_back("the localise replay of step " + std::to_string(step) + " did not fail the same way (" +
+                         to_string(v) + (v == Verdict::kDifferent ? ": " + difference(replay, sig) : "") + ")");
+  }
+  out.confirmed = steps.confirmed && v == Verdict::kFail;
+  std::vector<std::string> repro_extra = replay_overrides(steps.rep.source, step + 1, prober.keep_checkpoints());
+  repro_extra.push_back("monitors.mode=localise");
+  out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), repro_extra));
   const auto& h = replay.analysis.primary_health;
   if (h.is_null() || h.empty()) {
     out.summary = "the replay of step " + std::to_string(step) + " failed without a non-finite tensor (" +
                   to_string(replay.analysis.outcome) + ": " + replay.analysis.failure.message + ")";
     out.result = {{"step", step}, {"module", replay.analysis.failure.module}};
     out.found = !replay.analysis.failure.module.empty();
-    out.confidence = steps.confidence;
-    out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), extra));
+    conclude(out, steps.confidence);
     return out;
   }
   const std::string kind = h.value("kind", "");
   const std::string direction = kind == "gradient" ? "backward" : kind == "activation" ? "forward" : "inputs";
   out.found = true;
-  out.confidence = steps.confidence;
+  conclude(out, steps.confidence);
   out.result = {{"step", step},
                 {"direction", direction},
                 {"kind", kind},
@@ -300,9 +640,66 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
     out.details.push_back("the module that ran before it, `" + h.value("input_module", "") +
                           "`, produced finite output: " + h["input_stats"].dump());
   }
-  out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), extra));
   return out;
 }
+
+// ---------------------------------------------------------------------------
+// data
+
+// Writes a dataset in `dir` holding only the images `keep` of the dataset at
+// `root` (images linked, annotations rewritten or linked), in the dataset's
+// order. Returns `dir`.
+std::string write_dataset_copy(const model::ScanResult& scan, const std::set<std::string>& keep, const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir / "images", ec);
+  if (ec) throw ReportError(dir.string() + ": expected a folder for a dataset copy, got: " + ec.message());
+  const fs::path root = fs::absolute(scan.root);
+  auto link = [&](const fs::path& from, const fs::path& to) {
+    std::error_code e;
+    fs::create_symlink(from, to, e);
+    if (e) fs::copy_file(from, to, fs::copy_options::overwrite_existing, e);
+    if (e) throw ReportError(to.string() + ": expected a link to " + from.string() + ", got: " + e.message());
+  };
+  for (const auto& file : keep) {
+    const fs::path src = root / "images" / file;
+    if (fs::exists(src, ec)) link(src, dir / "images" / file);
+  }
+  if (scan.format == "UFO JSON") {
+    std::ifstream in(root / "annotations.json");
+    const auto j = ojson::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("images") || !j["images"].is_object()) {
+      throw ReportError((root / "annotations.json").string() +
+                        ": expected a UFO JSON object with \"images\" to copy, got something else");
+    }
+    ojson copy = j;
+    copy["images"] = ojson::object();
+    for (auto it = j["images"].begin(); it != j["images"].end(); ++it) {
+      if (keep.count(it.key())) copy["images"][it.key()] = it.value();
+    }
+    write_file_atomically((dir / "annotations.json").string(),
+                          copy.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  } else {
+    fs::create_directories(dir / "icdar", ec);
+    std::set<std::string> stems;
+    for (const auto& f : keep) stems.insert(fs::path(f).stem().string());
+    for (const auto& e : fs::directory_iterator(root / "icdar", ec)) {
+      std::string stem = e.path().stem().string();
+      if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
+      if (e.path().extension() == ".txt" && stems.count(stem)) link(e.path(), dir / "icdar" / e.path().filename());
+    }
+  }
+  return dir.string();
+}
+
+// Removes a folder when it goes out of scope.
+struct RemoveOnExit {
+  fs::path dir;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
 
 Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   Outputs out;
@@ -311,18 +708,95 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   if (s.data.source != "real") {
     throw ScenarioError("bisect data: expected data.source real, got " + s.data.source);
   }
-  out.rep = reproduce(prober, {}, o, false);
+  ReproducePlan plan;
+  plan.first_may_be_cached = true;
+  out.rep = reproduce(prober, plan, o, s.model.decoder);
+  out.doubts = out.rep.notes;
+  const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
   if (out.rep.failures == 0) {
     out.summary = "the failure does not reproduce";
-    out.repro = command_line(prober.scenario_path(), prober.base_overrides());
+    out.repro = base_repro;
     return out;
   }
   const auto policy = s.data.on_invalid == "skip" ? model::OnInvalid::kSkip
                       : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
                                                     : model::OnInvalid::kError;
-  auto scan = model::scan_dataset(s.data.path, policy, {}, /*check_images=*/false);
-  std::vector<model::ImageAnnotation> images = scan.images;
+  const auto scan = model::scan_dataset(s.data.path, policy, {}, /*check_images=*/false);
+  const std::vector<model::ImageAnnotation>& images = scan.images;
   const auto& fail = out.rep.baseline.analysis;
+  Search search(prober, out.rep, out.rep.sig);
+  auto sample_json = [&](int64_t i) {
+    const auto& im = images[static_cast<size_t>(i)];
+    std::vector<std::string> ids;
+    for (const auto& w : im.words) ids.push_back(w.id);
+    return ojson{{"index", i}, {"file", im.file}, {"annotation_ids", ids}};
+  };
+
+  if (out.rep.sig.before_training) {
+    // The dataset is validated (and, with preflight, decoded) as a whole
+    // before data.subset applies: every subset fails, so ddmin cannot
+    // isolate anything. A sample the message names is the answer, once the
+    // data without it passes and it alone fails.
+    std::vector<int64_t> named;
+    for (size_t i = 0; i < images.size(); ++i) {
+      for (const auto& f : out.rep.sig.files) {
+        if (images[i].file == f) named.push_back(static_cast<int64_t>(i));
+      }
+    }
+    const std::string what = "`" + fail.failure.klass + "` before training: \"" + one_line(fail.failure.message) + "\"";
+    if (named.empty()) {
+      out.summary = "the failure happens before training (" + what + ") and names no sample of the dataset";
+      out.doubts.push_back("the dataset is checked as a whole before data.subset applies, so no subset can "
+                           "isolate a failure before training; fix what the message names, or run `dbh data check " +
+                           s.data.path + "`");
+      out.result = {{"samples", ojson::array()}, {"before_training", true}, {"class", fail.failure.klass},
+                    {"message", fail.failure.message}};
+      out.repro = base_repro;
+      return out;
+    }
+    out.found = true;
+    std::set<std::string> named_files, others;
+    for (const int64_t i : named) named_files.insert(images[static_cast<size_t>(i)].file);
+    for (const auto& im : images) {
+      if (!named_files.count(im.file)) others.insert(im.file);
+    }
+    RemoveOnExit copies{fs::path(prober.session_dir()) / "datasets"};
+    std::vector<std::string> extra_base;
+    if (!s.data.subset.empty()) extra_base.push_back("data.subset=[]");
+    bool without_passes = false;
+    if (others.empty()) {
+      out.doubts.push_back("the dataset holds only the named sample(s): there is no data without them to compare");
+    } else {
+      const std::string without = write_dataset_copy(scan, others, copies.dir / "without-named");
+      without_passes = search.verdict(concat(extra_base, {"data.path=" + without}),
+                                      "re-check: data without the named sample(s)", /*fresh=*/true) == Verdict::kPass;
+      if (!without_passes) out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
+    }
+    const std::string alone = write_dataset_copy(scan, named_files, copies.dir / "named-only");
+    const bool alone_fails = search.verdict(concat(extra_base, {"data.path=" + alone}),
+                                            "re-check: the named sample(s) alone", /*fresh=*/true) == Verdict::kFail;
+    if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
+    out.confirmed = without_passes && alone_fails;
+    for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+    for (const auto& note : search.notes()) out.details.push_back(note);
+    conclude(out, confidence(out.rep, search.passes()));
+    ojson samples = ojson::array();
+    std::string names;
+    for (const int64_t i : named) {
+      samples.push_back(sample_json(i));
+      names += (names.empty() ? "" : ", ") + images[static_cast<size_t>(i)].file;
+    }
+    out.result = {{"samples", samples}, {"before_training", true}, {"method", "named by the failure"},
+                  {"class", fail.failure.klass}, {"consumed", 0}};
+    out.summary = "the failure happens before training and names **" + names + "** (index " + list_yaml(named) +
+                  ")" + (out.confirmed ? ": the data without it passes, it alone fails" : "");
+    out.details.push_back("the dataset is validated as a whole before data.subset applies, so subsets cannot "
+                          "isolate this failure; the answer is the sample its message names, checked on copies of "
+                          "the dataset with and without it");
+    out.repro = base_repro;
+    return out;
+  }
+
   const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.max_steps - 1;
   // The samples the failing run consumed, in order of first use.
   std::vector<int64_t> consumed;
@@ -343,38 +817,61 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     return std::vector<std::string>{"data.subset=" + list_yaml(subset),
                                     "train.max_steps=" + std::to_string(steps), "controls=[]"};
   };
-  int64_t passes = 0;
+  auto label = [](const std::string& prefix, const std::vector<int64_t>& subset) {
+    std::string what = prefix + "samples " + list_yaml(subset);
+    return what.size() > 44 ? prefix + std::to_string(subset.size()) + " samples" : what;
+  };
   const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
     std::vector<int64_t> subset;
     for (size_t k : idx) subset.push_back(consumed[k]);
-    std::string what = "samples " + list_yaml(subset);
-    if (what.size() > 44) what = std::to_string(subset.size()) + " samples";
-    const Verdict v = probe_verdict(prober, out.rep, subset_overrides(subset), what);
-    passes += v == Verdict::kPass ? 1 : 0;
-    return v;
+    return search.verdict(subset_overrides(subset), label("", subset), /*fresh=*/false);
   });
   std::vector<int64_t> minimal;
   for (size_t k : r.minimal) minimal.push_back(consumed[k]);
   out.found = r.reproduced;
-  out.confidence = confidence(out.rep, passes);
   ojson samples = ojson::array();
   std::string names;
   for (const int64_t i : minimal) {
-    const auto& im = images[static_cast<size_t>(i)];
-    std::vector<std::string> ids;
-    for (const auto& w : im.words) ids.push_back(w.id);
-    samples.push_back({{"index", i}, {"file", im.file}, {"annotation_ids", ids}});
-    names += (names.empty() ? "" : ", ") + im.file;
+    samples.push_back(sample_json(i));
+    names += (names.empty() ? "" : ", ") + images[static_cast<size_t>(i)].file;
   }
-  out.result = {{"samples", samples}, {"consumed", consumed.size()}, {"class", fail.failure.klass}};
-  out.summary = r.reproduced ? "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
-                                   " samples the run consumed: **" + names + "** (index " + list_yaml(minimal) + ")"
-                             : "training on the consumed samples alone does not fail";
+  out.result = {{"samples", samples}, {"consumed", consumed.size()}, {"class", fail.failure.klass},
+                {"method", "ddmin"}};
   out.details.push_back("the failing run consumed " + std::to_string(consumed.size()) + " samples up to step " +
                         std::to_string(last_step));
   out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), subset_overrides(minimal)));
+  if (!r.reproduced) {
+    out.summary = "training on the consumed samples alone does not fail the same way";
+    return out;
+  }
+  // Confirm with fresh probes: the subset fails, the data without it passes.
+  const bool minimal_fails = search.verdict(subset_overrides(minimal), label("re-check: ", minimal), /*fresh=*/true) ==
+                             Verdict::kFail;
+  if (!minimal_fails) out.doubts.push_back("re-check: the minimal subset did not fail the same way when run again");
+  std::vector<int64_t> rest;
+  for (const int64_t i : consumed) {
+    if (std::find(minimal.begin(), minimal.end(), i) == minimal.end()) rest.push_back(i);
+  }
+  bool rest_passes = false;
+  if (rest.empty()) {
+    out.doubts.push_back("every consumed sample is in the answer: there is no data without it to compare");
+  } else {
+    rest_passes = search.verdict(subset_overrides(rest), "re-check: the data without it", /*fresh=*/true) ==
+                  Verdict::kPass;
+    if (!rest_passes) out.doubts.push_back("re-check: the consumed samples without the answer did not pass");
+  }
+  out.confirmed = minimal_fails && rest_passes;
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, confidence(out.rep, search.passes()));
+  out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
+                " samples the run consumed: **" + names + "** (index " + list_yaml(minimal) + ")" +
+                (out.confirmed ? "; the data without it passes" : "");
   return out;
 }
+
+// ---------------------------------------------------------------------------
+// config and range
 
 // key → value text for every leaf that a config difference can override.
 void flatten(const ojson& j, const std::string& prefix, std::map<std::string, std::string>* out) {
@@ -390,6 +887,19 @@ void flatten(const ojson& j, const std::string& prefix, std::map<std::string, st
       (*out)[key] = it->dump();
     }
   }
+}
+
+// A reproduction made of single probes (config and range do not measure a
+// reproduction rate): deterministic unless a fresh re-check says otherwise.
+Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failures, const std::string& decoder) {
+  Reproduction r;
+  r.baseline = failing;
+  r.source = failing;
+  r.sig = signature_of(failing, decoder, /*check_step=*/false);
+  r.runs = runs;
+  r.failures = failures;
+  r.rate = runs > 0 ? static_cast<double>(failures) / static_cast<double>(runs) : 0.0;
+  return r;
 }
 
 Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, const fs::path& out_dir) {
@@ -427,12 +937,10 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
   }
   prober = std::make_unique<Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
                                     o.cache_dir, o.quiet);
+  prober->set_keep_checkpoints(o.keep_checkpoints);
   const auto good_probe = prober->probe({}, "good configuration");
   const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
-  out.rep.baseline = bad_probe;
-  out.rep.runs = 1;
-  out.rep.failures = bad_probe.verdict == Verdict::kFail ? 1 : 0;
-  out.rep.rate = out.rep.failures;
+  out.rep = single_run(bad_probe, 1, bad_probe.verdict == Verdict::kFail ? 1 : 0, bad.model.decoder);
   if (good_probe.verdict != Verdict::kPass || bad_probe.verdict != Verdict::kFail || diffs.empty()) {
     out.summary = "expected the good configuration to pass and the bad one to fail, got " +
                   to_string(good_probe.analysis.outcome) + " and " + to_string(bad_probe.analysis.outcome) +
@@ -440,26 +948,39 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
     out.repro = command_line(base, concat(prober->base_overrides(), diffs));
     return out;
   }
+  Search search(*prober, out.rep, out.rep.sig);
+  auto what_of = [](const std::vector<std::string>& subset) {
+    std::string what = join(subset, " ");
+    return what.size() > 44 ? std::to_string(subset.size()) + " keys" : what;
+  };
   const auto r = ddmin(diffs.size(), [&](const std::vector<size_t>& idx) {
     std::vector<std::string> subset;
-    std::string what;
-    for (size_t k : idx) {
-      subset.push_back(diffs[k]);
-      what += (what.empty() ? "" : " ") + diffs[k];
-    }
-    if (what.size() > 44) what = std::to_string(subset.size()) + " keys";
-    return prober->probe(subset, what).verdict;
+    for (size_t k : idx) subset.push_back(diffs[k]);
+    return search.verdict(subset, what_of(subset), /*fresh=*/false);
   });
   std::vector<std::string> minimal;
   for (size_t k : r.minimal) minimal.push_back(diffs[k]);
   out.found = r.reproduced;
-  out.confidence = 1.0;
   out.result = {{"difference", minimal}, {"differing_keys", diffs.size()}};
+  out.repro = command_line(base, concat(prober->base_overrides(), minimal));
+  out.details.push_back(std::to_string(diffs.size()) + " keys differ between the good and the bad configuration");
+  if (!r.reproduced) {
+    out.summary = "the bad configuration does not fail the same way";
+    return out;
+  }
+  // Confirm with fresh probes: the minimal difference fails, the good
+  // configuration passes.
+  const bool minimal_fails = search.verdict(minimal, "re-check: " + what_of(minimal), /*fresh=*/true) == Verdict::kFail;
+  if (!minimal_fails) out.doubts.push_back("re-check: the minimal difference did not fail the same way");
+  const bool good_passes = search.verdict({}, "re-check: good configuration", /*fresh=*/true) == Verdict::kPass;
+  if (!good_passes) out.doubts.push_back("re-check: the good configuration did not pass");
+  out.confirmed = minimal_fails && good_passes;
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, 1.0);
   std::string text;
   for (const auto& m : minimal) text += (text.empty() ? "" : " + ") + std::string("`") + m + "`";
   out.summary = "a 1-minimal failure-inducing difference: " + text;
-  out.details.push_back(std::to_string(diffs.size()) + " keys differ between the good and the bad configuration");
-  out.repro = command_line(base, concat(prober->base_overrides(), minimal));
   return out;
 }
 
@@ -488,10 +1009,9 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   };
   const auto lo_probe = prober.probe(at(o.lo), o.key + "=" + o.lo);
   const auto hi_probe = prober.probe(at(o.hi), o.key + "=" + o.hi);
-  out.rep.baseline = lo_probe.verdict == Verdict::kFail ? lo_probe : hi_probe;
-  out.rep.runs = 2;
-  out.rep.failures = (lo_probe.verdict == Verdict::kFail) + (hi_probe.verdict == Verdict::kFail);
-  out.rep.rate = 1.0;
+  const std::string decoder = prober.load({}).model.decoder;
+  out.rep = single_run(lo_probe.verdict == Verdict::kFail ? lo_probe : hi_probe, 2,
+                       (lo_probe.verdict == Verdict::kFail) + (hi_probe.verdict == Verdict::kFail), decoder);
   if (lo_probe.verdict == hi_probe.verdict || lo_probe.verdict == Verdict::kUnknown ||
       hi_probe.verdict == Verdict::kUnknown) {
     out.summary = "both ends " + to_string(lo_probe.analysis.outcome) + "/" + to_string(hi_probe.analysis.outcome) +
@@ -499,6 +1019,11 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
     out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), at(o.hi)));
     return out;
   }
+  // Only one end failed; from here on that failure is the one bisected.
+  out.rep.failures = 1;
+  out.rep.rate = 1.0;
+  out.rep.runs = 1;
+  Search search(prober, out.rep, out.rep.sig);
   const bool fail_high = hi_probe.verdict == Verdict::kFail;
   std::string pass_value, fail_value;
   if (integral) {
@@ -506,22 +1031,41 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
     auto value = [&](int64_t x) { return fail_high ? x : ihi - (x - ilo); };
     const auto r = find_first_failing(ilo, ihi, [&](int64_t x) {
       const std::string v = std::to_string(value(x));
-      return prober.probe(at(v), o.key + "=" + v).verdict;
+      return search.verdict(at(v), o.key + "=" + v, /*fresh=*/false);
     });
+    if (!r.note.empty()) out.doubts.push_back(r.note);
     fail_value = std::to_string(value(*r.first_fail));
     pass_value = std::to_string(value(*r.first_fail - 1));
   } else {
     double pass = fail_high ? dlo : dhi, bad = fail_high ? dhi : dlo;
     for (int i = 0; i < 12 && std::fabs(bad - pass) > 1e-3 * std::max(std::fabs(bad), std::fabs(pass)); ++i) {
       const double mid = 0.5 * (pass + bad);
-      const auto v = prober.probe(at(fmt(mid)), o.key + "=" + fmt(mid)).verdict;
+      const Verdict v = search.verdict(at(fmt(mid)), o.key + "=" + fmt(mid), /*fresh=*/false);
+      if (v != Verdict::kPass && v != Verdict::kFail) {
+        out.doubts.push_back(o.key + "=" + fmt(mid) + " could not be decided (" + to_string(v) +
+                             "): the boundary lies in [" + fmt(std::min(pass, bad)) + ", " + fmt(std::max(pass, bad)) +
+                             "]");
+        break;
+      }
       (v == Verdict::kFail ? bad : pass) = mid;
     }
     pass_value = fmt(pass);
     fail_value = fmt(bad);
   }
   out.found = true;
-  out.confidence = 1.0;
+  // Confirm both sides of the boundary with fresh probes.
+  const bool pass_ok =
+      search.verdict(at(pass_value), "re-check: " + o.key + "=" + pass_value, /*fresh=*/true) == Verdict::kPass;
+  if (!pass_ok) out.doubts.push_back("re-check: " + o.key + "=" + pass_value + " did not pass when run again");
+  const bool fail_ok =
+      search.verdict(at(fail_value), "re-check: " + o.key + "=" + fail_value, /*fresh=*/true) == Verdict::kFail;
+  if (!fail_ok) {
+    out.doubts.push_back("re-check: " + o.key + "=" + fail_value + " did not fail the same way when run again");
+  }
+  out.confirmed = pass_ok && fail_ok;
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, 1.0);
   out.result = {{"key", o.key}, {"last_passing", pass_value}, {"first_failing", fail_value},
                 {"fails_above", fail_high}};
   out.summary = "`" + o.key + "` passes at " + pass_value + " and fails at " + fail_value;
@@ -532,6 +1076,7 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
 }  // namespace
 
 int bisect_command(const BisectOptions& o) {
+  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   try {
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
@@ -543,11 +1088,14 @@ int bisect_command(const BisectOptions& o) {
     BisectOptions opts = o;
     opts.cache_dir = cache;
     std::unique_ptr<Prober> prober;
-    if (o.kind != "config") prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet);
+    if (o.kind != "config") {
+      prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet);
+      prober->set_keep_checkpoints(o.keep_checkpoints);
+    }
     if (!o.quiet) std::cout << "dbh bisect " << o.kind << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
     Outputs result;
     if (o.kind == "steps") {
-      result = bisect_steps(*prober, opts, nullptr, nullptr);
+      result = bisect_steps(*prober, opts);
     } else if (o.kind == "modules") {
       result = bisect_modules(*prober, opts);
     } else if (o.kind == "data") {
@@ -559,8 +1107,12 @@ int bisect_command(const BisectOptions& o) {
     } else {
       throw ScenarioError("bisect: expected steps, modules, data, config or range, got " + o.kind);
     }
+    // The search is done: only events and logs stay behind.
+    const int64_t removed = prober->keep_checkpoints() ? 0 : prober->release_checkpoints();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return finish(result, *prober, out, seconds);
+    return finish(result, *prober, out, seconds, removed);
+  } catch (const Interrupted& e) {
+    return e.exit_code();  // the prober wrote what the search had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;

@@ -16,13 +16,17 @@ struct BisectOptions {
   std::string cache_dir;               // probe cache (default reports/cache/probes)
   double alpha = 0.05;                 // accepted probability of missing a flaky failure
   int64_t reproductions = 3;           // runs to measure the reproduction rate
+  bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search
   bool quiet = false;
 };
 
 /// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json and
 /// bisect.md under the output folder, and ends with a one-line command that
-/// reproduces the minimal failure. Exit 0 when a result was found, 1 when the
-/// failure did not reproduce or no answer could be given, 2 on bad input.
+/// reproduces the minimal failure. Every answer is confirmed by fresh probes
+/// before it is reported as confident. Exit 0 for a confident answer, 1 when
+/// the failure did not reproduce, no answer could be given or the answer is
+/// unsure, 2 on bad input or an infrastructure failure of a probe (full disk,
+/// a worker that cannot start).
 int bisect_command(const BisectOptions& options);
 
 struct DiagnoseOptions {

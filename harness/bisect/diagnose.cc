@@ -12,6 +12,7 @@
 #include "harness/common/error.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
+#include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -54,6 +55,7 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 }  // namespace
 
 int diagnose_command(const DiagnoseOptions& o) {
+  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   try {
     const Scenario s = load_scenario(o.scenario, o.overrides);
@@ -177,6 +179,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // Follow-ups, as a person would do next.
     std::vector<std::string> followups;
     std::string bisect_summary;
+    nlohmann::ordered_json bisect_verdict;  // the follow-up's verdict, when one ran
     std::vector<std::string> repro_overrides = {"controls=[]"};
     const bool data_dependent = fails && passed(synth) && real;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
@@ -189,14 +192,34 @@ int diagnose_command(const DiagnoseOptions& o) {
       b.cache_dir = cache;
       b.quiet = o.quiet;
       if (!o.quiet) std::cout << "follow-up: dbh bisect " << b.kind << std::endl;
-      bisect_command(b);
+      const int bisect_exit = bisect_command(b);
+      prober.stop_if_requested();  // a stop ended the follow-up: end here too
+      if (bisect_exit == 2) {
+        // A probe of the follow-up hit an infrastructure failure (its message
+        // is above): the diagnosis cannot stand on it either.
+        throw UsageError("diagnose: the follow-up `dbh bisect " + b.kind + "` stopped without an answer (" +
+                         (out / ("bisect-" + b.kind)).string() + ")");
+      }
       std::ifstream in(out / ("bisect-" + b.kind) / "bisect.json");
       if (in) {
         const auto j = nlohmann::json::parse(in, nullptr, false);
         if (!j.is_discarded()) {
           bisect_summary = j.value("repro", "");
-          followups.push_back("dbh bisect " + b.kind + ": " + j["result"].dump());
-          if (b.kind == "data" && j["result"].contains("samples")) {
+          bisect_verdict = {{"kind", b.kind}, {"verdict", j.value("verdict", "unsure")},
+                            {"confirmed", j.value("confirmed", false)}, {"confidence", j.value("confidence", 0.0)},
+                            {"doubts", nlohmann::ordered_json::parse(j.value("doubts", nlohmann::json::array()).dump())}};
+          std::string doubts;
+          for (const auto& d : j.value("doubts", nlohmann::json::array())) {
+            doubts += (doubts.empty() ? "" : "; ") + d.get<std::string>();
+          }
+          followups.push_back("dbh bisect " + b.kind + " (" + j.value("verdict", "unsure") + ", confidence " +
+                              std::to_string(j.value("confidence", 0.0)).substr(0, 5) + "): " + j["result"].dump() +
+                              (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
+          // Only a confident, training-time answer becomes the minimal
+          // repro; otherwise the scenario as given reproduces the failure.
+          const bool confident = j.value("verdict", "") == "confident";
+          const bool subset_answer = j["result"].value("method", "") == "ddmin";
+          if (b.kind == "data" && confident && subset_answer && j["result"].contains("samples")) {
             std::vector<int64_t> idx;
             for (const auto& smp : j["result"]["samples"]) idx.push_back(smp.value("index", int64_t{0}));
             std::string list = "[";
@@ -282,6 +305,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     j["conclusion"] = data_dependent ? "data-dependent" : fails ? hyps.front().id : "passes";
     j["followups"] = followups;
+    j["bisect"] = bisect_verdict;
     j["probe_count"] = prober.history().size();
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     j["repro_scenario"] = (out / "repro.yaml").string();
@@ -292,6 +316,8 @@ int diagnose_command(const DiagnoseOptions& o) {
               << "report: " << (out / "diagnosis.md").string() << "\n"
               << "repro:  dbh run " << (out / "repro.yaml").string() << std::endl;
     return fails ? 1 : 0;
+  } catch (const Interrupted& e) {
+    return e.exit_code();  // the prober wrote what the ladder had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;

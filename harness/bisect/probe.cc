@@ -1,18 +1,34 @@
 #include "harness/bisect/probe.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
+#include "harness/supervisor/outcome.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
+
+extern char** environ;
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -23,9 +39,8 @@ std::string self_exe() {
   return ec ? std::string("dbh") : p.string();
 }
 
-TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text, int64_t index,
-                                 bool withhold_fault_records, std::string* stderr_tail,
-                                 const std::function<void(const Event&)>& on_event) {
+ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+                           bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
   const fs::path dir(dir_text);
   fs::create_directories(dir);
   const fs::path resolved = dir / "scenario.resolved.json";
@@ -38,15 +53,294 @@ TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text,
   spec.silence_s = s.limits.silence_s;
   spec.grace_s = s.limits.grace_s;
   spec.on_event = on_event;
-  const TrialResult result = run_trial(spec);
-  // The trial's own outcome stands, but a run whose raw record is torn is not
-  // one to report on.
-  if (!result.journal_error.empty()) throw ReportError(result.journal_error);
+  ProbeTrial t;
+  t.result = run_trial(spec);
   ClassifyOptions copts;
   copts.withhold_fault_records = withhold_fault_records;
-  if (stderr_tail != nullptr) *stderr_tail = result.stderr_tail;
-  return classify(result, s, KnowledgeBase::shipped(), copts);
+  t.analysis = classify(t.result, s, KnowledgeBase::shipped(), copts);
+  return t;
 }
+
+TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+                                 bool withhold_fault_records, std::string* stderr_tail,
+                                 const std::function<void(const Event&)>& on_event) {
+  ProbeTrial t = run_probe_trial(s, dir_text, index, withhold_fault_records, on_event);
+  // The trial's own outcome stands, but a run whose raw record is torn is not
+  // one to report on.
+  if (!t.result.journal_error.empty()) throw ReportError(t.result.journal_error);
+  if (stderr_tail != nullptr) *stderr_tail = t.result.stderr_tail;
+  return std::move(t.analysis);
+}
+
+bool failed_before_training(const TrialAnalysis& a) {
+  return is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;
+}
+
+// ---------------------------------------------------------------------------
+// The cache key: the resolved scenario, the files the trial reads, the build
+// and the machine.
+
+namespace {
+
+// Two independent 64-bit FNV-1a lanes: a 128-bit digest, as 32 hex digits.
+class Digest {
+ public:
+  Digest& add(const std::string& s) {
+    for (unsigned char c : s) mix(c);
+    mix(0xff);  // field separator: ("ab","c") differs from ("a","bc")
+    return *this;
+  }
+  Digest& add_bytes(const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
+    return *this;
+  }
+  std::string hex() const {
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a_),
+                  static_cast<unsigned long long>(b_));
+    return buf;
+  }
+
+ private:
+  void mix(unsigned char c) {
+    a_ = (a_ ^ c) * 1099511628211ULL;
+    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * 1099511628211ULL;
+    b_ ^= b_ >> 29;
+  }
+  uint64_t a_ = 1469598103934665603ULL;
+  uint64_t b_ = 0x84222325cbf29ce4ULL;
+};
+
+struct Stamp {
+  bool exists = false;
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+  bool regular = false;
+};
+
+Stamp stamp_of(const std::string& path) {
+  Stamp st;
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0) return st;
+  st.exists = true;
+  st.regular = S_ISREG(sb.st_mode);
+  st.size = static_cast<int64_t>(sb.st_size);
+  st.mtime_ns = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
+  st.inode = static_cast<uint64_t>(sb.st_ino);
+  return st;
+}
+
+std::string stamp_text(const Stamp& st) {
+  if (!st.exists) return "missing";
+  return std::to_string(st.size) + " " + std::to_string(st.mtime_ns) + " " + std::to_string(st.inode);
+}
+
+// Content digests of annotation files, by (path, size, mtime, inode): each
+// version of a file is read once per process.
+std::string content_digest(const std::string& path, const Stamp& st) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> memo;
+  const std::string id = path + "\n" + stamp_text(st);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = memo.find(id); it != memo.end()) return it->second;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "unreadable";
+  Digest d;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    d.add_bytes(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  const std::string h = d.hex();
+  std::lock_guard<std::mutex> lock(mu);
+  memo[id] = h;
+  return h;
+}
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  static const std::set<std::string> kImages = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff",
+                                                ".webp", ".gif", ".pgm", ".ppm", ".pbm", ".jp2"};
+  return kImages.count(ext) > 0;
+}
+
+// Annotation (and other non-image) files are fingerprinted by content too:
+// an edit within the same second and size must still count. Larger files are
+// taken by size and mtime_ns only.
+constexpr int64_t kContentDigestMaxBytes = int64_t{256} << 20;
+
+void add_file(Digest& d, const std::string& label, const std::string& path) {
+  d.add(label).add(path);
+  const Stamp st = stamp_of(path);
+  d.add(stamp_text(st));
+}
+
+void add_dataset(Digest& d, const std::string& root) {
+  d.add("dataset").add(root);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    d.add(fs::exists(root, ec) ? "not a folder" : "missing");
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> entries;  // relative path → fingerprint
+  fs::recursive_directory_iterator it(
+      root, fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() > 8) {
+      it.disable_recursion_pending();  // a symlink loop or an unusual tree
+      continue;
+    }
+    const std::string path = it->path().string();
+    const Stamp st = stamp_of(path);
+    if (!st.regular) continue;
+    std::string text = stamp_text(st);
+    if (!is_image_file(it->path()) && st.size <= kContentDigestMaxBytes) text += " " + content_digest(path, st);
+    entries.emplace_back(it->path().lexically_relative(root).string(), text);
+  }
+  if (ec) entries.emplace_back("(listing error)", ec.message());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [rel, text] : entries) d.add(rel).add(text);
+}
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+std::string input_fingerprint(const Scenario& s) {
+  Digest d;
+  if (s.data.source == "real" && !s.data.path.empty()) add_dataset(d, s.data.path);
+  if (!s.model.weights.empty()) add_file(d, "model.weights", s.model.weights);
+  if (!s.train.resume_from.empty()) add_file(d, "train.resume_from", s.train.resume_from);
+  return d.hex();
+}
+
+std::string build_identity() {
+  static const std::string identity = [] {
+    Digest d;
+    add_file(d, "exe", self_exe());
+    // Every shared library the process mapped: LibTorch, CUDA, cuDNN,
+    // OpenCV as this binary found them.
+    std::set<std::string> libs;
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      const auto slash = line.find('/');
+      if (slash == std::string::npos) continue;
+      const std::string path = line.substr(slash);
+      if (path.find(".so") != std::string::npos) libs.insert(path);
+    }
+    for (const auto& lib : libs) add_file(d, "lib", lib);
+    return d.hex();
+  }();
+  return identity;
+}
+
+std::string machine_identity() {
+  static const std::string identity = [] {
+    Digest d;
+    {
+      std::ifstream cpu("/proc/cpuinfo");
+      std::string line;
+      while (std::getline(cpu, line)) {
+        if (line.rfind("model name", 0) == 0) {
+          d.add("cpu").add(line);
+          break;
+        }
+      }
+      d.add("cores").add(std::to_string(std::thread::hardware_concurrency()));
+    }
+    d.add("nvidia").add(first_line("/proc/driver/nvidia/version"));
+    std::error_code ec;
+    std::vector<std::string> gpus;
+    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      std::ifstream in(e.path() / "information");
+      std::string line, text;
+      while (std::getline(in, line)) {
+        if (line.rfind("Model:", 0) == 0 || line.rfind("GPU UUID:", 0) == 0 ||
+            line.rfind("Bus Location:", 0) == 0 || line.rfind("Video BIOS:", 0) == 0) {
+          text += line + "\n";
+        }
+      }
+      gpus.push_back(text);
+    }
+    std::sort(gpus.begin(), gpus.end());
+    for (const auto& g : gpus) d.add("gpu").add(g);
+    // Variables that choose devices, libraries or numerics in the worker.
+    static const char* kPrefixes[] = {"CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_",
+                                      "OMP_", "MKL_", "KMP_", "OPENBLAS_", "DBH_", "LD_LIBRARY_PATH",
+                                      "LD_PRELOAD"};
+    std::vector<std::string> vars;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const std::string name = kv.substr(0, kv.find('='));
+      if (name == kSupervisorPidEnv || name == "DBH_PROBE_CACHE_MIB") continue;
+      for (const char* prefix : kPrefixes) {
+        if (name.rfind(prefix, 0) == 0) {
+          vars.push_back(kv);
+          break;
+        }
+      }
+    }
+    std::sort(vars.begin(), vars.end());
+    for (const auto& v : vars) d.add("env").add(v);
+    return d.hex();
+  }();
+  return identity;
+}
+
+std::string Prober::cache_key(const Scenario& s) const {
+  Digest d;
+  d.add("dbh probe cache key 2")
+      .add(resolved_json(s))
+      .add(input_fingerprint(s))
+      .add(build_identity())
+      .add(machine_identity())
+      .add(environment_);
+  return d.hex();
+}
+
+int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
+  struct Entry {
+    fs::file_time_type mtime;
+    int64_t size;
+    fs::path path;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
+    std::error_code ec2;
+    if (e.path().extension() != ".json" || !e.is_regular_file(ec2)) continue;
+    const auto size = static_cast<int64_t>(e.file_size(ec2));
+    const auto mtime = e.last_write_time(ec2);
+    if (ec2) continue;
+    entries.push_back({mtime, size, e.path()});
+    total += size;
+  }
+  if (total <= cap_bytes) return 0;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
+  int64_t removed = 0;
+  for (const auto& e : entries) {
+    if (total <= cap_bytes) break;
+    std::error_code ec2;
+    if (fs::remove(e.path, ec2)) {
+      total -= e.size;
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+// ---------------------------------------------------------------------------
 
 Prober::Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
                std::string cache_dir, bool quiet)
@@ -54,7 +348,51 @@ Prober::Prober(std::string scenario_path, std::vector<std::string> base_override
       base_overrides_(std::move(base_overrides)),
       out_dir_(std::move(out_dir)),
       cache_dir_(std::move(cache_dir)),
-      quiet_(quiet) {}
+      quiet_(quiet) {
+  if (const char* mib = std::getenv("DBH_PROBE_CACHE_MIB"); mib != nullptr && *mib != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(mib, &end, 10);
+    if (end == mib || *end != '\0' || v < 0 || errno != 0 || v > (int64_t{1} << 40)) {
+      throw UsageError(std::string("DBH_PROBE_CACHE_MIB: expected a whole number of MiB (0 or more), got \"") +
+                       mib + "\"");
+    }
+    cache_cap_bytes_ = static_cast<int64_t>(v) << 20;
+  }
+}
+
+Prober::~Prober() {
+  try {
+    if (!keep_checkpoints_) release_checkpoints();
+  } catch (const std::exception&) {
+    // Never throw from a destructor; what is left is under the probe folders.
+  }
+}
+
+const std::string& Prober::session_dir() {
+  if (!session_dir_.empty()) return session_dir_;
+  const fs::path parent = fs::path(out_dir_) / "probes";
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw ReportError(parent.string() + ": expected a folder for the probes, got: " + ec.message());
+  std::random_device rd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    char rnd[9];
+    std::snprintf(rnd, sizeof rnd, "%08x", static_cast<unsigned>(rd()));
+    const fs::path dir = parent / (timestamp_compact() + "-" + std::to_string(::getpid()) + "-" + rnd);
+    // mkdir, not create_directories: it fails when the folder exists, so no
+    // two bisections ever share one.
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      session_dir_ = dir.string();
+      return session_dir_;
+    }
+    if (errno != EEXIST) {
+      throw ReportError(dir.string() + ": expected to create the bisection's probe folder, got: " +
+                        std::strerror(errno));
+    }
+  }
+  throw ReportError(parent.string() + ": expected a free name for this bisection's probe folder, found none");
+}
 
 Scenario Prober::load(const std::vector<std::string>& extra) const {
   auto all = base_overrides_;
@@ -80,11 +418,12 @@ nlohmann::json summary_json(const ProbeResult& p) {
           {"seconds", p.seconds}};
 }
 
-bool load_summary(const fs::path& path, ProbeResult* p) {
+bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) {
   std::ifstream in(path);
   if (!in) return false;
   try {
     const auto j = nlohmann::json::parse(in);
+    if (j.value("key", "") != key) return false;  // another format or a torn file
     auto& a = p->analysis;
     a.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
     a.failure.klass = j.value("class", "");
@@ -99,39 +438,191 @@ bool load_summary(const fs::path& path, ProbeResult* p) {
   }
 }
 
+// What a worker writes when the disk or its quota is full.
+constexpr const char* kDiskFullMarkers[] = {"No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT",
+                                            "PytorchStreamWriter failed writing"};
+
+std::string excerpt_around(const std::string& text, const std::string& what) {
+  const auto at = text.find(what);
+  if (at == std::string::npos) return one_line(text.substr(0, 200));
+  const size_t from = text.rfind('\n', at) == std::string::npos ? 0 : text.rfind('\n', at) + 1;
+  const size_t to = std::min(text.find('\n', at), from + 300);
+  return one_line(text.substr(from, to - from));
+}
+
+// Whether the file system holding `dir` is (nearly) full: "" when it is not,
+// else why.
+std::string disk_full(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return "";
+  const auto free_bytes = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+  if (free_bytes >= kDiskFullBelowBytes) return "";
+  return "expected a trial the disk could hold, got a full disk (" + format_bytes(free_bytes) + " free on the file "
+         "system of " + dir + " after the worker failed); free some space and run again";
+}
+
+// Checkpoints and private dataset copies in a probe folder: what takes disk
+// and is not needed once the probe is over. Returns the bytes removed.
+int64_t remove_weights(const fs::path& dir) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec2;
+    if (name.rfind("checkpoint-", 0) == 0 && e.is_regular_file(ec2)) {
+      doomed.push_back(e.path());
+    } else if (name == "data" && e.is_directory(ec2) && !e.is_symlink(ec2)) {
+      doomed.push_back(e.path());  // a corrupt_sample fault's private dataset copy
+    }
+  }
+  for (const auto& p : doomed) {
+    std::error_code ec2;
+    if (fs::is_directory(p, ec2)) {
+      for (const auto& f : fs::recursive_directory_iterator(p, ec2)) {
+        std::error_code ec3;
+        if (f.is_regular_file(ec3)) bytes += static_cast<int64_t>(f.file_size(ec3));
+      }
+      fs::remove_all(p, ec2);
+    } else {
+      bytes += static_cast<int64_t>(fs::file_size(p, ec2));
+      fs::remove(p, ec2);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
+std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a) {
+  if (!r.spawn_error.empty()) return "expected a worker process, got: " + r.spawn_error;
+  if (r.interrupted) return "the harness stopped the worker before it finished";
+  if (!r.journal_error.empty()) return r.journal_error;
+  std::vector<std::string> texts = {r.stderr_tail, a.failure.message};
+  texts.insert(texts.end(), a.failure.secondary.begin(), a.failure.secondary.end());
+  for (const auto& e : r.events) {
+    if (e.type == "error" || e.type == "warning") texts.push_back(e.get<std::string>("message", ""));
+  }
+  for (const auto& text : texts) {
+    for (const char* marker : kDiskFullMarkers) {
+      if (text.find(marker) != std::string::npos) {
+        return "expected a trial the disk could hold, got a full disk (\"" + excerpt_around(text, marker) +
+               "\"); free some space and run again";
+      }
+    }
+  }
+  return "";
+}
+
+int64_t Prober::release_checkpoints() {
+  int64_t bytes = 0;
+  for (const auto& dir : checkpoint_dirs_) bytes += remove_weights(dir);
+  checkpoint_dirs_.clear();
+  return bytes;
+}
+
+void Prober::stop_if_requested(const ProbeResult* in_flight) {
+  const int sig = stop_requested();
+  if (sig == 0) return;
+  const Interrupted stop(sig);
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["interrupted"] = signal_name(sig);
+  j["exit_code"] = stop.exit_code();
+  j["scenario"] = scenario_path_;
+  j["overrides"] = base_overrides_;
+  j["probes"] = nlohmann::ordered_json::array();
+  for (const auto& p : history_) {
+    nlohmann::ordered_json e = {{"index", p.index}, {"what", p.what}, {"config", p.overrides}};
+    const auto summary = summary_json(p);  // items() must not outlive its object
+    for (const auto& [k, v] : summary.items()) e[k] = v;
+    e["cached"] = p.cached;
+    e["dir"] = p.dir;
+    j["probes"].push_back(e);
+  }
+  // The trial the stop cut short: its folder has its logs, it has no outcome.
+  j["in_flight"] = in_flight == nullptr
+                       ? nlohmann::ordered_json(nullptr)
+                       : nlohmann::ordered_json{{"index", in_flight->index}, {"what", in_flight->what},
+                                                {"config", in_flight->overrides}, {"dir", in_flight->dir}};
+  const fs::path record = fs::path(out_dir_) / "interrupted.json";
+  try {
+    write_file_atomically(record.string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    std::cerr << "interrupted by " << signal_name(sig) << " after " << history_.size()
+              << " probe(s): " << record.string() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "interrupted by " << signal_name(sig) << " after " << history_.size()
+              << " probe(s); cannot write " << record.string() << ": " << e.what() << std::endl;
+  }
+  throw stop;
+}
+
+void Prober::store(const ProbeResult& p, const std::string& cache_file) {
+  if (cache_dir_.empty()) return;
+  std::error_code ec;
+  fs::create_directories(cache_dir_, ec);
+  if (ec) throw ReportError(cache_dir_ + ": expected a folder for the probe cache, got: " + ec.message());
+  auto j = summary_json(p);
+  j["key"] = p.key;
+  j["scenario_hash"] = p.hash;
+  write_file_atomically(cache_file, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  trim_probe_cache(cache_dir_, cache_cap_bytes_);
+}
+
 ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
-                        int64_t repetition) {
+                        bool keep_checkpoints) {
+  stop_if_requested(nullptr);
   const Scenario s = load(extra);
   ProbeResult p;
   p.index = static_cast<int64_t>(history_.size()) + 1;
   p.what = what;
   p.overrides = extra;
   p.hash = scenario_hash(s);
-  const fs::path cache_file = fs::path(cache_dir_) / (p.hash + ".json");
+  p.key = cache_key(s);
+  p.fresh = !use_cache;
+  const fs::path cache_file = fs::path(cache_dir_) / (p.key + ".json");
   if (use_cache) {
-    if (const auto it = cache_.find(p.hash); it != cache_.end()) {
+    if (const auto it = cache_.find(p.key); it != cache_.end()) {
       p.analysis = it->second.analysis;
       p.seconds = it->second.seconds;
       p.cached = true;
-    } else if (!cache_dir_.empty() && load_summary(cache_file, &p)) {
+    } else if (!cache_dir_.empty() && load_summary(cache_file, p.key, &p)) {
       p.cached = true;
     }
   }
   if (!p.cached) {
-    p.dir = (fs::path(out_dir_) / "probes" / ("probe-" + std::to_string(p.index))).string();
+    p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
     const auto t0 = std::chrono::steady_clock::now();
-    p.analysis = run_scenario_trial(s, p.dir, 1000 + p.index, false, nullptr, {});
+    ProbeTrial t = run_probe_trial(s, p.dir, 1000 + p.index, false, {});
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!cache_dir_.empty() && repetition == 0) {
-      std::error_code ec;
-      fs::create_directories(cache_dir_, ec);
-      if (!ec) write_file_atomically(cache_file.string(), summary_json(p).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    // A worker that filled the disk may have had no room left to say so
+    // (its stderr and events live there too): a trial that did not pass on a
+    // full disk is the disk's failure, not the training's. Looked at before
+    // its weights are removed.
+    std::string why = infrastructure_failure(t.result, t.analysis);
+    if (why.empty() && verdict_of(t.analysis) != Verdict::kPass) why = disk_full(p.dir);
+    // Weights stay only where later probes resume from them, whatever
+    // happens next.
+    if (keep_checkpoints) {
+      checkpoint_dirs_.push_back(p.dir);
+    } else {
+      remove_weights(p.dir);
     }
+    // Stopped mid-trial: the worker was killed, so its outcome is no result
+    // to cache or to search on.
+    stop_if_requested(&p);
+    if (!why.empty()) {
+      throw ProbeInfrastructureError("probe " + std::to_string(p.index) + " (" + what + ", " + p.dir + "): " + why +
+                                     "; the probe was neither cached nor counted");
+    }
+    p.analysis = std::move(t.analysis);
   }
   p.verdict = verdict_of(p.analysis);
-  cache_[p.hash] = p;
+  // An undecided trial (the harness could not tell) is no answer to reuse.
+  if (!p.cached && p.verdict != Verdict::kUnknown) {
+    cache_[p.key] = p;
+    store(p, cache_file.string());
+  }
   history_.push_back(p);
   if (!quiet_) {
     std::ostringstream line;
@@ -139,21 +630,30 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
          << "  " << std::setw(9) << to_string(p.analysis.outcome);
     if (!p.analysis.failure.klass.empty()) line << " " << p.analysis.failure.klass;
     if (p.analysis.failure.step) line << " @step " << *p.analysis.failure.step;
-    line << "  " << std::fixed << std::setprecision(1) << p.seconds << " s" << (p.cached ? " (cached)" : "");
+    line << "  " << std::fixed << std::setprecision(1) << p.seconds << " s"
+         << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "");
     std::cout << line.str() << std::endl;
   }
   return p;
 }
 
 ProbeResult Prober::probe(const std::vector<std::string>& extra, const std::string& what) {
-  return run(extra, what, /*use_cache=*/true, 0);
+  return run(extra, what, /*use_cache=*/true, /*keep_checkpoints=*/false);
+}
+
+ProbeResult Prober::probe_fresh(const std::vector<std::string>& extra, const std::string& what) {
+  return run(extra, what, /*use_cache=*/false, /*keep_checkpoints=*/false);
+}
+
+ProbeResult Prober::probe_keeping_checkpoints(const std::vector<std::string>& extra, const std::string& what) {
+  return run(extra, what, /*use_cache=*/false, /*keep_checkpoints=*/true);
 }
 
 ProbeResult Prober::probe_repeated(const std::vector<std::string>& extra, const std::string& what, int64_t k) {
   ProbeResult last;
   for (int64_t i = 0; i < k; ++i) {
     last = run(extra, what + (k > 1 ? " [" + std::to_string(i + 1) + "/" + std::to_string(k) + "]" : ""),
-               /*use_cache=*/false, i);
+               /*use_cache=*/false, /*keep_checkpoints=*/false);
     if (last.verdict == Verdict::kFail) return last;
   }
   return last;

@@ -1,10 +1,13 @@
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "harness/bisect/search.h"
+#include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 
@@ -19,46 +22,151 @@ struct ProbeResult {
   TrialAnalysis analysis;
   double seconds = 0;
   bool cached = false;
-  std::string hash;  // resolved-scenario hash
-  std::string dir;
+  bool fresh = false;  // run on request, both caches bypassed (re-checks, confirmations)
+  std::string hash;    // resolved-scenario hash
+  std::string key;     // cache key: scenario, inputs, build and machine
+  std::string dir;     // the trial's folder ("" when cached)
 };
 
+/// Whether a failed probe failed before training: no step ended and no step
+/// was named (data validation, preflight, model or checkpoint loading).
+bool failed_before_training(const TrialAnalysis& a);
+
+/// A probe that could not be run or whose trial was ended by the
+/// infrastructure rather than by the training: the worker could not start,
+/// its journal or events could not be written, or the disk was full. Such a
+/// probe is never cached and never counts as "fails"; the search stops and
+/// the command exits 2 with this message.
+class ProbeInfrastructureError : public ReportError {
+ public:
+  using ReportError::ReportError;
+};
+
+/// Why a trial ended in an infrastructure failure rather than by what it
+/// trained ("" when it did not): the worker could not start, the harness
+/// stopped it, its events could not be written, or its stderr, error or
+/// warnings show a full disk (ENOSPC, EDQUOT, a checkpoint write that failed).
+std::string infrastructure_failure(const TrialResult& result, const TrialAnalysis& analysis);
+
+/// A probe that did not pass while less than this was free on the file
+/// system of its folder failed for want of disk: the worker may not even
+/// have been able to write why.
+inline constexpr int64_t kDiskFullBelowBytes = int64_t{64} << 20;
+
+/// The probe cache's size limit when DBH_PROBE_CACHE_MIB does not set one.
+inline constexpr int64_t kDefaultProbeCacheBytes = int64_t{32} << 20;
+
+/// Everything besides the resolved scenario that decides a trial's outcome,
+/// as text: the files the trial reads (every file of a real dataset folder
+/// with its path, size and mtime_ns, annotation files also by content;
+/// model.weights and train.resume_from likewise), missing ones as missing.
+std::string input_fingerprint(const Scenario& s);
+/// The dbh build: the running binary and every shared library it mapped
+/// (path, size, mtime_ns, inode), which pins the LibTorch, CUDA and cuDNN it
+/// links. Computed once per process.
+std::string build_identity();
+/// The machine: CPU model, NVIDIA driver and GPUs (model, UUID, bus), and the
+/// environment variables that steer devices and libraries (CUDA_*, CUDNN_*,
+/// TORCH_*, OMP_*, …). Computed once per process.
+std::string machine_identity();
+
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
-/// cannot stop a search), caches them by resolved-scenario hash (in memory
-/// and under `cache_dir`) and prints each one as it goes.
+/// cannot stop a search), caches their results by a key that covers the
+/// resolved scenario, the files the trial reads, the dbh build and the
+/// machine (in memory, and as small JSON files under `cache_dir`, bounded in
+/// size) and prints each one as it goes.
+///
+/// Each Prober owns a folder of its own, `<out_dir>/probes/<session>/`, that
+/// no other bisection shares. Checkpoints written by probes are removed as
+/// soon as the probe ends, except those of the probe run through
+/// probe_keeping_checkpoints() (the reproduction that every replay resumes
+/// from), which are removed when the Prober is destroyed unless
+/// set_keep_checkpoints(true).
 class Prober {
  public:
   Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
          std::string cache_dir, bool quiet);
+  ~Prober();
+  Prober(const Prober&) = delete;
+  Prober& operator=(const Prober&) = delete;
 
-  /// Probes the scenario with `extra` overrides on top of the base ones.
-  /// A probe fails when the trial's outcome is a failure; an unresolved
-  /// trial is kUnknown.
+  /// Probes the scenario with `extra` overrides on top of the base ones,
+  /// answering from the caches when they hold this exact key. A probe fails
+  /// when the trial's outcome is a failure; an unresolved trial is kUnknown.
+  /// Throws ProbeInfrastructureError, or Interrupted when a stop was
+  /// requested.
   ProbeResult probe(const std::vector<std::string>& extra, const std::string& what);
+  /// The same, always run (both caches bypassed; the result still updates
+  /// them): re-checks, confirmations and repetitions.
+  ProbeResult probe_fresh(const std::vector<std::string>& extra, const std::string& what);
+  /// A fresh probe whose checkpoints are kept for later probes to resume from.
+  ProbeResult probe_keeping_checkpoints(const std::vector<std::string>& extra, const std::string& what);
   /// Probes `k` times (different process each time, cache bypassed) and
   /// fails if any repetition fails.
   ProbeResult probe_repeated(const std::vector<std::string>& extra, const std::string& what, int64_t k);
 
+  /// When a stop was requested (stop_requested() != 0): records the probes
+  /// so far, and `in_flight` (the trial the stop cut short), in
+  /// `<out_dir>/interrupted.json` and throws Interrupted.
+  void stop_if_requested(const ProbeResult* in_flight = nullptr);
+
+  /// Keep the reproduction's checkpoints after the Prober is gone.
+  void set_keep_checkpoints(bool keep) { keep_checkpoints_ = keep; }
+  bool keep_checkpoints() const { return keep_checkpoints_; }
+  /// Extra text for the cache key, e.g. the torch/CUDA/cuDNN versions and the
+  /// device a caller that links LibTorch knows.
+  void set_environment(std::string text) { environment_ = std::move(text); }
+  /// Removes the checkpoints and private dataset copies under this Prober's
+  /// folder unless they are to be kept. Returns the bytes removed.
+  int64_t release_checkpoints();
+
   const std::vector<ProbeResult>& history() const { return history_; }
   const std::string& scenario_path() const { return scenario_path_; }
   const std::vector<std::string>& base_overrides() const { return base_overrides_; }
+  /// This Prober's own folder (created on first use).
+  const std::string& session_dir();
   Scenario load(const std::vector<std::string>& extra) const;
+  /// The cache key of `s` now (the files it reads are looked at again).
+  std::string cache_key(const Scenario& s) const;
 
  private:
   ProbeResult run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
-                  int64_t repetition);
+                  bool keep_checkpoints);
+  void store(const ProbeResult& p, const std::string& cache_file);
 
   std::string scenario_path_;
   std::vector<std::string> base_overrides_;
   std::string out_dir_;
   std::string cache_dir_;
+  std::string session_dir_;
+  std::string environment_;
   bool quiet_;
+  bool keep_checkpoints_ = false;
+  int64_t cache_cap_bytes_ = kDefaultProbeCacheBytes;
   std::vector<ProbeResult> history_;
   std::map<std::string, ProbeResult> cache_;
+  std::vector<std::string> checkpoint_dirs_;  // probes whose checkpoints are kept for now
 };
 
+/// Removes the oldest `*.json` results from `cache_dir` until the folder's
+/// results take at most `cap_bytes`. Returns the number of files removed.
+int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
+
+/// What a supervised trial returned, and its classification.
+struct ProbeTrial {
+  TrialResult result;
+  TrialAnalysis analysis;
+};
+
+/// Runs one supervised trial of `s` in `dir` and classifies it, without
+/// judging the infrastructure (the Prober does).
+ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir, int64_t index,
+                           bool withhold_fault_records, const std::function<void(const Event&)>& on_event);
+
 /// Runs one supervised trial of `s` in `dir` (shared by `dbh run` and the
-/// probes). `label` prefixes progress lines; `on_line` prints them.
+/// probes). `stderr_tail` receives the end of the worker's stderr; `on_event`
+/// sees every event as it arrives. Throws ReportError when the trial's events
+/// could not be written.
 TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir, int64_t index,
                                  bool withhold_fault_records, std::string* stderr_tail,
                                  const std::function<void(const Event&)>& on_event);

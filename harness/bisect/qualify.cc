@@ -14,6 +14,7 @@
 #include "harness/common/error.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
+#include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -65,6 +66,7 @@ std::string cmd(const std::string& scenario, const std::vector<std::string>& bas
 }  // namespace
 
 int qualify_command(const QualifyOptions& o) {
+  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   try {
     const Scenario source = load_scenario(o.scenario, o.overrides);
@@ -162,8 +164,10 @@ int qualify_command(const QualifyOptions& o) {
         int64_t batch = max_batch;
         while (batch > 1 && effective % batch != 0) --batch;
         const int64_t accumulation = effective / batch;
-        const auto p = prober.probe(trial_overrides(batch, accumulation, precision, budget),
-                                    "confirm " + precision + " " + std::to_string(batch) + "x" + std::to_string(accumulation));
+        // A confirmation runs fresh: never answered from a cache.
+        const auto p = prober.probe_fresh(trial_overrides(batch, accumulation, precision, budget),
+                                          "confirm " + precision + " " + std::to_string(batch) + "x" +
+                                              std::to_string(accumulation));
         rec.confirm = to_trial(p, batch, accumulation, precision);
         rec.confirmed = rec.confirm.passed;
       }
@@ -251,7 +255,7 @@ int qualify_command(const QualifyOptions& o) {
        << ".\n"
        << "4. **Test with the minimal config first:** the recommended configuration trained " << o.steps << " steps: "
        << (qualifies ? "passed" : "failed") << ".\n"
-       << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/events.jsonl`); "
+       << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/probe-*/events.jsonl`); "
           "keep `dbh run` in CI with `expect.max_peak_memory`.\n";
     write_file_atomically((out / "qualification.md").string(), md.str());
     ojson j;
@@ -292,6 +296,8 @@ int qualify_command(const QualifyOptions& o) {
     }
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
     return qualifies ? 0 : 1;
+  } catch (const Interrupted& e) {
+    return e.exit_code();  // the prober wrote what the search had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;

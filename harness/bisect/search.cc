@@ -5,6 +5,16 @@
 
 namespace dbh::harness {
 
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fails";
+    case Verdict::kUnknown: return "unknown";
+    case Verdict::kDifferent: return "different failure";
+  }
+  return "unknown";
+}
+
 BoundaryResult find_first_failing(int64_t lo, int64_t hi,
                                   const std::function<Verdict(int64_t)>& fails, bool check_ends) {
   BoundaryResult r;
@@ -41,7 +51,7 @@ BoundaryResult find_first_failing(int64_t lo, int64_t hi,
       // Undecidable: search the half below first, as git bisect skips a commit.
       int64_t alt = mid - 1;
       Verdict va = Verdict::kUnknown;
-      while (alt > good && va == Verdict::kUnknown) va = probe(alt--);
+      while (alt > good && (va == Verdict::kUnknown || va == Verdict::kDifferent)) va = probe(alt--);
       if (va == Verdict::kFail) {
         bad = alt + 1;
       } else if (va == Verdict::kPass) {
@@ -132,6 +142,7 @@ int64_t repetitions_for(double rate, double alpha) {
 
 Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* runs) {
   bool unknown = false;
+  bool different = false;
   int64_t i = 0;
   for (; i < k; ++i) {
     const Verdict v = probe();
@@ -140,9 +151,10 @@ Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* 
       return Verdict::kFail;
     }
     unknown = unknown || v == Verdict::kUnknown;
+    different = different || v == Verdict::kDifferent;
   }
   if (runs) *runs = i;
-  return unknown ? Verdict::kUnknown : Verdict::kPass;
+  return different ? Verdict::kDifferent : unknown ? Verdict::kUnknown : Verdict::kPass;
 }
 
 }  // namespace dbh::harness

@@ -9,8 +9,13 @@
 namespace dbh::harness {
 
 /// The verdict of one probe. kUnknown: the probe could not decide (its trial
-/// was unresolved); searches treat it like git bisect's "skip".
-enum class Verdict { kPass, kFail, kUnknown };
+/// was unresolved); kDifferent: it failed, but not with the failure being
+/// bisected (another class, step or file). Searches treat both like git
+/// bisect's "skip": neither counts as "fails".
+enum class Verdict { kPass, kFail, kUnknown, kDifferent };
+
+/// "pass", "fails", "unknown", "different failure".
+const char* to_string(Verdict v);
 
 /// Result of a boundary search over integers.
 struct BoundaryResult {
@@ -46,7 +51,9 @@ DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t
 int64_t repetitions_for(double rate, double alpha);
 
 /// Repeats `probe` up to `k` times and fails as soon as one repetition fails
-/// (a passing verdict needs k passes). `runs` receives the repetitions used.
+/// (a passing verdict needs k passes; a repetition that failed differently
+/// or could not decide makes it kDifferent or kUnknown instead). `runs`
+/// receives the repetitions used.
 Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* runs = nullptr);
 
 }  // namespace dbh::harness

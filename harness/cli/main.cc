@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -13,14 +14,18 @@
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/qualify.h"
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/supervisor/trial.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
+#include "harness/cli/eval_command.h"
 #include "harness/version.h"
 
 int main(int argc, char** argv) {
+  // A worker dies with its supervisor: armed before anything else runs.
+  if (argc > 1 && std::string(argv[1]) == "__worker") dbh::harness::die_with_supervisor();
   CLI::App app{
       "dbh: reproduce, inject and bisect failures in DBNet training.\n"
       "Exit codes: 0 expectations met, 1 not met, 2 usage/config/input error, "
@@ -56,7 +61,7 @@ int main(int argc, char** argv) {
   train->add_option("--batch-size", t.batch_size, "Samples per micro-batch")
       ->check(CLI::PositiveNumber)->capture_default_str();
   train->add_option("--size", t.size, "Square training size in pixels (multiple of 32)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(int64_t{32}, int64_t{8192}))->capture_default_str();
   train->add_option("--steps", t.steps, "Optimizer steps")
       ->check(CLI::PositiveNumber)->capture_default_str();
   train->add_option("--accumulation", t.accumulation, "Micro-batches per optimizer step")
@@ -80,6 +85,41 @@ int main(int argc, char** argv) {
   train->add_option("--resume", t.resume, "Resume from a checkpoint")->check(CLI::ExistingFile);
   train->add_flag("-q,--quiet", t.quiet, "Print only the summary");
 
+  dbh::harness::EvalCommandOptions ev;
+  auto* eval = app.add_subcommand(
+      "eval", "Score a checkpoint on a dataset (ICDAR 2015 P/R/H), with overlays of the worst images. "
+              "Exit 0 when the evaluation ran, 2 bad input");
+  eval->add_option("--weights", ev.weights, "dbh checkpoint (checkpoint-*.pt) or weights file")->required();
+  eval->add_option("--data", ev.data, "Dataset folder (images/ + annotations.json or icdar/)")->required();
+  eval->add_option("--out", ev.out, "Output folder (default reports/runs/eval-<time>)");
+  eval->add_option("--encoder", ev.encoder, "Encoder the weights were trained with")
+      ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "18", "34", "50"}))->capture_default_str();
+  eval->add_option("--decoder", ev.decoder, "Decoder the weights were trained with")
+      ->check(CLI::IsMember({"fpn", "pan"}))->capture_default_str();
+  eval->add_option("--size", ev.size, "Test-time size of the --side side (multiple of 32)")->capture_default_str();
+  eval->add_option("--side", ev.side, "Side resized to --size (aspect kept, padded to multiples of 32)")
+      ->check(CLI::IsMember({"short", "long"}))->capture_default_str();
+  eval->add_option("--batch-size", ev.batch_size, "Images per forward pass (images of one input size)")
+      ->capture_default_str();
+  eval->add_option("--thresh", ev.binarize_thresh, "Probability threshold of the text bitmap")->capture_default_str();
+  eval->add_option("--box-thresh", ev.box_thresh, "Minimum mean probability of a box")->capture_default_str();
+  eval->add_option("--unclip-ratio", ev.unclip_ratio, "Unclip ratio r'")->capture_default_str();
+  eval->add_option("--max-candidates", ev.max_candidates, "Contours considered per image")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  eval->add_option("--iou-thresh", ev.iou_thresh, "IoU a match must exceed")->capture_default_str();
+  eval->add_option("--on-invalid", ev.on_invalid, "What to do with invalid annotations")
+      ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+  eval->add_option("--threads", ev.threads, "Intra-op threads; 0 = all cores")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  eval->add_option("--device", ev.device, "cpu, cuda or cuda:N")->capture_default_str();
+  eval->add_option("--overlays", ev.overlays, "Overlays of the K images with the lowest H-mean")
+      ->capture_default_str();
+  eval->add_flag("--allow-partial", ev.allow_partial,
+                 "Evaluate even when some parameters or buffers are missing from the weights (listed)");
+  eval->add_option("--save-weights", ev.save_weights,
+                   "Also write the loaded model as a plain weights file (for model.weights, train --weights)");
+  eval->add_flag("-q,--quiet", ev.quiet, "Print only the overall result");
+
   auto* data = app.add_subcommand("data", "Inspect a dataset the way training reads it");
   data->require_subcommand(1);
   dbh::harness::DataCheckOptions dc;
@@ -98,7 +138,8 @@ int main(int argc, char** argv) {
   show->add_option("DIR", ds.dir, "Dataset folder")->required()->check(CLI::ExistingDirectory);
   show->add_option("--index", ds.index, "Sample index")->required();
   show->add_flag("--no-augment", ds.no_augment, "Letterbox only");
-  show->add_option("--size", ds.size, "Square size (multiple of 32)")->capture_default_str();
+  show->add_option("--size", ds.size, "Square size (multiple of 32)")
+      ->check(CLI::Range(int64_t{32}, int64_t{8192}))->capture_default_str();
   show->add_option("--epoch", ds.epoch, "Epoch of the augmentation draw")->capture_default_str();
   show->add_option("--seed", ds.seed, "Augmentation seed")->capture_default_str();
   show->add_option("--out", ds.out, "Output folder")->required();
@@ -151,6 +192,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0001, 0.5))->capture_default_str();
   bisect->add_option("--reproductions", bo.reproductions, "Runs that measure the reproduction rate")
       ->check(CLI::Range(int64_t{1}, int64_t{50}))->capture_default_str();
+  bisect->add_flag("--keep-checkpoints", bo.keep_checkpoints, "Keep the reproduction's checkpoints after the search");
   bisect->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   dbh::harness::DiagnoseOptions dg;
   std::vector<std::string> diagnose_args;
@@ -213,7 +255,15 @@ int main(int argc, char** argv) {
 
   try {
     if (*env) return dbh::harness::run_env_command(env_json);
-    if (*train) return dbh::harness::run_train_command(t);
+    if (*train) {
+      if (t.size % 32 != 0) {
+        throw dbh::harness::UsageError("dbh train --size: expected a multiple of 32, got " + std::to_string(t.size));
+      }
+      if (!t.resume.empty()) dbh::harness::check_checkpoint_file(t.resume, "dbh train", "--resume");
+      if (!t.weights.empty()) dbh::harness::check_checkpoint_file(t.weights, "dbh train", "--weights");
+      return dbh::harness::run_train_command(t);
+    }
+    if (*eval) return dbh::harness::run_eval_command(ev);
     if (*check) return dbh::harness::run_data_check(dc);
     auto split = [&](const std::vector<std::string>& args) {
       for (const auto& a : args) {
@@ -289,6 +339,15 @@ int main(int argc, char** argv) {
         std::cerr << "dbh bisect config: expected --good and --bad\n";
         return 2;
       }
+      if (bo.kind == "config") {
+        // Without '=' a side names a scenario file, which must be one.
+        for (const auto* side : {&bo.good, &bo.bad}) {
+          if (side->size() == 1 && side->front().find('=') == std::string::npos) {
+            dbh::harness::check_input_file(side->front(), "a scenario file or a \"key=value …\" set",
+                                           "dbh bisect config", side == &bo.good ? "--good" : "--bad");
+          }
+        }
+      }
       if (bo.kind == "range" && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
         std::cerr << "dbh bisect range: expected KEY --lo X --hi Y\n";
         return 2;
@@ -307,9 +366,21 @@ int main(int argc, char** argv) {
       text << in.rdbuf();
       return dbh::harness::worker_main(text.str(), w_dir, dbh::harness::kEventsFd, w_trial);
     }
-    if (*show) return dbh::harness::run_data_show(ds);
+    if (*show) {
+      if (ds.size % 32 != 0) {
+        throw dbh::harness::UsageError("dbh data show --size: expected a multiple of 32, got " +
+                                       std::to_string(ds.size));
+      }
+      return dbh::harness::run_data_show(ds);
+    }
   } catch (const dbh::harness::UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file-system problem (a loop, a permission, a non-directory, a full
+    // disk) is the user's to fix: name the path and the errno.
+    std::cerr << "dbh: " << (e.path1().empty() ? std::string() : e.path1().string() + ": ")
+              << "expected a usable path, got an error (" << e.code().message() << ")\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "dbh: internal error: " << e.what() << "\n";

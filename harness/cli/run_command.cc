@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 
 #include "harness/bisect/probe.h"
 #include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/faults/catalog.h"
@@ -107,13 +110,32 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
     const auto& other = trials[k].analysis;
     const size_t n = std::min(ref.steps.size(), other.steps.size());
     for (size_t i = 0; i < n; ++i) {
-      if (ref.steps[i].loss_bits != other.steps[i].loss_bits) {
+      // Every micro-batch's loss and the gradient norm: with accumulation a
+      // divergence in an early micro-batch or in the backward pass shows at
+      // this step, not only through the next step's loss.
+      if (ref.steps[i].loss_bits != other.steps[i].loss_bits ||
+          ref.steps[i].micro_loss_bits != other.steps[i].micro_loss_bits ||
+          ref.steps[i].grad_norm_bits != other.steps[i].grad_norm_bits) {
         d.identical = false;
         if (!d.first_divergent_step || ref.steps[i].step < *d.first_divergent_step) {
           d.first_divergent_step = ref.steps[i].step;
           std::ostringstream s;
-          s << "first divergence at step " << ref.steps[i].step << ": total loss " << std::setprecision(9)
-            << ref.steps[i].loss << " (process 1) vs " << other.steps[i].loss << " (process " << k + 1 << ")";
+          const auto& a = ref.steps[i];
+          const auto& b = other.steps[i];
+          s << "first divergence at step " << a.step << ": ";
+          size_t micro = 0;
+          while (micro < std::min(a.micro_loss_bits.size(), b.micro_loss_bits.size()) &&
+                 a.micro_loss_bits[micro] == b.micro_loss_bits[micro]) {
+            ++micro;
+          }
+          if (a.loss_bits != b.loss_bits || a.micro_loss_bits != b.micro_loss_bits) {
+            s << "total loss " << std::setprecision(9) << a.loss << " (process 1) vs " << b.loss << " (process "
+              << k + 1 << ")";
+            if (a.micro_loss_bits.size() > 1) s << ", first in micro-batch " << micro;
+          } else {
+            s << "the losses agree but the gradient norm differs, " << std::setprecision(9) << a.grad_norm
+              << " (process 1) vs " << b.grad_norm << " (process " << k + 1 << "): the backward pass diverged";
+          }
           d.detail = s.str();
         }
         break;
@@ -176,15 +198,18 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     }
     return d.str();
   }());
-  // Main trial (and repeated processes).
+  // Main trial (and repeated processes). After a stop request (SIGINT,
+  // SIGTERM) no further trial starts; the main trial always exists.
   const int64_t processes = s.repeat.processes;
   for (int64_t i = 0; i < processes; ++i) {
+    if (i > 0 && stop_requested() != 0) break;
     const std::string label = processes == 1 ? "main" : "process " + std::to_string(i + 1);
     const fs::path dir = out / (processes == 1 ? std::string("main") : "process-" + std::to_string(i + 1));
     r.trials.push_back(run_one_trial(s, label, {}, dir, i, o, p));
   }
   // Controls: the same scenario with a few keys changed.
   for (size_t c = 0; c < s.controls.size(); ++c) {
+    if (stop_requested() != 0) break;
     auto control_overrides = overrides;
     control_overrides.insert(control_overrides.end(), s.controls[c].begin(), s.controls[c].end());
     Scenario cs = load_scenario(path, control_overrides);
@@ -192,10 +217,11 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                                      out / ("control-" + std::to_string(c + 1)), 100 + static_cast<int64_t>(c), o, p));
   }
   // Outcome of the run.
+  const int stopped = stop_requested();
   const auto& main = r.trials.front().analysis;
   r.outcome = main.outcome;
   r.failure = main.failure;
-  if (processes > 1) {
+  if (processes > 1 && stopped == 0) {
     std::vector<TrialRecord> procs(r.trials.begin(), r.trials.begin() + processes);
     r.determinism = compare_processes(procs);
     if (!r.determinism.identical && r.outcome == Outcome::kPassed) {
@@ -206,7 +232,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       r.failure.evidence.push_back(r.determinism.detail);
     }
   }
-  if (!s.controls.empty()) {
+  if (!s.controls.empty() && stopped == 0) {
     bool controls_pass = true;
     std::string keys;
     bool data_key = false;
@@ -255,6 +281,16 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.expectation_why.push_back(std::string("data_dependent: expected ") + (*s.expect.data_dependent ? "true" : "false") +
                                 ", got " + (r.data_dependent ? (*r.data_dependent ? "true" : "false") : "undecided"));
   }
+  if (stopped != 0) {
+    // Stopped by a signal: what ran is written, but it is not a result.
+    r.outcome = Outcome::kUnresolved;
+    r.failure = Failure{};
+    r.failure.message = "interrupted by " + signal_name(stopped) + " before the run finished (" +
+                        std::to_string(r.trials.size()) + " trial(s) started)";
+    r.failure.evidence.push_back(r.failure.message);
+    r.expectation_met = false;
+    r.expectation_why = {"interrupted by " + signal_name(stopped) + ": the run did not finish"};
+  }
   r.repro_command = repro_command(s, path);
   r.env = collect_environment();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -275,14 +311,14 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                  {loss, bce, l1, dice}, "loss");
   write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
   write_file_atomically((out / "repro.sh").string(),
-                        "#!/bin/sh\n# Reproduces this run (" + s.name + ").\nset -e\ncd " +
+                        "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) + ").\nset -e\ncd " +
                             shell_quote(fs::current_path().string()) + "\nexec " + r.repro_command + "\n");
   fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::add);
   write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_file_atomically((out / "report.md").string(), report_markdown(r));
   const fs::path sentinel = out / ".FAILURE";
-  if (is_failure(r.outcome)) {
+  if (is_failure(r.outcome) && stopped == 0) {
     write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
                                                  r.failure.message + "\n");
   } else {
@@ -312,6 +348,7 @@ fs::path default_out(const std::string& name) {
 }  // namespace
 
 int run_command(const RunOptions& o) {
+  install_stop_handlers();
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
   try {
     if (o.scenarios.empty()) throw ScenarioError("dbh run: expected a scenario file, got none");
@@ -319,33 +356,28 @@ int run_command(const RunOptions& o) {
       throw ScenarioError("dbh run: expected one scenario file followed by key.path=value overrides, got \"" +
                           o.scenarios[1] + "\" (an override needs '=')");
     }
-    const std::string name = fs::path(o.scenarios.front()).stem().string();
+    const std::string name = safe_file_name(fs::path(o.scenarios.front()).stem().string());
     // Validate before creating anything, so bad input leaves nothing behind.
     (void)load_scenario(o.scenarios.front(), o.overrides);
-    if (!o.out.empty()) {
-      std::error_code ec;
-      const fs::path parent = fs::absolute(o.out).parent_path();
-      fs::create_directories(parent, ec);
-      if (ec || access(parent.c_str(), W_OK) != 0) {
-        throw ReportError(o.out + ": expected a writable output folder, got: " +
-                          (ec ? ec.message() : std::string(std::strerror(errno))));
-      }
-    }
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
-    // A run that cannot write its outputs (disk full) removes the folder it
-    // created rather than leave a half-written one.
-    const bool out_is_new = !fs::exists(out);
-    RunReport r;
-    try {
-      r = run_scenario(o.scenarios.front(), o, out, p);
-      if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
-    } catch (const ReportError&) {
-      std::error_code ec;
-      if (out_is_new) fs::remove_all(out, ec);
-      throw;
+    if (const int sig = stop_requested(); sig != 0) {
+      std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
+      return 128 + sig;
     }
+    // The folder is ours until the run ends: locked against a second writer,
+    // and removed (what this run created of it) unless the run completes.
+    OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string());
+    RunReport r = run_scenario(o.scenarios.front(), o, out, p);
+    if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
+    claim.commit();
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
+    if (const int sig = stop_requested(); sig != 0) {
+      // As `dbh suite`: what ran is written (outcome unresolved), exit 128 + signal.
+      std::cerr << "dbh run: interrupted by " << signal_name(sig) << "; the unfinished run is in "
+                << r.out_dir << "\n";
+      return 128 + sig;
+    }
     return r.expectation_met ? 0 : 1;
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
@@ -395,12 +427,30 @@ class Journal {
   /// Records that decode; a torn last line (the harness died mid-write) is
   /// ignored.
   std::vector<nlohmann::json> read() const {
+    return read(nullptr);
+  }
+  /// Also collects "journal.jsonl:LINE: …" for every record that does not
+  /// decode, except a torn last line.
+  std::vector<nlohmann::json> read(std::vector<std::string>* bad) const {
     std::vector<nlohmann::json> out;
     std::ifstream in(path_);
     std::string line;
+    int64_t n = 0;
+    std::string pending_bad;
     while (std::getline(in, line)) {
+      ++n;
+      if (!pending_bad.empty() && bad != nullptr) bad->push_back(pending_bad);
+      pending_bad.clear();
       const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.is_object()) out.push_back(j);
+      const bool ok = !j.is_discarded() && j.is_object() && j.contains("type") && j["type"].is_string() &&
+                      (!j.contains("scenario") || j["scenario"].is_string()) &&
+                      (!j.contains("dir") || j["dir"].is_string());
+      if (ok) {
+        out.push_back(j);
+      } else {
+        pending_bad = path_.string() + ":" + std::to_string(n) + ": expected a journal record, got \"" +
+                      one_line(line.substr(0, 80)) + "\"";
+      }
     }
     return out;
   }
@@ -410,6 +460,9 @@ class Journal {
 };
 
 RunReport report_from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("expectation") || !j["expectation"].is_object()) {
+    throw ProtocolError("expected a report.json object with an expectation");
+  }
   RunReport r;
   r.scenario.name = j.value("scenario_name", "");
   r.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
@@ -422,13 +475,28 @@ RunReport report_from_json(const nlohmann::json& j) {
   return r;
 }
 
-volatile sig_atomic_t g_signal = 0;
-void on_stop_signal(int sig) {
-  g_signal = sig;
-  request_stop(sig);
+// Suite ids name each scenario's folder and journal records: the file's stem
+// as a portable name, made unique with a hash of the path when two files of
+// the suite share a stem (a/x.yaml and b/x.yaml), so no run overwrites
+// another's report. Every shard computes the same ids from the same list.
+std::map<std::string, std::string> scenario_ids(const std::vector<std::string>& files) {
+  std::map<std::string, int> stems;
+  for (const auto& f : files) ++stems[safe_file_name(fs::path(f).stem().string())];
+  std::map<std::string, std::string> ids;
+  for (const auto& f : files) {
+    std::string id = safe_file_name(fs::path(f).stem().string());
+    if (stems[id] > 1) {
+      const std::string key = fs::path(f).lexically_normal().string();
+      uint64_t h = 1469598103934665603ULL;
+      for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
+      char buf[9];
+      std::snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(h & 0xffffffffULL));
+      id += std::string("-") + buf;
+    }
+    ids[f] = id;
+  }
+  return ids;
 }
-
-std::string scenario_id(const std::string& file) { return fs::path(file).stem().string(); }
 
 std::string host_name() {
   char buf[256] = {};
@@ -464,26 +532,36 @@ int suite_command(const RunOptions& o) {
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  install_stop_handlers();
   std::vector<std::string> files;
   std::optional<Shard> shard;
   try {
     files = expand_scenarios(o.scenarios);
-    if (files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got none");
+    if (files.empty()) {
+      std::string where;
+      for (const auto& in : o.scenarios) where += (where.empty() ? "" : ", ") + in;
+      throw ScenarioError("dbh suite: expected at least one scenario (*.yaml) in " + where + ", got none");
+    }
+    // The same file named twice runs once.
+    std::set<std::string> seen;
+    std::vector<std::string> unique;
+    for (const auto& f : files) {
+      std::error_code ec;
+      const std::string key = fs::weakly_canonical(f, ec).string();
+      if (seen.insert(ec ? f : key).second) unique.push_back(f);
+    }
+    files = unique;
     for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
     shard = o.shard.empty() ? detect_shard(process_environment(), o.shard_count) : parse_shard(o.shard);
   } catch (const ScenarioError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }
+  const std::map<std::string, std::string> ids_of = scenario_ids(files);
   if (shard) {
     std::vector<std::string> mine;
     for (const auto& f : files) {
-      if (in_shard(scenario_id(f), *shard)) mine.push_back(f);
+      if (in_shard(ids_of.at(f), *shard)) mine.push_back(f);
     }
     files = mine;
   }
@@ -491,10 +569,15 @@ int suite_command(const RunOptions& o) {
       shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
   fs::path root = o.out.empty() ? fs::path("reports") / "runs" / ("suite-" + stamp()) : fs::path(o.out);
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) {
-    std::cerr << "dbh: " << root.string() << ": expected a writable output folder, got: " << ec.message() << "\n";
+  std::optional<OutputDir> claim;
+  try {
+    if (!o.resume && fs::exists(root / "journal.jsonl")) {
+      throw UsageError(root.string() + ": expected an empty folder for a new suite, got one holding an earlier "
+                       "suite's journal (add --resume to continue it, or choose another --out)");
+    }
+    claim.emplace(root, "suite");
+  } catch (const UsageError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }
   Journal journal(root / "journal.jsonl");
@@ -513,6 +596,9 @@ int suite_command(const RunOptions& o) {
   try {
     journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", files.size()}, {"resume", o.resume},
                     {"host", host_name()}, {"pid", ::getpid()}, {"time", now_iso()}});
+    // From here the journal is the suite's record: kept whatever happens,
+    // so --resume can continue from it.
+    claim->commit();
   } catch (const ReportError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
@@ -520,7 +606,7 @@ int suite_command(const RunOptions& o) {
   std::vector<RunReport> reports;
   std::vector<std::string> ids, interrupted;
   for (const auto& f : files) {
-    const std::string id = scenario_id(f);
+    const std::string& id = ids_of.at(f);
     ids.push_back(id);
     if (const auto it = finished.find(id); it != finished.end()) {
       std::ifstream in(fs::path(it->second.value("dir", "")) / "report.json");
@@ -534,7 +620,7 @@ int suite_command(const RunOptions& o) {
       }
     }
     if (started.count(id) && !finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
-    if (g_signal != 0) {
+    if (stop_requested() != 0) {
       interrupted.push_back(id);
       continue;
     }
@@ -542,7 +628,7 @@ int suite_command(const RunOptions& o) {
     try {
       journal.append({{"type", "started"}, {"scenario", id}, {"file", f}, {"time", now_iso()}});
       RunReport r = run_scenario(f, o, dir, p);
-      if (g_signal != 0) {
+      if (stop_requested() != 0) {
         // Stopped mid-scenario: its result is not a result.
         interrupted.push_back(id);
         continue;
@@ -576,11 +662,11 @@ int suite_command(const RunOptions& o) {
     std::ifstream in(root / "suite.json");
     std::cout << in.rdbuf();
   }
-  if (g_signal != 0) {
-    std::cout << "interrupted by signal " << g_signal << ": " << interrupted.size()
+  if (stop_requested() != 0) {
+    std::cout << "interrupted by signal " << stop_requested() << ": " << interrupted.size()
               << " scenario(s) not run; resume with --resume --out " << (o.out.empty() ? root.string() : o.out)
               << std::endl;
-    return 128 + g_signal;
+    return 128 + stop_requested();
   }
   std::cout << met << " passed, " << reports.size() - static_cast<size_t>(met) << " failed" << std::endl;
   return met == static_cast<int>(reports.size()) ? 0 : 1;
@@ -588,44 +674,107 @@ int suite_command(const RunOptions& o) {
 
 int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
   std::map<std::string, nlohmann::json> finished;  // last finished record per scenario wins
-  std::vector<std::string> order;
+  std::set<std::string> started;
+  std::vector<std::string> problems;  // what keeps the merge from being complete
+  size_t journals_found = 0;
   for (const auto& d : dirs) {
-    if (!fs::is_directory(d)) {
-      std::cerr << "dbh merge: " << d << ": expected a suite output folder, got none\n";
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) {
+      std::cerr << "dbh merge: " << d << ": expected a suite output folder, got " << describe_path(d) << "\n";
       return 2;
     }
     std::vector<fs::path> journals;
-    for (const auto& e : fs::recursive_directory_iterator(d)) {
-      if (e.path().filename() == "journal.jsonl") journals.push_back(e.path());
+    std::set<std::string> shard_folders;
+    int64_t shard_count = 0;
+    for (auto it = fs::recursive_directory_iterator(d, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->path().filename() == "journal.jsonl") journals.push_back(it->path());
+      const std::string name = it->path().filename().string();
+      int k = 0, n = 0;
+      if (it->is_directory() && std::sscanf(name.c_str(), "shard-%d-of-%d", &k, &n) == 2) {
+        shard_folders.insert(name);
+        shard_count = n;
+      }
+    }
+    if (ec) {
+      std::cerr << "dbh merge: " << d << ": expected a readable suite output folder, got an error (" << ec.message()
+                << ")\n";
+      return 2;
+    }
+    // Sharded output: every shard of the count must be there.
+    for (int64_t k = 0; k < shard_count; ++k) {
+      const std::string name = "shard-" + std::to_string(k) + "-of-" + std::to_string(shard_count);
+      if (!shard_folders.count(name)) problems.push_back(d + ": shard " + name + " is missing");
     }
     std::sort(journals.begin(), journals.end());
+    journals_found += journals.size();
     for (const auto& jp : journals) {
-      for (const auto& rec : Journal(jp).read()) {
-        if (rec.value("type", "") != "finished") continue;
+      std::vector<std::string> bad;
+      int64_t expected = -1, seen_finished = 0;
+      std::set<std::string> finished_here;
+      for (const auto& rec : Journal(jp).read(&bad)) {
+        const std::string type = rec.value("type", "");
+        if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
+          expected = rec["scenarios"].get<int64_t>();
+        }
+        if (type == "started") started.insert(rec.value("scenario", ""));
+        if (type != "finished") continue;
         const std::string id = rec.value("scenario", "");
-        if (!finished.count(id)) order.push_back(id);
         finished[id] = rec;
+        finished_here.insert(id);
+      }
+      seen_finished = static_cast<int64_t>(finished_here.size());
+      for (const auto& b : bad) problems.push_back(b);
+      if (expected >= 0 && seen_finished < expected) {
+        problems.push_back(jp.string() + ": " + std::to_string(expected - seen_finished) + " of " +
+                           std::to_string(expected) + " scenario(s) never finished");
       }
     }
   }
-  std::sort(order.begin(), order.end());
+  if (journals_found == 0) {
+    std::cerr << "dbh merge: expected suite output folders holding journal.jsonl, got none in";
+    for (const auto& d : dirs) std::cerr << " " << d;
+    std::cerr << "\n";
+    return 2;
+  }
+  for (const auto& id : started) {
+    if (!finished.count(id)) problems.push_back(id + ": started but never finished (interrupted)");
+  }
+  std::vector<std::string> order;
+  for (const auto& [id, rec] : finished) order.push_back(id);
   std::vector<RunReport> reports;
   for (const auto& id : order) {
-    std::ifstream in(fs::path(finished[id].value("dir", "")) / "report.json");
+    const fs::path report = fs::path(finished[id].value("dir", "")) / "report.json";
+    std::ifstream in(report);
     const auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded()) {
-      std::cerr << "dbh merge: " << finished[id].value("dir", "") << "/report.json: expected a report, got none\n";
-      return 2;
+    try {
+      if (!in.is_open()) throw ProtocolError("expected a report, got " + describe_path(report.string()));
+      if (j.is_discarded()) throw ProtocolError("expected a report, got text that is not JSON");
+      RunReport r = report_from_json(j);
+      r.out_dir = finished[id].value("dir", "");
+      reports.push_back(r);
+    } catch (const std::exception& e) {
+      problems.push_back(report.string() + ": " + e.what());
     }
-    RunReport r = report_from_json(j);
-    r.out_dir = finished[id].value("dir", "");
+  }
+  // Interrupted scenarios appear in the JUnit as errors, not as nothing.
+  for (const auto& id : started) {
+    if (finished.count(id)) continue;
+    RunReport r;
+    r.scenario.name = id;
+    r.outcome = Outcome::kUnresolved;
+    r.expectation_met = false;
+    r.expectation_why.push_back("started but never finished (interrupted)");
+    r.failure.message = "the suite was interrupted while this scenario ran; re-run it with dbh suite --resume";
     reports.push_back(r);
+    order.push_back(id);
   }
   const fs::path root = out.empty() ? fs::path("reports") / "runs" / ("merged-" + stamp()) : fs::path(out);
-  fs::create_directories(root);
   try {
+    OutputDir claim(root, "merge");
     write_suite_outputs(root, reports, order, {}, junit, "merged");
-  } catch (const ReportError& e) {
+    claim.commit();
+  } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
   }
@@ -634,6 +783,11 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, "
             << reports.size() - static_cast<size_t>(met) << " failed\nsuite: " << (root / "suite.json").string()
             << std::endl;
+  if (!problems.empty()) {
+    std::cerr << "dbh merge: the merged result is incomplete:\n";
+    for (const auto& p : problems) std::cerr << "  " << one_line(p) << "\n";
+    return 1;
+  }
   return met == static_cast<int>(reports.size()) ? 0 : 1;
 }
 
@@ -673,6 +827,11 @@ int list_command(const std::string& what, const std::string& dir) {
   }
   if (what == "scenarios") {
     const fs::path d = dir.empty() ? fs::path(dbh_home()) / "scenarios" : fs::path(dir);
+    if (std::error_code ec; !fs::is_directory(d, ec)) {
+      std::cerr << "dbh list scenarios: " << d.string() << ": expected a folder of scenarios, got "
+                << describe_path(d.string()) << "\n";
+      return 2;
+    }
     std::vector<std::string> files;
     try {
       files = expand_scenarios({d.string()});

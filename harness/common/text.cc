@@ -2,7 +2,9 @@
 
 #include <ctime>
 #include <iomanip>
+#include <cstdint>
 #include <sstream>
+#include <string_view>
 
 namespace dbh::harness {
 
@@ -29,6 +31,107 @@ std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+namespace {
+
+// Decodes one UTF-8 sequence at s[i]; returns its length, or 0 when invalid.
+size_t utf8_length(const std::string& s, size_t i, uint32_t* cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  uint32_t v = 0;
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  } else if ((c & 0xE0) == 0xC0) {
+    n = 2, v = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3, v = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4, v = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b(i + k) & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are invalid.
+  if ((n == 2 && v < 0x80) || (n == 3 && v < 0x800) || (n == 4 && v < 0x10000) || v > 0x10FFFF ||
+      (v >= 0xD800 && v <= 0xDFFF)) {
+    return 0;
+  }
+  *cp = v;
+  return n;
+}
+
+template <typename F>
+std::string map_code_points(const std::string& s, F f) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_length(s, i, &cp);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+      continue;
+    }
+    f(out, cp, s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string safe_file_name(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    out += ok ? c : '_';
+    if (out.size() >= 96) break;
+  }
+  if (out.empty() || out == "." || out == "..") out = "scenario" + out;
+  return out;
+}
+
+std::string valid_utf8(const std::string& s) {
+  return map_code_points(s, [](std::string& out, uint32_t, const std::string& bytes) { out += bytes; });
+}
+
+std::string one_line(const std::string& s) {
+  return map_code_points(s, [](std::string& out, uint32_t cp, const std::string& bytes) {
+    out += (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x2028 || cp == 0x2029) ? " " : bytes;
+  });
+}
+
+std::string xml_escape(const std::string& s) {
+  return map_code_points(s, [](std::string& out, uint32_t cp, const std::string& bytes) {
+    switch (cp) {
+      case '&': out += "&amp;"; return;
+      case '<': out += "&lt;"; return;
+      case '>': out += "&gt;"; return;
+      case '"': out += "&quot;"; return;
+      case '\'': out += "&apos;"; return;
+      default: break;
+    }
+    const bool allowed = cp == 0x9 || cp == 0xA || cp == 0xD || (cp >= 0x20 && cp <= 0xD7FF) ||
+                         (cp >= 0xE000 && cp <= 0xFFFD) || (cp >= 0x10000 && cp <= 0x10FFFF);
+    out += allowed ? bytes : std::string("\xEF\xBF\xBD");
+  });
+}
+
+std::string markdown_inline(const std::string& s) {
+  std::string out;
+  for (char c : one_line(s)) {
+    if (std::string_view("|`*_[]<>#\\").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace dbh::harness

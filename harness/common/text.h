@@ -11,4 +11,19 @@ std::string timestamp_compact();
 /// `s` quoted for a POSIX shell when it needs quoting.
 std::string shell_quote(const std::string& s);
 
+/// `s` as one portable file name: characters other than letters, digits,
+/// '.', '_' and '-' become '_', at most 96 bytes, never empty, "." or "..".
+std::string safe_file_name(const std::string& s);
+/// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
+std::string valid_utf8(const std::string& s);
+/// `s` as one line of valid UTF-8: control characters (newlines included)
+/// become spaces. For names in comments, headings and progress lines.
+std::string one_line(const std::string& s);
+/// `s` escaped for XML 1.0 text and attribute values: valid UTF-8, markup
+/// characters as entities, characters XML cannot carry replaced.
+std::string xml_escape(const std::string& s);
+/// `s` as inline Markdown text: one line, with the characters that start
+/// markup (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `#`) backslash-escaped.
+std::string markdown_inline(const std::string& s);
+
 }  // namespace dbh::harness

@@ -49,11 +49,14 @@ const std::vector<FaultSpec>& fault_catalog() {
        {{"factor", ParamType::kDouble, false, "1e39", {}, ""}}},
       {"lr_spike", "multiply the learning rate",
        {{"factor", ParamType::kDouble, false, "10000", {}, ""}}},
-      {"corrupt_sample", "break one sample in a private copy of the dataset before training",
+      {"corrupt_sample",
+       "break one sample in a private copy of the dataset inside the run folder before training "
+       "(the dataset itself is never written; a link out of the dataset folder stops the copy)",
        {{"sample", ParamType::kInt, true, "", {}, "dataset index"},
         {"kind", ParamType::kString, false, "truncate_image",
          {"truncate_image", "zero_byte_image", "nan_coordinate", "duplicate_vertices"},
-         "what to break"}}},
+         "what to break: keep the first third of the image file, empty it, or set the first "
+         "word's first x to NaN / all its vertices to its first (UFO annotations)"}}},
       {"memory_ballast", "hold extra memory on the device or host",
        {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 512MiB"},
         {"on", ParamType::kString, false, "device", {"device", "host"}, ""}}},

@@ -1,5 +1,6 @@
 #include "harness/report/report.h"
 
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/report/knowledge_base.h"
 
 namespace dbh::harness {
@@ -196,27 +198,30 @@ std::string report_markdown(const RunReport& r) {
       failed ? (cls ? cls->title : "Training " + to_string(r.outcome)) +
                    (f.module.empty() ? "" : " in " + f.module) +
                    (f.step ? " at step " + std::to_string(*f.step) : "")
-             : "Scenario " + s.name + " passed";
+             : "Scenario " + one_line(s.name) + " passed";
+  // Front matter values are JSON strings, which YAML reads as they are.
+  const auto yaml_string = [](const std::string& v) { return nlohmann::json(one_line(v)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  const std::string name_md = markdown_inline(s.name);
   md << "---\n"
-     << "title: \"" << title << "\"\n"
+     << "title: " << yaml_string(title) << "\n"
      << "date: \"" << r.started_at << "\"\n"
      << "type: \"bug_report\"\n"
      << "status: \"" << (failed ? "open" : "passed") << "\"\n"
-     << "scenario: \"" << s.name << "\"\n"
+     << "scenario: " << yaml_string(s.name) << "\n"
      << "outcome: \"" << to_string(r.outcome) << "\"\n"
      << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"
      << "tags: ['bug_report', 'dbh'" << (f.klass.empty() ? "" : ", '" + f.klass + "'") << "]\n"
      << "---\n\n";
-  md << "# " << title << "\n\n";
+  md << "# " << markdown_inline(title) << "\n\n";
   md << "## Summary\n\n";
   if (failed) {
-    md << "Training under scenario `" << s.name << "` ended **" << to_string(r.outcome) << "**";
+    md << "Training under scenario " << name_md << " ended **" << to_string(r.outcome) << "**";
     if (!f.klass.empty()) md << " (class `" << f.klass << "`)";
     if (f.step) md << " at step " << *f.step;
     if (!f.module.empty()) md << " in module `" << f.module << "`";
     md << ": " << f.message << "\n\n";
   } else {
-    md << "Training under scenario `" << s.name << "` completed " << r.trials.front().analysis.steps_completed
+    md << "Training under scenario " << name_md << " completed " << r.trials.front().analysis.steps_completed
        << " steps with every health check passing.\n\n";
   }
   if (r.data_dependent) {
@@ -366,25 +371,11 @@ std::string report_markdown(const RunReport& r) {
      << "- Keep this scenario in the CI smoke suite (`dbh suite scenarios/`) with its expectation.\n"
      << "- Keep the cheap finite monitors on in training runs: one synchronisation per step catches non-finite "
         "tensors before they reach the weights.\n";
-  return md.str();
+  return valid_utf8(md.str());
 }
 
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name) {
-  auto esc = [](const std::string& s) {
-    std::string o;
-    for (char c : s) {
-      switch (c) {
-        case '&': o += "&amp;"; break;
-        case '<': o += "&lt;"; break;
-        case '>': o += "&gt;"; break;
-        case '"': o += "&quot;"; break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
-          else o += c;
-      }
-    }
-    return o;
-  };
+  const auto esc = [](const std::string& s) { return xml_escape(s); };
   int failures = 0, errors = 0;
   double total = 0;
   for (const auto& r : runs) {

@@ -5,12 +5,18 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "harness/report/knowledge_base.h"
+#include "model/data/dataset_copy.h"
+#include "model/data/scan.h"
 #include "harness/faults/catalog.h"
 #include "harness/scenario/profile.h"
 
@@ -95,6 +101,26 @@ const std::vector<std::string>& known_module_names(const std::string& decoder) {
              "decoder.smooth4", "decoder.smooth3", "decoder.smooth2", "decoder.merge3",
              "decoder.merge4", "decoder.merge5", "decoder.fusion"});
   return decoder == "pan" ? kPan : kFpn;
+}
+
+const std::vector<std::string>& modules_with_parameters(const std::string& decoder) {
+  static const auto filter = [](const std::vector<std::string>& all) {
+    std::vector<std::string> out;
+    for (const auto& n : all) {
+      if (n != "head.binarize") out.push_back(n);  // sigmoid(k(P-T)): no parameters
+    }
+    return out;
+  };
+  static const std::vector<std::string> kFpn = filter(known_module_names("fpn"));
+  static const std::vector<std::string> kPan = filter(known_module_names("pan"));
+  return decoder == "pan" ? kPan : kFpn;
+}
+
+std::vector<std::string> known_failure_classes() {
+  std::vector<std::string> out;
+  for (const auto& c : KnowledgeBase::shipped().classes()) out.push_back(c.id);
+  if (!out.empty()) out.push_back("exception");  // an error no signature matches
+  return out;
 }
 
 namespace {
@@ -358,6 +384,24 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
   return f;
 }
 
+// A relative path is relative to the scenario file that wrote it (the current
+// directory for command-line overrides), so scenarios work from any working
+// directory.
+std::string resolve_path(const std::string& value, const Value* v) {
+  if (value.empty() || v == nullptr || fs::path(value).is_absolute()) return value;
+  const std::string& file = v->loc.file;
+  if (file.empty() || file.rfind("<override", 0) == 0 || file == "scenario.resolved.json") {
+    return fs::absolute(value).lexically_normal().string();
+  }
+  return fs::absolute(fs::path(file).parent_path() / value).lexically_normal().string();
+}
+
+std::optional<int64_t> dataset_size(const std::string& root) {
+  const model::ScanResult scan = model::scan_dataset(root, model::OnInvalid::kError, {}, /*check_images=*/false);
+  if (!scan.readable) return std::nullopt;
+  return scan.images_listed;
+}
+
 }  // namespace
 
 int64_t FaultConfig::get_int(const std::string& key) const {
@@ -390,7 +434,12 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   s.file = file;
   const Location top{file, 1, 1};
   MapReader root(&tree, "", top);
-  s.name = root.string("name", file.empty() ? "scenario" : fs::path(file).stem().string());
+  // The default name is the file's stem, made one line of valid UTF-8.
+  s.name = root.string("name", file.empty() ? "scenario" : one_line(fs::path(file).stem().string()));
+  if (const Value* nv = root.get("name"); nv != nullptr && (s.name.empty() || s.name.size() > 200 || one_line(s.name) != s.name)) {
+    // The name goes into file names, report titles, JUnit and scripts.
+    fail(nv->loc, "name", "a one-line name of printable UTF-8 (at most 200 bytes)", nv->describe());
+  }
   s.description = root.string("description", "");
   while (!s.description.empty() && std::isspace(static_cast<unsigned char>(s.description.back()))) {
     s.description.pop_back();
@@ -411,24 +460,15 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
     s.model.decoder = r.string("decoder", "fpn", {"fpn", "pan"});
     s.model.k = r.number("k", 50.0, 0.0, 1e6, /*lo_open=*/true);
-    s.model.weights = r.string("weights", "");
+    s.model.weights = resolve_path(r.string("weights", ""), r.get("weights"));
+    if (!s.model.weights.empty()) check_checkpoint_file(s.model.weights, r.get("weights")->loc.str(), "model.weights");
     r.finish();
   }
   {
     MapReader r(root.get("data"), "data", root.loc());
     s.data.source = r.string("source", "synthetic_boxes",
                              {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"});
-    s.data.path = r.string("path", "");
-    // A relative path is relative to the scenario file that wrote it (the
-    // current directory for command-line overrides), so scenarios work from
-    // any working directory.
-    if (const Value* pv = r.get("path"); pv != nullptr && !s.data.path.empty() &&
-                                         fs::path(s.data.path).is_relative() &&
-                                         pv->loc.file.rfind("<override", 0) != 0 && !pv->loc.file.empty() &&
-                                         pv->loc.file != "scenario.resolved.json") {
-      s.data.path =
-          fs::absolute(fs::path(pv->loc.file).parent_path() / s.data.path).lexically_normal().string();
-    }
+    s.data.path = resolve_path(r.string("path", ""), r.get("path"));
     if (s.data.source == "real" && s.data.path.empty()) {
       fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");
     }
@@ -436,6 +476,17 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const Value* pv = r.get("path");
       fail(pv != nullptr ? pv->loc : r.loc(), "data.path", "an existing dataset folder",
            "\"" + s.data.path + "\"");
+    }
+    if (s.data.source == "real") {
+      // The annotation file is read whole: it must be a regular file, never
+      // a FIFO or a device that would block or never end.
+      const fs::path ann = fs::path(s.data.path) / "annotations.json";
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
+        const Value* pv = r.get("path");
+        check_input_file(ann.string(), "an annotation file (a regular file)", (pv != nullptr ? pv->loc : r.loc()).str(),
+                         "data.path");
+      }
     }
     s.data.batch_size = r.integer("batch_size", 2, 1, 4096);
     s.data.size = r.integer("size", 128, 32, 8192);
@@ -475,7 +526,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
     s.train.threads = r.integer("threads", 0, 0, 1024);
     s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
-    s.train.resume_from = r.string("resume_from", "");
+    s.train.resume_from = resolve_path(r.string("resume_from", ""), r.get("resume_from"));
+    if (!s.train.resume_from.empty()) {
+      check_checkpoint_file(s.train.resume_from, r.get("resume_from")->loc.str(), "train.resume_from");
+    }
     s.train.stop_after = r.integer("stop_after", 0, 0, s.train.max_steps);
     s.train.mode = r.string("mode", "train", {"train", "ops"});
     r.finish();
@@ -483,9 +537,11 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   {
     MapReader r(root.get("hardware"), "hardware", root.loc());
     s.hardware.device = r.string("device", "cpu");
+    int64_t ordinal = 0;
     if (!(s.hardware.device == "cpu" || s.hardware.device == "cuda" ||
-          s.hardware.device.rfind("cuda:", 0) == 0)) {
-      fail(r.get("device")->loc, "hardware.device", "cpu, cuda or cuda:N",
+          (s.hardware.device.rfind("cuda:", 0) == 0 && parse_int(s.hardware.device.substr(5), &ordinal) &&
+           ordinal >= 0 && ordinal < 64))) {
+      fail(r.get("device")->loc, "hardware.device", "cpu, cuda or cuda:N (N a device index 0-63)",
            "\"" + s.hardware.device + "\"");
     }
     s.hardware.cudnn_enabled = r.boolean("cudnn_enabled", true);
@@ -537,6 +593,90 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            "a step below train.max_steps (" + std::to_string(s.train.max_steps) + ")", std::to_string(f.at_step));
     }
   }
+  // Sample indices must exist in the data the run will read.
+  std::optional<int64_t> samples;
+  if (s.data.source == "real") {
+    if (!s.data.subset.empty() ||
+        std::any_of(s.faults.begin(), s.faults.end(), [](const FaultConfig& f) { return f.name == "corrupt_sample"; })) {
+      samples = dataset_size(s.data.path);
+    }
+  } else {
+    samples = s.data.samples;
+  }
+  if (samples) {
+    const Value* data = tree.find("data");
+    const Value* sub = data != nullptr && data->is_map() ? data->find("subset") : nullptr;
+    for (size_t i = 0; i < s.data.subset.size(); ++i) {
+      if (s.data.subset[i] >= *samples) {
+        fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : root.loc(), "data.subset",
+             "sample indices below the dataset's " + std::to_string(*samples) + " samples",
+             std::to_string(s.data.subset[i]));
+      }
+    }
+  }
+  // A fault that cannot act where it is placed is a mistake in the scenario.
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto& f = s.faults[i];
+    const Value& fv = tree.find("faults")->seq[i];
+    const std::string path = "faults[" + std::to_string(i) + "]";
+    auto at = [&](const char* key) -> Location {
+      const Value* x = fv.find(key);
+      return x != nullptr ? x->loc : fv.loc;
+    };
+    if (f.name == "corrupt_sample") {
+      // An override (a control run, a command line) may switch the source to
+      // synthetic data, leaving the fault nothing to break; a scenario file
+      // that places it on synthetic data is a mistake.
+      const Value* data = tree.find("data");
+      const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
+      const bool overridden = source != nullptr && source->loc.file.rfind("<override", 0) == 0;
+      if (s.data.source != "real" && !overridden) {
+        fail(fv.loc, path, "corrupt_sample on data.source real (it breaks a file of the dataset)",
+             "data.source " + s.data.source);
+      }
+      // The fault copies the dataset into the run folder: a dataset that cannot
+      // be copied without leaving its folder is bad input, refused before
+      // anything is written.
+      if (s.data.source == "real") {
+        if (const auto problems = model::dataset_copy_problems(s.data.path); !problems.empty()) {
+          fail(at("name"), path, "a dataset folder corrupt_sample can copy without leaving it (data.path)",
+               problems.front());
+        }
+      }
+      if (samples && f.get_int("sample") >= *samples) {
+        fail(at("sample"), path + ".sample", "a dataset index below " + std::to_string(*samples),
+             std::to_string(f.get_int("sample")));
+      }
+      if (f.get_int("sample") < 0) fail(at("sample"), path + ".sample", "a non-negative index", f.get("sample"));
+    }
+    if (f.name == "nan_input" || f.name == "inf_input" || f.name == "nan_label") {
+      if (f.get_int("sample") < 0 || f.get_int("sample") >= s.data.batch_size) {
+        fail(at("sample"), path + ".sample", "a sample of the batch, below data.batch_size (" +
+             std::to_string(s.data.batch_size) + ")", f.get("sample"));
+      }
+      if (f.get_int("count") < 1) fail(at("count"), path + ".count", "at least 1 pixel", f.get("count"));
+    }
+    if (f.name == "nan_gradient") {
+      const std::string& m = f.get("module");
+      const auto& owners = modules_with_parameters(s.model.decoder);
+      const bool has_params = std::any_of(owners.begin(), owners.end(), [&](const std::string& n) {
+        return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
+      });
+      if (!m.empty() && !has_params) {
+        fail(at("module"), path + ".module", "a module with parameters (nan_gradient replaces their gradients)",
+             "\"" + m + "\", which has none");
+      }
+      const std::string& p = f.get("parameter");
+      if (!p.empty() && !std::any_of(owners.begin(), owners.end(),
+                                     [&](const std::string& n) { return p.rfind(n + ".", 0) == 0; })) {
+        fail(at("parameter"), path + ".parameter", "a full parameter name such as decoder.fusion.0.weight",
+             "\"" + p + "\"");
+      }
+    }
+    if ((f.name == "lr_spike" || f.name == "loss_scale_overflow") && f.get_double("factor") == 1.0) {
+      fail(at("factor"), path + ".factor", "a factor other than 1", f.get("factor"));
+    }
+  }
   {
     MapReader r(root.get("repeat"), "repeat", root.loc());
     s.repeat.in_process = r.integer("in_process", 1, 1, 1000);
@@ -552,6 +692,13 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            std::to_string(s.faults[i].run));
     }
   }
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (s.faults[i].name == "leak" && s.repeat.in_process < 2) {
+      fail(tree.find("faults")->seq[i].loc, "faults[" + std::to_string(i) + "]",
+           "leak with repeat.in_process >= 2 (it retains memory across in-process runs)",
+           "repeat.in_process " + std::to_string(s.repeat.in_process));
+    }
+  }
   {
     MapReader r(root.get("limits"), "limits", root.loc());
     s.limits.deadline_s = r.number("deadline_s", 600, 0.0, 1e7, true);
@@ -563,15 +710,37 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     MapReader r(root.get("expect"), "expect", root.loc());
     s.expect.outcome = r.string("outcome", "passed", kOutcomes);
     s.expect.failure_class = r.opt_string("failure_class");
+    if (s.expect.failure_class) {
+      const auto classes = known_failure_classes();
+      if (!classes.empty() && std::find(classes.begin(), classes.end(), *s.expect.failure_class) == classes.end()) {
+        fail(r.get("failure_class")->loc, "expect.failure_class", "a failure class of the knowledge base (" +
+             join(classes) + ")", "\"" + *s.expect.failure_class + "\"" + did_you_mean(*s.expect.failure_class, classes));
+      }
+    }
     if (const Value* st = r.get("step")) {
       r.get("step");
       int64_t v = 0;
       if (!st->is_scalar() || !parse_int(st->scalar, &v) || v < 0) {
         fail(st->loc, "expect.step", "a non-negative integer", st->describe());
       }
+      if (v >= s.train.max_steps) {
+        fail(st->loc, "expect.step", "a step below train.max_steps (" + std::to_string(s.train.max_steps) + ")",
+             std::to_string(v));
+      }
       s.expect.step = v;
     }
     s.expect.module = r.opt_string("module");
+    if (s.expect.module) {
+      const auto& known = known_module_names(s.model.decoder);
+      const std::string& m = *s.expect.module;
+      const bool ok = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
+        return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
+      });
+      if (!ok) {
+        fail(r.get("module")->loc, "expect.module", "a module name of the " + s.model.decoder + " model",
+             "\"" + m + "\"" + did_you_mean(m, known));
+      }
+    }
     s.expect.deterministic = r.opt_boolean("deterministic");
     if (const Value* m = r.get("max_peak_memory")) {
       const auto b = m->is_scalar() ? parse_bytes(m->scalar) : std::nullopt;
@@ -616,12 +785,31 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
 
 namespace {
 
-Value load_with_includes(const std::string& path, std::vector<std::string>& stack,
+// Includes form a tree of at most kMaxIncludeDepth levels and
+// kMaxIncludes files in all, so no scenario can make the loader read without
+// bound.
+constexpr size_t kMaxIncludeDepth = 8;
+constexpr size_t kMaxIncludes = 64;
+
+Value load_with_includes(const std::string& path, std::vector<std::string>& stack, size_t& files,
                          const Location& included_at) {
-  const std::string canonical = fs::weakly_canonical(path).string();
+  std::error_code ec;
+  const std::string canonical = fs::weakly_canonical(path, ec).string();
+  if (ec) {
+    throw ScenarioError(included_at.str() + ": include: expected a readable file, got " + describe_path(path) +
+                        " (" + path + ")");
+  }
   if (std::find(stack.begin(), stack.end(), canonical) != stack.end()) {
     throw ScenarioError(included_at.str() + ": include: expected no cycle, got " +
                         join(stack, " -> ") + " -> " + canonical);
+  }
+  if (stack.size() >= kMaxIncludeDepth) {
+    throw ScenarioError(included_at.str() + ": include: expected includes nested at most " +
+                        std::to_string(kMaxIncludeDepth) + " deep, got " + join(stack, " -> ") + " -> " + canonical);
+  }
+  if (++files > kMaxIncludes) {
+    throw ScenarioError(included_at.str() + ": include: expected at most " + std::to_string(kMaxIncludes) +
+                        " files in all, got more");
   }
   stack.push_back(canonical);
   Value own = load_yaml_file(path);
@@ -640,11 +828,19 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
     }
     for (const Value* x : items) {
       if (!x->is_scalar()) fail(x->loc, "include", "a file name", x->describe());
-      const fs::path base = fs::path(path).parent_path() / x->scalar;
-      if (!fs::exists(base)) {
+      if (x->scalar.empty()) fail(x->loc, "include", "a file name", "an empty string");
+      const fs::path base = fs::path(x->scalar).is_absolute() ? fs::path(x->scalar)
+                                                             : fs::path(path).parent_path() / x->scalar;
+      std::error_code exists_ec;
+      if (!fs::exists(base, exists_ec) && !exists_ec) {
         fail(x->loc, "include", "an existing file", "\"" + x->scalar + "\" (" + base.string() + " not found)");
       }
-      merge_into(merged, load_with_includes(base.string(), stack, x->loc));
+      try {
+        check_input_file(base.string(), "a scenario file to include");
+      } catch (const ScenarioError& e) {
+        throw ScenarioError(x->loc.str() + ": include: " + e.what());
+      }
+      merge_into(merged, load_with_includes(base.string(), stack, files, x->loc));
     }
   }
   merge_into(merged, own);
@@ -655,9 +851,10 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 }  // namespace
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
-  if (!fs::exists(path)) throw ScenarioError(path + ": expected a scenario file, got none");
+  check_input_file(path, "a scenario file");
   std::vector<std::string> stack;
-  const Value tree_from_files = load_with_includes(path, stack, Location{path, 0, 0});
+  size_t files = 0;
+  const Value tree_from_files = load_with_includes(path, stack, files, Location{path, 0, 0});
   Value tree = tree_from_files;
   for (const auto& o : overrides) apply_override(tree, o);
   Scenario s = scenario_from_tree(tree, path);

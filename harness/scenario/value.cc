@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 
 namespace dbh::harness {
 
@@ -57,44 +58,78 @@ Location mark_of(const YAML::Node& n, const std::string& file) {
   return Location{file, m.line + 1, m.column + 1};
 }
 
-Value convert(const YAML::Node& n, const std::string& file) {
-  Value v;
-  v.loc = mark_of(n, file);
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      v.kind = Value::Kind::kNull;
-      break;
-    case YAML::NodeType::Scalar:
-      v.kind = Value::Kind::kScalar;
-      v.scalar = n.Scalar();
-      // "~" and "null" are YAML nulls.
-      if (n.Tag() == "?" && (v.scalar == "~" || v.scalar == "null" || v.scalar == "Null" ||
-                             v.scalar == "NULL")) {
+// Bounds on what one YAML document may expand to: aliases are shared nodes,
+// so a document of a few lines can stand for billions of values (an alias
+// bomb), and an alias inside its own anchor stands for an infinite one.
+constexpr int kMaxDepth = 64;
+constexpr int64_t kMaxValues = 100000;
+
+struct Converter {
+  const std::string& file;
+  int64_t values = 0;
+  std::vector<YAML::Node> path;  // ancestors of the node being converted
+
+  Value convert(const YAML::Node& n) {
+    Value v;
+    v.loc = mark_of(n, file);
+    for (const auto& a : path) {
+      if (a.is(n)) {
+        throw ScenarioError(v.loc.str() + ": expected a YAML alias that refers to a finished value, got an alias "
+                            "inside its own anchor (a recursive alias)");
+      }
+    }
+    if (++values > kMaxValues) {
+      throw ScenarioError(v.loc.str() + ": expected at most " + std::to_string(kMaxValues) +
+                          " values after expanding YAML aliases, got more (an alias expansion bomb?)");
+    }
+    if (static_cast<int>(path.size()) >= kMaxDepth) {
+      throw ScenarioError(v.loc.str() + ": expected values nested at most " + std::to_string(kMaxDepth) +
+                          " levels deep, got deeper nesting");
+    }
+    switch (n.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
         v.kind = Value::Kind::kNull;
-        v.scalar.clear();
-      }
-      break;
-    case YAML::NodeType::Sequence:
-      v.kind = Value::Kind::kSeq;
-      for (const auto& item : n) v.seq.push_back(convert(item, file));
-      break;
-    case YAML::NodeType::Map:
-      v.kind = Value::Kind::kMap;
-      for (const auto& item : n) {
-        const std::string key = item.first.as<std::string>("");
-        Value child = convert(item.second, file);
-        child.key_loc = mark_of(item.first, file);
-        if (v.find(key) != nullptr) {
-          throw ScenarioError(child.key_loc.str() + ": " + key +
-                              ": expected each key once, got a duplicate");
+        break;
+      case YAML::NodeType::Scalar:
+        v.kind = Value::Kind::kScalar;
+        v.scalar = n.Scalar();
+        // "~" and "null" are YAML nulls.
+        if (n.Tag() == "?" && (v.scalar == "~" || v.scalar == "null" || v.scalar == "Null" ||
+                               v.scalar == "NULL")) {
+          v.kind = Value::Kind::kNull;
+          v.scalar.clear();
         }
-        v.map.emplace_back(key, std::move(child));
-      }
-      break;
+        break;
+      case YAML::NodeType::Sequence:
+        v.kind = Value::Kind::kSeq;
+        path.push_back(n);
+        for (const auto& item : n) v.seq.push_back(convert(item));
+        path.pop_back();
+        break;
+      case YAML::NodeType::Map:
+        v.kind = Value::Kind::kMap;
+        path.push_back(n);
+        for (const auto& item : n) {
+          if (!item.first.IsScalar()) {
+            throw ScenarioError(mark_of(item.first, file).str() + ": expected a plain key, got " +
+                                (item.first.IsMap() ? "a map" : item.first.IsSequence() ? "a list" : "null") +
+                                " as a key");
+          }
+          const std::string key = item.first.Scalar();
+          Value child = convert(item.second);
+          child.key_loc = mark_of(item.first, file);
+          if (v.find(key) != nullptr) {
+            throw ScenarioError(child.key_loc.str() + ": " + key + ": expected each key once, got a duplicate");
+          }
+          v.map.emplace_back(key, std::move(child));
+        }
+        path.pop_back();
+        break;
+    }
+    return v;
   }
-  return v;
-}
+};
 
 }  // namespace
 
@@ -106,15 +141,11 @@ Value parse_yaml(const std::string& text, const std::string& file) {
     throw ScenarioError(Location{file, e.mark.line + 1, e.mark.column + 1}.str() +
                         ": expected valid YAML, got a syntax error: " + e.msg);
   }
-  return convert(node, file);
+  return Converter{file}.convert(node);
 }
 
 Value load_yaml_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScenarioError(path + ": expected a readable scenario file, got none");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_yaml(ss.str(), path);
+  return parse_yaml(read_input_file(path, "a scenario file"), path);
 }
 
 void merge_into(Value& base, const Value& overlay) {
@@ -201,6 +232,7 @@ void apply_override(Value& root, const std::string& text) {
       Value m;
       m.kind = Value::Kind::kMap;
       m.loc = value.loc;
+      m.key_loc = value.loc;
       cur->set(parts[i], m);
       next = cur->find(parts[i]);
     }

@@ -92,6 +92,12 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       st.grad_norm = e.get<double>("grad_norm", 0);
       st.seconds = e.get<double>("seconds", 0);
       st.loss_bits = e.get<uint32_t>("loss_bits", 0);
+      st.grad_norm_bits = e.get<uint32_t>("grad_norm_bits", 0);
+      if (const auto it = e.body.find("micro_loss_bits"); it != e.body.end() && it->is_array()) {
+        for (const auto& b : *it) {
+          if (b.is_number_unsigned() && b.get<uint64_t>() <= UINT32_MAX) st.micro_loss_bits.push_back(b.get<uint32_t>());
+        }
+      }
       if (e.body.contains("memory")) {
         const auto& m = e.body["memory"];
         st.rss_bytes = m.value("rss_bytes", int64_t{0});

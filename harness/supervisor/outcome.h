@@ -55,6 +55,8 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0, seconds = 0;
   uint32_t loss_bits = 0;
+  std::vector<uint32_t> micro_loss_bits;  // every micro-batch's loss, in order
+  uint32_t grad_norm_bits = 0;
   int64_t rss_bytes = 0;
   int64_t peak_bytes = 0;  // step peak: CUDA allocated peak, else max RSS over the phases
   nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)

@@ -4,16 +4,20 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "harness/supervisor/outcome.h"
 
 extern char** environ;
 
@@ -33,6 +37,35 @@ void request_stop(int signal_number) {
 }
 
 int stop_requested() { return g_stop_signal; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = request_stop;
+  sigemptyset(&sa.sa_mask);
+  // Restarted system calls: a stop must not turn a report write or a wait
+  // into an error; the trial loop's poll() wakes up either way.
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+Interrupted::Interrupted(int signal_number)
+    : Error("interrupted by " + signal_name(signal_number)), signal_(signal_number) {}
+
+void die_with_supervisor() {
+  const char* text = std::getenv(kSupervisorPidEnv);
+  if (text == nullptr || *text == '\0') return;
+  // From here on the kernel kills this process when the supervisor's
+  // spawning thread ends, however it ends (SIGKILL included).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The supervisor may have died before the line above: then this process
+  // was already handed to another parent and no signal will come.
+  char* end = nullptr;
+  const long expected = std::strtol(text, &end, 10);
+  if (end != text && *end == '\0' && expected > 0 && getppid() != static_cast<pid_t>(expected)) {
+    _exit(kSupervisorGoneExit);
+  }
+}
 
 namespace {
 
@@ -89,9 +122,19 @@ TrialResult run_trial(const TrialSpec& spec) {
   std::vector<char*> args;
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The worker's environment: ours, with this process as its supervisor.
+  const std::string pid_prefix = std::string(kSupervisorPidEnv) + "=";
+  std::vector<std::string> env_text;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, pid_prefix.c_str(), pid_prefix.size()) != 0) env_text.emplace_back(*e);
+  }
+  env_text.push_back(pid_prefix + std::to_string(getpid()));
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
   const auto start = Clock::now();
-  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
@@ -200,6 +243,10 @@ TrialResult run_trial(const TrialSpec& spec) {
   close(fds[0]);
   killpg(pid, SIGKILL);  // nothing of the trial outlives it
   g_current_group = 0;
+  // The stop handler TERMs the group itself, so the worker may be gone before
+  // the loop above saw the request: a trial that ran into a stop request is
+  // interrupted either way.
+  if (g_stop_signal != 0) result.interrupted = true;
   result.seconds = since(start);
   result.torn_tail = pending;
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/error.h"
 #include "harness/proto/events.h"
 
 namespace dbh::harness {
@@ -36,10 +37,13 @@ struct TrialResult {
   std::string journal_error;           // events.jsonl could not be written (disk full, …)
 };
 
-/// Spawns the worker in its own process group with the event stream on fd 3,
-/// enforces the deadline and the silence watchdog (TERM to the group, grace,
-/// KILL), reaps it and returns what happened. Never throws for anything the
-/// worker does; a failure to start is reported in `spawn_error`.
+/// Spawns the worker in its own process group with the event stream on fd 3
+/// and this process's pid in kSupervisorPidEnv, enforces the deadline and the
+/// silence watchdog (TERM to the group, grace, KILL), reaps it and returns
+/// what happened. Never throws for anything the worker does; a failure to
+/// start is reported in `spawn_error`. Call it from a thread that outlives
+/// the trial (the commands call it from the main thread): a worker that ran
+/// die_with_supervisor() is killed when the thread that spawned it ends.
 TrialResult run_trial(const TrialSpec& spec);
 
 /// Asks every running trial to stop (from a signal handler: async-signal-
@@ -48,7 +52,40 @@ void request_stop(int signal_number);
 /// The signal that requested a stop, or 0.
 int stop_requested();
 
+/// Makes SIGINT and SIGTERM call request_stop: every command installs them
+/// first, stops its searches when stop_requested() != 0, writes what it has
+/// and exits 128 + signal. Idempotent.
+void install_stop_handlers();
+
+/// Thrown by a search (the probes of bisect, diagnose, qualify) once a stop
+/// was requested, so that the command writes what it has and exits
+/// exit_code() (128 + signal).
+class Interrupted : public Error {
+ public:
+  explicit Interrupted(int signal_number);
+  int signal_number() const { return signal_; }
+  int exit_code() const { return 128 + signal_; }
+
+ private:
+  int signal_;
+};
+
 /// The file descriptor number workers write events to.
 inline constexpr int kEventsFd = 3;
+
+/// The environment variable run_trial sets to the supervisor's pid.
+inline constexpr const char* kSupervisorPidEnv = "DBH_SUPERVISOR_PID";
+
+/// What a worker exits with when it finds its supervisor gone (the status
+/// the parent-death SIGKILL would have given it).
+inline constexpr int kSupervisorGoneExit = 128 + 9;
+
+/// Called first thing in a worker: the kernel kills the worker (SIGKILL) when
+/// the supervisor's spawning thread ends, whatever way (PR_SET_PDEATHSIG),
+/// and the worker _exits with kSupervisorGoneExit at once when its parent is
+/// no longer the supervisor named by kSupervisorPidEnv (it died before the
+/// worker got here). Does nothing without that variable (a worker started by
+/// hand).
+void die_with_supervisor();
 
 }  // namespace dbh::harness

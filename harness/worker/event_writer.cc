@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "harness/proto/events.h"
+#include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
 
@@ -23,7 +24,10 @@ void EventWriter::emit(const std::string& type, nlohmann::json fields) {
     const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return;  // the supervisor is gone; nothing useful to do
+      // The read end is closed: the supervisor is gone, and a worker never
+      // outlives it (SIGPIPE, when not ignored, has already ended it here).
+      if (errno == EPIPE) _exit(kSupervisorGoneExit);
+      return;  // not a pipe to a supervisor (a worker run by hand): drop it
     }
     off += static_cast<size_t>(n);
   }

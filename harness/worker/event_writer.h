@@ -13,7 +13,9 @@ namespace dbh::harness {
 /// follows it runs (a crash right after `step_begin` still leaves it).
 class EventWriter {
  public:
-  /// fd < 0 discards events (worker run by hand without a supervisor).
+  /// fd < 0 discards events (worker run by hand without a supervisor). A
+  /// write that finds the pipe's read end closed (EPIPE: the supervisor is
+  /// gone) _exits the process with kSupervisorGoneExit.
   explicit EventWriter(int fd);
   void emit(const std::string& type, nlohmann::json fields = nlohmann::json::object());
   double elapsed() const;

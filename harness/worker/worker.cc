@@ -310,6 +310,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                                  {"l1", r.l1},
                                  {"dice", r.dice},
                                  {"loss_bits", r.loss_bits},
+                                 {"micro_loss_bits", r.micro_loss_bits},
+                                 {"grad_norm_bits", r.grad_norm_bits},
                                  {"lr", r.lr},
                                  {"grad_norm", r.grad_norm},
                                  {"skipped", r.skipped},

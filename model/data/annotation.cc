@@ -1,6 +1,7 @@
 #include "model/data/annotation.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -8,10 +9,10 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <sstream>
 #include <utility>
 
+#include "model/data/image_decode.h"
 #include "model/label/shrink.h"
 
 namespace dbh::model {
@@ -22,12 +23,34 @@ using nlohmann::json;
 // Longest excerpt of an offending value quoted in a message.
 constexpr size_t kMaxQuoted = 60;
 
-bool read_bytes(const std::string& path, std::string* out) {
+// Reads a whole annotation file. Only regular files are read (a FIFO or a
+// device would block or never end), up to kMaxAnnotationBytes. On failure
+// returns false and says what the path is in `why`.
+constexpr std::uintmax_t kMaxAnnotationBytes = std::uintmax_t{1} << 30;
+
+bool read_bytes(const std::string& path, std::string* out, std::string* why = nullptr) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  auto say = [&](const std::string& w) {
+    if (why != nullptr) *why = w;
+    return false;
+  };
+  if (ec) return say(ec.value() == ELOOP ? "a symlink loop" : "an unreadable path (" + ec.message() + ")");
+  if (st.type() == std::filesystem::file_type::not_found) return say("no file");
+  if (st.type() == std::filesystem::file_type::directory) return say("a directory");
+  if (st.type() == std::filesystem::file_type::fifo) return say("a FIFO");
+  if (st.type() != std::filesystem::file_type::regular) return say("a special file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxAnnotationBytes) {
+    return say("a file of " + std::to_string(size) + " bytes (at most " + std::to_string(kMaxAnnotationBytes) +
+               " are read)");
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  if (!in) return say("an unreadable path");
   out->assign(std::istreambuf_iterator<char>(in),
               std::istreambuf_iterator<char>());
-  return !in.bad();
+  if (in.bad()) return say("a read error");
+  return true;
 }
 
 std::string quoted(std::string s) {
@@ -434,9 +457,9 @@ ReadResult read_ufo_json(const std::string& path,
   DefectSink sink(&result.defects, path);
   try {
     std::string text;
-    if (!read_bytes(path, &text)) {
-      sink.add(DefectKind::kUnreadableFile, "", "", 0,
-               "expected a readable UFO JSON file, got an unreadable path");
+    std::string why;
+    if (!read_bytes(path, &text, &why)) {
+      sink.add(DefectKind::kUnreadableFile, "", "", 0, "expected a readable UFO JSON file, got " + why);
       return result;
     }
     json doc;
@@ -631,12 +654,12 @@ std::vector<Defect> check_image(ImageAnnotation& image,
       return defects;
     }
     // Spec §11 item 11: annotations refer to the stored pixel grid.
-    cv::Mat img = cv::imread(image_path,
-                             cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    DecodeFailure failure;
+    cv::Mat img = decode_image(image_path, /*apply_exif=*/false, &failure);
     if (img.empty()) {
       sink.add(DefectKind::kUnreadableImage, image.file, "", 0,
-               "expected a decodable image at " + quoted(image_path) +
-                   ", got bytes OpenCV cannot decode");
+               "expected " + failure.expected + " at " + quoted(image_path) +
+                   ", got " + failure.got);
       return defects;
     }
     if (image.width <= 0 || image.height <= 0) {

@@ -144,7 +144,10 @@ std::vector<Defect> validate(ImageAnnotation& image, OnInvalid policy,
 /// Checks that `image_path` exists (kMissingImage) and decodes with EXIF
 /// orientation ignored (kUnreadableImage, spec §11 item 11), and that the
 /// decoded size matches image.width/height (kImageSizeMismatch); a zero
-/// width/height is filled in from the decoded image. When `decoded` is not
+/// width/height is filled in from the decoded image. Decoding is
+/// decode_image's: a truncated or corrupt JPEG or PNG is unreadable (e.g.
+/// "expected a complete JPEG image at …, got a decode warning: Premature end
+/// of JPEG file"), never a partly grey image. When `decoded` is not
 /// null it receives the decoded BGR image (empty on failure), so callers need
 /// not decode twice. Never throws.
 std::vector<Defect> check_image(ImageAnnotation& image,

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 namespace dbh::model {
@@ -33,36 +32,6 @@ double SampleRng::uniform(double lo, double hi) {
 int64_t SampleRng::integer(int64_t lo, int64_t hi) {
   if (hi <= lo) return lo;
   return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-}
-
-cv::Mat decode_image(const std::string& path, bool apply_exif) {
-  int flags = cv::IMREAD_UNCHANGED;
-  if (!apply_exif) flags |= cv::IMREAD_IGNORE_ORIENTATION;
-  cv::Mat raw = cv::imread(path, flags);
-  if (raw.empty()) return raw;
-  if (apply_exif) {
-    // IMREAD_UNCHANGED skips EXIF handling; decode again in colour to apply it.
-    cv::Mat oriented = cv::imread(path, cv::IMREAD_COLOR);
-    if (!oriented.empty() && raw.depth() == CV_8U) raw = oriented;
-  }
-  cv::Mat img8;
-  if (raw.depth() == CV_16U) {
-    raw.convertTo(img8, CV_8U, 1.0 / 257.0);
-  } else if (raw.depth() == CV_32F || raw.depth() == CV_64F) {
-    raw.convertTo(img8, CV_8U, 255.0);
-  } else if (raw.depth() != CV_8U) {
-    raw.convertTo(img8, CV_8U);
-  } else {
-    img8 = raw;
-  }
-  cv::Mat bgr;
-  switch (img8.channels()) {
-    case 1: cv::cvtColor(img8, bgr, cv::COLOR_GRAY2BGR); break;
-    case 3: bgr = img8; break;
-    case 4: cv::cvtColor(img8, bgr, cv::COLOR_BGRA2BGR); break;
-    default: return {};
-  }
-  return bgr;
 }
 
 namespace {

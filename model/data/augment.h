@@ -6,6 +6,7 @@
 
 #include <opencv2/core/mat.hpp>
 
+#include "model/data/image_decode.h"
 #include "model/label/label_maps.h"
 
 namespace dbh::model {
@@ -52,11 +53,5 @@ AnnotatedImage augment(const AnnotatedImage& in, const AugmentOptions& options, 
 /// No augmentation: scale to fit size×size (aspect kept) and pad bottom/right.
 /// `scale_out` receives the resize factor.
 AnnotatedImage letterbox(const AnnotatedImage& in, int size, double* scale_out = nullptr);
-
-/// Decodes an image file to BGR 8-bit whatever it holds: 8/16-bit,
-/// grayscale, alpha (dropped). EXIF orientation is ignored unless
-/// `apply_exif` (spec §11 pitfall 11: annotations usually refer to the stored
-/// pixels). Returns an empty Mat when the file cannot be decoded.
-cv::Mat decode_image(const std::string& path, bool apply_exif = false);
 
 }  // namespace dbh::model

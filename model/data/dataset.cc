@@ -85,12 +85,13 @@ Sample Dataset::get(int64_t index, int64_t epoch) const {
     render.width = render.height = static_cast<int>(options_.size);
     in = render_synthetic_text(options_.seed, render_index_[static_cast<size_t>(index)], render);
   } else {
-    const fs::path path = fs::path(options_.root) / "images" / ann.file;
-    in.image = decode_image(path.string(), options_.apply_exif);
+    const std::string path = image_path(options_.root, ann.file);
+    DecodeFailure failure;
+    in.image = decode_image(path, options_.apply_exif, &failure);
     if (in.image.empty()) {
-      throw DataError({Defect{DefectKind::kUnreadableImage, path.string(), ann.file, "", 0,
-                              path.string() + ": cannot decode the image (sample " +
-                                  std::to_string(index) + ")"}});
+      throw DataError({Defect{DefectKind::kUnreadableImage, path, ann.file, "", 0,
+                              path + ": cannot decode the image (sample " + std::to_string(index) +
+                                  "): expected " + failure.expected + ", got " + failure.got}});
     }
     for (const auto& word : ann.words) in.texts.push_back(TextInstance{word.points, word.ignore});
   }

@@ -9,6 +9,10 @@
 namespace dbh::model {
 namespace fs = std::filesystem;
 
+std::string image_path(const std::string& root, const std::string& file) {
+  return (fs::path(root) / "images" / file).string();
+}
+
 ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                         const std::vector<std::string>& ignore_tags, bool check_images) {
   ScanResult out;
@@ -72,7 +76,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
         source != annotation_file_of.end() ? source->second : out.annotation_path;
     std::vector<Defect> found;
     if (check_images) {
-      found = check_image(image, (root / "images" / image.file).string(), ann_file);
+      found = check_image(image, image_path(root_dir, image.file), ann_file);
     }
     const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
       return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;

@@ -27,6 +27,11 @@ struct ScanResult {
   bool readable = false;
 };
 
+/// The file an annotation's image name refers to: `root`/images/`file`. A
+/// UFO key may be any path, so an absolute name is that path and a name with
+/// ".." may leave the images folder (or the dataset).
+std::string image_path(const std::string& root, const std::string& file);
+
 /// Reads `root` (images/ plus annotations.json or icdar/gt_*.txt), checks
 /// every image file (exists, decodes, size) and every word under `policy`.
 /// Never throws.

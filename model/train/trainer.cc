@@ -169,7 +169,7 @@ StepResult Trainer::step(const BatchSource& source) {
   const int64_t micro_count = options_.accumulation();
   const bool non_blocking = device_.is_cuda();
   torch::Tensor loss_sum;
-  float last_loss = 0.0f;
+  std::vector<torch::Tensor> micro_totals;
   for (int64_t m = 0; m < micro_count; ++m) {
     Batch batch = source(step * micro_count + m).to(device_, non_blocking);
     r.samples += batch.size();
@@ -191,16 +191,16 @@ StepResult Trainer::step(const BatchSource& source) {
     const auto detached = torch::stack({parts.total.detach(), parts.bce.detach(),
                                         parts.l1.detach(), parts.dice.detach()});
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
-    if (m + 1 == micro_count) {
-      last_loss = parts.total.detach().to(torch::kCPU).item<float>();
-    }
+    micro_totals.push_back(parts.total.detach().to(torch::kFloat32));
   }
   const auto means = (loss_sum / static_cast<double>(micro_count)).to(torch::kCPU);
   r.loss = means[0].item<double>();
   r.bce = means[1].item<double>();
   r.l1 = means[2].item<double>();
   r.dice = means[3].item<double>();
-  r.loss_bits = float_bits(last_loss);
+  const auto totals = torch::stack(micro_totals).to(torch::kCPU).contiguous();
+  for (int64_t m = 0; m < micro_count; ++m) r.micro_loss_bits.push_back(float_bits(totals[m].item<float>()));
+  r.loss_bits = r.micro_loss_bits.back();
 
   const auto params = model_->parameters();
   const bool finite = scaler_.unscale(params);
@@ -214,7 +214,9 @@ StepResult Trainer::step(const BatchSource& source) {
     }
     const torch::Tensor stacked = norms.empty() ? torch::Tensor() : torch::stack(norms);
     for (auto& l : listeners_) l->on_grad_norms(step, stacked);
-    r.grad_norm = norms.empty() ? 0.0 : stacked.norm(2).item<double>();
+    const float norm = norms.empty() ? 0.0f : stacked.norm(2).item<float>();
+    r.grad_norm = norm;
+    r.grad_norm_bits = float_bits(norm);
   }
   if (options_.grad_clip() > 0 && std::isfinite(r.grad_norm)) {
     torch::nn::utils::clip_grad_norm_(params, options_.grad_clip());

@@ -84,6 +84,11 @@ struct StepResult {
   double loss = 0, bce = 0, l1 = 0, dice = 0;  // averaged over micro-batches
   /// Bit pattern of the float32 total loss of the last micro-batch.
   uint32_t loss_bits = 0;
+  /// Bit patterns of every micro-batch's float32 total loss, in order.
+  std::vector<uint32_t> micro_loss_bits;
+  /// Bit pattern of the float32 global gradient norm: differs when the
+  /// backward pass does, even where every loss agrees.
+  uint32_t grad_norm_bits = 0;
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping (after unscaling)
   bool skipped = false;  // optimizer step skipped (fp16 overflow)

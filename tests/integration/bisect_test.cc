@@ -52,7 +52,9 @@ TEST(BisectTest, StepsFindsThePlantedNaNStep) {
   EXPECT_EQ(j["result"]["step"], 7);
   EXPECT_TRUE(j["result"]["agrees_with_monitors"].get<bool>());
   EXPECT_EQ(j["confidence"].get<double>(), 1.0);
-  // ⌈log2 12⌉ = 4 search probes + 2 end re-checks + 3 reproduction runs.
+  EXPECT_EQ(j["verdict"], "confident");
+  EXPECT_TRUE(j["confirmed"].get<bool>());
+  // ⌈log2 12⌉ = 4 search probes + 2 fresh end re-checks + 3 reproduction runs.
   EXPECT_LE(j["probes"].size(), 4u + 2u + 3u);
   EXPECT_NE(r.out.find("repro:  dbh run"), std::string::npos);
   for (const auto& p : j["probes"]) {
@@ -102,6 +104,8 @@ TEST(BisectTest, DataFindsThePlantedBrokenSample) {
   EXPECT_EQ(j["result"]["samples"][0]["file"], "s5.png");
   EXPECT_EQ(j["result"]["samples"][0]["annotation_ids"][0], "w5");
   EXPECT_NE(j["repro"].get<std::string>().find("data.subset=[5]"), std::string::npos) << j["repro"];
+  EXPECT_EQ(j["verdict"], "confident");  // [5] fails and the data without it passes, both run fresh
+  EXPECT_TRUE(j["confirmed"].get<bool>());
 }
 
 TEST(BisectTest, ConfigFindsThePlantedKey) {
@@ -131,7 +135,8 @@ TEST(BisectTest, RangeFindsThePlantedBoundary) {
   const auto j = read_json(dir / "out" / "bisect.json");
   EXPECT_EQ(j["result"]["last_passing"], "5");
   EXPECT_EQ(j["result"]["first_failing"], "6");
-  EXPECT_LE(j["probes"].size(), 2u + 4u);  // the two ends + ⌈log2 16⌉
+  EXPECT_LE(j["probes"].size(), 2u + 4u + 2u);  // the two ends + ⌈log2 16⌉ + two fresh re-checks
+  EXPECT_EQ(j["verdict"], "confident");
 }
 
 TEST(BisectTest, BisectExitMapsOutcomesForGitBisect) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -20,5 +22,22 @@ struct ProcessResult {
 /// on its own, then kills it), and captures both output streams.
 ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::string& cwd = "", double timeout_s = 300, int timeout_signal = 9);
+
+/// Starts `argv` (argv[0] is a path) without waiting for it, with the working
+/// directory `cwd`, standard input from /dev/null and both output streams
+/// appended to `log_path` (/dev/null when empty). Throws std::runtime_error
+/// when it cannot start. Reap it with wait_process.
+pid_t spawn_process(const std::vector<std::string>& argv, const std::string& cwd = "",
+                    const std::string& log_path = "");
+
+/// Waits up to `timeout_s` seconds for `pid` (started by spawn_process) to
+/// end; when it is still running then, kills it (SIGKILL) and sets
+/// `timed_out`. Always reaps it. `out` and `err` stay empty.
+ProcessResult wait_process(pid_t pid, double timeout_s);
+
+/// Pids of the live processes whose command line (/proc/PID/cmdline, the
+/// arguments joined by spaces) contains every one of `needles`; never this
+/// process.
+std::vector<pid_t> find_processes(const std::vector<std::string>& needles);
 
 }  // namespace dbh::testing

@@ -1,10 +1,14 @@
 // The supervisor's process handling, with /bin/sh standing in for the worker:
 // exit status, signals, the silence watchdog, the deadline, torn and bad
-// event lines, and that nothing of a trial outlives it.
+// event lines, stop requests, and that nothing of a trial outlives it; and
+// the worker's side of that contract: it dies with its supervisor.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -14,6 +18,7 @@
 #include <thread>
 
 #include "harness/supervisor/trial.h"
+#include "harness/worker/event_writer.h"
 
 namespace dbh::harness {
 namespace {
@@ -157,6 +162,144 @@ TEST_F(TrialTest, BadLinesNameTheirLineInTheJournal) {
   ASSERT_EQ(r.bad_lines.size(), 2u);
   EXPECT_EQ(r.bad_lines[0].rfind("events.jsonl:2: ", 0), 0u) << r.bad_lines[0];
   EXPECT_EQ(r.bad_lines[1].rfind("events.jsonl:3: ", 0), 0u) << r.bad_lines[1];
+}
+
+TEST_F(TrialTest, WorkerIsToldItsSupervisorPid) {
+  // A value inherited from a supervisor further up is replaced, not kept.
+  const char* inherited = getenv(kSupervisorPidEnv);
+  const std::string saved = inherited != nullptr ? inherited : "";
+  ASSERT_EQ(setenv(kSupervisorPidEnv, "1", 1), 0);
+  const auto r = Run("printf '{\"type\":\"env\",\"pid\":%s}\\n' \"$DBH_SUPERVISOR_PID\" >&3");
+  if (inherited != nullptr) {
+    setenv(kSupervisorPidEnv, saved.c_str(), 1);
+  } else {
+    unsetenv(kSupervisorPidEnv);
+  }
+  ASSERT_EQ(r.events.size(), 1u) << r.stderr_tail;
+  EXPECT_EQ(r.events[0].get<int64_t>("pid", 0), static_cast<int64_t>(getpid()));
+}
+
+// The checks below change process-wide state (signal handlers, the stop
+// request, the parent-death signal), so each runs in a child process of its
+// own and reports through its exit status, with the details on stderr.
+
+[[noreturn]] void StopRequestChild(const std::string& run_dir) {
+  install_stop_handlers();
+  TrialSpec spec;
+  spec.argv = {"/bin/sh", "-c", "printf '{\"type\":\"hello\"}\\n' >&3; sleep 30"};
+  spec.run_dir = run_dir;
+  spec.grace_s = 1;
+  // SIGINT as soon as the worker runs: the handler TERMs its group.
+  spec.on_event = [](const Event& e) {
+    if (e.type == "hello") raise(SIGINT);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const TrialResult r = run_trial(spec);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool ok = r.interrupted && r.term_signal == SIGTERM && stop_requested() == SIGINT && took < 5;
+  fprintf(stderr, "interrupted=%d term_signal=%d stop_requested=%d seconds=%.1f\n", r.interrupted ? 1 : 0,
+          r.term_signal, stop_requested(), took);
+  _exit(ok ? 0 : 1);
+}
+
+TEST_F(TrialTest, StopSignalTermsTheTrialAndMarksItInterrupted) {
+  EXPECT_EXIT(StopRequestChild((dir_ / "run").string()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(TrialTest, InterruptedCarriesTheExitCode) {
+  const Interrupted e(SIGTERM);
+  EXPECT_EQ(e.exit_code(), 143);
+  EXPECT_EQ(e.signal_number(), SIGTERM);
+  EXPECT_STREQ(e.what(), "interrupted by SIGTERM");
+}
+
+[[noreturn]] void ArmChild(const char* supervisor_pid) {
+  if (supervisor_pid == nullptr) {
+    unsetenv(kSupervisorPidEnv);
+  } else {
+    setenv(kSupervisorPidEnv, supervisor_pid, 1);
+  }
+  die_with_supervisor();
+  int sig = -1;
+  prctl(PR_GET_PDEATHSIG, &sig);
+  fprintf(stderr, "returned; parent-death signal %d\n", sig);
+  _exit(sig == (supervisor_pid == nullptr ? 0 : SIGKILL) ? 0 : 1);
+}
+
+TEST_F(TrialTest, WorkerStartedByHandIsLeftAlone) {
+  EXPECT_EXIT(ArmChild(nullptr), ::testing::ExitedWithCode(0), "parent-death signal 0");
+}
+
+TEST_F(TrialTest, WorkerOfALiveSupervisorArmsTheParentDeathSignal) {
+  const std::string parent = std::to_string(getpid());  // the death-test child's parent
+  EXPECT_EXIT(ArmChild(parent.c_str()), ::testing::ExitedWithCode(0), "parent-death signal 9");
+}
+
+TEST_F(TrialTest, WorkerWhoseSupervisorIsAlreadyGoneExits) {
+  // Not the parent: the supervisor died and the worker was handed on.
+  const std::string other = std::to_string(getpid() == 1 ? 2 : 1);
+  EXPECT_EXIT(ArmChild(other.c_str()), ::testing::ExitedWithCode(kSupervisorGoneExit), "");
+}
+
+[[noreturn]] void SupervisorKilledChild() {
+  // This process adopts orphans (as init would), so it can reap the worker.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  int ready[2];
+  if (pipe(ready) != 0) _exit(2);
+  const pid_t supervisor = fork();
+  if (supervisor == 0) {
+    const pid_t worker = fork();
+    if (worker == 0) {
+      setenv(kSupervisorPidEnv, std::to_string(getppid()).c_str(), 1);
+      die_with_supervisor();
+      const pid_t self = getpid();
+      if (write(ready[1], &self, sizeof self) != sizeof self) _exit(2);
+      for (;;) pause();  // a hung worker: it never writes again
+    }
+    for (;;) pause();
+  }
+  close(ready[1]);
+  pid_t worker = 0;
+  if (read(ready[0], &worker, sizeof worker) != sizeof worker) _exit(2);
+  kill(supervisor, SIGKILL);
+  waitpid(supervisor, nullptr, 0);
+  // The worker must die with it, without anyone signalling it.
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 250 && got == 0; ++i) {
+    got = waitpid(worker, &status, WNOHANG);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (got != worker) {
+    fprintf(stderr, "worker %d outlived its supervisor by 5 s\n", static_cast<int>(worker));
+    kill(worker, SIGKILL);
+    waitpid(worker, nullptr, 0);
+    _exit(1);
+  }
+  fprintf(stderr, "worker ended by signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  _exit(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? 0 : 1);
+}
+
+TEST_F(TrialTest, WorkerDiesWhenItsSupervisorIsKilled) {
+  EXPECT_EXIT(SupervisorKilledChild(), ::testing::ExitedWithCode(0), "worker ended by signal 9");
+}
+
+[[noreturn]] void ClosedEventPipeChild(bool ignore_sigpipe) {
+  signal(SIGPIPE, ignore_sigpipe ? SIG_IGN : SIG_DFL);
+  int fds[2];
+  if (pipe(fds) != 0) _exit(2);
+  close(fds[0]);  // the supervisor is gone
+  EventWriter events(fds[1]);
+  events.emit("hello");
+  fprintf(stderr, "emit returned\n");
+  _exit(0);
+}
+
+TEST_F(TrialTest, WorkerEndsWhenItsEventPipeIsClosed) {
+  // As spawned (SIGPIPE default), the write kills it; with SIGPIPE ignored,
+  // the writer sees EPIPE and exits.
+  EXPECT_EXIT(ClosedEventPipeChild(false), ::testing::KilledBySignal(SIGPIPE), "");
+  EXPECT_EXIT(ClosedEventPipeChild(true), ::testing::ExitedWithCode(kSupervisorGoneExit), "");
 }
 
 }  // namespace

@@ -1,0 +1,446 @@
+#include "harness/cli/eval_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <torch/torch.h>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/output_dir.h"
+#include "harness/common/text.h"
+#include "harness/env/environment.h"
+#include "harness/report/report.h"
+#include "model/data/image_decode.h"
+#include "model/data/scan.h"
+#include "model/dbnet.h"
+#include "model/eval/infer.h"
+#include "model/eval/overlay.h"
+#include "model/train/determinism.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kWhere = "dbh eval";
+
+[[noreturn]] void usage(const std::string& key, const std::string& expected,
+                        const std::string& got) {
+  throw UsageError(std::string(kWhere) + ": " + key + ": expected " + expected + ", got " + got);
+}
+
+int64_t encoder_depth(const std::string& name) {
+  for (const int64_t depth : {18, 34, 50}) {
+    if (name == std::to_string(depth) || name == "resnet" + std::to_string(depth)) return depth;
+  }
+  usage("--encoder", "resnet18, resnet34 or resnet50", "\"" + name + "\"");
+}
+
+std::string architecture(int64_t depth, model::DecoderKind decoder) {
+  return "resnet" + std::to_string(depth) + " + " + model::to_string(decoder);
+}
+
+// The first line of a LibTorch error (its text without the C++ backtrace).
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  return one_line(nl == std::string::npos ? s : s.substr(0, nl));
+}
+
+// The encoder and decoder whose every tensor `path` holds, or "" when none
+// does. Only called on the error path: builds up to six models.
+std::string guess_architecture(const std::string& path) {
+  for (const int64_t depth : {18, 34, 50}) {
+    for (const auto decoder : {model::DecoderKind::kFpn, model::DecoderKind::kPan}) {
+      model::DbNet candidate(model::DbNetOptions()
+                                 .encoder(model::ResNetOptions().depth(depth))
+                                 .decoder(decoder));
+      const auto report = model::load_model_state(candidate, path);
+      if (report.complete()) return architecture(depth, decoder);
+    }
+  }
+  return "";
+}
+
+json polygon_json(const model::Polygon& poly) {
+  json points = json::array();
+  for (const auto& p : poly) points.push_back({p.x, p.y});
+  return points;
+}
+
+json match_json(int64_t index) { return index < 0 ? json(nullptr) : json(index); }
+
+json image_json(const model::ImageEvaluation& e, const std::vector<model::WordAnnotation>& words) {
+  json j;
+  j["file"] = e.file;
+  j["width"] = e.resize.width;
+  j["height"] = e.resize.height;
+  j["input_width"] = e.resize.input_width;
+  j["input_height"] = e.resize.input_height;
+  j["scale"] = e.resize.scale;
+  j["counts"] = {{"gt", e.match.counts.gt},
+                 {"det", e.match.counts.det},
+                 {"matched", e.match.counts.matched}};
+  j["precision"] = e.metrics.precision;
+  j["recall"] = e.metrics.recall;
+  j["hmean"] = e.metrics.hmean;
+  j["probability"] = {{"mean", e.probability.mean},
+                      {"max", e.probability.max},
+                      {"text_fraction", e.probability.text_fraction}};
+  json gt = json::array();
+  for (size_t g = 0; g < e.gt.size(); ++g) {
+    json w;
+    w["id"] = g < words.size() ? words[g].id : std::to_string(g);
+    w["polygon"] = polygon_json(e.gt[g]);
+    w["ignore"] = static_cast<bool>(e.gt_ignore[g]);
+    w["status"] = model::to_string(e.match.gt_status[g]);
+    w["detection"] = match_json(e.match.gt_match[g]);
+    gt.push_back(std::move(w));
+  }
+  j["ground_truth"] = std::move(gt);
+  json det = json::array();
+  for (size_t d = 0; d < e.detections.size(); ++d) {
+    json w;
+    w["polygon"] = polygon_json(e.detections[d].polygon);
+    w["score"] = e.detections[d].score;
+    w["status"] = model::to_string(e.match.det_status[d]);
+    w["ground_truth"] = match_json(e.match.det_match[d]);
+    det.push_back(std::move(w));
+  }
+  j["detections"] = std::move(det);
+  return j;
+}
+
+std::string fixed(double v, int digits = 3) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+std::string metrics_line(const model::EvalResult& r) {
+  return "P " + fixed(r.precision) + "  R " + fixed(r.recall) + "  H " + fixed(r.hmean) +
+         "  (gt " + std::to_string(r.counts.gt) + ", det " + std::to_string(r.counts.det) +
+         ", matched " + std::to_string(r.counts.matched) + ")";
+}
+
+// Misses plus false positives: breaks H-mean ties when ranking the worst.
+int64_t errors(const model::ImageEvaluation& e) {
+  const auto& c = e.match.counts;
+  return (c.gt - c.matched) + (c.det - c.matched);
+}
+
+void write_png(const fs::path& path, const cv::Mat& image) {
+  std::vector<uchar> png;
+  if (!cv::imencode(".png", image, png)) {
+    throw ReportError(path.string() + ": expected an encodable image, got a PNG encoder failure");
+  }
+  write_file_atomically(path.string(), std::string(png.begin(), png.end()));
+}
+
+}  // namespace
+
+int run_eval_command(const EvalCommandOptions& o) {
+  // Input checks first: bad input leaves nothing behind.
+  if (o.size <= 0 || o.size % 32 != 0) {
+    usage("--size", "a positive multiple of 32", std::to_string(o.size));
+  }
+  if (o.batch_size <= 0) usage("--batch-size", "a positive number", std::to_string(o.batch_size));
+  if (o.overlays < 0) usage("--overlays", "a non-negative number", std::to_string(o.overlays));
+  for (const auto& [key, value] : {std::pair<const char*, double>{"--thresh", o.binarize_thresh},
+                                   {"--box-thresh", o.box_thresh},
+                                   {"--iou-thresh", o.iou_thresh}}) {
+    if (!(value >= 0.0 && value <= 1.0)) usage(key, "a number in [0, 1]", fixed(value, 6));
+  }
+  if (!(o.unclip_ratio >= 0.0 && std::isfinite(o.unclip_ratio))) {
+    usage("--unclip-ratio", "a finite number >= 0", fixed(o.unclip_ratio, 6));
+  }
+  const int64_t depth = encoder_depth(o.encoder);
+  model::DecoderKind decoder_kind{};
+  try {
+    decoder_kind = model::decoder_kind_from_string(o.decoder);
+  } catch (const std::invalid_argument&) {
+    usage("--decoder", "fpn or pan", "\"" + o.decoder + "\"");
+  }
+  if (o.side != "short" && o.side != "long") usage("--side", "short or long", "\"" + o.side + "\"");
+  const model::ResizeSide side = model::resize_side_from_string(o.side);
+  torch::Device device(torch::kCPU);
+  try {
+    device = model::parse_device(o.device);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string(kWhere) + ": --device: " + e.what());
+  }
+  check_checkpoint_file(o.weights, kWhere, "--weights");
+  const std::string weights_abs = fs::absolute(o.weights).lexically_normal().string();
+  if (!fs::is_directory(o.data)) {
+    usage("--data", "a dataset folder (images/ plus annotations.json or icdar/)",
+          describe_path(o.data) + " at " + o.data);
+  }
+
+  // The dataset, checked as training checks it.
+  const auto policy = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
+                      : o.on_invalid == "clip" ? model::OnInvalid::kClip
+                                               : model::OnInvalid::kError;
+  const model::ScanResult scan = model::scan_dataset(o.data, policy);
+  if (!scan.readable) {
+    const std::string what = scan.defects.empty() ? "nothing readable" : scan.defects.front().message;
+    throw UsageError(std::string(kWhere) + ": --data: " + what);
+  }
+  if (policy == model::OnInvalid::kError && !scan.defects.empty()) {
+    for (const auto& d : scan.defects) std::cerr << "  " << d.message << "\n";
+    usage("--data " + o.data, "a dataset without defects (or --on-invalid skip|clip)",
+          std::to_string(scan.defects.size()) + " defect(s), listed above");
+  }
+  for (const auto& d : scan.defects) std::cerr << "warning: " << d.message << "\n";
+  if (scan.images.empty()) usage("--data " + o.data, "at least one usable image", "none");
+
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(
+      o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency())));
+
+  // The model, with every tensor accounted for.
+  model::DbNet net(model::DbNetOptions()
+                       .encoder(model::ResNetOptions().depth(depth))
+                       .decoder(decoder_kind));
+  const std::string arch = architecture(depth, decoder_kind);
+  model::ModelStateReport loaded;
+  try {
+    loaded = model::load_model_state(net, o.weights);
+  } catch (const c10::Error& e) {
+    usage("--weights " + o.weights, "a dbh checkpoint or weights file (a LibTorch archive)",
+          "one that does not load: " + first_line(e.what_without_backtrace()));
+  }
+  const size_t total = net->named_parameters().size() + net->named_buffers().size();
+  if (!loaded.complete()) {
+    for (const auto& name : loaded.missing) {
+      std::cerr << "not loaded (missing from the file): " << name << "\n";
+    }
+    for (const auto& m : loaded.mismatched) std::cerr << "not loaded (other shape): " << m << "\n";
+    for (const auto& name : loaded.unexpected) std::cerr << "unused entry of the file: " << name << "\n";
+    const std::string guess = guess_architecture(o.weights);
+    const std::string hint =
+        !guess.empty() && guess != arch
+            ? "; the file holds " + guess + ": pass the --encoder and --decoder it was trained with"
+            : "";
+    if (!loaded.mismatched.empty()) {
+      usage("--weights " + o.weights, "tensors shaped for " + arch + " (--encoder, --decoder)",
+            std::to_string(loaded.mismatched.size()) + " of " + std::to_string(total) +
+                " with another shape, listed above" + hint);
+    }
+    if (!o.allow_partial) {
+      usage("--weights " + o.weights, "every parameter and buffer of " + arch,
+            std::to_string(loaded.missing.size()) + " of " + std::to_string(total) +
+                " missing, listed above" + hint + " (--allow-partial evaluates anyway)");
+    }
+    std::cerr << "warning: " << loaded.missing.size() << " of " << total
+              << " tensors keep their initial values (--allow-partial)\n";
+  }
+  if (!o.save_weights.empty()) {
+    // Through a temporary name, so a reader never sees a partial file.
+    const std::string tmp = o.save_weights + ".tmp." + std::to_string(::getpid());
+    try {
+      net->save_weights(tmp);
+    } catch (const c10::Error& e) {
+      fs::remove(tmp);
+      usage("--save-weights " + o.save_weights, "a writable file",
+            "an error: " + first_line(e.what_without_backtrace()));
+    }
+    fs::rename(tmp, o.save_weights);
+  }
+  net->to(device);
+  {
+    // Channels-last weights, as the trainer keeps them: oneDNN and cuDNN pick
+    // their NHWC kernels.
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->parameters()) {
+      if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+  }
+
+  model::PostprocessOptions post;
+  post.binarize_thresh = o.binarize_thresh;
+  post.box_thresh = o.box_thresh;
+  post.unclip_ratio = o.unclip_ratio;
+  post.max_candidates = static_cast<int>(o.max_candidates);
+  const auto options = model::InferenceOptions()
+                           .size(o.size)
+                           .side(side)
+                           .batch_size(o.batch_size)
+                           .device(o.device)
+                           .postprocess(post)
+                           .iou_thresh(o.iou_thresh);
+
+  const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("eval-" + timestamp_compact())
+                                     : fs::path(o.out);
+  OutputDir claim(out, "eval " + weights_abs);
+
+  if (!o.quiet) {
+    std::cout << "dbh eval: " << arch << " from " << o.weights << " (" << loaded.format
+              << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
+              << loaded.loaded << " of " << total << " tensors), data " << o.data << " ("
+              << scan.images.size() << " images, " << scan.format << "), " << o.side << " side "
+              << o.size << ", batch " << o.batch_size << ", box_thresh " << o.box_thresh << " on "
+              << o.device << "\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  model::DatasetEvaluation result;
+  try {
+    result = model::evaluate(net, o.data, scan.images, options,
+                             [&](const model::ImageEvaluation& e, int64_t done, int64_t n) {
+                               if (o.quiet) return;
+                               std::cout << "[" << std::setw(static_cast<int>(std::to_string(n).size()))
+                                         << done << "/" << n << "] " << one_line(e.file) << "  "
+                                         << metrics_line(e.metrics) << "  max P "
+                                         << fixed(e.probability.max, 2) << std::endl;
+                             });
+  } catch (const model::DataError& e) {
+    throw UsageError(std::string(kWhere) + ": --data: " + e.what());
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto n = static_cast<int64_t>(result.images.size());
+
+  // The K worst images: lowest H-mean, then most errors, then dataset order.
+  std::vector<size_t> order(result.images.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& ea = result.images[a];
+    const auto& eb = result.images[b];
+    if (ea.metrics.hmean != eb.metrics.hmean) return ea.metrics.hmean < eb.metrics.hmean;
+    return errors(ea) > errors(eb);
+  });
+  order.resize(std::min(order.size(), static_cast<size_t>(o.overlays)));
+  const fs::path overlay_dir = out / "overlays";
+  fs::remove_all(overlay_dir);  // a previous evaluation's overlays into this folder
+  json overlays = json::array();
+  if (!order.empty()) fs::create_directories(overlay_dir);
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const auto& e = result.images[order[rank]];
+    const cv::Mat image = model::decode_image(model::image_path(o.data, e.file));
+    std::vector<model::Polygon> det;
+    for (const auto& d : e.detections) det.push_back(d.polygon);
+    const std::string number = std::to_string(rank + 1);
+    const std::string name = std::string(number.size() < 2 ? "0" : "") + number + "-" +
+                             safe_file_name(fs::path(e.file).stem().string()) + ".png";
+    write_png(overlay_dir / name, model::draw_overlay(image, e.gt, e.gt_ignore, det));
+    overlays.push_back({{"rank", rank + 1},
+                        {"file", "overlays/" + name},
+                        {"image", e.file},
+                        {"hmean", e.metrics.hmean}});
+  }
+
+  const double inference_per_s = result.timing.inference_s > 0 ? n / result.timing.inference_s : 0.0;
+  const double post_ms = n > 0 ? 1e3 * result.timing.postprocess_s / n : 0.0;
+  const double match_ms = n > 0 ? 1e3 * result.timing.matching_s / n : 0.0;
+
+  json j;
+  j["schema_version"] = 1;
+  j["command"] = "eval";
+  j["weights"] = {{"path", weights_abs},
+                  {"format", loaded.format},
+                  {"step", loaded.step >= 0 ? json(loaded.step) : json(nullptr)},
+                  {"loaded", loaded.loaded},
+                  {"tensors", total},
+                  {"missing", loaded.missing},
+                  {"unexpected", loaded.unexpected}};
+  j["model"] = {{"encoder", "resnet" + std::to_string(depth)},
+                {"decoder", model::to_string(decoder_kind)}};
+  j["data"] = {{"root", fs::absolute(o.data).lexically_normal().string()},
+               {"format", scan.format},
+               {"images", n},
+               {"on_invalid", o.on_invalid},
+               {"defects", scan.defects.size()}};
+  j["settings"] = {{"size", o.size},
+                   {"side", o.side},
+                   {"batch_size", o.batch_size},
+                   {"device", o.device},
+                   {"threads", torch::get_num_threads()},
+                   {"binarize_thresh", post.binarize_thresh},
+                   {"box_thresh", post.box_thresh},
+                   {"unclip_ratio", post.unclip_ratio},
+                   {"max_candidates", post.max_candidates},
+                   {"min_size", post.min_size},
+                   {"iou_thresh", o.iou_thresh}};
+  j["overall"] = {{"precision", result.overall.precision},
+                  {"recall", result.overall.recall},
+                  {"hmean", result.overall.hmean},
+                  {"gt", result.overall.counts.gt},
+                  {"det", result.overall.counts.det},
+                  {"matched", result.overall.counts.matched}};
+  j["timing"] = {{"wall_s", wall},
+                 {"batches", result.timing.batches},
+                 {"preprocess_s", result.timing.preprocess_s},
+                 {"inference_s", result.timing.inference_s},
+                 {"inference_images_per_s", inference_per_s},
+                 {"postprocess_ms_per_image", post_ms},
+                 {"matching_ms_per_image", match_ms}};
+  j["overlays"] = std::move(overlays);
+  json images = json::array();
+  for (size_t i = 0; i < result.images.size(); ++i) {
+    images.push_back(image_json(result.images[i], scan.images[i].words));
+  }
+  j["images"] = std::move(images);
+  j["environment"] = json::parse(environment_json(collect_environment()));
+  write_file_atomically((out / "eval.json").string(),
+                        j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+
+  std::ostringstream md;
+  md << "# Evaluation of " << markdown_inline(fs::path(o.weights).filename().string()) << "\n\n"
+     << "**P " << fixed(result.overall.precision) << " · R " << fixed(result.overall.recall)
+     << " · H " << fixed(result.overall.hmean) << "** — " << result.overall.counts.matched
+     << " matched of " << result.overall.counts.gt << " ground truths and "
+     << result.overall.counts.det << " detections (ICDAR 2015, IoU > " << o.iou_thresh
+     << ", don't-care words excluded) on " << n << " images.\n\n"
+     << "| setting | value |\n|---|---|\n"
+     << "| weights | " << markdown_inline(weights_abs) << " (" << loaded.format
+     << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
+     << loaded.loaded << " of " << total << " tensors) |\n"
+     << "| model | " << arch << " |\n"
+     << "| data | " << markdown_inline(fs::absolute(o.data).lexically_normal().string()) << " ("
+     << scan.format << ") |\n"
+     << "| resize | " << o.side << " side " << o.size << ", padded to multiples of 32 |\n"
+     << "| post-processing | thresh " << post.binarize_thresh << ", box_thresh " << post.box_thresh
+     << ", unclip " << post.unclip_ratio << " |\n"
+     << "| speed | " << fixed(inference_per_s, 2) << " images/s inference (batch " << o.batch_size
+     << ", " << torch::get_num_threads() << " threads, " << o.device << "), "
+     << fixed(post_ms, 2) << " ms/image post-processing |\n\n"
+     << "## Per image\n\n| image | GT | det | matched | P | R | H |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& e : result.images) {
+    md << "| " << markdown_inline(e.file) << " | " << e.match.counts.gt << " | "
+       << e.match.counts.det << " | " << e.match.counts.matched << " | "
+       << fixed(e.metrics.precision) << " | " << fixed(e.metrics.recall) << " | "
+       << fixed(e.metrics.hmean) << " |\n";
+  }
+  if (!order.empty()) {
+    md << "\n## Worst images\n\nGround truth green, don't-care grey, predictions red.\n\n";
+    for (const auto& item : j["overlays"]) {
+      md << item["rank"].get<int64_t>() << ". " << markdown_inline(item["image"].get<std::string>())
+         << " (H " << fixed(item["hmean"].get<double>()) << ")\n\n   !["
+         << markdown_inline(item["image"].get<std::string>()) << "]("
+         << item["file"].get<std::string>() << ")\n\n";
+    }
+  }
+  write_file_atomically((out / "eval.md").string(), md.str());
+  claim.commit();
+
+  std::cout << "dbh eval: " << metrics_line(result.overall) << " on " << n << " images; "
+            << fixed(inference_per_s, 2) << " images/s inference, " << fixed(post_ms, 1)
+            << " ms/image post-processing\n"
+            << "output: " << fs::absolute(out).lexically_normal().string() << " (eval.json, eval.md"
+            << (order.empty() ? "" : ", overlays/") << ")\n";
+  return 0;
+}
+
+}  // namespace dbh::harness

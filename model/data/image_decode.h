@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <opencv2/core/mat.hpp>
+
+namespace dbh::model {
+
+/// Why an image file did not decode, in the words of a defect message:
+/// "expected <expected> at <file>, got <got>".
+struct DecodeFailure {
+  std::string expected;  ///< e.g. "a complete JPEG image"
+  std::string got;       ///< e.g. "a decode warning: Premature end of JPEG file"
+};
+
+/// Decodes an image file to BGR 8-bit whatever it holds: 8/16-bit,
+/// grayscale, alpha (dropped). EXIF orientation is ignored unless
+/// `apply_exif` (spec §11 pitfall 11: annotations usually refer to the stored
+/// pixels).
+///
+/// Decoding is strict: an image that is truncated or corrupt does not decode,
+/// even where OpenCV would return a partly grey image. JPEG streams (by their
+/// magic bytes, whatever the file name) are first read to the end with
+/// libjpeg, every libjpeg warning ("Premature end of JPEG file", "Corrupt
+/// JPEG data: …") counting as an error (check_jpeg_stream); PNG streams must
+/// end with an IEND chunk and every chunk must match its CRC
+/// (check_png_stream). The pixels then come from OpenCV, so an intact file
+/// decodes exactly as cv::imread decodes it.
+///
+/// Returns an empty Mat when the file cannot be decoded, and then fills
+/// `failure` (when not null) with what was expected and what was found.
+/// Never throws.
+cv::Mat decode_image(const std::string& path, bool apply_exif = false,
+                     DecodeFailure* failure = nullptr);
+
+/// Whether `data` starts with the JPEG (FF D8 FF) or PNG signature.
+bool is_jpeg_stream(const unsigned char* data, size_t size);
+bool is_png_stream(const unsigned char* data, size_t size);
+
+/// Reads a whole JPEG stream with libjpeg (headers, every scan, up to EOI)
+/// with an error manager that turns warnings into errors. Returns "" when
+/// the stream is complete, else what was found: "a decode warning: <libjpeg
+/// message>" or "a decode error: <libjpeg message>". JPEG carries no
+/// checksum: corrupt data shows where it breaks the stream's structure (a bad
+/// Huffman code, a misplaced marker, data missing or left over at the end),
+/// as truncation always does and a few flipped bits may not. The one
+/// warning about metadata (an unknown JFIF revision number) does not count:
+/// it says nothing about the image data. Never throws; thread-safe.
+std::string check_jpeg_stream(const unsigned char* data, size_t size);
+
+/// Walks the chunks of a PNG stream: each must be complete and match its
+/// CRC, the first must be IHDR, and the stream must reach IEND (bytes after
+/// IEND are ignored). Returns "" when the stream is complete, else what was
+/// found, e.g. "a truncated stream: it ends inside chunk IDAT (which
+/// starts at byte 33), before the IEND chunk". Does not inflate the image
+/// data (OpenCV's decoder checks it). Never throws.
+std::string check_png_stream(const unsigned char* data, size_t size);
+
+}  // namespace dbh::model

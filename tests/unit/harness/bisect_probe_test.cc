@@ -1,0 +1,194 @@
+// The probe cache's key and bounds, and what counts as an infrastructure
+// failure of a probe (harness/bisect/probe.h).
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "harness/bisect/probe.h"
+
+namespace dbh::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+class BisectProbeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::path(::testing::TempDir()) / "dbh-probe-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    fs::create_directories(dir_ / "data" / "images");
+    write(dir_ / "data" / "images" / "a.png", std::string(100, 'x'));
+    write(dir_ / "data" / "annotations.json", R"({"images": {"a.png": {"words": {}}}})");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static void write(const fs::path& p, const std::string& text) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+  }
+  // A scenario training on the dataset under dir_.
+  fs::path scenario() {
+    const fs::path p = dir_ / "s.yaml";
+    write(p, "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n" +
+                 "data: {source: real, path: data}\n");
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
+  const Scenario s = load_scenario(scenario().string());
+  const std::string f0 = input_fingerprint(s);
+  EXPECT_EQ(f0, input_fingerprint(s)) << "the fingerprint of unchanged files is stable";
+
+  // An image repaired in place: new size.
+  write(dir_ / "data" / "images" / "a.png", std::string(120, 'x'));
+  const std::string f1 = input_fingerprint(s);
+  EXPECT_NE(f1, f0);
+
+  // Only its mtime changes.
+  const auto image = dir_ / "data" / "images" / "a.png";
+  fs::last_write_time(image, fs::last_write_time(image) + std::chrono::seconds(5));
+  const std::string f2 = input_fingerprint(s);
+  EXPECT_NE(f2, f1);
+
+  // An annotation edited to the same size with its mtime put back: the
+  // content decides.
+  const auto ann = dir_ / "data" / "annotations.json";
+  const auto mtime = fs::last_write_time(ann);
+  write(ann, R"({"images": {"a.png": {"words": {}}}} )");
+  fs::last_write_time(ann, mtime);
+  const std::string f3a = input_fingerprint(s);
+  write(ann, R"({"images": {"a.png": {"words": {}}}}
+)");
+  fs::last_write_time(ann, mtime);
+  EXPECT_NE(input_fingerprint(s), f3a);
+
+  // A new file in the dataset folder.
+  const std::string f4 = input_fingerprint(s);
+  write(dir_ / "data" / "images" / "b.png", "y");
+  EXPECT_NE(input_fingerprint(s), f4);
+}
+
+TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
+  Scenario s = load_scenario(scenario().string());
+  s.data.source = "synthetic_boxes";
+  const std::string none = input_fingerprint(s);
+  s.model.weights = (dir_ / "w.pt").string();
+  write(s.model.weights, "weights v1");
+  const std::string w1 = input_fingerprint(s);
+  EXPECT_NE(w1, none);
+  write(s.model.weights, "weights v2 (longer)");
+  EXPECT_NE(input_fingerprint(s), w1);
+  s.train.resume_from = (dir_ / "missing.pt").string();
+  const std::string missing = input_fingerprint(s);
+  write(s.train.resume_from, "checkpoint");
+  EXPECT_NE(input_fingerprint(s), missing);
+}
+
+TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
+  Prober prober(scenario().string(), {}, (dir_ / "out").string(), (dir_ / "cache").string(), true);
+  const Scenario s = prober.load({});
+  const std::string k0 = prober.cache_key(s);
+  EXPECT_EQ(k0.size(), 32u);
+  EXPECT_EQ(k0, prober.cache_key(s));
+  EXPECT_NE(prober.cache_key(prober.load({"train.max_steps=7"})), k0);
+  write(dir_ / "data" / "images" / "a.png", "repaired");
+  const std::string k1 = prober.cache_key(s);
+  EXPECT_NE(k1, k0) << "a repaired dataset is a different probe";
+  prober.set_environment("torch 2.11.0, CUDA 13.0, cuDNN 9.19, NVIDIA H100");
+  EXPECT_NE(prober.cache_key(s), k1) << "another device or library is a different probe";
+  EXPECT_EQ(build_identity(), build_identity());
+  EXPECT_EQ(build_identity().size(), 32u);
+  EXPECT_EQ(machine_identity().size(), 32u);
+}
+
+TEST_F(BisectProbeTest, ProbeFoldersAreNeverShared) {
+  Prober a(scenario().string(), {}, (dir_ / "out").string(), "", true);
+  Prober b(scenario().string(), {}, (dir_ / "out").string(), "", true);
+  EXPECT_NE(a.session_dir(), b.session_dir());
+  EXPECT_TRUE(fs::is_directory(a.session_dir()));
+  EXPECT_EQ(fs::path(a.session_dir()).parent_path(), dir_ / "out" / "probes");
+}
+
+TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
+  const fs::path cache = dir_ / "cache";
+  fs::create_directories(cache);
+  const auto now = fs::file_time_type::clock::now();
+  for (int i = 0; i < 10; ++i) {
+    const fs::path p = cache / ("r" + std::to_string(i) + ".json");
+    write(p, std::string(1000, 'j'));
+    fs::last_write_time(p, now - std::chrono::minutes(10 - i));  // r0 oldest, r9 newest
+  }
+  write(cache / "notes.txt", std::string(5000, 'n'));  // not a result: never counted or removed
+  EXPECT_EQ(trim_probe_cache(cache.string(), 10000), 0);
+  EXPECT_EQ(trim_probe_cache(cache.string(), 4500), 6);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(fs::exists(cache / ("r" + std::to_string(i) + ".json")), i >= 6) << i;
+  }
+  EXPECT_TRUE(fs::exists(cache / "notes.txt"));
+  EXPECT_EQ(trim_probe_cache(cache.string(), 0), 4);
+}
+
+TEST_F(BisectProbeTest, CacheCapFromTheEnvironmentIsValidated) {
+  setenv("DBH_PROBE_CACHE_MIB", "lots", 1);
+  EXPECT_THROW(Prober(scenario().string(), {}, (dir_ / "out").string(), "", true), UsageError);
+  setenv("DBH_PROBE_CACHE_MIB", "16", 1);
+  EXPECT_NO_THROW(Prober(scenario().string(), {}, (dir_ / "out").string(), "", true));
+  unsetenv("DBH_PROBE_CACHE_MIB");
+}
+
+TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures) {
+  TrialAnalysis failed;
+  failed.outcome = Outcome::kFailed;
+  failed.failure.message = "non-finite activation (decoder.smooth3) at step 7";
+  EXPECT_EQ(infrastructure_failure(TrialResult{}, failed), "") << "an ordinary failure is an answer";
+
+  TrialResult disk;
+  disk.term_signal = 6;
+  disk.stderr_tail = "terminate called after throwing\nwrite /tmp/x/checkpoint-r0-s2.pt: No space left on device\n";
+  const std::string why = infrastructure_failure(disk, TrialAnalysis{});
+  EXPECT_NE(why.find("full disk"), std::string::npos) << why;
+  EXPECT_NE(why.find("No space left on device"), std::string::npos) << why;
+
+  TrialAnalysis writer;
+  writer.outcome = Outcome::kFailed;
+  writer.failure.message = "[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file data/3";
+  EXPECT_NE(infrastructure_failure(TrialResult{}, writer), "");
+
+  TrialResult spawn;
+  spawn.spawn_error = "cannot start /nonexistent/dbh: No such file or directory";
+  EXPECT_NE(infrastructure_failure(spawn, TrialAnalysis{}).find("expected a worker process"), std::string::npos);
+
+  TrialResult journal;
+  journal.journal_error = "/x/events.jsonl: expected a writable file, got a write error (No space left on device)";
+  EXPECT_NE(infrastructure_failure(journal, TrialAnalysis{}), "");
+
+  TrialResult stopped;
+  stopped.interrupted = true;
+  EXPECT_NE(infrastructure_failure(stopped, TrialAnalysis{}), "");
+}
+
+TEST(BisectInfrastructureTest, FailedBeforeTrainingMeansNoStepAtAll) {
+  TrialAnalysis a;
+  a.outcome = Outcome::kFailed;
+  EXPECT_TRUE(failed_before_training(a));
+  a.failure.step = 0;
+  EXPECT_FALSE(failed_before_training(a)) << "a failure at step 0 is a training failure";
+  a.failure.step.reset();
+  a.steps_completed = 2;
+  EXPECT_FALSE(failed_before_training(a));
+  TrialAnalysis passed;
+  passed.outcome = Outcome::kPassed;
+  EXPECT_FALSE(failed_before_training(passed));
+}
+
+}  // namespace
+}  // namespace dbh::harness
