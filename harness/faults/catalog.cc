@@ -75,6 +75,11 @@ const std::vector<FaultSpec>& fault_catalog() {
        {{"signal", ParamType::kString, false, "SIGSEGV", {"SIGSEGV", "SIGABRT", "SIGKILL", "SIGBUS"},
          ""}}},
       {"hang", "stop making progress at a step (no events, no exit)", {}},
+      {"nondeterminism",
+       "perturb one micro-batch's input by an amount that differs from process to process, as a "
+       "nondeterministic kernel does: repeated processes diverge exactly there",
+       {{"micro_batch", ParamType::kInt, false, "0", {}, "micro-batch of the step (below train.accumulation)"},
+        {"scale", ParamType::kDouble, false, "0.001", {}, "largest added value"}}},
       {"slow_data", "delay every batch",
        {{"seconds", ParamType::kDouble, false, "1", {}, "delay per batch"}}},
       {"leak", "retain tensors across in-process runs",

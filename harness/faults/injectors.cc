@@ -122,6 +122,7 @@ void FaultInjector::on_output(const std::string& name, torch::Tensor& output) {
 
 void FaultInjector::on_step_begin(int64_t step) {
   step_ = step;
+  micro_ = 0;
   for (size_t i = 0; i < faults_.size(); ++i) {
     const auto& f = faults_[i];
     if (!fires(i)) continue;
@@ -151,9 +152,19 @@ void FaultInjector::on_step_begin(int64_t step) {
 
 void FaultInjector::on_batch(int64_t step, model::Batch& b) {
   torch::NoGradGuard no_grad;
+  const int64_t micro = micro_++;
   for (size_t i = 0; i < faults_.size(); ++i) {
     const auto& f = faults_[i];
     if (!fires(i)) continue;
+    if (f.name == "nondeterminism") {
+      if (micro != f.get_int("micro_batch")) continue;
+      // The same in every step of one process, different between processes.
+      const double u = static_cast<double>(::getpid() % 997 + 1) / 997.0;
+      const double delta = f.get_double("scale") * u;
+      b.image.add_(delta);
+      fired(i, "", {{"micro_batch", micro}, {"added", delta}});
+      continue;
+    }
     if (f.name == "slow_data") {
       std::this_thread::sleep_for(std::chrono::duration<double>(f.get_double("seconds")));
       fired(i, "", {{"seconds", f.get_double("seconds")}});

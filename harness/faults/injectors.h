@@ -53,6 +53,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   std::string device_;
   int64_t run_ = 0;
   int64_t step_ = -1;
+  int64_t micro_ = 0;  // micro-batch of the step being loaded
   bool poisoned_ = false;
   model::DbNet* net_ = nullptr;
   torch::optim::Optimizer* optimizer_ = nullptr;

@@ -673,6 +673,12 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
              "\"" + p + "\"");
       }
     }
+    if (f.name == "nondeterminism" &&
+        (f.get_int("micro_batch") < 0 || f.get_int("micro_batch") >= s.train.accumulation)) {
+      fail(at("micro_batch"), path + ".micro_batch",
+           "a micro-batch below train.accumulation (" + std::to_string(s.train.accumulation) + ")",
+           f.get("micro_batch"));
+    }
     if ((f.name == "lr_spike" || f.name == "loss_scale_overflow") && f.get_double("factor") == 1.0) {
       fail(at("factor"), path + ".factor", "a factor other than 1", f.get("factor"));
     }

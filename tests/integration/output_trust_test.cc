@@ -159,5 +159,26 @@ TEST(GeneratedFilesTest, JUnitIsWellFormedForANameThatIsNotUtf8) {
   fs::remove_all(dir);
 }
 
+// With gradient accumulation a divergence in an early micro-batch leaves the
+// last micro-batch's loss identical; dbh must still name the step where the
+// processes parted, not the next one.
+TEST(RepeatTest, NamesTheFirstDivergentStepUnderAccumulation) {
+  const fs::path dir = fresh_dir("accum");
+  write_text(dir / "s.yaml", "include: " + std::string(DBH_SOURCE_DIR) +
+                                 "/scenarios/base/tiny-cpu.yaml\n"
+                                 "train: {max_steps: 4, accumulation: 2}\n"
+                                 "faults:\n  - {name: nondeterminism, at_step: 2, micro_batch: 0}\n"
+                                 "expect: {outcome: nondeterministic, step: 2}\n");
+  const auto r = dbh({"repeat", (dir / "s.yaml").string(), "--processes", "2", "--out", (dir / "out").string(), "-q"},
+                     dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto report = nlohmann::json::parse(read_text(dir / "out" / "report.json"));
+  EXPECT_EQ(report["outcome"], "nondeterministic") << report.dump(2);
+  EXPECT_EQ(report["failure"]["step"], 2) << report["failure"].dump(2);
+  EXPECT_NE(report["failure"]["message"].get<std::string>().find("first in micro-batch 0"), std::string::npos)
+      << report["failure"].dump(2);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dbh
