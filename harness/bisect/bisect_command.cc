@@ -222,10 +222,18 @@ Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOp
   }
   r.source = runs.front();
   r.baseline = runs.front();
-  for (const auto& p : runs) {
-    if (p.verdict == Verdict::kFail) {
-      r.baseline = p;
-      break;
+  // The failure being bisected: the one most reproduction runs show (the
+  // first of them on a tie), not merely the first, which may be a timeout of
+  // a busy machine.
+  int64_t best = 0;
+  for (const auto& candidate : runs) {
+    if (candidate.verdict != Verdict::kFail) continue;
+    const Signature sig = signature_of(candidate, decoder, plan.check_step);
+    int64_t same = 0;
+    for (const auto& p : runs) same += judge(p, sig) == Verdict::kFail ? 1 : 0;
+    if (same > best) {
+      best = same;
+      r.baseline = candidate;
     }
   }
   r.sig = signature_of(r.baseline, decoder, plan.check_step);

@@ -4,7 +4,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,11 +12,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <random>
-#include <set>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -28,16 +24,8 @@
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
 
-extern char** environ;
-
 namespace dbh::harness {
 namespace fs = std::filesystem;
-
-std::string self_exe() {
-  std::error_code ec;
-  const auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("dbh") : p.string();
-}
 
 ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir_text, int64_t index,
                            bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
@@ -70,274 +58,6 @@ TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text,
   if (!t.result.journal_error.empty()) throw ReportError(t.result.journal_error);
   if (stderr_tail != nullptr) *stderr_tail = t.result.stderr_tail;
   return std::move(t.analysis);
-}
-
-bool failed_before_training(const TrialAnalysis& a) {
-  return is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;
-}
-
-// ---------------------------------------------------------------------------
-// The cache key: the resolved scenario, the files the trial reads, the build
-// and the machine.
-
-namespace {
-
-// Two independent 64-bit FNV-1a lanes: a 128-bit digest, as 32 hex digits.
-class Digest {
- public:
-  Digest& add(const std::string& s) {
-    for (unsigned char c : s) mix(c);
-    mix(0xff);  // field separator: ("ab","c") differs from ("a","bc")
-    return *this;
-  }
-  Digest& add_bytes(const char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
-    return *this;
-  }
-  std::string hex() const {
-    char buf[33];
-    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a_),
-                  static_cast<unsigned long long>(b_));
-    return buf;
-  }
-
- private:
-  void mix(unsigned char c) {
-    a_ = (a_ ^ c) * 1099511628211ULL;
-    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * 1099511628211ULL;
-    b_ ^= b_ >> 29;
-  }
-  uint64_t a_ = 1469598103934665603ULL;
-  uint64_t b_ = 0x84222325cbf29ce4ULL;
-};
-
-struct Stamp {
-  bool exists = false;
-  int64_t size = 0;
-  int64_t mtime_ns = 0;
-  uint64_t inode = 0;
-  bool regular = false;
-};
-
-Stamp stamp_of(const std::string& path) {
-  Stamp st;
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) != 0) return st;
-  st.exists = true;
-  st.regular = S_ISREG(sb.st_mode);
-  st.size = static_cast<int64_t>(sb.st_size);
-  st.mtime_ns = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
-  st.inode = static_cast<uint64_t>(sb.st_ino);
-  return st;
-}
-
-std::string stamp_text(const Stamp& st) {
-  if (!st.exists) return "missing";
-  return std::to_string(st.size) + " " + std::to_string(st.mtime_ns) + " " + std::to_string(st.inode);
-}
-
-// Content digests of annotation files, by (path, size, mtime, inode): each
-// version of a file is read once per process.
-std::string content_digest(const std::string& path, const Stamp& st) {
-  static std::mutex mu;
-  static std::map<std::string, std::string> memo;
-  const std::string id = path + "\n" + stamp_text(st);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (const auto it = memo.find(id); it != memo.end()) return it->second;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "unreadable";
-  Digest d;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    d.add_bytes(buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  const std::string h = d.hex();
-  std::lock_guard<std::mutex> lock(mu);
-  memo[id] = h;
-  return h;
-}
-
-bool is_image_file(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  static const std::set<std::string> kImages = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff",
-                                                ".webp", ".gif", ".pgm", ".ppm", ".pbm", ".jp2"};
-  return kImages.count(ext) > 0;
-}
-
-// Annotation (and other non-image) files are fingerprinted by content too:
-// an edit within the same second and size must still count. Larger files are
-// taken by size and mtime_ns only.
-constexpr int64_t kContentDigestMaxBytes = int64_t{256} << 20;
-
-void add_file(Digest& d, const std::string& label, const std::string& path) {
-  d.add(label).add(path);
-  const Stamp st = stamp_of(path);
-  d.add(stamp_text(st));
-}
-
-void add_dataset(Digest& d, const std::string& root) {
-  d.add("dataset").add(root);
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) {
-    d.add(fs::exists(root, ec) ? "not a folder" : "missing");
-    return;
-  }
-  std::vector<std::pair<std::string, std::string>> entries;  // relative path → fingerprint
-  fs::recursive_directory_iterator it(
-      root, fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied, ec);
-  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it.depth() > 8) {
-      it.disable_recursion_pending();  // a symlink loop or an unusual tree
-      continue;
-    }
-    const std::string path = it->path().string();
-    const Stamp st = stamp_of(path);
-    if (!st.regular) continue;
-    std::string text = stamp_text(st);
-    if (!is_image_file(it->path()) && st.size <= kContentDigestMaxBytes) text += " " + content_digest(path, st);
-    entries.emplace_back(it->path().lexically_relative(root).string(), text);
-  }
-  if (ec) entries.emplace_back("(listing error)", ec.message());
-  std::sort(entries.begin(), entries.end());
-  for (const auto& [rel, text] : entries) d.add(rel).add(text);
-}
-
-std::string first_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-}  // namespace
-
-std::string input_fingerprint(const Scenario& s) {
-  Digest d;
-  if (s.data.source == "real" && !s.data.path.empty()) add_dataset(d, s.data.path);
-  if (!s.model.weights.empty()) add_file(d, "model.weights", s.model.weights);
-  if (!s.train.resume_from.empty()) add_file(d, "train.resume_from", s.train.resume_from);
-  return d.hex();
-}
-
-std::string build_identity() {
-  static const std::string identity = [] {
-    Digest d;
-    add_file(d, "exe", self_exe());
-    // Every shared library the process mapped: LibTorch, CUDA, cuDNN,
-    // OpenCV as this binary found them.
-    std::set<std::string> libs;
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      const auto slash = line.find('/');
-      if (slash == std::string::npos) continue;
-      const std::string path = line.substr(slash);
-      if (path.find(".so") != std::string::npos) libs.insert(path);
-    }
-    for (const auto& lib : libs) add_file(d, "lib", lib);
-    return d.hex();
-  }();
-  return identity;
-}
-
-std::string machine_identity() {
-  static const std::string identity = [] {
-    Digest d;
-    {
-      std::ifstream cpu("/proc/cpuinfo");
-      std::string line;
-      while (std::getline(cpu, line)) {
-        if (line.rfind("model name", 0) == 0) {
-          d.add("cpu").add(line);
-          break;
-        }
-      }
-      d.add("cores").add(std::to_string(std::thread::hardware_concurrency()));
-    }
-    d.add("nvidia").add(first_line("/proc/driver/nvidia/version"));
-    std::error_code ec;
-    std::vector<std::string> gpus;
-    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-      std::ifstream in(e.path() / "information");
-      std::string line, text;
-      while (std::getline(in, line)) {
-        if (line.rfind("Model:", 0) == 0 || line.rfind("GPU UUID:", 0) == 0 ||
-            line.rfind("Bus Location:", 0) == 0 || line.rfind("Video BIOS:", 0) == 0) {
-          text += line + "\n";
-        }
-      }
-      gpus.push_back(text);
-    }
-    std::sort(gpus.begin(), gpus.end());
-    for (const auto& g : gpus) d.add("gpu").add(g);
-    // Variables that choose devices, libraries or numerics in the worker.
-    static const char* kPrefixes[] = {"CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_",
-                                      "OMP_", "MKL_", "KMP_", "OPENBLAS_", "DBH_", "LD_LIBRARY_PATH",
-                                      "LD_PRELOAD"};
-    std::vector<std::string> vars;
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      const std::string kv = *e;
-      const std::string name = kv.substr(0, kv.find('='));
-      if (name == kSupervisorPidEnv || name == "DBH_PROBE_CACHE_MIB") continue;
-      for (const char* prefix : kPrefixes) {
-        if (name.rfind(prefix, 0) == 0) {
-          vars.push_back(kv);
-          break;
-        }
-      }
-    }
-    std::sort(vars.begin(), vars.end());
-    for (const auto& v : vars) d.add("env").add(v);
-    return d.hex();
-  }();
-  return identity;
-}
-
-std::string Prober::cache_key(const Scenario& s) const {
-  Digest d;
-  d.add("dbh probe cache key 2")
-      .add(resolved_json(s))
-      .add(input_fingerprint(s))
-      .add(build_identity())
-      .add(machine_identity())
-      .add(environment_);
-  return d.hex();
-}
-
-int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
-  struct Entry {
-    fs::file_time_type mtime;
-    int64_t size;
-    fs::path path;
-  };
-  std::vector<Entry> entries;
-  int64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
-    std::error_code ec2;
-    if (e.path().extension() != ".json" || !e.is_regular_file(ec2)) continue;
-    const auto size = static_cast<int64_t>(e.file_size(ec2));
-    const auto mtime = e.last_write_time(ec2);
-    if (ec2) continue;
-    entries.push_back({mtime, size, e.path()});
-    total += size;
-  }
-  if (total <= cap_bytes) return 0;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
-  int64_t removed = 0;
-  for (const auto& e : entries) {
-    if (total <= cap_bytes) break;
-    std::error_code ec2;
-    if (fs::remove(e.path, ec2)) {
-      total -= e.size;
-      ++removed;
-    }
-  }
-  return removed;
 }
 
 // ---------------------------------------------------------------------------
@@ -394,6 +114,8 @@ const std::string& Prober::session_dir() {
   throw ReportError(parent.string() + ": expected a free name for this bisection's probe folder, found none");
 }
 
+std::string Prober::cache_key(const Scenario& s) const { return probe_key(s, environment_); }
+
 Scenario Prober::load(const std::vector<std::string>& extra) const {
   auto all = base_overrides_;
   all.insert(all.end(), extra.begin(), extra.end());
@@ -436,18 +158,6 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
   } catch (const std::exception&) {
     return false;
   }
-}
-
-// What a worker writes when the disk or its quota is full.
-constexpr const char* kDiskFullMarkers[] = {"No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT",
-                                            "PytorchStreamWriter failed writing"};
-
-std::string excerpt_around(const std::string& text, const std::string& what) {
-  const auto at = text.find(what);
-  if (at == std::string::npos) return one_line(text.substr(0, 200));
-  const size_t from = text.rfind('\n', at) == std::string::npos ? 0 : text.rfind('\n', at) + 1;
-  const size_t to = std::min(text.find('\n', at), from + 300);
-  return one_line(text.substr(from, to - from));
 }
 
 // Whether the file system holding `dir` is (nearly) full: "" when it is not,
@@ -493,26 +203,6 @@ int64_t remove_weights(const fs::path& dir) {
 }
 
 }  // namespace
-
-std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a) {
-  if (!r.spawn_error.empty()) return "expected a worker process, got: " + r.spawn_error;
-  if (r.interrupted) return "the harness stopped the worker before it finished";
-  if (!r.journal_error.empty()) return r.journal_error;
-  std::vector<std::string> texts = {r.stderr_tail, a.failure.message};
-  texts.insert(texts.end(), a.failure.secondary.begin(), a.failure.secondary.end());
-  for (const auto& e : r.events) {
-    if (e.type == "error" || e.type == "warning") texts.push_back(e.get<std::string>("message", ""));
-  }
-  for (const auto& text : texts) {
-    for (const char* marker : kDiskFullMarkers) {
-      if (text.find(marker) != std::string::npos) {
-        return "expected a trial the disk could hold, got a full disk (\"" + excerpt_around(text, marker) +
-               "\"); free some space and run again";
-      }
-    }
-  }
-  return "";
-}
 
 int64_t Prober::release_checkpoints() {
   int64_t bytes = 0;

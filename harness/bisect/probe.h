@@ -57,18 +57,25 @@ inline constexpr int64_t kDiskFullBelowBytes = int64_t{64} << 20;
 inline constexpr int64_t kDefaultProbeCacheBytes = int64_t{32} << 20;
 
 /// Everything besides the resolved scenario that decides a trial's outcome,
-/// as text: the files the trial reads (every file of a real dataset folder
-/// with its path, size and mtime_ns, annotation files also by content;
-/// model.weights and train.resume_from likewise), missing ones as missing.
+/// as a digest: the files the trial reads (every file of a real dataset
+/// folder with its path, size, mtime_ns, ctime_ns and inode, annotation files
+/// also by content; model.weights and train.resume_from likewise), missing
+/// ones as missing.
 std::string input_fingerprint(const Scenario& s);
 /// The dbh build: the running binary and every shared library it mapped
-/// (path, size, mtime_ns, inode), which pins the LibTorch, CUDA and cuDNN it
+/// (path, size, mtime_ns, ctime_ns, inode), which pins the LibTorch, CUDA and cuDNN it
 /// links. Computed once per process.
 std::string build_identity();
 /// The machine: CPU model, NVIDIA driver and GPUs (model, UUID, bus), and the
 /// environment variables that steer devices and libraries (CUDA_*, CUDNN_*,
 /// TORCH_*, OMP_*, …). Computed once per process.
 std::string machine_identity();
+
+/// The probe cache key of `s`: a digest of its resolved scenario,
+/// input_fingerprint(s), build_identity(), machine_identity() and
+/// `environment` (text a caller that links LibTorch may add: versions,
+/// device). The files `s` reads are looked at again on every call.
+std::string probe_key(const Scenario& s, const std::string& environment = "");
 
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
 /// cannot stop a search), caches their results by a key that covers the

@@ -89,11 +89,20 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
 
 void write_metrics(const fs::path& path, const TrialAnalysis& a) {
   std::ostringstream csv;
-  csv << "run,step,loss,bce,l1,dice,lr,grad_norm,seconds,rss_bytes,loss_bits\n";
+  csv << "run,step,loss,bce,l1,dice,lr,grad_norm,seconds,rss_bytes,loss_bits,hmean,precision,recall\n";
   csv << std::setprecision(9);
   for (const auto& s : a.steps) {
     csv << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << "," << s.dice << ","
-        << s.lr << "," << s.grad_norm << "," << s.seconds << "," << s.rss_bytes << "," << s.loss_bits << "\n";
+        << s.lr << "," << s.grad_norm << "," << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
+    // A validation after this step (taken with step + 1 steps done).
+    const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const EvalRecord& r) {
+      return r.run == s.run && r.step == s.step + 1;
+    });
+    if (e != a.evals.end()) {
+      csv << "," << e->hmean << "," << e->precision << "," << e->recall << "\n";
+    } else {
+      csv << ",,,\n";
+    }
   }
   write_file_atomically(path.string(), csv.str());
 }
@@ -309,6 +318,14 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   }
   write_plot_png((out / "loss.png").string(), "loss parts per step: " + s.name, {"total", "bce", "l1", "dice"},
                  {loss, bce, l1, dice}, "loss");
+  if (!main.evals.empty()) {
+    std::vector<double> hmean, precision, recall;
+    for (const auto& e : main.evals) {
+      hmean.push_back(e.hmean), precision.push_back(e.precision), recall.push_back(e.recall);
+    }
+    write_plot_png((out / "hmean.png").string(), "validation per evaluation: " + s.name,
+                   {"h-mean", "precision", "recall"}, {hmean, precision, recall}, "metric");
+  }
   write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
   write_file_atomically((out / "repro.sh").string(),
                         "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) + ").\nset -e\ncd " +

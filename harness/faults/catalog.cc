@@ -16,7 +16,9 @@ std::string to_string(ParamType t) {
 const std::vector<ParamSpec>& schedule_params() {
   static const std::vector<ParamSpec> kParams = {
       {"at_step", ParamType::kInt, false, "0", {}, "first step (0-based) at which the fault fires"},
-      {"until_step", ParamType::kInt, false, "", {}, "last step it fires at (default: at_step only)"},
+      {"until_step", ParamType::kInt, false, "", {},
+       "last step it fires at (default: at_step only; every later step for the faults marked "
+       "\"from at_step on\")"},
       {"run", ParamType::kInt, false, "-1", {}, "in-process repeat it applies to (-1: every run)"},
   };
   return kParams;
@@ -84,6 +86,36 @@ const std::vector<FaultSpec>& fault_catalog() {
        {{"seconds", ParamType::kDouble, false, "1", {}, "delay per batch"}}},
       {"leak", "retain tensors across in-process runs",
        {{"bytes", ParamType::kBytes, false, "64MiB", {}, "retained per run"}}},
+      // Silent faults: the run stays finite but cannot learn. Each fires at
+      // every step from at_step on unless until_step says otherwise.
+      {"label_shift",
+       "shift the four label maps by (dx, dy) pixels against the image, as labels built for another "
+       "crop or padding are; uncovered pixels get background labels (from at_step on)",
+       {{"dx", ParamType::kInt, false, "16", {}, "pixels to the right (negative: to the left)"},
+        {"dy", ParamType::kInt, false, "16", {}, "pixels down (negative: up)"}},
+       true},
+      {"label_scale",
+       "scale the four label maps about the image centre against the image, as labels built for "
+       "another resize are; uncovered pixels get background labels (from at_step on)",
+       {{"factor", ParamType::kDouble, false, "2", {}, "scale (> 1: labels larger than the text)"}},
+       true},
+      {"wrong_normalisation",
+       "the image reaches the model wrongly normalised: black (every pixel 0 before the ImageNet "
+       "normalisation), saturated (every pixel 255), or unnormalised (the raw 0-255 pixel values) "
+       "(from at_step on)",
+       {{"kind", ParamType::kString, false, "black", {"black", "saturated", "unnormalised"}, ""}},
+       true},
+      {"lr_freeze", "set the learning rate to 0 (through the optimizer hook lr_spike uses; from at_step on)", {}, true},
+      {"label_swap",
+       "swap the four label maps of samples 0 and 1 of the batch: each image is trained on the "
+       "other's labels (needs data.batch_size >= 2; from at_step on)",
+       {},
+       true},
+      {"all_dont_care",
+       "make every word don't-care, as an inverted illegibility flag does: no text kernel, training "
+       "and threshold masks 0 where text is (from at_step on)",
+       {},
+       true},
   };
   return kCatalog;
 }

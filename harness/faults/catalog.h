@@ -23,6 +23,9 @@ struct FaultSpec {
   std::string name;
   std::string help;
   std::vector<ParamSpec> params;
+  /// Without an `until_step`, the fault fires at every step from `at_step`
+  /// on (a broken pipeline stays broken) instead of at `at_step` only.
+  bool from_at_step_on = false;
 };
 
 /// Every fault dbh can inject, in `dbh list faults` order.

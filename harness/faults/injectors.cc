@@ -15,6 +15,8 @@
 
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
+#include "model/eval/overlay.h"
+#include "model/label/label_maps.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -150,6 +152,115 @@ void FaultInjector::on_step_begin(int64_t step) {
   }
 }
 
+namespace {
+
+// Moves every label map of `t` so that output pixel (y, x) shows input pixel
+// (ys[y], xs[x]); an index of -1 marks a pixel no input pixel lands on, which
+// gets background labels: no text, trained on, the threshold map's minimum,
+// no threshold supervision.
+void remap_labels(model::DbTargets& t, const std::vector<int64_t>& ys, const std::vector<int64_t>& xs) {
+  const auto device = t.gt_shrink.device();
+  const auto to_tensor = [&](const std::vector<int64_t>& v) {
+    return torch::tensor(v, torch::kLong).to(device);
+  };
+  const auto yi = to_tensor(ys), xi = to_tensor(xs);
+  const auto covered =
+      (yi >= 0).view({1, 1, -1, 1}).logical_and((xi >= 0).view({1, 1, 1, -1}));  // [1, 1, H, W]
+  const auto ysrc = yi.clamp_min(0), xsrc = xi.clamp_min(0);
+  const auto move = [&](torch::Tensor& m, double background) {
+    m = torch::where(covered, m.index_select(2, ysrc).index_select(3, xsrc),
+                     torch::full({}, background, m.options()))
+            .contiguous();
+  };
+  move(t.gt_shrink, 0.0);
+  move(t.gt_shrink_mask, 1.0);
+  move(t.gt_thresh, model::LabelMapOptions().thresh_min);
+  move(t.gt_thresh_mask, 0.0);
+}
+
+// Source index of every output index for a shift by `d` pixels; -1 outside.
+std::vector<int64_t> shifted_indices(int64_t n, int64_t d) {
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t src = i - d;
+    out[static_cast<size_t>(i)] = src >= 0 && src < n ? src : -1;
+  }
+  return out;
+}
+
+// Source index of every output index for a scale by `factor` about the
+// centre (nearest neighbour); -1 outside.
+std::vector<int64_t> scaled_indices(int64_t n, double factor) {
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  const double c = (static_cast<double>(n) - 1.0) / 2.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double src = std::round(c + (static_cast<double>(i) - c) / factor);
+    out[static_cast<size_t>(i)] = src >= 0 && src < static_cast<double>(n) ? static_cast<int64_t>(src) : -1;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The silent faults on a batch; false when `f` is none of them.
+bool FaultInjector::apply_silent(size_t i, model::Batch& b) {
+  const auto& f = faults_[i];
+  auto& t = b.targets;
+  if (f.name == "wrong_normalisation") {
+    const std::string kind = f.get("kind");
+    for (int64_t c = 0; c < 3 && c < b.image.size(1); ++c) {
+      auto channel = b.image.select(1, c);
+      const double mean = model::kImageNetMean[c], std = model::kImageNetStd[c];
+      if (kind == "black") {
+        channel.fill_((0.0 - mean) / std);
+      } else if (kind == "saturated") {
+        channel.fill_((1.0 - mean) / std);
+      } else {  // unnormalised: the 8-bit pixel values, neither scaled to [0, 1] nor normalised
+        channel.mul_(std).add_(mean).mul_(255.0);
+      }
+    }
+    fired(i, "", {{"kind", kind}});
+    return true;
+  }
+  if (f.name == "label_shift") {
+    const int64_t dx = f.get_int("dx"), dy = f.get_int("dy");
+    remap_labels(t, shifted_indices(t.gt_shrink.size(2), dy), shifted_indices(t.gt_shrink.size(3), dx));
+    fired(i, "", {{"dx", dx}, {"dy", dy}});
+    return true;
+  }
+  if (f.name == "label_scale") {
+    const double factor = f.get_double("factor");
+    remap_labels(t, scaled_indices(t.gt_shrink.size(2), factor), scaled_indices(t.gt_shrink.size(3), factor));
+    fired(i, "", {{"factor", factor}});
+    return true;
+  }
+  if (f.name == "label_swap") {
+    if (b.size() < 2) return true;  // the scenario layer requires batch_size >= 2
+    const auto order = torch::tensor({int64_t{1}, int64_t{0}}, torch::kLong).to(t.gt_shrink.device());
+    const auto swap = [&](torch::Tensor& m) {
+      m = torch::cat({m.index_select(0, order), m.slice(0, 2)}).contiguous();
+    };
+    swap(t.gt_shrink);
+    swap(t.gt_shrink_mask);
+    swap(t.gt_thresh);
+    swap(t.gt_thresh_mask);
+    const auto id = [&](size_t k) { return k < b.sample_ids.size() ? b.sample_ids[k] : std::string(); };
+    fired(i, "", {{"samples", {id(0), id(1)}}});
+    return true;
+  }
+  if (f.name == "all_dont_care") {
+    // Where text is: its kernel or its dilated outline (the threshold mask).
+    const auto text = (t.gt_shrink > 0).logical_or(t.gt_thresh_mask > 0);
+    t.gt_shrink_mask = torch::where(text, torch::zeros({}, t.gt_shrink_mask.options()), t.gt_shrink_mask);
+    t.gt_shrink = torch::zeros_like(t.gt_shrink);
+    t.gt_thresh_mask = torch::zeros_like(t.gt_thresh_mask);
+    t.gt_thresh = torch::full_like(t.gt_thresh, model::LabelMapOptions().thresh_min);
+    fired(i, "", {{"text_pixels", text.sum().item<int64_t>()}});
+    return true;
+  }
+  return false;
+}
+
 void FaultInjector::on_batch(int64_t step, model::Batch& b) {
   torch::NoGradGuard no_grad;
   const int64_t micro = micro_++;
@@ -170,6 +281,7 @@ void FaultInjector::on_batch(int64_t step, model::Batch& b) {
       fired(i, "", {{"seconds", f.get_double("seconds")}});
       continue;
     }
+    if (apply_silent(i, b)) continue;
     torch::Tensor target;
     std::string what;
     float value = std::numeric_limits<float>::quiet_NaN();
@@ -236,6 +348,13 @@ void FaultInjector::on_before_optimizer(int64_t step, model::DbNet& net) {
         group.options().set_lr(lr);
       }
       fired(i, "", {{"factor", f.get_double("factor")}, {"lr", lr}});
+    } else if (f.name == "lr_freeze" && optimizer_ != nullptr) {
+      double scheduled = 0;
+      for (auto& group : optimizer_->param_groups()) {
+        scheduled = group.options().get_lr();
+        group.options().set_lr(0.0);
+      }
+      fired(i, "", {{"lr", 0.0}, {"scheduled_lr", scheduled}});
     }
   }
 }

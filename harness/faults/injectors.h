@@ -45,6 +45,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
 
  private:
   bool fires(size_t i) const;
+  bool apply_silent(size_t i, model::Batch& b);
   void fired(size_t i, const std::string& module, nlohmann::json detail = {});
   void hold_memory(int64_t bytes, bool host);
 

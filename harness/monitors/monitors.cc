@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+
+#include "model/eval/overlay.h"
 
 namespace dbh::harness {
 
@@ -28,8 +31,8 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-Monitors::Monitors(Mode mode, EventWriter& events, double loss_spike_factor)
-    : mode_(mode), events_(events), spike_factor_(loss_spike_factor) {}
+Monitors::Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent)
+    : mode_(mode), events_(events), spike_factor_(loss_spike_factor), silent_(silent) {}
 
 void Monitors::on_enter(const std::string& name) {
   last_module_ = name;
@@ -112,7 +115,14 @@ void Monitors::sample(const char* phase) {
   if (memory_probe_) phases_[phase] = memory_probe_();
 }
 
-void Monitors::on_forward(int64_t step, model::DbNetOutput& out) { sample("forward"); }
+void Monitors::on_forward(int64_t step, model::DbNetOutput& out) {
+  sample("forward");
+  if (silent_on() && out.probability.defined() && out.probability.numel() > 0) {
+    torch::NoGradGuard no_grad;
+    const auto [lo, hi] = torch::aminmax(out.probability.detach());
+    silent_probs_.push_back(torch::stack({lo, hi}).to(torch::kFloat32));
+  }
+}
 
 void Monitors::on_step_begin(int64_t step) {
   step_ = step;
@@ -121,6 +131,12 @@ void Monitors::on_step_begin(int64_t step) {
   sites_.clear();
   flags_.clear();
   grads_.clear();
+  silent_input_.clear();
+  silent_labels_.clear();
+  silent_probs_.clear();
+  words_.clear();
+  ids_.clear();
+  silent_stats_ = nlohmann::json::object();
 }
 
 void Monitors::on_batch(int64_t step, model::Batch& b) {
@@ -133,6 +149,23 @@ void Monitors::on_batch(int64_t step, model::Batch& b) {
   check(Site{"label", "gt_shrink_mask", ""}, b.targets.gt_shrink_mask);
   check(Site{"label", "gt_thresh", ""}, b.targets.gt_thresh);
   check(Site{"label", "gt_thresh_mask", ""}, b.targets.gt_thresh_mask);
+  if (!silent_on() || !b.image.defined() || !b.targets.gt_shrink.defined()) return;
+  // Note [Silent-failure monitors]: reductions only, read with the flags.
+  torch::NoGradGuard no_grad;
+  const int64_t n = b.size();
+  if (b.image.dim() == 4 && b.image.size(1) == 3) {
+    const auto x = b.image.detach().to(torch::kFloat32).flatten(2);  // [N, 3, H·W], a view when contiguous
+    const auto [lo, hi] = torch::aminmax(x, 2);
+    silent_input_.push_back(torch::stack({x.mean(2), lo, hi}));  // [3, N, 3]
+  }
+  const auto g = b.targets.gt_shrink.detach().to(torch::kFloat32).reshape({n, 1, -1});
+  const auto m = b.targets.gt_shrink_mask.detach().to(torch::kFloat32).reshape({n, -1, 1});
+  silent_labels_.push_back(torch::stack({torch::bmm(g, m).reshape({n}), g.sum({1, 2})}));  // [2, N]
+  for (int64_t k = 0; k < n; ++k) {
+    const auto i = static_cast<size_t>(k);
+    words_.push_back(i < b.words.size() ? b.words[i] : -1);
+    ids_.push_back(i < b.sample_ids.size() ? b.sample_ids[i] : "sample " + std::to_string(k));
+  }
 }
 
 void Monitors::on_loss(int64_t step, model::DbLossParts& loss) {
@@ -184,6 +217,15 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
 }
 
 void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
+  if (mode_ == Mode::kLocalise) {
+    // Localise mode synchronises anyway; the silent reductions get one read.
+    const auto parts = silent_parts();
+    if (!parts.empty()) {
+      const auto host = torch::cat(parts).to(torch::kCPU).contiguous();
+      judge_silent(step, host.data_ptr<float>());
+    }
+    return;
+  }
   if (mode_ != Mode::kCheap) return;
   if (norms.defined() && norms.numel() > 0) {
     torch::NoGradGuard no_grad;
@@ -194,12 +236,17 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
 }
 
 void Monitors::flush(int64_t step) {
-  if (flags_.empty()) return;
-  const auto flags = torch::stack(flags_).to(torch::kCPU);  // the one sync per step
-  const bool* f = flags.data_ptr<bool>();
+  // The finite flags and the silent reductions travel in one copy.
+  std::vector<torch::Tensor> parts;
+  if (!flags_.empty()) parts.push_back(torch::stack(flags_).to(torch::kFloat32));
+  const auto silent = silent_parts();
+  parts.insert(parts.end(), silent.begin(), silent.end());
+  if (parts.empty()) return;
+  const auto host = torch::cat(parts).to(torch::kCPU).contiguous();  // the one sync per step
+  const float* f = host.data_ptr<float>();
   std::vector<Site> bad;
   for (size_t i = 0; i < sites_.size(); ++i) {
-    if (!f[i]) continue;
+    if (f[i] == 0.0f) continue;
     if (sites_[i].kind != "gradients") {
       bad.push_back(sites_[i]);
       continue;
@@ -211,7 +258,10 @@ void Monitors::flush(int64_t step) {
       if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, module_of_parameter(name)});
     }
   }
-  if (bad.empty()) return;
+  if (bad.empty()) {
+    if (!silent.empty()) judge_silent(step, f + flags_.size());
+    return;
+  }
   // The first site in execution order is the primary finding; later ones are
   // consequences, reported as a count per kind.
   const Site first = bad.front();
@@ -228,6 +278,210 @@ void Monitors::flush(int64_t step) {
                           {"nonfinite_sites", counts}});
   throw DivergedError("non-finite " + first.kind + " in " + first.name + " at step " +
                       std::to_string(step));
+}
+
+std::vector<torch::Tensor> Monitors::silent_parts() const {
+  std::vector<torch::Tensor> parts;
+  if (!silent_on()) return parts;
+  for (const auto* group : {&silent_input_, &silent_labels_, &silent_probs_}) {
+    for (const auto& t : *group) parts.push_back(t.reshape({-1}));
+  }
+  return parts;
+}
+
+namespace {
+
+// `v` with `digits` decimals; no "-0.000" for a value that rounds to 0.
+std::string fixed(double v, int digits) {
+  if (std::fabs(v) < 0.5 * std::pow(10.0, -digits)) v = 0.0;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string step_range(int64_t from, int64_t to) {
+  return from == to ? "step " + std::to_string(from) : "steps " + std::to_string(from) + "–" + std::to_string(to);
+}
+
+}  // namespace
+
+void Monitors::silent_failure(int64_t step, const std::string& check, const std::string& kind,
+                              const std::string& site, const std::string& message,
+                              const std::vector<std::string>& evidence, nlohmann::json detail) {
+  nlohmann::json h = {{"run", run_},       {"step", step},
+                      {"check", check},    {"kind", kind},
+                      {"site", site},      {"module", ""},
+                      {"mode", mode_ == Mode::kLocalise ? "localise" : "cheap"},
+                      {"primary", true},   {"message", message},
+                      {"evidence", evidence}};
+  for (const auto& [k, v] : detail.items()) h[k] = v;
+  events_.emit("health", h);
+  throw SilentFailureError(message);
+}
+
+void Monitors::judge_silent(int64_t step, const float* v) {
+  // Input: per image, de-normalised to 0-255 per channel (affine, so mean,
+  // minimum and maximum carry over exactly, without the clamping a picture
+  // gets: values beyond white show a missing normalisation).
+  struct Image {
+    double mean = 0, min = INFINITY, max = -INFINITY;
+  };
+  std::vector<Image> images;
+  size_t off = 0;
+  for (const auto& t : silent_input_) {
+    const int64_t n = t.size(1);
+    for (int64_t k = 0; k < n; ++k) {
+      Image im;
+      for (int c = 0; c < 3; ++c) {
+        const auto at = [&](int q) { return static_cast<double>(v[off + static_cast<size_t>((q * n + k) * 3 + c)]); };
+        const double scale = 255.0 * model::kImageNetStd[c], shift = 255.0 * model::kImageNetMean[c];
+        im.mean += (at(0) * scale + shift) / 3.0;
+        im.min = std::min(im.min, at(1) * scale + shift);
+        im.max = std::max(im.max, at(2) * scale + shift);
+      }
+      images.push_back(im);
+    }
+    off += static_cast<size_t>(t.numel());
+  }
+  std::vector<double> inside, positives;
+  for (const auto& t : silent_labels_) {
+    const int64_t n = t.size(1);
+    for (int64_t k = 0; k < n; ++k) {
+      inside.push_back(v[off + static_cast<size_t>(k)]);
+      positives.push_back(v[off + static_cast<size_t>(n + k)]);
+    }
+    off += static_cast<size_t>(t.numel());
+  }
+  double prob_min = INFINITY, prob_max = -INFINITY;
+  for (size_t k = 0; k < silent_probs_.size(); ++k, off += 2) {
+    prob_min = std::min<double>(prob_min, v[off]);
+    prob_max = std::max<double>(prob_max, v[off + 1]);
+  }
+  double text_pixels = 0;
+  for (double x : inside) text_pixels += x;
+
+  silent_stats_ = nlohmann::json::object();
+  if (!images.empty()) {
+    double mean = 0, lo = INFINITY, hi = -INFINITY;
+    for (const auto& im : images) mean += im.mean / static_cast<double>(images.size()), lo = std::min(lo, im.min), hi = std::max(hi, im.max);
+    silent_stats_["input_mean"] = mean;
+    silent_stats_["input_min"] = lo;
+    silent_stats_["input_max"] = hi;
+  }
+  silent_stats_["text_pixels"] = text_pixels;
+  if (!silent_probs_.empty()) {
+    silent_stats_["prob_min"] = prob_min;
+    silent_stats_["prob_max"] = prob_max;
+  }
+  const auto name = [&](size_t k) { return k < ids_.size() ? ids_[k] : "sample " + std::to_string(k); };
+
+  // 1. Input black or saturated: the thresholds of model::looks_all_black
+  // (mean below 2, maximum below 10), and their mirror at white; a mean
+  // above white (260) is impossible for pixels normalised from [0, 1].
+  if (!images.empty()) {
+    size_t black = 0, saturated = 0, raw = 0;
+    for (const auto& im : images) {
+      if (im.mean < 2.0 && im.max < 10.0) {
+        ++black;
+      } else if ((im.mean > 253.0 && im.min > 245.0) || im.mean > 260.0) {
+        ++saturated;
+        if (im.mean > 260.0) ++raw;
+      }
+    }
+    if (black + saturated == images.size()) {
+      const std::string all = "all " + std::to_string(images.size()) + " image" + (images.size() == 1 ? "" : "s");
+      const double mean = silent_stats_["input_mean"].get<double>();
+      std::string what, first;
+      if (black == images.size()) {
+        what = "black";
+        first = "input mean " + fixed(mean, 3) + " (" + all + " black after de-normalisation: mean below 2 and " +
+                "maximum below 10 of 255) at step " + std::to_string(step);
+      } else if (saturated == images.size() && raw > 0) {
+        what = "saturated";
+        first = "input mean " + fixed(mean, 1) + " after de-normalisation, above white (255): " + all +
+                " saturated, as raw 0–255 pixel values that were never scaled to [0, 1] and normalised are, at step " +
+                std::to_string(step);
+      } else if (saturated == images.size()) {
+        what = "saturated";
+        first = "input mean " + fixed(mean, 3) + " (" + all + " saturated after de-normalisation: mean above 253 " +
+                "and minimum above 245 of 255) at step " + std::to_string(step);
+      } else {
+        what = "black or saturated";
+        first = "input mean " + fixed(mean, 3) + " after de-normalisation: " + all + " black or saturated (" +
+                std::to_string(black) + " black, " + std::to_string(saturated) + " saturated) at step " +
+                std::to_string(step);
+      }
+      std::string per_image = "de-normalised mean / min / max per image:";
+      for (size_t k = 0; k < images.size() && k < 8; ++k) {
+        per_image += (k ? ", " : " ") + name(k) + " " + fixed(images[k].mean, 1) + " / " + fixed(images[k].min, 1) +
+                     " / " + fixed(images[k].max, 1);
+      }
+      if (images.size() > 8) per_image += ", …";
+      silent_failure(step, "input_denormalised", "input", "image",
+                     "input " + what + " after de-normalisation at step " + std::to_string(step) + " (" + all + ")",
+                     {first, per_image,
+                      "the model trains on images with no text to see; a logged image of this batch looks " + what},
+                     {{"images", images.size()}, {"black", black}, {"saturated", saturated}, {"input_mean", mean}});
+    }
+  }
+
+  // 2. Labels without text where the annotations promise words.
+  {
+    std::vector<size_t> hit;
+    for (size_t k = 0; k < inside.size() && k < words_.size(); ++k) {
+      if (words_[k] > 0 && inside[k] < 0.5) hit.push_back(k);
+    }
+    if (!hit.empty()) {
+      const size_t k = hit.front();
+      const std::string in_all = positives[k] < 0.5 ? "none at all"
+                                                    : fixed(positives[k], 0) + " in all, every one masked out";
+      std::vector<std::string> evidence = {
+          "sample " + name(k) + ": " + std::to_string(words_[k]) + " legible word" + (words_[k] == 1 ? "" : "s") +
+              " of trainable size in its annotation, but 0 positive pixels of gt_shrink inside gt_shrink_mask (" +
+              in_all + ") at step " + std::to_string(step),
+          std::to_string(hit.size()) + " of " + std::to_string(inside.size()) +
+              " samples of the batch have legible words and no text to learn in their labels"};
+      std::string others;
+      for (size_t j = 0; j < inside.size(); ++j) {
+        others += (j ? ", " : "") + name(j) + " " + std::to_string(words_[j] < 0 ? 0 : words_[j]) + " words / " +
+                  fixed(inside[j], 0) + " kernel pixels";
+      }
+      evidence.push_back("per sample (legible words / positive kernel pixels inside the mask): " + others);
+      silent_failure(step, "labels_degenerate", "label", "gt_shrink",
+                     "labels without text at step " + std::to_string(step) + ": " + name(k) + " has " +
+                         std::to_string(words_[k]) + " legible words but no positive pixel inside the training mask",
+                     evidence,
+                     {{"sample", name(k)}, {"words", words_[k]}, {"inside_mask", inside[k]}, {"positives", positives[k]},
+                      {"samples_hit", hit.size()}});
+    }
+  }
+
+  // 3. Predictions collapsed: counted over steps whose labels hold text.
+  if (!silent_probs_.empty() && step >= silent_.collapse_after && text_pixels > 0) {
+    const double lo = silent_.collapse_margin, hi = 1.0 - silent_.collapse_margin;
+    if (prob_max < lo || prob_min > hi) {
+      if (collapsed_run_ == 0) collapsed_since_ = step;
+      ++collapsed_run_;
+    } else {
+      collapsed_run_ = 0;
+    }
+    if (collapsed_run_ >= silent_.collapse_steps) {
+      const bool low = prob_max < lo;
+      const std::string range = step_range(collapsed_since_, step);
+      const std::string first =
+          low ? "probability map entirely below " + fixed(lo, 3) + " (highest " + fixed(prob_max, 4) + ")"
+              : "probability map entirely above " + fixed(hi, 3) + " (lowest " + fixed(prob_min, 4) + ")";
+      silent_failure(
+          step, "predictions_collapsed", "prediction", "probability",
+          "predictions collapsed to " + std::string(low ? "0" : "1") + " over " + range,
+          {first + " for " + std::to_string(collapsed_run_) + " consecutive steps with text to find (" + range +
+               "), after a warm-up of " + std::to_string(silent_.collapse_after) + " steps",
+           "the labels of step " + std::to_string(step) + " hold " + fixed(text_pixels, 0) +
+               " positive kernel pixels inside the training mask; the model predicts " +
+               (low ? "text nowhere" : "text everywhere")},
+          {{"prob_min", prob_min}, {"prob_max", prob_max}, {"since", collapsed_since_}, {"steps", collapsed_run_}});
+    }
+  }
 }
 
 void Monitors::on_step_end(int64_t step, const model::StepResult& r) {

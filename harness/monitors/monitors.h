@@ -20,6 +20,22 @@ class DivergedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thrown by the silent-failure monitors to stop a run that stays finite but
+/// cannot learn (black input, labels without text, collapsed predictions);
+/// the health event describing it has been emitted already.
+class SilentFailureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thresholds of the silent-failure monitors (scenario `monitors:` keys).
+struct SilentOptions {
+  bool enabled = true;
+  int64_t collapse_after = 10;   // warm-up steps before predictions are judged
+  int64_t collapse_steps = 5;    // consecutive collapsed steps that fail the run
+  double collapse_margin = 0.02;  // all probabilities below it, or all above 1 − it
+};
+
 /// Finite checks on the batch, every named module's forward output, every
 /// loss part and every parameter gradient, plus memory, step time and loss
 /// spikes.
@@ -35,12 +51,32 @@ class DivergedError : public std::runtime_error {
 /// synchronises after every check and records the offending tensor's
 /// statistics, its first bad index and the statistics of the module output
 /// that fed it; it is meant for replays of a failing step.
+///
+/// Note [Silent-failure monitors]: beside the finite checks, each batch queues
+/// a few reductions that need no full-size temporary: per image and channel
+/// the mean, minimum and maximum of the input, per sample the positive kernel
+/// pixels of gt_shrink inside gt_shrink_mask (a dot product) and in all, and
+/// the minimum and maximum of the probability map. They travel with the finite
+/// flags in the same single copy to the host (cheap mode), so the step costs
+/// no extra synchronisation; localise mode reads them with one more. From
+/// them, in execution order: every image of the batch black or saturated once
+/// de-normalised (`input_denormalised`); a sample whose annotations promise
+/// legible words (Batch::words) with no positive kernel pixel inside the
+/// training mask (`labels_degenerate`); the probability map entirely near 0
+/// or near 1 for K consecutive steps with text to find, after a warm-up
+/// (`predictions_collapsed`). Each emits one primary `health` event with its
+/// evidence and stops the run with SilentFailureError. A finite failure in
+/// the same step takes precedence.
 class Monitors : public model::TrainerListener, public model::ModuleObserver {
  public:
   enum class Mode { kOff, kCheap, kLocalise };
-  Monitors(Mode mode, EventWriter& events, double loss_spike_factor);
+  Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent = {});
 
-  void set_run(int64_t run) { run_ = run; }
+  void set_run(int64_t run) {
+    run_ = run;
+    collapsed_run_ = 0;  // every in-process run is judged on its own
+    collapsed_since_ = -1;
+  }
   const std::string& last_module() const { return last_module_; }
   /// Samples memory at each phase of a step (data, forward, backward,
   /// optimizer) with `probe`.
@@ -49,6 +85,10 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   const nlohmann::json& phase_memory() const { return phases_; }
   /// The batch of the current (or last) step, kept by reference.
   const model::Batch& last_batch() const { return last_batch_; }
+  /// What the silent-failure monitors read in the last step (de-normalised
+  /// input mean/min/max, positive kernel pixels inside the training mask,
+  /// probability min/max); empty when they are off.
+  const nlohmann::json& silent_stats() const { return silent_stats_; }
   void on_forward(int64_t step, model::DbNetOutput& out) override;
 
   // ModuleObserver
@@ -71,6 +111,15 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   };
   void check(const Site& site, const torch::Tensor& t);
   void flush(int64_t step);
+  bool silent_on() const { return mode_ != Mode::kOff && silent_.enabled; }
+  /// The silent reductions of this step, flattened, in queue order.
+  std::vector<torch::Tensor> silent_parts() const;
+  /// Judges this step's silent reductions (`values` as read on the host,
+  /// laid out as silent_parts); throws SilentFailureError on a finding.
+  void judge_silent(int64_t step, const float* values);
+  [[noreturn]] void silent_failure(int64_t step, const std::string& check, const std::string& kind,
+                                   const std::string& site, const std::string& message,
+                                   const std::vector<std::string>& evidence, nlohmann::json detail);
   nlohmann::json stats(const torch::Tensor& t) const;
 
   Mode mode_;
@@ -93,6 +142,17 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   nlohmann::json phases_ = nlohmann::json::object();
   model::Batch last_batch_;
   void sample(const char* phase);
+
+  SilentOptions silent_;
+  // This step's queued silent reductions, one entry per micro-batch.
+  std::vector<torch::Tensor> silent_input_;   // [N, 3, 3]: de-normalised mean, min, max per image and channel
+  std::vector<torch::Tensor> silent_labels_;  // [2, N]: kernel pixels inside the training mask, in all
+  std::vector<torch::Tensor> silent_probs_;   // [2]: probability min, max
+  std::vector<int64_t> words_;                // per sample of the step; -1 when unknown
+  std::vector<std::string> ids_;              // per sample of the step
+  int64_t collapsed_run_ = 0;                 // consecutive collapsed steps with text
+  int64_t collapsed_since_ = -1;              // first step of that run
+  nlohmann::json silent_stats_ = nlohmann::json::object();
 };
 
 Monitors::Mode monitor_mode_from_string(const std::string& s);

@@ -110,6 +110,19 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   }
   j["steps_completed"] = main.steps_completed;
   j["overlays"] = main.overlays;
+  if (main.evaluator_self_check || !main.evals.empty()) {
+    ojson evals = ojson::array();
+    for (const auto& e : main.evals) {
+      evals.push_back({{"run", e.run}, {"step", e.step}, {"precision", e.precision}, {"recall", e.recall},
+                       {"hmean", e.hmean}, {"gt", e.gt}, {"det", e.det}, {"matched", e.matched},
+                       {"images", e.images}, {"prob_mean", e.prob_mean}, {"text_fraction", e.text_fraction},
+                       {"seconds", e.seconds}});
+    }
+    j["evaluation"] = {{"evaluator_self_check", main.evaluator_self_check ? ojson(*main.evaluator_self_check) : ojson()},
+                       {"evaluations", evals},
+                       {"final", evals.empty() ? ojson() : evals.back()},
+                       {"overlays", main.eval_overlays}};
+  }
   {
     ojson steps = ojson::array();
     for (const auto& st : main.steps) {
@@ -329,6 +342,25 @@ std::string report_markdown(const RunReport& r) {
           "grey: ignored, magenta: non-finite):";
     for (const auto& o : main.overlays) md << " [`" << o << "`](main/overlays/" << o << ")";
     md << "\n";
+  }
+  if (!main.evals.empty() || main.evaluator_self_check) {
+    md << "\nValidation (ICDAR 2015 protocol";
+    if (main.evaluator_self_check) {
+      md << "; evaluator self-check on the ground truth: h-mean " << fmt(*main.evaluator_self_check, 3);
+    }
+    md << "):\n\n| step | precision | recall | h-mean | matched / words | detections | mean P | seconds |\n"
+          "|---|---|---|---|---|---|---|---|\n";
+    for (const auto& e : main.evals) {
+      md << "| " << e.step << " | " << fmt(e.precision, 3) << " | " << fmt(e.recall, 3) << " | " << fmt(e.hmean, 3)
+         << " | " << e.matched << " / " << e.gt << " | " << e.det << " | " << fmt(e.prob_mean, 3) << " | "
+         << fmt(e.seconds, 1) << " |\n";
+    }
+    if (!main.eval_overlays.empty()) {
+      md << "\nWorst images at the last validation (green: ground truth, red: predictions, grey: don't care):";
+      for (const auto& o : main.eval_overlays) md << " [`" << o << "`](main/" << o << ")";
+      md << "\n";
+    }
+    md << "\n![h-mean per validation](hmean.png)\n";
   }
   md << "\n## Logs / Stack Trace\n\n";
   if (failed) {

@@ -306,7 +306,7 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
   f.name = r.string("name", "", names);
   const FaultSpec* spec = find_fault(f.name);
   f.at_step = r.integer("at_step", 0, 0, INT64_MAX);
-  f.until_step = r.integer("until_step", f.at_step, 0, INT64_MAX);
+  f.until_step = r.integer("until_step", spec->from_at_step_on ? INT64_MAX : f.at_step, 0, INT64_MAX);
   if (f.until_step < f.at_step) {
     fail(r.get("until_step")->loc, path + ".until_step",
          "a step >= at_step (" + std::to_string(f.at_step) + ")", std::to_string(f.until_step));
@@ -499,6 +499,32 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.data.validate = r.boolean("validate", true);
     s.data.preflight = r.boolean("preflight", true);
     s.data.samples = r.integer("samples", 64, 1, 1000000);
+    {
+      MapReader v(r.get("val"), "data.val", r.loc());
+      auto& val = s.data.val;
+      val.path = resolve_path(v.string("path", ""), v.get("path"));
+      if (!val.path.empty() && !fs::is_directory(val.path)) {
+        fail(v.get("path")->loc, "data.val.path", "an existing dataset folder", "\"" + val.path + "\"");
+      }
+      val.holdout = v.integer("holdout", 0, 0, 1000000);
+      if (val.holdout > 0 && !val.path.empty()) {
+        fail(v.get("holdout")->loc, "data.val.holdout", "0 when data.val.path names a validation dataset",
+             std::to_string(val.holdout));
+      }
+      if (val.holdout > 0 && s.data.source != "real") {
+        fail(v.get("holdout")->loc, "data.val.holdout", "data.source real (samples of a real dataset are held out)",
+             "data.source " + s.data.source);
+      }
+      val.size = v.integer("size", 736, 32, 8192);
+      if (val.size % 32 != 0) fail(v.get("size")->loc, "data.val.size", "a multiple of 32", std::to_string(val.size));
+      val.side = v.string("side", "short", {"short", "long"});
+      val.batch_size = v.integer("batch_size", 1, 1, 1024);
+      val.binarize_thresh = v.number("binarize_thresh", 0.3, 0.0, 1.0);
+      val.box_thresh = v.number("box_thresh", 0.7, 0.0, 1.0);
+      val.unclip_ratio = v.number("unclip_ratio", 1.5, 0.0, 100.0);
+      val.overlays = v.integer("overlays", 4, 0, 1000);
+      v.finish();
+    }
     if (const Value* sub = r.get("subset")) {
       if (!sub->is_seq()) fail(sub->loc, "data.subset", "a list of sample indices", sub->describe());
       for (const auto& x : sub->seq) {
@@ -532,6 +558,11 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
     s.train.stop_after = r.integer("stop_after", 0, 0, s.train.max_steps);
     s.train.mode = r.string("mode", "train", {"train", "ops"});
+    s.train.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
+    if (s.train.eval_every > 0 && !s.data.val.enabled()) {
+      fail(r.get("eval_every")->loc, "train.eval_every",
+           "a validation source (data.val.path or data.val.holdout) to evaluate on", "none");
+    }
     r.finish();
   }
   {
@@ -573,6 +604,20 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     MapReader r(root.get("monitors"), "monitors", root.loc());
     s.monitors.mode = r.string("mode", "cheap", {"cheap", "localise", "off"});
     s.monitors.loss_spike_factor = r.number("loss_spike_factor", 0.0, 0.0, 1e12);
+    s.monitors.hmean_collapse_ratio = r.number("hmean_collapse_ratio", 0.5, 0.0, 1.0);
+    s.monitors.hmean_zero_after = r.integer("hmean_zero_after", 0, 0, 1000000);
+    s.monitors.silent = r.boolean("silent", true);
+    s.monitors.collapse_after = r.integer("collapse_after", 10, 0, 100000000);
+    s.monitors.collapse_steps = r.integer("collapse_steps", 5, 1, 100000000);
+    s.monitors.collapse_margin = r.number("collapse_margin", 0.02, 0.0, 0.5, /*lo_open=*/true);
+    if (const Value* w = r.get("learning_window"); w != nullptr && !(w->is_scalar() && w->scalar == "auto")) {
+      int64_t v = 0;
+      if (!w->is_scalar() || !parse_int(w->scalar, &v) || v < 0 || (v > 0 && v < 4) || v > 100000000) {
+        fail(w->loc, "monitors.learning_window", "auto, 0 (off) or a number of steps >= 4", w->describe());
+      }
+      s.monitors.learning_window = v;
+    }
+    s.monitors.learning_min_drop = r.number("learning_min_drop", 0.05, 0.0, 1.0);
     r.finish();
   }
   if (const Value* faults = root.get("faults")) {
@@ -596,9 +641,21 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   // Sample indices must exist in the data the run will read.
   std::optional<int64_t> samples;
   if (s.data.source == "real") {
-    if (!s.data.subset.empty() ||
+    if (!s.data.subset.empty() || s.data.val.holdout > 0 ||
         std::any_of(s.faults.begin(), s.faults.end(), [](const FaultConfig& f) { return f.name == "corrupt_sample"; })) {
       samples = dataset_size(s.data.path);
+    }
+    if (samples && s.data.val.holdout > 0) {
+      const Value* data = tree.find("data");
+      const Value* val = data != nullptr && data->is_map() ? data->find("val") : nullptr;
+      const Value* h = val != nullptr && val->is_map() ? val->find("holdout") : nullptr;
+      if (s.data.val.holdout >= *samples) {
+        fail(h != nullptr ? h->loc : root.loc(), "data.val.holdout",
+             "fewer samples than the dataset's " + std::to_string(*samples) + " (some must be left to train on)",
+             std::to_string(s.data.val.holdout));
+      }
+      // Training sees the samples before the held-out ones.
+      samples = *samples - s.data.val.holdout;
     }
   } else {
     samples = s.data.samples;
@@ -682,6 +739,37 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if ((f.name == "lr_spike" || f.name == "loss_scale_overflow") && f.get_double("factor") == 1.0) {
       fail(at("factor"), path + ".factor", "a factor other than 1", f.get("factor"));
     }
+    // Silent label faults move, swap or mask text labels: random labels
+    // (synthetic_random) belong to no text, so there is nothing to break
+    // (tolerated when an override switched the source, as for corrupt_sample).
+    if (f.name == "label_shift" || f.name == "label_scale" || f.name == "label_swap" || f.name == "all_dont_care") {
+      const Value* data = tree.find("data");
+      const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
+      const bool overridden = source != nullptr && source->loc.file.rfind("<override", 0) == 0;
+      if (s.data.source == "synthetic_random" && !overridden) {
+        fail(fv.loc, path, f.name + " on labels of text (data.source real, synthetic_render or synthetic_boxes)",
+             "data.source synthetic_random, whose labels are noise");
+      }
+    }
+    if (f.name == "label_shift") {
+      if (f.get_int("dx") == 0 && f.get_int("dy") == 0) {
+        fail(at("dx"), path, "a shift other than dx 0, dy 0", "dx 0, dy 0");
+      }
+      for (const char* key : {"dx", "dy"}) {
+        if (std::abs(f.get_int(key)) > s.data.size) {
+          fail(at(key), path + "." + key, "a shift of at most data.size (" + std::to_string(s.data.size) + ") pixels",
+               f.get(key));
+        }
+      }
+    }
+    if (f.name == "label_scale" && (!(f.get_double("factor") > 0) || f.get_double("factor") == 1.0 ||
+                                    f.get_double("factor") > 1000)) {
+      fail(at("factor"), path + ".factor", "a factor > 0 and <= 1000, other than 1", f.get("factor"));
+    }
+    if (f.name == "label_swap" && s.data.batch_size < 2) {
+      fail(at("name"), path, "label_swap with data.batch_size >= 2 (it swaps the labels of samples 0 and 1)",
+           "data.batch_size " + std::to_string(s.data.batch_size));
+    }
   }
   {
     MapReader r(root.get("repeat"), "repeat", root.loc());
@@ -754,6 +842,14 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       s.expect.max_peak_memory = *b;
     }
     s.expect.data_dependent = r.opt_boolean("data_dependent");
+    if (r.get("min_hmean") != nullptr) {
+      s.expect.min_hmean = r.number("min_hmean", 0.0, 0.0, 1.0);
+      if (s.train.eval_every == 0) {
+        fail(r.get("min_hmean")->loc, "expect.min_hmean", "validation during training (train.eval_every > 0)",
+             "train.eval_every 0");
+      }
+    }
+    if (r.get("loss_drop") != nullptr) s.expect.loss_drop = r.number("loss_drop", 0.0, 0.0, 1.0);
     r.finish();
   }
   if (const Value* controls = root.get("controls")) {
@@ -894,7 +990,11 @@ std::string resolved_json(const Scenario& s) {
                {"num_workers", s.data.num_workers}, {"augment", s.data.augment},
                {"on_invalid", s.data.on_invalid}, {"validate", s.data.validate},
                {"preflight", s.data.preflight}, {"subset", s.data.subset},
-               {"samples", s.data.samples}};
+               {"samples", s.data.samples},
+               {"val", {{"path", s.data.val.path}, {"holdout", s.data.val.holdout}, {"size", s.data.val.size},
+                        {"side", s.data.val.side}, {"batch_size", s.data.val.batch_size},
+                        {"binarize_thresh", s.data.val.binarize_thresh}, {"box_thresh", s.data.val.box_thresh},
+                        {"unclip_ratio", s.data.val.unclip_ratio}, {"overlays", s.data.val.overlays}}}};
   j["train"] = {{"max_steps", s.train.max_steps},     {"optimizer", s.train.optimizer},
                 {"lr", s.train.lr},                   {"momentum", s.train.momentum},
                 {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
@@ -903,7 +1003,7 @@ std::string resolved_json(const Scenario& s) {
                 {"seed", s.train.seed},
                 {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every},
                 {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after},
-                {"mode", s.train.mode}};
+                {"mode", s.train.mode},               {"eval_every", s.train.eval_every}};
   j["hardware"] = {{"device", s.hardware.device},
                    {"cudnn_enabled", s.hardware.cudnn_enabled},
                    {"cudnn_benchmark", s.hardware.cudnn_benchmark},
@@ -912,7 +1012,14 @@ std::string resolved_json(const Scenario& s) {
                    {"memory_budget", std::to_string(s.hardware.memory_budget)},
                    {"profile", s.hardware.profile},
                    {"launch_blocking", s.hardware.launch_blocking}};
-  j["monitors"] = {{"mode", s.monitors.mode}, {"loss_spike_factor", s.monitors.loss_spike_factor}};
+  j["monitors"] = {{"mode", s.monitors.mode}, {"loss_spike_factor", s.monitors.loss_spike_factor},
+                   {"hmean_collapse_ratio", s.monitors.hmean_collapse_ratio},
+                   {"hmean_zero_after", s.monitors.hmean_zero_after},
+                   {"silent", s.monitors.silent}, {"collapse_after", s.monitors.collapse_after},
+                   {"collapse_steps", s.monitors.collapse_steps}, {"collapse_margin", s.monitors.collapse_margin},
+                   {"learning_window", s.monitors.learning_window < 0 ? nlohmann::ordered_json("auto")
+                                                                      : nlohmann::ordered_json(s.monitors.learning_window)},
+                   {"learning_min_drop", s.monitors.learning_min_drop}};
   j["faults"] = nlohmann::ordered_json::array();
   for (const auto& f : s.faults) {
     nlohmann::ordered_json fj;
@@ -935,6 +1042,8 @@ std::string resolved_json(const Scenario& s) {
   if (s.expect.deterministic) e["deterministic"] = *s.expect.deterministic;
   if (s.expect.max_peak_memory) e["max_peak_memory"] = std::to_string(*s.expect.max_peak_memory);
   if (s.expect.data_dependent) e["data_dependent"] = *s.expect.data_dependent;
+  if (s.expect.min_hmean) e["min_hmean"] = *s.expect.min_hmean;
+  if (s.expect.loss_drop) e["loss_drop"] = *s.expect.loss_drop;
   j["expect"] = e;
   j["controls"] = s.controls;
   // Scenario text may hold invalid UTF-8; replace it rather than throw.

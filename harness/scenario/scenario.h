@@ -31,6 +31,20 @@ struct DataConfig {
   int64_t samples = 64;            // synthetic_render: rendered images in the dataset
   /// Train on these dataset indices only (bisect data); empty = all.
   std::vector<int64_t> subset;
+  /// Validation during training (train.eval_every): a real dataset, or the
+  /// last `holdout` samples of the training dataset, held out of training.
+  struct Validation {
+    std::string path;            // dataset folder; "" = none
+    int64_t holdout = 0;         // last N training samples; 0 = none
+    int64_t size = 736;          // test-time size of the chosen side (multiple of 32)
+    std::string side = "short";  // short | long: which side becomes `size`
+    int64_t batch_size = 1;
+    double binarize_thresh = 0.3;
+    double box_thresh = 0.7;
+    double unclip_ratio = 1.5;
+    int64_t overlays = 4;        // overlays of the worst images at the last evaluation
+    bool enabled() const { return !path.empty() || holdout > 0; }
+  } val;
 };
 
 struct TrainConfig {
@@ -54,6 +68,9 @@ struct TrainConfig {
   /// train: the training loop; ops: basic tensor operations on the device
   /// only (the first rung of `dbh diagnose`).
   std::string mode = "train";
+  /// Evaluate on data.val every K optimizer steps and after the last one
+  /// (0 = never).
+  int64_t eval_every = 0;
 };
 
 struct HardwareConfig {
@@ -70,6 +87,31 @@ struct HardwareConfig {
 struct MonitorConfig {
   std::string mode = "cheap";      // cheap | localise | off
   double loss_spike_factor = 0.0;  // 0 = off
+  /// Validation h-mean falling below this fraction of its best value
+  /// (reached at >= 0.1) is a collapse; 0 = off.
+  double hmean_collapse_ratio = 0.5;
+  /// This many evaluations in a row with h-mean 0, the last one at the end of
+  /// the run, is a failure; 0 = off.
+  int64_t hmean_zero_after = 0;
+  /// Silent-failure checks (README "Silent failures"): input black or
+  /// saturated, labels without text, collapsed predictions, loss not
+  /// decreasing. On unless `silent: false` (and never with mode off).
+  bool silent = true;
+  /// Predictions collapsed: after `collapse_after` warm-up steps, the
+  /// probability map entirely below `collapse_margin` (or entirely above
+  /// 1 − collapse_margin) for `collapse_steps` consecutive steps whose labels
+  /// hold text.
+  int64_t collapse_after = 10;
+  int64_t collapse_steps = 5;
+  double collapse_margin = 0.02;
+  /// Loss not decreasing: over the first `learning_window` steps of a run,
+  /// the mean loss of the second half must lie below the first half's by at
+  /// least `learning_min_drop` (relative). -1 (`auto`): min(50, max_steps/2)
+  /// for runs of at least 40 steps that start from scratch (no
+  /// model.weights, no train.resume_from), else off; 0: off. A run with
+  /// fewer steps than the window is not judged.
+  int64_t learning_window = -1;
+  double learning_min_drop = 0.05;
 };
 
 /// One scheduled fault with its parameters (defaults filled in, as written).
@@ -108,6 +150,11 @@ struct Expectation {
   std::optional<bool> deterministic;
   std::optional<int64_t> max_peak_memory;
   std::optional<bool> data_dependent;
+  /// The last validation's h-mean is at least this.
+  std::optional<double> min_hmean;
+  /// The loss fell by at least this fraction: the mean of the last fifth of
+  /// the steps against the mean of the first fifth.
+  std::optional<double> loss_drop;
 };
 
 struct Scenario {

@@ -1,8 +1,12 @@
 #include "harness/supervisor/outcome.h"
 
+#include <sstream>
+
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -57,6 +61,75 @@ std::string class_for_health_kind(const std::string& kind) {
   if (kind == "gradient") return "nonfinite_gradient";
   return "nonfinite_loss";
 }
+
+// The checks of the silent-failure monitors, each also its failure class.
+bool is_silent_check(const std::string& check) {
+  return check == "input_denormalised" || check == "labels_degenerate" || check == "predictions_collapsed";
+}
+
+std::string decimals(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// The window monitors.learning_window resolves to for `s`; 0: not judged.
+int64_t learning_window(const Scenario& s) {
+  if (!s.monitors.silent || s.monitors.mode == "off") return 0;
+  if (s.monitors.learning_window >= 0) return s.monitors.learning_window;
+  // auto: runs long enough to judge, from scratch (a loss that starts from
+  // trained weights may already sit at its floor).
+  if (s.train.max_steps < 40 || !s.model.weights.empty() || !s.train.resume_from.empty()) return 0;
+  return std::min<int64_t>(50, s.train.max_steps / 2);
+}
+
+// Loss not decreasing (`not_learning`): over the first W steps of each
+// in-process run, the mean loss of the second half must lie below the first
+// half's by monitors.learning_min_drop. Runs shorter than W are not judged.
+void judge_learning(TrialAnalysis& a, const Scenario& s) {
+  const int64_t w = learning_window(s);
+  if (w <= 0) return;
+  std::map<int64_t, std::vector<const StepRecord*>> runs;
+  for (const auto& st : a.steps) runs[st.run].push_back(&st);
+  for (const auto& [run, steps] : runs) {
+    if (static_cast<int64_t>(steps.size()) < w) continue;
+    const size_t half = static_cast<size_t>(w / 2), end = static_cast<size_t>(w);
+    double first = 0, second = 0, grad = 0;
+    for (size_t i = 0; i < half; ++i) first += steps[i]->loss / static_cast<double>(half);
+    for (size_t i = half; i < end; ++i) second += steps[i]->loss / static_cast<double>(end - half);
+    for (size_t i = 0; i < end; ++i) grad += steps[i]->grad_norm / static_cast<double>(end);
+    if (!(first > 0) || !std::isfinite(first) || !std::isfinite(second)) continue;
+    const double change = second / first - 1.0;
+    if (-change >= s.monitors.learning_min_drop) continue;
+    const int64_t s0 = steps.front()->step, s1 = steps[end - 1]->step, sh = steps[half]->step;
+    const std::string range = std::to_string(s0) + "–" + std::to_string(s1);
+    const std::string pct = (change < 0 ? "−" : "+") + decimals(std::fabs(100 * change), 1) + " %";
+    const std::string expected = "expected at least −" + decimals(100 * s.monitors.learning_min_drop, 1) + " %";
+    Failure& f = a.failure;
+    a.outcome = Outcome::kFailed;
+    f.klass = "not_learning";
+    f.step = s1;
+    f.run = run;
+    f.message = "loss not decreasing over steps " + range + ": " + decimals(first, 3) + " → " + decimals(second, 3) +
+                " (" + pct + ", " + expected + ")";
+    f.evidence.push_back("loss " + decimals(first, 3) + " → " + decimals(second, 3) + " over steps " + range + " (" +
+                         pct + ", " + expected + "): the mean of steps " + std::to_string(sh) + "–" +
+                         std::to_string(s1) + " against the mean of steps " + std::to_string(s0) + "–" +
+                         std::to_string(steps[half - 1]->step));
+    f.evidence.push_back("gradients were not zero (mean norm " + decimals(grad, 4) +
+                         ") and the scheduled learning rate went from " + decimals(steps.front()->lr, 6) + " to " +
+                         decimals(steps[end - 1]->lr, 6) + ": the updates do not reduce the loss");
+    f.evidence.push_back(std::string("window: monitors.learning_window ") +
+                         (s.monitors.learning_window < 0 ? "auto (min(50, max_steps/2) = " + std::to_string(w) + ")"
+                                                         : std::to_string(w)) +
+                         " steps, margin monitors.learning_min_drop " + decimals(s.monitors.learning_min_drop, 3));
+    return;
+  }
+}
+}  // namespace
+
+namespace {
+void judge_evaluation(TrialAnalysis& a, const Scenario& s);
 }  // namespace
 
 TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb,
@@ -73,10 +146,35 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   std::string done_status;
   std::vector<const Event*> errors;
   const Event* primary_health = nullptr;
+  const Event* silent_health = nullptr;
   std::optional<int64_t> open_step, open_run;
   for (const auto& e : r.events) {
     if (e.type == "hello") {
       a.scenario_hash = e.get<std::string>("scenario_hash", "");
+    } else if (e.type == "eval") {
+      EvalRecord ev;
+      ev.run = e.get<int64_t>("run", 0);
+      ev.step = e.get<int64_t>("step", 0);
+      ev.precision = e.get<double>("precision", 0);
+      ev.recall = e.get<double>("recall", 0);
+      ev.hmean = e.get<double>("hmean", 0);
+      ev.gt = e.get<int64_t>("gt", 0);
+      ev.det = e.get<int64_t>("det", 0);
+      ev.matched = e.get<int64_t>("matched", 0);
+      ev.images = e.get<int64_t>("images", 0);
+      ev.prob_mean = e.get<double>("prob_mean", 0);
+      ev.text_fraction = e.get<double>("text_fraction", 0);
+      ev.seconds = e.get<double>("seconds", 0);
+      ev.det_reference = e.get<int64_t>("det_reference", -1);
+      a.evals.push_back(ev);
+    } else if (e.type == "eval_check") {
+      a.evaluator_self_check = e.get<double>("hmean", 0);
+    } else if (e.type == "eval_overlays") {
+      if (const auto it = e.body.find("files"); it != e.body.end() && it->is_array()) {
+        for (const auto& f : *it) {
+          if (f.is_string()) a.eval_overlays.push_back(f.get<std::string>());
+        }
+      }
     } else if (e.type == "step_begin") {
       open_step = e.get<int64_t>("step", 0);
       open_run = e.get<int64_t>("run", 0);
@@ -144,6 +242,10 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       if (e.get<bool>("primary", false) && e.get<std::string>("check", "") == "finite" &&
           primary_health == nullptr) {
         primary_health = &e;
+      }
+      if (e.get<bool>("primary", false) && is_silent_check(e.get<std::string>("check", "")) &&
+          silent_health == nullptr) {
+        silent_health = &e;
       }
     } else if (e.type == "error") {
       if (e.get<std::string>("kind", "") == "harness") {
@@ -228,6 +330,18 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       f.evidence.push_back("non-finite sites that step (consequences included): " +
                            h.body["nonfinite_sites"].dump());
     }
+  } else if (silent_health != nullptr) {
+    // Finite but unable to learn: the silent-failure monitors' finding.
+    a.outcome = Outcome::kFailed;
+    const auto& h = *silent_health;
+    a.primary_health = h.body;
+    f.klass = h.get<std::string>("check", "");
+    f.step = h.get<int64_t>("step", 0);
+    f.run = h.get<int64_t>("run", 0);
+    f.module = h.get<std::string>("module", "");
+    f.message = h.get<std::string>("message", "");
+    f.evidence = h.get<std::vector<std::string>>("evidence", {});
+    if (f.evidence.empty()) f.evidence.push_back(f.message);
   } else if (first_error != nullptr) {
     a.outcome = Outcome::kFailed;
     const auto& e = *first_error;
@@ -289,9 +403,100 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         }
       }
     }
+    if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
+    if (a.outcome == Outcome::kPassed) judge_learning(a, s);
   }
   return a;
 }
+
+namespace {
+
+std::string fixed(double v, int digits = 3) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(digits);
+  o << v;
+  return o.str();
+}
+
+// A run that trained without an error but whose validation says it learned
+// nothing, or forgot what it learned, or whose evaluator cannot be trusted.
+void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
+  Failure& f = a.failure;
+  if (a.evaluator_self_check && *a.evaluator_self_check < 0.999) {
+    a.outcome = Outcome::kFailed;
+    f.klass = "evaluator_broken";
+    f.message = "the evaluator scored the ground truth itself at h-mean " + fixed(*a.evaluator_self_check) +
+                " (expected 1.000): its metrics cannot be trusted";
+    f.evidence.push_back(f.message);
+    return;
+  }
+  if (a.evals.empty()) return;
+  const EvalRecord& last = a.evals.back();
+  // The reference settings find boxes in the maps, the scenario's keep none:
+  // the post-processing settings drop every box.
+  {
+    const bool any_boxes = std::any_of(a.evals.begin(), a.evals.end(), [](const EvalRecord& e) { return e.det > 0; });
+    const auto ref = std::max_element(a.evals.begin(), a.evals.end(), [](const EvalRecord& x, const EvalRecord& y) {
+      return x.det_reference < y.det_reference;
+    });
+    if (!any_boxes && ref->det_reference > 0) {
+      a.outcome = Outcome::kFailed;
+      f.klass = "postprocess_drops_all";
+      f.step = ref->step - 1;  // the 0-based step the evaluation followed
+      f.message = "post-processing kept no box at any of " + std::to_string(a.evals.size()) +
+                  " evaluation(s), where the reference settings keep " + std::to_string(ref->det_reference) +
+                  " on the same probability maps (after step " + std::to_string(ref->step - 1) + ")";
+      f.evidence.push_back(f.message);
+      f.evidence.push_back("post-processing: binarize_thresh " + fixed(s.data.val.binarize_thresh, 2) +
+                           ", box_thresh " + fixed(s.data.val.box_thresh, 2) + ", unclip_ratio " +
+                           fixed(s.data.val.unclip_ratio, 2));
+      return;
+    }
+  }
+  double best = 0;
+  int64_t best_step = 0;
+  for (const auto& e : a.evals) {
+    if (e.hmean > best) best = e.hmean, best_step = e.step;
+  }
+  if (s.monitors.hmean_collapse_ratio > 0 && best >= 0.1 && last.hmean < s.monitors.hmean_collapse_ratio * best) {
+    a.outcome = Outcome::kFailed;
+    f.klass = "hmean_collapse";
+    f.step = last.step - 1;
+    f.message = "validation h-mean collapsed from " + fixed(best) + " after step " + std::to_string(best_step - 1) +
+                " to " + fixed(last.hmean) + " after step " + std::to_string(last.step - 1);
+    f.evidence.push_back(f.message);
+    return;
+  }
+  const int64_t zeros_needed = s.monitors.hmean_zero_after;
+  if (zeros_needed > 0 && static_cast<int64_t>(a.evals.size()) >= zeros_needed) {
+    const bool all_zero = std::all_of(a.evals.end() - zeros_needed, a.evals.end(),
+                                      [](const EvalRecord& e) { return e.hmean == 0; });
+    if (all_zero) {
+      a.outcome = Outcome::kFailed;
+      f.klass = "hmean_zero";
+      f.step = last.step - 1;
+      f.message = "validation h-mean stayed 0.000 for the last " + std::to_string(zeros_needed) +
+                  " evaluations (through step " + std::to_string(last.step - 1) + "): " + std::to_string(last.det) +
+                  " detection(s) for " + std::to_string(last.gt) + " words, probability mean " +
+                  fixed(last.prob_mean);
+      f.evidence.push_back(f.message);
+    }
+  }
+}
+
+// Relative drop of the mean loss from the first fifth of the steps to the
+// last fifth (at least one step each).
+std::optional<double> loss_drop_of(const TrialAnalysis& a) {
+  if (a.steps.size() < 2) return std::nullopt;
+  const size_t k = std::max<size_t>(1, a.steps.size() / 5);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < k; ++i) first += a.steps[i].loss, last += a.steps[a.steps.size() - 1 - i].loss;
+  if (!(first > 0)) return std::nullopt;
+  return 1.0 - last / first;
+}
+
+}  // namespace
 
 bool expectation_met(const Expectation& e, const TrialAnalysis& a, std::vector<std::string>* why) {
   bool ok = true;
@@ -314,6 +519,21 @@ bool expectation_met(const Expectation& e, const TrialAnalysis& a, std::vector<s
     const std::string& m = a.failure.module;
     const bool match = m == *e.module || m.rfind(*e.module + ".", 0) == 0;
     if (!match) miss("module: expected " + *e.module + ", got " + (m.empty() ? "none" : m));
+  }
+  if (e.min_hmean) {
+    if (a.evals.empty()) {
+      miss("min_hmean: expected at least " + fixed(*e.min_hmean) + ", got no evaluation");
+    } else if (a.evals.back().hmean < *e.min_hmean) {
+      miss("min_hmean: expected at least " + fixed(*e.min_hmean) + ", got " + fixed(a.evals.back().hmean) +
+           " after step " + std::to_string(a.evals.back().step - 1));
+    }
+  }
+  if (e.loss_drop) {
+    const auto drop = loss_drop_of(a);
+    if (!drop || *drop < *e.loss_drop) {
+      miss("loss_drop: expected the loss to fall by at least " + fixed(100 * *e.loss_drop, 1) + " %, got " +
+           (drop ? fixed(100 * *drop, 1) + " %" : std::string("too few steps to tell")));
+    }
   }
   if (e.max_peak_memory && a.peak_memory_bytes > *e.max_peak_memory) {
     miss("max_peak_memory: expected at most " + format_bytes(*e.max_peak_memory) + ", got " +

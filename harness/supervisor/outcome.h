@@ -62,6 +62,20 @@ struct StepRecord {
   nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
 };
 
+/// One validation during training (an `eval` event).
+struct EvalRecord {
+  int64_t run = 0;
+  int64_t step = 0;  // optimizer steps taken before the evaluation
+  double precision = 0, recall = 0, hmean = 0;
+  int64_t gt = 0, det = 0, matched = 0, images = 0;
+  /// Mean over images of the probability map's mean and text fraction.
+  double prob_mean = 0, text_fraction = 0;
+  double seconds = 0;
+  /// Detections the reference post-processing settings give on the same
+  /// maps, when the scenario's settings differ from them; −1 otherwise.
+  int64_t det_reference = -1;
+};
+
 /// A trial's result turned into values.
 struct TrialAnalysis {
   Outcome outcome = Outcome::kUnresolved;
@@ -87,6 +101,12 @@ struct TrialAnalysis {
   /// Overlays of the failing batch written by the worker (file names under
   /// the trial's overlays/ folder).
   std::vector<std::string> overlays;
+  /// Validations during training, in order, and the evaluator self-check
+  /// (h-mean of the ground truth scored as predictions; 1.0 when sound).
+  std::vector<EvalRecord> evals;
+  std::optional<double> evaluator_self_check;
+  /// Overlays of the last validation's worst images (paths in the trial folder).
+  std::vector<std::string> eval_overlays;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };

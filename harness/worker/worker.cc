@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/faults/injectors.h"
 #include "harness/monitors/monitors.h"
 #include "harness/proto/events.h"
@@ -21,6 +23,9 @@
 #include "harness/worker/event_writer.h"
 #include "harness/worker/memory_budget.h"
 #include "model/data/dataset.h"
+#include "model/data/image_decode.h"
+#include "model/data/scan.h"
+#include "model/eval/infer.h"
 #include "model/eval/overlay.h"
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
@@ -139,6 +144,78 @@ std::vector<std::string> write_batch_overlays(const model::Batch& b, const fs::p
 
 }  // namespace
 
+// Validation during training (train.eval_every): the images of data.val, or
+// the samples held out of the training dataset.
+struct Validation {
+  std::string root;
+  std::vector<model::ImageAnnotation> images;
+};
+
+model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess) {
+  model::PostprocessOptions pp;
+  if (!reference_postprocess) {
+    pp.binarize_thresh = s.data.val.binarize_thresh;
+    pp.box_thresh = s.data.val.box_thresh;
+    pp.unclip_ratio = s.data.val.unclip_ratio;
+  }
+  return model::InferenceOptions()
+      .size(s.data.val.size)
+      .side(model::resize_side_from_string(s.data.val.side))
+      .batch_size(s.data.val.batch_size)
+      .device(s.hardware.device)
+      .channels_last(s.train.channels_last)
+      .postprocess(pp);
+}
+
+// Evaluates `net` and emits an `eval` event; at the last evaluation also
+// writes overlays of the worst images. Training mode is restored by
+// evaluate().
+void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step, bool last,
+              const fs::path& run_dir, EventWriter& events) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto result = model::evaluate(net, v.root, v.images, inference_options(s, false));
+  double prob_mean = 0, text_fraction = 0;
+  for (const auto& e : result.images) prob_mean += e.probability.mean, text_fraction += e.probability.text_fraction;
+  const double n = std::max<double>(1.0, static_cast<double>(result.images.size()));
+  nlohmann::json body = {{"run", run},
+                         {"step", step},
+                         {"precision", result.overall.precision},
+                         {"recall", result.overall.recall},
+                         {"hmean", result.overall.hmean},
+                         {"gt", result.overall.counts.gt},
+                         {"det", result.overall.counts.det},
+                         {"matched", result.overall.counts.matched},
+                         {"images", result.images.size()},
+                         {"prob_mean", prob_mean / n},
+                         {"text_fraction", text_fraction / n}};
+  const auto& val = s.data.val;
+  const model::PostprocessOptions reference;
+  const bool custom = val.binarize_thresh != reference.binarize_thresh || val.box_thresh != reference.box_thresh ||
+                      val.unclip_ratio != reference.unclip_ratio;
+  if (custom && result.overall.counts.det == 0) {
+    // Would the reference settings keep boxes in these maps? Tells broken
+    // post-processing settings from a model that finds nothing.
+    body["det_reference"] = model::evaluate(net, v.root, v.images, inference_options(s, true)).overall.counts.det;
+  }
+  body["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  events.emit("eval", body);
+  if (!last || val.overlays == 0) return;
+  std::vector<std::string> files;
+  const fs::path dir = run_dir / "eval-overlays";
+  fs::create_directories(dir);
+  for (const size_t i : model::worst_images(result, static_cast<size_t>(val.overlays))) {
+    const auto& e = result.images[i];
+    std::vector<model::Polygon> det;
+    for (const auto& d : e.detections) det.push_back(d.polygon);
+    const cv::Mat image = model::decode_image(model::image_path(v.root, e.file));
+    const std::string name = std::to_string(files.size() + 1) + "-" + safe_file_name(fs::path(e.file).stem().string()) + ".png";
+    if (cv::imwrite((dir / name).string(), model::draw_overlay(image, e.gt, e.gt_ignore, det))) {
+      files.push_back((fs::path("eval-overlays") / name).string());
+    }
+  }
+  events.emit("eval_overlays", {{"run", run}, {"step", step}, {"files", files}});
+}
+
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
   EventWriter events(events_fd);
@@ -163,7 +240,12 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                         {"device", s.hardware.device},
                         {"threads", threads}});
 
-  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor);
+  SilentOptions silent;
+  silent.enabled = s.monitors.silent;
+  silent.collapse_after = s.monitors.collapse_after;
+  silent.collapse_steps = s.monitors.collapse_steps;
+  silent.collapse_margin = s.monitors.collapse_margin;
+  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor, silent);
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
   FaultInjector faults(s.faults, events, s.hardware.device);
   ObserverChain chain(monitors, faults);
@@ -225,6 +307,21 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     }
     std::shared_ptr<model::Dataset> dataset;
     std::shared_ptr<model::Loader> loader;
+    Validation validation;
+    if (!s.data.val.path.empty()) {
+      const auto scan = model::scan_dataset(s.data.val.path, model::OnInvalid::kSkip);
+      if (!scan.readable || scan.images.empty()) {
+        std::vector<model::Defect> defects = scan.defects;
+        if (defects.empty()) {
+          defects.push_back(model::Defect{model::DefectKind::kUnreadableFile, s.data.val.path, "", "", 0,
+                                          s.data.val.path + ": expected a validation dataset with annotated images, "
+                                                            "got none"});
+        }
+        throw model::DataError(defects);
+      }
+      validation.root = s.data.val.path;
+      validation.images = scan.images;
+    }
     if (s.data.source == "real" || s.data.source == "synthetic_render") {
       model::DatasetOptions d;
       if (s.data.source == "synthetic_render") d.synthetic_samples = s.data.samples;
@@ -237,10 +334,26 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                                                    : model::OnInvalid::kError;
       d.preflight = s.data.preflight;
       d.subset = s.data.subset;
+      if (s.data.val.holdout > 0) {
+        // The last `holdout` samples validate; training never sees them.
+        const auto scan = model::scan_dataset(data_path, d.on_invalid, {}, /*check_images=*/false);
+        const auto count = static_cast<int64_t>(scan.images.size());
+        validation.root = data_path;
+        validation.images.assign(scan.images.end() - std::min(count, s.data.val.holdout), scan.images.end());
+        if (d.subset.empty()) {
+          for (int64_t i = 0; i + s.data.val.holdout < count; ++i) d.subset.push_back(i);
+        }
+      }
       dataset = std::make_shared<model::Dataset>(d);
       for (const auto& defect : dataset->defects()) events.emit("warning", {{"message", defect.message}});
     }
 
+    if (!validation.images.empty()) {
+      // The evaluator scores the ground truth itself before it scores the
+      // model: anything below 1.0 means its metrics cannot be trusted.
+      events.emit("eval_check", {{"hmean", model::evaluator_self_check(validation.images)},
+                                 {"images", validation.images.size()}});
+    }
     for (run = 0; run < s.repeat.in_process; ++run) {
       monitors.set_run(run);
       faults.set_run(run);
@@ -319,13 +432,18 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                                  {"seconds", r.seconds},
                                  {"samples", r.samples},
                                  {"memory", memory_json(s.hardware.device)},
-                                 {"phases", monitors.phase_memory()}});
+                                 {"phases", monitors.phase_memory()},
+                                 {"silent", monitors.silent_stats()}});
         if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
           const std::string path = (fs::path(run_dir) / ("checkpoint-r" + std::to_string(run) + "-s" +
                                                          std::to_string(trainer.next_step()) + ".pt"))
                                        .string();
           trainer.save_checkpoint(path);
           events.emit("checkpoint", {{"run", run}, {"step", trainer.next_step()}, {"path", path}});
+        }
+        if (s.train.eval_every > 0 && !validation.images.empty() &&
+            (trainer.next_step() % s.train.eval_every == 0 || trainer.next_step() == last)) {
+          validate(net, s, validation, run, trainer.next_step(), trainer.next_step() == last, run_dir, events);
         }
       }
       step = -1;
@@ -340,6 +458,16 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   } catch (const DivergedError& e) {
     status = "diverged";
     events.emit("error", {{"kind", "diverged"}, {"run", run}, {"step", step},
+                          {"message", std::string(e.what())}, {"module", monitors.last_module()}});
+    try {
+      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
+      if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+    } catch (const std::exception&) {
+    }
+  } catch (const SilentFailureError& e) {
+    // Finite but unable to learn: the monitors' health event says why.
+    status = "failed";
+    events.emit("error", {{"kind", "silent"}, {"run", run}, {"step", step},
                           {"message", std::string(e.what())}, {"module", monitors.last_module()}});
     try {
       const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");

@@ -12,6 +12,7 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   out.targets.gt_thresh = targets.gt_thresh.to(device, non_blocking);
   out.targets.gt_thresh_mask = targets.gt_thresh_mask.to(device, non_blocking);
   out.sample_ids = sample_ids;
+  out.words = words;
   return out;
 }
 
@@ -61,6 +62,7 @@ Batch synthetic_boxes_batch(int64_t n, int64_t h, int64_t w, uint64_t seed) {
   };
   for (int64_t i = 0; i < n; ++i) {
     const int64_t boxes = draw(1, 3);
+    b.words.push_back(boxes);  // every box gets a kernel in gt_shrink
     for (int64_t k = 0; k < boxes; ++k) {
       const int64_t bw = draw(w / 4, w / 2), bh = draw(h / 8, h / 4);
       const int64_t x0 = draw(0, w - bw - 1), y0 = draw(0, h - bh - 1);

@@ -17,6 +17,12 @@ struct Batch {
   /// Where each sample came from ("img_001.png", "synthetic:17", …), so a
   /// failure can name its samples.
   std::vector<std::string> sample_ids;
+  /// Legible words per sample that the annotations promise at this training
+  /// size (care texts, finite, at least the label generator's min_text_size
+  /// in both directions once clipped to the image), counted from the
+  /// annotations, not from the maps: the silent-failure monitors compare it
+  /// with the maps the model is trained on. Empty when unknown (random data).
+  std::vector<int64_t> words;
 
   int64_t size() const { return image.defined() ? image.size(0) : 0; }
   /// Copies every tensor to `device` (non-blocking from pinned memory).

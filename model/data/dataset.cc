@@ -26,6 +26,26 @@ torch::Tensor mat_to_tensor(const cv::Mat& m) {
   return t.permute({2, 0, 1}).clone();
 }
 
+// Legible words the annotation promises at the training size: care texts
+// with finite vertices whose outline, clipped to the image, spans at least
+// `min_size` px in both directions (the label generator's size rule).
+// Counted from the annotation, independently of the maps.
+int64_t trainable_words(const std::vector<TextInstance>& texts, int width, int height, double min_size) {
+  int64_t n = 0;
+  for (const auto& t : texts) {
+    if (t.ignore || t.polygon.empty()) continue;
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    bool finite = true;
+    for (const auto& p : t.polygon) {
+      if (!std::isfinite(p.x) || !std::isfinite(p.y)) finite = false;
+      const double x = std::clamp(p.x, 0.0, width - 1.0), y = std::clamp(p.y, 0.0, height - 1.0);
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+    if (finite && std::min(x1 - x0, y1 - y0) >= min_size) ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
 Dataset::Dataset(DatasetOptions options) : options_(std::move(options)) {
@@ -120,6 +140,7 @@ Sample Dataset::get(int64_t index, int64_t epoch) const {
   sample.image = canvas;
   sample.maps = make_label_maps(prepared.texts, s, s, options_.labels);
   sample.scale = scale;
+  sample.words = trainable_words(prepared.texts, s, s, options_.labels.min_text_size);
   return sample;
 }
 
@@ -134,6 +155,7 @@ Batch Dataset::collate(const std::vector<int64_t>& indices, int64_t epoch) const
     thresh.push_back(mat_to_tensor(s.maps.gt_thresh));
     thresh_mask.push_back(mat_to_tensor(s.maps.gt_thresh_mask));
     b.sample_ids.push_back(s.id);
+    b.words.push_back(s.words);
   }
   b.image = torch::stack(images);
   b.targets.gt_shrink = torch::stack(shrink);

@@ -58,6 +58,8 @@ struct Sample {
   cv::Mat image;        // size × size, CV_32FC3, normalised (RGB, ImageNet stats)
   LabelMaps maps;       // size × size each
   double scale = 1.0;   // resize factor applied to the original image
+  /// Legible words of trainable size in the annotation (Batch::words).
+  int64_t words = 0;
 };
 
 /// A dataset of real images with word polygons. Reading validates every

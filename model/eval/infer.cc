@@ -1,5 +1,7 @@
 #include "model/eval/infer.h"
 
+#include <numeric>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -468,6 +470,22 @@ ModelStateReport load_model_state(DbNet& model, const std::string& path) {
     if (used.count(entry.first) == 0) report.unexpected.push_back(entry.first);
   }
   return report;
+}
+
+std::vector<size_t> worst_images(const DatasetEvaluation& result, size_t k) {
+  const auto errors = [](const ImageEvaluation& e) {
+    return (e.match.counts.gt - e.match.counts.matched) + (e.match.counts.det - e.match.counts.matched);
+  };
+  std::vector<size_t> order(result.images.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& ea = result.images[a];
+    const auto& eb = result.images[b];
+    if (ea.metrics.hmean != eb.metrics.hmean) return ea.metrics.hmean < eb.metrics.hmean;
+    return errors(ea) > errors(eb);
+  });
+  order.resize(std::min(order.size(), k));
+  return order;
 }
 
 }  // namespace dbh::model

@@ -203,6 +203,11 @@ DatasetEvaluation evaluate(DbNet& model, const std::string& root,
                            const InferenceOptions& options = {},
                            const EvaluationProgress& progress = nullptr);
 
+/// Indices of the (at most) `k` worst images of `result`: lowest H-mean
+/// first, then most errors (unmatched care ground truth plus unmatched care
+/// detections), then dataset order.
+std::vector<size_t> worst_images(const DatasetEvaluation& result, size_t k);
+
 /// The evaluator self-check: scores every image's ground truth polygons
 /// (ignored ones included) as its own detections and returns the
 /// dataset-level H-mean. A sound evaluator gives exactly 1.0 on any dataset

@@ -99,12 +99,6 @@ void icdar_dataset(const fs::path& root, int n, int nan_at) {
   }
 }
 
-void truncate_image(const fs::path& root, int i) { fs::resize_file(root / "images" / (name_of(i) + ".png"), 20); }
-
-void repair_image(const fs::path& root, int i) {
-  fs::copy_file(kPng, root / "images" / (name_of(i) + ".png"), fs::copy_options::overwrite_existing);
-}
-
 // Files (and their bytes) under `dir` whose name ends with `suffix`.
 std::pair<int64_t, int64_t> files_with(const fs::path& dir, const std::string& suffix) {
   int64_t count = 0, bytes = 0;
@@ -269,6 +263,19 @@ TEST(BisectTrustTest, OnlyTheReproductionsCheckpointsAndOnlyOnRequest) {
   int sessions = 0;
   for (const auto& e : fs::directory_iterator(dir / "plain" / "probes")) sessions += e.is_directory() ? 1 : 0;
   EXPECT_EQ(sessions, 2);
+}
+
+// The cache's cap comes from the environment and is checked before any probe.
+TEST(BisectTrustTest, ProbeCacheCapMustBeAWholeNumberOfMiB) {
+  const TempDir dir("cap");
+  const auto s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\n");
+  setenv("DBH_PROBE_CACHE_MIB", "lots", 1);
+  const auto r = dbh({"bisect", "steps", s.string(), "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string(), "-q"});
+  unsetenv("DBH_PROBE_CACHE_MIB");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("DBH_PROBE_CACHE_MIB: expected a whole number of MiB"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "probes"));
 }
 
 // A probe that runs out of disk is an infrastructure failure: not cached, not

@@ -94,28 +94,19 @@ TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
 }
 
 TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
-  Prober prober(scenario().string(), {}, (dir_ / "out").string(), (dir_ / "cache").string(), true);
-  const Scenario s = prober.load({});
-  const std::string k0 = prober.cache_key(s);
+  const Scenario s = load_scenario(scenario().string());
+  const std::string k0 = probe_key(s);
   EXPECT_EQ(k0.size(), 32u);
-  EXPECT_EQ(k0, prober.cache_key(s));
-  EXPECT_NE(prober.cache_key(prober.load({"train.max_steps=7"})), k0);
+  EXPECT_EQ(k0, probe_key(s));
+  EXPECT_NE(probe_key(load_scenario(scenario().string(), {"train.max_steps=7"})), k0);
   write(dir_ / "data" / "images" / "a.png", "repaired");
-  const std::string k1 = prober.cache_key(s);
+  const std::string k1 = probe_key(s);
   EXPECT_NE(k1, k0) << "a repaired dataset is a different probe";
-  prober.set_environment("torch 2.11.0, CUDA 13.0, cuDNN 9.19, NVIDIA H100");
-  EXPECT_NE(prober.cache_key(s), k1) << "another device or library is a different probe";
+  EXPECT_NE(probe_key(s, "torch 2.11.0, CUDA 13.0, cuDNN 9.19, NVIDIA H100"), k1)
+      << "another device or library is a different probe";
   EXPECT_EQ(build_identity(), build_identity());
   EXPECT_EQ(build_identity().size(), 32u);
   EXPECT_EQ(machine_identity().size(), 32u);
-}
-
-TEST_F(BisectProbeTest, ProbeFoldersAreNeverShared) {
-  Prober a(scenario().string(), {}, (dir_ / "out").string(), "", true);
-  Prober b(scenario().string(), {}, (dir_ / "out").string(), "", true);
-  EXPECT_NE(a.session_dir(), b.session_dir());
-  EXPECT_TRUE(fs::is_directory(a.session_dir()));
-  EXPECT_EQ(fs::path(a.session_dir()).parent_path(), dir_ / "out" / "probes");
 }
 
 TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
@@ -135,14 +126,6 @@ TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
   }
   EXPECT_TRUE(fs::exists(cache / "notes.txt"));
   EXPECT_EQ(trim_probe_cache(cache.string(), 0), 4);
-}
-
-TEST_F(BisectProbeTest, CacheCapFromTheEnvironmentIsValidated) {
-  setenv("DBH_PROBE_CACHE_MIB", "lots", 1);
-  EXPECT_THROW(Prober(scenario().string(), {}, (dir_ / "out").string(), "", true), UsageError);
-  setenv("DBH_PROBE_CACHE_MIB", "16", 1);
-  EXPECT_NO_THROW(Prober(scenario().string(), {}, (dir_ / "out").string(), "", true));
-  unsetenv("DBH_PROBE_CACHE_MIB");
 }
 
 TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures) {

@@ -1,0 +1,281 @@
+// `dbh eval` through the real binary: a briefly trained checkpoint and an
+// untrained weights file scored on the real fixtures, the report's
+// structure and arithmetic, the overlays, and bad input.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include "model/eval/overlay.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 300) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process(args, DBH_SOURCE_DIR, timeout_s);
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+// One folder for the whole suite: the checkpoints are shared by the tests.
+class EvalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string templ = (fs::path(::testing::TempDir()) / "dbh-eval-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    root_ = templ;
+    // An untrained model: one step at a negligible learning rate leaves the
+    // initial weights (only BatchNorm statistics see one batch).
+    const auto init = dbh({"train", "--data", "fixtures/real", "--steps", "1", "--lr", "1e-9",
+                           "--size", "64", "--batch-size", "1", "--threads", "2", "--out",
+                           (root_ / "init").string(), "-q"});
+    ASSERT_EQ(init.exit_code, 0) << init.out << init.err;
+    init_checkpoint_ = root_ / "init" / "checkpoint-final.pt";
+    ASSERT_TRUE(fs::exists(init_checkpoint_));
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  static fs::path root_;
+  static fs::path init_checkpoint_;
+};
+fs::path EvalTest::root_;
+fs::path EvalTest::init_checkpoint_;
+
+int64_t count_status(const json& list, const std::string& status) {
+  return std::count_if(list.begin(), list.end(),
+                       [&](const json& e) { return e["status"] == status; });
+}
+
+// Pixels close to a pure colour (BGR), as the anti-aliased outlines draw it.
+int64_t pixels_near(const cv::Mat& bgr, const cv::Vec3b& colour) {
+  int64_t n = 0;
+  for (int y = 0; y < bgr.rows; ++y) {
+    for (int x = 0; x < bgr.cols; ++x) {
+      const cv::Vec3b& p = bgr.at<cv::Vec3b>(y, x);
+      n += std::abs(p[0] - colour[0]) + std::abs(p[1] - colour[1]) + std::abs(p[2] - colour[2]) < 30;
+    }
+  }
+  return n;
+}
+
+TEST_F(EvalTest, TrainedCheckpointGivesAConsistentReportAndOverlays) {
+  const fs::path train = root_ / "train";
+  const auto t = dbh({"train", "--data", "fixtures/real", "--steps", "3", "--size", "256",
+                      "--batch-size", "1", "--threads", "2", "--out", train.string(), "-q"});
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
+  const fs::path checkpoint = train / "checkpoint-final.pt";
+  ASSERT_TRUE(fs::exists(checkpoint));
+
+  const fs::path out = root_ / "eval-trained";
+  // Evaluated at short side 128 (not the reference 736) to keep the test
+  // short; the resize and its mapping back are what is exercised.
+  const auto r = dbh({"eval", "--weights", checkpoint.string(), "--data", "fixtures/real", "--size",
+                      "128", "--threads", "2", "--overlays", "3", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dbh eval: P "), std::string::npos) << r.out;
+  const json j = read_json(out / "eval.json");
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["command"], "eval");
+  EXPECT_EQ(j["weights"]["format"], "checkpoint");
+  EXPECT_EQ(j["weights"]["step"], 3);
+  EXPECT_EQ(j["weights"]["loaded"], j["weights"]["tensors"]);
+  EXPECT_TRUE(j["weights"]["missing"].empty());
+  EXPECT_EQ(j["model"]["encoder"], "resnet18");
+  EXPECT_EQ(j["model"]["decoder"], "fpn");
+  EXPECT_EQ(j["settings"]["size"], 128);
+  EXPECT_EQ(j["data"]["images"], 10);
+  ASSERT_EQ(j["images"].size(), 10u);
+  EXPECT_GT(j["timing"]["inference_images_per_s"].get<double>(), 0.0);
+
+  // Per image: counts agree with the listed polygons and their fates.
+  int64_t gt = 0, det = 0, matched = 0, words = 0;
+  for (const json& image : j["images"]) {
+    const std::string file = image["file"];
+    EXPECT_NE(r.out.find(file), std::string::npos) << "no progress line for " << file;
+    const json& c = image["counts"];
+    EXPECT_LE(c["matched"].get<int64_t>(), c["gt"].get<int64_t>()) << file;
+    EXPECT_LE(c["matched"].get<int64_t>(), c["det"].get<int64_t>()) << file;
+    const json& g = image["ground_truth"];
+    const json& d = image["detections"];
+    EXPECT_EQ(count_status(g, "matched") + count_status(g, "unmatched"), c["gt"].get<int64_t>()) << file;
+    EXPECT_EQ(count_status(d, "matched") + count_status(d, "unmatched"), c["det"].get<int64_t>()) << file;
+    EXPECT_EQ(count_status(g, "matched"), c["matched"].get<int64_t>()) << file;
+    EXPECT_EQ(count_status(d, "matched"), c["matched"].get<int64_t>()) << file;
+    for (const json& w : g) {
+      EXPECT_EQ(w["polygon"].size(), 4u);
+      if (w["ignore"].get<bool>()) {
+        EXPECT_EQ(w["status"], "dont_care") << file;
+      }
+    }
+    for (const json& e : d) {
+      EXPECT_GE(e["score"].get<double>(), 0.0);
+      EXPECT_LE(e["score"].get<double>(), 1.0);
+      for (const json& p : e["polygon"]) {
+        EXPECT_GE(p[0].get<double>(), 0.0);
+        EXPECT_LE(p[0].get<double>(), image["width"].get<double>());
+      }
+    }
+    for (const char* key : {"precision", "recall", "hmean"}) {
+      EXPECT_GE(image[key].get<double>(), 0.0);
+      EXPECT_LE(image[key].get<double>(), 1.0);
+    }
+    EXPECT_EQ(image["input_width"].get<int64_t>() % 32, 0);
+    EXPECT_EQ(std::min(image["input_width"].get<int64_t>(), image["input_height"].get<int64_t>()), 128);
+    gt += c["gt"].get<int64_t>();
+    det += c["det"].get<int64_t>();
+    matched += c["matched"].get<int64_t>();
+    words += static_cast<int64_t>(g.size());
+  }
+  EXPECT_EQ(words, 662);  // every word of the fixtures, don't-care included
+  EXPECT_EQ(gt, 542);     // the legible ones
+  const json& overall = j["overall"];
+  EXPECT_EQ(overall["gt"], gt);
+  EXPECT_EQ(overall["det"], det);
+  EXPECT_EQ(overall["matched"], matched);
+  EXPECT_DOUBLE_EQ(overall["recall"].get<double>(), static_cast<double>(matched) / static_cast<double>(gt));
+  EXPECT_DOUBLE_EQ(overall["precision"].get<double>(),
+                   det == 0 ? 0.0 : static_cast<double>(matched) / static_cast<double>(det));
+
+  // Overlays: the three lowest H-means, drawn on the image (not blank), with
+  // the ground truth in green.
+  ASSERT_EQ(j["overlays"].size(), 3u);
+  double worst_shown = 0;
+  std::map<std::string, const json*> by_file;
+  for (const json& image : j["images"]) by_file[image["file"]] = &image;
+  for (const json& o : j["overlays"]) {
+    const fs::path png = out / o["file"].get<std::string>();
+    ASSERT_TRUE(fs::exists(png)) << png;
+    const cv::Mat overlay = cv::imread(png.string(), cv::IMREAD_COLOR);
+    ASSERT_FALSE(overlay.empty()) << png;
+    const json& image = *by_file.at(o["image"]);
+    EXPECT_EQ(overlay.cols, image["width"].get<int>());
+    EXPECT_EQ(overlay.rows, image["height"].get<int>());
+    EXPECT_FALSE(model::looks_all_black(overlay)) << png;
+    EXPECT_GT(pixels_near(overlay, {0, 255, 0}), 100) << "no ground truth drawn on " << png;
+    worst_shown = std::max(worst_shown, o["hmean"].get<double>());
+  }
+  for (const json& image : j["images"]) {
+    const bool shown = std::any_of(j["overlays"].begin(), j["overlays"].end(),
+                                   [&](const json& o) { return o["image"] == image["file"]; });
+    if (!shown) {
+      EXPECT_GE(image["hmean"].get<double>(), worst_shown) << image["file"];
+    }
+  }
+  const std::string md = [&] {
+    std::ifstream in(out / "eval.md");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }();
+  EXPECT_NE(md.find("## Per image"), std::string::npos);
+  EXPECT_NE(md.find("overlays/01-"), std::string::npos);
+
+  // An untrained model, as a plain weights file, scores differently.
+  const fs::path random_weights = root_ / "random.pt";
+  const auto save = dbh({"eval", "--weights", init_checkpoint_.string(), "--data", "fixtures/real",
+                         "--size", "64", "--threads", "2", "--overlays", "0", "--save-weights",
+                         random_weights.string(), "--out", (root_ / "eval-init").string(), "-q"});
+  ASSERT_EQ(save.exit_code, 0) << save.out << save.err;
+  const fs::path random_out = root_ / "eval-random";
+  const auto rr = dbh({"eval", "--weights", random_weights.string(), "--data", "fixtures/real",
+                       "--size", "128", "--threads", "2", "--overlays", "0", "--out",
+                       random_out.string(), "-q"});
+  ASSERT_EQ(rr.exit_code, 0) << rr.out << rr.err;
+  const json random = read_json(random_out / "eval.json");
+  EXPECT_EQ(random["weights"]["format"], "weights");
+  EXPECT_EQ(random["weights"]["loaded"], j["weights"]["tensors"]);
+  EXPECT_FALSE(fs::exists(random_out / "overlays"));
+  ASSERT_EQ(random["images"].size(), j["images"].size());
+  double largest_change = 0;
+  for (size_t i = 0; i < j["images"].size(); ++i) {
+    const json& a = j["images"][i]["probability"];
+    const json& b = random["images"][i]["probability"];
+    largest_change = std::max(largest_change,
+                              std::abs(a["mean"].get<double>() - b["mean"].get<double>()));
+  }
+  EXPECT_GT(largest_change, 0.01) << "the trained and the untrained model give the same maps";
+}
+
+TEST_F(EvalTest, BadInputExitsTwoAndLeavesNothingBehind) {
+  const fs::path out = root_ / "bad-out";
+  const std::string ckpt = init_checkpoint_.string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const fs::path truncated = root_ / "truncated.pt";
+  fs::copy_file(init_checkpoint_, truncated);
+  fs::resize_file(truncated, fs::file_size(truncated) / 2);
+  const std::vector<Case> cases = {
+      {{"--weights", (root_ / "missing.pt").string(), "--data", "fixtures/real"}, "--weights: expected"},
+      {{"--weights", truncated.string(), "--data", "fixtures/real"}, "--weights: expected"},
+      {{"--weights", ckpt, "--data", "fixtures/bad/no_annotations"}, "expected annotations.json"},
+      {{"--weights", ckpt, "--data", (root_ / "nowhere").string()}, "--data: expected a dataset folder"},
+      {{"--weights", ckpt, "--data", "fixtures/real", "--size", "100"},
+       "--size: expected a positive multiple of 32, got 100"},
+      {{"--weights", ckpt, "--data", "fixtures/bad/missing_image_file"}, "defect"},
+      {{"--weights", ckpt, "--data", "fixtures/real", "--decoder", "pan"},
+       "the file holds resnet18 + fpn"},
+      // Other shapes are an error even when partial loading is allowed.
+      {{"--weights", ckpt, "--data", "fixtures/real", "--encoder", "resnet50", "--allow-partial"},
+       "with another shape"},
+      {{"--weights", (fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json").string(), "--data",
+        "fixtures/real"},
+       "--weights"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"eval", "--threads", "2", "--out", out.string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    if (std::find(c.args.begin(), c.args.end(), "--size") == c.args.end()) {
+      args.insert(args.end(), {"--size", "64"});
+    }
+    const auto r = dbh(args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << joined << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(out)) << joined << " left " << out;
+  }
+  // A deeper encoder: every tensor it lacks is named, and it exits 2 …
+  const auto r = dbh({"eval", "--weights", ckpt, "--data", "fixtures/real", "--encoder", "resnet34",
+                      "--size", "64", "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not loaded (missing from the file): encoder.layer1.2.conv1.weight"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--allow-partial"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  // … unless partial loading is allowed: it evaluates, saying so.
+  const auto partial = dbh({"eval", "--weights", ckpt, "--data", "fixtures/real", "--encoder",
+                            "resnet34", "--size", "64", "--threads", "2", "--overlays", "0",
+                            "--allow-partial", "--out", out.string(), "-q"});
+  ASSERT_EQ(partial.exit_code, 0) << partial.err;
+  EXPECT_NE(partial.err.find("keep their initial values"), std::string::npos) << partial.err;
+  const json j = read_json(out / "eval.json");
+  EXPECT_FALSE(j["weights"]["missing"].empty());
+  EXPECT_EQ(j["model"]["encoder"], "resnet34");
+}
+
+}  // namespace
+}  // namespace dbh
