@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   train->add_option("--on-invalid", t.on_invalid, "What to do with invalid annotations")
       ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
-  train->add_flag("--augment", t.augment, "Apply the DB training augmentation to real data");
+  train->add_flag("--augment,!--no-augment", t.augment,
+                  "DB training augmentation on real data (on by default, as the reference trains; "
+                  "--no-augment letterboxes only)");
   train->add_option("--num-workers", t.num_workers, "Loader threads; 0 loads inline")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_flag("--validate-batches", t.validate_batches,

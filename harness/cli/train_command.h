@@ -9,7 +9,7 @@ namespace dbh::harness {
 struct TrainCommandOptions {
   std::string data;  // dataset directory; empty = synthetic
   std::string on_invalid = "error";  // error | skip | clip
-  bool augment = false;              // DB training augmentation on real data
+  bool augment = true;               // DB training augmentation on real data (as the reference trains)
   int64_t num_workers = 0;           // loader threads; 0 = inline
   bool validate_batches = false;     // per-batch validation hook
   std::string source = "synthetic_boxes";  // when data is empty
