@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
@@ -1086,12 +1088,18 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
 int bisect_command(const BisectOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
+  // The output folder: locked while the bisection writes it, and what the
+  // bisection created of it removed unless it ends with an answer (or an
+  // interruption, whose interrupted.json stays).
+  std::optional<OutputDir> claim;
   try {
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     if (!o.scenario.empty()) (void)load_scenario(o.scenario, o.overrides);  // validate first
     const fs::path out = o.out.empty() ? fs::path("reports") / "runs" / ("bisect-" + o.kind + "-" + name + "-" + stamp())
                                        : fs::path(o.out);
-    fs::create_directories(out);
+    claim.emplace(out, "bisect " + o.kind + " " +
+                           (o.scenario.empty() ? std::string("config")
+                                               : fs::absolute(o.scenario).lexically_normal().string()));
     const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
     BisectOptions opts = o;
     opts.cache_dir = cache;
@@ -1118,8 +1126,11 @@ int bisect_command(const BisectOptions& o) {
     // The search is done: only events and logs stay behind.
     const int64_t removed = prober->keep_checkpoints() ? 0 : prober->release_checkpoints();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return finish(result, *prober, out, seconds, removed);
+    const int code = finish(result, *prober, out, seconds, removed);
+    claim->commit();
+    return code;
   } catch (const Interrupted& e) {
+    if (claim) claim->commit();
     return e.exit_code();  // the prober wrote what the search had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";

@@ -1,5 +1,6 @@
 // dbh diagnose: the seeds' diagnosis ladder, automated.
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/probe.h"
 #include "harness/common/error.h"
+#include "harness/common/output_dir.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
@@ -57,13 +59,14 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 int diagnose_command(const DiagnoseOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   try {
     const Scenario s = load_scenario(o.scenario, o.overrides);
     const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
                                              ("diagnose-" + fs::path(o.scenario).stem().string() + "-" +
                                               std::to_string(std::time(nullptr)))
                                        : fs::path(o.out);
-    fs::create_directories(out);
+    claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string());
     const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
     const bool cuda = s.hardware.device != "cpu";
@@ -315,8 +318,10 @@ int diagnose_command(const DiagnoseOptions& o) {
               << "top hypothesis: " << hyps.front().title << "\n"
               << "report: " << (out / "diagnosis.md").string() << "\n"
               << "repro:  dbh run " << (out / "repro.yaml").string() << std::endl;
+    claim->commit();
     return fails ? 1 : 0;
   } catch (const Interrupted& e) {
+    if (claim) claim->commit();
     return e.exit_code();  // the prober wrote what the ladder had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";

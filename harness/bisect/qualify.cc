@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/common/output_dir.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
 #include "harness/supervisor/trial.h"
@@ -68,6 +70,7 @@ std::string cmd(const std::string& scenario, const std::vector<std::string>& bas
 int qualify_command(const QualifyOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   try {
     const Scenario source = load_scenario(o.scenario, o.overrides);
     HardwareProfile profile;
@@ -87,7 +90,7 @@ int qualify_command(const QualifyOptions& o) {
                                               (o.profile.empty() ? "budget" : o.profile) + "-" +
                                               std::to_string(std::time(nullptr)))
                                        : fs::path(o.out);
-    fs::create_directories(out);
+    claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string());
     const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
     const bool cuda = source.hardware.device != "cpu";
@@ -295,8 +298,10 @@ int qualify_command(const QualifyOptions& o) {
                 << format_bytes(budget - best->confirm.peak);
     }
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
+    claim->commit();
     return qualifies ? 0 : 1;
   } catch (const Interrupted& e) {
+    if (claim) claim->commit();
     return e.exit_code();  // the prober wrote what the search had
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -166,6 +167,10 @@ int run_eval_command(const EvalCommandOptions& o) {
                                    {"--iou-thresh", o.iou_thresh}}) {
     if (!(value >= 0.0 && value <= 1.0)) usage(key, "a number in [0, 1]", fixed(value, 6));
   }
+  if (o.max_candidates < 0 || o.max_candidates > std::numeric_limits<int>::max()) {
+    usage("--max-candidates", "a number in [0, " + std::to_string(std::numeric_limits<int>::max()) + "]",
+          std::to_string(o.max_candidates));
+  }
   if (!(o.unclip_ratio >= 0.0 && std::isfinite(o.unclip_ratio))) {
     usage("--unclip-ratio", "a finite number >= 0", fixed(o.unclip_ratio, 6));
   }
@@ -248,6 +253,9 @@ int run_eval_command(const EvalCommandOptions& o) {
     std::cerr << "warning: " << loaded.missing.size() << " of " << total
               << " tensors keep their initial values (--allow-partial)\n";
   }
+  const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("eval-" + timestamp_compact())
+                                     : fs::path(o.out);
+  OutputDir claim(out, "eval " + weights_abs);
   if (!o.save_weights.empty()) {
     // Through a temporary name, so a reader never sees a partial file.
     const std::string tmp = o.save_weights + ".tmp." + std::to_string(::getpid());
@@ -282,10 +290,6 @@ int run_eval_command(const EvalCommandOptions& o) {
                            .device(o.device)
                            .postprocess(post)
                            .iou_thresh(o.iou_thresh);
-
-  const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("eval-" + timestamp_compact())
-                                     : fs::path(o.out);
-  OutputDir claim(out, "eval " + weights_abs);
 
   if (!o.quiet) {
     std::cout << "dbh eval: " << arch << " from " << o.weights << " (" << loaded.format

@@ -158,9 +158,28 @@ void Monitors::on_batch(int64_t step, model::Batch& b) {
     const auto [lo, hi] = torch::aminmax(x, 2);
     silent_input_.push_back(torch::stack({x.mean(2), lo, hi}));  // [3, N, 3]
   }
-  const auto g = b.targets.gt_shrink.detach().to(torch::kFloat32).reshape({n, 1, -1});
+  const auto shrink = b.targets.gt_shrink.detach().to(torch::kFloat32);
+  const auto g = shrink.reshape({n, 1, -1});
   const auto m = b.targets.gt_shrink_mask.detach().to(torch::kFloat32).reshape({n, -1, 1});
-  silent_labels_.push_back(torch::stack({torch::bmm(g, m).reshape({n}), g.sum({1, 2})}));  // [2, N]
+  const auto positives = g.sum({1, 2});
+  // Kernel pixels inside the annotated word boxes (dilated by a pixel of
+  // rounding): trace(R·G·Cᵀ) per sample, R [N, B, H] and C [N, B, W] the
+  // boxes' row and column indicators. Boxes that overlap count a pixel twice,
+  // which can only lower the share found outside. Unknown boxes: all inside.
+  torch::Tensor in_boxes = positives;
+  if (b.word_boxes.defined() && b.word_boxes.dim() == 3 && b.word_boxes.size(0) == n && b.word_boxes.size(1) > 0 &&
+      shrink.dim() == 4) {
+    const auto boxes = b.word_boxes.to(shrink.device(), torch::kFloat32);
+    const auto opts = shrink.options();
+    const auto ys = torch::arange(shrink.size(2), opts).view({1, 1, -1});
+    const auto xs = torch::arange(shrink.size(3), opts).view({1, 1, -1});
+    const auto col = [&](int64_t k) { return boxes.select(2, k).unsqueeze(2); };  // [N, B, 1]
+    const auto rows = (ys >= col(1) - 1).logical_and(ys <= col(3) + 1).to(torch::kFloat32);
+    const auto cols = (xs >= col(0) - 1).logical_and(xs <= col(2) + 1).to(torch::kFloat32);
+    const auto gc = torch::bmm(shrink.reshape({n, shrink.size(2), shrink.size(3)}), cols.transpose(1, 2));  // [N, H, B]
+    in_boxes = (rows * gc.transpose(1, 2)).sum({1, 2});
+  }
+  silent_labels_.push_back(torch::stack({torch::bmm(g, m).reshape({n}), positives, in_boxes}));  // [3, N]
   for (int64_t k = 0; k < n; ++k) {
     const auto i = static_cast<size_t>(k);
     words_.push_back(i < b.words.size() ? b.words[i] : -1);
@@ -343,12 +362,13 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     off += static_cast<size_t>(t.numel());
   }
-  std::vector<double> inside, positives;
+  std::vector<double> inside, positives, in_boxes;
   for (const auto& t : silent_labels_) {
     const int64_t n = t.size(1);
     for (int64_t k = 0; k < n; ++k) {
       inside.push_back(v[off + static_cast<size_t>(k)]);
       positives.push_back(v[off + static_cast<size_t>(n + k)]);
+      in_boxes.push_back(v[off + static_cast<size_t>(2 * n + k)]);
     }
     off += static_cast<size_t>(t.numel());
   }
@@ -453,6 +473,35 @@ void Monitors::judge_silent(int64_t step, const float* v) {
                      evidence,
                      {{"sample", name(k)}, {"words", words_[k]}, {"inside_mask", inside[k]}, {"positives", positives[k]},
                       {"samples_hit", hit.size()}});
+    }
+    // A text kernel always lies inside its word: kernels mostly outside the
+    // annotated words are labels that do not line up with the image.
+    std::vector<size_t> off_words;
+    std::vector<double> share(inside.size(), 0.0);
+    for (size_t k = 0; k < inside.size() && k < words_.size(); ++k) {
+      if (words_[k] <= 0 || positives[k] < 1) continue;
+      share[k] = std::max(0.0, positives[k] - in_boxes[k]) / positives[k];
+      if (share[k] > 0.5) off_words.push_back(k);
+    }
+    if (!off_words.empty()) {
+      const size_t k = off_words.front();
+      const std::string pct = fixed(100 * share[k], 0) + " %";
+      std::string others;
+      for (size_t j = 0; j < inside.size(); ++j) {
+        others += (j ? ", " : "") + name(j) + " " + (words_[j] > 0 && positives[j] >= 1 ? fixed(100 * share[j], 0) + " %" : "-");
+      }
+      silent_failure(
+          step, "labels_degenerate", "label", "gt_shrink",
+          "labels off the words at step " + std::to_string(step) + ": " + pct + " of " + name(k) +
+              "'s text kernel pixels lie outside its annotated words",
+          {"sample " + name(k) + ": " + pct + " of its " + fixed(positives[k], 0) +
+               " positive kernel pixels lie outside every one of its " + std::to_string(words_[k]) +
+               " annotated legible words (a kernel always lies inside its word) at step " + std::to_string(step),
+           "the labels do not line up with the image: shifted, scaled or another image's; " +
+               std::to_string(off_words.size()) + " of " + std::to_string(inside.size()) + " samples affected",
+           "share of kernel pixels outside the annotated words per sample: " + others},
+          {{"sample", name(k)}, {"words", words_[k]}, {"positives", positives[k]}, {"outside_share", share[k]},
+           {"samples_hit", off_words.size()}});
     }
   }
 

@@ -53,16 +53,20 @@ struct SilentOptions {
 /// that fed it; it is meant for replays of a failing step.
 ///
 /// Note [Silent-failure monitors]: beside the finite checks, each batch queues
-/// a few reductions that need no full-size temporary: per image and channel
+/// a few reductions with no temporary larger than B·(H+W) per sample (B
+/// annotated words): per image and channel
 /// the mean, minimum and maximum of the input, per sample the positive kernel
-/// pixels of gt_shrink inside gt_shrink_mask (a dot product) and in all, and
-/// the minimum and maximum of the probability map. They travel with the finite
+/// pixels of gt_shrink inside gt_shrink_mask (a dot product), in all, and
+/// inside the annotated word boxes (two small matrix products), and the
+/// minimum and maximum of the probability map. They travel with the finite
 /// flags in the same single copy to the host (cheap mode), so the step costs
 /// no extra synchronisation; localise mode reads them with one more. From
 /// them, in execution order: every image of the batch black or saturated once
 /// de-normalised (`input_denormalised`); a sample whose annotations promise
 /// legible words (Batch::words) with no positive kernel pixel inside the
-/// training mask (`labels_degenerate`); the probability map entirely near 0
+/// training mask, or with most of its kernel pixels outside the boxes of
+/// those words (Batch::word_boxes; a kernel always lies inside its word)
+/// (`labels_degenerate`); the probability map entirely near 0
 /// or near 1 for K consecutive steps with text to find, after a warm-up
 /// (`predictions_collapsed`). Each emits one primary `health` event with its
 /// evidence and stops the run with SilentFailureError. A finite failure in
@@ -146,7 +150,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   SilentOptions silent_;
   // This step's queued silent reductions, one entry per micro-batch.
   std::vector<torch::Tensor> silent_input_;   // [N, 3, 3]: de-normalised mean, min, max per image and channel
-  std::vector<torch::Tensor> silent_labels_;  // [2, N]: kernel pixels inside the training mask, in all
+  std::vector<torch::Tensor> silent_labels_;  // [3, N]: kernel pixels inside the training mask, in all, in word boxes
   std::vector<torch::Tensor> silent_probs_;   // [2]: probability min, max
   std::vector<int64_t> words_;                // per sample of the step; -1 when unknown
   std::vector<std::string> ids_;              // per sample of the step

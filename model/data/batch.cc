@@ -13,6 +13,7 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   out.targets.gt_thresh_mask = targets.gt_thresh_mask.to(device, non_blocking);
   out.sample_ids = sample_ids;
   out.words = words;
+  if (word_boxes.defined()) out.word_boxes = word_boxes.to(device, non_blocking);
   return out;
 }
 
@@ -60,6 +61,7 @@ Batch synthetic_boxes_batch(int64_t n, int64_t h, int64_t w, uint64_t seed) {
   auto draw = [&](int64_t lo, int64_t hi) {
     return lo + at::randint(hi - lo + 1, {1}, gen).item<int64_t>();
   };
+  std::vector<float> boxes_flat;  // at most 3 boxes per sample, padded with empty ones (x0 > x1)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t boxes = draw(1, 3);
     b.words.push_back(boxes);  // every box gets a kernel in gt_shrink
@@ -67,6 +69,8 @@ Batch synthetic_boxes_batch(int64_t n, int64_t h, int64_t w, uint64_t seed) {
       const int64_t bw = draw(w / 4, w / 2), bh = draw(h / 8, h / 4);
       const int64_t x0 = draw(0, w - bw - 1), y0 = draw(0, h - bh - 1);
       const int64_t x1 = x0 + bw, y1 = y0 + bh;
+      boxes_flat.insert(boxes_flat.end(), {static_cast<float>(x0), static_cast<float>(y0), static_cast<float>(x1),
+                                           static_cast<float>(y1)});
       b.image[i].slice(1, y0, y1).slice(2, x0, x1).add_(2.0);
       // D = A(1 − r²)/L with r = 0.4 (spec §4.1).
       const double d = static_cast<double>(bw * bh) * (1 - 0.16) /
@@ -93,7 +97,9 @@ Batch synthetic_boxes_batch(int64_t n, int64_t h, int64_t w, uint64_t seed) {
       auto value = 1.0 - torch::clamp(dist / d, 0.0, 1.0);
       canvas[i][0] = torch::maximum(canvas[i][0], value);
     }
+    for (int64_t k = boxes; k < 3; ++k) boxes_flat.insert(boxes_flat.end(), {1.0f, -1.0f, -1.0f, -1.0f});
   }
+  b.word_boxes = torch::tensor(boxes_flat).view({n, 3, 4});
   b.targets.gt_thresh = canvas * 0.4 + 0.3;
   b.sample_ids = synthetic_ids("synthetic_boxes", seed, n);
   return b;

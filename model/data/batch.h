@@ -23,6 +23,11 @@ struct Batch {
   /// annotations, not from the maps: the silent-failure monitors compare it
   /// with the maps the model is trained on. Empty when unknown (random data).
   std::vector<int64_t> words;
+  /// [N, B, 4] float32: the clipped axis-aligned boxes (x0, y0, x1, y1, in
+  /// pixels, inclusive) of those words, padded with empty boxes (x0 > x1).
+  /// Every text kernel of gt_shrink lies inside its word's box (up to a pixel
+  /// of rounding). Undefined when unknown.
+  torch::Tensor word_boxes;
 
   int64_t size() const { return image.defined() ? image.size(0) : 0; }
   /// Copies every tensor to `device` (non-blocking from pinned memory).

@@ -26,12 +26,13 @@ torch::Tensor mat_to_tensor(const cv::Mat& m) {
   return t.permute({2, 0, 1}).clone();
 }
 
-// Legible words the annotation promises at the training size: care texts
-// with finite vertices whose outline, clipped to the image, spans at least
-// `min_size` px in both directions (the label generator's size rule).
-// Counted from the annotation, independently of the maps.
-int64_t trainable_words(const std::vector<TextInstance>& texts, int width, int height, double min_size) {
-  int64_t n = 0;
+// The legible words the annotation promises at the training size: care
+// texts with finite vertices whose outline, clipped to the image, spans at
+// least `min_size` px in both directions (the label generator's size rule).
+// Their clipped boxes, from the annotation, independently of the maps.
+std::vector<std::array<float, 4>> trainable_word_boxes(const std::vector<TextInstance>& texts, int width,
+                                                       int height, double min_size) {
+  std::vector<std::array<float, 4>> boxes;
   for (const auto& t : texts) {
     if (t.ignore || t.polygon.empty()) continue;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -41,9 +42,11 @@ int64_t trainable_words(const std::vector<TextInstance>& texts, int width, int h
       const double x = std::clamp(p.x, 0.0, width - 1.0), y = std::clamp(p.y, 0.0, height - 1.0);
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
-    if (finite && std::min(x1 - x0, y1 - y0) >= min_size) ++n;
+    if (finite && std::min(x1 - x0, y1 - y0) >= min_size) {
+      boxes.push_back({static_cast<float>(x0), static_cast<float>(y0), static_cast<float>(x1), static_cast<float>(y1)});
+    }
   }
-  return n;
+  return boxes;
 }
 
 }  // namespace
@@ -140,23 +143,35 @@ Sample Dataset::get(int64_t index, int64_t epoch) const {
   sample.image = canvas;
   sample.maps = make_label_maps(prepared.texts, s, s, options_.labels);
   sample.scale = scale;
-  sample.words = trainable_words(prepared.texts, s, s, options_.labels.min_text_size);
+  sample.word_boxes = trainable_word_boxes(prepared.texts, s, s, options_.labels.min_text_size);
   return sample;
 }
 
 Batch Dataset::collate(const std::vector<int64_t>& indices, int64_t epoch) const {
   std::vector<torch::Tensor> images, shrink, shrink_mask, thresh, thresh_mask;
+  std::vector<std::vector<std::array<float, 4>>> boxes;
   Batch b;
   for (const int64_t i : indices) {
     const Sample s = get(i, epoch);
+    boxes.push_back(s.word_boxes);
     images.push_back(mat_to_tensor(s.image));
     shrink.push_back(mat_to_tensor(s.maps.gt_shrink));
     shrink_mask.push_back(mat_to_tensor(s.maps.gt_shrink_mask));
     thresh.push_back(mat_to_tensor(s.maps.gt_thresh));
     thresh_mask.push_back(mat_to_tensor(s.maps.gt_thresh_mask));
     b.sample_ids.push_back(s.id);
-    b.words.push_back(s.words);
+    b.words.push_back(static_cast<int64_t>(s.word_boxes.size()));
   }
+  size_t most = 1;
+  for (const auto& v : boxes) most = std::max(most, v.size());
+  std::vector<float> flat;  // padded with empty boxes (x0 > x1)
+  for (const auto& v : boxes) {
+    for (size_t j = 0; j < most; ++j) {
+      const std::array<float, 4> box = j < v.size() ? v[j] : std::array<float, 4>{1.0f, -1.0f, -1.0f, -1.0f};
+      flat.insert(flat.end(), box.begin(), box.end());
+    }
+  }
+  b.word_boxes = torch::tensor(flat).view({static_cast<int64_t>(boxes.size()), static_cast<int64_t>(most), 4});
   b.image = torch::stack(images);
   b.targets.gt_shrink = torch::stack(shrink);
   b.targets.gt_shrink_mask = torch::stack(shrink_mask);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,8 +59,9 @@ struct Sample {
   cv::Mat image;        // size × size, CV_32FC3, normalised (RGB, ImageNet stats)
   LabelMaps maps;       // size × size each
   double scale = 1.0;   // resize factor applied to the original image
-  /// Legible words of trainable size in the annotation (Batch::words).
-  int64_t words = 0;
+  /// Boxes (x0, y0, x1, y1) of the legible words of trainable size in the
+  /// annotation (Batch::words, Batch::word_boxes).
+  std::vector<std::array<float, 4>> word_boxes;
 };
 
 /// A dataset of real images with word polygons. Reading validates every
