@@ -77,6 +77,11 @@ const std::vector<FaultSpec>& fault_catalog() {
        {{"signal", ParamType::kString, false, "SIGSEGV", {"SIGSEGV", "SIGABRT", "SIGKILL", "SIGBUS"},
          ""}}},
       {"hang", "stop making progress at a step (no events, no exit)", {}},
+      {"broken_postprocess",
+       "evaluate with post-processing settings that keep no box, at every validation from at_step on "
+       "(needs train.eval_every), as a configuration copied from another model does",
+       {{"box_thresh", ParamType::kDouble, false, "1", {}, "box score threshold used instead of data.val's"},
+        {"binarize_thresh", ParamType::kDouble, false, "", {}, "text threshold used instead of data.val's"}}},
       {"nondeterminism",
        "perturb one micro-batch's input by an amount that differs from process to process, as a "
        "nondeterministic kernel does: repeated processes diverge exactly there",

@@ -117,10 +117,11 @@ void Monitors::sample(const char* phase) {
 
 void Monitors::on_forward(int64_t step, model::DbNetOutput& out) {
   sample("forward");
-  if (silent_on() && out.probability.defined() && out.probability.numel() > 0) {
+  if (silent_on() && silent_.predictions && out.probability.defined() && out.probability.numel() > 0) {
     torch::NoGradGuard no_grad;
     const auto [lo, hi] = torch::aminmax(out.probability.detach());
-    silent_probs_.push_back(torch::stack({lo, hi}).to(torch::kFloat32));
+    const auto pd = out.probability.detach();
+    silent_probs_.push_back(torch::stack({lo, hi, pd.mean(), (pd > 0.3).to(torch::kFloat32).mean()}).to(torch::kFloat32));
   }
 }
 
@@ -153,7 +154,7 @@ void Monitors::on_batch(int64_t step, model::Batch& b) {
   // Note [Silent-failure monitors]: reductions only, read with the flags.
   torch::NoGradGuard no_grad;
   const int64_t n = b.size();
-  if (b.image.dim() == 4 && b.image.size(1) == 3) {
+  if (silent_.input && b.image.dim() == 4 && b.image.size(1) == 3) {
     const auto x = b.image.detach().to(torch::kFloat32).flatten(2);  // [N, 3, H·W], a view when contiguous
     const auto [lo, hi] = torch::aminmax(x, 2);
     silent_input_.push_back(torch::stack({x.mean(2), lo, hi}));  // [3, N, 3]
@@ -372,10 +373,12 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     off += static_cast<size_t>(t.numel());
   }
-  double prob_min = INFINITY, prob_max = -INFINITY;
-  for (size_t k = 0; k < silent_probs_.size(); ++k, off += 2) {
+  double prob_min = INFINITY, prob_max = -INFINITY, prob_mean = 0, prob_text = 0;
+  for (size_t k = 0; k < silent_probs_.size(); ++k, off += 4) {
     prob_min = std::min<double>(prob_min, v[off]);
     prob_max = std::max<double>(prob_max, v[off + 1]);
+    prob_mean += v[off + 2] / silent_probs_.size();
+    prob_text += v[off + 3] / silent_probs_.size();
   }
   double text_pixels = 0;
   for (double x : inside) text_pixels += x;
@@ -390,6 +393,8 @@ void Monitors::judge_silent(int64_t step, const float* v) {
   }
   silent_stats_["text_pixels"] = text_pixels;
   if (!silent_probs_.empty()) {
+    silent_stats_["prob_mean"] = prob_mean;
+    silent_stats_["prob_text"] = prob_text;
     silent_stats_["prob_min"] = prob_min;
     silent_stats_["prob_max"] = prob_max;
   }
@@ -398,7 +403,7 @@ void Monitors::judge_silent(int64_t step, const float* v) {
   // 1. Input black or saturated: the thresholds of model::looks_all_black
   // (mean below 2, maximum below 10), and their mirror at white; a mean
   // above white (260) is impossible for pixels normalised from [0, 1].
-  if (!images.empty()) {
+  if (silent_.input && !images.empty()) {
     size_t black = 0, saturated = 0, raw = 0;
     for (const auto& im : images) {
       if (im.mean < 2.0 && im.max < 10.0) {
@@ -446,7 +451,7 @@ void Monitors::judge_silent(int64_t step, const float* v) {
   }
 
   // 2. Labels without text where the annotations promise words.
-  {
+  if (silent_.labels) {
     std::vector<size_t> hit;
     for (size_t k = 0; k < inside.size() && k < words_.size(); ++k) {
       if (words_[k] > 0 && inside[k] < 0.5) hit.push_back(k);
@@ -505,8 +510,16 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
   }
 
-  // 3. Predictions collapsed: counted over steps whose labels hold text.
-  if (!silent_probs_.empty() && step >= silent_.collapse_after && text_pixels > 0) {
+  // 3. Predictions collapsed: counted over steps with text to find, as the
+  // annotations say (Batch::words), or as the labels do when no annotation
+  // is known (random data).
+  int64_t words = 0;
+  bool words_known = false;
+  for (int64_t w : words_) {
+    if (w >= 0) words_known = true, words += w;
+  }
+  const bool text_to_find = words_known ? words > 0 : text_pixels > 0;
+  if (silent_.predictions && !silent_probs_.empty() && step >= silent_.collapse_after && text_to_find) {
     const double lo = silent_.collapse_margin, hi = 1.0 - silent_.collapse_margin;
     if (prob_max < lo || prob_min > hi) {
       if (collapsed_run_ == 0) collapsed_since_ = step;
@@ -525,9 +538,12 @@ void Monitors::judge_silent(int64_t step, const float* v) {
           "predictions collapsed to " + std::string(low ? "0" : "1") + " over " + range,
           {first + " for " + std::to_string(collapsed_run_) + " consecutive steps with text to find (" + range +
                "), after a warm-up of " + std::to_string(silent_.collapse_after) + " steps",
-           "the labels of step " + std::to_string(step) + " hold " + fixed(text_pixels, 0) +
-               " positive kernel pixels inside the training mask; the model predicts " +
-               (low ? "text nowhere" : "text everywhere")},
+           (words_known ? "the images of step " + std::to_string(step) + " hold " + std::to_string(words) +
+                              " legible words (their labels " + fixed(text_pixels, 0) +
+                              " positive kernel pixels inside the training mask)"
+                        : "the labels of step " + std::to_string(step) + " hold " + fixed(text_pixels, 0) +
+                              " positive kernel pixels inside the training mask") +
+               "; the model predicts " + (low ? "text nowhere" : "text everywhere")},
           {{"prob_min", prob_min}, {"prob_max", prob_max}, {"since", collapsed_since_}, {"steps", collapsed_run_}});
     }
   }

@@ -606,7 +606,24 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.monitors.loss_spike_factor = r.number("loss_spike_factor", 0.0, 0.0, 1e12);
     s.monitors.hmean_collapse_ratio = r.number("hmean_collapse_ratio", 0.5, 0.0, 1.0);
     s.monitors.hmean_zero_after = r.integer("hmean_zero_after", 0, 0, 1000000);
-    s.monitors.silent = r.boolean("silent", true);
+    if (const Value* sv = r.get("silent")) {
+      const std::vector<std::string> checks = {"input", "labels", "predictions", "learning"};
+      bool all = false;
+      if (sv->is_scalar() && parse_bool(sv->scalar, &all)) {
+        s.monitors.silent = all ? checks : std::vector<std::string>{};
+      } else if (sv->is_seq()) {
+        s.monitors.silent.clear();
+        for (const auto& x : sv->seq) {
+          if (!x.is_scalar() || std::find(checks.begin(), checks.end(), x.scalar) == checks.end()) {
+            fail(x.loc, "monitors.silent", "one of " + join(checks),
+                 x.describe() + (x.is_scalar() ? did_you_mean(x.scalar, checks) : ""));
+          }
+          s.monitors.silent.push_back(x.scalar);
+        }
+      } else {
+        fail(sv->loc, "monitors.silent", "true, false or a list of checks (" + join(checks) + ")", sv->describe());
+      }
+    }
     s.monitors.collapse_after = r.integer("collapse_after", 10, 0, 100000000);
     s.monitors.collapse_steps = r.integer("collapse_steps", 5, 1, 100000000);
     s.monitors.collapse_margin = r.number("collapse_margin", 0.02, 0.0, 0.5, /*lo_open=*/true);
@@ -728,6 +745,17 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
                                      [&](const std::string& n) { return p.rfind(n + ".", 0) == 0; })) {
         fail(at("parameter"), path + ".parameter", "a full parameter name such as decoder.fusion.0.weight",
              "\"" + p + "\"");
+      }
+    }
+    if (f.name == "broken_postprocess") {
+      if (s.train.eval_every == 0) {
+        fail(fv.loc, path, "broken_postprocess with validation during training (train.eval_every > 0)",
+             "train.eval_every 0");
+      }
+      for (const char* key : {"box_thresh", "binarize_thresh"}) {
+        if (!f.get(key).empty() && (f.get_double(key) < 0 || f.get_double(key) > 1)) {
+          fail(at(key), path + "." + key, "a threshold in [0, 1]", f.get(key));
+        }
       }
     }
     if (f.name == "nondeterminism" &&

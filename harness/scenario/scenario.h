@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -93,10 +94,15 @@ struct MonitorConfig {
   /// This many evaluations in a row with h-mean 0, the last one at the end of
   /// the run, is a failure; 0 = off.
   int64_t hmean_zero_after = 0;
-  /// Silent-failure checks (README "Silent failures"): input black or
-  /// saturated, labels without text, collapsed predictions, loss not
-  /// decreasing. On unless `silent: false` (and never with mode off).
-  bool silent = true;
+  /// Silent-failure checks that are on (README "Silent failures"): `input`
+  /// (black or saturated), `labels` (without text, or off the words),
+  /// `predictions` (collapsed), `learning` (loss not decreasing). `silent:
+  /// true` (the default) turns all on, `false` none, a list those named;
+  /// none runs with mode off.
+  std::vector<std::string> silent = {"input", "labels", "predictions", "learning"};
+  bool silent_check(const std::string& check) const {
+    return mode != "off" && std::find(silent.begin(), silent.end(), check) != silent.end();
+  }
   /// Predictions collapsed: after `collapse_after` warm-up steps, the
   /// probability map entirely below `collapse_margin` (or entirely above
   /// 1 − collapse_margin) for `collapse_steps` consecutive steps whose labels

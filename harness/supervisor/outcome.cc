@@ -75,7 +75,7 @@ std::string decimals(double v, int digits) {
 
 // The window monitors.learning_window resolves to for `s`; 0: not judged.
 int64_t learning_window(const Scenario& s) {
-  if (!s.monitors.silent || s.monitors.mode == "off") return 0;
+  if (!s.monitors.silent_check("learning")) return 0;
   if (s.monitors.learning_window >= 0) return s.monitors.learning_window;
   // auto: runs long enough to judge, from scratch (a loss that starts from
   // trained weights may already sit at its floor).

@@ -151,12 +151,17 @@ struct Validation {
   std::vector<model::ImageAnnotation> images;
 };
 
-model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess) {
+model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess,
+                                          const FaultConfig* broken = nullptr) {
   model::PostprocessOptions pp;
   if (!reference_postprocess) {
     pp.binarize_thresh = s.data.val.binarize_thresh;
     pp.box_thresh = s.data.val.box_thresh;
     pp.unclip_ratio = s.data.val.unclip_ratio;
+    if (broken != nullptr) {
+      pp.box_thresh = broken->get_double("box_thresh");
+      if (!broken->get("binarize_thresh").empty()) pp.binarize_thresh = broken->get_double("binarize_thresh");
+    }
   }
   return model::InferenceOptions()
       .size(s.data.val.size)
@@ -173,7 +178,21 @@ model::InferenceOptions inference_options(const Scenario& s, bool reference_post
 void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step, bool last,
               const fs::path& run_dir, EventWriter& events) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto result = model::evaluate(net, v.root, v.images, inference_options(s, false));
+  // A broken_postprocess fault scheduled for the step just taken.
+  const FaultConfig* broken = nullptr;
+  size_t broken_index = 0;
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto& f = s.faults[i];
+    if (f.name == "broken_postprocess" && step - 1 >= f.at_step && (f.run < 0 || f.run == run)) {
+      broken = &s.faults[i];
+      broken_index = i;
+    }
+  }
+  if (broken != nullptr) {
+    events.emit("fault_fired", {{"fault", broken->name}, {"index", broken_index}, {"run", run}, {"step", step - 1},
+                                {"detail", {{"box_thresh", broken->get_double("box_thresh")}}}});
+  }
+  const auto result = model::evaluate(net, v.root, v.images, inference_options(s, false, broken));
   double prob_mean = 0, text_fraction = 0;
   for (const auto& e : result.images) prob_mean += e.probability.mean, text_fraction += e.probability.text_fraction;
   const double n = std::max<double>(1.0, static_cast<double>(result.images.size()));
@@ -190,8 +209,8 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
                          {"text_fraction", text_fraction / n}};
   const auto& val = s.data.val;
   const model::PostprocessOptions reference;
-  const bool custom = val.binarize_thresh != reference.binarize_thresh || val.box_thresh != reference.box_thresh ||
-                      val.unclip_ratio != reference.unclip_ratio;
+  const bool custom = broken != nullptr || val.binarize_thresh != reference.binarize_thresh ||
+                      val.box_thresh != reference.box_thresh || val.unclip_ratio != reference.unclip_ratio;
   if (custom && result.overall.counts.det == 0) {
     // Would the reference settings keep boxes in these maps? Tells broken
     // post-processing settings from a model that finds nothing.
@@ -241,7 +260,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                         {"threads", threads}});
 
   SilentOptions silent;
-  silent.enabled = s.monitors.silent;
+  silent.input = s.monitors.silent_check("input");
+  silent.labels = s.monitors.silent_check("labels");
+  silent.predictions = s.monitors.silent_check("predictions");
   silent.collapse_after = s.monitors.collapse_after;
   silent.collapse_steps = s.monitors.collapse_steps;
   silent.collapse_margin = s.monitors.collapse_margin;

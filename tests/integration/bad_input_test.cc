@@ -118,20 +118,6 @@ std::map<std::string, std::string> snapshot(const fs::path& root, const std::vec
   return out;
 }
 
-// Processes whose command line mentions `marker`.
-std::vector<std::string> processes_mentioning(const std::string& marker) {
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
-    std::ifstream in(e.path() / "cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find(marker) != std::string::npos) found.push_back(pid + ": " + cmd);
-  }
-  return found;
-}
-
 TEST_P(BadInputTest, ExitsWithItsRecordedCodeAndMessage) {
   const auto& c = GetParam();
   const std::string name = c["name"].get<std::string>();
@@ -180,7 +166,7 @@ TEST_P(BadInputTest, ExitsWithItsRecordedCodeAndMessage) {
   const std::string message = expand(c["message"].get<std::string>(), sandbox);
   EXPECT_NE((r.err + r.out).find(message), std::string::npos) << "expected: " << message << "\ngot: " << r.err << r.out;
   // Nothing left behind: no process, no lock, no change outside the output.
-  EXPECT_EQ(processes_mentioning(sandbox.string()), std::vector<std::string>{});
+  EXPECT_EQ(testing::find_processes({sandbox.string()}), std::vector<pid_t>{}) << "a process outlived dbh";
   EXPECT_EQ(snapshot(sandbox, may_change), before) << "dbh changed files outside its output folder";
   for (const auto& e : fs::recursive_directory_iterator(sandbox)) {
     EXPECT_NE(e.path().filename(), ".dbh.lock") << "lock left behind: " << e.path();

@@ -15,23 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_text;
+using testing::write_text;
 
-fs::path fresh_dir(const std::string& name) {
-  std::string templ = (fs::path(::testing::TempDir()) / ("dbh-footprint-" + name + "-XXXXXX")).string();
-  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return templ;
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("dbh-footprint-" + name); }
 
 // Path → type, size, mtime and the first bytes' checksum, for every entry
 // outside the folders dbh may write.
@@ -55,19 +49,6 @@ std::map<std::string, std::string> snapshot(const fs::path& root, const std::vec
                std::to_string(sum);
   }
   return out;
-}
-
-std::vector<std::string> processes_mentioning(const std::string& marker) {
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find(marker) != std::string::npos) found.push_back(pid + ": " + cmd);
-  }
-  return found;
 }
 
 TEST(FootprintTest, RunBisectionAndSuiteWriteOnlyTheirOutputAndCache) {
@@ -112,7 +93,7 @@ TEST(FootprintTest, RunBisectionAndSuiteWriteOnlyTheirOutputAndCache) {
   EXPECT_TRUE(suite.exit_code == 0 || suite.exit_code == 1) << suite.out << suite.err;
   EXPECT_EQ(snapshot(dir, writable), before) << "dbh changed files outside its output and cache folders";
   EXPECT_TRUE(fs::is_empty(dir / "cwd")) << "dbh wrote into the working directory";
-  EXPECT_EQ(processes_mentioning(dir.string()), std::vector<std::string>{});
+  EXPECT_EQ(testing::find_processes({dir.string()}), std::vector<pid_t>{}) << "a process outlived dbh";
   fs::remove_all(dir);
 }
 

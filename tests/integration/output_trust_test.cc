@@ -17,35 +17,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_text;
+using testing::write_text;
+
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("dbh-trust-" + name); }
 using testing::run_process;
 
 testing::ProcessResult dbh(std::vector<std::string> args, const fs::path& cwd, double timeout_s = 300) {
   args.insert(args.begin(), DBH_BINARY);
   return run_process(args, cwd.string(), timeout_s);
-}
-
-fs::path fresh_dir(const std::string& name) {
-  std::string templ = (fs::path(::testing::TempDir()) / ("dbh-trust-" + name + "-XXXXXX")).string();
-  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return templ;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
 }
 
 std::string tiny(const std::string& extra = "") {

@@ -13,25 +13,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_text;
+using testing::write_text;
 
-fs::path fresh_dir(const std::string& name) {
-  std::string templ = (fs::path(::testing::TempDir()) / ("dbh-val-" + name + "-XXXXXX")).string();
-  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return templ;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("dbh-val-" + name); }
 
 // A short run on the real fixtures, validated on the last 3 of them.
 fs::path write_scenario(const fs::path& dir, const std::string& extra) {

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace dbh::testing {
+
+/// A new, empty folder under the test temp dir, named `prefix-XXXXXX`
+/// (unique, so tests running side by side never share one).
+std::filesystem::path fresh_dir(const std::string& prefix);
+
+/// The whole file; empty when it cannot be read.
+std::string read_text(const std::filesystem::path& path);
+
+/// Writes `text` to `path`, creating its parent folders.
+void write_text(const std::filesystem::path& path, const std::string& text);
+
+/// Removes a folder (and everything in it) when it goes out of scope.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(std::filesystem::path path) : path_(std::move(path)) {}
+  ~RemoveOnExit();
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace dbh::testing

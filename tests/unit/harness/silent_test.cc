@@ -1,0 +1,369 @@
+// Silent failures on the supervisor side and in the scenario layer: how the
+// silent-failure monitors' health events become a failed outcome with class,
+// step and evidence; the loss-not-decreasing judgement over step_end events
+// (when it judges, when it must not); the `monitors:` keys; the silent faults'
+// catalog entries, schedules and placement checks.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/common/error.h"
+#include "harness/faults/catalog.h"
+#include "harness/proto/events.h"
+#include "harness/report/knowledge_base.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/outcome.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Event Ev(const std::string& type, json fields = json::object()) {
+  return decode_event(encode_event(type, std::move(fields), 0.5), "test");
+}
+
+// A worker's event stream: hello, run_begin, steps with the given losses,
+// then either a silent finding or a normal end.
+class Stream {
+ public:
+  Stream() {
+    add("hello", {{"schema_version", kEventSchemaVersion}, {"pid", 1}, {"scenario_hash", "abc"}});
+    add("run_begin", {{"run", 0}});
+  }
+  Stream& add(const std::string& type, json fields = json::object()) {
+    r_.events.push_back(Ev(type, std::move(fields)));
+    return *this;
+  }
+  Stream& steps(const std::vector<double>& losses, int64_t run = 0) {
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const auto s = static_cast<int64_t>(i);
+      add("step_begin", {{"run", run}, {"step", s}});
+      add("step_end", {{"run", run}, {"step", s}, {"loss", losses[i]}, {"lr", 0.007}, {"grad_norm", 3.0}});
+    }
+    return *this;
+  }
+  Stream& finish(int64_t steps, int64_t run = 0) {
+    add("run_end", {{"run", run}, {"steps", steps}, {"checksum", "c"}});
+    add("done", {{"status", "passed"}});
+    r_.exit_code = 0;
+    return *this;
+  }
+  TrialResult& result() { return r_; }
+
+ private:
+  TrialResult r_;
+};
+
+const KnowledgeBase& Kb() {
+  const KnowledgeBase& kb = KnowledgeBase::shipped();
+  EXPECT_FALSE(kb.classes().empty()) << "reports/kb/failures.yaml was not found";
+  return kb;
+}
+
+Scenario Steps(int64_t max_steps, int64_t window = -1) {
+  Scenario s;
+  s.train.max_steps = max_steps;
+  s.monitors.learning_window = window;
+  return s;
+}
+
+std::vector<double> Flat(size_t n, double value = 0.5) { return std::vector<double>(n, value); }
+
+std::vector<double> Falling(size_t n) {
+  std::vector<double> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(1.0 / (1.0 + 0.1 * static_cast<double>(i)));
+  return v;
+}
+
+// --- the knowledge base ----------------------------------------------------------
+
+TEST(SilentKnowledgeBase, HasEveryNewClassWithCausesAndResolutions) {
+  for (const char* id : {"input_denormalised", "labels_degenerate", "predictions_collapsed", "not_learning"}) {
+    const FailureClass* c = Kb().find(id);
+    ASSERT_NE(c, nullptr) << id << " is missing from reports/kb/failures.yaml";
+    EXPECT_FALSE(c->title.empty()) << id;
+    EXPECT_FALSE(c->events.empty()) << id;
+    EXPECT_GE(c->causes.size(), 2u) << id;
+    EXPECT_GE(c->resolutions.size(), 2u) << id;
+  }
+  const auto classes = known_failure_classes();
+  EXPECT_NE(std::find(classes.begin(), classes.end(), "not_learning"), classes.end());
+}
+
+// --- silent health events → failed ----------------------------------------------
+
+TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
+  Stream st;
+  st.steps({0.9, 0.8, 0.7});
+  st.add("step_begin", {{"run", 0}, {"step", 3}});
+  const std::vector<std::string> evidence = {"input mean 0.000 (all 2 images black after de-normalisation) at step 3",
+                                             "de-normalised mean / min / max per image: a 0.0 / 0.0 / 0.0"};
+  st.add("health", {{"run", 0}, {"step", 3}, {"check", "input_denormalised"}, {"kind", "input"}, {"site", "image"},
+                    {"module", ""}, {"primary", true}, {"message", "input black after de-normalisation at step 3"},
+                    {"evidence", evidence}});
+  st.add("error", {{"kind", "silent"}, {"run", 0}, {"step", 3}, {"message", "input black"}, {"module", "head.binarize"}});
+  st.add("done", {{"status", "failed"}});
+  st.result().exit_code = 1;
+  const TrialAnalysis a = classify(st.result(), Steps(10, 0), Kb());
+  EXPECT_EQ(a.outcome, Outcome::kFailed) << "a silent finding is a failure, not a divergence";
+  EXPECT_EQ(a.failure.klass, "input_denormalised");
+  ASSERT_TRUE(a.failure.step.has_value());
+  EXPECT_EQ(*a.failure.step, 3);
+  EXPECT_EQ(a.failure.module, "") << "a silent finding names no module";
+  EXPECT_EQ(a.failure.message, "input black after de-normalisation at step 3");
+  EXPECT_EQ(a.failure.evidence, evidence);
+  EXPECT_EQ(a.steps_completed, 3);
+  EXPECT_EQ(a.primary_health.value("check", ""), "input_denormalised");
+}
+
+TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
+  for (const char* check : {"input_denormalised", "labels_degenerate", "predictions_collapsed"}) {
+    Stream st;
+    st.steps({0.9});
+    st.add("health", {{"run", 0}, {"step", 1}, {"check", check}, {"primary", true}, {"message", "m"},
+                      {"evidence", json::array({"e"})}});
+    st.add("done", {{"status", "failed"}});
+    st.result().exit_code = 1;
+    const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
+    EXPECT_EQ(a.outcome, Outcome::kFailed) << check;
+    EXPECT_EQ(a.failure.klass, check);
+  }
+}
+
+TEST(SilentClassify, AFiniteFailureTakesPrecedence) {
+  Stream st;
+  st.steps({0.9});
+  st.add("health", {{"run", 0}, {"step", 1}, {"check", "finite"}, {"kind", "activation"}, {"site", "decoder.fusion"},
+                    {"module", "decoder.fusion"}, {"primary", true}, {"mode", "cheap"}});
+  st.add("health", {{"run", 0}, {"step", 1}, {"check", "predictions_collapsed"}, {"primary", true}, {"message", "m"}});
+  st.add("done", {{"status", "diverged"}});
+  st.result().exit_code = 1;
+  const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
+  EXPECT_EQ(a.outcome, Outcome::kDiverged);
+  EXPECT_EQ(a.failure.klass, "nonfinite_activation");
+}
+
+// --- loss not decreasing -----------------------------------------------------------
+
+TEST(NotLearning, FlatLossOverTheWindowFailsWithEvidence) {
+  Stream st;
+  auto losses = Flat(12, 0.512);
+  losses[7] = 0.511;
+  st.steps(losses).finish(12);
+  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.failure.klass, "not_learning");
+  ASSERT_TRUE(a.failure.step.has_value());
+  EXPECT_EQ(*a.failure.step, 11) << "the window's last step";
+  ASSERT_FALSE(a.failure.evidence.empty());
+  EXPECT_NE(a.failure.evidence[0].find("loss 0.512 → 0.512 over steps 0–11"), std::string::npos)
+      << a.failure.evidence[0];
+  EXPECT_NE(a.failure.evidence[0].find("expected at least −5.0 %"), std::string::npos) << a.failure.evidence[0];
+  EXPECT_NE(a.failure.message.find("loss not decreasing over steps 0–11"), std::string::npos) << a.failure.message;
+}
+
+TEST(NotLearning, FallingLossPasses) {
+  Stream st;
+  st.steps(Falling(12)).finish(12);
+  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.outcome, Outcome::kPassed) << a.failure.message;
+}
+
+TEST(NotLearning, TheMarginDecides) {
+  // 0.500 → 0.480: −4 %.
+  std::vector<double> losses = Flat(6, 0.5);
+  for (double x : Flat(6, 0.48)) losses.push_back(x);
+  Stream st;
+  st.steps(losses).finish(12);
+  Scenario s = Steps(12, 12);
+  EXPECT_EQ(classify(st.result(), s, Kb()).failure.klass, "not_learning");
+  s.monitors.learning_min_drop = 0.03;
+  EXPECT_EQ(classify(st.result(), s, Kb()).outcome, Outcome::kPassed);
+}
+
+TEST(NotLearning, ShortRunsAreNotJudged) {
+  // A flat loss over fewer steps than the window: not judged.
+  Stream st;
+  st.steps(Flat(8)).finish(8);
+  EXPECT_EQ(classify(st.result(), Steps(8, 12), Kb()).outcome, Outcome::kPassed);
+  // auto: off below 40 steps (the shipped scenarios run 4–20).
+  Stream st2;
+  st2.steps(Flat(20)).finish(20);
+  EXPECT_EQ(classify(st2.result(), Steps(20, -1), Kb()).outcome, Outcome::kPassed);
+}
+
+TEST(NotLearning, AutoJudgesLongRunsFromScratchOnly) {
+  Stream st;
+  st.steps(Flat(40)).finish(40);
+  const TrialAnalysis a = classify(st.result(), Steps(40, -1), Kb());
+  EXPECT_EQ(a.failure.klass, "not_learning");
+  ASSERT_TRUE(a.failure.step.has_value());
+  EXPECT_EQ(*a.failure.step, 19) << "auto window: min(50, max_steps/2) = 20 steps";
+  ASSERT_GE(a.failure.evidence.size(), 3u);
+  EXPECT_NE(a.failure.evidence[2].find("auto"), std::string::npos) << a.failure.evidence[2];
+
+  Scenario from_weights = Steps(40, -1);
+  from_weights.model.weights = "/some/trained.pt";
+  EXPECT_EQ(classify(st.result(), from_weights, Kb()).outcome, Outcome::kPassed);
+  Scenario resumed = Steps(40, -1);
+  resumed.train.resume_from = "/some/checkpoint.pt";
+  EXPECT_EQ(classify(st.result(), resumed, Kb()).outcome, Outcome::kPassed);
+  Scenario off = Steps(40, 0);
+  EXPECT_EQ(classify(st.result(), off, Kb()).outcome, Outcome::kPassed);
+  Scenario silent_off = Steps(40, -1);
+  silent_off.monitors.silent = {"input", "labels", "predictions"};
+  EXPECT_EQ(classify(st.result(), silent_off, Kb()).outcome, Outcome::kPassed);
+}
+
+TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
+  Stream st;
+  st.steps(Falling(12), 0);
+  st.add("run_end", {{"run", 0}, {"steps", 12}, {"checksum", "c"}});
+  st.add("run_begin", {{"run", 1}});
+  st.steps(Flat(12), 1).finish(12, 1);
+  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.failure.klass, "not_learning");
+  ASSERT_TRUE(a.failure.run.has_value());
+  EXPECT_EQ(*a.failure.run, 1);
+}
+
+// --- scenarios: monitors keys, silent faults --------------------------------------
+
+class SilentScenario : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::path(::testing::TempDir()) / "dbh-silent-XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& text) {
+    const fs::path p = dir_ / ("s" + std::to_string(++n_) + ".yaml");
+    std::ofstream(p, std::ios::binary) << "name: s\ntrain:\n  max_steps: 6\n" << text;
+    return p.string();
+  }
+  std::string error(const std::string& text) {
+    try {
+      (void)load_scenario(write(text));
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+  int n_ = 0;
+};
+
+TEST_F(SilentScenario, MonitorKeysHaveDocumentedDefaults) {
+  const Scenario s = load_scenario(write(""));
+  EXPECT_EQ(s.monitors.silent, (std::vector<std::string>{"input", "labels", "predictions", "learning"}));
+  EXPECT_TRUE(s.monitors.silent_check("learning"));
+  EXPECT_EQ(s.monitors.collapse_after, 10);
+  EXPECT_EQ(s.monitors.collapse_steps, 5);
+  EXPECT_DOUBLE_EQ(s.monitors.collapse_margin, 0.02);
+  EXPECT_EQ(s.monitors.learning_window, -1);
+  EXPECT_DOUBLE_EQ(s.monitors.learning_min_drop, 0.05);
+}
+
+TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
+  const Scenario s = load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
+                                         "  collapse_margin: 0.1\n  learning_window: 8\n  learning_min_drop: 0.2\n"));
+  const Scenario back = scenario_from_tree(parse_yaml(resolved_json(s), "scenario.resolved.json"), "");
+  EXPECT_TRUE(back.monitors.silent.empty());
+  EXPECT_FALSE(back.monitors.silent_check("input"));
+  EXPECT_EQ(back.monitors.collapse_after, 3);
+  EXPECT_EQ(back.monitors.collapse_steps, 2);
+  EXPECT_DOUBLE_EQ(back.monitors.collapse_margin, 0.1);
+  EXPECT_EQ(back.monitors.learning_window, 8);
+  EXPECT_DOUBLE_EQ(back.monitors.learning_min_drop, 0.2);
+  const Scenario some = load_scenario(write("monitors:\n  silent: [labels, learning]\n"));
+  EXPECT_EQ(some.monitors.silent, (std::vector<std::string>{"labels", "learning"}));
+  EXPECT_EQ(scenario_from_tree(parse_yaml(resolved_json(some), "scenario.resolved.json"), "").monitors.silent,
+            some.monitors.silent);
+  const Scenario off = load_scenario(write("monitors:\n  mode: off\n"));
+  EXPECT_FALSE(off.monitors.silent_check("labels")) << "mode off turns every check off";
+  const Scenario autow = load_scenario(write("monitors:\n  learning_window: auto\n"));
+  EXPECT_EQ(autow.monitors.learning_window, -1);
+  EXPECT_NE(resolved_json(autow).find("\"learning_window\": \"auto\""), std::string::npos) << resolved_json(autow);
+  EXPECT_EQ(scenario_from_tree(parse_yaml(resolved_json(autow), "scenario.resolved.json"), "").monitors.learning_window,
+            -1);
+}
+
+TEST_F(SilentScenario, BadMonitorValuesSayWhatWasExpected) {
+  EXPECT_NE(error("monitors:\n  learning_window: 3\n").find(
+                "monitors.learning_window: expected auto, 0 (off) or a number of steps >= 4, got"),
+            std::string::npos);
+  EXPECT_NE(error("monitors:\n  learning_window: often\n").find("monitors.learning_window: expected auto"),
+            std::string::npos);
+  EXPECT_NE(error("monitors:\n  silent: [labels, predictons]\n")
+                .find("monitors.silent: expected one of input, labels, predictions, learning, got \"predictons\" "
+                      "(did you mean \"predictions\"?)"),
+            std::string::npos);
+  EXPECT_NE(error("monitors:\n  collapse_margin: 0.7\n").find("monitors.collapse_margin: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(error("monitors:\n  collapse_steps: 0\n").find("monitors.collapse_steps: expected an integer in [1,"),
+            std::string::npos);
+}
+
+TEST_F(SilentScenario, SilentFaultsAreCataloguedAndFireFromAtStepOn) {
+  for (const char* name : {"label_shift", "label_scale", "wrong_normalisation", "lr_freeze", "label_swap",
+                           "all_dont_care"}) {
+    const FaultSpec* spec = find_fault(name);
+    ASSERT_NE(spec, nullptr) << name;
+    EXPECT_TRUE(spec->from_at_step_on) << name;
+    EXPECT_FALSE(spec->help.empty()) << name;
+  }
+  const Scenario s = load_scenario(write("faults:\n  - name: lr_freeze\n    at_step: 2\n"
+                                         "  - name: wrong_normalisation\n    kind: saturated\n    at_step: 1\n"
+                                         "    until_step: 3\n  - name: lr_spike\n    at_step: 2\n"));
+  EXPECT_FALSE(s.faults[0].fires_at(1, 0));
+  EXPECT_TRUE(s.faults[0].fires_at(2, 0));
+  EXPECT_TRUE(s.faults[0].fires_at(5, 0)) << "a silent fault without until_step stays on";
+  EXPECT_TRUE(s.faults[1].fires_at(3, 0));
+  EXPECT_FALSE(s.faults[1].fires_at(4, 0)) << "until_step still ends it";
+  EXPECT_EQ(s.faults[1].get("kind"), "saturated");
+  EXPECT_FALSE(s.faults[2].fires_at(3, 0)) << "other faults keep at_step only";
+  EXPECT_NE(error("faults:\n  - name: wrong_normalisation\n    kind: grey\n")
+                .find("faults[0].kind: expected one of black, saturated, unnormalised"),
+            std::string::npos);
+}
+
+TEST_F(SilentScenario, SilentFaultsThatCannotActAreRefused) {
+  EXPECT_NE(error("data:\n  batch_size: 1\nfaults:\n  - name: label_swap\n")
+                .find("faults[0]: expected label_swap with data.batch_size >= 2"),
+            std::string::npos);
+  EXPECT_EQ(error("data:\n  batch_size: 2\nfaults:\n  - name: label_swap\n"), "");
+  EXPECT_NE(error("faults:\n  - name: label_shift\n    dx: 0\n    dy: 0\n").find("expected a shift other than"),
+            std::string::npos);
+  EXPECT_NE(error("data:\n  size: 64\nfaults:\n  - name: label_shift\n    dx: 65\n")
+                .find("faults[0].dx: expected a shift of at most data.size (64) pixels, got 65"),
+            std::string::npos);
+  EXPECT_NE(error("faults:\n  - name: label_scale\n    factor: 1\n").find("faults[0].factor: expected a factor > 0"),
+            std::string::npos);
+  EXPECT_NE(error("faults:\n  - name: label_scale\n    factor: -2\n").find("faults[0].factor: expected a factor > 0"),
+            std::string::npos);
+  EXPECT_NE(error("data:\n  source: synthetic_random\nfaults:\n  - name: all_dont_care\n")
+                .find("faults[0]: expected all_dont_care on labels of text"),
+            std::string::npos);
+  EXPECT_EQ(error("data:\n  source: synthetic_random\nfaults:\n  - name: wrong_normalisation\n"), "")
+      << "the input fault acts on any data";
+  // An error names the file, line and column.
+  const std::string e = error("data:\n  batch_size: 1\nfaults:\n  - name: label_swap\n");
+  EXPECT_NE(e.find(".yaml:7:11: faults[0]"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace dbh::harness
