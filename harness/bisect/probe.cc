@@ -34,7 +34,9 @@ ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir_text, int64
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), resolved_json(s) + "\n");
   TrialSpec spec;
-  spec.argv = {self_exe(), "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
+  // The running binary itself, even when its file was replaced or removed
+  // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.
+  spec.argv = {"/proc/self/exe", "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
                "--trial", std::to_string(index)};
   spec.run_dir = dir.string();
   spec.deadline_s = s.limits.deadline_s;
