@@ -703,7 +703,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       // that places it on synthetic data is a mistake.
       const Value* data = tree.find("data");
       const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
-      const bool overridden = source != nullptr && source->loc.file.rfind("<override", 0) == 0;
+      // (A resolved scenario, as a worker reads it, was checked when it was
+      // loaded from its files.)
+      const bool overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
+                                                    source->loc.file == "scenario.resolved.json");
       if (s.data.source != "real" && !overridden) {
         fail(fv.loc, path, "corrupt_sample on data.source real (it breaks a file of the dataset)",
              "data.source " + s.data.source);
@@ -773,7 +776,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if (f.name == "label_shift" || f.name == "label_scale" || f.name == "label_swap" || f.name == "all_dont_care") {
       const Value* data = tree.find("data");
       const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
-      const bool overridden = source != nullptr && source->loc.file.rfind("<override", 0) == 0;
+      // (A resolved scenario, as a worker reads it, was checked when it was
+      // loaded from its files.)
+      const bool overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
+                                                    source->loc.file == "scenario.resolved.json");
       if (s.data.source == "synthetic_random" && !overridden) {
         fail(fv.loc, path, f.name + " on labels of text (data.source real, synthetic_render or synthetic_boxes)",
              "data.source synthetic_random, whose labels are noise");
