@@ -584,7 +584,7 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
                           (*hint == step ? " (agrees)" : " (differs)"));
   }
   out.details.push_back("replays resume from checkpoints written every " + std::to_string(every) +
-                        " steps by the first reproduction run; no other probe writes checkpoints");
+                        " step(s) by the first reproduction run; no other probe writes checkpoints");
   out.repro = command_line(prober.scenario_path(),
                            concat(prober.base_overrides(),
                                   replay_overrides(out.rep.source, step + 1, prober.keep_checkpoints())));

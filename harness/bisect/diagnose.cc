@@ -12,6 +12,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/output_dir.h"
+#include "harness/common/text.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
@@ -43,6 +44,7 @@ struct Hypothesis {
 std::string row_result(const Rung& r) {
   if (!r.applies.empty()) return "n/a (" + r.applies + ")";
   const auto& a = r.probe.analysis;
+  if (a.outcome == Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
   std::string s = is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
   if (!a.failure.klass.empty()) s += " `" + a.failure.klass + "`";
   if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
@@ -120,7 +122,10 @@ int diagnose_command(const DiagnoseOptions& o) {
         r.ran = true;
       }
     }
-    auto failed = [](const Rung& r) { return r.ran && is_failure(r.probe.analysis.outcome); };
+    // An unresolved rung (the harness could not tell) is evidence of nothing.
+    auto failed = [](const Rung& r) {
+      return r.ran && is_failure(r.probe.analysis.outcome) && r.probe.analysis.outcome != Outcome::kUnresolved;
+    };
     auto passed = [](const Rung& r) { return r.ran && !is_failure(r.probe.analysis.outcome); };
     const Rung& ops = rungs[0];
     const Rung& model_fb = rungs[1];

@@ -186,7 +186,9 @@ std::string input_fingerprint(const Scenario& s) {
 std::string build_identity() {
   static const std::string identity = [] {
     Digest d;
-    add_file(d, "exe", self_exe());
+    // The running binary's own inode (through /proc/self/exe, which stays
+    // valid when the file was replaced by a rebuild meanwhile).
+    d.add("exe").add(self_exe()).add(stamp_text(stamp_of("/proc/self/exe")));
     // Every shared library the process mapped: LibTorch, CUDA, cuDNN,
     // OpenCV as this binary found them.
     std::set<std::string> libs;

@@ -121,7 +121,7 @@ void Monitors::on_forward(int64_t step, model::DbNetOutput& out) {
     torch::NoGradGuard no_grad;
     const auto [lo, hi] = torch::aminmax(out.probability.detach());
     const auto pd = out.probability.detach();
-    silent_probs_.push_back(torch::stack({lo, hi, pd.mean(), (pd > 0.3).to(torch::kFloat32).mean()}).to(torch::kFloat32));
+    silent_probs_.push_back(torch::stack({lo, hi, pd.mean()}).to(torch::kFloat32));
   }
 }
 
@@ -373,12 +373,11 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     off += static_cast<size_t>(t.numel());
   }
-  double prob_min = INFINITY, prob_max = -INFINITY, prob_mean = 0, prob_text = 0;
-  for (size_t k = 0; k < silent_probs_.size(); ++k, off += 4) {
+  double prob_min = INFINITY, prob_max = -INFINITY, prob_mean = 0;
+  for (size_t k = 0; k < silent_probs_.size(); ++k, off += 3) {
     prob_min = std::min<double>(prob_min, v[off]);
     prob_max = std::max<double>(prob_max, v[off + 1]);
-    prob_mean += v[off + 2] / silent_probs_.size();
-    prob_text += v[off + 3] / silent_probs_.size();
+    prob_mean += v[off + 2] / static_cast<double>(silent_probs_.size());
   }
   double text_pixels = 0;
   for (double x : inside) text_pixels += x;
@@ -394,7 +393,6 @@ void Monitors::judge_silent(int64_t step, const float* v) {
   silent_stats_["text_pixels"] = text_pixels;
   if (!silent_probs_.empty()) {
     silent_stats_["prob_mean"] = prob_mean;
-    silent_stats_["prob_text"] = prob_text;
     silent_stats_["prob_min"] = prob_min;
     silent_stats_["prob_max"] = prob_max;
   }
@@ -531,8 +529,10 @@ void Monitors::judge_silent(int64_t step, const float* v) {
       const bool low = prob_max < lo;
       const std::string range = step_range(collapsed_since_, step);
       const std::string first =
-          low ? "probability map entirely below " + fixed(lo, 3) + " (highest " + fixed(prob_max, 4) + ")"
-              : "probability map entirely above " + fixed(hi, 3) + " (lowest " + fixed(prob_min, 4) + ")";
+          low ? "probability map entirely below " + fixed(lo, 3) + " (highest " + fixed(prob_max, 4) + ", mean " +
+                    fixed(prob_mean, 4) + ")"
+              : "probability map entirely above " + fixed(hi, 3) + " (lowest " + fixed(prob_min, 4) + ", mean " +
+                    fixed(prob_mean, 4) + ")";
       silent_failure(
           step, "predictions_collapsed", "prediction", "probability",
           "predictions collapsed to " + std::string(low ? "0" : "1") + " over " + range,

@@ -60,7 +60,7 @@ struct SilentOptions {
 /// the mean, minimum and maximum of the input, per sample the positive kernel
 /// pixels of gt_shrink inside gt_shrink_mask (a dot product), in all, and
 /// inside the annotated word boxes (two small matrix products), and the
-/// minimum and maximum of the probability map. They travel with the finite
+/// minimum, maximum and mean of the probability map. They travel with the finite
 /// flags in the same single copy to the host (cheap mode), so the step costs
 /// no extra synchronisation; localise mode reads them with one more. From
 /// them, in execution order: every image of the batch black or saturated once
@@ -93,7 +93,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   const model::Batch& last_batch() const { return last_batch_; }
   /// What the silent-failure monitors read in the last step (de-normalised
   /// input mean/min/max, positive kernel pixels inside the training mask,
-  /// probability min/max); empty when they are off.
+  /// probability min/max/mean); empty when they are off.
   const nlohmann::json& silent_stats() const { return silent_stats_; }
   void on_forward(int64_t step, model::DbNetOutput& out) override;
 
@@ -155,7 +155,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   // This step's queued silent reductions, one entry per micro-batch.
   std::vector<torch::Tensor> silent_input_;   // [N, 3, 3]: de-normalised mean, min, max per image and channel
   std::vector<torch::Tensor> silent_labels_;  // [3, N]: kernel pixels inside the training mask, in all, in word boxes
-  std::vector<torch::Tensor> silent_probs_;   // [2]: probability min, max
+  std::vector<torch::Tensor> silent_probs_;   // [3]: probability min, max, mean
   std::vector<int64_t> words_;                // per sample of the step; -1 when unknown
   std::vector<std::string> ids_;              // per sample of the step
   int64_t collapsed_run_ = 0;                 // consecutive collapsed steps with text

@@ -50,8 +50,9 @@ std::string bench_device() {
 }
 constexpr int64_t kBatch = 2;
 
-// mode < 0: no monitors; otherwise a Monitors::Mode.
-void run_step_bench(benchmark::State& state, int mode, bool channels_last = true) {
+// mode < 0: no monitors; otherwise a Monitors::Mode, with the silent-failure
+// checks on unless `silent` is false.
+void run_step_bench(benchmark::State& state, int mode, bool channels_last = true, bool silent = true) {
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
@@ -59,8 +60,10 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
   harness::EventWriter writer(-1);  // discards events
   std::shared_ptr<harness::Monitors> monitors;
   if (mode >= 0) {
+    harness::SilentOptions checks;
+    checks.input = checks.labels = checks.predictions = silent;
     monitors = std::make_shared<harness::Monitors>(static_cast<harness::Monitors::Mode>(mode),
-                                                   writer, 0.0);
+                                                   writer, 0.0, checks);
     trainer.add_listener(monitors);
     model::set_module_observer(monitors.get());
   }
@@ -89,6 +92,11 @@ void BM_StepPlainNchw(benchmark::State& state) { run_step_bench(state, -1, false
 void BM_StepMonitorsCheap(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap));
 }
+// Cheap mode with the finite checks only: the silent-failure checks' share of
+// BM_StepMonitorsCheap.
+void BM_StepMonitorsCheapFinite(benchmark::State& state) {
+  run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap), true, false);
+}
 void BM_StepMonitorsLocalise(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
 }
@@ -100,6 +108,7 @@ void BM_StepMonitorsLocalise(benchmark::State& state) {
 DBH_STEP_BENCH(BM_StepPlain);
 DBH_STEP_BENCH(BM_StepPlainNchw);
 DBH_STEP_BENCH(BM_StepMonitorsCheap);
+DBH_STEP_BENCH(BM_StepMonitorsCheapFinite);
 DBH_STEP_BENCH(BM_StepMonitorsLocalise);
 
 // --- The same step in PyTorch eager, side by side -------------------------

@@ -4,8 +4,8 @@
 // the disk a bisection leaves behind.
 //
 // Tests named BisectSlowTest.* take minutes on 2 cores: they are registered a
-// second time with the label `slow` (and DBH_SLOW_TESTS=1) and skip
-// themselves otherwise.
+// second time as slow.* with the label `slow` and DBH_SLOW_TESTS=1 (ctest -L
+// slow), and skip themselves otherwise.
 #include <gtest/gtest.h>
 
 #include <atomic>
