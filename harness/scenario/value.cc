@@ -141,7 +141,8 @@ Value parse_yaml(const std::string& text, const std::string& file) {
     throw ScenarioError(Location{file, e.mark.line + 1, e.mark.column + 1}.str() +
                         ": expected valid YAML, got a syntax error: " + e.msg);
   }
-  return Converter{file}.convert(node);
+  Converter converter{file, 0, {}};
+  return converter.convert(node);
 }
 
 Value load_yaml_file(const std::string& path) {

@@ -142,7 +142,7 @@ TEST(GeneratedFilesTest, JUnitIsWellFormedForANameThatIsNotUtf8) {
   if (parse.exit_code == 127) GTEST_SKIP() << "python3 is not installed";
   EXPECT_EQ(parse.exit_code, 0) << parse.err << read_text(junit);
   EXPECT_NE(parse.out.find("caf\xef\xbf\xbd-<&>\""), std::string::npos) << parse.out;
-  EXPECT_NO_THROW((void)nlohmann::json::parse(read_text(out / "report.json")));
+  EXPECT_FALSE(nlohmann::json::parse(read_text(out / "report.json"), nullptr, false).is_discarded());
   fs::remove_all(dir);
 }
 
