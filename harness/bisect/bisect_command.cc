@@ -492,7 +492,10 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
     throw ScenarioError("bisect steps: expected repeat.in_process 1, got " + std::to_string(s.repeat.in_process));
   }
   const int64_t n = s.train.stop_after > 0 ? std::min(s.train.stop_after, s.train.max_steps) : s.train.max_steps;
-  const int64_t every = std::max<int64_t>(1, n / 8);
+  // At most 8 checkpoints (one is about as large as the model and its
+  // optimizer state), at least 2 steps apart: replaying a step is cheaper than
+  // writing and loading one.
+  const int64_t every = std::max<int64_t>(2, (n + 7) / 8);
   ReproducePlan plan;
   plan.first = {"train.checkpoint_every=" + std::to_string(every)};
   plan.rest = {"train.checkpoint_every=0"};

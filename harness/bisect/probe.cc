@@ -341,14 +341,4 @@ ProbeResult Prober::probe_keeping_checkpoints(const std::vector<std::string>& ex
   return run(extra, what, /*use_cache=*/false, /*keep_checkpoints=*/true);
 }
 
-ProbeResult Prober::probe_repeated(const std::vector<std::string>& extra, const std::string& what, int64_t k) {
-  ProbeResult last;
-  for (int64_t i = 0; i < k; ++i) {
-    last = run(extra, what + (k > 1 ? " [" + std::to_string(i + 1) + "/" + std::to_string(k) + "]" : ""),
-               /*use_cache=*/false, /*keep_checkpoints=*/false);
-    if (last.verdict == Verdict::kFail) return last;
-  }
-  return last;
-}
-
 }  // namespace dbh::harness

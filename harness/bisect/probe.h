@@ -108,9 +108,6 @@ class Prober {
   ProbeResult probe_fresh(const std::vector<std::string>& extra, const std::string& what);
   /// A fresh probe whose checkpoints are kept for later probes to resume from.
   ProbeResult probe_keeping_checkpoints(const std::vector<std::string>& extra, const std::string& what);
-  /// Probes `k` times (different process each time, cache bypassed) and
-  /// fails if any repetition fails.
-  ProbeResult probe_repeated(const std::vector<std::string>& extra, const std::string& what, int64_t k);
 
   /// When a stop was requested (stop_requested() != 0): records the probes
   /// so far, and `in_flight` (the trial the stop cut short), in

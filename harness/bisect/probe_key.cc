@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -39,12 +40,15 @@ bool failed_before_training(const TrialAnalysis& a) {
 
 namespace {
 
-// Two independent 64-bit FNV-1a lanes: a 128-bit digest, as 32 hex digits.
+// Two 64-bit FNV-style lanes (the second one with its own offset and a
+// shift): a 128-bit digest, as 32 hex digits. Not cryptographic; a cache key.
 class Digest {
  public:
+  // A field, prefixed by its length: ("ab", "c") differs from ("a", "bc").
   Digest& add(const std::string& s) {
+    uint64_t n = s.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) mix(static_cast<unsigned char>(n & 0xff));
     for (unsigned char c : s) mix(c);
-    mix(0xff);  // field separator: ("ab","c") differs from ("a","bc")
     return *this;
   }
   Digest& add_bytes(const char* p, size_t n) {
