@@ -160,16 +160,12 @@ namespace {
 // no threshold supervision.
 void remap_labels(model::DbTargets& t, const std::vector<int64_t>& ys, const std::vector<int64_t>& xs) {
   const auto device = t.gt_shrink.device();
-  const auto to_tensor = [&](const std::vector<int64_t>& v) {
-    return torch::tensor(v, torch::kLong).to(device);
-  };
+  const auto to_tensor = [&](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kLong).to(device); };
   const auto yi = to_tensor(ys), xi = to_tensor(xs);
-  const auto covered =
-      (yi >= 0).view({1, 1, -1, 1}).logical_and((xi >= 0).view({1, 1, 1, -1}));  // [1, 1, H, W]
+  const auto covered = (yi >= 0).view({1, 1, -1, 1}).logical_and((xi >= 0).view({1, 1, 1, -1}));  // [1, 1, H, W]
   const auto ysrc = yi.clamp_min(0), xsrc = xi.clamp_min(0);
   const auto move = [&](torch::Tensor& m, double background) {
-    m = torch::where(covered, m.index_select(2, ysrc).index_select(3, xsrc),
-                     torch::full({}, background, m.options()))
+    m = torch::where(covered, m.index_select(2, ysrc).index_select(3, xsrc), torch::full({}, background, m.options()))
             .contiguous();
   };
   move(t.gt_shrink, 0.0);
@@ -237,9 +233,7 @@ bool FaultInjector::apply_silent(size_t i, model::Batch& b) {
   if (f.name == "label_swap") {
     if (b.size() < 2) return true;  // the scenario layer requires batch_size >= 2
     const auto order = torch::tensor({int64_t{1}, int64_t{0}}, torch::kLong).to(t.gt_shrink.device());
-    const auto swap = [&](torch::Tensor& m) {
-      m = torch::cat({m.index_select(0, order), m.slice(0, 2)}).contiguous();
-    };
+    const auto swap = [&](torch::Tensor& m) { m = torch::cat({m.index_select(0, order), m.slice(0, 2)}).contiguous(); };
     swap(t.gt_shrink);
     swap(t.gt_shrink_mask);
     swap(t.gt_thresh);

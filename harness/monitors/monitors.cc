@@ -119,9 +119,9 @@ void Monitors::on_forward(int64_t step, model::DbNetOutput& out) {
   sample("forward");
   if (silent_on() && silent_.predictions && out.probability.defined() && out.probability.numel() > 0) {
     torch::NoGradGuard no_grad;
-    const auto [lo, hi] = torch::aminmax(out.probability.detach());
-    const auto pd = out.probability.detach();
-    silent_probs_.push_back(torch::stack({lo, hi, pd.mean()}).to(torch::kFloat32));
+    const auto p = out.probability.detach().to(torch::kFloat32);
+    const auto [lo, hi] = torch::aminmax(p);
+    silent_probs_.push_back(torch::stack({lo, hi, p.mean()}));
   }
 }
 
@@ -304,7 +304,8 @@ std::vector<torch::Tensor> Monitors::silent_parts() const {
   std::vector<torch::Tensor> parts;
   if (!silent_on()) return parts;
   for (const auto* group : {&silent_input_, &silent_labels_, &silent_probs_}) {
-    for (const auto& t : *group) parts.push_back(t.reshape({-1}));
+    for (const auto& t : *group)
+      parts.push_back(t.reshape({-1}));
   }
   return parts;
 }
@@ -325,16 +326,21 @@ std::string step_range(int64_t from, int64_t to) {
 
 }  // namespace
 
-void Monitors::silent_failure(int64_t step, const std::string& check, const std::string& kind,
-                              const std::string& site, const std::string& message,
-                              const std::vector<std::string>& evidence, nlohmann::json detail) {
-  nlohmann::json h = {{"run", run_},       {"step", step},
-                      {"check", check},    {"kind", kind},
-                      {"site", site},      {"module", ""},
+void Monitors::silent_failure(int64_t step, const std::string& check, const std::string& kind, const std::string& site,
+                              const std::string& message, const std::vector<std::string>& evidence,
+                              nlohmann::json detail) {
+  nlohmann::json h = {{"run", run_},
+                      {"step", step},
+                      {"check", check},
+                      {"kind", kind},
+                      {"site", site},
+                      {"module", ""},
                       {"mode", mode_ == Mode::kLocalise ? "localise" : "cheap"},
-                      {"primary", true},   {"message", message},
+                      {"primary", true},
+                      {"message", message},
                       {"evidence", evidence}};
-  for (const auto& [k, v] : detail.items()) h[k] = v;
+  for (const auto& [k, v] : detail.items())
+    h[k] = v;
   events_.emit("health", h);
   throw SilentFailureError(message);
 }
@@ -380,12 +386,17 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     prob_mean += v[off + 2] / static_cast<double>(silent_probs_.size());
   }
   double text_pixels = 0;
-  for (double x : inside) text_pixels += x;
+  for (double x : inside)
+    text_pixels += x;
 
   silent_stats_ = nlohmann::json::object();
   if (!images.empty()) {
     double mean = 0, lo = INFINITY, hi = -INFINITY;
-    for (const auto& im : images) mean += im.mean / static_cast<double>(images.size()), lo = std::min(lo, im.min), hi = std::max(hi, im.max);
+    for (const auto& im : images) {
+      mean += im.mean / static_cast<double>(images.size());
+      lo = std::min(lo, im.min);
+      hi = std::max(hi, im.max);
+    }
     silent_stats_["input_mean"] = mean;
     silent_stats_["input_min"] = lo;
     silent_stats_["input_max"] = hi;
@@ -456,8 +467,8 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     if (!hit.empty()) {
       const size_t k = hit.front();
-      const std::string in_all = positives[k] < 0.5 ? "none at all"
-                                                    : fixed(positives[k], 0) + " in all, every one masked out";
+      const std::string in_all =
+          positives[k] < 0.5 ? "none at all" : fixed(positives[k], 0) + " in all, every one masked out";
       std::vector<std::string> evidence = {
           "sample " + name(k) + ": " + std::to_string(words_[k]) + " legible word" + (words_[k] == 1 ? "" : "s") +
               " of trainable size in its annotation, but 0 positive pixels of gt_shrink inside gt_shrink_mask (" +
@@ -474,7 +485,10 @@ void Monitors::judge_silent(int64_t step, const float* v) {
                      "labels without text at step " + std::to_string(step) + ": " + name(k) + " has " +
                          std::to_string(words_[k]) + " legible words but no positive pixel inside the training mask",
                      evidence,
-                     {{"sample", name(k)}, {"words", words_[k]}, {"inside_mask", inside[k]}, {"positives", positives[k]},
+                     {{"sample", name(k)},
+                      {"words", words_[k]},
+                      {"inside_mask", inside[k]},
+                      {"positives", positives[k]},
                       {"samples_hit", hit.size()}});
     }
     // A text kernel always lies inside its word: kernels mostly outside the
@@ -491,7 +505,8 @@ void Monitors::judge_silent(int64_t step, const float* v) {
       const std::string pct = fixed(100 * share[k], 0) + " %";
       std::string others;
       for (size_t j = 0; j < inside.size(); ++j) {
-        others += (j ? ", " : "") + name(j) + " " + (words_[j] > 0 && positives[j] >= 1 ? fixed(100 * share[j], 0) + " %" : "-");
+        others += (j ? ", " : "") + name(j) + " " +
+                  (words_[j] > 0 && positives[j] >= 1 ? fixed(100 * share[j], 0) + " %" : "-");
       }
       silent_failure(
           step, "labels_degenerate", "label", "gt_shrink",
@@ -503,7 +518,10 @@ void Monitors::judge_silent(int64_t step, const float* v) {
            "the labels do not line up with the image: shifted, scaled or another image's; " +
                std::to_string(off_words.size()) + " of " + std::to_string(inside.size()) + " samples affected",
            "share of kernel pixels outside the annotated words per sample: " + others},
-          {{"sample", name(k)}, {"words", words_[k]}, {"positives", positives[k]}, {"outside_share", share[k]},
+          {{"sample", name(k)},
+           {"words", words_[k]},
+           {"positives", positives[k]},
+           {"outside_share", share[k]},
            {"samples_hit", off_words.size()}});
     }
   }
@@ -528,11 +546,10 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     if (collapsed_run_ >= silent_.collapse_steps) {
       const bool low = prob_max < lo;
       const std::string range = step_range(collapsed_since_, step);
-      const std::string first =
-          low ? "probability map entirely below " + fixed(lo, 3) + " (highest " + fixed(prob_max, 4) + ", mean " +
-                    fixed(prob_mean, 4) + ")"
-              : "probability map entirely above " + fixed(hi, 3) + " (lowest " + fixed(prob_min, 4) + ", mean " +
-                    fixed(prob_mean, 4) + ")";
+      const std::string first = low ? "probability map entirely below " + fixed(lo, 3) + " (highest " +
+                                          fixed(prob_max, 4) + ", mean " + fixed(prob_mean, 4) + ")"
+                                    : "probability map entirely above " + fixed(hi, 3) + " (lowest " +
+                                          fixed(prob_min, 4) + ", mean " + fixed(prob_mean, 4) + ")";
       silent_failure(
           step, "predictions_collapsed", "prediction", "probability",
           "predictions collapsed to " + std::string(low ? "0" : "1") + " over " + range,

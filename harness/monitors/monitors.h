@@ -30,11 +30,11 @@ class SilentFailureError : public std::runtime_error {
 
 /// Thresholds of the silent-failure monitors (scenario `monitors:` keys).
 struct SilentOptions {
-  bool input = true;        // input black or saturated
-  bool labels = true;       // labels without text, or off the words
-  bool predictions = true;  // predictions collapsed
-  int64_t collapse_after = 10;   // warm-up steps before predictions are judged
-  int64_t collapse_steps = 5;    // consecutive collapsed steps that fail the run
+  bool input = true;              // input black or saturated
+  bool labels = true;             // labels without text, or off the words
+  bool predictions = true;        // predictions collapsed
+  int64_t collapse_after = 10;    // warm-up steps before predictions are judged
+  int64_t collapse_steps = 5;     // consecutive collapsed steps that fail the run
   double collapse_margin = 0.02;  // all probabilities below it, or all above 1 − it
 };
 
@@ -117,9 +117,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   };
   void check(const Site& site, const torch::Tensor& t);
   void flush(int64_t step);
-  bool silent_on() const {
-    return mode_ != Mode::kOff && (silent_.input || silent_.labels || silent_.predictions);
-  }
+  bool silent_on() const { return mode_ != Mode::kOff && (silent_.input || silent_.labels || silent_.predictions); }
   /// The silent reductions of this step, flattened, in queue order.
   std::vector<torch::Tensor> silent_parts() const;
   /// Judges this step's silent reductions (`values` as read on the host,

@@ -100,6 +100,38 @@ void BM_StepMonitorsCheapFinite(benchmark::State& state) {
 void BM_StepMonitorsLocalise(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
 }
+// The monitors' own per-step work, without the training step around it: the
+// finite flags of the batch and loss, the silent-failure reductions when
+// arg 1 is 1, and the one read to the host. Single-threaded, so that the
+// difference between the two settings is the silent checks' cost, which
+// divided by a step's time (BM_StepPlain) is their share of the step.
+void BM_MonitorsPerStep(benchmark::State& state) {
+  torch::set_num_threads(1);
+  harness::EventWriter writer(-1);
+  harness::SilentOptions checks;
+  checks.input = checks.labels = checks.predictions = state.range(1) != 0;
+  harness::Monitors monitors(harness::Monitors::Mode::kCheap, writer, 0.0, checks);
+  const int64_t size = state.range(0);
+  model::Batch batch = model::synthetic_boxes_batch(kBatch, size, size, 1);
+  model::DbNetOutput out;
+  out.probability = torch::rand({kBatch, 1, size, size});
+  model::DbLossParts loss;
+  loss.total = loss.bce = loss.l1 = loss.dice = torch::ones({});
+  const torch::Tensor norms = torch::ones({64});
+  int64_t step = 0;
+  for (auto _ : state) {
+    monitors.on_step_begin(step);
+    monitors.on_batch(step, batch);
+    monitors.on_forward(step, out);
+    monitors.on_loss(step, loss);
+    monitors.on_grad_norms(step, norms);  // the one read to the host
+    ++step;
+  }
+  torch::set_num_threads(static_cast<int>(kThreads));
+}
+BENCHMARK(BM_MonitorsPerStep)->ArgNames({"size", "silent"})->ArgsProduct({{128, 640}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)->MinTime(0.5);
+
 // Sizes: 128² (quick, overhead-heavy) and 640², the size DBNet trains at
 // (2 s+ per step on 2 cores: 2 timed steps, 3 repetitions).
 #define DBH_STEP_BENCH(b)                                                                               \

@@ -77,11 +77,14 @@ Scenario Steps(int64_t max_steps, int64_t window = -1) {
   return s;
 }
 
-std::vector<double> Flat(size_t n, double value = 0.5) { return std::vector<double>(n, value); }
+std::vector<double> Flat(size_t n, double value = 0.5) {
+  return std::vector<double>(n, value);
+}
 
 std::vector<double> Falling(size_t n) {
   std::vector<double> v;
-  for (size_t i = 0; i < n; ++i) v.push_back(1.0 / (1.0 + 0.1 * static_cast<double>(i)));
+  for (size_t i = 0; i < n; ++i)
+    v.push_back(1.0 / (1.0 + 0.1 * static_cast<double>(i)));
   return v;
 }
 
@@ -108,10 +111,17 @@ TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
   st.add("step_begin", {{"run", 0}, {"step", 3}});
   const std::vector<std::string> evidence = {"input mean 0.000 (all 2 images black after de-normalisation) at step 3",
                                              "de-normalised mean / min / max per image: a 0.0 / 0.0 / 0.0"};
-  st.add("health", {{"run", 0}, {"step", 3}, {"check", "input_denormalised"}, {"kind", "input"}, {"site", "image"},
-                    {"module", ""}, {"primary", true}, {"message", "input black after de-normalisation at step 3"},
+  st.add("health", {{"run", 0},
+                    {"step", 3},
+                    {"check", "input_denormalised"},
+                    {"kind", "input"},
+                    {"site", "image"},
+                    {"module", ""},
+                    {"primary", true},
+                    {"message", "input black after de-normalisation at step 3"},
                     {"evidence", evidence}});
-  st.add("error", {{"kind", "silent"}, {"run", 0}, {"step", 3}, {"message", "input black"}, {"module", "head.binarize"}});
+  st.add("error",
+         {{"kind", "silent"}, {"run", 0}, {"step", 3}, {"message", "input black"}, {"module", "head.binarize"}});
   st.add("done", {{"status", "failed"}});
   st.result().exit_code = 1;
   const TrialAnalysis a = classify(st.result(), Steps(10, 0), Kb());
@@ -130,7 +140,11 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
   for (const char* check : {"input_denormalised", "labels_degenerate", "predictions_collapsed"}) {
     Stream st;
     st.steps({0.9});
-    st.add("health", {{"run", 0}, {"step", 1}, {"check", check}, {"primary", true}, {"message", "m"},
+    st.add("health", {{"run", 0},
+                      {"step", 1},
+                      {"check", check},
+                      {"primary", true},
+                      {"message", "m"},
                       {"evidence", json::array({"e"})}});
     st.add("done", {{"status", "failed"}});
     st.result().exit_code = 1;
@@ -143,8 +157,14 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
 TEST(SilentClassify, AFiniteFailureTakesPrecedence) {
   Stream st;
   st.steps({0.9});
-  st.add("health", {{"run", 0}, {"step", 1}, {"check", "finite"}, {"kind", "activation"}, {"site", "decoder.fusion"},
-                    {"module", "decoder.fusion"}, {"primary", true}, {"mode", "cheap"}});
+  st.add("health", {{"run", 0},
+                    {"step", 1},
+                    {"check", "finite"},
+                    {"kind", "activation"},
+                    {"site", "decoder.fusion"},
+                    {"module", "decoder.fusion"},
+                    {"primary", true},
+                    {"mode", "cheap"}});
   st.add("health", {{"run", 0}, {"step", 1}, {"check", "predictions_collapsed"}, {"primary", true}, {"message", "m"}});
   st.add("done", {{"status", "diverged"}});
   st.result().exit_code = 1;
@@ -182,7 +202,8 @@ TEST(NotLearning, FallingLossPasses) {
 TEST(NotLearning, TheMarginDecides) {
   // 0.500 → 0.480: −4 %.
   std::vector<double> losses = Flat(6, 0.5);
-  for (double x : Flat(6, 0.48)) losses.push_back(x);
+  for (double x : Flat(6, 0.48))
+    losses.push_back(x);
   Stream st;
   st.steps(losses).finish(12);
   Scenario s = Steps(12, 12);
@@ -279,8 +300,9 @@ TEST_F(SilentScenario, MonitorKeysHaveDocumentedDefaults) {
 }
 
 TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
-  const Scenario s = load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
-                                         "  collapse_margin: 0.1\n  learning_window: 8\n  learning_min_drop: 0.2\n"));
+  const Scenario s =
+      load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
+                          "  collapse_margin: 0.1\n  learning_window: 8\n  learning_min_drop: 0.2\n"));
   const Scenario back = scenario_from_tree(parse_yaml(resolved_json(s), "scenario.resolved.json"), "");
   EXPECT_TRUE(back.monitors.silent.empty());
   EXPECT_FALSE(back.monitors.silent_check("input"));
@@ -303,8 +325,8 @@ TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
 }
 
 TEST_F(SilentScenario, BadMonitorValuesSayWhatWasExpected) {
-  EXPECT_NE(error("monitors:\n  learning_window: 3\n").find(
-                "monitors.learning_window: expected auto, 0 (off) or a number of steps >= 4, got"),
+  EXPECT_NE(error("monitors:\n  learning_window: 3\n")
+                .find("monitors.learning_window: expected auto, 0 (off) or a number of steps >= 4, got"),
             std::string::npos);
   EXPECT_NE(error("monitors:\n  learning_window: often\n").find("monitors.learning_window: expected auto"),
             std::string::npos);
@@ -319,16 +341,17 @@ TEST_F(SilentScenario, BadMonitorValuesSayWhatWasExpected) {
 }
 
 TEST_F(SilentScenario, SilentFaultsAreCataloguedAndFireFromAtStepOn) {
-  for (const char* name : {"label_shift", "label_scale", "wrong_normalisation", "lr_freeze", "label_swap",
-                           "all_dont_care"}) {
+  for (const char* name :
+       {"label_shift", "label_scale", "wrong_normalisation", "lr_freeze", "label_swap", "all_dont_care"}) {
     const FaultSpec* spec = find_fault(name);
     ASSERT_NE(spec, nullptr) << name;
     EXPECT_TRUE(spec->from_at_step_on) << name;
     EXPECT_FALSE(spec->help.empty()) << name;
   }
-  const Scenario s = load_scenario(write("faults:\n  - name: lr_freeze\n    at_step: 2\n"
-                                         "  - name: wrong_normalisation\n    kind: saturated\n    at_step: 1\n"
-                                         "    until_step: 3\n  - name: lr_spike\n    at_step: 2\n"));
+  const Scenario s =
+      load_scenario(write("faults:\n  - name: lr_freeze\n    at_step: 2\n"
+                          "  - name: wrong_normalisation\n    kind: saturated\n    at_step: 1\n"
+                          "    until_step: 3\n  - name: lr_spike\n    at_step: 2\n"));
   EXPECT_FALSE(s.faults[0].fires_at(1, 0));
   EXPECT_TRUE(s.faults[0].fires_at(2, 0));
   EXPECT_TRUE(s.faults[0].fires_at(5, 0)) << "a silent fault without until_step stays on";
