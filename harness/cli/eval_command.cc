@@ -139,12 +139,6 @@ std::string metrics_line(const model::EvalResult& r) {
          ", matched " + std::to_string(r.counts.matched) + ")";
 }
 
-// Misses plus false positives: breaks H-mean ties when ranking the worst.
-int64_t errors(const model::ImageEvaluation& e) {
-  const auto& c = e.match.counts;
-  return (c.gt - c.matched) + (c.det - c.matched);
-}
-
 void write_png(const fs::path& path, const cv::Mat& image) {
   std::vector<uchar> png;
   if (!cv::imencode(".png", image, png)) {
@@ -317,15 +311,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   const auto n = static_cast<int64_t>(result.images.size());
 
   // The K worst images: lowest H-mean, then most errors, then dataset order.
-  std::vector<size_t> order(result.images.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const auto& ea = result.images[a];
-    const auto& eb = result.images[b];
-    if (ea.metrics.hmean != eb.metrics.hmean) return ea.metrics.hmean < eb.metrics.hmean;
-    return errors(ea) > errors(eb);
-  });
-  order.resize(std::min(order.size(), static_cast<size_t>(o.overlays)));
+  const std::vector<size_t> order = model::worst_images(result, static_cast<size_t>(o.overlays));
   const fs::path overlay_dir = out / "overlays";
   fs::remove_all(overlay_dir);  // a previous evaluation's overlays into this folder
   json overlays = json::array();
