@@ -96,6 +96,13 @@ int qualify_command(const QualifyOptions& o) {
     const bool cuda = source.hardware.device != "cpu";
     std::vector<std::string> precisions = {"fp32"};
     if (cuda) precisions = {"fp32", "fp16", "bf16"};
+    // bf16 needs compute capability 8.0 (Ampere) on the target card; the
+    // machine emulating it may have it, the target may not (a T4 is 7.5).
+    std::string not_searched;
+    if (cuda && !profile.compute_capability.empty() && std::atof(profile.compute_capability.c_str()) < 8.0) {
+      precisions.pop_back();
+      not_searched = "bf16 (the target's compute capability " + profile.compute_capability + " has no bf16; 8.0 needed)";
+    }
     if (!o.quiet) {
       std::cout << "dbh qualify " << source.name << " for "
                 << (o.profile.empty() ? "a budget" : profile.display_name) << ": " << format_bytes(budget)
@@ -176,9 +183,15 @@ int qualify_command(const QualifyOptions& o) {
       }
       recs.push_back(rec);
     }
-    // Recommend the confirmed configuration with the highest throughput.
+    // Recommend the source's precision when it qualifies (the numerics stay
+    // as they were); otherwise the confirmed precision with the highest
+    // throughput on this machine.
     const Rec* best = nullptr;
     for (const auto& r : recs) {
+      if (r.confirmed && r.precision == source.train.precision) best = &r;
+    }
+    for (const auto& r : recs) {
+      if (best != nullptr && best->precision == source.train.precision) break;
       if (!r.confirmed) continue;
       auto rate = [&](const Rec& x) {
         return x.confirm.step_seconds > 0 ? static_cast<double>(effective) / x.confirm.step_seconds : 0.0;
@@ -219,6 +232,8 @@ int qualify_command(const QualifyOptions& o) {
     md << "- Target: " << (o.profile.empty() ? "explicit budget" : profile.display_name + " (" + profile.name + ")") << ", "
        << format_bytes(budget) << (profile.notes.empty() ? "" : "; " + profile.notes) << "\n"
        << "- Safety margin: " << static_cast<int>(o.margin * 100) << "% (searches run within " << format_bytes(margined) << ")\n"
+       << (not_searched.empty() ? std::string() : "- Not searched: " + not_searched + "\n")
+       << "- Step times are this machine's; memory is what the target would need\n"
        << "- Device: " << source.hardware.device
        << (cuda ? " (budget enforced with a ballast outside the allocator plus the allocator limit)"
                 : " (budget enforced as a host memory limit, RLIMIT_DATA)")
@@ -272,6 +287,7 @@ int qualify_command(const QualifyOptions& o) {
     j["source"] = {{"batch", source_trial.batch}, {"accumulation", source_trial.accumulation},
                    {"passed", source_trial.passed}, {"peak_bytes_unbudgeted", source_need.peak}};
     j["precisions"] = ojson::array();
+    if (!not_searched.empty()) j["not_searched"] = not_searched;
     for (const auto& r : recs) {
       j["precisions"].push_back({{"precision", r.precision}, {"max_batch", r.max_batch},
                                  {"peak_bytes", r.at_max.peak}, {"step_seconds", r.at_max.step_seconds},

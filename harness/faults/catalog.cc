@@ -65,7 +65,9 @@ const std::vector<FaultSpec>& fault_catalog() {
       {"memory_cap", "a memory budget for the worker (host address space on CPU, the "
                      "allocator's limit on CUDA)",
        {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 2GiB"}}},
-      {"cuda_error", "raise a CUDA/cuDNN error with the real error text from a named module",
+      {"cuda_error", "a CUDA/cuDNN error from a named module: on a CUDA device illegal_instruction and "
+                     "illegal_memory_access launch a kernel that really faults and cuda_oom really "
+                     "exhausts the allocator; otherwise the error's text is raised (reported as emulated)",
        {{"kind", ParamType::kString, true, "",
          {"cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
           "cudnn_no_engine", "cuda_oom"},

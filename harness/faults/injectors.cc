@@ -1,5 +1,9 @@
 #include "harness/faults/injectors.h"
 
+#ifdef DBH_TORCH_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/gpu/fault_kernels.h"
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
 #include "model/eval/overlay.h"
@@ -95,8 +100,13 @@ void FaultInjector::on_start() {
 }
 
 void FaultInjector::on_teardown() {
+  // A framework syncs the device when it tears down; after a real fault the
+  // driver answers with the lost context's error itself.
+  if (context_lost_) torch::cuda::synchronize();
   if (poisoned_) throw std::runtime_error(cuda_error_text("illegal_instruction"));
 }
+
+bool FaultInjector::on_cuda() const { return device_.rfind("cuda", 0) == 0 && torch::cuda::is_available(); }
 
 void FaultInjector::on_enter(const std::string& name) {
   if (poisoned_) {
@@ -106,10 +116,41 @@ void FaultInjector::on_enter(const std::string& name) {
   for (size_t i = 0; i < faults_.size(); ++i) {
     const auto& f = faults_[i];
     if (f.name != "cuda_error" || !fires(i) || f.get("module") != name) continue;
-    fired(i, name, {{"kind", f.get("kind")}, {"sticky", f.get_bool("sticky")}});
-    if (f.get_bool("sticky")) poisoned_ = true;
-    throw std::runtime_error(cuda_error_text(f.get("kind")));
+    const std::string kind = f.get("kind");
+    raise_cuda_error(i, name, kind, f.get_bool("sticky"));
   }
+}
+
+// See Note [Real GPU faults].
+void FaultInjector::raise_cuda_error(size_t i, const std::string& module, const std::string& kind,
+                                     bool sticky) {
+  const int index = device_.size() > 5 ? std::stoi(device_.substr(5)) : 0;
+  const bool kernel_kind = kind == "illegal_instruction" || kind == "illegal_memory_access";
+  if (on_cuda() && kernel_kind && gpu::kernels_built()) {
+    const auto r = gpu::launch_fault_kernel(kind == "illegal_instruction"
+                                                ? gpu::KernelFault::illegal_instruction
+                                                : gpu::KernelFault::illegal_memory_access,
+                                            index);
+    context_lost_ = r.error_code != 0;
+    fired(i, module, {{"kind", kind}, {"sticky", true}, {"real", true}, {"launched", r.launched},
+                      {"cuda_error", r.error_name}, {"cuda_error_text", r.error_text}});
+    throw std::runtime_error("CUDA error: " + r.error_text + " (" + r.error_name +
+                             ", from dbh's fault kernel launched in " + module + ")");
+  }
+  if (on_cuda() && kind == "cuda_oom") {
+    // Real exhaustion: ask the caching allocator for more than the card has.
+    int64_t total = int64_t{1} << 40;
+#ifdef DBH_TORCH_HAS_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) total = static_cast<int64_t>(total_b);
+#endif
+    fired(i, module, {{"kind", kind}, {"sticky", false}, {"real", true}, {"bytes", total}});
+    held_.push_back(torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)));
+    throw std::runtime_error("cuda_oom: an allocation of the card's whole memory succeeded");
+  }
+  fired(i, module, {{"kind", kind}, {"sticky", sticky}, {"real", false}});
+  if (sticky) poisoned_ = true;
+  throw std::runtime_error(cuda_error_text(kind));
 }
 
 void FaultInjector::on_output(const std::string& name, torch::Tensor& output) {

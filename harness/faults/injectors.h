@@ -31,7 +31,8 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   /// Called when the worker tears down after an error; a sticky CUDA fault
   /// makes it fail as a corrupted context does.
   void on_teardown();
-  bool context_poisoned() const { return poisoned_; }
+  /// True after a sticky fault, emulated or real: nothing more may touch the device.
+  bool context_poisoned() const { return poisoned_ || context_lost_; }
 
   void on_enter(const std::string& name) override;
   void on_output(const std::string& name, torch::Tensor& output) override;
@@ -48,6 +49,11 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   bool apply_silent(size_t i, model::Batch& b);
   void fired(size_t i, const std::string& module, nlohmann::json detail = {});
   void hold_memory(int64_t bytes, bool host);
+  bool on_cuda() const;
+  /// The `cuda_error` fault: real on a CUDA device where it can be, else the
+  /// error's text (Note [Real GPU faults] in harness/gpu/fault_kernels.h).
+  [[noreturn]] void raise_cuda_error(size_t i, const std::string& module, const std::string& kind,
+                                     bool sticky);
 
   std::vector<FaultConfig> faults_;
   EventWriter& events_;
@@ -55,7 +61,8 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   int64_t run_ = 0;
   int64_t step_ = -1;
   int64_t micro_ = 0;  // micro-batch of the step being loaded
-  bool poisoned_ = false;
+  bool poisoned_ = false;      // an emulated sticky fault fired
+  bool context_lost_ = false;  // a real fault kernel broke the CUDA context
   model::DbNet* net_ = nullptr;
   torch::optim::Optimizer* optimizer_ = nullptr;
   std::vector<torch::Tensor> held_;

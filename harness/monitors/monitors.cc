@@ -228,7 +228,7 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
     --it;
     const auto& g = it->value().grad();
     if (!g.defined()) continue;
-    if (mode_ == Mode::kCheap) {
+    if (mode_ == Mode::kCheap || scaler_) {
       grads_.emplace_back(it->key(), g);  // checked through their norms
     } else {
       check(Site{"gradient", it->key(), module_of_parameter(it->key())}, g);
@@ -238,6 +238,13 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
 
 void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
   if (mode_ == Mode::kLocalise) {
+    if (scaler_ && norms.defined() && norms.numel() > 0) {
+      // Gradients are judged after the scaler's verdict, as in cheap mode.
+      torch::NoGradGuard no_grad;
+      sites_.push_back(Site{"gradients", "", ""});
+      flags_.push_back(torch::isfinite(norms).all().logical_not());
+      flush(step);
+    }
     // Localise mode synchronises anyway; the silent reductions get one read.
     const auto parts = silent_parts();
     if (!parts.empty()) {
@@ -278,6 +285,43 @@ void Monitors::flush(int64_t step) {
       if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, module_of_parameter(name)});
     }
   }
+  if (!bad.empty() && scaler_ && std::all_of(bad.begin(), bad.end(), [](const Site& b) { return b.kind == "gradient"; })) {
+    // Note [Loss-scaler skips]: with fp16 a dynamic loss scaler multiplies the
+    // loss by up to 2^16 and skips the optimizer step when the gradients
+    // overflow, halving the scale; a few skips (at the start, or after a
+    // spike) are its normal work, as PyTorch's GradScaler does. Gradients that
+    // stay non-finite whatever the scale (NaN from the backward, seed 002 in
+    // fp16) make it skip every step and the run learns nothing: that is the
+    // failure, reported at the first step of the streak.
+    if (skip_streak_ == 0) {
+      skip_streak_start_ = step;
+      skip_streak_first_ = {{"site", bad.front().name}, {"module", bad.front().module}};
+    }
+    ++skip_streak_;
+    events_.emit("health", {{"run", run_}, {"step", step}, {"check", "loss_scaler"}, {"kind", "gradient"},
+                            {"site", bad.front().name}, {"module", bad.front().module},
+                            {"skipped_in_a_row", skip_streak_}, {"limit", scaler_skip_limit_},
+                            {"primary", false}});
+    if (skip_streak_ < scaler_skip_limit_) {
+      if (!silent.empty()) judge_silent(step, f + flags_.size());
+      return;
+    }
+    const std::string site = skip_streak_first_.value("site", "");
+    events_.emit("health", {{"run", run_},
+                            {"step", skip_streak_start_},
+                            {"check", "finite"},
+                            {"kind", "gradient"},
+                            {"site", site},
+                            {"module", skip_streak_first_.value("module", "")},
+                            {"mode", mode_ == Mode::kCheap ? "cheap" : "localise"},
+                            {"primary", true},
+                            {"loss_scaler_skips", skip_streak_},
+                            {"nonfinite_sites", {{"gradient", bad.size()}}}});
+    throw DivergedError("non-finite gradient in " + site + " from step " + std::to_string(skip_streak_start_) +
+                        ": the loss scaler skipped " + std::to_string(skip_streak_) +
+                        " steps in a row (the gradients stay non-finite at every scale)");
+  }
+  if (bad.empty()) skip_streak_ = 0;
   if (bad.empty()) {
     if (!silent.empty()) judge_silent(step, f + flags_.size());
     return;

@@ -82,11 +82,21 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
     run_ = run;
     collapsed_run_ = 0;  // every in-process run is judged on its own
     collapsed_since_ = -1;
+    skip_streak_ = 0;
   }
   const std::string& last_module() const { return last_module_; }
   /// Samples memory at each phase of a step (data, forward, backward,
   /// optimizer) with `probe`.
   void set_memory_probe(std::function<nlohmann::json()> probe) { memory_probe_ = std::move(probe); }
+  /// Training uses a dynamic loss scaler (fp16), so a step whose gradients
+  /// overflow is skipped by the scaler, which lowers its scale: that is
+  /// normal and not a failure. Only `skip_limit` skipped steps in a row are
+  /// (Note [Loss-scaler skips]).
+  void set_loss_scaler(bool active, int64_t skip_limit = kScalerSkipLimit) {
+    scaler_ = active;
+    scaler_skip_limit_ = skip_limit;
+  }
+  static constexpr int64_t kScalerSkipLimit = 8;
   /// The current step's memory per phase, as far as it got.
   const nlohmann::json& phase_memory() const { return phases_; }
   /// The batch of the current (or last) step, kept by reference.
@@ -140,6 +150,11 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   /// only when their norms flag something (the norms are the trainer's, so
   /// the healthy path adds no pass over the gradients).
   std::vector<std::pair<std::string, torch::Tensor>> grads_;
+  bool scaler_ = false;
+  int64_t scaler_skip_limit_ = kScalerSkipLimit;
+  int64_t skip_streak_ = 0;        // skipped steps in a row, ending at the last step
+  int64_t skip_streak_start_ = -1;  // the first step of the streak
+  nlohmann::json skip_streak_first_;  // the first non-finite gradient of the streak
   nlohmann::json last_good_output_;  // localise: stats of the last finite module output
   std::string last_good_module_;
   std::vector<double> losses_;

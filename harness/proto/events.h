@@ -30,6 +30,7 @@ inline constexpr const char* kWarning = "warning";        // message
 inline constexpr const char* kHeartbeat = "heartbeat";
 inline constexpr const char* kError = "error";            // run, step, message, backtrace, module, kind
 inline constexpr const char* kDone = "done";              // status
+inline constexpr const char* kMemorySnapshot = "memory_snapshot";  // run, step, file (CUDA allocator snapshot on OOM)
 }  // namespace event
 
 /// One decoded event: its type and the whole JSON object (type included).

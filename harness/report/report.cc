@@ -106,10 +106,13 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                            {"module", cfg.get("module").empty() ? nlohmann::ordered_json(nullptr)
                                                                 : nlohmann::ordered_json(cfg.get("module"))},
                            {"fired", f.fired},
-                           {"fired_at_steps", f.steps}});
+                           {"fired_at_steps", f.steps},
+                           {"real", f.real ? nlohmann::ordered_json(*f.real) : nlohmann::ordered_json(nullptr)}});
+    if (!f.hardware_error.empty()) j["faults"].back()["hardware_error"] = f.hardware_error;
   }
   j["steps_completed"] = main.steps_completed;
   j["overlays"] = main.overlays;
+  if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
   if (main.evaluator_self_check || !main.evals.empty()) {
     ojson evals = ojson::array();
     for (const auto& e : main.evals) {
@@ -329,12 +332,20 @@ std::string report_markdown(const RunReport& r) {
          << cell("backward") << " | " << cell("optimizer") << " | " << format_bytes(st.peak_bytes) << " |\n";
     }
   }
+  if (!main.memory_snapshot.empty()) {
+    md << "\nThe CUDA caching allocator's state and its last allocation events at the failing moment: `"
+       << markdown_inline(main.memory_snapshot)
+       << "` (drag it onto https://pytorch.org/memory_viz, or `python -m torch.cuda._memory_viz trace_plot`).\n";
+  }
   if (!main.faults.empty()) {
-    md << "\nInjected faults:\n\n| fault | scheduled step | module | fired |\n|---|---|---|---|\n";
+    md << "\nInjected faults:\n\n| fault | scheduled step | module | fired | raised by |\n|---|---|---|---|---|\n";
     for (const auto& fr : main.faults) {
       const auto& cfg = s.faults[static_cast<size_t>(fr.index)];
+      const std::string how = !fr.real ? "-"
+                              : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
+                                         : "dbh (emulated: the error's text)";
       md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.get("module").empty() ? "-" : cfg.get("module"))
-         << " | " << (fr.fired ? "yes" : "no") << " |\n";
+         << " | " << (fr.fired ? "yes" : "no") << " | " << how << " |\n";
     }
   }
   if (!main.overlays.empty()) {

@@ -139,7 +139,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   a.exit_code = r.exit_code;
   a.seconds = r.seconds;
   for (size_t i = 0; i < s.faults.size(); ++i) {
-    a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, ""});
+    a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, "", std::nullopt, ""});
   }
   const Event* first_error = nullptr;
   const Event* harness_error = nullptr;
@@ -231,7 +231,14 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         f.fired = true;
         f.steps.push_back(e.get<int64_t>("step", -1));
         f.module = e.get<std::string>("module", f.module);
+        const auto& d = e.body.contains("detail") ? e.body["detail"] : nlohmann::json();
+        if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
+          f.real = d["real"].get<bool>();
+          f.hardware_error = d.value("cuda_error", "");
+        }
       }
+    } else if (e.type == "memory_snapshot") {
+      a.memory_snapshot = e.get<std::string>("file", "");
     } else if (e.type == "overlays") {
       a.overlays = e.get<std::vector<std::string>>("files", {});
     } else if (e.type == "memory_budget") {

@@ -48,6 +48,10 @@ struct FaultRecord {
   bool fired = false;
   std::vector<int64_t> steps;
   std::string module;
+  /// GPU faults: raised by the hardware (a kernel, the allocator) or only
+  /// their error text (Note [Real GPU faults]); unset for other faults.
+  std::optional<bool> real;
+  std::string hardware_error;  // e.g. "cudaErrorLaunchFailure"
 };
 
 struct StepRecord {
@@ -101,6 +105,7 @@ struct TrialAnalysis {
   /// Overlays of the failing batch written by the worker (file names under
   /// the trial's overlays/ folder).
   std::vector<std::string> overlays;
+  std::string memory_snapshot;  // CUDA allocator snapshot written on OOM ("" = none)
   /// Validations during training, in order, and the evaluator self-check
   /// (h-mean of the ground truth scored as predictions; 1.0 when sound).
   std::vector<EvalRecord> evals;

@@ -1,5 +1,7 @@
 #include "harness/worker/memory_budget.h"
 
+#include <fstream>
+
 #include <sys/resource.h>
 
 #include <torch/torch.h>
@@ -7,6 +9,7 @@
 #ifdef DBH_TORCH_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 #endif
 
 #include "harness/monitors/monitors.h"
@@ -106,6 +109,35 @@ void reset_memory_peaks(const std::string& device) {
 #else
   (void)device;
 #endif
+}
+
+bool record_memory_history(const std::string& device, int64_t max_entries) {
+#ifdef DBH_TORCH_HAS_CUDA
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    // Allocation events only, without stack traces: cheap enough for every
+    // step, and a ring of `max_entries` keeps the failing step's events.
+    torch::cuda::_record_memory_history(std::string("all"), std::nullopt, "python",
+                                        static_cast<size_t>(max_entries));
+    return true;
+  }
+#endif
+  (void)device;
+  (void)max_entries;
+  return false;
+}
+
+bool write_memory_snapshot(const std::string& device, const std::string& path) {
+#ifdef DBH_TORCH_HAS_CUDA
+  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+    const std::string pickled = torch::cuda::_memory_snapshot_pickled();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
+    return static_cast<bool>(out.flush());
+  }
+#endif
+  (void)device;
+  (void)path;
+  return false;
 }
 
 }  // namespace dbh::harness

@@ -35,6 +35,12 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
 /// Memory now: process RSS and its peak; on CUDA also the caching allocator's
 /// allocated/reserved bytes and their peaks.
 nlohmann::json memory_sample(const std::string& device);
+/// Starts recording the CUDA caching allocator's history (the last
+/// `max_entries` allocation events, no stack traces). False off CUDA.
+bool record_memory_history(const std::string& device, int64_t max_entries);
+/// Writes the allocator's snapshot with its recorded history to `path` in the
+/// format PyTorch's memory viewer opens (snapshot.pickle). False off CUDA.
+bool write_memory_snapshot(const std::string& device, const std::string& path);
 /// Resets the CUDA allocator's peak counters (per-step peaks).
 void reset_memory_peaks(const std::string& device);
 

@@ -35,6 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Allocation events kept by the CUDA allocator's history under a memory budget.
+constexpr int64_t kMemoryHistoryEntries = 100000;
+
 // Forwards module notifications: monitors see a module entered before a fault
 // can throw from it, and see outputs after faults replaced them.
 class ObserverChain : public model::ModuleObserver {
@@ -268,6 +271,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   silent.collapse_margin = s.monitors.collapse_margin;
   Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor, silent);
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
+  monitors.set_loss_scaler(s.train.precision == "fp16");
   FaultInjector faults(s.faults, events, s.hardware.device);
   ObserverChain chain(monitors, faults);
   model::set_module_observer(&chain);
@@ -313,6 +317,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
       const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
       events.emit("memory_budget", b.to_json());
+      // The allocator's recent history, for the snapshot written on OOM.
+      record_memory_history(s.hardware.device, kMemoryHistoryEntries);
     }
     // Data: a private corrupted copy when a corrupt_sample fault asks for one.
     std::string data_path = s.data.path;
@@ -507,6 +513,19 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                           {"module", monitors.last_module()},
                           {"memory", memory_json(s.hardware.device)},
                           {"phases", monitors.phase_memory()}});
+    // Memory exhaustion on CUDA: the allocator's state and recent history,
+    // in the format PyTorch's memory viewer opens.
+    const std::string what = message_of(e);
+    if (!faults.context_poisoned() && s.hardware.device.rfind("cuda", 0) == 0 &&
+        (what.find("out of memory") != std::string::npos || what.find("unable to find an engine") != std::string::npos)) {
+      const std::string file = (fs::path(run_dir) / "snapshot.pickle").string();
+      try {
+        if (write_memory_snapshot(s.hardware.device, file)) {
+          events.emit(event::kMemorySnapshot, {{"run", run}, {"step", step}, {"file", file}});
+        }
+      } catch (const std::exception&) {
+      }
+    }
     if (!faults.context_poisoned()) {
       try {
         const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");

@@ -64,10 +64,13 @@ DbHeadOutput DbHeadImpl::forward(const torch::Tensor& x) {
               ", H/4, W/4], but got ", x.sizes());
   DbHeadOutput out;
   out.prob_logits = prob(x);
+  // Both branches run under the caller's autocast (their last layer turns it
+  // off itself); only what follows is float32.
+  const torch::Tensor thresh_logits = is_training() ? thresh(x) : torch::Tensor();
   AutocastOffGuard fp32;
   out.probability = torch::sigmoid(out.prob_logits);
   if (is_training()) {
-    out.threshold = torch::sigmoid(thresh(x));
+    out.threshold = torch::sigmoid(thresh_logits);
     out.binary = run_module("head.binarize",
                             [&] { return binarize(out.probability, out.threshold); });
   }

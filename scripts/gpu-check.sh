@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The GPU pack, on a machine with a CUDA GPU, LibTorch from its PyTorch (CUDA)
+# and the Debian libraries carried in .gpu/ (docs/gpu.md):
+#
+#   scripts/gpu-check.sh build     configure and build build/gpu against the machine's LibTorch
+#   scripts/gpu-check.sh pack      dbh env, the GPU fault-kernel probe, the scenarios in scenarios/gpu/
+#   scripts/gpu-check.sh qualify   dbh qualify for the RTX 3060 and T4 profiles
+#   scripts/gpu-check.sh tests     the GPU integration tests (the scenarios of scenarios/gpu/)
+#   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
+#   scripts/gpu-check.sh all       all of the above, in that order
+#
+# Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
+# suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
+# printed are a summary table.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-${DBH_GPU_OUT:-/tmp/dbh-gpu-out}}"
+work="${DBH_GPU_WORK:-/tmp/dbh-gpu-work}"
+build_dir="$root/build/gpu"
+jobs="${DBH_JOBS:-$(nproc)}"
+mkdir -p "$out" "$work"
+summary="$out/summary.txt"
+note() { echo "$*" | tee -a "$summary"; }
+
+deps() {
+  local dep=/tmp/dbh-gpu-deps
+  P=$dep/prefix/usr
+  if [[ ! -d $P ]]; then
+    [[ -f .gpu/bundle.tar.xz ]] || { echo "gpu-check: .gpu/bundle.tar.xz is missing (docs/gpu.md)" >&2; exit 2; }
+    mkdir -p "$dep" && tar -C "$dep" -xJf .gpu/bundle.tar.xz
+    for deb in .gpu/*.deb; do [[ -f $deb ]] && dpkg -x "$deb" "$dep/prefix"; done
+    # libjpeg's jconfig.h lives in the multiarch include folder.
+    cp -n "$P"/include/x86_64-linux-gnu/*.h "$P/include/" 2>/dev/null || true
+    # The -dev symlink is absolute in the package; point it into the prefix.
+    ln -sfn libjpeg.so.62 "$P/lib/x86_64-linux-gnu/libjpeg.so"
+  fi
+  export DBH_DEP_LIB="$P/lib/x86_64-linux-gnu"
+  # Binaries built elsewhere against the same torch wheel (.gpu/bin, see
+  # docs/gpu.md) find LibTorch and the CUDA runtime here.
+  local torch_lib cudart_lib
+  torch_lib="$(python3 -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')"
+  cudart_lib="$(python3 -c 'import nvidia,os;print(os.path.join(list(nvidia.__path__)[0],"cu13","lib"))' 2>/dev/null)"
+  export DBH_RUN_LIBS="$torch_lib:${cudart_lib}:/usr/local/cuda/lib64:$DBH_DEP_LIB"
+  if [[ -n ${DBH_GPU_BIN:-} ]]; then bin_dir=$DBH_GPU_BIN
+  elif [[ -x $build_dir/bin/dbh ]]; then bin_dir=$build_dir/bin
+  else bin_dir=$root/.gpu/bin; fi
+}
+
+build() {
+  deps
+  local torch_prefix
+  torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+  local t0=$SECONDS
+  if [[ ! -f $build_dir/build.ninja ]]; then
+    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDBH_CCACHE=OFF \
+      -DCMAKE_PREFIX_PATH="$P;$torch_prefix" >"$out/configure.log" 2>&1 ||
+      { tail -30 "$out/configure.log"; exit 1; }
+  fi
+  LD_LIBRARY_PATH="$DBH_DEP_LIB" ninja -C "$build_dir" -j "$jobs" "${@:-dbh}" >"$out/build.log" 2>&1 ||
+    { grep -m5 -B2 -A10 'error' "$out/build.log"; exit 1; }
+  note "build: $((SECONDS - t0)) s (${*:-dbh}, $jobs jobs)"
+}
+
+dbh() { LD_LIBRARY_PATH="$DBH_RUN_LIBS" "$bin_dir/dbh" "$@"; }
+
+pack() {
+  deps
+  note "binaries: $bin_dir"
+  LD_LIBRARY_PATH="$DBH_RUN_LIBS" ldd "$bin_dir/dbh" | grep 'not found' | tee -a "$summary"
+  dbh env >"$out/env.txt" 2>&1; note "dbh env: exit $?"; cat "$out/env.txt"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$summary"
+  rm -rf "$work/pack"
+  local t0=$SECONDS
+  dbh suite scenarios/gpu --out "$work/pack" --junit "$out/gpu-junit.xml" >"$out/pack.log" 2>&1
+  note "suite scenarios/gpu: exit $? in $((SECONDS - t0)) s"
+  cp "$work/pack/suite.json" "$out/gpu-suite.json" 2>/dev/null
+  python3 - "$work/pack" <<'PY' | tee -a "$summary"
+import json, sys, pathlib
+root = pathlib.Path(sys.argv[1])
+for rep in sorted(root.rglob("report.json")):
+    j = json.loads(rep.read_text())
+    f = j.get("failure") or {}
+    real = [e.get("detail", {}).get("real") for e in j.get("faults", []) if isinstance(e, dict)]
+    print(f"{j.get('scenario',{}).get('name', rep.parent.name):40s} {j.get('outcome'):10s} "
+          f"class={f.get('class','-'):24s} step={f.get('step','-')} module={f.get('module','-')} "
+          f"met={j.get('expectation',{}).get('met')} real={real}")
+PY
+}
+
+qualify() {
+  deps
+  local p t0
+  for p in ${DBH_GPU_PROFILES:-rtx3060-12gb t4-16gb}; do
+    t0=$SECONDS
+    rm -rf "$work/qualify-$p"
+    # cuDNN benchmark off: its first-step autotuning at 640 px costs about a
+    # minute per trial and does not change the memory a step needs.
+    dbh qualify scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" \
+      --out "$work/qualify-$p" \
+      >"$out/qualify-$p.log" 2>&1
+    note "qualify $p: exit $? in $((SECONDS - t0)) s"
+    grep -iE 'trials|largest|recommend' "$out/qualify-$p.log" | head -8 | tee -a "$summary"
+  done
+}
+
+probe() {
+  # Which CUDA error each way of breaking a kernel gives on this GPU.
+  local arch
+  arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
+  [[ $arch == 90 ]] && arch=90a
+  nvcc -O1 -arch=sm_$arch -o "$work/fault_probe" tests/gpu/fault_probe.cu >"$out/probe-build.log" 2>&1 ||
+    { cat "$out/probe-build.log"; return 1; }
+  local v
+  for v in trap brkpt null_call data_call bad_store misaligned setmaxnreg wgmma_fence_diverged; do
+    timeout 60 "$work/fault_probe" "$v" 2>&1 | tee -a "$summary"
+  done
+}
+
+tests() {
+  deps
+  [[ -x $bin_dir/dbh_integration_tests ]] || { build dbh dbh_integration_tests; deps; }
+  LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BINARY="$bin_dir/dbh" "$bin_dir/dbh_integration_tests" --gtest_filter="${DBH_GPU_TEST_FILTER:-Gpu*}" \
+    --gtest_output=xml:"$out/gpu-tests.xml" >"$out/gpu-tests.log" 2>&1
+  note "GPU integration tests: exit $?"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/gpu-tests.log" | tee -a "$summary"
+}
+
+pack_results() {
+  tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
+  du -h "$out/gpu-results.tar.gz" | tee -a "$summary"
+}
+
+verb="${1:-all}"
+shift || true
+case "$verb" in
+  build) build "$@" ;;
+  pack) pack; pack_results ;;
+  qualify) qualify; pack_results ;;
+  tests) tests ;;
+  probe) probe ;;
+  all) build; pack; qualify; pack_results ;;
+  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|all}" >&2; exit 2 ;;
+esac
+echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
+cat "$summary"
