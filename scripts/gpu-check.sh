@@ -7,7 +7,8 @@
 #   scripts/gpu-check.sh qualify   dbh qualify for the RTX 3060 and T4 profiles
 #   scripts/gpu-check.sh tests     the GPU integration tests (the scenarios of scenarios/gpu/)
 #   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
-#   scripts/gpu-check.sh all       all of the above, in that order
+#   scripts/gpu-check.sh diagnose  dbh diagnose on the GPU pack's real sticky fault
+#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests
 #
 # Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
 # suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
@@ -126,8 +127,19 @@ tests() {
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/gpu-tests.log" | tee -a "$summary"
 }
 
+diagnose() {
+  # The diagnosis ladder end to end on CUDA, on the real sticky fault.
+  deps
+  local t0=$SECONDS
+  rm -rf "$work/diagnose"
+  dbh diagnose scenarios/gpu/seed-000-illegal-instruction.yaml --out "$work/diagnose" >"$out/diagnose.log" 2>&1
+  note "diagnose gpu/seed-000-illegal-instruction: exit $? in $((SECONDS - t0)) s"
+  tail -25 "$out/diagnose.log"
+}
+
 pack_results() {
-  tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' . 2>/dev/null
+  cp "$out"/*.log "$work/" 2>/dev/null
+  tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' . 2>/dev/null
   du -h "$out/gpu-results.tar.gz" | tee -a "$summary"
 }
 
@@ -139,7 +151,8 @@ case "$verb" in
   qualify) qualify; pack_results ;;
   tests) tests ;;
   probe) probe ;;
-  all) build; pack; qualify; pack_results ;;
+  diagnose) diagnose; pack_results ;;
+  all) build; pack; qualify; diagnose; tests; pack_results ;;
   *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|all}" >&2; exit 2 ;;
 esac
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"

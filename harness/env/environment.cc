@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -15,6 +16,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include "harness/gpu/fault_kernels.h"
 #include "harness/version.h"
 
 namespace dbh::harness {
@@ -95,8 +97,16 @@ Environment collect_environment() {
       << static_cast<double>(prop->totalGlobalMem) / (1024.0 * 1024.0 * 1024.0)
       << " GiB, sm_" << prop->major << prop->minor;
     env.gpus.push_back(g.str());
+    if (i == 0) env.compute_capability = std::to_string(prop->major) + "." + std::to_string(prop->minor);
   }
 #endif
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      env.alloc_conf = std::string(name) + "=" + v;
+      break;
+    }
+  }
+  env.kernel_archs = gpu::built_architectures();
   env.cpu_model = after_colon(read_first_line_with("/proc/cpuinfo", "model name"));
   env.cpu_cores = static_cast<int64_t>(std::thread::hardware_concurrency());
   env.torch_threads = at::get_num_threads();
@@ -165,6 +175,9 @@ std::string environment_json(const Environment& e) {
   j["kernel"] = e.kernel;
   j["wsl"] = e.wsl;
   j["hostname"] = e.hostname;
+  j["alloc_conf"] = e.alloc_conf;
+  j["compute_capability"] = e.compute_capability;
+  j["kernel_archs"] = e.kernel_archs;
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -26,6 +26,9 @@ struct Environment {
   std::string kernel;  // uname -r
   bool wsl = false;
   std::string hostname;
+  std::string alloc_conf;          // PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF, "" = defaults
+  std::string compute_capability;  // first GPU's, e.g. "9.0"; "" without one
+  std::string kernel_archs;        // dbh's GPU fault kernels, e.g. "75-real,…"; "" = not built
 };
 
 /// Collects the environment. Never throws; unknown fields stay empty.

@@ -187,7 +187,8 @@ void FaultInjector::on_step_begin(int64_t step) {
       fired(i, "", {{"bytes", f.get_bytes("bytes")}});
     } else if (f.name == "leak" && step == f.at_step) {
       const int64_t bytes = f.get_bytes("bytes");
-      leaked_tensors().push_back(torch::ones({bytes}, torch::kUInt8));
+      // On the run's device: on CUDA it is the allocator's memory that grows.
+      leaked_tensors().push_back(torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)));
       fired(i, "", {{"bytes", bytes}, {"retained_total", static_cast<int64_t>(leaked_tensors().size()) * bytes}});
     }
   }

@@ -267,8 +267,17 @@ std::string report_markdown(const RunReport& r) {
      << "- Kernel: " << e.kernel << (e.wsl ? " (WSL2)" : " (not WSL2)") << "\n"
      << "- CPU: " << e.cpu_model << " (" << e.cpu_cores << " cores)\n"
      << "- RAM: " << format_bytes(e.ram_bytes) << "\n"
-     << "- dbh: " << e.dbh_version << "\n"
-     << "- Settings: " << non_default_settings(s) << "\n\n";
+     << "- dbh: " << e.dbh_version << "\n";
+  if (s.hardware.device.rfind("cuda", 0) == 0) {
+    md << "- Compute capability: " << (e.compute_capability.empty() ? "unknown" : e.compute_capability)
+       << "; dbh's fault kernels built for " << (e.kernel_archs.empty() ? "none (no nvcc at build time)" : e.kernel_archs)
+       << "\n"
+       << "- CUDA allocator: " << (e.alloc_conf.empty() ? "defaults (no PYTORCH_CUDA_ALLOC_CONF)" : e.alloc_conf) << "\n"
+       << "- cuDNN: " << (s.hardware.cudnn_enabled ? "enabled" : "disabled") << ", benchmark "
+       << (s.hardware.cudnn_benchmark ? "on" : "off") << ", deterministic " << (s.hardware.cudnn_deterministic ? "on" : "off")
+       << "; TF32 " << (s.hardware.allow_tf32 ? "allowed" : "off") << "\n";
+  }
+  md << "- Settings: " << non_default_settings(s) << "\n\n";
   md << "## Steps to Reproduce\n\n```sh\n" << r.repro_command << "\n```\n\n"
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "
         "the command above.\n\n";

@@ -271,7 +271,14 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       if (e.body.contains("memory")) a.run_begin_rss.push_back(e.body["memory"].value("rss_bytes", int64_t{0}));
     } else if (e.type == "run_end") {
       a.run_checksums.push_back(e.get<std::string>("checksum", ""));
-      if (e.body.contains("memory")) a.run_end_rss.push_back(e.body["memory"].value("rss_bytes", int64_t{0}));
+      if (e.body.contains("memory") && e.body["memory"].is_object()) {
+        const auto& m = e.body["memory"];
+        a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
+        if (m.contains("cuda_allocated_bytes")) {
+          a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
+          a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
+        }
+      }
     } else if (e.type == "done") {
       a.done_seen = true;
       done_status = e.get<std::string>("status", "");
@@ -396,18 +403,28 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
                 " undecodable line(s): " + r.bad_lines.front();
   } else {
     a.outcome = Outcome::kPassed;
-    // Memory growth across in-process runs.
-    if (a.run_end_rss.size() >= 2) {
-      const int64_t growth = a.run_end_rss.back() - a.run_end_rss.front();
-      const int64_t per_run = growth / static_cast<int64_t>(a.run_end_rss.size() - 1);
-      if (per_run > opts.leak_threshold_bytes) {
-        a.outcome = Outcome::kLeaked;
-        f.klass = "leak_across_runs";
-        f.message = "resident memory grew by " + format_bytes(per_run) + " per run over " +
-                    std::to_string(a.run_end_rss.size()) + " in-process runs";
-        for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
-          f.evidence.push_back("run " + std::to_string(i) + " ended at " + format_bytes(a.run_end_rss[i]) + " RSS");
+    // Memory growth across in-process runs: host RSS, and on CUDA the
+    // caching allocator's allocated and reserved memory.
+    const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
+        {"CUDA allocated memory", &a.run_end_cuda_allocated},
+        {"CUDA reserved memory", &a.run_end_cuda_reserved},
+        {"resident memory", &a.run_end_rss}};
+    for (const auto& [what, values] : series) {
+      if (values->size() < 2 || a.outcome != Outcome::kPassed) continue;
+      const int64_t growth = values->back() - values->front();
+      const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1);
+      if (per_run <= opts.leak_threshold_bytes) continue;
+      a.outcome = Outcome::kLeaked;
+      f.klass = "leak_across_runs";
+      f.message = std::string(what) + " grew by " + format_bytes(per_run) + " per run over " +
+                  std::to_string(values->size()) + " in-process runs";
+      for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
+        std::string line = "run " + std::to_string(i) + " ended at " + format_bytes(a.run_end_rss[i]) + " RSS";
+        if (i < a.run_end_cuda_allocated.size()) {
+          line += ", CUDA allocated " + format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
+                  format_bytes(a.run_end_cuda_reserved[i]);
         }
+        f.evidence.push_back(line);
       }
     }
     if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);

@@ -94,6 +94,8 @@ struct TrialAnalysis {
   std::vector<FaultRecord> faults;  // every scheduled fault, fired or not
   std::vector<std::string> run_checksums;
   std::vector<int64_t> run_end_rss;
+std::vector<int64_t> run_end_cuda_allocated;  // CUDA only: allocator memory at each run's end
+std::vector<int64_t> run_end_cuda_reserved;
   std::vector<int64_t> run_begin_rss;
   std::string scenario_hash;
   /// The monitors' primary finding (a `health` event), when there was one.
