@@ -8,7 +8,8 @@
 #   scripts/gpu-check.sh tests     the GPU integration tests (the scenarios of scenarios/gpu/)
 #   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
 #   scripts/gpu-check.sh diagnose  dbh diagnose on the GPU pack's real sticky fault
-#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests
+#   scripts/gpu-check.sh sanitize  compute-sanitizer memcheck on a one-step run
+#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests, sanitize
 #
 # Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
 # suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
@@ -137,6 +138,19 @@ diagnose() {
   tail -25 "$out/diagnose.log"
 }
 
+sanitize() {
+  # compute-sanitizer (memcheck) on one training step of the GPU base
+  # scenario; it follows the worker process dbh starts.
+  deps
+  local t0=$SECONDS
+  rm -rf "$work/sanitize"
+  LD_LIBRARY_PATH="$DBH_RUN_LIBS" compute-sanitizer --tool memcheck --target-processes all \
+    --error-exitcode 86 "$bin_dir/dbh" run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1 \
+    --out "$work/sanitize" >"$out/sanitize.log" 2>&1
+  note "compute-sanitizer memcheck, one step: exit $? in $((SECONDS - t0)) s"
+  grep -E 'ERROR SUMMARY' "$out/sanitize.log" | tail -3 | tee -a "$summary"
+}
+
 pack_results() {
   cp "$out"/*.log "$work/" 2>/dev/null
   tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' . 2>/dev/null
@@ -152,7 +166,8 @@ case "$verb" in
   tests) tests ;;
   probe) probe ;;
   diagnose) diagnose; pack_results ;;
-  all) build; pack; qualify; diagnose; tests; pack_results ;;
+  sanitize) sanitize; pack_results ;;
+  all) build; pack; qualify; diagnose; tests; sanitize; pack_results ;;
   *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|all}" >&2; exit 2 ;;
 esac
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
