@@ -120,18 +120,48 @@ int qualify_command(const QualifyOptions& o) {
                                       "hardware.memory_budget=" + std::to_string(mem),
                                       "controls=[]", "repeat.processes=1", "repeat.in_process=1"};
     };
-    // The source configuration as it is, under the full budget.
-    const ProbeResult source_probe =
-        prober.probe(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision, budget),
-                     "source config " + std::to_string(source.data.batch_size) + "x" +
-                         std::to_string(source.train.accumulation) + " " + source.train.precision);
-    const Trial source_trial =
-        to_trial(source_probe, source.data.batch_size, source.train.accumulation, source.train.precision);
-    // What the source setup needs, measured without a budget.
-    const Trial source_need = to_trial(
+    // Note [Affine memory model]: a step's peak memory is close to affine in
+    // the micro-batch (weights, optimizer state and workspaces, plus
+    // activations per sample). Two measured points predict the largest batch
+    // within the margined budget and one fresh run confirms it; when the
+    // prediction misses (an allocator that is not affine, a host limit on
+    // address space rather than on resident memory) a binary search over the
+    // batch is the fallback. The peak is the CUDA allocator's on a GPU (the
+    // budget's ballast and context are outside it) and the process's on a CPU.
+    auto peak_of = [&](const ProbeResult& p) -> int64_t {
+      if (!cuda) return p.analysis.peak_memory_bytes;
+      int64_t m = 0;
+      for (const auto& st : p.analysis.steps) m = std::max(m, st.peak_bytes);
+      return m;
+    };
+    // What the source setup needs, measured without a budget: one point of
+    // the source precision's line, and the source's own verdict.
+    const std::string src_label = std::to_string(source.data.batch_size) + "x" +
+                                  std::to_string(source.train.accumulation) + " " + source.train.precision;
+    const ProbeResult need_probe =
         prober.probe(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision, 0),
-                     "source config, no budget (profile)"),
-        source.data.batch_size, source.train.accumulation, source.train.precision);
+                     "source config " + src_label + ", no budget (what it needs)");
+    const Trial source_need =
+        to_trial(need_probe, source.data.batch_size, source.train.accumulation, source.train.precision);
+    int64_t trials = 1;
+    // Whether the source fits: measured under the full budget only when its
+    // need says it might (it is then also the source precision's confirmation).
+    Trial source_trial = source_need;
+    bool source_measured = false;
+    const int64_t source_peak = peak_of(need_probe);
+    if (source_need.passed && source_peak <= budget) {
+      source_trial = to_trial(prober.probe_fresh(trial_overrides(source.data.batch_size, source.train.accumulation,
+                                                                 source.train.precision, budget),
+                                                 "source config " + src_label + " under the budget"),
+                              source.data.batch_size, source.train.accumulation, source.train.precision);
+      source_measured = true;
+      ++trials;
+    } else {
+      source_trial.passed = false;
+      source_trial.outcome = source_need.passed ? "predicted" : source_need.outcome;
+      source_trial.klass = source_need.passed ? "needs " + format_bytes(source_peak) + " > " + format_bytes(budget)
+                                              : source_need.klass;
+    }
 
     ojson per_precision = ojson::array();
     std::vector<Trial> searched;
@@ -142,45 +172,99 @@ int qualify_command(const QualifyOptions& o) {
       Trial confirm;
       bool confirmed = false;
       int64_t probes = 0;
+      std::string method;  // "affine model" | "binary search"
+      double bytes_per_sample = 0;
+      int64_t fixed_bytes = 0;
+      bool max_measured = false;  // a trial ran at max_batch (else the model predicted it)
     };
     std::vector<Rec> recs;
     for (const auto& precision : precisions) {
       Rec rec;
       rec.precision = precision;
       std::map<int64_t, Trial> seen;
-      auto fails = [&](int64_t b) {
+      int64_t context = 0;  // CUDA: memory in use before the allocator (context, libraries)
+      auto measure = [&](int64_t b) {
         const auto p = prober.probe(trial_overrides(b, 1, precision, margined),
                                     precision + " batch " + std::to_string(b) + " (margined budget)");
         ++rec.probes;
-        seen[b] = to_trial(p, b, 1, precision);
-        searched.push_back(seen[b]);
-        return p.verdict == Verdict::kUnknown ? Verdict::kFail : p.verdict;
+        Trial t = to_trial(p, b, 1, precision);
+        t.peak = peak_of(p);
+        if (p.analysis.budget.is_object()) context = p.analysis.budget.value("used_before", int64_t{0});
+        seen[b] = t;
+        searched.push_back(t);
+        return p;
       };
-      int64_t max_batch = 0;
-      if (fails(effective) == Verdict::kPass) {
-        max_batch = effective;
-      } else {
-        const auto r = find_first_failing(1, effective, [&](int64_t b) {
-          if (const auto it = seen.find(b); it != seen.end()) return it->second.passed ? Verdict::kPass : Verdict::kFail;
-          return fails(b);
-        });
-        max_batch = r.first_fail ? *r.first_fail - 1 : 0;
-      }
-      rec.max_batch = max_batch;
-      if (max_batch > 0) {
-        rec.at_max = seen.count(max_batch) ? seen[max_batch] : Trial{};
-        // The largest divisor of the effective batch that fits keeps
-        // batch × accumulation equal to the source's.
-        int64_t batch = max_batch;
-        while (batch > 1 && effective % batch != 0) --batch;
+      auto fails = [&](int64_t b) {
+        if (const auto it = seen.find(b); it != seen.end()) return it->second.passed ? Verdict::kPass : Verdict::kFail;
+        const auto v = measure(b).verdict;
+        return v == Verdict::kUnknown ? Verdict::kFail : v;
+      };
+      auto confirm = [&](int64_t batch) {
         const int64_t accumulation = effective / batch;
         // A confirmation runs fresh: never answered from a cache.
         const auto p = prober.probe_fresh(trial_overrides(batch, accumulation, precision, budget),
                                           "confirm " + precision + " " + std::to_string(batch) + "x" +
                                               std::to_string(accumulation));
+        ++rec.probes;
         rec.confirm = to_trial(p, batch, accumulation, precision);
+        rec.confirm.peak = peak_of(p);
         rec.confirmed = rec.confirm.passed;
+        return rec.confirmed;
+      };
+      // The largest divisor of the effective batch up to `b` keeps batch ×
+      // accumulation equal to the source's.
+      auto divisor_up_to = [&](int64_t b) {
+        while (b > 1 && effective % b != 0) --b;
+        return b;
+      };
+
+      // Two points: the source's need (source precision) or batch 2, and batch 1.
+      std::optional<std::pair<int64_t, int64_t>> p_hi;
+      if (precision == source.train.precision && source_need.passed && source.data.batch_size > 1) {
+        p_hi = {source.data.batch_size, source_peak};
+      } else if (measure(std::min<int64_t>(2, effective)).verdict == Verdict::kPass && effective >= 2) {
+        p_hi = {2, seen[2].peak};
       }
+      const bool small_fits = fails(1) == Verdict::kPass;
+      int64_t predicted = 0;
+      if (small_fits && p_hi && p_hi->first > 1 && p_hi->second > seen[1].peak) {
+        const double k = static_cast<double>(p_hi->second - seen[1].peak) / static_cast<double>(p_hi->first - 1);
+        const double a = static_cast<double>(seen[1].peak) - k;
+        rec.bytes_per_sample = k;
+        rec.fixed_bytes = static_cast<int64_t>(a);
+        const double capacity = static_cast<double>(margined - context);
+        predicted = std::clamp<int64_t>(static_cast<int64_t>(std::floor((capacity - a) / k)), 1, effective);
+      }
+      int64_t max_batch = 0;
+      if (predicted > 0) {
+        rec.method = "affine model";
+        const int64_t batch = divisor_up_to(predicted);
+        const bool reused = precision == source.train.precision && source_measured &&
+                            batch == source.data.batch_size && effective / batch == source.train.accumulation;
+        if (reused && source_trial.passed) {
+          rec.confirm = source_trial;
+          rec.confirmed = true;
+        } else {
+          confirm(batch);
+        }
+        if (rec.confirmed) max_batch = predicted;
+      }
+      if (!rec.confirmed && small_fits) {
+        // The prediction missed: binary search for the first failing batch.
+        rec.method = predicted > 0 ? "affine model missed; binary search" : "binary search";
+        const auto r = find_first_failing(1, effective, fails);
+        max_batch = r.first_fail ? *r.first_fail - 1 : effective;
+        if (max_batch > 0) confirm(divisor_up_to(max_batch));
+      }
+      rec.max_batch = rec.confirmed ? max_batch : 0;
+      if (rec.max_batch > 0) {
+        rec.max_measured = seen.count(rec.max_batch) > 0 || rec.confirm.batch == rec.max_batch;
+        rec.at_max = seen.count(rec.max_batch) ? seen[rec.max_batch] : rec.confirm;
+        if (!seen.count(rec.max_batch) && rec.bytes_per_sample > 0) {
+          rec.at_max.peak = rec.fixed_bytes + static_cast<int64_t>(rec.bytes_per_sample * static_cast<double>(rec.max_batch));
+        }
+      }
+      trials += rec.probes;
       recs.push_back(rec);
     }
     // Recommend the source's precision when it qualifies (the numerics stay
@@ -244,12 +328,24 @@ int qualify_command(const QualifyOptions& o) {
     md << "| precision | largest batch | peak at that batch | headroom | step time | recommended | confirmed |\n"
        << "|---|---|---|---|---|---|---|\n";
     for (const auto& r : recs) {
-      md << "| " << r.precision << " | " << r.max_batch << " | " << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
+      md << "| " << r.precision << " | " << r.max_batch << (r.max_batch && !r.max_measured ? " (predicted)" : "") << " | "
+         << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
          << " | " << (r.max_batch ? format_bytes(budget - r.at_max.peak) : "-") << " | "
          << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
          << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
          << " | " << (r.confirmed ? "yes" : "no") << " |\n";
     }
+    md << "\nTrials: " << trials << ".";
+    for (const auto& r : recs) {
+      md << " " << r.precision << ": " << (r.method.empty() ? "nothing fits" : r.method);
+      if (r.bytes_per_sample > 0) {
+        md << " (" << format_bytes(r.fixed_bytes) << " + " << format_bytes(static_cast<int64_t>(r.bytes_per_sample))
+           << " per sample)";
+      }
+      md << ";";
+    }
+    md << " Largest batches come from the model when it was confirmed; peaks at them are measured where a trial ran "
+          "there and predicted otherwise.\n";
     md << "\nPeak memory by batch: `memory_vs_batch.png`. Every trial: `qualification.json`.\n\n## Commands\n\n```sh\n";
     if (qualifies) {
       md << "# recommended\n" << cmd(o.scenario, o.overrides, {"data.batch_size=" + std::to_string(best->confirm.batch),
@@ -292,13 +388,16 @@ int qualify_command(const QualifyOptions& o) {
       j["precisions"].push_back({{"precision", r.precision}, {"max_batch", r.max_batch},
                                  {"peak_bytes", r.at_max.peak}, {"step_seconds", r.at_max.step_seconds},
                                  {"recommended", {{"batch", r.confirm.batch}, {"accumulation", r.confirm.accumulation}}},
-                                 {"confirmed", r.confirmed}, {"probes", r.probes}});
+                                 {"confirmed", r.confirmed}, {"probes", r.probes}, {"method", r.method},
+                                 {"max_batch_measured", r.max_measured},
+                                 {"model", {{"fixed_bytes", r.fixed_bytes}, {"bytes_per_sample", r.bytes_per_sample}}}});
     }
     if (qualifies) {
       j["recommendation"] = {{"precision", best->precision}, {"batch", best->confirm.batch},
                              {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
                              {"headroom_bytes", budget - best->confirm.peak}};
     }
+    j["trial_count"] = trials;
     j["trials"] = ojson::array();
     for (const auto& p : prober.history()) {
       j["trials"].push_back({{"what", p.what}, {"outcome", to_string(p.analysis.outcome)},

@@ -90,8 +90,11 @@ TEST(QualifyTest, RecommendsFourTimesTwoForAnEffectiveBatchOfEight) {
   const int64_t max_batch = j["precisions"][0]["max_batch"];
   EXPECT_GE(max_batch, 4);
   EXPECT_LT(max_batch, 8);
-  // ⌈log2 8⌉ + 2 search trials at most.
-  EXPECT_LE(j["precisions"][0]["probes"].get<int64_t>(), 3 + 2);
+  // Note [Affine memory model]: the source's need, batch 1, and the
+  // confirmation of the predicted batch: three trials in all.
+  EXPECT_EQ(j["precisions"][0]["method"], "affine model") << j["precisions"][0].dump();
+  EXPECT_LE(j["trial_count"].get<int64_t>(), 3);
+  EXPECT_GT(j["precisions"][0]["model"]["bytes_per_sample"].get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(dir / "out" / "qualification.md"));
   EXPECT_TRUE(fs::exists(dir / "out" / "memory_vs_batch.png"));
 }
