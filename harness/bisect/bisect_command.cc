@@ -951,6 +951,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
   prober = std::make_unique<Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
                                     o.cache_dir, o.quiet);
   prober->set_keep_checkpoints(o.keep_checkpoints);
+  prober->set_judge_metrics(true);
   const auto good_probe = prober->probe({}, "good configuration");
   const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
   out.rep = single_run(bad_probe, 1, bad_probe.verdict == Verdict::kFail ? 1 : 0, bad.model.decoder);
@@ -1110,6 +1111,9 @@ int bisect_command(const BisectOptions& o) {
     if (o.kind != "config") {
       prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet);
       prober->set_keep_checkpoints(o.keep_checkpoints);
+      // A range or configuration can fail by learning too little as well as
+      // by crashing (Note [Metric expectations in bisection]).
+      prober->set_judge_metrics(o.kind == "range");
     }
     if (!o.quiet) std::cout << "dbh bisect " << o.kind << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
     Outputs result;

@@ -126,6 +126,28 @@ Scenario Prober::load(const std::vector<std::string>& extra) const {
 
 namespace {
 
+// Note [Metric expectations in bisection]: "it trains but learns nothing"
+// is a failure to bisect like a crash (which learning rate stops the h-mean
+// from rising, which configuration difference costs 20 % of the loss drop,
+// which change raised the peak memory). A trial that passed but misses the
+// scenario's metric expectations becomes a failure of its own class.
+void judge_metric_expectations(const Expectation& e, TrialAnalysis* a) {
+  if (a->outcome != Outcome::kPassed || (!e.min_hmean && !e.loss_drop && !e.max_peak_memory)) return;
+  Expectation metrics;
+  metrics.outcome = to_string(a->outcome);
+  metrics.min_hmean = e.min_hmean;
+  metrics.loss_drop = e.loss_drop;
+  metrics.max_peak_memory = e.max_peak_memory;
+  std::vector<std::string> why;
+  if (expectation_met(metrics, *a, &why)) return;
+  a->outcome = Outcome::kFailed;
+  a->failure.klass = "metric_expectation_unmet";
+  std::string message;
+  for (const auto& w : why) message += (message.empty() ? "" : "; ") + w;
+  a->failure.message = message;
+  a->failure.evidence = why;
+}
+
 Verdict verdict_of(const TrialAnalysis& a) {
   if (a.outcome == Outcome::kUnresolved) return Verdict::kUnknown;
   return is_failure(a.outcome) ? Verdict::kFail : Verdict::kPass;
@@ -270,7 +292,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   p.what = what;
   p.overrides = extra;
   p.hash = scenario_hash(s);
-  p.key = cache_key(s);
+  p.key = cache_key(s) + (judge_metrics_ ? "-metrics" : "");
   p.fresh = !use_cache;
   const fs::path cache_file = fs::path(cache_dir_) / (p.key + ".json");
   if (use_cache) {
@@ -308,6 +330,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
                                      "; the probe was neither cached nor counted");
     }
     p.analysis = std::move(t.analysis);
+    if (judge_metrics_) judge_metric_expectations(s.expect, &p.analysis);
   }
   p.verdict = verdict_of(p.analysis);
   // An undecided trial (the harness could not tell) is no answer to reuse.

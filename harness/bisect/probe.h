@@ -116,6 +116,10 @@ class Prober {
 
   /// Keep the reproduction's checkpoints after the Prober is gone.
   void set_keep_checkpoints(bool keep) { keep_checkpoints_ = keep; }
+  /// Counts a trial that ends well but misses the scenario's metric
+  /// expectations (`min_hmean`, `loss_drop`, `max_peak_memory`) as failing,
+  /// class `metric_expectation_unmet` (bisect config and range).
+  void set_judge_metrics(bool judge) { judge_metrics_ = judge; }
   bool keep_checkpoints() const { return keep_checkpoints_; }
   /// Extra text for the cache key, e.g. the torch/CUDA/cuDNN versions and the
   /// device a caller that links LibTorch knows.
@@ -146,6 +150,7 @@ class Prober {
   std::string environment_;
   bool quiet_;
   bool keep_checkpoints_ = false;
+  bool judge_metrics_ = false;
   int64_t cache_cap_bytes_ = kDefaultProbeCacheBytes;
   std::vector<ProbeResult> history_;
   std::map<std::string, ProbeResult> cache_;

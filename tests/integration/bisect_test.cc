@@ -139,6 +139,29 @@ TEST(BisectTest, RangeFindsThePlantedBoundary) {
   EXPECT_EQ(j["verdict"], "confident");
 }
 
+TEST(BisectTest, RangeFindsTheLearningRateBelowWhichALossDropIsMissed) {
+  // Note [Metric expectations in bisection]: a run that trains without error
+  // but misses expect.loss_drop fails the probe. At 64 px over 8 steps the
+  // loss falls by about 24 % at lr 0.0005 and by more than 30 % at 0.007.
+  const auto dir = temp_dir("range-metric");
+  const auto s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: 8}\nexpect: {loss_drop: 0.3}\n");
+  const auto r = dbh({"bisect", "range", s.string(), "train.lr", "--lo", "0.0005", "--hi", "0.007", "--reproductions",
+                      "1", "--out", (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["reproduction"]["failure"], "`metric_expectation_unmet`");
+  EXPECT_FALSE(j["result"]["fails_above"].get<bool>());
+  const double pass = std::stod(j["result"]["last_passing"].get<std::string>());
+  const double fail = std::stod(j["result"]["first_failing"].get<std::string>());
+  EXPECT_GT(pass, fail);
+  EXPECT_GT(fail, 0.0005);
+  EXPECT_LT(pass, 0.007);
+  for (const auto& p : j["probes"]) {
+    if (p["outcome"] == "failed") EXPECT_EQ(p["class"], "metric_expectation_unmet") << p.dump();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(BisectTest, BisectExitMapsOutcomesForGitBisect) {
   const auto dir = temp_dir("exit");
   const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\n");
