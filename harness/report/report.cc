@@ -58,6 +58,12 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 namespace {
+
+// Text for a fenced code block: a ``` inside it would end the block.
+std::string fenced(std::string text) {
+  for (size_t pos = 0; (pos = text.find("```", pos)) != std::string::npos; pos += 3) text.replace(pos, 3, "` `");
+  return text;
+}
 // Encodes in memory, then writes atomically: a full disk leaves no torn image.
 void write_png_atomically(const std::string& path, const cv::Mat& img) {
   std::vector<uchar> png;
@@ -113,6 +119,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["steps_completed"] = main.steps_completed;
   j["overlays"] = main.overlays;
   if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
+  if (!main.stacks_tool.empty()) j["stacks"] = {{"tool", main.stacks_tool}, {"excerpt", main.stacks_excerpt}};
   if (main.evaluator_self_check || !main.evals.empty()) {
     ojson evals = ojson::array();
     for (const auto& e : main.evals) {
@@ -392,6 +399,11 @@ std::string report_markdown(const RunReport& r) {
       const std::string trimmed = tail.size() > 1500 ? "…" + tail.substr(tail.size() - 1500) : tail;
       md << "Last lines of the worker's stderr (`main/stderr.log`):\n\n```\n" << trimmed << "\n```\n\n";
     }
+    const auto& first = r.trials.front().analysis;
+    if (!first.stacks_tool.empty()) {
+      md << "Where it was when the watchdog stopped it (" << first.stacks_tool
+         << "; every thread in `main/stacks.txt`):\n\n```\n" << fenced(first.stacks_excerpt) << "```\n\n";
+    }
   } else {
     md << "No errors. Full event stream: `events.jsonl`.\n\n";
   }
@@ -426,7 +438,7 @@ std::string report_markdown(const RunReport& r) {
   return valid_utf8(md.str());
 }
 
-std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name) {
+std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name, const CiEnvironment& ci) {
   const auto esc = [](const std::string& s) { return xml_escape(s); };
   int failures = 0, errors = 0;
   double total = 0;
@@ -455,7 +467,11 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
         << "\" message=\"" << esc(why) << "\">" << esc(r.failure.message) << "\n"
         << esc("repro: " + r.repro_command) << "</" << (error ? "error" : "failure") << ">\n";
     }
-    x << "      <system-out>" << esc("report: " + r.out_dir + "/report.md") << "</system-out>\n";
+    std::string out = "report: " + r.out_dir + "/report.md";
+    if (const std::string a = ci.gitlab_ci ? gitlab_attachments(r.out_dir, ci.gitlab_project_dir) : ""; !a.empty()) {
+      out += "\n" + a;
+    }
+    x << "      <system-out>" << esc(out) << "</system-out>\n";
     x << "    </testcase>\n";
   }
   x << "  </testsuite>\n</testsuites>\n";

@@ -132,12 +132,41 @@ namespace {
 void judge_evaluation(TrialAnalysis& a, const Scenario& s);
 }  // namespace
 
+namespace {
+
+// The threads of a stack dump (gdb's "Thread N …" or eu-stack's "TID N:"
+// blocks) that run dbh code, or the first one; at most `max_lines` lines.
+std::string stacks_excerpt(const std::string& text, size_t max_lines) {
+  std::vector<std::string> blocks;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Thread ", 0) == 0 || line.rfind("TID ", 0) == 0) blocks.emplace_back();
+    if (!blocks.empty() && !line.empty()) blocks.back() += line + "\n";
+  }
+  std::string out;
+  for (const auto& b : blocks) {
+    if (b.find("dbh::") != std::string::npos) out += b;
+  }
+  if (out.empty() && !blocks.empty()) out = blocks.front();
+  std::istringstream lines(out);
+  std::string cut;
+  size_t n = 0;
+  for (std::string line; std::getline(lines, line) && n < max_lines; ++n) cut += line + "\n";
+  return cut;
+}
+
+}  // namespace
+
 TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb,
                        const ClassifyOptions& opts) {
   TrialAnalysis a;
   a.term_signal = r.term_signal;
   a.exit_code = r.exit_code;
   a.seconds = r.seconds;
+  if (!r.stacks_tool.empty()) {
+    a.stacks_tool = r.stacks_tool;
+    a.stacks_excerpt = stacks_excerpt(r.stacks, 40);
+  }
   for (size_t i = 0; i < s.faults.size(); ++i) {
     a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, "", std::nullopt, ""});
   }

@@ -108,6 +108,10 @@ std::vector<int64_t> run_end_cuda_reserved;
   /// the trial's overlays/ folder).
   std::vector<std::string> overlays;
   std::string memory_snapshot;  // CUDA allocator snapshot written on OOM ("" = none)
+  /// Every thread's stack when the watchdog stopped the worker (Note [Stacks of a
+  /// hung worker]): the tool, and the threads running dbh code (or the first).
+  std::string stacks_tool;
+  std::string stacks_excerpt;
   /// Validations during training, in order, and the evaluator self-check
   /// (h-mean of the ground truth scored as predictions; 1.0 when sound).
   std::vector<EvalRecord> evals;

@@ -58,6 +58,9 @@ void die_with_supervisor() {
   // From here on the kernel kills this process when the supervisor's
   // spawning thread ends, however it ends (SIGKILL included).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Let the supervisor's debugger child read this process's stacks when it
+  // hangs (Yama's ptrace_scope 1 allows only ancestors otherwise).
+  if (const long sup = std::strtol(text, nullptr, 10); sup > 0) prctl(PR_SET_PTRACER, sup, 0, 0, 0);
   // The supervisor may have died before the line above: then this process
   // was already handed to another parent and no signal will come.
   char* end = nullptr;
@@ -71,6 +74,74 @@ namespace {
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// An executable named `name` on PATH, or "".
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty()) {
+      const std::string candidate = dir + "/" + name;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return {};
+}
+
+// Note [Stacks of a hung worker]: "hung at step 7" is only half an answer;
+// where it hung is the other half. Before the watchdog stops a worker, every
+// thread's stack is taken with eu-stack (elfutils) or gdb, whichever is
+// installed, into `file`, in a process group of its own with a time limit.
+// The worker allowed it with PR_SET_PTRACER (die_with_supervisor). Returns
+// the tool used ("" when none is installed or it could not attach).
+std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
+  std::vector<std::string> argv;
+  std::string tool;
+  if (const auto eu = find_on_path("eu-stack"); !eu.empty()) {
+    tool = "eu-stack";
+    argv = {eu, "-p", std::to_string(pid)};
+  } else if (const auto gdb = find_on_path("gdb"); !gdb.empty()) {
+    tool = "gdb";
+    argv = {gdb, "-p", std::to_string(pid), "-batch", "-nx", "-q", "-ex", "set pagination off",
+            "-ex", "thread apply all bt 40"};
+  } else {
+    return {};
+  }
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return {};
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    setpgid(0, 0);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    const int null_in = open("/dev/null", O_RDONLY);
+    if (null_in >= 0) dup2(null_in, STDIN_FILENO);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fd);
+  if (child < 0) return {};
+  const auto t0 = Clock::now();
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (since(t0) > timeout_s || g_stop_signal != 0) {
+      killpg(child, SIGKILL);
+      waitpid(child, &status, 0);
+      return {};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? tool : std::string();
 }
 
 std::string read_tail(const fs::path& path, size_t max_bytes) {
@@ -231,11 +302,13 @@ TrialResult run_trial(const TrialSpec& spec) {
       if (g_stop_signal != 0) {
         result.interrupted = true;
         kill_group(true);
-      } else if (since(start) > spec.deadline_s) {
-        result.timed_out = true;
-        kill_group(true);
-      } else if (since(last_event) > spec.silence_s) {
-        result.hung = true;
+      } else if (since(start) > spec.deadline_s || since(last_event) > spec.silence_s) {
+        (since(start) > spec.deadline_s ? result.timed_out : result.hung) = true;
+        if (spec.stacks_timeout_s > 0) {
+          const fs::path stacks = dir / "stacks.txt";
+          result.stacks_tool = capture_stacks(pid, stacks, spec.stacks_timeout_s);
+          if (!result.stacks_tool.empty()) result.stacks = read_tail(stacks, 256 * 1024);
+        }
         kill_group(true);
       }
     }

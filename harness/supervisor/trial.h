@@ -16,6 +16,10 @@ struct TrialSpec {
   double deadline_s = 600;        // wall clock, from spawn
   double silence_s = 120;         // no event for this long → hung
   double grace_s = 5;             // TERM → KILL delay
+  /// Before stopping a hung or deadline-exceeded worker, every thread's
+  /// stack is written to run_dir/stacks.txt with eu-stack or gdb where one is
+  /// installed (Note [Stacks of a hung worker]); at most this long.
+  double stacks_timeout_s = 30;
   /// Called for every decoded event as it arrives (progress display).
   std::function<void(const Event&)> on_event;
 };
@@ -35,6 +39,8 @@ struct TrialResult {
   std::string stderr_tail;             // last ~4 KB of stderr
   std::string spawn_error;             // non-empty when the worker never started
   std::string journal_error;           // events.jsonl could not be written (disk full, …)
+  std::string stacks_tool;             // "eu-stack" | "gdb" when stacks were captured
+  std::string stacks;                  // their text (bounded), also in run_dir/stacks.txt
 };
 
 /// Spawns the worker in its own process group with the event stream on fd 3

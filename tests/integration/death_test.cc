@@ -142,6 +142,11 @@ INSTANTIATE_TEST_SUITE_P(Signals, CrashTest,
                            return std::string(info.param.signal);
                          });
 
+// Whether gdb or eu-stack is on PATH (the stacks of a hung worker need one).
+bool HaveStackTool() {
+  return std::system("command -v gdb >/dev/null 2>&1 || command -v eu-stack >/dev/null 2>&1") == 0;
+}
+
 TEST_F(DeathTest, HangIsCaughtByTheSilenceWatchdog) {
   // The hang starts at step 0 so that no slow (but live) step of a busy
   // machine can be mistaken for it within the 2 s of silence.
@@ -155,17 +160,27 @@ TEST_F(DeathTest, HangIsCaughtByTheSilenceWatchdog) {
   EXPECT_GE(j.at("trials")[0].at("seconds").get<double>(), 2.0);
   EXPECT_TRUE(fs::exists(out_ / ".FAILURE"));
   ExpectWorkerGone();
+  // Note [Stacks of a hung worker]: where it hung, from gdb or eu-stack.
+  if (!HaveStackTool()) GTEST_SKIP() << "neither gdb nor eu-stack is installed: no stacks to check";
+  ASSERT_TRUE(j.contains("stacks")) << j.dump();
+  EXPECT_NE(j.at("stacks").at("excerpt").get<std::string>().find("FaultInjector::on_step_begin"), std::string::npos)
+      << j.at("stacks").dump();
+  EXPECT_TRUE(fs::exists(out_ / "main" / "stacks.txt"));
+  std::ifstream md(out_ / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Where it was when the watchdog stopped it"), std::string::npos);
 }
 
 TEST_F(DeathTest, SlowRunIsKilledAtTheDeadline) {
-  const auto path = Scenario("deadline", "faults:\n  - name: slow_data\n    seconds: 10\n"
+  const auto path = Scenario("deadline", "faults:\n  - name: slow_data\n    seconds: 120\n"
                                          "expect: {outcome: timed_out, failure_class: hang, step: 0}\n");
   const json j = RunExpectingMet(path, {"limits.deadline_s=3", "limits.grace_s=1"}, 60);
   EXPECT_EQ(j.value("outcome", ""), "timed_out");
   EXPECT_NE(j.at("failure").at("message").get<std::string>().find("deadline"), std::string::npos);
   const double seconds = j.at("trials")[0].at("seconds").get<double>();
   EXPECT_GE(seconds, 3.0);
-  EXPECT_LT(seconds, 10.0) << "the worker was not stopped at the deadline";
+  // The deadline, the stacks (at most 30 s) and the grace: far less than the 120 s sleep.
+  EXPECT_LT(seconds, 60.0) << "the worker was not stopped at the deadline";
   EXPECT_TRUE(fs::exists(out_ / ".FAILURE"));
   ExpectWorkerGone();
 }
