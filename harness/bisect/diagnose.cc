@@ -142,6 +142,8 @@ int diagnose_command(const DiagnoseOptions& o) {
         {"cudnn", "A cuDNN algorithm choice", {}, {}, "set hardware.cudnn_deterministic=true or benchmark off"},
         {"amp", "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
         {"memory", "Memory exhaustion (batch too large for the budget)", {}, {}, "dbh qualify / smaller batch with accumulation"},
+        {"kernel", "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
+         "re-run with hardware.launch_blocking=true under compute-sanitizer; dbh bisect modules"},
     };
     auto H = [&](const std::string& id) -> Hypothesis& {
       for (auto& h : hyps) {
@@ -156,9 +158,24 @@ int diagnose_command(const DiagnoseOptions& o) {
       H("data").support.push_back(cite(synth) + " while the scenario fails");
       H("model").refute.push_back(cite(synth));
     }
+    // A sticky CUDA error (a faulting kernel) is not a numerics question:
+    // evidence that it happens whatever the data and settings points at the
+    // kernel, not at the model's numerics.
+    const std::string& final_class = full.probe.analysis.failure.klass;
+    const bool kernel_fault = fails && (final_class == "cuda_launch_failure" || final_class == "illegal_instruction" ||
+                                        final_class == "illegal_memory_access" ||
+                                        final_class == "cudnn_execution_failed");
     if (failed(synth)) {
-      H("model").support.push_back(cite(synth));
+      H(kernel_fault ? "kernel" : "model").support.push_back(cite(synth));
       H("data").refute.push_back(cite(synth) + " (fails without real data)");
+    }
+    if (kernel_fault) {
+      H("kernel").support.push_back("the failure class is `" + final_class + "`, a sticky CUDA error");
+      for (const auto& v : variants) {
+        if (v.ran && failed(v) && v.probe.analysis.failure.klass == final_class) {
+          H("kernel").support.push_back(cite(v) + " (the same error)");
+        }
+      }
     }
     if (failed(model_fb)) H("model").support.push_back(cite(model_fb));
     if (failed(real0)) H("data").support.push_back(cite(real0));

@@ -17,6 +17,7 @@
 #include "harness/common/files.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
+#include "harness/cli/scenario_command.h"
 #include "harness/supervisor/trial.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
@@ -155,6 +156,10 @@ int main(int argc, char** argv) {
     cmd->add_flag("--json", ro.json, "Print report.json on stdout");
     cmd->add_flag("-q,--quiet", ro.quiet, "Print only the result line");
     cmd->add_flag("-v,--verbose", ro.verbose, "Print every step and fault");
+    cmd->add_flag("--no-progress", ro.no_progress, "No step progress lines (results and failures still print)");
+    cmd->add_flag("--print-config", ro.print_config,
+                  "Print the fully resolved scenario (as scenario.resolved.json) and exit 0, running and "
+                  "writing nothing");
   };
   std::vector<std::string> run_args;
   auto* run = app.add_subcommand("run", "Run one scenario: dbh run SCENARIO [key=value …]");
@@ -232,6 +237,21 @@ int main(int argc, char** argv) {
   merge->add_option("DIRS", merge_dirs, "Suite output folders")->required();
   merge->add_option("--out", merge_out, "Output folder");
   merge->add_option("--junit", merge_junit, "Also write the JUnit XML here");
+  auto* scenario = app.add_subcommand("scenario", "Make scenarios");
+  scenario->require_subcommand(1);
+  dbh::harness::ScenarioFromCommandOptions fc;
+  auto* from_command = scenario->add_subcommand(
+      "from-command", "Turn a Lightning/Hydra training command (python runners/train.py key=value …) into a "
+                      "scenario; every key it cannot map is listed on stderr. Exit 0 written, 2 bad input");
+  from_command->add_option("CMD", fc.command,
+                           "The command line, quoted as one argument (backslash-newlines allowed), - to read it "
+                           "from stdin, or its words after --")
+      ->required();
+  from_command->add_option("--out", fc.out, "Write the scenario here (atomically) instead of stdout");
+  from_command->add_option("--name", fc.name, "Scenario name (default: the command's exp_name, else from-command)");
+  from_command->add_option("--base", fc.base, "A scenario the generated one includes (its keys apply where the "
+                                              "command says nothing)");
+  from_command->add_flag("--force", fc.force, "Replace an existing --out file");
   std::string list_what, list_dir;
   auto* list = app.add_subcommand("list", "List faults or scenarios");
   list->add_option("WHAT", list_what, "faults | scenarios | profiles")->required()
@@ -362,6 +382,7 @@ int main(int argc, char** argv) {
     }
     if (*merge) return dbh::harness::merge_command(merge_dirs, merge_out, merge_junit);
     if (*list) return dbh::harness::list_command(list_what, list_dir);
+    if (*from_command) return dbh::harness::scenario_from_command_command(fc);
     if (*worker) {
       std::ifstream in(w_scenario);
       std::stringstream text;

@@ -26,8 +26,10 @@
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/faults/catalog.h"
+#include "harness/report/ci_conventions.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
+#include "harness/report/report_html.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
@@ -43,6 +45,7 @@ std::string stamp() { return timestamp_compact(); }
 
 struct Printer {
   bool quiet, verbose, tty, json;
+  bool progress = true;  // step progress lines (--no-progress turns them off)
   void line(const std::string& s) const {
     if (!quiet) std::cout << s << std::endl;
   }
@@ -55,6 +58,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   auto on_event = [&](const Event& e) {
     if (p.quiet) return;
     if (e.type == "step_end") {
+      if (!p.progress) return;
       const int64_t step = e.get<int64_t>("step", 0);
       std::ostringstream l;
       const double elapsed = e.t;
@@ -68,10 +72,10 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
         std::cout << l.str() << std::endl;
       }
     } else if (e.type == "fault_fired" && p.verbose) {
-      std::cout << (p.tty ? "\n" : "") << "  [" << label << "] fault " << e.get<std::string>("fault", "")
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << e.get<std::string>("fault", "")
                 << " fired at step " << e.get<int64_t>("step", 0) << std::endl;
     } else if (e.type == "error" || (e.type == "health" && e.get<std::string>("check", "") == "finite")) {
-      std::cout << (p.tty ? "\n" : "") << "  [" << label << "] " << e.type << ": "
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
                 << (e.type == "error" ? e.get<std::string>("message", "")
                                       : "non-finite " + e.get<std::string>("kind", "") + " " +
                                             e.get<std::string>("site", ""))
@@ -83,7 +87,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   t.overrides = overrides;
   t.dir = dir.string();
   t.analysis = run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
-  if (p.tty && !p.quiet) std::cout << std::endl;
+  if (p.tty && p.progress && !p.quiet) std::cout << std::endl;
   return t;
 }
 
@@ -174,11 +178,17 @@ std::string repro_command(const Scenario& s, const std::string& scenario_path) {
   return cmd;
 }
 
-// Runs one scenario and writes its reports into `out`. Throws ScenarioError.
-RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
+// The command line's overrides, with the --device and --seed shortcuts.
+std::vector<std::string> run_overrides(const RunOptions& o) {
   std::vector<std::string> overrides = o.overrides;
   if (!o.device.empty()) overrides.push_back("hardware.device=" + o.device);
   if (!o.seed.empty()) overrides.push_back("train.seed=" + o.seed);
+  return overrides;
+}
+
+// Runs one scenario and writes its reports into `out`. Throws ScenarioError.
+RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
+  const std::vector<std::string> overrides = run_overrides(o);
   const auto t0 = std::chrono::steady_clock::now();
   RunReport r;
   r.scenario = load_scenario(path, overrides);
@@ -334,6 +344,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                   fs::perm_options::add);
   write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_file_atomically((out / "report.md").string(), report_markdown(r));
+  write_file_atomically((out / "report.html").string(), report_html(r));  // reads the files above
   const fs::path sentinel = out / ".FAILURE";
   if (is_failure(r.outcome) && stopped == 0) {
     write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
@@ -366,7 +377,7 @@ fs::path default_out(const std::string& name) {
 
 int run_command(const RunOptions& o) {
   install_stop_handlers();
-  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
+  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   try {
     if (o.scenarios.empty()) throw ScenarioError("dbh run: expected a scenario file, got none");
     if (o.scenarios.size() > 1) {
@@ -375,7 +386,13 @@ int run_command(const RunOptions& o) {
     }
     const std::string name = safe_file_name(fs::path(o.scenarios.front()).stem().string());
     // Validate before creating anything, so bad input leaves nothing behind.
-    (void)load_scenario(o.scenarios.front(), o.overrides);
+    const Scenario resolved = load_scenario(o.scenarios.front(), run_overrides(o));
+    if (o.print_config) {
+      // As Hydra's --cfg job: the scenario.resolved.json the run would write.
+      std::cout << resolved_json(resolved) << std::endl;
+      return 0;
+    }
+    const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
@@ -385,10 +402,12 @@ int run_command(const RunOptions& o) {
     // and removed (what this run created of it) unless the run completes.
     OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string());
     RunReport r = run_scenario(o.scenarios.front(), o, out, p);
-    if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run"));
+    if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run", ci));
     claim.commit();
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
+    // Annotations go to stderr when stdout carries JSON.
+    publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr);
     if (const int sig = stop_requested(); sig != 0) {
       // As `dbh suite`: what ran is written (outcome unresolved), exit 128 + signal.
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << "; the unfinished run is in "
@@ -538,15 +557,16 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
                                {"expectation_met", r.expectation_met}, {"report", r.out_dir + "/report.md"}});
   }
   write_file_atomically((root / "suite.json").string(), summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  const std::string xml = junit_xml(reports, "dbh.suite");
+  const std::string xml = junit_xml(reports, "dbh.suite", ci_environment(process_environment()));
   write_file_atomically((root / "junit.xml").string(), xml);
+  write_file_atomically((root / "index.html").string(), suite_index_html(root.string(), reports, interrupted, shard_text));
   if (!junit.empty()) write_file_atomically(junit, xml);
 }
 
 }  // namespace
 
 int suite_command(const RunOptions& o) {
-  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json};
+  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
   install_stop_handlers();
@@ -581,6 +601,20 @@ int suite_command(const RunOptions& o) {
       if (in_shard(ids_of.at(f), *shard)) mine.push_back(f);
     }
     files = mine;
+  }
+  if (o.print_config) {
+    // Each scenario this shard would run, by suite id, as it would run.
+    nlohmann::ordered_json all = nlohmann::ordered_json::object();
+    try {
+      for (const auto& f : files) {
+        all[ids_of.at(f)] = nlohmann::ordered_json::parse(resolved_json(load_scenario(f, run_overrides(o))));
+      }
+    } catch (const ScenarioError& e) {
+      std::cerr << "dbh: " << e.what() << "\n";
+      return 2;
+    }
+    std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    return 0;
   }
   const std::string shard_text =
       shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
@@ -678,6 +712,20 @@ int suite_command(const RunOptions& o) {
   if (o.json) {
     std::ifstream in(root / "suite.json");
     std::cout << in.rdbuf();
+  }
+  {
+    std::vector<CiResult> results;
+    for (const auto& r : reports) results.push_back(ci_result(r));
+    for (const auto& id : interrupted) {
+      CiResult c;
+      c.scenario = id;
+      c.outcome = "interrupted";
+      c.message = "the suite was stopped before this scenario finished; continue it with --resume";
+      results.push_back(c);
+    }
+    publish_to_github(ci_environment(process_environment()),
+                      "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
+                      o.json ? std::cerr : std::cout, std::cerr);
   }
   if (stop_requested() != 0) {
     std::cout << "interrupted by signal " << stop_requested() << ": " << interrupted.size()

@@ -15,6 +15,8 @@ struct RunOptions {
   bool json = false;                   // print report.json on stdout
   bool quiet = false;
   bool verbose = false;
+  bool no_progress = false;            // no live step progress lines
+  bool print_config = false;           // print the resolved scenario(s), run nothing
   bool withhold_fault_records = false; // attribution test hook (hidden)
   bool resume = false;                 // suite: skip finished scenarios
   std::string shard;                   // suite: "K/N"

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/env/environment.h"
+#include "harness/report/ci_conventions.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 
@@ -51,8 +52,11 @@ struct RunReport {
 nlohmann::ordered_json report_json(const RunReport& r);
 std::string report_markdown(const RunReport& r);
 /// JUnit XML for a list of runs: `failure` for unmet expectations, `error`
-/// for crashes, timeouts and kills.
-std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name);
+/// for crashes, timeouts and kills. Under GitLab CI (`ci.gitlab_ci`) each
+/// testcase's system-out also carries `[[ATTACHMENT|…]]` lines for its
+/// report.md and plots (gitlab_attachments).
+std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name,
+                      const CiEnvironment& ci = {});
 
 /// Writes text to `path` through a temporary file (fsync'd) and a rename, so
 /// readers never see a torn file and a full disk leaves no partial one.

@@ -18,6 +18,7 @@
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
 #include "harness/faults/catalog.h"
+#include "harness/scenario/aliases.h"
 #include "harness/scenario/profile.h"
 
 namespace dbh::harness {
@@ -984,6 +985,25 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
   return merged;
 }
 
+// Overrides may use the Lightning/Hydra keys of the user's training command
+// (Note [Lightning aliases] in aliases.h), translated here for the command
+// line and for controls alike. The value keeps the user's override as its
+// location, so a later error names what the user wrote.
+void apply_user_override(Value& tree, const std::string& text) {
+  const std::optional<std::string> translated = translate_override(text);
+  if (!translated) return;  // dbh already behaves so (trainer.devices=1)
+  apply_override(tree, *translated);
+  if (*translated == text) return;
+  Value* v = &tree;
+  std::stringstream key(translated->substr(0, translated->find('=')));
+  for (std::string part; std::getline(key, part, '.');) {
+    v = v->is_map() ? v->find(part) : nullptr;
+    if (v == nullptr) return;
+  }
+  v->loc.file = "<override> " + text;
+  v->key_loc.file = v->loc.file;
+}
+
 }  // namespace
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
@@ -992,14 +1012,14 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   size_t files = 0;
   const Value tree_from_files = load_with_includes(path, stack, files, Location{path, 0, 0});
   Value tree = tree_from_files;
-  for (const auto& o : overrides) apply_override(tree, o);
+  for (const auto& o : overrides) apply_user_override(tree, o);
   Scenario s = scenario_from_tree(tree, path);
   s.overrides = overrides;
   // Every control must be a valid scenario too, before anything runs.
   for (size_t i = 0; i < s.controls.size(); ++i) {
     Value control = tree;
     try {
-      for (const auto& o : s.controls[i]) apply_override(control, o);
+      for (const auto& o : s.controls[i]) apply_user_override(control, o);
       (void)scenario_from_tree(control, path);
     } catch (const ScenarioError& e) {
       const Value* controls = tree.find("controls");

@@ -176,6 +176,18 @@ TEST(BisectTest, BisectExitMapsOutcomesForGitBisect) {
   EXPECT_EQ(crash.exit_code, 1);  // the trial was killed; the harness never exits 137
 }
 
+TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
+  // Seed 000's sticky CUDA error (emulated on the CPU) fails on synthetic data
+  // and in every variant alike: a faulting kernel, not a numerics problem.
+  const auto dir = temp_dir("diagnose-kernel");
+  const auto r = dbh({"diagnose", std::string(DBH_SOURCE_DIR) + "/scenarios/seed-000-cudnn-execution-failed.yaml",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "kernel") << j.dump(2);
+  fs::remove_all(dir);
+}
+
 TEST(BisectTest, DiagnoseConcludesDataDependentAndNamesTheSample) {
   const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json";
   if (!fs::exists(real)) GTEST_SKIP() << "fixtures/real is not present";

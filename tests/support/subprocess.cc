@@ -22,6 +22,23 @@ namespace dbh::testing {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& cwd,
                           double timeout_s, int timeout_signal) {
+  return run_process_with_env(argv, {}, cwd, timeout_s, timeout_signal);
+}
+
+ProcessResult run_process_with_env(const std::vector<std::string>& argv, const EnvChanges& env,
+                                   const std::string& cwd, double timeout_s, int timeout_signal) {
+  // This process's environment with `env` applied.
+  std::vector<std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var(*e);
+    if (env.count(var.substr(0, var.find('='))) == 0) vars.push_back(var);
+  }
+  for (const auto& [name, value] : env) {
+    if (value) vars.push_back(name + "=" + *value);
+  }
+  std::vector<char*> envp;
+  for (auto& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
@@ -35,7 +52,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::strin
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);

@@ -2,6 +2,8 @@
 
 #include <sys/types.h>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,15 @@ struct ProcessResult {
 /// on its own, then kills it), and captures both output streams.
 ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::string& cwd = "", double timeout_s = 300, int timeout_signal = 9);
+
+/// Changes to the environment of a child: a value sets the variable,
+/// std::nullopt removes it; every other variable is inherited.
+using EnvChanges = std::map<std::string, std::optional<std::string>>;
+
+/// As run_process, with this process's environment changed by `env`.
+ProcessResult run_process_with_env(const std::vector<std::string>& argv, const EnvChanges& env,
+                                   const std::string& cwd = "", double timeout_s = 300,
+                                   int timeout_signal = 9);
 
 /// Starts `argv` (argv[0] is a path) without waiting for it, with the working
 /// directory `cwd`, standard input from /dev/null and both output streams

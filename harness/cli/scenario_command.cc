@@ -1,0 +1,152 @@
+#include "harness/cli/scenario_command.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "harness/report/report.h"
+#include "harness/scenario/from_command.h"
+#include "harness/scenario/scenario.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kWhere = "scenario from-command";
+
+// Removes a file or folder this command created, unless released.
+class Cleanup {
+ public:
+  explicit Cleanup(fs::path path) : path_(std::move(path)) {}
+  ~Cleanup() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  Cleanup(const Cleanup&) = delete;
+  Cleanup& operator=(const Cleanup&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size()) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+// The command line: one argument is the whole line ("-" reads it from stdin);
+// several are its words, already split by the caller's shell.
+std::string command_text(const std::vector<std::string>& args) {
+  if (args.size() == 1 && args.front() == "-") {
+    std::string text;
+    char buf[65536];
+    for (;;) {
+      std::cin.read(buf, sizeof buf);
+      text.append(buf, static_cast<size_t>(std::cin.gcount()));
+      if (text.size() > (1u << 20)) {
+        throw UsageError(std::string(kWhere) + ": expected a command of at most 1 MiB on standard input, got more");
+      }
+      if (!std::cin) break;
+    }
+    return text;
+  }
+  if (args.size() == 1) return args.front();
+  std::string text;
+  for (const auto& a : args) text += (text.empty() ? "" : " ") + shell_quote(a);
+  return text;
+}
+
+// Loads the generated text from `file` as `dbh run` would; a scenario that
+// does not load is bad input, named as `shown`.
+void check_loads(const fs::path& file, const std::string& shown) {
+  try {
+    (void)load_scenario(file.string());
+  } catch (const ScenarioError& e) {
+    throw UsageError(std::string(kWhere) + ": expected a scenario dbh loads, got one that does not: " +
+                     replace_all(e.what(), file.string(), shown));
+  }
+}
+
+}  // namespace
+
+int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
+  const std::string command = command_text(o.command);
+  FromCommandOptions fo;
+  fo.name = o.name;
+  fs::path out;
+  if (!o.out.empty()) {
+    out = fs::absolute(o.out).lexically_normal();
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(out, ec);
+    if (fs::exists(st) && (!o.force || !fs::is_regular_file(st))) {
+      throw UsageError(std::string(kWhere) + " --out: expected a new file" +
+                       (fs::is_regular_file(st) ? " (or --force to replace it)" : "") + ", got " +
+                       describe_path(out.string()) + " (" + o.out + ")");
+    }
+    if (!fs::is_directory(out.parent_path(), ec)) {
+      throw UsageError(std::string(kWhere) + " --out: expected a file in an existing folder, got " +
+                       describe_path(out.parent_path().string()) + " (" + out.parent_path().string() + ")");
+    }
+  }
+  if (!o.base.empty()) {
+    check_input_file(o.base, "a scenario file", kWhere, "--base");
+    const fs::path base = fs::absolute(o.base).lexically_normal();
+    // Relative to the file that names it (README "Scenarios"); on stdout the
+    // text has no place yet, so the path is absolute.
+    const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
+    fo.include = rel.empty() ? base.string() : rel.string();
+  }
+  const ConvertedCommand c = scenario_from_command(command, fo);
+
+  if (out.empty()) {
+    std::string templ = (fs::temp_directory_path() / "dbh-from-command-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) {
+      throw UsageError(std::string(kWhere) + ": expected a temporary folder to check the scenario in, got an error (" +
+                       std::strerror(errno) + ")");
+    }
+    Cleanup cleanup{fs::path(templ)};
+    const fs::path file = fs::path(templ) / "scenario.yaml";
+    write_file_atomically(file.string(), c.yaml);
+    check_loads(file, "<generated>");
+    std::cout << c.yaml << std::flush;
+  } else {
+    // Written under a temporary name beside --out, checked, then put in
+    // place: linked (fails if a file appeared meanwhile) or, with --force,
+    // renamed over the old one.
+    const fs::path tmp = out.string() + ".new." + std::to_string(::getpid());
+    Cleanup cleanup{tmp};
+    write_file_atomically(tmp.string(), c.yaml);
+    check_loads(tmp, out.string());
+    if (o.force) {
+      if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+        throw ReportError(out.string() + ": expected a writable file, got an error (" + std::strerror(errno) + ")");
+      }
+      cleanup.release();
+    } else if (::link(tmp.c_str(), out.c_str()) != 0) {
+      const int err = errno;
+      throw UsageError(std::string(kWhere) + " --out: expected a new file" +
+                       (err == EEXIST ? " (or --force to replace it)" : "") + ", got " +
+                       (err == EEXIST ? "one that appeared meanwhile" : std::string("an error (") + std::strerror(err) + ")") +
+                       " (" + o.out + ")");
+    }
+    std::cout << "wrote " << o.out << " (dbh run " << shell_quote(o.out) << ")\n";
+  }
+  for (const auto& u : c.unmapped) std::cerr << "unmapped: " << one_line(u) << "\n";
+  return 0;
+}
+
+}  // namespace dbh::harness

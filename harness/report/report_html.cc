@@ -1,0 +1,667 @@
+#include "harness/report/report_html.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/common/text.h"
+#include "harness/report/knowledge_base.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Every string that reaches the page goes through esc(): text and attribute
+// values alike (xml_escape also escapes both quotes).
+std::string esc(const std::string& s) { return xml_escape(s); }
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream s;
+  s << std::setprecision(precision) << v;
+  return s.str();
+}
+
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string dump(const ojson& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string truncated(const std::string& s, size_t max) {
+  return s.size() <= max ? s : s.substr(0, max) + "…";
+}
+
+// A relative path for href: every byte but unreserved characters and '/' as
+// %XX, so a file name never ends the attribute, starts a fragment or a query,
+// or names a scheme.
+std::string url_path(const std::string& rel) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : rel) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  // "./" keeps a first segment holding ':' (already encoded) from ever
+  // reading as a scheme, and makes the link visibly relative.
+  return out.rfind("../", 0) == 0 ? out : "./" + out;
+}
+
+std::string base64(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+const char* kCss = R"css(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1150px;padding:16px 24px;color:#1f2328;background:#fff}
+h1{font-size:22px;margin:8px 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+.sub{color:#59636e;margin:0 0 12px}
+table{border-collapse:collapse;margin:6px 0;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.kv th{width:170px}
+tr.hl td{background:#fff5f5}tr.gap td{text-align:center;color:#59636e;font-style:italic}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;color:#fff;background:#6e7781}
+.bad{background:#cf222e}.ok{background:#1a7f37}.warn{background:#9a6700}
+.met{color:#1a7f37;font-weight:600}.unmet{color:#cf222e;font-weight:600}
+.nonfinite{color:#cf222e;font-weight:600}
+pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all;font-size:12px}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
+figure{display:inline-block;margin:6px 12px 6px 0;vertical-align:top}
+figure img{border:1px solid #d0d7de;max-width:100%}
+img.overlay{width:192px;image-rendering:pixelated}
+figcaption{font-size:12px;color:#59636e;max-width:340px;word-break:break-all}
+.note{color:#9a6700}
+.totals span{margin-right:16px}
+table.events td:last-child{word-break:break-all}
+)css";
+
+std::string outcome_class(Outcome o) {
+  if (o == Outcome::kPassed) return "ok";
+  if (is_failure(o)) return "bad";
+  return "warn";
+}
+
+std::string badge(Outcome o) {
+  return "<span class=\"badge " + outcome_class(o) + "\">" + esc(to_string(o)) + "</span>";
+}
+
+std::string page_head(const std::string& title) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+         "style-src 'unsafe-inline'\">\n"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+         "<meta name=\"generator\" content=\"dbh\">\n<title>" +
+         esc(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n";
+}
+
+// The whole file when it is a regular file of at most `max` bytes.
+std::optional<std::string> read_small_file(const fs::path& p, size_t max, uintmax_t* size) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return std::nullopt;
+  *size = fs::file_size(p, ec);
+  if (ec || *size > max) return std::nullopt;
+  std::ifstream in(p, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return std::nullopt;
+  return data;
+}
+
+// Embeds images as data: URIs within the page's budget; a missing, oversized
+// or unrecognised file becomes a note with a relative link instead.
+class ImageEmbedder {
+ public:
+  explicit ImageEmbedder(fs::path root) : root_(std::move(root)) {}
+
+  /// `rel`: the file's path relative to the report folder.
+  std::string figure(const std::string& rel, const std::string& caption, const std::string& img_class) {
+    const fs::path file = root_ / rel;
+    const std::string link = "<a href=\"" + esc(url_path(rel)) + "\"><code>" + esc(rel) + "</code></a>";
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) {
+      return "<p class=\"note\">" + esc(caption) + ": <code>" + esc(rel) + "</code> is missing.</p>\n";
+    }
+    uintmax_t size = fs::file_size(file, ec);
+    if (ec || size > kHtmlMaxImageBytes) {
+      return "<p class=\"note\">" + esc(caption) + ": " + link + " not embedded: " + esc(format_bytes(int64_t(size))) +
+             " is over the " + esc(format_bytes(int64_t(kHtmlMaxImageBytes))) + " limit for one image.</p>\n";
+    }
+    if (used_ + size > kHtmlMaxEmbeddedBytes) {
+      return "<p class=\"note\">" + esc(caption) + ": " + link + " not embedded: the page already holds " +
+             esc(format_bytes(int64_t(used_))) + " of images.</p>\n";
+    }
+    const auto data = read_small_file(file, kHtmlMaxImageBytes, &size);
+    if (!data) return "<p class=\"note\">" + esc(caption) + ": " + link + " could not be read.</p>\n";
+    std::string mime;
+    if (data->rfind("\x89PNG\r\n\x1a\n", 0) == 0) {
+      mime = "image/png";
+    } else if (data->rfind("\xFF\xD8\xFF", 0) == 0) {
+      mime = "image/jpeg";
+    } else {
+      return "<p class=\"note\">" + esc(caption) + ": " + link + " is not a PNG or JPEG image.</p>\n";
+    }
+    used_ += data->size();
+    return "<figure><img class=\"" + esc(img_class) + "\" alt=\"" + esc(caption) + "\" src=\"data:" + mime +
+           ";base64," + base64(*data) + "\"><figcaption>" + esc(caption) + "</figcaption></figure>\n";
+  }
+
+ private:
+  fs::path root_;
+  size_t used_ = 0;
+};
+
+// Rows [0, head) and [n - tail, n) of n, with the number left out between.
+struct RowWindow {
+  size_t head, tail, n;
+  bool shown(size_t i) const { return i < head || i >= n - tail; }
+  bool gap_after(size_t i) const { return i + 1 == head && n > head + tail; }
+  size_t omitted() const { return n - head - tail; }
+};
+
+RowWindow window(size_t n, size_t max_rows, size_t head) {
+  if (n <= max_rows) return {n, 0, n};
+  return {head, max_rows - head, n};
+}
+
+std::string gap_row(size_t omitted, int columns, const std::string& where) {
+  return "<tr class=\"gap\"><td colspan=\"" + std::to_string(columns) + "\">… " + std::to_string(omitted) +
+         " rows not shown (all of them are in " + esc(where) + ") …</td></tr>\n";
+}
+
+std::string num_cell(double v, int precision = 4) {
+  if (!std::isfinite(v)) return "<td class=\"num nonfinite\">" + esc(fmt(v)) + "</td>";
+  return "<td class=\"num\">" + esc(fmt(v, precision)) + "</td>";
+}
+
+// Escaped text whose `code spans` (as the knowledge base and the evidence
+// write them) become <code>: the tags are inserted after escaping, between
+// pairs of backticks, so no input character can open markup.
+std::string inline_text(const std::string& s) {
+  const std::string e = esc(s);
+  if (std::count(e.begin(), e.end(), '`') < 2) return e;
+  std::string out;
+  bool open = false;
+  const size_t last = e.rfind('`');
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (e[i] == '`' && (open || i != last)) {
+      out += open ? "</code>" : "<code>";
+      open = !open;
+    } else {
+      out += e[i];
+    }
+  }
+  return out;
+}
+
+std::string list_items(const std::vector<std::string>& items, const char* tag) {
+  std::string out = std::string("<") + tag + ">\n";
+  for (const auto& i : items) out += "<li>" + inline_text(i) + "</li>\n";
+  return out + "</" + tag + ">\n";
+}
+
+std::string expectation_text(const ojson& expected) {
+  std::string out;
+  if (!expected.is_object()) return out;
+  for (const auto& [k, v] : expected.items()) {
+    out += (out.empty() ? "" : ", ") + k + ": " + (v.is_string() ? v.get<std::string>() : dump(v));
+  }
+  return out;
+}
+
+std::string title_of(const RunReport& r, const FailureClass* cls) {
+  const auto& f = r.failure;
+  if (!is_failure(r.outcome)) return "Scenario " + one_line(r.scenario.name) + " " + to_string(r.outcome);
+  return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
+         (f.step ? " at step " + std::to_string(*f.step) : "");
+}
+
+std::string settings_text(const Scenario& s) {
+  std::ostringstream o;
+  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
+    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
+    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps << " steps, "
+    << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
+    << ", seed " << s.train.seed;
+  return o.str();
+}
+
+void events_section(std::ostringstream& h, const fs::path& events_file) {
+  constexpr size_t kHead = 50;
+  constexpr size_t kMaxLine = 64 * 1024;
+  std::ifstream in(events_file, std::ios::binary);
+  h << "<h2 id=\"events\">Events</h2>\n";
+  if (!in.is_open()) {
+    h << "<p class=\"note\">No event stream (<code>events.jsonl</code>) was found.</p>\n";
+    return;
+  }
+  // Streamed: the first rows and a ring of the last, whatever the file's size.
+  std::vector<std::string> head;
+  std::deque<std::string> tail;
+  const size_t tail_max = kHtmlMaxEventRows - kHead;
+  size_t n = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.size() > kMaxLine) line.resize(kMaxLine);
+    ++n;
+    if (head.size() < kHead) {
+      head.push_back(line);
+    } else {
+      tail.push_back(line);
+      if (tail.size() > tail_max) tail.pop_front();
+    }
+  }
+  h << "<p>" << n << " events from the main trial" << (n > kHtmlMaxEventRows ? ", the first and the last shown" : "")
+    << "; all of them: <a href=\"./events.jsonl\"><code>events.jsonl</code></a>.</p>\n"
+    << "<table class=\"events\"><tr><th>t (s)</th><th>type</th><th>run</th><th>step</th><th>details</th></tr>\n";
+  auto row = [&](const std::string& text) {
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      h << "<tr class=\"hl\"><td></td><td>(not JSON)</td><td></td><td></td><td><code>" << esc(truncated(text, 300))
+        << "</code></td></tr>\n";
+      return;
+    }
+    const std::string type = j.value("type", std::string());
+    nlohmann::json rest = j;
+    for (const char* k : {"t", "type", "run", "step"}) rest.erase(k);
+    const bool hl = type == "error" || type == "health" || type == "fault_fired" || type == "warning";
+    auto field = [&](const char* k) { return j.contains(k) ? esc(dump(j[k])) : std::string(); };
+    h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
+      << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>"
+      << esc(type) << "</td><td class=\"num\">" << field("run") << "</td><td class=\"num\">" << field("step")
+      << "</td><td><code>" << esc(truncated(dump(rest), 300)) << "</code></td></tr>\n";
+  };
+  for (const auto& l : head) row(l);
+  if (n > head.size() + tail.size()) h << gap_row(n - head.size() - tail.size(), 5, "events.jsonl");
+  for (const auto& l : tail) row(l);
+  h << "</table>\n";
+}
+
+}  // namespace
+
+std::string report_html(const RunReport& r) {
+  const auto& s = r.scenario;
+  const auto& f = r.failure;
+  const auto& kb = KnowledgeBase::shipped();
+  const FailureClass* cls = f.klass.empty() ? nullptr : kb.find(f.klass);
+  const bool failed = is_failure(r.outcome);
+  const fs::path root(r.out_dir);
+  const TrialRecord empty_trial;
+  const TrialRecord& main_trial = r.trials.empty() ? empty_trial : r.trials.front();
+  const TrialAnalysis& main = main_trial.analysis;
+  // Trial folders are children of the run folder; the page links them relative to itself.
+  const std::string trial_rel = main_trial.dir.empty() ? "main" : fs::path(main_trial.dir).filename().string();
+  const std::string title = title_of(r, cls);
+  ImageEmbedder images(root);
+  std::ostringstream h;
+  h << page_head(failed ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
+  h << "<h1>" << esc(title) << "</h1>\n"
+    << "<p class=\"sub\">Scenario <strong>" << esc(s.name) << "</strong> · started " << esc(r.started_at) << " · "
+    << esc(fmt(r.seconds, 3)) << " s · " << esc(r.out_dir) << "</p>\n";
+  if (!s.description.empty()) h << "<p>" << esc(s.description) << "</p>\n";
+
+  // Summary.
+  const ojson expected = ojson::parse(resolved_json(s))["expect"];
+  h << "<h2 id=\"summary\">Summary</h2>\n<table class=\"kv\">\n"
+    << "<tr><th>Outcome</th><td>" << badge(r.outcome) << "</td></tr>\n"
+    << "<tr><th>Class</th><td>"
+    << (f.klass.empty() ? "-" : "<code>" + esc(f.klass) + "</code>" + (cls ? " (" + esc(cls->title) + ")" : ""))
+    << "</td></tr>\n"
+    << "<tr><th>Step</th><td>" << (f.step ? std::to_string(*f.step) : "-") << "</td></tr>\n"
+    << "<tr><th>Module</th><td>" << (f.module.empty() ? "-" : "<code>" + esc(f.module) + "</code>") << "</td></tr>\n";
+  if (!f.message.empty()) h << "<tr><th>Message</th><td>" << esc(f.message) << "</td></tr>\n";
+  h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected)) << "</code>: "
+    << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
+  if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
+  h << "</td></tr>\n"
+    << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.max_steps << "</td></tr>\n"
+    << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
+    << (s.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak") << ")</td></tr>\n";
+  if (r.data_dependent) {
+    h << "<tr><th>Data-dependent</th><td>" << (*r.data_dependent ? "yes" : "no") << ". "
+      << esc(r.data_dependent_reason) << "</td></tr>\n";
+  }
+  if (r.determinism.checked) {
+    h << "<tr><th>Determinism</th><td>" << r.determinism.processes << " processes were "
+      << (r.determinism.identical ? "bit-identical" : "not identical") << ". " << esc(r.determinism.detail)
+      << "</td></tr>\n";
+  }
+  h << "</table>\n";
+
+  // Failure analysis, from the same Failure and knowledge base as report.md.
+  h << "<h2 id=\"analysis\">Root cause analysis</h2>\n";
+  if (failed) {
+    h << "<pre>" << esc(f.message);
+    for (const auto& sec : f.secondary) h << "\n" << esc(sec);
+    h << "</pre>\n";
+    if (!f.evidence.empty()) h << "<p>Evidence gathered by dbh:</p>\n" << list_items(f.evidence, "ul");
+    if (cls != nullptr && !cls->causes.empty()) {
+      h << "<p>Likely causes for <code>" << esc(cls->id) << "</code> (knowledge base):</p>\n"
+        << list_items(cls->causes, "ul");
+    }
+    h << "<p>Resolutions, most likely first:</p>\n";
+    if (cls != nullptr && !cls->resolutions.empty()) {
+      h << list_items(cls->resolutions, "ol");
+    } else {
+      h << "<ol><li>Re-run the reproduction command and inspect <code>events.jsonl</code> around the failing "
+           "step.</li></ol>\n";
+    }
+  } else {
+    h << "<p>Nothing to analyse: no monitor flagged a problem.</p>\n";
+  }
+
+  h << "<h2 id=\"repro\">Steps to reproduce</h2>\n<pre><code>" << esc(r.repro_command) << "</code></pre>\n"
+    << "<p>The resolved scenario: <a href=\"./scenario.resolved.json\"><code>scenario.resolved.json</code></a>; "
+       "<a href=\"./repro.sh\"><code>repro.sh</code></a> runs the command above. Other files: "
+       "<a href=\"./report.md\"><code>report.md</code></a>, <a href=\"./report.json\"><code>report.json</code></a>, "
+       "<a href=\"./metrics.csv\"><code>metrics.csv</code></a>.</p>\n";
+
+  // Environment: the lines every report shares, then the settings.
+  h << "<h2 id=\"environment\">Environment</h2>\n<table class=\"kv\">\n";
+  {
+    std::istringstream lines(format_environment(r.env));
+    std::string line;
+    while (std::getline(lines, line)) {
+      const size_t colon = line.find(": ");
+      if (line.empty()) continue;
+      if (colon == std::string::npos) {
+        h << "<tr><td colspan=\"2\">" << esc(line) << "</td></tr>\n";
+      } else {
+        std::string value = line.substr(colon + 2);
+        value.erase(0, value.find_first_not_of(' '));
+        h << "<tr><th>" << esc(line.substr(0, colon)) << "</th><td>" << esc(value) << "</td></tr>\n";
+      }
+    }
+  }
+  h << "<tr><th>Settings</th><td>" << esc(settings_text(s)) << "</td></tr>\n"
+    << "<tr><th>Scenario file</th><td><code>" << esc(s.file) << "</code></td></tr>\n";
+  if (!s.overrides.empty()) {
+    std::string o;
+    for (const auto& x : s.overrides) o += (o.empty() ? "" : " ") + x;
+    h << "<tr><th>Overrides</th><td><code>" << esc(o) << "</code></td></tr>\n";
+  }
+  h << "</table>\n";
+
+  // Trials.
+  h << "<h2 id=\"trials\">Trials</h2>\n<table><tr><th>trial</th><th>outcome</th><th>class</th><th>step</th>"
+       "<th>module</th><th>steps done</th><th>seconds</th></tr>\n";
+  for (const auto& t : r.trials) {
+    const auto& a = t.analysis;
+    std::string o;
+    for (const auto& x : t.overrides) o += (o.empty() ? "" : " ") + x;
+    h << "<tr><td>" << esc(t.label) << (o.empty() ? "" : " (<code>" + esc(o) + "</code>)") << "</td><td>"
+      << badge(a.outcome) << "</td><td>" << (a.failure.klass.empty() ? "-" : esc(a.failure.klass)) << "</td><td>"
+      << (a.failure.step ? std::to_string(*a.failure.step) : "-") << "</td><td>"
+      << (a.failure.module.empty() ? "-" : esc(a.failure.module)) << "</td><td class=\"num\">" << a.steps_completed
+      << "</td>" << num_cell(a.seconds, 3) << "</tr>\n";
+  }
+  h << "</table>\n";
+
+  // Steps of the main trial.
+  h << "<h2 id=\"steps\">Steps</h2>\n";
+  if (main.steps.empty()) {
+    h << "<p>No step completed.</p>\n";
+  } else {
+    const RowWindow w = window(main.steps.size(), kHtmlMaxStepRows, kHtmlMaxStepRows / 2);
+    h << "<table><tr><th>run</th><th>step</th><th>loss</th><th>bce</th><th>l1</th><th>dice</th><th>lr</th>"
+         "<th>grad norm</th><th>seconds</th><th>RSS</th></tr>\n";
+    for (size_t i = 0; i < main.steps.size(); ++i) {
+      if (!w.shown(i)) continue;
+      const auto& st = main.steps[i];
+      const bool hl = f.step && st.step == *f.step && (!f.run || st.run == *f.run);
+      h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">" << st.run << "</td><td class=\"num\">"
+        << st.step << "</td>" << num_cell(st.loss) << num_cell(st.bce) << num_cell(st.l1) << num_cell(st.dice)
+        << num_cell(st.lr) << num_cell(st.grad_norm) << num_cell(st.seconds, 3) << "<td class=\"num\">"
+        << esc(format_bytes(st.rss_bytes)) << "</td></tr>\n";
+      if (w.gap_after(i)) h << gap_row(w.omitted(), 10, "metrics.csv");
+    }
+    h << "</table>\n";
+  }
+
+  // Plots.
+  h << "<h2 id=\"plots\">Plots</h2>\n";
+  h << images.figure("loss.png", "loss parts per step", "plot");
+  h << images.figure("memory.png", "memory per step", "plot");
+  if (std::error_code ec; fs::exists(root / "hmean.png", ec)) {
+    h << images.figure("hmean.png", "validation h-mean, precision and recall", "plot");
+  }
+
+  // Overlays: the failing batch, then the last validation's worst images.
+  if (!main.overlays.empty() || !main.eval_overlays.empty()) {
+    h << "<h2 id=\"overlays\">Overlays</h2>\n";
+    size_t shown = 0;
+    const size_t total = main.overlays.size() + main.eval_overlays.size();
+    if (!main.overlays.empty()) {
+      h << "<p>The failing batch as the model saw it (green: text kernels, red: threshold band, grey: ignored, "
+           "magenta: non-finite):</p>\n<div>\n";
+      for (const auto& o : main.overlays) {
+        if (shown++ >= kHtmlMaxOverlays) break;
+        h << images.figure(trial_rel + "/overlays/" + o, o, "overlay");
+      }
+      h << "</div>\n";
+    }
+    if (!main.eval_overlays.empty() && shown < kHtmlMaxOverlays) {
+      h << "<p>Worst images at the last validation (green: ground truth, red: predictions, grey: don't "
+           "care):</p>\n<div>\n";
+      for (const auto& o : main.eval_overlays) {
+        if (shown++ >= kHtmlMaxOverlays) break;
+        h << images.figure(trial_rel + "/" + o, o, "overlay");
+      }
+      h << "</div>\n";
+    }
+    if (total > kHtmlMaxOverlays) {
+      h << "<p class=\"note\">" << total - kHtmlMaxOverlays << " more overlays are not embedded; they are in <code>"
+        << esc(trial_rel) << "/</code>.</p>\n";
+    }
+  }
+
+  // Validation.
+  if (!main.evals.empty() || main.evaluator_self_check) {
+    h << "<h2 id=\"validation\">Validation</h2>\n<p>ICDAR 2015 protocol";
+    if (main.evaluator_self_check) {
+      h << "; evaluator self-check on the ground truth: h-mean " << esc(fmt(*main.evaluator_self_check, 3));
+    }
+    h << ".</p>\n<table><tr><th>run</th><th>step</th><th>precision</th><th>recall</th><th>h-mean</th>"
+         "<th>matched / words</th><th>detections</th><th>mean P</th><th>seconds</th></tr>\n";
+    const RowWindow w = window(main.evals.size(), kHtmlMaxStepRows, kHtmlMaxStepRows / 2);
+    for (size_t i = 0; i < main.evals.size(); ++i) {
+      if (!w.shown(i)) continue;
+      const auto& e = main.evals[i];
+      h << "<tr><td class=\"num\">" << e.run << "</td><td class=\"num\">" << e.step << "</td>"
+        << num_cell(e.precision, 3) << num_cell(e.recall, 3) << num_cell(e.hmean, 3) << "<td class=\"num\">"
+        << e.matched << " / " << e.gt << "</td><td class=\"num\">" << e.det << "</td>" << num_cell(e.prob_mean, 3)
+        << num_cell(e.seconds, 2) << "</tr>\n";
+      if (w.gap_after(i)) h << gap_row(w.omitted(), 9, "report.json");
+    }
+    h << "</table>\n";
+  }
+
+  // Faults.
+  if (!main.faults.empty()) {
+    h << "<h2 id=\"faults\">Injected faults</h2>\n<table><tr><th>fault</th><th>scheduled step</th><th>module</th>"
+         "<th>fired</th><th>fired at steps</th><th>raised by</th></tr>\n";
+    for (const auto& fr : main.faults) {
+      const bool known = fr.index >= 0 && static_cast<size_t>(fr.index) < s.faults.size();
+      const FaultConfig* cfg = known ? &s.faults[static_cast<size_t>(fr.index)] : nullptr;
+      std::string steps;
+      for (size_t i = 0; i < fr.steps.size() && i < 20; ++i) steps += (i ? ", " : "") + std::to_string(fr.steps[i]);
+      if (fr.steps.size() > 20) steps += ", …";
+      const std::string how = !fr.real ? "-"
+                              : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
+                                         : "dbh (emulated: the error's text)";
+      h << "<tr><td>" << esc(fr.name) << "</td><td class=\"num\">" << (cfg ? std::to_string(cfg->at_step) : "-")
+        << "</td><td>" << (cfg && !cfg->get("module").empty() ? esc(cfg->get("module")) : "-") << "</td><td>"
+        << (fr.fired ? "yes" : "no") << "</td><td>" << esc(steps.empty() ? "-" : steps) << "</td><td>" << esc(how)
+        << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+
+  // Memory.
+  h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(format_bytes(main.peak_memory_bytes)) << " ("
+    << (s.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak") << ").";
+  if (!main.budget.is_null() && !main.budget.empty()) {
+    h << " Budget " << esc(format_bytes(main.budget.value("budget_bytes", int64_t{0}))) << ", enforced by "
+      << esc(main.budget.value("method", std::string("nothing"))) << ". "
+      << esc(main.budget.value("detail", std::string()));
+  }
+  h << "</p>\n";
+  if (!main.memory_at_failure.is_null() && main.memory_at_failure.is_object() &&
+      main.memory_at_failure.contains("memory") && main.memory_at_failure["memory"].is_object()) {
+    const auto& m = main.memory_at_failure["memory"];
+    h << "<p>At the failing moment: RSS " << esc(format_bytes(m.value("rss_bytes", int64_t{0}))) << ", process peak "
+      << esc(format_bytes(m.value("peak_rss_bytes", int64_t{0})));
+    if (m.contains("cuda_allocated_bytes")) {
+      h << ", CUDA allocated " << esc(format_bytes(m.value("cuda_allocated_bytes", int64_t{0}))) << ", reserved "
+        << esc(format_bytes(m.value("cuda_reserved_bytes", int64_t{0})));
+    }
+    h << ".</p>\n";
+  }
+  if (!main.steps.empty() && !main.steps.front().phases.is_null()) {
+    const char* key = s.hardware.device == "cpu" ? "rss_bytes" : "cuda_allocated_bytes";
+    h << "<table><tr><th>run</th><th>step</th><th>data</th><th>forward</th><th>backward</th><th>optimizer</th>"
+         "<th>step peak</th></tr>\n";
+    const RowWindow w = window(main.steps.size(), kHtmlMaxMemoryRows, kHtmlMaxMemoryRows / 2);
+    for (size_t i = 0; i < main.steps.size(); ++i) {
+      if (!w.shown(i)) continue;
+      const auto& st = main.steps[i];
+      auto cell = [&](const char* phase) {
+        const bool has = st.phases.is_object() && st.phases.contains(phase) && st.phases[phase].is_object();
+        return "<td class=\"num\">" + (has ? esc(format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") + "</td>";
+      };
+      h << "<tr><td class=\"num\">" << st.run << "</td><td class=\"num\">" << st.step << "</td>" << cell("data")
+        << cell("forward") << cell("backward") << cell("optimizer") << "<td class=\"num\">"
+        << esc(format_bytes(st.peak_bytes)) << "</td></tr>\n";
+      if (w.gap_after(i)) h << gap_row(w.omitted(), 7, "report.json");
+    }
+    h << "</table>\n";
+  }
+  if (!main.memory_snapshot.empty()) {
+    h << "<p>The CUDA caching allocator's state at the failing moment: <code>" << esc(main.memory_snapshot)
+      << "</code> (open it with PyTorch's memory_viz).</p>\n";
+  }
+
+  events_section(h, root / "events.jsonl");
+
+  // Logs.
+  if (failed && !main_trial.stderr_tail.empty()) {
+    const std::string& tail = main_trial.stderr_tail;
+    h << "<h2 id=\"logs\">Worker stderr (last lines)</h2>\n<pre>"
+      << esc(tail.size() > 4000 ? "…" + tail.substr(tail.size() - 4000) : tail) << "</pre>\n"
+      << "<p>The whole log: <a href=\"" << esc(url_path(trial_rel + "/stderr.log")) << "\"><code>"
+      << esc(trial_rel) << "/stderr.log</code></a>.</p>\n";
+  }
+  h << "<hr><p class=\"sub\">Written by dbh " << esc(r.env.dbh_version) << " from the same data as report.md and "
+    << "report.json.</p>\n</body>\n</html>\n";
+  return valid_utf8(h.str());
+}
+
+std::string suite_index_html(const std::string& root, const std::vector<RunReport>& runs,
+                             const std::vector<std::string>& interrupted, const std::string& shard_text) {
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::absolute(root, ec), ec);
+  // Unmet expectations first, then the other failures, then the rest; the
+  // suite's order within each group.
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) order[i] = i;
+  auto rank = [&](const RunReport& r) { return !r.expectation_met ? 0 : is_failure(r.outcome) ? 1 : 2; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(runs[a]) < rank(runs[b]); });
+  int met = 0;
+  std::map<std::string, int> by_outcome;
+  for (const auto& r : runs) {
+    met += r.expectation_met ? 1 : 0;
+    ++by_outcome[to_string(r.outcome)];
+  }
+  const std::string title = "dbh suite" + (shard_text.empty() ? "" : ", shard " + shard_text) + ": " +
+                            std::to_string(met) + " of " + std::to_string(runs.size()) + " expectations met";
+  std::ostringstream h;
+  h << page_head(title) << "<h1>" << esc(title) << "</h1>\n<p class=\"totals\">"
+    << "<span><strong>" << runs.size() << "</strong> runs</span>"
+    << "<span class=\"met\">" << met << " met</span>"
+    << "<span class=\"unmet\">" << runs.size() - static_cast<size_t>(met) << " not met</span>";
+  if (!interrupted.empty()) h << "<span class=\"note\">" << interrupted.size() << " interrupted</span>";
+  h << "</p>\n<p>Outcomes:";
+  for (const auto& [o, n] : by_outcome) h << " " << esc(o) << " " << n << ";";
+  h << " the suite's files: <a href=\"./suite.json\"><code>suite.json</code></a>, "
+       "<a href=\"./junit.xml\"><code>junit.xml</code></a>.</p>\n";
+  h << "<table><tr><th>scenario</th><th>outcome</th><th>class</th><th>expected</th><th>expectation</th>"
+       "<th>seconds</th></tr>\n";
+  for (const size_t i : order) {
+    const auto& r = runs[i];
+    std::string link;
+    std::string expected;
+    if (!r.out_dir.empty()) {
+      const fs::path dir = fs::weakly_canonical(fs::absolute(r.out_dir, ec), ec);
+      for (const char* name : {"report.html", "report.md"}) {
+        if (fs::exists(dir / name, ec)) {
+          link = (dir / name).lexically_relative(base).generic_string();
+          break;
+        }
+      }
+      uintmax_t size = 0;
+      if (const auto text = read_small_file(dir / "report.json", 64 * 1024 * 1024, &size)) {
+        const auto j = ojson::parse(*text, nullptr, false);
+        if (!j.is_discarded() && j.is_object() && j.contains("expectation") && j["expectation"].is_object() &&
+            j["expectation"].contains("expected")) {
+          expected = expectation_text(j["expectation"]["expected"]);
+        }
+      }
+    }
+    const std::string name = r.scenario.name.empty() ? "(unnamed)" : r.scenario.name;
+    h << "<tr" << (r.expectation_met ? "" : " class=\"hl\"") << "><td>"
+      << (link.empty() ? esc(name) : "<a href=\"" + esc(url_path(link)) + "\">" + esc(name) + "</a>") << "</td><td>"
+      << badge(r.outcome) << "</td><td>"
+      << (r.failure.klass.empty() ? "-" : "<code>" + esc(r.failure.klass) + "</code>")
+      << (r.failure.step ? " at step " + std::to_string(*r.failure.step) : "")
+      << (r.failure.module.empty() ? "" : " in <code>" + esc(r.failure.module) + "</code>") << "</td><td><code>"
+      << esc(expected.empty() ? "-" : expected) << "</code></td><td>"
+      << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
+    if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
+    h << "</td>" << num_cell(r.seconds, 3) << "</tr>\n";
+  }
+  for (const auto& id : interrupted) {
+    h << "<tr class=\"hl\"><td>" << esc(id) << "</td><td><span class=\"badge warn\">interrupted</span></td>"
+      << "<td>-</td><td>-</td><td class=\"unmet\">not run (resume with <code>dbh suite --resume</code>)</td>"
+      << "<td></td></tr>\n";
+  }
+  h << "</table>\n</body>\n</html>\n";
+  return valid_utf8(h.str());
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+// Note [Lightning aliases]: users train DBNet with Lightning + Hydra and
+// think in that command line's keys (`trainer.precision=16-mixed`,
+// `dataloaders.train_dataloader.batch_size=2`). One table maps those keys to
+// dbh's scenario keys; `dbh scenario from-command` converts a whole command
+// line with it, and the override parser (load_scenario) translates each
+// `key=value` with it, so both read a key the same way. A Lightning setting
+// dbh cannot honour is never dropped: the converter lists it with its reason,
+// the override parser refuses it.
+
+/// What one Lightning/Hydra `key=value` means for a dbh scenario.
+struct AliasTranslation {
+  enum class Kind {
+    kMapped,     // sets dbh's `key` to `value`
+    kSatisfied,  // dbh already behaves so (trainer.devices=1): nothing to set
+    kUnmapped,   // a valid Lightning setting dbh cannot honour (`reason`)
+    kInvalid,    // a value the alias does not accept (`expected`)
+  };
+  Kind kind = Kind::kUnmapped;
+  std::string alias;     // the Lightning/Hydra key, `+`/`++` removed
+  std::string key;       // dbh's key ("" when the alias has none)
+  std::string value;     // kMapped: dbh's value as a YAML flow scalar
+  std::string expected;  // the values the alias accepts, in words
+  std::string reason;    // why it is satisfied or unmapped; a note when mapped
+};
+
+/// One row of the alias table, for documentation.
+struct AliasDoc {
+  std::string alias;    // "trainer.precision"
+  std::string dbh_key;  // "train.precision"; "" when there is none
+  std::string values;   // "32, 32-true → fp32; 16, 16-mixed → fp16; …"
+};
+const std::vector<AliasDoc>& alias_docs();
+
+/// `key` without Hydra's `+` or `++` prefix.
+std::string hydra_key(const std::string& key);
+
+/// Translates the Lightning/Hydra `key=value` (`value` as written; one pair of
+/// quotes is removed, as Hydra does). nullopt when `key` is not a
+/// Lightning/Hydra key (a dbh key, left alone). Keys under Lightning-only
+/// roots (trainer., dataloaders., callbacks., logger., paths.) that the table
+/// does not know are kUnmapped.
+std::optional<AliasTranslation> translate_alias(const std::string& key, const std::string& value);
+
+/// The override parser's translation step: a Lightning/Hydra override becomes
+/// dbh's `key=value`; one dbh already satisfies becomes nullopt; any other
+/// override is returned unchanged. Throws ScenarioError naming the override,
+/// the alias and the expected values when the alias cannot be mapped.
+std::optional<std::string> translate_override(const std::string& override_text);
+
+/// The message for an alias that cannot be mapped: "<alias> (Lightning; dbh's
+/// <key>): expected …, got "…" (reason)".
+std::string describe_unmappable(const AliasTranslation& t, const std::string& value);
+
+}  // namespace dbh::harness

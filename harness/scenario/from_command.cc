@@ -1,0 +1,420 @@
+#include "harness/scenario/from_command.h"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+#include "harness/common/text.h"
+#include "harness/scenario/aliases.h"
+#include "harness/scenario/scenario.h"
+
+namespace dbh::harness {
+namespace {
+
+constexpr const char* kWhere = "scenario from-command: ";
+constexpr size_t kMaxCommandBytes = 1u << 20;
+
+std::string at(const std::string& text, size_t offset) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+// One dbh key the command sets, with the word that set it.
+struct Setting {
+  std::string key;
+  std::string value;  // a YAML flow scalar
+  std::string source;  // the command's word ("" = a default the converter chose)
+  std::string note;
+  size_t order = 0;
+};
+
+// The top-level sections in the order a scenario lists them.
+int section_rank(const std::string& key) {
+  static const std::vector<std::string> kSections = {"name", "description", "include", "model",
+                                                     "data", "train",       "hardware"};
+  const std::string root = key.substr(0, key.find('.'));
+  const auto it = std::find(kSections.begin(), kSections.end(), root);
+  return static_cast<int>(it - kSections.begin());
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream in(key);
+  for (std::string p; std::getline(in, p, '.');) parts.push_back(p);
+  return parts;
+}
+
+std::string parent_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+bool is_env_assignment(const std::string& w) {
+  const size_t eq = w.find('=');
+  if (eq == 0 || eq == std::string::npos || std::isdigit(static_cast<unsigned char>(w[0]))) return false;
+  return std::all_of(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(eq), [](char c) {
+    return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool looks_like_override(const std::string& w) {
+  return !w.empty() && w[0] != '-' && (w.find('=') != std::string::npos || w[0] == '~' || w[0] == '+');
+}
+
+std::string unquoted_lower(std::string v) {
+  if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string join_quoted(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
+  return out;
+}
+
+}  // namespace
+
+std::vector<ShellWord> split_shell_words(const std::string& s) {
+  if (s.size() > kMaxCommandBytes) {
+    throw UsageError(std::string(kWhere) + "expected a command of at most 1 MiB, got " + std::to_string(s.size()) +
+                     " bytes");
+  }
+  std::vector<ShellWord> words;
+  std::string cur;
+  bool in_word = false;
+  size_t start = 0;
+  auto begin_word = [&](size_t i) {
+    if (!in_word) start = i;
+    in_word = true;
+  };
+  auto end_word = [&] {
+    if (!in_word) return;
+    int line = 1, column = 1;
+    for (size_t k = 0; k < start; ++k) {
+      if (s[k] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    words.push_back({cur, line, column});
+    cur.clear();
+    in_word = false;
+  };
+  auto expansion = [&](size_t i) {
+    throw UsageError(std::string(kWhere) + "expected literal words, got the shell expansion '" + s[i] + "' at " +
+                     at(s, i) + " (expand it first: a scenario holds values, not shell code)");
+  };
+  size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '\\') {
+      if (i + 1 < s.size() && s[i + 1] == '\n') {  // line continuation
+        i += 2;
+      } else if (i + 2 < s.size() && s[i + 1] == '\r' && s[i + 2] == '\n') {
+        i += 3;
+      } else if (i + 1 == s.size()) {
+        throw UsageError(std::string(kWhere) + "expected a character after the backslash at " + at(s, i) +
+                         ", got the end of the command");
+      } else {
+        begin_word(i);
+        cur += s[i + 1];
+        i += 2;
+      }
+    } else if (c == '\'') {
+      const size_t close = s.find('\'', i + 1);
+      if (close == std::string::npos) {
+        throw UsageError(std::string(kWhere) + "unbalanced quote: expected a closing ' for the quote opened at " +
+                         at(s, i) + ", got the end of the command");
+      }
+      begin_word(i);
+      cur += s.substr(i + 1, close - i - 1);
+      i = close + 1;
+    } else if (c == '"') {
+      begin_word(i);
+      size_t j = i + 1;
+      for (;; ++j) {
+        if (j >= s.size()) {
+          throw UsageError(std::string(kWhere) + "unbalanced quote: expected a closing \" for the quote opened at " +
+                           at(s, i) + ", got the end of the command");
+        }
+        if (s[j] == '"') break;
+        if (s[j] == '$' || s[j] == '`') expansion(j);
+        if (s[j] == '\\' && j + 1 < s.size() && std::string("$`\"\\\n").find(s[j + 1]) != std::string::npos) {
+          if (s[j + 1] != '\n') cur += s[j + 1];
+          ++j;
+          continue;
+        }
+        cur += s[j];
+      }
+      i = j + 1;
+    } else if (c == '#' && !in_word) {  // a comment runs to the end of its line
+      while (i < s.size() && s[i] != '\n') ++i;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      end_word();
+      ++i;
+    } else if (std::string("|&;<>()").find(c) != std::string::npos) {
+      throw UsageError(std::string(kWhere) + "expected one command, got the shell operator '" + c + "' at " +
+                       at(s, i));
+    } else if (c == '$' || c == '`') {
+      expansion(i);
+    } else {
+      begin_word(i);
+      cur += c;
+      ++i;
+    }
+  }
+  end_word();
+  return words;
+}
+
+ConvertedCommand scenario_from_command(const std::string& command, const FromCommandOptions& options) {
+  const std::vector<ShellWord> shell_words = split_shell_words(command);
+  std::vector<std::string> words;
+  for (const auto& w : shell_words) words.push_back(w.text);
+  if (words.empty()) {
+    throw UsageError(std::string(kWhere) +
+                     "expected a training command such as \"python runners/train.py key=value …\", got an empty "
+                     "command");
+  }
+  ConvertedCommand out;
+  std::vector<Setting> settings;
+  auto set = [&](const std::string& key, const std::string& value, const std::string& source,
+                 const std::string& note) {
+    for (const auto& s : settings) {
+      if (s.key == key && s.value != value) {
+        throw UsageError(std::string(kWhere) + s.source + " and " + source + ": expected one value for " + key +
+                         ", got " + s.value + " and " + value);
+      }
+      if (s.key == key) return;
+    }
+    settings.push_back({key, value, source, note, settings.size()});
+  };
+
+  // The program part: environment assignments, then the launcher, the
+  // interpreter and the script (`python runners/train.py`, `uv run python …`,
+  // `python -m module`), unless the command is the overrides alone.
+  size_t i = 0;
+  std::vector<std::string> env;
+  for (; i < words.size(); ++i) {
+    if (is_env_assignment(words[i])) {
+      env.push_back(words[i]);
+    } else if (words[i] == "env" && env.empty() && out.program.empty()) {
+      out.program.push_back(words[i]);
+    } else {
+      break;
+    }
+  }
+  if (i < words.size() && !looks_like_override(words[i])) {
+    size_t j = i;
+    bool found = false;
+    while (j < words.size() && !found) {
+      const std::string& w = words[j];
+      if (w == "-m" && j + 1 < words.size()) {
+        j += 2;
+        found = true;
+      } else if (ends_with(w, ".py")) {
+        ++j;
+        found = true;
+      } else if (looks_like_override(w)) {
+        break;
+      } else {
+        ++j;
+      }
+    }
+    if (!found) {
+      throw UsageError(std::string(kWhere) +
+                       "expected the training program (python SCRIPT.py …, python -m MODULE …, uv run python …) "
+                       "or key=value overrides, got \"" +
+                       join_quoted(std::vector<std::string>(words.begin() + static_cast<std::ptrdiff_t>(i),
+                                                            words.begin() + static_cast<std::ptrdiff_t>(j))) +
+                       "\" at line " + std::to_string(shell_words[i].line) + ", column " +
+                       std::to_string(shell_words[i].column));
+    }
+    out.program.insert(out.program.end(), words.begin() + static_cast<std::ptrdiff_t>(i),
+                       words.begin() + static_cast<std::ptrdiff_t>(j));
+    i = j;
+  }
+
+  for (const auto& e : env) {
+    const std::string name = e.substr(0, e.find('=')), value = e.substr(e.find('=') + 1);
+    if (name == "CUDA_LAUNCH_BLOCKING" && (value == "0" || value == "1")) {
+      set("hardware.launch_blocking", value == "1" ? "true" : "false", e, "");
+    } else if (name == "CUDA_VISIBLE_DEVICES") {
+      out.unmapped.push_back(e + " (dbh names the GPU with hardware.device=cuda:N; a variable set for dbh "
+                                 "itself reaches its workers)");
+    } else {
+      out.unmapped.push_back(e + " (an environment variable with no dbh equivalent; one set for dbh itself "
+                                 "reaches its workers)");
+    }
+  }
+
+  std::optional<std::string> accelerator;  // as written, when given
+  bool accelerator_auto = false;
+  for (; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.empty()) {
+      out.unmapped.push_back("'' (an empty word)");
+      continue;
+    }
+    if (w[0] == '-') {
+      // Hydra's flags that take a value: the value belongs to the flag.
+      static const std::vector<std::string> kConfigFlags = {"--config-name", "-cn", "--config-path",
+                                                            "-cp",           "--config-dir", "-cd"};
+      static const std::vector<std::string> kValueFlags = {"--cfg", "-c", "--package", "-p"};
+      const std::string flag = w.substr(0, w.find('='));
+      const bool config = std::find(kConfigFlags.begin(), kConfigFlags.end(), flag) != kConfigFlags.end();
+      std::string item = w;
+      if ((config || std::find(kValueFlags.begin(), kValueFlags.end(), flag) != kValueFlags.end()) &&
+          w.find('=') == std::string::npos && i + 1 < words.size()) {
+        item += " " + words[++i];
+      }
+      if (config) {
+        out.unmapped.push_back(item + " (dbh converts the command's key=value overrides, not Hydra config files)");
+      } else if (w == "-m" || w == "--multirun") {
+        out.unmapped.push_back(item + " (a Hydra sweep: one dbh scenario per value, or dbh bisect range)");
+      } else {
+        out.unmapped.push_back(item + " (a flag of the script or of Hydra; dbh converts key=value overrides)");
+      }
+      continue;
+    }
+    if (w[0] == '~') {
+      out.unmapped.push_back(w + " (deletes a config key; dbh has no equivalent)");
+      continue;
+    }
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      out.unmapped.push_back(w + " (not a key=value override)");
+      continue;
+    }
+    const std::string key = w.substr(0, eq), value = w.substr(eq + 1);
+    const auto t = translate_alias(key, value);
+    if (!t) {
+      out.unmapped.push_back(w + " (no dbh equivalent known)");
+      continue;
+    }
+    if (t->alias == "trainer.accelerator") {
+      accelerator = value;
+      accelerator_auto = t->kind == AliasTranslation::Kind::kUnmapped && unquoted_lower(value) == "auto";
+      if (accelerator_auto) continue;  // the device default below says what auto becomes
+    }
+    switch (t->kind) {
+      case AliasTranslation::Kind::kMapped:
+        set(t->key, t->value, w, t->reason);
+        break;
+      case AliasTranslation::Kind::kSatisfied:
+        out.satisfied.push_back(w + " (" + t->reason + ")");
+        break;
+      case AliasTranslation::Kind::kUnmapped:
+        out.unmapped.push_back(w + " (" + t->reason + (t->expected.empty() ? "" : "; accepted: " + t->expected) +
+                               ")");
+        break;
+      case AliasTranslation::Kind::kInvalid:
+        throw UsageError(std::string(kWhere) + w + ": " + describe_unmappable(*t, value));
+    }
+  }
+
+  // Lightning's accelerator defaults to auto, which trains on the GPU of a
+  // machine with one: the scenario says so unless a base names the device.
+  const bool device_set = std::any_of(settings.begin(), settings.end(),
+                                      [](const Setting& s) { return s.key == "hardware.device"; });
+  if (!device_set && (!accelerator || accelerator_auto)) {
+    const std::string source = accelerator ? "trainer.accelerator=" + *accelerator : "";
+    if (options.include.empty()) {
+      set("hardware.device", "cuda", source,
+          std::string(accelerator ? "" : "trainer.accelerator not given: ") +
+              "Lightning's auto trains on the GPU; hardware.device=cpu runs it on the CPU");
+    } else if (accelerator) {
+      out.unmapped.push_back(source + " (auto picks the GPU when there is one; the base's hardware.device applies)");
+    }
+  }
+
+  // The name: --name, else exp_name, else "from-command".
+  std::string name_value;
+  for (auto it = settings.begin(); it != settings.end(); ++it) {
+    if (it->key == "name") {
+      name_value = it->value;
+      if (!options.name.empty()) {
+        out.unmapped.push_back(it->source + " (--name " + options.name + " names the scenario)");
+        settings.erase(it);
+      }
+      break;
+    }
+  }
+  if (!options.name.empty()) {
+    set("name", nlohmann::json(options.name).dump(), "", "--name");
+  } else if (name_value.empty()) {
+    set("name", "from-command", "", "");
+  }
+  const std::string one_line_command = one_line(join_quoted(words));
+  set("description", nlohmann::json("Converted from the training command: " + one_line_command).dump(), "", "");
+  if (!options.include.empty()) set("include", nlohmann::json(options.include).dump(), "", "--base");
+
+  // The text: what the command said and what it did not, then the settings.
+  std::ostringstream y;
+  y << "# Generated by `dbh scenario from-command` from:\n#   " << one_line_command << "\n";
+  if (!out.program.empty()) y << "# Program (not part of the scenario): " << one_line(join_quoted(out.program)) << "\n";
+  y << "# Unmapped (not in this scenario):" << (out.unmapped.empty() ? " none" : "") << "\n";
+  for (const auto& u : out.unmapped) y << "#   " << one_line(u) << "\n";
+  if (!out.satisfied.empty()) {
+    y << "# Already so in dbh:\n";
+    for (const auto& s : out.satisfied) y << "#   " << one_line(s) << "\n";
+  }
+  auto has = [&](const std::string& key) {
+    return std::any_of(settings.begin(), settings.end(), [&](const Setting& s) { return s.key == key; });
+  };
+  if (options.include.empty()) {
+    const DataConfig data;
+    const TrainConfig train;
+    std::ostringstream defaults;
+    defaults << "data.source " << data.source << " (your dataset: data.source real, data.path DIR)";
+    if (!has("data.size")) defaults << ", data.size " << data.size;
+    if (!has("train.max_steps")) defaults << ", train.max_steps " << train.max_steps;
+    defaults << ", train.optimizer " << train.optimizer;
+    if (!has("train.lr")) defaults << ", train.lr " << train.lr;
+    y << "# Not on the command line, so dbh's defaults apply: " << defaults.str() << "\n";
+  } else {
+    y << "# Not on the command line: the base (include) or dbh's defaults apply.\n";
+  }
+
+  std::stable_sort(settings.begin(), settings.end(), [](const Setting& a, const Setting& b) {
+    const int ra = section_rank(a.key), rb = section_rank(b.key);
+    if (ra != rb) return ra < rb;
+    return parent_of(a.key) < parent_of(b.key);
+  });
+  std::vector<std::string> prev;
+  for (const auto& s : settings) {
+    const std::vector<std::string> parts = split_key(s.key);
+    size_t common = 0;
+    while (common + 1 < parts.size() && common + 1 < prev.size() && parts[common] == prev[common]) ++common;
+    for (size_t d = common; d + 1 < parts.size(); ++d) y << std::string(2 * d, ' ') << parts[d] << ":\n";
+    y << std::string(2 * (parts.size() - 1), ' ') << parts.back() << ": " << s.value;
+    std::string comment = s.source;
+    if (!s.note.empty()) comment += (comment.empty() ? "" : " (") + s.note + (comment.empty() ? "" : ")");
+    if (!comment.empty() && s.key != "description") y << "  # " << one_line(comment);
+    y << "\n";
+    prev = parts;
+  }
+  out.yaml = y.str();
+  return out;
+}
+
+}  // namespace dbh::harness

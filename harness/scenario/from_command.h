@@ -1,0 +1,46 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+/// One word of a shell command line and where it starts (1-based).
+struct ShellWord {
+  std::string text;
+  int line = 1;
+  int column = 1;
+};
+
+/// Splits `command` into words as a POSIX shell does for one simple command:
+/// single and double quotes, backslash escapes, backslash-newline
+/// continuations (CRLF too) and `#` comments. Throws UsageError naming the
+/// line and column of an unbalanced quote, a trailing backslash, a shell
+/// operator (| & ; < > ( )) or an expansion ($, `), which a scenario cannot
+/// hold.
+std::vector<ShellWord> split_shell_words(const std::string& command);
+
+struct FromCommandOptions {
+  std::string name;     // the scenario's name; "" = exp_name, else "from-command"
+  std::string include;  // a base scenario, as the generated file names it; "" = none
+};
+
+/// A Lightning/Hydra training command converted to a dbh scenario.
+struct ConvertedCommand {
+  std::string yaml;                    // the scenario, its comments first
+  std::vector<std::string> program;    // the words skipped as the program
+  std::vector<std::string> unmapped;   // "key=value (why)", in command order
+  std::vector<std::string> satisfied;  // "key=value (why)": dbh already behaves so
+};
+
+/// Converts a training command line (`[VAR=… ] [uv run] python
+/// runners/train.py key=value …`, or the overrides alone) into scenario YAML
+/// through the alias table (harness/scenario/aliases.h). Every word that is
+/// not mapped is listed with its reason in `unmapped` and in the YAML's
+/// comments. Throws UsageError "scenario from-command: …" for an empty or
+/// unparsable command, a value an alias does not accept (naming the word and
+/// the expected values) and two words giving one key different values.
+/// The result is not yet validated by the scenario loader.
+ConvertedCommand scenario_from_command(const std::string& command, const FromCommandOptions& options = {});
+
+}  // namespace dbh::harness

@@ -1,0 +1,252 @@
+// `dbh scenario from-command` through the real binary: the seed reports'
+// Lightning/Hydra training commands (copied from the reports, since they are
+// not in this repository) become scenarios that dbh runs on the CPU with
+// cheap overrides, with the mapped values in the resolved scenario; Lightning
+// keys as `dbh run` overrides; and bad input (exit 2, named).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/scenario/scenario.h"
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::fresh_dir;
+using testing::read_text;
+using testing::RemoveOnExit;
+using testing::write_text;
+
+testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 300) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process(args, DBH_SOURCE_DIR, timeout_s);
+}
+
+// Seed 000 (cuDNN execution failure): "Steps to Reproduce".
+constexpr const char* kSeed000 =
+    "python runners/train.py model.encoder.model_name=resnet18 dataloaders.train_dataloader.batch_size=2 "
+    "trainer.devices=1 trainer.strategy=auto trainer.max_steps=10";
+
+// Seed 003 (cuDNN workspace exhaustion): "If successful, use production config".
+constexpr const char* kSeed003Production =
+    "uv run python runners/train.py \\\n"
+    "  +hardware=rtx3060_12gb_i5_16core \\\n"
+    "  exp_name=ocr_training-dbnet-resnet50-batch2 \\\n"
+    "  model/architectures=dbnet \\\n"
+    "  model.encoder.model_name=resnet50 \\\n"
+    "  model.component_overrides.decoder.name=pan_decoder \\\n"
+    "  dataloaders.train_dataloader.batch_size=2 \\\n"
+    "  dataloaders.val_dataloader.batch_size=2 \\\n"
+    "  trainer.accumulate_grad_batches=2 \\\n"
+    "  trainer.max_epochs=50 \\\n"
+    "  trainer.precision=32 \\\n"
+    "  seed=42";
+
+// Seed 003: "Alternative: FP16 + Batch Size 2".
+constexpr const char* kSeed003Fp16 =
+    "uv run python runners/train.py \\\n"
+    "  +hardware=rtx3060_12gb_i5_16core \\\n"
+    "  exp_name=ocr_training-dbnet-resnet50-fp16 \\\n"
+    "  model/architectures=dbnet \\\n"
+    "  dataloaders.train_dataloader.batch_size=2 \\\n"
+    "  trainer.precision=16-mixed \\\n"
+    "  trainer.max_epochs=50";
+
+constexpr const char* kEpochsUnmapped = "unmapped: trainer.max_epochs=50 (dbh counts optimizer steps, not epochs";
+
+// Cheap CPU settings for a generated scenario; Lightning keys work as well.
+const std::vector<std::string> kCheap = {"hardware.device=cpu", "data.size=64", "trainer.max_steps=1",
+                                         "train.threads=2"};
+
+// The comment block the generated file opens with.
+std::string header(const std::string& yaml) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < yaml.size() && yaml[pos] == '#') {
+    const size_t end = yaml.find('\n', pos);
+    out += yaml.substr(pos, end - pos + 1);
+    pos = end + 1;
+  }
+  return out;
+}
+
+struct Converted {
+  fs::path file;
+  testing::ProcessResult result;
+};
+
+Converted convert(const fs::path& dir, const std::string& command, std::vector<std::string> extra = {}) {
+  Converted c;
+  c.file = dir / "scenario.yaml";
+  std::vector<std::string> args = {"scenario", "from-command", command, "--out", c.file.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  c.result = dbh(args);
+  return c;
+}
+
+// Runs `file` with the cheap settings (and `extra`) and returns report.json.
+json run_cheaply(const fs::path& file, const fs::path& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"run", file.string()};
+  args.insert(args.end(), kCheap.begin(), kCheap.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--out", out.string(), "-q"});
+  const auto r = dbh(args, 600);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string text = read_text(out / "report.json");
+  EXPECT_FALSE(text.empty()) << "no report.json in " << out << "\n" << r.out << r.err;
+  return text.empty() ? json::object() : json::parse(text);
+}
+
+TEST(FromCommandCliTest, Seed000ConvertsListsTheStrategyAndRuns) {
+  const fs::path dir = fresh_dir("dbh-from-command-000");
+  RemoveOnExit cleanup(dir);
+  const Converted c = convert(dir, kSeed000);
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.out << c.result.err;
+  const std::string unmapped =
+      "trainer.strategy=auto (dbh runs one process per trial; distributed strategies do not apply)";
+  EXPECT_NE(c.result.err.find("unmapped: " + unmapped + "\n"), std::string::npos) << c.result.err;
+  const std::string yaml = read_text(c.file);
+  EXPECT_NE(header(yaml).find("#   " + unmapped + "\n"), std::string::npos) << yaml;
+
+  const json report = run_cheaply(c.file, dir / "out");
+  EXPECT_EQ(report.value("outcome", ""), "passed");
+  const json& r = report["scenario"]["resolved"];
+  EXPECT_EQ(r["model"]["encoder"], "resnet18");
+  EXPECT_EQ(r["data"]["batch_size"], 2);
+  EXPECT_EQ(r["train"]["max_steps"], 1);  // trainer.max_steps=1 overrides the command's 10
+  EXPECT_EQ(r["hardware"]["device"], "cpu");
+  // Without the cheap override, the command's values stand.
+  const harness::Scenario s = harness::load_scenario(c.file.string());
+  EXPECT_EQ(s.train.max_steps, 10);
+  EXPECT_EQ(s.hardware.device, "cuda");  // Lightning's accelerator auto trains on the GPU
+}
+
+TEST(FromCommandCliTest, Seed003ProductionConfigMapsModelBatchesAccumulationProfileAndSeed) {
+  const fs::path dir = fresh_dir("dbh-from-command-003");
+  RemoveOnExit cleanup(dir);
+  const Converted c = convert(dir, kSeed003Production);
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.out << c.result.err;
+  EXPECT_NE(c.result.err.find(kEpochsUnmapped), std::string::npos) << c.result.err;
+  EXPECT_NE(header(read_text(c.file)).find("#   trainer.max_epochs=50 ("), std::string::npos);
+
+  const json report = run_cheaply(c.file, dir / "out");
+  EXPECT_EQ(report.value("outcome", ""), "passed");
+  const json& r = report["scenario"]["resolved"];
+  EXPECT_EQ(r["name"], "ocr_training-dbnet-resnet50-batch2");
+  EXPECT_EQ(r["model"]["encoder"], "resnet50");
+  EXPECT_EQ(r["model"]["decoder"], "pan");
+  EXPECT_EQ(r["data"]["batch_size"], 2);
+  EXPECT_EQ(r["data"]["val"]["batch_size"], 2);
+  EXPECT_EQ(r["train"]["accumulation"], 2);
+  EXPECT_EQ(r["train"]["precision"], "fp32");
+  EXPECT_EQ(r["train"]["seed"], 42);
+  EXPECT_EQ(r["hardware"]["profile"], "rtx3060-12gb");
+  EXPECT_EQ(r["hardware"]["memory_budget"], std::to_string(int64_t{12} << 30));
+}
+
+TEST(FromCommandCliTest, Seed003Fp16MapsSixteenMixedAndRunsInFp32OnTheCpu) {
+  const fs::path dir = fresh_dir("dbh-from-command-003-fp16");
+  RemoveOnExit cleanup(dir);
+  const Converted c = convert(dir, kSeed003Fp16);
+  ASSERT_EQ(c.result.exit_code, 0) << c.result.out << c.result.err;
+  EXPECT_NE(c.result.err.find(kEpochsUnmapped), std::string::npos) << c.result.err;
+  const harness::Scenario s = harness::load_scenario(c.file.string());
+  EXPECT_EQ(s.train.precision, "fp16");
+  EXPECT_EQ(s.hardware.device, "cuda");
+  EXPECT_EQ(s.hardware.profile, "rtx3060-12gb");
+
+  // AMP runs on CUDA: on the CPU, Lightning's 16-mixed is refused exactly as
+  // train.precision=fp16 is, and trainer.precision=32 runs it.
+  const auto lightning = dbh({"run", c.file.string(), "hardware.device=cpu", "trainer.precision=16-mixed"});
+  const auto native = dbh({"run", c.file.string(), "hardware.device=cpu", "train.precision=fp16"});
+  EXPECT_EQ(lightning.exit_code, 2) << lightning.err;
+  EXPECT_EQ(native.exit_code, 2) << native.err;
+  const std::string refusal = "train.precision: expected fp32 on hardware.device cpu (AMP runs on CUDA), got \"fp16\"";
+  EXPECT_NE(lightning.err.find(refusal), std::string::npos) << lightning.err;
+  EXPECT_NE(native.err.find(refusal), std::string::npos) << native.err;
+
+  const json report = run_cheaply(c.file, dir / "out", {"trainer.precision=32"});
+  EXPECT_EQ(report.value("outcome", ""), "passed");
+  const json& r = report["scenario"]["resolved"];
+  EXPECT_EQ(r["name"], "ocr_training-dbnet-resnet50-fp16");
+  EXPECT_EQ(r["data"]["batch_size"], 2);
+  EXPECT_EQ(r["train"]["precision"], "fp32");
+  EXPECT_EQ(r["hardware"]["profile"], "rtx3060-12gb");
+}
+
+TEST(FromCommandCliTest, StdoutBaseAndForce) {
+  const fs::path dir = fresh_dir("dbh-from-command-out");
+  RemoveOnExit cleanup(dir);
+  // On stdout: the same scenario, its unmapped keys on stderr only.
+  const auto printed = dbh({"scenario", "from-command", kSeed000});
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_EQ(printed.out.rfind("# Generated by `dbh scenario from-command`", 0), 0u) << printed.out;
+  EXPECT_EQ(printed.out.find("unmapped: "), std::string::npos);
+  write_text(dir / "printed.yaml", printed.out);
+  EXPECT_EQ(harness::load_scenario((dir / "printed.yaml").string()).model.encoder, 18);
+
+  // --base: included relative to the written file; the base names the device.
+  const Converted based =
+      convert(dir, kSeed000, {"--base", std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml"});
+  ASSERT_EQ(based.result.exit_code, 0) << based.result.err;
+  const harness::Scenario s = harness::load_scenario(based.file.string());
+  EXPECT_EQ(s.hardware.device, "cpu");
+  EXPECT_EQ(s.data.size, 64);
+  EXPECT_EQ(s.train.max_steps, 10);
+
+  // An existing file is kept unless --force.
+  const std::string before = read_text(based.file);
+  const Converted again = convert(dir, kSeed003Fp16);
+  EXPECT_EQ(again.result.exit_code, 2);
+  EXPECT_NE(again.result.err.find("expected a new file (or --force to replace it)"), std::string::npos)
+      << again.result.err;
+  EXPECT_EQ(read_text(based.file), before);
+  const Converted forced = convert(dir, kSeed003Fp16, {"--force"});
+  EXPECT_EQ(forced.result.exit_code, 0) << forced.result.err;
+  EXPECT_NE(read_text(based.file).find("precision: fp16"), std::string::npos);
+  // Nothing else is left beside it.
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 2u);  // printed.yaml, scenario.yaml
+}
+
+TEST(FromCommandCliTest, BadInputExitsTwoAndNamesIt) {
+  const fs::path dir = fresh_dir("dbh-from-command-bad");
+  RemoveOnExit cleanup(dir);
+  struct Case {
+    std::string command;
+    std::string message;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"", "expected a training command such as \"python runners/train.py key=value …\", got an empty command"},
+           {"python runners/train.py exp_name='unbalanced trainer.max_steps=10",
+            "unbalanced quote: expected a closing ' for the quote opened at line 1, column 34"},
+           {"python runners/train.py trainer.precision=16-mixd",
+            "trainer.precision=16-mixd: trainer.precision (dbh's train.precision): expected 32, 32-true, 16, "
+            "16-mixed, bf16 or bf16-mixed, got \"16-mixd\""},
+       }) {
+    const Converted c = convert(dir, k.command);
+    EXPECT_EQ(c.result.exit_code, 2) << k.command << "\n" << c.result.err;
+    EXPECT_NE(c.result.err.find(k.message), std::string::npos) << c.result.err;
+    EXPECT_FALSE(fs::exists(c.file)) << k.command;
+  }
+  // A Lightning key that cannot be mapped is refused as an override, too.
+  const auto run = dbh({"run", "scenarios/ci-smoke.yaml", "trainer.precision=16-mixd"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("<override> trainer.precision=16-mixd: trainer.precision (dbh's train.precision): "
+                         "expected 32, 32-true, 16, 16-mixed, bf16 or bf16-mixed, got \"16-mixd\""),
+            std::string::npos)
+      << run.err;
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace dbh
