@@ -4,7 +4,8 @@
 #   - LibTorch from the pinned torch wheel (requirements-torch.txt) in .venv/.
 # Safe to re-run: on a ready machine it finishes in about a second.
 # Extras: DBH_WITH_FUZZ=1 (clang-14 and libFuzzer), DBH_WITH_SLURM=1 (Slurm and
-# munge for the scheduler test); .ci/run sets both.
+# munge for the scheduler test), DBH_WITH_BROWSER=1 (Chromium, which renders
+# report.html in the HTML report test); .ci/run sets all three.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,6 +22,11 @@ apt_packages=(
 # Optional: clang and libFuzzer for scripts/fuzz.sh and scripts/sanitize.sh.
 if [[ "${DBH_WITH_FUZZ:-0}" == 1 ]]; then
   apt_packages+=(clang-14 libclang-rt-14-dev)
+fi
+# Optional: Chromium, for the HTML report test's headless rendering (without
+# it that test checks the pages as text and skips the browser part).
+if [[ "${DBH_WITH_BROWSER:-0}" == 1 ]]; then
+  apt_packages+=(chromium)
 fi
 # Optional: Slurm and munge for the scheduler integration test
 # (scripts/slurm-local.sh starts them by hand; their services are not used).

@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
     cmd->add_flag("--print-config", ro.print_config,
                   "Print the fully resolved scenario (as scenario.resolved.json) and exit 0, running and "
                   "writing nothing");
+    cmd->add_flag("--verify-resolutions", ro.verify_resolutions,
+                  "When a scenario fails, try each resolution of its failure class that dbh can express as "
+                  "overrides as a control run, and mark it confirmed or refuted in the report");
   };
   std::vector<std::string> run_args;
   auto* run = app.add_subcommand("run", "Run one scenario: dbh run SCENARIO [key=value …]");

@@ -17,6 +17,7 @@ struct RunOptions {
   bool verbose = false;
   bool no_progress = false;            // no live step progress lines
   bool print_config = false;           // print the resolved scenario(s), run nothing
+  bool verify_resolutions = false;     // try the failure's resolutions as control runs
   bool withhold_fault_records = false; // attribution test hook (hidden)
   bool resume = false;                 // suite: skip finished scenarios
   std::string shard;                   // suite: "K/N"

@@ -66,7 +66,8 @@ std::string command_text(const std::vector<std::string>& args) {
   }
   if (args.size() == 1) return args.front();
   std::string text;
-  for (const auto& a : args) text += (text.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : args)
+    text += (text.empty() ? "" : " ") + shell_quote(a);
   return text;
 }
 
@@ -138,14 +139,16 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
       cleanup.release();
     } else if (::link(tmp.c_str(), out.c_str()) != 0) {
       const int err = errno;
-      throw UsageError(std::string(kWhere) + " --out: expected a new file" +
-                       (err == EEXIST ? " (or --force to replace it)" : "") + ", got " +
-                       (err == EEXIST ? "one that appeared meanwhile" : std::string("an error (") + std::strerror(err) + ")") +
-                       " (" + o.out + ")");
+      throw UsageError(
+          std::string(kWhere) + " --out: expected a new file" + (err == EEXIST ? " (or --force to replace it)" : "") +
+          ", got " +
+          (err == EEXIST ? "one that appeared meanwhile" : std::string("an error (") + std::strerror(err) + ")") +
+          " (" + o.out + ")");
     }
     std::cout << "wrote " << o.out << " (dbh run " << shell_quote(o.out) << ")\n";
   }
-  for (const auto& u : c.unmapped) std::cerr << "unmapped: " << one_line(u) << "\n";
+  for (const auto& u : c.unmapped)
+    std::cerr << "unmapped: " << one_line(u) << "\n";
   return 0;
 }
 

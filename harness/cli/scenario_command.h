@@ -9,9 +9,9 @@ struct ScenarioFromCommandOptions {
   /// The training command: one argument holding the whole command line, "-"
   /// to read it from standard input, or its words one per argument.
   std::vector<std::string> command;
-  std::string out;   // scenario file to write; "" = standard output
-  std::string name;  // the scenario's name ("" = the command's exp_name, else from-command)
-  std::string base;  // a scenario file the generated one includes
+  std::string out;     // scenario file to write; "" = standard output
+  std::string name;    // the scenario's name ("" = the command's exp_name, else from-command)
+  std::string base;    // a scenario file the generated one includes
   bool force = false;  // replace an existing --out
 };
 

@@ -45,6 +45,23 @@ KnowledgeBase KnowledgeBase::load(const std::string& path) {
     c.events = strings(item.find("events"), c.id + ".events");
     c.causes = strings(item.find("causes"), c.id + ".causes");
     c.resolutions = strings(item.find("resolutions"), c.id + ".resolutions");
+    if (const Value* v = item.find("verify"); v != nullptr) {
+      if (!v->is_seq()) throw ScenarioError(v->loc.str() + ": " + c.id + ".verify: expected a list, got " + v->describe());
+      for (const auto& e : v->seq) {
+        const Value* r = e.is_map() ? e.find("resolution") : nullptr;
+        long n = 0;
+        if (r == nullptr || !r->is_scalar() || (n = std::strtol(r->scalar.c_str(), nullptr, 10)) < 1 ||
+            static_cast<size_t>(n) > c.resolutions.size()) {
+          throw ScenarioError(e.loc.str() + ": " + c.id + ".verify: expected {resolution: 1.." +
+                              std::to_string(c.resolutions.size()) + ", overrides: [...]}, got " + e.describe());
+        }
+        FailureClass::Check check;
+        check.resolution = static_cast<size_t>(n - 1);
+        check.overrides = strings(e.find("overrides"), c.id + ".verify.overrides");
+        if (check.overrides.empty()) throw ScenarioError(e.loc.str() + ": " + c.id + ".verify: expected overrides");
+        c.checks.push_back(std::move(check));
+      }
+    }
     kb.classes_.push_back(std::move(c));
   }
   return kb;

@@ -13,6 +13,15 @@ struct FailureClass {
   std::vector<std::string> events;      // monitor findings / process facts
   std::vector<std::string> causes;
   std::vector<std::string> resolutions;
+  /// Resolutions dbh can try as control runs (`--verify-resolutions`): the
+  /// 0-based resolution and the overrides that apply it. Values may be
+  /// `{key*N}` or `{key/N}` (integers, at least 1), computed from the
+  /// scenario's resolved value of `key`.
+  struct Check {
+    size_t resolution = 0;
+    std::vector<std::string> overrides;
+  };
+  std::vector<Check> checks;
 };
 
 class KnowledgeBase {

@@ -119,6 +119,14 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["steps_completed"] = main.steps_completed;
   j["overlays"] = main.overlays;
   if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
+  if (!r.resolution_checks.empty()) {
+    j["resolutions_tried"] = nlohmann::ordered_json::array();
+    for (const auto& c : r.resolution_checks) {
+      j["resolutions_tried"].push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides},
+                                        {"verdict", c.verdict}, {"outcome", c.outcome}, {"class", c.klass},
+                                        {"dir", c.dir}});
+    }
+  }
   if (!main.stacks_tool.empty()) j["stacks"] = {{"tool", main.stacks_tool}, {"excerpt", main.stacks_excerpt}};
   if (main.evaluator_self_check || !main.evals.empty()) {
     ojson evals = ojson::array();
@@ -422,7 +430,25 @@ std::string report_markdown(const RunReport& r) {
   }
   md << "\n## Resolution\n\n";
   if (cls != nullptr && !cls->resolutions.empty()) {
-    md << numbered(cls->resolutions);
+    // Note [Resolutions that are tried]: each tried one says how it went.
+    std::vector<std::string> lines = cls->resolutions;
+    for (const auto& c : r.resolution_checks) {
+      if (c.resolution >= lines.size()) continue;
+      std::string applied;
+      for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
+      std::string& line = lines[c.resolution];
+      if (c.verdict == "confirmed") {
+        line += " — **confirmed**: a run with `" + markdown_inline(applied) + "` passed (`" + c.dir + "/`)";
+      } else if (c.verdict == "refuted") {
+        line += " — **refuted**: a run with `" + markdown_inline(applied) + "` still " + c.outcome +
+                (c.klass.empty() ? "" : " (`" + c.klass + "`)") + " (`" + c.dir + "/`)";
+      } else if (c.verdict == "unresolved") {
+        line += " — tried with `" + markdown_inline(applied) + "`: the run could not tell (`" + c.dir + "/`)";
+      } else {
+        line += " — not tried: it changes nothing in this scenario";
+      }
+    }
+    md << numbered(lines);
   } else if (failed) {
     md << "1. Re-run the reproduction command and inspect `events.jsonl` around the failing step.\n";
   } else {

@@ -25,7 +25,9 @@ using ojson = nlohmann::ordered_json;
 
 // Every string that reaches the page goes through esc(): text and attribute
 // values alike (xml_escape also escapes both quotes).
-std::string esc(const std::string& s) { return xml_escape(s); }
+std::string esc(const std::string& s) {
+  return xml_escape(s);
+}
 
 std::string fmt(double v, int precision = 4) {
   std::ostringstream s;
@@ -231,7 +233,8 @@ std::string inline_text(const std::string& s) {
 
 std::string list_items(const std::vector<std::string>& items, const char* tag) {
   std::string out = std::string("<") + tag + ">\n";
-  for (const auto& i : items) out += "<li>" + inline_text(i) + "</li>\n";
+  for (const auto& i : items)
+    out += "<li>" + inline_text(i) + "</li>\n";
   return out + "</" + tag + ">\n";
 }
 
@@ -297,19 +300,23 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
         << "</code></td></tr>\n";
       return;
     }
-    const std::string type = j.value("type", std::string());
+    // A worker may write anything: no field is trusted to have its type.
+    const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
     nlohmann::json rest = j;
-    for (const char* k : {"t", "type", "run", "step"}) rest.erase(k);
+    for (const char* k : {"t", "type", "run", "step"})
+      rest.erase(k);
     const bool hl = type == "error" || type == "health" || type == "fault_fired" || type == "warning";
     auto field = [&](const char* k) { return j.contains(k) ? esc(dump(j[k])) : std::string(); };
     h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
-      << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>"
-      << esc(type) << "</td><td class=\"num\">" << field("run") << "</td><td class=\"num\">" << field("step")
-      << "</td><td><code>" << esc(truncated(dump(rest), 300)) << "</code></td></tr>\n";
+      << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>" << esc(type)
+      << "</td><td class=\"num\">" << field("run") << "</td><td class=\"num\">" << field("step") << "</td><td><code>"
+      << esc(truncated(dump(rest), 300)) << "</code></td></tr>\n";
   };
-  for (const auto& l : head) row(l);
+  for (const auto& l : head)
+    row(l);
   if (n > head.size() + tail.size()) h << gap_row(n - head.size() - tail.size(), 5, "events.jsonl");
-  for (const auto& l : tail) row(l);
+  for (const auto& l : tail)
+    row(l);
   h << "</table>\n";
 }
 
@@ -346,16 +353,16 @@ std::string report_html(const RunReport& r) {
     << "<tr><th>Step</th><td>" << (f.step ? std::to_string(*f.step) : "-") << "</td></tr>\n"
     << "<tr><th>Module</th><td>" << (f.module.empty() ? "-" : "<code>" + esc(f.module) + "</code>") << "</td></tr>\n";
   if (!f.message.empty()) h << "<tr><th>Message</th><td>" << esc(f.message) << "</td></tr>\n";
-  h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected)) << "</code>: "
-    << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
+  h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected))
+    << "</code>: " << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
   if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
   h << "</td></tr>\n"
     << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.max_steps << "</td></tr>\n"
     << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
     << (s.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak") << ")</td></tr>\n";
   if (r.data_dependent) {
-    h << "<tr><th>Data-dependent</th><td>" << (*r.data_dependent ? "yes" : "no") << ". "
-      << esc(r.data_dependent_reason) << "</td></tr>\n";
+    h << "<tr><th>Data-dependent</th><td>" << (*r.data_dependent ? "yes" : "no") << ". " << esc(r.data_dependent_reason)
+      << "</td></tr>\n";
   }
   if (r.determinism.checked) {
     h << "<tr><th>Determinism</th><td>" << r.determinism.processes << " processes were "
@@ -368,7 +375,8 @@ std::string report_html(const RunReport& r) {
   h << "<h2 id=\"analysis\">Root cause analysis</h2>\n";
   if (failed) {
     h << "<pre>" << esc(f.message);
-    for (const auto& sec : f.secondary) h << "\n" << esc(sec);
+    for (const auto& sec : f.secondary)
+      h << "\n" << esc(sec);
     h << "</pre>\n";
     if (!f.evidence.empty()) h << "<p>Evidence gathered by dbh:</p>\n" << list_items(f.evidence, "ul");
     if (cls != nullptr && !cls->causes.empty()) {
@@ -392,28 +400,42 @@ std::string report_html(const RunReport& r) {
        "<a href=\"./report.md\"><code>report.md</code></a>, <a href=\"./report.json\"><code>report.json</code></a>, "
        "<a href=\"./metrics.csv\"><code>metrics.csv</code></a>.</p>\n";
 
-  // Environment: the lines every report shares, then the settings.
+  // Environment: the lines of report.md's Environment section, then the settings.
   h << "<h2 id=\"environment\">Environment</h2>\n<table class=\"kv\">\n";
   {
-    std::istringstream lines(format_environment(r.env));
-    std::string line;
-    while (std::getline(lines, line)) {
-      const size_t colon = line.find(": ");
-      if (line.empty()) continue;
-      if (colon == std::string::npos) {
-        h << "<tr><td colspan=\"2\">" << esc(line) << "</td></tr>\n";
-      } else {
-        std::string value = line.substr(colon + 2);
-        value.erase(0, value.find_first_not_of(' '));
-        h << "<tr><th>" << esc(line.substr(0, colon)) << "</th><td>" << esc(value) << "</td></tr>\n";
-      }
+    const auto& e = r.env;
+    auto row = [&](const std::string& k, const std::string& v) {
+      h << "<tr><th>" << esc(k) << "</th><td>" << esc(v) << "</td></tr>\n";
+    };
+    row("GPU", e.gpus.empty() ? "none (CPU run)" : e.gpus.front());
+    for (size_t i = 1; i < e.gpus.size(); ++i)
+      row("GPU " + std::to_string(i), e.gpus[i]);
+    row("Driver", e.driver_version.empty() ? "none" : e.driver_version);
+    row("CUDA (LibTorch build)", e.torch_cuda.empty() ? "none" : e.torch_cuda);
+    row("cuDNN", e.cudnn_version.empty() ? "unavailable" : e.cudnn_version);
+    row("LibTorch", e.torch_version);
+    row("OpenCV", e.opencv_version);
+    row("OS", e.os);
+    row("Kernel", e.kernel + (e.wsl ? " (WSL2)" : " (not WSL2)"));
+    row("CPU", e.cpu_model + " (" + std::to_string(e.cpu_cores) + " cores)");
+    row("RAM", format_bytes(e.ram_bytes));
+    row("dbh", e.dbh_version);
+    if (s.hardware.device.rfind("cuda", 0) == 0) {
+      row("Compute capability", e.compute_capability.empty() ? "unknown" : e.compute_capability);
+      row("Fault kernels built for", e.kernel_archs.empty() ? "none (no nvcc at build time)" : e.kernel_archs);
+      row("CUDA allocator", e.alloc_conf.empty() ? "defaults (no PYTORCH_CUDA_ALLOC_CONF)" : e.alloc_conf);
+      row("cuDNN settings", std::string(s.hardware.cudnn_enabled ? "enabled" : "disabled") + ", benchmark " +
+                                (s.hardware.cudnn_benchmark ? "on" : "off") + ", deterministic " +
+                                (s.hardware.cudnn_deterministic ? "on" : "off") + "; TF32 " +
+                                (s.hardware.allow_tf32 ? "allowed" : "off"));
     }
   }
   h << "<tr><th>Settings</th><td>" << esc(settings_text(s)) << "</td></tr>\n"
     << "<tr><th>Scenario file</th><td><code>" << esc(s.file) << "</code></td></tr>\n";
   if (!s.overrides.empty()) {
     std::string o;
-    for (const auto& x : s.overrides) o += (o.empty() ? "" : " ") + x;
+    for (const auto& x : s.overrides)
+      o += (o.empty() ? "" : " ") + x;
     h << "<tr><th>Overrides</th><td><code>" << esc(o) << "</code></td></tr>\n";
   }
   h << "</table>\n";
@@ -424,7 +446,8 @@ std::string report_html(const RunReport& r) {
   for (const auto& t : r.trials) {
     const auto& a = t.analysis;
     std::string o;
-    for (const auto& x : t.overrides) o += (o.empty() ? "" : " ") + x;
+    for (const auto& x : t.overrides)
+      o += (o.empty() ? "" : " ") + x;
     h << "<tr><td>" << esc(t.label) << (o.empty() ? "" : " (<code>" + esc(o) + "</code>)") << "</td><td>"
       << badge(a.outcome) << "</td><td>" << (a.failure.klass.empty() ? "-" : esc(a.failure.klass)) << "</td><td>"
       << (a.failure.step ? std::to_string(*a.failure.step) : "-") << "</td><td>"
@@ -520,11 +543,13 @@ std::string report_html(const RunReport& r) {
       const bool known = fr.index >= 0 && static_cast<size_t>(fr.index) < s.faults.size();
       const FaultConfig* cfg = known ? &s.faults[static_cast<size_t>(fr.index)] : nullptr;
       std::string steps;
-      for (size_t i = 0; i < fr.steps.size() && i < 20; ++i) steps += (i ? ", " : "") + std::to_string(fr.steps[i]);
+      for (size_t i = 0; i < fr.steps.size() && i < 20; ++i)
+        steps += (i ? ", " : "") + std::to_string(fr.steps[i]);
       if (fr.steps.size() > 20) steps += ", …";
       const std::string how = !fr.real ? "-"
-                              : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
-                                         : "dbh (emulated: the error's text)";
+                              : *fr.real
+                                  ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
+                                  : "dbh (emulated: the error's text)";
       h << "<tr><td>" << esc(fr.name) << "</td><td class=\"num\">" << (cfg ? std::to_string(cfg->at_step) : "-")
         << "</td><td>" << (cfg && !cfg->get("module").empty() ? esc(cfg->get("module")) : "-") << "</td><td>"
         << (fr.fired ? "yes" : "no") << "</td><td>" << esc(steps.empty() ? "-" : steps) << "</td><td>" << esc(how)
@@ -563,7 +588,8 @@ std::string report_html(const RunReport& r) {
       const auto& st = main.steps[i];
       auto cell = [&](const char* phase) {
         const bool has = st.phases.is_object() && st.phases.contains(phase) && st.phases[phase].is_object();
-        return "<td class=\"num\">" + (has ? esc(format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") + "</td>";
+        return "<td class=\"num\">" + (has ? esc(format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") +
+               "</td>";
       };
       h << "<tr><td class=\"num\">" << st.run << "</td><td class=\"num\">" << st.step << "</td>" << cell("data")
         << cell("forward") << cell("backward") << cell("optimizer") << "<td class=\"num\">"
@@ -584,8 +610,8 @@ std::string report_html(const RunReport& r) {
     const std::string& tail = main_trial.stderr_tail;
     h << "<h2 id=\"logs\">Worker stderr (last lines)</h2>\n<pre>"
       << esc(tail.size() > 4000 ? "…" + tail.substr(tail.size() - 4000) : tail) << "</pre>\n"
-      << "<p>The whole log: <a href=\"" << esc(url_path(trial_rel + "/stderr.log")) << "\"><code>"
-      << esc(trial_rel) << "/stderr.log</code></a>.</p>\n";
+      << "<p>The whole log: <a href=\"" << esc(url_path(trial_rel + "/stderr.log")) << "\"><code>" << esc(trial_rel)
+      << "/stderr.log</code></a>.</p>\n";
   }
   h << "<hr><p class=\"sub\">Written by dbh " << esc(r.env.dbh_version) << " from the same data as report.md and "
     << "report.json.</p>\n</body>\n</html>\n";
@@ -599,7 +625,8 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   // Unmet expectations first, then the other failures, then the rest; the
   // suite's order within each group.
   std::vector<size_t> order(runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < runs.size(); ++i)
+    order[i] = i;
   auto rank = [&](const RunReport& r) { return !r.expectation_met ? 0 : is_failure(r.outcome) ? 1 : 2; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(runs[a]) < rank(runs[b]); });
   int met = 0;
@@ -617,7 +644,8 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
     << "<span class=\"unmet\">" << runs.size() - static_cast<size_t>(met) << " not met</span>";
   if (!interrupted.empty()) h << "<span class=\"note\">" << interrupted.size() << " interrupted</span>";
   h << "</p>\n<p>Outcomes:";
-  for (const auto& [o, n] : by_outcome) h << " " << esc(o) << " " << n << ";";
+  for (const auto& [o, n] : by_outcome)
+    h << " " << esc(o) << " " << n << ";";
   h << " the suite's files: <a href=\"./suite.json\"><code>suite.json</code></a>, "
        "<a href=\"./junit.xml\"><code>junit.xml</code></a>.</p>\n";
   h << "<table><tr><th>scenario</th><th>outcome</th><th>class</th><th>expected</th><th>expectation</th>"

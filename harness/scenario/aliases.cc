@@ -57,7 +57,8 @@ bool parse_number(const std::string& s, double* out) {
 }
 
 std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
@@ -110,62 +111,80 @@ struct Entry {
 
 const std::vector<Entry>& table() {
   static const std::vector<Entry> kTable = {
-      {{"model.encoder.model_name"}, "model.encoder", "resnet18, resnet34 or resnet50",
+      {{"model.encoder.model_name"},
+       "model.encoder",
+       "resnet18, resnet34 or resnet50",
        [](const std::string& v) {
          if (is_one_of(v, {"resnet18", "resnet34", "resnet50"})) return mapped(v);
          return v.empty() ? invalid() : unmapped("dbh builds ResNet-18, -34 and -50 encoders only");
        }},
-      {{"model.component_overrides.decoder.name", "model.decoder.name"}, "model.decoder",
+      {{"model.component_overrides.decoder.name", "model.decoder.name"},
+       "model.decoder",
        "fpn_decoder (fpn) or pan_decoder (pan)",
        [](const std::string& v) {
          if (v == "fpn_decoder" || v == "fpn") return mapped("fpn");
          if (v == "pan_decoder" || v == "pan") return mapped("pan");
          return v.empty() ? invalid() : unmapped("dbh builds the FPN and PAN decoders only");
        }},
-      {{"model/architectures"}, "", "dbnet",
+      {{"model/architectures"},
+       "",
+       "dbnet",
        [](const std::string& v) {
          if (v == "dbnet") return satisfied("dbh trains DBNet");
          return v.empty() ? invalid() : unmapped("dbh trains DBNet only");
        }},
       {{"dataloaders.train_dataloader.batch_size"}, "data.batch_size", "a positive integer", integer_at_least(1)},
-      {{"dataloaders.val_dataloader.batch_size"}, "data.val.batch_size", "a positive integer",
+      {{"dataloaders.val_dataloader.batch_size"},
+       "data.val.batch_size",
+       "a positive integer",
        integer_at_least(1, "used when validation is on: data.val.path or data.val.holdout")},
-      {{"dataloaders.train_dataloader.num_workers"}, "data.num_workers", "a non-negative integer",
-       integer_at_least(0)},
+      {{"dataloaders.train_dataloader.num_workers"}, "data.num_workers", "a non-negative integer", integer_at_least(0)},
       {{"trainer.accumulate_grad_batches"}, "train.accumulation", "a positive integer", integer_at_least(1)},
-      {{"trainer.precision"}, "train.precision", "32, 32-true, 16, 16-mixed, bf16 or bf16-mixed",
+      {{"trainer.precision"},
+       "train.precision",
+       "32, 32-true, 16, 16-mixed, bf16 or bf16-mixed",
        [](const std::string& v) {
          if (is_one_of(v, {"32", "32-true"})) return mapped("fp32");
          if (is_one_of(v, {"16", "16-mixed"})) return mapped("fp16", "autocast with loss scaling, as 16-mixed");
          if (is_one_of(v, {"bf16", "bf16-mixed"})) return mapped("bf16", "autocast, as bf16-mixed");
-         if (is_one_of(v, {"64", "64-true", "16-true", "bf16-true", "transformer-engine",
-                           "transformer-engine-float16"})) {
+         if (is_one_of(v,
+                       {"64", "64-true", "16-true", "bf16-true", "transformer-engine", "transformer-engine-float16"})) {
            return unmapped("dbh keeps fp32 weights and trains in fp32 or with fp16/bf16 autocast");
          }
          return invalid();
        }},
-      {{"trainer.max_steps"}, "train.max_steps", "a positive number of optimizer steps",
+      {{"trainer.max_steps"},
+       "train.max_steps",
+       "a positive number of optimizer steps",
        [](const std::string& v) {
          if (v == "-1") return unmapped("Lightning's -1 trains without a step limit; dbh needs train.max_steps");
          return integer_at_least(1)(v);
        }},
-      {{"trainer.max_epochs"}, "", "",
+      {{"trainer.max_epochs"},
+       "",
+       "",
        [](const std::string&) {
          return unmapped(
              "dbh counts optimizer steps, not epochs; an epoch is ceil(ceil(samples / batch_size) / accumulation) "
              "steps and the command does not say how many samples the dataset holds: set train.max_steps");
        }},
-      {{"trainer.devices"}, "", "1 or auto",
+      {{"trainer.devices"},
+       "",
+       "1 or auto",
        [](const std::string& v) {
          if (v == "1" || v == "auto") return satisfied("dbh trains each trial on one device");
          return unmapped("dbh trains each trial on one device (hardware.device=cuda:N picks it)");
        }},
-      {{"trainer.num_nodes"}, "", "1",
+      {{"trainer.num_nodes"},
+       "",
+       "1",
        [](const std::string& v) {
          if (v == "1") return satisfied("dbh trains on one machine");
          return unmapped("dbh runs one process per trial; multi-node training does not apply");
        }},
-      {{"trainer.accelerator"}, "hardware.device", "gpu, cuda or cpu",
+      {{"trainer.accelerator"},
+       "hardware.device",
+       "gpu, cuda or cpu",
        [](const std::string& v) {
          const std::string l = lower(v);
          if (l == "gpu" || l == "cuda") return mapped("cuda");
@@ -174,47 +193,63 @@ const std::vector<Entry>& table() {
          if (is_one_of(l, {"tpu", "mps", "hpu", "ipu", "xla"})) return unmapped("dbh trains on CUDA or the CPU");
          return invalid();
        }},
-      {{"trainer.strategy"}, "", "",
+      {{"trainer.strategy"},
+       "",
+       "",
        [](const std::string&) {
          return unmapped("dbh runs one process per trial; distributed strategies do not apply");
        }},
-      {{"trainer.gradient_clip_val"}, "train.grad_clip", "a non-negative number (0 or null: off)",
+      {{"trainer.gradient_clip_val"},
+       "train.grad_clip",
+       "a non-negative number (0 or null: off)",
        [](const std::string& v) {
          if (v == "null" || v == "None") return mapped("0");
          double d = 0;
          if (!parse_number(v, &d) || d < 0) return invalid();
          return mapped(v, "by norm, Lightning's default algorithm");
        }},
-      {{"trainer.gradient_clip_algorithm"}, "", "norm",
+      {{"trainer.gradient_clip_algorithm"},
+       "",
+       "norm",
        [](const std::string& v) {
          if (v == "norm") return satisfied("dbh clips gradients by norm");
          return unmapped("dbh clips gradients by norm only");
        }},
       {{"trainer.benchmark"}, "hardware.cudnn_benchmark", "true or false", boolean()},
-      {{"trainer.deterministic"}, "hardware.cudnn_deterministic", "true or false",
+      {{"trainer.deterministic"},
+       "hardware.cudnn_deterministic",
+       "true or false",
        [](const std::string& v) {
          if (lower(v) == "warn") return unmapped("dbh has no warn-only determinism");
          return boolean("cuDNN's deterministic algorithms")(v);
        }},
-      {{"seed", "seed_everything"}, "train.seed", "a non-negative integer",
+      {{"seed", "seed_everything"},
+       "train.seed",
+       "a non-negative integer",
        [](const std::string& v) {
          if (lower(v) == "true" || lower(v) == "false") {
            return unmapped("Lightning then draws a seed; dbh trains with a fixed train.seed");
          }
          return integer_at_least(0)(v);
        }},
-      {{"exp_name"}, "name", "a one-line name",
+      {{"exp_name"},
+       "name",
+       "a one-line name",
        [](const std::string& v) {
          if (v.empty() || v.find_first_of("\r\n") != std::string::npos) return invalid();
          return mapped(nlohmann::json(v).dump());
        }},
-      {{"model.optimizer.lr", "optimizer.lr"}, "train.lr", "a positive number",
+      {{"model.optimizer.lr", "optimizer.lr"},
+       "train.lr",
+       "a positive number",
        [](const std::string& v) {
          double d = 0;
          if (!parse_number(v, &d) || d <= 0) return invalid();
          return mapped(v);
        }},
-      {{"preprocessing.target_size"}, "data.size", "N or [N, N] pixels, N a multiple of 32",
+      {{"preprocessing.target_size"},
+       "data.size",
+       "N or [N, N] pixels, N a multiple of 32",
        [](const std::string& v) {
          std::string s;
          for (char c : v) {
@@ -223,8 +258,7 @@ const std::vector<Entry>& table() {
          const size_t comma = s.find(',');
          int64_t w = 0, h = 0;
          if (!parse_int(s.substr(0, comma), &w) ||
-             !parse_int(comma == std::string::npos ? s.substr(0, comma) : s.substr(comma + 1), &h) || w < 1 ||
-             h < 1) {
+             !parse_int(comma == std::string::npos ? s.substr(0, comma) : s.substr(comma + 1), &h) || w < 1 || h < 1) {
            return invalid();
          }
          if (w != h) return unmapped("dbh trains on square images");
@@ -256,7 +290,8 @@ const std::vector<AliasDoc>& alias_docs() {
   static const std::vector<AliasDoc> kDocs = [] {
     std::vector<AliasDoc> out;
     for (const auto& e : table()) {
-      for (const auto& a : e.aliases) out.push_back({a, e.key, e.expected});
+      for (const auto& a : e.aliases)
+        out.push_back({a, e.key, e.expected});
     }
     return out;
   }();
@@ -286,9 +321,9 @@ std::optional<AliasTranslation> translate_alias(const std::string& raw_key, cons
     return t;
   }
   if (lightning_only_root(key) || key.find('/') != std::string::npos) {
-    AliasTranslation t = unmapped(key.find('/') != std::string::npos
-                                      ? "a Hydra config group; dbh has none"
-                                      : "a Lightning/Hydra setting with no dbh equivalent");
+    AliasTranslation t =
+        unmapped(key.find('/') != std::string::npos ? "a Hydra config group; dbh has none"
+                                                    : "a Lightning/Hydra setting with no dbh equivalent");
     t.alias = key;
     return t;
   }
@@ -297,8 +332,7 @@ std::optional<AliasTranslation> translate_alias(const std::string& raw_key, cons
 
 std::string describe_unmappable(const AliasTranslation& t, const std::string& value) {
   std::string out = t.alias + (t.key.empty() ? "" : " (dbh's " + t.key + ")") + ": expected " +
-                    (t.expected.empty() ? "a setting dbh can honour" : t.expected) + ", got \"" + unquote(value) +
-                    "\"";
+                    (t.expected.empty() ? "a setting dbh can honour" : t.expected) + ", got \"" + unquote(value) + "\"";
   if (!t.reason.empty()) out += " (" + t.reason + ")";
   return out;
 }

@@ -34,10 +34,9 @@ std::string at(const std::string& text, size_t offset) {
 // One dbh key the command sets, with the word that set it.
 struct Setting {
   std::string key;
-  std::string value;  // a YAML flow scalar
+  std::string value;   // a YAML flow scalar
   std::string source;  // the command's word ("" = a default the converter chose)
   std::string note;
-  size_t order = 0;
 };
 
 // The top-level sections in the order a scenario lists them.
@@ -52,7 +51,8 @@ int section_rank(const std::string& key) {
 std::vector<std::string> split_key(const std::string& key) {
   std::vector<std::string> parts;
   std::stringstream in(key);
-  for (std::string p; std::getline(in, p, '.');) parts.push_back(p);
+  for (std::string p; std::getline(in, p, '.');)
+    parts.push_back(p);
   return parts;
 }
 
@@ -75,7 +75,8 @@ bool looks_like_override(const std::string& w) {
 
 std::string unquoted_lower(std::string v) {
   if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : v)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v;
 }
 
@@ -85,7 +86,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::string join_quoted(const std::vector<std::string>& words) {
   std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
+  for (const auto& w : words)
+    out += (out.empty() ? "" : " ") + shell_quote(w);
   return out;
 }
 
@@ -167,13 +169,13 @@ std::vector<ShellWord> split_shell_words(const std::string& s) {
       }
       i = j + 1;
     } else if (c == '#' && !in_word) {  // a comment runs to the end of its line
-      while (i < s.size() && s[i] != '\n') ++i;
+      while (i < s.size() && s[i] != '\n')
+        ++i;
     } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
       end_word();
       ++i;
     } else if (std::string("|&;<>()").find(c) != std::string::npos) {
-      throw UsageError(std::string(kWhere) + "expected one command, got the shell operator '" + c + "' at " +
-                       at(s, i));
+      throw UsageError(std::string(kWhere) + "expected one command, got the shell operator '" + c + "' at " + at(s, i));
     } else if (c == '$' || c == '`') {
       expansion(i);
     } else {
@@ -189,7 +191,8 @@ std::vector<ShellWord> split_shell_words(const std::string& s) {
 ConvertedCommand scenario_from_command(const std::string& command, const FromCommandOptions& options) {
   const std::vector<ShellWord> shell_words = split_shell_words(command);
   std::vector<std::string> words;
-  for (const auto& w : shell_words) words.push_back(w.text);
+  for (const auto& w : shell_words)
+    words.push_back(w.text);
   if (words.empty()) {
     throw UsageError(std::string(kWhere) +
                      "expected a training command such as \"python runners/train.py key=value …\", got an empty "
@@ -197,8 +200,7 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   }
   ConvertedCommand out;
   std::vector<Setting> settings;
-  auto set = [&](const std::string& key, const std::string& value, const std::string& source,
-                 const std::string& note) {
+  auto set = [&](const std::string& key, const std::string& value, const std::string& source, const std::string& note) {
     for (const auto& s : settings) {
       if (s.key == key && s.value != value) {
         throw UsageError(std::string(kWhere) + s.source + " and " + source + ": expected one value for " + key +
@@ -206,7 +208,7 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
       }
       if (s.key == key) return;
     }
-    settings.push_back({key, value, source, note, settings.size()});
+    settings.push_back({key, value, source, note});
   };
 
   // The program part: environment assignments, then the launcher, the
@@ -257,13 +259,15 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   for (const auto& e : env) {
     const std::string name = e.substr(0, e.find('=')), value = e.substr(e.find('=') + 1);
     if (name == "CUDA_LAUNCH_BLOCKING" && (value == "0" || value == "1")) {
-      set("hardware.launch_blocking", value == "1" ? "true" : "false", e, "");
+      set("hardware.launch_blocking", value == "1" ? "true" : "false", shell_quote(e), "");
     } else if (name == "CUDA_VISIBLE_DEVICES") {
-      out.unmapped.push_back(e + " (dbh names the GPU with hardware.device=cuda:N; a variable set for dbh "
-                                 "itself reaches its workers)");
+      out.unmapped.push_back(shell_quote(e) +
+                             " (dbh names the GPU with hardware.device=cuda:N; a variable set for dbh "
+                             "itself reaches its workers)");
     } else {
-      out.unmapped.push_back(e + " (an environment variable with no dbh equivalent; one set for dbh itself "
-                                 "reaches its workers)");
+      out.unmapped.push_back(shell_quote(e) +
+                             " (an environment variable with no dbh equivalent; one set for dbh itself "
+                             "reaches its workers)");
     }
   }
 
@@ -271,21 +275,22 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   bool accelerator_auto = false;
   for (; i < words.size(); ++i) {
     const std::string& w = words[i];
+    const std::string shown = shell_quote(w);  // as the command can be typed again
     if (w.empty()) {
       out.unmapped.push_back("'' (an empty word)");
       continue;
     }
     if (w[0] == '-') {
       // Hydra's flags that take a value: the value belongs to the flag.
-      static const std::vector<std::string> kConfigFlags = {"--config-name", "-cn", "--config-path",
+      static const std::vector<std::string> kConfigFlags = {"--config-name", "-cn",          "--config-path",
                                                             "-cp",           "--config-dir", "-cd"};
       static const std::vector<std::string> kValueFlags = {"--cfg", "-c", "--package", "-p"};
       const std::string flag = w.substr(0, w.find('='));
       const bool config = std::find(kConfigFlags.begin(), kConfigFlags.end(), flag) != kConfigFlags.end();
-      std::string item = w;
+      std::string item = shown;
       if ((config || std::find(kValueFlags.begin(), kValueFlags.end(), flag) != kValueFlags.end()) &&
           w.find('=') == std::string::npos && i + 1 < words.size()) {
-        item += " " + words[++i];
+        item += " " + shell_quote(words[++i]);
       }
       if (config) {
         out.unmapped.push_back(item + " (dbh converts the command's key=value overrides, not Hydra config files)");
@@ -297,18 +302,18 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
       continue;
     }
     if (w[0] == '~') {
-      out.unmapped.push_back(w + " (deletes a config key; dbh has no equivalent)");
+      out.unmapped.push_back(shown + " (deletes a config key; dbh has no equivalent)");
       continue;
     }
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0) {
-      out.unmapped.push_back(w + " (not a key=value override)");
+      out.unmapped.push_back(shown + " (not a key=value override)");
       continue;
     }
     const std::string key = w.substr(0, eq), value = w.substr(eq + 1);
     const auto t = translate_alias(key, value);
     if (!t) {
-      out.unmapped.push_back(w + " (no dbh equivalent known)");
+      out.unmapped.push_back(shown + " (no dbh equivalent known)");
       continue;
     }
     if (t->alias == "trainer.accelerator") {
@@ -318,26 +323,26 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     }
     switch (t->kind) {
       case AliasTranslation::Kind::kMapped:
-        set(t->key, t->value, w, t->reason);
+        set(t->key, t->value, shown, t->reason);
         break;
       case AliasTranslation::Kind::kSatisfied:
-        out.satisfied.push_back(w + " (" + t->reason + ")");
+        out.satisfied.push_back(shown + " (" + t->reason + ")");
         break;
       case AliasTranslation::Kind::kUnmapped:
-        out.unmapped.push_back(w + " (" + t->reason + (t->expected.empty() ? "" : "; accepted: " + t->expected) +
+        out.unmapped.push_back(shown + " (" + t->reason + (t->expected.empty() ? "" : "; accepted: " + t->expected) +
                                ")");
         break;
       case AliasTranslation::Kind::kInvalid:
-        throw UsageError(std::string(kWhere) + w + ": " + describe_unmappable(*t, value));
+        throw UsageError(std::string(kWhere) + shown + ": " + describe_unmappable(*t, value));
     }
   }
 
   // Lightning's accelerator defaults to auto, which trains on the GPU of a
   // machine with one: the scenario says so unless a base names the device.
-  const bool device_set = std::any_of(settings.begin(), settings.end(),
-                                      [](const Setting& s) { return s.key == "hardware.device"; });
+  const bool device_set =
+      std::any_of(settings.begin(), settings.end(), [](const Setting& s) { return s.key == "hardware.device"; });
   if (!device_set && (!accelerator || accelerator_auto)) {
-    const std::string source = accelerator ? "trainer.accelerator=" + *accelerator : "";
+    const std::string source = accelerator ? shell_quote("trainer.accelerator=" + *accelerator) : "";
     if (options.include.empty()) {
       set("hardware.device", "cuda", source,
           std::string(accelerator ? "" : "trainer.accelerator not given: ") +
@@ -373,10 +378,12 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   y << "# Generated by `dbh scenario from-command` from:\n#   " << one_line_command << "\n";
   if (!out.program.empty()) y << "# Program (not part of the scenario): " << one_line(join_quoted(out.program)) << "\n";
   y << "# Unmapped (not in this scenario):" << (out.unmapped.empty() ? " none" : "") << "\n";
-  for (const auto& u : out.unmapped) y << "#   " << one_line(u) << "\n";
+  for (const auto& u : out.unmapped)
+    y << "#   " << one_line(u) << "\n";
   if (!out.satisfied.empty()) {
     y << "# Already so in dbh:\n";
-    for (const auto& s : out.satisfied) y << "#   " << one_line(s) << "\n";
+    for (const auto& s : out.satisfied)
+      y << "#   " << one_line(s) << "\n";
   }
   auto has = [&](const std::string& key) {
     return std::any_of(settings.begin(), settings.end(), [&](const Setting& s) { return s.key == key; });
@@ -404,8 +411,10 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   for (const auto& s : settings) {
     const std::vector<std::string> parts = split_key(s.key);
     size_t common = 0;
-    while (common + 1 < parts.size() && common + 1 < prev.size() && parts[common] == prev[common]) ++common;
-    for (size_t d = common; d + 1 < parts.size(); ++d) y << std::string(2 * d, ' ') << parts[d] << ":\n";
+    while (common + 1 < parts.size() && common + 1 < prev.size() && parts[common] == prev[common])
+      ++common;
+    for (size_t d = common; d + 1 < parts.size(); ++d)
+      y << std::string(2 * d, ' ') << parts[d] << ":\n";
     y << std::string(2 * (parts.size() - 1), ' ') << parts.back() << ": " << s.value;
     std::string comment = s.source;
     if (!s.note.empty()) comment += (comment.empty() ? "" : " (") + s.note + (comment.empty() ? "" : ")");

@@ -214,7 +214,8 @@ TEST(FromCommandCliTest, StdoutBaseAndForce) {
   EXPECT_NE(read_text(based.file).find("precision: fp16"), std::string::npos);
   // Nothing else is left beside it.
   size_t files = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir))
+    ++files;
   EXPECT_EQ(files, 2u);  // printed.yaml, scenario.yaml
 }
 

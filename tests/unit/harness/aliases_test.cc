@@ -58,9 +58,12 @@ bool any_starts_with(const std::vector<std::string>& items, const std::string& p
 }
 
 TEST(AliasTest, PrecisionMapsLightningsNamesToDbhs) {
-  for (const auto& [lightning, dbh] : std::vector<std::pair<std::string, std::string>>{
-           {"32", "fp32"}, {"32-true", "fp32"}, {"16", "fp16"}, {"16-mixed", "fp16"}, {"bf16", "bf16"},
-           {"bf16-mixed", "bf16"}}) {
+  for (const auto& [lightning, dbh] : std::vector<std::pair<std::string, std::string>>{{"32", "fp32"},
+                                                                                       {"32-true", "fp32"},
+                                                                                       {"16", "fp16"},
+                                                                                       {"16-mixed", "fp16"},
+                                                                                       {"bf16", "bf16"},
+                                                                                       {"bf16-mixed", "bf16"}}) {
     const AliasTranslation t = alias("trainer.precision", lightning);
     EXPECT_EQ(t.kind, Kind::kMapped) << lightning;
     EXPECT_EQ(t.key, "train.precision");
@@ -167,8 +170,9 @@ TEST(TranslateOverrideTest, AliasesBecomeDbhOverridesAndOthersPassUnchanged) {
 TEST(TranslateOverrideTest, AnAliasThatCannotBeMappedNamesTheOverrideTheAliasAndTheExpectedValues) {
   const std::string bad = override_error("trainer.precision=17-mixed");
   EXPECT_TRUE(contains(bad, "<override> trainer.precision=17-mixed: ")) << bad;
-  EXPECT_TRUE(contains(bad, "trainer.precision (dbh's train.precision): expected 32, 32-true, 16, 16-mixed, "
-                            "bf16 or bf16-mixed, got \"17-mixed\""))
+  EXPECT_TRUE(contains(bad,
+                       "trainer.precision (dbh's train.precision): expected 32, 32-true, 16, 16-mixed, "
+                       "bf16 or bf16-mixed, got \"17-mixed\""))
       << bad;
   const std::string strategy = override_error("trainer.strategy=ddp");
   EXPECT_TRUE(contains(strategy, "<override> trainer.strategy=ddp: trainer.strategy: ")) << strategy;
@@ -198,10 +202,10 @@ class AliasScenarioTest : public ::testing::Test {
 
 TEST_F(AliasScenarioTest, OverridesTakeAliasesAsTheirDbhKeys) {
   const std::string file = write("s.yaml", "name: s\ntrain:\n  max_steps: 4\n");
-  const Scenario s = load_scenario(file, {"trainer.accelerator=gpu", "trainer.precision=16-mixed",
-                                          "model.encoder.model_name=resnet34", "trainer.devices=1",
-                                          "model.component_overrides.decoder.name=pan_decoder",
-                                          "trainer.accumulate_grad_batches=3", "seed=7", "trainer.max_steps=9"});
+  const Scenario s =
+      load_scenario(file, {"trainer.accelerator=gpu", "trainer.precision=16-mixed", "model.encoder.model_name=resnet34",
+                           "trainer.devices=1", "model.component_overrides.decoder.name=pan_decoder",
+                           "trainer.accumulate_grad_batches=3", "seed=7", "trainer.max_steps=9"});
   EXPECT_EQ(s.hardware.device, "cuda");
   EXPECT_EQ(s.train.precision, "fp16");
   EXPECT_EQ(s.model.encoder, 34);
@@ -219,16 +223,18 @@ TEST_F(AliasScenarioTest, ALaterErrorNamesTheOverrideAsTheUserWroteIt) {
     (void)load_scenario(file, {"dataloaders.train_dataloader.batch_size=5000"});
     FAIL() << "no error";
   } catch (const ScenarioError& e) {
-    EXPECT_TRUE(contains(e.what(), "<override> dataloaders.train_dataloader.batch_size=5000: data.batch_size: "
-                                   "expected an integer in [1, 4096], got \"5000\""))
+    EXPECT_TRUE(contains(e.what(),
+                         "<override> dataloaders.train_dataloader.batch_size=5000: data.batch_size: "
+                         "expected an integer in [1, 4096], got \"5000\""))
         << e.what();
   }
 }
 
 TEST_F(AliasScenarioTest, ControlsMayUseAliases) {
   const std::string file =
-      write("s.yaml", "name: s\ndata:\n  batch_size: 4\ncontrols:\n  - [dataloaders.train_dataloader.batch_size=2, "
-                      "trainer.accumulate_grad_batches=2]\n  - [trainer.precision=bogus]\n");
+      write("s.yaml",
+            "name: s\ndata:\n  batch_size: 4\ncontrols:\n  - [dataloaders.train_dataloader.batch_size=2, "
+            "trainer.accumulate_grad_batches=2]\n  - [trainer.precision=bogus]\n");
   try {
     (void)load_scenario(file);
     FAIL() << "no error";
@@ -242,9 +248,10 @@ TEST(SplitShellWordsTest, QuotesEscapesContinuationsAndComments) {
   const auto words = split_shell_words(
       "uv run python runners/train.py \\\n  exp_name='a b' \\\r\n  x=\"c \\\"d\\\" \\$\" y=e\\ f # a comment\n");
   std::vector<std::string> texts;
-  for (const auto& w : words) texts.push_back(w.text);
-  EXPECT_EQ(texts, (std::vector<std::string>{"uv", "run", "python", "runners/train.py", "exp_name=a b",
-                                             "x=c \"d\" $", "y=e f"}))
+  for (const auto& w : words)
+    texts.push_back(w.text);
+  EXPECT_EQ(texts, (std::vector<std::string>{"uv", "run", "python", "runners/train.py", "exp_name=a b", "x=c \"d\" $",
+                                             "y=e f"}))
       << ::testing::PrintToString(texts);
   EXPECT_EQ(words[4].line, 2);
   EXPECT_EQ(words[4].column, 3);
@@ -261,8 +268,9 @@ TEST(SplitShellWordsTest, WhatAShellWouldRejectOrExpandIsAnErrorWithItsPlace) {
     }
     return std::string();
   };
-  EXPECT_TRUE(contains(error("python t.py 'a=1"), "unbalanced quote: expected a closing ' for the quote opened at "
-                                                   "line 1, column 13"));
+  EXPECT_TRUE(contains(error("python t.py 'a=1"),
+                       "unbalanced quote: expected a closing ' for the quote opened at "
+                       "line 1, column 13"));
   EXPECT_TRUE(contains(error("python t.py \\\n a=\"1"), "closing \" for the quote opened at line 2, column 4"));
   EXPECT_TRUE(contains(error("python t.py a=1 \\"), "expected a character after the backslash"));
   EXPECT_TRUE(contains(error("python t.py a=1 | tee log"), "got the shell operator '|' at line 1, column 17"));
@@ -310,8 +318,9 @@ TEST(FromCommandTest, BadInputIsAUsageErrorThatNamesIt) {
   EXPECT_TRUE(contains(convert_error("python t.py trainer.precision=16-mixd"),
                        "trainer.precision=16-mixd: trainer.precision (dbh's train.precision): expected 32, 32-true, "
                        "16, 16-mixed, bf16 or bf16-mixed, got \"16-mixd\""));
-  EXPECT_TRUE(contains(convert_error("python t.py seed=1 seed=2"), "seed=1 and seed=2: expected one value for "
-                                                                   "train.seed"));
+  EXPECT_TRUE(contains(convert_error("python t.py seed=1 seed=2"),
+                       "seed=1 and seed=2: expected one value for "
+                       "train.seed"));
   EXPECT_TRUE(contains(convert_error("torchrun --nproc_per_node 2 x=1"), "expected the training program"));
 }
 
