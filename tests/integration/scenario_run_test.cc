@@ -224,6 +224,33 @@ INSTANTIATE_TEST_SUITE_P(Shipped, ShippedScenarioTest, ::testing::ValuesIn(shipp
 INSTANTIATE_TEST_SUITE_P(Gpu, ShippedScenarioTest, ::testing::ValuesIn(shipped_scenarios("gpu")),
                          test_name);
 
+// Note [Resolutions that are tried]: with --verify-resolutions the resolution
+// of seed 000's class that dbh can express (cuDNN deterministic, benchmark
+// off) runs as a control; the planted sticky error does not care, so it is
+// refuted, and the report says so next to the resolution.
+TEST(VerifyResolutionsTest, ATriedResolutionIsMarkedInTheReport) {
+  const fs::path out = fresh_dir("verify") / "out";
+  const auto r = dbh({"run", "scenarios/seed-000-cudnn-execution-failed.yaml", "--verify-resolutions", "--out",
+                      out.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // the scenario expects its failure
+  const json j = read_json(out / "report.json");
+  ASSERT_TRUE(j.contains("resolutions_tried")) << j.dump();
+  ASSERT_EQ(j.at("resolutions_tried").size(), 1u);
+  const json& t = j.at("resolutions_tried")[0];
+  EXPECT_EQ(t.at("resolution"), 3);
+  EXPECT_EQ(t.at("verdict"), "refuted");
+  EXPECT_EQ(t.at("class"), "cudnn_execution_failed");
+  EXPECT_EQ(t.at("overrides"), json({"hardware.cudnn_deterministic=true", "hardware.cudnn_benchmark=false"}));
+  EXPECT_TRUE(fs::exists(out / t.at("dir").get<std::string>() / "events.jsonl"));
+  const std::string md = read_text(out / "report.md");
+  EXPECT_NE(md.find("**refuted**: a run with `hardware.cudnn\\_deterministic=true"), std::string::npos) << md;
+  // Without the flag nothing is tried.
+  const fs::path plain = out.parent_path() / "plain";
+  ASSERT_EQ(dbh({"run", "scenarios/seed-000-cudnn-execution-failed.yaml", "--out", plain.string(), "-q"}).exit_code, 0);
+  EXPECT_FALSE(read_json(plain / "report.json").contains("resolutions_tried"));
+  fs::remove_all(out.parent_path());
+}
+
 // Attribution reads the monitors and the process, never the fault records:
 // with every fault_fired event withheld, the same class, step and module.
 class WithheldFaultRecordsTest : public ::testing::TestWithParam<std::string> {};
