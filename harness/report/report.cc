@@ -430,24 +430,7 @@ std::string report_markdown(const RunReport& r) {
   }
   md << "\n## Resolution\n\n";
   if (cls != nullptr && !cls->resolutions.empty()) {
-    // Note [Resolutions that are tried]: each tried one says how it went.
-    std::vector<std::string> lines = cls->resolutions;
-    for (const auto& c : r.resolution_checks) {
-      if (c.resolution >= lines.size()) continue;
-      std::string applied;
-      for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
-      std::string& line = lines[c.resolution];
-      if (c.verdict == "confirmed") {
-        line += " — **confirmed**: a run with `" + markdown_inline(applied) + "` passed (`" + c.dir + "/`)";
-      } else if (c.verdict == "refuted") {
-        line += " — **refuted**: a run with `" + markdown_inline(applied) + "` still " + c.outcome +
-                (c.klass.empty() ? "" : " (`" + c.klass + "`)") + " (`" + c.dir + "/`)";
-      } else if (c.verdict == "unresolved") {
-        line += " — tried with `" + markdown_inline(applied) + "`: the run could not tell (`" + c.dir + "/`)";
-      } else {
-        line += " — not tried: it changes nothing in this scenario";
-      }
-    }
+    const auto lines = resolutions_with_checks(cls->resolutions, r.resolution_checks, true);
     md << numbered(lines);
   } else if (failed) {
     md << "1. Re-run the reproduction command and inspect `events.jsonl` around the failing step.\n";

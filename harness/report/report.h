@@ -65,6 +65,11 @@ std::string report_markdown(const RunReport& r);
 /// for crashes, timeouts and kills. Under GitLab CI (`ci.gitlab_ci`) each
 /// testcase's system-out also carries `[[ATTACHMENT|…]]` lines for its
 /// report.md and plots (gitlab_attachments).
+/// The class's resolutions, each tried one followed by its verdict (Note
+/// [Resolutions that are tried]); Markdown emphasis when `markdown`.
+std::vector<std::string> resolutions_with_checks(const std::vector<std::string>& resolutions,
+                                                 const std::vector<RunReport::ResolutionCheck>& checks, bool markdown);
+
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name,
                       const CiEnvironment& ci = {});
 

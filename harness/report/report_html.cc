@@ -322,6 +322,31 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
 
 }  // namespace
 
+std::vector<std::string> resolutions_with_checks(const std::vector<std::string>& resolutions,
+                                                 const std::vector<RunReport::ResolutionCheck>& checks, bool markdown) {
+  // Note [Resolutions that are tried]: each tried one says how it went.
+  std::vector<std::string> lines = resolutions;
+  auto strong = [&](const std::string& w) { return markdown ? "**" + w + "**" : w; };
+  auto code = [&](const std::string& t) { return "`" + (markdown ? markdown_inline(t) : t) + "`"; };
+  for (const auto& c : checks) {
+    if (c.resolution >= lines.size()) continue;
+    std::string applied;
+    for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
+    std::string& line = lines[c.resolution];
+    if (c.verdict == "confirmed") {
+      line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + code(c.dir + "/") + ")";
+    } else if (c.verdict == "refuted") {
+      line += " — " + strong("refuted") + ": a run with " + code(applied) + " still " + c.outcome +
+              (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + code(c.dir + "/") + ")";
+    } else if (c.verdict == "unresolved") {
+      line += " — tried with " + code(applied) + ": the run could not tell (" + code(c.dir + "/") + ")";
+    } else {
+      line += " — not tried: it changes nothing in this scenario";
+    }
+  }
+  return lines;
+}
+
 std::string report_html(const RunReport& r) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
@@ -385,7 +410,7 @@ std::string report_html(const RunReport& r) {
     }
     h << "<p>Resolutions, most likely first:</p>\n";
     if (cls != nullptr && !cls->resolutions.empty()) {
-      h << list_items(cls->resolutions, "ol");
+      h << list_items(resolutions_with_checks(cls->resolutions, r.resolution_checks, false), "ol");
     } else {
       h << "<ol><li>Re-run the reproduction command and inspect <code>events.jsonl</code> around the failing "
            "step.</li></ol>\n";
