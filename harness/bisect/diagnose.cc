@@ -15,6 +15,7 @@
 #include "harness/common/text.h"
 #include "harness/report/knowledge_base.h"
 #include "harness/report/report.h"
+#include "harness/scenario/aliases.h"
 #include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
@@ -266,7 +267,10 @@ int diagnose_command(const DiagnoseOptions& o) {
       tree.kind = Value::Kind::kMap;
       auto all = o.overrides;
       all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
-      for (const auto& ov : all) apply_override(tree, ov);
+      for (const auto& ov : all) {
+        // Lightning/Hydra aliases become dbh's keys, as load_scenario reads them.
+        if (const auto translated = translate_override(ov)) apply_override(tree, *translated);
+      }
       const auto j = nlohmann::ordered_json::parse(to_json(tree));
       for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
     }
