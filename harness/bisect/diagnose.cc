@@ -277,6 +277,42 @@ int diagnose_command(const DiagnoseOptions& o) {
     write_file_atomically((out / "repro.yaml").string(), repro_yaml.str());
 
     // Reports.
+    // Note [Resolutions that are tried]: the failure's resolutions that the
+    // knowledge base can express as overrides, each probed and marked
+    // confirmed or refuted among the next steps.
+    const FailureClass* resolution_class = fails ? KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
+                                                 : nullptr;
+    std::vector<RunReport::ResolutionCheck> resolution_checks;
+    if (resolution_class != nullptr) {
+      const auto resolved = nlohmann::json::parse(resolved_json(s));
+      for (const auto& c : resolution_class->checks) {
+        RunReport::ResolutionCheck check;
+        check.resolution = c.resolution;
+        bool changes = false;
+        const auto applied = check_overrides(c, resolved, &changes);
+        if (applied) check.overrides = *applied;
+        if (!applied || !changes) {
+          check.verdict = "not applicable";
+          resolution_checks.push_back(check);
+          continue;
+        }
+        auto with = check.overrides;
+        with.push_back("controls=[]");
+        try {
+          const auto p = prober.probe(with, "resolution " + std::to_string(c.resolution + 1));
+          check.outcome = to_string(p.analysis.outcome);
+          check.klass = p.analysis.failure.klass;
+          check.verdict = p.verdict == Verdict::kPass ? "confirmed" : p.verdict == Verdict::kFail ? "refuted" : "unresolved";
+          check.dir = p.dir.empty() ? "probe " + std::to_string(p.index) + " (cached)"
+                                    : fs::path(p.dir).lexically_relative(out).string();
+        } catch (const ScenarioError& e) {
+          check.verdict = "not applicable";
+          check.klass = one_line(e.what());
+        }
+        resolution_checks.push_back(check);
+      }
+    }
+
     std::ostringstream md;
     md << "# Diagnosis: " << s.name << "\n\n";
     md << "Scenario `" << o.scenario << "` on " << s.hardware.device << ": the full run "
@@ -304,9 +340,9 @@ int diagnose_command(const DiagnoseOptions& o) {
       md << ++step_no << ". " << h.title << ": " << h.next << "\n";
     }
     for (const auto& f : followups) md << ++step_no << ". Done already: " << f << "\n";
-    if (fails) {
-      if (const auto* c = KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)) {
-        for (const auto& res : c->resolutions) md << ++step_no << ". " << res << "\n";
+    if (fails && resolution_class != nullptr) {
+      for (const auto& res : resolutions_with_checks(resolution_class->resolutions, resolution_checks, true)) {
+        md << ++step_no << ". " << res << "\n";
       }
     }
     md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\ndbh run "
@@ -334,6 +370,12 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     j["conclusion"] = data_dependent ? "data-dependent" : fails ? hyps.front().id : "passes";
     j["followups"] = followups;
+    j["resolutions_tried"] = ojson::array();
+    for (const auto& c : resolution_checks) {
+      j["resolutions_tried"].push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides},
+                                        {"verdict", c.verdict}, {"outcome", c.outcome}, {"class", c.klass},
+                                        {"probe", c.dir}});
+    }
     j["bisect"] = bisect_verdict;
     j["probe_count"] = prober.history().size();
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

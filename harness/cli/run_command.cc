@@ -41,44 +41,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Note [Resolutions that are tried]: a knowledge-base resolution that dbh can
-// express as overrides (reports/kb/failures.yaml, `verify:`) is applied to
-// the scenario and run as a control; it is *confirmed* when that run passes
-// and *refuted* when it still fails. `{key/N}` and `{key*N}` are computed from
-// the scenario's resolved value of `key` (integers, at least 1). Returns
-// nullopt when the key has no integer value.
-std::optional<std::string> computed_override(const std::string& kv, const nlohmann::json& resolved) {
-  const auto eq = kv.find('=');
-  if (eq == std::string::npos) return kv;
-  const std::string value = kv.substr(eq + 1);
-  if (value.size() < 5 || value.front() != '{' || value.back() != '}') return kv;
-  const std::string expr = value.substr(1, value.size() - 2);
-  const auto op = expr.find_first_of("*/");
-  if (op == std::string::npos) return std::nullopt;
-  const nlohmann::json* node = &resolved;
-  std::istringstream path(expr.substr(0, op));
-  for (std::string part; std::getline(path, part, '.');) {
-    if (!node->is_object() || !node->contains(part)) return std::nullopt;
-    node = &(*node)[part];
-  }
-  if (!node->is_number_integer()) return std::nullopt;
-  const int64_t n = std::strtoll(expr.c_str() + op + 1, nullptr, 10);
-  if (n < 1) return std::nullopt;
-  const int64_t x = node->get<int64_t>();
-  const int64_t y = expr[op] == '*' ? x * n : std::max<int64_t>(1, x / n);
-  return kv.substr(0, eq + 1) + std::to_string(y);
-}
-
-// The resolved value of `key` as an override would write it ("" when absent).
-std::string resolved_value(const std::string& key, const nlohmann::json& resolved) {
-  const nlohmann::json* node = &resolved;
-  std::istringstream path(key);
-  for (std::string part; std::getline(path, part, '.');) {
-    if (!node->is_object() || !node->contains(part)) return {};
-    node = &(*node)[part];
-  }
-  return node->is_string() ? node->get<std::string>() : node->dump();
-}
 
 std::string stamp() { return timestamp_compact(); }
 
@@ -282,27 +244,20 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       if (stop_requested() != 0) break;
       RunReport::ResolutionCheck check;
       check.resolution = cls->checks[k].resolution;
-      bool changes = false, computable = true;
-      for (const auto& kv : cls->checks[k].overrides) {
-        const auto applied = computed_override(kv, resolved);
-        if (!applied) {
-          computable = false;
-          break;
-        }
-        const auto eq = applied->find('=');
-        changes = changes || resolved_value(applied->substr(0, eq), resolved) != applied->substr(eq + 1);
-        check.overrides.push_back(*applied);
-      }
+      bool changes = false;
+      const auto applied = check_overrides(cls->checks[k], resolved, &changes);
+      const bool computable = applied.has_value();
+      if (applied) check.overrides = *applied;
       if (!computable || !changes) {
         check.verdict = "not applicable";  // it changes nothing here
         r.resolution_checks.push_back(check);
         continue;
       }
-      auto check_overrides = overrides;
-      check_overrides.insert(check_overrides.end(), check.overrides.begin(), check.overrides.end());
-      check_overrides.push_back("controls=[]");
+      auto trial_overrides = overrides;
+      trial_overrides.insert(trial_overrides.end(), check.overrides.begin(), check.overrides.end());
+      trial_overrides.push_back("controls=[]");
       try {
-        const Scenario rs = load_scenario(path, check_overrides);
+        const Scenario rs = load_scenario(path, trial_overrides);
         check.dir = "resolution-" + std::to_string(check.resolution + 1);
         const auto t = run_one_trial(rs, "resolution " + std::to_string(check.resolution + 1), check.overrides,
                                      out / check.dir, 200 + static_cast<int64_t>(k), o, p);

@@ -1,6 +1,10 @@
 #include "harness/report/knowledge_base.h"
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <sstream>
+#include <optional>
 #include <filesystem>
 
 #include "harness/common/error.h"
@@ -29,6 +33,65 @@ std::vector<std::string> strings(const Value* v, const std::string& where) {
   return out;
 }
 }  // namespace
+
+namespace {
+
+// Note [Resolutions that are tried]: a knowledge-base resolution that dbh can
+// express as overrides (reports/kb/failures.yaml, `verify:`) is applied to
+// the scenario and run as a control; it is *confirmed* when that run passes
+// and *refuted* when it still fails. `{key/N}` and `{key*N}` are computed from
+// the scenario's resolved value of `key` (integers, at least 1). Returns
+// nullopt when the key has no integer value.
+std::optional<std::string> computed_override(const std::string& kv, const nlohmann::json& resolved) {
+  const auto eq = kv.find('=');
+  if (eq == std::string::npos) return kv;
+  const std::string value = kv.substr(eq + 1);
+  if (value.size() < 5 || value.front() != '{' || value.back() != '}') return kv;
+  const std::string expr = value.substr(1, value.size() - 2);
+  const auto op = expr.find_first_of("*/");
+  if (op == std::string::npos) return std::nullopt;
+  const nlohmann::json* node = &resolved;
+  std::istringstream path(expr.substr(0, op));
+  for (std::string part; std::getline(path, part, '.');) {
+    if (!node->is_object() || !node->contains(part)) return std::nullopt;
+    node = &(*node)[part];
+  }
+  if (!node->is_number_integer()) return std::nullopt;
+  const int64_t n = std::strtoll(expr.c_str() + op + 1, nullptr, 10);
+  if (n < 1) return std::nullopt;
+  const int64_t x = node->get<int64_t>();
+  const int64_t y = expr[op] == '*' ? x * n : std::max<int64_t>(1, x / n);
+  return kv.substr(0, eq + 1) + std::to_string(y);
+}
+
+// The resolved value of `key` as an override would write it ("" when absent).
+std::string resolved_value(const std::string& key, const nlohmann::json& resolved) {
+  const nlohmann::json* node = &resolved;
+  std::istringstream path(key);
+  for (std::string part; std::getline(path, part, '.');) {
+    if (!node->is_object() || !node->contains(part)) return {};
+    node = &(*node)[part];
+  }
+  return node->is_string() ? node->get<std::string>() : node->dump();
+}
+
+}  // namespace
+
+std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
+                                                        bool* changes) {
+  std::vector<std::string> out;
+  bool differs = false;
+  for (const auto& kv : check.overrides) {
+    const auto applied = computed_override(kv, resolved);
+    if (!applied) return std::nullopt;
+    const auto eq = applied->find('=');
+    differs = differs || eq == std::string::npos ||
+              resolved_value(applied->substr(0, eq), resolved) != applied->substr(eq + 1);
+    out.push_back(*applied);
+  }
+  if (changes != nullptr) *changes = differs;
+  return out;
+}
 
 KnowledgeBase KnowledgeBase::load(const std::string& path) {
   const Value root = load_yaml_file(path);

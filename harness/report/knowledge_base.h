@@ -1,7 +1,10 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace dbh::harness {
 
@@ -40,6 +43,13 @@ class KnowledgeBase {
  private:
   std::vector<FailureClass> classes_;
 };
+
+/// The overrides that apply `check` to a scenario whose resolved JSON
+/// (resolved_json) is `resolved`, templates computed (Note [Resolutions that
+/// are tried]); nullopt when a template's key has no integer value.
+/// `*changes` says whether any of them changes the scenario.
+std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
+                                                        bool* changes);
 
 /// Directory holding dbh's data files (reports/, scenarios/): $DBH_HOME, else
 /// the source tree the binary was built from.

@@ -185,6 +185,12 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "kernel") << j.dump(2);
+  // Note [Resolutions that are tried]: cuDNN deterministic is probed and refuted.
+  ASSERT_EQ(j["resolutions_tried"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["resolutions_tried"][0]["verdict"], "refuted");
+  std::ifstream md(dir / "out" / "diagnosis.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("**refuted**"), std::string::npos) << text;
   fs::remove_all(dir);
 }
 
