@@ -370,12 +370,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     j["conclusion"] = data_dependent ? "data-dependent" : fails ? hyps.front().id : "passes";
     j["followups"] = followups;
-    j["resolutions_tried"] = ojson::array();
-    for (const auto& c : resolution_checks) {
-      j["resolutions_tried"].push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides},
-                                        {"verdict", c.verdict}, {"outcome", c.outcome}, {"class", c.klass},
-                                        {"probe", c.dir}});
-    }
+    j["resolutions_tried"] = resolution_checks_json(resolution_checks);
     j["bisect"] = bisect_verdict;
     j["probe_count"] = prober.history().size();
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -119,14 +119,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["steps_completed"] = main.steps_completed;
   j["overlays"] = main.overlays;
   if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
-  if (!r.resolution_checks.empty()) {
-    j["resolutions_tried"] = nlohmann::ordered_json::array();
-    for (const auto& c : r.resolution_checks) {
-      j["resolutions_tried"].push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides},
-                                        {"verdict", c.verdict}, {"outcome", c.outcome}, {"class", c.klass},
-                                        {"dir", c.dir}});
-    }
-  }
+  if (!r.resolution_checks.empty()) j["resolutions_tried"] = resolution_checks_json(r.resolution_checks);
   if (!main.stacks_tool.empty()) j["stacks"] = {{"tool", main.stacks_tool}, {"excerpt", main.stacks_excerpt}};
   if (main.evaluator_self_check || !main.evals.empty()) {
     ojson evals = ojson::array();

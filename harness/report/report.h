@@ -70,6 +70,9 @@ std::string report_markdown(const RunReport& r);
 std::vector<std::string> resolutions_with_checks(const std::vector<std::string>& resolutions,
                                                  const std::vector<RunReport::ResolutionCheck>& checks, bool markdown);
 
+/// `resolutions_tried` in report.json and diagnosis.json.
+nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::ResolutionCheck>& checks);
+
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name,
                       const CiEnvironment& ci = {});
 

@@ -347,6 +347,15 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
   return lines;
 }
 
+nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::ResolutionCheck>& checks) {
+  auto out = nlohmann::ordered_json::array();
+  for (const auto& c : checks) {
+    out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", c.verdict},
+                   {"outcome", c.outcome}, {"class", c.klass}, {"dir", c.dir}});
+  }
+  return out;
+}
+
 std::string report_html(const RunReport& r) {
   const auto& s = r.scenario;
   const auto& f = r.failure;

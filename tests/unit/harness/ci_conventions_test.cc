@@ -8,24 +8,15 @@
 #include <sstream>
 
 #include "harness/common/text.h"
+#include "tests/support/files.h"
 
 namespace dbh::harness {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir() {
-  std::string templ = (fs::path(::testing::TempDir()) / "dbh-ci-XXXXXX").string();
-  if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return templ;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using dbh::testing::fresh_dir;
+using dbh::testing::read_text;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -204,7 +195,7 @@ TEST(CiConventionsTest, SummaryIsCutBetweenRowsWithinTheLimit) {
 }
 
 TEST(CiConventionsTest, PublishesAnnotationsAndAppendsTheSummary) {
-  const fs::path dir = temp_dir();
+  const fs::path dir = fresh_dir("dbh-ci");
   const fs::path summary = dir / "summary.md";
   std::ofstream(summary) << "earlier step output\n";
   CiEnvironment ci;
@@ -235,7 +226,7 @@ TEST(CiConventionsTest, PublishesAnnotationsAndAppendsTheSummary) {
 // The only test that makes publish_to_github warn (the warning is once per
 // process; ctest runs each test in its own process).
 TEST(CiConventionsTest, WarnsOnceWhenTheSummaryCannotBeWritten) {
-  const fs::path dir = temp_dir();
+  const fs::path dir = fresh_dir("dbh-ci");
   CiEnvironment ci;
   ci.github_actions = true;
   std::ostringstream out, err;
@@ -251,7 +242,7 @@ TEST(CiConventionsTest, WarnsOnceWhenTheSummaryCannotBeWritten) {
 }
 
 TEST(CiConventionsTest, GitlabAttachmentsNameTheReportFirstRelativeToTheProject) {
-  const fs::path project = temp_dir();
+  const fs::path project = fresh_dir("dbh-ci");
   const fs::path run = project / "reports" / "runs" / "bad";
   fs::create_directories(run);
   for (const char* f : {"report.md", "loss.png", "memory.png", "events.jsonl"}) std::ofstream(run / f) << "x";
