@@ -17,6 +17,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"

@@ -18,49 +18,16 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/common/text.h"
 #include "harness/supervisor/outcome.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/report/report.h"
+#include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
-
-ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir_text, int64_t index,
-                           bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
-  const fs::path dir(dir_text);
-  fs::create_directories(dir);
-  const fs::path resolved = dir / "scenario.resolved.json";
-  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
-  TrialSpec spec;
-  // The running binary itself, even when its file was replaced or removed
-  // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.
-  spec.argv = {"/proc/self/exe", "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
-               "--trial", std::to_string(index)};
-  spec.run_dir = dir.string();
-  spec.deadline_s = s.limits.deadline_s;
-  spec.silence_s = s.limits.silence_s;
-  spec.grace_s = s.limits.grace_s;
-  spec.on_event = on_event;
-  ProbeTrial t;
-  t.result = run_trial(spec);
-  ClassifyOptions copts;
-  copts.withhold_fault_records = withhold_fault_records;
-  t.analysis = classify(t.result, s, KnowledgeBase::shipped(), copts);
-  return t;
-}
-
-TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text, int64_t index,
-                                 bool withhold_fault_records, std::string* stderr_tail,
-                                 const std::function<void(const Event&)>& on_event) {
-  ProbeTrial t = run_probe_trial(s, dir_text, index, withhold_fault_records, on_event);
-  // The trial's own outcome stands, but a run whose raw record is torn is not
-  // one to report on.
-  if (!t.result.journal_error.empty()) throw ReportError(t.result.journal_error);
-  if (stderr_tail != nullptr) *stderr_tail = t.result.stderr_tail;
-  return std::move(t.analysis);
-}
 
 // ---------------------------------------------------------------------------
 
@@ -307,7 +274,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   if (!p.cached) {
     p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
     const auto t0 = std::chrono::steady_clock::now();
-    ProbeTrial t = run_probe_trial(s, p.dir, 1000 + p.index, false, {});
+    ScenarioTrial t = run_classified_trial(s, p.dir, 1000 + p.index, false, {});
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A worker that filled the disk may have had no room left to say so
     // (its stderr and events live there too): a trial that did not pass on a

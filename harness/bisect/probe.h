@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,25 +159,6 @@ class Prober {
 /// Removes the oldest `*.json` results from `cache_dir` until the folder's
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
-
-/// What a supervised trial returned, and its classification.
-struct ProbeTrial {
-  TrialResult result;
-  TrialAnalysis analysis;
-};
-
-/// Runs one supervised trial of `s` in `dir` and classifies it, without
-/// judging the infrastructure (the Prober does).
-ProbeTrial run_probe_trial(const Scenario& s, const std::string& dir, int64_t index,
-                           bool withhold_fault_records, const std::function<void(const Event&)>& on_event);
-
-/// Runs one supervised trial of `s` in `dir` (shared by `dbh run` and the
-/// probes). `stderr_tail` receives the end of the worker's stderr; `on_event`
-/// sees every event as it arrives. Throws ReportError when the trial's events
-/// could not be written.
-TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir, int64_t index,
-                                 bool withhold_fault_records, std::string* stderr_tail,
-                                 const std::function<void(const Event&)>& on_event);
 
 /// The path of the running dbh binary.
 std::string self_exe();

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "harness/bisect/probe.h"
+#include "harness/common/hash.h"
 #include "harness/common/text.h"
 #include "harness/supervisor/trial.h"
 
@@ -40,8 +40,10 @@ bool failed_before_training(const TrialAnalysis& a) {
 
 namespace {
 
-// Two 64-bit FNV-style lanes (the second one with its own offset and a
-// shift): a 128-bit digest, as 32 hex digits. Not cryptographic; a cache key.
+// Two 64-bit lanes: FNV-1a 64 of the bytes, and an FNV-style lane with its
+// own offset, each byte shifted by 0x5b and the state folded (>> 29) after
+// every byte. A 128-bit digest, as 32 hex digits. Not cryptographic; a cache
+// key, so both lanes must stay as they are.
 class Digest {
  public:
   // A field, prefixed by its length: ("ab", "c") differs from ("a", "bc").
@@ -55,20 +57,15 @@ class Digest {
     for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
     return *this;
   }
-  std::string hex() const {
-    char buf[33];
-    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a_),
-                  static_cast<unsigned long long>(b_));
-    return buf;
-  }
+  std::string hex() const { return a_.hex() + hex64(b_); }
 
  private:
   void mix(unsigned char c) {
-    a_ = (a_ ^ c) * 1099511628211ULL;
-    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * 1099511628211ULL;
+    a_.update(c);
+    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * kFnv64Prime;
     b_ ^= b_ >> 29;
   }
-  uint64_t a_ = 1469598103934665603ULL;
+  Fnv1a64 a_;
   uint64_t b_ = 0x84222325cbf29ce4ULL;
 };
 

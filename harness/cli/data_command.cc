@@ -1,7 +1,6 @@
 #include "harness/cli/data_command.h"
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -9,6 +8,9 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/output_dir.h"
 #include "model/data/dataset.h"
 #include "model/data/scan.h"
 #include "model/eval/overlay.h"
@@ -24,20 +26,9 @@ model::OnInvalid parse_policy(const std::string& s) {
   return model::OnInvalid::kError;
 }
 
-bool write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
-}
-
-// NumPy .npy (format 1.0) of a CV_32FC1 matrix.
-bool write_npy(const fs::path& path, const cv::Mat& m) {
+// NumPy .npy (format 1.0) of a CV_32FC1 matrix, written atomically. Throws
+// ReportError when it cannot be written.
+void write_npy(const fs::path& path, const cv::Mat& m) {
   CV_Assert(m.type() == CV_32FC1 && m.isContinuous());
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
                        std::to_string(m.rows) + ", " + std::to_string(m.cols) + "), }";
@@ -50,7 +41,7 @@ bool write_npy(const fs::path& path, const cv::Mat& m) {
   data.push_back(static_cast<char>(len >> 8));
   data += header;
   data.append(reinterpret_cast<const char*>(m.ptr<float>()), m.total() * sizeof(float));
-  return write_atomically(path, data);
+  write_file_atomically(path.string(), data);
 }
 
 }  // namespace
@@ -90,9 +81,13 @@ int run_data_check(const DataCheckOptions& o) {
   }
   const int code = !scan.readable ? 2 : scan.defects.empty() ? 0 : 1;
   j["exit_code"] = code;
-  if (!o.json_out.empty() && !write_atomically(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) {
-    std::cerr << "dbh data check: --json " << o.json_out << ": cannot write\n";
-    return 2;
+  if (!o.json_out.empty()) {
+    try {
+      write_file_atomically(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } catch (const ReportError& e) {
+      std::cerr << "dbh data check: --json " << o.json_out << ": cannot write (" << e.what() << ")\n";
+      return 2;
+    }
   }
   if (o.quiet) std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return code;
@@ -117,8 +112,10 @@ int run_data_show(const DataShowOptions& o) {
     return 2;
   }
   if (o.index < 0 || o.index >= ds->size()) {
-    std::cerr << "dbh data show: --index: expected 0.." << ds->size() - 1 << ", got " << o.index
-              << "\n";
+    std::cerr << "dbh data show: --index: expected "
+              << (ds->size() == 0 ? std::string("a sample, but the dataset has no usable one")
+                                  : "0.." + std::to_string(ds->size() - 1))
+              << ", got " << o.index << "\n";
     return 2;
   }
   model::Sample s;
@@ -128,13 +125,11 @@ int run_data_show(const DataShowOptions& o) {
     std::cerr << "dbh data show: " << e.what() << "\n";
     return 2;
   }
-  std::error_code ec;
+  // The output folder is claimed as every command's is: a user's folder (the
+  // dataset itself, another command's results) is refused, and on an error
+  // what this command wrote is removed.
   const fs::path out(o.out);
-  fs::create_directories(out, ec);
-  if (ec) {
-    std::cerr << "dbh data show: --out " << o.out << ": cannot create: " << ec.message() << "\n";
-    return 2;
-  }
+  OutputDir claim(out, "data show");
   const cv::Mat bgr8 = model::denormalize_to_bgr8(s.image);
   bool ok = cv::imwrite((out / "input.png").string(), bgr8);
   const std::pair<const char*, const cv::Mat*> maps[] = {
@@ -143,7 +138,7 @@ int run_data_show(const DataShowOptions& o) {
       {"gt_thresh", &s.maps.gt_thresh},
       {"gt_thresh_mask", &s.maps.gt_thresh_mask}};
   for (const auto& [name, m] : maps) {
-    ok = write_npy(out / (std::string(name) + ".npy"), *m) && ok;
+    write_npy(out / (std::string(name) + ".npy"), *m);
     cv::Mat png;
     m->convertTo(png, CV_8U, 255.0);
     ok = cv::imwrite((out / (std::string(name) + ".png")).string(), png) && ok;
@@ -167,6 +162,7 @@ int run_data_show(const DataShowOptions& o) {
     std::cerr << "dbh data show: --out " << o.out << ": cannot write the files\n";
     return 2;
   }
+  claim.commit();
   if (model::looks_all_black(bgr8)) {
     std::cerr << "warning: the input image is all black after de-normalisation\n";
   }

@@ -26,6 +26,7 @@
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/report/report.h"
+#include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
 #include "model/data/scan.h"
 #include "model/dbnet.h"
@@ -40,6 +41,11 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr const char* kWhere = "dbh eval";
+constexpr int64_t kMaxSize = 8192;
+constexpr int64_t kMaxBatch = 1024;
+constexpr int64_t kMaxOverlays = 1000;
+constexpr int64_t kMaxThreads = 1024;
+constexpr double kMaxUnclipRatio = 100.0;
 
 [[noreturn]] void usage(const std::string& key, const std::string& expected,
                         const std::string& got) {
@@ -147,15 +153,52 @@ void write_png(const fs::path& path, const cv::Mat& image) {
   write_file_atomically(path.string(), std::string(png.begin(), png.end()));
 }
 
+void throw_if_stopped() {
+  if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+}
+
+// --save-weights names a new file, or a weights file to replace; never the
+// --weights file itself (a checkpoint would lose its optimizer state) nor a
+// file that is not a LibTorch archive (a user's file is never overwritten).
+void check_save_weights(const std::string& path, const std::string& weights) {
+  const std::string key = "--save-weights " + path;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (fs::exists(st)) {
+    if (fs::equivalent(path, weights, ec)) usage(key, "a file other than --weights", "the --weights file itself");
+    if (!fs::is_regular_file(st)) usage(key, "a new file or a weights file to replace", describe_path(path));
+    try {
+      check_checkpoint_file(path, kWhere, "--save-weights");
+    } catch (const UsageError&) {
+      usage(key, "a new file or a weights file to replace (a LibTorch archive)",
+            "an existing file that is not one (dbh never overwrites it)");
+    }
+  }
+  const fs::path parent = fs::absolute(path).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    usage(key, "a file in an existing folder", describe_path(parent.string()) + " at " + parent.string());
+  }
+}
+
 }  // namespace
 
 int run_eval_command(const EvalCommandOptions& o) {
   // Input checks first: bad input leaves nothing behind.
-  if (o.size <= 0 || o.size % 32 != 0) {
-    usage("--size", "a positive multiple of 32", std::to_string(o.size));
+  // The bounds training and validation accept (data.val.*): a larger value
+  // exhausts memory or disk instead of saying what is wrong.
+  if (o.size <= 0 || o.size % 32 != 0 || o.size > kMaxSize) {
+    usage("--size", "a positive multiple of 32 up to " + std::to_string(kMaxSize), std::to_string(o.size));
   }
-  if (o.batch_size <= 0) usage("--batch-size", "a positive number", std::to_string(o.batch_size));
-  if (o.overlays < 0) usage("--overlays", "a non-negative number", std::to_string(o.overlays));
+  if (o.batch_size <= 0 || o.batch_size > kMaxBatch) {
+    usage("--batch-size", "a number in [1, " + std::to_string(kMaxBatch) + "]", std::to_string(o.batch_size));
+  }
+  if (o.overlays < 0 || o.overlays > kMaxOverlays) {
+    usage("--overlays", "a number in [0, " + std::to_string(kMaxOverlays) + "]", std::to_string(o.overlays));
+  }
+  if (o.threads < 0 || o.threads > kMaxThreads) {
+    usage("--threads", "a number in [0, " + std::to_string(kMaxThreads) + "] (0: all cores)",
+          std::to_string(o.threads));
+  }
   for (const auto& [key, value] : {std::pair<const char*, double>{"--thresh", o.binarize_thresh},
                                    {"--box-thresh", o.box_thresh},
                                    {"--iou-thresh", o.iou_thresh}}) {
@@ -165,8 +208,8 @@ int run_eval_command(const EvalCommandOptions& o) {
     usage("--max-candidates", "a number in [0, " + std::to_string(std::numeric_limits<int>::max()) + "]",
           std::to_string(o.max_candidates));
   }
-  if (!(o.unclip_ratio >= 0.0 && std::isfinite(o.unclip_ratio))) {
-    usage("--unclip-ratio", "a finite number >= 0", fixed(o.unclip_ratio, 6));
+  if (!(o.unclip_ratio >= 0.0 && o.unclip_ratio <= kMaxUnclipRatio)) {
+    usage("--unclip-ratio", "a number in [0, " + fixed(kMaxUnclipRatio, 0) + "]", fixed(o.unclip_ratio, 6));
   }
   const int64_t depth = encoder_depth(o.encoder);
   model::DecoderKind decoder_kind{};
@@ -221,6 +264,11 @@ int run_eval_command(const EvalCommandOptions& o) {
   } catch (const c10::Error& e) {
     usage("--weights " + o.weights, "a dbh checkpoint or weights file (a LibTorch archive)",
           "one that does not load: " + first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // TorchScript's reader throws its own types for archives of other kinds
+    // (a torch.save pickle, a zip of something else).
+    usage("--weights " + o.weights, "a dbh checkpoint or weights file (a LibTorch archive)",
+          "one that does not load: " + first_line(e.what()));
   }
   const size_t total = net->named_parameters().size() + net->named_buffers().size();
   if (!loaded.complete()) {
@@ -239,6 +287,13 @@ int run_eval_command(const EvalCommandOptions& o) {
             std::to_string(loaded.mismatched.size()) + " of " + std::to_string(total) +
                 " with another shape, listed above" + hint);
     }
+    if (loaded.loaded == 0) {
+      // Nothing of the file reaches the model: evaluating would score an
+      // untrained network under the file's name, --allow-partial or not.
+      usage("--weights " + o.weights, "a file holding tensors of " + arch,
+            "none of its " + std::to_string(loaded.unexpected.size()) + " entries is a parameter or buffer of " +
+                arch + hint);
+    }
     if (!o.allow_partial) {
       usage("--weights " + o.weights, "every parameter and buffer of " + arch,
             std::to_string(loaded.missing.size()) + " of " + std::to_string(total) +
@@ -249,18 +304,32 @@ int run_eval_command(const EvalCommandOptions& o) {
   }
   const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("eval-" + timestamp_compact())
                                      : fs::path(o.out);
+  if (!o.save_weights.empty()) check_save_weights(o.save_weights, o.weights);
+  // From here on something is written: SIGINT and SIGTERM stop the
+  // evaluation between images, and what it wrote is removed (Interrupted
+  // unwinds through the claim), so an interrupted evaluation leaves nothing
+  // half-written.
+  install_stop_handlers();
   OutputDir claim(out, "eval " + weights_abs);
-  if (!o.save_weights.empty()) {
-    // Through a temporary name, so a reader never sees a partial file.
-    const std::string tmp = o.save_weights + ".tmp." + std::to_string(::getpid());
-    try {
-      net->save_weights(tmp);
-    } catch (const c10::Error& e) {
-      fs::remove(tmp);
-      usage("--save-weights " + o.save_weights, "a writable file",
-            "an error: " + first_line(e.what_without_backtrace()));
+  // --save-weights goes through a temporary name, written now (before the
+  // model is moved and re-laid out) and renamed into place last: a reader
+  // never sees a partial file and a failed or interrupted evaluation leaves
+  // none.
+  std::string save_tmp;
+  struct RemoveTmp {
+    const std::string& path;
+    ~RemoveTmp() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove(path, ec);
     }
-    fs::rename(tmp, o.save_weights);
+  } remove_tmp{save_tmp};
+  if (!o.save_weights.empty()) {
+    save_tmp = o.save_weights + ".tmp." + std::to_string(::getpid());
+    try {
+      net->save_weights(save_tmp);
+    } catch (const std::exception& e) {
+      usage("--save-weights " + o.save_weights, "a writable file", "an error: " + first_line(e.what()));
+    }
   }
   net->to(device);
   {
@@ -298,6 +367,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   try {
     result = model::evaluate(net, o.data, scan.images, options,
                              [&](const model::ImageEvaluation& e, int64_t done, int64_t n) {
+                               throw_if_stopped();
                                if (o.quiet) return;
                                std::cout << "[" << std::setw(static_cast<int>(std::to_string(n).size()))
                                          << done << "/" << n << "] " << one_line(e.file) << "  "
@@ -317,6 +387,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   json overlays = json::array();
   if (!order.empty()) fs::create_directories(overlay_dir);
   for (size_t rank = 0; rank < order.size(); ++rank) {
+    throw_if_stopped();
     const auto& e = result.images[order[rank]];
     const cv::Mat image = model::decode_image(model::image_path(o.data, e.file));
     std::vector<model::Polygon> det;
@@ -423,6 +494,15 @@ int run_eval_command(const EvalCommandOptions& o) {
     }
   }
   write_file_atomically((out / "eval.md").string(), md.str());
+  throw_if_stopped();
+  if (!save_tmp.empty()) {
+    try {
+      replace_file_atomically(save_tmp, o.save_weights);
+    } catch (const ReportError& e) {
+      usage("--save-weights " + o.save_weights, "a writable file", std::string("an error (") + e.what() + ")");
+    }
+    save_tmp.clear();
+  }
   claim.commit();
 
   std::cout << "dbh eval: " << metrics_line(result.overall) << " on " << n << " images; "

@@ -402,6 +402,11 @@ int main(int argc, char** argv) {
   } catch (const dbh::harness::UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
+  } catch (const dbh::harness::Interrupted& e) {
+    // `train`, `eval` and `data show` stop between steps or images and
+    // remove what they wrote (their output folder is claimed, not committed).
+    std::cerr << "dbh: " << e.what() << "; nothing was kept\n";
+    return e.exit_code();
   } catch (const std::filesystem::filesystem_error& e) {
     // A file-system problem (a loop, a permission, a non-directory, a full
     // disk) is the user's to fix: name the path and the errno.

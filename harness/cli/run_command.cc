@@ -19,20 +19,22 @@
 #include <iostream>
 #include <sstream>
 
-#include "harness/bisect/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/hash.h"
+#include "harness/common/home.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/faults/catalog.h"
 #include "harness/report/ci_conventions.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"
 #include "harness/supervisor/trial.h"
 
@@ -560,12 +562,8 @@ std::map<std::string, std::string> scenario_ids(const std::vector<std::string>& 
   for (const auto& f : files) {
     std::string id = safe_file_name(fs::path(f).stem().string());
     if (stems[id] > 1) {
-      const std::string key = fs::path(f).lexically_normal().string();
-      uint64_t h = 1469598103934665603ULL;
-      for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
-      char buf[9];
-      std::snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(h & 0xffffffffULL));
-      id += std::string("-") + buf;
+      // The low 32 bits of the path's FNV-1a 64, as 8 hex digits.
+      id += "-" + Fnv1a64().update(fs::path(f).lexically_normal().string()).hex().substr(8);
     }
     ids[f] = id;
   }

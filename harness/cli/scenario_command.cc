@@ -106,6 +106,13 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   if (!o.base.empty()) {
     check_input_file(o.base, "a scenario file", kWhere, "--base");
     const fs::path base = fs::absolute(o.base).lexically_normal();
+    std::error_code ec;
+    if (!out.empty() && fs::equivalent(base, out, ec)) {
+      // With --force the base would be replaced by a scenario that includes
+      // itself: the user's scenario is lost.
+      throw UsageError(std::string(kWhere) + " --out: expected a file other than --base, got the --base file (" +
+                       o.out + ")");
+    }
     // Relative to the file that names it (README "Scenarios"); on stdout the
     // text has no place yet, so the path is absolute.
     const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
@@ -133,9 +140,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     write_file_atomically(tmp.string(), c.yaml);
     check_loads(tmp, out.string());
     if (o.force) {
-      if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-        throw ReportError(out.string() + ": expected a writable file, got an error (" + std::strerror(errno) + ")");
-      }
+      replace_file_atomically(tmp.string(), out.string());
       cleanup.release();
     } else if (::link(tmp.c_str(), out.c_str()) != 0) {
       const int err = errno;

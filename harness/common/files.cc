@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "harness/common/error.h"
 
@@ -44,7 +46,79 @@ std::string errno_text(int err) {
   throw ScenarioError(msg);
 }
 
+// fsync of the directory holding `path`, so a rename into it is durable.
+// Returns 0 or the errno. A file system that cannot sync directories
+// (EINVAL) has nothing more to do.
+int sync_parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = ::fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+// fsync of the file at `path`; 0 or the errno.
+int sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
+// Renames `tmp` over `path` and syncs the directory; throws ReportError.
+void rename_into_place(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(errno));
+  }
+  if (const int err = sync_parent_dir(path); err != 0) {
+    throw ReportError(path + ": expected a writable folder, got an error syncing it (" + std::strerror(err) + ")");
+  }
+}
+
 }  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw ReportError(path + ": expected a writable file, got: " + std::strerror(errno));
+  }
+  const char* p = text.data();
+  size_t left = text.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw ReportError(path + ": expected a writable file, got a write error (" + std::strerror(err) + ")");
+  }
+  try {
+    rename_into_place(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());  // gone already when only the directory sync failed
+    throw;
+  }
+}
+
+void replace_file_atomically(const std::string& tmp, const std::string& path) {
+  if (const int err = sync_file(tmp); err != 0) {
+    throw ReportError(path + ": expected a writable file, got a write error (" + std::strerror(err) + ")");
+  }
+  rename_into_place(tmp, path);
+}
 
 std::string describe_path(const std::string& path) {
   struct stat st {};

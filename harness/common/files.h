@@ -30,4 +30,19 @@ void check_checkpoint_file(const std::string& path, const std::string& where = "
 std::string read_input_file(const std::string& path, const std::string& what,
                             size_t max_bytes = kMaxInputFileBytes);
 
+/// Writes `text` to `path` so that readers see the old file or the whole new
+/// one, never a torn one, and a full disk leaves no partial file: written to
+/// `<path>.tmp.<pid>` (same directory, so two processes writing the same file
+/// never share a temporary), fsync'd, renamed over `path`, then the directory
+/// fsync'd so the rename survives a crash. Throws ReportError naming the path
+/// and the system's reason; the temporary file is removed on failure.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+/// Puts the complete file `tmp` (written by someone else, e.g. LibTorch) in
+/// place of `path` as write_file_atomically does: fsyncs `tmp`, renames it
+/// over `path` and fsyncs the directory. `tmp` must be in the same directory
+/// as `path`. Throws ReportError naming `path` and the system's reason (and
+/// leaves `tmp` for the caller to remove).
+void replace_file_atomically(const std::string& tmp, const std::string& path);
+
 }  // namespace dbh::harness

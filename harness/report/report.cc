@@ -1,10 +1,5 @@
 #include "harness/report/report.h"
 
-
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,46 +11,13 @@
 #include <opencv2/imgproc.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/common/text.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 
 namespace dbh::harness {
 
 using ojson = nlohmann::ordered_json;
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  // A per-process temporary name: two writers of the same file (a shard run
-  // twice) never share one. Written, fsync'd, then renamed over the target.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw ReportError(path + ": expected a writable file, got: " + std::strerror(errno));
-  }
-  const char* p = text.data();
-  size_t left = text.size();
-  int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    throw ReportError(path + ": expected a writable file, got a write error (" + std::strerror(err) + ")");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(err));
-  }
-}
 
 namespace {
 

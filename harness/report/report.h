@@ -76,11 +76,6 @@ nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::Resol
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name,
                       const CiEnvironment& ci = {});
 
-/// Writes text to `path` through a temporary file (fsync'd) and a rename, so
-/// readers never see a torn file and a full disk leaves no partial one.
-/// Throws ReportError naming the path and the system's reason.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 /// A PNG line plot of one or more series (loss parts, memory) per step,
 /// written atomically. Throws ReportError when it cannot be written.
 void write_plot_png(const std::string& path, const std::string& title,

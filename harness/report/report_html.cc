@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/text.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -340,6 +340,9 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
               (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + code(c.dir + "/") + ")";
     } else if (c.verdict == "unresolved") {
       line += " — tried with " + code(applied) + ": the run could not tell (" + code(c.dir + "/") + ")";
+    } else if (!c.klass.empty()) {
+      // The scenario refused the overrides (load_scenario's message).
+      line += " — not tried: " + code(applied) + " does not fit this scenario (" + code(c.klass) + ")";
     } else {
       line += " — not tried: it changes nothing in this scenario";
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 
@@ -49,8 +50,10 @@ bool parse_int(const std::string& s, int64_t* out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+// The whole of `s` is a finite number as YAML writes one: no leading space
+// (strtod would skip it, and a newline would reach the generated YAML).
 bool parse_number(const std::string& s, double* out) {
-  if (s.empty()) return false;
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
   char* end = nullptr;
   *out = std::strtod(s.c_str(), &end);
   return end == s.c_str() + s.size() && std::isfinite(*out);
@@ -234,9 +237,10 @@ const std::vector<Entry>& table() {
        }},
       {{"exp_name"},
        "name",
-       "a one-line name",
+       "a one-line name of printable UTF-8 (at most 200 bytes)",
        [](const std::string& v) {
-         if (v.empty() || v.find_first_of("\r\n") != std::string::npos) return invalid();
+         // The name reaches YAML, file names and reports: one line of UTF-8.
+         if (v.empty() || one_line(v) != v || v.size() > 200) return invalid();
          return mapped(nlohmann::json(v).dump());
        }},
       {{"model.optimizer.lr", "optimizer.lr"},

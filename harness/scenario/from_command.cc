@@ -365,13 +365,24 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     }
   }
   if (!options.name.empty()) {
+    if (one_line(options.name) != options.name || options.name.size() > 200) {
+      throw UsageError(std::string(kWhere) + "--name: expected a one-line name of printable UTF-8 (at most 200 "
+                       "bytes), got \"" + one_line(options.name).substr(0, 200) + "\"");
+    }
     set("name", nlohmann::json(options.name).dump(), "", "--name");
   } else if (name_value.empty()) {
     set("name", "from-command", "", "");
   }
   const std::string one_line_command = one_line(join_quoted(words));
   set("description", nlohmann::json("Converted from the training command: " + one_line_command).dump(), "", "");
-  if (!options.include.empty()) set("include", nlohmann::json(options.include).dump(), "", "--base");
+  if (!options.include.empty()) {
+    // A YAML file is UTF-8: a path that is not cannot be written into it.
+    if (valid_utf8(options.include) != options.include) {
+      throw UsageError(std::string(kWhere) + "--base: expected a path of valid UTF-8 (a scenario is a UTF-8 "
+                       "file), got \"" + valid_utf8(options.include) + "\"");
+    }
+    set("include", nlohmann::json(options.include).dump(), "", "--base");
+  }
 
   // The text: what the command said and what it did not, then the settings.
   std::ostringstream y;

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "harness/common/error.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/common/home.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/value.h"
 

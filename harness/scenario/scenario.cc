@@ -13,8 +13,9 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/hash.h"
 #include "harness/common/text.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
 #include "harness/faults/catalog.h"
@@ -1105,15 +1106,7 @@ std::string resolved_json(const Scenario& s) {
 }
 
 std::string scenario_hash(const Scenario& s) {
-  const std::string text = resolved_json(s);
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return Fnv1a64().update(resolved_json(s)).hex();
 }
 
 }  // namespace dbh::harness

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "harness/common/error.h"
+#include "harness/common/hash.h"
 
 extern char** environ;
 
@@ -71,17 +72,8 @@ std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env,
   return std::nullopt;
 }
 
-uint64_t stable_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 bool in_shard(const std::string& id, const Shard& shard) {
-  return static_cast<int64_t>(stable_hash(id) % static_cast<uint64_t>(shard.count)) == shard.index;
+  return static_cast<int64_t>(fnv1a64(id) % static_cast<uint64_t>(shard.count)) == shard.index;
 }
 
 }  // namespace dbh::harness

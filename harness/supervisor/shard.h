@@ -26,9 +26,9 @@ Shard parse_shard(const std::string& text);
 std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env, int64_t k8s_count = 0);
 std::map<std::string, std::string> process_environment();
 
-/// Stable assignment by a hash of the scenario id: adding a scenario never
-/// moves another one to a different shard.
+/// Stable assignment by a hash of the scenario id (FNV-1a 64, modulo the
+/// shard count): adding a scenario never moves another one to a different
+/// shard.
 bool in_shard(const std::string& scenario_id, const Shard& shard);
-uint64_t stable_hash(const std::string& text);
 
 }  // namespace dbh::harness

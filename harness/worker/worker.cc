@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "harness/common/error.h"
+#include "harness/common/hash.h"
 #include "harness/common/text.h"
 #include "harness/faults/injectors.h"
 #include "harness/monitors/monitors.h"
@@ -80,17 +81,12 @@ std::string message_of(const std::exception& e) {
 }
 
 uint64_t parameter_checksum(model::DbNet& net) {
-  uint64_t h = 1469598103934665603ULL;
+  Fnv1a64 h;
   for (const auto& p : net->parameters()) {
     const auto c = p.detach().to(torch::kCPU).contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-    for (size_t i = 0; i < n; ++i) {
-      h ^= bytes[i];
-      h *= 1099511628211ULL;
-    }
+    h.update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
-  return h;
+  return h.value();
 }
 
 // Writes one overlay per sample of `b` into `dir`: the input as the model

@@ -249,5 +249,31 @@ TEST(FromCommandCliTest, BadInputExitsTwoAndNamesIt) {
   EXPECT_TRUE(fs::is_empty(dir));
 }
 
+// Bytes that are not UTF-8 in a name or a path are bad input (exit 2, named),
+// never an internal error: a scenario is a UTF-8 file.
+TEST(FromCommandCliTest, BytesThatAreNotUtf8AreBadInputNotAnInternalError) {
+  const fs::path dir = fresh_dir("dbh-from-command-utf8");
+  RemoveOnExit cleanup(dir);
+  const std::string bad = "a\xff\xfe" "b";
+  const auto exp_name = dbh({"scenario", "from-command", "python runners/train.py exp_name=" + bad});
+  EXPECT_EQ(exp_name.exit_code, 2) << exp_name.err;
+  EXPECT_NE(exp_name.err.find("exp_name (dbh's name): expected a one-line name of printable UTF-8"),
+            std::string::npos)
+      << exp_name.err;
+  const auto name = dbh({"scenario", "from-command", "python runners/train.py", "--name", bad});
+  EXPECT_EQ(name.exit_code, 2) << name.err;
+  EXPECT_NE(name.err.find("--name: expected a one-line name of printable UTF-8"), std::string::npos) << name.err;
+  const fs::path base = dir / ("base-" + bad + ".yaml");
+  write_text(base, "name: base\n");
+  const auto with_base = dbh({"scenario", "from-command", "python runners/train.py", "--base", base.string()});
+  EXPECT_EQ(with_base.exit_code, 2) << with_base.err;
+  EXPECT_NE(with_base.err.find("--base: expected a path of valid UTF-8"), std::string::npos) << with_base.err;
+  // The same alias as an override of `dbh run`.
+  const auto run = dbh({"run", "scenarios/ci-smoke.yaml", "exp_name=" + bad, "--print-config"});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("<override> exp_name="), std::string::npos) << run.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "only the base is there";
+}
+
 }  // namespace
 }  // namespace dbh

@@ -251,6 +251,34 @@ TEST(VerifyResolutionsTest, ATriedResolutionIsMarkedInTheReport) {
   fs::remove_all(out.parent_path());
 }
 
+// Seed 001's undecodable image: skipping invalid samples, with every image
+// decoded before training, passes (confirmed). Seed 004's "fresh process per
+// run" does not fit a scenario whose leak needs in-process runs: not tried,
+// and the report says why rather than "it changes nothing".
+TEST(VerifyResolutionsTest, SkippingTheBadSampleIsConfirmedAndARefusedOneSaysWhy) {
+  const fs::path dir = fresh_dir("verify-data");
+  const auto r = dbh({"run", "scenarios/seed-001-synthetic-ok-real-fails.yaml", "--verify-resolutions", "--out",
+                      (dir / "s1").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json t1 = read_json(dir / "s1" / "report.json").at("resolutions_tried");
+  ASSERT_EQ(t1.size(), 1u) << t1.dump();
+  EXPECT_EQ(t1[0].at("verdict"), "confirmed") << t1.dump();
+  EXPECT_EQ(t1[0].at("overrides"), json({"data.on_invalid=skip", "data.preflight=true"}));
+  EXPECT_NE(read_text(dir / "s1" / "report.md").find("**confirmed**: a run with `data.on\\_invalid=skip"),
+            std::string::npos);
+
+  const auto r4 = dbh({"run", "scenarios/seed-004-second-run.yaml", "--verify-resolutions", "--out",
+                       (dir / "s4").string(), "-q"});
+  ASSERT_EQ(r4.exit_code, 0) << r4.out << r4.err;
+  const json t4 = read_json(dir / "s4" / "report.json").at("resolutions_tried");
+  ASSERT_EQ(t4.size(), 1u) << t4.dump();
+  EXPECT_EQ(t4[0].at("verdict"), "not applicable");
+  EXPECT_NE(t4[0].at("class").get<std::string>().find("repeat.in_process"), std::string::npos) << t4.dump();
+  const std::string md = read_text(dir / "s4" / "report.md");
+  EXPECT_NE(md.find("does not fit this scenario"), std::string::npos) << md;
+  fs::remove_all(dir);
+}
+
 // Attribution reads the monitors and the process, never the fault records:
 // with every fault_fired event withheld, the same class, step and module.
 class WithheldFaultRecordsTest : public ::testing::TestWithParam<std::string> {};
@@ -292,6 +320,24 @@ TEST(RunCommandTest, BadScenarioIsAConfigErrorAndCreatesNothing) {
   EXPECT_TRUE(std::regex_search(r.err, where)) << r.err;
   EXPECT_NE(r.err.find("did you mean \"fpn\"?"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out)) << "a rejected scenario left " << out;
+  fs::remove_all(dir);
+}
+
+TEST(RunCommandTest, MissingKnowledgeBaseIsAConfigErrorNamingWhereItLooked) {
+  // An empty knowledge base would classify every failure as "exception":
+  // without reports/kb/failures.yaml under DBH_HOME the run stops before any
+  // worker starts, naming the path.
+  const fs::path dir = fresh_dir("nokb");
+  const fs::path out = dir / "out";
+  const auto r = testing::run_process_with_env({DBH_BINARY, "run", "scenarios/ci-smoke.yaml", "--out", out.string()},
+                                               {{"DBH_HOME", dir.string()}}, DBH_SOURCE_DIR, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find((dir / "reports" / "kb" / "failures.yaml").string() +
+                       ": expected dbh's failure knowledge base (looked under $DBH_HOME), got none"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "a worker ran: " << r.out;
+  EXPECT_FALSE(fs::exists(out)) << out;
   fs::remove_all(dir);
 }
 

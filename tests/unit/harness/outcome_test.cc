@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "harness/proto/events.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"

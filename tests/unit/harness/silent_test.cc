@@ -17,7 +17,7 @@
 #include "harness/common/error.h"
 #include "harness/faults/catalog.h"
 #include "harness/proto/events.h"
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"

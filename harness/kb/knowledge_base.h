@@ -31,8 +31,9 @@ class KnowledgeBase {
  public:
   /// Loads the YAML file; throws ScenarioError (file:line:col) when malformed.
   static KnowledgeBase load(const std::string& path);
-  /// The knowledge base shipped with dbh (found next to the sources or the
-  /// binary); empty when none can be found.
+  /// The knowledge base shipped with dbh: reports/kb/failures.yaml under
+  /// dbh_home(), loaded once. Throws UsageError naming the path it looked in
+  /// when there is none, ScenarioError when it is malformed.
   static const KnowledgeBase& shipped();
 
   /// The class whose signature occurs in `message`, or nullptr.
@@ -50,9 +51,5 @@ class KnowledgeBase {
 /// `*changes` says whether any of them changes the scenario.
 std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
                                                         bool* changes);
-
-/// Directory holding dbh's data files (reports/, scenarios/): $DBH_HOME, else
-/// the source tree the binary was built from.
-std::string dbh_home();
 
 }  // namespace dbh::harness

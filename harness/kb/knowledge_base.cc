@@ -1,25 +1,18 @@
-#include "harness/report/knowledge_base.h"
+#include "harness/kb/knowledge_base.h"
 
-#include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <algorithm>
-#include <sstream>
-#include <optional>
 #include <filesystem>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/home.h"
 #include "harness/scenario/value.h"
 
-#ifndef DBH_SOURCE_DIR_DEFAULT
-#define DBH_SOURCE_DIR_DEFAULT "."
-#endif
-
 namespace dbh::harness {
-
-std::string dbh_home() {
-  if (const char* home = std::getenv("DBH_HOME"); home != nullptr && *home) return home;
-  return DBH_SOURCE_DIR_DEFAULT;
-}
 
 namespace {
 std::vector<std::string> strings(const Value* v, const std::string& where) {
@@ -133,7 +126,13 @@ KnowledgeBase KnowledgeBase::load(const std::string& path) {
 const KnowledgeBase& KnowledgeBase::shipped() {
   static const KnowledgeBase kb = [] {
     const std::filesystem::path p = std::filesystem::path(dbh_home()) / "reports" / "kb" / "failures.yaml";
-    if (!std::filesystem::exists(p)) return KnowledgeBase{};
+    std::error_code ec;
+    if (!std::filesystem::exists(p, ec)) {
+      // An empty knowledge base would silently classify every failure as
+      // "exception" and reject every `expect.class`.
+      throw UsageError(p.string() + ": expected dbh's failure knowledge base (looked under " +
+                       dbh_home_origin() + "), got " + describe_path(p.string()));
+    }
     return load(p.string());
   }();
   return kb;

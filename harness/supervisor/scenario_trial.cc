@@ -1,0 +1,51 @@
+#include "harness/supervisor/scenario_trial.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/kb/knowledge_base.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+ScenarioTrial run_classified_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+                                   bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
+  // Loaded before the worker runs: a missing knowledge base fails the trial
+  // at once, not after a training run.
+  const KnowledgeBase& kb = KnowledgeBase::shipped();
+  const fs::path dir(dir_text);
+  fs::create_directories(dir);
+  const fs::path resolved = dir / "scenario.resolved.json";
+  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
+  TrialSpec spec;
+  // The running binary itself, even when its file was replaced or removed
+  // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.
+  spec.argv = {"/proc/self/exe", "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
+               "--trial", std::to_string(index)};
+  spec.run_dir = dir.string();
+  spec.deadline_s = s.limits.deadline_s;
+  spec.silence_s = s.limits.silence_s;
+  spec.grace_s = s.limits.grace_s;
+  spec.on_event = on_event;
+  ScenarioTrial t;
+  t.result = run_trial(spec);
+  ClassifyOptions copts;
+  copts.withhold_fault_records = withhold_fault_records;
+  t.analysis = classify(t.result, s, kb, copts);
+  return t;
+}
+
+TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+                                 bool withhold_fault_records, std::string* stderr_tail,
+                                 const std::function<void(const Event&)>& on_event) {
+  ScenarioTrial t = run_classified_trial(s, dir_text, index, withhold_fault_records, on_event);
+  // The trial's own outcome stands, but a run whose raw record is torn is not
+  // one to report on.
+  if (!t.result.journal_error.empty()) throw ReportError(t.result.journal_error);
+  if (stderr_tail != nullptr) *stderr_tail = t.result.stderr_tail;
+  return std::move(t.analysis);
+}
+
+}  // namespace dbh::harness
