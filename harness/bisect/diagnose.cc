@@ -124,6 +124,32 @@ int diagnose_command(const DiagnoseOptions& o) {
         r.ran = true;
       }
     }
+    // Note [The learning rung]: a silent failure (the run stays finite but
+    // learns nothing, or its metrics miss) asks the seeds' other question:
+    // does the model learn at all? The same training on synthetic boxes and on
+    // the real data, each judged by the loss-falling check over a fixed
+    // window, separates an optimizer that changes nothing (flat on both) from
+    // labels or inputs that give it nothing to learn (falls on synthetic
+    // data only).
+    const std::string& full_class = rungs.back().probe.analysis.failure.klass;
+    const FailureClass* full_kb = KnowledgeBase::shipped().find(full_class);
+    const bool silent = fails && full_kb != nullptr && full_kb->silent;
+    const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
+                                                          : std::clamp<int64_t>(s.train.max_steps, 4, 50);
+    const std::vector<std::string> judged = {"monitors.learning_window=" + std::to_string(window),
+                                             "train.max_steps=" + std::to_string(std::max(window, s.train.max_steps)),
+                                             "controls=[]"};
+    std::vector<Rung> learning = {
+        {"Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
+         concat_overrides({"data.source=synthetic_boxes"}, judged), silent ? "" : "not a silent failure", {}, false},
+        {"Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
+         !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
+    };
+    for (auto& r : learning) {
+      if (!r.applies.empty()) continue;
+      r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
+      r.ran = true;
+    }
     // An unresolved rung (the harness could not tell) is evidence of nothing.
     auto failed = [](const Rung& r) {
       return r.ran && is_failure(r.probe.analysis.outcome) && r.probe.analysis.outcome != Outcome::kUnresolved;
@@ -146,6 +172,13 @@ int diagnose_command(const DiagnoseOptions& o) {
         {"memory", "Memory exhaustion (batch too large for the budget)", {}, {}, "dbh qualify / smaller batch with accumulation"},
         {"kernel", "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
          "re-run with hardware.launch_blocking=true under compute-sanitizer; dbh bisect modules"},
+        {"optimizer", "The optimizer or its schedule: the weights learn nothing whatever the data", {}, {},
+         "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
+         "model's parameters; dbh bisect config against a configuration that learns"},
+        {"labels", "The labels or the input as the model sees them (off the words, another image's, black or "
+                   "saturated images)", {}, {},
+         "look at the overlays of the failing batch and at `dbh data show` for its samples; dbh bisect config "
+         "against a configuration that learns"},
     };
     auto H = [&](const std::string& id) -> Hypothesis& {
       for (auto& h : hyps) {
@@ -168,8 +201,37 @@ int diagnose_command(const DiagnoseOptions& o) {
                                         final_class == "illegal_memory_access" ||
                                         final_class == "cudnn_execution_failed");
     if (failed(synth)) {
-      H(kernel_fault ? "kernel" : "model").support.push_back(cite(synth));
+      // A silent failure on synthetic data is a learning question, answered
+      // by the learning rungs below, not evidence about the numerics.
+      if (!silent) H(kernel_fault ? "kernel" : "model").support.push_back(cite(synth));
       H("data").refute.push_back(cite(synth) + " (fails without real data)");
+    }
+    const Rung& learns_synth = learning[0];
+    const Rung& learns_real = learning[1];
+    if (silent) {
+      H("model").refute.push_back("the run stays finite: the failure class is `" + full_class + "`");
+      if (full_class == "labels_degenerate" || full_class == "input_denormalised") {
+        H("labels").support.push_back("the failure class is `" + full_class + "`");
+      }
+      // Flat on synthetic boxes too: the optimizer. Failing there by another
+      // silent check (labels, input, predictions): the label or input
+      // pipeline, whatever the dataset.
+      const bool flat_synth = failed(learns_synth) && learns_synth.probe.analysis.failure.klass == "not_learning";
+      if (flat_synth) {
+        H("optimizer").support.push_back(cite(learns_synth));
+        H("labels").refute.push_back(cite(learns_synth) + " (nothing is learnt without the real labels either)");
+      } else if (failed(learns_synth)) {
+        H("labels").support.push_back(cite(learns_synth) + " (the pipeline fails the same way without the real data)");
+        H("optimizer").refute.push_back(cite(learns_synth) + " (not a flat loss)");
+      }
+      if (passed(learns_synth)) {
+        H("optimizer").refute.push_back(cite(learns_synth));
+        if (failed(learns_real) || !real) H("labels").support.push_back(cite(learns_synth) + " while the scenario fails");
+      }
+      if (failed(learns_real) && passed(learns_synth)) H("labels").support.push_back(cite(learns_real));
+      if (passed(learns_real) && passed(learns_synth)) {
+        H("labels").refute.push_back(cite(learns_real) + " (the loss falls: what fails comes later)");
+      }
     }
     if (kernel_fault) {
       H("kernel").support.push_back("the failure class is `" + final_class + "`, a sticky CUDA error");
@@ -180,7 +242,7 @@ int diagnose_command(const DiagnoseOptions& o) {
       }
     }
     if (failed(model_fb)) H("model").support.push_back(cite(model_fb));
-    if (failed(real0)) H("data").support.push_back(cite(real0));
+    if (failed(real0) && !silent) H("data").support.push_back(cite(real0));
     if (passed(real0) && failed(realw)) H("loader").support.push_back(cite(real0) + "; " + cite(realw));
     if (failed(real0)) H("loader").refute.push_back(cite(real0) + " (fails without workers)");
     for (const auto& v : variants) {
@@ -208,7 +270,9 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::string bisect_summary;
     nlohmann::ordered_json bisect_verdict;  // the follow-up's verdict, when one ran
     std::vector<std::string> repro_overrides = {"controls=[]"};
-    const bool data_dependent = fails && passed(synth) && real;
+    // A silent failure has no bad sample to find: its follow-up is the
+    // learning rungs, not bisect data.
+    const bool data_dependent = fails && passed(synth) && real && !silent;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
       BisectOptions b;
@@ -320,9 +384,10 @@ int diagnose_command(const DiagnoseOptions& o) {
        << (fails ? "**fails** (" + to_string(full.probe.analysis.outcome) + ", `" + full.probe.analysis.failure.klass + "`)"
                  : "**passes**")
        << ".\n\n## What works / What fails\n\n| check | result |\n|---|---|\n";
-    for (const auto* group : {&rungs, &variants}) {
+    for (const auto* group : {&rungs, &variants, &learning}) {
       for (const auto& r : *group) {
         if (!fails && r.group == "variant") continue;
+        if (!silent && r.group == "learning") continue;
         md << "| " << r.name << " | " << row_result(r) << " |\n";
       }
     }
@@ -356,7 +421,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     j["fails"] = fails;
     j["data_dependent"] = data_dependent;
     j["rows"] = ojson::array();
-    for (const auto* group : {&rungs, &variants}) {
+    for (const auto* group : {&rungs, &variants, &learning}) {
       for (const auto& r : *group) {
         j["rows"].push_back({{"check", r.name}, {"group", r.group}, {"overrides", r.overrides},
                              {"ran", r.ran}, {"applies", r.applies.empty()},

@@ -101,6 +101,12 @@ KnowledgeBase KnowledgeBase::load(const std::string& path) {
     c.events = strings(item.find("events"), c.id + ".events");
     c.causes = strings(item.find("causes"), c.id + ".causes");
     c.resolutions = strings(item.find("resolutions"), c.id + ".resolutions");
+    if (const Value* v = item.find("silent"); v != nullptr) {
+      if (!v->is_scalar() || (v->scalar != "true" && v->scalar != "false")) {
+        throw ScenarioError(v->loc.str() + ": " + c.id + ".silent: expected true or false, got " + v->describe());
+      }
+      c.silent = v->scalar == "true";
+    }
     if (const Value* v = item.find("verify"); v != nullptr) {
       if (!v->is_seq()) throw ScenarioError(v->loc.str() + ": " + c.id + ".verify: expected a list, got " + v->describe());
       for (const auto& e : v->seq) {

@@ -194,6 +194,38 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   fs::remove_all(dir);
 }
 
+// Note [The learning rung]: a silent failure asks whether the model learns.
+// A frozen learning rate is flat on synthetic boxes too (the optimizer);
+// shifted labels fail the labels check whatever the data (the labels). Neither
+// is blamed on the model's numerics, and neither runs `bisect data`.
+TEST(BisectTest, DiagnoseOfASilentFailureAsksWhetherTheModelLearns) {
+  const auto dir = temp_dir("diagnose-silent");
+  const std::string src = DBH_SOURCE_DIR;
+  const auto lr = dbh({"diagnose", src + "/scenarios/silent/lr-freeze.yaml", "--out", (dir / "lr").string(), "--cache",
+                       (dir / "cache").string(), "-q"});
+  EXPECT_EQ(lr.exit_code, 1) << lr.out << lr.err;
+  const auto j = read_json(dir / "lr" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(2);
+  bool learning_row = false;
+  for (const auto& row : j["rows"]) {
+    if (row["group"] == "learning" && row["ran"].get<bool>() && row["check"].get<std::string>().find("synthetic") !=
+                                                                    std::string::npos) {
+      learning_row = true;
+      EXPECT_EQ(row["class"], "not_learning") << row.dump();
+    }
+  }
+  EXPECT_TRUE(learning_row) << j.dump(2);
+  EXPECT_FALSE(fs::exists(dir / "lr" / "bisect-data"));
+
+  const auto ls = dbh({"diagnose", src + "/scenarios/silent/label-shift.yaml", "--out", (dir / "ls").string(), "--cache",
+                       (dir / "cache").string(), "-q"});
+  EXPECT_EQ(ls.exit_code, 1) << ls.out << ls.err;
+  const auto k = read_json(dir / "ls" / "diagnosis.json");
+  EXPECT_EQ(k["conclusion"], "labels") << k.dump(2);
+  EXPECT_FALSE(k["data_dependent"].get<bool>());
+  fs::remove_all(dir);
+}
+
 TEST(BisectTest, DiagnoseConcludesDataDependentAndNamesTheSample) {
   const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json";
   if (!fs::exists(real)) GTEST_SKIP() << "fixtures/real is not present";
