@@ -17,6 +17,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
+#include "harness/proto/event_types.h"
 #include "harness/supervisor/trial.h"
 
 extern char** environ;
@@ -326,7 +327,8 @@ std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a)
   std::vector<std::string> texts = {r.stderr_tail, a.failure.message};
   texts.insert(texts.end(), a.failure.secondary.begin(), a.failure.secondary.end());
   for (const auto& e : r.events) {
-    if (e.type == "error" || e.type == "warning") texts.push_back(e.get<std::string>("message", ""));
+    if (e.type == event::kError) texts.push_back(proto::error_from(e).message);
+    if (e.type == event::kWarning) texts.push_back(proto::warning_from(e).message);
   }
   for (const auto& text : texts) {
     for (const char* marker : kDiskFullMarkers) {

@@ -186,7 +186,8 @@ int run_eval_command(const EvalCommandOptions& o) {
   // Input checks first: bad input leaves nothing behind.
   // The bounds training and validation accept (data.val.*): a larger value
   // exhausts memory or disk instead of saying what is wrong.
-  if (o.size <= 0 || o.size % 32 != 0 || o.size > kMaxSize) {
+  if (o.size <= 0 || o.size % 32 != 0) usage("--size", "a positive multiple of 32", std::to_string(o.size));
+  if (o.size > kMaxSize) {
     usage("--size", "a positive multiple of 32 up to " + std::to_string(kMaxSize), std::to_string(o.size));
   }
   if (o.batch_size <= 0 || o.batch_size > kMaxBatch) {

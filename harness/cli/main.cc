@@ -1,6 +1,8 @@
 // The dbh command line.
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <exception>
@@ -279,6 +281,26 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // An empty path (`--out ""`, an unset shell variable) is never a place to
+    // read or write: without this check some commands would fall back to
+    // their default folder and write where the user did not ask.
+    std::function<void(const CLI::App*)> check_empty_paths = [&](const CLI::App* cmd) {
+      for (const CLI::Option* opt : cmd->get_options()) {
+        static const std::vector<std::string> kPathOptions = {"--out",  "--data", "--weights", "--resume",
+                                                              "--junit", "--save-weights", "--base", "--json",
+                                                              "--cache"};
+        if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+        const std::string name = "--" + opt->get_lnames().front();
+        if (std::find(kPathOptions.begin(), kPathOptions.end(), name) == kPathOptions.end()) continue;
+        for (const auto& value : opt->results()) {
+          if (value.empty()) {
+            throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected a path, got \"\"");
+          }
+        }
+      }
+      for (const CLI::App* sub : cmd->get_subcommands()) check_empty_paths(sub);
+    };
+    check_empty_paths(&app);
     if (*env) return dbh::harness::run_env_command(env_json);
     if (*train) {
       if (t.size % 32 != 0) {

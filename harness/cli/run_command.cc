@@ -29,6 +29,7 @@
 #include "harness/faults/catalog.h"
 #include "harness/report/ci_conventions.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
 #include "harness/scenario/profile.h"
@@ -60,29 +61,33 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   const int64_t total = s.train.max_steps;
   auto on_event = [&](const Event& e) {
     if (p.quiet) return;
-    if (e.type == "step_end") {
+    if (e.type == event::kStepEnd) {
       if (!p.progress) return;
-      const int64_t step = e.get<int64_t>("step", 0);
+      const auto end = proto::step_end_from(e);
+      const int64_t step = end.step;
       std::ostringstream l;
       const double elapsed = e.t;
       const double eta = step + 1 < total ? elapsed / static_cast<double>(step + 1) * static_cast<double>(total - step - 1) : 0.0;
-      l << "  [" << label << "] run " << e.get<int64_t>("run", 0) << " step " << std::setw(3) << step + 1 << "/"
-        << total << "  loss " << std::fixed << std::setprecision(4) << e.get<double>("loss", 0) << "  "
-        << std::setprecision(2) << e.get<double>("seconds", 0) << " s/step  ETA " << std::setprecision(0) << eta << " s";
+      l << "  [" << label << "] run " << end.run << " step " << std::setw(3) << step + 1 << "/"
+        << total << "  loss " << std::fixed << std::setprecision(4) << end.loss << "  "
+        << std::setprecision(2) << end.seconds << " s/step  ETA " << std::setprecision(0) << eta << " s";
       if (p.tty) {
         std::cout << "\r" << l.str() << "   " << std::flush;
       } else if (p.verbose || step + 1 == total || (step + 1) % 10 == 0) {
         std::cout << l.str() << std::endl;
       }
-    } else if (e.type == "fault_fired" && p.verbose) {
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << e.get<std::string>("fault", "")
-                << " fired at step " << e.get<int64_t>("step", 0) << std::endl;
-    } else if (e.type == "error" || (e.type == "health" && e.get<std::string>("check", "") == "finite")) {
+    } else if (e.type == event::kFaultFired && p.verbose) {
+      const auto fired = proto::fault_fired_from(e);
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << fired.fault
+                << " fired at step " << fired.step << std::endl;
+    } else if (e.type == event::kError) {
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
-                << (e.type == "error" ? e.get<std::string>("message", "")
-                                      : "non-finite " + e.get<std::string>("kind", "") + " " +
-                                            e.get<std::string>("site", ""))
-                << std::endl;
+                << proto::error_from(e).message << std::endl;
+    } else if (e.type == event::kHealth) {
+      const auto h = proto::health_from(e);
+      if (h.check != "finite") return;
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
+                << "non-finite " + h.kind + " " + h.site << std::endl;
     }
   };
   TrialRecord t;

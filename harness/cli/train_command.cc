@@ -245,7 +245,7 @@ int run_train_command(const TrainCommandOptions& o) {
                 << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
                 << r.l1 << ", dice " << r.dice << ")  lr " << std::setprecision(5) << r.lr
                 << "  |g| " << std::setprecision(3) << r.grad_norm << "  " << std::setprecision(2)
-                << r.seconds << " s" << std::defaultfloat << "\n";
+                << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
     }
     if (o.checkpoint_every > 0 && trainer.next_step() % o.checkpoint_every == 0) {
       save(out / ("checkpoint-" + std::to_string(trainer.next_step()) + ".pt"));

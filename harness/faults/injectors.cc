@@ -55,10 +55,14 @@ FaultInjector::FaultInjector(const std::vector<FaultConfig>& faults, EventWriter
 bool FaultInjector::fires(size_t i) const { return faults_[i].fires_at(step_, run_); }
 
 void FaultInjector::fired(size_t i, const std::string& module, nlohmann::json detail) {
-  nlohmann::json j = {{"fault", faults_[i].name}, {"index", i}, {"run", run_}, {"step", step_}};
-  if (!module.empty()) j["module"] = module;
-  if (!detail.is_null()) j["detail"] = detail;
-  events_.emit("fault_fired", j);
+  proto::FaultFired f;
+  f.fault = faults_[i].name;
+  f.index = static_cast<int64_t>(i);
+  f.run = run_;
+  f.step = step_;
+  f.module = module;
+  f.detail = std::move(detail);
+  events_.emit(f);
 }
 
 void FaultInjector::hold_memory(int64_t bytes, bool host) {

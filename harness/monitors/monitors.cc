@@ -41,7 +41,7 @@ void Monitors::on_enter(const std::string& name) {
   const double now = events_.elapsed();
   if (now - last_heartbeat_ >= 1.0) {
     last_heartbeat_ = now;
-    events_.emit("heartbeat", {{"run", run_}, {"step", step_}, {"module", name}});
+    events_.emit(proto::Heartbeat{run_, step_, name});
   }
 }
 
@@ -95,14 +95,21 @@ void Monitors::check(const Site& site, const torch::Tensor& t) {
     last_good_module_ = site.module;
   }
   if (!bad) return;
-  nlohmann::json h = {{"run", run_},          {"step", step_},        {"check", "finite"},
-                      {"kind", site.kind},    {"site", site.name},    {"module", site.module},
-                      {"mode", "localise"},   {"primary", true},      {"stats", stats(t)}};
+  proto::Health h;
+  h.run = run_;
+  h.step = step_;
+  h.check = "finite";
+  h.kind = site.kind;
+  h.site = site.name;
+  h.module = site.module;
+  h.mode = "localise";
+  h.primary = true;
+  h.stats = stats(t);
   if (site.kind == "activation" && !last_good_module_.empty()) {
-    h["input_module"] = last_good_module_;
-    h["input_stats"] = last_good_output_;
+    h.extra["input_module"] = last_good_module_;
+    h.extra["input_stats"] = last_good_output_;
   }
-  events_.emit("health", h);
+  events_.emit(h);
   throw DivergedError("non-finite " + site.kind + " in " + site.name + " at step " +
                       std::to_string(step_));
 }
@@ -142,7 +149,7 @@ void Monitors::on_step_begin(int64_t step) {
 
 void Monitors::on_batch(int64_t step, model::Batch& b) {
   // Which samples this step trains on, so a failure can name them.
-  events_.emit("batch", {{"run", run_}, {"step", step}, {"samples", b.sample_ids}});
+  events_.emit(proto::Batch{run_, step, b.sample_ids});
   last_batch_ = b;
   sample("data");
   check(Site{"input", "image", ""}, b.image);
@@ -298,25 +305,33 @@ void Monitors::flush(int64_t step) {
       skip_streak_first_ = {{"site", bad.front().name}, {"module", bad.front().module}};
     }
     ++skip_streak_;
-    events_.emit("health", {{"run", run_}, {"step", step}, {"check", "loss_scaler"}, {"kind", "gradient"},
-                            {"site", bad.front().name}, {"module", bad.front().module},
-                            {"skipped_in_a_row", skip_streak_}, {"limit", scaler_skip_limit_},
-                            {"primary", false}});
+    proto::Health skip;
+    skip.run = run_;
+    skip.step = step;
+    skip.check = "loss_scaler";
+    skip.kind = "gradient";
+    skip.site = bad.front().name;
+    skip.module = bad.front().module;
+    skip.primary = false;
+    skip.extra = {{"skipped_in_a_row", skip_streak_}, {"limit", scaler_skip_limit_}};
+    events_.emit(skip);
     if (skip_streak_ < scaler_skip_limit_) {
       if (!silent.empty()) judge_silent(step, f + flags_.size());
       return;
     }
     const std::string site = skip_streak_first_.value("site", "");
-    events_.emit("health", {{"run", run_},
-                            {"step", skip_streak_start_},
-                            {"check", "finite"},
-                            {"kind", "gradient"},
-                            {"site", site},
-                            {"module", skip_streak_first_.value("module", "")},
-                            {"mode", mode_ == Mode::kCheap ? "cheap" : "localise"},
-                            {"primary", true},
-                            {"loss_scaler_skips", skip_streak_},
-                            {"nonfinite_sites", {{"gradient", bad.size()}}}});
+    proto::Health h;
+    h.run = run_;
+    h.step = skip_streak_start_;
+    h.check = "finite";
+    h.kind = "gradient";
+    h.site = site;
+    h.module = skip_streak_first_.value("module", "");
+    h.mode = mode_ == Mode::kCheap ? "cheap" : "localise";
+    h.primary = true;
+    h.nonfinite_sites = {{"gradient", bad.size()}};
+    h.extra = {{"loss_scaler_skips", skip_streak_}};
+    events_.emit(h);
     throw DivergedError("non-finite gradient in " + site + " from step " + std::to_string(skip_streak_start_) +
                         ": the loss scaler skipped " + std::to_string(skip_streak_) +
                         " steps in a row (the gradients stay non-finite at every scale)");
@@ -331,15 +346,17 @@ void Monitors::flush(int64_t step) {
   const Site first = bad.front();
   nlohmann::json counts = nlohmann::json::object();
   for (const auto& b : bad) counts[b.kind] = counts.value(b.kind, 0) + 1;
-  events_.emit("health", {{"run", run_},
-                          {"step", step},
-                          {"check", "finite"},
-                          {"kind", first.kind},
-                          {"site", first.name},
-                          {"module", first.module},
-                          {"mode", "cheap"},
-                          {"primary", true},
-                          {"nonfinite_sites", counts}});
+  proto::Health h;
+  h.run = run_;
+  h.step = step;
+  h.check = "finite";
+  h.kind = first.kind;
+  h.site = first.name;
+  h.module = first.module;
+  h.mode = "cheap";
+  h.primary = true;
+  h.nonfinite_sites = counts;
+  events_.emit(h);
   throw DivergedError("non-finite " + first.kind + " in " + first.name + " at step " +
                       std::to_string(step));
 }
@@ -373,19 +390,19 @@ std::string step_range(int64_t from, int64_t to) {
 void Monitors::silent_failure(int64_t step, const std::string& check, const std::string& kind, const std::string& site,
                               const std::string& message, const std::vector<std::string>& evidence,
                               nlohmann::json detail) {
-  nlohmann::json h = {{"run", run_},
-                      {"step", step},
-                      {"check", check},
-                      {"kind", kind},
-                      {"site", site},
-                      {"module", ""},
-                      {"mode", mode_ == Mode::kLocalise ? "localise" : "cheap"},
-                      {"primary", true},
-                      {"message", message},
-                      {"evidence", evidence}};
-  for (const auto& [k, v] : detail.items())
-    h[k] = v;
-  events_.emit("health", h);
+  proto::Health h;
+  h.run = run_;
+  h.step = step;
+  h.check = check;
+  h.kind = kind;
+  h.site = site;
+  h.module = "";
+  h.mode = mode_ == Mode::kLocalise ? "localise" : "cheap";
+  h.primary = true;
+  h.message = message;
+  h.evidence = evidence;
+  if (detail.is_object()) h.extra = std::move(detail);
+  events_.emit(h);
   throw SilentFailureError(message);
 }
 
@@ -617,14 +634,14 @@ void Monitors::on_step_end(int64_t step, const model::StepResult& r) {
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
     if (median > 0 && r.loss > spike_factor_ * median) {
-      events_.emit("health", {{"run", run_},
-                              {"step", step},
-                              {"check", "loss_spike"},
-                              {"kind", "loss"},
-                              {"site", "total"},
-                              {"loss", r.loss},
-                              {"median", median},
-                              {"factor", r.loss / median}});
+      proto::Health h;
+      h.run = run_;
+      h.step = step;
+      h.check = "loss_spike";
+      h.kind = "loss";
+      h.site = "total";
+      h.extra = {{"loss", r.loss}, {"median", median}, {"factor", r.loss / median}};
+      events_.emit(h);
     }
   }
   if (std::isfinite(r.loss)) losses_.push_back(r.loss);

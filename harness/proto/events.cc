@@ -4,6 +4,13 @@
 
 namespace dbh::harness {
 
+bool event::is_known(std::string_view type) {
+  for (const char* known : kAll) {
+    if (type == known) return true;
+  }
+  return false;
+}
+
 std::string encode_event(const std::string& type, nlohmann::json fields, double t) {
   if (type.empty()) throw ProtocolError("encode_event: expected an event type, got an empty one");
   if (!fields.is_object()) fields = nlohmann::json::object();
@@ -42,26 +49,30 @@ Event decode_event(const std::string& line, const std::string& where) {
   return e;
 }
 
+void StreamDecoder::feed(std::string_view data, const std::function<void(Event&&)>& on_event,
+                         std::vector<std::string>& bad_lines) {
+  pending_.append(data);
+  size_t start = 0;
+  for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1) {
+    ++line_no_;
+    if (nl == start) continue;
+    Event e;
+    try {
+      e = decode_event(pending_.substr(start, nl - start), name_ + ":" + std::to_string(line_no_));
+    } catch (const ProtocolError& bad) {
+      bad_lines.push_back(bad.what());
+      continue;
+    }
+    on_event(std::move(e));
+  }
+  pending_.erase(0, start);
+}
+
 DecodedStream decode_stream(const std::string& text, const std::string& name) {
   DecodedStream out;
-  size_t start = 0;
-  int line_no = 0;
-  while (start < text.size()) {
-    const size_t nl = text.find('\n', start);
-    if (nl == std::string::npos) {
-      out.torn_tail = text.substr(start);
-      break;
-    }
-    ++line_no;
-    const std::string line = text.substr(start, nl - start);
-    start = nl + 1;
-    if (line.empty()) continue;
-    try {
-      out.events.push_back(decode_event(line, name + ":" + std::to_string(line_no)));
-    } catch (const ProtocolError& e) {
-      out.bad_lines.push_back(e.what());
-    }
-  }
+  StreamDecoder decoder(name);
+  decoder.feed(text, [&](Event&& e) { out.events.push_back(std::move(e)); }, out.bad_lines);
+  out.torn_tail = decoder.pending();
   return out;
 }
 

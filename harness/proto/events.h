@@ -1,7 +1,10 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,24 +16,43 @@ namespace dbh::harness {
 inline constexpr int kEventSchemaVersion = 1;
 
 /// Event types, in the order a healthy run emits them:
-///   hello → (run_begin → (step_begin → [fault_fired|health]* → step_end)* →
-///   run_end)* → done.
-/// `checkpoint`, `warning`, `heartbeat` and `error` may appear anywhere.
+///   hello → [memory_budget] → [eval_check] → (run_begin → (step_begin →
+///   [batch|fault_fired|health|heartbeat]* → step_end → [checkpoint] →
+///   [eval → eval_overlays])* → run_end)* → done.
+/// `warning`, `heartbeat` and `error` may appear anywhere; `overlays` and
+/// `memory_snapshot` follow the `error` of a failed run. The fields of each
+/// are those of its struct in harness/proto/event_types.h; docs/events.md
+/// lists every one (tests/unit/harness/event_list_test.cc keeps them equal).
 namespace event {
-inline constexpr const char* kHello = "hello";            // schema_version, pid, seed, scenario_hash, git
+inline constexpr const char* kHello = "hello";            // schema_version, pid, seed, scenario_hash, git, …
+inline constexpr const char* kMemoryBudget = "memory_budget";  // applied, method, budget_bytes, …
+inline constexpr const char* kEvalCheck = "eval_check";   // hmean, images (the evaluator scoring the ground truth)
 inline constexpr const char* kRunBegin = "run_begin";     // run, memory
 inline constexpr const char* kStepBegin = "step_begin";   // run, step
-inline constexpr const char* kStepEnd = "step_end";       // run, step, loss, bce, l1, dice, lr, grad_norm, seconds, memory, loss_bits
 inline constexpr const char* kBatch = "batch";            // run, step, samples (ids of the batch)
 inline constexpr const char* kFaultFired = "fault_fired"; // fault, index, run, step, module, detail
-inline constexpr const char* kHealth = "health";          // run, step, check, site, kind, module, detail, stats
-inline constexpr const char* kCheckpoint = "checkpoint";  // run, step, path
+inline constexpr const char* kHealth = "health";          // run, step, check, site, kind, module, …
+inline constexpr const char* kHeartbeat = "heartbeat";    // run, step, module
+inline constexpr const char* kStepEnd = "step_end";       // run, step, loss, bce, l1, dice, lr, grad_norm, seconds, …
+inline constexpr const char* kCheckpoint = "checkpoint";  // run, step, path, resumed
+inline constexpr const char* kEval = "eval";              // run, step, precision, recall, hmean, …
+inline constexpr const char* kEvalOverlays = "eval_overlays";  // run, step, files
 inline constexpr const char* kRunEnd = "run_end";         // run, steps, memory, checksum
 inline constexpr const char* kWarning = "warning";        // message
-inline constexpr const char* kHeartbeat = "heartbeat";
-inline constexpr const char* kError = "error";            // run, step, message, backtrace, module, kind
-inline constexpr const char* kDone = "done";              // status
+inline constexpr const char* kError = "error";            // kind, run, step, phase, message, backtrace, module, …
+inline constexpr const char* kOverlays = "overlays";      // run, step, files (the failing batch drawn)
 inline constexpr const char* kMemorySnapshot = "memory_snapshot";  // run, step, file (CUDA allocator snapshot on OOM)
+inline constexpr const char* kDone = "done";              // status, memory
+
+/// Every event type a worker writes, in the order above.
+inline constexpr std::array<const char*, 19> kAll = {
+    kHello,   kMemoryBudget, kEvalCheck, kRunBegin, kStepBegin, kBatch, kFaultFired,
+    kHealth,  kHeartbeat,    kStepEnd,   kCheckpoint, kEval,    kEvalOverlays, kRunEnd,
+    kWarning, kError,        kOverlays,  kMemorySnapshot, kDone};
+
+/// Whether `type` is one of kAll. Readers skip events they do not know (a
+/// newer worker's), so this is for checks and tools, not for decoding.
+bool is_known(std::string_view type);
 }  // namespace event
 
 /// One decoded event: its type and the whole JSON object (type included).
@@ -58,6 +80,26 @@ std::string encode_event(const std::string& type, nlohmann::json fields, double 
 /// Decodes one line. Throws ProtocolError naming `where` (e.g.
 /// "events.jsonl:12") on invalid JSON, a non-object or a missing "type".
 Event decode_event(const std::string& line, const std::string& where);
+
+/// Splits a stream read in pieces (the supervisor's pipe) into events, line
+/// by line as they complete; decode_stream is this over a whole text.
+class StreamDecoder {
+ public:
+  /// `name` locates bad lines ("events.jsonl:12: …").
+  explicit StreamDecoder(std::string name) : name_(std::move(name)) {}
+  /// Decodes every line `data` completes and hands each event to `on_event`,
+  /// in order; a line that does not decode goes to `bad_lines` and is
+  /// skipped, as are empty lines (which still count for line numbers).
+  void feed(std::string_view data, const std::function<void(Event&&)>& on_event,
+            std::vector<std::string>& bad_lines);
+  /// What follows the last '\n' so far: a torn write once the stream ended.
+  const std::string& pending() const { return pending_; }
+
+ private:
+  std::string name_;
+  std::string pending_;
+  int64_t line_no_ = 0;
+};
 
 /// Splits a stream into events. A final line without '\n' is a torn write of
 /// a dying worker: it is returned in `torn_tail` and not decoded. Lines that do

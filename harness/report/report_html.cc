@@ -15,6 +15,7 @@
 
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/proto/events.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -305,7 +306,8 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
     nlohmann::json rest = j;
     for (const char* k : {"t", "type", "run", "step"})
       rest.erase(k);
-    const bool hl = type == "error" || type == "health" || type == "fault_fired" || type == "warning";
+    const bool hl = type == event::kError || type == event::kHealth || type == event::kFaultFired ||
+                    type == event::kWarning;
     auto field = [&](const char* k) { return j.contains(k) ? esc(dump(j[k])) : std::string(); };
     h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
       << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>" << esc(type)

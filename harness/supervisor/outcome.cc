@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "harness/proto/event_types.h"
+
 namespace dbh::harness {
 
 std::string to_string(Outcome o) {
@@ -178,55 +180,51 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   const Event* silent_health = nullptr;
   std::optional<int64_t> open_step, open_run;
   for (const auto& e : r.events) {
-    if (e.type == "hello") {
-      a.scenario_hash = e.get<std::string>("scenario_hash", "");
-    } else if (e.type == "eval") {
+    if (e.type == event::kHello) {
+      a.scenario_hash = proto::hello_from(e).scenario_hash;
+    } else if (e.type == event::kEval) {
+      const auto v = proto::eval_from(e);
       EvalRecord ev;
-      ev.run = e.get<int64_t>("run", 0);
-      ev.step = e.get<int64_t>("step", 0);
-      ev.precision = e.get<double>("precision", 0);
-      ev.recall = e.get<double>("recall", 0);
-      ev.hmean = e.get<double>("hmean", 0);
-      ev.gt = e.get<int64_t>("gt", 0);
-      ev.det = e.get<int64_t>("det", 0);
-      ev.matched = e.get<int64_t>("matched", 0);
-      ev.images = e.get<int64_t>("images", 0);
-      ev.prob_mean = e.get<double>("prob_mean", 0);
-      ev.text_fraction = e.get<double>("text_fraction", 0);
-      ev.seconds = e.get<double>("seconds", 0);
-      ev.det_reference = e.get<int64_t>("det_reference", -1);
+      ev.run = v.run;
+      ev.step = v.step;
+      ev.precision = v.precision;
+      ev.recall = v.recall;
+      ev.hmean = v.hmean;
+      ev.gt = v.gt;
+      ev.det = v.det;
+      ev.matched = v.matched;
+      ev.images = v.images;
+      ev.prob_mean = v.prob_mean;
+      ev.text_fraction = v.text_fraction;
+      ev.seconds = v.seconds;
+      ev.det_reference = v.det_reference.value_or(-1);
       a.evals.push_back(ev);
-    } else if (e.type == "eval_check") {
-      a.evaluator_self_check = e.get<double>("hmean", 0);
-    } else if (e.type == "eval_overlays") {
-      if (const auto it = e.body.find("files"); it != e.body.end() && it->is_array()) {
-        for (const auto& f : *it) {
-          if (f.is_string()) a.eval_overlays.push_back(f.get<std::string>());
-        }
-      }
-    } else if (e.type == "step_begin") {
-      open_step = e.get<int64_t>("step", 0);
-      open_run = e.get<int64_t>("run", 0);
-    } else if (e.type == "step_end") {
+    } else if (e.type == event::kEvalCheck) {
+      a.evaluator_self_check = proto::eval_check_from(e).hmean;
+    } else if (e.type == event::kEvalOverlays) {
+      const auto files = proto::overlays_from(e).files;
+      a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
+    } else if (e.type == event::kStepBegin) {
+      const auto b = proto::step_begin_from(e);
+      open_step = b.step;
+      open_run = b.run;
+    } else if (e.type == event::kStepEnd) {
+      const auto end = proto::step_end_from(e);
       StepRecord st;
-      st.run = e.get<int64_t>("run", 0);
-      st.step = e.get<int64_t>("step", 0);
-      st.loss = e.get<double>("loss", 0);
-      st.bce = e.get<double>("bce", 0);
-      st.l1 = e.get<double>("l1", 0);
-      st.dice = e.get<double>("dice", 0);
-      st.lr = e.get<double>("lr", 0);
-      st.grad_norm = e.get<double>("grad_norm", 0);
-      st.seconds = e.get<double>("seconds", 0);
-      st.loss_bits = e.get<uint32_t>("loss_bits", 0);
-      st.grad_norm_bits = e.get<uint32_t>("grad_norm_bits", 0);
-      if (const auto it = e.body.find("micro_loss_bits"); it != e.body.end() && it->is_array()) {
-        for (const auto& b : *it) {
-          if (b.is_number_unsigned() && b.get<uint64_t>() <= UINT32_MAX) st.micro_loss_bits.push_back(b.get<uint32_t>());
-        }
-      }
-      if (e.body.contains("memory")) {
-        const auto& m = e.body["memory"];
+      st.run = end.run;
+      st.step = end.step;
+      st.loss = end.loss;
+      st.bce = end.bce;
+      st.l1 = end.l1;
+      st.dice = end.dice;
+      st.lr = end.lr;
+      st.grad_norm = end.grad_norm;
+      st.seconds = end.seconds;
+      st.loss_bits = end.loss_bits;
+      st.grad_norm_bits = end.grad_norm_bits;
+      st.micro_loss_bits = end.micro_loss_bits;
+      if (end.memory.is_object()) {
+        const auto& m = end.memory;
         st.rss_bytes = m.value("rss_bytes", int64_t{0});
         if (m.contains("cuda_peak_allocated_bytes")) {
           st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
@@ -235,8 +233,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
                                                                 ? st.peak_bytes
                                                                 : m.value("peak_rss_bytes", int64_t{0}));
       }
-      if (e.body.contains("phases") && e.body["phases"].is_object()) {
-        st.phases = e.body["phases"];
+      if (end.phases.is_object()) {
+        st.phases = end.phases;
         if (st.peak_bytes == 0) {
           for (const auto& [phase, m] : st.phases.items()) {
             st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
@@ -250,69 +248,73 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       a.steps.push_back(st);
       ++a.steps_completed;
       open_step.reset();
-    } else if (e.type == "fault_fired") {
+    } else if (e.type == event::kFaultFired) {
       // Fault records only fill the fault list; attribution below never reads
       // them. Withholding them (a test of exactly that) leaves it unchanged.
       if (opts.withhold_fault_records) continue;
-      const auto idx = e.get<int64_t>("index", -1);
-      if (idx >= 0 && idx < static_cast<int64_t>(a.faults.size())) {
-        auto& f = a.faults[static_cast<size_t>(idx)];
+      const auto fired = proto::fault_fired_from(e);
+      if (fired.index >= 0 && fired.index < static_cast<int64_t>(a.faults.size())) {
+        auto& f = a.faults[static_cast<size_t>(fired.index)];
         f.fired = true;
-        f.steps.push_back(e.get<int64_t>("step", -1));
-        f.module = e.get<std::string>("module", f.module);
-        const auto& d = e.body.contains("detail") ? e.body["detail"] : nlohmann::json();
+        f.steps.push_back(fired.step);
+        if (!fired.module.empty()) f.module = fired.module;
+        const auto& d = fired.detail;
         if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
           f.real = d["real"].get<bool>();
           f.hardware_error = d.value("cuda_error", "");
         }
       }
-    } else if (e.type == "memory_snapshot") {
-      a.memory_snapshot = e.get<std::string>("file", "");
-    } else if (e.type == "overlays") {
-      a.overlays = e.get<std::vector<std::string>>("files", {});
-    } else if (e.type == "memory_budget") {
+    } else if (e.type == event::kMemorySnapshot) {
+      a.memory_snapshot = proto::memory_snapshot_from(e).file;
+    } else if (e.type == event::kOverlays) {
+      a.overlays = proto::overlays_from(e).files;
+    } else if (e.type == event::kMemoryBudget) {
       a.budget = e.body;
-    } else if (e.type == "batch") {
-      a.batches.emplace_back(e.get<int64_t>("step", 0), e.get<std::vector<std::string>>("samples", {}));
-    } else if (e.type == "health") {
-      if (e.get<bool>("primary", false) && e.get<std::string>("check", "") == "finite" &&
-          primary_health == nullptr) {
+    } else if (e.type == event::kBatch) {
+      auto b = proto::batch_from(e);
+      a.batches.emplace_back(b.step, std::move(b.samples));
+    } else if (e.type == event::kHealth) {
+      const auto h = proto::health_from(e);
+      if (h.primary.value_or(false) && h.check == "finite" && primary_health == nullptr) {
         primary_health = &e;
       }
-      if (e.get<bool>("primary", false) && is_silent_check(e.get<std::string>("check", "")) &&
-          silent_health == nullptr) {
+      if (h.primary.value_or(false) && is_silent_check(h.check) && silent_health == nullptr) {
         silent_health = &e;
       }
-    } else if (e.type == "error") {
-      if (e.get<std::string>("kind", "") == "harness") {
+    } else if (e.type == event::kError) {
+      const auto err = proto::error_from(e);
+      if (err.kind == "harness") {
         if (harness_error == nullptr) harness_error = &e;
         continue;
       }
       errors.push_back(&e);
-      if (first_error == nullptr && e.get<std::string>("kind", "") != "diverged") {
+      if (first_error == nullptr && err.kind != "diverged") {
         first_error = &e;
-        if (e.body.contains("memory")) {
-          a.memory_at_failure = {{"memory", e.body["memory"]},
-                                 {"phases", e.body.value("phases", nlohmann::json::object())}};
+        if (!err.memory.is_null()) {
+          a.memory_at_failure = {{"memory", err.memory},
+                                 {"phases", err.phases.is_null() ? nlohmann::json::object() : err.phases}};
         }
       }
-    } else if (e.type == "run_begin") {
-      if (e.body.contains("memory")) a.run_begin_rss.push_back(e.body["memory"].value("rss_bytes", int64_t{0}));
-    } else if (e.type == "run_end") {
-      a.run_checksums.push_back(e.get<std::string>("checksum", ""));
-      if (e.body.contains("memory") && e.body["memory"].is_object()) {
-        const auto& m = e.body["memory"];
+    } else if (e.type == event::kRunBegin) {
+      const auto b = proto::run_begin_from(e);
+      if (b.memory.is_object()) a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
+    } else if (e.type == event::kRunEnd) {
+      const auto end = proto::run_end_from(e);
+      a.run_checksums.push_back(end.checksum);
+      if (end.memory.is_object()) {
+        const auto& m = end.memory;
         a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
         if (m.contains("cuda_allocated_bytes")) {
           a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
           a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
         }
       }
-    } else if (e.type == "done") {
+    } else if (e.type == event::kDone) {
+      const auto done = proto::done_from(e);
       a.done_seen = true;
-      done_status = e.get<std::string>("status", "");
-      if (e.body.contains("memory")) {
-        a.peak_memory_bytes = std::max(a.peak_memory_bytes, e.body["memory"].value("peak_rss_bytes", int64_t{0}));
+      done_status = done.status;
+      if (done.memory.is_object()) {
+        a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
       }
     }
   }
@@ -332,7 +334,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   }
   if (harness_error != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
     a.outcome = Outcome::kUnresolved;
-    f.message = "the worker reported a harness error: " + harness_error->get<std::string>("message", "");
+    f.message = "the worker reported a harness error: " + proto::error_from(*harness_error).message;
     f.evidence.push_back(f.message);
     return a;
   }
@@ -356,48 +358,43 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     crash_step();
   } else if (primary_health != nullptr) {
     a.outcome = Outcome::kDiverged;
-    const auto& h = *primary_health;
-    a.primary_health = h.body;
-    f.klass = class_for_health_kind(h.get<std::string>("kind", ""));
-    f.step = h.get<int64_t>("step", 0);
-    f.run = h.get<int64_t>("run", 0);
-    f.module = h.get<std::string>("module", "");
-    const std::string site = h.get<std::string>("site", "");
-    f.message = "non-finite " + h.get<std::string>("kind", "") + " (" + site + ") at step " +
-                std::to_string(*f.step);
-    f.evidence.push_back("the " + h.get<std::string>("mode", "cheap") + " finite checks first flagged " +
-                         h.get<std::string>("kind", "") + " `" + site + "`" +
-                         (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
+    a.primary_health = primary_health->body;
+    const auto h = proto::health_from(*primary_health);
+    f.klass = class_for_health_kind(h.kind);
+    f.step = h.step;
+    f.run = h.run;
+    f.module = h.module.value_or("");
+    f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
+    f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" +
+                         h.site + "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
                          std::to_string(*f.step));
-    if (h.body.contains("nonfinite_sites")) {
-      f.evidence.push_back("non-finite sites that step (consequences included): " +
-                           h.body["nonfinite_sites"].dump());
+    if (!h.nonfinite_sites.is_null()) {
+      f.evidence.push_back("non-finite sites that step (consequences included): " + h.nonfinite_sites.dump());
     }
   } else if (silent_health != nullptr) {
     // Finite but unable to learn: the silent-failure monitors' finding.
     a.outcome = Outcome::kFailed;
-    const auto& h = *silent_health;
-    a.primary_health = h.body;
-    f.klass = h.get<std::string>("check", "");
-    f.step = h.get<int64_t>("step", 0);
-    f.run = h.get<int64_t>("run", 0);
-    f.module = h.get<std::string>("module", "");
-    f.message = h.get<std::string>("message", "");
-    f.evidence = h.get<std::vector<std::string>>("evidence", {});
+    a.primary_health = silent_health->body;
+    const auto h = proto::health_from(*silent_health);
+    f.klass = h.check;
+    f.step = h.step;
+    f.run = h.run;
+    f.module = h.module.value_or("");
+    f.message = h.message.value_or("");
+    f.evidence = h.evidence.value_or(std::vector<std::string>{});
     if (f.evidence.empty()) f.evidence.push_back(f.message);
   } else if (first_error != nullptr) {
     a.outcome = Outcome::kFailed;
-    const auto& e = *first_error;
-    f.message = e.get<std::string>("message", "");
-    f.step = e.get<int64_t>("step", -1) >= 0 ? std::optional<int64_t>(e.get<int64_t>("step", 0))
-                                             : std::nullopt;
-    f.run = e.get<int64_t>("run", 0);
-    f.module = e.get<std::string>("module", "");
+    const auto e = proto::error_from(*first_error);
+    f.message = e.message;
+    f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
+    f.run = e.run.value_or(0);
+    f.module = e.module.value_or("");
     const FailureClass* c = kb.match_message(f.message);
-    if (e.get<std::string>("kind", "") == "data" && (c == nullptr || c->id != "data_invalid")) {
+    if (e.kind == "data" && (c == nullptr || c->id != "data_invalid")) {
       c = kb.find("data_invalid");
     }
-    f.klass = c != nullptr ? c->id : (e.get<std::string>("kind", "") == "data" ? "data_invalid" : "exception");
+    f.klass = c != nullptr ? c->id : (e.kind == "data" ? "data_invalid" : "exception");
     f.evidence.push_back("error event: \"" + f.message + "\"" +
                          (f.step ? " at step " + std::to_string(*f.step) : std::string(" before training")) +
                          (f.module.empty() ? "" : ", last module entered `" + f.module + "`"));
@@ -406,8 +403,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     }
     for (const Event* other : errors) {
       if (other != first_error) {
-        f.secondary.push_back(other->get<std::string>("phase", "train") + ": " +
-                              other->get<std::string>("message", ""));
+        const auto o = proto::error_from(*other);
+        f.secondary.push_back(o.phase.value_or("train") + ": " + o.message);
       }
     }
   } else if (!a.done_seen) {

@@ -216,8 +216,16 @@ TrialResult run_trial(const TrialSpec& spec) {
   }
   g_current_group = pid;
   std::ofstream journal(dir / "events.jsonl", std::ios::binary | std::ios::trunc);
-  std::string pending;
-  int64_t line_no = 0;
+  StreamDecoder decoder("events.jsonl");
+  const auto on_decoded = [&](Event&& e) {
+    try {
+      if (spec.on_event) spec.on_event(e);
+    } catch (const std::exception& x) {  // a listener's failure drops its event, as a bad line would
+      result.bad_lines.push_back(x.what());
+      return;
+    }
+    result.events.push_back(std::move(e));
+  };
   auto last_event = Clock::now();
   bool exited = false;
   int status = 0;
@@ -230,21 +238,7 @@ TrialResult run_trial(const TrialSpec& spec) {
       result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
                              std::strerror(err != 0 ? err : EIO) + ")";
     }
-    pending.append(data, n);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      const std::string line = pending.substr(0, nl);
-      pending.erase(0, nl + 1);
-      ++line_no;
-      if (line.empty()) continue;
-      try {
-        Event e = decode_event(line, "events.jsonl:" + std::to_string(line_no));
-        if (spec.on_event) spec.on_event(e);
-        result.events.push_back(std::move(e));
-      } catch (const std::exception& e) {
-        result.bad_lines.push_back(e.what());
-      }
-    }
+    decoder.feed(std::string_view(data, n), on_decoded, result.bad_lines);
     last_event = Clock::now();
   };
   auto kill_group = [&](bool graceful) {
@@ -321,7 +315,7 @@ TrialResult run_trial(const TrialSpec& spec) {
   // interrupted either way.
   if (g_stop_signal != 0) result.interrupted = true;
   result.seconds = since(start);
-  result.torn_tail = pending;
+  result.torn_tail = decoder.pending();
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
   result.stderr_tail = read_tail(dir / "stderr.log", 4096);

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/proto/event_types.h"
+
 namespace dbh::harness {
 
 /// Writes the worker's event stream: one JSON line per event, written with a
@@ -18,6 +20,11 @@ class EventWriter {
   /// gone) _exits the process with kSupervisorGoneExit.
   explicit EventWriter(int fd);
   void emit(const std::string& type, nlohmann::json fields = nlohmann::json::object());
+  /// Writes one typed event (harness/proto/event_types.h).
+  template <typename E, typename = decltype(E::kType)>
+  void emit(const E& e) {
+    emit(E::kType, to_json(e));
+  }
   double elapsed() const;
 
  private:

@@ -188,24 +188,30 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
     }
   }
   if (broken != nullptr) {
-    events.emit("fault_fired", {{"fault", broken->name}, {"index", broken_index}, {"run", run}, {"step", step - 1},
-                                {"detail", {{"box_thresh", broken->get_double("box_thresh")}}}});
+    proto::FaultFired fired;
+    fired.fault = broken->name;
+    fired.index = static_cast<int64_t>(broken_index);
+    fired.run = run;
+    fired.step = step - 1;
+    fired.detail = {{"box_thresh", broken->get_double("box_thresh")}};
+    events.emit(fired);
   }
   const auto result = model::evaluate(net, v.root, v.images, inference_options(s, false, broken));
   double prob_mean = 0, text_fraction = 0;
   for (const auto& e : result.images) prob_mean += e.probability.mean, text_fraction += e.probability.text_fraction;
   const double n = std::max<double>(1.0, static_cast<double>(result.images.size()));
-  nlohmann::json body = {{"run", run},
-                         {"step", step},
-                         {"precision", result.overall.precision},
-                         {"recall", result.overall.recall},
-                         {"hmean", result.overall.hmean},
-                         {"gt", result.overall.counts.gt},
-                         {"det", result.overall.counts.det},
-                         {"matched", result.overall.counts.matched},
-                         {"images", result.images.size()},
-                         {"prob_mean", prob_mean / n},
-                         {"text_fraction", text_fraction / n}};
+  proto::Eval ev;
+  ev.run = run;
+  ev.step = step;
+  ev.precision = result.overall.precision;
+  ev.recall = result.overall.recall;
+  ev.hmean = result.overall.hmean;
+  ev.gt = result.overall.counts.gt;
+  ev.det = result.overall.counts.det;
+  ev.matched = result.overall.counts.matched;
+  ev.images = static_cast<int64_t>(result.images.size());
+  ev.prob_mean = prob_mean / n;
+  ev.text_fraction = text_fraction / n;
   const auto& val = s.data.val;
   const model::PostprocessOptions reference;
   const bool custom = broken != nullptr || val.binarize_thresh != reference.binarize_thresh ||
@@ -213,10 +219,10 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
   if (custom && result.overall.counts.det == 0) {
     // Would the reference settings keep boxes in these maps? Tells broken
     // post-processing settings from a model that finds nothing.
-    body["det_reference"] = model::evaluate(net, v.root, v.images, inference_options(s, true)).overall.counts.det;
+    ev.det_reference = model::evaluate(net, v.root, v.images, inference_options(s, true)).overall.counts.det;
   }
-  body["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  events.emit("eval", body);
+  ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  events.emit(ev);
   if (!last || val.overlays == 0) return;
   std::vector<std::string> files;
   const fs::path dir = run_dir / "eval-overlays";
@@ -231,8 +237,35 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
       files.push_back((fs::path("eval-overlays") / name).string());
     }
   }
-  events.emit("eval_overlays", {{"run", run}, {"step", step}, {"files", files}});
+  proto::EvalOverlays drawn;
+  drawn.run = run;
+  drawn.step = step;
+  drawn.files = files;
+  events.emit(drawn);
 }
+
+namespace {
+
+// model.weights: a dbh checkpoint or weights file must fill every parameter
+// and buffer of the scenario's model. A partial load would train a partly
+// random network under the file's name, so it is the run's error, naming
+// what is missing or of another shape.
+void load_initial_weights(model::DbNet& net, const std::string& path) {
+  const auto state = model::load_model_state(net, path);
+  if (state.complete()) return;
+  auto first = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
+    return out + (names.size() > 3 ? ", … (" + std::to_string(names.size()) + " in all)" : "");
+  };
+  std::string got = std::to_string(state.loaded) + " loaded";
+  if (!state.missing.empty()) got += "; missing: " + first(state.missing);
+  if (!state.mismatched.empty()) got += "; another shape: " + first(state.mismatched);
+  throw std::runtime_error("model.weights " + path + ": expected every parameter and buffer of the scenario's model (" +
+                           state.format + " file), got " + got);
+}
+
+}  // namespace
 
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
@@ -241,22 +274,26 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   try {
     s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
   } catch (const std::exception& e) {
-    events.emit("error", {{"kind", "harness"}, {"message", std::string(e.what())}});
+    proto::Error error;
+    error.kind = "harness";
+    error.message = e.what();
+    events.emit(error);
     return 3;
   }
   const int64_t threads = s.train.threads > 0 ? s.train.threads
                                                : static_cast<int64_t>(std::thread::hardware_concurrency());
-  events.emit("hello", {{"schema_version", kEventSchemaVersion},
-                        {"pid", static_cast<int64_t>(getpid())},
-                        {"seed", s.train.seed},
-                        {"scenario_hash", scenario_hash(s)},
-                        {"scenario", s.name},
-                        {"trial", trial_index},
-                        {"git", kGitRevision},
-                        {"dbh_version", kVersion},
-                        {"torch_version", TORCH_VERSION},
-                        {"device", s.hardware.device},
-                        {"threads", threads}});
+  proto::Hello hello;
+  hello.pid = static_cast<int64_t>(getpid());
+  hello.seed = s.train.seed;
+  hello.scenario_hash = scenario_hash(s);
+  hello.scenario = s.name;
+  hello.trial = trial_index;
+  hello.git = kGitRevision;
+  hello.dbh_version = kVersion;
+  hello.torch_version = TORCH_VERSION;
+  hello.device = s.hardware.device;
+  hello.threads = threads;
+  events.emit(hello);
 
   SilentOptions silent;
   silent.input = s.monitors.silent_check("input");
@@ -283,7 +320,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       torch::manual_seed(s.train.seed);
       const torch::Device device = model::parse_device(s.hardware.device);
       for (step = 0; step < 3; ++step) {
-        events.emit("step_begin", {{"run", 0}, {"step", step}});
+        events.emit(proto::StepBegin{0, step});
         auto a = torch::randn({256, 256}, device);
         auto x = torch::randn({2, 16, 32, 32}, torch::TensorOptions().device(device).requires_grad(true));
         auto w = torch::randn({32, 16, 3, 3}, torch::TensorOptions().device(device).requires_grad(true));
@@ -293,15 +330,24 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         const bool finite = std::isfinite(v) && torch::isfinite(x.grad()).all().item<bool>() &&
                             torch::isfinite(w.grad()).all().item<bool>();
         if (!finite) throw std::runtime_error("basic tensor ops produced non-finite values on " + device.str());
-        events.emit("step_end", {{"run", 0}, {"step", step}, {"loss", v}, {"seconds", 0.0}});
+        proto::StepEnd end;
+        end.ops = true;
+        end.step = step;
+        end.loss = v;
+        events.emit(end);
       }
     } catch (const std::exception& e) {
-      events.emit("error", {{"kind", "exception"}, {"run", 0}, {"step", step}, {"phase", "ops"},
-                            {"message", message_of(e)}});
-      events.emit("done", {{"status", "error"}});
+      proto::Error error;
+      error.kind = "exception";
+      error.run = 0;
+      error.step = step;
+      error.phase = "ops";
+      error.message = message_of(e);
+      events.emit(error);
+      events.emit(proto::Done{"error", {}});
       return 1;
     }
-    events.emit("done", {{"status", "passed"}});
+    events.emit(proto::Done{"passed", {}});
     return 0;
   }
   try {
@@ -312,7 +358,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       torch::set_num_threads(static_cast<int>(threads));
       (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
       const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
-      events.emit("memory_budget", b.to_json());
+      events.emit(event::kMemoryBudget, b.to_json());
       // The allocator's recent history, for the snapshot written on OOM.
       record_memory_history(s.hardware.device, kMemoryHistoryEntries);
     }
@@ -324,9 +370,11 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       const std::string copy = (fs::path(run_dir) / "data").string();
       const std::string file = corrupt_dataset_copy(data_path, copy, f.get_int("sample"), f.get("kind"));
       data_path = copy;
-      events.emit("fault_fired", {{"fault", f.name}, {"index", i}, {"run", 0}, {"step", -1},
-                                  {"detail", {{"sample", f.get_int("sample")}, {"file", file},
-                                              {"kind", f.get("kind")}, {"copy", copy}}}});
+      proto::FaultFired fired;
+      fired.fault = f.name;
+      fired.index = static_cast<int64_t>(i);
+      fired.detail = {{"sample", f.get_int("sample")}, {"file", file}, {"kind", f.get("kind")}, {"copy", copy}};
+      events.emit(fired);
     }
     std::shared_ptr<model::Dataset> dataset;
     std::shared_ptr<model::Loader> loader;
@@ -368,14 +416,14 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         }
       }
       dataset = std::make_shared<model::Dataset>(d);
-      for (const auto& defect : dataset->defects()) events.emit("warning", {{"message", defect.message}});
+      for (const auto& defect : dataset->defects()) events.emit(proto::Warning{defect.message});
     }
 
     if (!validation.images.empty()) {
       // The evaluator scores the ground truth itself before it scores the
       // model: anything below 1.0 means its metrics cannot be trusted.
-      events.emit("eval_check", {{"hmean", model::evaluator_self_check(validation.images)},
-                                 {"images", validation.images.size()}});
+      events.emit(proto::EvalCheck{model::evaluator_self_check(validation.images),
+                                   static_cast<int64_t>(validation.images.size())});
     }
     for (run = 0; run < s.repeat.in_process; ++run) {
       monitors.set_run(run);
@@ -387,12 +435,12 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                                    .cudnn_benchmark(s.hardware.cudnn_benchmark)
                                    .cudnn_deterministic(s.hardware.cudnn_deterministic)
                                    .allow_tf32(s.hardware.allow_tf32));
-      events.emit("run_begin", {{"run", run}, {"memory", memory_json(s.hardware.device)}});
+      events.emit(proto::RunBegin{run, memory_json(s.hardware.device)});
       model::DbNet net(model::DbNetOptions()
                            .encoder(model::ResNetOptions().depth(s.model.encoder))
                            .decoder(model::decoder_kind_from_string(s.model.decoder))
                            .k(s.model.k));
-      if (!s.model.weights.empty()) net->load_weights(s.model.weights);
+      if (!s.model.weights.empty()) load_initial_weights(net, s.model.weights);
       faults.on_model(net);
       faults.on_start();
       model::TrainOptions t;
@@ -411,8 +459,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       faults.set_optimizer(&trainer.optimizer());
       if (!s.train.resume_from.empty()) {
         trainer.load_checkpoint(s.train.resume_from);
-        events.emit("checkpoint", {{"run", run}, {"step", trainer.next_step()},
-                                   {"path", s.train.resume_from}, {"resumed", true}});
+        events.emit(proto::Checkpoint{run, trainer.next_step(), s.train.resume_from, /*resumed=*/true});
       }
       trainer.add_listener(borrow(faults));
       trainer.add_listener(borrow(monitors));
@@ -436,33 +483,35 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
       while (trainer.next_step() < last) {
         step = trainer.next_step();
-        events.emit("step_begin", {{"run", run}, {"step", step}});
+        events.emit(proto::StepBegin{run, step});
         reset_memory_peaks(s.hardware.device);
         const auto r = trainer.step(batches);
-        events.emit("step_end", {{"run", run},
-                                 {"step", r.step},
-                                 {"loss", r.loss},
-                                 {"bce", r.bce},
-                                 {"l1", r.l1},
-                                 {"dice", r.dice},
-                                 {"loss_bits", r.loss_bits},
-                                 {"micro_loss_bits", r.micro_loss_bits},
-                                 {"grad_norm_bits", r.grad_norm_bits},
-                                 {"lr", r.lr},
-                                 {"grad_norm", r.grad_norm},
-                                 {"skipped", r.skipped},
-                                 {"loss_scale", r.loss_scale},
-                                 {"seconds", r.seconds},
-                                 {"samples", r.samples},
-                                 {"memory", memory_json(s.hardware.device)},
-                                 {"phases", monitors.phase_memory()},
-                                 {"silent", monitors.silent_stats()}});
+        proto::StepEnd end;
+        end.run = run;
+        end.step = r.step;
+        end.loss = r.loss;
+        end.bce = r.bce;
+        end.l1 = r.l1;
+        end.dice = r.dice;
+        end.loss_bits = r.loss_bits;
+        end.micro_loss_bits = r.micro_loss_bits;
+        end.grad_norm_bits = r.grad_norm_bits;
+        end.lr = r.lr;
+        end.grad_norm = r.grad_norm;
+        end.skipped = r.skipped;
+        end.loss_scale = r.loss_scale;
+        end.seconds = r.seconds;
+        end.samples = r.samples;
+        end.memory = memory_json(s.hardware.device);
+        end.phases = monitors.phase_memory();
+        end.silent = monitors.silent_stats();
+        events.emit(end);
         if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
           const std::string path = (fs::path(run_dir) / ("checkpoint-r" + std::to_string(run) + "-s" +
                                                          std::to_string(trainer.next_step()) + ".pt"))
                                        .string();
           trainer.save_checkpoint(path);
-          events.emit("checkpoint", {{"run", run}, {"step", trainer.next_step()}, {"path", path}});
+          events.emit(proto::Checkpoint{run, trainer.next_step(), path});
         }
         if (s.train.eval_every > 0 && !validation.images.empty() &&
             (trainer.next_step() % s.train.eval_every == 0 || trainer.next_step() == last)) {
@@ -473,42 +522,51 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       std::ostringstream checksum;
       checksum << std::hex << parameter_checksum(net);
       loader.reset();
-      events.emit("run_end", {{"run", run},
-                              {"steps", trainer.next_step()},
-                              {"checksum", checksum.str()},
-                              {"memory", memory_json(s.hardware.device)}});
+      events.emit(proto::RunEnd{run, trainer.next_step(), checksum.str(), memory_json(s.hardware.device)});
     }
   } catch (const DivergedError& e) {
     status = "diverged";
-    events.emit("error", {{"kind", "diverged"}, {"run", run}, {"step", step},
-                          {"message", std::string(e.what())}, {"module", monitors.last_module()}});
+    proto::Error error;
+    error.kind = "diverged";
+    error.run = run;
+    error.step = step;
+    error.message = e.what();
+    error.module = monitors.last_module();
+    events.emit(error);
     try {
       const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-      if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
     } catch (const std::exception&) {
     }
   } catch (const SilentFailureError& e) {
     // Finite but unable to learn: the monitors' health event says why.
     status = "failed";
-    events.emit("error", {{"kind", "silent"}, {"run", run}, {"step", step},
-                          {"message", std::string(e.what())}, {"module", monitors.last_module()}});
+    proto::Error error;
+    error.kind = "silent";
+    error.run = run;
+    error.step = step;
+    error.message = e.what();
+    error.module = monitors.last_module();
+    events.emit(error);
     try {
       const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-      if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
     } catch (const std::exception&) {
     }
   } catch (const std::exception& e) {
     status = "error";
     const bool data = dynamic_cast<const model::DataError*>(&e) != nullptr;
-    events.emit("error", {{"kind", data ? "data" : "exception"},
-                          {"run", run},
-                          {"step", step},
-                          {"phase", "train"},
-                          {"message", message_of(e)},
-                          {"backtrace", backtrace_of(e)},
-                          {"module", monitors.last_module()},
-                          {"memory", memory_json(s.hardware.device)},
-                          {"phases", monitors.phase_memory()}});
+    proto::Error error;
+    error.kind = data ? "data" : "exception";
+    error.run = run;
+    error.step = step;
+    error.phase = "train";
+    error.message = message_of(e);
+    error.backtrace = backtrace_of(e);
+    error.module = monitors.last_module();
+    error.memory = memory_json(s.hardware.device);
+    error.phases = monitors.phase_memory();
+    events.emit(error);
     // Memory exhaustion on CUDA: the allocator's state and recent history,
     // in the format PyTorch's memory viewer opens.
     const std::string what = message_of(e);
@@ -517,7 +575,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       const std::string file = (fs::path(run_dir) / "snapshot.pickle").string();
       try {
         if (write_memory_snapshot(s.hardware.device, file)) {
-          events.emit(event::kMemorySnapshot, {{"run", run}, {"step", step}, {"file", file}});
+          events.emit(proto::MemorySnapshot{run, step, file});
         }
       } catch (const std::exception&) {
       }
@@ -525,7 +583,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     if (!faults.context_poisoned()) {
       try {
         const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-        if (!files.empty()) events.emit("overlays", {{"run", run}, {"step", step}, {"files", files}});
+        if (!files.empty()) events.emit(proto::Overlays{run, step, files});
       } catch (const std::exception&) {
       }
     }
@@ -534,13 +592,18 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     try {
       faults.on_teardown();
     } catch (const std::exception& t) {
-      events.emit("error", {{"kind", "exception"}, {"run", run}, {"step", step},
-                            {"phase", "teardown"}, {"message", message_of(t)},
-                            {"module", monitors.last_module()}});
+      proto::Error error;
+      error.kind = "exception";
+      error.run = run;
+      error.step = step;
+      error.phase = "teardown";
+      error.message = message_of(t);
+      error.module = monitors.last_module();
+      events.emit(error);
     }
   }
   model::set_module_observer(nullptr);
-  events.emit("done", {{"status", status}, {"memory", memory_json(s.hardware.device)}});
+  events.emit(proto::Done{status, memory_json(s.hardware.device)});
   return status == "passed" ? 0 : 1;
 }
 

@@ -1,6 +1,9 @@
 // Drives the real dbh binary the way a user does.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -79,6 +82,36 @@ TEST(CliTest, TrainsOnSyntheticDataAndWritesItsOutput) {
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("steps_completed").get<int>(), 3);
   EXPECT_TRUE(j.at("all_losses_finite").get<bool>());
+}
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// SIGTERM (or Ctrl-C) in the middle of `dbh train`: exit 128 + signal, and the
+// folder it claimed (lock, metrics, checkpoints) is removed, never left
+// half-written.
+TEST(CliTest, InterruptedTrainingLeavesNothingBehind) {
+  const auto out = fresh_dir("train-interrupted");
+  const auto log = fresh_dir("train-interrupted.log");
+  const pid_t pid = testing::spawn_process({DBH_BINARY, "train", "--steps", "100000", "--size", "64",
+                                            "--batch-size", "1", "--threads", "2", "--checkpoint-every", "1",
+                                            "--out", out.string()},
+                                           DBH_SOURCE_DIR, log.string());
+  bool started = false;
+  for (int i = 0; i < 1200 && !started; ++i) {
+    started = file_text(log).find("step    2/") != std::string::npos;
+    if (!started) ::usleep(100 * 1000);
+  }
+  ASSERT_TRUE(started) << file_text(log);
+  ::kill(pid, SIGTERM);
+  const auto r = testing::wait_process(pid, 120);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << file_text(log);
+  EXPECT_NE(file_text(log).find("interrupted by SIGTERM"), std::string::npos) << file_text(log);
+  EXPECT_FALSE(fs::exists(out)) << "an interrupted training left " << out;
+  fs::remove(log);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/proto/events.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -152,7 +153,7 @@ json corrupt_sample_event(const fs::path& out) {
   std::string line;
   while (std::getline(lines, line)) {
     const json e = json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("type", "") == "fault_fired" && e.value("fault", "") == "corrupt_sample") return e;
+    if (e.is_object() && e.value("type", "") == harness::event::kFaultFired && e.value("fault", "") == "corrupt_sample") return e;
   }
   return json();
 }

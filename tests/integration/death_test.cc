@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/proto/events.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -90,7 +91,7 @@ class DeathTest : public ::testing::Test {
     std::string first;
     std::getline(in, first);
     const json hello = json::parse(first);
-    EXPECT_EQ(hello.at("type"), "hello");
+    EXPECT_EQ(hello.at("type"), harness::event::kHello);
     return hello.at("pid").get<int64_t>();
   }
 

@@ -3,7 +3,9 @@
 // structure and arithmetic, the overlays, and bad input.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -275,6 +277,97 @@ TEST_F(EvalTest, BadInputExitsTwoAndLeavesNothingBehind) {
   const json j = read_json(out / "eval.json");
   EXPECT_FALSE(j["weights"]["missing"].empty());
   EXPECT_EQ(j["model"]["encoder"], "resnet34");
+}
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Ctrl-C in the middle of an evaluation: exit 130, and the folder it claimed
+// (its lock, its owner record, any overlay) is gone.
+TEST_F(EvalTest, InterruptedEvaluationLeavesNothingBehind) {
+  const fs::path out = root_ / "interrupted";
+  const fs::path log = root_ / "interrupted.log";
+  const pid_t pid = testing::spawn_process({DBH_BINARY, "eval", "--weights", init_checkpoint_.string(), "--data",
+                                            "fixtures/real", "--size", "736", "--threads", "2", "--out",
+                                            out.string()},
+                                           DBH_SOURCE_DIR, log.string());
+  // Interrupted once the first image is scored, while the others are not.
+  bool started = false;
+  for (int i = 0; i < 1200 && !started; ++i) {
+    started = file_text(log).find("[ 1/") != std::string::npos;
+    if (!started) ::usleep(100 * 1000);
+  }
+  ASSERT_TRUE(started) << file_text(log);
+  ::kill(pid, SIGINT);
+  const auto r = testing::wait_process(pid, 120);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 130) << file_text(log);
+  EXPECT_NE(file_text(log).find("interrupted by SIGINT"), std::string::npos) << file_text(log);
+  EXPECT_FALSE(fs::exists(out)) << "an interrupted evaluation left " << out;
+}
+
+// --save-weights never overwrites the --weights file (a checkpoint would lose
+// its optimizer state) nor a file that is not a LibTorch archive.
+TEST_F(EvalTest, SaveWeightsNeverReplacesTheWeightsOrAUsersFile) {
+  const fs::path ckpt = root_ / "own.pt";
+  fs::copy_file(init_checkpoint_, ckpt, fs::copy_options::overwrite_existing);
+  const std::string before = file_text(ckpt);
+  const fs::path notes = root_ / "notes.txt";
+  {
+    std::ofstream(notes) << "my notes\n";
+  }
+  const fs::path out = root_ / "save-refused";
+  for (const auto& [target, message] :
+       std::vector<std::pair<fs::path, std::string>>{{ckpt, "expected a file other than --weights"},
+                                                      {notes, "an existing file that is not one"},
+                                                      {root_, "expected a new file or a weights file to replace"}}) {
+    const auto r = dbh({"eval", "--weights", ckpt.string(), "--data", "fixtures/real", "--size", "64",
+                        "--threads", "2", "--overlays", "0", "--save-weights", target.string(), "--out",
+                        out.string(), "-q"});
+    EXPECT_EQ(r.exit_code, 2) << target << "\n" << r.err;
+    EXPECT_NE(r.err.find("dbh eval: --save-weights " + target.string() + ": expected"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << target;
+  }
+  EXPECT_EQ(file_text(ckpt), before) << "the --weights file was changed";
+  EXPECT_EQ(file_text(notes), "my notes\n");
+  for (const auto& e : fs::directory_iterator(root_)) {
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temporary file left: " << e.path();
+  }
+}
+
+// `dbh train --weights` reads a dbh checkpoint as `dbh eval` does (it used to
+// load none of its tensors and train from scratch); a file of another
+// architecture is bad input that names itself, and leaves no folder.
+TEST_F(EvalTest, TrainLoadsACheckpointAsWeightsAndRefusesAnotherArchitecture) {
+  const fs::path out = root_ / "train-from-checkpoint";
+  const auto ok = dbh({"train", "--weights", init_checkpoint_.string(), "--steps", "1", "--size", "64",
+                       "--batch-size", "1", "--threads", "2", "--out", out.string()});
+  ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("loaded 164 tensors"), std::string::npos) << ok.out;
+  EXPECT_EQ(ok.err.find("warning"), std::string::npos) << ok.err;
+  // Another decoder: the encoder loads, and the rest is said.
+  const fs::path pan = root_ / "train-pan";
+  const auto partial = dbh({"train", "--weights", init_checkpoint_.string(), "--decoder", "pan", "--steps", "1",
+                            "--size", "64", "--batch-size", "1", "--threads", "2", "--out", pan.string(), "-q"});
+  ASSERT_EQ(partial.exit_code, 0) << partial.err;
+  EXPECT_NE(partial.err.find("tensors of resnet18 + pan; the others keep their initial values"), std::string::npos)
+      << partial.err;
+  // Resuming a resnet18 checkpoint as a resnet50 run.
+  const fs::path bad = root_ / "train-resume-r50";
+  const auto r = dbh({"train", "--resume", init_checkpoint_.string(), "--encoder", "50", "--steps", "2", "--size",
+                      "64", "--out", bad.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("dbh train: --resume " + init_checkpoint_.string() +
+                       ": expected a file of resnet50 + fpn (--encoder, --decoder), got one that does not load"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(bad));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/faults/catalog.h"
+#include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/subprocess.h"
 
@@ -101,7 +102,7 @@ std::vector<json> fired_faults(const fs::path& out) {
   std::ifstream in(out / "events.jsonl");
   for (std::string line; std::getline(in, line);) {
     const json e = json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("type", "") == "fault_fired") fired.push_back(e);
+    if (e.is_object() && e.value("type", "") == harness::event::kFaultFired) fired.push_back(e);
   }
   return fired;
 }
@@ -213,7 +214,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   std::string first;
   ASSERT_TRUE(std::getline(events, first));
   const json hello = json::parse(first);
-  EXPECT_EQ(hello.at("type"), "hello");
+  EXPECT_EQ(hello.at("type"), harness::event::kHello);
   EXPECT_EQ(hello.at("scenario_hash"), harness::scenario_hash(s));
   fs::remove_all(out.parent_path());
 }

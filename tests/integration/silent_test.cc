@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/faults/catalog.h"
+#include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/files.h"
 #include "tests/support/subprocess.h"
@@ -149,7 +150,7 @@ TEST_P(SilentControlTest, WithoutTheFaultItPasses) {
   int with_readings = 0;
   for (std::string line; std::getline(events, line);) {
     const json e = json::parse(line);
-    if (e.at("type") != "step_end") continue;
+    if (e.at("type") != harness::event::kStepEnd) continue;
     const json& silent = e.at("silent");
     if (silent.contains("text_pixels") && silent.contains("prob_max")) ++with_readings;
   }
@@ -216,7 +217,7 @@ TEST(SilentFaultTest, LocaliseModeFindsTheSame) {
   bool localise = false;
   for (std::string line; std::getline(events, line);) {
     const json e = json::parse(line);
-    if (e.at("type") == "health" && e.value("check", "") == "input_denormalised")
+    if (e.at("type") == harness::event::kHealth && e.value("check", "") == "input_denormalised")
       localise = e.value("mode", "") == "localise";
   }
   EXPECT_TRUE(localise) << "the health event says which mode found it";

@@ -111,8 +111,10 @@ RC_GTEST_PROP(EventCodecProp, StreamCutAnywhereDecodesToAPrefixAndATornTail, ())
   std::vector<size_t> line_ends;  // offset just past each '\n'
   std::vector<json> bodies;
   for (int i = 0; i < count; ++i) {
-    const std::string type = *rc::gen::element<std::string>("step_begin", "step_end", "error", "warning",
-                                                             "fault_fired", "health", "x\n\xff");
+    // Every declared type, and one that is not (the codec carries any).
+    std::vector<std::string> types(event::kAll.begin(), event::kAll.end());
+    types.push_back("x\n\xff");
+    const std::string type = *rc::gen::elementOf(types);
     const std::string message = *rc::gen::arbitrary<std::string>();
     const std::string line =
         encode_event(type, {{"message", message}, {"step", i}, {"detail", AnyJson(1)}}, 0.25 * i);

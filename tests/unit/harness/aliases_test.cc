@@ -123,6 +123,28 @@ TEST(AliasTest, ModelDataAndTrainerKeys) {
   EXPECT_EQ(alias("exp_name", "a: b").value, "\"a: b\"");  // quoted: never parsed as YAML
 }
 
+// What reaches the generated YAML is checked, never passed through: a name
+// that is not one line of UTF-8 (nlohmann::json would throw on it: an
+// internal error) and a number with leading space (strtod skips it, and a
+// newline would reach the YAML) are values the alias does not accept.
+TEST(AliasTest, ValuesThatCannotBeWrittenAsTheyAreAreInvalid) {
+  EXPECT_EQ(alias("exp_name", "a\xff" "b").kind, Kind::kInvalid);
+  EXPECT_EQ(alias("exp_name", "a\tb").kind, Kind::kInvalid);
+  EXPECT_EQ(alias("exp_name", std::string(201, 'x')).kind, Kind::kInvalid);
+  EXPECT_EQ(alias("exp_name", "ünïcode").kind, Kind::kMapped);
+  EXPECT_EQ(alias("trainer.gradient_clip_val", "\n  5").kind, Kind::kInvalid);
+  EXPECT_EQ(alias("model.optimizer.lr", " 0.1").kind, Kind::kInvalid);
+  EXPECT_EQ(alias("model.optimizer.lr", "1e400").kind, Kind::kInvalid);
+  EXPECT_EQ(alias("model.optimizer.lr", "nan").kind, Kind::kInvalid);
+  EXPECT_THROW(translate_override("exp_name=\xff"), ScenarioError);
+  FromCommandOptions o;
+  o.name = "a\xff";
+  EXPECT_THROW(scenario_from_command("python t.py", o), UsageError);
+  o.name = "";
+  o.include = "base-\xff.yaml";
+  EXPECT_THROW(scenario_from_command("python t.py", o), UsageError);
+}
+
 TEST(AliasTest, HydraHardwareConfigNamesTheProfileItBeginsWith) {
   const AliasTranslation t = alias("+hardware", "rtx3060_12gb_i5_16core");
   EXPECT_EQ(t.kind, Kind::kMapped);

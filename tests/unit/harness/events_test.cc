@@ -31,22 +31,22 @@ TEST(EncodeEvent, OneLineWithTypeAndTime) {
   const std::string line = encode_event(event::kStepEnd, {{"run", 0}, {"step", 3}, {"loss", 0.5}}, 1.25);
   EXPECT_TRUE(IsOneFrame(line));
   const json j = json::parse(line);
-  EXPECT_EQ(j.at("type"), "step_end");
+  EXPECT_EQ(j.at("type"), event::kStepEnd);
   EXPECT_DOUBLE_EQ(j.at("t").get<double>(), 1.25);
   EXPECT_EQ(j.at("step"), 3);
   EXPECT_DOUBLE_EQ(j.at("loss").get<double>(), 0.5);
 }
 
 TEST(EncodeEvent, TheTypeArgumentAndTimeWinOverFields) {
-  const json j = json::parse(encode_event("hello", {{"type", "spoof"}, {"t", 99}, {"pid", 7}}, 2));
-  EXPECT_EQ(j.at("type"), "hello");
+  const json j = json::parse(encode_event(event::kHello, {{"type", "spoof"}, {"t", 99}, {"pid", 7}}, 2));
+  EXPECT_EQ(j.at("type"), event::kHello);
   EXPECT_EQ(j.at("t"), 2);
   EXPECT_EQ(j.at("pid"), 7);
 }
 
 TEST(EncodeEvent, NonObjectFieldsAreDropped) {
   for (const json& fields : {json(nullptr), json(3), json("x"), json::array({1, 2})}) {
-    const std::string line = encode_event("heartbeat", fields, 0);
+    const std::string line = encode_event(event::kHeartbeat, fields, 0);
     EXPECT_TRUE(IsOneFrame(line));
     const json j = json::parse(line);
     EXPECT_EQ(j.size(), 2u) << line;
@@ -63,8 +63,8 @@ TEST(EncodeEvent, RoundTripsThroughDecodeEvent) {
                        {"ok", true},
                        {"nothing", nullptr},
                        {"negative", -17}};
-  const Event e = decode_event(encode_event("step_end", fields, 3.5), "x:1");
-  EXPECT_EQ(e.type, "step_end");
+  const Event e = decode_event(encode_event(event::kStepEnd, fields, 3.5), "x:1");
+  EXPECT_EQ(e.type, event::kStepEnd);
   EXPECT_DOUBLE_EQ(e.t, 3.5);
   for (const auto& [k, v] : fields.items()) EXPECT_EQ(e.body.at(k), v) << k;
   EXPECT_EQ(e.get<int64_t>("step", -1), 42);
@@ -80,7 +80,7 @@ TEST(EncodeEvent, NewlinesAndControlCharactersStayInsideTheLine) {
   std::string message = "line one\nline two\r\nthree\ttab\x01\x02\x1f end\0mid";
   message += std::string("\0after nul", 10);
   message += "\xe2\x80\xa8 (U+2028) \xc3\xa9";
-  const std::string line = encode_event("error", {{"message", message}, {"back\ntrace", "k\n"}}, 0);
+  const std::string line = encode_event(event::kError, {{"message", message}, {"back\ntrace", "k\n"}}, 0);
   EXPECT_TRUE(IsOneFrame(line));
   const auto stream = decode_stream(line + line, "events.jsonl");
   ASSERT_EQ(stream.events.size(), 2u);
@@ -93,7 +93,7 @@ TEST(EncodeEvent, NewlinesAndControlCharactersStayInsideTheLine) {
 TEST(EncodeEvent, InvalidUtf8IsReplacedNotThrown) {
   const std::string bad = std::string("cuDNN \xff\xfe error \xc3 at \x80 end");
   std::string line;
-  ASSERT_NO_THROW(line = encode_event("error", {{"message", bad}, {std::string("k\xff"), 1}}, 0));
+  ASSERT_NO_THROW(line = encode_event(event::kError, {{"message", bad}, {std::string("k\xff"), 1}}, 0));
   EXPECT_TRUE(IsOneFrame(line));
   const auto stream = decode_stream(line, "events.jsonl");
   ASSERT_EQ(stream.events.size(), 1u);
@@ -136,7 +136,7 @@ TEST(DecodeEvent, ErrorsNameTheLocation) {
 
 TEST(DecodeEvent, ToleratesWhitespaceAndMissingTime) {
   const Event e = decode_event("  {\"type\":\"heartbeat\"}\r", "f:1");
-  EXPECT_EQ(e.type, "heartbeat");
+  EXPECT_EQ(e.type, event::kHeartbeat);
   EXPECT_EQ(e.t, 0);
   EXPECT_EQ(decode_event("{\"type\":\"x\",\"t\":\"soon\"}", "f:1").t, 0);
 }
@@ -151,12 +151,12 @@ TEST(DecodeStream, EmptyTextHasNoEvents) {
 }
 
 TEST(DecodeStream, TornLastLineIsKeptApartAndNotDecoded) {
-  const std::string a = encode_event("step_begin", {{"step", 0}}, 0.1);
-  const std::string b = encode_event("step_end", {{"step", 0}}, 0.2);
+  const std::string a = encode_event(event::kStepBegin, {{"step", 0}}, 0.1);
+  const std::string b = encode_event(event::kStepEnd, {{"step", 0}}, 0.2);
   const std::string torn = b.substr(0, b.size() / 2);
   const auto s = decode_stream(a + torn, "events.jsonl");
   ASSERT_EQ(s.events.size(), 1u);
-  EXPECT_EQ(s.events[0].type, "step_begin");
+  EXPECT_EQ(s.events[0].type, event::kStepBegin);
   EXPECT_EQ(s.torn_tail, torn);
   EXPECT_TRUE(s.bad_lines.empty());
   // A complete object without its '\n' is still a torn write.
@@ -166,14 +166,14 @@ TEST(DecodeStream, TornLastLineIsKeptApartAndNotDecoded) {
 }
 
 TEST(DecodeStream, BadLinesAreSkippedAndReportedWithTheirLineNumber) {
-  const std::string text = encode_event("hello", {}, 0) + "not json\n" + "\n" +
-                           encode_event("run_begin", {}, 0) + "[1]\n" + "{\"no\":\"type\"}\n" +
-                           encode_event("done", {}, 0);
+  const std::string text = encode_event(event::kHello, {}, 0) + "not json\n" + "\n" +
+                           encode_event(event::kRunBegin, {}, 0) + "[1]\n" + "{\"no\":\"type\"}\n" +
+                           encode_event(event::kDone, {}, 0);
   const auto s = decode_stream(text, "events.jsonl");
   ASSERT_EQ(s.events.size(), 3u);
-  EXPECT_EQ(s.events[0].type, "hello");
-  EXPECT_EQ(s.events[1].type, "run_begin");
-  EXPECT_EQ(s.events[2].type, "done");
+  EXPECT_EQ(s.events[0].type, event::kHello);
+  EXPECT_EQ(s.events[1].type, event::kRunBegin);
+  EXPECT_EQ(s.events[2].type, event::kDone);
   ASSERT_EQ(s.bad_lines.size(), 3u);
   EXPECT_EQ(s.bad_lines[0].rfind("events.jsonl:2: ", 0), 0u) << s.bad_lines[0];
   EXPECT_EQ(s.bad_lines[1].rfind("events.jsonl:5: ", 0), 0u) << s.bad_lines[1];
@@ -182,7 +182,7 @@ TEST(DecodeStream, BadLinesAreSkippedAndReportedWithTheirLineNumber) {
 }
 
 TEST(DecodeStream, EmptyLinesAreSkippedSilently) {
-  const std::string e = encode_event("heartbeat", {}, 0);
+  const std::string e = encode_event(event::kHeartbeat, {}, 0);
   const auto s = decode_stream("\n\n" + e + "\n\n" + e + "\n", "events.jsonl");
   EXPECT_EQ(s.events.size(), 2u);
   EXPECT_TRUE(s.bad_lines.empty());
@@ -190,7 +190,7 @@ TEST(DecodeStream, EmptyLinesAreSkippedSilently) {
 }
 
 TEST(DecodeStream, CrLfLineEndingsDecode) {
-  const std::string e = encode_event("heartbeat", {}, 0);
+  const std::string e = encode_event(event::kHeartbeat, {}, 0);
   const auto s = decode_stream(e.substr(0, e.size() - 1) + "\r\n" + e, "events.jsonl");
   EXPECT_EQ(s.events.size(), 2u);
   EXPECT_TRUE(s.bad_lines.empty());

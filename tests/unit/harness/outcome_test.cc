@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/scenario/scenario.h"
@@ -25,47 +26,75 @@ Event Ev(const std::string& type, json fields = json::object()) {
   return decode_event(encode_event(type, std::move(fields), 0.5), "test");
 }
 
-// A builder for a worker's event stream and its exit.
+// A builder for a worker's event stream and its exit, from the worker's own
+// typed events (harness/proto/event_types.h).
 class Stream {
  public:
-  Stream() { add("hello", {{"schema_version", kEventSchemaVersion}, {"pid", 1234}, {"scenario_hash", "abc"}}); }
+  Stream() {
+    proto::Hello hello;
+    hello.pid = 1234;
+    hello.scenario_hash = "abc";
+    add(hello);
+  }
+  /// A raw event: a field or an event the typed ones do not write.
   Stream& add(const std::string& type, json fields = json::object()) {
     r_.events.push_back(Ev(type, std::move(fields)));
     return *this;
   }
+  template <typename E, typename = decltype(E::kType)>
+  Stream& add(const E& e) {
+    return add(E::kType, to_json(e));
+  }
   Stream& run_begin(int64_t run = 0, int64_t rss = 100 * kMiB) {
-    return add("run_begin", {{"run", run}, {"memory", {{"rss_bytes", rss}, {"peak_rss_bytes", rss}}}});
+    return add(proto::RunBegin{run, {{"rss_bytes", rss}, {"peak_rss_bytes", rss}}});
   }
   Stream& step(int64_t s, int64_t run = 0) {
-    add("step_begin", {{"run", run}, {"step", s}});
-    return add("step_end", {{"run", run},
-                            {"step", s},
-                            {"loss", 1.0 / static_cast<double>(s + 1)},
-                            {"loss_bits", 1065353216u + static_cast<uint32_t>(s)},
-                            {"grad_norm", 2.0},
-                            {"memory", {{"rss_bytes", 200 * kMiB}, {"peak_rss_bytes", 300 * kMiB + s}}}});
+    add(proto::StepBegin{run, s});
+    proto::StepEnd end;
+    end.run = run;
+    end.step = s;
+    end.loss = 1.0 / static_cast<double>(s + 1);
+    end.loss_bits = 1065353216u + static_cast<uint32_t>(s);
+    end.grad_norm = 2.0;
+    end.memory = {{"rss_bytes", 200 * kMiB}, {"peak_rss_bytes", 300 * kMiB + s}};
+    return add(end);
   }
-  Stream& begin(int64_t s, int64_t run = 0) { return add("step_begin", {{"run", run}, {"step", s}}); }
+  Stream& begin(int64_t s, int64_t run = 0) { return add(proto::StepBegin{run, s}); }
   Stream& run_end(int64_t run = 0, int64_t rss = 200 * kMiB) {
-    return add("run_end", {{"run", run}, {"steps", 2}, {"checksum", "c" + std::to_string(run)},
-                           {"memory", {{"rss_bytes", rss}}}});
+    return add(proto::RunEnd{run, 2, "c" + std::to_string(run), {{"rss_bytes", rss}}});
   }
   Stream& fault(const std::string& name, int64_t index, int64_t s, const std::string& module = "") {
-    json j = {{"fault", name}, {"index", index}, {"run", 0}, {"step", s}};
-    if (!module.empty()) j["module"] = module;
-    return add("fault_fired", j);
+    proto::FaultFired f;
+    f.fault = name;
+    f.index = index;
+    f.step = s;
+    f.module = module;
+    return add(f);
   }
   Stream& health(const std::string& kind, int64_t s, const std::string& module, bool primary = true) {
-    return add("health", {{"run", 0}, {"step", s}, {"check", "finite"}, {"site", module.empty() ? kind : module},
-                          {"kind", kind}, {"module", module}, {"primary", primary}, {"mode", "cheap"}});
+    proto::Health h;
+    h.step = s;
+    h.check = "finite";
+    h.site = module.empty() ? kind : module;
+    h.kind = kind;
+    h.module = module;
+    h.primary = primary;
+    h.mode = "cheap";
+    return add(h);
   }
   Stream& error(const std::string& message, int64_t s, const std::string& module,
                 const std::string& kind = "exception", const std::string& phase = "train") {
-    return add("error", {{"kind", kind}, {"run", 0}, {"step", s}, {"phase", phase},
-                         {"message", message}, {"module", module}});
+    proto::Error e;
+    e.kind = kind;
+    e.run = 0;
+    e.step = s;
+    e.phase = phase;
+    e.message = message;
+    e.module = module;
+    return add(e);
   }
   Stream& done(const std::string& status = "passed") {
-    return add("done", {{"status", status}, {"memory", {{"peak_rss_bytes", 400 * kMiB}}}});
+    return add(proto::Done{status, {{"peak_rss_bytes", 400 * kMiB}}});
   }
   Stream& exit(int code) {
     r_.exit_code = code;
@@ -263,8 +292,16 @@ TEST(Classify, PrimaryHealthFindingIsDivergedWithItsClassStepAndModule) {
 TEST(Classify, NonPrimaryOrNonFiniteHealthAloneIsNotADivergence) {
   Stream st;
   st.run_begin().step(0);
-  st.add("health", {{"run", 0}, {"step", 0}, {"check", "finite"}, {"kind", "activation"}, {"primary", false}});
-  st.add("health", {{"run", 0}, {"step", 0}, {"check", "loss_spike"}, {"kind", "loss"}, {"primary", true}});
+  proto::Health consequence;
+  consequence.check = "finite";
+  consequence.kind = "activation";
+  consequence.primary = false;
+  st.add(consequence);
+  proto::Health spike;
+  spike.check = "loss_spike";
+  spike.kind = "loss";
+  spike.primary = true;
+  st.add(spike);
   st.run_end().done().exit(0);
   EXPECT_EQ(Classify(st.result()).outcome, Outcome::kPassed);
 }
@@ -423,7 +460,10 @@ TEST(Classify, WorkerThatSaysItFailedIsNeverPassed) {
 // class "exception").
 TEST(Classify, HarnessErrorInTheWorkerIsUnresolved) {
   Stream st;
-  st.add("error", {{"kind", "harness"}, {"message", "scenario.resolved.json:3:1: expected valid YAML"}});
+  proto::Error harness_error;
+  harness_error.kind = "harness";
+  harness_error.message = "scenario.resolved.json:3:1: expected valid YAML";
+  st.add(harness_error);
   st.exit(3);
   const auto a = Classify(st.result());
   EXPECT_EQ(to_string(a.outcome), "unresolved");

@@ -16,6 +16,7 @@
 
 #include "harness/common/error.h"
 #include "harness/faults/catalog.h"
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/scenario/scenario.h"
@@ -37,24 +38,38 @@ Event Ev(const std::string& type, json fields = json::object()) {
 class Stream {
  public:
   Stream() {
-    add("hello", {{"schema_version", kEventSchemaVersion}, {"pid", 1}, {"scenario_hash", "abc"}});
-    add("run_begin", {{"run", 0}});
+    proto::Hello hello;
+    hello.pid = 1;
+    hello.scenario_hash = "abc";
+    add(hello);
+    add(proto::RunBegin{0, {}});
   }
+  /// A raw event: fields the typed ones do not write, or leave out.
   Stream& add(const std::string& type, json fields = json::object()) {
     r_.events.push_back(Ev(type, std::move(fields)));
     return *this;
   }
+  template <typename E, typename = decltype(E::kType)>
+  Stream& add(const E& e) {
+    return add(E::kType, to_json(e));
+  }
   Stream& steps(const std::vector<double>& losses, int64_t run = 0) {
     for (size_t i = 0; i < losses.size(); ++i) {
       const auto s = static_cast<int64_t>(i);
-      add("step_begin", {{"run", run}, {"step", s}});
-      add("step_end", {{"run", run}, {"step", s}, {"loss", losses[i]}, {"lr", 0.007}, {"grad_norm", 3.0}});
+      add(proto::StepBegin{run, s});
+      proto::StepEnd end;
+      end.run = run;
+      end.step = s;
+      end.loss = losses[i];
+      end.lr = 0.007;
+      end.grad_norm = 3.0;
+      add(end);
     }
     return *this;
   }
   Stream& finish(int64_t steps, int64_t run = 0) {
-    add("run_end", {{"run", run}, {"steps", steps}, {"checksum", "c"}});
-    add("done", {{"status", "passed"}});
+    add(proto::RunEnd{run, steps, "c", {}});
+    add(proto::Done{"passed", {}});
     r_.exit_code = 0;
     return *this;
   }
@@ -108,21 +123,27 @@ TEST(SilentKnowledgeBase, HasEveryNewClassWithCausesAndResolutions) {
 TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
   Stream st;
   st.steps({0.9, 0.8, 0.7});
-  st.add("step_begin", {{"run", 0}, {"step", 3}});
+  st.add(proto::StepBegin{0, 3});
   const std::vector<std::string> evidence = {"input mean 0.000 (all 2 images black after de-normalisation) at step 3",
                                              "de-normalised mean / min / max per image: a 0.0 / 0.0 / 0.0"};
-  st.add("health", {{"run", 0},
-                    {"step", 3},
-                    {"check", "input_denormalised"},
-                    {"kind", "input"},
-                    {"site", "image"},
-                    {"module", ""},
-                    {"primary", true},
-                    {"message", "input black after de-normalisation at step 3"},
-                    {"evidence", evidence}});
-  st.add("error",
-         {{"kind", "silent"}, {"run", 0}, {"step", 3}, {"message", "input black"}, {"module", "head.binarize"}});
-  st.add("done", {{"status", "failed"}});
+  proto::Health h;
+  h.step = 3;
+  h.check = "input_denormalised";
+  h.kind = "input";
+  h.site = "image";
+  h.module = "";
+  h.primary = true;
+  h.message = "input black after de-normalisation at step 3";
+  h.evidence = evidence;
+  st.add(h);
+  proto::Error error;
+  error.kind = "silent";
+  error.run = 0;
+  error.step = 3;
+  error.message = "input black";
+  error.module = "head.binarize";
+  st.add(error);
+  st.add(proto::Done{"failed", {}});
   st.result().exit_code = 1;
   const TrialAnalysis a = classify(st.result(), Steps(10, 0), Kb());
   EXPECT_EQ(a.outcome, Outcome::kFailed) << "a silent finding is a failure, not a divergence";
@@ -140,13 +161,14 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
   for (const char* check : {"input_denormalised", "labels_degenerate", "predictions_collapsed"}) {
     Stream st;
     st.steps({0.9});
-    st.add("health", {{"run", 0},
-                      {"step", 1},
-                      {"check", check},
-                      {"primary", true},
-                      {"message", "m"},
-                      {"evidence", json::array({"e"})}});
-    st.add("done", {{"status", "failed"}});
+    proto::Health h;
+    h.step = 1;
+    h.check = check;
+    h.primary = true;
+    h.message = "m";
+    h.evidence = std::vector<std::string>{"e"};
+    st.add(h);
+    st.add(proto::Done{"failed", {}});
     st.result().exit_code = 1;
     const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
     EXPECT_EQ(a.outcome, Outcome::kFailed) << check;
@@ -157,16 +179,22 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
 TEST(SilentClassify, AFiniteFailureTakesPrecedence) {
   Stream st;
   st.steps({0.9});
-  st.add("health", {{"run", 0},
-                    {"step", 1},
-                    {"check", "finite"},
-                    {"kind", "activation"},
-                    {"site", "decoder.fusion"},
-                    {"module", "decoder.fusion"},
-                    {"primary", true},
-                    {"mode", "cheap"}});
-  st.add("health", {{"run", 0}, {"step", 1}, {"check", "predictions_collapsed"}, {"primary", true}, {"message", "m"}});
-  st.add("done", {{"status", "diverged"}});
+  proto::Health finite;
+  finite.step = 1;
+  finite.check = "finite";
+  finite.kind = "activation";
+  finite.site = "decoder.fusion";
+  finite.module = "decoder.fusion";
+  finite.primary = true;
+  finite.mode = "cheap";
+  st.add(finite);
+  proto::Health collapsed;
+  collapsed.step = 1;
+  collapsed.check = "predictions_collapsed";
+  collapsed.primary = true;
+  collapsed.message = "m";
+  st.add(collapsed);
+  st.add(proto::Done{"diverged", {}});
   st.result().exit_code = 1;
   const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
   EXPECT_EQ(a.outcome, Outcome::kDiverged);
@@ -249,8 +277,8 @@ TEST(NotLearning, AutoJudgesLongRunsFromScratchOnly) {
 TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
   Stream st;
   st.steps(Falling(12), 0);
-  st.add("run_end", {{"run", 0}, {"steps", 12}, {"checksum", "c"}});
-  st.add("run_begin", {{"run", 1}});
+  st.add(proto::RunEnd{0, 12, "c", {}});
+  st.add(proto::RunBegin{1, {}});
   st.steps(Flat(12), 1).finish(12, 1);
   const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
   EXPECT_EQ(a.failure.klass, "not_learning");

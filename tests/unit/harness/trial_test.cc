@@ -72,9 +72,9 @@ TEST_F(TrialTest, ExitStatusEventsAndLogsAreCollected) {
   EXPECT_FALSE(r.hung);
   EXPECT_TRUE(r.spawn_error.empty());
   ASSERT_EQ(r.events.size(), 2u);
-  EXPECT_EQ(r.events[0].type, "hello");
-  EXPECT_EQ(r.events[1].type, "done");
-  EXPECT_EQ(seen_, (std::vector<std::string>{"hello", "done"}));
+  EXPECT_EQ(r.events[0].type, event::kHello);
+  EXPECT_EQ(r.events[1].type, event::kDone);
+  EXPECT_EQ(seen_, (std::vector<std::string>{event::kHello, event::kDone}));
   EXPECT_NE(r.stderr_tail.find("to-stderr"), std::string::npos);
   std::ifstream out(dir_ / "run" / "stdout.log");
   std::string line;
@@ -191,7 +191,7 @@ TEST_F(TrialTest, WorkerIsToldItsSupervisorPid) {
   spec.grace_s = 1;
   // SIGINT as soon as the worker runs: the handler TERMs its group.
   spec.on_event = [](const Event& e) {
-    if (e.type == "hello") raise(SIGINT);
+    if (e.type == event::kHello) raise(SIGINT);
   };
   const auto start = std::chrono::steady_clock::now();
   const TrialResult r = run_trial(spec);
@@ -290,7 +290,7 @@ TEST_F(TrialTest, WorkerDiesWhenItsSupervisorIsKilled) {
   if (pipe(fds) != 0) _exit(2);
   close(fds[0]);  // the supervisor is gone
   EventWriter events(fds[1]);
-  events.emit("hello");
+  events.emit(event::kHello);
   fprintf(stderr, "emit returned\n");
   _exit(0);
 }

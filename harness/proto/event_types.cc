@@ -1,0 +1,372 @@
+#include "harness/proto/event_types.h"
+
+#include <cstdint>
+
+namespace dbh::harness::proto {
+
+namespace {
+
+using nlohmann::json;
+
+// Lenient reads: a missing, null or mistyped field leaves `out` as it is.
+template <typename T>
+void read(const Event& e, const char* key, T& out) {
+  out = e.get<T>(key, out);
+}
+
+template <typename T>
+void read(const Event& e, const char* key, std::optional<T>& out) {
+  const auto it = e.body.find(key);
+  if (it == e.body.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+  }
+}
+
+// The field as it is (any JSON), null when absent.
+json raw(const Event& e, const char* key) {
+  const auto it = e.body.find(key);
+  return it == e.body.end() ? json() : *it;
+}
+
+template <typename T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+void put(json& j, const char* key, const json& v) {
+  if (!v.is_null()) j[key] = v;
+}
+
+}  // namespace
+
+json to_json(const Hello& e) {
+  return {{"schema_version", e.schema_version},
+          {"pid", e.pid},
+          {"seed", e.seed},
+          {"scenario_hash", e.scenario_hash},
+          {"scenario", e.scenario},
+          {"trial", e.trial},
+          {"git", e.git},
+          {"dbh_version", e.dbh_version},
+          {"torch_version", e.torch_version},
+          {"device", e.device},
+          {"threads", e.threads}};
+}
+
+Hello hello_from(const Event& e) {
+  Hello h;
+  h.schema_version = 0;  // a stream without one predates versioning
+  read(e, "schema_version", h.schema_version);
+  read(e, "pid", h.pid);
+  read(e, "seed", h.seed);
+  read(e, "scenario_hash", h.scenario_hash);
+  read(e, "scenario", h.scenario);
+  read(e, "trial", h.trial);
+  read(e, "git", h.git);
+  read(e, "dbh_version", h.dbh_version);
+  read(e, "torch_version", h.torch_version);
+  read(e, "device", h.device);
+  read(e, "threads", h.threads);
+  return h;
+}
+
+json to_json(const RunBegin& e) { return {{"run", e.run}, {"memory", e.memory}}; }
+
+RunBegin run_begin_from(const Event& e) {
+  RunBegin r;
+  read(e, "run", r.run);
+  r.memory = raw(e, "memory");
+  return r;
+}
+
+json to_json(const StepBegin& e) { return {{"run", e.run}, {"step", e.step}}; }
+
+StepBegin step_begin_from(const Event& e) {
+  StepBegin s;
+  read(e, "run", s.run);
+  read(e, "step", s.step);
+  return s;
+}
+
+json to_json(const StepEnd& e) {
+  if (e.ops) return {{"run", e.run}, {"step", e.step}, {"loss", e.loss}, {"seconds", e.seconds}};
+  return {{"run", e.run},
+          {"step", e.step},
+          {"loss", e.loss},
+          {"bce", e.bce},
+          {"l1", e.l1},
+          {"dice", e.dice},
+          {"loss_bits", e.loss_bits},
+          {"micro_loss_bits", e.micro_loss_bits},
+          {"grad_norm_bits", e.grad_norm_bits},
+          {"lr", e.lr},
+          {"grad_norm", e.grad_norm},
+          {"skipped", e.skipped},
+          {"loss_scale", e.loss_scale},
+          {"seconds", e.seconds},
+          {"samples", e.samples},
+          {"memory", e.memory},
+          {"phases", e.phases},
+          {"silent", e.silent}};
+}
+
+StepEnd step_end_from(const Event& e) {
+  StepEnd s;
+  s.ops = !e.has("bce");
+  read(e, "run", s.run);
+  read(e, "step", s.step);
+  read(e, "loss", s.loss);
+  read(e, "seconds", s.seconds);
+  read(e, "bce", s.bce);
+  read(e, "l1", s.l1);
+  read(e, "dice", s.dice);
+  read(e, "lr", s.lr);
+  read(e, "grad_norm", s.grad_norm);
+  read(e, "loss_bits", s.loss_bits);
+  read(e, "grad_norm_bits", s.grad_norm_bits);
+  if (const auto it = e.body.find("micro_loss_bits"); it != e.body.end() && it->is_array()) {
+    for (const auto& b : *it) {
+      if (b.is_number_unsigned() && b.get<uint64_t>() <= UINT32_MAX) s.micro_loss_bits.push_back(b.get<uint32_t>());
+    }
+  }
+  read(e, "skipped", s.skipped);
+  read(e, "loss_scale", s.loss_scale);
+  read(e, "samples", s.samples);
+  s.memory = raw(e, "memory");
+  s.phases = raw(e, "phases");
+  s.silent = raw(e, "silent");
+  return s;
+}
+
+json to_json(const Batch& e) { return {{"run", e.run}, {"step", e.step}, {"samples", e.samples}}; }
+
+Batch batch_from(const Event& e) {
+  Batch b;
+  read(e, "run", b.run);
+  read(e, "step", b.step);
+  read(e, "samples", b.samples);
+  return b;
+}
+
+json to_json(const FaultFired& e) {
+  json j = {{"fault", e.fault}, {"index", e.index}, {"run", e.run}, {"step", e.step}};
+  if (!e.module.empty()) j["module"] = e.module;
+  put(j, "detail", e.detail);
+  return j;
+}
+
+FaultFired fault_fired_from(const Event& e) {
+  FaultFired f;
+  read(e, "fault", f.fault);
+  read(e, "index", f.index);
+  read(e, "run", f.run);
+  read(e, "step", f.step);
+  read(e, "module", f.module);
+  f.detail = raw(e, "detail");
+  return f;
+}
+
+namespace {
+
+constexpr const char* kHealthKeys[] = {"type",    "t",       "run",      "step",  "check",
+                                       "kind",    "site",    "module",   "mode",  "message",
+                                       "primary", "evidence", "stats",   "nonfinite_sites"};
+
+}  // namespace
+
+json to_json(const Health& e) {
+  json j = e.extra.is_object() ? e.extra : json::object();
+  j["run"] = e.run;
+  j["step"] = e.step;
+  j["check"] = e.check;
+  j["kind"] = e.kind;
+  j["site"] = e.site;
+  put(j, "module", e.module);
+  put(j, "mode", e.mode);
+  put(j, "message", e.message);
+  put(j, "primary", e.primary);
+  put(j, "evidence", e.evidence);
+  put(j, "stats", e.stats);
+  put(j, "nonfinite_sites", e.nonfinite_sites);
+  return j;
+}
+
+Health health_from(const Event& e) {
+  Health h;
+  read(e, "run", h.run);
+  read(e, "step", h.step);
+  read(e, "check", h.check);
+  read(e, "kind", h.kind);
+  read(e, "site", h.site);
+  read(e, "module", h.module);
+  read(e, "mode", h.mode);
+  read(e, "message", h.message);
+  read(e, "primary", h.primary);
+  read(e, "evidence", h.evidence);
+  h.stats = raw(e, "stats");
+  h.nonfinite_sites = raw(e, "nonfinite_sites");
+  for (auto it = e.body.begin(); it != e.body.end(); ++it) {
+    bool known = false;
+    for (const char* k : kHealthKeys) known = known || it.key() == k;
+    if (!known) h.extra[it.key()] = it.value();
+  }
+  return h;
+}
+
+json to_json(const Heartbeat& e) { return {{"run", e.run}, {"step", e.step}, {"module", e.module}}; }
+
+Heartbeat heartbeat_from(const Event& e) {
+  Heartbeat h;
+  read(e, "run", h.run);
+  read(e, "step", h.step);
+  read(e, "module", h.module);
+  return h;
+}
+
+json to_json(const Checkpoint& e) {
+  json j = {{"run", e.run}, {"step", e.step}, {"path", e.path}};
+  if (e.resumed) j["resumed"] = true;
+  return j;
+}
+
+Checkpoint checkpoint_from(const Event& e) {
+  Checkpoint c;
+  read(e, "run", c.run);
+  read(e, "step", c.step);
+  read(e, "path", c.path);
+  read(e, "resumed", c.resumed);
+  return c;
+}
+
+json to_json(const Eval& e) {
+  json j = {{"run", e.run},
+            {"step", e.step},
+            {"precision", e.precision},
+            {"recall", e.recall},
+            {"hmean", e.hmean},
+            {"gt", e.gt},
+            {"det", e.det},
+            {"matched", e.matched},
+            {"images", e.images},
+            {"prob_mean", e.prob_mean},
+            {"text_fraction", e.text_fraction},
+            {"seconds", e.seconds}};
+  put(j, "det_reference", e.det_reference);
+  return j;
+}
+
+Eval eval_from(const Event& e) {
+  Eval v;
+  read(e, "run", v.run);
+  read(e, "step", v.step);
+  read(e, "precision", v.precision);
+  read(e, "recall", v.recall);
+  read(e, "hmean", v.hmean);
+  read(e, "gt", v.gt);
+  read(e, "det", v.det);
+  read(e, "matched", v.matched);
+  read(e, "images", v.images);
+  read(e, "prob_mean", v.prob_mean);
+  read(e, "text_fraction", v.text_fraction);
+  read(e, "seconds", v.seconds);
+  read(e, "det_reference", v.det_reference);
+  return v;
+}
+
+json to_json(const EvalCheck& e) { return {{"hmean", e.hmean}, {"images", e.images}}; }
+
+EvalCheck eval_check_from(const Event& e) {
+  EvalCheck c;
+  read(e, "hmean", c.hmean);
+  read(e, "images", c.images);
+  return c;
+}
+
+json to_json(const Overlays& e) { return {{"run", e.run}, {"step", e.step}, {"files", e.files}}; }
+
+Overlays overlays_from(const Event& e) {
+  Overlays o;
+  read(e, "run", o.run);
+  read(e, "step", o.step);
+  // A list with a non-string in it is read string by string.
+  if (const auto it = e.body.find("files"); it != e.body.end() && it->is_array()) {
+    for (const auto& f : *it) {
+      if (f.is_string()) o.files.push_back(f.get<std::string>());
+    }
+  }
+  return o;
+}
+
+json to_json(const RunEnd& e) {
+  return {{"run", e.run}, {"steps", e.steps}, {"checksum", e.checksum}, {"memory", e.memory}};
+}
+
+RunEnd run_end_from(const Event& e) {
+  RunEnd r;
+  read(e, "run", r.run);
+  read(e, "steps", r.steps);
+  read(e, "checksum", r.checksum);
+  r.memory = raw(e, "memory");
+  return r;
+}
+
+json to_json(const Warning& e) { return {{"message", e.message}}; }
+
+Warning warning_from(const Event& e) {
+  Warning w;
+  read(e, "message", w.message);
+  return w;
+}
+
+json to_json(const Error& e) {
+  json j = {{"kind", e.kind}, {"message", e.message}};
+  put(j, "run", e.run);
+  put(j, "step", e.step);
+  put(j, "phase", e.phase);
+  put(j, "backtrace", e.backtrace);
+  put(j, "module", e.module);
+  put(j, "memory", e.memory);
+  put(j, "phases", e.phases);
+  return j;
+}
+
+Error error_from(const Event& e) {
+  Error r;
+  read(e, "kind", r.kind);
+  read(e, "message", r.message);
+  read(e, "run", r.run);
+  read(e, "step", r.step);
+  read(e, "phase", r.phase);
+  read(e, "backtrace", r.backtrace);
+  read(e, "module", r.module);
+  r.memory = raw(e, "memory");
+  r.phases = raw(e, "phases");
+  return r;
+}
+
+json to_json(const MemorySnapshot& e) { return {{"run", e.run}, {"step", e.step}, {"file", e.file}}; }
+
+MemorySnapshot memory_snapshot_from(const Event& e) {
+  MemorySnapshot m;
+  read(e, "run", m.run);
+  read(e, "step", m.step);
+  read(e, "file", m.file);
+  return m;
+}
+
+json to_json(const Done& e) {
+  json j = {{"status", e.status}};
+  put(j, "memory", e.memory);
+  return j;
+}
+
+Done done_from(const Event& e) {
+  Done d;
+  read(e, "status", d.status);
+  d.memory = raw(e, "memory");
+  return d;
+}
+
+}  // namespace dbh::harness::proto

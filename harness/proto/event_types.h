@@ -1,0 +1,226 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/proto/events.h"
+
+namespace dbh::harness::proto {
+
+// One struct per event, with its codec: `to_json` gives the event's fields
+// (without "type" and "t", which encode_event adds) and `<name>_from` reads
+// them back from a decoded Event. The keys are spelled here and nowhere else.
+//
+// Reading is lenient, as a reader of a newer or damaged worker's stream must
+// be: a missing, null or mistyped field keeps the struct's default, and fields
+// a struct does not know are ignored (Health keeps them in `extra`). Optional
+// fields (std::optional, or a null json) are written only when set, so every
+// event keeps exactly the keys it had before it was typed.
+
+/// `hello`: the worker's first event.
+struct Hello {
+  static constexpr const char* kType = event::kHello;
+  int64_t schema_version = kEventSchemaVersion;
+  int64_t pid = 0;
+  uint64_t seed = 0;
+  std::string scenario_hash, scenario;
+  int64_t trial = 0;
+  std::string git, dbh_version, torch_version, device;
+  int64_t threads = 0;
+};
+nlohmann::json to_json(const Hello& e);
+Hello hello_from(const Event& e);
+
+/// `run_begin`: an in-process run starts.
+struct RunBegin {
+  static constexpr const char* kType = event::kRunBegin;
+  int64_t run = 0;
+  nlohmann::json memory;  // memory_json() of the worker: rss_bytes, peak_rss_bytes, cuda_*
+};
+nlohmann::json to_json(const RunBegin& e);
+RunBegin run_begin_from(const Event& e);
+
+/// `step_begin`: written before the step, so a crash is pinned to it.
+struct StepBegin {
+  static constexpr const char* kType = event::kStepBegin;
+  int64_t run = 0, step = 0;
+};
+nlohmann::json to_json(const StepBegin& e);
+StepBegin step_begin_from(const Event& e);
+
+/// `step_end`: a step taken and its readings.
+struct StepEnd {
+  static constexpr const char* kType = event::kStepEnd;
+  int64_t run = 0, step = 0;
+  double loss = 0, seconds = 0;
+  /// An `ops` mode step (no model): only run, step, loss and seconds are
+  /// written; the fields below are a trainer's.
+  bool ops = false;
+  double bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0;
+  uint32_t loss_bits = 0;                 // float32 bit pattern of the last micro-batch's loss
+  std::vector<uint32_t> micro_loss_bits;  // every micro-batch's, in order
+  uint32_t grad_norm_bits = 0;
+  bool skipped = false;  // optimizer step skipped (fp16 overflow)
+  double loss_scale = 1;
+  int64_t samples = 0;
+  nlohmann::json memory;  // memory_json(): rss_bytes, peak_rss_bytes, cuda_peak_allocated_bytes, …
+  nlohmann::json phases;  // memory per phase (data, forward, backward, optimizer)
+  nlohmann::json silent;  // the silent-failure monitors' statistics
+};
+nlohmann::json to_json(const StepEnd& e);
+StepEnd step_end_from(const Event& e);
+
+/// `batch`: the sample ids a step trains on.
+struct Batch {
+  static constexpr const char* kType = event::kBatch;
+  int64_t run = 0, step = 0;
+  std::vector<std::string> samples;
+};
+nlohmann::json to_json(const Batch& e);
+Batch batch_from(const Event& e);
+
+/// `fault_fired`: an injected fault acted.
+struct FaultFired {
+  static constexpr const char* kType = event::kFaultFired;
+  std::string fault;
+  int64_t index = -1;  // in the scenario's fault list
+  int64_t run = 0, step = -1;
+  std::string module;     // written when not empty
+  nlohmann::json detail;  // written when not null; `real`, `cuda_error` for GPU faults
+};
+nlohmann::json to_json(const FaultFired& e);
+FaultFired fault_fired_from(const Event& e);
+
+/// `health`: a monitor's finding. `primary` marks the one that decides the
+/// outcome; check-specific fields (`input_module`, `skipped_in_a_row`,
+/// `median`, `prob_min`, …) travel in `extra`.
+struct Health {
+  static constexpr const char* kType = event::kHealth;
+  int64_t run = 0, step = 0;
+  std::string check, kind, site;
+  std::optional<std::string> module, mode, message;
+  std::optional<bool> primary;
+  std::optional<std::vector<std::string>> evidence;
+  nlohmann::json stats;            // the tensor's statistics (localise mode); written when not null
+  nlohmann::json nonfinite_sites;  // non-finite sites per kind; written when not null
+  nlohmann::json extra = nlohmann::json::object();  // every other field
+};
+nlohmann::json to_json(const Health& e);
+Health health_from(const Event& e);
+
+/// `heartbeat`: progress inside a long step.
+struct Heartbeat {
+  static constexpr const char* kType = event::kHeartbeat;
+  int64_t run = 0, step = 0;
+  std::string module;
+};
+nlohmann::json to_json(const Heartbeat& e);
+Heartbeat heartbeat_from(const Event& e);
+
+/// `checkpoint`: a checkpoint written (or, `resumed`, read).
+struct Checkpoint {
+  static constexpr const char* kType = event::kCheckpoint;
+  int64_t run = 0, step = 0;
+  std::string path;
+  bool resumed = false;  // written when true
+};
+nlohmann::json to_json(const Checkpoint& e);
+Checkpoint checkpoint_from(const Event& e);
+
+/// `eval`: one validation during training.
+struct Eval {
+  static constexpr const char* kType = event::kEval;
+  int64_t run = 0, step = 0;
+  double precision = 0, recall = 0, hmean = 0;
+  int64_t gt = 0, det = 0, matched = 0, images = 0;
+  double prob_mean = 0, text_fraction = 0;  // means over images of the probability map
+  double seconds = 0;
+  /// Detections of the reference post-processing settings, when the
+  /// scenario's differ and found nothing; written when set.
+  std::optional<int64_t> det_reference;
+};
+nlohmann::json to_json(const Eval& e);
+Eval eval_from(const Event& e);
+
+/// `eval_check`: the evaluator scoring the ground truth itself (1.0 = sound).
+struct EvalCheck {
+  static constexpr const char* kType = event::kEvalCheck;
+  double hmean = 0;
+  int64_t images = 0;
+};
+nlohmann::json to_json(const EvalCheck& e);
+EvalCheck eval_check_from(const Event& e);
+
+/// `eval_overlays` (the worst validation images drawn) and `overlays` (the
+/// failing batch drawn): files relative to the run folder.
+struct Overlays {
+  static constexpr const char* kType = event::kOverlays;
+  int64_t run = 0, step = 0;
+  std::vector<std::string> files;
+};
+struct EvalOverlays : Overlays {
+  static constexpr const char* kType = event::kEvalOverlays;
+};
+nlohmann::json to_json(const Overlays& e);
+Overlays overlays_from(const Event& e);  // either type
+
+/// `run_end`: an in-process run finished.
+struct RunEnd {
+  static constexpr const char* kType = event::kRunEnd;
+  int64_t run = 0, steps = 0;
+  std::string checksum;   // of the parameters, hex
+  nlohmann::json memory;  // memory_json()
+};
+nlohmann::json to_json(const RunEnd& e);
+RunEnd run_end_from(const Event& e);
+
+/// `warning`: something the run survives (a skipped sample, …).
+struct Warning {
+  static constexpr const char* kType = event::kWarning;
+  std::string message;
+};
+nlohmann::json to_json(const Warning& e);
+Warning warning_from(const Event& e);
+
+/// `error`: what stopped the run. `kind` is harness, diverged, silent, data
+/// or exception; a harness error (bad resolved scenario) has no run or step.
+struct Error {
+  static constexpr const char* kType = event::kError;
+  std::string kind, message;
+  std::optional<int64_t> run, step;  // step −1: before training
+  std::optional<std::string> phase, backtrace, module;
+  nlohmann::json memory, phases;  // written when not null
+};
+nlohmann::json to_json(const Error& e);
+Error error_from(const Event& e);
+
+/// `memory_snapshot`: the CUDA allocator's snapshot written on OOM.
+struct MemorySnapshot {
+  static constexpr const char* kType = event::kMemorySnapshot;
+  int64_t run = 0, step = 0;
+  std::string file;
+};
+nlohmann::json to_json(const MemorySnapshot& e);
+MemorySnapshot memory_snapshot_from(const Event& e);
+
+/// `done`: the worker's last event.
+struct Done {
+  static constexpr const char* kType = event::kDone;
+  std::string status;     // passed, diverged, failed, error
+  nlohmann::json memory;  // written when not null
+};
+nlohmann::json to_json(const Done& e);
+Done done_from(const Event& e);
+
+/// One encoded line of a typed event (tests and tools; the worker goes
+/// through EventWriter::emit).
+template <typename E>
+std::string encode(const E& e, double t) {
+  return encode_event(E::kType, to_json(e), t);
+}
+
+}  // namespace dbh::harness::proto
