@@ -246,23 +246,26 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
 
 namespace {
 
-// model.weights: a dbh checkpoint or weights file must fill every parameter
-// and buffer of the scenario's model. A partial load would train a partly
-// random network under the file's name, so it is the run's error, naming
-// what is missing or of another shape.
-void load_initial_weights(model::DbNet& net, const std::string& path) {
+// model.weights: a dbh checkpoint or weights file. A file of which nothing
+// loads would train a random network under the file's name: the run's error.
+// A partial load (e.g. a pretrained encoder only) is allowed and returned as a
+// warning naming what keeps its initial values, never left unsaid.
+std::string load_initial_weights(model::DbNet& net, const std::string& path) {
   const auto state = model::load_model_state(net, path);
-  if (state.complete()) return;
+  if (state.complete()) return {};
   auto first = [](const std::vector<std::string>& names) {
     std::string out;
     for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
     return out + (names.size() > 3 ? ", … (" + std::to_string(names.size()) + " in all)" : "");
   };
-  std::string got = std::to_string(state.loaded) + " loaded";
+  std::string got = std::to_string(state.loaded) + " tensors loaded";
   if (!state.missing.empty()) got += "; missing: " + first(state.missing);
   if (!state.mismatched.empty()) got += "; another shape: " + first(state.mismatched);
-  throw std::runtime_error("model.weights " + path + ": expected every parameter and buffer of the scenario's model (" +
-                           state.format + " file), got " + got);
+  if (state.loaded == 0) {
+    throw std::runtime_error("model.weights " + path + ": expected parameters of the scenario's model (" +
+                             state.format + " file), got none that load (" + got + ")");
+  }
+  return "model.weights " + path + ": " + got + "; those keep their initial values";
 }
 
 }  // namespace
@@ -440,7 +443,11 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
                            .encoder(model::ResNetOptions().depth(s.model.encoder))
                            .decoder(model::decoder_kind_from_string(s.model.decoder))
                            .k(s.model.k));
-      if (!s.model.weights.empty()) load_initial_weights(net, s.model.weights);
+      if (!s.model.weights.empty()) {
+        if (const auto partial = load_initial_weights(net, s.model.weights); !partial.empty()) {
+          events.emit(proto::Warning{partial});
+        }
+      }
       faults.on_model(net);
       faults.on_start();
       model::TrainOptions t;

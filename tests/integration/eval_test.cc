@@ -370,5 +370,37 @@ TEST_F(EvalTest, TrainLoadsACheckpointAsWeightsAndRefusesAnotherArchitecture) {
   EXPECT_FALSE(fs::exists(bad));
 }
 
+// A scenario's model.weights reads checkpoints as `dbh train --weights` does:
+// a checkpoint fills the whole model (no warning), another decoder loads the
+// encoder and the run says what kept its initial values (before, a checkpoint
+// loaded nothing and the run trained a random model under its name).
+TEST_F(EvalTest, ScenarioWeightsLoadACheckpointAndSayWhatTheyCouldNot) {
+  auto scenario = [&](const std::string& name, const std::string& extra) {
+    const fs::path p = root_ / (name + ".yaml");
+    std::ofstream(p) << "name: " << name << "\ninclude: " << fs::absolute("scenarios/base/tiny-cpu.yaml").string()
+                     << "\nmodel:\n  weights: " << init_checkpoint_.string() << "\n" << extra
+                     << "train: {max_steps: 1}\n";
+    return p.string();
+  };
+  auto warnings = [](const fs::path& events) {
+    std::ifstream in(events);
+    std::string out;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"type\":\"warning\"") != std::string::npos) out += line + "\n";
+    }
+    return out;
+  };
+  const fs::path same = root_ / "weights-same";
+  const auto a = dbh({"run", scenario("same", ""), "--out", same.string(), "-q"});
+  ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
+  EXPECT_EQ(warnings(same / "events.jsonl"), "");
+  const fs::path pan = root_ / "weights-pan";
+  const auto b = dbh({"run", scenario("pan", "  decoder: pan\n"), "--out", pan.string(), "-q"});
+  ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
+  const std::string w = warnings(pan / "events.jsonl");
+  EXPECT_NE(w.find("tensors loaded; missing: decoder."), std::string::npos) << w;
+  EXPECT_NE(w.find("keep their initial values"), std::string::npos) << w;
+}
+
 }  // namespace
 }  // namespace dbh
