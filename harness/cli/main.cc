@@ -1,6 +1,7 @@
 // The dbh command line.
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "harness/cli/run_command.h"
 #include "harness/cli/scenario_command.h"
 #include "harness/supervisor/trial.h"
+#include "model/data/image_decode.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
 #include "harness/cli/eval_command.h"
@@ -29,6 +31,9 @@
 int main(int argc, char** argv) {
   // A worker dies with its supervisor: armed before anything else runs.
   if (argc > 1 && std::string(argv[1]) == "__worker") dbh::harness::die_with_supervisor();
+  // OpenCV's own pixel limit, for the formats whose headers dbh does not read
+  // itself (model::kMaxImagePixels); read once, at the first decode.
+  ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(dbh::model::kMaxImagePixels).c_str(), /*overwrite=*/0);
   CLI::App app{
       "dbh: reproduce, inject and bisect failures in DBNet training.\n"
       "Exit codes: 0 expectations met, 1 not met, 2 usage/config/input error, "

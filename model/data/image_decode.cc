@@ -160,6 +160,36 @@ std::string check_png_stream(const unsigned char* data, size_t size) {
   }
 }
 
+std::pair<int64_t, int64_t> announced_image_size(const unsigned char* data, size_t size) {
+  auto be16 = [&](size_t at) { return (int64_t{data[at]} << 8) | data[at + 1]; };
+  if (is_png_stream(data, size)) {
+    if (size < 24) return {0, 0};
+    return {static_cast<int64_t>(big_endian32(data + 16)), static_cast<int64_t>(big_endian32(data + 20))};
+  }
+  if (!is_jpeg_stream(data, size)) return {0, 0};
+  size_t pos = 2;
+  while (pos + 4 <= size) {
+    if (data[pos] != 0xFF) return {0, 0};
+    const unsigned marker = data[pos + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD9)) {  // markers without a length
+      pos += 2;
+      continue;
+    }
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {
+      if (pos + 9 > size) return {0, 0};
+      return {be16(pos + 7), be16(pos + 5)};
+    }
+    if (marker == 0xDA) return {0, 0};  // scan data before any frame header
+    pos += 2 + static_cast<size_t>(be16(pos + 2));
+  }
+  return {0, 0};
+}
+
 cv::Mat decode_image(const std::string& path, bool apply_exif, DecodeFailure* failure) {
   auto fail = [&](std::string expected, std::string got) {
     if (failure != nullptr) *failure = {std::move(expected), std::move(got)};
@@ -180,6 +210,11 @@ cv::Mat decode_image(const std::string& path, bool apply_exif, DecodeFailure* fa
   if (jpeg || png) {
     bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (in.bad()) return fail("a readable image file", std::string("an error: ") + std::strerror(errno));
+    const auto [width, height] = announced_image_size(bytes.data(), bytes.size());
+    if (width > 0 && height > 0 && width * height > kMaxImagePixels) {
+      return fail("an image of at most " + std::to_string(kMaxImagePixels) + " pixels (8192 × 8192)",
+                  "a header announcing " + std::to_string(width) + " × " + std::to_string(height));
+    }
     // JPEG first: OpenCV would decode a broken JPEG with a grey fill.
     if (jpeg) {
       const std::string problem = check_jpeg_stream(bytes.data(), bytes.size());

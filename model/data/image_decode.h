@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include <opencv2/core/mat.hpp>
 
@@ -31,6 +32,17 @@ struct DecodeFailure {
 /// Returns an empty Mat when the file cannot be decoded, and then fills
 /// `failure` (when not null) with what was expected and what was found.
 /// Never throws.
+/// The most pixels an image may have (8192 × 8192). A PNG or JPEG header
+/// announcing more is a defect named before anything is decoded: a few
+/// hundred kilobytes of compressed zeros must not become gigabytes in every
+/// loader thread (a decompression bomb). Other formats are held to the same
+/// limit through OpenCV's own (OPENCV_IO_MAX_IMAGE_PIXELS, set by `dbh`).
+inline constexpr int64_t kMaxImagePixels = int64_t{8192} * 8192;
+
+/// Width and height a PNG (IHDR) or JPEG (first SOF marker) stream announces
+/// in its header; {0, 0} when the stream is neither or has no such header.
+std::pair<int64_t, int64_t> announced_image_size(const unsigned char* data, size_t size);
+
 cv::Mat decode_image(const std::string& path, bool apply_exif = false,
                      DecodeFailure* failure = nullptr);
 

@@ -257,5 +257,30 @@ TEST_F(StrictDecodeTest, MissingFileSaysSo) {
   EXPECT_EQ(failure.got, "none");
 }
 
+// A decompression bomb: 72 million pixels of zeros compress to a few
+// kilobytes. The header's size is checked before anything is decoded, for
+// PNG and JPEG alike; an image at the limit's side still decodes.
+TEST_F(StrictDecodeTest, AnImageAboveThePixelLimitIsADefectBeforeDecoding) {
+  const cv::Mat zeros(8000, 9000, CV_8UC1, cv::Scalar(0));
+  for (const char* ext : {".png", ".jpg"}) {
+    std::vector<uchar> bytes;
+    ASSERT_TRUE(cv::imencode(ext, zeros, bytes));
+    EXPECT_LT(bytes.size(), 4u << 20) << ext;
+    const auto size = announced_image_size(bytes.data(), bytes.size());
+    EXPECT_EQ(size.first, 9000) << ext;
+    EXPECT_EQ(size.second, 8000) << ext;
+    DecodeFailure failure;
+    EXPECT_TRUE(decode_image(write(std::string("bomb") + ext, bytes), false, &failure).empty()) << ext;
+    EXPECT_EQ(failure.expected, "an image of at most 67108864 pixels (8192 × 8192)") << ext;
+    EXPECT_EQ(failure.got, "a header announcing 9000 × 8000") << ext;
+  }
+  std::vector<uchar> small;
+  ASSERT_TRUE(cv::imencode(".png", cv::Mat(64, 8192, CV_8UC1, cv::Scalar(7)), small));
+  EXPECT_EQ(announced_image_size(small.data(), small.size()), std::make_pair(int64_t{8192}, int64_t{64}));
+  EXPECT_FALSE(decode_image(write("wide.png", small)).empty());
+  const unsigned char junk[] = {0xFF, 0xD8, 0xFF, 0xDA, 0x00};
+  EXPECT_EQ(announced_image_size(junk, sizeof(junk)), std::make_pair(int64_t{0}, int64_t{0}));
+}
+
 }  // namespace
 }  // namespace dbh::model
