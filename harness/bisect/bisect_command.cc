@@ -20,6 +20,7 @@
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
+#include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/scan.h"
@@ -444,6 +445,7 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
      << ". Probe folders keep their events and logs.\n";
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
+  write_file_atomically((out / "bisect.html").string(), markdown_page_html("Bisection: " + o.kind, md.str()));
   std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << o.summary << "\n";
   if (!confident) {
     for (const auto& d : o.doubts) std::cout << "  - " << d << "\n";

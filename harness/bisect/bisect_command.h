@@ -20,13 +20,14 @@ struct BisectOptions {
   bool quiet = false;
 };
 
-/// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json and
-/// bisect.md under the output folder, and ends with a one-line command that
-/// reproduces the minimal failure. Every answer is confirmed by fresh probes
-/// before it is reported as confident. Exit 0 for a confident answer, 1 when
-/// the failure did not reproduce, no answer could be given or the answer is
-/// unsure, 2 on bad input or an infrastructure failure of a probe (full disk,
-/// a worker that cannot start).
+/// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json,
+/// bisect.md and bisect.html (the same page for a browser) under the output
+/// folder, and ends with a one-line command that reproduces the minimal
+/// failure. Every answer is confirmed by fresh probes before it is reported
+/// as confident. Exit 0 for a confident answer, 1 when the failure did not
+/// reproduce, no answer could be given or the answer is unsure, 2 on bad input
+/// or an infrastructure failure of a probe (full disk, a worker that cannot
+/// start).
 int bisect_command(const BisectOptions& options);
 
 struct DiagnoseOptions {

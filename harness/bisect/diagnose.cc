@@ -15,6 +15,7 @@
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/aliases.h"
 #include "harness/supervisor/trial.h"
@@ -415,6 +416,7 @@ int diagnose_command(const DiagnoseOptions& o) {
        << (out / "repro.yaml").string() << "\n```\n";
     if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
     write_file_atomically((out / "diagnosis.md").string(), md.str());
+    write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md.str()));
     ojson j;
     j["schema_version"] = 1;
     j["scenario"] = o.scenario;

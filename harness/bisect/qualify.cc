@@ -15,6 +15,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
+#include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
 #include "harness/supervisor/trial.h"
@@ -300,9 +301,10 @@ int qualify_command(const QualifyOptions& o) {
     series.push_back(std::vector<double>(static_cast<size_t>(effective), static_cast<double>(budget) / 1048576.0));
     write_plot_png((out / "memory_vs_batch.png").string(), "peak memory by batch size (x = batch - 1)", names, series, "MiB");
 
+    const std::string title = "Hardware Qualification Report: " + source.name + " on " +
+                              (o.profile.empty() ? format_bytes(budget) : profile.display_name);
     std::ostringstream md;
-    md << "---\ntitle: \"Hardware Qualification Report: " << source.name << " on "
-       << (o.profile.empty() ? format_bytes(budget) : profile.display_name) << "\"\ntype: \"qualification\"\nverdict: \""
+    md << "---\ntitle: \"" << title << "\"\ntype: \"qualification\"\nverdict: \""
        << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
     md << "# Hardware Qualification Report\n\n";
     md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << ".** ";
@@ -373,6 +375,7 @@ int qualify_command(const QualifyOptions& o) {
        << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/probe-*/events.jsonl`); "
           "keep `dbh run` in CI with `expect.max_peak_memory`.\n";
     write_file_atomically((out / "qualification.md").string(), md.str());
+    write_file_atomically((out / "qualification.html").string(), markdown_page_html(title, md.str()));
     ojson j;
     j["schema_version"] = 1;
     j["scenario"] = o.scenario;

@@ -16,6 +16,7 @@
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/proto/events.h"
+#include "harness/report/html_page.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -24,8 +25,8 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Every string that reaches the page goes through esc(): text and attribute
-// values alike (xml_escape also escapes both quotes).
+// Note [Self-contained pages] (html_page.h): every string that reaches the
+// page goes through esc(), text and attribute values alike.
 std::string esc(const std::string& s) {
   return xml_escape(s);
 }
@@ -46,26 +47,6 @@ std::string dump(const ojson& j) {
 
 std::string truncated(const std::string& s, size_t max) {
   return s.size() <= max ? s : s.substr(0, max) + "…";
-}
-
-// A relative path for href: every byte but unreserved characters and '/' as
-// %XX, so a file name never ends the attribute, starts a fragment or a query,
-// or names a scheme.
-std::string url_path(const std::string& rel) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : rel) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  // "./" keeps a first segment holding ':' (already encoded) from ever
-  // reading as a scheme, and makes the link visibly relative.
-  return out.rfind("../", 0) == 0 ? out : "./" + out;
 }
 
 std::string base64(const std::string& in) {
@@ -91,30 +72,6 @@ std::string base64(const std::string& in) {
   return out;
 }
 
-const char* kCss = R"css(
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1150px;padding:16px 24px;color:#1f2328;background:#fff}
-h1{font-size:22px;margin:8px 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
-.sub{color:#59636e;margin:0 0 12px}
-table{border-collapse:collapse;margin:6px 0;font-size:13px}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-table.kv th{width:170px}
-tr.hl td{background:#fff5f5}tr.gap td{text-align:center;color:#59636e;font-style:italic}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;color:#fff;background:#6e7781}
-.bad{background:#cf222e}.ok{background:#1a7f37}.warn{background:#9a6700}
-.met{color:#1a7f37;font-weight:600}.unmet{color:#cf222e;font-weight:600}
-.nonfinite{color:#cf222e;font-weight:600}
-pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all;font-size:12px}
-code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
-figure{display:inline-block;margin:6px 12px 6px 0;vertical-align:top}
-figure img{border:1px solid #d0d7de;max-width:100%}
-img.overlay{width:192px;image-rendering:pixelated}
-figcaption{font-size:12px;color:#59636e;max-width:340px;word-break:break-all}
-.note{color:#9a6700}
-.totals span{margin-right:16px}
-table.events td:last-child{word-break:break-all}
-)css";
-
 std::string outcome_class(Outcome o) {
   if (o == Outcome::kPassed) return "ok";
   if (is_failure(o)) return "bad";
@@ -123,15 +80,6 @@ std::string outcome_class(Outcome o) {
 
 std::string badge(Outcome o) {
   return "<span class=\"badge " + outcome_class(o) + "\">" + esc(to_string(o)) + "</span>";
-}
-
-std::string page_head(const std::string& title) {
-  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-         "style-src 'unsafe-inline'\">\n"
-         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-         "<meta name=\"generator\" content=\"dbh\">\n<title>" +
-         esc(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n";
 }
 
 // The whole file when it is a regular file of at most `max` bytes.
@@ -155,7 +103,7 @@ class ImageEmbedder {
   /// `rel`: the file's path relative to the report folder.
   std::string figure(const std::string& rel, const std::string& caption, const std::string& img_class) {
     const fs::path file = root_ / rel;
-    const std::string link = "<a href=\"" + esc(url_path(rel)) + "\"><code>" + esc(rel) + "</code></a>";
+    const std::string link = "<a href=\"" + esc(html_url_path(rel)) + "\"><code>" + esc(rel) + "</code></a>";
     std::error_code ec;
     if (!fs::is_regular_file(file, ec)) {
       return "<p class=\"note\">" + esc(caption) + ": <code>" + esc(rel) + "</code> is missing.</p>\n";
@@ -376,7 +324,7 @@ std::string report_html(const RunReport& r) {
   const std::string title = title_of(r, cls);
   ImageEmbedder images(root);
   std::ostringstream h;
-  h << page_head(failed ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
+  h << html_page_head(failed ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
   h << "<h1>" << esc(title) << "</h1>\n"
     << "<p class=\"sub\">Scenario <strong>" << esc(s.name) << "</strong> · started " << esc(r.started_at) << " · "
     << esc(fmt(r.seconds, 3)) << " s · " << esc(r.out_dir) << "</p>\n";
@@ -649,7 +597,7 @@ std::string report_html(const RunReport& r) {
     const std::string& tail = main_trial.stderr_tail;
     h << "<h2 id=\"logs\">Worker stderr (last lines)</h2>\n<pre>"
       << esc(tail.size() > 4000 ? "…" + tail.substr(tail.size() - 4000) : tail) << "</pre>\n"
-      << "<p>The whole log: <a href=\"" << esc(url_path(trial_rel + "/stderr.log")) << "\"><code>" << esc(trial_rel)
+      << "<p>The whole log: <a href=\"" << esc(html_url_path(trial_rel + "/stderr.log")) << "\"><code>" << esc(trial_rel)
       << "/stderr.log</code></a>.</p>\n";
   }
   h << "<hr><p class=\"sub\">Written by dbh " << esc(r.env.dbh_version) << " from the same data as report.md and "
@@ -677,7 +625,7 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   const std::string title = "dbh suite" + (shard_text.empty() ? "" : ", shard " + shard_text) + ": " +
                             std::to_string(met) + " of " + std::to_string(runs.size()) + " expectations met";
   std::ostringstream h;
-  h << page_head(title) << "<h1>" << esc(title) << "</h1>\n<p class=\"totals\">"
+  h << html_page_head(title) << "<h1>" << esc(title) << "</h1>\n<p class=\"totals\">"
     << "<span><strong>" << runs.size() << "</strong> runs</span>"
     << "<span class=\"met\">" << met << " met</span>"
     << "<span class=\"unmet\">" << runs.size() - static_cast<size_t>(met) << " not met</span>";
@@ -712,7 +660,7 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
     }
     const std::string name = r.scenario.name.empty() ? "(unnamed)" : r.scenario.name;
     h << "<tr" << (r.expectation_met ? "" : " class=\"hl\"") << "><td>"
-      << (link.empty() ? esc(name) : "<a href=\"" + esc(url_path(link)) + "\">" + esc(name) + "</a>") << "</td><td>"
+      << (link.empty() ? esc(name) : "<a href=\"" + esc(html_url_path(link)) + "\">" + esc(name) + "</a>") << "</td><td>"
       << badge(r.outcome) << "</td><td>"
       << (r.failure.klass.empty() ? "-" : "<code>" + esc(r.failure.klass) + "</code>")
       << (r.failure.step ? " at step " + std::to_string(*r.failure.step) : "")

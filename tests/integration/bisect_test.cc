@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -122,6 +123,10 @@ TEST(BisectTest, ConfigFindsThePlantedKey) {
   ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
   EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("faults=", 0), 0u);
   EXPECT_EQ(j["result"]["differing_keys"], 3);
+  // The same report as a page beside bisect.md.
+  EXPECT_TRUE(fs::exists(dir / "out" / "bisect.md"));
+  const std::string html = testing::read_text(dir / "out" / "bisect.html");
+  EXPECT_NE(html.find("<title>Bisection: config</title>"), std::string::npos) << html.substr(0, 2000);
 }
 
 TEST(BisectTest, RangeFindsThePlantedBoundary) {
@@ -191,6 +196,10 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   std::ifstream md(dir / "out" / "diagnosis.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("**refuted**"), std::string::npos) << text;
+  const std::string html = testing::read_text(dir / "out" / "diagnosis.html");
+  EXPECT_NE(html.find("<title>Diagnosis: seed-000-cudnn-execution-failed</title>"), std::string::npos)
+      << html.substr(0, 2000);
+  EXPECT_NE(html.find("<strong>refuted</strong>"), std::string::npos) << html;
   fs::remove_all(dir);
 }
 

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -106,6 +107,11 @@ TEST(QualifyTest, ImpossibleBudgetDoesNotQualify) {
                       "--cache", (dir / "cache").string(), "-q"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_FALSE(read_json(dir / "out" / "qualification.json")["qualifies"].get<bool>());
+  // The report as a page beside qualification.md, titled as its front matter.
+  EXPECT_TRUE(fs::exists(dir / "out" / "qualification.md"));
+  const std::string html = testing::read_text(dir / "out" / "qualification.html");
+  EXPECT_NE(html.find("<title>Hardware Qualification Report: "), std::string::npos) << html.substr(0, 2000);
+  EXPECT_NE(html.find("<h1>Hardware Qualification Report</h1>"), std::string::npos) << html;
 }
 
 TEST(QualifyTest, UnknownProfileIsAUsageError) {
