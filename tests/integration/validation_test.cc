@@ -165,6 +165,19 @@ TEST(LearningSlowTest, ResNet18FpnLearnsTheFixturesAndEvalScoresItsCheckpoint) {
   const auto bj = nlohmann::json::parse(read_text(dir / "bisect" / "bisect.json"));
   EXPECT_EQ(bj["result"]["difference"], nlohmann::json::array({"train.lr=0.05"})) << bj.dump(2);
   EXPECT_EQ(bj["result"]["differing_keys"], 4);
+
+  // The silent fault that needs a model that finds text: post-processing
+  // settings that keep no box, while the reference settings keep the boxes.
+  const fs::path pp = dir / "pp.yaml";
+  std::ofstream(pp) << "name: broken-postprocess\ninclude: " << good.string()
+                    << "\nfaults:\n  - name: broken_postprocess\n"
+                    << "expect: {outcome: failed, failure_class: postprocess_drops_all, min_hmean: null}\n";
+  const auto p = testing::run_process({DBH_BINARY, "run", pp.string(), "--out", (dir / "pp").string(), "-q"},
+                                      DBH_SOURCE_DIR, 600);
+  ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+  const std::string pp_report = read_text(dir / "pp" / "report.md");
+  EXPECT_NE(pp_report.find("where the reference settings keep "), std::string::npos) << pp_report;
+  EXPECT_EQ(pp_report.find("where the reference settings keep 0 "), std::string::npos) << pp_report;
   fs::remove_all(dir);
 }
 
