@@ -106,12 +106,12 @@ TEST(ValidationTest, HmeanStuckAtZeroIsASilentFailure) {
 // half); the h-mean rises over the evaluations; `dbh eval` scores the final
 // checkpoint on the fixtures with detections matched on the trained images;
 // `bisect config` finds the setting that makes its h-mean collapse.
-// About 20 minutes on 2 cores: runs with DBH_TRAINING_TESTS=1, skips visibly
-// otherwise (not part of the default suite).
+// About 20 minutes on 2 cores: `ctest --preset training` (label `training`,
+// which sets DBH_TRAINING_TESTS=1); skips visibly elsewhere.
 TEST(LearningSlowTest, ResNet18FpnLearnsTheFixturesAndEvalScoresItsCheckpoint) {
   const char* on = std::getenv("DBH_TRAINING_TESTS");
   if (on == nullptr || std::string(on) != "1") {
-    GTEST_SKIP() << "trains for about 20 minutes on 2 cores: runs with DBH_TRAINING_TESTS=1";
+    GTEST_SKIP() << "trains for about 20 minutes on 2 cores: runs under ctest --preset training (DBH_TRAINING_TESTS=1)";
   }
   const fs::path dir = fresh_dir("learns");
   const fs::path out = dir / "run";
