@@ -377,7 +377,7 @@ TEST_F(EvalTest, TrainLoadsACheckpointAsWeightsAndRefusesAnotherArchitecture) {
 TEST_F(EvalTest, ScenarioWeightsLoadACheckpointAndSayWhatTheyCouldNot) {
   auto scenario = [&](const std::string& name, const std::string& extra) {
     const fs::path p = root_ / (name + ".yaml");
-    std::ofstream(p) << "name: " << name << "\ninclude: " << fs::absolute("scenarios/base/tiny-cpu.yaml").string()
+    std::ofstream(p) << "name: " << name << "\ninclude: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml"
                      << "\nmodel:\n  weights: " << init_checkpoint_.string() << "\n" << extra
                      << "train: {max_steps: 1}\n";
     return p.string();
