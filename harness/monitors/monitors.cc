@@ -77,6 +77,19 @@ nlohmann::json Monitors::stats(const torch::Tensor& t) const {
   return j;
 }
 
+proto::Health Monitors::finite_failure(const Site& site, int64_t step, const char* mode) const {
+  proto::Health h;
+  h.run = run_;
+  h.step = step;
+  h.check = "finite";
+  h.kind = site.kind;
+  h.site = site.name;
+  h.module = site.module;
+  h.mode = mode;
+  h.primary = true;
+  return h;
+}
+
 void Monitors::check(const Site& site, const torch::Tensor& t) {
   if (mode_ == Mode::kOff || !t.defined()) return;
   torch::NoGradGuard no_grad;
@@ -95,15 +108,7 @@ void Monitors::check(const Site& site, const torch::Tensor& t) {
     last_good_module_ = site.module;
   }
   if (!bad) return;
-  proto::Health h;
-  h.run = run_;
-  h.step = step_;
-  h.check = "finite";
-  h.kind = site.kind;
-  h.site = site.name;
-  h.module = site.module;
-  h.mode = "localise";
-  h.primary = true;
+  proto::Health h = finite_failure(site, step_, "localise");
   h.stats = stats(t);
   if (site.kind == "activation" && !last_good_module_.empty()) {
     h.extra["input_module"] = last_good_module_;
@@ -346,15 +351,7 @@ void Monitors::flush(int64_t step) {
   const Site first = bad.front();
   nlohmann::json counts = nlohmann::json::object();
   for (const auto& b : bad) counts[b.kind] = counts.value(b.kind, 0) + 1;
-  proto::Health h;
-  h.run = run_;
-  h.step = step;
-  h.check = "finite";
-  h.kind = first.kind;
-  h.site = first.name;
-  h.module = first.module;
-  h.mode = "cheap";
-  h.primary = true;
+  proto::Health h = finite_failure(first, step, "cheap");
   h.nonfinite_sites = counts;
   events_.emit(h);
   throw DivergedError("non-finite " + first.kind + " in " + first.name + " at step " +

@@ -126,6 +126,8 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
     std::string module;
   };
   void check(const Site& site, const torch::Tensor& t);
+  /// The primary `health` event of a finite check that failed at `site`.
+  proto::Health finite_failure(const Site& site, int64_t step, const char* mode) const;
   void flush(int64_t step);
   bool silent_on() const { return mode_ != Mode::kOff && (silent_.input || silent_.labels || silent_.predictions); }
   /// The silent reductions of this step, flattened, in queue order.

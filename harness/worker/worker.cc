@@ -353,6 +353,23 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     events.emit(proto::Done{"passed", {}});
     return 0;
   }
+  // A run the monitors stopped (diverged, or finite but silent): its error
+  // event and the overlays of the failing batch.
+  auto stopped_by_monitors = [&](const char* outcome, const char* kind, const std::string& message) {
+    status = outcome;
+    proto::Error error;
+    error.kind = kind;
+    error.run = run;
+    error.step = step;
+    error.message = message;
+    error.module = monitors.last_module();
+    events.emit(error);
+    try {
+      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
+      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
+    } catch (const std::exception&) {
+    }
+  };
   try {
     if (s.hardware.memory_budget > 0) {
       // Start the intra-op thread pool before the cap: thread stacks count
@@ -532,34 +549,10 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       events.emit(proto::RunEnd{run, trainer.next_step(), checksum.str(), memory_json(s.hardware.device)});
     }
   } catch (const DivergedError& e) {
-    status = "diverged";
-    proto::Error error;
-    error.kind = "diverged";
-    error.run = run;
-    error.step = step;
-    error.message = e.what();
-    error.module = monitors.last_module();
-    events.emit(error);
-    try {
-      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
-    } catch (const std::exception&) {
-    }
+    stopped_by_monitors("diverged", "diverged", e.what());
   } catch (const SilentFailureError& e) {
     // Finite but unable to learn: the monitors' health event says why.
-    status = "failed";
-    proto::Error error;
-    error.kind = "silent";
-    error.run = run;
-    error.step = step;
-    error.message = e.what();
-    error.module = monitors.last_module();
-    events.emit(error);
-    try {
-      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
-    } catch (const std::exception&) {
-    }
+    stopped_by_monitors("failed", "silent", e.what());
   } catch (const std::exception& e) {
     status = "error";
     const bool data = dynamic_cast<const model::DataError*>(&e) != nullptr;
