@@ -370,6 +370,11 @@ std::string report_markdown(const RunReport& r) {
   } else {
     md << "No errors. Full event stream: `events.jsonl`.\n\n";
   }
+  if (const auto& warnings = r.trials.front().analysis.warnings; !warnings.empty()) {
+    std::vector<std::string> escaped;
+    for (const auto& w : warnings) escaped.push_back(markdown_inline(w));
+    md << "Warnings from the worker:\n\n" << bullet_list(escaped) << "\n";
+  }
   md << "## Root Cause Analysis\n\n";
   if (failed) {
     md << "Evidence gathered by dbh:\n\n" << bullet_list(f.evidence);

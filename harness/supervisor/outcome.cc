@@ -182,6 +182,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   for (const auto& e : r.events) {
     if (e.type == event::kHello) {
       a.scenario_hash = proto::hello_from(e).scenario_hash;
+    } else if (e.type == event::kWarning) {
+      a.warnings.push_back(proto::warning_from(e).message);
     } else if (e.type == event::kEval) {
       const auto v = proto::eval_from(e);
       EvalRecord ev;

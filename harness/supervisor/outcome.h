@@ -107,6 +107,8 @@ std::vector<int64_t> run_end_cuda_reserved;
   /// Overlays of the failing batch written by the worker (file names under
   /// the trial's overlays/ folder).
   std::vector<std::string> overlays;
+  /// The worker's `warning` events (e.g. weights that loaded partly), in order.
+  std::vector<std::string> warnings;
   std::string memory_snapshot;  // CUDA allocator snapshot written on OOM ("" = none)
   /// Every thread's stack when the watchdog stopped the worker (Note [Stacks of a
   /// hung worker]): the tool, and the threads running dbh code (or the first).

@@ -400,6 +400,11 @@ TEST_F(EvalTest, ScenarioWeightsLoadACheckpointAndSayWhatTheyCouldNot) {
   const std::string w = warnings(pan / "events.jsonl");
   EXPECT_NE(w.find("tensors loaded; missing: decoder."), std::string::npos) << w;
   EXPECT_NE(w.find("keep their initial values"), std::string::npos) << w;
+  // … and the report says it too, not only the event stream.
+  std::ifstream md(pan / "report.md");
+  const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("Warnings from the worker:"), std::string::npos) << report;
+  EXPECT_NE(report.find("keep their initial values"), std::string::npos) << report;
 }
 
 }  // namespace
