@@ -21,6 +21,19 @@ reps=5
 bench="$root/build/${DBH_PRESET:-dev}/bin/dbh_benchmarks"
 mkdir -p "$out"
 common=(--benchmark_out_format=json --benchmark_counters_tabular=true)
+# dbh's default layout and thread count for the benchmarks' step on this
+# machine: what `auto` chooses (measured afresh, cached only under OUT_DIR).
+echo "bench: dbh's auto choice of layout and threads for the 640² step" >&2
+rm -rf "$out/auto"
+DBH_CACHE_DIR="$out/auto-cache" "$root/build/${DBH_PRESET:-dev}/bin/dbh" run tests/bench/scenarios/step-640.yaml \
+  "hardware.device=$device" --out "$out/auto" -q >&2 || exit 2
+rm -rf "$out/auto-cache"
+DBH_BENCH_AUTO="$("$root/.venv/bin/python" -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["measured_choices"]
+print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/auto/report.json")" || exit 2
+export DBH_BENCH_AUTO
+echo "bench: auto chose channels_last,threads = $DBH_BENCH_AUTO" >&2
 echo "bench: harness overhead, C++ vs PyTorch eager, trial start-up ($reps repetitions, interleaved)" >&2
 "$bench" --benchmark_filter='^BM_(Step|TrialSpawn|DbhRun)' --benchmark_repetitions="$reps" \
   --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \

@@ -8,6 +8,7 @@
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
+#include "harness/supervisor/machine.h"
 #include "harness/supervisor/outcome.h"
 
 namespace dbh::harness {
@@ -65,10 +66,6 @@ std::string input_fingerprint(const Scenario& s);
 /// (path, size, mtime_ns, ctime_ns, inode), which pins the LibTorch, CUDA and cuDNN it
 /// links. Computed once per process.
 std::string build_identity();
-/// The machine: CPU model, NVIDIA driver and GPUs (model, UUID, bus), and the
-/// environment variables that steer devices and libraries (CUDA_*, CUDNN_*,
-/// TORCH_*, OMP_*, …). Computed once per process.
-std::string machine_identity();
 
 /// The probe cache key of `s`: a digest of its resolved scenario,
 /// input_fingerprint(s), build_identity(), machine_identity() and

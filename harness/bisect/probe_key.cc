@@ -18,6 +18,7 @@
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
+#include "harness/supervisor/machine.h"
 #include "harness/supervisor/trial.h"
 
 extern char** environ;
@@ -40,35 +41,6 @@ bool failed_before_training(const TrialAnalysis& a) {
 // and the machine.
 
 namespace {
-
-// Two 64-bit lanes: FNV-1a 64 of the bytes, and an FNV-style lane with its
-// own offset, each byte shifted by 0x5b and the state folded (>> 29) after
-// every byte. A 128-bit digest, as 32 hex digits. Not cryptographic; a cache
-// key, so both lanes must stay as they are.
-class Digest {
- public:
-  // A field, prefixed by its length: ("ab", "c") differs from ("a", "bc").
-  Digest& add(const std::string& s) {
-    uint64_t n = s.size();
-    for (int i = 0; i < 8; ++i, n >>= 8) mix(static_cast<unsigned char>(n & 0xff));
-    for (unsigned char c : s) mix(c);
-    return *this;
-  }
-  Digest& add_bytes(const char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
-    return *this;
-  }
-  std::string hex() const { return a_.hex() + hex64(b_); }
-
- private:
-  void mix(unsigned char c) {
-    a_.update(c);
-    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * kFnv64Prime;
-    b_ ^= b_ >> 29;
-  }
-  Fnv1a64 a_;
-  uint64_t b_ = 0x84222325cbf29ce4ULL;
-};
 
 struct Stamp {
   bool exists = false;
@@ -168,12 +140,6 @@ void add_dataset(Digest& d, const std::string& root) {
   for (const auto& [rel, text] : entries) d.add(rel).add(text);
 }
 
-std::string first_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 
 }  // namespace
 
@@ -193,69 +159,7 @@ std::string build_identity() {
     d.add("exe").add(self_exe()).add(stamp_text(stamp_of("/proc/self/exe")));
     // Every shared library the process mapped: LibTorch, CUDA, cuDNN,
     // OpenCV as this binary found them.
-    std::set<std::string> libs;
-    std::ifstream maps("/proc/self/maps");
-    std::string line;
-    while (std::getline(maps, line)) {
-      const auto slash = line.find('/');
-      if (slash == std::string::npos) continue;
-      const std::string path = line.substr(slash);
-      if (path.find(".so") != std::string::npos) libs.insert(path);
-    }
-    for (const auto& lib : libs) add_file(d, "lib", lib);
-    return d.hex();
-  }();
-  return identity;
-}
-
-std::string machine_identity() {
-  static const std::string identity = [] {
-    Digest d;
-    {
-      std::ifstream cpu("/proc/cpuinfo");
-      std::string line;
-      while (std::getline(cpu, line)) {
-        if (line.rfind("model name", 0) == 0) {
-          d.add("cpu").add(line);
-          break;
-        }
-      }
-      d.add("cores").add(std::to_string(std::thread::hardware_concurrency()));
-    }
-    d.add("nvidia").add(first_line("/proc/driver/nvidia/version"));
-    std::error_code ec;
-    std::vector<std::string> gpus;
-    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-      std::ifstream in(e.path() / "information");
-      std::string line, text;
-      while (std::getline(in, line)) {
-        if (line.rfind("Model:", 0) == 0 || line.rfind("GPU UUID:", 0) == 0 ||
-            line.rfind("Bus Location:", 0) == 0 || line.rfind("Video BIOS:", 0) == 0) {
-          text += line + "\n";
-        }
-      }
-      gpus.push_back(text);
-    }
-    std::sort(gpus.begin(), gpus.end());
-    for (const auto& g : gpus) d.add("gpu").add(g);
-    // Variables that choose devices, libraries or numerics in the worker.
-    static const char* kPrefixes[] = {"CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_",
-                                      "OMP_", "MKL_", "KMP_", "OPENBLAS_", "DBH_", "LD_LIBRARY_PATH",
-                                      "LD_PRELOAD"};
-    std::vector<std::string> vars;
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      const std::string kv = *e;
-      const std::string name = kv.substr(0, kv.find('='));
-      if (name == kSupervisorPidEnv || name == "DBH_PROBE_CACHE_MIB") continue;
-      for (const char* prefix : kPrefixes) {
-        if (name.rfind(prefix, 0) == 0) {
-          vars.push_back(kv);
-          break;
-        }
-      }
-    }
-    std::sort(vars.begin(), vars.end());
-    for (const auto& v : vars) d.add("env").add(v);
+    for (const auto& lib : mapped_libraries()) add_file(d, "lib", lib);
     return d.hex();
   }();
   return identity;

@@ -19,6 +19,7 @@
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/tuning.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -94,7 +95,18 @@ int qualify_command(const QualifyOptions& o) {
                                        : fs::path(o.out);
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string());
     const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
-    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
+    // The layout and threads are measured once, for the source setup, and
+    // pinned for every trial: the search compares batches, not layouts, and
+    // a measurement per batch would cost more than the trials.
+    Scenario measured = source;
+    const nlohmann::json choices = resolve_measured_choices(measured, (out / "tuning").string());
+    std::vector<std::string> base_overrides = o.overrides;
+    if (!choices.is_null()) {
+      base_overrides.push_back(std::string("train.channels_last=") +
+                               (measured.train.channels_last.value_or(false) ? "true" : "false"));
+      base_overrides.push_back("train.threads=" + std::to_string(std::max<int64_t>(0, measured.train.threads)));
+    }
+    Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet);
     const bool cuda = source.hardware.device != "cpu";
     std::vector<std::string> precisions = {"fp32"};
     if (cuda) precisions = {"fp32", "fp16", "bf16"};
@@ -321,6 +333,8 @@ int qualify_command(const QualifyOptions& o) {
        << "- Safety margin: " << static_cast<int>(o.margin * 100) << "% (searches run within " << format_bytes(margined) << ")\n"
        << (not_searched.empty() ? std::string() : "- Not searched: " + not_searched + "\n")
        << "- Step times are this machine's; memory is what the target would need\n"
+       << (choices.is_null() ? std::string()
+                             : "- Layout and threads (for every trial): " + measured_choices_line(choices) + "\n")
        << "- Device: " << source.hardware.device
        << (cuda ? " (budget enforced with a ballast outside the allocator plus the allocator limit)"
                 : " (budget enforced as a host memory limit, RLIMIT_DATA)")
@@ -401,6 +415,7 @@ int qualify_command(const QualifyOptions& o) {
                              {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
                              {"headroom_bytes", budget - best->confirm.peak}};
     }
+    j["measured_choices"] = ojson::parse(choices.is_null() ? "null" : choices.dump());
     j["trial_count"] = trials;
     j["trials"] = ojson::array();
     for (const auto& p : prober.history()) {

@@ -23,6 +23,7 @@
 #include "harness/cli/scenario_command.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
+#include "harness/worker/tune.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
 #include "harness/cli/eval_command.h"
@@ -30,7 +31,9 @@
 
 int main(int argc, char** argv) {
   // A worker dies with its supervisor: armed before anything else runs.
-  if (argc > 1 && std::string(argv[1]) == "__worker") dbh::harness::die_with_supervisor();
+  if (argc > 1 && (std::string(argv[1]) == "__worker" || std::string(argv[1]) == "__tune")) {
+    dbh::harness::die_with_supervisor();
+  }
   // OpenCV's own pixel limit, for the formats whose headers dbh does not read
   // itself (model::kMaxImagePixels); read once, at the first decode.
   ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(dbh::model::kMaxImagePixels).c_str(), /*overwrite=*/0);
@@ -273,6 +276,8 @@ int main(int argc, char** argv) {
   worker->add_option("--scenario", w_scenario)->required();
   worker->add_option("--run-dir", w_dir)->required();
   worker->add_option("--trial", w_trial);
+  auto* tune = app.add_subcommand("__tune", "")->group("");
+  tune->add_option("--scenario", w_scenario)->required();
 
   try {
     app.parse(argc, argv);
@@ -418,6 +423,12 @@ int main(int argc, char** argv) {
       std::stringstream text;
       text << in.rdbuf();
       return dbh::harness::worker_main(text.str(), w_dir, dbh::harness::kEventsFd, w_trial);
+    }
+    if (*tune) {
+      std::ifstream in(w_scenario);
+      std::stringstream text;
+      text << in.rdbuf();
+      return dbh::harness::tune_main(text.str(), dbh::harness::kEventsFd);
     }
     if (*show) {
       if (ds.size % 32 != 0) {

@@ -59,4 +59,35 @@ inline std::string hex64(uint64_t v) {
 
 inline std::string Fnv1a64::hex() const { return hex64(h_); }
 
+// Two 64-bit lanes: FNV-1a 64 of the bytes, and an FNV-style lane with its
+// own offset, each byte shifted by 0x5b and the state folded (>> 29) after
+// every byte. A 128-bit digest, as 32 hex digits. Not cryptographic; a cache
+// key, so both lanes must stay as they are.
+/// A 128-bit digest of a sequence of fields: cache keys (probes, measured
+/// choices).
+class Digest {
+ public:
+  // A field, prefixed by its length: ("ab", "c") differs from ("a", "bc").
+  Digest& add(const std::string& s) {
+    uint64_t n = s.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) mix(static_cast<unsigned char>(n & 0xff));
+    for (unsigned char c : s) mix(c);
+    return *this;
+  }
+  Digest& add_bytes(const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) mix(static_cast<unsigned char>(p[i]));
+    return *this;
+  }
+  std::string hex() const { return a_.hex() + hex64(b_); }
+
+ private:
+  void mix(unsigned char c) {
+    a_.update(c);
+    b_ = (b_ ^ static_cast<unsigned char>(c + 0x5b)) * kFnv64Prime;
+    b_ ^= b_ >> 29;
+  }
+  Fnv1a64 a_;
+  uint64_t b_ = 0x84222325cbf29ce4ULL;
+};
+
 }  // namespace dbh::harness

@@ -356,6 +356,42 @@ MemorySnapshot memory_snapshot_from(const Event& e) {
   return m;
 }
 
+json to_json(const Tuning& e) {
+  json candidates = json::array();
+  for (const auto& c : e.candidates) {
+    candidates.push_back({{"channels_last", c.channels_last}, {"threads", c.threads}, {"seconds", c.seconds}});
+  }
+  json j = {{"device", e.device}, {"size", e.size}, {"batch", e.batch}, {"precision", e.precision},
+            {"candidates", candidates}};
+  put(j, "error", e.error);
+  return j;
+}
+
+Tuning tuning_from(const Event& e) {
+  Tuning t;
+  read(e, "device", t.device);
+  read(e, "size", t.size);
+  read(e, "batch", t.batch);
+  read(e, "precision", t.precision);
+  read(e, "error", t.error);
+  const json c = raw(e, "candidates");
+  if (c.is_array()) {
+    for (const auto& x : c) {
+      if (!x.is_object()) continue;
+      Tuning::Candidate k;
+      if (x.contains("channels_last") && x["channels_last"].is_boolean()) k.channels_last = x["channels_last"];
+      if (x.contains("threads") && x["threads"].is_number_integer()) k.threads = x["threads"];
+      if (x.contains("seconds") && x["seconds"].is_array()) {
+        for (const auto& v : x["seconds"]) {
+          if (v.is_number()) k.seconds.push_back(v.get<double>());
+        }
+      }
+      t.candidates.push_back(k);
+    }
+  }
+  return t;
+}
+
 json to_json(const Done& e) {
   json j = {{"status", e.status}};
   put(j, "memory", e.memory);

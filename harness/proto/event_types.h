@@ -208,6 +208,24 @@ nlohmann::json to_json(const MemorySnapshot& e);
 MemorySnapshot memory_snapshot_from(const Event& e);
 
 /// `done`: the worker's last event.
+/// `tuning`: the measuring worker's result (`dbh __tune`, Note [Measured
+/// choices] in supervisor/tuning.h): each candidate setting and its timed
+/// training steps, or why nothing could be measured.
+struct Tuning {
+  static constexpr const char* kType = event::kTuning;
+  struct Candidate {
+    bool channels_last = false;
+    int64_t threads = 0;
+    std::vector<double> seconds;  // one per timed step, in the order taken
+  };
+  std::string device, precision;
+  int64_t size = 0, batch = 0;
+  std::vector<Candidate> candidates;
+  std::optional<std::string> error;
+};
+nlohmann::json to_json(const Tuning& e);
+Tuning tuning_from(const Event& e);
+
 struct Done {
   static constexpr const char* kType = event::kDone;
   std::string status;     // passed, diverged, failed, error

@@ -54,6 +54,39 @@ nlohmann::ordered_json env_json(const Environment& e) {
 
 }  // namespace
 
+std::string measured_choices_line(const nlohmann::json& t) {
+  auto setting = [&](const char* key) { return t.contains(key) && t[key].is_object() ? t[key] : nlohmann::json::object(); };
+  const auto cl = setting("channels_last"), th = setting("threads");
+  std::ostringstream o;
+  o << (cl.value("value", false) ? "channels-last" : "NCHW") << " (" << cl.value("source", std::string("?")) << "), "
+    << th.value("value", int64_t{0}) << " intra-op thread(s) (" << th.value("source", std::string("?"))
+    << ")";
+  if (t.contains("timings") && t["timings"].is_array() && !t["timings"].empty()) {
+    o << "; best step of each candidate at " << t.value("size", int64_t{0}) << "², batch " << t.value("batch", int64_t{0})
+      << ":";
+    const char* sep = " ";
+    for (const auto& c : t["timings"]) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f ms", 1000.0 * c.value("best_seconds", 0.0));
+      o << sep << (c.value("channels_last", false) ? "channels-last" : "NCHW") << " × " << c.value("threads", int64_t{0})
+        << " " << ms;
+      sep = ", ";
+    }
+    if (t.contains("cache")) o << " (measured " << t.value("measured_at", std::string("?")) << "; cached in `" << t.value("cache", std::string()) << "`)";
+  }
+  if (t.value("busy", false)) {
+    char load[64];
+    std::snprintf(load, sizeof load, "%.2f on %lld cores", t.value("load_average", 0.0),
+                  static_cast<long long>(t.value("cores", int64_t{0})));
+    o << "; **measured while the machine was busy** (load average " << load
+      << "): it will be measured again when the machine is idle";
+  }
+  if (t.contains("remeasured")) o << "; measured again: " << t.value("remeasured", std::string());
+  if (t.contains("error")) o << "; the measurement failed (" << t.value("error", std::string()) << "), so PyTorch's defaults were used";
+  if (t.contains("cache_note")) o << "; " << t.value("cache_note", std::string());
+  return o.str();
+}
+
 nlohmann::ordered_json report_json(const RunReport& r) {
   nlohmann::ordered_json j;
   j["schema_version"] = 1;
@@ -109,6 +142,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                    {"timeline", steps}};
   }
   j["environment"] = env_json(r.env);
+  j["measured_choices"] = ojson::parse(main.tuning.is_null() ? "null" : main.tuning.dump());
   j["repro"] = {{"command", r.repro_command}};
   j["determinism"] = {{"checked", r.determinism.checked},
                       {"identical", r.determinism.identical},
@@ -246,6 +280,9 @@ std::string report_markdown(const RunReport& r) {
        << "- cuDNN: " << (s.hardware.cudnn_enabled ? "enabled" : "disabled") << ", benchmark "
        << (s.hardware.cudnn_benchmark ? "on" : "off") << ", deterministic " << (s.hardware.cudnn_deterministic ? "on" : "off")
        << "; TF32 " << (s.hardware.allow_tf32 ? "allowed" : "off") << "\n";
+  }
+  if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
+    md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
   }
   md << "- Settings: " << non_default_settings(s) << "\n\n";
   md << "## Steps to Reproduce\n\n```sh\n" << r.repro_command << "\n```\n\n"

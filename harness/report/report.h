@@ -59,6 +59,12 @@ struct RunReport {
   std::string repro_command;
 };
 
+/// One line for a report's Environment section: the layout and thread count
+/// a trial ran with, whether measured, cached, explicit or defaults, and the
+/// timings they were chosen from (`TrialAnalysis::tuning`, Note [Measured
+/// choices] in supervisor/tuning.h).
+std::string measured_choices_line(const nlohmann::json& tuning);
+
 nlohmann::ordered_json report_json(const RunReport& r);
 std::string report_markdown(const RunReport& r);
 /// JUnit XML for a list of runs: `failure` for unmet expectations, `error`

@@ -550,9 +550,21 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.train.accumulation = r.integer("accumulation", 1, 1, 4096);
     s.train.grad_clip = r.number("grad_clip", 0.0, 0.0, 1e12);
     s.train.precision = r.string("precision", "fp32", {"fp32", "fp16", "bf16"});
-    s.train.channels_last = r.boolean("channels_last", true);
+    if (const Value* c = r.get("channels_last"); c != nullptr && !(c->is_scalar() && c->scalar == "auto")) {
+      bool v = false;
+      if (!c->is_scalar() || !parse_bool(c->scalar, &v)) {
+        fail(c->loc, "train.channels_last", "auto, true or false", c->describe());
+      }
+      s.train.channels_last = v;
+    }
     s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
-    s.train.threads = r.integer("threads", 0, 0, 1024);
+    if (const Value* t = r.get("threads"); t != nullptr && !(t->is_scalar() && t->scalar == "auto")) {
+      int64_t v = 0;
+      if (!t->is_scalar() || !parse_int(t->scalar, &v) || v < 0 || v > 1024) {
+        fail(t->loc, "train.threads", "auto, 0 (all cores) or a number of threads up to 1024", t->describe());
+      }
+      s.train.threads = v;
+    }
     s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
     s.train.resume_from = resolve_path(r.string("resume_from", ""), r.get("resume_from"));
     if (!s.train.resume_from.empty()) {
@@ -1054,9 +1066,10 @@ std::string resolved_json(const Scenario& s) {
                 {"lr", s.train.lr},                   {"momentum", s.train.momentum},
                 {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
                 {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
-                {"precision", s.train.precision},     {"channels_last", s.train.channels_last},
+                {"precision", s.train.precision},     {"channels_last", s.train.channels_last ? nlohmann::ordered_json(*s.train.channels_last) : nlohmann::ordered_json("auto")},
                 {"seed", s.train.seed},
-                {"threads", s.train.threads},         {"checkpoint_every", s.train.checkpoint_every},
+                {"threads", s.train.threads == TrainConfig::kAutoThreads ? nlohmann::ordered_json("auto")
+                                                                         : nlohmann::ordered_json(s.train.threads)},         {"checkpoint_every", s.train.checkpoint_every},
                 {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after},
                 {"mode", s.train.mode},               {"eval_every", s.train.eval_every}};
   j["hardware"] = {{"device", s.hardware.device},

@@ -58,9 +58,14 @@ struct TrainConfig {
   int64_t accumulation = 1;
   double grad_clip = 0.0;
   std::string precision = "fp32";
-  bool channels_last = true;  // NHWC weights and input image
+  /// NHWC weights and input image; nullopt = auto, measured once per machine
+  /// and setup (Note [Measured choices], supervisor/tuning.h).
+  std::optional<bool> channels_last;
   uint64_t seed = 42;
-  int64_t threads = 0;             // 0 = all cores
+  /// Intra-op threads: kAutoThreads = measured like channels_last, 0 = all
+  /// cores, N.
+  int64_t threads = kAutoThreads;
+  static constexpr int64_t kAutoThreads = -1;
   int64_t checkpoint_every = 0;
   std::string resume_from;         // checkpoint to resume from (replays)
   /// Stop after this many steps (0 = max_steps) without changing the

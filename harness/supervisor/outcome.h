@@ -120,6 +120,9 @@ std::vector<int64_t> run_end_cuda_reserved;
   std::optional<double> evaluator_self_check;
   /// Overlays of the last validation's worst images (paths in the trial folder).
   std::vector<std::string> eval_overlays;
+  /// The settings the supervisor measured for `auto` (Note [Measured
+  /// choices]): resolve_measured_choices()'s record; null when none.
+  nlohmann::json tuning;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };

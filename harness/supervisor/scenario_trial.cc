@@ -6,17 +6,22 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/supervisor/tuning.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
 
-ScenarioTrial run_classified_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& dir_text, int64_t index,
                                    bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
   // Loaded before the worker runs: a missing knowledge base fails the trial
   // at once, not after a training run.
   const KnowledgeBase& kb = KnowledgeBase::shipped();
   const fs::path dir(dir_text);
   fs::create_directories(dir);
+  // `auto` settings become measured values before the worker starts (Note
+  // [Measured choices]); the worker sees only the values.
+  Scenario s = scenario;
+  nlohmann::json tuning = resolve_measured_choices(s, (dir / "tuning").string());
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), resolved_json(s) + "\n");
   TrialSpec spec;
@@ -34,6 +39,7 @@ ScenarioTrial run_classified_trial(const Scenario& s, const std::string& dir_tex
   ClassifyOptions copts;
   copts.withhold_fault_records = withhold_fault_records;
   t.analysis = classify(t.result, s, kb, copts);
+  t.analysis.tuning = std::move(tuning);
   return t;
 }
 

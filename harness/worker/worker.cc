@@ -13,6 +13,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <torch/torch.h>
 
+#include "harness/common/cpu.h"
 #include "harness/common/error.h"
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
@@ -167,7 +168,7 @@ model::InferenceOptions inference_options(const Scenario& s, bool reference_post
       .side(model::resize_side_from_string(s.data.val.side))
       .batch_size(s.data.val.batch_size)
       .device(s.hardware.device)
-      .channels_last(s.train.channels_last)
+      .channels_last(s.train.channels_last.value_or(false))
       .postprocess(pp);
 }
 
@@ -283,8 +284,10 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     events.emit(error);
     return 3;
   }
-  const int64_t threads = s.train.threads > 0 ? s.train.threads
-                                               : static_cast<int64_t>(std::thread::hardware_concurrency());
+  // The supervisor resolves `auto` before the worker starts (Note [Measured
+  // choices]); a scenario given to the worker directly falls back to
+  // PyTorch's own defaults: every core, NCHW.
+  const int64_t threads = s.train.threads > 0 ? s.train.threads : available_cores();
   proto::Hello hello;
   hello.pid = static_cast<int64_t>(getpid());
   hello.seed = s.train.seed;
@@ -477,7 +480,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
           .accumulation(s.train.accumulation)
           .grad_clip(s.train.grad_clip)
           .precision(model::precision_from_string(s.train.precision))
-          .channels_last(s.train.channels_last)
+          .channels_last(s.train.channels_last.value_or(false))
           .device(s.hardware.device);
       model::Trainer trainer(net, t);
       faults.set_optimizer(&trainer.optimizer());

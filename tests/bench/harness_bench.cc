@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,9 @@ constexpr int64_t kBatch = 2;
 
 // mode < 0: no monitors; otherwise a Monitors::Mode, with the silent-failure
 // checks on unless `silent` is false.
-void run_step_bench(benchmark::State& state, int mode, bool channels_last = true, bool silent = true) {
-  model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
+void run_step_bench(benchmark::State& state, int mode, bool channels_last = true, bool silent = true,
+                    int64_t threads = kThreads) {
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(threads));
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(channels_last).device(bench_device()));
@@ -82,6 +84,7 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
     benchmark::DoNotOptimize(r.loss);
   }
   model::set_module_observer(nullptr);
+  torch::set_num_threads(static_cast<int>(kThreads));
   state.counters["images/s"] = benchmark::Counter(
       static_cast<double>(kBatch * state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -96,6 +99,39 @@ void BM_StepMonitorsCheap(benchmark::State& state) {
 // BM_StepMonitorsCheap.
 void BM_StepMonitorsCheapFinite(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap), true, false);
+}
+// dbh's default step: the layout and thread count `auto` chose on this
+// machine for this step (Note [Measured choices]), which scripts/bench.sh
+// measures through `dbh run` and passes as DBH_BENCH_AUTO="CHANNELS_LAST,THREADS"
+// (e.g. "0,2"). Plain, and with the cheap monitors every dbh run has.
+struct AutoChoice {
+  bool channels_last = false;
+  int64_t threads = 0;
+};
+std::optional<AutoChoice> auto_choice() {
+  const char* v = std::getenv("DBH_BENCH_AUTO");
+  if (v == nullptr) return std::nullopt;
+  AutoChoice c;
+  int cl = 0;
+  long long t = 0;
+  if (std::sscanf(v, "%d,%lld", &cl, &t) != 2 || t < 1) return std::nullopt;
+  c.channels_last = cl != 0;
+  c.threads = t;
+  return c;
+}
+void run_default_step_bench(benchmark::State& state, int mode) {
+  const auto c = auto_choice();
+  if (!c) {
+    state.SkipWithError("DBH_BENCH_AUTO is not set: scripts/bench.sh measures dbh's choice and sets it");
+    return;
+  }
+  run_step_bench(state, mode, c->channels_last, true, c->threads);
+  state.counters["channels_last"] = c->channels_last ? 1 : 0;
+  state.counters["threads"] = static_cast<double>(c->threads);
+}
+void BM_StepDbhDefault(benchmark::State& state) { run_default_step_bench(state, -1); }
+void BM_StepDbhDefaultMonitors(benchmark::State& state) {
+  run_default_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap));
 }
 void BM_StepMonitorsLocalise(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
@@ -142,6 +178,8 @@ DBH_STEP_BENCH(BM_StepPlainNchw);
 DBH_STEP_BENCH(BM_StepMonitorsCheap);
 DBH_STEP_BENCH(BM_StepMonitorsCheapFinite);
 DBH_STEP_BENCH(BM_StepMonitorsLocalise);
+DBH_STEP_BENCH(BM_StepDbhDefault);
+DBH_STEP_BENCH(BM_StepDbhDefaultMonitors);
 
 // --- The same step in PyTorch eager, side by side -------------------------
 // The Python reference (tests/bench/python/dbnet_step.py --serve) gets this
@@ -229,8 +267,9 @@ class PythonStepper {
   FILE* from_ = nullptr;
 };
 
-// layout: "nchw" (PyTorch's default, how users' scripts run) or
-// "channels_last" (what dbh's trainer uses).
+// layout: "nchw" or "channels_last", both with dbh's thread count, or
+// "users": NCHW with PyTorch's own default thread count, as users' scripts
+// run.
 void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
   const std::string python = std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
   const std::string script = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
@@ -275,6 +314,7 @@ void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
       ->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2)->Repetitions(3)
 DBH_PY_BENCH(nchw);
 DBH_PY_BENCH(channels_last);
+DBH_PY_BENCH(users);
 
 // Trial overhead as the supervisor sees it: from posix_spawn of the worker
 // (`dbh __worker`, what every trial of a run, suite or bisection costs) to its

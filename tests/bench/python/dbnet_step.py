@@ -10,7 +10,8 @@ with 1-3 bright rectangles per sample, their shrunk kernels as the binary map,
 full shrink masks, a threshold band. Prints the median of 20 steps after 3
 warm-ups. Run: .venv/bin/python tests/bench/python/dbnet_step.py (no numpy).
 
---serve DUMP [DEVICE [nchw|channels_last]]: the side-by-side mode of BM_StepPythonEager (harness_bench.cc).
+--serve DUMP [DEVICE [nchw|channels_last|users]]: the side-by-side mode of BM_StepPythonEager (harness_bench.cc);
+  users: NCHW with PyTorch's default thread count.
 Loads the C++ model's initial weights and buffers and its input batch from DUMP
 (parameter names are LibTorch's: encoder.layer1.0.conv1.weight, ...), prints
 "ready N", then answers each "step" line on stdin with "<ms> <loss>".
@@ -231,7 +232,9 @@ def read_dump(path):
 
 
 def serve(path, device="cpu", layout="nchw"):
-    torch.set_num_threads(THREADS)
+    # "users": NCHW with PyTorch's own thread count, as a user's script runs.
+    if layout != "users":
+        torch.set_num_threads(THREADS)
     tensors = read_dump(path)
     model = DbNet().train()
     state = model.state_dict()

@@ -1,0 +1,124 @@
+// What identifies the machine and the libraries a trial runs with: parts of
+// the probe cache's key and of the measured choices' key.
+#include "harness/supervisor/machine.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "harness/common/hash.h"
+#include "harness/supervisor/trial.h"
+
+extern char** environ;
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+std::vector<std::string> mapped_libraries() {
+  std::set<std::string> libs;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find(".so") != std::string::npos) libs.insert(path);
+  }
+  return {libs.begin(), libs.end()};
+}
+
+std::string libraries_identity() {
+  static const std::string identity = [] {
+    Digest d;
+    for (const auto& lib : mapped_libraries()) {
+      struct stat sb {};
+      d.add("lib").add(lib);
+      if (::stat(lib.c_str(), &sb) == 0) {
+        d.add(std::to_string(sb.st_size)).add(std::to_string(sb.st_mtim.tv_sec));
+      }
+    }
+    return d.hex();
+  }();
+  return identity;
+}
+
+std::string machine_identity() {
+  static const std::string identity = [] {
+    Digest d;
+    {
+      std::ifstream cpu("/proc/cpuinfo");
+      std::string line;
+      while (std::getline(cpu, line)) {
+        if (line.rfind("model name", 0) == 0) {
+          d.add("cpu").add(line);
+          break;
+        }
+      }
+      d.add("cores").add(std::to_string(std::thread::hardware_concurrency()));
+    }
+    d.add("nvidia").add(first_line("/proc/driver/nvidia/version"));
+    std::error_code ec;
+    std::vector<std::string> gpus;
+    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      std::ifstream in(e.path() / "information");
+      std::string line, text;
+      while (std::getline(in, line)) {
+        if (line.rfind("Model:", 0) == 0 || line.rfind("GPU UUID:", 0) == 0 ||
+            line.rfind("Bus Location:", 0) == 0 || line.rfind("Video BIOS:", 0) == 0) {
+          text += line + "\n";
+        }
+      }
+      gpus.push_back(text);
+    }
+    std::sort(gpus.begin(), gpus.end());
+    for (const auto& g : gpus) d.add("gpu").add(g);
+    // Variables that choose devices, libraries or numerics in the worker.
+    static const char* kPrefixes[] = {"CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_",
+                                      "OMP_", "MKL_", "KMP_", "OPENBLAS_", "DBH_", "LD_LIBRARY_PATH",
+                                      "LD_PRELOAD"};
+    std::vector<std::string> vars;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const std::string name = kv.substr(0, kv.find('='));
+      // Where dbh keeps caches, and their bounds, decide nothing a trial does.
+      if (name == kSupervisorPidEnv || name == "DBH_PROBE_CACHE_MIB" || name == kCacheDirEnv) continue;
+      for (const char* prefix : kPrefixes) {
+        if (name.rfind(prefix, 0) == 0) {
+          vars.push_back(kv);
+          break;
+        }
+      }
+    }
+    std::sort(vars.begin(), vars.end());
+    for (const auto& v : vars) d.add("env").add(v);
+    return d.hex();
+  }();
+  return identity;
+}
+
+
+std::string cache_root() {
+  if (const char* d = std::getenv(kCacheDirEnv); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return (fs::path(x) / "dbh").string();
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') return (fs::path(h) / ".cache" / "dbh").string();
+  return "";
+}
+
+}  // namespace dbh::harness

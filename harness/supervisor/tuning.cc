@@ -1,0 +1,287 @@
+#include "harness/supervisor/tuning.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "harness/common/cpu.h"
+#include "harness/common/files.h"
+#include "harness/common/hash.h"
+#include "harness/common/text.h"
+#include "harness/proto/event_types.h"
+#include "harness/supervisor/machine.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// At most this many measurements are kept; the oldest go first.
+constexpr size_t kMaxCacheEntries = 256;
+
+double best_of(const json& c) {
+  double best = std::numeric_limits<double>::infinity();
+  if (c.contains("seconds") && c["seconds"].is_array()) {
+    for (const auto& v : c["seconds"]) {
+      if (v.is_number()) best = std::min(best, v.get<double>());
+    }
+  }
+  return best;
+}
+
+std::string tuning_key(const Scenario& s) {
+  Digest d;
+  d.add("dbh measured choices 1")
+      .add(machine_identity())
+      .add(libraries_identity())
+      .add(s.hardware.device)
+      .add(std::to_string(s.model.encoder))
+      .add(s.model.decoder)
+      .add(std::to_string(s.model.k))
+      .add(std::to_string(s.data.size))
+      .add(std::to_string(s.data.batch_size))
+      .add(s.train.precision)
+      .add(s.train.optimizer)
+      .add(s.train.channels_last ? (*s.train.channels_last ? "cl" : "nchw") : "auto")
+      .add(std::to_string(s.train.threads));
+  return d.hex();
+}
+
+// Holds an exclusive lock on a file for its lifetime (nothing when the file
+// cannot be opened: measuring twice is then the worst that can happen).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+json read_cached(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return nullptr;
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("candidates") || !j["candidates"].is_array() || !j.contains("choice")) {
+    return nullptr;
+  }
+  return j;
+}
+
+void trim_cache(const fs::path& dir) {
+  std::vector<std::pair<fs::file_time_type, fs::path>> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    if (e.path().extension() == ".json" && e.is_regular_file(ec2)) files.push_back({e.last_write_time(ec2), e.path()});
+  }
+  if (files.size() <= kMaxCacheEntries) return;
+  std::sort(files.begin(), files.end());
+  for (size_t i = 0; i + kMaxCacheEntries < files.size(); ++i) {
+    fs::remove(files[i].second, ec);
+    fs::path lock = files[i].second;
+    fs::remove(lock.replace_extension(".lock"), ec);
+  }
+}
+
+// Runs `dbh __tune` as a supervised trial; the `tuning` event's fields, or
+// an object with `error`.
+json measure(const Scenario& s, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path resolved = dir / "scenario.resolved.json";
+  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
+  TrialSpec spec;
+  spec.argv = {"/proc/self/exe", "__tune", "--scenario", resolved.string()};
+  spec.run_dir = dir.string();
+  spec.deadline_s = std::min(s.limits.deadline_s, 900.0);
+  spec.silence_s = s.limits.silence_s;
+  spec.grace_s = s.limits.grace_s;
+  spec.stacks_timeout_s = 0;  // a measurement that hangs is reported, not debugged
+  const TrialResult r = run_trial(spec);
+  for (const auto& e : r.events) {
+    if (e.type != event::kTuning) continue;
+    const proto::Tuning t = proto::tuning_from(e);
+    json j = proto::to_json(t);
+    if (!t.error && r.exit_code == 0) return j;
+    if (!t.error) j["error"] = "the measuring worker exited with status " + std::to_string(r.exit_code);
+    return j;
+  }
+  std::string why = !r.spawn_error.empty() ? r.spawn_error
+                    : r.timed_out         ? "the measuring worker ran past its deadline"
+                    : r.hung              ? "the measuring worker fell silent"
+                    : r.interrupted       ? "interrupted"
+                    : r.term_signal != 0  ? "the measuring worker was killed by signal " + std::to_string(r.term_signal)
+                                          : "the measuring worker wrote no result (exit status " +
+                                                std::to_string(r.exit_code) + ")";
+  if (!r.stderr_tail.empty()) why += ": " + one_line(r.stderr_tail.substr(r.stderr_tail.size() > 300 ? r.stderr_tail.size() - 300 : 0));
+  return {{"error", why}};
+}
+
+std::string load_text(double load) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", load);
+  return buf;
+}
+
+// The 1-minute load average, or -1 when unknown.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  if (!(in >> l)) return -1;
+  return l;
+}
+
+}  // namespace
+
+bool machine_busy(double load, int64_t cores) { return load > kBusyLoadPerCore * static_cast<double>(cores); }
+
+int64_t choose_candidate(const json& candidates, int64_t default_threads) {
+  if (!candidates.is_array()) return -1;
+  int64_t best = -1, fallback = -1;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto& c = candidates[i];
+    const double t = best_of(c);
+    if (!std::isfinite(t)) continue;
+    if (t < best_s) {
+      best_s = t;
+      best = static_cast<int64_t>(i);
+    }
+    if (c.value("channels_last", true) == false && c.value("threads", int64_t{0}) == default_threads) {
+      fallback = static_cast<int64_t>(i);
+    }
+  }
+  if (best < 0) return -1;
+  if (fallback >= 0 && best_of(candidates[static_cast<size_t>(fallback)]) <= best_s * (1.0 + kDefaultMargin)) {
+    return fallback;
+  }
+  return best;
+}
+
+json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
+  const bool auto_layout = !s.train.channels_last.has_value();
+  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  if ((!auto_layout && !auto_threads) || s.train.mode != "train") return nullptr;
+  const int64_t cores = available_cores();
+  json record = {{"channels_last", {{"value", false}, {"source", auto_layout ? "default" : "explicit"}}},
+                 {"threads", {{"value", cores}, {"source", auto_threads ? "default" : "explicit"}}}};
+  if (!auto_layout) record["channels_last"]["value"] = *s.train.channels_last;
+  if (!auto_threads) record["threads"]["value"] = s.train.threads > 0 ? s.train.threads : cores;
+
+  const std::string root = cache_root();
+  const std::string key = tuning_key(s);
+  json entry;
+  std::string source = "measured";
+  {
+    std::unique_ptr<FileLock> lock;
+    fs::path file;
+    std::error_code ec;
+    if (!root.empty()) {
+      const fs::path dir = fs::path(root) / "tuning";
+      fs::create_directories(dir, ec);
+      file = dir / (key + ".json");
+      if (!ec) lock = std::make_unique<FileLock>((dir / (key + ".lock")).string());
+      entry = read_cached(file);
+      // A measurement taken on a busy machine holds while it stays busy; on
+      // an idle one it is taken again.
+      if (!entry.is_null() && entry.value("busy", false) && !machine_busy(load_average(), cores)) {
+        record["remeasured"] = "the cached measurement was taken on a busy machine (load average " +
+                               load_text(entry.value("load_average", 0.0)) + ")";
+        entry = nullptr;
+      }
+      if (!entry.is_null()) {
+        source = "cached";
+        record["cache"] = file.string();
+      }
+    } else {
+      record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
+    }
+    if (entry.is_null()) {
+      const double load = load_average();
+      const auto t0 = std::chrono::steady_clock::now();
+      json measured = measure(s, fs::path(work_dir));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (measured.contains("error")) {
+        record["error"] = measured["error"];
+        return record;  // PyTorch's defaults, not cached
+      }
+      fs::remove_all(work_dir, ec);
+      entry = measured;
+      entry["measured_at"] = now_iso();
+      entry["measure_seconds"] = seconds;
+      entry["load_average"] = load;
+      entry["busy"] = machine_busy(load, cores);
+      const int64_t choice = choose_candidate(entry["candidates"], cores);
+      if (choice < 0) {
+        record["error"] = "no candidate could be timed";
+        return record;
+      }
+      entry["choice"] = choice;
+      if (!file.empty()) {
+        try {
+          write_file_atomically(file.string(), entry.dump(1) + "\n");
+          record["cache"] = file.string();
+          trim_cache(file.parent_path());
+        } catch (const std::exception& e) {
+          record["cache_note"] = std::string("not cached: ") + one_line(e.what());
+        }
+      }
+    }
+  }
+  const auto& candidates = entry["candidates"];
+  const int64_t choice = entry["choice"].is_number_integer() ? entry["choice"].get<int64_t>() : -1;
+  if (choice < 0 || choice >= static_cast<int64_t>(candidates.size())) {
+    record["error"] = "the cached measurement names no candidate";
+    return record;
+  }
+  const json& chosen = candidates[static_cast<size_t>(choice)];
+  if (auto_layout) {
+    s.train.channels_last = chosen.value("channels_last", false);
+    record["channels_last"] = {{"value", *s.train.channels_last}, {"source", source}};
+  }
+  if (auto_threads) {
+    s.train.threads = chosen.value("threads", cores);
+    record["threads"] = {{"value", s.train.threads}, {"source", source}};
+  }
+  json timings = json::array();
+  for (const auto& c : candidates) {
+    timings.push_back({{"channels_last", c.value("channels_last", false)},
+                       {"threads", c.value("threads", int64_t{0})},
+                       {"best_seconds", best_of(c)}});
+  }
+  record["timings"] = timings;
+  record["measured_at"] = entry.value("measured_at", "");
+  record["measure_seconds"] = entry.value("measure_seconds", 0.0);
+  record["size"] = entry.value("size", int64_t{0});
+  record["batch"] = entry.value("batch", int64_t{0});
+  record["load_average"] = entry.value("load_average", -1.0);
+  record["busy"] = entry.value("busy", false);
+  record["cores"] = cores;
+  return record;
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/scenario/scenario.h"
+
+namespace dbh::harness {
+
+// Note [Measured choices]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Whether channels-last weights and input make a training step faster, and
+// how many intra-op threads do, depends on the CPU (its vector units, its
+// caches, whether its cores are hyper-threads), on the GPU, on the model and
+// on the input size: on one 2-core EPYC channels-last was 0.83× NCHW's step at
+// 640², on another 1.32×. So `train.channels_last` and `train.threads` default
+// to `auto`, and dbh measures instead of guessing: before a trial whose
+// scenario leaves either to `auto`, the supervisor looks for a measurement of
+// this setup in its cache and, when there is none, runs `dbh __tune` as a
+// supervised trial of its own (worker/tune.h), which times a few training
+// steps of each candidate on synthetic images. The fastest candidate wins
+// unless PyTorch's default (NCHW, every core) is within kDefaultMargin of it:
+// a tie keeps what users' own PyTorch does.
+//
+// The cache (<cache_root()>/tuning/<key>.json) is keyed by everything that
+// decides the answer and nothing else: the machine (machine_identity()), the
+// LibTorch/CUDA libraries (libraries_identity()), the device, the encoder,
+// decoder and k, the input size, the batch, the precision, and any setting
+// the scenario fixed. A lock file serialises measurements of one key, so two
+// concurrent dbh processes never time steps against each other and every
+// trial of a suite, a bisection or a repeat gets the same choice. Measuring
+// happens in its own process so that its memory and threads never count in
+// the trial's peak memory or timings; a measurement that fails falls back to
+// PyTorch's defaults, is reported, and is not cached. Explicit settings win
+// and are never measured.
+//
+// Timings taken while other work loads the machine can mislead (two threads
+// lose to one when the cores are already busy), so the load average is
+// recorded with each measurement and reported, and a measurement taken on a
+// busy machine (kBusyLoadPerCore) is reused only while the machine is still
+// busy: on an idle one it is taken again. To measure again at any time,
+// remove the cache file the report names.
+
+/// A machine whose 1-minute load average exceeds this per core is busy.
+inline constexpr double kBusyLoadPerCore = 0.5;
+/// Whether a machine with `cores` cores and this load average is busy
+/// (false when the load is unknown, i.e. negative).
+bool machine_busy(double load_average, int64_t cores);
+
+/// How much faster than PyTorch's default (NCHW, every core) a candidate
+/// must be to be chosen.
+inline constexpr double kDefaultMargin = 0.03;
+
+/// Replaces `auto` in `s.train.channels_last` and `s.train.threads` by
+/// measured values (Note [Measured choices]), measuring in `work_dir` (a
+/// folder of the trial's; removed after a successful measurement) when the
+/// cache has no answer. Returns the record for the report: for each setting
+/// its value and source (explicit, measured, cached, default), the
+/// candidates' timings, the cache file, when it was measured, and an error
+/// when the measurement failed. Null when the scenario has nothing to
+/// choose (both settings explicit, or `train.mode: ops`). Never throws for
+/// anything the measuring worker does.
+nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir);
+
+/// The choice among measured candidates (the `candidates` of a `tuning`
+/// event): the fastest by its best step, unless the default candidate
+/// (channels_last false, `default_threads`) is within kDefaultMargin of it.
+/// Returns the index into `candidates`, or -1 when none has a timing.
+int64_t choose_candidate(const nlohmann::json& candidates, int64_t default_threads);
+
+}  // namespace dbh::harness

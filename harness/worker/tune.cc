@@ -1,0 +1,126 @@
+#include "harness/worker/tune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harness/common/cpu.h"
+#include "harness/common/text.h"
+#include "harness/proto/event_types.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/value.h"
+#include "harness/worker/event_writer.h"
+#include "model/data/batch.h"
+#include "model/dbnet.h"
+#include "model/train/trainer.h"
+
+namespace dbh::harness {
+
+namespace {
+
+// The thread counts worth timing when `train.threads` is auto: every
+// available core (PyTorch's own default), and half of them, which wins where
+// hyper-threads or a noisy neighbour share the cores. A GPU step hardly
+// depends on the host's intra-op threads: every core, not timed.
+std::vector<int64_t> thread_candidates(const Scenario& s, bool cuda) {
+  const int64_t n = available_cores();
+  if (s.train.threads != TrainConfig::kAutoThreads) return {s.train.threads > 0 ? s.train.threads : n};
+  if (cuda || n < 2) return {n};
+  return {n, n / 2};
+}
+
+}  // namespace
+
+int tune_main(const std::string& scenario_json, int events_fd) {
+  EventWriter events(events_fd);
+  proto::Tuning result;
+  try {
+    const Scenario s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+    const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
+    result.device = s.hardware.device;
+    result.size = s.data.size;
+    result.batch = s.data.batch_size;
+    result.precision = s.train.precision;
+    std::vector<bool> layouts = {false, true};
+    if (s.train.channels_last) layouts = {*s.train.channels_last};
+    const auto threads = thread_candidates(s, cuda);
+    model::apply_determinism(model::DeterminismOptions()
+                                 .seed(s.train.seed)
+                                 .threads(threads.front())
+                                 .cudnn_enabled(s.hardware.cudnn_enabled)
+                                 .cudnn_benchmark(s.hardware.cudnn_benchmark)
+                                 .cudnn_deterministic(s.hardware.cudnn_deterministic)
+                                 .allow_tf32(s.hardware.allow_tf32));
+    // One trainer per layout, both built from the same initial weights.
+    std::vector<std::unique_ptr<model::Trainer>> trainers;
+    for (const bool cl : layouts) {
+      torch::manual_seed(s.train.seed);
+      model::DbNet net(model::DbNetOptions()
+                           .encoder(model::ResNetOptions().depth(s.model.encoder))
+                           .decoder(model::decoder_kind_from_string(s.model.decoder))
+                           .k(s.model.k));
+      trainers.push_back(std::make_unique<model::Trainer>(
+          net, model::TrainOptions()
+                   .optimizer(model::optimizer_kind_from_string(s.train.optimizer))
+                   .lr(s.train.lr)
+                   .momentum(s.train.momentum)
+                   .weight_decay(s.train.weight_decay)
+                   .max_steps(1 << 20)
+                   .precision(model::precision_from_string(s.train.precision))
+                   .channels_last(cl)
+                   .device(s.hardware.device)));
+    }
+    const model::Batch batch = model::synthetic_boxes_batch(s.data.batch_size, s.data.size, s.data.size, s.train.seed);
+    const model::BatchSource source = [&](int64_t) { return batch; };
+    struct Slot {
+      size_t trainer;
+      int64_t threads;
+    };
+    std::vector<Slot> slots;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      for (const int64_t t : threads) {
+        slots.push_back({i, t});
+        proto::Tuning::Candidate c;
+        c.channels_last = layouts[i];
+        c.threads = t;
+        result.candidates.push_back(c);
+      }
+    }
+    auto timed_step = [&](const Slot& slot) {
+      torch::set_num_threads(static_cast<int>(slot.threads));
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto r = trainers[slot.trainer]->step(source);
+      (void)r;
+      if (cuda) torch::cuda::synchronize();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    // Warm-up: allocator, oneDNN primitives, cuDNN plans, optimizer state.
+    double warm = 0;
+    for (const auto& slot : slots) {
+      warm = std::max(warm, timed_step(slot));
+      events.emit(proto::Heartbeat{0, 0, "tuning"});
+    }
+    // Interleaved rounds, so that a slower moment of the machine hits every
+    // candidate alike; fewer rounds when a step is long.
+    const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : 3;
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        result.candidates[i].seconds.push_back(timed_step(slots[i]));
+        events.emit(proto::Heartbeat{0, round + 1, "tuning"});
+      }
+    }
+    events.emit(result);
+    events.emit(proto::Done{"passed", {}});
+    return 0;
+  } catch (const std::exception& e) {
+    result.error = one_line(e.what());
+    events.emit(result);
+    events.emit(proto::Done{"error", {}});
+    return 1;
+  }
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <string>
+
+namespace dbh::harness {
+
+/// Entry point of the hidden `dbh __tune` subcommand (Note [Measured choices]
+/// in supervisor/tuning.h): times training steps of the scenario's model at
+/// its input size, batch and precision, on synthetic images, for each
+/// candidate layout and intra-op thread count its `auto` settings leave open,
+/// and writes one `tuning` event (then `done`) to `events_fd`. Candidates are
+/// interleaved, each warmed up once; a `heartbeat` follows every timed step.
+/// Returns 0 after `done`; 1 when nothing could be measured (the event says
+/// why).
+int tune_main(const std::string& scenario_json, int events_fd);
+
+}  // namespace dbh::harness

@@ -1,0 +1,167 @@
+// Measured choices (Note [Measured choices] in harness/supervisor/tuning.h):
+// `train.channels_last` and `train.threads` left to `auto` are measured once
+// per machine and setup, cached, reused, reported; explicit settings win.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kTiny = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
+
+struct DbhRun {
+  testing::ProcessResult process;
+  json report;
+  std::string markdown;
+};
+
+DbhRun run(const fs::path& cache, const fs::path& out, std::vector<std::string> overrides) {
+  std::vector<std::string> argv = {DBH_BINARY, "run", kTiny, "--out", out.string(), "-q",
+                                   "train.max_steps=2", "data.size=64"};
+  argv.insert(argv.end(), overrides.begin(), overrides.end());
+  DbhRun r;
+  r.process = testing::run_process_with_env(argv, {{"DBH_CACHE_DIR", cache.string()}}, DBH_SOURCE_DIR, 600);
+  r.report = json::parse(testing::read_text(out / "report.json"), nullptr, false);
+  r.markdown = testing::read_text(out / "report.md");
+  return r;
+}
+
+std::vector<fs::path> cache_entries(const fs::path& cache) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache / "tuning", ec)) {
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  }
+  return files;
+}
+
+TEST(TuningTest, AutoIsMeasuredOnceCachedAndReported) {
+  const fs::path dir = testing::fresh_dir("tuning");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+
+  const DbhRun first = run(cache, dir / "first", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(first.process.exit_code, 0) << first.process.err;
+  ASSERT_TRUE(first.report.is_object());
+  const json& m = first.report["measured_choices"];
+  ASSERT_TRUE(m.is_object()) << first.report.dump();
+  EXPECT_FALSE(m.contains("error")) << m.dump();
+  EXPECT_EQ(m["channels_last"]["source"], "measured");
+  EXPECT_EQ(m["threads"]["source"], "measured");
+  // Both layouts, each with every core and (with 2 or more) half of them.
+  const auto cores = static_cast<size_t>(m["threads"]["value"].get<int64_t>());
+  ASSERT_TRUE(m["timings"].is_array());
+  EXPECT_GE(m["timings"].size(), 2u);
+  int layouts[2] = {0, 0};
+  for (const auto& t : m["timings"]) {
+    layouts[t["channels_last"].get<bool>() ? 1 : 0] += 1;
+    EXPECT_GT(t["best_seconds"].get<double>(), 0.0);
+    EXPECT_GE(t["threads"].get<int64_t>(), 1);
+  }
+  EXPECT_EQ(layouts[0], layouts[1]);
+  EXPECT_GE(cores, 1u);
+  EXPECT_EQ(m["size"], 64);
+  EXPECT_EQ(m["batch"], 2);
+  // The choice is one of the candidates, and the worker trained with it.
+  bool listed = false;
+  for (const auto& t : m["timings"]) {
+    listed = listed || (t["channels_last"] == m["channels_last"]["value"] && t["threads"] == m["threads"]["value"]);
+  }
+  EXPECT_TRUE(listed) << m.dump();
+  const json resolved =
+      json::parse(testing::read_text(dir / "first" / "main" / "scenario.resolved.json"), nullptr, false);
+  ASSERT_TRUE(resolved.is_object());
+  EXPECT_EQ(resolved["train"]["channels_last"], m["channels_last"]["value"]);
+  EXPECT_EQ(resolved["train"]["threads"], m["threads"]["value"]);
+  EXPECT_NE(first.markdown.find("- Layout and threads: "), std::string::npos);
+  EXPECT_NE(first.markdown.find("(measured)"), std::string::npos);
+  // One cache entry; the measuring folder is gone.
+  const auto entries = cache_entries(cache);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(m["cache"], entries.front().string());
+  EXPECT_FALSE(fs::exists(dir / "first" / "main" / "tuning"));
+
+  // The same setup again: the cached answer, nothing measured.
+  const DbhRun second = run(cache, dir / "second", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(second.process.exit_code, 0) << second.process.err;
+  const json& m2 = second.report["measured_choices"];
+  if (m2.contains("remeasured")) {
+    // Only a measurement taken on a busy machine is taken again, once the
+    // machine is idle; it replaces the cache entry.
+    EXPECT_TRUE(m["busy"].get<bool>()) << m.dump();
+    EXPECT_FALSE(m2["busy"].get<bool>()) << m2.dump();
+    EXPECT_EQ(m2["channels_last"]["source"], "measured");
+  } else {
+    EXPECT_EQ(m2["channels_last"]["source"], "cached");
+    EXPECT_EQ(m2["channels_last"]["value"], m["channels_last"]["value"]);
+    EXPECT_EQ(m2["threads"]["value"], m["threads"]["value"]);
+    EXPECT_EQ(m2["timings"], m["timings"]);
+    EXPECT_EQ(m2["measured_at"], m["measured_at"]);
+  }
+  EXPECT_EQ(cache_entries(cache).size(), 1u);
+
+  // Another input size is another setup.
+  const DbhRun other = run(cache, dir / "other", {"train.channels_last=auto", "train.threads=auto", "data.size=96"});
+  ASSERT_EQ(other.process.exit_code, 0) << other.process.err;
+  EXPECT_EQ(other.report["measured_choices"]["channels_last"]["source"], "measured");
+  EXPECT_EQ(cache_entries(cache).size(), 2u);
+}
+
+TEST(TuningTest, ExplicitSettingsAreNeverMeasured) {
+  const fs::path dir = testing::fresh_dir("tuning-explicit");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const DbhRun r = run(cache, dir / "out", {"train.channels_last=true", "train.threads=1"});
+  ASSERT_EQ(r.process.exit_code, 0) << r.process.err;
+  EXPECT_TRUE(r.report["measured_choices"].is_null()) << r.report["measured_choices"].dump();
+  EXPECT_TRUE(cache_entries(cache).empty());
+  const json resolved =
+      json::parse(testing::read_text(dir / "out" / "main" / "scenario.resolved.json"), nullptr, false);
+  EXPECT_EQ(resolved["train"]["channels_last"], true);
+  EXPECT_EQ(resolved["train"]["threads"], 1);
+
+  // One setting fixed, the other measured: only the open one has candidates.
+  const DbhRun half = run(cache, dir / "half", {"train.channels_last=false", "train.threads=auto"});
+  ASSERT_EQ(half.process.exit_code, 0) << half.process.err;
+  const json& m = half.report["measured_choices"];
+  ASSERT_TRUE(m.is_object());
+  EXPECT_EQ(m["channels_last"]["source"], "explicit");
+  EXPECT_EQ(m["channels_last"]["value"], false);
+  EXPECT_EQ(m["threads"]["source"], "measured");
+  for (const auto& t : m["timings"]) EXPECT_EQ(t["channels_last"], false);
+}
+
+TEST(TuningTest, AFailedMeasurementFallsBackToPyTorchDefaultsAndIsNotCached) {
+  const fs::path dir = testing::fresh_dir("tuning-fail");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  // The measuring worker stops at the scenario's deadline: far too short to
+  // load LibTorch and time anything.
+  const DbhRun r = run(cache, dir / "out",
+                    {"train.channels_last=auto", "train.threads=auto", "limits.deadline_s=0.2", "limits.grace_s=0.2"});
+  ASSERT_TRUE(r.report.is_object()) << r.process.err;
+  const json& m = r.report["measured_choices"];
+  ASSERT_TRUE(m.is_object());
+  ASSERT_TRUE(m.contains("error")) << m.dump();
+  EXPECT_NE(m["error"].get<std::string>().find("deadline"), std::string::npos) << m.dump();
+  EXPECT_EQ(m["channels_last"]["source"], "default");
+  EXPECT_EQ(m["channels_last"]["value"], false);
+  EXPECT_TRUE(cache_entries(cache).empty());
+  EXPECT_NE(r.markdown.find("the measurement failed"), std::string::npos);
+  // Its folder stays, for the reason.
+  EXPECT_TRUE(fs::exists(dir / "out" / "main" / "tuning" / "stderr.log"));
+}
+
+}  // namespace
+}  // namespace dbh
