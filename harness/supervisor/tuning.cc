@@ -30,6 +30,8 @@ namespace {
 
 // At most this many measurements are kept; the oldest go first.
 constexpr size_t kMaxCacheEntries = 256;
+// The largest thread count a cache entry may name (train.threads' bound).
+constexpr int64_t kMaxThreads = 1024;
 
 double best_of(const json& c) {
   double best = std::numeric_limits<double>::infinity();
@@ -85,8 +87,21 @@ json read_cached(const fs::path& file) {
   std::stringstream text;
   text << in.rdbuf();
   json j = json::parse(text.str(), nullptr, false);
-  if (!j.is_object() || !j.contains("candidates") || !j["candidates"].is_array() || !j.contains("choice")) {
+  // Anything but a well-formed entry (a torn or hand-edited file) is no
+  // answer: the setup is measured again and the file replaced.
+  if (!j.is_object() || !j.contains("candidates") || !j["candidates"].is_array() || !j.contains("choice") ||
+      !j["choice"].is_number_integer()) {
     return nullptr;
+  }
+  const auto& candidates = j["candidates"];
+  const int64_t choice = j["choice"].get<int64_t>();
+  if (choice < 0 || choice >= static_cast<int64_t>(candidates.size())) return nullptr;
+  for (const auto& c : candidates) {
+    if (!c.is_object() || !c.contains("channels_last") || !c["channels_last"].is_boolean() || !c.contains("threads") ||
+        !c["threads"].is_number_integer() || c["threads"].get<int64_t>() < 1 ||
+        c["threads"].get<int64_t>() > kMaxThreads || !c.contains("seconds") || !c["seconds"].is_array()) {
+      return nullptr;
+    }
   }
   return j;
 }

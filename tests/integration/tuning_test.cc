@@ -111,6 +111,19 @@ TEST(TuningTest, AutoIsMeasuredOnceCachedAndReported) {
   }
   EXPECT_EQ(cache_entries(cache).size(), 1u);
 
+  // A hand-edited or torn entry is no answer: measured again, replaced.
+  testing::write_text(entries.front(),
+                      R"({"choice": 0, "candidates": [{"channels_last": true, "threads": 100000, "seconds": [0.1]}]})");
+  const DbhRun edited = run(cache, dir / "edited", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(edited.process.exit_code, 0) << edited.process.err;
+  EXPECT_EQ(edited.report["measured_choices"]["threads"]["source"], "measured");
+  EXPECT_LE(edited.report["measured_choices"]["threads"]["value"].get<int64_t>(), 1024);
+  EXPECT_EQ(json::parse(testing::read_text(entries.front()), nullptr, false)["candidates"].size(), m["timings"].size());
+  testing::write_text(entries.front(), "{\"choice\": ");
+  const DbhRun torn = run(cache, dir / "torn", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(torn.process.exit_code, 0) << torn.process.err;
+  EXPECT_EQ(torn.report["measured_choices"]["channels_last"]["source"], "measured");
+
   // Another input size is another setup.
   const DbhRun other = run(cache, dir / "other", {"train.channels_last=auto", "train.threads=auto", "data.size=96"});
   ASSERT_EQ(other.process.exit_code, 0) << other.process.err;
