@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -332,9 +333,65 @@ class Search {
   std::vector<std::string> notes_;
 };
 
+// The step of a checkpoint the worker wrote ("checkpoint-r0-s16.pt" → 16);
+// none for another file.
+std::optional<int64_t> checkpoint_step(const fs::path& file) {
+  const std::string name = file.filename().string();
+  constexpr std::string_view kPrefix = "checkpoint-r0-s";
+  if (name.rfind(kPrefix, 0) != 0 || file.extension() != ".pt") return std::nullopt;
+  const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 3);
+  int64_t step = 0;
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) return std::nullopt;
+  return step;
+}
+
+// The checkpoint step `p`'s trial resumed from; none when it started at step
+// 0 or was answered from a cache (it ran nothing).
+std::optional<int64_t> resumed_from(const ProbeResult& p) {
+  if (p.cached) return std::nullopt;
+  std::optional<int64_t> step;
+  for (const auto& o : p.overrides) {
+    constexpr std::string_view kKey = "train.resume_from=";
+    if (o.rfind(kKey, 0) == 0) step = checkpoint_step(o.substr(kKey.size()));
+  }
+  return step;
+}
+
+// Optimizer steps `p`'s trial executed after it resumed (not the absolute step
+// index): those that ended, and the one a failure cut short. 0 when cached.
+int64_t steps_run(const ProbeResult& p) {
+  if (p.cached) return 0;
+  const auto& a = p.analysis;
+  const bool cut_short = a.failure.step && (a.steps.empty() || *a.failure.step > a.steps.back().step);
+  return a.steps_completed + (cut_short ? 1 : 0);
+}
+
+// What the probes that ran executed, and what they would have executed had
+// each started at step 0: the same replay, deterministic, runs the steps
+// before its checkpoint as well (a replay stopped early by the failure stops
+// there from step 0 too, so this is not always its train.stop_after).
+struct StepCost {
+  int64_t run = 0;         // probes that ran (not cached)
+  int64_t steps = 0;       // steps they executed
+  int64_t from_start = 0;  // steps they would have executed from step 0
+};
+
+StepCost step_cost(const Prober& prober) {
+  StepCost c;
+  for (const auto& p : prober.history()) {
+    if (p.cached) continue;
+    ++c.run;
+    c.steps += steps_run(p);
+    c.from_start += steps_run(p) + resumed_from(p).value_or(0);
+  }
+  return c;
+}
+
 ojson probes_json(const Prober& prober) {
   ojson a = ojson::array();
   for (const auto& p : prober.history()) {
+    const auto resumed = resumed_from(p);
     a.push_back({{"index", p.index},
                  {"what", p.what},
                  {"config", p.overrides},
@@ -345,6 +402,8 @@ ojson probes_json(const Prober& prober) {
                  {"seconds", p.seconds},
                  {"cached", p.cached},
                  {"fresh", p.fresh},
+                 {"steps_run", steps_run(p)},
+                 {"resumed_from", resumed ? ojson(*resumed) : ojson(nullptr)},
                  {"hash", p.hash},
                  {"key", p.key}});
   }
@@ -363,6 +422,7 @@ struct Outputs {
   std::string summary;                 // one paragraph for bisect.md
   std::vector<std::string> details;    // bullet lines
   int64_t answer_step = -1;            // steps: the answer, for modules
+  bool replay_from_start = false;      // steps, modules: no checkpoints, every replay from step 0
 
   bool confident() const { return found && confirmed && doubts.empty() && confidence >= kConfidentAt; }
 };
@@ -405,8 +465,14 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   for (const auto& p : prober.history()) fresh += p.cached ? 0 : 1;
   j["probe_count"] = prober.history().size();
   j["fresh_probes"] = fresh;
+  // Note [Cheap probes]: replays resume from the reproduction's checkpoints.
+  const StepCost cost = step_cost(prober);
+  const bool replays = o.kind == "steps" || o.kind == "modules";
+  j["steps_run_total"] = cost.steps;
+  if (replays) j["steps_from_start"] = cost.from_start;
   j["seconds"] = seconds;
-  j["checkpoints"] = {{"kept", prober.keep_checkpoints()}, {"removed_bytes", removed_bytes}};
+  j["checkpoints"] = {{"kept", prober.keep_checkpoints()}, {"removed_bytes", removed_bytes},
+                      {"replay_from_start", o.replay_from_start}};
   j["repro"] = o.repro;
   write_file_atomically((out / "bisect.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::ostringstream md;
@@ -439,9 +505,16 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
        << (p.analysis.failure.module.empty() ? "-" : p.analysis.failure.module) << " | " << std::fixed
        << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "") << " |\n";
   }
+  if (replays) {
+    md << "\nSteps: replayed " << cost.steps << " steps in " << cost.run << " probes (from step 0 it would have been "
+       << cost.from_start << ").\n";
+  } else {
+    md << "\nSteps: ran " << cost.steps << " steps in " << cost.run << " probes.\n";
+  }
   md << "\nCheckpoints: "
-     << (prober.keep_checkpoints() ? "kept (--keep-checkpoints)"
-                                   : "removed after the search (" + format_bytes(removed_bytes) + ")")
+     << (o.replay_from_start ? std::string("none written (--replay-from-start)")
+         : prober.keep_checkpoints() ? "kept (--keep-checkpoints)"
+                                     : "removed after the search (" + format_bytes(removed_bytes) + ")")
      << ". Probe folders keep their events and logs.\n";
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
@@ -467,15 +540,23 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeRes
   if (probe.dir.empty() || !fs::exists(probe.dir, ec)) return std::nullopt;
   std::optional<std::pair<int64_t, std::string>> best;
   for (const auto& e : fs::directory_iterator(probe.dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("checkpoint-r0-s", 0) != 0 || e.path().extension() != ".pt") continue;
-    int64_t step = 0;
-    const std::string digits = name.substr(15, name.size() - 15 - 3);
-    if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc()) continue;
-    if (step <= limit && (!best || step > best->first)) best = std::make_pair(step, e.path().string());
+    const auto step = checkpoint_step(e.path());
+    if (step && *step <= limit && (!best || *step > best->first)) best = std::make_pair(*step, e.path().string());
   }
   return best;
 }
+
+// Note [Cheap probes]
+// A replay of the first m steps need not train from step 0: the first
+// reproduction run writes checkpoints (every max(2, ⌈n/8⌉) steps) and every
+// replay resumes from the nearest one at or before step m-1, so a probe runs
+// at most that many steps instead of up to n. bisect.json measures it: each
+// probe's steps_run (steps executed after resuming) and resumed_from, and in
+// total steps_run_total against steps_from_start, what the same probes would
+// have executed from step 0. --replay-from-start turns it off (no checkpoints
+// written, every replay from step 0): for disks too small for checkpoints, or
+// to rule out checkpoint/resume as the cause. tests/integration/bisect_test.cc
+// runs both ways; tests/bench/bisect_bench.cc (BM_BisectStepsReplay) times them.
 
 // A replay of the first `stop_after` steps, resuming from the nearest of the
 // reproduction's checkpoints when `resume`.
@@ -499,10 +580,12 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   // optimizer state), at least 2 steps apart: replaying a step is cheaper than
   // writing and loading one.
   const int64_t every = std::max<int64_t>(2, (n + 7) / 8);
+  const bool resume = !o.replay_from_start;  // Note [Cheap probes]
+  out.replay_from_start = o.replay_from_start;
   ReproducePlan plan;
-  plan.first = {"train.checkpoint_every=" + std::to_string(every)};
+  plan.first = {"train.checkpoint_every=" + std::to_string(resume ? every : 0)};
   plan.rest = {"train.checkpoint_every=0"};
-  plan.keep_checkpoints = true;
+  plan.keep_checkpoints = resume;
   plan.check_step = true;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
   out.doubts = out.rep.notes;
@@ -527,8 +610,8 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   Search search(prober, out.rep, out.rep.sig);
   std::map<int64_t, Verdict> seen;  // prefix length → verdict
   auto fails = [&](int64_t m) {
-    const Verdict v = search.verdict(replay_overrides(out.rep.source, m), "first " + std::to_string(m) + " step(s)",
-                                     /*fresh=*/false);
+    const Verdict v = search.verdict(replay_overrides(out.rep.source, m, resume),
+                                     "first " + std::to_string(m) + " step(s)", /*fresh=*/false);
     seen[m] = v;
     return v;
   };
@@ -546,14 +629,14 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   // the answer fails the same way.
   bool before_passes = true;
   if (step >= 1) {
-    before_passes = search.verdict(replay_overrides(out.rep.source, step),
+    before_passes = search.verdict(replay_overrides(out.rep.source, step, resume),
                                    "re-check: first " + std::to_string(step) + " step(s)", /*fresh=*/true) ==
                     Verdict::kPass;
     if (!before_passes) {
       out.doubts.push_back("re-check: the first " + std::to_string(step) + " step(s) did not pass when run again");
     }
   }
-  const bool answer_fails = search.verdict(replay_overrides(out.rep.source, step + 1),
+  const bool answer_fails = search.verdict(replay_overrides(out.rep.source, step + 1, resume),
                                            "re-check: first " + std::to_string(step + 1) + " step(s)",
                                            /*fresh=*/true) == Verdict::kFail;
   if (!answer_fails) {
@@ -589,11 +672,13 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
     out.details.push_back(std::string("the monitors of the full run flagged step ") + std::to_string(*hint) +
                           (*hint == step ? " (agrees)" : " (differs)"));
   }
-  out.details.push_back("replays resume from checkpoints written every " + std::to_string(every) +
-                        " step(s) by the first reproduction run; no other probe writes checkpoints");
+  out.details.push_back(resume ? "replays resume from checkpoints written every " + std::to_string(every) +
+                                     " step(s) by the first reproduction run; no other probe writes checkpoints"
+                              : std::string("replays start at step 0 (--replay-from-start); no probe writes "
+                                            "checkpoints"));
   out.repro = command_line(prober.scenario_path(),
                            concat(prober.base_overrides(),
-                                  replay_overrides(out.rep.source, step + 1, prober.keep_checkpoints())));
+                                  replay_overrides(out.rep.source, step + 1, resume && prober.keep_checkpoints())));
   return out;
 }
 
@@ -604,13 +689,14 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
   out.rep = steps.rep;
   out.doubts = steps.doubts;
   out.details = steps.details;
+  out.replay_from_start = steps.replay_from_start;
   if (!steps.found) {
     out.summary = "no failing step to replay: " + steps.summary;
     out.repro = steps.repro;
     return out;
   }
   const int64_t step = steps.answer_step;
-  auto extra = replay_overrides(steps.rep.source, step + 1);
+  auto extra = replay_overrides(steps.rep.source, step + 1, !o.replay_from_start);
   extra.push_back("monitors.mode=localise");
   // Localise mode names sites more precisely: the same class at the same
   // step is the same failure.
@@ -624,7 +710,8 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
                          to_string(v) + (v == Verdict::kDifferent ? ": " + difference(replay, sig) : "") + ")");
   }
   out.confirmed = steps.confirmed && v == Verdict::kFail;
-  std::vector<std::string> repro_extra = replay_overrides(steps.rep.source, step + 1, prober.keep_checkpoints());
+  std::vector<std::string> repro_extra =
+      replay_overrides(steps.rep.source, step + 1, !o.replay_from_start && prober.keep_checkpoints());
   repro_extra.push_back("monitors.mode=localise");
   out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), repro_extra));
   const auto& h = replay.analysis.primary_health;
@@ -1100,6 +1187,9 @@ int bisect_command(const BisectOptions& o) {
   // interruption, whose interrupted.json stays).
   std::optional<OutputDir> claim;
   try {
+    if (o.replay_from_start && o.kind != "steps" && o.kind != "modules") {
+      throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
+    }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     if (!o.scenario.empty()) (void)load_scenario(o.scenario, o.overrides);  // validate first
     const fs::path out = o.out.empty() ? fs::path("reports") / "runs" / ("bisect-" + o.kind + "-" + name + "-" + stamp())

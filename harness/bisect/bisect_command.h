@@ -17,6 +17,7 @@ struct BisectOptions {
   double alpha = 0.05;                 // accepted probability of missing a flaky failure
   int64_t reproductions = 3;           // runs to measure the reproduction rate
   bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search
+  bool replay_from_start = false;      // steps, modules: write no checkpoints, replay every prefix from step 0
   bool quiet = false;
 };
 

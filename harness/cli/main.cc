@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
   bisect->add_option("--reproductions", bo.reproductions, "Runs that measure the reproduction rate")
       ->check(CLI::Range(int64_t{1}, int64_t{50}))->capture_default_str();
   bisect->add_flag("--keep-checkpoints", bo.keep_checkpoints, "Keep the reproduction's checkpoints after the search");
+  bisect->add_flag("--replay-from-start", bo.replay_from_start,
+                   "steps, modules: write no checkpoints and replay every prefix from step 0");
   bisect->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   dbh::harness::DiagnoseOptions dg;
   std::vector<std::string> diagnose_args;

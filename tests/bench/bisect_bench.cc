@@ -3,7 +3,8 @@
 // (tiny-cpu.yaml: ResNet-18 + FPN, 64², batch 2, CPU). Each iteration starts
 // with an empty probe cache, so every probe is a fresh trial. Counters:
 // probes (all), fresh (run, not cached), found (1 when the planted cause was
-// named), s_per_probe.
+// named), s_per_probe. BM_BisectStepsReplay: what replaying from checkpoints
+// saves over replaying from step 0.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -138,6 +139,62 @@ DBH_BISECT_BENCH(modules, kModules);
 DBH_BISECT_BENCH(data, kData);
 DBH_BISECT_BENCH(config, kConfig);
 DBH_BISECT_BENCH(range, kRange);
+
+// Note [Cheap probes]: `bisect steps` on a run of range(0) steps with a NaN
+// planted at 85 % of it (step 17 of 20, 170 of 200), replaying from the first
+// reproduction's checkpoints (from_start:0, the default) or from step 0
+// (from_start:1, --replay-from-start). Counters: probes, fresh (run, not
+// cached), s_per_probe, steps_per_probe (steps_run_total over fresh),
+// steps_from_start (what those probes would have run from step 0), found.
+void BM_BisectStepsReplay(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const bool from_start = state.range(1) != 0;
+  const int64_t at = n * 17 / 20;
+  const fs::path dir = fs::temp_directory_path() / ("dbh_bench_bisect_replay_" + std::to_string(getpid()));
+  double probes = 0, run = 0, steps = 0, steps_from_start = 0, found = 0, wall = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: " + std::to_string(n) +
+                                                 "}\nfaults:\n  - {name: nan_activation, module: decoder.smooth3, "
+                                                 "at_step: " + std::to_string(at) + "}\n");
+    std::vector<std::string> argv = {DBH_BINARY, "bisect", "steps", s.string(), "--out", (dir / "out").string(),
+                                     "--cache", (dir / "cache").string(), "-q"};
+    if (from_start) argv.emplace_back("--replay-from-start");
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = testing::run_process(argv, dir.string(), 1800);
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.PauseTiming();
+    std::ifstream in(dir / "out" / "bisect.json");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (r.exit_code != 0 || j.is_discarded()) {
+      state.SkipWithError(("dbh bisect steps failed: " + r.err).c_str());
+      break;
+    }
+    probes += static_cast<double>(j["probes"].size());
+    run += j.value("fresh_probes", 0.0);
+    steps += j.value("steps_run_total", 0.0);
+    steps_from_start += j.value("steps_from_start", 0.0);
+    found += j["result"]["step"] == at ? 1 : 0;
+    state.ResumeTiming();
+  }
+  fs::remove_all(dir);
+  const auto iters = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["probes"] = probes / iters;
+  state.counters["fresh"] = run / iters;
+  state.counters["s_per_probe"] = probes > 0 ? wall / probes : 0.0;
+  state.counters["steps_per_probe"] = run > 0 ? steps / run : 0.0;
+  state.counters["steps_from_start"] = steps_from_start / iters;
+  state.counters["found"] = found / iters;
+}
+BENCHMARK(BM_BisectStepsReplay)
+    ->ArgsProduct({{20, 200}, {0, 1}})
+    ->ArgNames({"steps", "from_start"})
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace dbh

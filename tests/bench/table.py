@@ -119,6 +119,20 @@ def main():
             ok = b["found"] >= 1
             row(f"bisect {kind}: probes, wall", f"{b['probes']:.0f} probes, {seconds(b):.1f} s",
                 "finds the planted cause", ok, f"{b['s_per_probe']:.2f} s per probe, {b['fresh']:.0f} run fresh")
+    for n in (20, 200):
+        b = find(bisect, f"BM_BisectStepsReplay/steps:{n}/from_start:0")
+        z = find(bisect, f"BM_BisectStepsReplay/steps:{n}/from_start:1")
+        if b:
+            note = f"{b['probes']:.0f} probes"
+            if z:
+                note += (f"; from step 0 (--replay-from-start): {z['s_per_probe']:.2f} s per probe, "
+                         f"{z['steps_per_probe']:.1f} steps per probe")
+            elif b.get("fresh"):
+                note += f"; from step 0 the same probes would run {b['steps_from_start'] / b['fresh']:.1f} steps each"
+            if b["found"] < 1 or (z and z["found"] < 1):
+                note += " (**the planted step was not found**)"
+            row(f"bisect steps ({n}-step run): seconds per probe, steps replayed per probe",
+                f"{b['s_per_probe']:.2f} s, {b['steps_per_probe']:.1f} steps", "—", None, note)
     print(f"Machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"load average at start {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}; {ctx.get('date', '')}")
     print()

@@ -63,6 +63,72 @@ TEST(BisectTest, StepsFindsThePlantedNaNStep) {
   }
 }
 
+// Note [Cheap probes]: replays resume from the reproduction's checkpoints and
+// so run fewer steps than from step 0; --replay-from-start writes no
+// checkpoints and replays every prefix from step 0. Both find the same step.
+TEST(BisectTest, StepsReplaysFromCheckpointsOrFromStepZeroFindTheSameStep) {
+  const auto dir = temp_dir("steps-replay");
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ntrain: {max_steps: 12}\nfaults:\n  - {name: nan_activation, "
+                                            "module: decoder.smooth3, at_step: 9}\n");
+  // --keep-checkpoints so that what each run wrote can be counted afterwards.
+  auto bisect = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"bisect", "steps", s.string(), "--reproductions", "1", "--keep-checkpoints",
+                                     "--out", (dir / name).string(), "--cache", (dir / (name + "-cache")).string(),
+                                     "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = dbh(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return read_json(dir / name / "bisect.json");
+  };
+  auto checkpoints_in = [](const fs::path& d) {
+    int64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(d)) {
+      n += e.path().filename().string().rfind("checkpoint-", 0) == 0 ? 1 : 0;
+    }
+    return n;
+  };
+  auto steps_of = [](const nlohmann::json& j) {
+    int64_t sum = 0;
+    for (const auto& p : j["probes"]) sum += p["steps_run"].get<int64_t>();
+    return sum;
+  };
+  const auto resumed = bisect("resumed", {});
+  const auto zero = bisect("from-start", {"--replay-from-start"});
+  EXPECT_EQ(resumed["result"]["step"], 9) << resumed.dump(2);
+  EXPECT_EQ(zero["result"]["step"], 9) << zero.dump(2);
+
+  // The reproduction ran steps 0–9 from step 0 (the NaN cut step 9 short).
+  EXPECT_EQ(resumed["probes"][0]["steps_run"], 10);
+  EXPECT_TRUE(resumed["probes"][0]["resumed_from"].is_null());
+  int64_t replays_resumed = 0;
+  for (const auto& p : resumed["probes"]) replays_resumed += p["resumed_from"].is_null() ? 0 : 1;
+  EXPECT_GT(replays_resumed, 0) << resumed["probes"].dump(2);
+  EXPECT_EQ(resumed["steps_run_total"].get<int64_t>(), steps_of(resumed));
+  EXPECT_LT(resumed["steps_run_total"].get<int64_t>(), resumed["steps_from_start"].get<int64_t>());
+  EXPECT_GT(checkpoints_in(dir / "resumed"), 0);
+
+  for (const auto& p : zero["probes"]) {
+    EXPECT_TRUE(p["resumed_from"].is_null()) << p.dump();
+    for (const auto& c : p["config"]) EXPECT_EQ(c.get<std::string>().find("resume_from"), std::string::npos) << c;
+  }
+  EXPECT_EQ(zero["steps_run_total"].get<int64_t>(), steps_of(zero));
+  EXPECT_EQ(zero["steps_run_total"], zero["steps_from_start"]);
+  EXPECT_EQ(checkpoints_in(dir / "from-start"), 0);
+  EXPECT_EQ(zero["repro"].get<std::string>().find("resume_from"), std::string::npos) << zero["repro"];
+  // The same probes, so the same steps from step 0 either way.
+  EXPECT_EQ(resumed["probes"].size(), zero["probes"].size());
+  EXPECT_EQ(resumed["steps_from_start"], zero["steps_from_start"]);
+
+  const std::string md = testing::read_text(dir / "resumed" / "bisect.md");
+  EXPECT_NE(md.find("Steps: replayed " + std::to_string(resumed["steps_run_total"].get<int64_t>()) + " steps in " +
+                    std::to_string(resumed["fresh_probes"].get<int64_t>()) + " probes (from step 0 it would have been " +
+                    std::to_string(resumed["steps_from_start"].get<int64_t>()) + ")"),
+            std::string::npos)
+      << md;
+  fs::remove_all(dir);
+}
+
 TEST(BisectTest, ModulesFindsThePlantedModuleWithStatistics) {
   const auto dir = temp_dir("modules");
   const auto s = write(dir / "s.yaml", "include: " + base() +
