@@ -5,10 +5,10 @@
 #
 #   scripts/bench.sh [OUT_DIR]        (default build/bench; `./dev bench` runs this)
 #
-# Writes OUT_DIR/{harness,loader,bisect}_<device>.json (Google Benchmark JSON)
-# and OUT_DIR/table.md. DBH_BENCH_DEVICE=cuda measures the training steps on
+# Writes OUT_DIR/{harness,loader,bisect}_<device>.json (Google Benchmark JSON),
+# OUT_DIR/machine.json (CPU, instruction sets, GPU) and OUT_DIR/table.md. DBH_BENCH_DEVICE=cuda measures the training steps on
 # the GPU; DBH_BENCH_QUICK=1 takes one repetition instead of five (a smoke
-# check, not a measurement). Takes about 8 minutes on 2 CPU cores.
+# check, not a measurement). Takes about 20 minutes on 2 CPU cores.
 # Exit status: 0 all targets met, 1 some missed, 2 setup/build errors.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +21,37 @@ reps=5
 bench="$root/build/${DBH_PRESET:-dev}/bin/dbh_benchmarks"
 mkdir -p "$out"
 common=(--benchmark_out_format=json --benchmark_counters_tabular=true)
+# The machine the numbers belong to (the table's first line).
+"$root/.venv/bin/python" - "$out/machine.json" <<'PY' || exit 2
+import glob, json, os, platform, sys
+cpu, mhz, flags = "?", "?", set()
+with open("/proc/cpuinfo") as f:
+    for line in f:
+        k, _, v = line.partition(":")
+        k, v = k.strip(), v.strip()
+        if k == "model name" and cpu == "?":
+            cpu = v
+        elif k == "cpu MHz" and mhz == "?":
+            mhz = f"{float(v):.0f}"
+        elif k == "flags" and not flags:
+            flags = set(v.split())
+isa = [x for x in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+       if x in flags]
+gpus = []
+for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+    with open(info) as f:
+        gpus += [l.split(":", 1)[1].strip() for l in f if l.startswith("Model:")]
+os_name = "?"
+if os.path.exists("/etc/os-release"):
+    with open("/etc/os-release") as f:
+        for l in f:
+            if l.startswith("PRETTY_NAME="):
+                os_name = l.split("=", 1)[1].strip().strip('"')
+import torch
+json.dump({"cpu": cpu, "mhz": mhz, "cores": len(os.sched_getaffinity(0)), "isa": " ".join(isa) or "none listed",
+           "gpu": ", ".join(gpus), "os": f"{os_name}, kernel {platform.release()}", "torch": torch.__version__},
+          open(sys.argv[1], "w"), indent=1)
+PY
 # dbh's default layout and thread count for the benchmarks' step on this
 # machine: what `auto` chooses (measured afresh, cached only under OUT_DIR).
 echo "bench: dbh's auto choice of layout and threads for the 640² step" >&2
@@ -42,8 +73,8 @@ echo "bench: data loader and the trainer's consumption at 640²" >&2
 "$bench" --benchmark_filter='^BM_LoaderThroughput|^BM_TrainStep/resnet:18/size:640' \
   --benchmark_repetitions="$(( reps > 1 ? 3 : 1 ))" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/loader_$device.json" "${common[@]}" >&2
-echo "bench: bisection cost on planted failures" >&2
-"$bench" --benchmark_filter='^BM_Bisect' --benchmark_out="$out/bisect_cpu.json" "${common[@]}" >&2
+echo "bench: bisection and qualification cost on planted failures" >&2
+"$bench" --benchmark_filter='^BM_(Bisect|Qualify)' --benchmark_out="$out/bisect_cpu.json" "${common[@]}" >&2
 rc=0
 "$root/.venv/bin/python" tests/bench/table.py "$out" | tee "$out/table.md" || rc=${PIPESTATUS[0]}
 echo "bench: results in $out" >&2

@@ -484,7 +484,8 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
     for (const auto& d : o.doubts) md << "- " << d << "\n";
     md << "\n";
   } else {
-    md << "**No answer.**" << (o.doubts.empty() ? "" : " Why:") << "\n\n";
+    // The verdict bisect.json gives, in the same words.
+    md << "**Verdict: unsure: no answer.**" << (o.doubts.empty() ? "" : " Why:") << "\n\n";
     for (const auto& d : o.doubts) md << "- " << d << "\n";
     if (!o.doubts.empty()) md << "\n";
   }

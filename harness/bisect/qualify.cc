@@ -415,7 +415,8 @@ int qualify_command(const QualifyOptions& o) {
                              {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
                              {"headroom_bytes", budget - best->confirm.peak}};
     }
-    j["measured_choices"] = ojson::parse(choices.is_null() ? "null" : choices.dump());
+    j["measured_choices"] = ojson::parse(
+        choices.is_null() ? "null" : choices.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     j["trial_count"] = trials;
     j["trials"] = ojson::array();
     for (const auto& p : prober.history()) {

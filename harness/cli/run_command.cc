@@ -356,6 +356,16 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.expectation_why = {"interrupted by " + signal_name(stopped) + ": the run did not finish"};
   }
   r.repro_command = repro_command(s, path);
+  // The layout and threads this run measured or found in the cache, pinned:
+  // the repro runs with them even where the cache says otherwise (Note
+  // [Measured choices]).
+  if (const auto& t = main.tuning; t.is_object() && !t.contains("error")) {
+    for (const char* key : {"channels_last", "threads"}) {
+      const auto& v = t[key];
+      if (v.value("source", std::string()) == "explicit") continue;
+      r.repro_command += " " + shell_quote("train." + std::string(key) + "=" + v["value"].dump());
+    }
+  }
   r.env = collect_environment();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Files.

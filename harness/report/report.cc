@@ -142,7 +142,8 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                    {"timeline", steps}};
   }
   j["environment"] = env_json(r.env);
-  j["measured_choices"] = ojson::parse(main.tuning.is_null() ? "null" : main.tuning.dump());
+  j["measured_choices"] = ojson::parse(
+      main.tuning.is_null() ? "null" : main.tuning.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   j["repro"] = {{"command", r.repro_command}};
   j["determinism"] = {{"checked", r.determinism.checked},
                       {"identical", r.determinism.identical},

@@ -12,6 +12,10 @@ inline constexpr const char* kCacheDirEnv = "DBH_CACHE_DIR";
 /// else $HOME/.cache/dbh; "" when none of them is set (nothing is cached).
 std::string cache_root();
 
+/// Where cache_root() came from, for messages: "$DBH_CACHE_DIR",
+/// "$XDG_CACHE_HOME" or "$HOME".
+std::string cache_root_origin();
+
 /// The shared libraries this process mapped (LibTorch, CUDA, cuDNN, OpenCV as
 /// the binary found them), sorted.
 std::vector<std::string> mapped_libraries();

@@ -2,15 +2,20 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -57,18 +62,29 @@ std::string tuning_key(const Scenario& s) {
       .add(s.train.precision)
       .add(s.train.optimizer)
       .add(s.train.channels_last ? (*s.train.channels_last ? "cl" : "nchw") : "auto")
-      .add(std::to_string(s.train.threads));
+      .add(std::to_string(s.train.threads))
+      // What else the measuring worker sets: the cores it may use, cuDNN.
+      .add(std::to_string(available_cores()))
+      .add(std::string(s.hardware.cudnn_enabled ? "1" : "0") + (s.hardware.cudnn_benchmark ? "1" : "0") +
+           (s.hardware.cudnn_deterministic ? "1" : "0") + (s.hardware.allow_tf32 ? "1" : "0"));
   return d.hex();
 }
 
 // Holds an exclusive lock on a file for its lifetime (nothing when the file
 // cannot be opened: measuring twice is then the worst that can happen).
+// Waiting for another process's measurement stops when dbh is asked to stop.
 class FileLock {
  public:
-  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ >= 0) {
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  explicit FileLock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644)) {
+    if (fd_ < 0) return;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return;
+      if (stop_requested() != 0) {
+        interrupted_ = true;
+        return;
       }
+      ::usleep(50 * 1000);
     }
   }
   ~FileLock() {
@@ -76,19 +92,34 @@ class FileLock {
   }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
+  bool interrupted() const { return interrupted_; }
 
  private:
   int fd_;
+  bool interrupted_ = false;
 };
 
+// The cache entry at `file`, or null when there is none or it is anything but
+// a well-formed entry (a torn or hand-edited file, a FIFO, a link, a huge
+// file): the setup is then measured again and the file replaced.
 json read_cached(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return nullptr;
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, false);
-  // Anything but a well-formed entry (a torn or hand-edited file) is no
-  // answer: the setup is measured again and the file replaced.
+  constexpr off_t kMaxEntryBytes = 1 << 20;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return nullptr;
+  struct stat sb {};
+  std::string text;
+  if (::fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size <= kMaxEntryBytes) {
+    text.resize(static_cast<size_t>(sb.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, &text[got], text.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  json j = json::parse(text, nullptr, false);
   if (!j.is_object() || !j.contains("candidates") || !j["candidates"].is_array() || !j.contains("choice") ||
       !j["choice"].is_number_integer()) {
     return nullptr;
@@ -102,24 +133,46 @@ json read_cached(const fs::path& file) {
         c["threads"].get<int64_t>() > kMaxThreads || !c.contains("seconds") || !c["seconds"].is_array()) {
       return nullptr;
     }
+    for (const auto& v : c["seconds"]) {
+      if (!v.is_number() || !(v.get<double>() > 0)) return nullptr;
+    }
+  }
+  // The fields a report reads, each of its type when present.
+  auto typed = [&](const char* key, bool (json::*is)() const noexcept) { return !j.contains(key) || (j[key].*is)(); };
+  if (!typed("busy", &json::is_boolean) || !typed("load_average", &json::is_number) ||
+      !typed("measure_seconds", &json::is_number) || !typed("measured_at", &json::is_string) ||
+      !typed("size", &json::is_number_integer) || !typed("batch", &json::is_number_integer) ||
+      !typed("cores", &json::is_number_integer)) {
+    return nullptr;
   }
   return j;
 }
 
+// Whether `name` is one of this cache's own files: <32 hex digits>.json or
+// .lock, or a temporary file of write_file_atomically for one.
+bool own_cache_file(const std::string& name) {
+  if (name.size() < 37) return false;
+  for (size_t i = 0; i < 32; ++i) {
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+  }
+  const std::string rest = name.substr(32);
+  return rest == ".json" || rest == ".lock" || rest.rfind(".json.tmp", 0) == 0;
+}
+
+// Keeps the newest kMaxCacheEntries entries (each with its lock); removes
+// nothing but the cache's own files.
 void trim_cache(const fs::path& dir) {
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::error_code ec2;
-    if (e.path().extension() == ".json" && e.is_regular_file(ec2)) files.push_back({e.last_write_time(ec2), e.path()});
+    if (own_cache_file(e.path().filename().string()) && e.is_regular_file(ec2) && !e.is_symlink(ec2)) {
+      files.push_back({e.last_write_time(ec2), e.path()});
+    }
   }
-  if (files.size() <= kMaxCacheEntries) return;
+  if (files.size() <= 2 * kMaxCacheEntries) return;
   std::sort(files.begin(), files.end());
-  for (size_t i = 0; i + kMaxCacheEntries < files.size(); ++i) {
-    fs::remove(files[i].second, ec);
-    fs::path lock = files[i].second;
-    fs::remove(lock.replace_extension(".lock"), ec);
-  }
+  for (size_t i = 0; i + 2 * kMaxCacheEntries < files.size(); ++i) fs::remove(files[i].second, ec);
 }
 
 // Runs `dbh __tune` as a supervised trial; the `tuning` event's fields, or
@@ -174,7 +227,7 @@ double load_average() {
 
 bool machine_busy(double load, int64_t cores) { return load > kBusyLoadPerCore * static_cast<double>(cores); }
 
-int64_t choose_candidate(const json& candidates, int64_t default_threads) {
+int64_t choose_candidate(const json& candidates, bool default_channels_last, int64_t default_threads) {
   if (!candidates.is_array()) return -1;
   int64_t best = -1, fallback = -1;
   double best_s = std::numeric_limits<double>::infinity();
@@ -186,7 +239,8 @@ int64_t choose_candidate(const json& candidates, int64_t default_threads) {
       best_s = t;
       best = static_cast<int64_t>(i);
     }
-    if (c.value("channels_last", true) == false && c.value("threads", int64_t{0}) == default_threads) {
+    if (c.value("channels_last", !default_channels_last) == default_channels_last &&
+        c.value("threads", int64_t{0}) == default_threads) {
       fallback = static_cast<int64_t>(i);
     }
   }
@@ -197,10 +251,19 @@ int64_t choose_candidate(const json& candidates, int64_t default_threads) {
   return best;
 }
 
-json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
+namespace {
+
+// Applies a resolved record's values to `s` (the settings it left to auto).
+void apply_record(const json& record, Scenario& s) {
+  if (!s.train.channels_last.has_value()) s.train.channels_last = record["channels_last"].value("value", false);
+  if (s.train.threads == TrainConfig::kAutoThreads) {
+    s.train.threads = record["threads"].value("value", available_cores());
+  }
+}
+
+json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir) {
   const bool auto_layout = !s.train.channels_last.has_value();
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
-  if ((!auto_layout && !auto_threads) || s.train.mode != "train") return nullptr;
   const int64_t cores = available_cores();
   json record = {{"channels_last", {{"value", false}, {"source", auto_layout ? "default" : "explicit"}}},
                  {"threads", {{"value", cores}, {"source", auto_threads ? "default" : "explicit"}}}};
@@ -208,18 +271,26 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
   if (!auto_threads) record["threads"]["value"] = s.train.threads > 0 ? s.train.threads : cores;
 
   const std::string root = cache_root();
-  const std::string key = tuning_key(s);
   json entry;
   std::string source = "measured";
-  {
-    std::unique_ptr<FileLock> lock;
-    fs::path file;
-    std::error_code ec;
-    if (!root.empty()) {
-      const fs::path dir = fs::path(root) / "tuning";
-      fs::create_directories(dir, ec);
+  std::unique_ptr<FileLock> lock;
+  fs::path file;
+  std::error_code ec;
+  if (root.empty()) {
+    record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
+  } else {
+    const fs::path dir = fs::path(root) / "tuning";
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir)) {
+      record["cache_note"] = "not cached: cannot use " + dir.string() + " (from " + cache_root_origin() +
+                             "): " + (ec ? ec.message() : std::string("not a folder"));
+    } else {
       file = dir / (key + ".json");
-      if (!ec) lock = std::make_unique<FileLock>((dir / (key + ".lock")).string());
+      lock = std::make_unique<FileLock>((dir / (key + ".lock")).string());
+      if (lock->interrupted()) {
+        record["error"] = "interrupted while waiting for another dbh process's measurement";
+        return record;
+      }
       entry = read_cached(file);
       // A measurement taken on a busy machine holds while it stays busy; on
       // an idle one it is taken again.
@@ -232,56 +303,46 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
         source = "cached";
         record["cache"] = file.string();
       }
-    } else {
-      record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
     }
-    if (entry.is_null()) {
-      const double load = load_average();
-      const auto t0 = std::chrono::steady_clock::now();
-      json measured = measure(s, fs::path(work_dir));
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (measured.contains("error")) {
-        record["error"] = measured["error"];
-        return record;  // PyTorch's defaults, not cached
-      }
-      fs::remove_all(work_dir, ec);
-      entry = measured;
-      entry["measured_at"] = now_iso();
-      entry["measure_seconds"] = seconds;
-      entry["load_average"] = load;
-      entry["busy"] = machine_busy(load, cores);
-      const int64_t choice = choose_candidate(entry["candidates"], cores);
-      if (choice < 0) {
-        record["error"] = "no candidate could be timed";
-        return record;
-      }
-      entry["choice"] = choice;
-      if (!file.empty()) {
-        try {
-          write_file_atomically(file.string(), entry.dump(1) + "\n");
-          record["cache"] = file.string();
-          trim_cache(file.parent_path());
-        } catch (const std::exception& e) {
-          record["cache_note"] = std::string("not cached: ") + one_line(e.what());
-        }
+  }
+  if (entry.is_null()) {
+    const double load = load_average();
+    const auto t0 = std::chrono::steady_clock::now();
+    json measured = measure(s, fs::path(work_dir));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (measured.contains("error")) {
+      record["error"] = measured["error"];
+      return record;  // PyTorch's defaults, not cached
+    }
+    fs::remove_all(work_dir, ec);
+    entry = measured;
+    entry["measured_at"] = now_iso();
+    entry["measure_seconds"] = seconds;
+    entry["load_average"] = load;
+    entry["busy"] = machine_busy(load, cores);
+    entry["cores"] = cores;
+    const int64_t choice =
+        choose_candidate(entry["candidates"], s.train.channels_last.value_or(false),
+                         s.train.threads > 0 ? s.train.threads : cores);
+    if (choice < 0) {
+      record["error"] = "no candidate could be timed";
+      return record;
+    }
+    entry["choice"] = choice;
+    if (!file.empty()) {
+      try {
+        write_file_atomically(file.string(), entry.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+        record["cache"] = file.string();
+        trim_cache(file.parent_path());
+      } catch (const std::exception& e) {
+        record["cache_note"] = std::string("not cached: ") + one_line(e.what());
       }
     }
   }
   const auto& candidates = entry["candidates"];
-  const int64_t choice = entry["choice"].is_number_integer() ? entry["choice"].get<int64_t>() : -1;
-  if (choice < 0 || choice >= static_cast<int64_t>(candidates.size())) {
-    record["error"] = "the cached measurement names no candidate";
-    return record;
-  }
-  const json& chosen = candidates[static_cast<size_t>(choice)];
-  if (auto_layout) {
-    s.train.channels_last = chosen.value("channels_last", false);
-    record["channels_last"] = {{"value", *s.train.channels_last}, {"source", source}};
-  }
-  if (auto_threads) {
-    s.train.threads = chosen.value("threads", cores);
-    record["threads"] = {{"value", s.train.threads}, {"source", source}};
-  }
+  const json& chosen = candidates[static_cast<size_t>(entry["choice"].get<int64_t>())];
+  if (auto_layout) record["channels_last"] = {{"value", chosen.value("channels_last", false)}, {"source", source}};
+  if (auto_threads) record["threads"] = {{"value", chosen.value("threads", cores)}, {"source", source}};
   json timings = json::array();
   for (const auto& c : candidates) {
     timings.push_back({{"channels_last", c.value("channels_last", false)},
@@ -295,7 +356,32 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
   record["batch"] = entry.value("batch", int64_t{0});
   record["load_average"] = entry.value("load_average", -1.0);
   record["busy"] = entry.value("busy", false);
-  record["cores"] = cores;
+  record["cores"] = entry.value("cores", cores);
+  return record;
+}
+
+}  // namespace
+
+json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
+  const bool auto_layout = !s.train.channels_last.has_value();
+  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  if ((!auto_layout && !auto_threads) || s.train.mode != "train") return nullptr;
+  // One answer per setup for the whole dbh process: every trial of a run,
+  // its repeats and controls, every probe of a search gets the same values,
+  // even when the cache changes meanwhile or cannot be written.
+  static std::mutex mu;
+  static std::map<std::string, json> answered;
+  const std::string key = tuning_key(s);
+  std::lock_guard<std::mutex> guard(mu);
+  if (const auto it = answered.find(key); it != answered.end()) {
+    json record = it->second;
+    record["reused_in_process"] = true;
+    apply_record(record, s);
+    return record;
+  }
+  json record = resolve_uncached_in_process(s, key, work_dir);
+  if (!record.contains("error")) answered[key] = record;
+  apply_record(record, s);
   return record;
 }
 

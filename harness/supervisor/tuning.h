@@ -60,13 +60,16 @@ inline constexpr double kDefaultMargin = 0.03;
 /// candidates' timings, the cache file, when it was measured, and an error
 /// when the measurement failed. Null when the scenario has nothing to
 /// choose (both settings explicit, or `train.mode: ops`). Never throws for
-/// anything the measuring worker does.
+/// anything the measuring worker does or the cache holds. Within one dbh
+/// process a setup is resolved once: later calls get the same values
+/// (`reused_in_process` in the record).
 nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir);
 
 /// The choice among measured candidates (the `candidates` of a `tuning`
 /// event): the fastest by its best step, unless the default candidate
-/// (channels_last false, `default_threads`) is within kDefaultMargin of it.
+/// (`default_channels_last`, `default_threads`: PyTorch's NCHW and every core
+/// unless the scenario fixed one of them) is within kDefaultMargin of it.
 /// Returns the index into `candidates`, or -1 when none has a timing.
-int64_t choose_candidate(const nlohmann::json& candidates, int64_t default_threads);
+int64_t choose_candidate(const nlohmann::json& candidates, bool default_channels_last, int64_t default_threads);
 
 }  // namespace dbh::harness

@@ -196,5 +196,62 @@ BENCHMARK(BM_BisectStepsReplay)
     ->UseRealTime()
     ->Iterations(1);
 
+// Qualification cost: `dbh qualify` on the CPU case of
+// tests/integration/qualify_test.cc (ResNet-18 + FPN, 384², batch 8, the CI
+// host budget), with an empty probe cache. Counters: trials, found (1 when
+// it recommends 4 × 2), wall_per_answer_trial (the whole command's wall time
+// divided by the time of the one trial that ran the recommended setup).
+// Label: how the largest batch was found.
+void BM_Qualify(benchmark::State& state) {
+  const fs::path dir = fs::temp_directory_path() / ("dbh_bench_qualify_" + std::to_string(getpid()));
+  double trials = 0, found = 0, ratio = 0;
+  std::string method;
+  for (auto _ : state) {
+    state.PauseTiming();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const fs::path source = write(dir / "source.yaml", "include: " + base() +
+                                                           "\ndata: {batch_size: 8, size: 384}\ntrain: {max_steps: 2, channels_last: true}\n");
+    const std::vector<std::string> argv = {DBH_BINARY, "qualify", source.string(), "--profile", "ci-host-2200m",
+                                           "--steps", "2", "--out", (dir / "out").string(), "--cache",
+                                           (dir / "cache").string()};
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = testing::run_process(argv, dir.string(), 900);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.PauseTiming();
+    std::ifstream in(dir / "out" / "qualification.json");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (r.exit_code != 0 || j.is_discarded()) {
+      state.SkipWithError(("dbh qualify failed: " + r.err).c_str());
+      break;
+    }
+    trials += j.value("trial_count", 0.0);
+    const auto& rec = j["recommendation"];
+    found += rec.is_object() && rec.value("batch", 0) == 4 && rec.value("accumulation", 0) == 2 ? 1 : 0;
+    // The trial that ran the recommended setup under the budget.
+    const std::string answer = rec.is_object() ? std::to_string(rec.value("batch", 0)) + "x" +
+                                                     std::to_string(rec.value("accumulation", 0))
+                                               : "";
+    double answer_s = 0;
+    for (const auto& t : j["trials"]) {
+      const std::string what = t.value("what", "");
+      if (!answer.empty() && what.find(answer) != std::string::npos && what.find("no budget") == std::string::npos) {
+        answer_s = t.value("seconds", 0.0);
+      }
+    }
+    ratio += answer_s > 0 ? wall / answer_s : 0;
+    for (const auto& p : j["precisions"]) method = p.value("method", "");
+    state.ResumeTiming();
+  }
+  fs::remove_all(dir);
+  const auto iters = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["trials"] = trials / iters;
+  state.counters["found"] = found / iters;
+  state.counters["wall_per_answer_trial"] = ratio / iters;
+  state.SetLabel(method);
+}
+BENCHMARK(BM_Qualify)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
+
 }  // namespace
 }  // namespace dbh

@@ -64,6 +64,9 @@ def main():
 
     for size in (640, 128):
         tag = f"/size:{size}/"
+        default = find(harness, "BM_StepDbhDefault" + tag)
+        default_mon = find(harness, "BM_StepDbhDefaultMonitors" + tag)
+        py_users = find(harness, "BM_StepPythonEager/users" + tag)
         plain = find(harness, "BM_StepPlain" + tag)
         nchw = find(harness, "BM_StepPlainNchw" + tag)
         cheap = find(harness, "BM_StepMonitorsCheap" + tag)
@@ -72,9 +75,31 @@ def main():
         py_cl = find(harness, "BM_StepPythonEager/channels_last" + tag)
         judged = size == 640  # the size DBNet trains at; 128² is shown for reference
         at = f" ({size}²)"
+        if default:
+            layout = "channels-last" if default.get("channels_last") else "NCHW"
+            choice = f"{layout} × {default.get('threads', 0):.0f} threads"
+            if py_users:
+                r = seconds(default) / seconds(py_users)
+                diff = py_users.get("loss_rel_diff")
+                note = (f"{seconds(default) * 1e3:.1f} / {seconds(py_users) * 1e3:.1f} ms; dbh's auto choice here: "
+                        f"{choice}; PyTorch eager NCHW with its default threads")
+                if diff is not None:
+                    note += f"; same weights and input (first-step loss rel. diff {diff:.1e})"
+                row("dbh's default step ÷ PyTorch eager as users run it" + at, f"{r:.3f}", "≤ 1.0",
+                    r <= 1.0 if judged else None, note)
+            same = py_cl if default.get("channels_last") else py
+            if same:
+                r = seconds(default) / seconds(same)
+                row("dbh's default step ÷ PyTorch eager at equal layout" + at, f"{r:.3f}", "≤ 1.02",
+                    r <= 1.02 if judged else None,
+                    f"{seconds(default) * 1e3:.1f} / {seconds(same) * 1e3:.1f} ms ({layout} on both sides)")
+            if default_mon:
+                r = seconds(default_mon) / seconds(default)
+                row("dbh's default step with cheap monitors ÷ without" + at, f"{r:.3f}", "≤ 1.02",
+                    r <= 1.02 if judged else None, f"{seconds(default_mon) * 1e3:.1f} / {seconds(default) * 1e3:.1f} ms")
         if plain and cheap:
             r = seconds(cheap) / seconds(plain)
-            row("step with monitors (cheap) ÷ plain" + at, f"{r:.3f}", "≤ 1.05", r <= 1.05 if judged else None,
+            row("channels-last step with monitors (cheap) ÷ plain" + at, f"{r:.3f}", "—", None,
                 f"{seconds(cheap) * 1e3:.1f} / {seconds(plain) * 1e3:.1f} ms")
         if plain and local:
             r = seconds(local) / seconds(plain)
@@ -86,7 +111,7 @@ def main():
             note = f"{seconds(plain) * 1e3:.1f} / {seconds(py) * 1e3:.1f} ms"
             if diff is not None:
                 note += f"; same weights and input (first-step loss rel. diff {diff:.1e})"
-            row("dbh C++ step ÷ PyTorch eager step" + at, f"{r:.3f}", "≤ 0.9", r <= 0.9 if judged else None, note)
+            row("channels-last C++ step ÷ PyTorch eager NCHW step" + at, f"{r:.3f}", "—", None, note)
         if plain and py_cl:
             r = seconds(plain) / seconds(py_cl)
             row("dbh C++ step ÷ PyTorch eager made channels-last too" + at, f"{r:.3f}", "—", None,
@@ -133,7 +158,21 @@ def main():
                 note += " (**the planted step was not found**)"
             row(f"bisect steps ({n}-step run): seconds per probe, steps replayed per probe",
                 f"{b['s_per_probe']:.2f} s, {b['steps_per_probe']:.1f} steps", "—", None, note)
-    print(f"Machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
+    q = find(bisect, "BM_Qualify")
+    if q:
+        ok = q["trials"] <= 3 and q["found"] >= 1
+        row("qualify (CI host budget, R18 384², batch 8): trials, wall", f"{q['trials']:.0f} trials, {seconds(q):.1f} s",
+            "≤ 3 trials, recommends 4 × 2", ok,
+            f"wall ÷ one trial at the answer = {q['wall_per_answer_trial']:.2f} (target ≤ 2: "
+            f"{'met' if q['wall_per_answer_trial'] <= 2 else 'missed'}); {q.get('label', '')}")
+    machine = os.path.join(directory, "machine.json")
+    if os.path.exists(machine):
+        with open(machine) as f:
+            m = json.load(f)
+        print(f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores at {m.get('mhz', '?')} MHz, "
+              f"instruction sets {m.get('isa', '?')}; GPU: {m.get('gpu') or 'none'}; {m.get('os', '')}, "
+              f"LibTorch {m.get('torch', '?')}")
+    print(f"Run: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"load average at start {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}; {ctx.get('date', '')}")
     print()
     print("| measure | value | target | result | detail |")

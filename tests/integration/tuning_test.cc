@@ -3,6 +3,8 @@
 // per machine and setup, cached, reused, reported; explicit settings win.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -31,7 +33,7 @@ DbhRun run(const fs::path& cache, const fs::path& out, std::vector<std::string> 
                                    "train.max_steps=2", "data.size=64"};
   argv.insert(argv.end(), overrides.begin(), overrides.end());
   DbhRun r;
-  r.process = testing::run_process_with_env(argv, {{"DBH_CACHE_DIR", cache.string()}}, DBH_SOURCE_DIR, 600);
+  r.process = testing::run_process_with_env(argv, {{"DBH_CACHE_DIR", cache.string()}}, DBH_SOURCE_DIR, 180);
   r.report = json::parse(testing::read_text(out / "report.json"), nullptr, false);
   r.markdown = testing::read_text(out / "report.md");
   return r;
@@ -84,6 +86,11 @@ TEST(TuningTest, AutoIsMeasuredOnceCachedAndReported) {
   ASSERT_TRUE(resolved.is_object());
   EXPECT_EQ(resolved["train"]["channels_last"], m["channels_last"]["value"]);
   EXPECT_EQ(resolved["train"]["threads"], m["threads"]["value"]);
+  // The repro pins what was measured, so it runs the same whatever the cache
+  // holds later.
+  const std::string repro = first.report["repro"]["command"];
+  EXPECT_NE(repro.find("train.channels_last=" + m["channels_last"]["value"].dump()), std::string::npos) << repro;
+  EXPECT_NE(repro.find("train.threads=" + m["threads"]["value"].dump()), std::string::npos) << repro;
   EXPECT_NE(first.markdown.find("- Layout and threads: "), std::string::npos);
   EXPECT_NE(first.markdown.find("(measured)"), std::string::npos);
   // One cache entry; the measuring folder is gone.
@@ -123,6 +130,24 @@ TEST(TuningTest, AutoIsMeasuredOnceCachedAndReported) {
   const DbhRun torn = run(cache, dir / "torn", {"train.channels_last=auto", "train.threads=auto"});
   ASSERT_EQ(torn.process.exit_code, 0) << torn.process.err;
   EXPECT_EQ(torn.report["measured_choices"]["channels_last"]["source"], "measured");
+
+  // A field of the wrong type, and a FIFO in the entry's place: measured
+  // again, never a crash or a hang.
+  {
+    json entry = json::parse(testing::read_text(entries.front()));
+    entry["busy"] = "yes";
+    testing::write_text(entries.front(), entry.dump());
+    const DbhRun typed = run(cache, dir / "typed", {"train.channels_last=auto", "train.threads=auto"});
+    ASSERT_EQ(typed.process.exit_code, 0) << typed.process.err;
+    EXPECT_EQ(typed.report["measured_choices"]["threads"]["source"], "measured");
+  }
+  fs::remove(entries.front());
+  ASSERT_EQ(::mkfifo(entries.front().c_str(), 0644), 0);
+  const DbhRun fifo = run(cache, dir / "fifo", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_FALSE(fifo.process.timed_out);
+  ASSERT_EQ(fifo.process.exit_code, 0) << fifo.process.err;
+  EXPECT_EQ(fifo.report["measured_choices"]["threads"]["source"], "measured");
+  EXPECT_TRUE(fs::is_regular_file(entries.front()));  // replaced by a real entry
 
   // Another input size is another setup.
   const DbhRun other = run(cache, dir / "other", {"train.channels_last=auto", "train.threads=auto", "data.size=96"});

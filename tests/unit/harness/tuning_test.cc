@@ -28,27 +28,32 @@ json candidate(bool channels_last, int64_t threads, std::vector<double> seconds)
 TEST(ChooseCandidateTest, TheFastestByItsBestStepWins) {
   const json c = json::array({candidate(false, 2, {1.0, 0.9}), candidate(true, 2, {0.95, 0.5}),
                               candidate(false, 1, {0.8, 0.85}), candidate(true, 1, {0.7, 2.0})});
-  EXPECT_EQ(choose_candidate(c, 2), 1);
+  EXPECT_EQ(choose_candidate(c, false, 2), 1);
 }
 
 TEST(ChooseCandidateTest, PyTorchsDefaultWinsATieWithinTheMargin) {
   // channels-last 2 % faster than NCHW with every core: NCHW stays.
   json c = json::array({candidate(false, 2, {1.00}), candidate(true, 2, {0.98})});
-  EXPECT_EQ(choose_candidate(c, 2), 0);
+  EXPECT_EQ(choose_candidate(c, false, 2), 0);
   // 5 % faster: channels-last.
   c = json::array({candidate(false, 2, {1.00}), candidate(true, 2, {0.95})});
-  EXPECT_EQ(choose_candidate(c, 2), 1);
+  EXPECT_EQ(choose_candidate(c, false, 2), 1);
   // The default is the candidate with every core: with 4 cores, 2 threads is
   // a candidate like any other.
   c = json::array({candidate(false, 4, {1.00}), candidate(false, 2, {0.99})});
-  EXPECT_EQ(choose_candidate(c, 4), 0);
-  EXPECT_EQ(choose_candidate(c, 2), 1);
+  EXPECT_EQ(choose_candidate(c, false, 4), 0);
+  EXPECT_EQ(choose_candidate(c, false, 2), 1);
+  // With channels-last fixed by the scenario, the default is channels-last
+  // with every core.
+  c = json::array({candidate(true, 4, {1.00}), candidate(true, 2, {0.99})});
+  EXPECT_EQ(choose_candidate(c, true, 4), 0);
+  EXPECT_EQ(choose_candidate(c, false, 4), 1);
 }
 
 TEST(ChooseCandidateTest, NothingTimedChoosesNothing) {
-  EXPECT_EQ(choose_candidate(json::array(), 2), -1);
-  EXPECT_EQ(choose_candidate(json::array({candidate(false, 2, {})}), 2), -1);
-  EXPECT_EQ(choose_candidate(json::object(), 2), -1);
+  EXPECT_EQ(choose_candidate(json::array(), false, 2), -1);
+  EXPECT_EQ(choose_candidate(json::array({candidate(false, 2, {})}), false, 2), -1);
+  EXPECT_EQ(choose_candidate(json::object(), false, 2), -1);
 }
 
 class AutoSettings : public ::testing::Test {
