@@ -309,8 +309,12 @@ void FaultInjector::on_batch(int64_t step, model::Batch& b) {
     if (!fires(i)) continue;
     if (f.name == "nondeterminism") {
       if (micro != f.get_int("micro_batch")) continue;
-      // The same in every step of one process, different between processes.
-      const double u = static_cast<double>(::getpid() % 997 + 1) / 997.0;
+      // The same in every step of one process, far apart between processes:
+      // a multiplicative (golden-ratio) hash of the pid, so that neighbouring
+      // pids, as repeated processes usually get, differ by about 0.38 of the
+      // scale rather than by a few thousandths, which a float32 loss can miss.
+      const auto h = static_cast<uint32_t>(static_cast<uint64_t>(::getpid()) * 2654435761ULL);
+      const double u = 0.1 + 0.9 * (static_cast<double>(h) / 4294967296.0);
       const double delta = f.get_double("scale") * u;
       b.image.add_(delta);
       fired(i, "", {{"micro_batch", micro}, {"added", delta}});
