@@ -452,6 +452,7 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   j["scenario"] = prober.scenario_path();
   j["overrides"] = prober.base_overrides();
   j["result"] = o.result;
+  j["summary"] = o.summary;  // the answer in words (Markdown), as bisect.md opens
   j["found"] = o.found;
   j["confirmed"] = o.confirmed;
   j["verdict"] = verdict;

@@ -305,7 +305,9 @@ int diagnose_command(const DiagnoseOptions& o) {
             doubts += (doubts.empty() ? "" : "; ") + d.get<std::string>();
           }
           followups.push_back("dbh bisect " + b.kind + " (" + j.value("verdict", "unsure") + ", confidence " +
-                              std::to_string(j.value("confidence", 0.0)).substr(0, 5) + "): " + j["result"].dump() +
+                              std::to_string(j.value("confidence", 0.0)).substr(0, 5) + "): " +
+                              (j.contains("summary") && j["summary"].is_string() ? j["summary"].get<std::string>()
+                                                                                 : j["result"].dump()) +
                               (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
           // Only a confident, training-time answer becomes the minimal
           // repro; otherwise the scenario as given reproduces the failure.
@@ -369,8 +371,10 @@ int diagnose_command(const DiagnoseOptions& o) {
           check.outcome = to_string(p.analysis.outcome);
           check.klass = p.analysis.failure.klass;
           check.verdict = p.verdict == Verdict::kPass ? "confirmed" : p.verdict == Verdict::kFail ? "refuted" : "unresolved";
-          check.dir = p.dir.empty() ? "probe " + std::to_string(p.index) + " (cached)"
-                                    : fs::path(p.dir).lexically_relative(out).string();
+          // A cached result names the folder of the run it reuses, when
+          // that run belongs to this diagnosis.
+          const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
+          check.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
         } catch (const ScenarioError& e) {
           check.verdict = "not applicable";
           check.klass = one_line(e.what());

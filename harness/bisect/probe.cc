@@ -267,6 +267,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
       p.analysis = it->second.analysis;
       p.seconds = it->second.seconds;
       p.cached = true;
+      p.cached_from = it->second.dir;
     } else if (!cache_dir_.empty() && load_summary(cache_file, p.key, &p)) {
       p.cached = true;
     }

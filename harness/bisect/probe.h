@@ -26,6 +26,8 @@ struct ProbeResult {
   std::string hash;    // resolved-scenario hash
   std::string key;     // cache key: scenario, inputs, build and machine
   std::string dir;     // the trial's folder ("" when cached)
+  /// When cached from a probe of this session: that probe's folder.
+  std::string cached_from;
 };
 
 /// Whether a failed probe failed before training: no step ended and no step

@@ -1,5 +1,6 @@
 #include "harness/common/text.h"
 
+#include <algorithm>
 #include <ctime>
 #include <iomanip>
 #include <cstdint>
@@ -132,6 +133,23 @@ std::string markdown_inline(const std::string& s) {
     out += c;
   }
   return out;
+}
+
+std::string markdown_code(const std::string& s) {
+  const std::string text = one_line(s);
+  if (text.empty()) return "` `";
+  size_t longest = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t n = 0;
+    while (i + n < text.size() && text[i + n] == '`') ++n;
+    longest = std::max(longest, n);
+    i += n == 0 ? 1 : n;
+  }
+  const std::string fence(longest + 1, '`');
+  // A space on each side keeps a leading or trailing backtick out of the
+  // fence (CommonMark strips one such space from each side).
+  const bool pad = !text.empty() && (text.front() == '`' || text.back() == '`');
+  return fence + (pad ? " " : "") + text + (pad ? " " : "") + fence;
 }
 
 }  // namespace dbh::harness

@@ -25,5 +25,9 @@ std::string xml_escape(const std::string& s);
 /// `s` as inline Markdown text: one line, with the characters that start
 /// markup (`|`, `` ` ``, `*`, `_`, `[`, `]`, `<`, `>`, `#`) backslash-escaped.
 std::string markdown_inline(const std::string& s);
+/// `s` as a Markdown code span: one line, verbatim (a code span shows
+/// backslashes literally), fenced by one more backtick than the longest run
+/// of backticks in it. Not for table cells, where `|` ends the cell.
+std::string markdown_code(const std::string& s);
 
 }  // namespace dbh::harness

@@ -33,9 +33,23 @@ namespace {
 // express as overrides (reports/kb/failures.yaml, `verify:`) is applied to
 // the scenario and run as a control; it is *confirmed* when that run passes
 // and *refuted* when it still fails. `{key/N}` and `{key*N}` are computed from
-// the scenario's resolved value of `key` (integers, at least 1). Returns
-// nullopt when the key has no integer value.
-std::optional<std::string> computed_override(const std::string& kv, const nlohmann::json& resolved) {
+// the scenario's resolved value of `key` (integers, at least 1), and
+// `faults[name=NAME].param=value` addresses the first fault named NAME (the
+// user's setup a planted fault stands for, e.g. the binarization's dtype).
+// Returns nullopt when the key has no integer value or no such fault exists.
+std::optional<std::string> computed_override(std::string kv, const nlohmann::json& resolved) {
+  const std::string selector = "faults[name=";
+  if (kv.rfind(selector, 0) == 0) {
+    const auto close = kv.find(']');
+    if (close == std::string::npos) return std::nullopt;
+    const std::string name = kv.substr(selector.size(), close - selector.size());
+    const auto faults = resolved.find("faults");
+    if (faults == resolved.end() || !faults->is_array()) return std::nullopt;
+    size_t index = 0;
+    while (index < faults->size() && (*faults)[index].value("name", "") != name) ++index;
+    if (index == faults->size()) return std::nullopt;
+    kv = "faults." + std::to_string(index) + kv.substr(close + 1);
+  }
   const auto eq = kv.find('=');
   if (eq == std::string::npos) return kv;
   const std::string value = kv.substr(eq + 1);
@@ -62,6 +76,11 @@ std::string resolved_value(const std::string& key, const nlohmann::json& resolve
   const nlohmann::json* node = &resolved;
   std::istringstream path(key);
   for (std::string part; std::getline(path, part, '.');) {
+    if (node->is_array() && !part.empty() && part.find_first_not_of("0123456789") == std::string::npos &&
+        part.size() < 10 && std::stoul(part) < node->size()) {
+      node = &(*node)[std::stoul(part)];
+      continue;
+    }
     if (!node->is_object() || !node->contains(part)) return {};
     node = &(*node)[part];
   }

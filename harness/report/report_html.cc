@@ -277,19 +277,24 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
   // Note [Resolutions that are tried]: each tried one says how it went.
   std::vector<std::string> lines = resolutions;
   auto strong = [&](const std::string& w) { return markdown ? "**" + w + "**" : w; };
-  auto code = [&](const std::string& t) { return "`" + (markdown ? markdown_inline(t) : t) + "`"; };
+  auto code = [&](const std::string& t) { return markdown ? markdown_code(t) : "`" + t + "`"; };
+  // Where the run that decided it lies; a cached result from an earlier
+  // dbh command has no folder of this one's.
+  auto where = [&](const std::string& dir) {
+    return dir.empty() ? std::string("the result of an identical earlier run, cached") : code(dir + "/");
+  };
   for (const auto& c : checks) {
     if (c.resolution >= lines.size()) continue;
     std::string applied;
     for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
     std::string& line = lines[c.resolution];
     if (c.verdict == "confirmed") {
-      line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + code(c.dir + "/") + ")";
+      line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + where(c.dir) + ")";
     } else if (c.verdict == "refuted") {
       line += " — " + strong("refuted") + ": a run with " + code(applied) + " still " + c.outcome +
-              (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + code(c.dir + "/") + ")";
+              (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + where(c.dir) + ")";
     } else if (c.verdict == "unresolved") {
-      line += " — tried with " + code(applied) + ": the run could not tell (" + code(c.dir + "/") + ")";
+      line += " — tried with " + code(applied) + ": the run could not tell (" + where(c.dir) + ")";
     } else if (!c.klass.empty()) {
       // The scenario refused the overrides (load_scenario's message).
       line += " — not tried: " + code(applied) + " does not fit this scenario (" + code(c.klass) + ")";

@@ -269,6 +269,38 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   fs::remove_all(dir);
 }
 
+// Note [Resolutions that are tried]: `dbh diagnose` tries the resolutions it
+// can express by default. Seed 002's "binarization in float32" (the planted
+// exp form's dtype) and seed 004's "a fresh process per run" both pass:
+// confirmed, with the run that decided it named in the page.
+class DiagnoseSeedTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DiagnoseSeedTest, MarksItsResolutionConfirmed) {
+  const auto dir = temp_dir("diagnose-" + GetParam().substr(0, 8));
+  const auto r = dbh({"diagnose", std::string(DBH_SOURCE_DIR) + "/scenarios/" + GetParam() + ".yaml", "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  ASSERT_EQ(j["resolutions_tried"].size(), 1u) << j.dump(2);
+  const auto& t = j["resolutions_tried"][0];
+  EXPECT_EQ(t["verdict"], "confirmed") << t.dump();
+  EXPECT_EQ(t["outcome"], "passed") << t.dump();
+  EXPECT_TRUE(fs::exists(dir / "out" / t["dir"].get<std::string>() / "events.jsonl")) << t.dump();
+  const std::string md = testing::read_text(dir / "out" / "diagnosis.md");
+  std::string applied;
+  for (const auto& kv : t["overrides"]) applied += (applied.empty() ? "" : " ") + kv.get<std::string>();
+  EXPECT_NE(md.find("**confirmed**: a run with `" + applied + "` passed (`" + t["dir"].get<std::string>() + "/`)"),
+            std::string::npos)
+      << md;
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, DiagnoseSeedTest,
+                         ::testing::Values("seed-002-unstable-binarization", "seed-004-second-run"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.substr(0, 8).replace(4, 1, "_");
+                         });
+
 // Note [The learning rung]: a silent failure asks whether the model learns.
 // A frozen learning rate is flat on synthetic boxes too (the optimizer);
 // shifted labels fail the labels check whatever the data (the labels). Neither

@@ -584,5 +584,54 @@ TEST_F(HtmlBrowserTest, ChromiumRendersTheReportAndTheIndex) {
   EXPECT_GT(stddev[0], 5.0) << "a blank index";
 }
 
+// The pages of `dbh diagnose` and `dbh bisect` (Markdown rendered by
+// report/markdown_html): Chromium builds their tables, the verdict of a tried
+// resolution and the step of the bisection, and draws a page that is not
+// blank.
+TEST_F(HtmlBrowserTest, ChromiumRendersTheDiagnosisAndBisectionPages) {
+  const fs::path out = work_ / "diagnosis";
+  const auto r = dbh({"diagnose", std::string(DBH_SOURCE_DIR) + "/scenarios/seed-002-unstable-binarization.yaml",
+                      "--out", out.string(), "--cache", (work_ / "cache").string(), "-q"},
+                     work_);
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
+  struct Page {
+    fs::path file;
+    std::string title;
+    std::vector<std::string> text;
+  };
+  const std::vector<Page> pages = {
+      {out / "diagnosis.html",
+       "Diagnosis: seed-002-unstable-binarization",
+       {"What works / What fails", "<td>Basic tensor ops on the device</td>", "<strong>confirmed</strong>",
+        "<code>faults.0.dtype=float32</code>"}},
+      {out / "bisect-modules" / "bisect.html", "", {"head.thresh", "<table>"}},
+  };
+  for (const auto& p : pages) {
+    ASSERT_TRUE(fs::exists(p.file)) << p.file;
+    const fs::path dom_file = work_ / (p.file.stem().string() + ".dom.html");
+    ASSERT_EQ(run_browser(chromium_, {"--dump-dom", "file://" + p.file.string()}, work_, dom_file, 90), 0)
+        << read_text(work_ / "stderr.log");
+    const std::string dom = read_text(dom_file);
+    if (!p.title.empty()) EXPECT_EQ(title_of(dom), p.title);
+    for (const auto& t : p.text) EXPECT_NE(dom.find(t), std::string::npos) << p.file << ": no " << t << "\n" << dom;
+    const fs::path shot = work_ / (p.file.stem().string() + ".png");
+    ASSERT_EQ(run_browser(chromium_, {"--screenshot=" + shot.string(), "--window-size=1000,1400", "file://" + p.file.string()},
+                          work_, work_ / "stdout.txt", 90),
+              0);
+    const cv::Mat img = cv::imread(shot.string(), cv::IMREAD_GRAYSCALE);
+    ASSERT_FALSE(img.empty()) << p.file;
+    cv::Scalar mean, stddev;
+    cv::meanStdDev(img, mean, stddev);
+    const double ink = static_cast<double>(cv::countNonZero(img < 200)) / static_cast<double>(img.total());
+    EXPECT_GT(stddev[0], 5.0) << p.file << ": a blank page";
+    EXPECT_GT(ink, 0.005) << p.file << ": almost nothing drawn";
+    std::cout << p.file.filename().string() << ": grey mean " << mean[0] << ", stddev " << stddev[0] << ", "
+              << ink * 100 << " % ink\n";
+    if (const char* keep = std::getenv("DBH_KEEP_SCREENSHOT"); keep != nullptr && *keep != '\0') {
+      fs::copy_file(shot, std::string(keep) + "." + p.file.stem().string() + ".png", fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dbh

@@ -55,6 +55,21 @@ TEST(MarkdownHtmlTest, InlineCodeBoldAndEscapes) {
   EXPECT_EQ(render("**open and `open\n"), "<p>**open and `open</p>\n");
 }
 
+// markdown_code: the text verbatim in the rendered page, whatever backticks,
+// underscores or backslashes it holds.
+TEST(MarkdownHtmlTest, CodeSpansKeepTheirTextVerbatim) {
+  EXPECT_EQ(markdown_code("data.on_invalid=skip"), "`data.on_invalid=skip`");
+  EXPECT_EQ(markdown_code("a`b"), "``a`b``");
+  EXPECT_EQ(markdown_code("`x``"), "``` `x`` ```");
+  EXPECT_EQ(markdown_code("two\nlines"), "`two lines`");
+  EXPECT_EQ(markdown_code(""), "` `");
+  for (const std::string text : {"data.on_invalid=skip", "a`b", "`x``", "C:\\dir\\*_x_*", "x | y [z](w)"}) {
+    EXPECT_TRUE(contains(render("see " + markdown_code(text) + " here\n"),
+                         "<code>" + xml_escape(text) + "</code>"))
+        << text << " -> " << render("see " + markdown_code(text) + " here\n");
+  }
+}
+
 TEST(MarkdownHtmlTest, Table) {
   EXPECT_EQ(render("| check | result |\n|---|:--:|\n| a `x\\|y` | **fails** |\n| b |\n"),
             "<table>\n<thead>\n<tr><th>check</th><th>result</th></tr>\n</thead>\n<tbody>\n"
