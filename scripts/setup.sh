@@ -5,7 +5,8 @@
 # Safe to re-run: on a ready machine it finishes in about a second.
 # Extras: DBH_WITH_FUZZ=1 (clang-14 and libFuzzer), DBH_WITH_SLURM=1 (Slurm and
 # munge for the scheduler test), DBH_WITH_BROWSER=1 (Chromium, which renders
-# report.html in the HTML report test); .ci/run sets all three.
+# report.html in the HTML report test), DBH_WITH_DEBUGGER=1 (gdb, which takes
+# a hung worker's stacks in the death test); .ci/run sets all four.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -27,6 +28,11 @@ fi
 # it that test checks the pages as text and skips the browser part).
 if [[ "${DBH_WITH_BROWSER:-0}" == 1 ]]; then
   apt_packages+=(chromium)
+fi
+# Optional: gdb, for the stacks of a hung worker (without gdb or eu-stack the
+# report says none could be taken and that test skips).
+if [[ "${DBH_WITH_DEBUGGER:-0}" == 1 ]]; then
+  apt_packages+=(gdb)
 fi
 # Optional: Slurm and munge for the scheduler integration test
 # (scripts/slurm-local.sh starts them by hand; their services are not used).
