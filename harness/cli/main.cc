@@ -1,6 +1,7 @@
 // The dbh command line.
 
 #include <algorithm>
+#include <map>
 #include <cstdlib>
 #include <cstdio>
 #include <functional>
@@ -53,49 +54,18 @@ int main(int argc, char** argv) {
 
   dbh::harness::TrainCommandOptions t;
   auto* train = app.add_subcommand("train", "Train DBNet for a few steps, without a scenario");
-  train->add_option("--data", t.data, "Dataset directory (images + annotations.json); synthetic data when omitted")
-      ->check(CLI::ExistingDirectory);
-  train->add_option("--on-invalid", t.on_invalid, "What to do with invalid annotations")
-      ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+  // Note [One training builder]: each value flag sets a scenario key, checked
+  // by the scenario schema (values are read as text here).
+  std::map<std::string, std::string> train_values;
+  for (const auto& f : dbh::harness::train_flags()) {
+    train->add_option(f.flag, train_values[f.flag], f.help + " (" + f.key + ")");
+  }
   train->add_flag("--augment,!--no-augment", t.augment,
                   "DB training augmentation on real data (on by default, as the reference trains; "
                   "--no-augment letterboxes only)");
-  train->add_option("--num-workers", t.num_workers, "Loader threads; 0 loads inline")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_flag("--validate-batches", t.validate_batches,
                   "Check every batch (finite, in range, binary masks) before training on it");
-  train->add_option("--source", t.source, "Synthetic source when --data is omitted")
-      ->check(CLI::IsMember({"synthetic_boxes", "synthetic_random", "synthetic_render"}))
-      ->capture_default_str();
-  train->add_option("--encoder", t.encoder, "ResNet depth")
-      ->check(CLI::IsMember({18, 34, 50}))->capture_default_str();
-  train->add_option("--decoder", t.decoder, "Neck")
-      ->check(CLI::IsMember({"fpn", "pan"}))->capture_default_str();
-  train->add_option("--batch-size", t.batch_size, "Samples per micro-batch")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--size", t.size, "Square training size in pixels (multiple of 32)")
-      ->check(CLI::Range(int64_t{32}, int64_t{8192}))->capture_default_str();
-  train->add_option("--steps", t.steps, "Optimizer steps")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--accumulation", t.accumulation, "Micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--optimizer", t.optimizer)->check(CLI::IsMember({"sgd", "adam"}))
-      ->capture_default_str();
-  train->add_option("--lr", t.lr, "Base learning rate (poly schedule)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--grad-clip", t.grad_clip, "Max gradient norm; 0 = off")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  train->add_option("--precision", t.precision)
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))->capture_default_str();
-  train->add_option("--device", t.device, "cpu, cuda or cuda:N")->capture_default_str();
-  train->add_option("--seed", t.seed)->capture_default_str();
-  train->add_option("--threads", t.threads, "Intra-op threads; 0 = all cores")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--out", t.out, "Output folder (default reports/runs/train-<time>)");
-  train->add_option("--weights", t.weights, "Initial weights file")->check(CLI::ExistingFile);
-  train->add_option("--checkpoint-every", t.checkpoint_every, "Checkpoint every K steps; 0 = final only")
-      ->check(CLI::NonNegativeNumber);
-  train->add_option("--resume", t.resume, "Resume from a checkpoint")->check(CLI::ExistingFile);
   train->add_flag("-q,--quiet", t.quiet, "Print only the summary");
 
   dbh::harness::EvalCommandOptions ev;
@@ -315,11 +285,9 @@ int main(int argc, char** argv) {
     check_empty_paths(&app);
     if (*env) return dbh::harness::run_env_command(env_json);
     if (*train) {
-      if (t.size % 32 != 0) {
-        throw dbh::harness::UsageError("dbh train --size: expected a multiple of 32, got " + std::to_string(t.size));
+      for (const auto& f : dbh::harness::train_flags()) {
+        if (train->count(f.flag) > 0) t.given.emplace_back(f.flag, train_values[f.flag]);
       }
-      if (!t.resume.empty()) dbh::harness::check_checkpoint_file(t.resume, "dbh train", "--resume");
-      if (!t.weights.empty()) dbh::harness::check_checkpoint_file(t.weights, "dbh train", "--weights");
       return dbh::harness::run_train_command(t);
     }
     if (*eval) return dbh::harness::run_eval_command(ev);

@@ -10,7 +10,6 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -20,7 +19,12 @@
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
+#include "harness/report/report.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/value.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/tuning.h"
+#include "harness/worker/training.h"
 #include "harness/env/environment.h"
 #include "model/data/batch.h"
 #include "model/data/dataset.h"
@@ -51,44 +55,97 @@ std::string timestamp() {
 
 }  // namespace
 
+const std::vector<TrainFlag>& train_flags() {
+  static const std::vector<TrainFlag> flags = {
+      {"--data", "data.path", "Dataset directory (images + annotations.json); synthetic data when omitted"},
+      {"--source", "data.source", "Data source: synthetic_boxes, synthetic_random, synthetic_render (real with --data)"},
+      {"--on-invalid", "data.on_invalid", "What to do with invalid annotations: error, skip or clip"},
+      {"--num-workers", "data.num_workers", "Loader threads; 0 loads inline"},
+      {"--encoder", "model.encoder", "ResNet depth: 18, 34 or 50"},
+      {"--decoder", "model.decoder", "Neck: fpn or pan"},
+      {"--weights", "model.weights", "Initial weights (a weights file or a dbh checkpoint)"},
+      {"--batch-size", "data.batch_size", "Samples per micro-batch"},
+      {"--size", "data.size", "Square training size in pixels (multiple of 32)"},
+      {"--steps", "train.max_steps", "Optimizer steps"},
+      {"--accumulation", "train.accumulation", "Micro-batches per optimizer step"},
+      {"--optimizer", "train.optimizer", "sgd or adam"},
+      {"--lr", "train.lr", "Base learning rate (poly schedule)"},
+      {"--momentum", "train.momentum", "SGD momentum"},
+      {"--weight-decay", "train.weight_decay", "Weight decay"},
+      {"--grad-clip", "train.grad_clip", "Max gradient norm; 0 = off"},
+      {"--precision", "train.precision", "fp32, fp16 or bf16 (AMP on CUDA)"},
+      {"--channels-last", "train.channels_last", "auto (measured once per machine and setup), true or false"},
+      {"--threads", "train.threads", "Intra-op threads: auto (measured), 0 = all cores, or N"},
+      {"--seed", "train.seed", "Seed of weights, data and augmentation"},
+      {"--checkpoint-every", "train.checkpoint_every", "Checkpoint every K steps; 0 = final only"},
+      {"--resume", "train.resume_from", "Resume from a checkpoint"},
+      {"--device", "hardware.device", "cpu, cuda or cuda:N"},
+  };
+  return flags;
+}
+
+namespace {
+
+const TrainFlag& flag_named(const std::string& flag) {
+  for (const auto& f : train_flags()) {
+    if (f.flag == flag) return f;
+  }
+  throw std::logic_error("dbh train: no flag " + flag);
+}
+
+// A scenario error about one flag's override, said in the flag's terms:
+// "<override> train.max_steps=0: train.max_steps: expected …" becomes
+// "dbh train: --steps: expected …".
+std::string in_flag_terms(const std::string& message, const std::vector<std::pair<std::string, std::string>>& given) {
+  for (const auto& [flag, value] : given) {
+    const std::string& key = flag_named(flag).key;
+    const std::string prefix = "<override> " + key + "=" + value;
+    if (message.rfind(prefix, 0) != 0) continue;
+    std::string rest = message.substr(prefix.size());
+    if (rest.rfind(":0:0", 0) == 0) rest = rest.substr(4);
+    if (rest.rfind(": ", 0) == 0) rest = rest.substr(2);
+    if (rest.rfind(key + ": ", 0) == 0) rest = rest.substr(key.size() + 2);
+    return "dbh train: " + flag + ": " + rest;
+  }
+  return "dbh train: " + message;
+}
+
+}  // namespace
+
+std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
+  std::vector<std::string> out = {std::string("data.augment=") + (o.augment ? "true" : "false"),
+                                  std::string("data.validate=") + (o.validate_batches ? "true" : "false")};
+  bool data = false;
+  std::string source;
+  for (const auto& [flag, value] : o.given) {
+    if (flag == "--data") data = true;
+    if (flag == "--source") source = value;
+  }
+  if (data && !source.empty() && source != "real") {
+    throw UsageError("dbh train: --source " + source + ": expected no --source with --data (a dataset is real data), got both");
+  }
+  if (data && source.empty()) out.push_back("data.source=real");
+  for (const auto& [flag, value] : o.given) out.push_back(flag_named(flag).key + "=" + value);
+  return out;
+}
+
 int run_train_command(const TrainCommandOptions& o) {
-  // Input checks first: bad input leaves nothing behind.
+  // Input checks first: bad input leaves nothing behind. The flags are
+  // scenario overrides (Note [One training builder]): one set of bounds and
+  // defaults for `dbh train` and `dbh run`.
+  Scenario s;
+  try {
+    // dbh's own keys: no file, no includes, no aliases to translate.
+    Value tree;
+    for (const auto& kv : train_overrides(o)) apply_override(tree, kv);
+    s = scenario_from_tree(tree, "");
+  } catch (const ScenarioError& e) {
+    throw UsageError(in_flag_terms(e.what(), o.given));
+  }
+  s.name = "train";
   auto usage = [](const std::string& key, const std::string& expected, const std::string& got) {
     throw UsageError("dbh train: " + key + ": expected " + expected + ", got " + got);
   };
-  auto number = [](double v) {
-    std::ostringstream s;
-    s << v;
-    return s.str();
-  };
-  if (o.size < 32 || o.size > 8192 || o.size % 32 != 0) {
-    usage("--size", "a multiple of 32 in [32, 8192]", std::to_string(o.size));
-  }
-  // The bounds a scenario accepts (data.*, train.*): beyond them a run
-  // exhausts memory or never ends instead of saying what is wrong.
-  for (const auto& [key, value, lo, hi] :
-       {std::tuple<const char*, int64_t, int64_t, int64_t>{"--steps", o.steps, 1, 100000000},
-        {"--batch-size", o.batch_size, 1, 4096},
-        {"--accumulation", o.accumulation, 1, 4096},
-        {"--num-workers", o.num_workers, 0, 256},
-        {"--threads", o.threads, 0, 1024},
-        {"--checkpoint-every", o.checkpoint_every, 0, 100000000}}) {
-    if (value < lo || value > hi) {
-      usage(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(value));
-    }
-  }
-  if (!(std::isfinite(o.lr) && o.lr > 0 && o.lr <= 1e6)) usage("--lr", "a number > 0 and <= 1e+06", number(o.lr));
-  if (!(std::isfinite(o.grad_clip) && o.grad_clip >= 0 && o.grad_clip <= 1e12)) {
-    usage("--grad-clip", "a number >= 0 and <= 1e+12 (0: off)", number(o.grad_clip));
-  }
-  if (o.precision != "fp32" && o.device.rfind("cuda", 0) != 0) {
-    usage("--precision " + o.precision, "fp32 on " + o.device, "mixed precision, which runs on CUDA devices only");
-  }
-  try {
-    (void)model::parse_device(o.device);
-  } catch (const std::exception& e) {
-    throw UsageError(std::string("dbh train: --device: ") + e.what());
-  }
   const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("train-" + timestamp())
                                      : fs::path(o.out);
   // The output folder is claimed as every command's is: a user's folder (a
@@ -100,17 +157,20 @@ int run_train_command(const TrainCommandOptions& o) {
   auto stop_check = [] {
     if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
   };
+  // `auto` layout and threads: measured once per machine and setup, as for
+  // `dbh run` (Note [Measured choices]).
+  const nlohmann::json choices = resolve_measured_choices(s, (out / "tuning").string());
+  stop_check();
+  if (!o.quiet && !choices.is_null()) {
+    std::string line = measured_choices_line(choices);  // Markdown: shown as plain text
+    for (const std::string mark : {"**", "`"}) {
+      for (size_t i; (i = line.find(mark)) != std::string::npos;) line.erase(i, mark.size());
+    }
+    std::cout << line << "\n";
+  }
 
-  model::DeterminismOptions det;
-  det.seed(o.seed).threads(o.threads > 0 ? o.threads
-                                         : static_cast<int64_t>(std::thread::hardware_concurrency()));
-  model::apply_determinism(det);
-
-  model::DbNetOptions net;
-  net.encoder(model::ResNetOptions().depth(o.encoder))
-      .decoder(model::decoder_kind_from_string(o.decoder));
-  model::DbNet dbnet(net);
-  const std::string arch = "resnet" + std::to_string(o.encoder) + " + " + o.decoder;
+  model::DbNet dbnet = make_net(s);
+  const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + s.model.decoder;
   // A file of another architecture (or not of dbh) is the user's to fix.
   auto load_error = [&](const std::string& key, const std::string& path, const std::exception& e) {
     std::string what = e.what();
@@ -118,96 +178,65 @@ int run_train_command(const TrainCommandOptions& o) {
     what = one_line(what.substr(0, what.find('\n')));
     usage(key + " " + path, "a file of " + arch + " (--encoder, --decoder)", "one that does not load: " + what);
   };
-  if (!o.weights.empty()) {
+  if (!s.model.weights.empty()) {
     // A weights file or a dbh checkpoint (its model part), as `dbh eval`
     // reads them: DbNet::load_weights finds nothing in a checkpoint.
     int64_t n = 0;
     try {
-      n = model::load_model_state(dbnet, o.weights).loaded;
+      n = model::load_model_state(dbnet, s.model.weights).loaded;
     } catch (const std::exception& e) {
-      load_error("--weights", o.weights, e);
+      load_error("--weights", s.model.weights, e);
     }
     const size_t total = dbnet->named_parameters().size() + dbnet->named_buffers().size();
     // Partial loads are how a backbone is initialised (torchvision, another
     // decoder), so they are said, not refused; a file that gives nothing
     // would train from scratch under its name.
     if (n == 0) {
-      usage("--weights " + o.weights, "a file holding tensors of " + arch + " (--encoder, --decoder)",
+      usage("--weights " + s.model.weights, "a file holding tensors of " + arch + " (--encoder, --decoder)",
             "one none of whose entries has a name and shape of that model");
     }
     if (static_cast<size_t>(n) < total) {
-      std::cerr << "warning: --weights " << o.weights << ": loaded " << n << " of " << total << " tensors of "
+      std::cerr << "warning: --weights " << s.model.weights << ": loaded " << n << " of " << total << " tensors of "
                 << arch << "; the others keep their initial values\n";
     }
-    if (!o.quiet) std::cout << "loaded " << n << " tensors from " << o.weights << "\n";
+    if (!o.quiet) std::cout << "loaded " << n << " tensors from " << s.model.weights << "\n";
   }
-  model::TrainOptions topt;
-  topt.optimizer(model::optimizer_kind_from_string(o.optimizer))
-      .lr(o.lr)
-      .max_steps(o.steps)
-      .accumulation(o.accumulation)
-      .grad_clip(o.grad_clip)
-      .precision(model::precision_from_string(o.precision))
-      .device(o.device)
-      .determinism(det);
-  model::Trainer trainer(dbnet, topt);
-  if (!o.resume.empty()) {
+  model::Trainer trainer(dbnet, train_options(s));
+  if (!s.train.resume_from.empty()) {
     try {
-      trainer.load_checkpoint(o.resume);
+      trainer.load_checkpoint(s.train.resume_from);
     } catch (const std::exception& e) {
-      load_error("--resume", o.resume, e);
+      load_error("--resume", s.train.resume_from, e);
     }
   }
 
-  model::BatchSource source;
-  std::string data_desc;
-  const uint64_t seed = o.seed;
-  const int64_t n = o.batch_size, s = o.size;
-  if (!o.data.empty() || o.source == "synthetic_render") {
-    model::DatasetOptions dopt;
-    dopt.root = o.data;
-    if (o.data.empty()) dopt.synthetic_samples = 64;
-    dopt.size = s;
-    dopt.augment = o.augment;
-    dopt.seed = seed;
-    dopt.on_invalid = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
-                      : o.on_invalid == "clip" ? model::OnInvalid::kClip
-                                               : model::OnInvalid::kError;
+  std::string data_desc = s.data.source;
+  std::shared_ptr<model::Loader> loader;
+  if (uses_dataset(s)) {
     std::shared_ptr<model::Dataset> dataset;
     try {
-      dataset = std::make_shared<model::Dataset>(dopt);
+      dataset = std::make_shared<model::Dataset>(dataset_options(s, s.data.path));
     } catch (const model::DataError& e) {
       for (const auto& d : e.defects()) std::cerr << "  " << d.message << "\n";
-      usage("--data " + o.data, "a dataset without defects (or --on-invalid skip|clip)",
+      usage("--data " + s.data.path, "a dataset without defects (or --on-invalid skip|clip)",
             std::to_string(e.defects().size()) + " defect(s), listed above");
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << d.message << "\n";
-    model::LoaderOptions lopt;
-    lopt.batch_size = n;
-    lopt.num_workers = o.num_workers;
-    lopt.seed = seed;
-    lopt.validate = o.validate_batches;
-    auto loader = std::make_shared<model::Loader>(dataset, lopt);
-    source = [loader](int64_t micro) { return loader->get(micro); };
-    data_desc = o.data.empty() ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
-                               : "real (" + o.data + ", " + std::to_string(dataset->size()) + " images, " +
-                                     dataset->format() + ")";
-  } else if (o.source == "synthetic_random") {
-    source = [=](int64_t micro) {
-      return model::synthetic_random_batch(n, s, s, seed * 1000003ULL + static_cast<uint64_t>(micro));
-    };
-  } else {
-    source = [=](int64_t micro) {
-      return model::synthetic_boxes_batch(n, s, s, seed * 1000003ULL + static_cast<uint64_t>(micro));
-    };
+    loader = std::make_shared<model::Loader>(dataset, loader_options(s));
+    data_desc = s.data.source == "synthetic_render"
+                    ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
+                    : "real (" + s.data.path + ", " + std::to_string(dataset->size()) + " images, " +
+                          dataset->format() + ")";
   }
-  if (data_desc.empty()) data_desc = o.source;
+  const model::BatchSource source = make_batch_source(s, loader);
+  loader.reset();  // the source owns it
 
+  const int64_t steps = s.train.max_steps;
   if (!o.quiet) {
-    std::cout << "dbh train: resnet" << o.encoder << " + " << o.decoder << ", data " << data_desc
-              << ", batch " << n << "x" << o.accumulation << ", " << s << "x" << s << ", "
-              << o.steps << " steps, " << o.optimizer << " lr " << o.lr << ", " << o.precision
-              << " on " << o.device << ", seed " << o.seed << "\n";
+    std::cout << "dbh train: " << arch << ", data " << data_desc << ", batch " << s.data.batch_size << "x"
+              << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << steps << " steps, "
+              << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on "
+              << s.hardware.device << ", seed " << s.train.seed << "\n";
   }
   const fs::path csv_path = out / "metrics.csv";
   std::ofstream csv(csv_path);
@@ -228,7 +257,7 @@ int run_train_command(const TrainCommandOptions& o) {
   };
   std::vector<model::StepResult> results;
   const auto t0 = std::chrono::steady_clock::now();
-  while (trainer.next_step() < o.steps) {
+  while (trainer.next_step() < steps) {
     stop_check();
     model::StepResult r;
     try {
@@ -241,13 +270,13 @@ int run_train_command(const TrainCommandOptions& o) {
         << r.dice << "," << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << ","
         << r.loss_scale << "," << r.seconds << "," << r.loss_bits << "\n";
     if (!o.quiet) {
-      std::cout << "step " << std::setw(4) << r.step + 1 << "/" << o.steps << "  loss "
+      std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss "
                 << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
                 << r.l1 << ", dice " << r.dice << ")  lr " << std::setprecision(5) << r.lr
                 << "  |g| " << std::setprecision(3) << r.grad_norm << "  " << std::setprecision(2)
                 << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
     }
-    if (o.checkpoint_every > 0 && trainer.next_step() % o.checkpoint_every == 0) {
+    if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
       save(out / ("checkpoint-" + std::to_string(trainer.next_step()) + ".pt"));
     }
   }
@@ -268,6 +297,9 @@ int run_train_command(const TrainCommandOptions& o) {
   summary["last_loss"] = results.empty() ? 0.0 : results.back().loss;
   summary["all_losses_finite"] = finite;
   summary["wall_seconds"] = wall;
+  // What trained, as a scenario: `dbh run` with these keys trains the same.
+  summary["scenario"] = nlohmann::json::parse(resolved_json(s));
+  if (!choices.is_null()) summary["measured_choices"] = choices;
   summary["environment"] = nlohmann::json::parse(environment_json(collect_environment()));
   write_file_atomically((out / "summary.json").string(),
                         summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -2,36 +2,37 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dbh::harness {
 
-/// Settings of `dbh train`, a plain training run without a scenario.
+/// A flag of `dbh train` and the scenario key it sets (Note [One training
+/// builder]): the schema checks its value, with the scenario's bounds and
+/// defaults, and an error names the flag.
+struct TrainFlag {
+  std::string flag;  // "--steps"
+  std::string key;   // "train.max_steps"
+  std::string help;
+};
+
+/// Every value flag of `dbh train`, in `--help` order.
+const std::vector<TrainFlag>& train_flags();
+
+/// Settings of `dbh train`, a plain training run without a scenario file.
 struct TrainCommandOptions {
-  std::string data;  // dataset directory; empty = synthetic
-  std::string on_invalid = "error";  // error | skip | clip
-  bool augment = true;               // DB training augmentation on real data (as the reference trains)
-  int64_t num_workers = 0;           // loader threads; 0 = inline
-  bool validate_batches = false;     // per-batch validation hook
-  std::string source = "synthetic_boxes";  // when data is empty
-  int64_t encoder = 18;
-  std::string decoder = "fpn";
-  int64_t batch_size = 2;
-  int64_t size = 128;
-  int64_t steps = 5;
-  int64_t accumulation = 1;
-  std::string optimizer = "sgd";
-  double lr = 0.007;
-  double grad_clip = 0.0;
-  std::string precision = "fp32";
-  std::string device = "cpu";
-  uint64_t seed = 42;
-  int64_t threads = 0;  // 0 = all cores
-  std::string out;      // output folder; default reports/runs/train-<time>
-  std::string weights;  // optional initial weights
-  int64_t checkpoint_every = 0;
-  std::string resume;  // checkpoint to resume from
+  /// The value flags given, (flag, text) in train_flags() order.
+  std::vector<std::pair<std::string, std::string>> given;
+  bool augment = true;           // DB training augmentation on real data (as the reference trains)
+  bool validate_batches = false;  // per-batch validation hook
+  std::string out;               // output folder; default reports/runs/train-<time>
   bool quiet = false;
 };
+
+/// The scenario overrides `options` stands for: dbh train's own defaults
+/// (augmentation on, per-batch validation off), then the flags given.
+/// Throws UsageError for a flag combination no key expresses.
+std::vector<std::string> train_overrides(const TrainCommandOptions& options);
 
 /// Runs the training and writes metrics.csv, summary.json and the final
 /// checkpoint into the output folder. Returns the process exit code.

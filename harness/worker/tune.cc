@@ -13,6 +13,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/value.h"
 #include "harness/worker/event_writer.h"
+#include "harness/worker/training.h"
 #include "model/data/batch.h"
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
@@ -47,31 +48,13 @@ int tune_main(const std::string& scenario_json, int events_fd) {
     std::vector<bool> layouts = {false, true};
     if (s.train.channels_last) layouts = {*s.train.channels_last};
     const auto threads = thread_candidates(s, cuda);
-    model::apply_determinism(model::DeterminismOptions()
-                                 .seed(s.train.seed)
-                                 .threads(threads.front())
-                                 .cudnn_enabled(s.hardware.cudnn_enabled)
-                                 .cudnn_benchmark(s.hardware.cudnn_benchmark)
-                                 .cudnn_deterministic(s.hardware.cudnn_deterministic)
-                                 .allow_tf32(s.hardware.allow_tf32));
-    // One trainer per layout, both built from the same initial weights.
+    // One trainer per layout, both built from the same initial weights
+    // (Note [One training builder]); a timed step is one micro-batch.
     std::vector<std::unique_ptr<model::Trainer>> trainers;
     for (const bool cl : layouts) {
-      torch::manual_seed(s.train.seed);
-      model::DbNet net(model::DbNetOptions()
-                           .encoder(model::ResNetOptions().depth(s.model.encoder))
-                           .decoder(model::decoder_kind_from_string(s.model.decoder))
-                           .k(s.model.k));
+      model::DbNet net = make_net(s);
       trainers.push_back(std::make_unique<model::Trainer>(
-          net, model::TrainOptions()
-                   .optimizer(model::optimizer_kind_from_string(s.train.optimizer))
-                   .lr(s.train.lr)
-                   .momentum(s.train.momentum)
-                   .weight_decay(s.train.weight_decay)
-                   .max_steps(1 << 20)
-                   .precision(model::precision_from_string(s.train.precision))
-                   .channels_last(cl)
-                   .device(s.hardware.device)));
+          net, train_options(s).max_steps(1 << 20).accumulation(1).channels_last(cl)));
     }
     const model::Batch batch = model::synthetic_boxes_batch(s.data.batch_size, s.data.size, s.data.size, s.train.seed);
     const model::BatchSource source = [&](int64_t) { return batch; };

@@ -24,6 +24,7 @@
 #include "harness/version.h"
 #include "harness/worker/event_writer.h"
 #include "harness/worker/memory_budget.h"
+#include "harness/worker/training.h"
 #include "model/data/dataset.h"
 #include "model/data/image_decode.h"
 #include "model/data/scan.h"
@@ -287,7 +288,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   // The supervisor resolves `auto` before the worker starts (Note [Measured
   // choices]); a scenario given to the worker directly falls back to
   // PyTorch's own defaults: every core, NCHW.
-  const int64_t threads = s.train.threads > 0 ? s.train.threads : available_cores();
+  const int64_t threads = training_threads(s);
   proto::Hello hello;
   hello.pid = static_cast<int64_t>(getpid());
   hello.seed = s.train.seed;
@@ -416,18 +417,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       validation.root = s.data.val.path;
       validation.images = scan.images;
     }
-    if (s.data.source == "real" || s.data.source == "synthetic_render") {
-      model::DatasetOptions d;
-      if (s.data.source == "synthetic_render") d.synthetic_samples = s.data.samples;
-      d.root = data_path;
-      d.size = s.data.size;
-      d.augment = s.data.augment;
-      d.seed = s.train.seed;
-      d.on_invalid = s.data.on_invalid == "skip"   ? model::OnInvalid::kSkip
-                     : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
-                                                   : model::OnInvalid::kError;
-      d.preflight = s.data.preflight;
-      d.subset = s.data.subset;
+    if (uses_dataset(s)) {
+      model::DatasetOptions d = dataset_options(s, data_path);
       if (s.data.val.holdout > 0) {
         // The last `holdout` samples validate; training never sees them.
         const auto scan = model::scan_dataset(data_path, d.on_invalid, {}, /*check_images=*/false);
@@ -451,18 +442,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     for (run = 0; run < s.repeat.in_process; ++run) {
       monitors.set_run(run);
       faults.set_run(run);
-      model::apply_determinism(model::DeterminismOptions()
-                                   .seed(s.train.seed)
-                                   .threads(threads)
-                                   .cudnn_enabled(s.hardware.cudnn_enabled)
-                                   .cudnn_benchmark(s.hardware.cudnn_benchmark)
-                                   .cudnn_deterministic(s.hardware.cudnn_deterministic)
-                                   .allow_tf32(s.hardware.allow_tf32));
       events.emit(proto::RunBegin{run, memory_json(s.hardware.device)});
-      model::DbNet net(model::DbNetOptions()
-                           .encoder(model::ResNetOptions().depth(s.model.encoder))
-                           .decoder(model::decoder_kind_from_string(s.model.decoder))
-                           .k(s.model.k));
+      // Note [One training builder]: seeded, then built, as every run is.
+      model::DbNet net = make_net(s);
       if (!s.model.weights.empty()) {
         if (const auto partial = load_initial_weights(net, s.model.weights); !partial.empty()) {
           events.emit(proto::Warning{partial});
@@ -470,19 +452,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       }
       faults.on_model(net);
       faults.on_start();
-      model::TrainOptions t;
-      t.optimizer(model::optimizer_kind_from_string(s.train.optimizer))
-          .lr(s.train.lr)
-          .momentum(s.train.momentum)
-          .weight_decay(s.train.weight_decay)
-          .poly_power(s.train.poly_power)
-          .max_steps(s.train.max_steps)
-          .accumulation(s.train.accumulation)
-          .grad_clip(s.train.grad_clip)
-          .precision(model::precision_from_string(s.train.precision))
-          .channels_last(s.train.channels_last.value_or(false))
-          .device(s.hardware.device);
-      model::Trainer trainer(net, t);
+      model::Trainer trainer(net, train_options(s));
       faults.set_optimizer(&trainer.optimizer());
       if (!s.train.resume_from.empty()) {
         trainer.load_checkpoint(s.train.resume_from);
@@ -490,23 +460,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       }
       trainer.add_listener(borrow(faults));
       trainer.add_listener(borrow(monitors));
-      if (dataset) {
-        model::LoaderOptions lo;
-        lo.batch_size = s.data.batch_size;
-        lo.num_workers = s.data.num_workers;
-        lo.seed = s.train.seed;
-        lo.validate = s.data.validate;
-        loader = std::make_shared<model::Loader>(dataset, lo);
-      }
-      const int64_t n = s.data.batch_size, size = s.data.size;
-      const uint64_t seed = s.train.seed;
-      const std::string source = s.data.source;
-      model::BatchSource batches = [&, n, size, seed, source](int64_t micro) {
-        if (loader) return loader->get(micro);
-        const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
-        return source == "synthetic_random" ? model::synthetic_random_batch(n, size, size, k)
-                                            : model::synthetic_boxes_batch(n, size, size, k);
-      };
+      if (dataset) loader = std::make_shared<model::Loader>(dataset, loader_options(s));
+      model::BatchSource batches = make_batch_source(s, loader);
       const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
       while (trainer.next_step() < last) {
         step = trainer.next_step();
@@ -548,6 +503,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       step = -1;
       std::ostringstream checksum;
       checksum << std::hex << parameter_checksum(net);
+      // The loader's threads end before the run's memory is read.
+      batches = nullptr;
       loader.reset();
       events.emit(proto::RunEnd{run, trainer.next_step(), checksum.str(), memory_json(s.hardware.device)});
     }

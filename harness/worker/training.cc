@@ -1,0 +1,88 @@
+#include "harness/worker/training.h"
+
+#include <torch/torch.h>
+
+#include "harness/common/cpu.h"
+#include "model/data/batch.h"
+
+namespace dbh::harness {
+
+int64_t training_threads(const Scenario& s) {
+  return s.train.threads > 0 ? s.train.threads : available_cores();
+}
+
+model::DeterminismOptions determinism_options(const Scenario& s) {
+  return model::DeterminismOptions()
+      .seed(s.train.seed)
+      .threads(training_threads(s))
+      .cudnn_enabled(s.hardware.cudnn_enabled)
+      .cudnn_benchmark(s.hardware.cudnn_benchmark)
+      .cudnn_deterministic(s.hardware.cudnn_deterministic)
+      .allow_tf32(s.hardware.allow_tf32);
+}
+
+model::DbNet make_net(const Scenario& s) {
+  model::apply_determinism(determinism_options(s));
+  return model::DbNet(model::DbNetOptions()
+                          .encoder(model::ResNetOptions().depth(s.model.encoder))
+                          .decoder(model::decoder_kind_from_string(s.model.decoder))
+                          .k(s.model.k));
+}
+
+model::TrainOptions train_options(const Scenario& s) {
+  return model::TrainOptions()
+      .optimizer(model::optimizer_kind_from_string(s.train.optimizer))
+      .lr(s.train.lr)
+      .momentum(s.train.momentum)
+      .weight_decay(s.train.weight_decay)
+      .poly_power(s.train.poly_power)
+      .max_steps(s.train.max_steps)
+      .accumulation(s.train.accumulation)
+      .grad_clip(s.train.grad_clip)
+      .precision(model::precision_from_string(s.train.precision))
+      // `auto` left unresolved (no supervisor measured it): PyTorch's NCHW.
+      .channels_last(s.train.channels_last.value_or(false))
+      .device(s.hardware.device)
+      .determinism(determinism_options(s));
+}
+
+bool uses_dataset(const Scenario& s) {
+  return s.data.source == "real" || s.data.source == "synthetic_render";
+}
+
+model::DatasetOptions dataset_options(const Scenario& s, const std::string& root) {
+  model::DatasetOptions d;
+  if (s.data.source == "synthetic_render") d.synthetic_samples = s.data.samples;
+  d.root = root;
+  d.size = s.data.size;
+  d.augment = s.data.augment;
+  d.seed = s.train.seed;
+  d.on_invalid = s.data.on_invalid == "skip"   ? model::OnInvalid::kSkip
+                 : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
+                                               : model::OnInvalid::kError;
+  d.preflight = s.data.preflight;
+  d.subset = s.data.subset;
+  return d;
+}
+
+model::LoaderOptions loader_options(const Scenario& s) {
+  model::LoaderOptions lo;
+  lo.batch_size = s.data.batch_size;
+  lo.num_workers = s.data.num_workers;
+  lo.seed = s.train.seed;
+  lo.validate = s.data.validate;
+  return lo;
+}
+
+model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::Loader> loader) {
+  if (loader) return [loader](int64_t micro) { return loader->get(micro); };
+  const int64_t n = s.data.batch_size, size = s.data.size;
+  const uint64_t seed = s.train.seed;
+  const bool random = s.data.source == "synthetic_random";
+  return [n, size, seed, random](int64_t micro) {
+    const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
+    return random ? model::synthetic_random_batch(n, size, size, k) : model::synthetic_boxes_batch(n, size, size, k);
+  };
+}
+
+}  // namespace dbh::harness

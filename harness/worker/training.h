@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "harness/scenario/scenario.h"
+#include "model/data/dataset.h"
+#include "model/dbnet.h"
+#include "model/train/determinism.h"
+#include "model/train/trainer.h"
+
+namespace dbh::harness {
+
+// Note [One training builder]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The worker (`dbh run` and everything built on it), the layout and thread
+// measurement (`dbh __tune`) and `dbh train` build the model, the trainer and
+// the data from a Scenario here and nowhere else, so a setting means the same
+// in each: `dbh train --lr 0.01` is `train.lr=0.01`, with the same bounds,
+// defaults and errors (its flags are scenario overrides).
+
+/// The intra-op threads a scenario trains with: train.threads when set, else
+/// every usable core (what `auto` falls back to when nothing measured it).
+int64_t training_threads(const Scenario& s);
+
+/// Seed, threads and cuDNN switches of the scenario.
+model::DeterminismOptions determinism_options(const Scenario& s);
+
+/// Applies determinism_options(s) (the seed first, so the initial weights
+/// follow from train.seed) and builds the model of `model.*`.
+model::DbNet make_net(const Scenario& s);
+
+/// The trainer's settings: optimizer, schedule, accumulation, clipping,
+/// precision, layout, device and determinism.
+model::TrainOptions train_options(const Scenario& s);
+
+/// What `data.*` trains on, for `root` (data.path, or a private corrupted
+/// copy of it). Only for the `real` and `synthetic_render` sources.
+model::DatasetOptions dataset_options(const Scenario& s, const std::string& root);
+
+/// The loader over `dataset` with the scenario's batch size, workers, seed
+/// and per-batch validation.
+model::LoaderOptions loader_options(const Scenario& s);
+
+/// Whether data.source reads a Dataset (real files or rendered images)
+/// rather than generating synthetic batches itself.
+bool uses_dataset(const Scenario& s);
+
+/// Batches for the trainer: from `loader` when given, else the synthetic
+/// source's batch for (train.seed, micro-batch index).
+model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::Loader> loader);
+
+}  // namespace dbh::harness
