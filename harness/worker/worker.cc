@@ -41,31 +41,6 @@ namespace {
 // Allocation events kept by the CUDA allocator's history under a memory budget.
 constexpr int64_t kMemoryHistoryEntries = 100000;
 
-// Forwards module notifications: monitors see a module entered before a fault
-// can throw from it, and see outputs after faults replaced them.
-class ObserverChain : public model::ModuleObserver {
- public:
-  ObserverChain(Monitors& monitors, FaultInjector& faults) : monitors_(monitors), faults_(faults) {}
-  void on_enter(const std::string& name) override {
-    monitors_.on_enter(name);
-    faults_.on_enter(name);
-  }
-  void on_output(const std::string& name, torch::Tensor& out) override {
-    faults_.on_output(name, out);
-    monitors_.on_output(name, out);
-  }
-
- private:
-  Monitors& monitors_;
-  FaultInjector& faults_;
-};
-
-// Non-owning shared_ptr for listeners that live on the stack.
-template <typename T>
-std::shared_ptr<T> borrow(T& x) {
-  return std::shared_ptr<T>(&x, [](T*) {});
-}
-
 nlohmann::json memory_json(const std::string& device) { return memory_sample(device); }
 
 std::string backtrace_of(const std::exception& e) {
@@ -313,7 +288,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
   monitors.set_loss_scaler(s.train.precision == "fp16");
   FaultInjector faults(s.faults, events, s.hardware.device);
-  ObserverChain chain(monitors, faults);
+  // Monitors outside the injector: they know the module a fault throws from
+  // and check the outputs faults replaced.
+  model::ObserverChain chain({&monitors, &faults});
   model::set_module_observer(&chain);
 
   int64_t run = 0;
@@ -458,8 +435,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         trainer.load_checkpoint(s.train.resume_from);
         events.emit(proto::Checkpoint{run, trainer.next_step(), s.train.resume_from, /*resumed=*/true});
       }
-      trainer.add_listener(borrow(faults));
-      trainer.add_listener(borrow(monitors));
+      trainer.add_listener(faults);
+      trainer.add_listener(monitors);
       if (dataset) loader = std::make_shared<model::Loader>(dataset, loader_options(s));
       model::BatchSource batches = make_batch_source(s, loader);
       const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <torch/torch.h>
 
 namespace dbh::model {
@@ -15,6 +18,25 @@ class ModuleObserver {
   virtual void on_enter(const std::string& name) {}
   /// Called with the module's output; may replace it.
   virtual void on_output(const std::string& name, torch::Tensor& output) {}
+};
+
+/// Several observers as one, nested like wrappers around each module: the
+/// first sees a module entered first and its output last. The harness puts
+/// its monitors first and the fault injector after them, so the monitors know
+/// the module a fault throws from and check the output a fault replaced.
+/// Observers are not owned.
+class ObserverChain : public ModuleObserver {
+ public:
+  explicit ObserverChain(std::vector<ModuleObserver*> observers) : observers_(std::move(observers)) {}
+  void on_enter(const std::string& name) override {
+    for (auto* o : observers_) o->on_enter(name);
+  }
+  void on_output(const std::string& name, torch::Tensor& output) override {
+    for (auto it = observers_.rbegin(); it != observers_.rend(); ++it) (*it)->on_output(name, output);
+  }
+
+ private:
+  std::vector<ModuleObserver*> observers_;
 };
 
 /// Installs `observer` for the process (nullptr removes it). Not owned.

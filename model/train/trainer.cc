@@ -142,9 +142,7 @@ void Trainer::apply_memory_format() {
   }
 }
 
-void Trainer::add_listener(std::shared_ptr<TrainerListener> listener) {
-  listeners_.push_back(std::move(listener));
-}
+void Trainer::add_listener(TrainerListener& listener) { listeners_.push_back(&listener); }
 
 double Trainer::lr_at(int64_t step) const {
   const double progress = std::min<double>(

@@ -140,7 +140,9 @@ class Trainer {
   DbNet& model() { return model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainOptions& options() const { return options_; }
-  void add_listener(std::shared_ptr<TrainerListener> listener);
+  /// Adds a listener, called in the order added. Not owned: it must outlive
+  /// the trainer's steps.
+  void add_listener(TrainerListener& listener);
 
  private:
   /// Channels-last parameters when the options ask for them.
@@ -151,7 +153,7 @@ class Trainer {
   DbLoss loss_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   GradScaler scaler_;
-  std::vector<std::shared_ptr<TrainerListener>> listeners_;
+  std::vector<TrainerListener*> listeners_;
   int64_t step_ = 0;
 };
 

@@ -60,13 +60,13 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(channels_last).device(bench_device()));
   harness::EventWriter writer(-1);  // discards events
-  std::shared_ptr<harness::Monitors> monitors;
+  std::unique_ptr<harness::Monitors> monitors;
   if (mode >= 0) {
     harness::SilentOptions checks;
     checks.input = checks.labels = checks.predictions = silent;
-    monitors = std::make_shared<harness::Monitors>(static_cast<harness::Monitors::Mode>(mode),
+    monitors = std::make_unique<harness::Monitors>(static_cast<harness::Monitors::Mode>(mode),
                                                    writer, 0.0, checks);
-    trainer.add_listener(monitors);
+    trainer.add_listener(*monitors);
     model::set_module_observer(monitors.get());
   }
   const model::Batch batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);

@@ -107,11 +107,11 @@ TEST(TrainerTest, ListenersSeeEveryStage) {
     void on_before_optimizer(int64_t, DbNet&) override { calls.push_back("optimizer"); }
     void on_step_end(int64_t, const StepResult&) override { calls.push_back("end"); }
   };
-  auto rec = std::make_shared<Recorder>();
+  Recorder rec;
   Trainer trainer(small_net(1), cpu_options(1));
   trainer.add_listener(rec);
   trainer.step([](int64_t) { return synthetic_random_batch(1, 64, 64, 1); });
-  EXPECT_EQ(rec->calls, (std::vector<std::string>{"begin", "batch", "forward", "loss",
+  EXPECT_EQ(rec.calls, (std::vector<std::string>{"begin", "batch", "forward", "loss",
                                                   "optimizer", "end"}));
 }
 
