@@ -14,6 +14,14 @@ namespace dbh::model {
 
 enum class DecoderKind { kFpn, kPan };
 
+/// The observed module (the name a forward pass reports to the module
+/// observer, model/nn/hooks.h) that owns parameter `parameter`:
+/// "head.prob.up2.weight" → "head.prob.up2"; encoder parameters map to their
+/// stage ("encoder.layer3.1.conv2.weight" → "encoder.layer3", "encoder.conv1.weight"
+/// → "encoder.stem"); a head's batch norm to its conv ("head.prob.bn.weight" →
+/// "head.prob.conv").
+std::string observed_module_of(const std::string& parameter);
+
 /// Parses "fpn" / "pan"; throws std::invalid_argument otherwise.
 DecoderKind decoder_kind_from_string(const std::string& name);
 std::string to_string(DecoderKind kind);

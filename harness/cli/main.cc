@@ -237,6 +237,9 @@ int main(int argc, char** argv) {
   from_command->add_option("--base", fc.base, "A scenario the generated one includes (its keys apply where the "
                                               "command says nothing)");
   from_command->add_flag("--force", fc.force, "Replace an existing --out file");
+  auto* keys = scenario->add_subcommand(
+      "keys", "Print every scenario key under model, data, train, hardware, monitors, repeat and limits as a "
+              "Markdown table: how it is written, its default and what it does (docs/scenario-keys.md)");
   std::string list_what, list_dir;
   auto* list = app.add_subcommand("list", "List faults or scenarios");
   list->add_option("WHAT", list_what, "faults | scenarios | profiles")->required()
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
     if (*merge) return dbh::harness::merge_command(merge_dirs, merge_out, merge_junit);
     if (*list) return dbh::harness::list_command(list_what, list_dir);
     if (*from_command) return dbh::harness::scenario_from_command_command(fc);
+    if (*keys) return dbh::harness::scenario_keys_command();
     if (*worker) {
       std::ifstream in(w_scenario);
       std::stringstream text;

@@ -15,6 +15,7 @@
 #include "harness/report/report.h"
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -154,6 +155,11 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   }
   for (const auto& u : c.unmapped)
     std::cerr << "unmapped: " << one_line(u) << "\n";
+  return 0;
+}
+
+int scenario_keys_command() {
+  std::cout << scenario_keys_markdown() << std::flush;
   return 0;
 }
 

@@ -22,4 +22,9 @@ struct ScenarioFromCommandOptions {
 /// "unmapped: key=value (why)". 0 written, 2 bad input (UsageError).
 int scenario_from_command_command(const ScenarioFromCommandOptions& options);
 
+/// `dbh scenario keys`: prints the reference of the scenario keys under
+/// model, data, train, hardware, monitors, repeat and limits as Markdown
+/// (harness/scenario/schema.h; docs/scenario-keys.md is its output). 0.
+int scenario_keys_command();
+
 }  // namespace dbh::harness

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -48,10 +50,6 @@ std::string FaultInjector::cuda_error_text(const std::string& kind) {
   return "CUDA error: unknown error";
 }
 
-FaultInjector::FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
-                             const std::string& device)
-    : faults_(faults), events_(events), device_(device) {}
-
 bool FaultInjector::fires(size_t i) const { return faults_[i].fires_at(step_, run_); }
 
 void FaultInjector::fired(size_t i, const std::string& module, nlohmann::json detail) {
@@ -75,54 +73,13 @@ void FaultInjector::hold_memory(int64_t bytes, bool host) {
   }
 }
 
-void FaultInjector::on_model(model::DbNet& net) {
-  net_ = &net;
-  step_ = 0;
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (f.name == "unstable_binarization" && f.at_step == 0 && (f.run < 0 || f.run == run_)) {
-      net->set_binarization(model::Binarization::kExp,
-                            f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
-      fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
-    }
-  }
-}
-
-void FaultInjector::on_start() {
-  step_ = 0;
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (!(f.at_step == 0 && (f.run < 0 || f.run == run_))) continue;
-    if (f.name == "memory_cap" && run_ == 0) {
-      const bool ok = device_ == "cpu" ? apply_host_memory_cap(f.get_bytes("bytes")) : false;
-      fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"enforced", ok ? "RLIMIT_DATA" : "not enforced"}});
-    } else if (f.name == "memory_ballast") {
-      hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
-      fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"on", f.get("on")}});
-    }
-  }
-}
+bool FaultInjector::on_cuda() const { return device_.rfind("cuda", 0) == 0 && torch::cuda::is_available(); }
 
 void FaultInjector::on_teardown() {
   // A framework syncs the device when it tears down; after a real fault the
   // driver answers with the lost context's error itself.
   if (context_lost_) torch::cuda::synchronize();
   if (poisoned_) throw std::runtime_error(cuda_error_text("illegal_instruction"));
-}
-
-bool FaultInjector::on_cuda() const { return device_.rfind("cuda", 0) == 0 && torch::cuda::is_available(); }
-
-void FaultInjector::on_enter(const std::string& name) {
-  if (poisoned_) {
-    throw std::runtime_error(cuda_error_text("illegal_instruction") +
-                             " (CUDA context unusable after an earlier error)");
-  }
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (f.name != "cuda_error" || !fires(i) || f.get("module") != name) continue;
-    const std::string kind = f.get("kind");
-    raise_cuda_error(i, name, kind, f.get_bool("sticky"));
-  }
 }
 
 // See Note [Real GPU faults].
@@ -155,47 +112,6 @@ void FaultInjector::raise_cuda_error(size_t i, const std::string& module, const 
   fired(i, module, {{"kind", kind}, {"sticky", sticky}, {"real", false}});
   if (sticky) poisoned_ = true;
   throw std::runtime_error(cuda_error_text(kind));
-}
-
-void FaultInjector::on_output(const std::string& name, torch::Tensor& output) {
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (f.name == "nan_activation" && fires(i) && f.get("module") == name) {
-      output = output + std::numeric_limits<float>::quiet_NaN();
-      fired(i, name);
-    }
-  }
-}
-
-void FaultInjector::on_step_begin(int64_t step) {
-  step_ = step;
-  micro_ = 0;
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (!fires(i)) continue;
-    if (f.name == "crash") {
-      fired(i, "", {{"signal", f.get("signal")}});
-      const std::string s = f.get("signal");
-      const int sig = s == "SIGABRT" ? SIGABRT : s == "SIGKILL" ? SIGKILL : s == "SIGBUS" ? SIGBUS : SIGSEGV;
-      signal(sig, SIG_DFL);
-      raise(sig);
-    } else if (f.name == "hang") {
-      fired(i, "");
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
-    } else if (f.name == "unstable_binarization" && step > 0 && step == f.at_step && net_ != nullptr) {
-      (*net_)->set_binarization(model::Binarization::kExp,
-                                f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
-      fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
-    } else if (f.name == "memory_ballast" && step > 0 && step == f.at_step) {
-      hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
-      fired(i, "", {{"bytes", f.get_bytes("bytes")}});
-    } else if (f.name == "leak" && step == f.at_step) {
-      const int64_t bytes = f.get_bytes("bytes");
-      // On the run's device: on CUDA it is the allocator's memory that grows.
-      leaked_tensors().push_back(torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)));
-      fired(i, "", {{"bytes", bytes}, {"retained_total", static_cast<int64_t>(leaked_tensors().size()) * bytes}});
-    }
-  }
 }
 
 namespace {
@@ -244,71 +160,118 @@ std::vector<int64_t> scaled_indices(int64_t n, double factor) {
 
 }  // namespace
 
-// The silent faults on a batch; false when `f` is none of them.
-bool FaultInjector::apply_silent(size_t i, model::Batch& b) {
-  const auto& f = faults_[i];
-  auto& t = b.targets;
-  if (f.name == "wrong_normalisation") {
-    const std::string kind = f.get("kind");
-    for (int64_t c = 0; c < 3 && c < b.image.size(1); ++c) {
-      auto channel = b.image.select(1, c);
-      const double mean = model::kImageNetMean[c], std = model::kImageNetStd[c];
-      if (kind == "black") {
-        channel.fill_((0.0 - mean) / std);
-      } else if (kind == "saturated") {
-        channel.fill_((1.0 - mean) / std);
-      } else {  // unnormalised: the 8-bit pixel values, neither scaled to [0, 1] nor normalised
-        channel.mul_(std).add_(mean).mul_(255.0);
-      }
-    }
-    fired(i, "", {{"kind", kind}});
-    return true;
-  }
-  if (f.name == "label_shift") {
-    const int64_t dx = f.get_int("dx"), dy = f.get_int("dy");
-    remap_labels(t, shifted_indices(t.gt_shrink.size(2), dy), shifted_indices(t.gt_shrink.size(3), dx));
-    fired(i, "", {{"dx", dx}, {"dy", dy}});
-    return true;
-  }
-  if (f.name == "label_scale") {
-    const double factor = f.get_double("factor");
-    remap_labels(t, scaled_indices(t.gt_shrink.size(2), factor), scaled_indices(t.gt_shrink.size(3), factor));
-    fired(i, "", {{"factor", factor}});
-    return true;
-  }
-  if (f.name == "label_swap") {
-    if (b.size() < 2) return true;  // the scenario layer requires batch_size >= 2
-    const auto order = torch::tensor({int64_t{1}, int64_t{0}}, torch::kLong).to(t.gt_shrink.device());
-    const auto swap = [&](torch::Tensor& m) { m = torch::cat({m.index_select(0, order), m.slice(0, 2)}).contiguous(); };
-    swap(t.gt_shrink);
-    swap(t.gt_shrink_mask);
-    swap(t.gt_thresh);
-    swap(t.gt_thresh_mask);
-    const auto id = [&](size_t k) { return k < b.sample_ids.size() ? b.sample_ids[k] : std::string(); };
-    fired(i, "", {{"samples", {id(0), id(1)}}});
-    return true;
-  }
-  if (f.name == "all_dont_care") {
-    // Where text is: its kernel or its dilated outline (the threshold mask).
-    const auto text = (t.gt_shrink > 0).logical_or(t.gt_thresh_mask > 0);
-    t.gt_shrink_mask = torch::where(text, torch::zeros({}, t.gt_shrink_mask.options()), t.gt_shrink_mask);
-    t.gt_shrink = torch::zeros_like(t.gt_shrink);
-    t.gt_thresh_mask = torch::zeros_like(t.gt_thresh_mask);
-    t.gt_thresh = torch::full_like(t.gt_thresh, model::LabelMapOptions().thresh_min);
-    fired(i, "", {{"text_pixels", text.sum().item<int64_t>()}});
-    return true;
-  }
-  return false;
-}
+// Note [Fault registry]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A fault is declared once in the catalog (catalog.cc: its parameters, help
+// and schedule) and acts through one entry here: the hooks of the training
+// step it acts at, each called only for a fault scheduled to fire there
+// (FaultConfig::fires_at), except `on_model` and `on_start`, which run before
+// the first step and check the schedule themselves. Adding a fault is a
+// catalog entry, an entry here and its test; every catalog name must have an
+// entry (tests/unit/harness/injectors_torch_test.cc), so none can be declared
+// and then do nothing. Two faults act outside the training step, in the worker:
+// corrupt_sample (a private corrupted copy of the dataset, before training)
+// and broken_postprocess (the post-processing of each validation).
+struct FaultInjector::Hooks {
+  std::function<void(FaultInjector&, size_t)> on_model, on_start, on_step_begin;
+  std::function<void(FaultInjector&, size_t, const std::string& module)> on_enter;
+  std::function<void(FaultInjector&, size_t, const std::string& module, torch::Tensor&)> on_output;
+  std::function<void(FaultInjector&, size_t, model::Batch&, int64_t micro)> on_batch;
+  std::function<void(FaultInjector&, size_t, model::DbLossParts&)> on_loss;
+  std::function<void(FaultInjector&, size_t, model::DbNet&)> on_before_optimizer;
 
-void FaultInjector::on_batch(int64_t step, model::Batch& b) {
-  torch::NoGradGuard no_grad;
-  const int64_t micro = micro_++;
-  for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (!fires(i)) continue;
-    if (f.name == "nondeterminism") {
-      if (micro != f.get_int("micro_batch")) continue;
+  static const std::map<std::string, Hooks>& registry();
+  /// A NaN/Inf written into the first `count` values of one sample of `target`.
+  static void poison(FaultInjector& self, size_t i, model::Batch& b, torch::Tensor target, const std::string& what,
+                     float value);
+};
+
+namespace {
+using Self = FaultInjector;
+}  // namespace
+
+const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registry() {
+  static const std::map<std::string, Hooks> hooks = [] {
+    std::map<std::string, Hooks> r;
+    const auto exp_binarization = [](Self& self, size_t i) {
+      const auto& f = self.faults_[i];
+      (*self.net_)->set_binarization(model::Binarization::kExp,
+                                     f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
+      self.fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
+    };
+    r["unstable_binarization"].on_model = [exp_binarization](Self& self, size_t i) {
+      const auto& f = self.faults_[i];
+      if (f.at_step == 0 && (f.run < 0 || f.run == self.run_)) exp_binarization(self, i);
+    };
+    r["unstable_binarization"].on_step_begin = [exp_binarization](Self& self, size_t i) {
+      if (self.step_ > 0 && self.step_ == self.faults_[i].at_step && self.net_ != nullptr) exp_binarization(self, i);
+    };
+
+    r["memory_cap"].on_start = [](Self& self, size_t i) {
+      if (self.run_ != 0) return;
+      const int64_t bytes = self.faults_[i].get_bytes("bytes");
+      const bool ok = self.device_ == "cpu" ? apply_host_memory_cap(bytes) : false;
+      self.fired(i, "", {{"bytes", bytes}, {"enforced", ok ? "RLIMIT_DATA" : "not enforced"}});
+    };
+    r["memory_ballast"].on_start = [](Self& self, size_t i) {
+      const auto& f = self.faults_[i];
+      self.hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
+      self.fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"on", f.get("on")}});
+    };
+    r["memory_ballast"].on_step_begin = [](Self& self, size_t i) {
+      const auto& f = self.faults_[i];
+      if (!(self.step_ > 0 && self.step_ == f.at_step)) return;
+      self.hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
+      self.fired(i, "", {{"bytes", f.get_bytes("bytes")}});
+    };
+    r["leak"].on_step_begin = [](Self& self, size_t i) {
+      const auto& f = self.faults_[i];
+      if (self.step_ != f.at_step) return;
+      const int64_t bytes = f.get_bytes("bytes");
+      // On the run's device: on CUDA it is the allocator's memory that grows.
+      leaked_tensors().push_back(
+          torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(self.device_)));
+      self.fired(i, "", {{"bytes", bytes}, {"retained_total", static_cast<int64_t>(leaked_tensors().size()) * bytes}});
+    };
+    r["crash"].on_step_begin = [](Self& self, size_t i) {
+      const std::string s = self.faults_[i].get("signal");
+      self.fired(i, "", {{"signal", s}});
+      const int sig = s == "SIGABRT" ? SIGABRT : s == "SIGKILL" ? SIGKILL : s == "SIGBUS" ? SIGBUS : SIGSEGV;
+      signal(sig, SIG_DFL);
+      raise(sig);
+    };
+    r["hang"].on_step_begin = [](Self& self, size_t i) {
+      self.fired(i, "");
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+    };
+
+    r["cuda_error"].on_enter = [](Self& self, size_t i, const std::string& module) {
+      const auto& f = self.faults_[i];
+      if (f.get("module") == module) self.raise_cuda_error(i, module, f.get("kind"), f.get_bool("sticky"));
+    };
+    r["nan_activation"].on_output = [](Self& self, size_t i, const std::string& module, torch::Tensor& output) {
+      if (self.faults_[i].get("module") != module) return;
+      output = output + std::numeric_limits<float>::quiet_NaN();
+      self.fired(i, module);
+    };
+
+    r["nan_input"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      Hooks::poison(self, i, b, b.image, "image", std::numeric_limits<float>::quiet_NaN());
+    };
+    r["inf_input"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      Hooks::poison(self, i, b, b.image, "image", std::numeric_limits<float>::infinity());
+    };
+    r["nan_label"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      const std::string m = self.faults_[i].get("map");
+      const torch::Tensor target = m == "gt_shrink"        ? b.targets.gt_shrink
+                                   : m == "gt_shrink_mask" ? b.targets.gt_shrink_mask
+                                   : m == "gt_thresh_mask" ? b.targets.gt_thresh_mask
+                                                           : b.targets.gt_thresh;
+      Hooks::poison(self, i, b, target, m, std::numeric_limits<float>::quiet_NaN());
+    };
+    r["nondeterminism"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t micro) {
+      const auto& f = self.faults_[i];
+      if (micro != f.get_int("micro_batch")) return;
       // The same in every step of one process, far apart between processes:
       // a multiplicative (golden-ratio) hash of the pid, so that neighbouring
       // pids, as repeated processes usually get, differ by about 0.38 of the
@@ -317,89 +280,201 @@ void FaultInjector::on_batch(int64_t step, model::Batch& b) {
       const double u = 0.1 + 0.9 * (static_cast<double>(h) / 4294967296.0);
       const double delta = f.get_double("scale") * u;
       b.image.add_(delta);
-      fired(i, "", {{"micro_batch", micro}, {"added", delta}});
-      continue;
+      self.fired(i, "", {{"micro_batch", micro}, {"added", delta}});
+    };
+    r["slow_data"].on_batch = [](Self& self, size_t i, model::Batch&, int64_t) {
+      const double seconds = self.faults_[i].get_double("seconds");
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      self.fired(i, "", {{"seconds", seconds}});
+    };
+    r["wrong_normalisation"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      const std::string kind = self.faults_[i].get("kind");
+      for (int64_t c = 0; c < 3 && c < b.image.size(1); ++c) {
+        auto channel = b.image.select(1, c);
+        const double mean = model::kImageNetMean[c], std = model::kImageNetStd[c];
+        if (kind == "black") {
+          channel.fill_((0.0 - mean) / std);
+        } else if (kind == "saturated") {
+          channel.fill_((1.0 - mean) / std);
+        } else {  // unnormalised: the 8-bit pixel values, neither scaled to [0, 1] nor normalised
+          channel.mul_(std).add_(mean).mul_(255.0);
+        }
+      }
+      self.fired(i, "", {{"kind", kind}});
+    };
+    r["label_shift"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      auto& t = b.targets;
+      const int64_t dx = self.faults_[i].get_int("dx"), dy = self.faults_[i].get_int("dy");
+      remap_labels(t, shifted_indices(t.gt_shrink.size(2), dy), shifted_indices(t.gt_shrink.size(3), dx));
+      self.fired(i, "", {{"dx", dx}, {"dy", dy}});
+    };
+    r["label_scale"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      auto& t = b.targets;
+      const double factor = self.faults_[i].get_double("factor");
+      remap_labels(t, scaled_indices(t.gt_shrink.size(2), factor), scaled_indices(t.gt_shrink.size(3), factor));
+      self.fired(i, "", {{"factor", factor}});
+    };
+    r["label_swap"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      if (b.size() < 2) return;  // the scenario layer requires batch_size >= 2
+      auto& t = b.targets;
+      const auto order = torch::tensor({int64_t{1}, int64_t{0}}, torch::kLong).to(t.gt_shrink.device());
+      const auto swap = [&](torch::Tensor& m) { m = torch::cat({m.index_select(0, order), m.slice(0, 2)}).contiguous(); };
+      swap(t.gt_shrink);
+      swap(t.gt_shrink_mask);
+      swap(t.gt_thresh);
+      swap(t.gt_thresh_mask);
+      const auto id = [&](size_t k) { return k < b.sample_ids.size() ? b.sample_ids[k] : std::string(); };
+      self.fired(i, "", {{"samples", {id(0), id(1)}}});
+    };
+    r["all_dont_care"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
+      auto& t = b.targets;
+      // Where text is: its kernel or its dilated outline (the threshold mask).
+      const auto text = (t.gt_shrink > 0).logical_or(t.gt_thresh_mask > 0);
+      t.gt_shrink_mask = torch::where(text, torch::zeros({}, t.gt_shrink_mask.options()), t.gt_shrink_mask);
+      t.gt_shrink = torch::zeros_like(t.gt_shrink);
+      t.gt_thresh_mask = torch::zeros_like(t.gt_thresh_mask);
+      t.gt_thresh = torch::full_like(t.gt_thresh, model::LabelMapOptions().thresh_min);
+      self.fired(i, "", {{"text_pixels", text.sum().item<int64_t>()}});
+    };
+
+    r["loss_scale_overflow"].on_loss = [](Self& self, size_t i, model::DbLossParts& loss) {
+      const double factor = self.faults_[i].get_double("factor");
+      loss.total = loss.total * static_cast<float>(std::min(factor, 3.0e38)) *
+                   static_cast<float>(std::max(1.0, factor / 3.0e38));
+      self.fired(i, "", {{"factor", factor}});
+    };
+    r["nan_gradient"].on_before_optimizer = [](Self& self, size_t i, model::DbNet& net) {
+      const std::string mod = self.faults_[i].get("module"), param = self.faults_[i].get("parameter");
+      int64_t hit = 0;
+      for (auto& p : net->named_parameters(true)) {
+        // `module` names an observed module or a prefix of one ("head"),
+        // owning parameters as the monitors attribute them.
+        const std::string owner = model::observed_module_of(p.key());
+        const bool match = !param.empty() ? p.key() == param : owner == mod || owner.rfind(mod + ".", 0) == 0;
+        if (match && p.value().grad().defined()) {
+          p.value().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+          ++hit;
+        }
+      }
+      self.fired(i, !param.empty() ? param : mod, {{"parameters", hit}});
+    };
+    r["lr_spike"].on_before_optimizer = [](Self& self, size_t i, model::DbNet&) {
+      if (self.optimizer_ == nullptr) return;
+      const double factor = self.faults_[i].get_double("factor");
+      double lr = 0;
+      for (auto& group : self.optimizer_->param_groups()) {
+        lr = group.options().get_lr() * factor;
+        group.options().set_lr(lr);
+      }
+      self.fired(i, "", {{"factor", factor}, {"lr", lr}});
+    };
+    r["lr_freeze"].on_before_optimizer = [](Self& self, size_t i, model::DbNet&) {
+      if (self.optimizer_ == nullptr) return;
+      double scheduled = 0;
+      for (auto& group : self.optimizer_->param_groups()) {
+        scheduled = group.options().get_lr();
+        group.options().set_lr(0.0);
+      }
+      self.fired(i, "", {{"lr", 0.0}, {"scheduled_lr", scheduled}});
+    };
+
+    // Acting in the worker, outside the training step (see the Note).
+    r["corrupt_sample"];
+    r["broken_postprocess"];
+    return r;
+  }();
+  return hooks;
+}
+
+void FaultInjector::Hooks::poison(FaultInjector& self, size_t i, model::Batch& b, torch::Tensor target,
+                                  const std::string& what, float value) {
+  const auto& f = self.faults_[i];
+  const int64_t sample = std::min<int64_t>(f.get_int("sample"), b.size() - 1);
+  const int64_t count = std::max<int64_t>(1, f.get_int("count"));
+  auto flat = target[sample].view({-1});
+  const int64_t n = std::min<int64_t>(count, flat.numel());
+  flat.slice(0, 0, n).fill_(value);
+  self.fired(i, "",
+             {{"tensor", what},
+              {"sample", sample},
+              {"sample_id",
+               sample < static_cast<int64_t>(b.sample_ids.size()) ? b.sample_ids[static_cast<size_t>(sample)] : ""},
+              {"count", n}});
+}
+
+FaultInjector::FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
+                             const std::string& device)
+    : faults_(faults), events_(events), device_(device) {
+  // Note [Fault registry]: every fault the scenario names acts through its entry.
+  for (const auto& f : faults_) {
+    const auto it = Hooks::registry().find(f.name);
+    if (it == Hooks::registry().end()) {
+      throw std::logic_error("fault " + f.name + ": in the catalog but without an injector (harness/faults/injectors.cc)");
     }
-    if (f.name == "slow_data") {
-      std::this_thread::sleep_for(std::chrono::duration<double>(f.get_double("seconds")));
-      fired(i, "", {{"seconds", f.get_double("seconds")}});
-      continue;
-    }
-    if (apply_silent(i, b)) continue;
-    torch::Tensor target;
-    std::string what;
-    float value = std::numeric_limits<float>::quiet_NaN();
-    if (f.name == "nan_input" || f.name == "inf_input") {
-      target = b.image;
-      what = "image";
-      if (f.name == "inf_input") value = std::numeric_limits<float>::infinity();
-    } else if (f.name == "nan_label") {
-      const std::string m = f.get("map");
-      what = m;
-      target = m == "gt_shrink"        ? b.targets.gt_shrink
-               : m == "gt_shrink_mask" ? b.targets.gt_shrink_mask
-               : m == "gt_thresh_mask" ? b.targets.gt_thresh_mask
-                                       : b.targets.gt_thresh;
-    } else {
-      continue;
-    }
-    const int64_t sample = std::min<int64_t>(f.get_int("sample"), b.size() - 1);
-    const int64_t count = std::max<int64_t>(1, f.get_int("count"));
-    auto flat = target[sample].view({-1});
-    const int64_t n = std::min<int64_t>(count, flat.numel());
-    flat.slice(0, 0, n).fill_(value);
-    fired(i, "", {{"tensor", what},
-                  {"sample", sample},
-                  {"sample_id", sample < static_cast<int64_t>(b.sample_ids.size())
-                                    ? b.sample_ids[static_cast<size_t>(sample)]
-                                    : ""},
-                  {"count", n}});
+    hooks_.push_back(&it->second);
+  }
+}
+
+bool FaultInjector::has_injector(const std::string& name) { return Hooks::registry().count(name) > 0; }
+
+void FaultInjector::on_model(model::DbNet& net) {
+  net_ = &net;
+  step_ = 0;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_model) hooks_[i]->on_model(*this, i);
+  }
+}
+
+void FaultInjector::on_start() {
+  step_ = 0;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i];
+    if (f.at_step == 0 && (f.run < 0 || f.run == run_) && hooks_[i]->on_start) hooks_[i]->on_start(*this, i);
+  }
+}
+
+void FaultInjector::on_enter(const std::string& name) {
+  if (poisoned_) {
+    throw std::runtime_error(cuda_error_text("illegal_instruction") +
+                             " (CUDA context unusable after an earlier error)");
+  }
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_enter && fires(i)) hooks_[i]->on_enter(*this, i, name);
+  }
+}
+
+void FaultInjector::on_output(const std::string& name, torch::Tensor& output) {
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_output && fires(i)) hooks_[i]->on_output(*this, i, name, output);
+  }
+}
+
+void FaultInjector::on_step_begin(int64_t step) {
+  step_ = step;
+  micro_ = 0;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_step_begin && fires(i)) hooks_[i]->on_step_begin(*this, i);
+  }
+}
+
+void FaultInjector::on_batch(int64_t step, model::Batch& b) {
+  torch::NoGradGuard no_grad;
+  const int64_t micro = micro_++;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_batch && fires(i)) hooks_[i]->on_batch(*this, i, b, micro);
   }
 }
 
 void FaultInjector::on_loss(int64_t step, model::DbLossParts& loss) {
   for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (f.name == "loss_scale_overflow" && fires(i)) {
-      loss.total = loss.total * static_cast<float>(std::min(f.get_double("factor"), 3.0e38)) *
-                   static_cast<float>(std::max(1.0, f.get_double("factor") / 3.0e38));
-      fired(i, "", {{"factor", f.get_double("factor")}});
-    }
+    if (hooks_[i]->on_loss && fires(i)) hooks_[i]->on_loss(*this, i, loss);
   }
 }
 
 void FaultInjector::on_before_optimizer(int64_t step, model::DbNet& net) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < faults_.size(); ++i) {
-    const auto& f = faults_[i];
-    if (!fires(i)) continue;
-    if (f.name == "nan_gradient") {
-      const std::string mod = f.get("module"), param = f.get("parameter");
-      int64_t hit = 0;
-      for (auto& p : net->named_parameters(true)) {
-        const bool match = !param.empty() ? p.key() == param
-                                          : p.key().rfind(mod + ".", 0) == 0;
-        if (match && p.value().grad().defined()) {
-          p.value().mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
-          ++hit;
-        }
-      }
-      fired(i, !param.empty() ? param : mod, {{"parameters", hit}});
-    } else if (f.name == "lr_spike" && optimizer_ != nullptr) {
-      double lr = 0;
-      for (auto& group : optimizer_->param_groups()) {
-        lr = group.options().get_lr() * f.get_double("factor");
-        group.options().set_lr(lr);
-      }
-      fired(i, "", {{"factor", f.get_double("factor")}, {"lr", lr}});
-    } else if (f.name == "lr_freeze" && optimizer_ != nullptr) {
-      double scheduled = 0;
-      for (auto& group : optimizer_->param_groups()) {
-        scheduled = group.options().get_lr();
-        group.options().set_lr(0.0);
-      }
-      fired(i, "", {{"lr", 0.0}, {"scheduled_lr", scheduled}});
-    }
+    if (hooks_[i]->on_before_optimizer && fires(i)) hooks_[i]->on_before_optimizer(*this, i, net);
   }
 }
 

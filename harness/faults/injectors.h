@@ -43,10 +43,14 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
 
   /// The error text CUDA/cuDNN print for `kind`.
   static std::string cuda_error_text(const std::string& kind);
+  /// Whether fault `name` has an entry in the registry (Note [Fault registry]
+  /// in injectors.cc); the constructor throws std::logic_error for a fault
+  /// without one.
+  static bool has_injector(const std::string& name);
 
  private:
+  struct Hooks;  // what one fault does, at the hooks it acts at
   bool fires(size_t i) const;
-  bool apply_silent(size_t i, model::Batch& b);
   void fired(size_t i, const std::string& module, nlohmann::json detail = {});
   void hold_memory(int64_t bytes, bool host);
   bool on_cuda() const;
@@ -56,6 +60,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
                                      bool sticky);
 
   std::vector<FaultConfig> faults_;
+  std::vector<const Hooks*> hooks_;  // faults_[i]'s entry
   EventWriter& events_;
   std::string device_;
   int64_t run_ = 0;

@@ -140,6 +140,7 @@ void Monitors::on_forward(int64_t step, model::DbNetOutput& out) {
 void Monitors::on_step_begin(int64_t step) {
   step_ = step;
   last_module_.clear();  // an error before the forward pass names no module
+  clear_last_good();
   phases_ = nlohmann::json::object();
   sites_.clear();
   flags_.clear();
@@ -152,7 +153,15 @@ void Monitors::on_step_begin(int64_t step) {
   silent_stats_ = nlohmann::json::object();
 }
 
+void Monitors::clear_last_good() {
+  // The first module of a forward pass has the batch as input, never the
+  // output of the previous pass's last module.
+  last_good_module_.clear();
+  last_good_output_ = nlohmann::json();
+}
+
 void Monitors::on_batch(int64_t step, model::Batch& b) {
+  clear_last_good();
   // Which samples this step trains on, so a failure can name them.
   events_.emit(proto::Batch{run_, step, b.sample_ids});
   last_batch_ = b;
@@ -207,30 +216,6 @@ void Monitors::on_loss(int64_t step, model::DbLossParts& loss) {
   check(Site{"loss", "total", ""}, loss.total);
 }
 
-namespace {
-// "head.prob.up2.weight" → the observed module "head.prob.up2"; encoder
-// parameters map to their stage ("encoder.layer3.1.conv2.weight" →
-// "encoder.layer3").
-std::string module_of_parameter(const std::string& param) {
-  const auto dot = param.rfind('.');
-  std::string m = dot == std::string::npos ? param : param.substr(0, dot);
-  if (m.rfind("encoder.layer", 0) == 0) return m.substr(0, std::string("encoder.layerN").size());
-  if (m.rfind("encoder.", 0) == 0) return "encoder.stem";
-  if (m.rfind("decoder.fusion", 0) == 0) return "decoder.fusion";
-  if (m.rfind("decoder.", 0) == 0) {
-    const auto second = m.find('.', 8);
-    return second == std::string::npos ? m : m.substr(0, second);
-  }
-  if (m.rfind("head.", 0) == 0) {
-    // head.prob.bn → head.prob.conv (bn belongs to the conv stage), up1_bn → up1.
-    std::string h = m;
-    if (h.size() > 3 && h.compare(h.size() - 3, 3, ".bn") == 0) h = h.substr(0, h.size() - 3) + ".conv";
-    if (h.size() > 7 && h.compare(h.size() - 7, 7, ".up1_bn") == 0) h = h.substr(0, h.size() - 7) + ".up1";
-    return h;
-  }
-  return m;
-}
-}  // namespace
 
 void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
   sample("backward");
@@ -243,7 +228,7 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
     if (mode_ == Mode::kCheap || scaler_) {
       grads_.emplace_back(it->key(), g);  // checked through their norms
     } else {
-      check(Site{"gradient", it->key(), module_of_parameter(it->key())}, g);
+      check(Site{"gradient", it->key(), model::observed_module_of(it->key())}, g);
     }
   }
 }
@@ -294,7 +279,7 @@ void Monitors::flush(int64_t step) {
     // gradient's norm merely overflowed).
     torch::NoGradGuard no_grad;
     for (const auto& [name, g] : grads_) {
-      if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, module_of_parameter(name)});
+      if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, model::observed_module_of(name)});
     }
   }
   if (!bad.empty() && scaler_ && std::all_of(bad.begin(), bad.end(), [](const Site& b) { return b.kind == "gradient"; })) {

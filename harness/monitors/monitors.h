@@ -157,6 +157,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   int64_t skip_streak_ = 0;        // skipped steps in a row, ending at the last step
   int64_t skip_streak_start_ = -1;  // the first step of the streak
   nlohmann::json skip_streak_first_;  // the first non-finite gradient of the streak
+  void clear_last_good();
   nlohmann::json last_good_output_;  // localise: stats of the last finite module output
   std::string last_good_module_;
   std::vector<double> losses_;

@@ -221,7 +221,15 @@ std::string report_markdown(const RunReport& r) {
                    (f.step ? " at step " + std::to_string(*f.step) : "")
              : "Scenario " + one_line(s.name) + " passed";
   // Front matter values are JSON strings, which YAML reads as they are.
-  const auto yaml_string = [](const std::string& v) { return nlohmann::json(one_line(v)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  // `<` and `>` as \u escapes, which YAML reads back, so a renderer that
+  // shows the front matter as text never sees markup in it.
+  const auto yaml_string = [](const std::string& v) {
+    std::string out;
+    for (const char c : nlohmann::json(one_line(v)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+      out += c == '<' ? "\\u003c" : c == '>' ? "\\u003e" : std::string(1, c);
+    }
+    return out;
+  };
   const std::string name_md = markdown_inline(s.name);
   md << "---\n"
      << "title: " << yaml_string(title) << "\n"
@@ -240,7 +248,7 @@ std::string report_markdown(const RunReport& r) {
     if (!f.klass.empty()) md << " (class `" << f.klass << "`)";
     if (f.step) md << " at step " << *f.step;
     if (!f.module.empty()) md << " in module `" << f.module << "`";
-    md << ": " << f.message << "\n\n";
+    md << ": " << markdown_inline(f.message) << "\n\n";
   } else {
     md << "Training under scenario " << name_md << " completed " << r.trials.front().analysis.steps_completed
        << " steps with every health check passing.\n\n";
@@ -301,11 +309,13 @@ std::string report_markdown(const RunReport& r) {
   md << "| trial | outcome | class | step | module | steps done | seconds |\n|---|---|---|---|---|---|---|\n";
   for (const auto& t : r.trials) {
     const auto& a = t.analysis;
-    md << "| " << t.label << (t.overrides.empty() ? "" : " (`" + [&] {
+    // A table cell: escaped text rather than a code span, in which GitHub
+    // would still end the cell at a `|`.
+    md << "| " << markdown_inline(t.label) << (t.overrides.empty() ? "" : " (" + [&] {
       std::string o;
       for (const auto& x : t.overrides) o += (o.empty() ? "" : " ") + x;
-      return o;
-    }() + "`)")
+      return markdown_inline(o);
+    }() + ")")
        << " | " << to_string(a.outcome) << " | " << (a.failure.klass.empty() ? "-" : a.failure.klass) << " | "
        << (a.failure.step ? std::to_string(*a.failure.step) : "-") << " | "
        << (a.failure.module.empty() ? "-" : a.failure.module) << " | " << a.steps_completed << " | "
@@ -392,13 +402,13 @@ std::string report_markdown(const RunReport& r) {
   }
   md << "\n## Logs / Stack Trace\n\n";
   if (failed) {
-    md << "```\n" << f.message << "\n";
-    for (const auto& sec : f.secondary) md << sec << "\n";
+    md << "```\n" << fenced(f.message) << "\n";
+    for (const auto& sec : f.secondary) md << fenced(sec) << "\n";
     md << "```\n\n";
     const std::string tail = r.trials.front().stderr_tail;
     if (!tail.empty()) {
       const std::string trimmed = tail.size() > 1500 ? "…" + tail.substr(tail.size() - 1500) : tail;
-      md << "Last lines of the worker's stderr (`main/stderr.log`):\n\n```\n" << trimmed << "\n```\n\n";
+      md << "Last lines of the worker's stderr (`main/stderr.log`):\n\n```\n" << fenced(trimmed) << "\n```\n\n";
     }
     const auto& first = r.trials.front().analysis;
     if (!first.stacks_tool.empty()) {

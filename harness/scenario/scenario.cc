@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include "harness/faults/catalog.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/profile.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -127,56 +127,8 @@ std::vector<std::string> known_failure_classes() {
 
 namespace {
 
-std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_d = 3;
-  for (const auto& k : known) {
-    const size_t d = edit_distance(key, k);
-    if (d < best_d) {
-      best_d = d;
-      best = k;
-    }
-  }
-  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-[[noreturn]] void fail(const Location& loc, const std::string& key, const std::string& expected,
-                       const std::string& got) {
-  throw ScenarioError(loc.str() + ": " + key + ": expected " + expected + ", got " + got);
-}
-
-bool parse_int(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
-bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(*out);
-}
-
-bool parse_bool(const std::string& s, bool* out) {
-  if (s == "true" || s == "True" || s == "TRUE" || s == "yes" || s == "on") {
-    *out = true;
-    return true;
-  }
-  if (s == "false" || s == "False" || s == "FALSE" || s == "no" || s == "off") {
-    *out = false;
-    return true;
-  }
-  return false;
-}
-
-// Reads the keys of one map, checking types, ranges and unknown keys.
+// Reads the keys of one map that the key table (schema.h) does not hold: the
+// top level, a fault, the expectation. Checks types, ranges and unknown keys.
 class MapReader {
  public:
   MapReader(const Value* v, std::string path, Location fallback)
@@ -260,14 +212,6 @@ class MapReader {
     if (get(k) == nullptr) return std::nullopt;
     known_.pop_back();
     return string(k, "", allowed);
-  }
-
-  int64_t bytes(const std::string& k, int64_t def) {
-    const Value* x = get(k);
-    if (x == nullptr) return def;
-    const auto b = parse_bytes(scalar(k, x, "a size such as 512MiB").scalar);
-    if (!b) fail(x->loc, key(k), "a size such as 512MiB or 12GB", x->describe());
-    return *b;
   }
 
   // Unknown keys are errors, with a suggestion among the known ones.
@@ -386,22 +330,33 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
   return f;
 }
 
-// A relative path is relative to the scenario file that wrote it (the current
-// directory for command-line overrides), so scenarios work from any working
-// directory.
-std::string resolve_path(const std::string& value, const Value* v) {
-  if (value.empty() || v == nullptr || fs::path(value).is_absolute()) return value;
-  const std::string& file = v->loc.file;
-  if (file.empty() || file.rfind("<override", 0) == 0 || file == "scenario.resolved.json") {
-    return fs::absolute(value).lexically_normal().string();
-  }
-  return fs::absolute(fs::path(file).parent_path() / value).lexically_normal().string();
-}
-
 std::optional<int64_t> dataset_size(const std::string& root) {
   const model::ScanResult scan = model::scan_dataset(root, model::OnInvalid::kError, {}, /*check_images=*/false);
   if (!scan.readable) return std::nullopt;
   return scan.images_listed;
+}
+
+// The value written for the dotted `key` in `tree`, or null when it is not
+// written (or written as null).
+const Value* written(const Value& tree, const std::string& key) {
+  const Value* v = &tree;
+  std::stringstream parts(key);
+  for (std::string part; std::getline(parts, part, '.');) {
+    v = v->is_map() ? v->find(part) : nullptr;
+    if (v == nullptr) return nullptr;
+  }
+  return v->is_null() ? nullptr : v;
+}
+
+// Where `key` is written, else where its nearest written parent is (the
+// scenario's top when none is).
+Location where(const Value& tree, std::string key) {
+  for (;;) {
+    if (const Value* v = written(tree, key)) return v->loc;
+    const size_t dot = key.rfind('.');
+    if (dot == std::string::npos) return tree.loc;
+    key.resize(dot);
+  }
 }
 
 }  // namespace
@@ -448,209 +403,89 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   }
   root.get("include");  // consumed by the loader
 
-  {
-    MapReader r(root.get("model"), "model", root.loc());
-    const Value* enc = r.get("encoder");
-    if (enc != nullptr) {
-      std::string e = r.scalar("encoder", enc, "resnet18, resnet34 or resnet50").scalar;
-      if (e.rfind("resnet", 0) == 0) e = e.substr(6);
-      int64_t d = 0;
-      if (!parse_int(e, &d) || (d != 18 && d != 34 && d != 50)) {
-        fail(enc->loc, "model.encoder", "resnet18, resnet34 or resnet50", enc->describe());
-      }
-      s.model.encoder = d;
+  // The table's keys (schema.h), section by section, each followed by the
+  // checks that involve more than one key or the file system.
+  read_section(root.get("model"), "model", s);
+  if (!s.model.weights.empty()) {
+    check_checkpoint_file(s.model.weights, where(tree, "model.weights").str(), "model.weights");
+  }
+
+  read_section(root.get("data"), "data", s);
+  if (s.data.source == "real" && s.data.path.empty()) {
+    fail(where(tree, "data"), "data.path", "a dataset folder when data.source is real", "none");
+  }
+  if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
+    fail(where(tree, "data.path"), "data.path", "an existing dataset folder", "\"" + s.data.path + "\"");
+  }
+  if (s.data.source == "real") {
+    // The annotation file is read whole: it must be a regular file, never
+    // a FIFO or a device that would block or never end.
+    const fs::path ann = fs::path(s.data.path) / "annotations.json";
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
+      check_input_file(ann.string(), "an annotation file (a regular file)", where(tree, "data.path").str(),
+                       "data.path");
     }
-    s.model.decoder = r.string("decoder", "fpn", {"fpn", "pan"});
-    s.model.k = r.number("k", 50.0, 0.0, 1e6, /*lo_open=*/true);
-    s.model.weights = resolve_path(r.string("weights", ""), r.get("weights"));
-    if (!s.model.weights.empty()) check_checkpoint_file(s.model.weights, r.get("weights")->loc.str(), "model.weights");
-    r.finish();
+  }
+  if (s.data.size % 32 != 0) {
+    fail(where(tree, "data.size"), "data.size", "a multiple of 32", std::to_string(s.data.size));
   }
   {
-    MapReader r(root.get("data"), "data", root.loc());
-    s.data.source = r.string("source", "synthetic_boxes",
-                             {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"});
-    s.data.path = resolve_path(r.string("path", ""), r.get("path"));
-    if (s.data.source == "real" && s.data.path.empty()) {
-      fail(r.loc(), "data.path", "a dataset folder when data.source is real", "none");
+    const auto& val = s.data.val;
+    if (!val.path.empty() && !fs::is_directory(val.path)) {
+      fail(where(tree, "data.val.path"), "data.val.path", "an existing dataset folder", "\"" + val.path + "\"");
     }
-    if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
-      const Value* pv = r.get("path");
-      fail(pv != nullptr ? pv->loc : r.loc(), "data.path", "an existing dataset folder",
-           "\"" + s.data.path + "\"");
+    if (val.holdout > 0 && !val.path.empty()) {
+      fail(where(tree, "data.val.holdout"), "data.val.holdout", "0 when data.val.path names a validation dataset",
+           std::to_string(val.holdout));
     }
-    if (s.data.source == "real") {
-      // The annotation file is read whole: it must be a regular file, never
-      // a FIFO or a device that would block or never end.
-      const fs::path ann = fs::path(s.data.path) / "annotations.json";
-      std::error_code ec;
-      if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
-        const Value* pv = r.get("path");
-        check_input_file(ann.string(), "an annotation file (a regular file)", (pv != nullptr ? pv->loc : r.loc()).str(),
-                         "data.path");
-      }
+    if (val.holdout > 0 && s.data.source != "real") {
+      fail(where(tree, "data.val.holdout"), "data.val.holdout",
+           "data.source real (samples of a real dataset are held out)", "data.source " + s.data.source);
     }
-    s.data.batch_size = r.integer("batch_size", 2, 1, 4096);
-    s.data.size = r.integer("size", 128, 32, 8192);
-    if (s.data.size % 32 != 0) {
-      fail(r.get("size")->loc, "data.size", "a multiple of 32", std::to_string(s.data.size));
+    if (val.size % 32 != 0) {
+      fail(where(tree, "data.val.size"), "data.val.size", "a multiple of 32", std::to_string(val.size));
     }
-    s.data.num_workers = r.integer("num_workers", 0, 0, 256);
-    s.data.augment = r.boolean("augment", false);
-    s.data.on_invalid = r.string("on_invalid", "error", {"error", "skip", "clip"});
-    s.data.validate = r.boolean("validate", true);
-    s.data.preflight = r.boolean("preflight", true);
-    s.data.samples = r.integer("samples", 64, 1, 1000000);
-    {
-      MapReader v(r.get("val"), "data.val", r.loc());
-      auto& val = s.data.val;
-      val.path = resolve_path(v.string("path", ""), v.get("path"));
-      if (!val.path.empty() && !fs::is_directory(val.path)) {
-        fail(v.get("path")->loc, "data.val.path", "an existing dataset folder", "\"" + val.path + "\"");
-      }
-      val.holdout = v.integer("holdout", 0, 0, 1000000);
-      if (val.holdout > 0 && !val.path.empty()) {
-        fail(v.get("holdout")->loc, "data.val.holdout", "0 when data.val.path names a validation dataset",
-             std::to_string(val.holdout));
-      }
-      if (val.holdout > 0 && s.data.source != "real") {
-        fail(v.get("holdout")->loc, "data.val.holdout", "data.source real (samples of a real dataset are held out)",
-             "data.source " + s.data.source);
-      }
-      val.size = v.integer("size", 736, 32, 8192);
-      if (val.size % 32 != 0) fail(v.get("size")->loc, "data.val.size", "a multiple of 32", std::to_string(val.size));
-      val.side = v.string("side", "short", {"short", "long"});
-      val.batch_size = v.integer("batch_size", 1, 1, 1024);
-      val.binarize_thresh = v.number("binarize_thresh", 0.3, 0.0, 1.0);
-      val.box_thresh = v.number("box_thresh", 0.7, 0.0, 1.0);
-      val.unclip_ratio = v.number("unclip_ratio", 1.5, 0.0, 100.0);
-      val.overlays = v.integer("overlays", 4, 0, 1000);
-      v.finish();
-    }
-    if (const Value* sub = r.get("subset")) {
-      if (!sub->is_seq()) fail(sub->loc, "data.subset", "a list of sample indices", sub->describe());
-      for (const auto& x : sub->seq) {
-        int64_t v = 0;
-        if (!x.is_scalar() || !parse_int(x.scalar, &v) || v < 0) {
-          fail(x.loc, "data.subset", "non-negative sample indices", x.describe());
-        }
-        s.data.subset.push_back(v);
-      }
-    }
-    r.finish();
   }
-  {
-    MapReader r(root.get("train"), "train", root.loc());
-    s.train.max_steps = r.integer("max_steps", 5, 1, 100000000);
-    s.train.optimizer = r.string("optimizer", "sgd", {"sgd", "adam"});
-    s.train.lr = r.number("lr", 0.007, 0.0, 1e6, true);
-    s.train.momentum = r.number("momentum", 0.9, 0.0, 1.0);
-    s.train.weight_decay = r.number("weight_decay", 1e-4, 0.0, 1.0);
-    s.train.poly_power = r.number("poly_power", 0.9, 0.0, 100.0);
-    s.train.accumulation = r.integer("accumulation", 1, 1, 4096);
-    s.train.grad_clip = r.number("grad_clip", 0.0, 0.0, 1e12);
-    s.train.precision = r.string("precision", "fp32", {"fp32", "fp16", "bf16"});
-    if (const Value* c = r.get("channels_last"); c != nullptr && !(c->is_scalar() && c->scalar == "auto")) {
-      bool v = false;
-      if (!c->is_scalar() || !parse_bool(c->scalar, &v)) {
-        fail(c->loc, "train.channels_last", "auto, true or false", c->describe());
-      }
-      s.train.channels_last = v;
-    }
-    s.train.seed = static_cast<uint64_t>(r.integer("seed", 42, 0, INT64_MAX));
-    if (const Value* t = r.get("threads"); t != nullptr && !(t->is_scalar() && t->scalar == "auto")) {
-      int64_t v = 0;
-      if (!t->is_scalar() || !parse_int(t->scalar, &v) || v < 0 || v > 1024) {
-        fail(t->loc, "train.threads", "auto, 0 (all cores) or a number of threads up to 1024", t->describe());
-      }
-      s.train.threads = v;
-    }
-    s.train.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
-    s.train.resume_from = resolve_path(r.string("resume_from", ""), r.get("resume_from"));
-    if (!s.train.resume_from.empty()) {
-      check_checkpoint_file(s.train.resume_from, r.get("resume_from")->loc.str(), "train.resume_from");
-    }
-    s.train.stop_after = r.integer("stop_after", 0, 0, s.train.max_steps);
-    s.train.mode = r.string("mode", "train", {"train", "ops"});
-    s.train.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
-    if (s.train.eval_every > 0 && !s.data.val.enabled()) {
-      fail(r.get("eval_every")->loc, "train.eval_every",
-           "a validation source (data.val.path or data.val.holdout) to evaluate on", "none");
-    }
-    r.finish();
+
+  read_section(root.get("train"), "train", s);
+  if (!s.train.resume_from.empty()) {
+    check_checkpoint_file(s.train.resume_from, where(tree, "train.resume_from").str(), "train.resume_from");
   }
+  if (s.train.eval_every > 0 && !s.data.val.enabled()) {
+    fail(where(tree, "train.eval_every"), "train.eval_every",
+         "a validation source (data.val.path or data.val.holdout) to evaluate on", "none");
+  }
+
+  read_section(root.get("hardware"), "hardware", s);
   {
-    MapReader r(root.get("hardware"), "hardware", root.loc());
-    s.hardware.device = r.string("device", "cpu");
+    const std::string& device = s.hardware.device;
     int64_t ordinal = 0;
-    if (!(s.hardware.device == "cpu" || s.hardware.device == "cuda" ||
-          (s.hardware.device.rfind("cuda:", 0) == 0 && parse_int(s.hardware.device.substr(5), &ordinal) &&
-           ordinal >= 0 && ordinal < 64))) {
-      fail(r.get("device")->loc, "hardware.device", "cpu, cuda or cuda:N (N a device index 0-63)",
-           "\"" + s.hardware.device + "\"");
+    if (!(device == "cpu" || device == "cuda" ||
+          (device.rfind("cuda:", 0) == 0 && parse_int(device.substr(5), &ordinal) && ordinal >= 0 &&
+           ordinal < 64))) {
+      fail(where(tree, "hardware.device"), "hardware.device", "cpu, cuda or cuda:N (N a device index 0-63)",
+           "\"" + device + "\"");
     }
-    s.hardware.cudnn_enabled = r.boolean("cudnn_enabled", true);
-    s.hardware.cudnn_benchmark = r.boolean("cudnn_benchmark", false);
-    s.hardware.cudnn_deterministic = r.boolean("cudnn_deterministic", false);
-    s.hardware.allow_tf32 = r.boolean("allow_tf32", false);
-    s.hardware.memory_budget = r.bytes("memory_budget", 0);
-    s.hardware.profile = r.string("profile", "");
-    if (!s.hardware.profile.empty()) {
-      // The profile's memory is the budget unless one is given explicitly.
-      try {
-        const HardwareProfile p = load_profile(s.hardware.profile);
-        if (s.hardware.memory_budget == 0) s.hardware.memory_budget = p.memory_bytes;
-      } catch (const ScenarioError& e) {
-        const Value* pv = r.get("profile");
-        throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
-      }
+  }
+  if (!s.hardware.profile.empty()) {
+    // The profile's memory is the budget unless one is given explicitly.
+    try {
+      const HardwareProfile p = load_profile(s.hardware.profile);
+      if (s.hardware.memory_budget == 0) s.hardware.memory_budget = p.memory_bytes;
+    } catch (const ScenarioError& e) {
+      const Value* pv = written(tree, "hardware.profile");
+      throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
     }
-    s.hardware.launch_blocking = r.boolean("launch_blocking", false);
-    r.finish();
   }
   if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
-    const Value* train = tree.find("train");
-    const Value* prec = train != nullptr && train->is_map() ? train->find("precision") : nullptr;
-    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, "train.precision", "fp32 on hardware.device cpu (AMP runs on CUDA)",
-         "\"" + s.train.precision + "\"");
+    const Value* prec = written(tree, "train.precision");
+    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, "train.precision",
+         "fp32 on hardware.device cpu (AMP runs on CUDA)", "\"" + s.train.precision + "\"");
   }
-  {
-    MapReader r(root.get("monitors"), "monitors", root.loc());
-    s.monitors.mode = r.string("mode", "cheap", {"cheap", "localise", "off"});
-    s.monitors.loss_spike_factor = r.number("loss_spike_factor", 0.0, 0.0, 1e12);
-    s.monitors.hmean_collapse_ratio = r.number("hmean_collapse_ratio", 0.5, 0.0, 1.0);
-    s.monitors.hmean_zero_after = r.integer("hmean_zero_after", 0, 0, 1000000);
-    if (const Value* sv = r.get("silent")) {
-      const std::vector<std::string> checks = {"input", "labels", "predictions", "learning"};
-      bool all = false;
-      if (sv->is_scalar() && parse_bool(sv->scalar, &all)) {
-        s.monitors.silent = all ? checks : std::vector<std::string>{};
-      } else if (sv->is_seq()) {
-        s.monitors.silent.clear();
-        for (const auto& x : sv->seq) {
-          if (!x.is_scalar() || std::find(checks.begin(), checks.end(), x.scalar) == checks.end()) {
-            fail(x.loc, "monitors.silent", "one of " + join(checks),
-                 x.describe() + (x.is_scalar() ? did_you_mean(x.scalar, checks) : ""));
-          }
-          s.monitors.silent.push_back(x.scalar);
-        }
-      } else {
-        fail(sv->loc, "monitors.silent", "true, false or a list of checks (" + join(checks) + ")", sv->describe());
-      }
-    }
-    s.monitors.collapse_after = r.integer("collapse_after", 10, 0, 100000000);
-    s.monitors.collapse_steps = r.integer("collapse_steps", 5, 1, 100000000);
-    s.monitors.collapse_margin = r.number("collapse_margin", 0.02, 0.0, 0.5, /*lo_open=*/true);
-    if (const Value* w = r.get("learning_window"); w != nullptr && !(w->is_scalar() && w->scalar == "auto")) {
-      int64_t v = 0;
-      if (!w->is_scalar() || !parse_int(w->scalar, &v) || v < 0 || (v > 0 && v < 4) || v > 100000000) {
-        fail(w->loc, "monitors.learning_window", "auto, 0 (off) or a number of steps >= 4", w->describe());
-      }
-      s.monitors.learning_window = v;
-    }
-    s.monitors.learning_min_drop = r.number("learning_min_drop", 0.05, 0.0, 1.0);
-    r.finish();
-  }
+
+  read_section(root.get("monitors"), "monitors", s);
+
   if (const Value* faults = root.get("faults")) {
     if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
     for (size_t i = 0; i < faults->seq.size(); ++i) {
@@ -819,12 +654,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            "data.batch_size " + std::to_string(s.data.batch_size));
     }
   }
-  {
-    MapReader r(root.get("repeat"), "repeat", root.loc());
-    s.repeat.in_process = r.integer("in_process", 1, 1, 1000);
-    s.repeat.processes = r.integer("processes", 1, 1, 1000);
-    r.finish();
-  }
+  read_section(root.get("repeat"), "repeat", s);
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (s.faults[i].run >= s.repeat.in_process) {
       const Value& fv = tree.find("faults")->seq[i];
@@ -847,13 +677,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
                std::to_string(s.repeat.processes));
     }
   }
-  {
-    MapReader r(root.get("limits"), "limits", root.loc());
-    s.limits.deadline_s = r.number("deadline_s", 600, 0.0, 1e7, true);
-    s.limits.silence_s = r.number("silence_s", 120, 0.0, 1e7, true);
-    s.limits.grace_s = r.number("grace_s", 5, 0.0, 3600);
-    r.finish();
-  }
+  read_section(root.get("limits"), "limits", s);
   {
     MapReader r(root.get("expect"), "expect", root.loc());
     s.expect.outcome = r.string("outcome", "passed", kOutcomes);
@@ -1054,46 +878,11 @@ std::string resolved_json(const Scenario& s) {
   nlohmann::ordered_json j;
   j["name"] = s.name;
   j["description"] = s.description;
-  j["model"] = {{"encoder", "resnet" + std::to_string(s.model.encoder)},
-                {"decoder", s.model.decoder},
-                {"k", s.model.k},
-                {"weights", s.model.weights}};
-  j["data"] = {{"source", s.data.source},         {"path", s.data.path},
-               {"batch_size", s.data.batch_size}, {"size", s.data.size},
-               {"num_workers", s.data.num_workers}, {"augment", s.data.augment},
-               {"on_invalid", s.data.on_invalid}, {"validate", s.data.validate},
-               {"preflight", s.data.preflight}, {"subset", s.data.subset},
-               {"samples", s.data.samples},
-               {"val", {{"path", s.data.val.path}, {"holdout", s.data.val.holdout}, {"size", s.data.val.size},
-                        {"side", s.data.val.side}, {"batch_size", s.data.val.batch_size},
-                        {"binarize_thresh", s.data.val.binarize_thresh}, {"box_thresh", s.data.val.box_thresh},
-                        {"unclip_ratio", s.data.val.unclip_ratio}, {"overlays", s.data.val.overlays}}}};
-  j["train"] = {{"max_steps", s.train.max_steps},     {"optimizer", s.train.optimizer},
-                {"lr", s.train.lr},                   {"momentum", s.train.momentum},
-                {"weight_decay", s.train.weight_decay}, {"poly_power", s.train.poly_power},
-                {"accumulation", s.train.accumulation}, {"grad_clip", s.train.grad_clip},
-                {"precision", s.train.precision},     {"channels_last", s.train.channels_last ? nlohmann::ordered_json(*s.train.channels_last) : nlohmann::ordered_json("auto")},
-                {"seed", s.train.seed},
-                {"threads", s.train.threads == TrainConfig::kAutoThreads ? nlohmann::ordered_json("auto")
-                                                                         : nlohmann::ordered_json(s.train.threads)},         {"checkpoint_every", s.train.checkpoint_every},
-                {"resume_from", s.train.resume_from}, {"stop_after", s.train.stop_after},
-                {"mode", s.train.mode},               {"eval_every", s.train.eval_every}};
-  j["hardware"] = {{"device", s.hardware.device},
-                   {"cudnn_enabled", s.hardware.cudnn_enabled},
-                   {"cudnn_benchmark", s.hardware.cudnn_benchmark},
-                   {"cudnn_deterministic", s.hardware.cudnn_deterministic},
-                   {"allow_tf32", s.hardware.allow_tf32},
-                   {"memory_budget", std::to_string(s.hardware.memory_budget)},
-                   {"profile", s.hardware.profile},
-                   {"launch_blocking", s.hardware.launch_blocking}};
-  j["monitors"] = {{"mode", s.monitors.mode}, {"loss_spike_factor", s.monitors.loss_spike_factor},
-                   {"hmean_collapse_ratio", s.monitors.hmean_collapse_ratio},
-                   {"hmean_zero_after", s.monitors.hmean_zero_after},
-                   {"silent", s.monitors.silent}, {"collapse_after", s.monitors.collapse_after},
-                   {"collapse_steps", s.monitors.collapse_steps}, {"collapse_margin", s.monitors.collapse_margin},
-                   {"learning_window", s.monitors.learning_window < 0 ? nlohmann::ordered_json("auto")
-                                                                      : nlohmann::ordered_json(s.monitors.learning_window)},
-                   {"learning_min_drop", s.monitors.learning_min_drop}};
+  j["model"] = section_json("model", s);
+  j["data"] = section_json("data", s);
+  j["train"] = section_json("train", s);
+  j["hardware"] = section_json("hardware", s);
+  j["monitors"] = section_json("monitors", s);
   j["faults"] = nlohmann::ordered_json::array();
   for (const auto& f : s.faults) {
     nlohmann::ordered_json fj;
@@ -1104,10 +893,8 @@ std::string resolved_json(const Scenario& s) {
     for (const auto& [k, v] : f.params) fj[k] = v;
     j["faults"].push_back(fj);
   }
-  j["repeat"] = {{"in_process", s.repeat.in_process}, {"processes", s.repeat.processes}};
-  j["limits"] = {{"deadline_s", s.limits.deadline_s},
-                 {"silence_s", s.limits.silence_s},
-                 {"grace_s", s.limits.grace_s}};
+  j["repeat"] = section_json("repeat", s);
+  j["limits"] = section_json("limits", s);
   nlohmann::ordered_json e;
   e["outcome"] = s.expect.outcome;
   if (s.expect.failure_class) e["failure_class"] = *s.expect.failure_class;

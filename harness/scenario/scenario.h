@@ -121,7 +121,8 @@ struct MonitorConfig {
   /// for runs of at least 40 steps that start from scratch (no
   /// model.weights, no train.resume_from), else off; 0: off. A run with
   /// fewer steps than the window is not judged.
-  int64_t learning_window = -1;
+  int64_t learning_window = kAutoLearningWindow;
+  static constexpr int64_t kAutoLearningWindow = -1;
   double learning_min_drop = 0.05;
 };
 

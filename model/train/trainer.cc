@@ -203,6 +203,9 @@ StepResult Trainer::step(const BatchSource& source) {
   const auto params = model_->parameters();
   const bool finite = scaler_.unscale(params);
   for (auto& l : listeners_) l->on_before_optimizer(step, model_);
+  // The rate the optimizer steps with, which a listener may have changed
+  // (an injected spike or freeze): what the step's result reports.
+  if (!optimizer_->param_groups().empty()) r.lr = optimizer_->param_groups().front().options().get_lr();
   {
     std::vector<torch::Tensor> norms;
     for (const auto& p : params) {

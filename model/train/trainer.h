@@ -89,7 +89,7 @@ struct StepResult {
   /// Bit pattern of the float32 global gradient norm: differs when the
   /// backward pass does, even where every loss agrees.
   uint32_t grad_norm_bits = 0;
-  double lr = 0;
+  double lr = 0;          // the rate the optimizer stepped with (after listeners)
   double grad_norm = 0;  // global L2 norm before clipping (after unscaling)
   bool skipped = false;  // optimizer step skipped (fp16 overflow)
   double loss_scale = 1;

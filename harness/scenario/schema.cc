@@ -1,0 +1,618 @@
+#include "harness/scenario/schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "harness/common/error.h"
+#include "harness/common/text.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(*out);
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "True" || s == "TRUE" || s == "yes" || s == "on") {
+    *out = true;
+    return true;
+  }
+  if (s == "false" || s == "False" || s == "FALSE" || s == "no" || s == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& k : known) {
+    const size_t d = edit_distance(word, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
+}
+
+std::string join(const std::vector<std::string>& words, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i ? sep : "") + words[i];
+  return out;
+}
+
+void fail(const Location& loc, const std::string& key, const std::string& expected, const std::string& got) {
+  throw ScenarioError(loc.str() + ": " + key + ": expected " + expected + ", got " + got);
+}
+
+namespace {
+
+// The key "a.b.c" sets the member s.a.b.c of Scenario: the key's name and its
+// field come from one spelling.
+#define DBH_KEY(path) #path, [](Scenario& s) { return &s.path; }
+
+template <typename T>
+KeySpec make(const char* key, KeyType type, KeyField<T> field, const char* help) {
+  KeySpec k;
+  k.key = key;
+  k.type = type;
+  k.field = field;
+  k.help = help;
+  return k;
+}
+
+KeySpec integer(const char* key, KeyField<int64_t> field, int64_t lo, int64_t hi, const char* help) {
+  KeySpec k = make(key, KeyType::kInt, field, help);
+  k.lo = lo;
+  k.hi = hi;
+  return k;
+}
+
+KeySpec integer(const char* key, KeyField<uint64_t> field, int64_t lo, int64_t hi, const char* help) {
+  KeySpec k = make(key, KeyType::kInt, field, help);
+  k.lo = lo;
+  k.hi = hi;
+  return k;
+}
+
+// An integer in [lo, the value of `hi_key`].
+KeySpec integer_up_to(const char* key, KeyField<int64_t> field, int64_t lo, const char* hi_key, const char* help) {
+  KeySpec k = make(key, KeyType::kInt, field, help);
+  k.lo = lo;
+  k.hi_key = hi_key;
+  return k;
+}
+
+KeySpec number(const char* key, KeyField<double> field, double min, double max, const char* help) {
+  KeySpec k = make(key, KeyType::kNumber, field, help);
+  k.min = min;
+  k.max = max;
+  return k;
+}
+
+// A number > min (rather than >= min) and <= max.
+KeySpec number_above(const char* key, KeyField<double> field, double min, double max, const char* help) {
+  KeySpec k = number(key, field, min, max, help);
+  k.min_open = true;
+  return k;
+}
+
+KeySpec boolean(const char* key, KeyField<bool> field, const char* help) {
+  return make(key, KeyType::kBool, field, help);
+}
+
+KeySpec text(const char* key, KeyField<std::string> field, const char* help) {
+  return make(key, KeyType::kString, field, help);
+}
+
+KeySpec one_of(const char* key, KeyField<std::string> field, std::vector<std::string> allowed, const char* help) {
+  KeySpec k = make(key, KeyType::kEnum, field, help);
+  k.allowed = std::move(allowed);
+  return k;
+}
+
+KeySpec bytes(const char* key, KeyField<int64_t> field, const char* help) {
+  return make(key, KeyType::kBytes, field, help);
+}
+
+KeySpec path(const char* key, KeyField<std::string> field, const char* help) {
+  return make(key, KeyType::kPath, field, help);
+}
+
+KeySpec auto_bool(const char* key, KeyField<std::optional<bool>> field, const char* help) {
+  return make(key, KeyType::kAutoBool, field, help);
+}
+
+KeySpec auto_int(const char* key, KeyField<int64_t> field, int64_t auto_value, int64_t lo, int64_t hi,
+                 const char* expected, const char* help) {
+  KeySpec k = make(key, KeyType::kAutoInt, field, help);
+  k.auto_value = auto_value;
+  k.lo = lo;
+  k.hi = hi;
+  k.expected = expected;
+  return k;
+}
+
+KeySpec encoder(const char* key, KeyField<int64_t> field, std::vector<std::string> allowed, const char* help) {
+  KeySpec k = make(key, KeyType::kEncoder, field, help);
+  k.allowed = std::move(allowed);
+  return k;
+}
+
+KeySpec checks(const char* key, KeyField<std::vector<std::string>> field, std::vector<std::string> allowed,
+               const char* help) {
+  KeySpec k = make(key, KeyType::kChecks, field, help);
+  k.allowed = std::move(allowed);
+  return k;
+}
+
+KeySpec indices(const char* key, KeyField<std::vector<int64_t>> field, const char* help) {
+  return make(key, KeyType::kIndices, field, help);
+}
+
+std::vector<KeySpec> build_table() {
+  constexpr int64_t kMax = INT64_MAX;
+  return {
+      encoder(DBH_KEY(model.encoder), {"resnet18", "resnet34", "resnet50"},
+              "ResNet encoder, with torchvision's module names."),
+      one_of(DBH_KEY(model.decoder), {"fpn", "pan"},
+             "The DB paper's FPN, or PANet-style path aggregation (README \"The model\")."),
+      number_above(DBH_KEY(model.k), 0.0, 1e6, "Amplification of the approximate binarization sigmoid(k·(P − T))."),
+      path(DBH_KEY(model.weights),
+           "Initial weights: a LibTorch weights file or dbh checkpoint; empty = random initialisation."),
+
+      one_of(DBH_KEY(data.source), {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"},
+             "Training data: the dataset folder `data.path`, random noise, drawn boxes or rendered words."),
+      path(DBH_KEY(data.path), "Dataset folder (`annotations.json` and its images) when `data.source` is `real`."),
+      integer(DBH_KEY(data.batch_size), 1, 4096, "Images per micro-batch."),
+      integer(DBH_KEY(data.size), 32, 8192, "Side of the square training images; a multiple of 32."),
+      integer(DBH_KEY(data.num_workers), 0, 256, "Threads that prepare batches ahead; 0 prepares each inline."),
+      boolean(DBH_KEY(data.augment), "DB's training augmentation; otherwise letterbox only."),
+      one_of(DBH_KEY(data.on_invalid), {"error", "skip", "clip"},
+             "An invalid annotation stops the run, drops its word, or is clamped (words still invalid are "
+             "dropped)."),
+      boolean(DBH_KEY(data.validate), "Check every batch (finite, in range, binary masks) before it trains."),
+      boolean(DBH_KEY(data.preflight), "Decode every image of the dataset before training."),
+      indices(DBH_KEY(data.subset), "Train on these dataset indices only (`dbh bisect data`); empty = all."),
+      integer(DBH_KEY(data.samples), 1, 1000000, "Images of a `synthetic_render` dataset."),
+      path(DBH_KEY(data.val.path), "Validation dataset folder; empty = none."),
+      integer(DBH_KEY(data.val.holdout), 0, 1000000,
+              "Validate on the last N samples of the `real` training dataset, held out of training; 0 = none."),
+      integer(DBH_KEY(data.val.size), 32, 8192,
+              "Validation: the size the chosen side is resized to; a multiple of 32."),
+      one_of(DBH_KEY(data.val.side), {"short", "long"}, "Validation: the side of each image resized to `size`."),
+      integer(DBH_KEY(data.val.batch_size), 1, 1024, "Validation images per batch."),
+      number(DBH_KEY(data.val.binarize_thresh), 0.0, 1.0, "Validation post-processing: threshold of the text map."),
+      number(DBH_KEY(data.val.box_thresh), 0.0, 1.0, "Validation post-processing: least mean score of a box."),
+      number(DBH_KEY(data.val.unclip_ratio), 0.0, 100.0, "Validation post-processing: how far boxes are expanded."),
+      integer(DBH_KEY(data.val.overlays), 0, 1000,
+              "Overlays of the worst images written at the last evaluation."),
+
+      integer(DBH_KEY(train.max_steps), 1, 100000000, "Optimizer steps of a run; the schedule's length."),
+      one_of(DBH_KEY(train.optimizer), {"sgd", "adam"}, "Optimizer."),
+      number_above(DBH_KEY(train.lr), 0.0, 1e6, "Initial learning rate, decayed by the poly schedule."),
+      number(DBH_KEY(train.momentum), 0.0, 1.0, "SGD momentum."),
+      number(DBH_KEY(train.weight_decay), 0.0, 1.0, "Weight decay."),
+      number(DBH_KEY(train.poly_power), 0.0, 100.0, "Power of the poly learning-rate schedule."),
+      integer(DBH_KEY(train.accumulation), 1, 4096, "Micro-batches per optimizer step."),
+      number(DBH_KEY(train.grad_clip), 0.0, 1e12, "Clip the gradient norm to this; 0 = no clipping."),
+      one_of(DBH_KEY(train.precision), {"fp32", "fp16", "bf16"}, "fp16 and bf16 (AMP) run on CUDA only."),
+      auto_bool(DBH_KEY(train.channels_last),
+                "NHWC weights and input; `auto` is measured once per machine and setup (README \"The model\")."),
+      integer(DBH_KEY(train.seed), 0, kMax, "Seed of every random choice of the run."),
+      auto_int(DBH_KEY(train.threads), TrainConfig::kAutoThreads, 1, 1024,
+               "auto, 0 (all cores) or a number of threads up to 1024",
+               "Intra-op threads; `auto` is measured like `train.channels_last`."),
+      integer(DBH_KEY(train.checkpoint_every), 0, kMax, "Write a checkpoint every K steps; 0 = never."),
+      path(DBH_KEY(train.resume_from), "Checkpoint to resume from (its step, optimizer and RNG state); empty = none."),
+      integer_up_to(DBH_KEY(train.stop_after), 0, "train.max_steps",
+                    "Stop after this many steps, the schedule unchanged (`dbh bisect steps`); 0 = `max_steps`."),
+      one_of(DBH_KEY(train.mode), {"train", "ops"},
+             "The training loop, or basic tensor operations on the device only (`dbh diagnose`)."),
+      integer(DBH_KEY(train.eval_every), 0, kMax,
+              "Evaluate on `data.val` every K steps and after the last; 0 = never."),
+
+      text(DBH_KEY(hardware.device), "`cpu`, `cuda` or `cuda:N` (N a device index 0-63)."),
+      boolean(DBH_KEY(hardware.cudnn_enabled), "Use cuDNN."),
+      boolean(DBH_KEY(hardware.cudnn_benchmark), "Let cuDNN time and pick convolution algorithms."),
+      boolean(DBH_KEY(hardware.cudnn_deterministic), "Deterministic cuDNN algorithms only."),
+      boolean(DBH_KEY(hardware.allow_tf32), "TF32 matrix multiplications and convolutions."),
+      bytes(DBH_KEY(hardware.memory_budget),
+            "Memory the worker may use on its device; 0 = none, or the profile's memory."),
+      text(DBH_KEY(hardware.profile),
+           "Hardware profile (`dbh list profiles`) whose memory is the budget; empty = none."),
+      boolean(DBH_KEY(hardware.launch_blocking), "Run the worker with `CUDA_LAUNCH_BLOCKING=1`."),
+
+      one_of(DBH_KEY(monitors.mode), {"cheap", "localise", "off"},
+             "Non-finite checks: flags synchronised once per step, module by module with statistics, or none."),
+      number(DBH_KEY(monitors.loss_spike_factor), 0.0, 1e12,
+             "Report a loss above this multiple of the median loss so far; 0 = off."),
+      number(DBH_KEY(monitors.hmean_collapse_ratio), 0.0, 1.0,
+             "Validation h-mean below this fraction of its best (once at least 0.1) is a collapse; 0 = off."),
+      integer(DBH_KEY(monitors.hmean_zero_after), 0, 1000000,
+              "This many evaluations in a row with h-mean 0, up to the end of the run, fail it; 0 = off."),
+      checks(DBH_KEY(monitors.silent), {"input", "labels", "predictions", "learning"},
+             "Silent-failure checks that are on (README \"Silent failures\"): `true` all, `false` none."),
+      integer(DBH_KEY(monitors.collapse_after), 0, 100000000, "Predictions collapsed: warm-up steps before the check."),
+      integer(DBH_KEY(monitors.collapse_steps), 1, 100000000,
+              "Predictions collapsed: consecutive steps with text the map must stay collapsed."),
+      number_above(DBH_KEY(monitors.collapse_margin), 0.0, 0.5,
+                   "Predictions collapsed: the map lies entirely below this, or above 1 minus it."),
+      auto_int(DBH_KEY(monitors.learning_window), MonitorConfig::kAutoLearningWindow, 4, 100000000,
+               "auto, 0 (off) or a number of steps >= 4",
+               "Not learning: steps judged; `auto` = min(50, max_steps/2) for runs of 40+ steps from scratch, else "
+               "off."),
+      number(DBH_KEY(monitors.learning_min_drop), 0.0, 1.0,
+             "Not learning: the least relative drop of the mean loss from the window's first half to its second."),
+
+      integer(DBH_KEY(repeat.in_process), 1, 1000, "Runs one after another in each worker process."),
+      integer(DBH_KEY(repeat.processes), 1, 1000, "Worker processes, one after another."),
+
+      number_above(DBH_KEY(limits.deadline_s), 0.0, 1e7, "Seconds a trial may take in all."),
+      number_above(DBH_KEY(limits.silence_s), 0.0, 1e7, "Seconds without an event after which a worker is hung."),
+      number(DBH_KEY(limits.grace_s), 0.0, 3600.0, "Seconds between TERM and KILL when a worker is stopped."),
+  };
+}
+
+#undef DBH_KEY
+
+template <typename T>
+T& member(const KeySpec& k, Scenario& s) {
+  return *std::get<KeyField<T>>(k.field)(s);
+}
+
+template <typename T>
+const T& member(const KeySpec& k, const Scenario& s) {
+  // The field only takes the member's address; nothing is written through it.
+  return *std::get<KeyField<T>>(k.field)(const_cast<Scenario&>(s));
+}
+
+std::string parent_of(const std::string& key) { return key.substr(0, key.rfind('.')); }
+std::string name_of(const std::string& key) { return key.substr(key.rfind('.') + 1); }
+
+std::string int_range(int64_t lo, const std::string& hi) {
+  return "an integer in [" + std::to_string(lo) + ", " + hi + "]";
+}
+
+std::string int_range(int64_t lo, int64_t hi) {
+  return int_range(lo, hi == INT64_MAX ? std::string("∞") : std::to_string(hi));
+}
+
+// "a, b or c".
+std::string either(const std::vector<std::string>& words) {
+  if (words.size() < 2) return join(words);
+  return join(std::vector<std::string>(words.begin(), words.end() - 1)) + " or " + words.back();
+}
+
+// A relative path is relative to the scenario file that wrote it (the current
+// directory for command-line overrides), so scenarios work from any working
+// directory.
+std::string resolve_path(const std::string& value, const Value& v) {
+  if (value.empty() || fs::path(value).is_absolute()) return value;
+  const std::string& file = v.loc.file;
+  if (file.empty() || file.rfind("<override", 0) == 0 || file == "scenario.resolved.json") {
+    return fs::absolute(value).lexically_normal().string();
+  }
+  return fs::absolute(fs::path(file).parent_path() / value).lexically_normal().string();
+}
+
+// Checks `x` (written, not null) as `k` says and sets k's member of `s`.
+void read_key(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  switch (k.type) {
+    case KeyType::kInt: {
+      const int64_t hi = k.hi_key.empty() ? k.hi : member<int64_t>(*find_scenario_key(k.hi_key), s);
+      int64_t v = 0;
+      if (!x.is_scalar() || !parse_int(x.scalar, &v) || v < k.lo || v > hi) {
+        fail(x.loc, key, int_range(k.lo, hi), x.describe());
+      }
+      if (std::holds_alternative<KeyField<uint64_t>>(k.field)) {
+        member<uint64_t>(k, s) = static_cast<uint64_t>(v);
+      } else {
+        member<int64_t>(k, s) = v;
+      }
+      return;
+    }
+    case KeyType::kNumber: {
+      double v = 0;
+      if (!x.is_scalar() || !parse_double(x.scalar, &v) || v < k.min || (k.min_open && v == k.min) || v > k.max) {
+        fail(x.loc, key, key_form(k), x.describe());
+      }
+      member<double>(k, s) = v;
+      return;
+    }
+    case KeyType::kBool: {
+      bool v = false;
+      if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
+      member<bool>(k, s) = v;
+      return;
+    }
+    case KeyType::kString:
+    case KeyType::kPath:
+      if (!x.is_scalar()) fail(x.loc, key, "a string", x.describe());
+      member<std::string>(k, s) = k.type == KeyType::kPath ? resolve_path(x.scalar, x) : x.scalar;
+      return;
+    case KeyType::kEnum:
+      if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
+      if (std::find(k.allowed.begin(), k.allowed.end(), x.scalar) == k.allowed.end()) {
+        fail(x.loc, key, key_form(k), x.describe() + did_you_mean(x.scalar, k.allowed));
+      }
+      member<std::string>(k, s) = x.scalar;
+      return;
+    case KeyType::kBytes: {
+      if (!x.is_scalar()) fail(x.loc, key, "a size such as 512MiB", x.describe());
+      const auto b = parse_bytes(x.scalar);
+      if (!b) fail(x.loc, key, key_form(k), x.describe());
+      member<int64_t>(k, s) = *b;
+      return;
+    }
+    case KeyType::kAutoBool: {
+      auto& m = member<std::optional<bool>>(k, s);
+      if (x.is_scalar() && x.scalar == "auto") {
+        m = std::nullopt;
+        return;
+      }
+      bool v = false;
+      if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
+      m = v;
+      return;
+    }
+    case KeyType::kAutoInt: {
+      auto& m = member<int64_t>(k, s);
+      if (x.is_scalar() && x.scalar == "auto") {
+        m = k.auto_value;
+        return;
+      }
+      int64_t v = 0;
+      if (!x.is_scalar() || !parse_int(x.scalar, &v) || (v != 0 && (v < k.lo || v > k.hi))) {
+        fail(x.loc, key, key_form(k), x.describe());
+      }
+      m = v;
+      return;
+    }
+    case KeyType::kEncoder: {
+      if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
+      // "resnet50" or the bare depth "50".
+      const std::string depth = x.scalar.rfind("resnet", 0) == 0 ? x.scalar.substr(6) : x.scalar;
+      int64_t d = 0;
+      if (!parse_int(depth, &d) ||
+          std::find(k.allowed.begin(), k.allowed.end(), "resnet" + std::to_string(d)) == k.allowed.end()) {
+        fail(x.loc, key, key_form(k), x.describe());
+      }
+      member<int64_t>(k, s) = d;
+      return;
+    }
+    case KeyType::kChecks: {
+      auto& m = member<std::vector<std::string>>(k, s);
+      bool all = false;
+      if (x.is_scalar() && parse_bool(x.scalar, &all)) {
+        m = all ? k.allowed : std::vector<std::string>{};
+        return;
+      }
+      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+      m.clear();
+      for (const auto& item : x.seq) {
+        if (!item.is_scalar() || std::find(k.allowed.begin(), k.allowed.end(), item.scalar) == k.allowed.end()) {
+          fail(item.loc, key, "one of " + join(k.allowed),
+               item.describe() + (item.is_scalar() ? did_you_mean(item.scalar, k.allowed) : ""));
+        }
+        m.push_back(item.scalar);
+      }
+      return;
+    }
+    case KeyType::kIndices: {
+      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+      auto& m = member<std::vector<int64_t>>(k, s);
+      m.clear();
+      for (const auto& item : x.seq) {
+        int64_t v = 0;
+        if (!item.is_scalar() || !parse_int(item.scalar, &v) || v < 0) {
+          fail(item.loc, key, "non-negative sample indices", item.describe());
+        }
+        m.push_back(v);
+      }
+      return;
+    }
+  }
+}
+
+// A Markdown table cell: one line, `|` escaped.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : one_line(text)) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& scenario_keys() {
+  static const std::vector<KeySpec> kKeys = build_table();
+  return kKeys;
+}
+
+const KeySpec* find_scenario_key(const std::string& key) {
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> section_keys(const std::string& section) {
+  const std::string prefix = section + ".";
+  std::vector<std::string> out;
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.key.rfind(prefix, 0) != 0) continue;
+    const std::string rest = k.key.substr(prefix.size());
+    const std::string name = rest.substr(0, rest.find('.'));  // a key, or a subsection's name
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+void read_section(const Value* v, const std::string& section, Scenario& s) {
+  if (v != nullptr && !v->is_map() && !v->is_null()) fail(v->loc, section, "a map", v->describe());
+  const bool written = v != nullptr && v->is_map();
+  const std::vector<std::string> known = section_keys(section);
+  for (const KeySpec& k : scenario_keys()) {
+    if (parent_of(k.key) != section) continue;
+    const Value* x = written ? v->find(name_of(k.key)) : nullptr;
+    if (x != nullptr && !x->is_null()) read_key(k, *x, s);
+  }
+  for (const std::string& name : known) {
+    if (find_scenario_key(section + "." + name) == nullptr) {
+      read_section(written ? v->find(name) : nullptr, section + "." + name, s);
+    }
+  }
+  if (!written) return;
+  // Unknown keys are errors, with a suggestion among the known ones.
+  for (const auto& [name, x] : v->map) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw ScenarioError(x.key_loc.str() + ": " + section + "." + name + ": expected one of " + join(known) +
+                          ", got an unknown key" + did_you_mean(name, known));
+    }
+  }
+}
+
+nlohmann::ordered_json key_json(const KeySpec& k, const Scenario& s) {
+  using J = nlohmann::ordered_json;
+  switch (k.type) {
+    case KeyType::kInt:
+      if (std::holds_alternative<KeyField<uint64_t>>(k.field)) return member<uint64_t>(k, s);
+      return member<int64_t>(k, s);
+    case KeyType::kNumber:
+      return member<double>(k, s);
+    case KeyType::kBool:
+      return member<bool>(k, s);
+    case KeyType::kString:
+    case KeyType::kEnum:
+    case KeyType::kPath:
+      return member<std::string>(k, s);
+    case KeyType::kBytes:
+      return std::to_string(member<int64_t>(k, s));
+    case KeyType::kAutoBool: {
+      const auto& v = member<std::optional<bool>>(k, s);
+      return v ? J(*v) : J("auto");
+    }
+    case KeyType::kAutoInt: {
+      const int64_t v = member<int64_t>(k, s);
+      return v == k.auto_value ? J("auto") : J(v);
+    }
+    case KeyType::kEncoder:
+      return "resnet" + std::to_string(member<int64_t>(k, s));
+    case KeyType::kChecks:
+      return member<std::vector<std::string>>(k, s);
+    case KeyType::kIndices:
+      return member<std::vector<int64_t>>(k, s);
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json section_json(const std::string& section, const Scenario& s) {
+  const std::string prefix = section + ".";
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.key.rfind(prefix, 0) != 0) continue;
+    nlohmann::ordered_json* at = &j;
+    std::string rest = k.key.substr(prefix.size());
+    for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      at = &(*at)[rest.substr(0, dot)];
+      rest = rest.substr(dot + 1);
+    }
+    (*at)[rest] = key_json(k, s);
+  }
+  return j;
+}
+
+std::string default_text(const KeySpec& k) {
+  static const Scenario kDefaults;
+  const nlohmann::ordered_json j = key_json(k, kDefaults);
+  const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  if (j.is_array()) {
+    std::vector<std::string> items;
+    for (const auto& v : j) items.push_back(text(v));
+    return "[" + join(items) + "]";
+  }
+  if (j.is_string() && j.get<std::string>().empty()) return "\"\"";
+  return text(j);
+}
+
+std::string key_form(const KeySpec& k) {
+  switch (k.type) {
+    case KeyType::kInt:
+      return k.hi_key.empty() ? int_range(k.lo, k.hi) : int_range(k.lo, k.hi_key);
+    case KeyType::kNumber: {
+      std::ostringstream e;
+      e << "a number " << (k.min_open ? "> " : ">= ") << k.min << " and <= " << k.max;
+      return e.str();
+    }
+    case KeyType::kBool:
+      return "true or false";
+    case KeyType::kString:
+      return "a string";
+    case KeyType::kEnum:
+      return "one of " + join(k.allowed);
+    case KeyType::kBytes:
+      return "a size such as 512MiB or 12GB";
+    case KeyType::kPath:
+      return "a path, relative to the file that writes it";
+    case KeyType::kAutoBool:
+      return "auto, true or false";
+    case KeyType::kAutoInt:
+      return k.expected;
+    case KeyType::kEncoder:
+      return either(k.allowed);
+    case KeyType::kChecks:
+      return "true, false or a list of checks (" + join(k.allowed) + ")";
+    case KeyType::kIndices:
+      return "a list of sample indices";
+  }
+  return "";
+}
+
+std::string scenario_keys_markdown() {
+  std::ostringstream md;
+  md << "# Scenario keys\n\n"
+        "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat` and `limits`:\n"
+        "how it is written, its default and what it does. A key a scenario does not write keeps its default;\n"
+        "`key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and `controls` are\n"
+        "described in the README (\"Scenarios, trials and reports\").\n\n"
+        "Booleans are also written `yes`/`no` or `on`/`off`; sizes take the units B, KB, MB, GB, TB, KiB, MiB,\n"
+        "GiB and TiB (K, M and G are KiB, MiB and GiB). Relative paths are relative to the file that writes them\n"
+        "(the working directory for overrides).\n\n"
+        "This page is the output of `dbh scenario keys`, generated from the table in\n"
+        "`harness/scenario/schema.cc`; a unit test fails when the two differ.\n";
+  std::string section;
+  for (const KeySpec& k : scenario_keys()) {
+    const std::string top = k.key.substr(0, k.key.find('.'));
+    if (top != section) {
+      section = top;
+      md << "\n## " << top << "\n\n"
+         << "| Key | Written as | Default | Meaning |\n"
+         << "|---|---|---|---|\n";
+    }
+    md << "| " << cell(markdown_code(k.key)) << " | " << cell(key_form(k)) << " | "
+       << cell(markdown_code(default_text(k))) << " | " << cell(k.help) << " |\n";
+  }
+  return md.str();
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,245 @@
+// The scenario key table (harness/scenario/schema.h): every key reads its
+// own default back, appears in the resolved JSON, rejects a wrong type naming
+// itself, and docs/scenario-keys.md is what the table generates.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/common/error.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
+#include "harness/scenario/value.h"
+#include "tests/support/files.h"
+
+namespace dbh::harness {
+namespace {
+
+// A scenario of the defaults with `overrides` applied, as `dbh run` reads it.
+Scenario with(const std::vector<std::string>& overrides) {
+  Value tree;
+  for (const auto& o : overrides) apply_override(tree, o);
+  return scenario_from_tree(tree, "");
+}
+
+// The ScenarioError's message for `overrides` ("" when they load).
+std::string error_of(const std::vector<std::string>& overrides) {
+  try {
+    (void)with(overrides);
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The value at the dotted `key` of a JSON object, or null.
+const nlohmann::json* at(const nlohmann::json& j, const std::string& key) {
+  const nlohmann::json* v = &j;
+  size_t begin = 0;
+  for (;;) {
+    const size_t dot = key.find('.', begin);
+    const std::string part = key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (!v->is_object() || !v->contains(part)) return nullptr;
+    v = &(*v)[part];
+    if (dot == std::string::npos) return v;
+    begin = dot + 1;
+  }
+}
+
+// Every "a.b.c" leaf key of a JSON object, prefixed with `prefix`.
+void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std::string>* out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it->is_object()) {
+      leaves(*it, prefix + it.key() + ".", out);
+    } else {
+      out->push_back(prefix + it.key());
+    }
+  }
+}
+
+const std::vector<std::string> kSections = {"model", "data", "train", "hardware", "monitors", "repeat", "limits"};
+
+TEST(ScenarioKeys, AreUniqueAndUnderTheTableSections) {
+  std::set<std::string> seen;
+  for (const KeySpec& k : scenario_keys()) {
+    EXPECT_TRUE(seen.insert(k.key).second) << k.key << " twice";
+    const std::string top = k.key.substr(0, k.key.find('.'));
+    EXPECT_NE(std::find(kSections.begin(), kSections.end(), top), kSections.end()) << k.key;
+    EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
+    EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key << ": help is one line";
+    EXPECT_EQ(find_scenario_key(k.key), &k);
+  }
+  EXPECT_EQ(find_scenario_key("train.nonexistent"), nullptr);
+}
+
+TEST(ScenarioKeys, EachDefaultTextReadsBackAsTheDefault) {
+  const Scenario defaults;
+  for (const KeySpec& k : scenario_keys()) {
+    const std::string text = default_text(k);
+    SCOPED_TRACE(k.key + "=" + text);
+    const Scenario s = with({k.key + "=" + text});
+    EXPECT_EQ(key_json(k, s), key_json(k, defaults));
+  }
+}
+
+TEST(ScenarioKeys, NothingWrittenGivesTheStructDefaults) {
+  const Scenario defaults;
+  const Scenario s = with({});
+  for (const KeySpec& k : scenario_keys()) EXPECT_EQ(key_json(k, s), key_json(k, defaults)) << k.key;
+}
+
+TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
+  const auto j = nlohmann::json::parse(resolved_json(with({})));
+  for (const KeySpec& k : scenario_keys()) {
+    const nlohmann::json* v = at(j, k.key);
+    ASSERT_NE(v, nullptr) << k.key << " is not in the resolved JSON";
+    EXPECT_EQ(*v, nlohmann::json::parse(key_json(k, Scenario{}).dump())) << k.key;
+  }
+  for (const auto& section : kSections) {
+    std::vector<std::string> keys;
+    leaves(j.at(section), section + ".", &keys);
+    for (const auto& key : keys) EXPECT_NE(find_scenario_key(key), nullptr) << key << " is not in the table";
+  }
+}
+
+TEST(ScenarioKeys, ResolvedJsonRoundTripsThroughTheTable) {
+  // The worker reads the resolved JSON back (scenario.resolved.json).
+  const Scenario s = with({"model.encoder=resnet50", "train.channels_last=true", "train.threads=4",
+                           "monitors.learning_window=20", "monitors.silent=[input, learning]",
+                           "data.subset=[1, 3]", "hardware.memory_budget=1GiB", "train.seed=123456789012"});
+  const std::string json = resolved_json(s);
+  const Scenario back = scenario_from_tree(parse_yaml(json, "scenario.resolved.json"), "scenario.resolved.json");
+  EXPECT_EQ(resolved_json(back), json);
+  EXPECT_EQ(back.model.encoder, 50);
+  EXPECT_EQ(back.train.channels_last, std::optional<bool>(true));
+  EXPECT_EQ(back.train.threads, 4);
+  EXPECT_EQ(back.monitors.learning_window, 20);
+  EXPECT_EQ(back.monitors.silent, (std::vector<std::string>{"input", "learning"}));
+  EXPECT_EQ(back.data.subset, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(back.hardware.memory_budget, int64_t{1} << 30);
+  EXPECT_EQ(back.train.seed, 123456789012u);
+}
+
+TEST(ScenarioKeys, AutoFormsReadAndWriteAuto) {
+  const auto j = nlohmann::json::parse(resolved_json(with({})));
+  EXPECT_EQ(j["train"]["channels_last"], "auto");
+  EXPECT_EQ(j["train"]["threads"], "auto");
+  EXPECT_EQ(j["monitors"]["learning_window"], "auto");
+  const Scenario s = with({"train.channels_last=false", "train.threads=0", "monitors.learning_window=0"});
+  EXPECT_EQ(s.train.channels_last, std::optional<bool>(false));
+  EXPECT_EQ(s.train.threads, 0);
+  EXPECT_EQ(s.monitors.learning_window, 0);
+  const Scenario a = with({"train.channels_last=auto", "train.threads=auto", "monitors.learning_window=auto"});
+  EXPECT_FALSE(a.train.channels_last.has_value());
+  EXPECT_EQ(a.train.threads, TrainConfig::kAutoThreads);
+  EXPECT_EQ(a.monitors.learning_window, MonitorConfig::kAutoLearningWindow);
+}
+
+// A value of the wrong type for each key's form.
+std::vector<std::string> wrong_values(const KeySpec& k) {
+  std::vector<std::string> out = {"{x: 1}"};  // a map is no key's value
+  switch (k.type) {
+    case KeyType::kInt:
+    case KeyType::kNumber:
+    case KeyType::kBytes:
+    case KeyType::kAutoInt:
+    case KeyType::kEncoder:
+      out.push_back("abc");
+      out.push_back("[1]");
+      break;
+    case KeyType::kIndices:
+      out.push_back("abc");
+      out.push_back("7");
+      break;
+    case KeyType::kBool:
+    case KeyType::kAutoBool:
+    case KeyType::kChecks:
+      out.push_back("maybe");
+      break;
+    case KeyType::kEnum:
+      out.push_back("zzz");
+      out.push_back("[" + k.allowed.front() + "]");
+      break;
+    case KeyType::kString:
+    case KeyType::kPath:
+      out.push_back("[a]");
+      break;
+  }
+  return out;
+}
+
+TEST(ScenarioKeys, AWrongTypeIsRejectedNamingTheKey) {
+  for (const KeySpec& k : scenario_keys()) {
+    for (const auto& value : wrong_values(k)) {
+      const std::string o = k.key + "=" + value;
+      const std::string m = error_of({o});
+      EXPECT_EQ(m.rfind("<override> " + o + ": " + k.key + ": expected ", 0), 0u) << o << " -> " << m;
+      EXPECT_NE(m.find(", got "), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(ScenarioKeys, MessagesSayTheFormAndRange) {
+  EXPECT_EQ(error_of({"data.batch_size=0"}),
+            "<override> data.batch_size=0: data.batch_size: expected an integer in [1, 4096], got \"0\"");
+  EXPECT_EQ(error_of({"train.seed=-1"}),
+            "<override> train.seed=-1: train.seed: expected an integer in [0, ∞], got \"-1\"");
+  EXPECT_EQ(error_of({"model.k=0"}), "<override> model.k=0: model.k: expected a number > 0 and <= 1e+06, got \"0\"");
+  EXPECT_EQ(error_of({"model.encoder=resnet19"}),
+            "<override> model.encoder=resnet19: model.encoder: expected resnet18, resnet34 or resnet50, got "
+            "\"resnet19\"");
+  EXPECT_EQ(error_of({"data.on_invalid=skp"}),
+            "<override> data.on_invalid=skp: data.on_invalid: expected one of error, skip, clip, got \"skp\" (did "
+            "you mean \"skip\"?)");
+  EXPECT_EQ(error_of({"hardware.memory_budget=abc"}),
+            "<override> hardware.memory_budget=abc: hardware.memory_budget: expected a size such as 512MiB or 12GB, "
+            "got \"abc\"");
+  EXPECT_EQ(error_of({"monitors.learning_window=3"}),
+            "<override> monitors.learning_window=3: monitors.learning_window: expected auto, 0 (off) or a number of "
+            "steps >= 4, got \"3\"");
+  // The upper bound of train.stop_after is train.max_steps.
+  EXPECT_EQ(error_of({"train.max_steps=4", "train.stop_after=5"}),
+            "<override> train.stop_after=5: train.stop_after: expected an integer in [0, 4], got \"5\"");
+  EXPECT_EQ(with({"train.max_steps=4", "train.stop_after=4"}).train.stop_after, 4);
+}
+
+TEST(ScenarioKeys, UnknownKeysListTheSectionsKeysOnce) {
+  EXPECT_EQ(section_keys("data").back(), "val");
+  EXPECT_EQ(section_keys("repeat"), (std::vector<std::string>{"in_process", "processes"}));
+  for (const std::string section : {"model", "data", "data.val", "train", "hardware", "monitors", "repeat", "limits"}) {
+    const auto known = section_keys(section);
+    EXPECT_EQ(std::set<std::string>(known.begin(), known.end()).size(), known.size()) << section;
+    const std::string m = error_of({section + ".zzz=1"});
+    EXPECT_EQ(m, "<override> " + section + ".zzz=1: " + section + ".zzz: expected one of " + join(known) +
+                     ", got an unknown key")
+        << m;
+  }
+  EXPECT_NE(error_of({"train.max_step=3"}).find("(did you mean \"max_steps\"?)"), std::string::npos);
+}
+
+TEST(ScenarioKeys, ASectionMustBeAMap) {
+  EXPECT_EQ(error_of({"data.val=3"}), "<override> data.val=3: data.val: expected a map, got \"3\"");
+  EXPECT_EQ(error_of({"limits=[1]"}), "<override> limits=[1]: limits: expected a map, got a list");
+}
+
+TEST(ScenarioKeys, DocsScenarioKeysIsWhatTheTableGenerates) {
+  const std::string doc = testing::read_text(std::string(DBH_SOURCE_DIR) + "/docs/scenario-keys.md");
+  ASSERT_FALSE(doc.empty()) << "docs/scenario-keys.md was not found";
+  EXPECT_EQ(doc, scenario_keys_markdown())
+      << "docs/scenario-keys.md differs from the key table (harness/scenario/schema.cc); regenerate it with "
+         "`build/dev/bin/dbh scenario keys > docs/scenario-keys.md`";
+}
+
+TEST(ScenarioKeys, ReferenceHasOneRowPerKey) {
+  const std::string md = scenario_keys_markdown();
+  for (const KeySpec& k : scenario_keys()) {
+    EXPECT_NE(md.find("| `" + k.key + "` | " + key_form(k) + " | `" + default_text(k) + "` |"), std::string::npos)
+        << k.key;
+  }
+}
+
+}  // namespace
+}  // namespace dbh::harness
