@@ -1106,8 +1106,20 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   } catch (const std::exception&) {
     throw ScenarioError("bisect range: --lo/--hi: expected numbers, got \"" + o.lo + "\" and \"" + o.hi + "\"");
   }
+  if (!std::isfinite(dlo) || !std::isfinite(dhi)) {
+    throw ScenarioError("bisect range: --lo/--hi: expected finite numbers, got \"" + one_line(o.lo) + "\" and \"" +
+                        one_line(o.hi) + "\"");
+  }
   if (!(dlo < dhi)) throw ScenarioError("bisect range: expected --lo < --hi, got " + o.lo + " and " + o.hi);
   auto at = [&](const std::string& v) { return std::vector<std::string>{o.key + "=" + v}; };
+  // Both ends must be values the key accepts, before any probe runs.
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--lo", o.lo}, {"--hi", o.hi}}) {
+    try {
+      (void)prober.load(at(value));
+    } catch (const ScenarioError& e) {
+      throw ScenarioError(std::string("bisect range: ") + flag + " " + one_line(value) + ": " + e.what());
+    }
+  }
   auto fmt = [&](double v) {
     std::ostringstream s;
     s << std::setprecision(6) << v;

@@ -76,7 +76,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
     const bool cuda = s.hardware.device != "cpu";
     const bool real = s.data.source == "real";
-    if (!o.quiet) std::cout << "dbh diagnose " << s.name << " (" << s.hardware.device << ")" << std::endl;
+    if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = {
         {"Basic tensor ops on the device", "ladder", {"train.mode=ops", "controls=[]"}, "", {}, false},
@@ -384,8 +384,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
 
     std::ostringstream md;
-    md << "# Diagnosis: " << s.name << "\n\n";
-    md << "Scenario `" << o.scenario << "` on " << s.hardware.device << ": the full run "
+    md << "# Diagnosis: " << markdown_inline(s.name) << "\n\n";
+    md << "Scenario " << markdown_code(o.scenario) << " on " << s.hardware.device << ": the full run "
        << (fails ? "**fails** (" + to_string(full.probe.analysis.outcome) + ", `" + full.probe.analysis.failure.klass + "`)"
                  : "**passes**")
        << ".\n\n## What works / What fails\n\n| check | result |\n|---|---|\n";
@@ -416,8 +416,8 @@ int diagnose_command(const DiagnoseOptions& o) {
         md << ++step_no << ". " << res << "\n";
       }
     }
-    md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\ndbh run "
-       << (out / "repro.yaml").string() << "\n```\n";
+    md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
+       << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n```\n";
     if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
     write_file_atomically((out / "diagnosis.md").string(), md.str());
     write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md.str()));
@@ -452,7 +452,7 @@ int diagnose_command(const DiagnoseOptions& o) {
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n"
               << "top hypothesis: " << hyps.front().title << "\n"
               << "report: " << (out / "diagnosis.md").string() << "\n"
-              << "repro:  dbh run " << (out / "repro.yaml").string() << std::endl;
+              << "repro:  " << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << std::endl;
     claim->commit();
     return fails ? 1 : 0;
   } catch (const Interrupted& e) {

@@ -128,6 +128,8 @@ nlohmann::json summary_json(const ProbeResult& p) {
           {"module", a.failure.module},
           {"message", a.failure.message},
           {"steps_completed", a.steps_completed},
+          {"peak_memory_bytes", a.peak_memory_bytes},
+          {"max_step_peak_bytes", a.max_step_peak_bytes},
           {"seconds", p.seconds}};
 }
 
@@ -137,6 +139,12 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
   try {
     const auto j = nlohmann::json::parse(in);
     if (j.value("key", "") != key) return false;  // another format or a torn file
+    // An entry without the memory a qualification fits (an older format) is
+    // no answer: the probe runs again.
+    if (!j.contains("peak_memory_bytes") || !j["peak_memory_bytes"].is_number_integer() ||
+        !j.contains("max_step_peak_bytes") || !j["max_step_peak_bytes"].is_number_integer()) {
+      return false;
+    }
     auto& a = p->analysis;
     a.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
     a.failure.klass = j.value("class", "");
@@ -144,6 +152,8 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
     a.failure.module = j.value("module", "");
     a.failure.message = j.value("message", "");
     a.steps_completed = j.value("steps_completed", int64_t{0});
+    a.peak_memory_bytes = j["peak_memory_bytes"].get<int64_t>();
+    a.max_step_peak_bytes = j["max_step_peak_bytes"].get<int64_t>();
     p->seconds = j.value("seconds", 0.0);
     return true;
   } catch (const std::exception&) {

@@ -13,6 +13,7 @@
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/report/markdown_html.h"
@@ -62,10 +63,10 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
 }
 
 std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
-  std::string c = "dbh run " + scenario;
-  for (const auto& o : base) c += " " + o;
-  for (const auto& o : extra) c += " " + o;
-  return c;
+  std::vector<std::string> words = {"dbh", "run", scenario};
+  words.insert(words.end(), base.begin(), base.end());
+  words.insert(words.end(), extra.begin(), extra.end());
+  return shell_command(words);
 }
 
 }  // namespace
@@ -85,7 +86,9 @@ int qualify_command(const QualifyOptions& o) {
       budget = *b;
     }
     if (budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
-    if (o.margin < 0 || o.margin >= 0.9) throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9)");
+    if (!(o.margin >= 0 && o.margin < 0.9)) {  // NaN fails too
+      throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9), got " + std::to_string(o.margin));
+    }
     const auto margined = static_cast<int64_t>(static_cast<double>(budget) * (1.0 - o.margin));
     const int64_t effective = source.data.batch_size * source.train.accumulation;
     const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
@@ -143,10 +146,7 @@ int qualify_command(const QualifyOptions& o) {
     // batch is the fallback. The peak is the CUDA allocator's on a GPU (the
     // budget's ballast and context are outside it) and the process's on a CPU.
     auto peak_of = [&](const ProbeResult& p) -> int64_t {
-      if (!cuda) return p.analysis.peak_memory_bytes;
-      int64_t m = 0;
-      for (const auto& st : p.analysis.steps) m = std::max(m, st.peak_bytes);
-      return m;
+      return cuda ? p.analysis.max_step_peak_bytes : p.analysis.peak_memory_bytes;
     };
     // What the source setup needs, measured without a budget: one point of
     // the source precision's line, and the source's own verdict.
@@ -316,7 +316,7 @@ int qualify_command(const QualifyOptions& o) {
     const std::string title = "Hardware Qualification Report: " + source.name + " on " +
                               (o.profile.empty() ? format_bytes(budget) : profile.display_name);
     std::ostringstream md;
-    md << "---\ntitle: \"" << title << "\"\ntype: \"qualification\"\nverdict: \""
+    md << "---\ntitle: " << front_matter_string(title) << "\ntype: \"qualification\"\nverdict: \""
        << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
     md << "# Hardware Qualification Report\n\n";
     md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << ".** ";
@@ -370,8 +370,10 @@ int qualify_command(const QualifyOptions& o) {
                                                             "train.precision=" + best->precision})
          << "\n";
     }
-    md << "# re-run this qualification\ndbh qualify " << o.scenario
-       << (o.profile.empty() ? " --budget " + o.budget : " --profile " + o.profile) << "\n```\n\n";
+    md << "# re-run this qualification\n"
+       << shell_command({"dbh", "qualify", o.scenario, o.profile.empty() ? "--budget" : "--profile",
+                         o.profile.empty() ? o.budget : o.profile})
+       << "\n```\n\n";
     md << "## Migration checklist (measured)\n\n"
        << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
        << source.train.accumulation << " peaks at " << format_bytes(source_need.peak)

@@ -386,7 +386,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   const fs::path overlay_dir = out / "overlays";
   fs::remove_all(overlay_dir);  // a previous evaluation's overlays into this folder
   json overlays = json::array();
-  if (!order.empty()) fs::create_directories(overlay_dir);
+  if (!order.empty()) make_directories_no_follow(overlay_dir.string());
   for (size_t rank = 0; rank < order.size(); ++rank) {
     throw_if_stopped();
     const auto& e = result.images[order[rank]];

@@ -18,6 +18,7 @@
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/qualify.h"
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/common/files.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
@@ -412,21 +413,23 @@ int main(int argc, char** argv) {
       return dbh::harness::run_data_show(ds);
     }
   } catch (const dbh::harness::UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    // One line: text from the user's files and names never starts a line of
+    // its own (a CI runner reads `::command` lines from the output).
+    std::cerr << "dbh: " << dbh::harness::one_line(e.what()) << "\n";
     return 2;
   } catch (const dbh::harness::Interrupted& e) {
     // `train`, `eval` and `data show` stop between steps or images and
     // remove what they wrote (their output folder is claimed, not committed).
-    std::cerr << "dbh: " << e.what() << "; nothing was kept\n";
+    std::cerr << "dbh: " << dbh::harness::one_line(e.what()) << "; nothing was kept\n";
     return e.exit_code();
   } catch (const std::filesystem::filesystem_error& e) {
     // A file-system problem (a loop, a permission, a non-directory, a full
     // disk) is the user's to fix: name the path and the errno.
-    std::cerr << "dbh: " << (e.path1().empty() ? std::string() : e.path1().string() + ": ")
+    std::cerr << "dbh: " << (e.path1().empty() ? std::string() : dbh::harness::one_line(e.path1().string()) + ": ")
               << "expected a usable path, got an error (" << e.code().message() << ")\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dbh: internal error: " << e.what() << "\n";
+    std::cerr << "dbh: internal error: " << dbh::harness::one_line(e.what()) << "\n";
     return 3;
   }
   return 2;

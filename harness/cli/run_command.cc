@@ -23,10 +23,11 @@
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
 #include "harness/common/home.h"
+#include "harness/common/out_file.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
-#include "harness/faults/catalog.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/report/ci_conventions.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/proto/event_types.h"
@@ -78,16 +79,16 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
       }
     } else if (e.type == event::kFaultFired && p.verbose) {
       const auto fired = proto::fault_fired_from(e);
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << fired.fault
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << one_line(fired.fault)
                 << " fired at step " << fired.step << std::endl;
     } else if (e.type == event::kError) {
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
-                << proto::error_from(e).message << std::endl;
+                << one_line(proto::error_from(e).message) << std::endl;
     } else if (e.type == event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.check != "finite") return;
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
-                << "non-finite " + h.kind + " " + h.site << std::endl;
+                << one_line("non-finite " + h.kind + " " + h.site) << std::endl;
     }
   };
   TrialRecord t;
@@ -180,11 +181,16 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
   return d;
 }
 
-std::string repro_command(const Scenario& s, const std::string& scenario_path) {
-  std::string cmd = "dbh run " + shell_quote(scenario_path);
-  for (const auto& o : s.overrides) cmd += " " + shell_quote(o);
-  return cmd;
+// The words of the command that reproduces a run of `s` from `scenario_path`.
+std::vector<std::string> repro_args(const Scenario& s, const std::string& scenario_path) {
+  std::vector<std::string> args = {"dbh", "run", scenario_path};
+  args.insert(args.end(), s.overrides.begin(), s.overrides.end());
+  return args;
 }
+
+// An error message as one line: a path or value in it may hold a line break,
+// and a CI log reads a line that starts with "::" as a workflow command.
+std::string message(const std::exception& e) { return one_line(e.what()); }
 
 // The command line's overrides, with the --device and --seed shortcuts.
 std::vector<std::string> run_overrides(const RunOptions& o) {
@@ -211,7 +217,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   }
   write_file_atomically((out / "scenario.resolved.json").string(), resolved_json(r.scenario) + "\n");
   const Scenario& s = r.scenario;
-  p.line("dbh run " + s.name + ": " + [&] {
+  p.line("dbh run " + one_line(s.name) + ": " + [&] {
     std::ostringstream d;
     d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << s.data.source << ", batch "
       << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on " << s.hardware.device;
@@ -221,7 +227,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     }
     if (!s.overrides.empty()) {
       d << ", overrides:";
-      for (const auto& x : s.overrides) d << " " << x;
+      for (const auto& x : s.overrides) d << " " << one_line(x);
     }
     return d.str();
   }());
@@ -355,7 +361,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.expectation_met = false;
     r.expectation_why = {"interrupted by " + signal_name(stopped) + ": the run did not finish"};
   }
-  r.repro_command = repro_command(s, path);
+  std::vector<std::string> repro = repro_args(s, path);
   // The layout and threads this run measured or found in the cache, pinned:
   // the repro runs with them even where the cache says otherwise (Note
   // [Measured choices]).
@@ -363,9 +369,12 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     for (const char* key : {"channels_last", "threads"}) {
       const auto& v = t[key];
       if (v.value("source", std::string()) == "explicit") continue;
-      r.repro_command += " " + shell_quote("train." + std::string(key) + "=" + v["value"].dump());
+      repro.push_back("train." + std::string(key) + "=" + v["value"].dump());
     }
   }
+  // One line, every word quoted (`$'…'` for a line break in a file name), so
+  // it can be printed, put in Markdown and a CI log, and pasted back into bash.
+  r.repro_command = shell_command(repro);
   r.env = collect_environment();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Files.
@@ -392,9 +401,13 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                    {"h-mean", "precision", "recall"}, {hmean, precision, recall}, "metric");
   }
   write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
+  // repro.sh is run by /bin/sh (dash reads no `$'…'`): POSIX single quotes,
+  // which keep every byte, a line break in a file name too.
+  std::string script_command;
+  for (const auto& a : repro) script_command += (script_command.empty() ? "" : " ") + shell_quote_posix(a);
   write_file_atomically((out / "repro.sh").string(),
                         "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) + ").\nset -e\ncd " +
-                            shell_quote(fs::current_path().string()) + "\nexec " + r.repro_command + "\n");
+                            shell_quote_posix(fs::current_path().string()) + "\nexec " + script_command + "\n");
   fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::add);
   write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -412,16 +425,72 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
 
 void print_summary(const RunReport& r, const Printer& p) {
   std::ostringstream s;
-  s << (r.expectation_met ? "PASS" : "FAIL") << "  " << r.scenario.name << ": " << to_string(r.outcome);
-  if (!r.failure.klass.empty()) s << " (" << r.failure.klass;
+  // Every value on its own line: a name, path or message with a line break
+  // would start a line of its own (under GitHub Actions, a "::" line is a
+  // workflow command).
+  s << (r.expectation_met ? "PASS" : "FAIL") << "  " << one_line(r.scenario.name) << ": " << to_string(r.outcome);
+  if (!r.failure.klass.empty()) s << " (" << one_line(r.failure.klass);
   if (r.failure.step) s << " at step " << *r.failure.step;
-  if (!r.failure.module.empty()) s << " in " << r.failure.module;
+  if (!r.failure.module.empty()) s << " in " << one_line(r.failure.module);
   if (!r.failure.klass.empty()) s << ")";
   s << ", expectation " << (r.expectation_met ? "met" : "NOT met");
-  for (const auto& w : r.expectation_why) s << "\n      " << w;
-  s << "\n      report: " << r.out_dir << "/report.md";
-  if (!r.expectation_met) s << "\n      repro:  " << r.repro_command;
+  for (const auto& w : r.expectation_why) s << "\n      " << one_line(w);
+  s << "\n      report: " << one_line(r.out_dir + "/report.md");
+  if (!r.expectation_met) s << "\n      repro:  " << one_line(r.repro_command);
   if (!p.json) std::cout << s.str() << std::endl;
+}
+
+// How every JUnit file dbh writes begins and ends (report.cc's junit_xml):
+// a file with both is one dbh wrote, which a later run may replace.
+constexpr const char* kJunitHead = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dbh\" ";
+constexpr const char* kJunitTail = "</testsuites>\n";
+
+bool is_dbh_junit(const std::string& path) { return file_has_head_and_tail(path, kJunitHead, kJunitTail); }
+
+// Whether `a` and `b` are the same path, links resolved.
+bool same_path(const std::string& a, const std::string& b) { return path_within(a, b) && path_within(b, a); }
+
+// Checks --junit before anything runs: a new file, or a JUnit file dbh
+// wrote, in an existing folder; never a link, a folder, a FIFO or a device,
+// never one of the scenario `files`, never inside `out` (the command's own
+// output folder, which it writes and may remove), never an existing file
+// inside `inputs` (folders whose files it reads: a shard's junit.xml is a
+// JUnit file dbh wrote, but not one to replace). The one exception is the
+// junit.xml a suite or merge writes into its own folder anyway (`out`/
+// junit.xml, as examples/slurm and examples/kubernetes name it). Throws
+// UsageError naming --junit.
+void check_junit(const std::string& junit, const std::string& where, const std::string& out,
+                 const std::vector<std::string>& files, const std::vector<std::string>& inputs = {},
+                 bool writes_own_junit = false) {
+  if (junit.empty()) return;
+  if (writes_own_junit && same_path(junit, (fs::path(out) / "junit.xml").string())) return;
+  const std::string prefix = where + ": --junit: expected ";
+  for (const auto& f : files) {
+    if (same_file(junit, f) || fs::absolute(junit).lexically_normal() == fs::absolute(f).lexically_normal()) {
+      throw UsageError(prefix + "a file other than the scenarios being run, got the scenario file " + junit);
+    }
+  }
+  if (!out.empty() && path_within(junit, out)) {
+    throw UsageError(prefix + "a file outside the output folder " + out + ", got " + junit);
+  }
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(junit, ec)) && path_within(junit, in)) {
+      throw UsageError(prefix + "a file other than those of the folder " + in + " it reads, got " + junit);
+    }
+  }
+  check_output_file(junit, OutputFileRule{where, "--junit", is_dbh_junit, "a JUnit file dbh wrote", ""});
+}
+
+// Writes --junit (checked before the run: checked again, since the run took
+// time), atomically. Throws UsageError naming --junit.
+void write_junit(const std::string& junit, const std::string& where, const std::string& xml) {
+  check_output_file(junit, OutputFileRule{where, "--junit", is_dbh_junit, "a JUnit file dbh wrote", ""});
+  try {
+    write_file_atomically(junit, xml);
+  } catch (const ReportError& e) {
+    throw UsageError(where + ": --junit: " + e.what());
+  }
 }
 
 fs::path default_out(const std::string& name) {
@@ -449,6 +518,7 @@ int run_command(const RunOptions& o) {
     }
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
+    check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
@@ -457,21 +527,33 @@ int run_command(const RunOptions& o) {
     // and removed (what this run created of it) unless the run completes.
     OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string());
     RunReport r = run_scenario(o.scenarios.front(), o, out, p);
-    if (!o.junit.empty()) write_file_atomically(o.junit, junit_xml({r}, "dbh.run", ci));
     claim.commit();
+    // The run is complete and kept whatever becomes of --junit.
+    std::string junit_error;
+    if (!o.junit.empty()) {
+      try {
+        write_junit(o.junit, "dbh run", junit_xml({r}, "dbh.run", ci));
+      } catch (const UsageError& e) {
+        junit_error = message(e);
+      }
+    }
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     // Annotations go to stderr when stdout carries JSON.
     publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr);
+    if (!junit_error.empty()) {
+      std::cerr << "dbh: " << junit_error << "; the run's reports are in " << one_line(r.out_dir) << "\n";
+      return 2;
+    }
     if (const int sig = stop_requested(); sig != 0) {
       // As `dbh suite`: what ran is written (outcome unresolved), exit 128 + signal.
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << "; the unfinished run is in "
-                << r.out_dir << "\n";
+                << one_line(r.out_dir) << "\n";
       return 128 + sig;
     }
     return r.expectation_met ? 0 : 1;
   } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
 }
@@ -592,7 +674,7 @@ std::string host_name() {
 
 void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
-                         const std::string& junit, const std::string& shard_text) {
+                         const std::string& junit, const std::string& shard_text, const std::string& where) {
   int met = 0;
   for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
   nlohmann::ordered_json summary;
@@ -611,7 +693,8 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
   const std::string xml = junit_xml(reports, "dbh.suite", ci_environment(process_environment()));
   write_file_atomically((root / "junit.xml").string(), xml);
   write_file_atomically((root / "index.html").string(), suite_index_html(root.string(), reports, interrupted, shard_text));
-  if (!junit.empty()) write_file_atomically(junit, xml);
+  // --junit naming the junit.xml just written is that file.
+  if (!junit.empty() && !same_path(junit, (root / "junit.xml").string())) write_junit(junit, where, xml);
 }
 
 }  // namespace
@@ -642,7 +725,7 @@ int suite_command(const RunOptions& o) {
     for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
     shard = o.shard.empty() ? detect_shard(process_environment(), o.shard_count) : parse_shard(o.shard);
   } catch (const ScenarioError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
   const std::map<std::string, std::string> ids_of = scenario_ids(files);
@@ -661,7 +744,7 @@ int suite_command(const RunOptions& o) {
         all[ids_of.at(f)] = nlohmann::ordered_json::parse(resolved_json(load_scenario(f, run_overrides(o))));
       }
     } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << e.what() << "\n";
+      std::cerr << "dbh: " << message(e) << "\n";
       return 2;
     }
     std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
@@ -671,6 +754,12 @@ int suite_command(const RunOptions& o) {
       shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
   fs::path root = o.out.empty() ? fs::path("reports") / "runs" / ("suite-" + stamp()) : fs::path(o.out);
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
+  try {
+    check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
+  } catch (const UsageError& e) {
+    std::cerr << "dbh: " << message(e) << "\n";
+    return 2;
+  }
   std::optional<OutputDir> claim;
   try {
     if (!o.resume && fs::exists(root / "journal.jsonl")) {
@@ -679,7 +768,7 @@ int suite_command(const RunOptions& o) {
     }
     claim.emplace(root, "suite");
   } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
   Journal journal(root / "journal.jsonl");
@@ -702,7 +791,7 @@ int suite_command(const RunOptions& o) {
     // so --resume can continue from it.
     claim->commit();
   } catch (const ReportError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
   std::vector<RunReport> reports;
@@ -741,21 +830,21 @@ int suite_command(const RunOptions& o) {
       print_summary(r, p);
       reports.push_back(std::move(r));
     } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << e.what() << "\n";
+      std::cerr << "dbh: " << message(e) << "\n";
       return 2;
     } catch (const ReportError& e) {
       // Cannot write (disk full): the journal keeps what finished; this
       // scenario's half-written folder goes, and --resume re-runs it.
       std::error_code ec;
       fs::remove_all(dir, ec);
-      std::cerr << "dbh: " << e.what() << "\n";
+      std::cerr << "dbh: " << message(e) << "\n";
       return 2;
     }
   }
   try {
-    write_suite_outputs(root, reports, ids, interrupted, o.junit, shard_text);
-  } catch (const ReportError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    write_suite_outputs(root, reports, ids, interrupted, o.junit, shard_text, "dbh suite");
+  } catch (const UsageError& e) {  // a ReportError, or --junit
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
   int met = 0;
@@ -778,13 +867,16 @@ int suite_command(const RunOptions& o) {
                       "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
                       o.json ? std::cerr : std::cout, std::cerr);
   }
+  // With --json stdout is exactly the JSON document: the closing lines go to
+  // stderr.
+  std::ostream& human = o.json ? std::cerr : std::cout;
   if (stop_requested() != 0) {
-    std::cout << "interrupted by signal " << stop_requested() << ": " << interrupted.size()
-              << " scenario(s) not run; resume with --resume --out " << (o.out.empty() ? root.string() : o.out)
-              << std::endl;
+    human << "interrupted by signal " << stop_requested() << ": " << interrupted.size()
+          << " scenario(s) not run; resume with --resume --out "
+          << shell_quote(o.out.empty() ? root.string() : o.out) << std::endl;
     return 128 + stop_requested();
   }
-  std::cout << met << " passed, " << reports.size() - static_cast<size_t>(met) << " failed" << std::endl;
+  human << met << " passed, " << reports.size() - static_cast<size_t>(met) << " failed" << std::endl;
   return met == static_cast<int>(reports.size()) ? 0 : 1;
 }
 
@@ -793,10 +885,18 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::set<std::string> started;
   std::vector<std::string> problems;  // what keeps the merge from being complete
   size_t journals_found = 0;
+  const fs::path root = out.empty() ? fs::path("reports") / "runs" / ("merged-" + stamp()) : fs::path(out);
+  try {
+    check_junit(junit, "dbh merge", root.string(), {}, dirs, true);
+  } catch (const UsageError& e) {
+    std::cerr << "dbh: " << message(e) << "\n";
+    return 2;
+  }
   for (const auto& d : dirs) {
     std::error_code ec;
     if (!fs::is_directory(d, ec)) {
-      std::cerr << "dbh merge: " << d << ": expected a suite output folder, got " << describe_path(d) << "\n";
+      std::cerr << "dbh merge: " << one_line(d) << ": expected a suite output folder, got " << describe_path(d)
+                << "\n";
       return 2;
     }
     std::vector<fs::path> journals;
@@ -813,7 +913,8 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       }
     }
     if (ec) {
-      std::cerr << "dbh merge: " << d << ": expected a readable suite output folder, got an error (" << ec.message()
+      std::cerr << "dbh merge: " << one_line(d) << ": expected a readable suite output folder, got an error ("
+                << ec.message()
                 << ")\n";
       return 2;
     }
@@ -849,7 +950,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   }
   if (journals_found == 0) {
     std::cerr << "dbh merge: expected suite output folders holding journal.jsonl, got none in";
-    for (const auto& d : dirs) std::cerr << " " << d;
+    for (const auto& d : dirs) std::cerr << " " << one_line(d);
     std::cerr << "\n";
     return 2;
   }
@@ -885,19 +986,18 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     reports.push_back(r);
     order.push_back(id);
   }
-  const fs::path root = out.empty() ? fs::path("reports") / "runs" / ("merged-" + stamp()) : fs::path(out);
   try {
     OutputDir claim(root, "merge");
-    write_suite_outputs(root, reports, order, {}, junit, "merged");
+    write_suite_outputs(root, reports, order, {}, junit, "merged", "dbh merge");
     claim.commit();
   } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
+    std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
   int met = 0;
   for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
   std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, "
-            << reports.size() - static_cast<size_t>(met) << " failed\nsuite: " << (root / "suite.json").string()
+            << reports.size() - static_cast<size_t>(met) << " failed\nsuite: " << one_line((root / "suite.json").string())
             << std::endl;
   if (!problems.empty()) {
     std::cerr << "dbh merge: the merged result is incomplete:\n";
@@ -936,7 +1036,7 @@ int list_command(const std::string& what, const std::string& dir) {
                   << format_bytes(p.memory_bytes) << std::setw(14) << p.architecture << p.notes << "\n";
       }
     } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << e.what() << "\n";
+      std::cerr << "dbh: " << message(e) << "\n";
       return 2;
     }
     return 0;
@@ -944,7 +1044,7 @@ int list_command(const std::string& what, const std::string& dir) {
   if (what == "scenarios") {
     const fs::path d = dir.empty() ? fs::path(dbh_home()) / "scenarios" : fs::path(dir);
     if (std::error_code ec; !fs::is_directory(d, ec)) {
-      std::cerr << "dbh list scenarios: " << d.string() << ": expected a folder of scenarios, got "
+      std::cerr << "dbh list scenarios: " << one_line(d.string()) << ": expected a folder of scenarios, got "
                 << describe_path(d.string()) << "\n";
       return 2;
     }
@@ -952,17 +1052,25 @@ int list_command(const std::string& what, const std::string& dir) {
     try {
       files = expand_scenarios({d.string()});
     } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << e.what() << "\n";
+      std::cerr << "dbh: " << message(e) << "\n";
       return 2;
     }
+    // A name begins the line: one line, and never "::" (a CI log's workflow
+    // command).
+    const auto line_start = [](const std::string& text) {
+      const std::string l = one_line(text);
+      return l.rfind("::", 0) == 0 ? " " + l : l;
+    };
     for (const auto& f : files) {
       try {
         const auto s = load_scenario(f);
-        std::cout << std::left << std::setw(36) << s.name << " expect " << s.expect.outcome
+        std::cout << std::left << std::setw(36) << line_start(s.name) << " expect " << s.expect.outcome
                   << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  "
-                  << (s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description) << "\n";
+                  << one_line(s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description)
+                  << "\n";
       } catch (const ScenarioError& e) {
-        std::cout << std::left << std::setw(36) << fs::path(f).stem().string() << " INVALID: " << e.what() << "\n";
+        std::cout << std::left << std::setw(36) << line_start(fs::path(f).stem().string()) << " INVALID: " << message(e)
+                  << "\n";
       }
     }
     return 0;

@@ -11,6 +11,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/scenario/from_command.h"
@@ -67,8 +68,9 @@ std::string command_text(const std::vector<std::string>& args) {
   }
   if (args.size() == 1) return args.front();
   std::string text;
+  // Re-split by split_shell_words, which reads POSIX quotes (not `$'…'`).
   for (const auto& a : args)
-    text += (text.empty() ? "" : " ") + shell_quote(a);
+    text += (text.empty() ? "" : " ") + shell_quote_posix(a);
   return text;
 }
 
@@ -92,17 +94,11 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   fs::path out;
   if (!o.out.empty()) {
     out = fs::absolute(o.out).lexically_normal();
-    std::error_code ec;
-    const fs::file_status st = fs::symlink_status(out, ec);
-    if (fs::exists(st) && (!o.force || !fs::is_regular_file(st))) {
-      throw UsageError(std::string(kWhere) + " --out: expected a new file" +
-                       (fs::is_regular_file(st) ? " (or --force to replace it)" : "") + ", got " +
-                       describe_path(out.string()) + " (" + o.out + ")");
-    }
-    if (!fs::is_directory(out.parent_path(), ec)) {
-      throw UsageError(std::string(kWhere) + " --out: expected a file in an existing folder, got " +
-                       describe_path(out.parent_path().string()) + " (" + out.parent_path().string() + ")");
-    }
+    // With --force any regular file may be replaced; never a link, a folder,
+    // a FIFO or a device.
+    OutputFileRule rule{kWhere, "--out", nullptr, "", "(or --force to replace it)"};
+    if (o.force) rule.may_replace = [](const std::string&) { return true; };
+    check_output_file(o.out, rule);
   }
   if (!o.base.empty()) {
     check_input_file(o.base, "a scenario file", kWhere, "--base");

@@ -1,7 +1,11 @@
 #include "harness/cli/train_command.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -21,7 +25,7 @@
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
 #include "harness/worker/training.h"
@@ -239,8 +243,25 @@ int run_train_command(const TrainCommandOptions& o) {
               << s.hardware.device << ", seed " << s.train.seed << "\n";
   }
   const fs::path csv_path = out / "metrics.csv";
-  std::ofstream csv(csv_path);
-  csv << "step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,loss_bits\n";
+  // Created anew, never written through a link left in the folder (files.h,
+  // Note [Never through a link]); written a row at a time, so it can be
+  // followed while training runs.
+  struct Csv {
+    int fd = -1;
+    int error = 0;
+    ~Csv() {
+      if (fd >= 0) ::close(fd);
+    }
+    void write(const std::string& text) {
+      if (error == 0) error = write_all(fd, text.data(), text.size());
+    }
+  } csv;
+  csv.fd = create_file_no_follow(csv_path.string());
+  if (csv.fd < 0) {
+    throw ReportError(csv_path.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) +
+                      ")");
+  }
+  csv.write("step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,loss_bits\n");
   auto save = [&](const fs::path& path) {
     // Through a temporary name: a checkpoint is complete or absent.
     const fs::path tmp = path.string() + ".tmp";
@@ -266,9 +287,11 @@ int run_train_command(const TrainCommandOptions& o) {
       throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
     }
     results.push_back(r);
-    csv << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << ","
+    std::ostringstream row;
+    row << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << ","
         << r.dice << "," << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << ","
         << r.loss_scale << "," << r.seconds << "," << r.loss_bits << "\n";
+    csv.write(row.str());
     if (!o.quiet) {
       std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss "
                 << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
@@ -283,8 +306,12 @@ int run_train_command(const TrainCommandOptions& o) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop_check();
   save(out / "checkpoint-final.pt");
-  csv.close();
-  if (!csv) throw ReportError(csv_path.string() + ": expected a writable file, got a write error");
+  if (csv.error == 0 && ::close(csv.fd) != 0) csv.error = errno;
+  csv.fd = -1;
+  if (csv.error != 0) {
+    throw ReportError(csv_path.string() + ": expected a writable file, got a write error (" +
+                      std::strerror(csv.error) + ")");
+  }
 
   bool finite = true;
   for (const auto& r : results) finite = finite && std::isfinite(r.loss);

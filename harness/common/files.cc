@@ -9,10 +9,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include "harness/common/error.h"
 
 namespace dbh::harness {
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -50,7 +53,7 @@ std::string errno_text(int err) {
 // Returns 0 or the errno. A file system that cannot sync directories
 // (EINVAL) has nothing more to do.
 int sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
+  std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno;
@@ -78,38 +81,193 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
   }
 }
 
+// Output roots (Note [Never through a link]), absolute and lexically normal.
+std::mutex g_roots_mutex;
+std::multiset<std::string>& output_roots() {
+  static std::multiset<std::string> roots;
+  return roots;
+}
+
+// `p` absolute and lexically normal, without a trailing separator.
+fs::path clean_absolute(const fs::path& p) {
+  std::error_code ec;
+  fs::path a = fs::absolute(p, ec);
+  if (ec) a = p;
+  a = a.lexically_normal();
+  if (!a.has_filename() && a.has_relative_path()) a = a.parent_path();
+  return a;
+}
+
+// The innermost output root that is `dir` or holds it; empty when none does.
+fs::path root_holding(const fs::path& dir) {
+  std::lock_guard<std::mutex> lock(g_roots_mutex);
+  std::string best;
+  for (const auto& r : output_roots()) {
+    const fs::path rel = dir.lexically_relative(r);
+    if (rel.empty() || *rel.begin() == "..") continue;
+    if (r.size() > best.size()) best = r;
+  }
+  return best;
+}
+
+// Opens the folder `dir` (clean_absolute) for the *at() calls: down to its
+// output root as open(2) does, below it one folder at a time with
+// O_NOFOLLOW, so a link on the way is refused (ELOOP) rather than followed.
+// Outside every root, `strict_last` still refuses a link at `dir` itself
+// (a folder dbh descends into). Creates missing folders when `create`.
+// Returns the descriptor, or -1 with errno set and `*failed` naming the
+// folder that could not be opened.
+int open_folder(const fs::path& dir, bool create, bool strict_last, fs::path* failed) {
+  fs::path top = root_holding(dir);
+  if (top.empty()) top = strict_last && dir.has_relative_path() ? dir.parent_path() : dir;
+  std::error_code ec;
+  if (create) fs::create_directories(top, ec);
+  *failed = top;
+  int fd = ::open(top.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  fs::path walk = top;
+  for (const auto& part : dir.lexically_relative(top)) {
+    if (part == "." || part.empty()) continue;
+    walk /= part;
+    *failed = walk;
+    if (create && ::mkdirat(fd, part.c_str(), 0777) != 0 && errno != EEXIST) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return -1;
+    }
+    const int next = ::openat(fd, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    if (next < 0 && err == ENOTDIR) {
+      struct stat st {};
+      if (::fstatat(fd, part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) err = ELOOP;
+    }
+    ::close(fd);
+    if (next < 0) {
+      errno = err;
+      return -1;
+    }
+    fd = next;
+  }
+  return fd;
+}
+
+// Creates `name` in the folder `dir` as a new regular file open for writing
+// (Note [Never through a link]). -1 and errno on failure.
+int create_at(int dir, const std::string& name, int extra_flags) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::openat(dir, name.c_str(),
+                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | extra_flags, 0644);
+    if (fd >= 0 || errno != EEXIST) return fd;
+    // Something is there: the name goes, never what it points to. A folder
+    // stays (EISDIR).
+    if (::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT) return -1;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+// What stands where a folder dbh writes in should be, in words.
+std::string not_a_folder(const fs::path& p, int err) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code ec;
+      const fs::path to = fs::read_symlink(p, ec);
+      return "a symlink" + (ec ? std::string() : " (to " + to.string() + ")") +
+             ", which dbh never writes through";
+    }
+    if (!S_ISDIR(st.st_mode)) return kind_of(st.st_mode);
+  }
+  return errno_text(err);
+}
+
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw ReportError(path + ": expected a writable file, got: " + std::strerror(errno));
-  }
-  const char* p = text.data();
-  size_t left = text.size();
-  int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
+void add_output_root(const std::string& root) {
+  const std::string r = clean_absolute(root).string();
+  std::lock_guard<std::mutex> lock(g_roots_mutex);
+  output_roots().insert(r);
+}
+
+void remove_output_root(const std::string& root) {
+  const std::string r = clean_absolute(root).string();
+  std::lock_guard<std::mutex> lock(g_roots_mutex);
+  if (const auto it = output_roots().find(r); it != output_roots().end()) output_roots().erase(it);
+}
+
+int write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+    if (n <= 0) return n < 0 ? errno : EIO;
+    data += n;
+    size -= static_cast<size_t>(n);
   }
+  return 0;
+}
+
+int create_file_no_follow(const std::string& path, int extra_flags) {
+  const fs::path p = clean_absolute(path);
+  fs::path failed;
+  const int dir = open_folder(p.parent_path(), /*create=*/false, /*strict_last=*/false, &failed);
+  if (dir < 0) return -1;
+  const int fd = create_at(dir, p.filename().string(), extra_flags);
+  const int err = errno;
+  ::close(dir);
+  errno = err;
+  return fd;
+}
+
+void make_directories_no_follow(const std::string& path) {
+  const fs::path p = clean_absolute(path);
+  fs::path failed;
+  const int fd = open_folder(p, /*create=*/true, /*strict_last=*/true, &failed);
+  if (fd < 0) {
+    const int err = errno;
+    throw ReportError(path + ": expected a folder dbh can write in, got " +
+                      (failed == p ? std::string() : "at " + failed.string() + " ") + not_a_folder(failed, err));
+  }
+  ::close(fd);
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const fs::path p = clean_absolute(path);
+  const std::string name = p.filename().string();
+  fs::path failed;
+  const int dir = open_folder(p.parent_path(), /*create=*/false, /*strict_last=*/false, &failed);
+  if (dir < 0) {
+    const int err = errno;
+    throw ReportError(path + ": expected a writable file, got a folder on the way that is " +
+                      not_a_folder(failed, err) + " (" + failed.string() + ")");
+  }
+  const std::string tmp = name + ".tmp." + std::to_string(::getpid());
+  const int fd = create_at(dir, tmp, 0);
+  if (fd < 0) {
+    const int err = errno;
+    ::close(dir);
+    throw ReportError(path + ": expected a writable file, got: " + std::strerror(err));
+  }
+  int err = write_all(fd, text.data(), text.size());
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir, tmp.c_str(), 0);
+    ::close(dir);
     throw ReportError(path + ": expected a writable file, got a write error (" + std::strerror(err) + ")");
   }
-  try {
-    rename_into_place(tmp, path);
-  } catch (...) {
-    ::unlink(tmp.c_str());  // gone already when only the directory sync failed
-    throw;
+  // renameat replaces whatever is at `name` (a link included) and never
+  // writes through it.
+  if (::renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
+    err = errno;
+    ::unlinkat(dir, tmp.c_str(), 0);
+    ::close(dir);
+    throw ReportError(path + ": cannot rename the temporary file: " + std::strerror(err));
+  }
+  err = ::fsync(dir) == 0 || errno == EINVAL ? 0 : errno;
+  ::close(dir);
+  if (err != 0) {
+    throw ReportError(path + ": expected a writable folder, got an error syncing it (" + std::strerror(err) + ")");
   }
 }
 
@@ -135,6 +293,39 @@ void check_input_file(const std::string& path, const std::string& what, const st
   if (::access(path.c_str(), R_OK) != 0) fail(path, what, where, key, errno_text(errno));
 }
 
+namespace {
+
+// Whether the zip archive open at `fd` (`size` bytes, `tail` its last bytes
+// holding the end record) names the entries every LibTorch archive has: a
+// `version` record and a pickle (`data.pkl`), under the archive's folder.
+// True where the central directory lies beyond a 32-bit offset (zip64: not
+// read here; LibTorch's own reader judges it).
+bool zip_names_torch_entries(int fd, off_t size, const std::string& tail) {
+  const size_t end = tail.rfind(std::string("PK\x05\x06", 4));
+  if (end == std::string::npos || end + 22 > tail.size()) return false;
+  auto u16 = [](const char* p) { return static_cast<uint32_t>(static_cast<unsigned char>(p[0])) |
+                                        static_cast<uint32_t>(static_cast<unsigned char>(p[1])) << 8; };
+  auto u32 = [&](const char* p) { return u16(p) | u16(p + 2) << 16; };
+  const uint32_t cd_size = u32(tail.data() + end + 12), cd_offset = u32(tail.data() + end + 16);
+  if (cd_offset == 0xFFFFFFFFu || cd_size == 0xFFFFFFFFu) return true;
+  if (static_cast<off_t>(cd_offset) + static_cast<off_t>(cd_size) > size || cd_size > (64u << 20)) return false;
+  std::string cd(cd_size, '\0');
+  if (::pread(fd, cd.data(), cd.size(), cd_offset) != static_cast<ssize_t>(cd.size())) return false;
+  bool version = false, pickle = false;
+  for (size_t i = 0; i + 46 <= cd.size() && cd.compare(i, 4, std::string("PK\x01\x02", 4)) == 0;) {
+    const size_t name_len = u16(cd.data() + i + 28), extra = u16(cd.data() + i + 30), comment = u16(cd.data() + i + 32);
+    if (i + 46 + name_len > cd.size()) return false;
+    const std::string name = cd.substr(i + 46, name_len);
+    const std::string base = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
+    version = version || base == "version" || base == ".data/version";
+    pickle = pickle || base == "data.pkl";
+    i += 46 + name_len + extra + comment;
+  }
+  return version && pickle;
+}
+
+}  // namespace
+
 void check_checkpoint_file(const std::string& path, const std::string& where, const std::string& key) {
   const std::string what = "a complete LibTorch checkpoint or weights file (a zip archive)";
   check_input_file(path, what, where, key);
@@ -149,12 +340,15 @@ void check_checkpoint_file(const std::string& path, const std::string& where, co
   const off_t tail_len = std::min<off_t>(size, 65536 + 22);
   std::string tail(static_cast<size_t>(tail_len), '\0');
   const bool read_ok = ::pread(fd, tail.data(), tail.size(), size - tail_len) == tail_len;
-  ::close(fd);
   const bool zip_end = read_ok && tail.find(std::string("PK\x05\x06", 4)) != std::string::npos;
-  if (!zip_head || !zip_end) {
+  const bool torch_entries = zip_head && zip_end && zip_names_torch_entries(fd, size, tail);
+  ::close(fd);
+  if (!zip_head || !zip_end || !torch_entries) {
     fail(path, what, where, key,
-         std::string(!zip_head ? "a file that is not one" : "a truncated archive (no end record)") + ", " +
-             std::to_string(size) + " bytes");
+         std::string(!zip_head  ? "a file that is not one"
+                     : !zip_end ? "a truncated archive (no end record)"
+                                : "a zip archive without LibTorch's entries (version, data.pkl)") +
+             ", " + std::to_string(size) + " bytes");
   }
 }
 

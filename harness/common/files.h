@@ -30,12 +30,51 @@ void check_checkpoint_file(const std::string& path, const std::string& where = "
 std::string read_input_file(const std::string& path, const std::string& what,
                             size_t max_bytes = kMaxInputFileBytes);
 
+// Note [Never through a link]: dbh writes only inside its output and cache
+// folders, and a folder it reuses may hold links someone else put there
+// (`main/stdout.log -> ~/thesis.tex`, `main -> ~`). So every file dbh makes
+// there is created anew, never written through what was at its name: the old
+// entry (a file of an earlier run, a link, a FIFO) is unlinked, the name and
+// never its target, and the file is created with O_CREAT | O_EXCL |
+// O_NOFOLLOW in a folder opened without following links. Below an output
+// root (the folder an OutputDir holds, the worker's run folder) every folder
+// on the way is entered with O_NOFOLLOW too: a link there (dbh never makes
+// one on the way to a file it writes) would lead out of the folder, and is
+// refused. The root itself may be a link: it is the user's choice.
+
+/// Marks `root` as a folder this process writes in (Note [Never through a
+/// link]) until remove_output_root(root). Roots may nest; the innermost one
+/// holding a path applies. Thread-safe.
+void add_output_root(const std::string& root);
+/// Undoes one add_output_root(root).
+void remove_output_root(const std::string& root);
+
+/// Creates `path` as a new, empty regular file (mode 0644) open for writing
+/// (O_WRONLY | O_CLOEXEC | `extra_flags`), never writing through what was at
+/// that name (Note [Never through a link]). Returns the descriptor, or -1
+/// with errno set: EISDIR when a folder is at `path`, ENOTDIR or ELOOP when a
+/// folder on the way below an output root is a link or not a folder.
+int create_file_no_follow(const std::string& path, int extra_flags = 0);
+
+/// Writes all of `data` to `fd`, retrying short writes and EINTR. Returns 0 or
+/// the errno of the failed write.
+int write_all(int fd, const char* data, size_t size);
+
+/// Makes `path` a folder dbh may write in: creates what is missing (as
+/// std::filesystem::create_directories) and refuses a link or a non-folder at
+/// `path` itself and at every folder below the output root holding it (Note
+/// [Never through a link]). Throws ReportError "<path>: expected a folder dbh
+/// can write in, got a symlink (to …)" naming what is there instead.
+void make_directories_no_follow(const std::string& path);
+
 /// Writes `text` to `path` so that readers see the old file or the whole new
 /// one, never a torn one, and a full disk leaves no partial file: written to
 /// `<path>.tmp.<pid>` (same directory, so two processes writing the same file
 /// never share a temporary), fsync'd, renamed over `path`, then the directory
-/// fsync'd so the rename survives a crash. Throws ReportError naming the path
-/// and the system's reason; the temporary file is removed on failure.
+/// fsync'd so the rename survives a crash. The temporary is created and
+/// renamed as create_file_no_follow does: a link at `path` is replaced, never
+/// written through. Throws ReportError naming the path and the system's
+/// reason; the temporary file is removed on failure.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 /// Puts the complete file `tmp` (written by someone else, e.g. LibTorch) in

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace dbh::harness {
 
@@ -18,9 +19,14 @@ namespace dbh::harness {
 /// with the path and the errno.
 ///
 /// Until commit() is called, destroying the object (an error, an exception)
-/// removes what the command created and nothing else: the whole folder when
-/// the command created it, else the entries that were not there before.
-/// Either way the lock is released and its file removed.
+/// removes what this command created and nothing else (Note [Removing only
+/// what we made]): once the lock is held, the entries that were not there
+/// when it was taken; and the folders it made on the way, when empty. A
+/// command that did not get the lock removes nothing: the folder is someone
+/// else's. Either way a lock this command held is released and its file
+/// removed. While the lock is held the folder is an output root, below which
+/// dbh's file helpers never follow a link (harness/common/files.h, Note
+/// [Never through a link]).
 class OutputDir {
  public:
   OutputDir(std::filesystem::path path, std::string owner);
@@ -37,14 +43,16 @@ class OutputDir {
  private:
   void release() noexcept;
 
-  std::filesystem::path path_;
+  std::filesystem::path path_;  // as given
+  std::filesystem::path abs_;   // absolute, lexically normal
   std::string owner_;
-  bool created_ = false;
-  std::filesystem::path first_created_;  // the topmost folder this command created
+  bool created_ = false;                      // this command made the folder itself
+  std::vector<std::filesystem::path> made_;   // folders this command made, outermost first
   bool existed_ = false;
   bool committed_ = false;
-  int lock_fd_ = -1;
-  std::set<std::string> before_;  // entries present before the claim
+  int lock_fd_ = -1;    // >= 0 only while this command holds the lock
+  bool armed_ = false;  // the lock is held and before_ is complete
+  std::set<std::string> before_;  // entries present when the lock was taken
 };
 
 }  // namespace dbh::harness

@@ -24,16 +24,6 @@ std::string now_iso() { return format_now("%Y-%m-%dT%H:%M:%S%z"); }
 
 std::string timestamp_compact() { return format_now("%Y%m%d-%H%M%S"); }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@") ==
-                        std::string::npos) {
-    return s;
-  }
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 namespace {
 
 // Decodes one UTF-8 sequence at s[i]; returns its length, or 0 when invalid.
@@ -86,7 +76,81 @@ std::string map_code_points(const std::string& s, F f) {
   return out;
 }
 
+// Characters no shell treats specially anywhere in a word.
+constexpr std::string_view kShellPlain =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@";
+
+bool shell_plain(const std::string& s) {
+  return !s.empty() && s.find_first_not_of(kShellPlain) == std::string::npos;
+}
+
+std::string single_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// A code point that would end or disturb a line of text: C0 and C1 controls,
+// DEL, and the Unicode line and paragraph separators.
+bool breaks_line(uint32_t cp) {
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x2028 || cp == 0x2029;
+}
+
 }  // namespace
+
+std::string shell_quote(const std::string& s) {
+  if (shell_plain(s)) return s;
+  bool plain_text = true;  // valid UTF-8 without line-breaking characters
+  for (size_t i = 0; i < s.size() && plain_text;) {
+    uint32_t cp = 0;
+    const size_t n = utf8_length(s, i, &cp);
+    plain_text = n != 0 && !breaks_line(cp);
+    i += n == 0 ? 1 : n;
+  }
+  if (plain_text) return single_quoted(s);
+  // bash's ANSI-C quoting: one line, every byte spelled out. '!' too, so an
+  // interactive shell's history expansion never touches it.
+  static const char* kHex = "0123456789ABCDEF";
+  const auto hex = [&](std::string& out, unsigned char b) {
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 0xF];
+  };
+  std::string out = "$'";
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8_length(s, i, &cp);
+    if (n == 0) {
+      hex(out, static_cast<unsigned char>(s[i]));
+      ++i;
+      continue;
+    }
+    switch (cp) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '\\': out += "\\\\"; break;
+      case '\'': out += "\\'"; break;
+      case '!': hex(out, '!'); break;
+      default:
+        if (breaks_line(cp)) {
+          for (size_t k = 0; k < n; ++k) hex(out, static_cast<unsigned char>(s[i + k]));
+        } else {
+          out.append(s, i, n);
+        }
+    }
+    i += n;
+  }
+  return out + "'";
+}
+
+std::string shell_quote_posix(const std::string& s) { return shell_plain(s) ? s : single_quoted(s); }
+
+std::string shell_command(const std::vector<std::string>& args) {
+  std::string out;
+  for (const auto& a : args) out += (out.empty() ? "" : " ") + shell_quote(a);
+  return out;
+}
 
 std::string safe_file_name(const std::string& s) {
   std::string out;

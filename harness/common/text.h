@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dbh::harness {
 
@@ -8,8 +9,22 @@ namespace dbh::harness {
 std::string now_iso();
 /// Local time for folder names ("20261121-083000").
 std::string timestamp_compact();
-/// `s` quoted for a POSIX shell when it needs quoting.
+/// `s` as one shell word on one line that bash (and zsh, ksh) reads back as
+/// exactly `s`: as is when it holds only characters no shell treats
+/// specially, in POSIX single quotes when it is printable, and in bash's
+/// `$'…'` form when it holds a control character, a line or paragraph
+/// separator or bytes that are not UTF-8 (`\n`, `\t`, `\r`, `\\`, `\'`,
+/// others as `\xHH`). Never spans lines and never holds a control character,
+/// so a command built from it can be printed, put in a Markdown code span or a
+/// CI log without breaking out of its line. For every command dbh prints.
 std::string shell_quote(const std::string& s);
+/// `s` as one word for a POSIX shell (dash included): as is or in single
+/// quotes, which keep every byte, line breaks included, so the word may span
+/// lines. Only for scripts dbh writes and reads with a POSIX shell
+/// (`repro.sh`) and for text dbh re-splits itself; never print it.
+std::string shell_quote_posix(const std::string& s);
+/// `args` as one line of shell words, each shell_quote'd: "dbh run 's x.yaml'".
+std::string shell_command(const std::vector<std::string>& args);
 
 /// `s` as one portable file name: characters other than letters, digits,
 /// '.', '_' and '-' become '_', at most 96 bytes, never empty, "." or "..".

@@ -162,7 +162,7 @@ std::vector<int64_t> scaled_indices(int64_t n, double factor) {
 
 // Note [Fault registry]
 // ~~~~~~~~~~~~~~~~~~~~~
-// A fault is declared once in the catalog (catalog.cc: its parameters, help
+// A fault is declared once in the catalog (scenario/fault_catalog.cc: its parameters, help
 // and schedule) and acts through one entry here: the hooks of the training
 // step it acts at, each called only for a fault scheduled to fire there
 // (FaultConfig::fires_at), except `on_model` and `on_start`, which run before

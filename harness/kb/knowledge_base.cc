@@ -10,7 +10,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "harness/worker/event_writer.h"
+#include "harness/proto/event_writer.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 

@@ -294,20 +294,52 @@ void publish_to_github(const CiEnvironment& ci, const std::string& title, const 
       return;
     }
     const std::string& path = ci.github_step_summary;
+    const std::string shown = one_line(path);  // never a second line in a CI log
+    // Appended only to a regular file: O_NOFOLLOW refuses a link (it would
+    // append wherever it points), O_NONBLOCK keeps a FIFO without a reader
+    // from blocking open() forever, and fstat refuses a FIFO with one, a
+    // device or anything else that is not a file.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ELOOP) {
+        warn(shown + ": expected a regular file, got a symbolic link");
+      } else if (e == ENXIO) {
+        warn(shown + ": expected a regular file, got a FIFO");
+      } else {
+        warn(shown + ": " + std::strerror(e));
+      }
+      return;
+    }
+    struct FdCloser {
+      int fd;
+      ~FdCloser() {
+        if (fd >= 0) ::close(fd);
+      }
+    } closer{fd};
     struct stat st{};
-    const size_t existing = ::stat(path.c_str(), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
+    if (::fstat(fd, &st) != 0) {
+      warn(shown + ": " + std::strerror(errno));
+      return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      warn(shown + ": expected a regular file, got " +
+           (S_ISFIFO(st.st_mode)  ? "a FIFO"
+            : S_ISCHR(st.st_mode) ? "a character device"
+            : S_ISBLK(st.st_mode) ? "a block device"
+            : S_ISSOCK(st.st_mode) ? "a socket"
+            : S_ISDIR(st.st_mode)  ? "a directory"
+                                   : "a special file"));
+      return;
+    }
+    const size_t existing = static_cast<size_t>(st.st_size);
     // A blank line keeps this summary apart from what an earlier command of
     // the step appended.
     const std::string sep = existing > 0 ? "\n" : "";
     const size_t room = kGithubSummaryLimit > existing + sep.size() ? kGithubSummaryLimit - existing - sep.size() : 0;
     const std::string text = github_summary_markdown(title, results, ci.github_workspace, room);
     if (text.empty()) {
-      warn(path + " is full (GitHub's 1 MiB limit)");
-      return;
-    }
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      warn(path + ": " + std::strerror(errno));
+      warn(shown + " is full (GitHub's 1 MiB limit)");
       return;
     }
     const std::string all = sep + text;
@@ -322,10 +354,11 @@ void publish_to_github(const CiEnvironment& ci, const std::string& title, const 
       }
       done += static_cast<size_t>(n);
     }
+    closer.fd = -1;
     if (::close(fd) != 0 && error == 0) error = errno;
-    if (error != 0) warn(path + ": " + std::strerror(error));
+    if (error != 0) warn(shown + ": " + std::strerror(error));
   } catch (const std::exception& e) {
-    warn(e.what());
+    warn(one_line(e.what()));
   }
 }
 

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/common/text.h"
 #include "harness/report/html_page.h"
 #include "harness/version.h"
@@ -544,6 +546,14 @@ std::string markdown_page_html(const std::string& title, const std::string& mark
   return valid_utf8(html_page_head(title) + Renderer(split_lines(markdown)).render() +
                     "<hr><p class=\"sub\">Written by dbh " + esc(kVersion) +
                     " from the Markdown file of the same name beside this page.</p>\n</body>\n</html>\n");
+}
+
+std::string front_matter_string(const std::string& value) {
+  std::string out;
+  for (const char c : nlohmann::json(one_line(value)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+    out += c == '<' ? "\\u003c" : c == '>' ? "\\u003e" : std::string(1, c);
+  }
+  return out;
 }
 
 }  // namespace dbh::harness

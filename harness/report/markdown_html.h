@@ -23,4 +23,9 @@ namespace dbh::harness {
 /// input can open a tag, an attribute or an entity.
 std::string markdown_page_html(const std::string& title, const std::string& markdown);
 
+/// `value` as a YAML front-matter string: one line of valid UTF-8, a JSON
+/// (hence YAML) double-quoted string with `<` and `>` as \u escapes, so a
+/// renderer that shows front matter as text never meets markup in it.
+std::string front_matter_string(const std::string& value);
+
 }  // namespace dbh::harness

@@ -14,6 +14,7 @@
 #include "harness/common/files.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/report/markdown_html.h"
 
 namespace dbh::harness {
 
@@ -221,15 +222,7 @@ std::string report_markdown(const RunReport& r) {
                    (f.step ? " at step " + std::to_string(*f.step) : "")
              : "Scenario " + one_line(s.name) + " passed";
   // Front matter values are JSON strings, which YAML reads as they are.
-  // `<` and `>` as \u escapes, which YAML reads back, so a renderer that
-  // shows the front matter as text never sees markup in it.
-  const auto yaml_string = [](const std::string& v) {
-    std::string out;
-    for (const char c : nlohmann::json(one_line(v)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
-      out += c == '<' ? "\\u003c" : c == '>' ? "\\u003e" : std::string(1, c);
-    }
-    return out;
-  };
+  const auto yaml_string = [](const std::string& v) { return front_matter_string(v); };
   const std::string name_md = markdown_inline(s.name);
   md << "---\n"
      << "title: " << yaml_string(title) << "\n"
@@ -294,7 +287,8 @@ std::string report_markdown(const RunReport& r) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
   }
   md << "- Settings: " << non_default_settings(s) << "\n\n";
-  md << "## Steps to Reproduce\n\n```sh\n" << r.repro_command << "\n```\n\n"
+  // One line (shell_quote'd words): no line of it can close the fence.
+  md << "## Steps to Reproduce\n\n```sh\n" << one_line(r.repro_command) << "\n```\n\n"
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "
         "the command above.\n\n";
   md << "## Expected Behavior\n\n";
@@ -446,7 +440,7 @@ std::string report_markdown(const RunReport& r) {
     md << "None needed.\n";
   }
   md << "\n## Testing\n\n"
-     << "1. Apply the resolution.\n2. Re-run `" << r.repro_command << "`.\n"
+     << "1. Apply the resolution.\n2. Re-run " << markdown_code(r.repro_command) << ".\n"
      << "3. Check that `report.json` shows `outcome: passed` and that every health check passed.\n\n";
   md << "## Prevention\n\n"
      << "- Keep this scenario in the CI smoke suite (`dbh suite scenarios/`) with its expectation.\n"

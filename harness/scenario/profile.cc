@@ -6,7 +6,7 @@
 #include "harness/common/error.h"
 #include "harness/common/home.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;

@@ -17,7 +17,7 @@
 #include "harness/kb/knowledge_base.h"
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
-#include "harness/faults/catalog.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
@@ -297,6 +297,10 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
           fail(x->loc, path + "." + p.name, "a size such as 512MiB", x->describe());
         }
         break;
+      case ParamType::kModule:
+      case ParamType::kModulePrefix:  // checked against the model below, defaults too
+        if (!x->is_scalar()) fail(x->loc, path + "." + p.name, "a module name", x->describe());
+        break;
       case ParamType::kString:
         if (!x->is_scalar()) fail(x->loc, path + "." + p.name, "a string", x->describe());
         if (!p.allowed.empty() &&
@@ -308,23 +312,20 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
     }
     f.params[p.name] = x->scalar;
   }
-  // Module names must be ones the model reports.
-  for (const char* key : {"module"}) {
-    const auto it = f.params.find(key);
-    if (it == f.params.end() || it->second.empty()) continue;
+  // Module names, written or defaults, must be ones the model reports.
+  for (const auto& p : spec->params) {
+    if (p.type != ParamType::kModule && p.type != ParamType::kModulePrefix) continue;
+    const std::string& name = f.params[p.name];
+    if (name.empty()) continue;
     const auto& known = known_module_names(decoder);
-    const bool exact = std::find(known.begin(), known.end(), it->second) != known.end();
-    const bool prefix = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
-      return n.rfind(it->second + ".", 0) == 0;
-    });
-    if (!exact && !(f.name == "nan_gradient" && prefix)) {
-      const Value* x = v.find(key);
-      fail(x ? x->loc : v.loc, path + "." + key, "a module name of the " + decoder + " model",
-           "\"" + it->second + "\"" + did_you_mean(it->second, known));
+    const bool exact = std::find(known.begin(), known.end(), name) != known.end();
+    const bool prefix =
+        std::any_of(known.begin(), known.end(), [&](const std::string& n) { return n.rfind(name + ".", 0) == 0; });
+    if (!exact && !(p.type == ParamType::kModulePrefix && prefix)) {
+      const Value* x = v.find(p.name);
+      fail(x ? x->loc : v.loc, path + "." + p.name, "a module name of the " + decoder + " model",
+           "\"" + name + "\"" + did_you_mean(name, known));
     }
-  }
-  if (f.name == "nan_gradient" && f.params["module"].empty() && f.params["parameter"].empty()) {
-    fail(v.loc, path, "nan_gradient with a module or a parameter", "neither");
   }
   r.finish();
   return f;
@@ -495,8 +496,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   // A fault that can never fire is a mistake in the scenario.
   for (size_t i = 0; i < s.faults.size(); ++i) {
     const auto& f = s.faults[i];
-    const bool per_step = f.name != "corrupt_sample" && f.name != "memory_cap";
-    if (per_step && f.at_step >= s.train.max_steps) {
+    const FaultSpec* spec = find_fault(f.name);
+    if (spec != nullptr && !spec->before_training && f.at_step >= s.train.max_steps) {
       const Value* faults = tree.find("faults");
       const Value& fv = faults->seq[i];
       const Value* at = fv.find("at_step");
@@ -507,10 +508,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   // Sample indices must exist in the data the run will read.
   std::optional<int64_t> samples;
   if (s.data.source == "real") {
-    if (!s.data.subset.empty() || s.data.val.holdout > 0 ||
-        std::any_of(s.faults.begin(), s.faults.end(), [](const FaultConfig& f) { return f.name == "corrupt_sample"; })) {
-      samples = dataset_size(s.data.path);
-    }
+    if (!s.data.subset.empty() || s.data.val.holdout > 0) samples = dataset_size(s.data.path);
     if (samples && s.data.val.holdout > 0) {
       const Value* data = tree.find("data");
       const Value* val = data != nullptr && data->is_map() ? data->find("val") : nullptr;
@@ -537,123 +535,6 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       }
     }
   }
-  // A fault that cannot act where it is placed is a mistake in the scenario.
-  for (size_t i = 0; i < s.faults.size(); ++i) {
-    const auto& f = s.faults[i];
-    const Value& fv = tree.find("faults")->seq[i];
-    const std::string path = "faults[" + std::to_string(i) + "]";
-    auto at = [&](const char* key) -> Location {
-      const Value* x = fv.find(key);
-      return x != nullptr ? x->loc : fv.loc;
-    };
-    if (f.name == "corrupt_sample") {
-      // An override (a control run, a command line) may switch the source to
-      // synthetic data, leaving the fault nothing to break; a scenario file
-      // that places it on synthetic data is a mistake.
-      const Value* data = tree.find("data");
-      const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
-      // (A resolved scenario, as a worker reads it, was checked when it was
-      // loaded from its files.)
-      const bool overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
-                                                    source->loc.file == "scenario.resolved.json");
-      if (s.data.source != "real" && !overridden) {
-        fail(fv.loc, path, "corrupt_sample on data.source real (it breaks a file of the dataset)",
-             "data.source " + s.data.source);
-      }
-      // The fault copies the dataset into the run folder: a dataset that cannot
-      // be copied without leaving its folder is bad input, refused before
-      // anything is written.
-      if (s.data.source == "real") {
-        if (const auto problems = model::dataset_copy_problems(s.data.path); !problems.empty()) {
-          fail(at("name"), path, "a dataset folder corrupt_sample can copy without leaving it (data.path)",
-               problems.front());
-        }
-      }
-      if (samples && f.get_int("sample") >= *samples) {
-        fail(at("sample"), path + ".sample", "a dataset index below " + std::to_string(*samples),
-             std::to_string(f.get_int("sample")));
-      }
-      if (f.get_int("sample") < 0) fail(at("sample"), path + ".sample", "a non-negative index", f.get("sample"));
-    }
-    if (f.name == "nan_input" || f.name == "inf_input" || f.name == "nan_label") {
-      if (f.get_int("sample") < 0 || f.get_int("sample") >= s.data.batch_size) {
-        fail(at("sample"), path + ".sample", "a sample of the batch, below data.batch_size (" +
-             std::to_string(s.data.batch_size) + ")", f.get("sample"));
-      }
-      if (f.get_int("count") < 1) fail(at("count"), path + ".count", "at least 1 pixel", f.get("count"));
-    }
-    if (f.name == "nan_gradient") {
-      const std::string& m = f.get("module");
-      const auto& owners = modules_with_parameters(s.model.decoder);
-      const bool has_params = std::any_of(owners.begin(), owners.end(), [&](const std::string& n) {
-        return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
-      });
-      if (!m.empty() && !has_params) {
-        fail(at("module"), path + ".module", "a module with parameters (nan_gradient replaces their gradients)",
-             "\"" + m + "\", which has none");
-      }
-      const std::string& p = f.get("parameter");
-      if (!p.empty() && !std::any_of(owners.begin(), owners.end(),
-                                     [&](const std::string& n) { return p.rfind(n + ".", 0) == 0; })) {
-        fail(at("parameter"), path + ".parameter", "a full parameter name such as decoder.fusion.0.weight",
-             "\"" + p + "\"");
-      }
-    }
-    if (f.name == "broken_postprocess") {
-      if (s.train.eval_every == 0) {
-        fail(fv.loc, path, "broken_postprocess with validation during training (train.eval_every > 0)",
-             "train.eval_every 0");
-      }
-      for (const char* key : {"box_thresh", "binarize_thresh"}) {
-        if (!f.get(key).empty() && (f.get_double(key) < 0 || f.get_double(key) > 1)) {
-          fail(at(key), path + "." + key, "a threshold in [0, 1]", f.get(key));
-        }
-      }
-    }
-    if (f.name == "nondeterminism" &&
-        (f.get_int("micro_batch") < 0 || f.get_int("micro_batch") >= s.train.accumulation)) {
-      fail(at("micro_batch"), path + ".micro_batch",
-           "a micro-batch below train.accumulation (" + std::to_string(s.train.accumulation) + ")",
-           f.get("micro_batch"));
-    }
-    if ((f.name == "lr_spike" || f.name == "loss_scale_overflow") && f.get_double("factor") == 1.0) {
-      fail(at("factor"), path + ".factor", "a factor other than 1", f.get("factor"));
-    }
-    // Silent label faults move, swap or mask text labels: random labels
-    // (synthetic_random) belong to no text, so there is nothing to break
-    // (tolerated when an override switched the source, as for corrupt_sample).
-    if (f.name == "label_shift" || f.name == "label_scale" || f.name == "label_swap" || f.name == "all_dont_care") {
-      const Value* data = tree.find("data");
-      const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
-      // (A resolved scenario, as a worker reads it, was checked when it was
-      // loaded from its files.)
-      const bool overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
-                                                    source->loc.file == "scenario.resolved.json");
-      if (s.data.source == "synthetic_random" && !overridden) {
-        fail(fv.loc, path, f.name + " on labels of text (data.source real, synthetic_render or synthetic_boxes)",
-             "data.source synthetic_random, whose labels are noise");
-      }
-    }
-    if (f.name == "label_shift") {
-      if (f.get_int("dx") == 0 && f.get_int("dy") == 0) {
-        fail(at("dx"), path, "a shift other than dx 0, dy 0", "dx 0, dy 0");
-      }
-      for (const char* key : {"dx", "dy"}) {
-        if (std::abs(f.get_int(key)) > s.data.size) {
-          fail(at(key), path + "." + key, "a shift of at most data.size (" + std::to_string(s.data.size) + ") pixels",
-               f.get(key));
-        }
-      }
-    }
-    if (f.name == "label_scale" && (!(f.get_double("factor") > 0) || f.get_double("factor") == 1.0 ||
-                                    f.get_double("factor") > 1000)) {
-      fail(at("factor"), path + ".factor", "a factor > 0 and <= 1000, other than 1", f.get("factor"));
-    }
-    if (f.name == "label_swap" && s.data.batch_size < 2) {
-      fail(at("name"), path, "label_swap with data.batch_size >= 2 (it swaps the labels of samples 0 and 1)",
-           "data.batch_size " + std::to_string(s.data.batch_size));
-    }
-  }
   read_section(root.get("repeat"), "repeat", s);
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (s.faults[i].run >= s.repeat.in_process) {
@@ -664,17 +545,43 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            std::to_string(s.faults[i].run));
     }
   }
-  for (size_t i = 0; i < s.faults.size(); ++i) {
-    // With one run per process the leak has nothing to grow into; such a
-    // scenario still asks a question when it runs several processes: whether
-    // a fresh process per run avoids the leak (the knowledge base's
-    // resolution for leak_across_runs, tried by --verify-resolutions).
-    if (s.faults[i].name == "leak" && s.repeat.in_process < 2 && s.repeat.processes < 2) {
-      fail(tree.find("faults")->seq[i].loc, "faults[" + std::to_string(i) + "]",
-           "leak with repeat.in_process >= 2 (it retains memory across in-process runs), or "
-           "repeat.processes >= 2 (to show that a fresh process per run does not leak)",
-           "repeat.in_process " + std::to_string(s.repeat.in_process) + " and repeat.processes " +
-               std::to_string(s.repeat.processes));
+  // A fault that cannot act where it is placed is a mistake in the scenario:
+  // each fault's placement rules are in its catalog entry (Note [Fault
+  // registry]).
+  {
+    const Value* data = tree.find("data");
+    const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
+    // (A resolved scenario, as a worker reads it, was checked when it was
+    // loaded from its files.)
+    const bool source_overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
+                                                         source->loc.file == "scenario.resolved.json");
+    std::optional<std::optional<int64_t>> training_samples;  // read on first use
+    if (samples || s.data.source != "real") training_samples = samples;
+    for (size_t i = 0; i < s.faults.size(); ++i) {
+      const FaultSpec* spec = find_fault(s.faults[i].name);
+      if (spec == nullptr || spec->check == nullptr) continue;
+      const Value& fv = tree.find("faults")->seq[i];
+      const std::string path = "faults[" + std::to_string(i) + "]";
+      auto at = [&](const std::string& key) -> Location {
+        const Value* x = key.empty() ? nullptr : fv.find(key);
+        return x != nullptr ? x->loc : fv.loc;
+      };
+      FaultPlacement placement{s.faults[i], s, {}, source_overridden, {}, {}};
+      placement.samples = [&]() -> std::optional<int64_t> {
+        if (!training_samples) {
+          std::optional<int64_t> n = dataset_size(s.data.path);
+          if (n) n = *n - s.data.val.holdout;
+          training_samples = n;
+        }
+        return *training_samples;
+      };
+      placement.fail_param = [&](const std::string& param, const std::string& expected, const std::string& got) {
+        fail(at(param), path + "." + param, expected, got);
+      };
+      placement.fail = [&](const std::string& expected, const std::string& got, const std::string& at_param) {
+        fail(at(at_param), path, expected, got);
+      };
+      spec->check(placement);
     }
   }
   read_section(root.get("limits"), "limits", s);
@@ -833,6 +740,14 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 // line and for controls alike. The value keeps the user's override as its
 // location, so a later error names what the user wrote.
 void apply_user_override(Value& tree, const std::string& text) {
+  // Includes are merged before any override: one given as an override
+  // would be silently ignored.
+  const std::string override_key = text.substr(0, text.find('='));
+  if (override_key == "include" || override_key.rfind("include.", 0) == 0) {
+    throw ScenarioError("<override> " + one_line(text) +
+                        ": include: expected includes in a scenario file (merged before any override), got an "
+                        "override");
+  }
   const std::optional<std::string> translated = translate_override(text);
   if (!translated) return;  // dbh already behaves so (trainer.devices=1)
   apply_override(tree, *translated);

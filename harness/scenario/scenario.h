@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 

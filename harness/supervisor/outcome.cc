@@ -247,6 +247,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       // getrusage's high-water mark and /proc's current RSS are read at
       // different moments; the peak is at least every sample taken.
       a.peak_memory_bytes = std::max({a.peak_memory_bytes, st.peak_bytes, st.rss_bytes});
+      a.max_step_peak_bytes = std::max(a.max_step_peak_bytes, st.peak_bytes);
       a.steps.push_back(st);
       ++a.steps_completed;
       open_step.reset();

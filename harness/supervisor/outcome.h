@@ -86,6 +86,9 @@ struct TrialAnalysis {
   Failure failure;
   int64_t steps_completed = 0;
   int64_t peak_memory_bytes = 0;
+  /// The largest peak of one step (the CUDA allocator's on a GPU, the
+  /// process's on a CPU): what `dbh qualify` fits to a budget.
+  int64_t max_step_peak_bytes = 0;
   bool done_seen = false;
   int term_signal = 0;
   int exit_code = -1;

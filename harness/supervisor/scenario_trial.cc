@@ -17,7 +17,7 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   // at once, not after a training run.
   const KnowledgeBase& kb = KnowledgeBase::shipped();
   const fs::path dir(dir_text);
-  fs::create_directories(dir);
+  make_directories_no_follow(dir_text);  // never a link out of the output folder
   // `auto` settings become measured values before the worker starts (Note
   // [Measured choices]); the worker sees only the values.
   Scenario s = scenario;

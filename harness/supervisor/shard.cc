@@ -1,9 +1,11 @@
 #include "harness/supervisor/shard.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "harness/common/error.h"
 #include "harness/common/hash.h"
+#include "harness/common/text.h"
 
 extern char** environ;
 
@@ -45,30 +47,59 @@ std::map<std::string, std::string> process_environment() {
 }
 
 std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env, int64_t k8s_count) {
-  auto get = [&](const char* key, int64_t* v) {
+  // A variable that is set must hold a plain decimal integer ("abc", " 1",
+  // "+1" and "" are refused, never read as unset): a scheduler that sets it
+  // means this process to run a part of the suite, and running all of it
+  // instead would be silently wrong.
+  const auto value = [&](const char* key, const char* what = "a non-negative integer") -> std::optional<int64_t> {
     const auto it = env.find(key);
-    return it != env.end() && to_int(it->second, v);
+    if (it == env.end()) return std::nullopt;
+    int64_t v = 0;
+    if (!to_int(it->second, &v)) {
+      throw ScenarioError(std::string(key) + ": expected " + what + ", got \"" + one_line(it->second) + "\"");
+    }
+    return v;
   };
-  int64_t index = 0, count = 0, min = 0;
-  if (get("SLURM_ARRAY_TASK_ID", &index) && get("SLURM_ARRAY_TASK_COUNT", &count)) {
-    if (!get("SLURM_ARRAY_TASK_MIN", &min)) min = 0;
-    return checked(index - min, count, "SLURM_ARRAY_TASK_ID");
+  // Each scheduler's variables are all read (so each is checked) before any
+  // is used. A lone index without its count is not a shard, as before.
+  const auto slurm_id = value("SLURM_ARRAY_TASK_ID");
+  const auto slurm_count = value("SLURM_ARRAY_TASK_COUNT");
+  const auto slurm_min = value("SLURM_ARRAY_TASK_MIN");
+  if (slurm_id && slurm_count) {
+    const int64_t min = slurm_min.value_or(0);
+    if (*slurm_count < 1 || *slurm_id < min || *slurm_id - min >= *slurm_count) {
+      throw ScenarioError("SLURM_ARRAY_TASK_ID: expected a task id in [" + std::to_string(min) + ", " +
+                          std::to_string(min + std::max<int64_t>(*slurm_count, 0)) + ") (SLURM_ARRAY_TASK_MIN " +
+                          std::to_string(min) + ", SLURM_ARRAY_TASK_COUNT " + std::to_string(*slurm_count) +
+                          "), got " + std::to_string(*slurm_id));
+    }
+    return checked(*slurm_id - min, *slurm_count, "SLURM_ARRAY_TASK_ID");
   }
-  if (get("JOB_COMPLETION_INDEX", &index)) {
-    if (k8s_count > 0 || get("DBH_SHARD_COUNT", &count)) {
-      return checked(index, k8s_count > 0 ? k8s_count : count, "JOB_COMPLETION_INDEX");
+  const auto k8s_index = value("JOB_COMPLETION_INDEX");
+  const auto k8s_env_count = value("DBH_SHARD_COUNT");
+  if (k8s_index) {
+    if (k8s_count > 0 || k8s_env_count) {
+      return checked(*k8s_index, k8s_count > 0 ? k8s_count : *k8s_env_count, "JOB_COMPLETION_INDEX");
     }
     throw ScenarioError("JOB_COMPLETION_INDEX is set: expected the shard count in DBH_SHARD_COUNT or --shard-count");
   }
-  if (get("CI_NODE_INDEX", &index) && get("CI_NODE_TOTAL", &count)) {
-    return checked(index - 1, count, "CI_NODE_INDEX");
+  const auto node_index = value("CI_NODE_INDEX", "a 1-based job index (a positive integer)");
+  const auto node_total = value("CI_NODE_TOTAL");
+  if (node_index && node_total) {
+    // GitLab's `parallel` numbers its jobs from 1.
+    if (*node_total < 1 || *node_index < 1 || *node_index > *node_total) {
+      throw ScenarioError("CI_NODE_INDEX: expected a 1-based job index in [1, " + std::to_string(*node_total) +
+                          "] (CI_NODE_TOTAL " + std::to_string(*node_total) + "), got " +
+                          std::to_string(*node_index));
+    }
+    return checked(*node_index - 1, *node_total, "CI_NODE_INDEX");
   }
-  if (get("GTEST_SHARD_INDEX", &index) && get("GTEST_TOTAL_SHARDS", &count)) {
-    return checked(index, count, "GTEST_SHARD_INDEX");
-  }
-  if (get("TEST_SHARD_INDEX", &index) && get("TEST_TOTAL_SHARDS", &count)) {
-    return checked(index, count, "TEST_SHARD_INDEX");
-  }
+  const auto gtest_index = value("GTEST_SHARD_INDEX");
+  const auto gtest_total = value("GTEST_TOTAL_SHARDS");
+  if (gtest_index && gtest_total) return checked(*gtest_index, *gtest_total, "GTEST_SHARD_INDEX");
+  const auto bazel_index = value("TEST_SHARD_INDEX");
+  const auto bazel_total = value("TEST_TOTAL_SHARDS");
+  if (bazel_index && bazel_total) return checked(*bazel_index, *bazel_total, "TEST_SHARD_INDEX");
   return std::nullopt;
 }
 

@@ -22,7 +22,10 @@ Shard parse_shard(const std::string& text);
 /// Kubernetes indexed Jobs (JOB_COMPLETION_INDEX with DBH_SHARD_COUNT, or
 /// `k8s_count`), GitLab `parallel` (CI_NODE_INDEX/CI_NODE_TOTAL, 1-based),
 /// GoogleTest (GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS) and Bazel
-/// (TEST_SHARD_INDEX/TEST_TOTAL_SHARDS). `env` maps names to values.
+/// (TEST_SHARD_INDEX/TEST_TOTAL_SHARDS). `env` maps names to values. Throws
+/// ScenarioError naming the variable when one of these that is set is not a
+/// plain decimal integer ("abc", " 1", ""), or when the index lies outside
+/// what the count allows (GitLab's as the 1-based value it was given).
 std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env, int64_t k8s_count = 0);
 std::map<std::string, std::string> process_environment();
 

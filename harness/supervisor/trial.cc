@@ -17,6 +17,8 @@
 #include <fstream>
 #include <thread>
 
+#include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/supervisor/outcome.h"
 
 extern char** environ;
@@ -51,24 +53,6 @@ void install_stop_handlers() {
 
 Interrupted::Interrupted(int signal_number)
     : Error("interrupted by " + signal_name(signal_number)), signal_(signal_number) {}
-
-void die_with_supervisor() {
-  const char* text = std::getenv(kSupervisorPidEnv);
-  if (text == nullptr || *text == '\0') return;
-  // From here on the kernel kills this process when the supervisor's
-  // spawning thread ends, however it ends (SIGKILL included).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // Let the supervisor's debugger child read this process's stacks when it
-  // hangs (Yama's ptrace_scope 1 allows only ancestors otherwise).
-  if (const long sup = std::strtol(text, nullptr, 10); sup > 0) prctl(PR_SET_PTRACER, sup, 0, 0, 0);
-  // The supervisor may have died before the line above: then this process
-  // was already handed to another parent and no signal will come.
-  char* end = nullptr;
-  const long expected = std::strtol(text, &end, 10);
-  if (end != text && *end == '\0' && expected > 0 && getppid() != static_cast<pid_t>(expected)) {
-    _exit(kSupervisorGoneExit);
-  }
-}
 
 namespace {
 
@@ -113,7 +97,7 @@ std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
   } else {
     return {};
   }
-  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = create_file_no_follow(file.string());
   if (fd < 0) return {};
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
@@ -156,13 +140,50 @@ std::string read_tail(const fs::path& path, size_t max_bytes) {
   return out;
 }
 
+// A descriptor for the trial's file `name` in `dir`, created by this process
+// as files.h's Note [Never through a link] says (a link planted at
+// main/stdout.log is replaced, not written through), and numbered above
+// stderr so that the spawn's dup2 onto 0..2 never meets it. Throws
+// ReportError naming the file.
+int create_trial_file(const fs::path& dir, const std::string& name) {
+  const fs::path file = dir / name;
+  int fd = create_file_no_follow(file.string());
+  if (fd >= 0 && fd <= STDERR_FILENO) {
+    const int high = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    close(fd);
+    fd = high;
+  }
+  if (fd < 0) {
+    throw ReportError(file.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) + ")");
+  }
+  return fd;
+}
+
+// Closes a descriptor when it goes out of scope.
+struct FdCloser {
+  int fd = -1;
+  ~FdCloser() {
+    if (fd >= 0) close(fd);
+  }
+};
+
 }  // namespace
 
 TrialResult run_trial(const TrialSpec& spec) {
   TrialResult result;
-  std::error_code ec;
-  fs::create_directories(spec.run_dir, ec);
   const fs::path dir(spec.run_dir);
+  // The trial's folder and files: none of them is written through a link
+  // someone left in a reused output folder.
+  FdCloser out_log, err_log, journal;
+  try {
+    make_directories_no_follow(spec.run_dir);
+    out_log.fd = create_trial_file(dir, "stdout.log");
+    err_log.fd = create_trial_file(dir, "stderr.log");
+    journal.fd = create_trial_file(dir, "events.jsonl");
+  } catch (const Error& e) {
+    result.spawn_error = e.what();
+    return result;
+  }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     result.spawn_error = std::string("pipe: ") + std::strerror(errno);
@@ -171,10 +192,8 @@ TrialResult run_trial(const TrialSpec& spec) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, (dir / "stdout.log").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, (dir / "stderr.log").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, out_log.fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_log.fd, STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&actions, fds[1], kEventsFd);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -209,13 +228,16 @@ TrialResult run_trial(const TrialSpec& spec) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
+  close(out_log.fd);  // the worker has its own copies
+  out_log.fd = -1;
+  close(err_log.fd);
+  err_log.fd = -1;
   if (rc != 0) {
     close(fds[0]);
     result.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
     return result;
   }
   g_current_group = pid;
-  std::ofstream journal(dir / "events.jsonl", std::ios::binary | std::ios::trunc);
   StreamDecoder decoder("events.jsonl");
   const auto on_decoded = [&](Event&& e) {
     try {
@@ -231,12 +253,13 @@ TrialResult run_trial(const TrialSpec& spec) {
   int status = 0;
   bool pipe_open = true;
   auto handle_bytes = [&](const char* data, size_t n) {
-    journal.write(data, static_cast<std::streamsize>(n));
-    journal.flush();
-    if (!journal && result.journal_error.empty()) {
-      const int err = errno;
-      result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
-                             std::strerror(err != 0 ? err : EIO) + ")";
+    // The first failed write ends the journal (a torn record is not
+    // continued), as a failed stream stays failed.
+    if (result.journal_error.empty()) {
+      if (const int err = write_all(journal.fd, data, n); err != 0) {
+        result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
+                               std::strerror(err) + ")";
+      }
     }
     decoder.feed(std::string_view(data, n), on_decoded, result.bad_lines);
     last_event = Clock::now();

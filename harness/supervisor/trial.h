@@ -6,6 +6,7 @@
 
 #include "harness/common/error.h"
 #include "harness/proto/events.h"
+#include "harness/proto/worker_link.h"
 
 namespace dbh::harness {
 
@@ -75,23 +76,5 @@ class Interrupted : public Error {
  private:
   int signal_;
 };
-
-/// The file descriptor number workers write events to.
-inline constexpr int kEventsFd = 3;
-
-/// The environment variable run_trial sets to the supervisor's pid.
-inline constexpr const char* kSupervisorPidEnv = "DBH_SUPERVISOR_PID";
-
-/// What a worker exits with when it finds its supervisor gone (the status
-/// the parent-death SIGKILL would have given it).
-inline constexpr int kSupervisorGoneExit = 128 + 9;
-
-/// Called first thing in a worker: the kernel kills the worker (SIGKILL) when
-/// the supervisor's spawning thread ends, whatever way (PR_SET_PDEATHSIG),
-/// and the worker _exits with kSupervisorGoneExit at once when its parent is
-/// no longer the supervisor named by kSupervisorPidEnv (it died before the
-/// worker got here). Does nothing without that variable (a worker started by
-/// hand).
-void die_with_supervisor();
 
 }  // namespace dbh::harness

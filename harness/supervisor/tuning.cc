@@ -37,6 +37,9 @@ namespace {
 constexpr size_t kMaxCacheEntries = 256;
 // The largest thread count a cache entry may name (train.threads' bound).
 constexpr int64_t kMaxThreads = 1024;
+// No training step of the model takes less: a shorter time in a cache entry
+// was not measured.
+constexpr double kMinStepSeconds = 1e-5;
 
 double best_of(const json& c) {
   double best = std::numeric_limits<double>::infinity();
@@ -101,8 +104,11 @@ class FileLock {
 
 // The cache entry at `file`, or null when there is none or it is anything but
 // a well-formed entry (a torn or hand-edited file, a FIFO, a link, a huge
-// file): the setup is then measured again and the file replaced.
-json read_cached(const fs::path& file) {
+// file) of this machine: candidates within its `cores`, step times a real
+// step could take, and the choice the rule makes from those times
+// (choose_candidate with the scenario's defaults). The setup is then
+// measured again and the file replaced.
+json read_cached(const fs::path& file, int64_t cores, bool default_channels_last, int64_t default_threads) {
   constexpr off_t kMaxEntryBytes = 1 << 20;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return nullptr;
@@ -130,13 +136,16 @@ json read_cached(const fs::path& file) {
   for (const auto& c : candidates) {
     if (!c.is_object() || !c.contains("channels_last") || !c["channels_last"].is_boolean() || !c.contains("threads") ||
         !c["threads"].is_number_integer() || c["threads"].get<int64_t>() < 1 ||
-        c["threads"].get<int64_t>() > kMaxThreads || !c.contains("seconds") || !c["seconds"].is_array()) {
+        c["threads"].get<int64_t>() > std::min<int64_t>(kMaxThreads, cores) || !c.contains("seconds") ||
+        !c["seconds"].is_array()) {
       return nullptr;
     }
     for (const auto& v : c["seconds"]) {
-      if (!v.is_number() || !(v.get<double>() > 0)) return nullptr;
+      if (!v.is_number() || !(v.get<double>() >= kMinStepSeconds) || !(v.get<double>() < 1e6)) return nullptr;
     }
   }
+  if (!j.contains("cores") || !j["cores"].is_number_integer() || j["cores"].get<int64_t>() != cores) return nullptr;
+  if (choose_candidate(candidates, default_channels_last, default_threads) != choice) return nullptr;
   // The fields a report reads, each of its type when present.
   auto typed = [&](const char* key, bool (json::*is)() const noexcept) { return !j.contains(key) || (j[key].*is)(); };
   if (!typed("busy", &json::is_boolean) || !typed("load_average", &json::is_number) ||
@@ -291,7 +300,8 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
         record["error"] = "interrupted while waiting for another dbh process's measurement";
         return record;
       }
-      entry = read_cached(file);
+      entry = read_cached(file, cores, s.train.channels_last.value_or(false),
+                          s.train.threads > 0 ? s.train.threads : cores);
       // A measurement taken on a busy machine holds while it stays busy; on
       // an idle one it is taken again.
       if (!entry.is_null() && entry.value("busy", false) && !machine_busy(load_average(), cores)) {

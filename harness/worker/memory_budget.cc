@@ -12,6 +12,8 @@
 #include <torch/csrc/cuda/memory_snapshot.h>
 #endif
 
+#include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/monitors/monitors.h"
 #include "harness/scenario/scenario.h"
 
@@ -130,9 +132,12 @@ bool write_memory_snapshot(const std::string& device, const std::string& path) {
 #ifdef DBH_TORCH_HAS_CUDA
   if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
     const std::string pickled = torch::cuda::_memory_snapshot_pickled();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(pickled.data(), static_cast<std::streamsize>(pickled.size()));
-    return static_cast<bool>(out.flush());
+    try {
+      write_file_atomically(path, pickled);  // never through a link in the run folder
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
   }
 #endif
   (void)device;

@@ -299,7 +299,9 @@ void copy_dataset(const std::string& src, const std::string& dst) {
       }
       annotations["images"] = std::move(renamed);
       const fs::path written = copy / "annotations.json";
-      fs::permissions(written, fs::perms::owner_write, fs::perm_options::add);  // copied as it was
+      // A new file in the copy's place (the copy is a plain file, never a
+      // link: dataset_copy_problems), not the copied one rewritten.
+      fs::remove(written);
       std::ofstream out(written, std::ios::binary | std::ios::trunc);
       out << annotations.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
       out.close();

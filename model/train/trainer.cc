@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -255,6 +256,9 @@ void Trainer::save_checkpoint(const std::string& path) const {
     archive.write("rng.cpu", gen.get_state());
   }
   const std::string tmp = path + ".tmp";
+  // A file or link already at the temporary name (a reused output folder)
+  // goes first: the archive is a new file, never written through a link.
+  std::filesystem::remove(tmp);
   archive.save_to(tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

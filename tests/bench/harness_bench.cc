@@ -32,7 +32,7 @@
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
-#include "harness/worker/event_writer.h"
+#include "harness/proto/event_writer.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 

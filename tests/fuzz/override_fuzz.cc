@@ -5,7 +5,7 @@
 #include <string>
 
 #include "harness/common/error.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace {
 const char* const kBase =

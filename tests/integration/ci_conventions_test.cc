@@ -1,8 +1,14 @@
 // `dbh run` and `dbh suite` under CI services, as a workflow runs them: the
 // GitHub job summary and annotations, GitLab's JUnit attachments,
-// --no-progress and --print-config.
+// --no-progress and --print-config; what a CI environment can get wrong (a
+// summary that is a FIFO or a link, a file name that holds a workflow
+// command, a scheduler variable that is not a number, a --junit path that is
+// not dbh's) and --json output a CI step parses.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -156,6 +162,249 @@ TEST(CiConventionsTest, PrintConfigPrintsTheResolvedScenarioAndRunsNothing) {
                        no_ci());
   EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
   EXPECT_EQ(bad.out, "");
+}
+
+// A scenario that runs one step and misses its expectation (exit 1).
+void write_failing(const fs::path& file) {
+  write_text(file, "name: f\n" + base_include() + "train:\n  max_steps: 1\n  threads: 1\nexpect:\n  outcome: diverged\n");
+}
+
+std::vector<std::string> workflow_command_lines(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& l : lines_of(text)) {
+    if (l.rfind("::", 0) == 0) out.push_back(l);
+  }
+  return out;
+}
+
+// The arguments bash reads from `command` ("dbh run …"), with `dbh` a function
+// that prints them: what the command would run, pasted into a shell.
+std::vector<std::string> bash_words(const std::string& command) {
+  const auto r = testing::run_process(
+      {"/bin/bash", "-c", "dbh() { printf '%s\\0' \"$@\"; }; " + command}, "", 30);
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : r.out) {
+    if (c == '\0') {
+      words.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  return words;
+}
+
+TEST(CiConventionsTest, ASummaryFifoIsAWarningAndNeverBlocks) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-fifo");
+  testing::RemoveOnExit cleanup(dir);
+  write_failing(dir / "f.yaml");
+  const fs::path fifo = dir / "summary-fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";
+  env["GITHUB_STEP_SUMMARY"] = fifo.string();
+  const auto t0 = std::chrono::steady_clock::now();
+  // A run takes a few seconds; open() on a FIFO without a reader blocked forever.
+  const auto r = testing::run_process_with_env(
+      {DBH_BINARY, "run", (dir / "f.yaml").string(), "--out", (dir / "out").string(), "-q"}, env, DBH_SOURCE_DIR, 120);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.timed_out) << "dbh blocked on the FIFO";
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_LT(seconds, 60.0);
+  const std::string warning =
+      "dbh: warning: no GitHub job summary written: " + fifo.string() + ": expected a regular file, got a FIFO";
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << "warned more than once:\n" << r.err;
+  EXPECT_EQ(workflow_command_lines(r.out).size(), 1u) << "the annotation still goes out:\n" << r.out;
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_TRUE(fs::exists(dir / "out" / "report.md"));
+}
+
+TEST(CiConventionsTest, ASymlinkedSummaryLeavesItsTargetAlone) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-link");
+  testing::RemoveOnExit cleanup(dir);
+  write_failing(dir / "f.yaml");
+  write_text(dir / "notes.md", "the user's notes\n");
+  fs::create_symlink(dir / "notes.md", dir / "summary.md");
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";
+  env["GITHUB_STEP_SUMMARY"] = (dir / "summary.md").string();
+  const auto r = dbh({"run", (dir / "f.yaml").string(), "--out", (dir / "out").string(), "-q"}, env);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(read_text(dir / "notes.md"), "the user's notes\n");
+  EXPECT_TRUE(fs::is_symlink(dir / "summary.md"));
+  EXPECT_NE(r.err.find("no GitHub job summary written: " + (dir / "summary.md").string() +
+                       ": expected a regular file, got a symbolic link"),
+            std::string::npos)
+      << r.err;
+}
+
+// A file name with a newline and a workflow command in it: no line of dbh's
+// output starts a workflow command but dbh's own annotation, and every
+// reproduce command dbh prints or writes names the real file.
+TEST(CiConventionsTest, ANewlineInAFileNameInjectsNoWorkflowCommand) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-newline");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path scenario = dir / "s2" / "n\n::error file=evil::pwn.yaml";
+  write_failing(scenario);
+  const fs::path summary = dir / "summary.md";
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";
+  env["GITHUB_STEP_SUMMARY"] = summary.string();
+  const auto r = dbh({"suite", (dir / "s2").string(), "--out", (dir / "out").string(), "--no-progress"}, env);
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto commands = workflow_command_lines(r.out);
+  ASSERT_EQ(commands.size(), 1u) << r.out;
+  EXPECT_EQ(commands[0].rfind("::error title=dbh f::", 0), 0u) << commands[0];
+  EXPECT_EQ(workflow_command_lines(r.err), std::vector<std::string>{}) << r.err;
+
+  // The repro line on stdout, pasted into bash, runs the real file.
+  std::string repro;
+  for (const auto& l : lines_of(r.out)) {
+    const std::string key = "      repro:  ";
+    if (l.rfind(key, 0) == 0) repro = l.substr(key.size());
+  }
+  ASSERT_FALSE(repro.empty()) << r.out;
+  EXPECT_EQ(bash_words(repro), (std::vector<std::string>{"run", scenario.string()})) << repro;
+
+  // The job summary's reproduce block: one line, the real file.
+  const std::string md = read_text(summary);
+  const std::string fence = "Reproduce:\n\n```sh\n";
+  const size_t at = md.find(fence);
+  ASSERT_NE(at, std::string::npos) << md;
+  const std::string block = md.substr(at + fence.size(), md.find('\n', at + fence.size()) - at - fence.size());
+  EXPECT_EQ(bash_words(block), (std::vector<std::string>{"run", scenario.string()})) << block;
+
+  // report.md: the Testing step's code span is one line holding the command.
+  fs::path report;
+  for (const auto& e : fs::directory_iterator(dir / "out")) {
+    if (fs::exists(e.path() / "report.md")) report = e.path() / "report.md";
+  }
+  ASSERT_FALSE(report.empty());
+  const std::string text = read_text(report);
+  const size_t step = text.find("2. Re-run `");
+  ASSERT_NE(step, std::string::npos) << text;
+  const std::string line = text.substr(step, text.find('\n', step) - step);
+  EXPECT_NE(line.find("::error file=evil::pwn.yaml'`."), std::string::npos) << line;
+  EXPECT_EQ(text.find("\n::error"), std::string::npos) << text;
+  const nlohmann::json j = json::parse(read_text(report.parent_path() / "report.json"));
+  EXPECT_EQ(bash_words(j["repro"]["command"].get<std::string>()), (std::vector<std::string>{"run", scenario.string()}));
+}
+
+TEST(CiConventionsTest, SuiteJsonPrintsOnlyTheJsonDocument) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-json");
+  testing::RemoveOnExit cleanup(dir);
+  write_failing(dir / "s" / "f.yaml");
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";  // annotations too go to stderr
+  env["GITHUB_STEP_SUMMARY"] = (dir / "summary.md").string();
+  const auto r = dbh({"suite", (dir / "s").string(), "--out", (dir / "out").string(), "--json"}, env);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "stdout is not one JSON document:\n" << r.out;
+  EXPECT_EQ(j.at("completed"), 1);
+  EXPECT_EQ(j.at("expectations_met"), 0);
+  EXPECT_NE(r.err.find("0 passed, 1 failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("::error title=dbh f::"), std::string::npos) << r.err;
+}
+
+// --junit never replaces what dbh did not write, and is checked before the
+// run: a refusal leaves no output folder.
+TEST(CiConventionsTest, JunitRefusesTheScenarioAndTheUsersFiles) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-junit");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path scenario = dir / "f.yaml";
+  write_failing(scenario);
+  const std::string scenario_text = read_text(scenario);
+  write_text(dir / "notes.xml", "<notes>the user's</notes>\n");
+  fs::create_symlink(dir / "notes.xml", dir / "link.xml");
+  fs::create_directories(dir / "folder");
+  const fs::path out = dir / "out";
+  struct Case {
+    fs::path junit;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {scenario, "dbh run: --junit: expected a file other than the scenarios being run"},
+           {dir / "notes.xml", "got a regular file that is not a JUnit file dbh wrote"},
+           {dir / "link.xml", "got a symbolic link"},
+           {dir / "folder", "got a directory"},
+           {out / "report.json", "--junit: expected a file outside the output folder"},
+           {dir / "no-folder" / "j.xml", "--junit: expected a file in an existing folder"},
+       }) {
+    const auto r = dbh({"run", scenario.string(), "--out", out.string(), "--junit", c.junit.string()}, no_ci());
+    EXPECT_EQ(r.exit_code, 2) << c.junit << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.junit << "\n" << r.err;
+    EXPECT_EQ(r.out.find("step"), std::string::npos) << "ran before refusing:\n" << r.out;
+    EXPECT_FALSE(fs::exists(out)) << c.junit;
+  }
+  EXPECT_EQ(read_text(scenario), scenario_text);
+  EXPECT_EQ(read_text(dir / "notes.xml"), "<notes>the user's</notes>\n");
+  EXPECT_TRUE(fs::is_symlink(dir / "link.xml"));
+  EXPECT_TRUE(fs::is_directory(dir / "folder"));
+  // The suite refuses its own scenarios too.
+  const auto s = dbh({"suite", dir.string(), "--out", out.string(), "--junit", scenario.string()}, no_ci());
+  EXPECT_EQ(s.exit_code, 2) << s.out << s.err;
+  EXPECT_NE(s.err.find("dbh suite: --junit: expected a file other than the scenarios being run"), std::string::npos)
+      << s.err;
+  EXPECT_EQ(read_text(scenario), scenario_text);
+  EXPECT_FALSE(fs::exists(out));
+
+  // A JUnit file dbh wrote is replaced by the next run.
+  const fs::path junit = dir / "junit.xml";
+  const auto first = dbh({"run", scenario.string(), "--out", (dir / "r1").string(), "--junit", junit.string(), "-q"},
+                         no_ci());
+  ASSERT_EQ(first.exit_code, 1) << first.out << first.err;
+  const auto again = dbh({"suite", (dir / "f.yaml").string(), "--out", (dir / "r2").string(), "--junit",
+                          junit.string(), "-q"},
+                         no_ci());
+  EXPECT_EQ(again.exit_code, 1) << again.out << again.err;
+  EXPECT_NE(read_text(junit).find("dbh.suite"), std::string::npos) << read_text(junit);
+  // The junit.xml a suite writes into its own folder anyway may be named (as
+  // examples/slurm does for dbh merge).
+  const auto own = dbh({"suite", (dir / "f.yaml").string(), "--out", (dir / "r3").string(), "--junit",
+                        (dir / "r3" / "junit.xml").string(), "-q"},
+                       no_ci());
+  EXPECT_EQ(own.exit_code, 1) << own.out << own.err;
+  EXPECT_NE(read_text(dir / "r3" / "junit.xml").find("<testsuites name=\"dbh\""), std::string::npos);
+}
+
+// Scheduler variables that are set but not numbers stop the suite before
+// anything runs, naming the variable (they were ignored: every job ran every
+// scenario).
+TEST(SlurmEnvironmentTest, VariablesThatAreNotNumbersAreBadInput) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-slurm");
+  testing::RemoveOnExit cleanup(dir);
+  write_failing(dir / "f.yaml");
+  struct Case {
+    EnvChanges env;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"SLURM_ARRAY_TASK_ID", "abc"}, {"SLURM_ARRAY_TASK_COUNT", "2"}},
+            "SLURM_ARRAY_TASK_ID: expected a non-negative integer, got \"abc\""},
+           {{{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", " 1"}},
+            "SLURM_ARRAY_TASK_COUNT: expected a non-negative integer, got \" 1\""},
+           {{{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}, {"SLURM_ARRAY_TASK_MIN", "one"}},
+            "SLURM_ARRAY_TASK_MIN: expected a non-negative integer"},
+           {{{"CI_NODE_INDEX", "0"}, {"CI_NODE_TOTAL", "2"}},
+            "CI_NODE_INDEX: expected a 1-based job index in [1, 2] (CI_NODE_TOTAL 2), got 0"},
+           {{{"CI_NODE_INDEX", "first"}, {"CI_NODE_TOTAL", "2"}}, "CI_NODE_INDEX: expected a 1-based job index"},
+           {{{"JOB_COMPLETION_INDEX", "x"}, {"DBH_SHARD_COUNT", "2"}}, "JOB_COMPLETION_INDEX: expected"},
+       }) {
+    EnvChanges env = no_ci();
+    for (const char* v : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "CI_NODE_INDEX",
+                          "CI_NODE_TOTAL", "JOB_COMPLETION_INDEX", "DBH_SHARD_COUNT", "GTEST_SHARD_INDEX",
+                          "GTEST_TOTAL_SHARDS", "TEST_SHARD_INDEX", "TEST_TOTAL_SHARDS"}) {
+      env[v] = std::nullopt;
+    }
+    for (const auto& [k, v] : c.env) env[k] = v;
+    const auto r = dbh({"suite", (dir / "f.yaml").string(), "--out", (dir / "out").string()}, env);
+    EXPECT_EQ(r.exit_code, 2) << c.message << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out")) << c.message;
+  }
 }
 
 }  // namespace

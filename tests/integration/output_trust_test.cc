@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -165,6 +167,164 @@ TEST(RepeatTest, NamesTheFirstDivergentStepUnderAccumulation) {
   EXPECT_NE(report["failure"]["message"].get<std::string>().find("first in micro-batch 0"), std::string::npos)
       << report["failure"].dump(2);
   fs::remove_all(dir);
+}
+
+// Every entry under `root` (links not followed) with what it is and holds: a
+// file's bytes, a link's target, "" for a folder.
+std::map<std::string, std::string> tree(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::path p = it->path();
+    const std::string rel = p.lexically_relative(root).string();
+    const auto st = fs::symlink_status(p);
+    if (fs::is_symlink(st)) {
+      out[rel] = "link -> " + fs::read_symlink(p).string();
+    } else if (fs::is_directory(st)) {
+      out[rel] = "folder";
+    } else {
+      out[rel] = "file: " + read_text(p);
+    }
+  }
+  return out;
+}
+
+ino_t inode_of(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Waits up to `timeout_s` for `file` to hold `text`.
+bool wait_for_text(const fs::path& file, const std::string& text, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_text(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A second dbh that finds the folder locked must leave it exactly as it was:
+// it created none of what is there. (It used to remove everything it had not
+// seen before its failed claim, i.e. the running run's files.)
+TEST(OutputLockTest, ASecondRunIntoABusyFolderRemovesNothingOfTheFirst) {
+  const fs::path dir = fresh_dir("busy");
+  testing::RemoveOnExit cleanup(dir);
+  // The first run sleeps in its first step's data, long enough for the second
+  // one to start, fail and exit meanwhile.
+  write_text(dir / "slow.yaml", tiny("faults:\n  - name: slow_data\n    seconds: 5\n    at_step: 0\n"));
+  const fs::path out = dir / "out";
+  const pid_t first = testing::spawn_process(
+      {DBH_BINARY, "run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir.string(),
+      (dir / "first.log").string());
+  // In step 0 (its step_begin is journalled before the data is loaded).
+  const bool started = wait_for_text(out / "main" / "events.jsonl", "\"step_begin\"", 120);
+  if (!started) testing::wait_process(first, 1);
+  ASSERT_TRUE(started) << read_text(dir / "first.log");
+  const auto before = tree(out);
+  const ino_t journal = inode_of(out / "main" / "events.jsonl");
+  ASSERT_TRUE(before.count(".dbh-owner") && before.count("scenario.resolved.json") && before.count("main"));
+
+  const auto second = dbh({"run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir, 120);
+  EXPECT_EQ(second.exit_code, 2) << second.out << second.err;
+  EXPECT_NE(second.err.find("got one in use by pid " + std::to_string(first)), std::string::npos) << second.err;
+  // Nothing of the first run's was removed or replaced while it ran (the
+  // events it journals meanwhile may have grown its files).
+  const auto during = tree(out);
+  for (const auto& [name, what] : before) EXPECT_TRUE(during.count(name)) << name << " was removed";
+  EXPECT_EQ(during.at(".dbh-owner"), before.at(".dbh-owner"));
+  EXPECT_EQ(during.at("scenario.resolved.json"), before.at("scenario.resolved.json"));
+  EXPECT_EQ(inode_of(out / "main" / "events.jsonl"), journal);
+
+  const auto r = testing::wait_process(first, 240);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << read_text(dir / "first.log");
+  const auto report = nlohmann::json::parse(read_text(out / "report.json"), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << read_text(dir / "first.log");
+  EXPECT_EQ(report["outcome"], "passed");
+  // Its event journal is whole: from hello to done.
+  const std::string events = read_text(out / "main" / "events.jsonl");
+  EXPECT_EQ(events.rfind("{", 0), 0u) << events;
+  EXPECT_NE(events.find("\"hello\""), std::string::npos) << events;
+  EXPECT_NE(events.find("\"done\""), std::string::npos) << events;
+  EXPECT_NE(read_text(out / "events.jsonl").find("\"done\""), std::string::npos);
+  // Still a folder dbh wrote, for the same scenario, and unlocked.
+  EXPECT_EQ(read_text(out / ".dbh-owner"), "run " + (dir / "slow.yaml").string() + "\n");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(out / ".dbh.lock")));
+}
+
+// A lock that cannot be taken (a link where dbh's lock file should be, in a
+// loop or to someone's file) is a usage error, and nothing in the folder, nor
+// the file the link names, is changed or removed.
+TEST(OutputLockTest, ALinkAtTheLockIsRefusedAndNothingIsRemoved) {
+  const fs::path dir = fresh_dir("locklink");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "a.yaml", tiny());
+  const fs::path out = dir / "out";
+  ASSERT_EQ(dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir).exit_code, 0);
+  write_text(dir / "user.txt", "precious\n");
+  for (const std::string& target : std::vector<std::string>{".dbh.lock", (dir / "user.txt").string()}) {
+    SCOPED_TRACE(target);
+    fs::create_symlink(target, out / ".dbh.lock");
+    const auto before = tree(out);
+    ASSERT_GT(before.size(), 5u);
+    const auto r = dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find(".dbh.lock: expected a lock file dbh can create, got a symlink"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(tree(out), before);
+    EXPECT_EQ(read_text(dir / "user.txt"), "precious\n");
+    fs::remove(out / ".dbh.lock");
+  }
+  // With the link gone the folder is dbh's as before.
+  EXPECT_EQ(dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir).exit_code, 0);
+}
+
+// Links left in a reused output folder at the names of files dbh writes are
+// replaced, never written through: the files they name stay as they were.
+TEST(OutputLinksTest, LinksAtTheRunsFileNamesAreReplacedNotWrittenThrough) {
+  const fs::path dir = fresh_dir("links");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "a.yaml", tiny());
+  const fs::path out = dir / "out";
+  ASSERT_EQ(dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir).exit_code, 0);
+  const std::vector<std::string> names = {"main/stdout.log", "main/stderr.log", "main/events.jsonl",
+                                          "main/scenario.resolved.json", "scenario.resolved.json",
+                                          "events.jsonl", "report.json", "report.md", "metrics.csv"};
+  for (const auto& name : names) {
+    write_text(dir / "user" / name, "precious " + name + "\n");
+    fs::remove(out / name);
+    fs::create_symlink(dir / "user" / name, out / name);
+  }
+  const auto r = dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(read_text(dir / "user" / name), "precious " + name + "\n");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(out / name)));
+  }
+  EXPECT_NE(read_text(out / "main" / "events.jsonl").find("\"done\""), std::string::npos);
+}
+
+// A link where the trial's folder should be leads out of the output folder:
+// the run is refused and writes nothing there.
+TEST(OutputLinksTest, ALinkAtTheTrialFolderIsRefused) {
+  const fs::path dir = fresh_dir("dirlink");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "a.yaml", tiny());
+  const fs::path out = dir / "out";
+  ASSERT_EQ(dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir).exit_code, 0);
+  write_text(dir / "user" / "keep.txt", "precious\n");
+  write_text(dir / "user" / "stdout.log", "mine\n");
+  fs::remove_all(out / "main");
+  fs::create_directory_symlink(dir / "user", out / "main");
+  const auto before = tree(dir / "user");
+  const auto r = dbh({"run", (dir / "a.yaml").string(), "--out", out.string(), "-q"}, dir);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("main: expected a folder dbh can write in, got a symlink"), std::string::npos) << r.err;
+  EXPECT_EQ(tree(dir / "user"), before);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(out / "main")));  // the user's link, not removed either
 }
 
 }  // namespace

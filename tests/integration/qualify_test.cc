@@ -99,6 +99,21 @@ TEST(QualifyTest, RecommendsFourTimesTwoForAnEffectiveBatchOfEight) {
   EXPECT_GT(j["precisions"][0]["model"]["bytes_per_sample"].get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(dir / "out" / "qualification.md"));
   EXPECT_TRUE(fs::exists(dir / "out" / "memory_vs_batch.png"));
+  EXPECT_GT(j["source"]["peak_bytes_unbudgeted"].get<int64_t>(), 0) << j["source"].dump();
+
+  // Again with the same probe cache: the cached probes carry their peaks, so
+  // the same answer by the same method (a cached entry without them once
+  // read as 0 B and sent the second run to a binary search, to another answer).
+  const auto again = dbh({"qualify", s.string(), "--profile", "ci-host-2200m", "--steps", "2", "--out",
+                          (dir / "out2").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  const auto k = read_json(dir / "out2" / "qualification.json");
+  for (const char* key : {"batch", "accumulation", "precision"}) {  // the confirmation's peak is measured anew
+    EXPECT_EQ(k["recommendation"][key], j["recommendation"][key]) << key << ": " << k.dump();
+  }
+  EXPECT_EQ(k["precisions"][0]["method"], "affine model") << k["precisions"][0].dump();
+  EXPECT_EQ(k["source"]["peak_bytes_unbudgeted"], j["source"]["peak_bytes_unbudgeted"]);
+  EXPECT_LE(k["trial_count"].get<int64_t>(), 3);
 }
 
 TEST(QualifyTest, ImpossibleBudgetDoesNotQualify) {

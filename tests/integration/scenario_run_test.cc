@@ -16,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/faults/catalog.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

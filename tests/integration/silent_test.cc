@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/faults/catalog.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/files.h"

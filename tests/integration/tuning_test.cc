@@ -141,6 +141,26 @@ TEST(TuningTest, AutoIsMeasuredOnceCachedAndReported) {
     ASSERT_EQ(typed.process.exit_code, 0) << typed.process.err;
     EXPECT_EQ(typed.report["measured_choices"]["threads"]["source"], "measured");
   }
+  // Well formed but not a measurement of this machine: more threads than it
+  // has, a step time no step takes, a choice its own times do not make.
+  for (int variant = 0; variant < 3; ++variant) {
+    json entry = json::parse(testing::read_text(entries.front()));
+    json& candidates = entry["candidates"];
+    const size_t other = (entry["choice"].get<size_t>() + 1) % candidates.size();
+    if (variant == 0) candidates[other]["threads"] = entry["cores"].get<int64_t>() + 1;
+    if (variant == 1) candidates[other]["seconds"] = json::array({1e-9});
+    if (variant == 2) {
+      candidates[other]["seconds"] = json::array({1000.0});  // far the slowest
+      entry["choice"] = other;
+    }
+    testing::write_text(entries.front(), entry.dump());
+    const DbhRun forged = run(cache, dir / ("forged" + std::to_string(variant)),
+                              {"train.channels_last=auto", "train.threads=auto"});
+    ASSERT_EQ(forged.process.exit_code, 0) << forged.process.err;
+    EXPECT_EQ(forged.report["measured_choices"]["threads"]["source"], "measured") << variant;
+    EXPECT_LE(forged.report["measured_choices"]["threads"]["value"].get<int64_t>(),
+              json::parse(testing::read_text(entries.front()))["cores"].get<int64_t>());
+  }
   fs::remove(entries.front());
   ASSERT_EQ(::mkfifo(entries.front().c_str(), 0644), 0);
   const DbhRun fifo = run(cache, dir / "fifo", {"train.channels_last=auto", "train.threads=auto"});

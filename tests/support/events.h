@@ -5,7 +5,7 @@
 
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
-#include "harness/worker/event_writer.h"
+#include "harness/proto/event_writer.h"
 
 namespace dbh::testing {
 

@@ -10,7 +10,7 @@
 
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 namespace {

@@ -13,7 +13,7 @@
 #include "harness/common/text.h"
 #include "harness/report/report_html.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 #include "tests/support/files.h"
 
 namespace dbh::harness {

@@ -14,7 +14,7 @@
 
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 namespace dbh::harness {
 namespace {
@@ -485,12 +485,22 @@ TEST(ResolvedJson, ShippedScenariosRoundTripThroughTheWorkersPath) {
   }
 }
 
-// A file that passes the checkpoint check (a zip archive's first header and
-// end record), for scenarios that name weights.
+// The smallest file the checkpoint check accepts, for scenarios that name
+// weights: a zip archive whose central directory names a LibTorch archive's
+// `version` and `data.pkl` (empty entries).
 std::string archive_file() {
   const std::string path = ::testing::TempDir() + "/dbh-scenario-test-weights.pt";
-  std::ofstream(path, std::ios::binary) << std::string("PK\x03\x04", 4) << std::string(26, '\0')
-                                        << std::string("PK\x05\x06", 4) << std::string(18, '\0');
+  auto le16 = [](size_t v) { return std::string{static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff)}; };
+  auto le32 = [&](size_t v) { return le16(v & 0xffff) + le16(v >> 16); };
+  std::string local, central;
+  for (const std::string name : {"w/version", "w/data.pkl"}) {
+    central += std::string("PK\x01\x02", 4) + std::string(24, '\0') + le16(name.size()) + le16(0) + le16(0) +
+               std::string(8, '\0') + le32(local.size()) + name;
+    local += std::string("PK\x03\x04", 4) + std::string(22, '\0') + le16(name.size()) + le16(0) + name;
+  }
+  const std::string end = std::string("PK\x05\x06", 4) + le16(0) + le16(0) + le16(2) + le16(2) +
+                          le32(central.size()) + le32(local.size()) + le16(0);
+  std::ofstream(path, std::ios::binary) << local << central << end;
   return path;
 }
 

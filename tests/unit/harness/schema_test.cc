@@ -12,7 +12,7 @@
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 #include "tests/support/files.h"
 
 namespace dbh::harness {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <string>
 
 #include "harness/common/error.h"
 
@@ -37,6 +39,47 @@ TEST(ShardTest, DetectsSchedulersFromTheEnvironment) {
   EXPECT_EQ(detect_shard({{"TEST_SHARD_INDEX", "0"}, {"TEST_TOTAL_SHARDS", "3"}})->count, 3);
   EXPECT_FALSE(detect_shard({}));
   EXPECT_THROW(detect_shard({{"CI_NODE_INDEX", "3"}, {"CI_NODE_TOTAL", "2"}}), ScenarioError);
+}
+
+// A scheduler variable that is set but not a number stops the suite, naming
+// the variable, instead of running every scenario in every job.
+TEST(ShardTest, RefusesSchedulerVariablesThatAreNotNumbers) {
+  const auto error = [](const std::map<std::string, std::string>& env) -> std::string {
+    try {
+      detect_shard(env);
+      return "";
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error({{"SLURM_ARRAY_TASK_ID", "abc"}, {"SLURM_ARRAY_TASK_COUNT", "2"}}),
+            "SLURM_ARRAY_TASK_ID: expected a non-negative integer, got \"abc\"");
+  EXPECT_EQ(error({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", " 1"}}),
+            "SLURM_ARRAY_TASK_COUNT: expected a non-negative integer, got \" 1\"");
+  EXPECT_NE(error({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "2"}, {"SLURM_ARRAY_TASK_MIN", "+1"}})
+                .find("SLURM_ARRAY_TASK_MIN: expected"),
+            std::string::npos);
+  EXPECT_NE(error({{"SLURM_ARRAY_TASK_ID", ""}}).find("SLURM_ARRAY_TASK_ID: expected"), std::string::npos);
+  EXPECT_NE(error({{"JOB_COMPLETION_INDEX", "1x"}, {"DBH_SHARD_COUNT", "2"}}).find("JOB_COMPLETION_INDEX: expected"),
+            std::string::npos);
+  EXPECT_NE(error({{"JOB_COMPLETION_INDEX", "1"}, {"DBH_SHARD_COUNT", "two"}}).find("DBH_SHARD_COUNT: expected"),
+            std::string::npos);
+  EXPECT_NE(error({{"CI_NODE_INDEX", "a"}, {"CI_NODE_TOTAL", "2"}}).find("CI_NODE_INDEX: expected a 1-based"),
+            std::string::npos);
+  EXPECT_NE(error({{"CI_NODE_INDEX", "1"}, {"CI_NODE_TOTAL", "2\n"}}).find("CI_NODE_TOTAL: expected"),
+            std::string::npos);
+  EXPECT_NE(error({{"GTEST_SHARD_INDEX", "0"}, {"GTEST_TOTAL_SHARDS", "x"}}).find("GTEST_TOTAL_SHARDS: expected"),
+            std::string::npos);
+  // Out of range: the value the user gave, in the scheduler's own numbering.
+  EXPECT_EQ(error({{"CI_NODE_INDEX", "0"}, {"CI_NODE_TOTAL", "2"}}),
+            "CI_NODE_INDEX: expected a 1-based job index in [1, 2] (CI_NODE_TOTAL 2), got 0");
+  EXPECT_EQ(error({{"SLURM_ARRAY_TASK_ID", "9"}, {"SLURM_ARRAY_TASK_COUNT", "4"}, {"SLURM_ARRAY_TASK_MIN", "3"}}),
+            "SLURM_ARRAY_TASK_ID: expected a task id in [3, 7) (SLURM_ARRAY_TASK_MIN 3, SLURM_ARRAY_TASK_COUNT 4), "
+            "got 9");
+  // Valid values still shard; GitLab's last job is the last shard.
+  const auto last = detect_shard({{"CI_NODE_INDEX", "2"}, {"CI_NODE_TOTAL", "2"}});
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->index, 1);
 }
 
 TEST(ShardTest, EveryScenarioInExactlyOneShardAndAddingOneMovesNoOther) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "harness/common/error.h"
-#include "harness/faults/catalog.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/kb/knowledge_base.h"

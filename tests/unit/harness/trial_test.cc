@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "harness/supervisor/trial.h"
-#include "harness/worker/event_writer.h"
+#include "harness/proto/event_writer.h"
 
 namespace dbh::harness {
 namespace {

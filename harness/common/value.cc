@@ -1,4 +1,4 @@
-#include "harness/scenario/value.h"
+#include "harness/common/value.h"
 
 #include <yaml-cpp/yaml.h>
 

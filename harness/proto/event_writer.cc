@@ -1,11 +1,11 @@
-#include "harness/worker/event_writer.h"
+#include "harness/proto/event_writer.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 
 #include "harness/proto/events.h"
-#include "harness/supervisor/trial.h"
+#include "harness/proto/worker_link.h"
 
 namespace dbh::harness {
 

@@ -1,0 +1,118 @@
+#include "harness/common/out_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string kind_of(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+bool read_at(int fd, std::string* out, size_t n, off_t offset) {
+  out->assign(n, '\0');
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, out->data() + done, n - done, offset + static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_output_file(const std::string& path, const OutputFileRule& rule) {
+  const std::string prefix = rule.where + ": " + rule.flag + ": expected ";
+  const std::string expected = "a new file" + (rule.replaceable.empty() ? std::string() : " or " + rule.replaceable);
+  const auto fail = [&](const std::string& got, const std::string& hint = "") {
+    throw UsageError(prefix + expected + (hint.empty() ? "" : " " + hint) + ", got " + got + " (" + path + ")");
+  };
+  if (path.empty()) fail("an empty path");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      std::string got = kind_of(st.st_mode);
+      if (S_ISLNK(st.st_mode)) {
+        std::error_code ec;
+        const fs::path target = fs::read_symlink(path, ec);
+        if (!ec) got += " to " + target.string();
+      }
+      fail(got);
+    }
+    if (!rule.may_replace || !rule.may_replace(path)) {
+      fail(rule.replaceable.empty() ? std::string("a regular file") : "a regular file that is not " + rule.replaceable,
+           rule.hint);
+    }
+  } else if (errno != ENOENT) {
+    fail(describe_path(path));
+  }
+  // The temporary file goes beside it: the folder must exist and take it.
+  std::error_code ec;
+  fs::path parent = fs::absolute(path, ec).parent_path();
+  if (parent.empty()) parent = "/";
+  struct stat pst {};
+  if (::stat(parent.c_str(), &pst) != 0 || !S_ISDIR(pst.st_mode)) {
+    throw UsageError(rule.where + ": " + rule.flag + ": expected a file in an existing folder, got " +
+                     describe_path(parent.string()) + " (" + parent.string() + ")");
+  }
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    throw UsageError(rule.where + ": " + rule.flag + ": expected a file in a folder dbh may write, got an error (" +
+                     std::strerror(errno) + ") (" + parent.string() + ")");
+  }
+}
+
+bool file_has_head_and_tail(const std::string& path, const std::string& head, const std::string& tail) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<uintmax_t>(st.st_size) >= head.size() + tail.size();
+  std::string got;
+  ok = ok && read_at(fd, &got, head.size(), 0) && got == head;
+  ok = ok && read_at(fd, &got, tail.size(), st.st_size - static_cast<off_t>(tail.size())) && got == tail;
+  ::close(fd);
+  return ok;
+}
+
+bool path_within(const std::string& path, const std::string& folder) {
+  // Resolved, normal, without a trailing separator ("out/" is "out").
+  const auto resolved = [](const std::string& s, std::error_code& ec) {
+    fs::path p = fs::weakly_canonical(fs::absolute(s, ec), ec).lexically_normal();
+    if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
+    return p;
+  };
+  std::error_code ec;
+  const fs::path p = resolved(path, ec);
+  if (ec) return false;
+  const fs::path f = resolved(folder, ec);
+  if (ec) return false;
+  const fs::path rel = p.lexically_relative(f);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+}  // namespace dbh::harness
