@@ -9,6 +9,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/png.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "model/data/dataset.h"
@@ -42,19 +43,6 @@ void write_npy(const fs::path& path, const cv::Mat& m) {
   data += header;
   data.append(reinterpret_cast<const char*>(m.ptr<float>()), m.total() * sizeof(float));
   write_file_atomically(path.string(), data);
-}
-
-// Writes `image` as a PNG file at `path` through write_file_atomically (never
-// through a link left in the folder). False when it cannot.
-bool write_png(const fs::path& path, const cv::Mat& image) {
-  std::vector<uchar> png;
-  if (!cv::imencode(".png", image, png)) return false;
-  try {
-    write_file_atomically(path.string(), std::string(png.begin(), png.end()));
-  } catch (const ReportError&) {
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -144,7 +132,7 @@ int run_data_show(const DataShowOptions& o) {
   const fs::path out(o.out);
   OutputDir claim(out, "data show");
   const cv::Mat bgr8 = model::denormalize_to_bgr8(s.image);
-  bool ok = write_png(out / "input.png", bgr8);
+  bool ok = write_png((out / "input.png").string(), bgr8);
   const std::pair<const char*, const cv::Mat*> maps[] = {
       {"gt_shrink", &s.maps.gt_shrink},
       {"gt_shrink_mask", &s.maps.gt_shrink_mask},
@@ -154,7 +142,7 @@ int run_data_show(const DataShowOptions& o) {
     write_npy(out / (std::string(name) + ".npy"), *m);
     cv::Mat png;
     m->convertTo(png, CV_8U, 255.0);
-    ok = write_png(out / (std::string(name) + ".png"), png) && ok;
+    ok = write_png((out / (std::string(name) + ".png")).string(), png) && ok;
   }
   // Overlay: the shrunk text kernels (green) and the threshold band (red) on
   // the input the model sees.
@@ -170,7 +158,7 @@ int run_data_show(const DataShowOptions& o) {
       if (s.maps.gt_shrink_mask.at<float>(y, x) < 0.5f) px = px * 0.5 + cv::Vec3b(128, 128, 128) * 0.5;
     }
   }
-  ok = write_png(out / "overlay.png", overlay) && ok;
+  ok = write_png((out / "overlay.png").string(), overlay) && ok;
   if (!ok) {
     std::cerr << "dbh data show: --out " << o.out << ": cannot write the files\n";
     return 2;

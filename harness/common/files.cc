@@ -19,15 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string kind_of(mode_t mode) {
-  if (S_ISREG(mode)) return "a regular file";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
+std::string kind_of(mode_t mode) { return file_kind(mode); }
 
 std::string errno_text(int err) {
   switch (err) {
@@ -386,6 +378,17 @@ std::string read_input_file(const std::string& path, const std::string& what, si
   }
   ::close(fd);
   return text;
+}
+
+std::string file_kind(unsigned int mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
 }
 
 }  // namespace dbh::harness

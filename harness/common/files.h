@@ -12,6 +12,10 @@ inline constexpr size_t kMaxInputFileBytes = 4u << 20;
 /// following links; "none" when it does not exist.
 std::string describe_path(const std::string& path);
 
+/// What a file of mode `mode` (stat's st_mode) is, for messages: "a regular
+/// file", "a directory", "a symbolic link", "a FIFO", … .
+std::string file_kind(unsigned int mode);
+
 /// Checks that `path` is a regular file dbh can read, before anything is
 /// written or started. Throws ScenarioError "<where>: <key>: expected <what>,
 /// got …" naming the path, what it is instead (a directory, a FIFO, a device,

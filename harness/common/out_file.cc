@@ -16,17 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string kind_of(mode_t mode) {
-  if (S_ISREG(mode)) return "a regular file";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
-
 bool read_at(int fd, std::string* out, size_t n, off_t offset) {
   out->assign(n, '\0');
   size_t done = 0;
@@ -51,7 +40,7 @@ void check_output_file(const std::string& path, const OutputFileRule& rule) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) {
-      std::string got = kind_of(st.st_mode);
+      std::string got = file_kind(st.st_mode);
       if (S_ISLNK(st.st_mode)) {
         std::error_code ec;
         const fs::path target = fs::read_symlink(path, ec);

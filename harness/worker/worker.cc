@@ -15,6 +15,7 @@
 
 #include "harness/common/cpu.h"
 #include "harness/common/error.h"
+#include "harness/common/png.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
@@ -67,19 +68,6 @@ uint64_t parameter_checksum(model::DbNet& net) {
   return h.value();
 }
 
-// Writes `image` as a PNG file at `file` as every file in the run folder is
-// written (files.h, Note [Never through a link]). False when it cannot.
-bool write_png(const fs::path& file, const cv::Mat& image) {
-  std::vector<uchar> png;
-  if (!cv::imencode(".png", image, png)) return false;
-  try {
-    write_file_atomically(file.string(), std::string(png.begin(), png.end()));
-  } catch (const Error&) {
-    return false;
-  }
-  return true;
-}
-
 // Writes one overlay per sample of `b` into `dir`: the input as the model
 // saw it (de-normalised), the shrunk text kernels in green, the threshold band
 // in red, ignored regions greyed and non-finite pixels in magenta. Returns the
@@ -127,7 +115,7 @@ std::vector<std::string> write_batch_overlays(const model::Batch& b, const fs::p
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
     }
     const std::string name = std::to_string(i) + "-" + id + (id.size() > 4 && id.substr(id.size() - 4) == ".png" ? "" : ".png");
-    if (write_png(dir / name, bgr)) files.push_back(name);
+    if (write_png((dir / name).string(), bgr)) files.push_back(name);
   }
   return files;
 }
@@ -224,7 +212,7 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
     for (const auto& d : e.detections) det.push_back(d.polygon);
     const cv::Mat image = model::decode_image(model::image_path(v.root, e.file));
     const std::string name = std::to_string(files.size() + 1) + "-" + safe_file_name(fs::path(e.file).stem().string()) + ".png";
-    if (write_png(dir / name, model::draw_overlay(image, e.gt, e.gt_ignore, det))) {
+    if (write_png((dir / name).string(), model::draw_overlay(image, e.gt, e.gt_ignore, det))) {
       files.push_back((fs::path("eval-overlays") / name).string());
     }
   }
