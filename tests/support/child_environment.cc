@@ -1,0 +1,34 @@
+// The environment every process an integration test starts inherits, set once
+// before the first test (a value already in the environment wins):
+//
+//   OMP_WAIT_POLICY=PASSIVE  dbh's workers train with LibTorch's OpenMP pool.
+//       Spin-waiting at its barriers, two tests side by side on two cores ran
+//       about 7 times slower than one after the other; waiting passively, two
+//       side by side finish sooner than one after the other, so the tests that
+//       train share ctest's slots (tests/CMakeLists.txt).
+//   DBH_CACHE_DIR=<build>/test-cache  measured choices (`auto` layout and
+//       threads) are cached inside the build folder, never in the user's cache.
+//
+// ctest's ENVIRONMENT property holds one variable reliably through
+// gtest_discover_tests (a list is split into properties), so the variables the
+// tests share live here and ENVIRONMENT keeps one per label (DBH_SLOW_TESTS).
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+namespace dbh::testing {
+namespace {
+
+class ChildEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+    ::setenv("DBH_CACHE_DIR", DBH_TEST_CACHE_DIR, /*overwrite=*/0);
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const kChildEnvironment =
+    ::testing::AddGlobalTestEnvironment(new ChildEnvironment);
+
+}  // namespace
+}  // namespace dbh::testing
