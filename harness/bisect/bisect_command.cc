@@ -1,3 +1,5 @@
+#include "harness/common/out_file.h"
+#include "harness/common/value.h"
 #include "harness/bisect/bisect_command.h"
 
 #include <algorithm>
@@ -39,19 +41,15 @@ constexpr double kConfidentAt = 0.95;
 // evidence contradicts: no better than a coin toss.
 constexpr double kUnconfirmedCap = 0.5;
 
-std::string stamp() { return timestamp_compact(); }
-
 std::string quote(const std::string& s) { return shell_quote(s); }
 
 std::string command_line(const std::string& scenario, const std::vector<std::string>& overrides) {
   // A later override of the same key wins; print each key once, last value.
   std::vector<std::string> kept;
   for (size_t i = 0; i < overrides.size(); ++i) {
-    const std::string key = overrides[i].substr(0, overrides[i].find('='));
+    const std::string key = override_key(overrides[i]);
     bool later = false;
-    for (size_t j = i + 1; j < overrides.size(); ++j) {
-      later = later || overrides[j].substr(0, overrides[j].find('=')) == key;
-    }
+    for (size_t j = i + 1; j < overrides.size(); ++j) later = later || override_key(overrides[j]) == key;
     if (!later) kept.push_back(overrides[i]);
   }
   std::string cmd = "dbh run " + quote(scenario);
@@ -1206,12 +1204,11 @@ int bisect_command(const BisectOptions& o) {
     }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     if (!o.scenario.empty()) (void)load_scenario(o.scenario, o.overrides);  // validate first
-    const fs::path out = o.out.empty() ? fs::path("reports") / "runs" / ("bisect-" + o.kind + "-" + name + "-" + stamp())
-                                       : fs::path(o.out);
+    const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
     claim.emplace(out, "bisect " + o.kind + " " +
                            (o.scenario.empty() ? std::string("config")
                                                : fs::absolute(o.scenario).lexically_normal().string()));
-    const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
+    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     BisectOptions opts = o;
     opts.cache_dir = cache;
     std::unique_ptr<Prober> prober;

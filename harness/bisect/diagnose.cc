@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/probe.h"
 #include "harness/common/error.h"
@@ -67,12 +68,10 @@ int diagnose_command(const DiagnoseOptions& o) {
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   try {
     const Scenario s = load_scenario(o.scenario, o.overrides);
-    const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
-                                             ("diagnose-" + fs::path(o.scenario).stem().string() + "-" +
-                                              std::to_string(std::time(nullptr)))
+    const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string());
-    const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
+    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
     const bool cuda = s.hardware.device != "cpu";
     const bool real = s.data.source == "real";

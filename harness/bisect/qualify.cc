@@ -1,3 +1,4 @@
+#include "harness/common/out_file.h"
 #include "harness/bisect/qualify.h"
 
 #include <algorithm>
@@ -91,13 +92,12 @@ int qualify_command(const QualifyOptions& o) {
     }
     const auto margined = static_cast<int64_t>(static_cast<double>(budget) * (1.0 - o.margin));
     const int64_t effective = source.data.batch_size * source.train.accumulation;
-    const fs::path out = o.out.empty() ? fs::path("reports") / "runs" /
-                                             ("qualify-" + fs::path(o.scenario).stem().string() + "-" +
-                                              (o.profile.empty() ? "budget" : o.profile) + "-" +
-                                              std::to_string(std::time(nullptr)))
+    const fs::path out = o.out.empty() ? fs::path(default_output_folder(
+                                             "qualify-" + fs::path(o.scenario).stem().string() + "-" +
+                                             (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string());
-    const std::string cache = o.cache_dir.empty() ? (fs::path("reports") / "cache" / "probes").string() : o.cache_dir;
+    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     // The layout and threads are measured once, for the source setup, and
     // pinned for every trial: the search compares batches, not layouts, and
     // a measurement per batch would cost more than the trials.

@@ -1,3 +1,4 @@
+#include "harness/common/out_file.h"
 #include "harness/cli/eval_command.h"
 
 #include <unistd.h>
@@ -303,8 +304,7 @@ int run_eval_command(const EvalCommandOptions& o) {
     std::cerr << "warning: " << loaded.missing.size() << " of " << total
               << " tensors keep their initial values (--allow-partial)\n";
   }
-  const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("eval-" + timestamp_compact())
-                                     : fs::path(o.out);
+  const fs::path out = o.out.empty() ? fs::path(default_output_folder("eval")) : fs::path(o.out);
   if (!o.save_weights.empty()) check_save_weights(o.save_weights, o.weights);
   // From here on something is written: SIGINT and SIGTERM stop the
   // evaluation between images, and what it wrote is removed (Interrupted

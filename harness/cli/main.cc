@@ -20,6 +20,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/common/files.h"
+#include "harness/common/value.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/cli/scenario_command.h"
@@ -296,20 +297,32 @@ int main(int argc, char** argv) {
     }
     if (*eval) return dbh::harness::run_eval_command(ev);
     if (*check) return dbh::harness::run_data_check(dc);
-    auto split = [&](const std::vector<std::string>& args) {
-      for (const auto& a : args) {
-        (a.find('=') != std::string::npos ? ro.overrides : ro.scenarios).push_back(a);
+    // A command's words: key.path=value overrides and the rest, each in order.
+    auto split = [](const std::vector<std::string>& args, std::vector<std::string>* plain,
+                    std::vector<std::string>* overrides) {
+      for (const auto& a : args) (dbh::harness::is_override(a) ? overrides : plain)->push_back(a);
+    };
+    // The one scenario file of `command`; a second plain word is refused.
+    auto one_scenario = [&](const char* command, const std::vector<std::string>& args, std::string* scenario,
+                            std::vector<std::string>* overrides) {
+      std::vector<std::string> plain;
+      split(args, &plain, overrides);
+      if (plain.size() > 1) {
+        std::cerr << "dbh " << command << ": unexpected argument \"" << plain[1] << "\"\n";
+        return false;
       }
+      if (!plain.empty()) *scenario = plain.front();
+      return true;
     };
     if (*run) {
-      split(run_args);
+      split(run_args, &ro.scenarios, &ro.overrides);
       const int code = dbh::harness::run_command(ro);
       if (!bisect_exit) return code;
       // git bisect: 0 good, 1 bad, 125 skip; never a code > 127 (git would abort).
       return code == 0 ? 0 : code == 1 ? 1 : 125;
     }
     if (*repeat) {
-      split(repeat_args);
+      split(repeat_args, &ro.scenarios, &ro.overrides);
       if (repeat_processes == 0 && repeat_in_process == 0) repeat_processes = 2;
       if (repeat_processes > 0) {
         ro.overrides.push_back("repeat.processes=" + std::to_string(repeat_processes));
@@ -320,16 +333,7 @@ int main(int argc, char** argv) {
       return dbh::harness::run_command(ro);
     }
     if (*qualify) {
-      for (const auto& a : qualify_args) {
-        if (a.find('=') != std::string::npos) {
-          qo.overrides.push_back(a);
-        } else if (qo.scenario.empty()) {
-          qo.scenario = a;
-        } else {
-          std::cerr << "dbh qualify: unexpected argument \"" << a << "\"\n";
-          return 2;
-        }
-      }
+      if (!one_scenario("qualify", qualify_args, &qo.scenario, &qo.overrides)) return 2;
       if (qo.profile.empty() && qo.budget.empty()) {
         std::cerr << "dbh qualify: expected --profile NAME or --budget SIZE\n";
         return 2;
@@ -337,23 +341,14 @@ int main(int argc, char** argv) {
       return dbh::harness::qualify_command(qo);
     }
     if (*diagnose) {
-      for (const auto& a : diagnose_args) {
-        if (a.find('=') != std::string::npos) {
-          dg.overrides.push_back(a);
-        } else if (dg.scenario.empty()) {
-          dg.scenario = a;
-        } else {
-          std::cerr << "dbh diagnose: unexpected argument \"" << a << "\"\n";
-          return 2;
-        }
-      }
+      if (!one_scenario("diagnose", diagnose_args, &dg.scenario, &dg.overrides)) return 2;
       return dbh::harness::diagnose_command(dg);
     }
     if (*bisect) {
-      for (const auto& a : bisect_args) {
-        if (a.find('=') != std::string::npos) {
-          bo.overrides.push_back(a);
-        } else if (bo.scenario.empty() && (bo.kind != "config" || std::ifstream(a).good())) {
+      std::vector<std::string> plain;
+      split(bisect_args, &plain, &bo.overrides);
+      for (const auto& a : plain) {
+        if (bo.scenario.empty() && (bo.kind != "config" || std::ifstream(a).good())) {
           bo.scenario = a;
         } else if (bo.kind == "range" && bo.key.empty()) {
           bo.key = a;
@@ -373,7 +368,7 @@ int main(int argc, char** argv) {
       if (bo.kind == "config") {
         // Without '=' a side names a scenario file, which must be one.
         for (const auto* side : {&bo.good, &bo.bad}) {
-          if (side->size() == 1 && side->front().find('=') == std::string::npos) {
+          if (side->size() == 1 && !dbh::harness::is_override(side->front())) {
             dbh::harness::check_input_file(side->front(), "a scenario file or a \"key=value …\" set",
                                            "dbh bisect config", side == &bo.good ? "--good" : "--bad");
           }
@@ -386,7 +381,7 @@ int main(int argc, char** argv) {
       return dbh::harness::bisect_command(bo);
     }
     if (*suite) {
-      split(suite_args);
+      split(suite_args, &ro.scenarios, &ro.overrides);
       return dbh::harness::suite_command(ro);
     }
     if (*merge) return dbh::harness::merge_command(merge_dirs, merge_out, merge_junit);

@@ -45,9 +45,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
-std::string stamp() { return timestamp_compact(); }
-
 struct Printer {
   bool quiet, verbose, tty, json;
   bool progress = true;  // step progress lines (--no-progress turns them off)
@@ -493,10 +490,6 @@ void write_junit(const std::string& junit, const std::string& where, const std::
   }
 }
 
-fs::path default_out(const std::string& name) {
-  return fs::path("reports") / "runs" / (name + "-" + stamp() + "-" + std::to_string(getpid()));
-}
-
 }  // namespace
 
 int run_command(const RunOptions& o) {
@@ -517,7 +510,7 @@ int run_command(const RunOptions& o) {
       return 0;
     }
     const CiEnvironment ci = ci_environment(process_environment());
-    const fs::path out = o.out.empty() ? default_out(name) : fs::path(o.out);
+    const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
@@ -752,7 +745,7 @@ int suite_command(const RunOptions& o) {
   }
   const std::string shard_text =
       shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
-  fs::path root = o.out.empty() ? fs::path("reports") / "runs" / ("suite-" + stamp()) : fs::path(o.out);
+  fs::path root = o.out.empty() ? fs::path(default_output_folder("suite")) : fs::path(o.out);
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
   try {
     check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
@@ -885,7 +878,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::set<std::string> started;
   std::vector<std::string> problems;  // what keeps the merge from being complete
   size_t journals_found = 0;
-  const fs::path root = out.empty() ? fs::path("reports") / "runs" / ("merged-" + stamp()) : fs::path(out);
+  const fs::path root = out.empty() ? fs::path(default_output_folder("merged")) : fs::path(out);
   try {
     check_junit(junit, "dbh merge", root.string(), {}, dirs, true);
   } catch (const UsageError& e) {

@@ -1,3 +1,4 @@
+#include "harness/common/out_file.h"
 #include "harness/cli/train_command.h"
 
 #include <unistd.h>
@@ -44,20 +45,6 @@ int run_env_command(bool json) {
   std::cout << (json ? environment_json(env) + "\n" : format_environment(env));
   return 0;
 }
-
-namespace {
-
-std::string timestamp() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  std::ostringstream s;
-  s << std::put_time(&tm, "%Y%m%d-%H%M%S");
-  return s.str();
-}
-
-}  // namespace
 
 const std::vector<TrainFlag>& train_flags() {
   static const std::vector<TrainFlag> flags = {
@@ -150,8 +137,7 @@ int run_train_command(const TrainCommandOptions& o) {
   auto usage = [](const std::string& key, const std::string& expected, const std::string& got) {
     throw UsageError("dbh train: " + key + ": expected " + expected + ", got " + got);
   };
-  const fs::path out = o.out.empty() ? fs::path("reports/runs") / ("train-" + timestamp())
-                                     : fs::path(o.out);
+  const fs::path out = o.out.empty() ? fs::path(default_output_folder("train")) : fs::path(o.out);
   // The output folder is claimed as every command's is: a user's folder (a
   // dataset, another command's results) is refused, a second dbh on it is
   // locked out, and on any error or interruption (SIGINT, SIGTERM: checked

@@ -10,6 +10,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/text.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -103,5 +104,13 @@ bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::equivalent(a, b, ec) && !ec;
 }
+
+std::string default_output_folder(const std::string& label) {
+  return (fs::path("reports") / "runs" /
+          (safe_file_name(label) + "-" + timestamp_compact() + "-" + std::to_string(::getpid())))
+      .string();
+}
+
+std::string default_probe_cache() { return (fs::path("reports") / "cache" / "probes").string(); }
 
 }  // namespace dbh::harness

@@ -46,4 +46,14 @@ bool path_within(const std::string& path, const std::string& folder);
 /// Whether `a` and `b` name the same existing file (links followed).
 bool same_file(const std::string& a, const std::string& b);
 
+/// The output folder of a command run without --out, relative to the working
+/// directory: reports/runs/<label>-<YYYYmmdd-HHMMSS>-<pid> (the pid keeps two
+/// commands started in the same second apart). `label` names the command and
+/// what it ran ("bisect-steps-seed-002"); characters that do not belong in a
+/// file name are replaced.
+std::string default_output_folder(const std::string& label);
+
+/// The probe cache of a command run without --cache: reports/cache/probes.
+std::string default_probe_cache();
+
 }  // namespace dbh::harness

@@ -171,6 +171,10 @@ bool parse_index(const std::string& s, size_t* out) {
 }
 }  // namespace
 
+bool is_override(const std::string& word) { return word.find('=') != std::string::npos; }
+
+std::string override_key(const std::string& text) { return text.substr(0, text.find('=')); }
+
 void apply_override(Value& root, const std::string& text) {
   const std::string where = "<override> " + text;
   const auto eq = text.find('=');

@@ -54,6 +54,14 @@ void merge_into(Value& base, const Value& overlay);
 /// ScenarioError naming the override on bad syntax.
 void apply_override(Value& root, const std::string& override_text);
 
+/// Whether a command-line word is a key.path=value override (it holds '=');
+/// every other word names a file or a command's argument.
+bool is_override(const std::string& word);
+
+/// The key of an override: "train.lr" of "train.lr=0.1" (the whole text when
+/// it holds no '=').
+std::string override_key(const std::string& override_text);
+
 /// Serialises the tree as JSON text (scalars that look like numbers or
 /// booleans are emitted as such).
 std::string to_json(const Value& v, int indent = 2);

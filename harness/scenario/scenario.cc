@@ -658,7 +658,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
              c.describe());
       }
       for (const auto& o : overrides) {
-        if (o.find('=') == std::string::npos) {
+        if (!is_override(o)) {
           fail(c.loc, "controls[" + std::to_string(i) + "]", "key=value", "\"" + o + "\"");
         }
       }
@@ -742,8 +742,8 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 void apply_user_override(Value& tree, const std::string& text) {
   // Includes are merged before any override: one given as an override
   // would be silently ignored.
-  const std::string override_key = text.substr(0, text.find('='));
-  if (override_key == "include" || override_key.rfind("include.", 0) == 0) {
+  const std::string key_text = override_key(text);
+  if (key_text == "include" || key_text.rfind("include.", 0) == 0) {
     throw ScenarioError("<override> " + one_line(text) +
                         ": include: expected includes in a scenario file (merged before any override), got an "
                         "override");
@@ -753,7 +753,7 @@ void apply_user_override(Value& tree, const std::string& text) {
   apply_override(tree, *translated);
   if (*translated == text) return;
   Value* v = &tree;
-  std::stringstream key(translated->substr(0, translated->find('=')));
+  std::stringstream key(override_key(*translated));
   for (std::string part; std::getline(key, part, '.');) {
     v = v->is_map() ? v->find(part) : nullptr;
     if (v == nullptr) return;

@@ -189,5 +189,19 @@ TEST(OutputFileTest, RecognisesFilesByHeadAndTailAndPathsByFolder) {
   fs::remove_all(dir);
 }
 
+TEST(OutputFileTest, DefaultOutputFoldersAreUniquePerProcessAndSafeNames) {
+  const std::string a = default_output_folder("bisect-steps-seed 002/../x");
+  const std::filesystem::path p(a);
+  EXPECT_EQ(p.parent_path(), std::filesystem::path("reports") / "runs");
+  const std::string name = p.filename().string();
+  EXPECT_EQ(name.find('/'), std::string::npos) << name;
+  EXPECT_EQ(name.rfind("bisect-steps-seed", 0), 0u) << name;
+  // <label>-<YYYYmmdd-HHMMSS>-<pid>: the pid keeps two commands of one second apart.
+  const std::string pid = "-" + std::to_string(::getpid());
+  ASSERT_GT(name.size(), pid.size() + 16);
+  EXPECT_EQ(name.substr(name.size() - pid.size()), pid) << name;
+  EXPECT_EQ(default_probe_cache(), (std::filesystem::path("reports") / "cache" / "probes").string());
+}
+
 }  // namespace
 }  // namespace dbh::harness
