@@ -169,11 +169,14 @@ std::vector<int64_t> scaled_indices(int64_t n, double factor) {
 // the first step and check the schedule themselves. Adding a fault is a
 // catalog entry, an entry here and its test; every catalog name must have an
 // entry (tests/unit/harness/injectors_torch_test.cc), so none can be declared
-// and then do nothing. Two faults act outside the training step, in the worker:
-// corrupt_sample (a private corrupted copy of the dataset, before training)
-// and broken_postprocess (the post-processing of each validation).
+// and then do nothing. Two hooks act outside the training step: `on_dataset`
+// (corrupt_sample: a private corrupted copy of the dataset, before the
+// dataset is opened) and `on_validation` (broken_postprocess: the
+// post-processing of each validation); they too check the schedule.
 struct FaultInjector::Hooks {
   std::function<void(FaultInjector&, size_t)> on_model, on_start, on_step_begin;
+  std::function<void(FaultInjector&, size_t, DatasetSite&)> on_dataset;
+  std::function<void(FaultInjector&, size_t, int64_t step_taken, model::PostprocessOptions&)> on_validation;
   std::function<void(FaultInjector&, size_t, const std::string& module)> on_enter;
   std::function<void(FaultInjector&, size_t, const std::string& module, torch::Tensor&)> on_output;
   std::function<void(FaultInjector&, size_t, model::Batch&, int64_t micro)> on_batch;
@@ -378,9 +381,26 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       self.fired(i, "", {{"lr", 0.0}, {"scheduled_lr", scheduled}});
     };
 
-    // Acting in the worker, outside the training step (see the Note).
-    r["corrupt_sample"];
-    r["broken_postprocess"];
+    // Outside the training step (see the Note).
+    r["corrupt_sample"].on_dataset = [](Self& self, size_t i, DatasetSite& site) {
+      const auto& f = self.faults_[i];
+      if (site.source != "real") return;  // synthetic data has no files to break
+      const std::string copy = (fs::path(site.run_dir) / "data").string();
+      const std::string file = corrupt_dataset_copy(site.path, copy, f.get_int("sample"), f.get("kind"));
+      site.path = copy;
+      self.fired(i, "", {{"sample", f.get_int("sample")}, {"file", file}, {"kind", f.get("kind")}, {"copy", copy}});
+    };
+    r["broken_postprocess"].on_validation = [](Self& self, size_t i, int64_t step_taken,
+                                               model::PostprocessOptions& pp) {
+      const auto& f = self.faults_[i];
+      if (step_taken < f.at_step || (f.run >= 0 && f.run != self.run_)) return;
+      pp.box_thresh = f.get_double("box_thresh");
+      if (!f.get("binarize_thresh").empty()) pp.binarize_thresh = f.get_double("binarize_thresh");
+      const int64_t step = self.step_;
+      self.step_ = step_taken;
+      self.fired(i, "", {{"box_thresh", pp.box_thresh}});
+      self.step_ = step;
+    };
     return r;
   }();
   return hooks;
@@ -422,6 +442,21 @@ void FaultInjector::on_model(model::DbNet& net) {
   step_ = 0;
   for (size_t i = 0; i < faults_.size(); ++i) {
     if (hooks_[i]->on_model) hooks_[i]->on_model(*this, i);
+  }
+}
+
+std::string FaultInjector::on_dataset(const std::string& path, const std::string& source,
+                                      const std::string& run_dir) {
+  DatasetSite site{path, source, run_dir};
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_dataset) hooks_[i]->on_dataset(*this, i, site);
+  }
+  return site.path;
+}
+
+void FaultInjector::on_validation(int64_t step_taken, model::PostprocessOptions& pp) {
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    if (hooks_[i]->on_validation) hooks_[i]->on_validation(*this, i, step_taken, pp);
   }
 }
 

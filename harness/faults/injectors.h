@@ -9,6 +9,7 @@
 
 #include "harness/scenario/scenario.h"
 #include "harness/proto/event_writer.h"
+#include "model/eval/postprocess.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 
@@ -28,6 +29,13 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   void on_model(model::DbNet& net);
   /// Before any training: memory_cap / memory_ballast scheduled at step 0.
   void on_start();
+  /// Before the dataset at `path` (of data.source `source`) is opened: the
+  /// folder to read instead, `path` unless a fault (corrupt_sample) made a
+  /// private broken copy of it under `run_dir`.
+  std::string on_dataset(const std::string& path, const std::string& source, const std::string& run_dir);
+  /// Before the validation after step `step_taken`: a fault
+  /// (broken_postprocess) may change the post-processing in `pp`.
+  void on_validation(int64_t step_taken, model::PostprocessOptions& pp);
   /// Called when the worker tears down after an error; a sticky CUDA fault
   /// makes it fail as a corrupted context does.
   void on_teardown();
@@ -50,6 +58,11 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
 
  private:
   struct Hooks;  // what one fault does, at the hooks it acts at
+  struct DatasetSite {  // what on_dataset's hooks may change
+    std::string path;
+    std::string source;
+    std::string run_dir;
+  };
   bool fires(size_t i) const;
   void fired(size_t i, const std::string& module, nlohmann::json detail = {});
   void hold_memory(int64_t bytes, bool host);

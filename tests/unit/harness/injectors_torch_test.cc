@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -30,6 +31,7 @@
 #include "model/eval/overlay.h"
 #include "model/label/label_maps.h"
 #include "tests/support/events.h"
+#include "tests/support/files.h"
 #include "tests/support/small_model.h"
 
 namespace dbh::harness {
@@ -72,10 +74,10 @@ const std::vector<TestedFault> kTested = {
 const std::set<std::string> kOutOfScope = {
     "crash",               // raises a signal in this process (tests/integration/death_test.cc)
     "hang",                // never returns from on_step_begin (tests/integration)
-    "corrupt_sample",      // breaks a dataset copy on disk (tests/integration/data_safety_test.cc)
+    "corrupt_sample",      // acts at on_dataset: CorruptSampleBreaksAPrivateCopyOfARealDatasetOnly below
     "memory_cap",          // sets RLIMIT_DATA on the whole process, this test program included
     "slow_data",           // sleeps in on_batch by design
-    "broken_postprocess",  // applied by the worker's validation, not by FaultInjector
+    "broken_postprocess",  // acts at on_validation: BrokenPostprocessChangesTheValidationsFromAtStepOn below
 };
 
 // A new fault must be tested here or named out of scope with a reason.
@@ -114,8 +116,11 @@ TEST(FaultCatalogTest, EveryFaultIsTestedOrOutOfScope) {
 // scenario loader reads them. The scenario around them has steps, runs and
 // micro-batches (nondeterminism's micro_batch 1) for any schedule here, and
 // the default batch of two (label_swap).
-std::vector<FaultConfig> load_faults(const std::string& faults_yaml) {
-  const std::string text = "train: {max_steps: 100, accumulation: 2}\nrepeat: {in_process: 2}\nfaults:\n" + faults_yaml;
+// The faults of a scenario with `settings` (its other sections) and the
+// entries `faults_yaml`, as the loader reads them.
+const std::string kSettings = "train: {max_steps: 100, accumulation: 2}\nrepeat: {in_process: 2}\n";
+std::vector<FaultConfig> load_faults(const std::string& faults_yaml, const std::string& settings = kSettings) {
+  const std::string text = settings + "faults:\n" + faults_yaml;
   return scenario_from_tree(parse_yaml(text, "test.yaml"), "test.yaml").faults;
 }
 
@@ -172,12 +177,14 @@ class FaultInjectorTest : public ::testing::Test {
   }
 
   // An injector for `faults_yaml` (the entries of a scenario's `faults:`).
-  FaultInjector& arm(const std::string& faults_yaml) {
-    faults_ = load_faults(faults_yaml);
+  FaultInjector& arm(const std::string& faults_yaml, const std::string& settings = kSettings) {
+    faults_ = load_faults(faults_yaml, settings);
     injector_ = std::make_unique<FaultInjector>(faults_, events_.writer(), "cpu");
     return *injector_;
   }
-  FaultInjector& arm_one(const std::string& entries) { return arm("  - {" + entries + "}\n"); }
+  FaultInjector& arm_one(const std::string& entries, const std::string& settings = kSettings) {
+    return arm("  - {" + entries + "}\n", settings);
+  }
 
   // `batch` after the data hooks of micro-batch 0 of `step`.
   model::Batch batch_at(int64_t step, const model::Batch& batch) {
@@ -273,6 +280,55 @@ TEST_F(FaultInjectorTest, SilentFaultsFireFromAtStepOn) {
       steps.push_back(all[i].step);
     EXPECT_EQ(steps, (std::vector<int64_t>{3, 4, 50})) << spec.name;
   }
+}
+
+// ---- Faults outside the training step.
+
+TEST_F(FaultInjectorTest, BrokenPostprocessChangesTheValidationsFromAtStepOn) {
+  const std::string real = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
+  FaultInjector& inj =
+      arm_one("name: broken_postprocess, at_step: 2, box_thresh: 0.97, run: 1",
+              "data: {source: real, path: " + real + ", val: {holdout: 1}}\ntrain: {max_steps: 10, eval_every: 1}\n"
+              "repeat: {in_process: 2}\n");
+  model::PostprocessOptions pp;
+  pp.box_thresh = 0.6;
+  for (int64_t run : {0, 1}) {
+    inj.set_run(run);
+    for (int64_t step : {0, 1, 2, 5}) {
+      model::PostprocessOptions p = pp;
+      inj.on_validation(step, p);
+      EXPECT_DOUBLE_EQ(p.box_thresh, run == 1 && step >= 2 ? 0.97 : 0.6) << "run " << run << " step " << step;
+      EXPECT_DOUBLE_EQ(p.binarize_thresh, pp.binarize_thresh);  // not given: unchanged
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> got;
+  for (const auto& f : fired()) {
+    got.emplace_back(f.run, f.step);
+    EXPECT_DOUBLE_EQ(f.detail.at("box_thresh").get<double>(), 0.97);
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {1, 5}}));
+}
+
+TEST_F(FaultInjectorTest, CorruptSampleBreaksAPrivateCopyOfARealDatasetOnly) {
+  const std::filesystem::path run_dir = testing::fresh_dir("dbh-corrupt");
+  testing::RemoveOnExit cleanup(run_dir);
+  const std::string data = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
+  const std::string before = testing::read_text(std::filesystem::path(data) / "annotations.json");
+  FaultInjector& inj = arm_one("name: corrupt_sample, sample: 1, kind: nan_coordinate",
+                               "data: {source: real, path: " + data + "}\n");
+  // Synthetic data has no files: nothing to break, nothing fired.
+  EXPECT_EQ(inj.on_dataset(data, "synthetic_boxes", run_dir.string()), data);
+  EXPECT_TRUE(fired().empty());
+  const std::string read = inj.on_dataset(data, "real", run_dir.string());
+  EXPECT_EQ(read, (run_dir / "data").string());
+  ASSERT_EQ(fired().size(), 1u);
+  const auto f = fired().front();
+  EXPECT_EQ(f.detail.at("sample"), 1);
+  EXPECT_EQ(f.detail.at("copy"), read);
+  EXPECT_FALSE(f.detail.at("file").get<std::string>().empty());  // sample 1's image
+  // The copy's annotations hold the NaN vertex; the user's do not.
+  EXPECT_NE(testing::read_text(std::filesystem::path(read) / "annotations.json"), before);
+  EXPECT_EQ(testing::read_text(std::filesystem::path(data) / "annotations.json"), before) << "the user's dataset changed";
 }
 
 // ---- Input and label faults.
