@@ -25,6 +25,7 @@
 #include "harness/common/text.h"
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/scan.h"
 
@@ -350,8 +351,8 @@ std::optional<int64_t> resumed_from(const ProbeResult& p) {
   if (p.cached) return std::nullopt;
   std::optional<int64_t> step;
   for (const auto& o : p.overrides) {
-    constexpr std::string_view kKey = "train.resume_from=";
-    if (o.rfind(kKey, 0) == 0) step = checkpoint_step(o.substr(kKey.size()));
+    const std::string key = override_text(DBH_SCENARIO_KEY(train.resume_from), "");
+    if (o.rfind(key, 0) == 0) step = checkpoint_step(o.substr(key.size()));
   }
   return step;
 }
@@ -561,9 +562,12 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeRes
 // A replay of the first `stop_after` steps, resuming from the nearest of the
 // reproduction's checkpoints when `resume`.
 std::vector<std::string> replay_overrides(const ProbeResult& source, int64_t stop_after, bool resume = true) {
-  std::vector<std::string> o = {"train.stop_after=" + std::to_string(stop_after), "train.checkpoint_every=0"};
+  std::vector<std::string> o = {override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(stop_after)),
+                                override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
   if (resume) {
-    if (const auto ck = nearest_checkpoint(source, stop_after - 1)) o.push_back("train.resume_from=" + ck->second);
+    if (const auto ck = nearest_checkpoint(source, stop_after - 1)) {
+      o.push_back(override_text(DBH_SCENARIO_KEY(train.resume_from), ck->second));
+    }
   }
   return o;
 }
@@ -573,7 +577,8 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   out.kind = "steps";
   const Scenario s = prober.load({});
   if (s.repeat.in_process != 1) {
-    throw ScenarioError("bisect steps: expected repeat.in_process 1, got " + std::to_string(s.repeat.in_process));
+    throw ScenarioError("bisect steps: expected " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " 1, got " +
+                        std::to_string(s.repeat.in_process));
   }
   const int64_t n = s.train.stop_after > 0 ? std::min(s.train.stop_after, s.train.max_steps) : s.train.max_steps;
   // At most 8 checkpoints (one is about as large as the model and its
@@ -583,8 +588,8 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   const bool resume = !o.replay_from_start;  // Note [Cheap probes]
   out.replay_from_start = o.replay_from_start;
   ReproducePlan plan;
-  plan.first = {"train.checkpoint_every=" + std::to_string(resume ? every : 0)};
-  plan.rest = {"train.checkpoint_every=0"};
+  plan.first = {override_text(DBH_SCENARIO_KEY(train.checkpoint_every), std::to_string(resume ? every : 0))};
+  plan.rest = {override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
   plan.keep_checkpoints = resume;
   plan.check_step = true;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
@@ -697,7 +702,7 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
   }
   const int64_t step = steps.answer_step;
   auto extra = replay_overrides(steps.rep.source, step + 1, !o.replay_from_start);
-  extra.push_back("monitors.mode=localise");
+  extra.push_back(override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
   // Localise mode names sites more precisely: the same class at the same
   // step is the same failure.
   Signature sig = steps.rep.sig;
@@ -712,7 +717,7 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
   out.confirmed = steps.confirmed && v == Verdict::kFail;
   std::vector<std::string> repro_extra =
       replay_overrides(steps.rep.source, step + 1, !o.replay_from_start && prober.keep_checkpoints());
-  repro_extra.push_back("monitors.mode=localise");
+  repro_extra.push_back(override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
   out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), repro_extra));
   const auto& h = replay.analysis.primary_health;
   if (h.is_null() || h.empty()) {
@@ -809,7 +814,8 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   out.kind = "data";
   const Scenario s = prober.load({});
   if (s.data.source != "real") {
-    throw ScenarioError("bisect data: expected data.source real, got " + s.data.source);
+    throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +
+                        s.data.source);
   }
   ReproducePlan plan;
   plan.first_may_be_cached = true;
@@ -849,8 +855,9 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     const std::string what = "`" + fail.failure.klass + "` before training: \"" + one_line(fail.failure.message) + "\"";
     if (named.empty()) {
       out.summary = "the failure happens before training (" + what + ") and names no sample of the dataset";
-      out.doubts.push_back("the dataset is checked as a whole before data.subset applies, so no subset can "
-                           "isolate a failure before training; fix what the message names, or run `dbh data check " +
+      out.doubts.push_back("the dataset is checked as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
+                           " applies, so no subset can isolate a failure before training; fix what the message "
+                           "names, or run `dbh data check " +
                            s.data.path + "`");
       out.result = {{"samples", ojson::array()}, {"before_training", true}, {"class", fail.failure.klass},
                     {"message", fail.failure.message}};
@@ -865,18 +872,18 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     }
     RemoveOnExit copies{fs::path(prober.session_dir()) / "datasets"};
     std::vector<std::string> extra_base;
-    if (!s.data.subset.empty()) extra_base.push_back("data.subset=[]");
+    if (!s.data.subset.empty()) extra_base.push_back(override_text(DBH_SCENARIO_KEY(data.subset), "[]"));
     bool without_passes = false;
     if (others.empty()) {
       out.doubts.push_back("the dataset holds only the named sample(s): there is no data without them to compare");
     } else {
       const std::string without = write_dataset_copy(scan, others, copies.dir / "without-named");
-      without_passes = search.verdict(concat(extra_base, {"data.path=" + without}),
+      without_passes = search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
                                       "re-check: data without the named sample(s)", /*fresh=*/true) == Verdict::kPass;
       if (!without_passes) out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
     }
     const std::string alone = write_dataset_copy(scan, named_files, copies.dir / "named-only");
-    const bool alone_fails = search.verdict(concat(extra_base, {"data.path=" + alone}),
+    const bool alone_fails = search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
                                             "re-check: the named sample(s) alone", /*fresh=*/true) == Verdict::kFail;
     if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
     out.confirmed = without_passes && alone_fails;
@@ -893,9 +900,9 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
                   {"class", fail.failure.klass}, {"consumed", 0}};
     out.summary = "the failure happens before training and names **" + names + "** (index " + list_yaml(named) +
                   ")" + (out.confirmed ? ": the data without it passes, it alone fails" : "");
-    out.details.push_back("the dataset is validated as a whole before data.subset applies, so subsets cannot "
-                          "isolate this failure; the answer is the sample its message names, checked on copies of "
-                          "the dataset with and without it");
+    out.details.push_back("the dataset is validated as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
+                          " applies, so subsets cannot isolate this failure; the answer is the sample its message "
+                          "names, checked on copies of the dataset with and without it");
     out.repro = base_repro;
     return out;
   }
@@ -917,8 +924,9 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     const int64_t steps = std::max<int64_t>(
         {int64_t{1}, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) / s.data.batch_size,
          std::min(last_step + 1, s.train.max_steps)});
-    return std::vector<std::string>{"data.subset=" + list_yaml(subset),
-                                    "train.max_steps=" + std::to_string(steps), "controls=[]"};
+    return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.subset), list_yaml(subset)),
+                                    override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
+                                    "controls=[]"};
   };
   auto label = [](const std::string& prefix, const std::vector<int64_t>& subset) {
     std::string what = prefix + "samples " + list_yaml(subset);

@@ -19,6 +19,7 @@
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/aliases.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 
 namespace dbh::harness {
@@ -78,14 +79,20 @@ int diagnose_command(const DiagnoseOptions& o) {
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = {
-        {"Basic tensor ops on the device", "ladder", {"train.mode=ops", "controls=[]"}, "", {}, false},
+        {"Basic tensor ops on the device", "ladder",
+         {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
         {"Model forward/backward on synthetic data (1 step)", "ladder",
-         {"data.source=synthetic_random", "train.stop_after=1", "controls=[]"}, "", {}, false},
-        {"Full trainer on synthetic data", "ladder", {"data.source=synthetic_boxes", "controls=[]"}, "", {}, false},
-        {"Trainer on real data, num_workers=0", "ladder", {"data.num_workers=0", "controls=[]"},
-         real ? "" : "data is not real", {}, false},
-        {"Trainer on real data with loader workers", "ladder", {"data.num_workers=2", "controls=[]"},
-         real ? "" : "data is not real", {}, false},
+         {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_random"),
+          override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
+         "", {}, false},
+        {"Full trainer on synthetic data", "ladder",
+         {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes"), "controls=[]"}, "", {}, false},
+        {"Trainer on real data, num_workers=0", "ladder",
+         {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
+         false},
+        {"Trainer on real data with loader workers", "ladder",
+         {override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
+         false},
         {"The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
     };
     for (auto& r : rungs) {
@@ -96,25 +103,30 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool fails = is_failure(rungs.back().probe.analysis.outcome);
     const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
     std::vector<Rung> variants = {
-        {"cuDNN deterministic", "variant", {"hardware.cudnn_deterministic=true", "controls=[]"},
+        {"cuDNN deterministic", "variant",
+         {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
          cuda ? "" : "no cuDNN on cpu", {}, false},
-        {"cuDNN benchmark off", "variant", {"hardware.cudnn_benchmark=false", "controls=[]"},
+        {"cuDNN benchmark off", "variant",
+         {override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
          cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
-        {"cuDNN disabled", "variant", {"hardware.cudnn_enabled=false", "controls=[]"},
+        {"cuDNN disabled", "variant", {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
          cuda ? "" : "no cuDNN on cpu", {}, false},
-        {"AMP off (fp32)", "variant", {"train.precision=fp32", "controls=[]"},
+        {"AMP off (fp32)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
          s.train.precision == "fp32" ? "already fp32" : "", {}, false},
-        {"AMP on (bf16)", "variant", {"train.precision=bf16", "controls=[]"},
+        {"AMP on (bf16)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
          cuda ? (s.train.precision == "fp32" ? "" : "already AMP") : "AMP needs CUDA", {}, false},
         {"Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
          "variant",
-         {"data.batch_size=" + std::to_string(half), "train.accumulation=" + std::to_string(s.train.accumulation * 2),
+         {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
+          override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
           "controls=[]"},
          s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
         {"More memory headroom", "variant",
-         {"hardware.memory_budget=" + std::to_string(s.hardware.memory_budget * 2), "controls=[]"},
+         {override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
+          "controls=[]"},
          s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
-        {"Blocking kernel launches", "variant", {"hardware.launch_blocking=true", "controls=[]"},
+        {"Blocking kernel launches", "variant",
+         {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
          cuda ? "" : "CPU kernels are synchronous", {}, false},
     };
     if (fails) {
@@ -136,12 +148,14 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
                                                           : std::clamp<int64_t>(s.train.max_steps, 4, 50);
-    const std::vector<std::string> judged = {"monitors.learning_window=" + std::to_string(window),
-                                             "train.max_steps=" + std::to_string(std::max(window, s.train.max_steps)),
-                                             "controls=[]"};
+    const std::vector<std::string> judged = {
+        override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
+        override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
+        "controls=[]"};
     std::vector<Rung> learning = {
         {"Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
-         concat_overrides({"data.source=synthetic_boxes"}, judged), silent ? "" : "not a silent failure", {}, false},
+         concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes")}, judged),
+         silent ? "" : "not a silent failure", {}, false},
         {"Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
          !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
     };
@@ -164,14 +178,17 @@ int diagnose_command(const DiagnoseOptions& o) {
 
     std::vector<Hypothesis> hyps = {
         {"data", "The real data: an invalid or unusual sample breaks training", {}, {}, "dbh bisect data"},
-        {"loader", "Data loading with worker threads", {}, {}, "train with data.num_workers=0"},
+        {"loader", "Data loading with worker threads", {}, {},
+         "train with " + override_text(DBH_SCENARIO_KEY(data.num_workers), "0")},
         {"model", "The model, loss or trainer numerics, independent of the data", {}, {}, "dbh bisect steps / modules"},
         {"device", "The device, driver or CUDA/cuDNN libraries", {}, {}, "check dbh env; update driver/cuDNN"},
-        {"cudnn", "A cuDNN algorithm choice", {}, {}, "set hardware.cudnn_deterministic=true or benchmark off"},
+        {"cudnn", "A cuDNN algorithm choice", {}, {},
+         "set " + override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true") + " or benchmark off"},
         {"amp", "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
         {"memory", "Memory exhaustion (batch too large for the budget)", {}, {}, "dbh qualify / smaller batch with accumulation"},
         {"kernel", "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
-         "re-run with hardware.launch_blocking=true under compute-sanitizer; dbh bisect modules"},
+         "re-run with " + override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
+             " under compute-sanitizer; dbh bisect modules"},
         {"optimizer", "The optimizer or its schedule: the weights learn nothing whatever the data", {}, {},
          "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
          "model's parameters; dbh bisect config against a configuration that learns"},
@@ -317,10 +334,11 @@ int diagnose_command(const DiagnoseOptions& o) {
             for (const auto& smp : j["result"]["samples"]) idx.push_back(smp.value("index", int64_t{0}));
             std::string list = "[";
             for (size_t i = 0; i < idx.size(); ++i) list += (i ? "," : "") + std::to_string(idx[i]);
-            repro_overrides.push_back("data.subset=" + list + "]");
-            repro_overrides.push_back("train.max_steps=" + std::to_string(std::max<int64_t>(
-                                                               1, (static_cast<int64_t>(idx.size()) + s.data.batch_size - 1) /
-                                                                      s.data.batch_size)));
+            repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
+            repro_overrides.push_back(override_text(
+                DBH_SCENARIO_KEY(train.max_steps),
+                std::to_string(std::max<int64_t>(
+                    1, (static_cast<int64_t>(idx.size()) + s.data.batch_size - 1) / s.data.batch_size))));
           }
         }
       }

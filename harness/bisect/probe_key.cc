@@ -18,6 +18,7 @@
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/machine.h"
 #include "harness/supervisor/trial.h"
 
@@ -146,8 +147,8 @@ void add_dataset(Digest& d, const std::string& root) {
 std::string input_fingerprint(const Scenario& s) {
   Digest d;
   if (s.data.source == "real" && !s.data.path.empty()) add_dataset(d, s.data.path);
-  if (!s.model.weights.empty()) add_file(d, "model.weights", s.model.weights);
-  if (!s.train.resume_from.empty()) add_file(d, "train.resume_from", s.train.resume_from);
+  if (!s.model.weights.empty()) add_file(d, DBH_SCENARIO_KEY(model.weights), s.model.weights);
+  if (!s.train.resume_from.empty()) add_file(d, DBH_SCENARIO_KEY(train.resume_from), s.train.resume_from);
   return d.hex();
 }
 

@@ -20,6 +20,7 @@
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
 
@@ -61,6 +62,12 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
   t.step_seconds = n > 0 ? sum / static_cast<double>(n) : 0.0;
   t.overrides = p.overrides;
   return t;
+}
+
+// Failure classes that mean memory ran out: the host's, the device's, or
+// cuDNN's workspace (no engine fits), as the knowledge base names them.
+bool is_memory_exhaustion(const std::string& klass) {
+  return klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine";
 }
 
 std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
@@ -105,9 +112,10 @@ int qualify_command(const QualifyOptions& o) {
     const nlohmann::json choices = resolve_measured_choices(measured, (out / "tuning").string());
     std::vector<std::string> base_overrides = o.overrides;
     if (!choices.is_null()) {
-      base_overrides.push_back(std::string("train.channels_last=") +
-                               (measured.train.channels_last.value_or(false) ? "true" : "false"));
-      base_overrides.push_back("train.threads=" + std::to_string(std::max<int64_t>(0, measured.train.threads)));
+      base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.channels_last),
+                                             measured.train.channels_last.value_or(false) ? "true" : "false"));
+      base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
+                                             std::to_string(std::max<int64_t>(0, measured.train.threads))));
     }
     Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet);
     const bool cuda = source.hardware.device != "cpu";
@@ -128,14 +136,15 @@ int qualify_command(const QualifyOptions& o) {
                 << source.train.accumulation << ")" << std::endl;
     }
     auto trial_overrides = [&](int64_t batch, int64_t accumulation, const std::string& precision, int64_t mem) {
-      return std::vector<std::string>{"data.batch_size=" + std::to_string(batch),
-                                      "train.accumulation=" + std::to_string(accumulation),
-                                      "train.precision=" + precision,
+      return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(batch)),
+                                      override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(accumulation)),
+                                      override_text(DBH_SCENARIO_KEY(train.precision), precision),
                                       source.train.max_steps >= o.steps
-                                          ? "train.stop_after=" + std::to_string(o.steps)
-                                          : "train.max_steps=" + std::to_string(o.steps),
-                                      "hardware.memory_budget=" + std::to_string(mem),
-                                      "controls=[]", "repeat.processes=1", "repeat.in_process=1"};
+                                          ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(o.steps))
+                                          : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(o.steps)),
+                                      override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(mem)),
+                                      "controls=[]", override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+                                      override_text(DBH_SCENARIO_KEY(repeat.in_process), "1")};
     };
     // Note [Affine memory model]: a step's peak memory is close to affine in
     // the micro-batch (weights, optimizer state and workspaces, plus
@@ -148,34 +157,28 @@ int qualify_command(const QualifyOptions& o) {
     auto peak_of = [&](const ProbeResult& p) -> int64_t {
       return cuda ? p.analysis.max_step_peak_bytes : p.analysis.peak_memory_bytes;
     };
-    // What the source setup needs, measured without a budget: one point of
-    // the source precision's line, and the source's own verdict.
+    // Note [Source first]: the source setup runs first, fresh, under the full
+    // budget, so whether it fits is measured, never predicted. When it fits,
+    // its peak is the upper point of its precision's line. When it runs out of
+    // memory (early: in its first step, before the trial's cost), its need
+    // exceeds the budget, which with batch 1 bounds the memory per sample from
+    // below; the largest divisor of the effective batch under that bound is
+    // the one to confirm. So the shipped CPU case takes three trials (source,
+    // batch 1, confirmation), the dearest of them the one at the answer.
     const std::string src_label = std::to_string(source.data.batch_size) + "x" +
                                   std::to_string(source.train.accumulation) + " " + source.train.precision;
-    const ProbeResult need_probe =
-        prober.probe(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision, 0),
-                     "source config " + src_label + ", no budget (what it needs)");
-    const Trial source_need =
-        to_trial(need_probe, source.data.batch_size, source.train.accumulation, source.train.precision);
+    const ProbeResult source_probe =
+        prober.probe_fresh(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision,
+                                           budget),
+                           "source config " + src_label + " under the budget");
+    Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
+                                  source.train.precision);
+    source_trial.peak = peak_of(source_probe);
     int64_t trials = 1;
-    // Whether the source fits: measured under the full budget only when its
-    // need says it might (it is then also the source precision's confirmation).
-    Trial source_trial = source_need;
-    bool source_measured = false;
-    const int64_t source_peak = peak_of(need_probe);
-    if (source_need.passed && source_peak <= budget) {
-      source_trial = to_trial(prober.probe_fresh(trial_overrides(source.data.batch_size, source.train.accumulation,
-                                                                 source.train.precision, budget),
-                                                 "source config " + src_label + " under the budget"),
-                              source.data.batch_size, source.train.accumulation, source.train.precision);
-      source_measured = true;
-      ++trials;
-    } else {
-      source_trial.passed = false;
-      source_trial.outcome = source_need.passed ? "predicted" : source_need.outcome;
-      source_trial.klass = source_need.passed ? "needs " + format_bytes(source_peak) + " > " + format_bytes(budget)
-                                              : source_need.klass;
-    }
+    const bool source_out_of_memory = !source_trial.passed && is_memory_exhaustion(source_trial.klass);
+    // What the source needs: its peak when it fits, else predicted from its
+    // precision's line (set below) when that precision has one.
+    int64_t source_need = source_trial.passed ? source_trial.peak : 0;
 
     ojson per_precision = ojson::array();
     std::vector<Trial> searched;
@@ -187,6 +190,7 @@ int qualify_command(const QualifyOptions& o) {
       bool confirmed = false;
       int64_t probes = 0;
       std::string method;  // "affine model" | "binary search"
+      std::string how;     // how the batch to confirm was chosen, when not by the method alone
       double bytes_per_sample = 0;
       int64_t fixed_bytes = 0;
       bool max_measured = false;  // a trial ran at max_batch (else the model predicted it)
@@ -232,29 +236,62 @@ int qualify_command(const QualifyOptions& o) {
         return b;
       };
 
-      // Two points: the source's need (source precision) or batch 2, and batch 1.
+      // Two points: the source (its precision, when it fits) or batch 2, and
+      // batch 1; or, when the source ran out of memory, batch 1 and the bound
+      // its failure sets (Note [Source first]).
+      const bool source_line = precision == source.train.precision && source.data.batch_size > 1;
       std::optional<std::pair<int64_t, int64_t>> p_hi;
-      if (precision == source.train.precision && source_need.passed && source.data.batch_size > 1) {
-        p_hi = {source.data.batch_size, source_peak};
-      } else if (measure(std::min<int64_t>(2, effective)).verdict == Verdict::kPass && effective >= 2) {
+      if (source_line && source_trial.passed) {
+        p_hi = {source.data.batch_size, source_trial.peak};
+      } else if (!(source_line && source_out_of_memory) &&
+                 measure(std::min<int64_t>(2, effective)).verdict == Verdict::kPass && effective >= 2) {
         p_hi = {2, seen[2].peak};
       }
       const bool small_fits = fails(1) == Verdict::kPass;
-      int64_t predicted = 0;
-      if (small_fits && p_hi && p_hi->first > 1 && p_hi->second > seen[1].peak) {
-        const double k = static_cast<double>(p_hi->second - seen[1].peak) / static_cast<double>(p_hi->first - 1);
+      const double capacity = static_cast<double>(margined - context);
+      // The line through batch 1 and a second point: memory per sample and
+      // fixed memory, and the largest batch within the margined budget.
+      auto fit = [&](int64_t batch, int64_t peak) {
+        const double k = static_cast<double>(peak - seen[1].peak) / static_cast<double>(batch - 1);
         const double a = static_cast<double>(seen[1].peak) - k;
         rec.bytes_per_sample = k;
         rec.fixed_bytes = static_cast<int64_t>(a);
-        const double capacity = static_cast<double>(margined - context);
-        predicted = std::clamp<int64_t>(static_cast<int64_t>(std::floor((capacity - a) / k)), 1, effective);
+        return std::clamp<int64_t>(static_cast<int64_t>(std::floor((capacity - a) / k)), 1, effective);
+      };
+      int64_t predicted = 0;
+      if (small_fits && p_hi && p_hi->first > 1 && p_hi->second > seen[1].peak) {
+        predicted = fit(p_hi->first, p_hi->second);
+      } else if (small_fits && source_line && source_out_of_memory) {
+        // need(source batch) > budget: at least this much per sample.
+        const double k_min = static_cast<double>(budget - context - seen[1].peak) /
+                             static_cast<double>(source.data.batch_size - 1);
+        const int64_t bound = std::clamp<int64_t>(
+            k_min > 0 ? 1 + static_cast<int64_t>(std::floor((capacity - static_cast<double>(seen[1].peak)) / k_min))
+                      : source.data.batch_size - 1,
+            1, source.data.batch_size - 1);
+        const int64_t candidate = divisor_up_to(bound);
+        rec.method = "affine model";
+        rec.how = "the source ran out of memory under the budget, so it needs more than " + format_bytes(budget) +
+                  ": with batch 1's " + format_bytes(seen[1].peak) + ", at most batch " + std::to_string(bound) +
+                  " fits the margined budget, and the largest divisor of " + std::to_string(effective) +
+                  " up to it, " + std::to_string(candidate) + ", was confirmed first";
+        if (confirm(candidate)) {
+          predicted = candidate > 1 && rec.confirm.peak > seen[1].peak
+                          ? std::clamp<int64_t>(fit(candidate, rec.confirm.peak), candidate,
+                                                source.data.batch_size - 1)
+                          : candidate;
+        }
+        if (predicted > 0) source_need = rec.fixed_bytes + static_cast<int64_t>(rec.bytes_per_sample *
+                                                                                static_cast<double>(source.data.batch_size));
       }
       int64_t max_batch = 0;
-      if (predicted > 0) {
+      if (predicted > 0 && rec.confirmed) {
+        max_batch = predicted;
+      } else if (predicted > 0) {
         rec.method = "affine model";
         const int64_t batch = divisor_up_to(predicted);
-        const bool reused = precision == source.train.precision && source_measured &&
-                            batch == source.data.batch_size && effective / batch == source.train.accumulation;
+        const bool reused = precision == source.train.precision && batch == source.data.batch_size &&
+                            effective / batch == source.train.accumulation;
         if (reused && source_trial.passed) {
           rec.confirm = source_trial;
           rec.confirmed = true;
@@ -359,15 +396,18 @@ int qualify_command(const QualifyOptions& o) {
         md << " (" << format_bytes(r.fixed_bytes) << " + " << format_bytes(static_cast<int64_t>(r.bytes_per_sample))
            << " per sample)";
       }
+      if (!r.how.empty()) md << "; " << r.how;
       md << ";";
     }
     md << " Largest batches come from the model when it was confirmed; peaks at them are measured where a trial ran "
           "there and predicted otherwise.\n";
     md << "\nPeak memory by batch: `memory_vs_batch.png`. Every trial: `qualification.json`.\n\n## Commands\n\n```sh\n";
     if (qualifies) {
-      md << "# recommended\n" << cmd(o.scenario, o.overrides, {"data.batch_size=" + std::to_string(best->confirm.batch),
-                                                            "train.accumulation=" + std::to_string(best->confirm.accumulation),
-                                                            "train.precision=" + best->precision})
+      md << "# recommended\n"
+         << cmd(o.scenario, o.overrides,
+                {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(best->confirm.batch)),
+                 override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(best->confirm.accumulation)),
+                 override_text(DBH_SCENARIO_KEY(train.precision), best->precision)})
          << "\n";
     }
     md << "# re-run this qualification\n"
@@ -376,8 +416,14 @@ int qualify_command(const QualifyOptions& o) {
        << "\n```\n\n";
     md << "## Migration checklist (measured)\n\n"
        << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
-       << source.train.accumulation << " peaks at " << format_bytes(source_need.peak)
-       << " without a budget on this machine (" << (source_need.passed ? "trains" : "fails even then") << ").\n"
+       << source.train.accumulation
+       << (source_trial.passed ? " peaks at " + format_bytes(source_need) + " on this machine (it fits)"
+           : source_need > 0
+               ? " needs about " + format_bytes(source_need) + " (predicted by the line above; under the budget it " +
+                     source_trial.outcome + " " + source_trial.klass + ")"
+               : " " + source_trial.outcome + (source_trial.klass.empty() ? "" : " " + source_trial.klass) +
+                     " under the budget")
+       << ".\n"
        << "2. **Target capacity:** " << format_bytes(budget) << "; with a " << static_cast<int>(o.margin * 100)
        << "% margin " << format_bytes(margined) << " is usable.\n"
        << "3. **Adjust the batch:** largest stable batch "
@@ -401,7 +447,9 @@ int qualify_command(const QualifyOptions& o) {
     j["effective_batch"] = effective;
     j["qualifies"] = qualifies;
     j["source"] = {{"batch", source_trial.batch}, {"accumulation", source_trial.accumulation},
-                   {"passed", source_trial.passed}, {"peak_bytes_unbudgeted", source_need.peak}};
+                   {"passed", source_trial.passed}, {"outcome", source_trial.outcome},
+                   {"class", source_trial.klass}, {"need_bytes", source_need},
+                   {"need", source_trial.passed ? "measured" : source_need > 0 ? "predicted" : "unknown"}};
     j["precisions"] = ojson::array();
     if (!not_searched.empty()) j["not_searched"] = not_searched;
     for (const auto& r : recs) {
@@ -409,7 +457,7 @@ int qualify_command(const QualifyOptions& o) {
                                  {"peak_bytes", r.at_max.peak}, {"step_seconds", r.at_max.step_seconds},
                                  {"recommended", {{"batch", r.confirm.batch}, {"accumulation", r.confirm.accumulation}}},
                                  {"confirmed", r.confirmed}, {"probes", r.probes}, {"method", r.method},
-                                 {"max_batch_measured", r.max_measured},
+                                 {"max_batch_measured", r.max_measured}, {"how", r.how},
                                  {"model", {{"fixed_bytes", r.fixed_bytes}, {"bytes_per_sample", r.bytes_per_sample}}}});
     }
     if (qualifies) {

@@ -24,6 +24,7 @@
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/cli/scenario_command.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
 #include "harness/worker/tune.h"
@@ -102,7 +103,8 @@ int main(int argc, char** argv) {
   eval->add_flag("--allow-partial", ev.allow_partial,
                  "Evaluate even when some parameters or buffers are missing from the weights (listed)");
   eval->add_option("--save-weights", ev.save_weights,
-                   "Also write the loaded model as a plain weights file (for model.weights, train --weights)");
+                   std::string("Also write the loaded model as a plain weights file (for ") +
+                       DBH_SCENARIO_KEY(model.weights) + ", train --weights)");
   eval->add_flag("-q,--quiet", ev.quiet, "Print only the overall result");
 
   auto* data = app.add_subcommand("data", "Inspect a dataset the way training reads it");
@@ -132,8 +134,10 @@ int main(int argc, char** argv) {
   dbh::harness::RunOptions ro;
   auto add_run_options = [&](CLI::App* cmd) {
     cmd->add_option("--out", ro.out, "Output folder (default reports/runs/<name>-<time>)");
-    cmd->add_option("--device", ro.device, "Shortcut for hardware.device=…");
-    cmd->add_option("--seed", ro.seed, "Shortcut for train.seed=…");
+    cmd->add_option("--device", ro.device,
+                    "Shortcut for " + dbh::harness::override_text(DBH_SCENARIO_KEY(hardware.device), "…"));
+    cmd->add_option("--seed", ro.seed,
+                    "Shortcut for " + dbh::harness::override_text(DBH_SCENARIO_KEY(train.seed), "…"));
     cmd->add_option("--junit", ro.junit, "Write JUnit XML here");
     cmd->add_flag("--json", ro.json, "Print report.json on stdout");
     cmd->add_flag("-q,--quiet", ro.quiet, "Print only the result line");
@@ -148,7 +152,9 @@ int main(int argc, char** argv) {
   };
   std::vector<std::string> run_args;
   auto* run = app.add_subcommand("run", "Run one scenario: dbh run SCENARIO [key=value …]");
-  run->add_option("ARGS", run_args, "Scenario file, then dotted overrides (model.encoder=resnet18 …)")
+  run->add_option("ARGS", run_args,
+                   "Scenario file, then dotted overrides (" +
+                       dbh::harness::override_text(DBH_SCENARIO_KEY(model.encoder), "resnet18") + " …)")
       ->required();
   add_run_options(run);
   run->add_flag("--withhold-fault-records", ro.withhold_fault_records)->group("");
@@ -325,10 +331,12 @@ int main(int argc, char** argv) {
       split(repeat_args, &ro.scenarios, &ro.overrides);
       if (repeat_processes == 0 && repeat_in_process == 0) repeat_processes = 2;
       if (repeat_processes > 0) {
-        ro.overrides.push_back("repeat.processes=" + std::to_string(repeat_processes));
+        ro.overrides.push_back(
+            dbh::harness::override_text(DBH_SCENARIO_KEY(repeat.processes), std::to_string(repeat_processes)));
       }
       if (repeat_in_process > 0) {
-        ro.overrides.push_back("repeat.in_process=" + std::to_string(repeat_in_process));
+        ro.overrides.push_back(
+            dbh::harness::override_text(DBH_SCENARIO_KEY(repeat.in_process), std::to_string(repeat_in_process)));
       }
       return dbh::harness::run_command(ro);
     }

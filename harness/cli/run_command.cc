@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -35,6 +36,7 @@
 #include "harness/report/report_html.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"
@@ -192,8 +194,8 @@ std::string message(const std::exception& e) { return one_line(e.what()); }
 // The command line's overrides, with the --device and --seed shortcuts.
 std::vector<std::string> run_overrides(const RunOptions& o) {
   std::vector<std::string> overrides = o.overrides;
-  if (!o.device.empty()) overrides.push_back("hardware.device=" + o.device);
-  if (!o.seed.empty()) overrides.push_back("train.seed=" + o.seed);
+  if (!o.device.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), o.device));
+  if (!o.seed.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(train.seed), o.seed));
   return overrides;
 }
 
@@ -307,7 +309,8 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       controls_pass = controls_pass && !is_failure(r.trials[static_cast<size_t>(processes) + c].analysis.outcome);
       for (const auto& kv : s.controls[c]) {
         keys += (keys.empty() ? "" : ", ") + kv;
-        data_key = data_key || kv.rfind("data.source=", 0) == 0 || kv.rfind("data.path=", 0) == 0;
+        auto sets = [&kv](const char* key) { return kv.rfind(override_text(key, ""), 0) == 0; };
+        data_key = data_key || sets(DBH_SCENARIO_KEY(data.source)) || sets(DBH_SCENARIO_KEY(data.path));
       }
     }
     const bool main_fails = is_failure(r.outcome);
@@ -336,7 +339,8 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   if (s.expect.deterministic) {
     if (!r.determinism.checked) {
       r.expectation_met = false;
-      r.expectation_why.push_back("deterministic: expected a check, but repeat.processes is 1");
+      r.expectation_why.push_back("deterministic: expected a check, but " +
+                                  std::string(DBH_SCENARIO_KEY(repeat.processes)) + " is 1");
     } else if (*s.expect.deterministic != r.determinism.identical) {
       r.expectation_met = false;
       r.expectation_why.push_back(std::string("deterministic: expected ") + (*s.expect.deterministic ? "true" : "false") +
@@ -363,10 +367,13 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // the repro runs with them even where the cache says otherwise (Note
   // [Measured choices]).
   if (const auto& t = main.tuning; t.is_object() && !t.contains("error")) {
-    for (const char* key : {"channels_last", "threads"}) {
-      const auto& v = t[key];
+    // (the tuning's name of a choice, the key that pins it)
+    const std::pair<const char*, const char*> pinned[] = {{"channels_last", DBH_SCENARIO_KEY(train.channels_last)},
+                                                          {"threads", DBH_SCENARIO_KEY(train.threads)}};
+    for (const auto& [choice, key] : pinned) {
+      const auto& v = t[choice];
       if (v.value("source", std::string()) == "explicit") continue;
-      repro.push_back("train." + std::string(key) + "=" + v["value"].dump());
+      repro.push_back(override_text(key, v["value"].dump()));
     }
   }
   // One line, every word quoted (`$'…'` for a line break in a file name), so

@@ -26,6 +26,7 @@
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
@@ -48,29 +49,32 @@ int run_env_command(bool json) {
 
 const std::vector<TrainFlag>& train_flags() {
   static const std::vector<TrainFlag> flags = {
-      {"--data", "data.path", "Dataset directory (images + annotations.json); synthetic data when omitted"},
-      {"--source", "data.source", "Data source: synthetic_boxes, synthetic_random, synthetic_render (real with --data)"},
-      {"--on-invalid", "data.on_invalid", "What to do with invalid annotations: error, skip or clip"},
-      {"--num-workers", "data.num_workers", "Loader threads; 0 loads inline"},
-      {"--encoder", "model.encoder", "ResNet depth: 18, 34 or 50"},
-      {"--decoder", "model.decoder", "Neck: fpn or pan"},
-      {"--weights", "model.weights", "Initial weights (a weights file or a dbh checkpoint)"},
-      {"--batch-size", "data.batch_size", "Samples per micro-batch"},
-      {"--size", "data.size", "Square training size in pixels (multiple of 32)"},
-      {"--steps", "train.max_steps", "Optimizer steps"},
-      {"--accumulation", "train.accumulation", "Micro-batches per optimizer step"},
-      {"--optimizer", "train.optimizer", "sgd or adam"},
-      {"--lr", "train.lr", "Base learning rate (poly schedule)"},
-      {"--momentum", "train.momentum", "SGD momentum"},
-      {"--weight-decay", "train.weight_decay", "Weight decay"},
-      {"--grad-clip", "train.grad_clip", "Max gradient norm; 0 = off"},
-      {"--precision", "train.precision", "fp32, fp16 or bf16 (AMP on CUDA)"},
-      {"--channels-last", "train.channels_last", "auto (measured once per machine and setup), true or false"},
-      {"--threads", "train.threads", "Intra-op threads: auto (measured), 0 = all cores, or N"},
-      {"--seed", "train.seed", "Seed of weights, data and augmentation"},
-      {"--checkpoint-every", "train.checkpoint_every", "Checkpoint every K steps; 0 = final only"},
-      {"--resume", "train.resume_from", "Resume from a checkpoint"},
-      {"--device", "hardware.device", "cpu, cuda or cuda:N"},
+      {"--data", DBH_SCENARIO_KEY(data.path),
+       "Dataset directory (images + annotations.json); synthetic data when omitted"},
+      {"--source", DBH_SCENARIO_KEY(data.source),
+       "Data source: synthetic_boxes, synthetic_random, synthetic_render (real with --data)"},
+      {"--on-invalid", DBH_SCENARIO_KEY(data.on_invalid), "What to do with invalid annotations: error, skip or clip"},
+      {"--num-workers", DBH_SCENARIO_KEY(data.num_workers), "Loader threads; 0 loads inline"},
+      {"--encoder", DBH_SCENARIO_KEY(model.encoder), "ResNet depth: 18, 34 or 50"},
+      {"--decoder", DBH_SCENARIO_KEY(model.decoder), "Neck: fpn or pan"},
+      {"--weights", DBH_SCENARIO_KEY(model.weights), "Initial weights (a weights file or a dbh checkpoint)"},
+      {"--batch-size", DBH_SCENARIO_KEY(data.batch_size), "Samples per micro-batch"},
+      {"--size", DBH_SCENARIO_KEY(data.size), "Square training size in pixels (multiple of 32)"},
+      {"--steps", DBH_SCENARIO_KEY(train.max_steps), "Optimizer steps"},
+      {"--accumulation", DBH_SCENARIO_KEY(train.accumulation), "Micro-batches per optimizer step"},
+      {"--optimizer", DBH_SCENARIO_KEY(train.optimizer), "sgd or adam"},
+      {"--lr", DBH_SCENARIO_KEY(train.lr), "Base learning rate (poly schedule)"},
+      {"--momentum", DBH_SCENARIO_KEY(train.momentum), "SGD momentum"},
+      {"--weight-decay", DBH_SCENARIO_KEY(train.weight_decay), "Weight decay"},
+      {"--grad-clip", DBH_SCENARIO_KEY(train.grad_clip), "Max gradient norm; 0 = off"},
+      {"--precision", DBH_SCENARIO_KEY(train.precision), "fp32, fp16 or bf16 (AMP on CUDA)"},
+      {"--channels-last", DBH_SCENARIO_KEY(train.channels_last),
+       "auto (measured once per machine and setup), true or false"},
+      {"--threads", DBH_SCENARIO_KEY(train.threads), "Intra-op threads: auto (measured), 0 = all cores, or N"},
+      {"--seed", DBH_SCENARIO_KEY(train.seed), "Seed of weights, data and augmentation"},
+      {"--checkpoint-every", DBH_SCENARIO_KEY(train.checkpoint_every), "Checkpoint every K steps; 0 = final only"},
+      {"--resume", DBH_SCENARIO_KEY(train.resume_from), "Resume from a checkpoint"},
+      {"--device", DBH_SCENARIO_KEY(hardware.device), "cpu, cuda or cuda:N"},
   };
   return flags;
 }
@@ -90,7 +94,7 @@ const TrainFlag& flag_named(const std::string& flag) {
 std::string in_flag_terms(const std::string& message, const std::vector<std::pair<std::string, std::string>>& given) {
   for (const auto& [flag, value] : given) {
     const std::string& key = flag_named(flag).key;
-    const std::string prefix = "<override> " + key + "=" + value;
+    const std::string prefix = "<override> " + override_text(key, value);
     if (message.rfind(prefix, 0) != 0) continue;
     std::string rest = message.substr(prefix.size());
     if (rest.rfind(":0:0", 0) == 0) rest = rest.substr(4);
@@ -104,8 +108,9 @@ std::string in_flag_terms(const std::string& message, const std::vector<std::pai
 }  // namespace
 
 std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
-  std::vector<std::string> out = {std::string("data.augment=") + (o.augment ? "true" : "false"),
-                                  std::string("data.validate=") + (o.validate_batches ? "true" : "false")};
+  std::vector<std::string> out = {
+      override_text(DBH_SCENARIO_KEY(data.augment), o.augment ? "true" : "false"),
+      override_text(DBH_SCENARIO_KEY(data.validate), o.validate_batches ? "true" : "false")};
   bool data = false;
   std::string source;
   for (const auto& [flag, value] : o.given) {
@@ -115,8 +120,8 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
   if (data && !source.empty() && source != "real") {
     throw UsageError("dbh train: --source " + source + ": expected no --source with --data (a dataset is real data), got both");
   }
-  if (data && source.empty()) out.push_back("data.source=real");
-  for (const auto& [flag, value] : o.given) out.push_back(flag_named(flag).key + "=" + value);
+  if (data && source.empty()) out.push_back(override_text(DBH_SCENARIO_KEY(data.source), "real"));
+  for (const auto& [flag, value] : o.given) out.push_back(override_text(flag_named(flag).key, value));
   return out;
 }
 

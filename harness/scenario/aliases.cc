@@ -13,6 +13,7 @@
 #include "harness/common/text.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 namespace {
@@ -115,14 +116,14 @@ struct Entry {
 const std::vector<Entry>& table() {
   static const std::vector<Entry> kTable = {
       {{"model.encoder.model_name"},
-       "model.encoder",
+       DBH_SCENARIO_KEY(model.encoder),
        "resnet18, resnet34 or resnet50",
        [](const std::string& v) {
          if (is_one_of(v, {"resnet18", "resnet34", "resnet50"})) return mapped(v);
          return v.empty() ? invalid() : unmapped("dbh builds ResNet-18, -34 and -50 encoders only");
        }},
       {{"model.component_overrides.decoder.name", "model.decoder.name"},
-       "model.decoder",
+       DBH_SCENARIO_KEY(model.decoder),
        "fpn_decoder (fpn) or pan_decoder (pan)",
        [](const std::string& v) {
          if (v == "fpn_decoder" || v == "fpn") return mapped("fpn");
@@ -136,15 +137,25 @@ const std::vector<Entry>& table() {
          if (v == "dbnet") return satisfied("dbh trains DBNet");
          return v.empty() ? invalid() : unmapped("dbh trains DBNet only");
        }},
-      {{"dataloaders.train_dataloader.batch_size"}, "data.batch_size", "a positive integer", integer_at_least(1)},
-      {{"dataloaders.val_dataloader.batch_size"},
-       "data.val.batch_size",
+      {{"dataloaders.train_dataloader.batch_size"},
+       DBH_SCENARIO_KEY(data.batch_size),
        "a positive integer",
-       integer_at_least(1, "used when validation is on: data.val.path or data.val.holdout")},
-      {{"dataloaders.train_dataloader.num_workers"}, "data.num_workers", "a non-negative integer", integer_at_least(0)},
-      {{"trainer.accumulate_grad_batches"}, "train.accumulation", "a positive integer", integer_at_least(1)},
+       integer_at_least(1)},
+      {{"dataloaders.val_dataloader.batch_size"},
+       DBH_SCENARIO_KEY(data.val.batch_size),
+       "a positive integer",
+       integer_at_least(1, "used when validation is on: " + std::string(DBH_SCENARIO_KEY(data.val.path)) + " or " +
+                               DBH_SCENARIO_KEY(data.val.holdout))},
+      {{"dataloaders.train_dataloader.num_workers"},
+       DBH_SCENARIO_KEY(data.num_workers),
+       "a non-negative integer",
+       integer_at_least(0)},
+      {{"trainer.accumulate_grad_batches"},
+       DBH_SCENARIO_KEY(train.accumulation),
+       "a positive integer",
+       integer_at_least(1)},
       {{"trainer.precision"},
-       "train.precision",
+       DBH_SCENARIO_KEY(train.precision),
        "32, 32-true, 16, 16-mixed, bf16 or bf16-mixed",
        [](const std::string& v) {
          if (is_one_of(v, {"32", "32-true"})) return mapped("fp32");
@@ -157,10 +168,13 @@ const std::vector<Entry>& table() {
          return invalid();
        }},
       {{"trainer.max_steps"},
-       "train.max_steps",
+       DBH_SCENARIO_KEY(train.max_steps),
        "a positive number of optimizer steps",
        [](const std::string& v) {
-         if (v == "-1") return unmapped("Lightning's -1 trains without a step limit; dbh needs train.max_steps");
+         if (v == "-1") {
+           return unmapped("Lightning's -1 trains without a step limit; dbh needs " +
+                           std::string(DBH_SCENARIO_KEY(train.max_steps)));
+         }
          return integer_at_least(1)(v);
        }},
       {{"trainer.max_epochs"},
@@ -169,14 +183,16 @@ const std::vector<Entry>& table() {
        [](const std::string&) {
          return unmapped(
              "dbh counts optimizer steps, not epochs; an epoch is ceil(ceil(samples / batch_size) / accumulation) "
-             "steps and the command does not say how many samples the dataset holds: set train.max_steps");
+             "steps and the command does not say how many samples the dataset holds: set " +
+             std::string(DBH_SCENARIO_KEY(train.max_steps)));
        }},
       {{"trainer.devices"},
        "",
        "1 or auto",
        [](const std::string& v) {
          if (v == "1" || v == "auto") return satisfied("dbh trains each trial on one device");
-         return unmapped("dbh trains each trial on one device (hardware.device=cuda:N picks it)");
+         return unmapped("dbh trains each trial on one device (" +
+                         override_text(DBH_SCENARIO_KEY(hardware.device), "cuda:N") + " picks it)");
        }},
       {{"trainer.num_nodes"},
        "",
@@ -186,7 +202,7 @@ const std::vector<Entry>& table() {
          return unmapped("dbh runs one process per trial; multi-node training does not apply");
        }},
       {{"trainer.accelerator"},
-       "hardware.device",
+       DBH_SCENARIO_KEY(hardware.device),
        "gpu, cuda or cpu",
        [](const std::string& v) {
          const std::string l = lower(v);
@@ -203,7 +219,7 @@ const std::vector<Entry>& table() {
          return unmapped("dbh runs one process per trial; distributed strategies do not apply");
        }},
       {{"trainer.gradient_clip_val"},
-       "train.grad_clip",
+       DBH_SCENARIO_KEY(train.grad_clip),
        "a non-negative number (0 or null: off)",
        [](const std::string& v) {
          if (v == "null" || v == "None") return mapped("0");
@@ -218,25 +234,26 @@ const std::vector<Entry>& table() {
          if (v == "norm") return satisfied("dbh clips gradients by norm");
          return unmapped("dbh clips gradients by norm only");
        }},
-      {{"trainer.benchmark"}, "hardware.cudnn_benchmark", "true or false", boolean()},
+      {{"trainer.benchmark"}, DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "true or false", boolean()},
       {{"trainer.deterministic"},
-       "hardware.cudnn_deterministic",
+       DBH_SCENARIO_KEY(hardware.cudnn_deterministic),
        "true or false",
        [](const std::string& v) {
          if (lower(v) == "warn") return unmapped("dbh has no warn-only determinism");
          return boolean("cuDNN's deterministic algorithms")(v);
        }},
       {{"seed", "seed_everything"},
-       "train.seed",
+       DBH_SCENARIO_KEY(train.seed),
        "a non-negative integer",
        [](const std::string& v) {
          if (lower(v) == "true" || lower(v) == "false") {
-           return unmapped("Lightning then draws a seed; dbh trains with a fixed train.seed");
+           return unmapped("Lightning then draws a seed; dbh trains with a fixed " +
+                           std::string(DBH_SCENARIO_KEY(train.seed)));
          }
          return integer_at_least(0)(v);
        }},
       {{"exp_name"},
-       "name",
+       DBH_SCENARIO_KEY(name),
        "a one-line name of printable UTF-8 (at most 200 bytes)",
        [](const std::string& v) {
          // The name reaches YAML, file names and reports: one line of UTF-8.
@@ -244,7 +261,7 @@ const std::vector<Entry>& table() {
          return mapped(nlohmann::json(v).dump());
        }},
       {{"model.optimizer.lr", "optimizer.lr"},
-       "train.lr",
+       DBH_SCENARIO_KEY(train.lr),
        "a positive number",
        [](const std::string& v) {
          double d = 0;
@@ -252,7 +269,7 @@ const std::vector<Entry>& table() {
          return mapped(v);
        }},
       {{"preprocessing.target_size"},
-       "data.size",
+       DBH_SCENARIO_KEY(data.size),
        "N or [N, N] pixels, N a multiple of 32",
        [](const std::string& v) {
          std::string s;
@@ -269,7 +286,10 @@ const std::vector<Entry>& table() {
          if (w % 32 != 0 || w < 32 || w > 8192) return unmapped("dbh trains at multiples of 32 pixels, 32 to 8192");
          return mapped(std::to_string(w));
        }},
-      {{"hardware"}, "hardware.profile", "a dbh hardware profile (dbh list profiles)", hardware_profile},
+      {{"hardware"},
+       DBH_SCENARIO_KEY(hardware.profile),
+       "a dbh hardware profile (dbh list profiles)",
+       hardware_profile},
   };
   return kTable;
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "model/data/dataset_copy.h"
 
 namespace dbh::harness {
@@ -19,14 +20,17 @@ void check_corrupt_sample(const FaultPlacement& p) {
   // synthetic data, leaving the fault nothing to break; a scenario file that
   // places it on synthetic data is a mistake.
   if (s.data.source != "real" && !p.source_overridden) {
-    p.fail("corrupt_sample on data.source real (it breaks a file of the dataset)", "data.source " + s.data.source, "");
+    const std::string source = DBH_SCENARIO_KEY(data.source);
+    p.fail("corrupt_sample on " + source + " real (it breaks a file of the dataset)", source + " " + s.data.source, "");
   }
   // The fault copies the dataset into the run folder: a dataset that cannot
   // be copied without leaving its folder is bad input, refused before
   // anything is written.
   if (s.data.source == "real") {
     if (const auto problems = model::dataset_copy_problems(s.data.path); !problems.empty()) {
-      p.fail("a dataset folder corrupt_sample can copy without leaving it (data.path)", problems.front(), "name");
+      p.fail("a dataset folder corrupt_sample can copy without leaving it (" +
+                 std::string(DBH_SCENARIO_KEY(data.path)) + ")",
+             problems.front(), "name");
     }
   }
   if (const auto samples = p.samples(); samples && f.get_int("sample") >= *samples) {
@@ -40,7 +44,8 @@ void check_batch_pixels(const FaultPlacement& p) {
   const auto& f = p.fault;
   if (f.get_int("sample") < 0 || f.get_int("sample") >= p.scenario.data.batch_size) {
     p.fail_param("sample",
-                 "a sample of the batch, below data.batch_size (" + std::to_string(p.scenario.data.batch_size) + ")",
+                 "a sample of the batch, below " + std::string(DBH_SCENARIO_KEY(data.batch_size)) + " (" +
+                     std::to_string(p.scenario.data.batch_size) + ")",
                  f.get("sample"));
   }
   if (f.get_int("count") < 1) p.fail_param("count", "at least 1 pixel", f.get("count"));
@@ -66,7 +71,8 @@ void check_nan_gradient(const FaultPlacement& p) {
 
 void check_broken_postprocess(const FaultPlacement& p) {
   if (p.scenario.train.eval_every == 0) {
-    p.fail("broken_postprocess with validation during training (train.eval_every > 0)", "train.eval_every 0", "");
+    const std::string eval_every = DBH_SCENARIO_KEY(train.eval_every);
+    p.fail("broken_postprocess with validation during training (" + eval_every + " > 0)", eval_every + " 0", "");
   }
   for (const char* key : {"box_thresh", "binarize_thresh"}) {
     if (!p.fault.get(key).empty() && (p.fault.get_double(key) < 0 || p.fault.get_double(key) > 1)) {
@@ -79,7 +85,8 @@ void check_nondeterminism(const FaultPlacement& p) {
   const int64_t micro = p.fault.get_int("micro_batch");
   if (micro < 0 || micro >= p.scenario.train.accumulation) {
     p.fail_param("micro_batch",
-                 "a micro-batch below train.accumulation (" + std::to_string(p.scenario.train.accumulation) + ")",
+                 "a micro-batch below " + std::string(DBH_SCENARIO_KEY(train.accumulation)) + " (" +
+                     std::to_string(p.scenario.train.accumulation) + ")",
                  p.fault.get("micro_batch"));
   }
 }
@@ -94,8 +101,9 @@ void check_factor_not_one(const FaultPlacement& p) {
 // (tolerated when an override switched the source, as for corrupt_sample).
 void check_labels_of_text(const FaultPlacement& p) {
   if (p.scenario.data.source == "synthetic_random" && !p.source_overridden) {
-    p.fail(p.fault.name + " on labels of text (data.source real, synthetic_render or synthetic_boxes)",
-           "data.source synthetic_random, whose labels are noise", "");
+    p.fail(p.fault.name + " on labels of text (" + DBH_SCENARIO_KEY(data.source) +
+               " real, synthetic_render or synthetic_boxes)",
+           std::string(DBH_SCENARIO_KEY(data.source)) + " synthetic_random, whose labels are noise", "");
   }
 }
 
@@ -105,7 +113,9 @@ void check_label_shift(const FaultPlacement& p) {
   if (f.get_int("dx") == 0 && f.get_int("dy") == 0) p.fail("a shift other than dx 0, dy 0", "dx 0, dy 0", "dx");
   for (const char* key : {"dx", "dy"}) {
     if (std::abs(f.get_int(key)) > p.scenario.data.size) {
-      p.fail_param(key, "a shift of at most data.size (" + std::to_string(p.scenario.data.size) + ") pixels",
+      p.fail_param(key,
+                   "a shift of at most " + std::string(DBH_SCENARIO_KEY(data.size)) + " (" +
+                       std::to_string(p.scenario.data.size) + ") pixels",
                    f.get(key));
     }
   }
@@ -122,8 +132,9 @@ void check_label_scale(const FaultPlacement& p) {
 void check_label_swap(const FaultPlacement& p) {
   check_labels_of_text(p);
   if (p.scenario.data.batch_size < 2) {
-    p.fail("label_swap with data.batch_size >= 2 (it swaps the labels of samples 0 and 1)",
-           "data.batch_size " + std::to_string(p.scenario.data.batch_size), "name");
+    p.fail("label_swap with " + std::string(DBH_SCENARIO_KEY(data.batch_size)) +
+               " >= 2 (it swaps the labels of samples 0 and 1)",
+           std::string(DBH_SCENARIO_KEY(data.batch_size)) + " " + std::to_string(p.scenario.data.batch_size), "name");
   }
 }
 
@@ -134,10 +145,11 @@ void check_label_swap(const FaultPlacement& p) {
 void check_leak(const FaultPlacement& p) {
   const auto& r = p.scenario.repeat;
   if (r.in_process < 2 && r.processes < 2) {
-    p.fail("leak with repeat.in_process >= 2 (it retains memory across in-process runs), or "
-           "repeat.processes >= 2 (to show that a fresh process per run does not leak)",
-           "repeat.in_process " + std::to_string(r.in_process) + " and repeat.processes " +
-               std::to_string(r.processes),
+    const std::string in_process = DBH_SCENARIO_KEY(repeat.in_process);
+    const std::string processes = DBH_SCENARIO_KEY(repeat.processes);
+    p.fail("leak with " + in_process + " >= 2 (it retains memory across in-process runs), or " + processes +
+               " >= 2 (to show that a fresh process per run does not leak)",
+           in_process + " " + std::to_string(r.in_process) + " and " + processes + " " + std::to_string(r.processes),
            "");
   }
 }
@@ -232,15 +244,18 @@ const std::vector<FaultSpec>& fault_catalog() {
          ""}}},
       {"hang", "stop making progress at a step (no events, no exit)", {}},
       {"broken_postprocess",
-       "evaluate with post-processing settings that keep no box, at every validation from at_step on "
-       "(needs train.eval_every), as a configuration copied from another model does",
-       {{"box_thresh", ParamType::kDouble, false, "1", {}, "box score threshold used instead of data.val's"},
-        {"binarize_thresh", ParamType::kDouble, false, "", {}, "text threshold used instead of data.val's"}},
+       "evaluate with post-processing settings that keep no box, at every validation from at_step on (needs " +
+           std::string(DBH_SCENARIO_KEY(train.eval_every)) + "), as a configuration copied from another model does",
+       {{"box_thresh", ParamType::kDouble, false, "1", {},
+         "box score threshold used instead of " + std::string(DBH_SCENARIO_KEY(data.val)) + "'s"},
+        {"binarize_thresh", ParamType::kDouble, false, "", {},
+         "text threshold used instead of " + std::string(DBH_SCENARIO_KEY(data.val)) + "'s"}},
        false, false, check_broken_postprocess},
       {"nondeterminism",
        "perturb one micro-batch's input by an amount that differs from process to process, as a "
        "nondeterministic kernel does: repeated processes diverge exactly there",
-       {{"micro_batch", ParamType::kInt, false, "0", {}, "micro-batch of the step (below train.accumulation)"},
+       {{"micro_batch", ParamType::kInt, false, "0", {},
+         "micro-batch of the step (below " + std::string(DBH_SCENARIO_KEY(train.accumulation)) + ")"},
         {"scale", ParamType::kDouble, false, "0.001", {}, "largest added value"}},
        false, false, check_nondeterminism},
       {"slow_data", "delay every batch",
@@ -270,7 +285,7 @@ const std::vector<FaultSpec>& fault_catalog() {
       {"lr_freeze", "set the learning rate to 0 (through the optimizer hook lr_spike uses; from at_step on)", {}, true},
       {"label_swap",
        "swap the four label maps of samples 0 and 1 of the batch: each image is trained on the "
-       "other's labels (needs data.batch_size >= 2; from at_step on)",
+       "other's labels (needs " + std::string(DBH_SCENARIO_KEY(data.batch_size)) + " >= 2; from at_step on)",
        {},
        true, false, check_label_swap},
       {"all_dont_care",

@@ -11,6 +11,7 @@
 #include "harness/common/text.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 namespace {
@@ -259,11 +260,11 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   for (const auto& e : env) {
     const std::string name = e.substr(0, e.find('=')), value = e.substr(e.find('=') + 1);
     if (name == "CUDA_LAUNCH_BLOCKING" && (value == "0" || value == "1")) {
-      set("hardware.launch_blocking", value == "1" ? "true" : "false", shell_quote(e), "");
+      set(DBH_SCENARIO_KEY(hardware.launch_blocking), value == "1" ? "true" : "false", shell_quote(e), "");
     } else if (name == "CUDA_VISIBLE_DEVICES") {
-      out.unmapped.push_back(shell_quote(e) +
-                             " (dbh names the GPU with hardware.device=cuda:N; a variable set for dbh "
-                             "itself reaches its workers)");
+      out.unmapped.push_back(shell_quote(e) + " (dbh names the GPU with " +
+                             override_text(DBH_SCENARIO_KEY(hardware.device), "cuda:N") +
+                             "; a variable set for dbh itself reaches its workers)");
     } else {
       out.unmapped.push_back(shell_quote(e) +
                              " (an environment variable with no dbh equivalent; one set for dbh itself "
@@ -339,23 +340,24 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
 
   // Lightning's accelerator defaults to auto, which trains on the GPU of a
   // machine with one: the scenario says so unless a base names the device.
-  const bool device_set =
-      std::any_of(settings.begin(), settings.end(), [](const Setting& s) { return s.key == "hardware.device"; });
+  const bool device_set = std::any_of(settings.begin(), settings.end(),
+                                      [](const Setting& s) { return s.key == DBH_SCENARIO_KEY(hardware.device); });
   if (!device_set && (!accelerator || accelerator_auto)) {
     const std::string source = accelerator ? shell_quote("trainer.accelerator=" + *accelerator) : "";
     if (options.include.empty()) {
-      set("hardware.device", "cuda", source,
-          std::string(accelerator ? "" : "trainer.accelerator not given: ") +
-              "Lightning's auto trains on the GPU; hardware.device=cpu runs it on the CPU");
+      set(DBH_SCENARIO_KEY(hardware.device), "cuda", source,
+          std::string(accelerator ? "" : "trainer.accelerator not given: ") + "Lightning's auto trains on the GPU; " +
+              override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") + " runs it on the CPU");
     } else if (accelerator) {
-      out.unmapped.push_back(source + " (auto picks the GPU when there is one; the base's hardware.device applies)");
+      out.unmapped.push_back(source + " (auto picks the GPU when there is one; the base's " +
+                             DBH_SCENARIO_KEY(hardware.device) + " applies)");
     }
   }
 
   // The name: --name, else exp_name, else "from-command".
   std::string name_value;
   for (auto it = settings.begin(); it != settings.end(); ++it) {
-    if (it->key == "name") {
+    if (it->key == DBH_SCENARIO_KEY(name)) {
       name_value = it->value;
       if (!options.name.empty()) {
         out.unmapped.push_back(it->source + " (--name " + options.name + " names the scenario)");
@@ -369,12 +371,13 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
       throw UsageError(std::string(kWhere) + "--name: expected a one-line name of printable UTF-8 (at most 200 "
                        "bytes), got \"" + one_line(options.name).substr(0, 200) + "\"");
     }
-    set("name", nlohmann::json(options.name).dump(), "", "--name");
+    set(DBH_SCENARIO_KEY(name), nlohmann::json(options.name).dump(), "", "--name");
   } else if (name_value.empty()) {
-    set("name", "from-command", "", "");
+    set(DBH_SCENARIO_KEY(name), "from-command", "", "");
   }
   const std::string one_line_command = one_line(join_quoted(words));
-  set("description", nlohmann::json("Converted from the training command: " + one_line_command).dump(), "", "");
+  set(DBH_SCENARIO_KEY(description), nlohmann::json("Converted from the training command: " + one_line_command).dump(),
+      "", "");
   if (!options.include.empty()) {
     // A YAML file is UTF-8: a path that is not cannot be written into it.
     if (valid_utf8(options.include) != options.include) {
@@ -403,11 +406,17 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     const DataConfig data;
     const TrainConfig train;
     std::ostringstream defaults;
-    defaults << "data.source " << data.source << " (your dataset: data.source real, data.path DIR)";
-    if (!has("data.size")) defaults << ", data.size " << data.size;
-    if (!has("train.max_steps")) defaults << ", train.max_steps " << train.max_steps;
-    defaults << ", train.optimizer " << train.optimizer;
-    if (!has("train.lr")) defaults << ", train.lr " << train.lr;
+    // ", key value" for a default the command's settings leave in place.
+    auto unless_set = [&](const char* key, const auto& value) {
+      if (!has(key)) defaults << ", " << key << " " << value;
+    };
+    defaults << DBH_SCENARIO_KEY(data.source) << " " << data.source
+             << " (your dataset: " << DBH_SCENARIO_KEY(data.source) << " real, " << DBH_SCENARIO_KEY(data.path)
+             << " DIR)";
+    unless_set(DBH_SCENARIO_KEY(data.size), data.size);
+    unless_set(DBH_SCENARIO_KEY(train.max_steps), train.max_steps);
+    defaults << ", " << DBH_SCENARIO_KEY(train.optimizer) << " " << train.optimizer;
+    unless_set(DBH_SCENARIO_KEY(train.lr), train.lr);
     y << "# Not on the command line, so dbh's defaults apply: " << defaults.str() << "\n";
   } else {
     y << "# Not on the command line: the base (include) or dbh's defaults apply.\n";

@@ -6,6 +6,7 @@
 #include "harness/common/error.h"
 #include "harness/common/home.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 
 namespace dbh::harness {
@@ -53,7 +54,8 @@ HardwareProfile load_profile(const std::string& name) {
   if (!fs::exists(file)) {
     std::string known;
     for (const auto& p : list_profiles()) known += (known.empty() ? "" : ", ") + p.name;
-    throw ScenarioError("hardware.profile: expected one of " + known + ", got \"" + name + "\"");
+    throw ScenarioError(std::string(DBH_SCENARIO_KEY(hardware.profile)) + ": expected one of " + known + ", got \"" +
+                        name + "\"");
   }
   return parse(file);
 }

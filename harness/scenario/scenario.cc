@@ -408,15 +408,18 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   // checks that involve more than one key or the file system.
   read_section(root.get("model"), "model", s);
   if (!s.model.weights.empty()) {
-    check_checkpoint_file(s.model.weights, where(tree, "model.weights").str(), "model.weights");
+    check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
+                          DBH_SCENARIO_KEY(model.weights));
   }
 
   read_section(root.get("data"), "data", s);
   if (s.data.source == "real" && s.data.path.empty()) {
-    fail(where(tree, "data"), "data.path", "a dataset folder when data.source is real", "none");
+    fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
+         "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
   }
   if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
-    fail(where(tree, "data.path"), "data.path", "an existing dataset folder", "\"" + s.data.path + "\"");
+    fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path), "an existing dataset folder",
+         "\"" + s.data.path + "\"");
   }
   if (s.data.source == "real") {
     // The annotation file is read whole: it must be a regular file, never
@@ -424,38 +427,46 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     const fs::path ann = fs::path(s.data.path) / "annotations.json";
     std::error_code ec;
     if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
-      check_input_file(ann.string(), "an annotation file (a regular file)", where(tree, "data.path").str(),
-                       "data.path");
+      check_input_file(ann.string(), "an annotation file (a regular file)",
+                       where(tree, DBH_SCENARIO_KEY(data.path)).str(), DBH_SCENARIO_KEY(data.path));
     }
   }
   if (s.data.size % 32 != 0) {
-    fail(where(tree, "data.size"), "data.size", "a multiple of 32", std::to_string(s.data.size));
+    fail(where(tree, DBH_SCENARIO_KEY(data.size)), DBH_SCENARIO_KEY(data.size), "a multiple of 32",
+         std::to_string(s.data.size));
   }
   {
     const auto& val = s.data.val;
     if (!val.path.empty() && !fs::is_directory(val.path)) {
-      fail(where(tree, "data.val.path"), "data.val.path", "an existing dataset folder", "\"" + val.path + "\"");
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.path)), DBH_SCENARIO_KEY(data.val.path), "an existing dataset folder",
+           "\"" + val.path + "\"");
     }
     if (val.holdout > 0 && !val.path.empty()) {
-      fail(where(tree, "data.val.holdout"), "data.val.holdout", "0 when data.val.path names a validation dataset",
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
+           "0 when " + std::string(DBH_SCENARIO_KEY(data.val.path)) + " names a validation dataset",
            std::to_string(val.holdout));
     }
     if (val.holdout > 0 && s.data.source != "real") {
-      fail(where(tree, "data.val.holdout"), "data.val.holdout",
-           "data.source real (samples of a real dataset are held out)", "data.source " + s.data.source);
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
+           std::string(DBH_SCENARIO_KEY(data.source)) + " real (samples of a real dataset are held out)",
+           std::string(DBH_SCENARIO_KEY(data.source)) + " " + s.data.source);
     }
     if (val.size % 32 != 0) {
-      fail(where(tree, "data.val.size"), "data.val.size", "a multiple of 32", std::to_string(val.size));
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.size)), DBH_SCENARIO_KEY(data.val.size), "a multiple of 32",
+           std::to_string(val.size));
     }
   }
 
   read_section(root.get("train"), "train", s);
   if (!s.train.resume_from.empty()) {
-    check_checkpoint_file(s.train.resume_from, where(tree, "train.resume_from").str(), "train.resume_from");
+    check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
+                          DBH_SCENARIO_KEY(train.resume_from));
   }
   if (s.train.eval_every > 0 && !s.data.val.enabled()) {
-    fail(where(tree, "train.eval_every"), "train.eval_every",
-         "a validation source (data.val.path or data.val.holdout) to evaluate on", "none");
+    fail(where(tree, DBH_SCENARIO_KEY(train.eval_every)), DBH_SCENARIO_KEY(train.eval_every),
+         "a validation source (" + std::string(DBH_SCENARIO_KEY(data.val.path)) + " or " +
+             DBH_SCENARIO_KEY(data.val.holdout) + ") to evaluate on",
+         "none");
   }
 
   read_section(root.get("hardware"), "hardware", s);
@@ -465,8 +476,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if (!(device == "cpu" || device == "cuda" ||
           (device.rfind("cuda:", 0) == 0 && parse_int(device.substr(5), &ordinal) && ordinal >= 0 &&
            ordinal < 64))) {
-      fail(where(tree, "hardware.device"), "hardware.device", "cpu, cuda or cuda:N (N a device index 0-63)",
-           "\"" + device + "\"");
+      fail(where(tree, DBH_SCENARIO_KEY(hardware.device)), DBH_SCENARIO_KEY(hardware.device),
+           "cpu, cuda or cuda:N (N a device index 0-63)", "\"" + device + "\"");
     }
   }
   if (!s.hardware.profile.empty()) {
@@ -475,14 +486,15 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const HardwareProfile p = load_profile(s.hardware.profile);
       if (s.hardware.memory_budget == 0) s.hardware.memory_budget = p.memory_bytes;
     } catch (const ScenarioError& e) {
-      const Value* pv = written(tree, "hardware.profile");
+      const Value* pv = written(tree, DBH_SCENARIO_KEY(hardware.profile));
       throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
     }
   }
   if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
-    const Value* prec = written(tree, "train.precision");
-    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, "train.precision",
-         "fp32 on hardware.device cpu (AMP runs on CUDA)", "\"" + s.train.precision + "\"");
+    const Value* prec = written(tree, DBH_SCENARIO_KEY(train.precision));
+    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, DBH_SCENARIO_KEY(train.precision),
+         "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",
+         "\"" + s.train.precision + "\"");
   }
 
   read_section(root.get("monitors"), "monitors", s);
@@ -502,7 +514,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const Value& fv = faults->seq[i];
       const Value* at = fv.find("at_step");
       fail(at != nullptr ? at->loc : fv.loc, "faults[" + std::to_string(i) + "].at_step",
-           "a step below train.max_steps (" + std::to_string(s.train.max_steps) + ")", std::to_string(f.at_step));
+           "a step below " + std::string(DBH_SCENARIO_KEY(train.max_steps)) + " (" + std::to_string(s.train.max_steps) +
+               ")",
+           std::to_string(f.at_step));
     }
   }
   // Sample indices must exist in the data the run will read.
@@ -514,7 +528,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const Value* val = data != nullptr && data->is_map() ? data->find("val") : nullptr;
       const Value* h = val != nullptr && val->is_map() ? val->find("holdout") : nullptr;
       if (s.data.val.holdout >= *samples) {
-        fail(h != nullptr ? h->loc : root.loc(), "data.val.holdout",
+        fail(h != nullptr ? h->loc : root.loc(), DBH_SCENARIO_KEY(data.val.holdout),
              "fewer samples than the dataset's " + std::to_string(*samples) + " (some must be left to train on)",
              std::to_string(s.data.val.holdout));
       }
@@ -529,7 +543,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     const Value* sub = data != nullptr && data->is_map() ? data->find("subset") : nullptr;
     for (size_t i = 0; i < s.data.subset.size(); ++i) {
       if (s.data.subset[i] >= *samples) {
-        fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : root.loc(), "data.subset",
+        fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : root.loc(),
+             DBH_SCENARIO_KEY(data.subset),
              "sample indices below the dataset's " + std::to_string(*samples) + " samples",
              std::to_string(s.data.subset[i]));
       }
@@ -541,7 +556,8 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const Value& fv = tree.find("faults")->seq[i];
       const Value* run = fv.find("run");
       fail(run != nullptr ? run->loc : fv.loc, "faults[" + std::to_string(i) + "].run",
-           "a run below repeat.in_process (" + std::to_string(s.repeat.in_process) + ")",
+           "a run below " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " (" +
+               std::to_string(s.repeat.in_process) + ")",
            std::to_string(s.faults[i].run));
     }
   }
@@ -603,7 +619,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
         fail(st->loc, "expect.step", "a non-negative integer", st->describe());
       }
       if (v >= s.train.max_steps) {
-        fail(st->loc, "expect.step", "a step below train.max_steps (" + std::to_string(s.train.max_steps) + ")",
+        fail(st->loc, "expect.step",
+             "a step below " + std::string(DBH_SCENARIO_KEY(train.max_steps)) + " (" +
+                 std::to_string(s.train.max_steps) + ")",
              std::to_string(v));
       }
       s.expect.step = v;
@@ -630,8 +648,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if (r.get("min_hmean") != nullptr) {
       s.expect.min_hmean = r.number("min_hmean", 0.0, 0.0, 1.0);
       if (s.train.eval_every == 0) {
-        fail(r.get("min_hmean")->loc, "expect.min_hmean", "validation during training (train.eval_every > 0)",
-             "train.eval_every 0");
+        fail(r.get("min_hmean")->loc, "expect.min_hmean",
+             "validation during training (" + std::string(DBH_SCENARIO_KEY(train.eval_every)) + " > 0)",
+             std::string(DBH_SCENARIO_KEY(train.eval_every)) + " 0");
       }
     }
     if (r.get("loss_drop") != nullptr) s.expect.loss_drop = r.number("loss_drop", 0.0, 0.0, 1.0);

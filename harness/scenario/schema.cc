@@ -61,11 +61,16 @@ void fail(const Location& loc, const std::string& key, const std::string& expect
   throw ScenarioError(loc.str() + ": " + key + ": expected " + expected + ", got " + got);
 }
 
+std::string override_text(const std::string& key, const std::string& value) {
+  return key + "=" + value;
+}
+
 namespace {
 
 // The key "a.b.c" sets the member s.a.b.c of Scenario: the key's name and its
-// field come from one spelling.
-#define DBH_KEY(path) #path, [](Scenario& s) { return &s.path; }
+// field come from one spelling, the name checked as everywhere else a key is
+// named (DBH_SCENARIO_KEY).
+#define DBH_KEY(path) DBH_SCENARIO_KEY(path), [](Scenario& s) { return &s.path; }
 
 template <typename T>
 KeySpec make(const char* key, KeyType type, KeyField<T> field, const char* help) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -12,6 +13,15 @@
 #include "harness/common/value.h"
 
 namespace dbh::harness {
+
+/// The scenario key of the Scenario member `path`, as a `const char*`:
+/// DBH_SCENARIO_KEY(train.max_steps) is "train.max_steps". A key's name is
+/// its member path (the table's rows in schema.cc are spelled the same way),
+/// so code that names a key through this macro — an override it builds, a
+/// table of flags or aliases, a message — stops compiling when the key is
+/// renamed or removed, where a string would name a key the loader rejects at
+/// run time, or a message would name a key that no longer exists.
+#define DBH_SCENARIO_KEY(path) (static_cast<void>(sizeof(std::declval<::dbh::harness::Scenario&>().path)), #path)
 
 /// How a scenario key is written, and so how it is checked.
 enum class KeyType {
@@ -54,6 +64,10 @@ struct KeySpec {
   std::vector<std::string> allowed;  // kEnum, kEncoder, kChecks
   std::string expected;              // kAutoInt: its form, for messages and the reference
 };
+
+/// The override "key=value" that sets `key` (one DBH_SCENARIO_KEY names) to
+/// `value`, as written on a command line and parsed by apply_override.
+std::string override_text(const std::string& key, const std::string& value);
 
 /// Every key under model, data (with data.val), train, hardware, monitors,
 /// repeat and limits, in the order of the resolved JSON.

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "harness/proto/event_types.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 
@@ -121,10 +122,11 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
     f.evidence.push_back("gradients were not zero (mean norm " + decimals(grad, 4) +
                          ") and the scheduled learning rate went from " + decimals(steps.front()->lr, 6) + " to " +
                          decimals(steps[end - 1]->lr, 6) + ": the updates do not reduce the loss");
-    f.evidence.push_back(std::string("window: monitors.learning_window ") +
+    f.evidence.push_back("window: " + std::string(DBH_SCENARIO_KEY(monitors.learning_window)) + " " +
                          (s.monitors.learning_window < 0 ? "auto (min(50, max_steps/2) = " + std::to_string(w) + ")"
                                                          : std::to_string(w)) +
-                         " steps, margin monitors.learning_min_drop " + decimals(s.monitors.learning_min_drop, 3));
+                         " steps, margin " + DBH_SCENARIO_KEY(monitors.learning_min_drop) + " " +
+                         decimals(s.monitors.learning_min_drop, 3));
     return;
   }
 }

@@ -23,6 +23,7 @@
 #include "harness/monitors/monitors.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/version.h"
 #include "harness/proto/event_writer.h"
 #include "harness/worker/memory_budget.h"
@@ -129,17 +130,17 @@ struct Validation {
   std::vector<model::ImageAnnotation> images;
 };
 
+// The evaluation settings of `s`; the reference post-processing (the
+// defaults) when `reference_postprocess`, else the scenario's as a fault may
+// have changed them (FaultInjector::on_validation after step `step_taken`).
 model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess,
-                                          const FaultConfig* broken = nullptr) {
+                                          FaultInjector* faults = nullptr, int64_t step_taken = -1) {
   model::PostprocessOptions pp;
   if (!reference_postprocess) {
     pp.binarize_thresh = s.data.val.binarize_thresh;
     pp.box_thresh = s.data.val.box_thresh;
     pp.unclip_ratio = s.data.val.unclip_ratio;
-    if (broken != nullptr) {
-      pp.box_thresh = broken->get_double("box_thresh");
-      if (!broken->get("binarize_thresh").empty()) pp.binarize_thresh = broken->get_double("binarize_thresh");
-    }
+    if (faults != nullptr) faults->on_validation(step_taken, pp);
   }
   return model::InferenceOptions()
       .size(s.data.val.size)
@@ -154,28 +155,10 @@ model::InferenceOptions inference_options(const Scenario& s, bool reference_post
 // writes overlays of the worst images. Training mode is restored by
 // evaluate().
 void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step, bool last,
-              const fs::path& run_dir, EventWriter& events) {
+              const fs::path& run_dir, FaultInjector& faults, EventWriter& events) {
   const auto t0 = std::chrono::steady_clock::now();
-  // A broken_postprocess fault scheduled for the step just taken.
-  const FaultConfig* broken = nullptr;
-  size_t broken_index = 0;
-  for (size_t i = 0; i < s.faults.size(); ++i) {
-    const auto& f = s.faults[i];
-    if (f.name == "broken_postprocess" && step - 1 >= f.at_step && (f.run < 0 || f.run == run)) {
-      broken = &s.faults[i];
-      broken_index = i;
-    }
-  }
-  if (broken != nullptr) {
-    proto::FaultFired fired;
-    fired.fault = broken->name;
-    fired.index = static_cast<int64_t>(broken_index);
-    fired.run = run;
-    fired.step = step - 1;
-    fired.detail = {{"box_thresh", broken->get_double("box_thresh")}};
-    events.emit(fired);
-  }
-  const auto result = model::evaluate(net, v.root, v.images, inference_options(s, false, broken));
+  const model::InferenceOptions options = inference_options(s, false, &faults, step - 1);
+  const auto result = model::evaluate(net, v.root, v.images, options);
   double prob_mean = 0, text_fraction = 0;
   for (const auto& e : result.images) prob_mean += e.probability.mean, text_fraction += e.probability.text_fraction;
   const double n = std::max<double>(1.0, static_cast<double>(result.images.size()));
@@ -191,10 +174,10 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
   ev.images = static_cast<int64_t>(result.images.size());
   ev.prob_mean = prob_mean / n;
   ev.text_fraction = text_fraction / n;
-  const auto& val = s.data.val;
+  const model::PostprocessOptions& used = options.postprocess();
   const model::PostprocessOptions reference;
-  const bool custom = broken != nullptr || val.binarize_thresh != reference.binarize_thresh ||
-                      val.box_thresh != reference.box_thresh || val.unclip_ratio != reference.unclip_ratio;
+  const bool custom = used.binarize_thresh != reference.binarize_thresh || used.box_thresh != reference.box_thresh ||
+                      used.unclip_ratio != reference.unclip_ratio;
   if (custom && result.overall.counts.det == 0) {
     // Would the reference settings keep boxes in these maps? Tells broken
     // post-processing settings from a model that finds nothing.
@@ -202,11 +185,11 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
   }
   ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   events.emit(ev);
-  if (!last || val.overlays == 0) return;
+  if (!last || s.data.val.overlays == 0) return;
   std::vector<std::string> files;
   const fs::path dir = run_dir / "eval-overlays";
   make_directories_no_follow(dir.string());
-  for (const size_t i : model::worst_images(result, static_cast<size_t>(val.overlays))) {
+  for (const size_t i : model::worst_images(result, static_cast<size_t>(s.data.val.overlays))) {
     const auto& e = result.images[i];
     std::vector<model::Polygon> det;
     for (const auto& d : e.detections) det.push_back(d.polygon);
@@ -241,10 +224,11 @@ std::string load_initial_weights(model::DbNet& net, const std::string& path) {
   if (!state.missing.empty()) got += "; missing: " + first(state.missing);
   if (!state.mismatched.empty()) got += "; another shape: " + first(state.mismatched);
   if (state.loaded == 0) {
-    throw std::runtime_error("model.weights " + path + ": expected parameters of the scenario's model (" +
-                             state.format + " file), got none that load (" + got + ")");
+    throw std::runtime_error(std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path +
+                             ": expected parameters of the scenario's model (" + state.format +
+                             " file), got none that load (" + got + ")");
   }
-  return "model.weights " + path + ": " + got + "; those keep their initial values";
+  return std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path + ": " + got + "; those keep their initial values";
 }
 
 }  // namespace
@@ -365,20 +349,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       // The allocator's recent history, for the snapshot written on OOM.
       record_memory_history(s.hardware.device, kMemoryHistoryEntries);
     }
-    // Data: a private corrupted copy when a corrupt_sample fault asks for one.
-    std::string data_path = s.data.path;
-    for (size_t i = 0; i < s.faults.size(); ++i) {
-      const auto& f = s.faults[i];
-      if (f.name != "corrupt_sample" || s.data.source != "real") continue;
-      const std::string copy = (fs::path(run_dir) / "data").string();
-      const std::string file = corrupt_dataset_copy(data_path, copy, f.get_int("sample"), f.get("kind"));
-      data_path = copy;
-      proto::FaultFired fired;
-      fired.fault = f.name;
-      fired.index = static_cast<int64_t>(i);
-      fired.detail = {{"sample", f.get_int("sample")}, {"file", file}, {"kind", f.get("kind")}, {"copy", copy}};
-      events.emit(fired);
-    }
+    // Data: a private corrupted copy when a fault (corrupt_sample) asks for one.
+    const std::string data_path = faults.on_dataset(s.data.path, s.data.source, run_dir);
     std::shared_ptr<model::Dataset> dataset;
     std::shared_ptr<model::Loader> loader;
     Validation validation;
@@ -476,7 +448,8 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         }
         if (s.train.eval_every > 0 && !validation.images.empty() &&
             (trainer.next_step() % s.train.eval_every == 0 || trainer.next_step() == last)) {
-          validate(net, s, validation, run, trainer.next_step(), trainer.next_step() == last, run_dir, events);
+          validate(net, s, validation, run, trainer.next_step(), trainer.next_step() == last, run_dir, faults,
+                   events);
         }
       }
       step = -1;

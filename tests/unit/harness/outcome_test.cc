@@ -4,13 +4,16 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
 
@@ -634,6 +637,49 @@ TEST(KnowledgeBase, ShippedClassesCoverEveryClassTheClassifierNames) {
     EXPECT_FALSE(c->title.empty()) << id;
   }
   EXPECT_EQ(kb.match_message("no signature here"), nullptr);
+}
+
+// A resolution's `verify:` overrides (and the keys their `{key*N}`,
+// `{key/N}` values are computed from) name scenario keys of the table, or
+// `faults[name=NAME].param` with NAME a catalogued fault and param one of its
+// parameters: a key renamed in the schema fails here, not when
+// --verify-resolutions first tries the resolution on a failing run.
+TEST(KnowledgeBase, ResolutionOverridesNameScenarioKeysOrFaultParameters) {
+  size_t overrides = 0;
+  for (const FailureClass& c : Kb().classes()) {
+    for (const FailureClass::Check& check : c.checks) {
+      for (const std::string& kv : check.overrides) {
+        ++overrides;
+        SCOPED_TRACE(c.id + ": " + kv);
+        // The selector's name holds a '=' of its own: the key ends at the
+        // first '=' after it.
+        const std::string selector = "faults[name=";
+        const bool selects = kv.rfind(selector, 0) == 0;
+        const size_t close = selects ? kv.find("].") : 0;
+        ASSERT_NE(close, std::string::npos);
+        const size_t eq = kv.find('=', selects ? close : 0);
+        ASSERT_NE(eq, std::string::npos);
+        const std::string key = kv.substr(0, eq);
+        if (selects) {
+          const FaultSpec* fault = find_fault(key.substr(selector.size(), close - selector.size()));
+          ASSERT_NE(fault, nullptr);
+          const std::string param = key.substr(close + 2);
+          EXPECT_TRUE(std::any_of(fault->params.begin(), fault->params.end(),
+                                  [&](const ParamSpec& p) { return p.name == param; }));
+        } else {
+          EXPECT_NE(find_scenario_key(key), nullptr);
+        }
+        const std::string value = kv.substr(eq + 1);
+        if (value.size() >= 2 && value.front() == '{' && value.back() == '}') {
+          const std::string from = value.substr(1, value.find_first_of("*/") - 1);
+          const KeySpec* k = find_scenario_key(from);
+          ASSERT_NE(k, nullptr) << from;
+          EXPECT_EQ(k->type, KeyType::kInt) << from << ": a template computes from an integer key";
+        }
+      }
+    }
+  }
+  EXPECT_GT(overrides, 0u) << "reports/kb/failures.yaml has no verify: entries";
 }
 
 }  // namespace

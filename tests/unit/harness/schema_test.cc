@@ -75,6 +75,23 @@ TEST(ScenarioKeys, AreUniqueAndUnderTheTableSections) {
   EXPECT_EQ(find_scenario_key("train.nonexistent"), nullptr);
 }
 
+// Code outside the table names a key through DBH_SCENARIO_KEY, which stops
+// compiling when the member is renamed or removed; the table's rows (DBH_KEY)
+// go through the same macro, so the names it yields are the table's keys.
+TEST(ScenarioKeys, TheMacroNamesTheTableKeys) {
+  EXPECT_STREQ(DBH_SCENARIO_KEY(train.max_steps), "train.max_steps");
+  for (const char* key : {DBH_SCENARIO_KEY(model.encoder), DBH_SCENARIO_KEY(data.batch_size),
+                          DBH_SCENARIO_KEY(data.val.size), DBH_SCENARIO_KEY(train.max_steps),
+                          DBH_SCENARIO_KEY(hardware.memory_budget), DBH_SCENARIO_KEY(monitors.learning_window),
+                          DBH_SCENARIO_KEY(repeat.in_process), DBH_SCENARIO_KEY(limits.deadline_s)}) {
+    const KeySpec* k = find_scenario_key(key);
+    ASSERT_NE(k, nullptr) << key;
+    EXPECT_EQ(k->key, key);
+  }
+  EXPECT_EQ(override_text(DBH_SCENARIO_KEY(train.seed), "3"), "train.seed=3");
+  EXPECT_EQ(with({override_text(DBH_SCENARIO_KEY(train.seed), "3")}).train.seed, 3);
+}
+
 TEST(ScenarioKeys, EachDefaultTextReadsBackAsTheDefault) {
   const Scenario defaults;
   for (const KeySpec& k : scenario_keys()) {
