@@ -342,8 +342,9 @@ int main(int argc, char** argv) {
     }
     if (*qualify) {
       if (!one_scenario("qualify", qualify_args, &qo.scenario, &qo.overrides)) return 2;
-      if (qo.profile.empty() && qo.budget.empty()) {
-        std::cerr << "dbh qualify: expected --profile NAME or --budget SIZE\n";
+      if (qo.profile.empty() == qo.budget.empty()) {
+        std::cerr << "dbh qualify: expected --profile NAME or --budget SIZE, got "
+                  << (qo.profile.empty() ? "neither" : "both") << "\n";
         return 2;
       }
       return dbh::harness::qualify_command(qo);

@@ -92,8 +92,13 @@ std::string single_quoted(const std::string& s) {
 
 // A code point that would end or disturb a line of text: C0 and C1 controls,
 // DEL, and the Unicode line and paragraph separators.
+// What one line of text must not carry raw: control characters, line and
+// paragraph separators, and bidirectional formatting characters, which
+// reorder what a terminal or a page shows ("Trojan Source"), so a name would
+// not read as it is.
 bool breaks_line(uint32_t cp) {
-  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x2028 || cp == 0x2029;
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x2028 || cp == 0x2029 || cp == 0x061C ||
+         cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
 }  // namespace
@@ -170,7 +175,7 @@ std::string valid_utf8(const std::string& s) {
 
 std::string one_line(const std::string& s) {
   return map_code_points(s, [](std::string& out, uint32_t cp, const std::string& bytes) {
-    out += (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x2028 || cp == 0x2029) ? " " : bytes;
+    out += breaks_line(cp) ? " " : bytes;
   });
 }
 

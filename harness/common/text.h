@@ -32,7 +32,8 @@ std::string safe_file_name(const std::string& s);
 /// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string valid_utf8(const std::string& s);
 /// `s` as one line of valid UTF-8: control characters (newlines included)
-/// become spaces. For names in comments, headings and progress lines.
+/// and bidirectional formatting characters become spaces. For names in
+/// comments, headings and progress lines.
 std::string one_line(const std::string& s);
 /// `s` escaped for XML 1.0 text and attribute values: valid UTF-8, markup
 /// characters as entities, characters XML cannot carry replaced.

@@ -62,6 +62,7 @@ const std::vector<std::string>& awkward_words() {
       "\x1b[31mred\x1b[0m",
       std::string("caf\xe9 not utf-8 \xff\xfe", 17),
       "c1 \xC2\x85 next-line, \xE2\x80\xA8 line separator",
+      "rlo \xE2\x80\xAE fdp.exe, isolate \xE2\x81\xA6x\xE2\x81\xA9",
       "caf\xC3\xA9 \xE2\x9C\x85 utf-8",
       "\\x41 literally",
       "",
@@ -83,6 +84,14 @@ TEST(ShellQuoteTest, LeavesPlainWordsAloneAndQuotesTheRest) {
   EXPECT_EQ(shell_quote(std::string("\xff", 1) + "\x01"), "$'\\xFF\\x01'");
   EXPECT_EQ(shell_quote("\xC2\x85"), "$'\\xC2\\x85'");
   EXPECT_EQ(shell_command({"dbh", "run", "a b.yaml", "x=1"}), "dbh run 'a b.yaml' x=1");
+}
+
+TEST(OneLineTest, ControlSeparatorAndBidiCharactersBecomeSpaces) {
+  EXPECT_EQ(one_line("a\nb\tc"), "a b c");
+  EXPECT_EQ(one_line("c1 \xC2\x85."), "c1  .");
+  EXPECT_EQ(one_line("rlo \xE2\x80\xAE gnp.exe"), "rlo   gnp.exe");  // U+202E
+  EXPECT_EQ(one_line("\xE2\x81\xA6x\xE2\x81\xA9"), " x ");            // U+2066, U+2069
+  EXPECT_EQ(one_line("caf\xC3\xA9 \xE2\x9C\x85"), "caf\xC3\xA9 \xE2\x9C\x85");  // printable UTF-8 stays
 }
 
 TEST(ShellQuoteTest, IsOneLineOfValidUtf8WithoutControlCharacters) {
