@@ -1,4 +1,6 @@
 #include "harness/cli/data_command.h"
+#include "harness/common/text.h"
+#include "harness/common/out_file.h"
 
 #include <filesystem>
 #include <iostream>
@@ -48,6 +50,24 @@ void write_npy(const fs::path& path, const cv::Mat& m) {
 }  // namespace
 
 int run_data_check(const DataCheckOptions& o) {
+  // --json names a file dbh writes: checked before the scan, never a user's
+  // file, a link, a FIFO, or a file of the dataset it reads.
+  const auto is_data_check_json = [](const std::string& path) {
+    return file_has_head_and_tail(path, "{\n  \"schema_version\": 1,\n  \"root\": ", "}\n");
+  };
+  try {
+    if (!o.json_out.empty()) {
+      if (path_within(o.json_out, o.dir)) {
+        throw UsageError("dbh data check: --json: expected a file outside the dataset " + o.dir + ", got " +
+                         o.json_out);
+      }
+      check_output_file(o.json_out, OutputFileRule{"dbh data check", "--json", is_data_check_json,
+                                                   "a data-check report dbh wrote", ""});
+    }
+  } catch (const UsageError& e) {
+    std::cerr << one_line(e.what()) << "\n";
+    return 2;
+  }
   const auto scan = model::scan_dataset(o.dir, parse_policy(o.on_invalid));
   std::map<std::string, int64_t> counts;
   for (const auto& d : scan.defects) ++counts[model::to_string(d.kind)];

@@ -540,7 +540,8 @@ int run_command(const RunOptions& o) {
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     // Annotations go to stderr when stdout carries JSON.
-    publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr);
+    publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr,
+                      {o.scenarios.front(), r.out_dir});
     if (!junit_error.empty()) {
       std::cerr << "dbh: " << junit_error << "; the run's reports are in " << one_line(r.out_dir) << "\n";
       return 2;
@@ -863,9 +864,11 @@ int suite_command(const RunOptions& o) {
       c.message = "the suite was stopped before this scenario finished; continue it with --resume";
       results.push_back(c);
     }
+    std::vector<std::string> keep = files;
+    keep.push_back(root.string());
     publish_to_github(ci_environment(process_environment()),
                       "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
-                      o.json ? std::cerr : std::cout, std::cerr);
+                      o.json ? std::cerr : std::cout, std::cerr, keep);
   }
   // With --json stdout is exactly the JSON document: the closing lines go to
   // stderr.

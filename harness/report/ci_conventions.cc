@@ -1,4 +1,5 @@
 #include "harness/report/ci_conventions.h"
+#include "harness/common/out_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -281,7 +282,7 @@ std::string github_summary_markdown(const std::string& title, const std::vector<
 }
 
 void publish_to_github(const CiEnvironment& ci, const std::string& title, const std::vector<CiResult>& results,
-                       std::ostream& annotations, std::ostream& err) {
+                       std::ostream& annotations, std::ostream& err, const std::vector<std::string>& keep) {
   if (!ci.github_actions) return;
   static std::atomic<bool> warned{false};
   const auto warn = [&](const std::string& why) {
@@ -295,6 +296,13 @@ void publish_to_github(const CiEnvironment& ci, const std::string& title, const 
     }
     const std::string& path = ci.github_step_summary;
     const std::string shown = one_line(path);  // never a second line in a CI log
+    for (const auto& k : keep) {
+      if (!k.empty() && (path_within(path, k) || same_file(path, k))) {
+        warn(shown + ": expected the runner's summary file, got " + one_line(k) +
+             (same_file(path, k) ? "" : " or a file in it") + ", which dbh does not append to");
+        return;
+      }
+    }
     // Appended only to a regular file: O_NOFOLLOW refuses a link (it would
     // append wherever it points), O_NONBLOCK keeps a FIFO without a reader
     // from blocking open() forever, and fstat refuses a FIFO with one, a

@@ -83,9 +83,10 @@ std::string github_summary_markdown(const std::string& title, const std::vector<
 /// (within what its 1 MiB limit leaves) and writes the annotations to
 /// `annotations`. When the summary file is unset or cannot be written it
 /// warns on `err` once per process and goes on. Never throws; does nothing
-/// outside GitHub Actions.
+/// outside GitHub Actions. The summary is never appended to one of `keep`
+/// (the scenarios run, the command's output folder) or a file inside it.
 void publish_to_github(const CiEnvironment& ci, const std::string& title, const std::vector<CiResult>& results,
-                       std::ostream& annotations, std::ostream& err);
+                       std::ostream& annotations, std::ostream& err, const std::vector<std::string>& keep = {});
 
 /// The JUnit system-out lines that make GitLab's test page open a run's files:
 /// "[[ATTACHMENT|PATH]]" for report.md (GitLab links the first) and for each
