@@ -177,6 +177,23 @@ std::string probe_key(const Scenario& s, const std::string& environment) {
   return d.hex();
 }
 
+namespace {
+
+// Whether `name` is a probe cache entry's file name: its 32-hex-digit key,
+// "-metrics" for a probe judged by metrics, ".json". Only those are ever
+// trimmed: --cache may name a folder holding files of the user's own.
+bool is_probe_cache_entry(const std::string& name) {
+  std::string stem = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0
+                         ? name.substr(0, name.size() - 5)
+                         : std::string();
+  if (stem.size() > 8 && stem.compare(stem.size() - 8, 8, "-metrics") == 0) stem.resize(stem.size() - 8);
+  return stem.size() == 32 && std::all_of(stem.begin(), stem.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+}  // namespace
+
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
   struct Entry {
     fs::file_time_type mtime;
@@ -188,7 +205,7 @@ int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
     std::error_code ec2;
-    if (e.path().extension() != ".json" || !e.is_regular_file(ec2)) continue;
+    if (!is_probe_cache_entry(e.path().filename().string()) || !e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
     const auto size = static_cast<int64_t>(e.file_size(ec2));
     const auto mtime = e.last_write_time(ec2);
     if (ec2) continue;

@@ -113,19 +113,25 @@ TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
   const fs::path cache = dir_ / "cache";
   fs::create_directories(cache);
   const auto now = fs::file_time_type::clock::now();
+  // Entries are named by their 32-hex-digit key (and "-metrics" when judged by metrics).
+  const auto entry = [&](int i) {
+    return cache / (std::string(31, 'a') + std::to_string(i) + (i % 2 ? "-metrics" : "") + ".json");
+  };
   for (int i = 0; i < 10; ++i) {
-    const fs::path p = cache / ("r" + std::to_string(i) + ".json");
-    write(p, std::string(1000, 'j'));
-    fs::last_write_time(p, now - std::chrono::minutes(10 - i));  // r0 oldest, r9 newest
+    write(entry(i), std::string(1000, 'j'));
+    fs::last_write_time(entry(i), now - std::chrono::minutes(10 - i));  // 0 oldest, 9 newest
   }
-  write(cache / "notes.txt", std::string(5000, 'n'));  // not a result: never counted or removed
+  // Not results: never counted or removed, however old (--cache may name a
+  // folder of the user's own).
+  write(cache / "notes.txt", std::string(5000, 'n'));
+  write(cache / "config.json", std::string(5000, 'c'));
+  fs::last_write_time(cache / "config.json", now - std::chrono::hours(1));
   EXPECT_EQ(trim_probe_cache(cache.string(), 10000), 0);
   EXPECT_EQ(trim_probe_cache(cache.string(), 4500), 6);
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(fs::exists(cache / ("r" + std::to_string(i) + ".json")), i >= 6) << i;
-  }
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(fs::exists(entry(i)), i >= 6) << i;
   EXPECT_TRUE(fs::exists(cache / "notes.txt"));
   EXPECT_EQ(trim_probe_cache(cache.string(), 0), 4);
+  EXPECT_TRUE(fs::exists(cache / "config.json"));
 }
 
 TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures) {
