@@ -289,10 +289,13 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
   } else {
     const fs::path dir = fs::path(root) / "tuning";
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir)) {
+    // Never through a link: the cache's entries and locks stay in the cache.
+    const bool link = fs::is_symlink(fs::symlink_status(dir, ec));
+    if (!link) fs::create_directories(dir, ec);
+    if (link || ec || !fs::is_directory(dir)) {
       record["cache_note"] = "not cached: cannot use " + dir.string() + " (from " + cache_root_origin() +
-                             "): " + (ec ? ec.message() : std::string("not a folder"));
+                             "): " + (link ? std::string("a symbolic link, not a folder")
+                                           : ec ? ec.message() : std::string("not a folder"));
     } else {
       file = dir / (key + ".json");
       lock = std::make_unique<FileLock>((dir / (key + ".lock")).string());
