@@ -1,5 +1,3 @@
-#include "harness/common/out_file.h"
-#include "harness/common/value.h"
 #include "harness/bisect/bisect_command.h"
 
 #include <algorithm>
@@ -22,7 +20,9 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
+#include "harness/common/out_file.h"
 #include "harness/common/text.h"
+#include "harness/common/value.h"
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/schema.h"

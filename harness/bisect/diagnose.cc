@@ -273,7 +273,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     if (fails) {
       const auto& klass = full.probe.analysis.failure.klass;
-      if (klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine") {
+      if (is_memory_exhaustion(klass)) {
         H("memory").support.push_back("the failure class is `" + klass + "`");
       }
       if (klass == "data_invalid") H("data").support.push_back("the failure class is `data_invalid`");

@@ -1,4 +1,3 @@
-#include "harness/common/out_file.h"
 #include "harness/bisect/qualify.h"
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "harness/common/text.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
+#include "harness/common/out_file.h"
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
@@ -62,12 +62,6 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
   t.step_seconds = n > 0 ? sum / static_cast<double>(n) : 0.0;
   t.overrides = p.overrides;
   return t;
-}
-
-// Failure classes that mean memory ran out: the host's, the device's, or
-// cuDNN's workspace (no engine fits), as the knowledge base names them.
-bool is_memory_exhaustion(const std::string& klass) {
-  return klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine";
 }
 
 std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {

@@ -1,4 +1,3 @@
-#include "harness/common/out_file.h"
 #include "harness/cli/eval_command.h"
 
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <torch/torch.h>
 
+#include "harness/common/out_file.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"

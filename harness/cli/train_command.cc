@@ -1,4 +1,3 @@
-#include "harness/common/out_file.h"
 #include "harness/cli/train_command.h"
 
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "harness/common/out_file.h"
 #include "harness/cli/env_command.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"

@@ -42,6 +42,10 @@ std::optional<Outcome> outcome_from_string(const std::string& s) {
 
 bool is_failure(Outcome o) { return o != Outcome::kPassed && o != Outcome::kSkipped; }
 
+bool is_memory_exhaustion(const std::string& klass) {
+  return klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine";
+}
+
 std::string signal_name(int sig) {
   switch (sig) {
     case SIGSEGV: return "SIGSEGV";

@@ -42,6 +42,10 @@ struct Failure {
   std::vector<std::string> secondary;  // later errors (e.g. teardown)
 };
 
+/// Whether failure class `klass` means memory ran out: the host's, the
+/// device's, or cuDNN's workspace (no engine fits).
+bool is_memory_exhaustion(const std::string& klass);
+
 struct FaultRecord {
   std::string name;
   int64_t index = 0;
