@@ -48,6 +48,10 @@ Prober::Prober(std::string scenario_path, std::vector<std::string> base_override
     }
     cache_cap_bytes_ = static_cast<int64_t>(v) << 20;
   }
+  // A new command in this (claimed) folder supersedes an earlier one's
+  // interruption record: left there, it would say this command was cut short.
+  std::error_code ec;
+  if (!out_dir_.empty()) fs::remove(fs::path(out_dir_) / "interrupted.json", ec);
 }
 
 Prober::~Prober() {
