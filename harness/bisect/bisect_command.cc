@@ -1213,9 +1213,15 @@ int bisect_command(const BisectOptions& o) {
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     if (!o.scenario.empty()) (void)load_scenario(o.scenario, o.overrides);  // validate first
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
-    claim.emplace(out, "bisect " + o.kind + " " +
-                           (o.scenario.empty() ? std::string("config")
-                                               : fs::absolute(o.scenario).lexically_normal().string()));
+    // Continued, not replaced: each bisection keeps its probes in its own
+    // session folder (probes/<session>), and a kept reproduction's
+    // checkpoints (--keep-checkpoints) stay for the repro commands that name
+    // them; the top-level reports are the latest bisection's.
+    claim.emplace(out,
+                  "bisect " + o.kind + " " +
+                      (o.scenario.empty() ? std::string("config")
+                                          : fs::absolute(o.scenario).lexically_normal().string()),
+                  OutputDir::Reuse::kContinue);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     BisectOptions opts = o;
     opts.cache_dir = cache;

@@ -97,7 +97,9 @@ int qualify_command(const QualifyOptions& o) {
                                              "qualify-" + fs::path(o.scenario).stem().string() + "-" +
                                              (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
-    claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string());
+    // Continued as a bisection's folder is: probes keep their sessions.
+    claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
+                  OutputDir::Reuse::kContinue);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     // The layout and threads are measured once, for the source setup, and
     // pinned for every trial: the search compares batches, not layouts, and

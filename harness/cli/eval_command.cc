@@ -57,7 +57,7 @@ int64_t encoder_depth(const std::string& name) {
   for (const int64_t depth : {18, 34, 50}) {
     if (name == std::to_string(depth) || name == "resnet" + std::to_string(depth)) return depth;
   }
-  usage("--encoder", "resnet18, resnet34 or resnet50", "\"" + name + "\"");
+  usage("--encoder", "resnet18, resnet34 or resnet50", quoted_excerpt(name));
 }
 
 std::string architecture(int64_t depth, model::DecoderKind decoder) {
@@ -218,9 +218,9 @@ int run_eval_command(const EvalCommandOptions& o) {
   try {
     decoder_kind = model::decoder_kind_from_string(o.decoder);
   } catch (const std::invalid_argument&) {
-    usage("--decoder", "fpn or pan", "\"" + o.decoder + "\"");
+    usage("--decoder", "fpn or pan", quoted_excerpt(o.decoder));
   }
-  if (o.side != "short" && o.side != "long") usage("--side", "short or long", "\"" + o.side + "\"");
+  if (o.side != "short" && o.side != "long") usage("--side", "short or long", quoted_excerpt(o.side));
   const model::ResizeSide side = model::resize_side_from_string(o.side);
   torch::Device device(torch::kCPU);
   try {

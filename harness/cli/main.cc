@@ -1,6 +1,7 @@
 // The dbh command line.
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <cstdlib>
 #include <cstdio>
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
                   "--no-augment letterboxes only)");
   train->add_flag("--validate-batches", t.validate_batches,
                   "Check every batch (finite, in range, binary masks) before training on it");
+  train->add_flag("--allow-partial", t.allow_partial,
+                  "Train even when --weights holds only part of the model (a pretrained encoder): the "
+                  "others keep their initial values (listed). Tensors of another shape are always refused");
   train->add_option("--out", t.out, "Output folder (default reports/runs/train-<time>)");
   train->add_flag("-q,--quiet", t.quiet, "Print only the summary");
 
@@ -127,8 +131,11 @@ int main(int argc, char** argv) {
   show->add_flag("--no-augment", ds.no_augment, "Letterbox only");
   show->add_option("--size", ds.size, "Square size (multiple of 32)")
       ->check(CLI::Range(int64_t{32}, int64_t{8192}))->capture_default_str();
-  show->add_option("--epoch", ds.epoch, "Epoch of the augmentation draw")->capture_default_str();
-  show->add_option("--seed", ds.seed, "Augmentation seed")->capture_default_str();
+  show->add_option("--epoch", ds.epoch, "Epoch of the augmentation draw")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}))->capture_default_str();
+  // Checked as text: a uint64 option would take "-1" as 2^64 - 1.
+  show->add_option("--seed", ds.seed, "Augmentation seed")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
   show->add_option("--out", ds.out, "Output folder")->required();
 
   dbh::harness::RunOptions ro;
@@ -223,7 +230,9 @@ int main(int argc, char** argv) {
   suite->add_flag("--resume", ro.resume, "Skip scenarios the --out folder's journal records as finished");
   suite->add_option("--shard", ro.shard, "Run shard K/N (0-based K); detected from Slurm, Kubernetes, GitLab, "
                                          "GoogleTest and Bazel variables when omitted");
-  suite->add_option("--shard-count", ro.shard_count, "Shard count for Kubernetes indexed Jobs");
+  suite->add_option("--shard-count", ro.shard_count,
+                    "Shard count for Kubernetes indexed Jobs (JOB_COMPLETION_INDEX names the shard)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   std::vector<std::string> merge_dirs;
   std::string merge_out, merge_junit;
   auto* merge = app.add_subcommand("merge", "Combine suite outputs (shards) into one suite.json and JUnit");

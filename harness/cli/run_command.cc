@@ -724,7 +724,18 @@ int suite_command(const RunOptions& o) {
     }
     files = unique;
     for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
-    shard = o.shard.empty() ? detect_shard(process_environment(), o.shard_count) : parse_shard(o.shard);
+    if (o.shard_count > 0 && !o.shard.empty()) {
+      throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
+                          "got both");
+    }
+    const auto env = process_environment();
+    if (o.shard_count > 0 && env.count("JOB_COMPLETION_INDEX") == 0) {
+      // Without the index the count names no shard: running the whole suite
+      // where a part was meant would be silently wrong.
+      throw ScenarioError("--shard-count: expected JOB_COMPLETION_INDEX set (a Kubernetes indexed Job), got it "
+                          "unset; use --shard K/N elsewhere");
+    }
+    shard = o.shard.empty() ? detect_shard(env, o.shard_count) : parse_shard(o.shard);
   } catch (const ScenarioError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
@@ -767,7 +778,7 @@ int suite_command(const RunOptions& o) {
       throw UsageError(root.string() + ": expected an empty folder for a new suite, got one holding an earlier "
                        "suite's journal (add --resume to continue it, or choose another --out)");
     }
-    claim.emplace(root, "suite");
+    claim.emplace(root, "suite", o.resume ? OutputDir::Reuse::kContinue : OutputDir::Reuse::kReplace);
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
@@ -887,6 +898,8 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::map<std::string, nlohmann::json> finished;  // last finished record per scenario wins
   std::set<std::string> started;
   std::vector<std::string> problems;  // what keeps the merge from being complete
+  std::map<int64_t, std::set<int64_t>> shards_seen;  // shard count -> indices whose journal was found
+  std::vector<std::string> whole_suites;             // journals of unsharded suites
   size_t journals_found = 0;
   const fs::path root = out.empty() ? fs::path(default_output_folder("merged")) : fs::path(out);
   try {
@@ -903,28 +916,15 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       return 2;
     }
     std::vector<fs::path> journals;
-    std::set<std::string> shard_folders;
-    int64_t shard_count = 0;
     for (auto it = fs::recursive_directory_iterator(d, fs::directory_options::skip_permission_denied, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (it->path().filename() == "journal.jsonl") journals.push_back(it->path());
-      const std::string name = it->path().filename().string();
-      int k = 0, n = 0;
-      if (it->is_directory() && std::sscanf(name.c_str(), "shard-%d-of-%d", &k, &n) == 2) {
-        shard_folders.insert(name);
-        shard_count = n;
-      }
     }
     if (ec) {
       std::cerr << "dbh merge: " << one_line(d) << ": expected a readable suite output folder, got an error ("
                 << ec.message()
                 << ")\n";
       return 2;
-    }
-    // Sharded output: every shard of the count must be there.
-    for (int64_t k = 0; k < shard_count; ++k) {
-      const std::string name = "shard-" + std::to_string(k) + "-of-" + std::to_string(shard_count);
-      if (!shard_folders.count(name)) problems.push_back(d + ": shard " + name + " is missing");
     }
     std::sort(journals.begin(), journals.end());
     journals_found += journals.size();
@@ -936,6 +936,22 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
         const std::string type = rec.value("type", "");
         if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
           expected = rec["scenarios"].get<int64_t>();
+        }
+        if (type == "suite") {
+          // "K/N (source)" for a shard, "" for a whole suite: which parts
+          // the folders hold is read from the journals, whatever the
+          // folders are named or however deep they were passed.
+          long long k = -1, n = 0;
+          const std::string text = rec.value("shard", "");
+          const std::string folder = jp.parent_path().filename().string();
+          const bool named = std::sscanf(text.c_str(), "%lld/%lld", &k, &n) == 2 ||
+                             // a journal without the field: its folder's name
+                             (!rec.contains("shard") && std::sscanf(folder.c_str(), "shard-%lld-of-%lld", &k, &n) == 2);
+          if (named && n > 0 && k >= 0 && k < n) {
+            shards_seen[n].insert(k);
+          } else {
+            whole_suites.push_back(jp.string());
+          }
         }
         if (type == "started") started.insert(rec.value("scenario", ""));
         if (type != "finished") continue;
@@ -956,6 +972,24 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     for (const auto& d : dirs) std::cerr << " " << one_line(d);
     std::cerr << "\n";
     return 2;
+  }
+  // Sharded output: every shard of the count must be among the folders
+  // given, and all of one split (a merge of 0/2 alone is half a suite).
+  for (const auto& [count, seen] : shards_seen) {
+    for (int64_t k = 0; k < count; ++k) {
+      if (!seen.count(k)) {
+        problems.push_back("shard shard-" + std::to_string(k) + "-of-" + std::to_string(count) +
+                           " is missing (no journal of shard " + std::to_string(k) + "/" + std::to_string(count) +
+                           " in the folders given)");
+      }
+    }
+  }
+  if (shards_seen.size() > 1 || (!shards_seen.empty() && !whole_suites.empty())) {
+    std::string counts;
+    for (const auto& [count, seen] : shards_seen) counts += (counts.empty() ? "" : ", ") + std::to_string(count);
+    problems.push_back("expected the shards of one split, got shards of " + std::to_string(shards_seen.size()) +
+                       " shard count(s) (" + counts + ")" +
+                       (whole_suites.empty() ? "" : " and " + std::to_string(whole_suites.size()) + " unsharded suite(s)"));
   }
   for (const auto& id : started) {
     if (!finished.count(id)) problems.push_back(id + ": started but never finished (interrupted)");

@@ -176,23 +176,33 @@ int run_train_command(const TrainCommandOptions& o) {
   if (!s.model.weights.empty()) {
     // A weights file or a dbh checkpoint (its model part), as `dbh eval`
     // reads them: DbNet::load_weights finds nothing in a checkpoint.
-    int64_t n = 0;
+    model::ModelStateReport state;
     try {
-      n = model::load_model_state(dbnet, s.model.weights).loaded;
+      state = model::load_model_state(dbnet, s.model.weights);
     } catch (const std::exception& e) {
       load_error("--weights", s.model.weights, e);
     }
+    const int64_t n = state.loaded;
     const size_t total = dbnet->named_parameters().size() + dbnet->named_buffers().size();
-    // Partial loads are how a backbone is initialised (torchvision, another
-    // decoder), so they are said, not refused; a file that gives nothing
-    // would train from scratch under its name.
-    if (n == 0) {
+    // As PyTorch's load_state_dict: a tensor of another shape is never
+    // loaded (ModelStateReport::fits_as_initial_weights), and a file that
+    // holds only part of the model (how a backbone is initialised: a
+    // pretrained encoder, another decoder) is refused unless --allow-partial
+    // (strict=False), as `dbh eval` does; what keeps its initial values is
+    // then said.
+    if (!state.fits_as_initial_weights()) {
       usage("--weights " + s.model.weights, "a file holding tensors of " + arch + " (--encoder, --decoder)",
-            "one none of whose entries has a name and shape of that model");
+            n == 0 ? "one none of whose entries has a name and shape of that model"
+                   : "a file of another model (" + state.summary() + ")");
     }
     if (static_cast<size_t>(n) < total) {
+      if (!o.allow_partial) {
+        usage("--weights " + s.model.weights,
+              "a file holding every tensor of " + arch + " (--encoder, --decoder; --allow-partial to train from part)",
+              "a part of it (" + state.summary() + ")");
+      }
       std::cerr << "warning: --weights " << s.model.weights << ": loaded " << n << " of " << total << " tensors of "
-                << arch << "; the others keep their initial values\n";
+                << arch << "; the others keep their initial values (" << state.summary() << ")\n";
     }
     if (!o.quiet) std::cout << "loaded " << n << " tensors from " << s.model.weights << "\n";
   }
@@ -202,6 +212,13 @@ int run_train_command(const TrainCommandOptions& o) {
       trainer.load_checkpoint(s.train.resume_from);
     } catch (const std::exception& e) {
       load_error("--resume", s.train.resume_from, e);
+    }
+    // Nothing left to train: "0 steps, loss 0 -> 0" would be a result nobody
+    // measured.
+    if (trainer.next_step() >= s.train.max_steps) {
+      usage("--steps", "more than the " + std::to_string(trainer.next_step()) + " steps --resume " +
+                           s.train.resume_from + " has already trained",
+            std::to_string(s.train.max_steps));
     }
   }
 

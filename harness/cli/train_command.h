@@ -25,6 +25,7 @@ struct TrainCommandOptions {
   std::vector<std::pair<std::string, std::string>> given;
   bool augment = true;           // DB training augmentation on real data (as the reference trains)
   bool validate_batches = false;  // per-batch validation hook
+  bool allow_partial = false;    // --weights may leave tensors at their initial values (as eval's)
   std::string out;               // output folder; default reports/runs/train-<time>
   bool quiet = false;
 };

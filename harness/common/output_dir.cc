@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -24,10 +25,36 @@ namespace fs = std::filesystem;
 // way to the output folder are removed with rmdir(2), which removes a folder
 // only when it is empty: another command's files in one keep it.
 
+// Note [A re-run replaces the previous outputs]: a command run again into the
+// folder of its previous run (same owner) must leave either the new outputs
+// or the old ones, never a mix: a report of one run beside the events of
+// another, or a checkpoint the new run never wrote. So once the lock is held
+// the entries the previous run made (listed at its end in `.dbh-made`; never
+// a file the user put there) are moved into `.dbh-previous/`. When the new
+// run completes that folder is removed; when it fails, what it created is
+// removed and the previous entries are moved back. Renames only: no copy, no
+// extra disk. A command killed outright (SIGKILL, power) cannot do either, so
+// every replacing claim first records the entries that stay (`.dbh-claimed`:
+// those not in `.dbh-made`), and the next claim of the folder finishes the
+// killed one's failure path: what is on neither list is removed and
+// `.dbh-previous/` moved back.
+// `dbh suite --resume` continues a folder instead (Reuse::kContinue): a
+// killed suite's journal is what it resumes from.
+
 namespace {
 
 constexpr const char* kLockName = ".dbh.lock";
 constexpr const char* kOwnerName = ".dbh-owner";
+constexpr const char* kMadeName = ".dbh-made";          // entries dbh's committed runs made, one per line
+constexpr const char* kClaimedName = ".dbh-claimed";    // entries present when a replacing run claimed
+constexpr const char* kPreviousName = ".dbh-previous";  // the previous run's entries during a re-run
+
+// dbh's own bookkeeping entries: never outputs, never foreign.
+bool is_control(const std::string& name) {
+  return name == kLockName || name == kOwnerName || name == kMadeName || name == kClaimedName ||
+         name == kPreviousName || name.rfind(std::string(kOwnerName) + ".tmp.", 0) == 0 ||
+         name.rfind(std::string(kMadeName) + ".tmp.", 0) == 0 || name.rfind(std::string(kClaimedName) + ".tmp.", 0) == 0;
+}
 
 [[noreturn]] void refuse(const fs::path& p, const std::string& expected, const std::string& got) {
   throw UsageError(p.string() + ": expected " + expected + ", got " + got);
@@ -51,6 +78,57 @@ std::string read_small(const fs::path& p) {
   return s;
 }
 
+// The names listed one per line in the regular file `p` (not followed);
+// empty when it is missing or anything else.
+std::set<std::string> read_names(const fs::path& p) {
+  std::set<std::string> names;
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return names;
+  struct stat st {};
+  std::string s;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (16 << 20)) {
+    s.resize(static_cast<size_t>(st.st_size));
+    const ssize_t n = ::pread(fd, s.data(), s.size(), 0);
+    s.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
+  size_t start = 0;
+  for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string name = s.substr(start, nl - start);
+    // Only plain entry names of this folder: never a path elsewhere.
+    if (!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos && !is_control(name)) {
+      names.insert(name);
+    }
+  }
+  return names;
+}
+
+std::string names_text(const std::set<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) {
+    if (n.find('\n') == std::string::npos) text += n + "\n";  // a name with a newline is never listed
+  }
+  return text;
+}
+
+// Entries of the folder `abs`, dbh's bookkeeping left out.
+std::set<std::string> output_entries(const fs::path& abs) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(abs, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_control(name)) names.insert(name);
+  }
+  return names;
+}
+
+// Moves `from` (not followed) to `to`, replacing nothing: false on failure.
+bool move_entry(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(to, ec))) return false;
+  return ::rename(from.c_str(), to.c_str()) == 0;
+}
+
 // Whether `fd` and the entry `name` (not followed) are the same file.
 bool same_file(int fd, const fs::path& name) {
   struct stat held {}, named {};
@@ -66,8 +144,7 @@ void check_contents(const fs::path& shown, const fs::path& abs, const std::strin
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(abs, ec)) {
     const std::string name = e.path().filename().string();
-    if (name == kLockName || name == kOwnerName) continue;
-    if (name.rfind(std::string(kOwnerName) + ".tmp.", 0) == 0) continue;  // being written by its owner
+    if (is_control(name)) continue;  // the owner file being written too
     ++foreign;
     if (example.empty()) example = name;
   }
@@ -89,7 +166,8 @@ void check_contents(const fs::path& shown, const fs::path& abs, const std::strin
 
 }  // namespace
 
-OutputDir::OutputDir(fs::path path, std::string owner) : path_(std::move(path)), owner_(std::move(owner)) {
+OutputDir::OutputDir(fs::path path, std::string owner, Reuse reuse)
+    : path_(std::move(path)), owner_(std::move(owner)), reuse_(reuse) {
   if (path_.empty()) refuse(path_, "an output folder", "an empty path");
   abs_ = fs::absolute(path_).lexically_normal();
   if (!abs_.has_filename() && abs_.has_relative_path()) abs_ = abs_.parent_path();
@@ -170,6 +248,8 @@ OutputDir::OutputDir(fs::path path, std::string owner) : path_(std::move(path)),
     if (ec) refuse(path_, "a readable output folder", "an error (" + ec.message() + ")");
     armed_ = true;
     check_contents(path_, abs_, owner_);  // again, under the lock
+    finish_killed_claim();
+    if (reuse_ == Reuse::kReplace) stage_previous();
     const fs::path owner_file = abs_ / kOwnerName;
     if (read_small(owner_file) != owner_ + "\n") {
       try {
@@ -186,16 +266,112 @@ OutputDir::OutputDir(fs::path path, std::string owner) : path_(std::move(path)),
 
 OutputDir::~OutputDir() { release(); }
 
+// Note [A re-run replaces the previous outputs]: the failure path of a
+// replacing claim whose command was killed, when its `.dbh-claimed` is still
+// there (we hold the lock, so that command is gone).
+void OutputDir::finish_killed_claim() {
+  const fs::path claimed_file = abs_ / kClaimedName;
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(claimed_file, ec))) return;
+  const std::set<std::string> claimed = read_names(claimed_file);
+  const std::set<std::string> made = read_names(abs_ / kMadeName);  // the killed command never wrote it
+  const fs::path previous = abs_ / kPreviousName;
+  const bool staged = fs::is_directory(fs::symlink_status(previous, ec));
+  for (const auto& name : output_entries(abs_)) {
+    if (claimed.count(name)) continue;
+    // A previous output the killed command had not yet moved aside (it
+    // could write nothing before they all were).
+    if (made.count(name) && !fs::exists(fs::symlink_status(previous / name, ec))) continue;
+    std::error_code rm;
+    fs::remove_all(abs_ / name, rm);  // the killed command's partial output
+    before_.erase(name);
+  }
+  if (staged) {
+    for (const auto& e : fs::directory_iterator(previous, ec)) {
+      const std::string name = e.path().filename().string();
+      if (move_entry(e.path(), abs_ / name)) before_.insert(name);
+    }
+    std::error_code rm;
+    fs::remove(previous, rm);  // only when empty: what could not move back stays
+  }
+  fs::remove(claimed_file, ec);
+}
+
+void OutputDir::stage_previous() {
+  const std::set<std::string> made = read_names(abs_ / kMadeName);
+  // What stays here (the user's files), for a killed run's successor
+  // (finish_killed_claim), written before anything moves.
+  std::set<std::string> staying;
+  for (const auto& name : output_entries(abs_)) {
+    if (!made.count(name)) staying.insert(name);
+  }
+  try {
+    write_file_atomically((abs_ / kClaimedName).string(), names_text(staying));
+  } catch (const ReportError& e) {
+    throw UsageError(e.what());
+  }
+  claimed_written_ = true;
+  if (made.empty()) return;
+  const fs::path previous = abs_ / kPreviousName;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(previous, ec))) {
+    refuse(previous, "no folder of that name (dbh's own, left by a run it could not restore)",
+           describe_path(previous.string()) + "; move it away");
+  }
+  if (::mkdir(previous.c_str(), 0755) != 0) refuse(previous, "a folder dbh can create", error_text(errno));
+  for (const auto& name : made) {
+    // dbh never makes a link there: one at a listed name is the user's.
+    const fs::file_status st = fs::symlink_status(abs_ / name, ec);
+    if (!fs::exists(st) || fs::is_symlink(st)) continue;
+    if (!move_entry(abs_ / name, previous / name)) {
+      refuse(abs_ / name, "an entry dbh can move aside while it replaces the previous outputs", error_text(errno));
+    }
+    before_.erase(name);  // no longer here: a new entry of that name is this command's
+    staged_.insert(name);
+  }
+}
+
 void OutputDir::release() noexcept {
+  const fs::path previous = abs_ / kPreviousName;
   if (armed_ && !committed_) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(abs_, ec)) {
       const std::string name = e.path().filename().string();
-      if (name == kLockName || before_.count(name)) continue;
+      // The previous outputs and the record of the claim go last.
+      if (name == kLockName || name == kPreviousName || name == kClaimedName || before_.count(name)) continue;
       std::error_code rm;
       fs::remove_all(e.path(), rm);  // links inside are removed, never followed
     }
+    // The previous outputs come back as they were.
+    for (const auto& name : staged_) move_entry(previous / name, abs_ / name);
+    if (!staged_.empty()) fs::remove(previous, ec);  // only when empty
   }
+  if (armed_ && committed_) {
+    // The new outputs replace the previous ones; the list of what dbh made
+    // is what it made now plus what it made before and is still here (a
+    // continued suite's earlier scenarios). Best effort: a list that cannot
+    // be written only means the next run leaves these entries alone.
+    std::error_code ec;
+    if (!staged_.empty()) fs::remove_all(previous, ec);
+    std::set<std::string> made;
+    const std::set<std::string> now = output_entries(abs_);
+    for (const auto& name : now) {
+      if (!before_.count(name)) made.insert(name);
+    }
+    for (const auto& name : read_names(abs_ / kMadeName)) {
+      if (now.count(name)) made.insert(name);
+    }
+    try {
+      write_file_atomically((abs_ / kMadeName).string(), names_text(made));
+    } catch (...) {
+    }
+  }
+  if (armed_ && claimed_written_) {
+    std::error_code ec;
+    fs::remove(abs_ / kClaimedName, ec);
+  }
+  staged_.clear();
+  claimed_written_ = false;
   armed_ = false;
   if (lock_fd_ >= 0) {
     remove_output_root(abs_.string());

@@ -27,9 +27,16 @@ namespace dbh::harness {
 /// removed. While the lock is held the folder is an output root, below which
 /// dbh's file helpers never follow a link (harness/common/files.h, Note
 /// [Never through a link]).
+///
+/// A folder its owner wrote before is claimed to be replaced (Reuse::kReplace,
+/// Note [A re-run replaces the previous outputs]): the entries that earlier
+/// run made are set aside, removed when this command commits and put back
+/// when it fails, so the folder never mixes two runs' outputs; files the user
+/// put there are never touched. Reuse::kContinue keeps them (a resumed suite).
 class OutputDir {
  public:
-  OutputDir(std::filesystem::path path, std::string owner);
+  enum class Reuse { kReplace, kContinue };
+  OutputDir(std::filesystem::path path, std::string owner, Reuse reuse = Reuse::kReplace);
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
@@ -42,6 +49,8 @@ class OutputDir {
 
  private:
   void release() noexcept;
+  void finish_killed_claim();
+  void stage_previous();
 
   std::filesystem::path path_;  // as given
   std::filesystem::path abs_;   // absolute, lexically normal
@@ -52,7 +61,10 @@ class OutputDir {
   bool committed_ = false;
   int lock_fd_ = -1;    // >= 0 only while this command holds the lock
   bool armed_ = false;  // the lock is held and before_ is complete
-  std::set<std::string> before_;  // entries present when the lock was taken
+  std::set<std::string> before_;  // entries present when the lock was taken (and still there)
+  Reuse reuse_ = Reuse::kReplace;
+  std::set<std::string> staged_;   // the previous run's entries, moved into .dbh-previous
+  bool claimed_written_ = false;   // .dbh-claimed is this command's
 };
 
 }  // namespace dbh::harness

@@ -179,6 +179,21 @@ std::string one_line(const std::string& s) {
   });
 }
 
+std::string truncate_utf8(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  const std::string ellipsis = "\xE2\x80\xA6";
+  size_t cut = max > ellipsis.size() ? max - ellipsis.size() : 0;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + ellipsis;
+}
+
+std::string quoted_excerpt(const std::string& s) {
+  constexpr size_t kMax = 80;
+  const std::string text = one_line(s);
+  if (text.size() <= kMax) return "\"" + text + "\"";
+  return "\"" + truncate_utf8(text, kMax) + "\" (" + std::to_string(s.size()) + " bytes)";
+}
+
 std::string xml_escape(const std::string& s) {
   return map_code_points(s, [](std::string& out, uint32_t cp, const std::string& bytes) {
     switch (cp) {

@@ -35,6 +35,13 @@ std::string valid_utf8(const std::string& s);
 /// and bidirectional formatting characters become spaces. For names in
 /// comments, headings and progress lines.
 std::string one_line(const std::string& s);
+/// The longest prefix of `s` of at most `max` bytes that ends on a code point
+/// boundary, with "…" when anything was cut.
+std::string truncate_utf8(const std::string& s, size_t max);
+/// User text echoed in an error message: quoted, one line, and at most about
+/// 80 bytes; a longer text is cut and its length said ("…" (102400 bytes)),
+/// so a pasted file or a runaway value never floods a terminal or a log.
+std::string quoted_excerpt(const std::string& s);
 /// `s` escaped for XML 1.0 text and attribute values: valid UTF-8, markup
 /// characters as entities, characters XML cannot carry replaced.
 std::string xml_escape(const std::string& s);

@@ -10,6 +10,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/text.h"
 
 namespace dbh::harness {
 
@@ -45,7 +46,7 @@ std::string Value::describe() const {
     case Kind::kNull: return "null";
     case Kind::kMap: return "a map";
     case Kind::kSeq: return "a list";
-    case Kind::kScalar: return "\"" + scalar + "\"";
+    case Kind::kScalar: return quoted_excerpt(scalar);
   }
   return "?";
 }
@@ -134,13 +135,22 @@ struct Converter {
 }  // namespace
 
 Value parse_yaml(const std::string& text, const std::string& file) {
-  YAML::Node node;
+  std::vector<YAML::Node> documents;
   try {
-    node = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     throw ScenarioError(Location{file, e.mark.line + 1, e.mark.column + 1}.str() +
                         ": expected valid YAML, got a syntax error: " + e.msg);
   }
+  // A second document ("---" after the first) would be silently dropped by
+  // a single-document read: the user meant something by it.
+  // An empty one (a trailing "---") says nothing and is let be.
+  for (size_t i = 1; i < documents.size(); ++i) {
+    if (documents[i].IsNull()) continue;
+    throw ScenarioError(mark_of(documents[i], file).str() + ": expected one YAML document, got another after " +
+                        "the first (a \"---\" separator starts it; its settings would be ignored)");
+  }
+  const YAML::Node node = documents.empty() ? YAML::Node() : documents.front();
   Converter converter{file, 0, {}};
   return converter.convert(node);
 }

@@ -30,16 +30,6 @@ constexpr size_t kAnnotationBytes = 4000;  // an annotation's message, before es
 // Room kept for the note that says what a cut summary left out.
 constexpr size_t kNoteBytes = 256;
 
-// The longest prefix of valid UTF-8 `s` of at most `max` bytes that ends on a
-// code point boundary, with "…" when anything was cut.
-std::string truncate_utf8(const std::string& s, size_t max) {
-  if (s.size() <= max) return s;
-  const std::string ellipsis = "\xE2\x80\xA6";
-  size_t cut = max > ellipsis.size() ? max - ellipsis.size() : 0;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  return s.substr(0, cut) + ellipsis;
-}
-
 // One line of user text for a Markdown table cell or heading: no line breaks,
 // valid UTF-8, markup escaped ('&' and '~' too, so neither an entity nor a
 // strikethrough appears), bounded.

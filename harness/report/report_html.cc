@@ -45,10 +45,6 @@ std::string dump(const ojson& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string truncated(const std::string& s, size_t max) {
-  return s.size() <= max ? s : s.substr(0, max) + "…";
-}
-
 std::string base64(const std::string& in) {
   static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
@@ -245,7 +241,7 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
   auto row = [&](const std::string& text) {
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      h << "<tr class=\"hl\"><td></td><td>(not JSON)</td><td></td><td></td><td><code>" << esc(truncated(text, 300))
+      h << "<tr class=\"hl\"><td></td><td>(not JSON)</td><td></td><td></td><td><code>" << esc(truncate_utf8(text, 300))
         << "</code></td></tr>\n";
       return;
     }
@@ -260,7 +256,7 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
     h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
       << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>" << esc(type)
       << "</td><td class=\"num\">" << field("run") << "</td><td class=\"num\">" << field("step") << "</td><td><code>"
-      << esc(truncated(dump(rest), 300)) << "</code></td></tr>\n";
+      << esc(truncate_utf8(dump(rest), 300)) << "</code></td></tr>\n";
   };
   for (const auto& l : head)
     row(l);

@@ -272,14 +272,13 @@ const std::vector<Entry>& table() {
        DBH_SCENARIO_KEY(data.size),
        "N or [N, N] pixels, N a multiple of 32",
        [](const std::string& v) {
-         std::string s;
-         for (char c : v) {
-           if (c != ' ' && c != '[' && c != ']' && c != '(' && c != ')') s.push_back(c);
-         }
-         const size_t comma = s.find(',');
+         // Strictly: "[640" or "6 40" is not 640.
          int64_t w = 0, h = 0;
-         if (!parse_int(s.substr(0, comma), &w) ||
-             !parse_int(comma == std::string::npos ? s.substr(0, comma) : s.substr(comma + 1), &h) || w < 1 || h < 1) {
+         try {
+           const ImageSize size = parse_image_size("preprocessing.target_size", v);
+           w = size.width;
+           h = size.height;
+         } catch (const UsageError&) {
            return invalid();
          }
          if (w != h) return unmapped("dbh trains on square images");
@@ -378,5 +377,81 @@ std::optional<std::string> translate_override(const std::string& text) {
   }
   throw ScenarioError("<override> " + text + ": " + describe_unmappable(*t, value));
 }
+
+ImageSize parse_image_size(const std::string& where, const std::string& text) {
+  const std::string expected = "expected N or [N, N] with N a whole number of pixels from 1 to " +
+                               std::to_string(kMaxImageSize) + " (dbh trains at multiples of 32)";
+  auto fail = [&](const std::string& what) {
+    std::string shown = one_line(truncate_utf8(text, 80));
+    if (text.size() > 80) shown += " (" + std::to_string(text.size()) + " bytes)";
+    throw UsageError(where + ": " + expected + ", got \"" + shown + "\" (" + what + ")");
+  };
+  const auto space = [](char c) { return c == ' ' || c == '\t'; };
+  size_t b = 0, e = text.size();
+  while (b < e && space(text[b])) ++b;
+  while (e > b && space(text[e - 1])) --e;
+  if (b == e) fail("an empty value");
+  std::string body = text.substr(b, e - b);
+  const char open = body.front();
+  if (open == '[' || open == '(') {
+    const char close = open == '[' ? ']' : ')';
+    if (body.back() != close) {
+      if (body.back() == ']' || body.back() == ')') {
+        fail(std::string("a '") + open + "' closed by '" + body.back() + "'");
+      }
+      fail(std::string("a '") + open + "' that is never closed");
+    }
+    body = body.substr(1, body.size() - 2);
+  }
+  if (const size_t bracket = body.find_first_of("[]()"); bracket != std::string::npos) {
+    fail(body[bracket] == '[' || body[bracket] == '(' ? "a nested or second list"
+                                                      : std::string("a '") + body[bracket] + "' without its opening");
+  }
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t comma = body.find(',', start);
+    items.push_back(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::vector<int64_t> values;
+  for (size_t k = 0; k < items.size(); ++k) {
+    std::string item = items[k];
+    while (!item.empty() && space(item.front())) item.erase(item.begin());
+    while (!item.empty() && space(item.back())) item.pop_back();
+    if (item.empty()) {
+      fail(k + 1 == items.size() && k > 0 ? "a list that ends with a comma"
+           : k == 0 && items.size() > 1   ? "a list that starts with a comma"
+           : items.size() > 1             ? "an empty element between two commas"
+                                          : "an empty list");
+    }
+    const std::string shown = "\"" + one_line(truncate_utf8(item, 24)) + "\"";
+    const bool digits =
+        std::all_of(item.begin(), item.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!digits) {
+      const bool signed_number =
+          item.size() > 1 && (item[0] == '-' || item[0] == '+') &&
+          std::all_of(item.begin() + 1, item.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+      if (signed_number && item[0] == '-' && item.find_first_not_of("-0") != std::string::npos) {
+        fail("a negative number, " + shown);
+      }
+      if (signed_number) fail("a signed number, " + shown + "; write the number alone");
+      if (item.find_first_of(" \t") != std::string::npos) fail("two values without a comma between them, " + shown);
+      fail(shown + ", which is not a whole number");
+    }
+    // Digits only: compare the value without overflowing.
+    const size_t first = std::min(item.find_first_not_of('0'), item.size());
+    const std::string significant = item.substr(first);
+    const std::string max = std::to_string(kMaxImageSize);
+    if (significant.empty()) fail("0, a size of no pixels");
+    if (significant.size() > max.size() || (significant.size() == max.size() && significant > max)) {
+      fail("a number above " + max + ", " + shown);
+    }
+    values.push_back(std::stoll(significant));
+  }
+  if (values.size() > 2) fail(std::to_string(values.size()) + " numbers; a size has a width and a height");
+  return ImageSize{values.front(), values.back()};
+}
+
 
 }  // namespace dbh::harness

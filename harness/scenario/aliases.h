@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,22 @@ namespace dbh::harness {
 // `key=value` with it, so both read a key the same way. A Lightning setting
 // dbh cannot honour is never dropped: the converter lists it with its reason,
 // the override parser refuses it.
+
+struct ImageSize {
+  int64_t width = 0;
+  int64_t height = 0;
+};
+
+/// Parses `text`, the value `where` gives (a flag such as "--target_size" or
+/// a key such as "preprocessing.target_size", with any prefix), strictly: `N`, `N,N`,
+/// `[N, N]` or `(N, N)` (also `[N]`), spaces allowed around the numbers, each
+/// N a whole number of pixels from 1 to kMaxImageSize. Throws UsageError
+/// "<where>: expected …, got "<at most 80 bytes of
+/// text>" (<what is wrong>)" for anything else: an empty value, a trailing or
+/// doubled comma, an unbalanced, mismatched or nested bracket, more than two
+/// numbers, a sign, a fraction, a letter, 0, or a number above the maximum.
+ImageSize parse_image_size(const std::string& where, const std::string& text);
+inline constexpr int64_t kMaxImageSize = 8192;
 
 /// What one Lightning/Hydra `key=value` means for a dbh scenario.
 struct AliasTranslation {

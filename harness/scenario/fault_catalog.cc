@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "harness/common/text.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "model/data/dataset_copy.h"
@@ -60,12 +61,12 @@ void check_nan_gradient(const FaultPlacement& p) {
   });
   if (!m.empty() && !has_params) {
     p.fail_param("module", "a module with parameters (nan_gradient replaces their gradients)",
-                 "\"" + m + "\", which has none");
+                 quoted_excerpt(m) + ", which has none");
   }
   const std::string& param = p.fault.get("parameter");
   if (!param.empty() &&
       !std::any_of(owners.begin(), owners.end(), [&](const std::string& n) { return param.rfind(n + ".", 0) == 0; })) {
-    p.fail_param("parameter", "a full parameter name such as decoder.fusion.0.weight", "\"" + param + "\"");
+    p.fail_param("parameter", "a full parameter name such as decoder.fusion.0.weight", quoted_excerpt(param));
   }
 }
 

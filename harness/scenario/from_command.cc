@@ -85,11 +85,43 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+std::string join_words(const std::vector<std::string>& words, const std::string& separator) {
+  std::string out;
+  for (const auto& w : words)
+    out += (out.empty() ? "" : separator) + w;
+  return out;
+}
+
 std::string join_quoted(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words)
     out += (out.empty() ? "" : " ") + shell_quote(w);
   return out;
+}
+
+// The script flags that give the training image size (argparse style).
+bool is_image_size_flag(const std::string& flag) {
+  std::string f = flag;
+  std::replace(f.begin(), f.end(), '-', '_');
+  return f == "__target_size" || f == "__image_size" || f == "__img_size" || f == "__imgsz" || f == "__input_size";
+}
+
+// Whether `w`, after the value words `so_far` of an image-size flag, carries
+// that value on: the list is still open or ends with a comma, `w` closes or
+// continues it, or all are plain numbers (argparse's nargs=2).
+bool continues_size(const std::vector<std::string>& so_far, const std::string& w) {
+  if (w.empty() || w.find('=') != std::string::npos) return false;
+  const std::string text = join_words(so_far, " ");
+  if (text.empty()) return false;
+  int depth = 0;
+  for (char c : text) depth += (c == '[' || c == '(') ? 1 : (c == ']' || c == ')') ? -1 : 0;
+  if (depth > 0 || text.back() == ',' || w.front() == ',' || w.front() == ']' || w.front() == ')') return true;
+  const auto number = [](const std::string& s) {
+    const size_t from = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+    return s.size() > from && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(from), s.end(),
+                                          [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  return std::all_of(so_far.begin(), so_far.end(), number) && number(w);
 }
 
 }  // namespace
@@ -281,6 +313,52 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
       out.unmapped.push_back("'' (an empty word)");
       continue;
     }
+    if (w[0] == '-' && is_image_size_flag(w.substr(0, w.find('=')))) {
+      // The script's image size: checked strictly, then read as Lightning's
+      // preprocessing.target_size.
+      const std::string flag = w.substr(0, w.find('='));
+      const std::string where = flag + " at line " + std::to_string(shell_words[i].line) + ", column " +
+                                std::to_string(shell_words[i].column);
+      std::vector<std::string> value_words;
+      std::vector<std::string> item_words = {w};
+      if (w.find('=') != std::string::npos) {
+        value_words.push_back(w.substr(w.find('=') + 1));
+      } else {
+        if (i + 1 >= words.size()) {
+          throw UsageError(std::string(kWhere) + where + ": expected a size after it (N or [N, N]), got the end "
+                           "of the command");
+        }
+        const std::string& next = words[i + 1];
+        if (next.size() > 1 && next[0] == '-' && !std::isdigit(static_cast<unsigned char>(next[1]))) {
+          throw UsageError(std::string(kWhere) + where + ": expected a size after it (N or [N, N]), got the flag " +
+                           shell_quote(truncate_utf8(next, 80)));
+        }
+        value_words.push_back(words[++i]);
+        item_words.push_back(words[i]);
+      }
+      while (i + 1 < words.size() && continues_size(value_words, words[i + 1])) {
+        value_words.push_back(words[++i]);
+        item_words.push_back(words[i]);
+      }
+      // Plain numbers in separate words (argparse's nargs=2) are a list.
+      const bool plain = std::none_of(value_words.begin(), value_words.end(), [](const std::string& v) {
+        return v.find_first_of(",[]()") != std::string::npos;
+      });
+      const std::string value = join_words(value_words, plain ? "," : " ");
+      const ImageSize size = parse_image_size(std::string(kWhere) + where, value);
+      const std::string canonical = size.width == size.height
+                                        ? std::to_string(size.width)
+                                        : "[" + std::to_string(size.width) + ", " + std::to_string(size.height) + "]";
+      const std::string item = join_quoted(item_words);
+      const auto t = translate_alias("preprocessing.target_size", canonical);
+      if (t && t->kind == AliasTranslation::Kind::kMapped) {
+        set(t->key, t->value, item, "the script's image size, as preprocessing.target_size");
+      } else if (t) {
+        out.unmapped.push_back(item + " (" + t->reason + (t->expected.empty() ? "" : "; accepted: " + t->expected) +
+                               ")");
+      }
+      continue;
+    }
     if (w[0] == '-') {
       // Hydra's flags that take a value: the value belongs to the flag.
       static const std::vector<std::string> kConfigFlags = {"--config-name", "-cn",          "--config-path",
@@ -312,6 +390,15 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
       continue;
     }
     const std::string key = w.substr(0, eq), value = w.substr(eq + 1);
+    if (hydra_key(key) == "preprocessing.target_size") {
+      // The alias reads brackets loosely ("[640" is 640): check the list
+      // first, as Hydra would parse it (one pair of quotes removed).
+      std::string v = value;
+      if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+      (void)parse_image_size(std::string(kWhere) + key + " at line " + std::to_string(shell_words[i].line) + ", column " +
+                                 std::to_string(shell_words[i].column),
+                             v);
+    }
     const auto t = translate_alias(key, value);
     if (!t) {
       out.unmapped.push_back(shown + " (no dbh equivalent known)");

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct ShellWord {
 /// hold.
 std::vector<ShellWord> split_shell_words(const std::string& command);
 
+/// A training image size as a command line writes it.
+
 struct FromCommandOptions {
   std::string name;     // the scenario's name; "" = exp_name, else "from-command"
   std::string include;  // a base scenario, as the generated file names it; "" = none
@@ -37,9 +40,13 @@ struct ConvertedCommand {
 /// runners/train.py key=value …`, or the overrides alone) into scenario YAML
 /// through the alias table (harness/scenario/aliases.h). Every word that is
 /// not mapped is listed with its reason in `unmapped` and in the YAML's
-/// comments. Throws UsageError "scenario from-command: …" for an empty or
-/// unparsable command, a value an alias does not accept (naming the word and
-/// the expected values) and two words giving one key different values.
+/// comments. The script's image-size flags (--target_size, --image_size,
+/// --img_size, --imgsz, --input_size, '-' or '_' alike; `--flag N`,
+/// `--flag=N`, `--flag N N`, `--flag [N, N]`) read as
+/// preprocessing.target_size. Throws UsageError "scenario from-command: …"
+/// for an empty or unparsable command, a value an alias does not accept
+/// (naming the word and the expected values), an image size that
+/// parse_image_size refuses, and two words giving one key different values.
 /// The result is not yet validated by the scenario loader.
 ConvertedCommand scenario_from_command(const std::string& command, const FromCommandOptions& options = {});
 

@@ -299,10 +299,16 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
         break;
       case ParamType::kModule:
       case ParamType::kModulePrefix:  // checked against the model below, defaults too
-        if (!x->is_scalar()) fail(x->loc, path + "." + p.name, "a module name", x->describe());
+        // Written empty is a mistake, not "no module" (the fault would do
+        // nothing), unless empty is the parameter's own default ("none").
+        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
+          fail(x->loc, path + "." + p.name, "a module name", x->describe());
+        }
         break;
       case ParamType::kString:
-        if (!x->is_scalar()) fail(x->loc, path + "." + p.name, "a string", x->describe());
+        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
+          fail(x->loc, path + "." + p.name, "a string", x->describe());
+        }
         if (!p.allowed.empty() &&
             std::find(p.allowed.begin(), p.allowed.end(), x->scalar) == p.allowed.end()) {
           fail(x->loc, path + "." + p.name, "one of " + join(p.allowed),
@@ -324,7 +330,7 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
     if (!exact && !(p.type == ParamType::kModulePrefix && prefix)) {
       const Value* x = v.find(p.name);
       fail(x ? x->loc : v.loc, path + "." + p.name, "a module name of the " + decoder + " model",
-           "\"" + name + "\"" + did_you_mean(name, known));
+           quoted_excerpt(name) + did_you_mean(name, known));
     }
   }
   r.finish();
@@ -419,7 +425,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   }
   if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
     fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path), "an existing dataset folder",
-         "\"" + s.data.path + "\"");
+         quoted_excerpt(s.data.path));
   }
   if (s.data.source == "real") {
     // The annotation file is read whole: it must be a regular file, never
@@ -439,7 +445,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     const auto& val = s.data.val;
     if (!val.path.empty() && !fs::is_directory(val.path)) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.path)), DBH_SCENARIO_KEY(data.val.path), "an existing dataset folder",
-           "\"" + val.path + "\"");
+           quoted_excerpt(val.path));
     }
     if (val.holdout > 0 && !val.path.empty()) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
@@ -477,7 +483,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
           (device.rfind("cuda:", 0) == 0 && parse_int(device.substr(5), &ordinal) && ordinal >= 0 &&
            ordinal < 64))) {
       fail(where(tree, DBH_SCENARIO_KEY(hardware.device)), DBH_SCENARIO_KEY(hardware.device),
-           "cpu, cuda or cuda:N (N a device index 0-63)", "\"" + device + "\"");
+           "cpu, cuda or cuda:N (N a device index 0-63)", quoted_excerpt(device));
     }
   }
   if (!s.hardware.profile.empty()) {
@@ -494,7 +500,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     const Value* prec = written(tree, DBH_SCENARIO_KEY(train.precision));
     fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, DBH_SCENARIO_KEY(train.precision),
          "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",
-         "\"" + s.train.precision + "\"");
+         quoted_excerpt(s.train.precision));
   }
 
   read_section(root.get("monitors"), "monitors", s);
@@ -609,7 +615,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       const auto classes = known_failure_classes();
       if (!classes.empty() && std::find(classes.begin(), classes.end(), *s.expect.failure_class) == classes.end()) {
         fail(r.get("failure_class")->loc, "expect.failure_class", "a failure class of the knowledge base (" +
-             join(classes) + ")", "\"" + *s.expect.failure_class + "\"" + did_you_mean(*s.expect.failure_class, classes));
+             join(classes) + ")", quoted_excerpt(*s.expect.failure_class) + did_you_mean(*s.expect.failure_class, classes));
       }
     }
     if (const Value* st = r.get("step")) {
@@ -635,7 +641,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       });
       if (!ok) {
         fail(r.get("module")->loc, "expect.module", "a module name of the " + s.model.decoder + " model",
-             "\"" + m + "\"" + did_you_mean(m, known));
+             quoted_excerpt(m) + did_you_mean(m, known));
       }
     }
     s.expect.deterministic = r.opt_boolean("deterministic");
@@ -678,7 +684,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       }
       for (const auto& o : overrides) {
         if (!is_override(o)) {
-          fail(c.loc, "controls[" + std::to_string(i) + "]", "key=value", "\"" + o + "\"");
+          fail(c.loc, "controls[" + std::to_string(i) + "]", "key=value", quoted_excerpt(o));
         }
       }
       s.controls.push_back(overrides);
@@ -720,6 +726,13 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
   stack.push_back(canonical);
   Value own = load_yaml_file(path);
   if (!own.is_map() && !own.is_null()) fail(own.loc, "(top level)", "a map", own.describe());
+  // The scenario itself must say something: an empty file (or only comments)
+  // would run the defaults under a name nobody chose. Included files may be
+  // empty (a base kept for later).
+  if (stack.size() == 1 && (own.is_null() || own.map.empty())) {
+    fail(Location{path, 1, 1}, "(top level)", "a scenario (a map with a name, an include or settings)",
+         "an empty document");
+  }
   Value merged;
   merged.kind = Value::Kind::kMap;
   merged.loc = own.loc;
@@ -739,7 +752,7 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
                                                              : fs::path(path).parent_path() / x->scalar;
       std::error_code exists_ec;
       if (!fs::exists(base, exists_ec) && !exists_ec) {
-        fail(x->loc, "include", "an existing file", "\"" + x->scalar + "\" (" + base.string() + " not found)");
+        fail(x->loc, "include", "an existing file", quoted_excerpt(x->scalar) + " (" + base.string() + " not found)");
       }
       try {
         check_input_file(base.string(), "a scenario file to include");

@@ -209,26 +209,21 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
 namespace {
 
 // model.weights: a dbh checkpoint or weights file. A file of which nothing
-// loads would train a random network under the file's name: the run's error.
-// A partial load (e.g. a pretrained encoder only) is allowed and returned as a
-// warning naming what keeps its initial values, never left unsaid.
+// loads, or one of another encoder depth or width, would train a mostly
+// random network under the file's name: the run's error
+// (ModelStateReport::fits_as_initial_weights). A partial load (e.g. a
+// pretrained encoder only) is allowed and returned as a warning naming what
+// keeps its initial values, never left unsaid.
 std::string load_initial_weights(model::DbNet& net, const std::string& path) {
   const auto state = model::load_model_state(net, path);
   if (state.complete()) return {};
-  auto first = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
-    return out + (names.size() > 3 ? ", … (" + std::to_string(names.size()) + " in all)" : "");
-  };
-  std::string got = std::to_string(state.loaded) + " tensors loaded";
-  if (!state.missing.empty()) got += "; missing: " + first(state.missing);
-  if (!state.mismatched.empty()) got += "; another shape: " + first(state.mismatched);
-  if (state.loaded == 0) {
+  if (!state.fits_as_initial_weights()) {
     throw std::runtime_error(std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path +
                              ": expected parameters of the scenario's model (" + state.format +
-                             " file), got none that load (" + got + ")");
+                             " file), got a file of another model (" + state.summary() + ")");
   }
-  return std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path + ": " + got + "; those keep their initial values";
+  return std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path + ": " + state.summary() +
+         "; those keep their initial values";
 }
 
 }  // namespace
@@ -405,15 +400,23 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       faults.on_start();
       model::Trainer trainer(net, train_options(s));
       faults.set_optimizer(&trainer.optimizer());
+      const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
       if (!s.train.resume_from.empty()) {
         trainer.load_checkpoint(s.train.resume_from);
+        // A checkpoint at or past the last step leaves nothing to run: a
+        // "passed" with no step would be an answer nobody measured.
+        if (trainer.next_step() >= last) {
+          throw std::runtime_error(std::string(DBH_SCENARIO_KEY(train.resume_from)) + " " + s.train.resume_from +
+                                   ": expected a checkpoint before step " + std::to_string(last) +
+                                   " (train.max_steps), got one after step " + std::to_string(trainer.next_step()) +
+                                   ": nothing is left to train");
+        }
         events.emit(proto::Checkpoint{run, trainer.next_step(), s.train.resume_from, /*resumed=*/true});
       }
       trainer.add_listener(faults);
       trainer.add_listener(monitors);
       if (dataset) loader = std::make_shared<model::Loader>(dataset, loader_options(s));
       model::BatchSource batches = make_batch_source(s, loader);
-      const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
       while (trainer.next_step() < last) {
         step = trainer.next_step();
         events.emit(proto::StepBegin{run, step});

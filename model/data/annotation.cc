@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "model/data/image_decode.h"
@@ -259,6 +261,140 @@ void read_word(const std::string& name, const std::string& id, const json& word,
   image->words.push_back(std::move(w));
 }
 
+// Where a key of a JSON object is written: its 1-based line and its
+// 0-based position among the object's members.
+struct KeyPlace {
+  int line = 0;
+  size_t entry = 0;
+};
+
+// A key written twice in one object. `path` holds the keys of the enclosing
+// objects ("[i]" for an array element), outermost first.
+struct DuplicateKey {
+  std::vector<std::string> path;
+  std::string key;
+  KeyPlace first;
+  KeyPlace again;
+};
+
+struct KeyScan {
+  std::vector<DuplicateKey> duplicates;
+  // Line of each key of the root's "images" object (its last occurrence,
+  // the one a JSON reader keeps).
+  std::map<std::string, int> image_lines;
+};
+
+// The decoded text of JSON string token `token` (quotes included).
+std::string decode_key(std::string_view token) {
+  if (token.find('\\') == std::string_view::npos) return std::string(token.substr(1, token.size() - 2));
+  try {
+    return json::parse(token).get<std::string>();
+  } catch (const json::exception&) {
+    return std::string(token.substr(1, token.size() - 2));
+  }
+}
+
+// Walks `text`, which json::parse accepted, and finds every key written
+// twice in one object: nlohmann::json (like Python's json) silently keeps the
+// last. Iterative, so any depth the parser accepted is fine.
+KeyScan scan_keys(std::string_view text) {
+  struct Frame {
+    bool object = false;
+    bool expect_key = false;
+    size_t members = 0;  // keys seen (object) or commas (array)
+    std::string last_key;
+    std::map<std::string, KeyPlace> keys;
+  };
+  KeyScan out;
+  std::vector<Frame> stack;
+  std::vector<std::string> path;  // one name per frame but the root
+  int line = 1;
+  size_t i = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+  const auto in_images = [&] { return path.size() == 1 && path[0] == "images"; };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (c == '{' || c == '[') {
+      if (!stack.empty()) {
+        const Frame& parent = stack.back();
+        path.push_back(parent.object ? parent.last_key : "[" + std::to_string(parent.members) + "]");
+      }
+      Frame f;
+      f.object = c == '{';
+      f.expect_key = f.object;
+      stack.push_back(std::move(f));
+      if (in_images()) out.image_lines.clear();  // a later "images" replaces an earlier one
+      ++i;
+    } else if (c == '}' || c == ']') {
+      if (stack.empty()) break;
+      stack.pop_back();
+      if (!stack.empty()) path.pop_back();  // the root has no name
+      ++i;
+    } else if (c == ',') {
+      if (!stack.empty()) {
+        if (stack.back().object) {
+          stack.back().expect_key = true;
+        } else {
+          ++stack.back().members;
+        }
+      }
+      ++i;
+    } else if (c == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"') j += text[j] == '\\' ? 2 : 1;
+      if (j >= text.size()) break;
+      if (!stack.empty() && stack.back().object && stack.back().expect_key) {
+        Frame& f = stack.back();
+        std::string key = decode_key(text.substr(i, j + 1 - i));
+        const KeyPlace here{line, f.members++};
+        const auto [it, inserted] = f.keys.emplace(key, here);
+        if (!inserted) out.duplicates.push_back({path, key, it->second, here});
+        if (stack.size() == 2 && in_images()) out.image_lines[key] = line;
+        f.last_key = std::move(key);
+        f.expect_key = false;
+      }
+      i = j + 1;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+// One defect per key written twice (see scan_keys).
+void report_duplicate_keys(const std::vector<DuplicateKey>& duplicates, DefectSink& sink) {
+  for (const auto& d : duplicates) {
+    const std::string lines = "line " + std::to_string(d.first.line) + " and line " + std::to_string(d.again.line);
+    const std::string entries = " (entries " + std::to_string(d.first.entry) + " and " +
+                                std::to_string(d.again.entry) + " of ";
+    const std::string kept = "; a JSON reader silently keeps only the last";
+    const auto& p = d.path;
+    if (p.size() == 1 && p[0] == "images") {
+      sink.add(DefectKind::kDuplicateImage, d.key, "", d.again.line,
+               "expected each image once in \"images\", got this key twice: at " + lines + entries +
+                   "\"images\")" + kept);
+    } else if (p.size() == 2 && p[0] == "images") {
+      sink.add(DefectKind::kDuplicateKey, p[1], "", d.again.line,
+               quoted(d.key) + ": expected each key once per image, got it twice: at " + lines + kept);
+    } else if (p.size() == 3 && p[0] == "images" && p[2] == "words") {
+      sink.add(DefectKind::kDuplicateKey, p[1], d.key, d.again.line,
+               "expected each word id once in \"words\", got this id twice: at " + lines + entries + "\"words\")" +
+                   kept);
+    } else if (p.size() == 4 && p[0] == "images" && p[2] == "words") {
+      sink.add(DefectKind::kDuplicateKey, p[1], p[3], d.again.line,
+               quoted(d.key) + ": expected each key once per word, got it twice: at " + lines + kept);
+    } else {
+      std::string where;
+      for (const auto& part : p) where += (where.empty() || part.front() == '[' ? "" : ".") + part;
+      sink.add(DefectKind::kDuplicateKey, "", "", d.again.line,
+               (where.empty() ? std::string("root") : quoted(where)) + ": expected each key once per object, got " +
+                   quoted(d.key) + " twice: at " + lines + kept);
+    }
+  }
+}
+
 void read_ufo_document(const json& doc,
                        const std::vector<std::string>& ignore_tags,
                        ReadResult* result, DefectSink& sink) {
@@ -430,8 +566,19 @@ std::string to_string(DefectKind kind) {
       return "unreadable_file";
     case DefectKind::kInvalidBatch:
       return "invalid_batch";
+    case DefectKind::kDuplicateImage:
+      return "duplicate_image";
+    case DefectKind::kDuplicateKey:
+      return "duplicate_key";
+    case DefectKind::kOutsideDataset:
+      return "outside_dataset";
   }
   return "unknown";
+}
+
+bool refuses_dataset(DefectKind kind) {
+  return kind == DefectKind::kDuplicateImage || kind == DefectKind::kDuplicateKey ||
+         kind == DefectKind::kOutsideDataset;
 }
 
 namespace {
@@ -476,7 +623,12 @@ ReadResult read_ufo_json(const std::string& path,
                std::string("expected valid JSON, got: ") + e.what());
       return result;
     }
+    const KeyScan keys = scan_keys(text);
+    report_duplicate_keys(keys.duplicates, sink);
     read_ufo_document(doc, ignore_tags, &result, sink);
+    for (auto& image : result.images) {
+      if (const auto it = keys.image_lines.find(image.file); it != keys.image_lines.end()) image.line = it->second;
+    }
   } catch (const std::exception& e) {
     sink.add(DefectKind::kUnreadableFile, "", "", 0,
              std::string("reading failed: ") + e.what());

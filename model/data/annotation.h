@@ -29,6 +29,9 @@ struct ImageAnnotation {
   int width = 0;
   int height = 0;
   std::vector<WordAnnotation> words;
+  /// 1-based line of the image's key in a UFO file (the occurrence a JSON
+  /// reader keeps), else 0.
+  int line = 0;
 };
 
 /// What is wrong with an annotation. to_string gives the stable name used in
@@ -49,7 +52,22 @@ enum class DefectKind {
   kBadIcdarLine,         ///< An ICDAR line that is not 8 numbers + text.
   kUnreadableFile,       ///< The annotation file cannot be read.
   kInvalidBatch,         ///< A loaded batch failed the validation hook.
+  /// The same image annotated twice: a UFO key written twice in "images"
+  /// (a JSON reader keeps one), two names of one file, or two ICDAR
+  /// ground-truth files for one image.
+  kDuplicateImage,
+  /// Any other JSON key written twice in one object (a word id, img_w,
+  /// points…): a JSON reader silently keeps one of the values.
+  kDuplicateKey,
+  /// An image name (absolute, with "..", or through a link) or an annotation
+  /// file that resolves outside the dataset folder.
+  kOutsideDataset,
 };
+
+/// Whether a defect of `kind` makes the whole dataset unusable under every
+/// OnInvalid policy: what to read is ambiguous (duplicates) or lies outside
+/// the dataset. scan_dataset marks such a dataset unreadable.
+bool refuses_dataset(DefectKind kind);
 
 /// Stable snake_case name of a kind, e.g. "non_finite_coordinate".
 std::string to_string(DefectKind kind);
@@ -110,7 +128,9 @@ inline constexpr double kZeroAreaEps = 1e-6;
 /// pairs is dropped with a defect; a transcription that is neither string nor
 /// null, or an illegibility that is not a bool, is a defect (the word is kept
 /// and, for illegibility, ignored). Invalid JSON is one kBadJsonShape defect
-/// with line and column. Never throws.
+/// with line and column. A key written twice in one object is
+/// kDuplicateImage (in "images") or kDuplicateKey (anywhere else), naming
+/// both lines; JSON keeps the last, and so does the result. Never throws.
 ReadResult read_ufo_json(const std::string& path,
                          const std::vector<std::string>& ignore_tags = {});
 

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/data/scan.h"
+
 namespace dbh::model {
 namespace fs = std::filesystem;
 
@@ -165,6 +167,12 @@ std::vector<Rename> plan_renames(const nlohmann::json& images, const fs::path& s
     old_names.push_back(name);
     new_names.push_back(name);
     if (same_file_in_copy(name, src_real)) continue;
+    // A name that leaves the dataset is refused (scan_dataset refuses it
+    // too): a copy must not take in a file the dataset may not read.
+    if (const ImageRef ref = resolve_image(src_real.string(), name); !ref.problem.empty()) {
+      problems.push_back(annotations + ": image " + in_quotes(name) + ": " + ref.problem);
+      continue;
+    }
     const fs::path key(name);
     const fs::path original = src_real / "images" / key;  // `key` itself when absolute
     std::error_code ec;
@@ -225,7 +233,15 @@ bool is_inside(const fs::path& path, const fs::path& root) {
   return true;
 }
 
-std::vector<std::string> dataset_copy_problems(const std::string& root) { return plan_copy(root).problems; }
+std::vector<std::string> dataset_copy_problems(const std::string& root) {
+  std::vector<std::string> problems = plan_copy(root).problems;
+  // Image names and annotation files that leave the dataset: reading the
+  // dataset refuses them, and a copy must not take them in.
+  for (const Defect& d : scan_dataset(root, OnInvalid::kError, {}, /*check_images=*/false).defects) {
+    if (d.kind == DefectKind::kOutsideDataset) problems.push_back(d.message);
+  }
+  return problems;
+}
 
 void copy_dataset(const std::string& src, const std::string& dst) {
   std::error_code ec;

@@ -32,8 +32,11 @@ bool is_inside(const std::filesystem::path& path, const std::filesystem::path& r
 /// resolves outside `root` is named with its target, e.g.
 /// "<root>/images/x.png: expected a file inside the dataset folder <root>,
 /// got a link to /etc/passwd". Also reported: dangling links, links to a
-/// folder that contains them (a loop), FIFOs, sockets and devices, and folders
-/// that cannot be listed. Reads nothing but directory entries; never throws.
+/// folder that contains them (a loop), FIFOs, sockets and devices, folders
+/// that cannot be listed, and (after those) every image name and annotation
+/// file that resolves outside `root` (scan_dataset's kOutsideDataset, with
+/// its message). Reads directory entries and the annotations, never an
+/// image; never throws.
 std::vector<std::string> dataset_copy_problems(const std::string& root);
 
 /// Copies the dataset folder `src` to `dst` so that the copy is
@@ -44,11 +47,13 @@ std::vector<std::string> dataset_copy_problems(const std::string& root);
 ///    anything is written;
 ///  - links inside `src` become plain files and folders (the copy holds no
 ///    links);
-///  - a UFO annotations.json that names an image by an absolute path (or
-///    by ".." steps out of the dataset, or through a link that a copy would
-///    not follow) is rewritten in the copy: that image is copied to
-///    images/.~<its absolute path> and named ".~<its absolute path>", so the
-///    copy reads a copy of every file the dataset reads, and a fault that
+///  - a UFO image name that resolves outside `src` (resolve_image) stops
+///    the copy, as it stops reading the dataset;
+///  - a UFO annotations.json that names an image inside the dataset by an
+///    absolute path (or by ".." steps, or through a link, that a copy would
+///    not follow the same way) is rewritten in the copy: that image is copied
+///    to images/.~<its absolute path> and named ".~<its absolute path>", so
+///    the copy reads a copy of every file the dataset reads, and a fault that
 ///    breaks it breaks the copy. Absolute names keep their order behind the
 ///    common prefix, so sample indices are the same in the copy; when the
 ///    new names would sort differently (or collide), the copy is refused.

@@ -5,12 +5,96 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
+#include <system_error>
+
+#include "model/data/dataset_copy.h"
 
 namespace dbh::model {
 namespace fs = std::filesystem;
 
+namespace {
+
+// `root` as links and ".." resolve it (the folder every name must stay in).
+fs::path resolved_root(const std::string& root, std::error_code& ec) {
+  const fs::path absolute = fs::absolute(root, ec);
+  if (ec) return {};
+  return fs::weakly_canonical(absolute, ec);
+}
+
+std::string in_quotes(const std::string& s) {
+  constexpr size_t kMax = 80;
+  return "\"" + (s.size() > kMax ? s.substr(0, kMax) + "..." : s) + "\"";
+}
+
+// What `shown` (a path of the dataset at `root`, canonical `root_real`)
+// resolves to, or why it is not inside the dataset folder. `name` is the
+// annotation's spelling (an image name), or empty for a file of the dataset.
+ImageRef resolve_in(const std::string& root, const fs::path& root_real, const std::string& shown,
+                    const std::string& name) {
+  ImageRef ref;
+  ref.path = shown;
+  const std::string expected = "expected a file inside the dataset folder " + root + ", got ";
+  if (const size_t nul = name.find('\0'); nul != std::string::npos) {
+    ref.problem = expected + "a name with a NUL byte at offset " + std::to_string(nul) +
+                  " (the file system would read a shorter name)";
+    return ref;
+  }
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(shown, ec);
+  const fs::path target = ec ? fs::path() : fs::weakly_canonical(absolute, ec);
+  if (ec) {
+    ref.problem = expected + "a path that does not resolve (" + ec.message() + ")";
+    return ref;
+  }
+  ref.resolved = target.string();
+  // The name must stay inside the folder as written; links in the dataset
+  // are the user's own (an images/ folder on another disk is common) and
+  // are followed wherever they lead.
+  std::error_code root_ec;
+  const fs::path root_abs = fs::absolute(root, root_ec).lexically_normal();
+  if (is_inside(target, root_real) || (!root_ec && is_inside(absolute.lexically_normal(), root_abs))) return ref;
+  const fs::path named(name);
+  if (!name.empty() && named.is_absolute()) {
+    ref.problem = expected + "an absolute path that leads out of it, to " + ref.resolved;
+  } else {
+    ref.problem = expected + "a path whose \"..\" steps lead out of it, to " + ref.resolved;
+  }
+  return ref;
+}
+
+// Adds a defect of image `image` read from annotation file `file` (at
+// `line`, 0 if not known), worded as the readers word theirs:
+// "file[:line]: image "x": what".
+void add_image_defect(std::vector<Defect>& out, DefectKind kind, const std::string& file, const std::string& image,
+                      int line, const std::string& what) {
+  constexpr size_t kMaxQuoted = 60;
+  const std::string name = image.size() > kMaxQuoted ? image.substr(0, kMaxQuoted) + "..." : image;
+  const std::string where = file + (line > 0 ? ":" + std::to_string(line) : std::string());
+  out.push_back(Defect{kind, file, image, "", line, where + ": image \"" + name + "\": " + what});
+}
+
+}  // namespace
+
+ImageRef resolve_image(const std::string& root, const std::string& file) {
+  const std::string shown = (fs::path(root) / "images" / file).string();
+  std::error_code ec;
+  const fs::path root_real = resolved_root(root, ec);
+  if (ec) {
+    ImageRef ref;
+    ref.path = shown;
+    ref.problem = "expected a dataset folder that resolves, got " + root + " (" + ec.message() + ")";
+    return ref;
+  }
+  return resolve_in(root, root_real, shown, file);
+}
+
 std::string image_path(const std::string& root, const std::string& file) {
-  return (fs::path(root) / "images" / file).string();
+  ImageRef ref = resolve_image(root, file);
+  if (!ref.problem.empty()) {
+    throw DataError({Defect{DefectKind::kOutsideDataset, root, file, "", 0,
+                            root + ": image " + in_quotes(file) + ": " + ref.problem}});
+  }
+  return std::move(ref.path);
 }
 
 ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
@@ -21,22 +105,44 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
   const fs::path ufo = root / "annotations.json";
   const fs::path icdar = root / "icdar";
   std::error_code ec;
+  const fs::path root_real = resolved_root(root_dir, ec);
+  if (ec) {
+    out.defects.push_back(Defect{DefectKind::kUnreadableFile, root_dir, "", "", 0,
+                                 root_dir + ": expected a dataset folder that resolves, got an error (" +
+                                     ec.message() + ")"});
+    return out;
+  }
+  // Annotation files are checked as image names are (resolve_in): their
+  // paths are built inside the dataset, so only a root that does not
+  // resolve stops them.
+  std::vector<Defect> outside;
+  const auto inside = [&](const fs::path& file) {
+    const ImageRef ref = resolve_in(root_dir, root_real, file.string(), "");
+    if (ref.problem.empty()) return true;
+    outside.push_back(Defect{DefectKind::kOutsideDataset, file.string(), "", "", 0,
+                             file.string() + ": " + ref.problem});
+    return false;
+  };
   ReadResult read;
   // Per image, the file its annotations came from (ICDAR: one file per image).
-  std::map<std::string, std::string> annotation_file_of;
+  std::vector<std::string> annotation_file;
   if (fs::exists(ufo, ec)) {
     out.format = "UFO JSON";
     out.annotation_path = ufo.string();
-    read = read_ufo_json(ufo.string(), ignore_tags);
+    if (inside(ufo)) read = read_ufo_json(ufo.string(), ignore_tags);
+    annotation_file.assign(read.images.size(), ufo.string());
   } else if (fs::is_directory(icdar, ec)) {
     out.format = "ICDAR 2015 txt";
     out.annotation_path = icdar.string();
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(icdar, ec)) {
-      if (e.path().extension() == ".txt") files.push_back(e.path());
+    if (inside(icdar)) {
+      for (const auto& e : fs::directory_iterator(icdar, ec)) {
+        if (e.path().extension() == ".txt") files.push_back(e.path());
+      }
     }
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
+      if (!inside(f)) continue;
       std::string stem = f.stem().string();
       if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
       std::string image_file = stem + ".png";
@@ -47,7 +153,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
         }
       }
       auto r = read_icdar_txt(f.string(), image_file);
-      for (const auto& im : r.images) annotation_file_of[im.file] = f.string();
+      annotation_file.insert(annotation_file.end(), r.images.size(), f.string());
       read.images.insert(read.images.end(), r.images.begin(), r.images.end());
       read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
     }
@@ -57,11 +163,12 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                                             "folder of gt_*.txt files, found neither"});
     return out;
   }
-  out.defects = read.defects;
+  out.defects = std::move(outside);
+  out.defects.insert(out.defects.end(), read.defects.begin(), read.defects.end());
   // A file-level failure (not JSON, no "images" object, unreadable) leaves
   // nothing to train on.
   out.readable = !read.images.empty() ||
-                 std::none_of(read.defects.begin(), read.defects.end(), [](const Defect& d) {
+                 std::none_of(out.defects.begin(), out.defects.end(), [](const Defect& d) {
                    return d.image.empty() && d.word_id.empty();
                  });
   out.images_listed = static_cast<int64_t>(read.images.size());
@@ -70,13 +177,39 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
     out.defects.push_back(Defect{DefectKind::kUnreadableFile, out.annotation_path, "", "", 0,
                                  out.annotation_path + ": expected at least one annotated image, found none"});
   }
-  for (auto& image : read.images) {
-    const auto source = annotation_file_of.find(image.file);
-    const std::string& ann_file =
-        source != annotation_file_of.end() ? source->second : out.annotation_path;
+  // Each image file is annotated once: the first name (and file) that
+  // resolved to it, by resolved path.
+  struct FirstName {
+    std::string name;
+    std::string annotation_file;
+    int line = 0;
+  };
+  std::map<std::string, FirstName> annotated;
+  for (size_t k = 0; k < read.images.size(); ++k) {
+    ImageAnnotation& image = read.images[k];
+    const std::string& ann_file = annotation_file[k];
+    const ImageRef ref = resolve_in(root_dir, root_real, (root / "images" / image.file).string(), image.file);
+    if (!ref.problem.empty()) {
+      add_image_defect(out.defects, DefectKind::kOutsideDataset, ann_file, image.file, image.line, ref.problem);
+      continue;  // never checked, decoded or offered to a reader
+    }
+    const auto [first, inserted] = annotated.emplace(ref.resolved, FirstName{image.file, ann_file, image.line});
+    if (!inserted) {
+      const FirstName& f = first->second;
+      if (f.annotation_file != ann_file) {
+        add_image_defect(out.defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
+                 "expected one ground-truth file per image, got two for " + ref.resolved + ": " +
+                     f.annotation_file + " and " + ann_file);
+      } else {
+        add_image_defect(out.defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
+                 "expected each image file annotated once, got this name and image " + in_quotes(f.name) +
+                     (f.line > 0 ? " (line " + std::to_string(f.line) + ")" : std::string()) +
+                     " both for " + ref.resolved);
+      }
+    }
     std::vector<Defect> found;
     if (check_images) {
-      found = check_image(image, image_path(root_dir, image.file), ann_file);
+      found = check_image(image, ref.path, ann_file);
     }
     const bool unusable = std::any_of(found.begin(), found.end(), [](const Defect& d) {
       return d.kind == DefectKind::kMissingImage || d.kind == DefectKind::kUnreadableImage;
@@ -89,6 +222,12 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
     out.words += static_cast<int64_t>(image.words.size());
     for (const auto& w : image.words) out.words_ignored += w.ignore ? 1 : 0;
     out.images.push_back(std::move(image));
+  }
+  // Ambiguous or outside data is refused under every policy, and said first.
+  if (std::any_of(out.defects.begin(), out.defects.end(), [](const Defect& d) { return refuses_dataset(d.kind); })) {
+    out.readable = false;
+    std::stable_partition(out.defects.begin(), out.defects.end(),
+                          [](const Defect& d) { return refuses_dataset(d.kind); });
   }
   return out;
 }

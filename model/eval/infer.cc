@@ -430,6 +430,18 @@ double evaluator_self_check(const Dataset& dataset) {
   return evaluator_self_check(dataset.images());
 }
 
+std::string ModelStateReport::summary() const {
+  auto first = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
+    return out + (names.size() > 3 ? ", … (" + std::to_string(names.size()) + " in all)" : "");
+  };
+  std::string out = std::to_string(loaded) + " tensors loaded";
+  if (!missing.empty()) out += "; missing: " + first(missing);
+  if (!mismatched.empty()) out += "; another shape: " + first(mismatched);
+  return out;
+}
+
 ModelStateReport load_model_state(DbNet& model, const std::string& path) {
   torch::serialize::InputArchive archive;
   archive.load_from(path, torch::Device(torch::kCPU));

@@ -235,6 +235,15 @@ struct ModelStateReport {
 
   /// Every model parameter and buffer was loaded.
   bool complete() const { return missing.empty() && mismatched.empty(); }
+  /// Whether the file may initialise training. Something must load, and no
+  /// entry may name a model tensor with another shape: that is a file of
+  /// another encoder depth or width, and the few tensors that happen to fit
+  /// would train a mostly random network under the file's name. A file that
+  /// holds part of the model (a pretrained encoder, another decoder) fits;
+  /// the caller says what keeps its initial values (summary()).
+  bool fits_as_initial_weights() const { return loaded > 0 && mismatched.empty(); }
+  /// "164 tensors loaded; missing: a, b, c, … (12 in all); another shape: …".
+  std::string summary() const;
 };
 
 /// Copies every parameter and buffer of `model` that `path` holds under the

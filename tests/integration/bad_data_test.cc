@@ -2,6 +2,7 @@
 // on every entry must exit with the recorded code and report exactly the
 // recorded defects, each with a message that says where and what.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -101,6 +103,90 @@ TEST_P(BadDataTest, CheckReportsTheExpectedDefects) {
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, BadDataTest, ::testing::ValuesIn(catalogue_entries()),
                          test_name);
+
+// Entries whose data is ambiguous (an image annotated twice) or leaves the
+// dataset folder: no policy reads them. `dbh data check` exits 2 under
+// --on-invalid skip too, and `dbh train` and `dbh data show` refuse them with
+// exit 2 and the catalogued message, writing nothing.
+TEST(BadDataRefusalTest, RefusedEntriesStopEveryReaderWithExitTwo) {
+  const fs::path tmp = fs::path(::testing::TempDir()) / "dbh-bad-data-refused";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  for (const std::string name : {"json_duplicate_image_key", "json_duplicate_word_id", "duplicate_image_two_names",
+                                 "icdar_duplicate_gt", "image_path_parent_escape", "image_path_absolute"}) {
+    const fs::path dir = catalogue_dir() / name;
+    const json expected = read_json(dir / "expected.json");
+    ASSERT_FALSE(expected.at("defects").empty()) << name;
+    const std::string fragment = expected["defects"][0].at("message_contains").get<std::string>();
+
+    const auto check = run_process({DBH_BINARY, "data", "check", dir.string(), "--on-invalid", "skip"}, DBH_SOURCE_DIR,
+                                   120);
+    EXPECT_EQ(check.exit_code, 2) << name << "\n" << check.out << check.err;
+    EXPECT_NE(check.out.find(fragment), std::string::npos) << name << "\n" << check.out;
+
+    const fs::path shown = tmp / (name + "-show");
+    const auto show = run_process({DBH_BINARY, "data", "show", dir.string(), "--index", "0", "--out", shown.string()},
+                                  DBH_SOURCE_DIR, 120);
+    EXPECT_EQ(show.exit_code, 2) << name << "\n" << show.out << show.err;
+    EXPECT_NE(show.err.find(fragment), std::string::npos) << name << "\n" << show.err;
+    EXPECT_FALSE(fs::exists(shown)) << name;
+
+    const fs::path trained = tmp / (name + "-train");
+    const auto train = run_process({DBH_BINARY, "train", "--data", dir.string(), "--steps", "1", "--size", "64",
+                                    "--out", trained.string()},
+                                   DBH_SOURCE_DIR, 300);
+    EXPECT_EQ(train.exit_code, 2) << name << "\n" << train.out << train.err;
+    EXPECT_NE(train.err.find(fragment), std::string::npos) << name << "\n" << train.err;
+    // No training output: at most the folder's ownership record (dbh train
+    // claims --out before it reads the data).
+    if (fs::exists(trained)) {
+      for (const auto& e : fs::directory_iterator(trained)) {
+        EXPECT_EQ(e.path().filename(), ".dbh-owner") << name;
+      }
+    }
+  }
+  fs::remove_all(tmp);
+}
+
+// Links in a dataset are the user's (an images/ folder on another disk): a
+// link under images/ is read where it leads. A name the annotations write
+// must stay inside the dataset folder: an absolute name in a sibling folder
+// whose name extends the dataset's is outside it.
+TEST(BadDataRefusalTest, LinksAreFollowedAndANameLeavingTheDatasetIsRefused) {
+  const fs::path tmp = fs::weakly_canonical(fs::path(::testing::TempDir())) /
+                       ("dbh-bad-data-link-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "secret");
+  fs::copy(catalogue_dir() / "icdar_bom_crlf_ok", tmp / "ds", fs::copy_options::recursive);
+  fs::rename(tmp / "ds" / "images" / "img_1.png", tmp / "secret" / "img_1.png");
+  fs::create_symlink(tmp / "secret" / "img_1.png", tmp / "ds" / "images" / "img_1.png");
+  const auto linked = run_process({DBH_BINARY, "data", "check", (tmp / "ds").string()}, DBH_SOURCE_DIR, 120);
+  EXPECT_EQ(linked.exit_code, 0) << linked.out << linked.err;
+
+  fs::copy(fs::path(DBH_SOURCE_DIR) / "fixtures" / "real", tmp / "ufo", fs::copy_options::recursive);
+  fs::create_directories(tmp / "ufo2");
+  json annotations = read_json(tmp / "ufo" / "annotations.json");
+  const std::string first = annotations["images"].begin().key();
+  fs::copy(tmp / "ufo" / "images" / first, tmp / "ufo2" / first);
+  const std::string outside = (tmp / "ufo2" / first).string();
+  annotations["images"][outside] = annotations["images"][first];
+  std::ofstream(tmp / "ufo" / "annotations.json") << annotations.dump(1);
+  const fs::path summary_path = tmp / "check.json";
+  const auto r = run_process({DBH_BINARY, "data", "check", (tmp / "ufo").string(), "--json", summary_path.string()},
+                             DBH_SOURCE_DIR, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  const json summary = read_json(summary_path);
+  ASSERT_EQ(summary.at("defects").size(), 1u) << summary.dump(2);
+  const json& d = summary["defects"][0];
+  EXPECT_EQ(d.at("kind"), "outside_dataset");
+  EXPECT_EQ(d.at("image"), outside);
+  EXPECT_NE(d.at("message").get<std::string>().find("expected a file inside the dataset folder " +
+                                                    (tmp / "ufo").string() + ", got an absolute path that leads out of it, to " +
+                                                    outside),
+            std::string::npos)
+      << d.dump();
+  fs::remove_all(tmp);
+}
 
 TEST(BadDataCatalogueTest, HasAtLeastFifteenEntries) {
   const auto names = catalogue_entries();

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/data/scan.h"
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -28,22 +29,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A temporary folder removed with everything in it when the test ends.
-class TempDir {
+// A folder of the test's own (unique, so checkouts testing side by side never
+// share one), removed with everything in it when the test ends.
+class TempDir : public testing::ScratchDir {
  public:
-  explicit TempDir(const std::string& name) : path_(fs::path(::testing::TempDir()) / ("dbh-trust-" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& rel) const { return path_ / rel; }
-
- private:
-  fs::path path_;
+  explicit TempDir(const std::string& name) : ScratchDir("dbh-trust-" + name) {}
 };
 
 testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 900) {
@@ -395,8 +385,10 @@ TEST(BisectSlowTest, StepsOnTwentyStepsLeaveNoCheckpointsBehind) {
   const auto s = write(dir / "s.yaml", "include: " + base() +
                                            "\ntrain: {max_steps: 20}\nfaults:\n  - {name: nan_activation, "
                                            "module: decoder.smooth3, at_step: 13}\n");
-  const auto r = dbh({"bisect", "steps", s.string(), "--out", (dir / "out").string(), "--cache",
-                      (dir / "cache").string(), "-q"});
+  // One reproduction run: what is left on disk is the question, and the
+  // reproduction's checkpoints (the ones removed) are written by its first run.
+  const auto r = dbh({"bisect", "steps", s.string(), "--reproductions", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto j = read_json(dir / "out" / "bisect.json");
   EXPECT_EQ(j["result"]["step"], 13);

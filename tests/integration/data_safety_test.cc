@@ -162,14 +162,15 @@ TEST(DataSafetyTest, CorruptSampleChangesOnlyTheCopyInTheRunFolder) {
   const Sandbox box("absolute");
   const fs::path t = box.path();
   // A dataset whose annotations name every image by an absolute path, one of
-  // them (img_005.jpg) outside the dataset folder.
+  // them (img_005.jpg) in another folder of the dataset than images/ (a name
+  // may not leave the dataset folder).
   copy_real_fixtures(t / "ds");
-  fs::create_directories(t / "elsewhere");
-  fs::rename(t / "ds" / "images" / "img_005.jpg", t / "elsewhere" / "img_005.jpg");
+  fs::create_directories(t / "ds" / "more");
+  fs::rename(t / "ds" / "images" / "img_005.jpg", t / "ds" / "more" / "img_005.jpg");
   json annotations = read_json(t / "ds" / "annotations.json");
   json images = json::object();
   for (auto& [name, value] : annotations["images"].items()) {
-    const fs::path at = name == "img_005.jpg" ? t / "elsewhere" / name : t / "ds" / "images" / name;
+    const fs::path at = name == "img_005.jpg" ? t / "ds" / "more" / name : t / "ds" / "images" / name;
     images[at.string()] = value;
   }
   annotations["images"] = images;
@@ -188,8 +189,8 @@ TEST(DataSafetyTest, CorruptSampleChangesOnlyTheCopyInTheRunFolder) {
   const std::vector<Run> runs = {
       // Sample 0: ds/images/img_001.png, named by its absolute path.
       {"out-png", {}, (t / "ds" / "images" / "img_001.png").string(), "expected a decodable image"},
-      // Sample 9 (last in name order): elsewhere/img_005.jpg.
-      {"out-jpeg", {"faults.0.sample=9"}, (t / "elsewhere" / "img_005.jpg").string(),
+      // Sample 9 (last in name order): more/img_005.jpg.
+      {"out-jpeg", {"faults.0.sample=9"}, (t / "ds" / "more" / "img_005.jpg").string(),
        "got a decode warning: Premature end of JPEG file"},
       {"out-annotation", {"faults.0.kind=nan_coordinate"}, (t / "ds" / "images" / "img_001.png").string(),
        "expected a number, got string \"NaN\""},

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -19,15 +20,12 @@ testing::ProcessResult dbh(std::vector<std::string> args) {
   return testing::run_process(args, DBH_SOURCE_DIR, 600);
 }
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::path(::testing::TempDir()) / ("dbh-data-" + name);
-  fs::remove_all(d);
-  return d;
-}
+// A folder of the test's own (unique, so checkouts testing side by side never
+// share one), removed when the test ends.
+using Dir = testing::ScratchDir;
 
 TEST(DataCommandTest, RealFixturesCheckClean) {
-  const auto dir = temp_dir("check");
-  fs::create_directories(dir);
+  const Dir dir("dbh-data-check");
   const auto r = dbh({"data", "check", "fixtures/real", "--json", (dir / "check.json").string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::ifstream in(dir / "check.json");
@@ -36,8 +34,7 @@ TEST(DataCommandTest, RealFixturesCheckClean) {
   EXPECT_GE(j["words"].get<int>(), 100);
   EXPECT_TRUE(j["defects"].empty());
   // The ICDAR copy of the same annotations reads the same.
-  const auto icdar_dir = temp_dir("icdar");
-  fs::create_directories(icdar_dir);
+  const Dir icdar_dir("dbh-data-icdar");
   const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures" / "real";
   fs::copy(real / "images", icdar_dir / "images");
   fs::copy(real / "icdar", icdar_dir / "icdar");
@@ -47,7 +44,8 @@ TEST(DataCommandTest, RealFixturesCheckClean) {
 }
 
 TEST(DataCommandTest, ShowWritesInputMapsAndOverlay) {
-  const auto dir = temp_dir("show");
+  const Dir tmp("dbh-data-show");
+  const fs::path dir = tmp / "out";
   const auto r = dbh({"data", "show", "fixtures/real", "--index", "1", "--size", "256", "--out", dir.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const char* f : {"input.png", "overlay.png", "gt_shrink.npy", "gt_shrink_mask.npy", "gt_thresh.npy",
@@ -65,11 +63,13 @@ TEST(DataCommandTest, ShowWritesInputMapsAndOverlay) {
 }
 
 TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
-  const auto dir = temp_dir("train");
-  const auto r = dbh({"train", "--data", "fixtures/real", "--steps", "30", "--size", "128", "--optimizer", "adam",
-                      "--lr", "0.001", "--threads", "2", "--out", dir.string(), "-q"});
+  const Dir dir("dbh-data-train");
+  // 20 steps at 64 px: the last five losses average about half the first
+  // five (0.49; 0.41 over 30 steps at 128 px), far below the 0.7 asked.
+  const auto r = dbh({"train", "--data", "fixtures/real", "--steps", "20", "--size", "64", "--optimizer", "adam",
+                      "--lr", "0.001", "--threads", "2", "--out", (dir / "out").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  std::ifstream csv(dir / "metrics.csv");
+  std::ifstream csv(dir / "out" / "metrics.csv");
   std::string line;
   std::getline(csv, line);  // header
   std::vector<double> losses;
@@ -80,7 +80,7 @@ TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
     std::getline(row, loss, ',');
     losses.push_back(std::stod(loss));
   }
-  ASSERT_EQ(losses.size(), 30u);
+  ASSERT_EQ(losses.size(), 20u);
   double first = 0, last = 0;
   for (int i = 0; i < 5; ++i) first += losses[static_cast<size_t>(i)], last += losses[losses.size() - 1 - static_cast<size_t>(i)];
   EXPECT_LT(last, 0.7 * first) << "first five " << first / 5 << ", last five " << last / 5;
@@ -88,11 +88,11 @@ TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
 
 TEST(DataCommandTest, EveryDataSourceTrains) {
   for (const char* source : {"synthetic_random", "synthetic_boxes", "synthetic_render"}) {
-    const auto dir = temp_dir(std::string("source-") + source);
+    const Dir dir(std::string("dbh-data-source-") + source);
     const auto r = dbh({"run", "scenarios/base/tiny-cpu.yaml", std::string("data.source=") + source, "data.size=96",
-                        "train.max_steps=2", "--out", dir.string(), "-q"});
+                        "train.max_steps=2", "--out", (dir / "out").string(), "-q"});
     EXPECT_EQ(r.exit_code, 0) << source << ": " << r.out << r.err;
-    std::ifstream in(dir / "report.json");
+    std::ifstream in(dir / "out" / "report.json");
     const auto j = nlohmann::json::parse(in);
     EXPECT_EQ(j["steps_completed"], 2) << source;
     EXPECT_EQ(j["scenario"]["resolved"]["data"]["source"], source);

@@ -20,6 +20,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "model/eval/overlay.h"
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -350,13 +351,47 @@ TEST_F(EvalTest, TrainLoadsACheckpointAsWeightsAndRefusesAnotherArchitecture) {
   ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   EXPECT_NE(ok.out.find("loaded 164 tensors"), std::string::npos) << ok.out;
   EXPECT_EQ(ok.err.find("warning"), std::string::npos) << ok.err;
-  // Another decoder: the encoder loads, and the rest is said.
+  // Another decoder, whose tensors of the same name have other shapes: as
+  // PyTorch's load_state_dict, refused (nothing is trained, nothing written).
   const fs::path pan = root_ / "train-pan";
-  const auto partial = dbh({"train", "--weights", init_checkpoint_.string(), "--decoder", "pan", "--steps", "1",
-                            "--size", "64", "--batch-size", "1", "--threads", "2", "--out", pan.string(), "-q"});
+  const auto other = dbh({"train", "--weights", init_checkpoint_.string(), "--decoder", "pan", "--steps", "1",
+                          "--size", "64", "--batch-size", "1", "--threads", "2", "--out", pan.string(), "-q"});
+  EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+  EXPECT_NE(other.err.find("expected a file holding tensors of resnet18 + pan (--encoder, --decoder), got a file of "
+                           "another model ("),
+            std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("another shape: decoder.fusion"), std::string::npos) << other.err;
+  EXPECT_FALSE(fs::exists(pan));
+  // A deeper encoder holds every tensor of the file and more: part of the
+  // model, refused unless --allow-partial, then trained with the rest said.
+  const fs::path r34 = root_ / "train-r34";
+  const std::vector<std::string> deeper = {"train", "--weights", init_checkpoint_.string(), "--encoder", "34",
+                                           "--steps", "1", "--size", "64", "--batch-size", "1", "--threads", "2",
+                                           "--out", r34.string(), "-q"};
+  const auto strict = dbh(deeper);
+  EXPECT_EQ(strict.exit_code, 2) << strict.out << strict.err;
+  EXPECT_NE(strict.err.find("--allow-partial to train from part), got a part of it (164 tensors loaded; missing: "
+                            "encoder.layer1.2."),
+            std::string::npos)
+      << strict.err;
+  EXPECT_FALSE(fs::exists(r34));
+  std::vector<std::string> allowed = deeper;
+  allowed.push_back("--allow-partial");
+  const auto partial = dbh(allowed);
   ASSERT_EQ(partial.exit_code, 0) << partial.err;
-  EXPECT_NE(partial.err.find("tensors of resnet18 + pan; the others keep their initial values"), std::string::npos)
+  EXPECT_NE(partial.err.find("tensors of resnet34 + fpn; the others keep their initial values"), std::string::npos)
       << partial.err;
+  // Resuming at or past the last step trains nothing: refused, not "0 steps".
+  const fs::path done = root_ / "train-resume-done";
+  const auto finished = dbh({"train", "--resume", init_checkpoint_.string(), "--steps", "1", "--size", "64",
+                             "--batch-size", "1", "--out", done.string()});
+  EXPECT_EQ(finished.exit_code, 2) << finished.out << finished.err;
+  EXPECT_NE(finished.err.find("dbh train: --steps: expected more than the 1 steps --resume " +
+                              init_checkpoint_.string() + " has already trained, got 1"),
+            std::string::npos)
+      << finished.err;
+  EXPECT_FALSE(fs::exists(done));
   // Resuming a resnet18 checkpoint as a resnet50 run.
   const fs::path bad = root_ / "train-resume-r50";
   const auto r = dbh({"train", "--resume", init_checkpoint_.string(), "--encoder", "50", "--steps", "2", "--size",
@@ -394,14 +429,22 @@ TEST_F(EvalTest, ScenarioWeightsLoadACheckpointAndSayWhatTheyCouldNot) {
   const auto a = dbh({"run", scenario("same", ""), "--out", same.string(), "-q"});
   ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
   EXPECT_EQ(warnings(same / "events.jsonl"), "");
-  const fs::path pan = root_ / "weights-pan";
-  const auto b = dbh({"run", scenario("pan", "  decoder: pan\n"), "--out", pan.string(), "-q"});
+  const fs::path r34 = root_ / "weights-r34";
+  const auto b = dbh({"run", scenario("r34", "  encoder: resnet34\n"), "--out", r34.string(), "-q"});
   ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
-  const std::string w = warnings(pan / "events.jsonl");
-  EXPECT_NE(w.find("tensors loaded; missing: decoder."), std::string::npos) << w;
+  const std::string w = warnings(r34 / "events.jsonl");
+  EXPECT_NE(w.find("tensors loaded; missing: encoder.layer1.2."), std::string::npos) << w;
   EXPECT_NE(w.find("keep their initial values"), std::string::npos) << w;
+  // Another decoder's tensors of another shape are never loaded: the run
+  // fails saying so instead of training a mostly random decoder.
+  const fs::path pan = root_ / "weights-pan";
+  const auto c = dbh({"run", scenario("pan", "  decoder: pan\n"), "--out", pan.string(), "-q"});
+  EXPECT_NE(c.exit_code, 0) << c.out << c.err;
+  const std::string pan_report = testing::read_text(pan / "report.md");
+  EXPECT_NE(pan_report.find("got a file of another model"), std::string::npos) << pan_report;
+  EXPECT_NE(pan_report.find("another shape: decoder.fusion"), std::string::npos) << pan_report;
   // … and the report says it too, not only the event stream.
-  std::ifstream md(pan / "report.md");
+  std::ifstream md(r34 / "report.md");
   const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(report.find("Warnings from the worker:"), std::string::npos) << report;
   EXPECT_NE(report.find("keep their initial values"), std::string::npos) << report;

@@ -249,6 +249,69 @@ TEST(FromCommandCliTest, BadInputExitsTwoAndNamesIt) {
   EXPECT_TRUE(fs::is_empty(dir));
 }
 
+// An image size, as the script's flag or as Lightning's key, is read
+// strictly: every malformed list is exit 2 naming the flag, what it expects
+// and (at most 80 bytes of) what it got, and nothing is written.
+TEST(FromCommandCliTest, MalformedImageSizesExitTwoAndNameTheFlag) {
+  const fs::path dir = fresh_dir("dbh-from-command-size");
+  RemoveOnExit cleanup(dir);
+  const std::string expected =
+      "expected N or [N, N] with N a whole number of pixels from 1 to 8192 (dbh trains at multiples of 32), got ";
+  struct Case {
+    std::string command;
+    std::string message;
+  };
+  const std::string p = "python runners/train.py ";
+  const std::string at = " at line 1, column 25: ";
+  const std::string huge(200, '9');
+  for (const Case& k : std::vector<Case>{
+           {p + "--target_size " + huge + " trainer.max_steps=3", "… (200 bytes)\" (a number above 8192, \"9999"},
+           {p + "--target_size 640,", "--target_size" + at + expected + "\"640,\" (a list that ends with a comma)"},
+           {p + "--target_size=640,abc", "--target_size" + at + expected + "\"640,abc\" (\"abc\", which is not a whole number)"},
+           {p + "--target_size [640", "--target_size" + at + expected + "\"[640\" (a '[' that is never closed)"},
+           {p + "--target_size 640]", "--target_size" + at + expected + "\"640]\" (a ']' without its opening)"},
+           {p + "--target_size '(640, 640]'", "(a '(' closed by ']')"},
+           {p + "--target_size [[640]]", "(a nested or second list)"},
+           {p + "--target_size -640", "--target_size" + at + expected + "\"-640\" (a negative number, \"-640\")"},
+           {p + "--image_size 0", "--image_size" + at + expected + "\"0\" (0, a size of no pixels)"},
+           {p + "--img-size 640 640 640", "\"640,640,640\" (3 numbers; a size has a width and a height)"},
+           {p + "--imgsz 640,,640", "(an empty element between two commas)"},
+           {p + "--input_size ,640", "(a list that starts with a comma)"},
+           {p + "--target_size 64.5", "(\"64.5\", which is not a whole number)"},
+           {p + "--target_size '6 40'", "(two values without a comma between them, \"6 40\")"},
+           {p + "--target_size 16384", "(a number above 8192, \"16384\")"},
+           {p + "--target_size " + huge, "got \"" + huge.substr(0, 60)},
+           {p + "--target_size", "--target_size" + at + "expected a size after it (N or [N, N]), got the end of the command"},
+           {p + "--target_size --lr 0.1", "expected a size after it (N or [N, N]), got the flag --lr"},
+           {p + "--target_size=", "(an empty value)"},
+           {p + "preprocessing.target_size=[640", "preprocessing.target_size" + at + expected + "\"[640\" (a '[' that is never closed)"},
+           {p + "preprocessing.target_size=640,", "(a list that ends with a comma)"},
+           {p + "+preprocessing.target_size=[640,640,640]", "(3 numbers; a size has a width and a height)"},
+           {p + "preprocessing.target_size=-32", "(a negative number, \"-32\")"},
+       }) {
+    const Converted c = convert(dir, k.command);
+    EXPECT_EQ(c.result.exit_code, 2) << k.command << "\n" << c.result.err;
+    EXPECT_NE(c.result.err.find("scenario from-command: "), std::string::npos) << c.result.err;
+    EXPECT_NE(c.result.err.find(k.message), std::string::npos) << k.command << "\n" << c.result.err;
+    EXPECT_LT(c.result.err.size(), 400u) << "the found text is quoted short: " << c.result.err;
+    EXPECT_FALSE(fs::exists(c.file)) << k.command;
+  }
+  EXPECT_TRUE(fs::is_empty(dir));
+
+  // Well-formed sizes map to data.size; a size dbh cannot train at is listed.
+  for (const std::string& ok : {"--target_size 640", "--target_size=640", "--image-size 640 640",
+                                "--target_size [640, 640]", "--img_size '(640,640)'", "'preprocessing.target_size=[640, 640]'"}) {
+    const Converted c = convert(dir, p + ok, {"--force"});
+    ASSERT_EQ(c.result.exit_code, 0) << ok << "\n" << c.result.err;
+    EXPECT_EQ(harness::load_scenario(c.file.string()).data.size, 640) << ok << "\n" << read_text(c.file);
+  }
+  const Converted square = convert(dir, p + "--target_size 512 640 trainer.max_steps=3", {"--force"});
+  ASSERT_EQ(square.result.exit_code, 0) << square.result.err;
+  EXPECT_NE(square.result.err.find("unmapped: --target_size 512 640 (dbh trains on square images"), std::string::npos)
+      << square.result.err;
+  EXPECT_EQ(harness::load_scenario(square.file.string()).train.max_steps, 3);
+}
+
 // Bytes that are not UTF-8 in a name or a path are bad input (exit 2, named),
 // never an internal error: a scenario is a UTF-8 file.
 TEST(FromCommandCliTest, BytesThatAreNotUtf8AreBadInputNotAnInternalError) {

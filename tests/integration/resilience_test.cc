@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -23,8 +24,9 @@ fs::path make_suite(const fs::path& dir) {
   fs::create_directories(dir);
   const std::string base = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
   // Every scenario loads each batch slowly, so the suite takes several
-  // seconds on any machine and the kills below land in the middle of it.
-  const std::string slow = "  - {name: slow_data, seconds: 0.6, until_step: 3}\n";
+  // seconds on any machine (3.6 s of loading alone, about 8 s in all on two
+  // cores) and the kills below (0.3 to 5 s in) land in the middle of it.
+  const std::string slow = "  - {name: slow_data, seconds: 0.4, until_step: 3}\n";
   std::ofstream(dir / "a.yaml") << "include: " << base << "\ntrain: {max_steps: 3}\nfaults:\n" << slow;
   std::ofstream(dir / "b.yaml") << "include: " << base
                                 << "\ntrain: {max_steps: 3}\nfaults:\n" << slow << "  - {name: nan_input, at_step: 2}\n"
@@ -67,15 +69,13 @@ void check_no_torn_files(const fs::path& root) {
 }
 
 TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-resilience";
-  fs::remove_all(dir);
+  const testing::ScratchDir dir("dbh-resilience");
   const auto suite = make_suite(dir / "suite");
-  // Reference: an uninterrupted run.
-  const auto ref = testing::run_process({DBH_BINARY, "suite", suite.string(), "--out", (dir / "ref").string(), "-q"},
-                                        DBH_SOURCE_DIR, 300);
-  ASSERT_EQ(ref.exit_code, 0) << ref.out << ref.err;
-  const auto expected = outcomes(dir / "ref" / "suite.json");
-  ASSERT_EQ(expected.size(), 3u);
+  // What an uninterrupted run gives: each scenario's own expectation, met (a
+  // passes, b diverges at step 2, c crashes at step 2; make_suite). Written
+  // out rather than run as a reference: the same check, one suite run less.
+  const std::map<std::string, std::string> expected = {
+      {"a", "passed/met"}, {"b", "diverged/met"}, {"c", "crashed/met"}};
   std::mt19937 rng(20261121);
   std::uniform_real_distribution<double> when(0.3, 5.0);
   int kills = 0, terms = 0;
@@ -120,8 +120,7 @@ TEST(ResilienceTest, KilledAtRandomMomentsAndResumed) {
 }
 
 TEST(ResilienceTest, SigtermStopsChildrenAndWritesWhatItHas) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-sigterm";
-  fs::remove_all(dir);
+  const testing::ScratchDir dir("dbh-sigterm");
   const auto suite = make_suite(dir / "suite");
   // run_process kills with SIGKILL at the timeout; use a shell to send TERM.
   const std::string cmd = std::string(DBH_BINARY) + " suite " + suite.string() + " --out " + (dir / "out").string() +

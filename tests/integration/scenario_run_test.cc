@@ -20,6 +20,7 @@
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "harness/common/value.h"
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -239,7 +240,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, ShippedScenarioTest, ::testing::ValuesIn(shipped_s
 // off) runs as a control; the planted sticky error does not care, so it is
 // refuted, and the report says so next to the resolution.
 TEST(VerifyResolutionsTest, ATriedResolutionIsMarkedInTheReport) {
-  const fs::path out = fresh_dir("verify") / "out";
+  const testing::ScratchDir dir("dbh-run-verify");  // removed when the test ends, pass or fail
+  const fs::path out = dir / "out";
   const auto r = dbh({"run", "scenarios/seed-000-cudnn-execution-failed.yaml", "--verify-resolutions", "--out",
                       out.string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // the scenario expects its failure
@@ -259,16 +261,17 @@ TEST(VerifyResolutionsTest, ATriedResolutionIsMarkedInTheReport) {
   const fs::path plain = out.parent_path() / "plain";
   ASSERT_EQ(dbh({"run", "scenarios/seed-000-cudnn-execution-failed.yaml", "--out", plain.string(), "-q"}).exit_code, 0);
   EXPECT_FALSE(read_json(plain / "report.json").contains("resolutions_tried"));
-  fs::remove_all(out.parent_path());
 }
 
 // Seed 001's undecodable image: skipping invalid samples, with every image
 // decoded before training, passes (confirmed). Seed 004's "fresh process per
 // run" passes too: three processes of one run each leak nothing.
 TEST(VerifyResolutionsTest, SkippingTheBadSampleAndAFreshProcessPerRunAreConfirmed) {
-  const fs::path dir = fresh_dir("verify-data");
-  const auto r = dbh({"run", "scenarios/seed-001-synthetic-ok-real-fails.yaml", "--verify-resolutions", "--out",
-                      (dir / "s1").string(), "-q"});
+  const testing::ScratchDir dir("dbh-run-verify-data");  // removed when the test ends, pass or fail
+  // Seed 001 at 64 px rather than 128: the truncated image fails to decode,
+  // and skipping it passes, whatever the size; every run costs less.
+  const auto r = dbh({"run", "scenarios/seed-001-synthetic-ok-real-fails.yaml", "data.size=64",
+                      "--verify-resolutions", "--out", (dir / "s1").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const json t1 = read_json(dir / "s1" / "report.json").at("resolutions_tried");
   ASSERT_EQ(t1.size(), 1u) << t1.dump();
@@ -285,7 +288,6 @@ TEST(VerifyResolutionsTest, SkippingTheBadSampleAndAFreshProcessPerRunAreConfirm
   EXPECT_EQ(t4[0].at("verdict"), "confirmed") << t4.dump();
   EXPECT_EQ(t4[0].at("overrides"), json({"repeat.processes=3", "repeat.in_process=1"}));
   EXPECT_EQ(t4[0].at("outcome"), "passed") << t4.dump();
-  fs::remove_all(dir);
 }
 
 // Seed 002's exp-form binarization in float16: the knowledge base's "keep the
@@ -294,7 +296,7 @@ TEST(VerifyResolutionsTest, SkippingTheBadSampleAndAFreshProcessPerRunAreConfirm
 // such fault, and the resolution is not tried. A resolution the scenario
 // refuses says why.
 TEST(VerifyResolutionsTest, TheBinarizationInFloat32IsConfirmedWhereItApplies) {
-  const fs::path dir = fresh_dir("verify-binarization");
+  const testing::ScratchDir dir("dbh-run-verify-binarization");  // removed when the test ends, pass or fail
   const auto r = dbh({"run", "scenarios/seed-002-unstable-binarization.yaml", "--verify-resolutions", "--out",
                       (dir / "s2").string(), "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -339,7 +341,6 @@ TEST(VerifyResolutionsTest, TheBinarizationInFloat32IsConfirmedWhereItApplies) {
   EXPECT_EQ(rr.exit_code, 2) << rr.out << rr.err;
   EXPECT_NE(rr.err.find("repeat.processes >= 2"), std::string::npos) << rr.err;
   EXPECT_FALSE(fs::exists(dir / "refused"));
-  fs::remove_all(dir);
 }
 
 // Attribution reads the monitors and the process, never the fault records:

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "tests/support/files.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -169,8 +170,7 @@ std::vector<std::string> container_argv(const YAML::Node& job, const std::map<st
 }
 
 TEST(KubernetesTest, IndexedJobManifestShardsMergeToTheLocalResult) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "dbh-k8s";
-  fs::remove_all(dir);
+  const testing::ScratchDir dir("dbh-k8s");  // unique, removed when the test ends
   make_suite(dir / "suite", /*small=*/true);
   const YAML::Node job = YAML::LoadFile(kSource + "/examples/kubernetes/dbh-suite-job.yaml");
   const YAML::Node merge = YAML::LoadFile(kSource + "/examples/kubernetes/dbh-merge-job.yaml");

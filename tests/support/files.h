@@ -27,4 +27,20 @@ class RemoveOnExit {
   std::filesystem::path path_;
 };
 
+/// A fresh_dir(prefix) for one test, removed with everything in it when it
+/// goes out of scope, pass or fail: `const ScratchDir dir("dbh-x");` then
+/// `dir / "out"`, or `dir.path()`.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) : path_(fresh_dir(prefix)), cleanup_(path_) {}
+  const std::filesystem::path& path() const { return path_; }
+  operator const std::filesystem::path&() const { return path_; }  // NOLINT: reads as the folder
+  std::filesystem::path operator/(const std::filesystem::path& rel) const { return path_ / rel; }
+  std::string string() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+  RemoveOnExit cleanup_;
+};
+
 }  // namespace dbh::testing

@@ -165,6 +165,87 @@ TEST_F(AnnotationTest, UfoInvalidJsonReportsLineAndColumn) {
   EXPECT_TRUE(r.images.empty());
 }
 
+// JSON silently keeps the last of two equal keys: every key written twice
+// in one object is a defect naming both lines, however it is spelled.
+TEST_F(AnnotationTest, UfoImageKeyWrittenTwiceIsADuplicateNamingBothLines) {
+  const std::string path = write("ufo.json",
+                                 "{\"images\": {\n"
+                                 "  \"a.jpg\": {\"img_w\": 10, \"img_h\": 10, \"words\": {}},\n"
+                                 "  \"b.jpg\": {\"img_w\": 10, \"img_h\": 10, \"words\": {}},\n"
+                                 "  \"a.jpg\": {\"img_w\": 20, \"img_h\": 20, \"words\": {}}\n"
+                                 "}}\n");
+  const ReadResult r = read_ufo_json(path);
+  ASSERT_EQ(r.defects.size(), 1u);
+  const Defect& d = r.defects[0];
+  EXPECT_EQ(d.kind, DefectKind::kDuplicateImage);
+  EXPECT_EQ(to_string(d.kind), "duplicate_image");
+  EXPECT_TRUE(refuses_dataset(d.kind));
+  EXPECT_EQ(d.image, "a.jpg");
+  EXPECT_EQ(d.line, 4);
+  EXPECT_EQ(d.message, path + ":4: image \"a.jpg\": expected each image once in \"images\", got this key twice: "
+                              "at line 2 and line 4 (entries 0 and 2 of \"images\"); a JSON reader silently keeps "
+                              "only the last");
+  // What is kept is the last, and its line is the last one's.
+  ASSERT_EQ(r.images.size(), 2u);
+  EXPECT_EQ(r.images[0].file, "a.jpg");
+  EXPECT_EQ(r.images[0].width, 20);
+  EXPECT_EQ(r.images[0].line, 4);
+  EXPECT_EQ(r.images[1].line, 3);
+}
+
+TEST_F(AnnotationTest, UfoEscapedSpellingOfAKeyIsTheSameKey) {
+  // "a\u002ejpg" is "a.jpg" once decoded; a BOM does not shift the lines.
+  const ReadResult r = read_ufo_json(write("ufo.json",
+                                           "\xEF\xBB\xBF{\"images\": {\n"
+                                           "  \"a.jpg\": {\"img_w\": 10, \"img_h\": 10, \"words\": {}},\n"
+                                           "  \"a\\u002ejpg\": {\"img_w\": 10, \"img_h\": 10, \"words\": {}}}}"));
+  ASSERT_EQ(r.defects.size(), 1u);
+  EXPECT_EQ(r.defects[0].kind, DefectKind::kDuplicateImage);
+  EXPECT_THAT(r.defects[0].message, HasSubstr("at line 2 and line 3"));
+}
+
+TEST_F(AnnotationTest, UfoWordIdsAndFieldsWrittenTwiceAreDuplicateKeys) {
+  const ReadResult r = read_ufo_json(write("ufo.json",
+                                           "{\"images\": {\"a.jpg\": {\"img_w\": 10, \"img_h\": 10,\n"
+                                           "  \"img_w\": 12,\n"
+                                           "  \"words\": {\n"
+                                           "    \"0001\": {\"points\": [[0, 0], [4, 0], [4, 4]]},\n"
+                                           "    \"0001\": {\"points\": [[1, 1], [5, 1], [5, 5]],\n"
+                                           "               \"points\": [[2, 2], [6, 2], [6, 6]]}}}},\n"
+                                           " \"images\": {\"b.jpg\": {\"img_w\": 10, \"img_h\": 10, \"words\": {}}}}\n"));
+  ASSERT_EQ(r.defects.size(), 4u) << r.defects[0].message;
+  EXPECT_EQ(r.defects[0].kind, DefectKind::kDuplicateKey);
+  EXPECT_EQ(r.defects[0].image, "a.jpg");
+  EXPECT_THAT(r.defects[0].message,
+              HasSubstr(":2: image \"a.jpg\": \"img_w\": expected each key once per image, got it twice: at line 1 "
+                        "and line 2"));
+  EXPECT_EQ(r.defects[1].word_id, "0001");
+  EXPECT_THAT(r.defects[1].message,
+              HasSubstr(":5: image \"a.jpg\", word \"0001\": expected each word id once in \"words\", got this id "
+                        "twice: at line 4 and line 5 (entries 0 and 1 of \"words\")"));
+  EXPECT_EQ(r.defects[2].word_id, "0001");
+  EXPECT_THAT(r.defects[2].message,
+              HasSubstr(":6: image \"a.jpg\", word \"0001\": \"points\": expected each key once per word, got it "
+                        "twice: at line 5 and line 6"));
+  EXPECT_EQ(r.defects[3].kind, DefectKind::kDuplicateKey);
+  EXPECT_THAT(r.defects[3].message,
+              HasSubstr(":7: root: expected each key once per object, got \"images\" twice: at line 1 and line 7"));
+  // The last "images" is the one kept, and its keys' lines are its own.
+  ASSERT_EQ(r.images.size(), 1u);
+  EXPECT_EQ(r.images[0].file, "b.jpg");
+  EXPECT_EQ(r.images[0].line, 7);
+}
+
+TEST_F(AnnotationTest, UfoEqualKeysInDifferentObjectsAreNoDuplicates) {
+  const ReadResult r = read_ufo_json(write("ufo.json", kValidUfo));
+  EXPECT_TRUE(r.defects.empty()) << r.defects.front().message;
+  const ReadResult nested = read_ufo_json(write("n.json", R"({"images": {
+    "a.jpg": {"img_w": 10, "img_h": 10, "words": {"1": {"points": [[0, 0], [4, 0], [4, 4]], "x": {"k": 1}},
+                                                   "2": {"points": [[0, 0], [4, 0], [4, 4]], "x": [{"k": 1}, {"k": 2}]}}},
+    "b.jpg": {"img_w": 10, "img_h": 10, "words": {"1": {"points": [[0, 0], [4, 0], [4, 4]], "t": "a \"1\": {"}}}}})"));
+  EXPECT_TRUE(nested.defects.empty()) << nested.defects.front().message;
+}
+
 TEST_F(AnnotationTest, UfoOddDocuments) {
   const std::string path = write("a.json", "[1, 2]");
   EXPECT_THAT(kinds(read_ufo_json(path).defects),

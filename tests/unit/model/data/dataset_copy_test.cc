@@ -1,7 +1,8 @@
 // Copying a dataset for a fault: the copy never leaves the dataset folder
 // through a link, holds no links, reads a copy of every image the
-// annotations name (absolute paths included) in the same sample order, and
-// nothing is written when it cannot be made.
+// annotations name (absolute paths inside the dataset included) in the same
+// sample order, refuses names that leave the dataset, and nothing is written
+// when it cannot be made.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -154,23 +155,23 @@ TEST_F(DatasetCopyTest, CopyMustNotOverlapTheDataset) {
 TEST_F(DatasetCopyTest, ImagesNamedByAbsolutePathsAreCopiedIntoTheCopyInTheSameOrder) {
   image(ds_ / "images" / "a.png", 10);
   image(ds_ / "images" / "b.png", 20);
-  image(dir_ / "elsewhere" / "z.png", 30);
+  image(ds_ / "more" / "z.png", 30);
   const std::string inside = (ds_ / "images" / "b.png").string();
-  const std::string outside = (dir_ / "elsewhere" / "z.png").string();
-  annotations({"a.png", inside, outside});
+  const std::string beside = (ds_ / "more" / "z.png").string();
+  annotations({"a.png", inside, beside});
   const std::string original_annotations = read_bytes(ds_ / "annotations.json");
   const std::vector<std::string> before = names_in(ds_);
-  ASSERT_THAT(before, ElementsAre(inside, outside, "a.png"));
+  ASSERT_THAT(before, ElementsAre(inside, beside, "a.png"));
 
   const fs::path copy = dir_ / "run" / "data";
   fs::create_directories(copy.parent_path());
   copy_dataset(ds_.string(), copy.string());
   const std::vector<std::string> after = names_in(copy);
-  EXPECT_THAT(after, ElementsAre(".~" + inside, ".~" + outside, "a.png"));
+  EXPECT_THAT(after, ElementsAre(".~" + inside, ".~" + beside, "a.png"));
   const auto scan = scan_dataset(copy.string(), OnInvalid::kError);
   EXPECT_TRUE(scan.defects.empty());
   const fs::path copy_real = fs::canonical(copy);
-  const std::vector<std::string> sources = {inside, outside, (ds_ / "images" / "a.png").string()};
+  const std::vector<std::string> sources = {inside, beside, (ds_ / "images" / "a.png").string()};
   for (size_t i = 0; i < after.size(); ++i) {
     const fs::path read = fs::canonical(image_path(copy.string(), after[i]));
     EXPECT_TRUE(is_inside(read, copy_real)) << read;
@@ -179,11 +180,35 @@ TEST_F(DatasetCopyTest, ImagesNamedByAbsolutePathsAreCopiedIntoTheCopyInTheSameO
   EXPECT_EQ(read_bytes(ds_ / "annotations.json"), original_annotations);
 }
 
+// The dataset may not read a file outside its folder, so neither may its
+// copy: such a name stops the copy before anything is written.
+TEST_F(DatasetCopyTest, NamesThatLeaveTheDatasetStopTheCopy) {
+  image(ds_ / "images" / "a.png", 10);
+  image(dir_ / "elsewhere" / "z.png", 30);
+  for (const std::string& outside : {(dir_ / "elsewhere" / "z.png").string(), std::string("../../elsewhere/z.png")}) {
+    annotations({"a.png", outside});
+    // Said before a copy is tried (a scenario placing corrupt_sample asks).
+    EXPECT_THAT(dataset_copy_problems(ds_.string()),
+                ElementsAre(::testing::AllOf(HasSubstr("annotations.json:3: image \""),
+                                             HasSubstr("\": expected a file inside the dataset folder "),
+                                             HasSubstr(" to " + (dir_ / "elsewhere" / "z.png").string()))));
+    const fs::path copy = dir_ / "copy";
+    try {
+      copy_dataset(ds_.string(), copy.string());
+      FAIL() << "expected a DatasetCopyError for " << outside;
+    } catch (const DatasetCopyError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("annotations.json: image \"" + outside +
+                                      "\": expected a file inside the dataset folder "));
+    }
+    EXPECT_FALSE(fs::exists(copy));
+  }
+}
+
 TEST_F(DatasetCopyTest, NamesThatWouldChangeTheSampleOrderAreRefused) {
   // ".é.png" sorts before "/…" but after ".~/…".
   image(ds_ / "images" / ".\xC3\xA9.png", 10);
-  image(dir_ / "elsewhere" / "z.png", 30);
-  annotations({".\xC3\xA9.png", (dir_ / "elsewhere" / "z.png").string()});
+  image(ds_ / "more" / "z.png", 30);
+  annotations({".\xC3\xA9.png", (ds_ / "more" / "z.png").string()});
   const fs::path copy = dir_ / "copy";
   try {
     copy_dataset(ds_.string(), copy.string());
