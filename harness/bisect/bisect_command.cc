@@ -456,6 +456,7 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   j["confirmed"] = o.confirmed;
   j["verdict"] = verdict;
   j["doubts"] = o.doubts;
+  j["details"] = o.details;
   j["confidence"] = o.confidence;
   j["reproduction"] = {{"runs", o.rep.runs}, {"failures", o.rep.failures}, {"rate", o.rep.rate},
                        {"flaky", o.rep.flaky}, {"repetitions_per_probe", o.rep.per_probe},
@@ -1065,11 +1066,23 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
     std::string what = join(subset, " ");
     return what.size() > 44 ? std::to_string(subset.size()) + " keys" : what;
   };
+  std::vector<std::string> invalid_subsets;  // differences that are no scenario on their own
   const auto r = ddmin(diffs.size(), [&](const std::vector<size_t>& idx) {
     std::vector<std::string> subset;
     for (size_t k : idx) subset.push_back(diffs[k]);
-    return search.verdict(subset, what_of(subset), /*fresh=*/false);
+    try {
+      return search.verdict(subset, what_of(subset), /*fresh=*/false);
+    } catch (const ScenarioError& e) {
+      // Some keys only make sense together (data.source=real needs its
+      // data.path): a subset without its partner is no configuration, so it
+      // is undecidable, as git bisect's "skip", never the end of the search.
+      if (invalid_subsets.size() < 8) invalid_subsets.push_back(what_of(subset) + ": " + one_line(e.what()));
+      return Verdict::kUnknown;
+    }
   });
+  for (const auto& s : invalid_subsets) {
+    out.details.push_back("not a valid configuration, so undecidable: " + s);
+  }
   std::vector<std::string> minimal;
   for (size_t k : r.minimal) minimal.push_back(diffs[k]);
   out.found = r.reproduced;

@@ -120,7 +120,9 @@ void judge_metric_expectations(const Expectation& e, TrialAnalysis* a) {
 }
 
 Verdict verdict_of(const TrialAnalysis& a) {
-  if (a.outcome == Outcome::kUnresolved) return Verdict::kUnknown;
+  // Not a result: a trial cut short, or one this machine could not run (a
+  // device it lacks) says nothing about the failure.
+  if (a.outcome == Outcome::kUnresolved || a.outcome == Outcome::kSkipped) return Verdict::kUnknown;
   return is_failure(a.outcome) ? Verdict::kFail : Verdict::kPass;
 }
 

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "dbh: reproduce, inject and bisect failures in DBNet training.\n"
       "Exit codes: 0 expectations met, 1 not met, 2 usage/config/input error, "
-      "3 internal error."};
+      "3 internal error, 4 not run here (a device this machine lacks)."};
   app.name("dbh");
   app.require_subcommand(1);
   app.set_version_flag("--version",

@@ -352,6 +352,11 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.expectation_why.push_back(std::string("data_dependent: expected ") + (*s.expect.data_dependent ? "true" : "false") +
                                 ", got " + (r.data_dependent ? (*r.data_dependent ? "true" : "false") : "undecided"));
   }
+  if (r.outcome == Outcome::kSkipped && s.expect.outcome != to_string(Outcome::kSkipped)) {
+    // Not tried here: the expectation is neither met nor refuted.
+    r.expectation_met = false;
+    r.expectation_why = {"not judged: " + r.failure.message};
+  }
   if (stopped != 0) {
     // Stopped by a signal: what ran is written, but it is not a result.
     r.outcome = Outcome::kUnresolved;
@@ -427,20 +432,26 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   return r;
 }
 
+// `dbh run`'s exit code when the scenario was not run here (Outcome::kSkipped:
+// a device this machine lacks); `--bisect-exit` makes it git bisect's 125.
+constexpr int kExitNotRunHere = 4;
+
 void print_summary(const RunReport& r, const Printer& p) {
   std::ostringstream s;
   // Every value on its own line: a name, path or message with a line break
   // would start a line of its own (under GitHub Actions, a "::" line is a
   // workflow command).
-  s << (r.expectation_met ? "PASS" : "FAIL") << "  " << one_line(r.scenario.name) << ": " << to_string(r.outcome);
+  const bool skipped = r.not_run_here();
+  s << (r.expectation_met ? "PASS" : skipped ? "SKIP" : "FAIL") << "  " << one_line(r.scenario.name) << ": "
+    << to_string(r.outcome);
   if (!r.failure.klass.empty()) s << " (" << one_line(r.failure.klass);
   if (r.failure.step) s << " at step " << *r.failure.step;
   if (!r.failure.module.empty()) s << " in " << one_line(r.failure.module);
   if (!r.failure.klass.empty()) s << ")";
-  s << ", expectation " << (r.expectation_met ? "met" : "NOT met");
+  s << ", expectation " << (r.expectation_met ? "met" : skipped ? "not judged" : "NOT met");
   for (const auto& w : r.expectation_why) s << "\n      " << one_line(w);
   s << "\n      report: " << one_line(r.out_dir + "/report.md");
-  if (!r.expectation_met) s << "\n      repro:  " << one_line(r.repro_command);
+  if (!r.expectation_met && !skipped) s << "\n      repro:  " << one_line(r.repro_command);
   if (!p.json) std::cout << s.str() << std::endl;
 }
 
@@ -552,6 +563,7 @@ int run_command(const RunOptions& o) {
                 << one_line(r.out_dir) << "\n";
       return 128 + sig;
     }
+    if (r.not_run_here()) return kExitNotRunHere;
     return r.expectation_met ? 0 : 1;
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
@@ -890,8 +902,13 @@ int suite_command(const RunOptions& o) {
           << shell_quote(o.out.empty() ? root.string() : o.out) << std::endl;
     return 128 + stop_requested();
   }
-  human << met << " passed, " << reports.size() - static_cast<size_t>(met) << " failed" << std::endl;
-  return met == static_cast<int>(reports.size()) ? 0 : 1;
+  // As pytest and ctest: a scenario this machine cannot run (its device) is
+  // skipped, said, and fails nothing.
+  const size_t skipped = static_cast<size_t>(
+      std::count_if(reports.begin(), reports.end(), [](const RunReport& r) { return r.not_run_here(); }));
+  const size_t failed = reports.size() - static_cast<size_t>(met) - skipped;
+  human << met << " passed, " << failed << " failed" << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run on this machine)" : "") << std::endl;
+  return failed == 0 ? 0 : 1;
 }
 
 int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
@@ -1031,17 +1048,22 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
-  int met = 0;
-  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
-  std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, "
-            << reports.size() - static_cast<size_t>(met) << " failed\nsuite: " << one_line((root / "suite.json").string())
+  int met = 0, skipped = 0;
+  for (const auto& r : reports) {
+    met += r.expectation_met ? 1 : 0;
+    skipped += r.not_run_here() ? 1 : 0;
+  }
+  const size_t failed = reports.size() - static_cast<size_t>(met + skipped);
+  std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, " << failed
+            << " failed" << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run there)" : "")
+            << "\nsuite: " << one_line((root / "suite.json").string())
             << std::endl;
   if (!problems.empty()) {
     std::cerr << "dbh merge: the merged result is incomplete:\n";
     for (const auto& p : problems) std::cerr << "  " << one_line(p) << "\n";
     return 1;
   }
-  return met == static_cast<int>(reports.size()) ? 0 : 1;
+  return failed == 0 ? 0 : 1;
 }
 
 int list_command(const std::string& what, const std::string& dir) {

@@ -186,8 +186,19 @@ struct Warning {
 nlohmann::json to_json(const Warning& e);
 Warning warning_from(const Event& e);
 
-/// `error`: what stopped the run. `kind` is harness, diverged, silent, data
-/// or exception; a harness error (bad resolved scenario) has no run or step.
+/// The kinds of `error` events.
+namespace error_kind {
+inline constexpr const char* kHarness = "harness";  // a bad resolved scenario: no run, no step
+inline constexpr const char* kDiverged = "diverged";
+inline constexpr const char* kSilent = "silent";  // finite but not learning
+inline constexpr const char* kData = "data";
+inline constexpr const char* kException = "exception";
+// The machine lacks what the run needs (its device): not tried, not failed.
+inline constexpr const char* kUnavailable = "unavailable";
+}  // namespace error_kind
+
+/// `error`: what stopped the run. `kind` is one of error_kind; a harness
+/// error (bad resolved scenario) has no run or step.
 struct Error {
   static constexpr const char* kType = event::kError;
   std::string kind, message;

@@ -216,11 +216,13 @@ std::string report_markdown(const RunReport& r) {
   const FailureClass* cls = f.klass.empty() ? nullptr : kb.find(f.klass);
   const bool failed = is_failure(r.outcome);
   std::ostringstream md;
+  const bool skipped = r.outcome == Outcome::kSkipped;
   const std::string title =
-      failed ? (cls ? cls->title : "Training " + to_string(r.outcome)) +
+      failed    ? (cls ? cls->title : "Training " + to_string(r.outcome)) +
                    (f.module.empty() ? "" : " in " + f.module) +
                    (f.step ? " at step " + std::to_string(*f.step) : "")
-             : "Scenario " + one_line(s.name) + " passed";
+      : skipped ? "Scenario " + one_line(s.name) + " not run on this machine"
+                : "Scenario " + one_line(s.name) + " passed";
   // Front matter values are JSON strings, which YAML reads as they are.
   const auto yaml_string = [](const std::string& v) { return front_matter_string(v); };
   const std::string name_md = markdown_inline(s.name);
@@ -228,7 +230,7 @@ std::string report_markdown(const RunReport& r) {
      << "title: " << yaml_string(title) << "\n"
      << "date: \"" << r.started_at << "\"\n"
      << "type: \"bug_report\"\n"
-     << "status: \"" << (failed ? "open" : "passed") << "\"\n"
+     << "status: \"" << (failed ? "open" : skipped ? "skipped" : "passed") << "\"\n"
      << "scenario: " << yaml_string(s.name) << "\n"
      << "outcome: \"" << to_string(r.outcome) << "\"\n"
      << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"
@@ -242,6 +244,9 @@ std::string report_markdown(const RunReport& r) {
     if (f.step) md << " at step " << *f.step;
     if (!f.module.empty()) md << " in module `" << f.module << "`";
     md << ": " << markdown_inline(f.message) << "\n\n";
+  } else if (skipped) {
+    md << "Scenario " << name_md << " was **not run**: " << markdown_inline(f.message)
+       << ". Nothing about the training was judged; run it on a machine that has what it needs.\n\n";
   } else {
     md << "Training under scenario " << name_md << " completed " << r.trials.front().analysis.steps_completed
        << " steps with every health check passing.\n\n";
@@ -259,7 +264,7 @@ std::string report_markdown(const RunReport& r) {
      << (s.expect.failure_class ? ", `failure_class: " + *s.expect.failure_class + "`" : "")
      << (s.expect.step ? ", `step: " + std::to_string(*s.expect.step) + "`" : "")
      << (s.expect.module ? ", `module: " + *s.expect.module + "`" : "") << ") was **"
-     << (r.expectation_met ? "met" : "not met") << "**.\n";
+     << (r.expectation_met ? "met" : r.not_run_here() ? "not judged" : "not met") << "**.\n";
   for (const auto& w : r.expectation_why) md << "- " << w << "\n";
   md << "\n## Environment\n\n";
   const auto& e = r.env;
@@ -451,11 +456,12 @@ std::string report_markdown(const RunReport& r) {
 
 std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name, const CiEnvironment& ci) {
   const auto esc = [](const std::string& s) { return xml_escape(s); };
-  int failures = 0, errors = 0;
+  int failures = 0, errors = 0, skipped = 0;
   double total = 0;
   for (const auto& r : runs) {
     total += r.seconds;
-    if (r.expectation_met) continue;
+    if (r.not_run_here()) ++skipped;
+    if (r.expectation_met || r.not_run_here()) continue;
     const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
                        r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
     (error ? errors : failures)++;
@@ -463,13 +469,16 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
   std::ostringstream x;
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
     << "<testsuites name=\"dbh\" tests=\"" << runs.size() << "\" failures=\"" << failures
-    << "\" errors=\"" << errors << "\" time=\"" << fmt(total, 6) << "\">\n"
+    << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\"" << fmt(total, 6) << "\">\n"
     << "  <testsuite name=\"" << esc(suite_name) << "\" tests=\"" << runs.size() << "\" failures=\""
-    << failures << "\" errors=\"" << errors << "\" time=\"" << fmt(total, 6) << "\">\n";
+    << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\"" << fmt(total, 6)
+    << "\">\n";
   for (const auto& r : runs) {
     x << "    <testcase classname=\"dbh." << esc(suite_name) << "\" name=\"" << esc(r.scenario.name)
       << "\" time=\"" << fmt(r.seconds, 6) << "\">\n";
-    if (!r.expectation_met) {
+    if (r.not_run_here()) {
+      x << "      <skipped message=\"" << esc(r.failure.message) << "\"/>\n";
+    } else if (!r.expectation_met) {
       const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
                          r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
       std::string why;

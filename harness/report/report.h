@@ -57,6 +57,10 @@ struct RunReport {
   bool expectation_met = false;
   std::vector<std::string> expectation_why;
   std::string repro_command;
+
+  /// Not tried on this machine (Outcome::kSkipped: a device it lacks) and
+  /// not expected to be: neither a pass nor a failure, as a skipped test.
+  bool not_run_here() const { return outcome == Outcome::kSkipped && !expectation_met; }
 };
 
 /// One line for a report's Environment section: the layout and thread count
@@ -68,7 +72,7 @@ std::string measured_choices_line(const nlohmann::json& tuning);
 nlohmann::ordered_json report_json(const RunReport& r);
 std::string report_markdown(const RunReport& r);
 /// JUnit XML for a list of runs: `failure` for unmet expectations, `error`
-/// for crashes, timeouts and kills. Under GitLab CI (`ci.gitlab_ci`) each
+/// for crashes, timeouts and kills, `skipped` for runs not run here. Under GitLab CI (`ci.gitlab_ci`) each
 /// testcase's system-out also carries `[[ATTACHMENT|…]]` lines for its
 /// report.md and plots (gitlab_attachments).
 /// The class's resolutions, each tried one followed by its verdict (Note

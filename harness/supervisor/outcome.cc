@@ -180,6 +180,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   }
   const Event* first_error = nullptr;
   const Event* harness_error = nullptr;
+  const Event* unavailable = nullptr;  // the first error of kind unavailable
   std::string done_status;
   std::vector<const Event*> errors;
   const Event* primary_health = nullptr;
@@ -292,12 +293,13 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       }
     } else if (e.type == event::kError) {
       const auto err = proto::error_from(e);
-      if (err.kind == "harness") {
+      if (err.kind == proto::error_kind::kHarness) {
         if (harness_error == nullptr) harness_error = &e;
         continue;
       }
+      if (err.kind == proto::error_kind::kUnavailable && unavailable == nullptr) unavailable = &e;
       errors.push_back(&e);
-      if (first_error == nullptr && err.kind != "diverged") {
+      if (first_error == nullptr && err.kind != proto::error_kind::kDiverged) {
         first_error = &e;
         if (!err.memory.is_null()) {
           a.memory_at_failure = {{"memory", err.memory},
@@ -339,6 +341,14 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   if (!r.spawn_error.empty()) {
     a.outcome = Outcome::kUnresolved;
     f.message = r.spawn_error;
+    return a;
+  }
+  if (unavailable != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
+    // Not tried: this machine lacks what the scenario needs. Neither a pass
+    // nor a failure of the training (git bisect's "cannot test").
+    a.outcome = Outcome::kSkipped;
+    f.message = proto::error_from(*unavailable).message;
+    f.evidence.push_back(f.message);
     return a;
   }
   if (harness_error != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
@@ -400,10 +410,10 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     f.run = e.run.value_or(0);
     f.module = e.module.value_or("");
     const FailureClass* c = kb.match_message(f.message);
-    if (e.kind == "data" && (c == nullptr || c->id != "data_invalid")) {
+    if (e.kind == proto::error_kind::kData && (c == nullptr || c->id != "data_invalid")) {
       c = kb.find("data_invalid");
     }
-    f.klass = c != nullptr ? c->id : (e.kind == "data" ? "data_invalid" : "exception");
+    f.klass = c != nullptr ? c->id : (e.kind == proto::error_kind::kData ? "data_invalid" : "exception");
     f.evidence.push_back("error event: \"" + f.message + "\"" +
                          (f.step ? " at step " + std::to_string(*f.step) : std::string(" before training")) +
                          (f.module.empty() ? "" : ", last module entered `" + f.module + "`"));

@@ -208,6 +208,14 @@ void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t
 
 namespace {
 
+// The kind of error event `e` is: a data problem, a device this machine
+// does not have (the run is not tried), or anything else.
+const char* error_kind_of(const std::exception& e) {
+  if (dynamic_cast<const model::DataError*>(&e) != nullptr) return proto::error_kind::kData;
+  if (dynamic_cast<const model::DeviceUnavailable*>(&e) != nullptr) return proto::error_kind::kUnavailable;
+  return proto::error_kind::kException;
+}
+
 // model.weights: a dbh checkpoint or weights file. A file of which nothing
 // loads, or one of another encoder depth or width, would train a mostly
 // random network under the file's name: the run's error
@@ -236,7 +244,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
   } catch (const std::exception& e) {
     proto::Error error;
-    error.kind = "harness";
+    error.kind = proto::error_kind::kHarness;
     error.message = e.what();
     events.emit(error);
     return 3;
@@ -303,7 +311,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       }
     } catch (const std::exception& e) {
       proto::Error error;
-      error.kind = "exception";
+      error.kind = error_kind_of(e);
       error.run = 0;
       error.step = step;
       error.phase = "ops";
@@ -464,15 +472,14 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       events.emit(proto::RunEnd{run, trainer.next_step(), checksum.str(), memory_json(s.hardware.device)});
     }
   } catch (const DivergedError& e) {
-    stopped_by_monitors("diverged", "diverged", e.what());
+    stopped_by_monitors("diverged", proto::error_kind::kDiverged, e.what());
   } catch (const SilentFailureError& e) {
     // Finite but unable to learn: the monitors' health event says why.
-    stopped_by_monitors("failed", "silent", e.what());
+    stopped_by_monitors("failed", proto::error_kind::kSilent, e.what());
   } catch (const std::exception& e) {
     status = "error";
-    const bool data = dynamic_cast<const model::DataError*>(&e) != nullptr;
     proto::Error error;
-    error.kind = data ? "data" : "exception";
+    error.kind = error_kind_of(e);
     error.run = run;
     error.step = step;
     error.phase = "train";
@@ -508,7 +515,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       faults.on_teardown();
     } catch (const std::exception& t) {
       proto::Error error;
-      error.kind = "exception";
+      error.kind = proto::error_kind::kException;
       error.run = run;
       error.step = step;
       error.phase = "teardown";

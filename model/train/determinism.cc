@@ -32,13 +32,12 @@ torch::Device parse_device(const std::string& spec) {
   }
   const auto count = static_cast<int64_t>(torch::cuda::device_count());
   if (count == 0) {
-    throw std::runtime_error("device \"" + spec +
-                             "\" requested, but no CUDA device is available");
+    throw DeviceUnavailable("device \"" + spec + "\" requested, but no CUDA device is available");
   }
   const int64_t index = device->has_index() ? device->index() : 0;
   if (index >= count) {
-    throw std::runtime_error("device \"" + spec + "\" requested, but only " +
-                             std::to_string(count) + " CUDA device(s) exist");
+    throw DeviceUnavailable("device \"" + spec + "\" requested, but only " + std::to_string(count) +
+                            " CUDA device(s) exist");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

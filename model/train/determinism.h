@@ -25,8 +25,16 @@ struct DeterminismOptions {
 /// count and the cuDNN / TF32 switches.
 void apply_determinism(const DeterminismOptions& options);
 
+/// The device a run asks for is not on this machine (no CUDA device, or
+/// fewer than its index): the run cannot be tried here, which is not a
+/// failure of the training.
+class DeviceUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Parses "cpu", "cuda", "cuda:N". Throws std::invalid_argument on a bad
-/// string and std::runtime_error when CUDA is asked for but unavailable,
+/// string and DeviceUnavailable when CUDA is asked for but unavailable,
 /// naming what was found.
 torch::Device parse_device(const std::string& spec);
 

@@ -197,6 +197,25 @@ TEST(BisectTest, ConfigFindsThePlantedKey) {
   EXPECT_NE(html.find("<title>Bisection: config</title>"), std::string::npos) << html.substr(0, 2000);
 }
 
+// Keys that only make sense together: real data needs its data.path, and
+// corrupt_sample needs real data. A subset of the differences that is no
+// scenario is undecidable (git bisect's "skip"), never the end of the search.
+TEST(BisectTest, ConfigTreatsAnInvalidSubsetOfTheDifferencesAsUndecidable) {
+  const Dir dir("dbh-bisect-config-invalid");
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\n");
+  const auto bad = write(dir / "bad.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\ndata:\n  source: real\n  path: " +
+                                                std::string(DBH_SOURCE_DIR) + "/fixtures/real\n"
+                                                "faults:\n  - {name: corrupt_sample, sample: 0}\n");
+  const auto r = dbh({"bisect", "config", "--good", good.string(), "--bad", bad.string(), "--reproductions", "1",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  // All three are needed: each pair is either a valid passing run or no
+  // scenario at all.
+  EXPECT_EQ(j["result"]["difference"].size(), 3u) << j.dump(2);
+  EXPECT_NE(j.dump().find("not a valid configuration, so undecidable"), std::string::npos) << j.dump(2);
+}
+
 TEST(BisectTest, RangeFindsThePlantedBoundary) {
   const Dir dir("dbh-bisect-range");
   // A NaN injected at step 5: runs stopped after up to 5 steps pass, 6 or more
@@ -232,7 +251,9 @@ TEST(BisectTest, RangeFindsTheLearningRateBelowWhichALossDropIsMissed) {
   EXPECT_GT(fail, 0.0005);
   EXPECT_LT(pass, 0.007);
   for (const auto& p : j["probes"]) {
-    if (p["outcome"] == "failed") EXPECT_EQ(p["class"], "metric_expectation_unmet") << p.dump();
+    if (p["outcome"] == "failed") {
+      EXPECT_EQ(p["class"], "metric_expectation_unmet") << p.dump();
+    }
   }
 }
 

@@ -612,7 +612,9 @@ TEST_F(HtmlBrowserTest, ChromiumRendersTheDiagnosisAndBisectionPages) {
     ASSERT_EQ(run_browser(chromium_, {"--dump-dom", "file://" + p.file.string()}, work_, dom_file, 90), 0)
         << read_text(work_ / "stderr.log");
     const std::string dom = read_text(dom_file);
-    if (!p.title.empty()) EXPECT_EQ(title_of(dom), p.title);
+    if (!p.title.empty()) {
+      EXPECT_EQ(title_of(dom), p.title);
+    }
     for (const auto& t : p.text) EXPECT_NE(dom.find(t), std::string::npos) << p.file << ": no " << t << "\n" << dom;
     const fs::path shot = work_ / (p.file.stem().string() + ".png");
     ASSERT_EQ(run_browser(chromium_, {"--screenshot=" + shot.string(), "--window-size=1000,1400", "file://" + p.file.string()},

@@ -119,7 +119,31 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
     GTEST_SKIP() << rel << " trains on fixtures/real, which is absent (no fixtures/real/annotations.json)";
   }
   if (s.hardware.device != "cpu" && !cuda_device_present()) {
-    GTEST_SKIP() << rel << " needs " << s.hardware.device << ", and dbh env sees no CUDA device";
+    // What a user gets here: not run (exit 4, outcome skipped, nothing
+    // judged), never a "failed" bug report; git bisect's 125 under
+    // --bisect-exit, and a skip, not a failure, in a suite's JUnit.
+    const testing::ScratchDir dir("dbh-gpu-here");
+    const auto r = dbh({"run", rel, "--out", (dir / "run").string()}, 300);
+    EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+    EXPECT_NE(r.out.find("SKIP  " + s.name + ": skipped, expectation not judged"), std::string::npos) << r.out;
+    const json report = json::parse(testing::read_text(dir / "run" / "report.json"), nullptr, false);
+    ASSERT_TRUE(report.is_object()) << r.out << r.err;
+    EXPECT_EQ(report.value("outcome", ""), "skipped");
+    if (GetParam() == "gpu/fp16") {  // the same path for every GPU scenario: checked once
+      const auto b = dbh({"run", rel, "--out", (dir / "bisect").string(), "--bisect-exit", "-q"}, 300);
+      EXPECT_EQ(b.exit_code, 125) << b.out << b.err;
+      const auto suite =
+          dbh({"suite", rel, "--out", (dir / "suite").string(), "--junit", (dir / "j.xml").string()}, 300);
+      EXPECT_EQ(suite.exit_code, 0) << suite.out << suite.err;
+      EXPECT_NE(suite.out.find("0 passed, 0 failed, 1 skipped (not run on this machine)"), std::string::npos)
+          << suite.out;
+      const std::string junit = testing::read_text(dir / "j.xml");
+      EXPECT_NE(junit.find("skipped=\"1\""), std::string::npos) << junit;
+      EXPECT_NE(junit.find("<skipped message=\"device"), std::string::npos) << junit;
+      EXPECT_EQ(junit.find("<failure"), std::string::npos) << junit;
+    }
+    GTEST_SKIP() << rel << " needs " << s.hardware.device << ", and dbh env sees no CUDA device (checked: not run "
+                 << "here, exit 4)";
   }
 
   const fs::path out = fresh_dir(test_name({GetParam(), 0})) / "out";
