@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -230,7 +231,13 @@ int run_train_command(const TrainCommandOptions& o) {
       dataset = std::make_shared<model::Dataset>(dataset_options(s, s.data.path));
     } catch (const model::DataError& e) {
       for (const auto& d : e.defects()) std::cerr << "  " << d.message << "\n";
-      usage("--data " + s.data.path, "a dataset without defects (or --on-invalid skip|clip)",
+      // A policy only helps with defects of single words or images: not an
+      // unreadable file, a duplicate or a name leaving the dataset.
+      const bool policy_helps = std::none_of(e.defects().begin(), e.defects().end(), [](const model::Defect& d) {
+        return model::refuses_dataset(d.kind) || d.kind == model::DefectKind::kUnreadableFile;
+      });
+      usage("--data " + s.data.path,
+            std::string("a dataset without defects") + (policy_helps ? " (or --on-invalid skip|clip)" : ""),
             std::to_string(e.defects().size()) + " defect(s), listed above");
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << d.message << "\n";

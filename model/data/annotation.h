@@ -59,8 +59,8 @@ enum class DefectKind {
   /// Any other JSON key written twice in one object (a word id, img_w,
   /// points…): a JSON reader silently keeps one of the values.
   kDuplicateKey,
-  /// An image name (absolute, with "..", or through a link) or an annotation
-  /// file that resolves outside the dataset folder.
+  /// An image name that leaves the dataset folder as written (an absolute
+  /// path elsewhere, ".." steps out of it); links are followed.
   kOutsideDataset,
 };
 

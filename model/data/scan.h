@@ -43,9 +43,10 @@ struct ImageRef {
 };
 
 /// Resolves image name `file` of the dataset at `root`: the one check of
-/// every reader that an image lies inside its dataset folder (whole path
-/// components compared after resolving links, so /data/set2 is not inside
-/// /data/set). Never throws.
+/// every reader that an image name stays inside its dataset folder as
+/// written (whole path components compared, so /data/set2 is not inside
+/// /data/set); links in the dataset are followed wherever they lead. Never
+/// throws.
 ImageRef resolve_image(const std::string& root, const std::string& file);
 
 /// The file image name `file` refers to: resolve_image(root, file).path.
