@@ -1224,8 +1224,11 @@ int bisect_command(const BisectOptions& o) {
       throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
     }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
-    if (!o.scenario.empty()) (void)load_scenario(o.scenario, o.overrides);  // validate first
+    std::string data;  // the scenario's dataset folder, never written into
+    if (!o.scenario.empty()) data = load_scenario(o.scenario, o.overrides).data.path;  // validate first
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
+    check_outside_dataset("dbh bisect", "--out", out.string(), data);
+    check_outside_dataset("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, data);
     // Continued, not replaced: each bisection keeps its probes in its own
     // session folder (probes/<session>), and a kept reproduction's
     // checkpoints (--keep-checkpoints) stay for the repro commands that name

@@ -71,10 +71,12 @@ int diagnose_command(const DiagnoseOptions& o) {
     const Scenario s = load_scenario(o.scenario, o.overrides);
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
+    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
+    check_outside_dataset("dbh diagnose", "--out", out.string(), s.data.path);
+    check_outside_dataset("dbh diagnose", "--cache", cache, s.data.path);
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
-    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
     const bool cuda = s.hardware.device != "cpu";
     const bool real = s.data.source == "real";

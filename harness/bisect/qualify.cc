@@ -97,10 +97,12 @@ int qualify_command(const QualifyOptions& o) {
                                              "qualify-" + fs::path(o.scenario).stem().string() + "-" +
                                              (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
+    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
+    check_outside_dataset("dbh qualify", "--out", out.string(), source.data.path);
+    check_outside_dataset("dbh qualify", "--cache", cache, source.data.path);
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
-    const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     // The layout and threads are measured once, for the source setup, and
     // pinned for every trial: the search compares batches, not layouts, and
     // a measurement per batch would cost more than the trials.

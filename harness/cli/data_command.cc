@@ -150,6 +150,7 @@ int run_data_show(const DataShowOptions& o) {
   // dataset itself, another command's results) is refused, and on an error
   // what this command wrote is removed.
   const fs::path out(o.out);
+  check_outside_dataset("dbh data show", "--out", out.string(), o.dir);
   OutputDir claim(out, "data show");
   const cv::Mat bgr8 = model::denormalize_to_bgr8(s.image);
   bool ok = write_png((out / "input.png").string(), bgr8);

@@ -311,6 +311,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   // unwinds through the claim), so an interrupted evaluation leaves nothing
   // half-written.
   install_stop_handlers();
+  check_outside_dataset("dbh eval", "--out", out.string(), o.data);
   OutputDir claim(out, "eval " + weights_abs);
   // --save-weights goes through a temporary name, written now (before the
   // model is moved and re-laid out) and renamed into place last: a reader

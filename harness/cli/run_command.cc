@@ -530,6 +530,7 @@ int run_command(const RunOptions& o) {
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
+    check_outside_dataset("dbh run", "--out", out.string(), resolved.data.path);
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
@@ -713,6 +714,7 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
 }  // namespace
 
 int suite_command(const RunOptions& o) {
+  std::vector<std::string> data_paths;  // each scenario's dataset folder, never written into
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
@@ -735,7 +737,9 @@ int suite_command(const RunOptions& o) {
       if (seen.insert(ec ? f : key).second) unique.push_back(f);
     }
     files = unique;
-    for (const auto& f : files) (void)load_scenario(f, o.overrides);  // all valid before anything runs
+    for (const auto& f : files) {  // all valid before anything runs
+      data_paths.push_back(load_scenario(f, o.overrides).data.path);
+    }
     if (o.shard_count > 0 && !o.shard.empty()) {
       throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
                           "got both");
@@ -780,6 +784,7 @@ int suite_command(const RunOptions& o) {
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
   try {
     check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
+    for (const auto& data : data_paths) check_outside_dataset("dbh suite", "--out", root.string(), data);
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;

@@ -149,6 +149,7 @@ int run_train_command(const TrainCommandOptions& o) {
   // locked out, and on any error or interruption (SIGINT, SIGTERM: checked
   // between steps) what this command wrote is removed.
   install_stop_handlers();
+  if (uses_dataset(s)) check_outside_dataset("dbh train", "--out", out.string(), s.data.path);
   OutputDir claim(out, "train");
   auto stop_check = [] {
     if (const int signal_number = stop_requested()) throw Interrupted(signal_number);

@@ -100,6 +100,13 @@ bool path_within(const std::string& path, const std::string& folder) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
+void check_outside_dataset(const std::string& where, const std::string& flag, const std::string& folder,
+                           const std::string& data) {
+  if (data.empty() || folder.empty() || !path_within(folder, data)) return;
+  throw UsageError(where + ": " + flag + " " + one_line(folder) + ": expected a folder outside the dataset " +
+                   one_line(data) + ", got one inside it (dbh never writes into your data)");
+}
+
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::equivalent(a, b, ec) && !ec;

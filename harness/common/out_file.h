@@ -43,6 +43,15 @@ bool file_has_head_and_tail(const std::string& path, const std::string& head, co
 /// count).
 bool path_within(const std::string& path, const std::string& folder);
 
+/// Refuses a folder `folder` (given as `flag`: "--out", "--cache") that is
+/// the dataset folder `data` the command reads, or lies inside it: dbh never
+/// writes into the user's data (a later scan, copy or cache key would see
+/// its files). Nothing when `data` is empty. Throws UsageError "<where>:
+/// <flag> <folder>: expected a folder outside the dataset <data>, got one
+/// inside it".
+void check_outside_dataset(const std::string& where, const std::string& flag, const std::string& folder,
+                           const std::string& data);
+
 /// Whether `a` and `b` name the same existing file (links followed).
 bool same_file(const std::string& a, const std::string& b);
 
