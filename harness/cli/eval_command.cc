@@ -312,7 +312,8 @@ int run_eval_command(const EvalCommandOptions& o) {
   // half-written.
   install_stop_handlers();
   check_outside_dataset("dbh eval", "--out", out.string(), o.data);
-  OutputDir claim(out, "eval " + weights_abs);
+  check_outside_dataset("dbh eval", "--save-weights", o.save_weights, o.data);
+  OutputDir claim(out, "eval " + weights_abs, OutputDir::Reuse::kReplace, {o.weights});
   // --save-weights goes through a temporary name, written now (before the
   // model is moved and re-laid out) and renamed into place last: a reader
   // never sees a partial file and a failed or interrupted evaluation leaves

@@ -531,13 +531,15 @@ int run_command(const RunOptions& o) {
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
     check_outside_dataset("dbh run", "--out", out.string(), resolved.data.path);
+    check_outside_dataset("dbh run", "--junit", o.junit, resolved.data.path);
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
     }
     // The folder is ours until the run ends: locked against a second writer,
     // and removed (what this run created of it) unless the run completes.
-    OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string());
+    OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string(),
+                    OutputDir::Reuse::kReplace, {resolved.model.weights, resolved.train.resume_from});
     RunReport r = run_scenario(o.scenarios.front(), o, out, p);
     claim.commit();
     // The run is complete and kept whatever becomes of --junit.
@@ -784,7 +786,10 @@ int suite_command(const RunOptions& o) {
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
   try {
     check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
-    for (const auto& data : data_paths) check_outside_dataset("dbh suite", "--out", root.string(), data);
+    for (const auto& data : data_paths) {
+      check_outside_dataset("dbh suite", "--out", root.string(), data);
+      check_outside_dataset("dbh suite", "--junit", o.junit, data);
+    }
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/out_file.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -166,8 +168,8 @@ void check_contents(const fs::path& shown, const fs::path& abs, const std::strin
 
 }  // namespace
 
-OutputDir::OutputDir(fs::path path, std::string owner, Reuse reuse)
-    : path_(std::move(path)), owner_(std::move(owner)), reuse_(reuse) {
+OutputDir::OutputDir(fs::path path, std::string owner, Reuse reuse, std::vector<std::string> inputs)
+    : path_(std::move(path)), owner_(std::move(owner)), reuse_(reuse), inputs_(std::move(inputs)) {
   if (path_.empty()) refuse(path_, "an output folder", "an empty path");
   abs_ = fs::absolute(path_).lexically_normal();
   if (!abs_.has_filename() && abs_.has_relative_path()) abs_ = abs_.parent_path();
@@ -323,6 +325,11 @@ void OutputDir::stage_previous() {
     // dbh never makes a link there: one at a listed name is the user's.
     const fs::file_status st = fs::symlink_status(abs_ / name, ec);
     if (!fs::exists(st) || fs::is_symlink(st)) continue;
+    // What the command reads (resume from its own checkpoint) stays.
+    if (std::any_of(inputs_.begin(), inputs_.end(),
+                    [&](const std::string& in) { return !in.empty() && path_within(in, (abs_ / name).string()); })) {
+      continue;
+    }
     if (!move_entry(abs_ / name, previous / name)) {
       refuse(abs_ / name, "an entry dbh can move aside while it replaces the previous outputs", error_text(errno));
     }

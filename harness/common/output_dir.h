@@ -36,7 +36,11 @@ namespace dbh::harness {
 class OutputDir {
  public:
   enum class Reuse { kReplace, kContinue };
-  OutputDir(std::filesystem::path path, std::string owner, Reuse reuse = Reuse::kReplace);
+  /// `inputs`: files the command reads (weights, a checkpoint to resume
+  /// from); an entry of the folder that holds one stays in place when the
+  /// previous outputs are set aside, so a run can continue from its own.
+  OutputDir(std::filesystem::path path, std::string owner, Reuse reuse = Reuse::kReplace,
+            std::vector<std::string> inputs = {});
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
@@ -65,6 +69,7 @@ class OutputDir {
   Reuse reuse_ = Reuse::kReplace;
   std::set<std::string> staged_;   // the previous run's entries, moved into .dbh-previous
   bool claimed_written_ = false;   // .dbh-claimed is this command's
+  std::vector<std::string> inputs_;  // files the command reads: their entries are never set aside
 };
 
 }  // namespace dbh::harness

@@ -217,10 +217,16 @@ class MapReader {
   // Unknown keys are errors, with a suggestion among the known ones.
   void finish() {
     if (v_ == nullptr || !v_->is_map()) return;
+    // Each known key once, in the order first read (a key read twice, as
+    // `name` is, would be listed twice).
+    std::vector<std::string> known;
+    for (const auto& k : known_) {
+      if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
+    }
     for (const auto& [k, x] : v_->map) {
-      if (std::find(known_.begin(), known_.end(), k) == known_.end()) {
+      if (std::find(known.begin(), known.end(), k) == known.end()) {
         throw ScenarioError(x.key_loc.str() + ": " + key(k) + ": expected one of " +
-                            join(known_) + ", got an unknown key" + did_you_mean(k, known_));
+                            join(known) + ", got an unknown key" + did_you_mean(k, known));
       }
     }
   }
@@ -435,6 +441,16 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
       check_input_file(ann.string(), "an annotation file (a regular file)",
                        where(tree, DBH_SCENARIO_KEY(data.path)).str(), DBH_SCENARIO_KEY(data.path));
+    }
+    // A dataset no policy can use (an image annotated twice, a name that
+    // leaves the folder) is bad input, as in every command that reads it,
+    // not a training failure to report.
+    const model::ScanResult scan = model::scan_dataset(s.data.path, model::OnInvalid::kError, {}, /*check_images=*/false);
+    for (const auto& d : scan.defects) {
+      if (model::refuses_dataset(d.kind)) {
+        fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
+             "a dataset every image of which is annotated once, inside its folder", one_line(d.message));
+      }
     }
   }
   if (s.data.size % 32 != 0) {

@@ -65,6 +65,10 @@ std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env,
   const auto slurm_id = value("SLURM_ARRAY_TASK_ID");
   const auto slurm_count = value("SLURM_ARRAY_TASK_COUNT");
   const auto slurm_min = value("SLURM_ARRAY_TASK_MIN");
+  if (slurm_id && !slurm_count) {
+    // As a Kubernetes index without its count: a part of the suite was meant.
+    throw ScenarioError("SLURM_ARRAY_TASK_ID is set: expected SLURM_ARRAY_TASK_COUNT too (the array's size)");
+  }
   if (slurm_id && slurm_count) {
     const int64_t min = slurm_min.value_or(0);
     if (*slurm_count < 1 || *slurm_id < min || *slurm_id - min >= *slurm_count) {

@@ -83,6 +83,29 @@ TEST(OutputLockTest, TheSameScenarioMayRunAgainIntoItsOwnFolder) {
   fs::remove_all(dir);
 }
 
+// A training run continued from its own folder: the checkpoint it resumes
+// from stays in place while the previous outputs are set aside (it used to be
+// moved away and then reported as missing).
+TEST(OutputReuseTest, TrainingResumesFromACheckpointInItsOwnFolder) {
+  const testing::ScratchDir dir("dbh-trust-resume-own");
+  const fs::path out = dir / "out";
+  const std::vector<std::string> common = {"train", "--size", "64", "--batch-size", "1", "--threads", "1",
+                                           "--channels-last", "false", "-q", "--out", out.string()};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return dbh(args, dir.path());
+  };
+  const auto first = with({"--steps", "1"});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const auto again = with({"--steps", "2", "--resume", (out / "checkpoint-final.pt").string()});
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  const std::string metrics = read_text(out / "metrics.csv");
+  EXPECT_NE(metrics.find("\n1,"), std::string::npos) << metrics;  // the second step (0-based) trained
+  EXPECT_EQ(metrics.find("\n0,"), std::string::npos) << metrics;  // resumed after the first
+  EXPECT_FALSE(fs::exists(out / ".dbh-previous"));
+}
+
 TEST(SuiteIdTest, ScenariosWithTheSameFileNameKeepTheirOwnReports) {
   const fs::path dir = fresh_dir("ids");
   write_text(dir / "a" / "x.yaml", tiny("name: from-a\n"));

@@ -138,6 +138,21 @@ TEST(OutputReuseTest, AContinuedFolderKeepsWhatItContinues) {
   EXPECT_EQ(read_text(out / ".dbh-made"), "a.txt\nb.txt\nc.txt\nmain\n");
 }
 
+// A run that continues from its own folder (a checkpoint of the previous run
+// to resume from) keeps that input in place while the rest is set aside.
+TEST(OutputReuseTest, AnInputInsideThePreviousOutputsStaysInPlace) {
+  ScratchDir root("dbh-outdir-input");
+  const fs::path out = first_run(root.path());
+  {
+    OutputDir claim(out, "run x", OutputDir::Reuse::kReplace, {(out / "main" / "events.jsonl").string()});
+    EXPECT_EQ(read_text(out / "main" / "events.jsonl"), "events of run 1");
+    EXPECT_FALSE(fs::exists(out / "a.txt"));
+    claim.commit();
+  }
+  EXPECT_TRUE(fs::exists(out / "main" / "events.jsonl"));
+  EXPECT_FALSE(fs::exists(out / "b.txt"));
+}
+
 // A name in .dbh-made is an entry of the folder, never a path: a list edited
 // to name something outside moves nothing out of place.
 TEST(OutputReuseTest, AListNamingAPathOutsideTheFolderMovesNothing) {

@@ -32,6 +32,7 @@ TEST(ShardTest, DetectsSchedulersFromTheEnvironment) {
   EXPECT_EQ(k8s->count, 3);
   EXPECT_EQ(detect_shard({{"JOB_COMPLETION_INDEX", "1"}}, 2)->count, 2);
   EXPECT_THROW(detect_shard({{"JOB_COMPLETION_INDEX", "1"}}), ScenarioError);
+  EXPECT_THROW(detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}}), ScenarioError);  // an index without its count
   auto gitlab = detect_shard({{"CI_NODE_INDEX", "1"}, {"CI_NODE_TOTAL", "2"}});  // 1-based
   ASSERT_TRUE(gitlab);
   EXPECT_EQ(gitlab->index, 0);
