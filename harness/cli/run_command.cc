@@ -717,6 +717,7 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
 
 int suite_command(const RunOptions& o) {
   std::vector<std::string> data_paths;  // each scenario's dataset folder, never written into
+  std::map<std::string, std::string> hash_of;  // file -> hash of its resolved scenario (overrides applied)
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
@@ -740,7 +741,9 @@ int suite_command(const RunOptions& o) {
     }
     files = unique;
     for (const auto& f : files) {  // all valid before anything runs
-      data_paths.push_back(load_scenario(f, o.overrides).data.path);
+      const Scenario s = load_scenario(f, o.overrides);
+      data_paths.push_back(s.data.path);
+      hash_of[f] = scenario_hash(s);
     }
     if (o.shard_count > 0 && !o.shard.empty()) {
       throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
@@ -833,7 +836,14 @@ int suite_command(const RunOptions& o) {
   for (const auto& f : files) {
     const std::string& id = ids_of.at(f);
     ids.push_back(id);
-    if (const auto it = finished.find(id); it != finished.end()) {
+    auto it = finished.find(id);
+    if (it != finished.end() && it->second.contains("hash") && it->second.value("hash", "") != hash_of.at(f)) {
+      // Another configuration (the file edited, other overrides): its result
+      // answers a question nobody asks now.
+      p.line("rerun " + id + ": its scenario or overrides changed since it finished");
+      it = finished.end();
+    }
+    if (it != finished.end()) {
       std::ifstream in(fs::path(it->second.value("dir", "")) / "report.json");
       const auto j = nlohmann::json::parse(in, nullptr, false);
       if (!j.is_discarded()) {
@@ -845,6 +855,7 @@ int suite_command(const RunOptions& o) {
       }
     }
     if (started.count(id) && !finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
+    finished.erase(id);  // whatever an earlier run says, this one runs it
     if (stop_requested() != 0) {
       interrupted.push_back(id);
       continue;
@@ -860,7 +871,7 @@ int suite_command(const RunOptions& o) {
       }
       journal.append({{"type", "finished"}, {"scenario", id}, {"outcome", to_string(r.outcome)},
                       {"expectation_met", r.expectation_met}, {"dir", fs::absolute(dir).string()},
-                      {"time", now_iso()}});
+                      {"hash", hash_of.at(f)}, {"time", now_iso()}});
       print_summary(r, p);
       reports.push_back(std::move(r));
     } catch (const ScenarioError& e) {

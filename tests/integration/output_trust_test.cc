@@ -106,6 +106,25 @@ TEST(OutputReuseTest, TrainingResumesFromACheckpointInItsOwnFolder) {
   EXPECT_FALSE(fs::exists(out / ".dbh-previous"));
 }
 
+// `suite --resume` keeps a finished result only for the configuration that
+// produced it: other overrides or an edited file run it again.
+TEST(SuiteResumeTest, AResultOfAnotherConfigurationIsNotReused) {
+  const testing::ScratchDir dir("dbh-trust-resume-config");
+  write_text(dir / "suite" / "a.yaml", tiny());
+  const std::string out = (dir / "out").string();
+  const auto first = dbh({"suite", (dir / "suite").string(), "--out", out}, dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const auto same = dbh({"suite", (dir / "suite").string(), "--out", out, "--resume"}, dir.path());
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("skip  a: finished in an earlier run (passed)"), std::string::npos) << same.out;
+  const auto other =
+      dbh({"suite", (dir / "suite").string(), "--out", out, "--resume", "expect.outcome=crashed"}, dir.path());
+  EXPECT_EQ(other.exit_code, 1) << other.out << other.err;
+  EXPECT_NE(other.out.find("rerun a: its scenario or overrides changed since it finished"), std::string::npos)
+      << other.out;
+  EXPECT_NE(other.out.find("0 passed, 1 failed"), std::string::npos) << other.out;
+}
+
 TEST(SuiteIdTest, ScenariosWithTheSameFileNameKeepTheirOwnReports) {
   const fs::path dir = fresh_dir("ids");
   write_text(dir / "a" / "x.yaml", tiny("name: from-a\n"));
