@@ -995,6 +995,14 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
         if (type != "finished") continue;
         const std::string id = rec.value("scenario", "");
         finished[id] = rec;
+        // The scenario's folder beside its journal: shard folders may have
+        // been moved or copied since the journal recorded an absolute path
+        // (which may now hold another copy's reports, or nothing).
+        if (!id.empty() && id != "." && id != ".." && id.find('/') == std::string::npos) {
+          std::error_code beside_ec;
+          const fs::path beside = jp.parent_path() / id;
+          if (fs::is_directory(beside, beside_ec)) finished[id]["dir"] = fs::absolute(beside).string();
+        }
         finished_here.insert(id);
       }
       seen_finished = static_cast<int64_t>(finished_here.size());

@@ -125,6 +125,23 @@ TEST(SuiteResumeTest, AResultOfAnotherConfigurationIsNotReused) {
   EXPECT_NE(other.out.find("0 passed, 1 failed"), std::string::npos) << other.out;
 }
 
+// Shard folders moved or copied elsewhere merge from where they are now: the
+// reports beside each journal, not the absolute paths it recorded.
+TEST(MergeTest, MovedShardFoldersMergeFromWhereTheyAre) {
+  const testing::ScratchDir dir("dbh-trust-merge-moved");
+  write_text(dir / "suite" / "a.yaml", tiny());
+  write_text(dir / "suite" / "b.yaml", tiny());
+  const std::string os = (dir / "os").string();
+  for (const char* shard : {"0/2", "1/2"}) {
+    const auto r = dbh({"suite", (dir / "suite").string(), "--shard", shard, "--out", os, "-q"}, dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  fs::rename(dir / "os", dir / "moved");
+  const auto merged = dbh({"merge", (dir / "moved").string(), "--out", (dir / "merged").string()}, dir.path());
+  EXPECT_EQ(merged.exit_code, 0) << merged.out << merged.err;
+  EXPECT_NE(merged.out.find("2 passed, 0 failed"), std::string::npos) << merged.out;
+}
+
 TEST(SuiteIdTest, ScenariosWithTheSameFileNameKeepTheirOwnReports) {
   const fs::path dir = fresh_dir("ids");
   write_text(dir / "a" / "x.yaml", tiny("name: from-a\n"));
