@@ -675,7 +675,22 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
              std::string(DBH_SCENARIO_KEY(train.eval_every)) + " 0");
       }
     }
-    if (r.get("loss_drop") != nullptr) s.expect.loss_drop = r.number("loss_drop", 0.0, 0.0, 1.0);
+    if (r.get("loss_drop") != nullptr) {
+      s.expect.loss_drop = r.number("loss_drop", 0.0, 0.0, 1.0);
+      // One step has no trend: the expectation could never be judged.
+      if (s.train.max_steps < 2) {
+        fail(r.get("loss_drop")->loc, "expect.loss_drop",
+             "a run of at least 2 steps (" + std::string(DBH_SCENARIO_KEY(train.max_steps)) + ")",
+             std::string(DBH_SCENARIO_KEY(train.max_steps)) + " " + std::to_string(s.train.max_steps));
+      }
+    }
+    // Determinism is judged by comparing fresh processes: with one there is
+    // nothing to compare, and the run would fail without a check.
+    if (s.expect.deterministic && s.repeat.processes < 2) {
+      fail(r.get("deterministic")->loc, "expect.deterministic",
+           "at least 2 fresh processes to compare (" + std::string(DBH_SCENARIO_KEY(repeat.processes)) + ")",
+           std::string(DBH_SCENARIO_KEY(repeat.processes)) + " " + std::to_string(s.repeat.processes));
+    }
     r.finish();
   }
   if (const Value* controls = root.get("controls")) {
