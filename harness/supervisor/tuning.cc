@@ -22,6 +22,7 @@
 #include "harness/common/cpu.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
+#include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/supervisor/machine.h"
@@ -287,6 +288,9 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
   std::error_code ec;
   if (root.empty()) {
     record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
+  } else if (!s.data.path.empty() && path_within(root, s.data.path)) {
+    // dbh never writes into the user's data.
+    record["cache_note"] = "not cached: the cache folder " + root + " lies inside the dataset " + s.data.path;
   } else {
     const fs::path dir = fs::path(root) / "tuning";
     // Never through a link: the cache's entries and locks stay in the cache.

@@ -1,5 +1,7 @@
 #include "model/data/scan.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -178,7 +180,8 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                                  out.annotation_path + ": expected at least one annotated image, found none"});
   }
   // Each image file is annotated once: the first name (and file) that
-  // resolved to it, by resolved path.
+  // resolved to it, by file identity (device and inode: a hard link is
+  // another name of the same file too), by resolved path when it is missing.
   struct FirstName {
     std::string name;
     std::string annotation_file;
@@ -193,7 +196,11 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
       add_image_defect(out.defects, DefectKind::kOutsideDataset, ann_file, image.file, image.line, ref.problem);
       continue;  // never checked, decoded or offered to a reader
     }
-    const auto [first, inserted] = annotated.emplace(ref.resolved, FirstName{image.file, ann_file, image.line});
+    struct stat st {};
+    const std::string identity = ::stat(ref.resolved.c_str(), &st) == 0
+                                     ? "file " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)
+                                     : "path " + ref.resolved;
+    const auto [first, inserted] = annotated.emplace(identity, FirstName{image.file, ann_file, image.line});
     if (!inserted) {
       const FirstName& f = first->second;
       if (f.annotation_file != ann_file) {

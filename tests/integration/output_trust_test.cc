@@ -142,6 +142,22 @@ TEST(MergeTest, MovedShardFoldersMergeFromWhereTheyAre) {
   EXPECT_NE(merged.out.find("2 passed, 0 failed"), std::string::npos) << merged.out;
 }
 
+// A cache folder inside the dataset (DBH_CACHE_DIR pointed there) is not
+// written: the measured choice is used and said to be not cached.
+TEST(OutputLinksTest, TheTuningCacheIsNeverWrittenIntoTheDataset) {
+  const testing::ScratchDir dir("dbh-trust-cache-in-data");
+  fs::copy(fs::path(DBH_SOURCE_DIR) / "fixtures" / "real", dir / "ds", fs::copy_options::recursive);
+  const std::string cache = (dir / "ds" / ".cache").string();
+  const auto r = testing::run_process({"/usr/bin/env", "DBH_CACHE_DIR=" + cache, DBH_BINARY, "train", "--data",
+                                       (dir / "ds").string(), "--steps", "1", "--size", "64", "--batch-size", "1",
+                                       "--out", (dir / "out").string()},
+                                      dir.string(), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("not cached: the cache folder " + cache + " lies inside the dataset"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir / "ds" / ".cache"));
+}
+
 TEST(SuiteIdTest, ScenariosWithTheSameFileNameKeepTheirOwnReports) {
   const fs::path dir = fresh_dir("ids");
   write_text(dir / "a" / "x.yaml", tiny("name: from-a\n"));

@@ -207,6 +207,14 @@ TEST_F(ScanTest, TwoGroundTruthFilesOfOneImageAreADuplicate) {
   EXPECT_FALSE(linked.readable);
   ASSERT_EQ(of_kind(linked, DefectKind::kDuplicateImage).size(), 1u);
   EXPECT_EQ(of_kind(linked, DefectKind::kDuplicateImage)[0].image, "img_2.png");
+
+  // A hard link is another name of the same file too.
+  fs::remove(ds_ / "images" / "img_2.png");
+  fs::create_hard_link(ds_ / "images" / "img_1.png", ds_ / "images" / "img_2.png");
+  const ScanResult hard = scan_dataset(ds_.string(), OnInvalid::kError);
+  EXPECT_FALSE(hard.readable);
+  ASSERT_EQ(of_kind(hard, DefectKind::kDuplicateImage).size(), 1u);
+  EXPECT_EQ(of_kind(hard, DefectKind::kDuplicateImage)[0].image, "img_2.png");
 }
 
 TEST_F(ScanTest, DistinctImagesAreNotDuplicates) {
