@@ -53,9 +53,12 @@ constexpr const char* kPreviousName = ".dbh-previous";  // the previous run's en
 
 // dbh's own bookkeeping entries: never outputs, never foreign.
 bool is_control(const std::string& name) {
-  return name == kLockName || name == kOwnerName || name == kMadeName || name == kClaimedName ||
-         name == kPreviousName || name.rfind(std::string(kOwnerName) + ".tmp.", 0) == 0 ||
-         name.rfind(std::string(kMadeName) + ".tmp.", 0) == 0 || name.rfind(std::string(kClaimedName) + ".tmp.", 0) == 0;
+  if (name == kLockName || name == kPreviousName) return true;
+  // The files dbh writes atomically, and their temporaries while it does.
+  for (const char* file : {kOwnerName, kMadeName, kClaimedName}) {
+    if (name == file || name.rfind(std::string(file) + ".tmp.", 0) == 0) return true;
+  }
+  return false;
 }
 
 [[noreturn]] void refuse(const fs::path& p, const std::string& expected, const std::string& got) {
@@ -64,15 +67,15 @@ bool is_control(const std::string& name) {
 
 std::string error_text(int err) { return std::string("an error (") + std::strerror(err) + ")"; }
 
-// At most 4096 bytes of the regular file `p`; "" when it is anything else (a
+// At most `max` bytes of the regular file `p`; "" when it is anything else (a
 // link is not followed, a FIFO never blocks).
-std::string read_small(const fs::path& p) {
+std::string read_small(const fs::path& p, size_t max = 4096) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return {};
   std::string s;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    s.resize(4096);
+    s.resize(std::min(max, static_cast<size_t>(st.st_size) + 1));
     const ssize_t n = ::pread(fd, s.data(), s.size(), 0);
     s.resize(n > 0 ? static_cast<size_t>(n) : 0);
   }
@@ -84,16 +87,7 @@ std::string read_small(const fs::path& p) {
 // empty when it is missing or anything else.
 std::set<std::string> read_names(const fs::path& p) {
   std::set<std::string> names;
-  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return names;
-  struct stat st {};
-  std::string s;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (16 << 20)) {
-    s.resize(static_cast<size_t>(st.st_size));
-    const ssize_t n = ::pread(fd, s.data(), s.size(), 0);
-    s.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  }
-  ::close(fd);
+  const std::string s = read_small(p, 16 << 20);
   size_t start = 0;
   for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
     const std::string name = s.substr(start, nl - start);
