@@ -1,8 +1,10 @@
 #include "harness/common/value.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -134,23 +136,109 @@ struct Converter {
 
 }  // namespace
 
+namespace {
+
+// YAML admits only printable characters (YAML 1.2, "c-printable"): of the
+// ASCII controls, tab, line feed and carriage return. yaml-cpp's multi-document
+// reader loops forever on some inputs holding a NUL byte, so anything else is
+// refused here, before the parser sees it, naming where it is.
+void check_printable(const std::string& text, const std::string& file) {
+  int line = 1;
+  int column = 1;
+  for (const char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte == '\n') {
+      ++line;
+      column = 1;
+      continue;
+    }
+    if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", byte);
+      throw ScenarioError(Location{file, line, column}.str() +
+                          ": expected text (YAML allows no control characters but tab, line feed and carriage " +
+                          "return), got the byte " + hex);
+    }
+    ++column;
+  }
+}
+
+// Reads the documents of a YAML stream as events, without building them: what
+// parse_yaml needs to know about the documents after the first.
+class DocumentScan : public YAML::EventHandler {
+ public:
+  YAML::Mark start;          // where the current document begins
+  YAML::Mark content;        // its first node that is not null
+  bool has_content = false;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start = mark;
+    has_content = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { note(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    note(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    note(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void note(const YAML::Mark& mark) {
+    if (!has_content) content = mark;
+    has_content = true;
+  }
+};
+
+Location location_of(const YAML::Mark& mark, const std::string& file) {
+  return Location{file, mark.line + 1, mark.column + 1};
+}
+
+// Refuses a stream holding more than one document. A second document ("---"
+// after the first) would be silently dropped by a single-document read: the
+// user meant something by it. An empty one (a trailing "---") says nothing and
+// is let be. yaml-cpp 0.7 reports, for some invalid inputs (a lone ","), a
+// document that consumes nothing, forever (its YAML::LoadAll never returns);
+// a document starting where the previous one started is that, and a syntax error.
+void check_one_document(const std::string& text, const std::string& file) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentScan scan;
+  size_t documents = 0;
+  YAML::Mark previous;
+  while (parser.HandleNextDocument(scan)) {
+    ++documents;
+    if (documents > 1 && scan.start.pos == previous.pos) {
+      throw ScenarioError(location_of(scan.start, file).str() +
+                          ": expected valid YAML, got a syntax error: a character no YAML rule accepts here");
+    }
+    if (documents > 1 && scan.has_content) {
+      throw ScenarioError(location_of(scan.content, file).str() + ": expected one YAML document, got another " +
+                          "after the first (a \"---\" separator starts it; its settings would be ignored)");
+    }
+    previous = scan.start;
+  }
+}
+
+}  // namespace
+
 Value parse_yaml(const std::string& text, const std::string& file) {
-  std::vector<YAML::Node> documents;
+  check_printable(text, file);
+  YAML::Node node;
   try {
-    documents = YAML::LoadAll(text);
+    check_one_document(text, file);
+    node = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw ScenarioError(Location{file, e.mark.line + 1, e.mark.column + 1}.str() +
-                        ": expected valid YAML, got a syntax error: " + e.msg);
+    throw ScenarioError(location_of(e.mark, file).str() + ": expected valid YAML, got a syntax error: " + e.msg);
   }
-  // A second document ("---" after the first) would be silently dropped by
-  // a single-document read: the user meant something by it.
-  // An empty one (a trailing "---") says nothing and is let be.
-  for (size_t i = 1; i < documents.size(); ++i) {
-    if (documents[i].IsNull()) continue;
-    throw ScenarioError(mark_of(documents[i], file).str() + ": expected one YAML document, got another after " +
-                        "the first (a \"---\" separator starts it; its settings would be ignored)");
-  }
-  const YAML::Node node = documents.empty() ? YAML::Node() : documents.front();
   Converter converter{file, 0, {}};
   return converter.convert(node);
 }

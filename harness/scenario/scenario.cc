@@ -131,8 +131,10 @@ namespace {
 // top level, a fault, the expectation. Checks types, ranges and unknown keys.
 class MapReader {
  public:
-  MapReader(const Value* v, std::string path, Location fallback)
-      : v_(v), path_(std::move(path)), fallback_(std::move(fallback)) {
+  // `nulls_unset`: every key of this map may be written empty to unset it
+  // (the expectation's, which an override such as expect.step=null drops).
+  MapReader(const Value* v, std::string path, Location fallback, bool nulls_unset = false)
+      : v_(v), path_(std::move(path)), fallback_(std::move(fallback)), nulls_unset_(nulls_unset) {
     if (v_ != nullptr && !v_->is_map() && !v_->is_null()) {
       fail(v_->loc, path_, "a map", v_->describe());
     }
@@ -140,10 +142,17 @@ class MapReader {
 
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
 
-  const Value* get(const std::string& k) {
+  // The value written for `k`, or null when none is. A key written with an
+  // empty value ("at_step:") is refused unless null says something for it
+  // (`unset`: an optional expectation left to its default).
+  const Value* get(const std::string& k, bool null_means_unset = false, const std::string& expected = "a value") {
     known_.push_back(k);
     if (v_ == nullptr || !v_->is_map()) return nullptr;
     const Value* x = v_->find(k);
+    if (x != nullptr && x->is_null() && !null_means_unset && !nulls_unset_) {
+      fail(x->key_loc.line > 0 ? x->key_loc : x->loc, key(k), expected,
+           "an empty value (remove the key to keep its default)");
+    }
     return (x == nullptr || x->is_null()) ? nullptr : x;
   }
 
@@ -153,10 +162,11 @@ class MapReader {
   }
 
   int64_t integer(const std::string& k, int64_t def, int64_t lo, int64_t hi) {
-    const Value* x = get(k);
+    const std::string expected = hi == INT64_MAX ? "an integer >= " + std::to_string(lo)
+                                                 : "an integer in [" + std::to_string(lo) + ", " +
+                                                       std::to_string(hi) + "]";
+    const Value* x = get(k, false, expected);
     if (x == nullptr) return def;
-    const std::string expected = "an integer in [" + std::to_string(lo) + ", " +
-                                 (hi == INT64_MAX ? std::string("∞") : std::to_string(hi)) + "]";
     int64_t v = 0;
     if (!parse_int(scalar(k, x, expected.c_str()).scalar, &v) || v < lo || v > hi) {
       fail(x->loc, key(k), expected, x->describe());
@@ -165,11 +175,11 @@ class MapReader {
   }
 
   double number(const std::string& k, double def, double lo, double hi, bool lo_open = false) {
-    const Value* x = get(k);
-    if (x == nullptr) return def;
     std::ostringstream e;
     e << "a number " << (lo_open ? "> " : ">= ") << lo;
     if (hi < 1e300) e << " and <= " << hi;
+    const Value* x = get(k, false, e.str());
+    if (x == nullptr) return def;
     double v = 0;
     if (!parse_double(scalar(k, x, e.str().c_str()).scalar, &v) || v < lo || (lo_open && v == lo) ||
         v > hi) {
@@ -179,7 +189,7 @@ class MapReader {
   }
 
   bool boolean(const std::string& k, bool def) {
-    const Value* x = get(k);
+    const Value* x = get(k, false, "true or false");
     if (x == nullptr) return def;
     bool v = false;
     if (!parse_bool(scalar(k, x, "true or false").scalar, &v)) {
@@ -189,17 +199,17 @@ class MapReader {
   }
 
   std::optional<bool> opt_boolean(const std::string& k) {
-    if (get(k) == nullptr) return std::nullopt;
+    if (get(k, true) == nullptr) return std::nullopt;
     known_.pop_back();
     return boolean(k, false);
   }
 
   std::string string(const std::string& k, const std::string& def,
                      const std::vector<std::string>& allowed = {}) {
-    const Value* x = get(k);
-    if (x == nullptr) return def;
     const std::string expected =
         allowed.empty() ? std::string("a string") : "one of " + join(allowed);
+    const Value* x = get(k, false, expected);
+    if (x == nullptr) return def;
     const std::string& s = scalar(k, x, expected.c_str()).scalar;
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
       fail(x->loc, key(k), expected, x->describe() + did_you_mean(s, allowed));
@@ -209,7 +219,7 @@ class MapReader {
 
   std::optional<std::string> opt_string(const std::string& k,
                                         const std::vector<std::string>& allowed = {}) {
-    if (get(k) == nullptr) return std::nullopt;
+    if (get(k, true) == nullptr) return std::nullopt;
     known_.pop_back();
     return string(k, "", allowed);
   }
@@ -237,6 +247,7 @@ class MapReader {
   const Value* v_;
   std::string path_;
   Location fallback_;
+  bool nulls_unset_ = false;
   std::vector<std::string> known_;
 };
 
@@ -418,13 +429,13 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
 
   // The table's keys (schema.h), section by section, each followed by the
   // checks that involve more than one key or the file system.
-  read_section(root.get("model"), "model", s);
+  read_section(root.get("model", true), "model", s);
   if (!s.model.weights.empty()) {
     check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
                           DBH_SCENARIO_KEY(model.weights));
   }
 
-  read_section(root.get("data"), "data", s);
+  read_section(root.get("data", true), "data", s);
   if (s.data.source == "real" && s.data.path.empty()) {
     fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
          "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
@@ -479,7 +490,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
   }
 
-  read_section(root.get("train"), "train", s);
+  read_section(root.get("train", true), "train", s);
   if (!s.train.resume_from.empty()) {
     check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
                           DBH_SCENARIO_KEY(train.resume_from));
@@ -491,7 +502,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
          "none");
   }
 
-  read_section(root.get("hardware"), "hardware", s);
+  read_section(root.get("hardware", true), "hardware", s);
   {
     const std::string& device = s.hardware.device;
     int64_t ordinal = 0;
@@ -519,9 +530,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
          quoted_excerpt(s.train.precision));
   }
 
-  read_section(root.get("monitors"), "monitors", s);
+  read_section(root.get("monitors", true), "monitors", s);
 
-  if (const Value* faults = root.get("faults")) {
+  if (const Value* faults = root.get("faults", true)) {
     if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
     for (size_t i = 0; i < faults->seq.size(); ++i) {
       s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder));
@@ -572,7 +583,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       }
     }
   }
-  read_section(root.get("repeat"), "repeat", s);
+  read_section(root.get("repeat", true), "repeat", s);
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (s.faults[i].run >= s.repeat.in_process) {
       const Value& fv = tree.find("faults")->seq[i];
@@ -622,9 +633,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       spec->check(placement);
     }
   }
-  read_section(root.get("limits"), "limits", s);
+  read_section(root.get("limits", true), "limits", s);
   {
-    MapReader r(root.get("expect"), "expect", root.loc());
+    MapReader r(root.get("expect", true), "expect", root.loc(), /*nulls_unset=*/true);
     s.expect.outcome = r.string("outcome", "passed", kOutcomes);
     s.expect.failure_class = r.opt_string("failure_class");
     if (s.expect.failure_class) {
@@ -693,7 +704,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
     r.finish();
   }
-  if (const Value* controls = root.get("controls")) {
+  if (const Value* controls = root.get("controls", true)) {
     if (!controls->is_seq()) {
       fail(controls->loc, "controls", "a list of override lists", controls->describe());
     }

@@ -480,7 +480,14 @@ void read_section(const Value* v, const std::string& section, Scenario& s) {
   for (const KeySpec& k : scenario_keys()) {
     if (parent_of(k.key) != section) continue;
     const Value* x = written ? v->find(name_of(k.key)) : nullptr;
-    if (x != nullptr && !x->is_null()) read_key(k, *x, s);
+    if (x == nullptr) continue;
+    if (x->is_null()) {
+      // "max_steps:" with nothing after it: YAML reads null, which would
+      // silently stand for the default (or undo an include's value).
+      fail(x->key_loc.line > 0 ? x->key_loc : x->loc, k.key, key_form(k),
+           "an empty value (remove the key to keep its default)");
+    }
+    read_key(k, *x, s);
   }
   for (const std::string& name : known) {
     if (find_scenario_key(section + "." + name) == nullptr) {
@@ -598,8 +605,10 @@ std::string scenario_keys_markdown() {
   md << "# Scenario keys\n\n"
         "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat` and `limits`:\n"
         "how it is written, its default and what it does. A key a scenario does not write keeps its default;\n"
-        "`key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and `controls` are\n"
-        "described in the README (\"Scenarios, trials and reports\").\n\n"
+        "a key written with nothing after it (`max_steps:`, `~`, `null`) is refused rather than read as its\n"
+        "default. `key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and\n"
+        "`controls` are described in the README (\"Scenarios, trials and reports\"); an expectation written\n"
+        "`null` (`expect.step=null`) is unset.\n\n"
         "Booleans are also written `yes`/`no` or `on`/`off`; sizes take the units B, KB, MB, GB, TB, KiB, MiB,\n"
         "GiB and TiB (K, M and G are KiB, MiB and GiB). Relative paths are relative to the file that writes them\n"
         "(the working directory for overrides).\n\n"

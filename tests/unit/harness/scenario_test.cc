@@ -457,6 +457,61 @@ TEST(ApplyOverride, SetsCreatesAndReplaces) {
   EXPECT_THROW(apply_override(root, "a.c.x=w"), ScenarioError);
 }
 
+// yaml-cpp's multi-document reader never returns on some inputs holding a
+// NUL byte (fuzzer inputs "\0," and "tag\0...\v..."): such bytes are refused
+// before the parser runs, with where they are.
+TEST(ParseYaml, RefusesControlBytesWithTheirPlace) {
+  using namespace std::string_literals;
+  for (const std::string& text : {"\0,"s, "a: 1\nb: x\x0by\n"s, "a: 1\n  \x7f\n"s, "tag\0\0\x0bx, , zy[=, d=\0\0]"s}) {
+    try {
+      (void)parse_yaml(text, "t.yaml");
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(text);
+    } catch (const ScenarioError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("t.yaml:", 0), 0u) << m;
+      EXPECT_NE(m.find("expected text"), std::string::npos) << m;
+      EXPECT_NE(m.find("got the byte 0x"), std::string::npos) << m;
+    }
+  }
+  try {
+    (void)parse_yaml("a: 1\nb: x\x0by\n", "t.yaml");
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.yaml:2:5"), std::string::npos) << e.what();
+  }
+  Value root = parse_yaml("a: 1\n", "t.yaml");
+  EXPECT_THROW(apply_override(root, "a=\0,"s), ScenarioError);
+  EXPECT_THROW(apply_override(root, "a=,"s), ScenarioError);
+  // Tab, carriage return and UTF-8 text stay fine.
+  EXPECT_EQ(parse_yaml("a:\t1\r\nb: \xc3\xa9t\xc3\xa9\n", "t.yaml").find("b")->scalar, "\xc3\xa9t\xc3\xa9");
+}
+
+// yaml-cpp 0.7 reports a document that consumes nothing, forever, for a lone
+// "," (its YAML::LoadAll never returns): that is a syntax error with its place.
+TEST(ParseYaml, ALoneCommaIsASyntaxErrorNotAHang) {
+  for (const std::string text : {",", ",\n", "\n,\n", "# c\n  ,\n"}) {
+    try {
+      (void)parse_yaml(text, "t.yaml");
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(text);
+    } catch (const ScenarioError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected valid YAML"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    (void)parse_yaml("\n  ,\n", "t.yaml");
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("t.yaml:2:3:", 0), 0u) << e.what();
+  }
+  // Documents after the first: empty ones are let be, one with settings is refused where they start.
+  EXPECT_EQ(parse_yaml("a: 1\n---\n", "t.yaml").find("a")->scalar, "1");
+  EXPECT_EQ(parse_yaml("---\na: 1\n...\n---\n", "t.yaml").find("a")->scalar, "1");
+  try {
+    (void)parse_yaml("a: 1\n---\nb: 2\n", "t.yaml");
+    ADD_FAILURE() << "a second document was accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("t.yaml:3:1: expected one YAML document", 0), 0u) << e.what();
+  }
+}
+
 // --- resolved JSON and hash ------------------------------------------------
 
 std::vector<std::string> shipped_scenarios() {
