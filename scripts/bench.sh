@@ -8,7 +8,10 @@
 # Writes OUT_DIR/{harness,loader,bisect}_<device>.json (Google Benchmark JSON),
 # OUT_DIR/machine.json (CPU, instruction sets, GPU) and OUT_DIR/table.md. DBH_BENCH_DEVICE=cuda measures the training steps on
 # the GPU; DBH_BENCH_QUICK=1 takes one repetition instead of five (a smoke
-# check, not a measurement). Takes about 20 minutes on 2 CPU cores.
+# check, not a measurement). DBH_BENCH_BIN=DIR takes dbh and dbh_benchmarks
+# from DIR instead of building the dev preset, DBH_BENCH_PYTHON a Python with
+# torch other than .venv's (both for the GPU machine: scripts/gpu-check.sh bench).
+# Takes about 20 minutes on 2 CPU cores.
 # Exit status: 0 all targets met, 1 some missed, 2 setup/build errors.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,12 +20,18 @@ out="${1:-$root/build/bench}"
 device="${DBH_BENCH_DEVICE:-cpu}"
 reps=5
 [[ "${DBH_BENCH_QUICK:-0}" == 1 ]] && reps=1
-./dev build --target dbh_benchmarks dbh >/dev/null || exit 2
-bench="$root/build/${DBH_PRESET:-dev}/bin/dbh_benchmarks"
+bin="${DBH_BENCH_BIN:-}"
+if [[ -z $bin ]]; then
+  ./dev build --target dbh_benchmarks dbh >/dev/null || exit 2
+  bin="$root/build/${DBH_PRESET:-dev}/bin"
+fi
+[[ -x $bin/dbh_benchmarks && -x $bin/dbh ]] || { echo "bench: no dbh and dbh_benchmarks in $bin" >&2; exit 2; }
+bench="$bin/dbh_benchmarks"
+py="${DBH_BENCH_PYTHON:-$root/.venv/bin/python}"
 mkdir -p "$out"
 common=(--benchmark_out_format=json --benchmark_counters_tabular=true)
 # The machine the numbers belong to (the table's first line).
-"$root/.venv/bin/python" - "$out/machine.json" <<'PY' || exit 2
+"$py" - "$out/machine.json" <<'PY' || exit 2
 import glob, json, os, platform, sys
 cpu, mhz, flags = "?", "?", set()
 with open("/proc/cpuinfo") as f:
@@ -56,10 +65,10 @@ PY
 # machine: what `auto` chooses (measured afresh, cached only under OUT_DIR).
 echo "bench: dbh's auto choice of layout and threads for the 640² step" >&2
 rm -rf "$out/auto"
-DBH_CACHE_DIR="$out/auto-cache" "$root/build/${DBH_PRESET:-dev}/bin/dbh" run tests/bench/scenarios/step-640.yaml \
+DBH_CACHE_DIR="$out/auto-cache" "$bin/dbh" run tests/bench/scenarios/step-640.yaml \
   "hardware.device=$device" --out "$out/auto" -q >&2 || exit 2
 rm -rf "$out/auto-cache"
-DBH_BENCH_AUTO="$("$root/.venv/bin/python" -c '
+DBH_BENCH_AUTO="$("$py" -c '
 import json, sys
 m = json.load(open(sys.argv[1]))["measured_choices"]
 print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/auto/report.json")" || exit 2
@@ -76,6 +85,6 @@ echo "bench: data loader and the trainer's consumption at 640²" >&2
 echo "bench: bisection and qualification cost on planted failures" >&2
 "$bench" --benchmark_filter='^BM_(Bisect|Qualify)' --benchmark_out="$out/bisect_cpu.json" "${common[@]}" >&2
 rc=0
-"$root/.venv/bin/python" tests/bench/table.py "$out" | tee "$out/table.md" || rc=${PIPESTATUS[0]}
+"$py" tests/bench/table.py "$out" | tee "$out/table.md" || rc=${PIPESTATUS[0]}
 echo "bench: results in $out" >&2
 exit "$rc"

@@ -9,7 +9,8 @@
 #   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
 #   scripts/gpu-check.sh diagnose  dbh diagnose on the GPU pack's real sticky fault
 #   scripts/gpu-check.sh sanitize  compute-sanitizer memcheck on a one-step run
-#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests, sanitize
+#   scripts/gpu-check.sh bench     the benchmarks on the GPU (scripts/bench.sh, DBH_BENCH_DEVICE=cuda)
+#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests, sanitize, bench
 #
 # Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
 # suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
@@ -151,6 +152,21 @@ sanitize() {
   grep -E 'ERROR SUMMARY' "$out/sanitize.log" | tail -3 | tee -a "$summary"
 }
 
+bench() {
+  # The Google Benchmark programs on the GPU: dbh's step against PyTorch eager
+  # (this machine's Python and torch), images/s, trial start-up, bisection
+  # and qualification costs; the table and its JSON land in $out/bench.
+  deps
+  cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; return 1; }
+  build dbh dbh_benchmarks
+  deps
+  local t0=$SECONDS
+  LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BENCH_DEVICE=cuda DBH_BENCH_BIN="$bin_dir" DBH_BENCH_PYTHON=python3 \
+    DBH_BENCH_QUICK="${DBH_BENCH_QUICK:-0}" scripts/bench.sh "$out/bench" >"$out/bench.log" 2>&1
+  note "bench (cuda): exit $? in $((SECONDS - t0)) s"
+  tail -30 "$out/bench/table.md" 2>/dev/null | tee -a "$summary"
+}
+
 pack_results() {
   cp "$out"/*.log "$work/" 2>/dev/null
   tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' . 2>/dev/null
@@ -167,8 +183,9 @@ case "$verb" in
   probe) probe ;;
   diagnose) diagnose; pack_results ;;
   sanitize) sanitize; pack_results ;;
-  all) build; pack; qualify; diagnose; tests; sanitize; pack_results ;;
-  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|all}" >&2; exit 2 ;;
+  bench) bench ;;
+  all) build; pack; qualify; diagnose; tests; sanitize; bench; pack_results ;;
+  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|all}" >&2; exit 2 ;;
 esac
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
 cat "$summary"

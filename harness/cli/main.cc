@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   }
   // OpenCV's own pixel limit, for the formats whose headers dbh does not read
   // itself (model::kMaxImagePixels); read once, at the first decode.
+  // Weights and checkpoints a scenario names are read when it loads, so a
+  // file of another model is refused before anything runs.
+  dbh::harness::set_input_file_check(&dbh::harness::check_model_files);
   ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(dbh::model::kMaxImagePixels).c_str(), /*overwrite=*/0);
   CLI::App app{
       "dbh: reproduce, inject and bisect failures in DBNet training.\n"

@@ -554,8 +554,11 @@ int run_command(const RunOptions& o) {
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     // Annotations go to stderr when stdout carries JSON.
+    std::vector<std::string> keep = input_paths(resolved);
+    keep.push_back(o.scenarios.front());
+    keep.push_back(r.out_dir);
     publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr,
-                      {o.scenarios.front(), r.out_dir});
+                      keep);
     if (!junit_error.empty()) {
       std::cerr << "dbh: " << junit_error << "; the run's reports are in " << one_line(r.out_dir) << "\n";
       return 2;
@@ -612,6 +615,22 @@ class Journal {
     const bool ok = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
     ::close(fd);
     if (!ok) throw ReportError(path_.string() + ": cannot append to the journal: " + std::strerror(errno));
+  }
+  /// Cuts a torn last line (the harness died mid-write): a record appended
+  /// after it would be glued onto the fragment and lost, and the journal
+  /// would never merge. Returns whether there was one.
+  bool drop_torn_tail() const {
+    std::error_code ec;
+    const auto size = fs::file_size(path_, ec);
+    if (ec || size == 0) return false;
+    std::ifstream in(path_, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.empty() || text.back() == '\n') return false;
+    const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (::truncate(path_.c_str(), static_cast<off_t>(keep)) != 0) {
+      throw ReportError(path_.string() + ": cannot cut the journal's torn last line: " + std::strerror(errno));
+    }
+    return true;
   }
   /// Records that decode; a torn last line (the harness died mid-write) is
   /// ignored.
@@ -717,6 +736,7 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
 
 int suite_command(const RunOptions& o) {
   std::vector<std::string> data_paths;  // each scenario's dataset folder, never written into
+  std::vector<std::string> inputs;      // every file and folder the scenarios read (input_paths)
   std::map<std::string, std::string> hash_of;  // file -> hash of its resolved scenario (overrides applied)
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
@@ -743,6 +763,7 @@ int suite_command(const RunOptions& o) {
     for (const auto& f : files) {  // all valid before anything runs
       const Scenario s = load_scenario(f, o.overrides);
       data_paths.push_back(s.data.path);
+      for (const auto& in : input_paths(s)) inputs.push_back(in);
       hash_of[f] = scenario_hash(s);
     }
     if (o.shard_count > 0 && !o.shard.empty()) {
@@ -812,10 +833,39 @@ int suite_command(const RunOptions& o) {
   std::map<std::string, nlohmann::json> finished;
   std::set<std::string> started;
   if (o.resume) {
+    // The folder must hold this suite (this shard of it): resuming another
+    // suite's folder would mix two suites' results into one answer.
+    std::set<std::string> mine;
+    for (const auto& f : files) mine.insert(ids_of.at(f));
+    const std::string my_shard = shard_text.substr(0, shard_text.find(' '));
+    std::string other;
     for (const auto& rec : journal.read()) {
+      const std::string type = rec.value("type", "");
       const std::string id = rec.value("scenario", "");
-      if (rec.value("type", "") == "started") started.insert(id);
-      if (rec.value("type", "") == "finished") finished[id] = rec;
+      if (type == "suite" && rec.contains("shard") && rec["shard"].is_string()) {
+        const std::string theirs = rec["shard"].get<std::string>().substr(0, rec["shard"].get<std::string>().find(' '));
+        if (theirs != my_shard && other.empty()) {
+          other = "a journal of " + (theirs.empty() ? std::string("a whole suite") : "shard " + theirs) + ", not of " +
+                  (my_shard.empty() ? std::string("a whole suite") : "shard " + my_shard);
+        }
+      }
+      if ((type == "started" || type == "finished") && !mine.count(id) && other.empty()) {
+        other = "a journal naming scenario " + quoted_excerpt(id) + ", which this suite" +
+                (shard ? std::string(" shard") : std::string()) + " does not hold";
+      }
+      if (type == "started") started.insert(id);
+      if (type == "finished") finished[id] = rec;
+    }
+    if (!other.empty()) {
+      std::cerr << "dbh: " << (root / "journal.jsonl").string() << ": --resume: expected the journal of this suite"
+                << (shard ? " shard" : "") << ", got " << other << " (choose another --out)\n";
+      return 2;
+    }
+    try {
+      if (journal.drop_torn_tail()) p.line("resume: cut the journal's torn last line (the suite was killed mid-write)");
+    } catch (const ReportError& e) {
+      std::cerr << "dbh: " << message(e) << "\n";
+      return 2;
     }
   }
   if (shard) p.line("dbh suite: shard " + shard_text + ": " + std::to_string(files.size()) + " scenario(s)");
@@ -909,6 +959,7 @@ int suite_command(const RunOptions& o) {
       results.push_back(c);
     }
     std::vector<std::string> keep = files;
+    keep.insert(keep.end(), inputs.begin(), inputs.end());
     keep.push_back(root.string());
     publish_to_github(ci_environment(process_environment()),
                       "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
@@ -970,8 +1021,10 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       std::vector<std::string> bad;
       int64_t expected = -1, seen_finished = 0;
       std::set<std::string> finished_here;
+      bool opened = false;  // a `suite` record: every invocation writes one first
       for (const auto& rec : Journal(jp).read(&bad)) {
         const std::string type = rec.value("type", "");
+        opened = opened || type == "suite";
         if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
           expected = rec["scenarios"].get<int64_t>();
         }
@@ -1007,6 +1060,11 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       }
       seen_finished = static_cast<int64_t>(finished_here.size());
       for (const auto& b : bad) problems.push_back(b);
+      if (!opened) {
+        // Empty or unreadable: what the suite ran is unknown, never "nothing failed".
+        problems.push_back(jp.string() + ": expected a suite's journal (a `suite` record first), got " +
+                           (bad.empty() && finished_here.empty() ? std::string("no record") : std::string("none")));
+      }
       if (expected >= 0 && seen_finished < expected) {
         problems.push_back(jp.string() + ": " + std::to_string(expected - seen_finished) + " of " +
                            std::to_string(expected) + " scenario(s) never finished");

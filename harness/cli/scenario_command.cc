@@ -110,6 +110,23 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
       throw UsageError(std::string(kWhere) + " --out: expected a file other than --base, got the --base file (" +
                        o.out + ")");
     }
+    // Nor a file --base includes: replaced, the new scenario would include
+    // itself, and neither it nor --base would load again.
+    if (!out.empty()) {
+      std::vector<std::string> included;
+      try {
+        included = scenario_files(o.base);
+      } catch (const ScenarioError& e) {
+        throw UsageError(std::string(kWhere) + " --base: expected a scenario dbh loads, got one that does not: " +
+                         e.what());
+      }
+      for (const auto& f : included) {
+        if (fs::equivalent(f, out, ec)) {
+          throw UsageError(std::string(kWhere) + " --out: expected a file --base does not include, got " + o.out +
+                           ", which it includes (replaced, it would include itself)");
+        }
+      }
+    }
     // Relative to the file that names it (README "Scenarios"); on stdout the
     // text has no place yet, so the path is absolute.
     const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());

@@ -410,6 +410,10 @@ bool FaultConfig::fires_at(int64_t step, int64_t run_index) const {
   return step >= at_step && step <= until_step && (run < 0 || run == run_index);
 }
 
+// A section written with nothing after it ("train:") would replace what the
+// included files set with the defaults: refused like an empty key.
+const char* const kSectionForm = "a map of its keys";
+
 Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   Scenario s;
   s.file = file;
@@ -429,13 +433,13 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
 
   // The table's keys (schema.h), section by section, each followed by the
   // checks that involve more than one key or the file system.
-  read_section(root.get("model", true), "model", s);
+  read_section(root.get("model", false, kSectionForm), "model", s);
   if (!s.model.weights.empty()) {
     check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
                           DBH_SCENARIO_KEY(model.weights));
   }
 
-  read_section(root.get("data", true), "data", s);
+  read_section(root.get("data", false, kSectionForm), "data", s);
   if (s.data.source == "real" && s.data.path.empty()) {
     fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
          "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
@@ -490,7 +494,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
   }
 
-  read_section(root.get("train", true), "train", s);
+  read_section(root.get("train", false, kSectionForm), "train", s);
   if (!s.train.resume_from.empty()) {
     check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
                           DBH_SCENARIO_KEY(train.resume_from));
@@ -502,7 +506,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
          "none");
   }
 
-  read_section(root.get("hardware", true), "hardware", s);
+  read_section(root.get("hardware", false, kSectionForm), "hardware", s);
   {
     const std::string& device = s.hardware.device;
     int64_t ordinal = 0;
@@ -530,9 +534,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
          quoted_excerpt(s.train.precision));
   }
 
-  read_section(root.get("monitors", true), "monitors", s);
+  read_section(root.get("monitors", false, kSectionForm), "monitors", s);
 
-  if (const Value* faults = root.get("faults", true)) {
+  if (const Value* faults = root.get("faults", false, "a list of faults ([] for none)")) {
     if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
     for (size_t i = 0; i < faults->seq.size(); ++i) {
       s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder));
@@ -583,7 +587,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       }
     }
   }
-  read_section(root.get("repeat", true), "repeat", s);
+  read_section(root.get("repeat", false, kSectionForm), "repeat", s);
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (s.faults[i].run >= s.repeat.in_process) {
       const Value& fv = tree.find("faults")->seq[i];
@@ -633,9 +637,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       spec->check(placement);
     }
   }
-  read_section(root.get("limits", true), "limits", s);
+  read_section(root.get("limits", false, kSectionForm), "limits", s);
   {
-    MapReader r(root.get("expect", true), "expect", root.loc(), /*nulls_unset=*/true);
+    MapReader r(root.get("expect", false, "a map of expectations"), "expect", root.loc(), /*nulls_unset=*/true);
     s.expect.outcome = r.string("outcome", "passed", kOutcomes);
     s.expect.failure_class = r.opt_string("failure_class");
     if (s.expect.failure_class) {
@@ -704,7 +708,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
     r.finish();
   }
-  if (const Value* controls = root.get("controls", true)) {
+  if (const Value* controls = root.get("controls", false, "a list of override lists")) {
     if (!controls->is_seq()) {
       fail(controls->loc, "controls", "a list of override lists", controls->describe());
     }
@@ -745,7 +749,7 @@ namespace {
 constexpr size_t kMaxIncludeDepth = 8;
 constexpr size_t kMaxIncludes = 64;
 
-Value load_with_includes(const std::string& path, std::vector<std::string>& stack, size_t& files,
+Value load_with_includes(const std::string& path, std::vector<std::string>& stack, std::vector<std::string>& files,
                          const Location& included_at) {
   std::error_code ec;
   const std::string canonical = fs::weakly_canonical(path, ec).string();
@@ -761,7 +765,8 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
     throw ScenarioError(included_at.str() + ": include: expected includes nested at most " +
                         std::to_string(kMaxIncludeDepth) + " deep, got " + join(stack, " -> ") + " -> " + canonical);
   }
-  if (++files > kMaxIncludes) {
+  files.push_back(canonical);
+  if (files.size() > kMaxIncludes) {
     throw ScenarioError(included_at.str() + ": include: expected at most " + std::to_string(kMaxIncludes) +
                         " files in all, got more");
   }
@@ -838,15 +843,38 @@ void apply_user_override(Value& tree, const std::string& text) {
 
 }  // namespace
 
+namespace {
+InputFileCheck g_input_file_check = nullptr;
+}  // namespace
+
+std::vector<std::string> input_paths(const Scenario& s) {
+  std::vector<std::string> out = s.files;
+  for (const std::string* p : {&s.data.path, &s.data.val.path, &s.model.weights, &s.train.resume_from}) {
+    if (!p->empty()) out.push_back(*p);
+  }
+  return out;
+}
+
+void set_input_file_check(InputFileCheck check) { g_input_file_check = check; }
+
+std::vector<std::string> scenario_files(const std::string& path) {
+  check_input_file(path, "a scenario file");
+  std::vector<std::string> stack;
+  std::vector<std::string> files;
+  (void)load_with_includes(path, stack, files, Location{path, 0, 0});
+  return files;
+}
+
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
   check_input_file(path, "a scenario file");
   std::vector<std::string> stack;
-  size_t files = 0;
+  std::vector<std::string> files;
   const Value tree_from_files = load_with_includes(path, stack, files, Location{path, 0, 0});
   Value tree = tree_from_files;
   for (const auto& o : overrides) apply_user_override(tree, o);
   Scenario s = scenario_from_tree(tree, path);
   s.overrides = overrides;
+  s.files = files;
   // Every control must be a valid scenario too, before anything runs.
   for (size_t i = 0; i < s.controls.size(); ++i) {
     Value control = tree;
@@ -858,6 +886,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       const Location at = controls != nullptr && i < controls->seq.size() ? controls->seq[i].loc
                                                                           : Location{path, 0, 0};
       throw ScenarioError(at.str() + ": controls[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  if (g_input_file_check != nullptr) {
+    if (const auto problem = g_input_file_check(s)) {
+      fail(where(tree, problem->key), problem->key, problem->expected, problem->got);
     }
   }
   return s;

@@ -186,10 +186,36 @@ struct Scenario {
   /// training on synthetic data) whose outcomes the report compares.
   std::vector<std::vector<std::string>> controls;
   std::vector<std::string> overrides;  // as given on the command line
+  /// The scenario file and every file it includes, as load_scenario read them.
+  std::vector<std::string> files;
   /// The fully resolved tree (includes merged, overrides applied, defaults
   /// filled in), saved with every result.
   Value resolved;
 };
+
+/// What a check of a scenario's model files found wrong: the key and what was
+/// expected and found, as a ScenarioError says them.
+struct InputFileProblem {
+  std::string key;
+  std::string expected;
+  std::string got;
+};
+
+/// Checks that need the model to read a file (a model.weights of another
+/// model, a train.resume_from past the last step): the harness core cannot,
+/// so the program that can (dbh's main) sets one once, and load_scenario runs
+/// it after every other check. Bad input is refused before anything runs,
+/// not reported as the run's failure. Null (the default): no such check.
+using InputFileCheck = std::optional<InputFileProblem> (*)(const Scenario&);
+void set_input_file_check(InputFileCheck check);
+
+/// The scenario file `path` and every file it includes, read but not
+/// validated. Throws ScenarioError where the files or includes are bad.
+std::vector<std::string> scenario_files(const std::string& path);
+
+/// Every file and folder `s` reads: its scenario files (s.files), datasets,
+/// weights and checkpoint. dbh never writes into or over one of them.
+std::vector<std::string> input_paths(const Scenario& s);
 
 /// Loads `path` (following `include:` lists, relative to the including file),
 /// applies `overrides`, validates every key and value, and fills defaults.

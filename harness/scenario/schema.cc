@@ -474,7 +474,12 @@ std::vector<std::string> section_keys(const std::string& section) {
 }
 
 void read_section(const Value* v, const std::string& section, Scenario& s) {
-  if (v != nullptr && !v->is_map() && !v->is_null()) fail(v->loc, section, "a map", v->describe());
+  if (v != nullptr && v->is_null()) {
+    // "val:" with nothing after it would replace what an include set.
+    fail(v->key_loc.line > 0 ? v->key_loc : v->loc, section, "a map of its keys",
+         "an empty value (remove the key to keep its default)");
+  }
+  if (v != nullptr && !v->is_map()) fail(v->loc, section, "a map", v->describe());
   const bool written = v != nullptr && v->is_map();
   const std::vector<std::string> known = section_keys(section);
   for (const KeySpec& k : scenario_keys()) {

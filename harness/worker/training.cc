@@ -21,12 +21,16 @@ model::DeterminismOptions determinism_options(const Scenario& s) {
       .allow_tf32(s.hardware.allow_tf32);
 }
 
+model::DbNetOptions net_options(const Scenario& s) {
+  return model::DbNetOptions()
+      .encoder(model::ResNetOptions().depth(s.model.encoder))
+      .decoder(model::decoder_kind_from_string(s.model.decoder))
+      .k(s.model.k);
+}
+
 model::DbNet make_net(const Scenario& s) {
   model::apply_determinism(determinism_options(s));
-  return model::DbNet(model::DbNetOptions()
-                          .encoder(model::ResNetOptions().depth(s.model.encoder))
-                          .decoder(model::decoder_kind_from_string(s.model.decoder))
-                          .k(s.model.k));
+  return model::DbNet(net_options(s));
 }
 
 model::TrainOptions train_options(const Scenario& s) {

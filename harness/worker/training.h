@@ -27,6 +27,9 @@ int64_t training_threads(const Scenario& s);
 /// Seed, threads and cuDNN switches of the scenario.
 model::DeterminismOptions determinism_options(const Scenario& s);
 
+/// The model of `model.*`, unbuilt.
+model::DbNetOptions net_options(const Scenario& s);
+
 /// Applies determinism_options(s) (the seed first, so the initial weights
 /// follow from train.seed) and builds the model of `model.*`.
 model::DbNet make_net(const Scenario& s);

@@ -236,6 +236,52 @@ std::string load_initial_weights(model::DbNet& net, const std::string& path) {
 
 }  // namespace
 
+std::optional<InputFileProblem> check_model_files(const Scenario& s) {
+  if (s.model.weights.empty() && s.train.resume_from.empty()) return std::nullopt;
+  const std::string model_name = "resnet" + std::to_string(s.model.encoder) + " with the " + s.model.decoder +
+                                 " decoder";
+  // Reads `path` into a fresh model of the scenario; an unreadable file is the problem.
+  auto read = [&](const char* key, const std::string& path,
+                  model::ModelStateReport& state) -> std::optional<InputFileProblem> {
+    try {
+      model::DbNet net(net_options(s));
+      state = model::load_model_state(net, path);
+      return std::nullopt;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return InputFileProblem{key, "a checkpoint or weights file written by dbh",
+                              quoted_excerpt(what.substr(0, what.find('\n')))};
+    }
+  };
+  model::ModelStateReport state;
+  if (!s.model.weights.empty()) {
+    if (auto p = read(DBH_SCENARIO_KEY(model.weights), s.model.weights, state)) return p;
+    if (!state.fits_as_initial_weights()) {
+      return InputFileProblem{DBH_SCENARIO_KEY(model.weights),
+                              "parameters of the scenario's model (" + model_name + ")",
+                              "a " + state.format + " file of another model (" + state.summary() + ")"};
+    }
+  }
+  if (!s.train.resume_from.empty()) {
+    if (auto p = read(DBH_SCENARIO_KEY(train.resume_from), s.train.resume_from, state)) return p;
+    const std::string expected = "a checkpoint of the scenario's model (" + model_name + ")";
+    if (state.format != "checkpoint") return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected, "a weights file (no step or optimizer state to resume)"};
+    if (!state.complete()) {
+      return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected,
+                              "one of another model (" + state.summary() + ")"};
+    }
+    const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+    if (state.step >= last) {
+      return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from),
+                              "a checkpoint before step " + std::to_string(last) + " (" +
+                                  (s.train.stop_after > 0 ? DBH_SCENARIO_KEY(train.stop_after)
+                                                          : DBH_SCENARIO_KEY(train.max_steps)) + ")",
+                              "one after step " + std::to_string(state.step) + ": nothing is left to train"};
+    }
+  }
+  return std::nullopt;
+}
+
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
   EventWriter events(events_fd);

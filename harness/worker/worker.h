@@ -1,6 +1,9 @@
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "harness/scenario/scenario.h"
 
 namespace dbh::harness {
 
@@ -11,5 +14,13 @@ namespace dbh::harness {
 /// reported. Crashes and hangs are the supervisor's to observe.
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index);
+
+/// The scenario's model files read as its worker will read them: a
+/// model.weights of another model (ModelStateReport::fits_as_initial_weights)
+/// and a train.resume_from that is not a checkpoint of this model before its
+/// last step are bad input. dbh's main sets it as load_scenario's
+/// InputFileCheck, so every command refuses them (exit 2) before anything
+/// runs; the worker keeps its own checks for a scenario given to it directly.
+std::optional<InputFileProblem> check_model_files(const Scenario& s);
 
 }  // namespace dbh::harness

@@ -271,7 +271,11 @@ class PythonStepper {
 // "users": NCHW with PyTorch's own default thread count, as users' scripts
 // run.
 void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
-  const std::string python = std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
+  // DBH_BENCH_PYTHON: a Python with torch other than the project's .venv (the
+  // GPU machine's own, scripts/gpu-check.sh bench).
+  const char* python_env = std::getenv("DBH_BENCH_PYTHON");
+  const std::string python = python_env != nullptr && *python_env ? std::string(python_env)
+                                                                   : std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
   const std::string script = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
   if (access(python.c_str(), X_OK) != 0) {
     state.SkipWithError((python + " missing: run ./dev setup").c_str());

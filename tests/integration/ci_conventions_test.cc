@@ -240,6 +240,27 @@ TEST(CiConventionsTest, ASymlinkedSummaryLeavesItsTargetAlone) {
       << r.err;
 }
 
+// GITHUB_STEP_SUMMARY naming a file the scenario includes (or its dataset):
+// dbh reads those and never appends to them, in a run as in a suite.
+TEST(CiConventionsTest, TheSummaryIsNeverAppendedToAFileTheScenarioReads) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-include");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "base.yaml", "train:\n  max_steps: 1\n  threads: 1\n");
+  const std::string base_text = read_text(dir / "base.yaml");
+  write_text(dir / "s" / "f.yaml", "name: f\ninclude:\n  - " + std::string(DBH_SOURCE_DIR) +
+                                      "/scenarios/base/tiny-cpu.yaml\n  - ../base.yaml\nexpect:\n  outcome: diverged\n");
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";
+  env["GITHUB_STEP_SUMMARY"] = (dir / "base.yaml").string();
+  const auto r = dbh({"run", (dir / "s" / "f.yaml").string(), "--out", (dir / "out").string(), "-q"}, env);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("no GitHub job summary written"), std::string::npos) << r.err;
+  const auto suite = dbh({"suite", (dir / "s").string(), "--out", (dir / "suite").string(), "-q"}, env);
+  EXPECT_EQ(suite.exit_code, 1) << suite.out << suite.err;
+  EXPECT_NE(suite.err.find("no GitHub job summary written"), std::string::npos) << suite.err;
+  EXPECT_EQ(read_text(dir / "base.yaml"), base_text);
+}
+
 // A file name with a newline and a workflow command in it: no line of dbh's
 // output starts a workflow command but dbh's own annotation, and every
 // reproduce command dbh prints or writes names the real file.

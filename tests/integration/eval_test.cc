@@ -435,14 +435,26 @@ TEST_F(EvalTest, ScenarioWeightsLoadACheckpointAndSayWhatTheyCouldNot) {
   const std::string w = warnings(r34 / "events.jsonl");
   EXPECT_NE(w.find("tensors loaded; missing: encoder.layer1.2."), std::string::npos) << w;
   EXPECT_NE(w.find("keep their initial values"), std::string::npos) << w;
-  // Another decoder's tensors of another shape are never loaded: the run
-  // fails saying so instead of training a mostly random decoder.
+  // Another decoder's tensors of another shape are never loaded: the
+  // scenario is refused when it loads (bad input, exit 2, nothing written),
+  // naming the key where it is written, instead of training a mostly random
+  // decoder or reporting a training failure.
   const fs::path pan = root_ / "weights-pan";
   const auto c = dbh({"run", scenario("pan", "  decoder: pan\n"), "--out", pan.string(), "-q"});
-  EXPECT_NE(c.exit_code, 0) << c.out << c.err;
-  const std::string pan_report = testing::read_text(pan / "report.md");
-  EXPECT_NE(pan_report.find("got a file of another model"), std::string::npos) << pan_report;
-  EXPECT_NE(pan_report.find("another shape: decoder.fusion"), std::string::npos) << pan_report;
+  EXPECT_EQ(c.exit_code, 2) << c.out << c.err;
+  EXPECT_NE(c.err.find("pan.yaml:4:12: model.weights: expected parameters of the scenario's model (resnet18 with "
+                       "the pan decoder), got a checkpoint file of another model"),
+            std::string::npos)
+      << c.err;
+  EXPECT_NE(c.err.find("another shape: decoder.fusion"), std::string::npos) << c.err;
+  EXPECT_FALSE(fs::exists(pan));
+  // A checkpoint at the last step leaves nothing to resume: refused the same way.
+  const auto d = dbh({"run", scenario("resume", ""), "train.resume_from=" + init_checkpoint_.string(),
+                      "train.max_steps=1", "--out", (root_ / "resume-done").string(), "-q"});
+  EXPECT_EQ(d.exit_code, 2) << d.out << d.err;
+  EXPECT_NE(d.err.find("train.resume_from: expected a checkpoint before step 1 (train.max_steps)"), std::string::npos)
+      << d.err;
+  EXPECT_FALSE(fs::exists(root_ / "resume-done"));
   // … and the report says it too, not only the event stream.
   std::ifstream md(r34 / "report.md");
   const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());

@@ -125,6 +125,59 @@ TEST(SuiteResumeTest, AResultOfAnotherConfigurationIsNotReused) {
   EXPECT_NE(other.out.find("0 passed, 1 failed"), std::string::npos) << other.out;
 }
 
+// A suite killed mid-write leaves a torn last journal line: --resume cuts it
+// (a record glued onto it would be lost) and the folder merges.
+TEST(SuiteResumeTest, ATornJournalLineIsCutAndTheSuiteStillMerges) {
+  const testing::ScratchDir dir("dbh-trust-resume-torn");
+  write_text(dir / "suite" / "a.yaml", tiny());
+  write_text(dir / "suite" / "b.yaml", tiny());
+  const fs::path out = dir / "out";
+  ASSERT_EQ(dbh({"suite", (dir / "suite").string(), "--out", out.string(), "-q"}, dir.path()).exit_code, 0);
+  std::string journal = read_text(out / "journal.jsonl");
+  const size_t last = journal.rfind("{\"type\":\"finished\"");
+  ASSERT_NE(last, std::string::npos) << journal;
+  write_text(out / "journal.jsonl", journal.substr(0, last + 30));  // b's record, torn
+  const auto again = dbh({"suite", (dir / "suite").string(), "--out", out.string(), "--resume"}, dir.path());
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("cut the journal's torn last line"), std::string::npos) << again.out;
+  const auto merged = dbh({"merge", out.string(), "--out", (dir / "merged").string()}, dir.path());
+  EXPECT_EQ(merged.exit_code, 0) << merged.out << merged.err;
+  EXPECT_NE(merged.out.find("2 passed, 0 failed"), std::string::npos) << merged.out;
+}
+
+// --resume continues this suite's folder only: another suite's, or a shard's
+// without its --shard, is refused (exit 2) instead of mixing two suites'
+// results; an empty journal never merges as "nothing failed".
+TEST(SuiteResumeTest, AnotherSuitesFolderIsRefused) {
+  const testing::ScratchDir dir("dbh-trust-resume-other");
+  write_text(dir / "sa" / "a1.yaml", tiny());
+  write_text(dir / "sb" / "b1.yaml", tiny());
+  const fs::path out = dir / "out";
+  ASSERT_EQ(dbh({"suite", (dir / "sa").string(), "--out", out.string(), "-q"}, dir.path()).exit_code, 0);
+  const std::string before = read_text(out / "journal.jsonl");
+  const auto other = dbh({"suite", (dir / "sb").string(), "--out", out.string(), "--resume", "-q"}, dir.path());
+  EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+  EXPECT_NE(other.err.find("--resume: expected the journal of this suite, got a journal naming scenario \"a1\""),
+            std::string::npos)
+      << other.err;
+  EXPECT_EQ(read_text(out / "journal.jsonl"), before);
+  EXPECT_FALSE(fs::exists(out / "b1"));
+  const fs::path sh = dir / "sh";
+  ASSERT_EQ(dbh({"suite", (dir / "sa").string(), "--out", sh.string(), "--shard", "0/2", "-q"}, dir.path()).exit_code,
+            0);
+  const auto unsharded =
+      dbh({"suite", (dir / "sa").string(), "--out", (sh / "shard-0-of-2").string(), "--resume", "-q"}, dir.path());
+  EXPECT_EQ(unsharded.exit_code, 2) << unsharded.out << unsharded.err;
+  EXPECT_NE(unsharded.err.find("got a journal of shard 0/2, not of a whole suite"), std::string::npos)
+      << unsharded.err;
+  write_text(dir / "empty" / "journal.jsonl", "");
+  const auto merged = dbh({"merge", (dir / "empty").string(), "--out", (dir / "merged").string()}, dir.path());
+  EXPECT_EQ(merged.exit_code, 1) << merged.out << merged.err;
+  EXPECT_NE((merged.out + merged.err).find("expected a suite's journal (a `suite` record first), got no record"),
+            std::string::npos)
+      << merged.out << merged.err;
+}
+
 // Shard folders moved or copied elsewhere merge from where they are now: the
 // reports beside each journal, not the absolute paths it recorded.
 TEST(MergeTest, MovedShardFoldersMergeFromWhereTheyAre) {
