@@ -29,6 +29,15 @@
 namespace dbh::harness {
 namespace fs = std::filesystem;
 
+namespace {
+
+// In a bisection's session folder while the command runs.
+constexpr const char* kSessionRunning = ".running";
+
+int64_t remove_weights(const fs::path& dir);
+
+}  // namespace
+
 // ---------------------------------------------------------------------------
 
 Prober::Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
@@ -52,13 +61,36 @@ Prober::Prober(std::string scenario_path, std::vector<std::string> base_override
   // interruption record: left there, it would say this command was cut short.
   std::error_code ec;
   if (!out_dir_.empty()) fs::remove(fs::path(out_dir_) / "interrupted.json", ec);
+  if (!out_dir_.empty()) release_abandoned_sessions();
 }
 
 Prober::~Prober() {
   try {
     if (!keep_checkpoints_) release_checkpoints();
+    if (!session_dir_.empty()) fs::remove(fs::path(session_dir_) / kSessionRunning);
   } catch (const std::exception&) {
     // Never throw from a destructor; what is left is under the probe folders.
+  }
+}
+
+// A bisection killed outright (SIGKILL, the machine lost) never releases its
+// probes' checkpoints: its session folder still holds kSessionRunning. The
+// folder is claimed by this command now, so no other one runs in it: their
+// checkpoints and dataset copies go (the rest, logs and reports, stays). A
+// session that ended keeping its checkpoints (--keep-checkpoints) has no
+// marker and is left as it is.
+void Prober::release_abandoned_sessions() {
+  std::error_code ec;
+  const fs::path parent = fs::path(out_dir_) / "probes";
+  for (const auto& session : fs::directory_iterator(parent, ec)) {
+    std::error_code ec2;
+    if (!session.is_directory(ec2) || session.is_symlink(ec2)) continue;
+    if (!fs::is_regular_file(fs::symlink_status(session.path() / kSessionRunning, ec2))) continue;
+    for (const auto& probe : fs::directory_iterator(session.path(), ec2)) {
+      std::error_code ec3;
+      if (probe.is_directory(ec3) && !probe.is_symlink(ec3)) remove_weights(probe.path());
+    }
+    fs::remove(session.path() / kSessionRunning, ec2);
   }
 }
 
@@ -77,6 +109,8 @@ const std::string& Prober::session_dir() {
     // two bisections ever share one.
     if (::mkdir(dir.c_str(), 0755) == 0) {
       session_dir_ = dir.string();
+      // Until this command ends: see release_abandoned_sessions.
+      std::ofstream(dir / kSessionRunning) << ::getpid() << "\n";
       return session_dir_;
     }
     if (errno != EEXIST) {

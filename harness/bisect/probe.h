@@ -50,6 +50,10 @@ class ProbeInfrastructureError : public ReportError {
 /// warnings show a full disk (ENOSPC, EDQUOT, a checkpoint write that failed).
 std::string infrastructure_failure(const TrialResult& result, const TrialAnalysis& analysis);
 
+/// Why `texts` (a worker's stderr, errors, warnings) show a trial stopped by
+/// a full disk or quota ("" when they do not): then it is no result.
+std::string disk_full_evidence(const std::vector<std::string>& texts);
+
 /// A probe that did not pass while less than this was free on the file
 /// system of its folder failed for want of disk: the worker may not even
 /// have been able to write why.
@@ -149,6 +153,8 @@ class Prober {
   bool quiet_;
   bool keep_checkpoints_ = false;
   bool judge_metrics_ = false;
+  void release_abandoned_sessions();
+
   int64_t cache_cap_bytes_ = kDefaultProbeCacheBytes;
   std::vector<ProbeResult> history_;
   std::map<std::string, ProbeResult> cache_;

@@ -14,6 +14,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/bisect/probe.h"
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
@@ -194,6 +196,21 @@ bool is_probe_cache_entry(const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// A result dbh stored (Prober::store): a JSON object whose "key" is the
+// file's own stem. Anything else under a cache-like name is the user's, and
+// never removed.
+bool is_stored_probe_result(const fs::path& path, int64_t size) {
+  if (size <= 0 || size > (int64_t{1} << 20)) return false;
+  std::ifstream in(path, std::ios::binary);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("key") && j["key"].is_string() && j.contains("scenario_hash") &&
+         j["key"].get<std::string>() == path.stem().string();
+}
+
+}  // namespace
+
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
   struct Entry {
     fs::file_time_type mtime;
@@ -208,7 +225,7 @@ int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes) {
     if (!is_probe_cache_entry(e.path().filename().string()) || !e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
     const auto size = static_cast<int64_t>(e.file_size(ec2));
     const auto mtime = e.last_write_time(ec2);
-    if (ec2) continue;
+    if (ec2 || !is_stored_probe_result(e.path(), size)) continue;
     entries.push_back({mtime, size, e.path()});
     total += size;
   }
@@ -252,6 +269,10 @@ std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a)
     if (e.type == event::kError) texts.push_back(proto::error_from(e).message);
     if (e.type == event::kWarning) texts.push_back(proto::warning_from(e).message);
   }
+  return disk_full_evidence(texts);
+}
+
+std::string disk_full_evidence(const std::vector<std::string>& texts) {
   for (const auto& text : texts) {
     for (const char* marker : kDiskFullMarkers) {
       if (text.find(marker) != std::string::npos) {

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <utility>
 
+#include "harness/bisect/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
@@ -96,6 +97,11 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   t.dir = dir.string();
   t.analysis = run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
   if (p.tty && p.progress && !p.quiet) std::cout << std::endl;
+  // A trial the disk could not hold says nothing about the training: never
+  // an outcome (a scenario expecting a failure would pass on it).
+  std::vector<std::string> texts = {t.stderr_tail, t.analysis.failure.message};
+  texts.insert(texts.end(), t.analysis.failure.secondary.begin(), t.analysis.failure.secondary.end());
+  if (const std::string why = disk_full_evidence(texts); !why.empty()) throw ReportError(dir.string() + ": " + why);
   return t;
 }
 

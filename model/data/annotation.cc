@@ -653,12 +653,15 @@ ReadResult read_icdar_txt(const std::string& path,
     image.file = image_file;
     int line_no = 0;
     while (!rest.empty()) {
-      const size_t nl = rest.find('\n');
+      // A line ends at "\n", "\r\n" or a lone "\r" (old Mac editors): read
+      // as one line, the words after a lone "\r" would silently become the
+      // first word's transcription.
+      const size_t nl = rest.find_first_of("\r\n");
       std::string_view line = rest.substr(0, nl);
-      rest = nl == std::string_view::npos ? std::string_view()
-                                          : rest.substr(nl + 1);
+      size_t next = nl == std::string_view::npos ? rest.size() : nl + 1;
+      if (nl != std::string_view::npos && rest[nl] == '\r' && nl + 1 < rest.size() && rest[nl + 1] == '\n') ++next;
+      rest = rest.substr(next);
       ++line_no;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (trim(line).empty()) continue;
       read_icdar_line(line, line_no, image_file, &image, sink);
     }
@@ -798,11 +801,9 @@ std::vector<Defect> check_image(ImageAnnotation& image,
   DefectSink sink(&defects, file);
   if (decoded != nullptr) *decoded = cv::Mat();
   try {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(image_path, ec)) {
-      sink.add(
-          DefectKind::kMissingImage, image.file, "", 0,
-          "expected an image file at " + quoted(image_path) + ", got none");
+    if (const std::string what = describe_non_file(image_path); !what.empty()) {
+      sink.add(DefectKind::kMissingImage, image.file, "", 0,
+               "expected an image file at " + quoted(image_path) + ", got " + what);
       return defects;
     }
     // Spec §11 item 11: annotations refer to the stored pixel grid.

@@ -38,12 +38,18 @@ std::string describe_type(fs::file_type type) {
 
 std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
 
+// Files a private copy may hold beyond two names per dataset file.
+constexpr size_t kMaxExtraCopies = 1000;
+
 // What copying a dataset folder does: the folders to create and the files to
 // copy, each relative to the copy, or why it cannot be done.
 struct CopyPlan {
   std::vector<fs::path> folders;                        // parents first
   std::vector<std::pair<fs::path, fs::path>> files;     // resolved source, destination
   std::vector<std::string> problems;
+  std::set<fs::path> distinct;                          // canonical files planned
+  bool too_many = false;                                // the walk stopped: see plan_folder
+  uintmax_t bytes = 0;                                  // what the files take
 };
 
 // Plans the copy of folder `real` (a canonical path inside `root_real`),
@@ -62,6 +68,7 @@ void plan_folder(const fs::path& root_real, const std::string& root_shown, const
             [](const fs::directory_entry& a, const fs::directory_entry& b) { return a.path() < b.path(); });
   open.push_back(real);
   for (const auto& entry : entries) {
+    if (plan.too_many) break;
     const fs::path name = entry.path().filename();
     const fs::path at = shown / name;
     const fs::file_status own = entry.symlink_status(ec);
@@ -101,6 +108,20 @@ void plan_folder(const fs::path& root_real, const std::string& root_shown, const
       plan_folder(root_real, root_shown, source, at, rel / name, open, plan);
     } else if (fs::is_regular_file(status)) {
       plan.files.emplace_back(source, rel / name);
+      plan.bytes += fs::file_size(source, ec);
+      plan.distinct.insert(source);
+      // Links may reach one folder by many paths (two links per level
+      // double it at each level): a copy made by following them would hold
+      // a small dataset millions of times. A file copied under a second
+      // name (an alias folder) is fine; beyond that the walk stops.
+      if (plan.files.size() > 2 * plan.distinct.size() + kMaxExtraCopies) {
+        plan.problems.push_back(at.string() + ": expected links that reach each file of the dataset once or twice, "
+                                "got links reaching its " + std::to_string(plan.distinct.size()) +
+                                " file(s) more than " + std::to_string(plan.files.size()) +
+                                " times (a private copy would hold them all)");
+        plan.too_many = true;
+        break;
+      }
     } else {
       plan.problems.push_back(at.string() + ": expected a file or a folder, got " + describe_type(status.type()));
     }
@@ -293,6 +314,14 @@ void copy_dataset(const std::string& src, const std::string& dst) {
     }
   }
   if (!plan.problems.empty()) throw DatasetCopyError(plan.problems);
+  // Room for the copy, with a margin for the run's own files: a copy that
+  // fills the disk half way would fail with whatever the file system says.
+  constexpr uintmax_t kMargin = uintmax_t{64} << 20;
+  if (const fs::space_info room = fs::space(copy_parent, ec); !ec && plan.bytes + kMargin > room.available) {
+    throw DatasetCopyError({dst + ": expected room for a private copy of " + src + " (" +
+                            std::to_string(plan.bytes >> 20) + " MiB and a 64 MiB margin), got " +
+                            std::to_string(room.available >> 20) + " MiB free: No space left on device"});
+  }
 
   try {
     fs::remove_all(copy);

@@ -190,13 +190,31 @@ std::pair<int64_t, int64_t> announced_image_size(const unsigned char* data, size
   return {0, 0};
 }
 
+std::string describe_non_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return fs::is_symlink(fs::symlink_status(path, ec)) ? "a dangling link" : "nothing";
+  if (fs::is_regular_file(st)) return "";
+  if (fs::is_directory(st)) return "a folder";
+  if (fs::is_fifo(st)) return "a FIFO";
+  if (fs::is_character_file(st) || fs::is_block_file(st)) return "a device";
+  if (fs::is_socket(st)) return "a socket";
+  return "a special file";
+}
+
 cv::Mat decode_image(const std::string& path, bool apply_exif, DecodeFailure* failure) {
   auto fail = [&](std::string expected, std::string got) {
     if (failure != nullptr) *failure = {std::move(expected), std::move(got)};
     return cv::Mat();
   };
+  if (const std::string what = describe_non_file(path); !what.empty()) return fail("an image file", what);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return fail("an image file", "none");
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && static_cast<int64_t>(size) > kMaxImageFileBytes) {
+    return fail("an image file of at most " + std::to_string(kMaxImageFileBytes >> 20) +
+                    " MiB (what 8192 × 8192 pixels of 16-bit RGBA take)",
+                "a file of " + std::to_string((size + (1u << 20) - 1) >> 20) + " MiB");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail("a readable image file", std::string("an error: ") + std::strerror(errno));
   // The signature decides how strictly the file is checked.

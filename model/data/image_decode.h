@@ -39,6 +39,16 @@ struct DecodeFailure {
 /// limit through OpenCV's own (OPENCV_IO_MAX_IMAGE_PIXELS, set by `dbh`).
 inline constexpr int64_t kMaxImagePixels = int64_t{8192} * 8192;
 
+/// The largest image file read (512 MiB): what kMaxImagePixels pixels of
+/// 16-bit RGBA take uncompressed. A larger file is a defect named before it
+/// is read, never a file read whole into memory.
+inline constexpr int64_t kMaxImageFileBytes = kMaxImagePixels * 8;
+
+/// What is at `path` when it is not a regular file ("nothing", "a folder",
+/// "a FIFO", …), for "expected an image file, got …"; empty for a regular
+/// file (links followed).
+std::string describe_non_file(const std::string& path);
+
 /// Width and height a PNG (IHDR) or JPEG (first SOF marker) stream announces
 /// in its header; {0, 0} when the stream is neither or has no such header.
 std::pair<int64_t, int64_t> announced_image_size(const unsigned char* data, size_t size);

@@ -256,6 +256,25 @@ TEST(BisectTrustTest, OnlyTheReproductionsCheckpointsAndOnlyOnRequest) {
   EXPECT_EQ(jp["repro"].get<std::string>().find("resume_from"), std::string::npos) << jp["repro"];
   EXPECT_EQ(files_with(dir / "cache2", ".json").first, 0);  // capped at 0 MiB
   EXPECT_GT(files_with(dir / "cache1", ".json").first, 0);
+
+  // A bisection killed outright (SIGKILL) left its session marked running,
+  // with checkpoints: the next command in the folder removes them, keeps its
+  // logs, and leaves the session that kept its checkpoints on request alone.
+  const fs::path dead = dir / "out" / "probes" / "20261101T000000-1-deadbeef";
+  fs::create_directories(dead / "probe-1");
+  write(dead / ".running", "1\n");
+  write(dead / "probe-1" / "checkpoint-r0-s1.pt", std::string(4096, 'w'));
+  write(dead / "probe-1" / "worker.log", "log\n");
+  const auto next = dbh({"bisect", "steps", s.string(), "--out", out, "--cache", (dir / "cache1").string(),
+                         "--reproductions", "1", "-q"});
+  ASSERT_EQ(next.exit_code, 0) << next.out << next.err;
+  EXPECT_FALSE(fs::exists(dead / "probe-1" / "checkpoint-r0-s1.pt"));
+  EXPECT_FALSE(fs::exists(dead / ".running"));
+  EXPECT_TRUE(fs::exists(dead / "probe-1" / "worker.log"));
+  EXPECT_EQ(files_with(dir / "out", ".pt").first, kept_files);
+  for (const auto& e : fs::recursive_directory_iterator(dir / "out" / "probes")) {
+    EXPECT_NE(e.path().filename(), ".running") << "a finished bisection left its marker: " << e.path();
+  }
 }
 
 // The cache's cap comes from the environment and is checked before any probe.

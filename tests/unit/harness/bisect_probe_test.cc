@@ -117,21 +117,32 @@ TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
   const auto entry = [&](int i) {
     return cache / (std::string(31, 'a') + std::to_string(i) + (i % 2 ? "-metrics" : "") + ".json");
   };
+  // A stored result: a JSON object whose key is its file's stem (Prober::store).
+  const auto result = [](const fs::path& p) {
+    const std::string head = "{\"key\": \"" + p.stem().string() + "\", \"scenario_hash\": \"h\", \"pad\": \"";
+    return head + std::string(1000 - head.size() - 3, 'j') + "\"}\n";
+  };
   for (int i = 0; i < 10; ++i) {
-    write(entry(i), std::string(1000, 'j'));
+    write(entry(i), result(entry(i)));
     fs::last_write_time(entry(i), now - std::chrono::minutes(10 - i));  // 0 oldest, 9 newest
   }
   // Not results: never counted or removed, however old (--cache may name a
-  // folder of the user's own).
+  // folder of the user's own), even under a result's name.
   write(cache / "notes.txt", std::string(5000, 'n'));
   write(cache / "config.json", std::string(5000, 'c'));
-  fs::last_write_time(cache / "config.json", now - std::chrono::hours(1));
+  const fs::path users = cache / (std::string(32, 'b') + ".json");
+  write(users, std::string(5000, 'u'));
+  const fs::path other_key = cache / (std::string(32, 'c') + ".json");
+  write(other_key, "{\"key\": \"" + std::string(32, 'd') + "\", \"scenario_hash\": \"h\"}\n");
+  for (const auto& p : {cache / "config.json", users, other_key}) fs::last_write_time(p, now - std::chrono::hours(1));
   EXPECT_EQ(trim_probe_cache(cache.string(), 10000), 0);
   EXPECT_EQ(trim_probe_cache(cache.string(), 4500), 6);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(fs::exists(entry(i)), i >= 6) << i;
   EXPECT_TRUE(fs::exists(cache / "notes.txt"));
   EXPECT_EQ(trim_probe_cache(cache.string(), 0), 4);
   EXPECT_TRUE(fs::exists(cache / "config.json"));
+  EXPECT_TRUE(fs::exists(users));
+  EXPECT_TRUE(fs::exists(other_key));
 }
 
 TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures) {

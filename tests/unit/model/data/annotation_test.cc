@@ -331,6 +331,24 @@ TEST_F(AnnotationTest, IcdarValidLinesWithBomCrlfAndCommas) {
   EXPECT_EQ(img.words[5].transcription, "");
 }
 
+// A lone "\r" ends a line as "\n" and "\r\n" do: read as one line, every
+// word after the first would become the first word's transcription.
+TEST_F(AnnotationTest, IcdarLinesEndedByALoneCarriageReturn) {
+  const std::string path = write("gt_img_1.txt",
+                                 "10,10,50,10,50,26,10,26,x\r20,36,80,36,80,52,20,52,y\r\r"
+                                 "1,1,9,1,9,9,1,9,z\r\n2,2,8,2,8,8,2,8,w\n");
+  const ReadResult r = read_icdar_txt(path, "img_1.png");
+  EXPECT_TRUE(r.defects.empty()) << r.defects[0].message;
+  ASSERT_EQ(r.images.size(), 1u);
+  ASSERT_EQ(r.images[0].words.size(), 4u);
+  EXPECT_EQ(r.images[0].words[0].transcription, "x");
+  EXPECT_EQ(r.images[0].words[1].transcription, "y");
+  EXPECT_EQ(r.images[0].words[1].line, 2);
+  EXPECT_EQ(r.images[0].words[2].transcription, "z");
+  EXPECT_EQ(r.images[0].words[2].line, 4);
+  EXPECT_EQ(r.images[0].words[3].line, 5);
+}
+
 TEST_F(AnnotationTest, IcdarBadLines) {
   const std::string path = write("gt.txt",
                                  "1,2,3,4,5,6,7\n"

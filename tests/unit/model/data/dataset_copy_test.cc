@@ -73,6 +73,31 @@ class DatasetCopyTest : public ::testing::Test {
   fs::path ds_;
 };
 
+// Two links per level to the next level: 2^24 paths to one small file. The
+// walk stops once the copy would hold the dataset's files many times over,
+// and the copy is refused instead of filling the disk.
+TEST_F(DatasetCopyTest, AFolderReachedByManyLinksIsNotCopiedManyTimes) {
+  image(ds_ / "images" / "a.png", 10);
+  annotations({"a.png"});
+  const int levels = 24;
+  for (int i = 0; i <= levels; ++i) fs::create_directories(ds_ / "extra" / ("l" + std::to_string(i)));
+  for (int i = 0; i < levels; ++i) {
+    const fs::path level = ds_ / "extra" / ("l" + std::to_string(i));
+    fs::create_directory_symlink("../l" + std::to_string(i + 1), level / "a");
+    fs::create_directory_symlink("../l" + std::to_string(i + 1), level / "b");
+  }
+  std::ofstream(ds_ / "extra" / ("l" + std::to_string(levels)) / "leaf.bin") << std::string(1024, 'x');
+  const auto problems = dataset_copy_problems(ds_.string());
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems.front().find("expected links that reach each file of the dataset once or twice"),
+            std::string::npos)
+      << problems.front();
+  const fs::path copy = dir_ / "run" / "data";
+  fs::create_directories(copy.parent_path());
+  EXPECT_THROW(copy_dataset(ds_.string(), copy.string()), DatasetCopyError);
+  EXPECT_FALSE(fs::exists(copy));
+}
+
 TEST_F(DatasetCopyTest, LinkOutOfTheDatasetIsNamedAndNothingIsWritten) {
   image(ds_ / "images" / "a.png", 10);
   annotations({"a.png"});

@@ -1,6 +1,8 @@
 // Strict image decoding: a truncated or corrupt JPEG or PNG is an unreadable
 // image (a named data defect), never a partly grey one; an intact file
 // decodes exactly as OpenCV decodes it.
+#include <sys/stat.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -254,7 +256,27 @@ TEST_F(StrictDecodeTest, MissingFileSaysSo) {
   DecodeFailure failure;
   EXPECT_TRUE(decode_image((dir_ / "none.jpg").string(), false, &failure).empty());
   EXPECT_EQ(failure.expected, "an image file");
-  EXPECT_EQ(failure.got, "none");
+  EXPECT_EQ(failure.got, "nothing");
+  // What is there when it is not an image file, named.
+  fs::create_directories(dir_ / "folder.png");
+  EXPECT_TRUE(decode_image((dir_ / "folder.png").string(), false, &failure).empty());
+  EXPECT_EQ(failure.got, "a folder");
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.png").c_str(), 0644), 0);
+  EXPECT_TRUE(decode_image((dir_ / "fifo.png").string(), false, &failure).empty());
+  EXPECT_EQ(failure.got, "a FIFO");
+}
+
+// A file larger than any image dbh reads (sparse: no disk is used) is named
+// before it is read, never read whole into memory.
+TEST_F(StrictDecodeTest, AFileLargerThanAnyImageIsADefectBeforeReading) {
+  const fs::path big = dir_ / "big.png";
+  const cv::Mat small(4, 4, CV_8UC3, cv::Scalar(1, 2, 3));
+  ASSERT_TRUE(cv::imwrite(big.string(), small));
+  fs::resize_file(big, static_cast<uintmax_t>(kMaxImageFileBytes) + 1);
+  DecodeFailure failure;
+  EXPECT_TRUE(decode_image(big.string(), false, &failure).empty());
+  EXPECT_EQ(failure.expected, "an image file of at most 512 MiB (what 8192 × 8192 pixels of 16-bit RGBA take)");
+  EXPECT_EQ(failure.got, "a file of 513 MiB");
 }
 
 // A decompression bomb: 72 million pixels of zeros compress to a few
