@@ -79,7 +79,7 @@ int run_data_check(const DataCheckOptions& o) {
               << "words:    " << scan.words << " (" << scan.words_ignored << " ignored)\n"
               << "defects:  " << scan.defects.size() << "\n";
     for (const auto& [kind, n] : counts) std::cout << "  " << kind << ": " << n << "\n";
-    for (const auto& d : scan.defects) std::cout << d.message << "\n";
+    for (const auto& d : scan.defects) std::cout << one_line(d.message) << "\n";
   }
   nlohmann::ordered_json j;
   j["schema_version"] = 1;

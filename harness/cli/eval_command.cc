@@ -245,11 +245,11 @@ int run_eval_command(const EvalCommandOptions& o) {
     throw UsageError(std::string(kWhere) + ": --data: " + what);
   }
   if (policy == model::OnInvalid::kError && !scan.defects.empty()) {
-    for (const auto& d : scan.defects) std::cerr << "  " << d.message << "\n";
+    for (const auto& d : scan.defects) std::cerr << "  " << one_line(d.message) << "\n";
     usage("--data " + o.data, "a dataset without defects (or --on-invalid skip|clip)",
           std::to_string(scan.defects.size()) + " defect(s), listed above");
   }
-  for (const auto& d : scan.defects) std::cerr << "warning: " << d.message << "\n";
+  for (const auto& d : scan.defects) std::cerr << "warning: " << one_line(d.message) << "\n";
   if (scan.images.empty()) usage("--data " + o.data, "at least one usable image", "none");
 
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(

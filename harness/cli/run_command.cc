@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "harness/bisect/probe.h"
@@ -200,6 +201,19 @@ std::string message(const std::exception& e) { return one_line(e.what()); }
 // The command line's overrides, with the --device and --seed shortcuts.
 std::vector<std::string> run_overrides(const RunOptions& o) {
   std::vector<std::string> overrides = o.overrides;
+  // A flag and an override of its key, both given: one would silently win.
+  for (const auto& [flag, given, key] : {std::tuple<const char*, bool, const char*>{"--device", !o.device.empty(),
+                                                                                    DBH_SCENARIO_KEY(hardware.device)},
+                                         {"--seed", !o.seed.empty(), DBH_SCENARIO_KEY(train.seed)}}) {
+    if (!given) continue;
+    for (const auto& x : o.overrides) {
+      if (x.rfind(std::string(key) + "=", 0) == 0) {
+        throw ScenarioError(std::string(flag) + ": expected either " + flag + " or the override " + key +
+                            "=…, got both (" + flag + " " + (flag == std::string("--seed") ? o.seed : o.device) +
+                            " and " + one_line(x) + ")");
+      }
+    }
+  }
   if (!o.device.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), o.device));
   if (!o.seed.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(train.seed), o.seed));
   return overrides;

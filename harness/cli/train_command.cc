@@ -232,7 +232,7 @@ int run_train_command(const TrainCommandOptions& o) {
     try {
       dataset = std::make_shared<model::Dataset>(dataset_options(s, s.data.path));
     } catch (const model::DataError& e) {
-      for (const auto& d : e.defects()) std::cerr << "  " << d.message << "\n";
+      for (const auto& d : e.defects()) std::cerr << "  " << one_line(d.message) << "\n";
       // A policy only helps with defects of single words or images: not an
       // unreadable file, a duplicate or a name leaving the dataset.
       const bool policy_helps = std::none_of(e.defects().begin(), e.defects().end(), [](const model::Defect& d) {
@@ -242,7 +242,7 @@ int run_train_command(const TrainCommandOptions& o) {
             std::string("a dataset without defects") + (policy_helps ? " (or --on-invalid skip|clip)" : ""),
             std::to_string(e.defects().size()) + " defect(s), listed above");
     }
-    for (const auto& d : dataset->defects()) std::cerr << "warning: " << d.message << "\n";
+    for (const auto& d : dataset->defects()) std::cerr << "warning: " << one_line(d.message) << "\n";
     loader = std::make_shared<model::Loader>(dataset, loader_options(s));
     data_desc = s.data.source == "synthetic_render"
                     ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"

@@ -872,7 +872,25 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   const Value tree_from_files = load_with_includes(path, stack, files, Location{path, 0, 0});
   Value tree = tree_from_files;
   for (const auto& o : overrides) apply_user_override(tree, o);
-  Scenario s = scenario_from_tree(tree, path);
+  Scenario s;
+  try {
+    s = scenario_from_tree(tree, path);
+  } catch (const ScenarioError& e) {
+    // A key of the file that only the overrides made wrong (faults.0.name=…
+    // leaves the file's fault keys to another fault): say which overrides.
+    bool file_alone_loads = false;
+    if (!overrides.empty() && std::string(e.what()).rfind("<override>", 0) != 0) {
+      try {
+        (void)scenario_from_tree(tree_from_files, path);
+        file_alone_loads = true;
+      } catch (const ScenarioError&) {
+      }
+    }
+    if (!file_alone_loads) throw;
+    std::string given;
+    for (const auto& o : overrides) given += (given.empty() ? "" : " ") + one_line(o);
+    throw ScenarioError(std::string(e.what()) + " (the file loads without the overrides " + given + ")");
+  }
   s.overrides = overrides;
   s.files = files;
   // Every control must be a valid scenario too, before anything runs.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include "harness/common/error.h"
 #include "harness/common/hash.h"
@@ -18,7 +19,14 @@ bool to_int(const std::string& s, int64_t* v) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+// As --shard-count's own bound: more shards than that is a typo, never a split.
+constexpr int64_t kMaxShardCount = 1'000'000;
+
 Shard checked(int64_t index, int64_t count, const std::string& source) {
+  if (count > kMaxShardCount) {
+    throw ScenarioError(source + ": expected at most " + std::to_string(kMaxShardCount) + " shards, got " +
+                        std::to_string(count));
+  }
   if (count < 1 || index < 0 || index >= count) {
     throw ScenarioError(source + ": expected a shard index in [0, " + std::to_string(count) + "), got " +
                         std::to_string(index) + " of " + std::to_string(count));
@@ -65,19 +73,38 @@ std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env,
   const auto slurm_id = value("SLURM_ARRAY_TASK_ID");
   const auto slurm_count = value("SLURM_ARRAY_TASK_COUNT");
   const auto slurm_min = value("SLURM_ARRAY_TASK_MIN");
+  const auto slurm_step = value("SLURM_ARRAY_TASK_STEP");
   if (slurm_id && !slurm_count) {
     // As a Kubernetes index without its count: a part of the suite was meant.
     throw ScenarioError("SLURM_ARRAY_TASK_ID is set: expected SLURM_ARRAY_TASK_COUNT too (the array's size)");
   }
   if (slurm_id && slurm_count) {
-    const int64_t min = slurm_min.value_or(0);
-    if (*slurm_count < 1 || *slurm_id < min || *slurm_id - min >= *slurm_count) {
-      throw ScenarioError("SLURM_ARRAY_TASK_ID: expected a task id in [" + std::to_string(min) + ", " +
-                          std::to_string(min + std::max<int64_t>(*slurm_count, 0)) + ") (SLURM_ARRAY_TASK_MIN " +
-                          std::to_string(min) + ", SLURM_ARRAY_TASK_COUNT " + std::to_string(*slurm_count) +
-                          "), got " + std::to_string(*slurm_id));
+    // --array=0-4:2 runs tasks 0, 2 and 4: three shards, numbered by step.
+    // Slurm's task ids are below a few million: bounded, the arithmetic
+    // below cannot overflow.
+    constexpr int64_t kMaxTaskValue = int64_t{1} << 30;
+    for (const auto& [name, v] : {std::pair<const char*, std::optional<int64_t>>{"SLURM_ARRAY_TASK_ID", slurm_id},
+                                  {"SLURM_ARRAY_TASK_COUNT", slurm_count},
+                                  {"SLURM_ARRAY_TASK_MIN", slurm_min},
+                                  {"SLURM_ARRAY_TASK_STEP", slurm_step}}) {
+      if (v && (*v < 0 || *v > kMaxTaskValue)) {
+        throw ScenarioError(std::string(name) + ": expected an integer in [0, " + std::to_string(kMaxTaskValue) +
+                            "], got " + std::to_string(*v));
+      }
     }
-    return checked(*slurm_id - min, *slurm_count, "SLURM_ARRAY_TASK_ID");
+    const int64_t min = slurm_min.value_or(0);
+    const int64_t step = slurm_step.value_or(1);
+    const int64_t offset = *slurm_id - min;
+    if (*slurm_count < 1 || step < 1 || offset < 0 || offset % step != 0 || offset / step >= *slurm_count) {
+      throw ScenarioError(
+          "SLURM_ARRAY_TASK_ID: expected a task id in [" + std::to_string(min) + ", " +
+          std::to_string(min + *slurm_count * std::max<int64_t>(step, 1)) + ")" +
+          (step != 1 ? " in steps of " + std::to_string(step) : std::string()) + " (SLURM_ARRAY_TASK_MIN " +
+          std::to_string(min) + ", SLURM_ARRAY_TASK_COUNT " + std::to_string(*slurm_count) +
+          (slurm_step ? ", SLURM_ARRAY_TASK_STEP " + std::to_string(step) : std::string()) + "), got " +
+          std::to_string(*slurm_id));
+    }
+    return checked((*slurm_id - min) / step, *slurm_count, "SLURM_ARRAY_TASK_ID");
   }
   const auto k8s_index = value("JOB_COMPLETION_INDEX");
   const auto k8s_env_count = value("DBH_SHARD_COUNT");
@@ -86,6 +113,11 @@ std::optional<Shard> detect_shard(const std::map<std::string, std::string>& env,
       return checked(*k8s_index, k8s_count > 0 ? k8s_count : *k8s_env_count, "JOB_COMPLETION_INDEX");
     }
     throw ScenarioError("JOB_COMPLETION_INDEX is set: expected the shard count in DBH_SHARD_COUNT or --shard-count");
+  }
+  if (k8s_env_count) {
+    // A count without the index names no shard: the whole suite was not meant.
+    throw ScenarioError("DBH_SHARD_COUNT is set: expected JOB_COMPLETION_INDEX too (a Kubernetes indexed Job's "
+                        "index), got it unset");
   }
   const auto node_index = value("CI_NODE_INDEX", "a 1-based job index (a positive integer)");
   const auto node_total = value("CI_NODE_TOTAL");

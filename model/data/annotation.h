@@ -53,8 +53,9 @@ enum class DefectKind {
   kUnreadableFile,       ///< The annotation file cannot be read.
   kInvalidBatch,         ///< A loaded batch failed the validation hook.
   /// The same image annotated twice: a UFO key written twice in "images"
-  /// (a JSON reader keeps one), two names of one file, or two ICDAR
-  /// ground-truth files for one image.
+  /// (a JSON reader keeps one), two names of one file, two ICDAR
+  /// ground-truth files for one image, or one ICDAR ground-truth file whose
+  /// image is ambiguous (img_1.png and img_1.jpg both present).
   kDuplicateImage,
   /// Any other JSON key written twice in one object (a word id, img_w,
   /// points…): a JSON reader silently keeps one of the values.

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "model/data/dataset_copy.h"
+#include "model/data/image_decode.h"
 
 namespace dbh::model {
 namespace fs = std::filesystem;
@@ -114,6 +115,17 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                                      ec.message() + ")"});
     return out;
   }
+  // images/ holds every image: something else there (a file, a FIFO) makes
+  // each one "missing", which is one problem of the folder, not of its images.
+  if (const fs::path images = root / "images"; fs::exists(fs::symlink_status(images, ec)) || fs::exists(images, ec)) {
+    if (!fs::is_directory(images, ec)) {
+      const std::string what = describe_non_file(images.string());
+      out.defects.push_back(Defect{DefectKind::kUnreadableFile, images.string(), "", "", 0,
+                                   images.string() + ": expected the dataset's folder of images, got " +
+                                       (what.empty() ? std::string("a file") : what)});
+      return out;
+    }
+  }
   // Annotation files are checked as image names are (resolve_in): their
   // paths are built inside the dataset, so only a root that does not
   // resolve stops them.
@@ -147,12 +159,20 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
       if (!inside(f)) continue;
       std::string stem = f.stem().string();
       if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
-      std::string image_file = stem + ".png";
+      std::vector<std::string> candidates;
       for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".bmp", ".tif", ".tiff"}) {
-        if (fs::exists(root / "images" / (stem + ext), ec)) {
-          image_file = stem + ext;
-          break;
-        }
+        if (fs::exists(root / "images" / (stem + ext), ec)) candidates.push_back(stem + ext);
+      }
+      const std::string image_file = candidates.empty() ? stem + ".png" : candidates.front();
+      if (candidates.size() > 1) {
+        // img_1.png and img_1.jpg: which one gt_img_1.txt annotates is
+        // unknown, and picking one would train on a guess.
+        std::string names;
+        for (const auto& c : candidates) names += (names.empty() ? "" : " and ") + c;
+        outside.push_back(Defect{DefectKind::kDuplicateImage, f.string(), image_file, "", 0,
+                                 f.string() + ": expected one image named " + stem + ".* in " +
+                                     (root / "images").string() + ", got " + names +
+                                     " (which one it annotates is unknown)"});
       }
       auto r = read_icdar_txt(f.string(), image_file);
       annotation_file.insert(annotation_file.end(), r.images.size(), f.string());

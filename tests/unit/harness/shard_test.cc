@@ -40,6 +40,21 @@ TEST(ShardTest, DetectsSchedulersFromTheEnvironment) {
   EXPECT_EQ(detect_shard({{"TEST_SHARD_INDEX", "0"}, {"TEST_TOTAL_SHARDS", "3"}})->count, 3);
   EXPECT_FALSE(detect_shard({}));
   EXPECT_THROW(detect_shard({{"CI_NODE_INDEX", "3"}, {"CI_NODE_TOTAL", "2"}}), ScenarioError);
+  // --array=0-4:2: tasks 0, 2 and 4 are shards 0, 1 and 2 of 3.
+  for (int64_t task = 0; task <= 4; task += 2) {
+    auto stepped = detect_shard({{"SLURM_ARRAY_TASK_ID", std::to_string(task)}, {"SLURM_ARRAY_TASK_COUNT", "3"},
+                                 {"SLURM_ARRAY_TASK_MIN", "0"}, {"SLURM_ARRAY_TASK_STEP", "2"}});
+    ASSERT_TRUE(stepped);
+    EXPECT_EQ(stepped->index, task / 2);
+    EXPECT_EQ(stepped->count, 3);
+  }
+  EXPECT_THROW(detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "3"},
+                             {"SLURM_ARRAY_TASK_STEP", "2"}}),
+               ScenarioError);
+  // A count without its index names no shard; more shards than --shard-count allows is refused.
+  EXPECT_THROW(detect_shard({{"DBH_SHARD_COUNT", "3"}}), ScenarioError);
+  EXPECT_THROW(parse_shard("0/1000001"), ScenarioError);
+  EXPECT_EQ(parse_shard("0/1000000").count, 1000000);
 }
 
 // A scheduler variable that is set but not a number stops the suite, naming

@@ -217,6 +217,33 @@ TEST_F(ScanTest, TwoGroundTruthFilesOfOneImageAreADuplicate) {
   EXPECT_EQ(of_kind(hard, DefectKind::kDuplicateImage)[0].image, "img_2.png");
 }
 
+// gt_img_1.txt with img_1.png and img_1.jpg beside it: which image it
+// annotates is unknown, and training on a guess is refused.
+TEST_F(ScanTest, AGroundTruthFileWithTwoCandidateImagesIsRefused) {
+  image(ds_ / "images" / "img_1.png");
+  image(ds_ / "images" / "img_1.jpg");
+  fs::create_directories(ds_ / "icdar");
+  std::ofstream(ds_ / "icdar" / "gt_img_1.txt") << "1,1,10,1,10,8,1,8,word\n";
+  const ScanResult r = scan_dataset(ds_.string(), OnInvalid::kSkip);
+  EXPECT_FALSE(r.readable);
+  ASSERT_EQ(of_kind(r, DefectKind::kDuplicateImage).size(), 1u);
+  EXPECT_THAT(of_kind(r, DefectKind::kDuplicateImage)[0].message,
+              HasSubstr("gt_img_1.txt: expected one image named img_1.* in " + (ds_ / "images").string() +
+                        ", got img_1.png and img_1.jpg"));
+}
+
+// images/ that is a file: one problem of the dataset, which cannot be read,
+// not "missing" for every image it lists.
+TEST_F(ScanTest, AnImagesFolderThatIsAFileIsOneProblem) {
+  fs::remove_all(ds_ / "images");
+  std::ofstream(ds_ / "images") << "not a folder";
+  annotations({"a.png", "b.png"});
+  const ScanResult r = scan_dataset(ds_.string(), OnInvalid::kSkip);
+  EXPECT_FALSE(r.readable);
+  ASSERT_EQ(r.defects.size(), 1u);
+  EXPECT_EQ(r.defects[0].message, (ds_ / "images").string() + ": expected the dataset's folder of images, got a file");
+}
+
 TEST_F(ScanTest, DistinctImagesAreNotDuplicates) {
   image(ds_ / "images" / "img_1.png");
   image(ds_ / "images" / "img_10.png");
