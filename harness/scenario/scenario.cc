@@ -414,6 +414,37 @@ bool FaultConfig::fires_at(int64_t step, int64_t run_index) const {
 // included files set with the defaults: refused like an empty key.
 const char* const kSectionForm = "a map of its keys";
 
+namespace {
+
+// The first defect no policy accepts in the dataset at `path` ("" when
+// none). A bisection loads its scenario once per probe: the annotations are
+// scanned again only when they or the folders' listings changed.
+std::string dataset_refusal(const std::string& path) {
+  std::ostringstream key;
+  for (const char* part : {"", "annotations.json", "icdar", "images"}) {
+    std::error_code ec;
+    const fs::path p = fs::path(path) / part;
+    const auto mtime = fs::last_write_time(p, ec);
+    const auto size = ec || fs::is_directory(p, ec) ? 0 : fs::file_size(p, ec);
+    key << fs::weakly_canonical(p, ec).string() << '\0' << (ec ? 0 : mtime.time_since_epoch().count()) << '\0'
+        << size << '\0';
+  }
+  static std::map<std::string, std::string> answers;
+  if (const auto it = answers.find(key.str()); it != answers.end()) return it->second;
+  std::string refusal;
+  const model::ScanResult scan = model::scan_dataset(path, model::OnInvalid::kError, {}, /*check_images=*/false);
+  for (const auto& d : scan.defects) {
+    if (model::refuses_dataset(d.kind)) {
+      refusal = one_line(d.message);
+      break;
+    }
+  }
+  if (answers.size() < 64) answers.emplace(key.str(), refusal);
+  return refusal;
+}
+
+}  // namespace
+
 Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   Scenario s;
   s.file = file;
@@ -460,12 +491,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     // A dataset no policy can use (an image annotated twice, a name that
     // leaves the folder) is bad input, as in every command that reads it,
     // not a training failure to report.
-    const model::ScanResult scan = model::scan_dataset(s.data.path, model::OnInvalid::kError, {}, /*check_images=*/false);
-    for (const auto& d : scan.defects) {
-      if (model::refuses_dataset(d.kind)) {
-        fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
-             "a dataset every image of which is annotated once, inside its folder", one_line(d.message));
-      }
+    if (const std::string refusal = dataset_refusal(s.data.path); !refusal.empty()) {
+      fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
+           "a dataset every image of which is annotated once, inside its folder", refusal);
     }
   }
   if (s.data.size % 32 != 0) {

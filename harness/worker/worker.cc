@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <opencv2/core.hpp>
@@ -236,8 +237,41 @@ std::string load_initial_weights(model::DbNet& net, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// What identifies a check's answer: the files as they are now (size and
+// modification time) and what the scenario asks of them.
+std::string model_files_key(const Scenario& s) {
+  std::ostringstream key;
+  for (const std::string* path : {&s.model.weights, &s.train.resume_from}) {
+    std::error_code ec;
+    const auto size = path->empty() ? 0 : fs::file_size(*path, ec);
+    const auto mtime = path->empty() || ec ? fs::file_time_type{} : fs::last_write_time(*path, ec);
+    key << *path << '\0' << size << '\0' << mtime.time_since_epoch().count() << '\0';
+  }
+  key << s.model.encoder << '\0' << s.model.decoder << '\0' << s.model.k << '\0' << s.train.max_steps << '\0'
+      << s.train.stop_after;
+  return key.str();
+}
+
+std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s);
+
+}  // namespace
+
+// A bisection loads its scenario once per probe: the files are read once.
 std::optional<InputFileProblem> check_model_files(const Scenario& s) {
   if (s.model.weights.empty() && s.train.resume_from.empty()) return std::nullopt;
+  static std::map<std::string, std::optional<InputFileProblem>> answers;
+  const std::string key = model_files_key(s);
+  if (const auto it = answers.find(key); it != answers.end()) return it->second;
+  auto answer = check_model_files_uncached(s);
+  if (answers.size() < 64) answers.emplace(key, answer);
+  return answer;
+}
+
+namespace {
+
+std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
   const std::string model_name = "resnet" + std::to_string(s.model.encoder) + " with the " + s.model.decoder +
                                  " decoder";
   // Reads `path` into a fresh model of the scenario; an unreadable file is the problem.
@@ -281,6 +315,8 @@ std::optional<InputFileProblem> check_model_files(const Scenario& s) {
   }
   return std::nullopt;
 }
+
+}  // namespace
 
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
