@@ -803,6 +803,17 @@ int suite_command(const RunOptions& o) {
     return 2;
   }
   const std::map<std::string, std::string> ids_of = scenario_ids(files);
+  // The whole suite (every scenario's id and resolved configuration, before
+  // sharding): merge checks that its shards all ran the same one.
+  std::string suite_hash;
+  {
+    std::vector<std::string> parts;
+    for (const auto& f : files) parts.push_back(ids_of.at(f) + "=" + hash_of.at(f));
+    std::sort(parts.begin(), parts.end());
+    Fnv1a64 h;
+    for (const auto& part : parts) h.update(part + "\n");
+    suite_hash = h.hex();
+  }
   if (shard) {
     std::vector<std::string> mine;
     for (const auto& f : files) {
@@ -892,7 +903,8 @@ int suite_command(const RunOptions& o) {
   // A `suite` record opens every invocation, so even a shard with nothing to
   // run leaves a journal saying that it ran, with what and when.
   try {
-    journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", files.size()}, {"resume", o.resume},
+    journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", files.size()}, {"suite_hash", suite_hash},
+                    {"resume", o.resume},
                     {"host", host_name()}, {"pid", ::getpid()}, {"time", now_iso()}});
     // From here the journal is the suite's record: kept whatever happens,
     // so --resume can continue from it.
@@ -1009,6 +1021,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::vector<std::string> problems;  // what keeps the merge from being complete
   std::map<int64_t, std::set<int64_t>> shards_seen;  // shard count -> indices whose journal was found
   std::vector<std::string> whole_suites;             // journals of unsharded suites
+  std::map<std::string, std::set<std::string>> suite_hashes;  // the suite each journal ran -> its journals
   size_t journals_found = 0;
   const fs::path root = out.empty() ? fs::path(default_output_folder("merged")) : fs::path(out);
   try {
@@ -1042,11 +1055,15 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       int64_t expected = -1, seen_finished = 0;
       std::set<std::string> finished_here;
       bool opened = false;  // a `suite` record: every invocation writes one first
+      std::string ran;      // the suite it ran (its last `suite` record's suite_hash)
       for (const auto& rec : Journal(jp).read(&bad)) {
         const std::string type = rec.value("type", "");
         opened = opened || type == "suite";
         if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
           expected = rec["scenarios"].get<int64_t>();
+        }
+        if (type == "suite" && rec.contains("suite_hash") && rec["suite_hash"].is_string()) {
+          ran = rec["suite_hash"].get<std::string>();  // a resumed suite: what it ran last
         }
         if (type == "suite") {
           // "K/N (source)" for a shard, "" for a whole suite: which parts
@@ -1079,6 +1096,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
         finished_here.insert(id);
       }
       seen_finished = static_cast<int64_t>(finished_here.size());
+      if (!ran.empty()) suite_hashes[ran].insert(jp.string());
       for (const auto& b : bad) problems.push_back(b);
       if (!opened) {
         // Empty or unreadable: what the suite ran is unknown, never "nothing failed".
@@ -1114,6 +1132,17 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     problems.push_back("expected the shards of one split, got shards of " + std::to_string(shards_seen.size()) +
                        " shard count(s) (" + counts + ")" +
                        (whole_suites.empty() ? "" : " and " + std::to_string(whole_suites.size()) + " unsharded suite(s)"));
+  }
+  if (suite_hashes.size() > 1) {
+    // Shards of a suite whose scenarios or settings changed between them
+    // (or of two suites): their results answer different questions.
+    std::string which;
+    for (const auto& [hash, journals] : suite_hashes) {
+      which += (which.empty() ? "" : "; ") + one_line(*journals.begin()) +
+               (journals.size() > 1 ? " and " + std::to_string(journals.size() - 1) + " more" : std::string());
+    }
+    problems.push_back("expected journals of one suite, got " + std::to_string(suite_hashes.size()) +
+                       " different suites (their scenarios or settings differ): " + which);
   }
   for (const auto& id : started) {
     if (!finished.count(id)) problems.push_back(id + ": started but never finished (interrupted)");

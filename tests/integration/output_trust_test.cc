@@ -178,6 +178,23 @@ TEST(SuiteResumeTest, AnotherSuitesFolderIsRefused) {
       << merged.out << merged.err;
 }
 
+// Shards of a suite edited between them answer different questions: merge
+// says so (exit 1) instead of reporting one suite.
+TEST(MergeTest, ShardsOfASuiteThatChangedBetweenThemDoNotMerge) {
+  const testing::ScratchDir dir("dbh-trust-merge-changed");
+  write_text(dir / "suite" / "a.yaml", tiny());
+  write_text(dir / "suite" / "b.yaml", tiny());
+  const std::string os = (dir / "os").string();
+  ASSERT_EQ(dbh({"suite", (dir / "suite").string(), "--shard", "0/2", "--out", os, "-q"}, dir.path()).exit_code, 0);
+  write_text(dir / "suite" / "b.yaml", tiny("name: b-edited\n"));
+  ASSERT_EQ(dbh({"suite", (dir / "suite").string(), "--shard", "1/2", "--out", os, "-q"}, dir.path()).exit_code, 0);
+  const auto merged = dbh({"merge", os, "--out", (dir / "merged").string()}, dir.path());
+  EXPECT_EQ(merged.exit_code, 1) << merged.out << merged.err;
+  EXPECT_NE((merged.out + merged.err).find("expected journals of one suite, got 2 different suites"),
+            std::string::npos)
+      << merged.out << merged.err;
+}
+
 // Shard folders moved or copied elsewhere merge from where they are now: the
 // reports beside each journal, not the absolute paths it recorded.
 TEST(MergeTest, MovedShardFoldersMergeFromWhereTheyAre) {
