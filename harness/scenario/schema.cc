@@ -19,11 +19,13 @@ bool parse_int(const std::string& s, int64_t* out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+// Decimal only, as parse_int: strtod would also take hex ("0x1p3" = 8),
+// leading blanks and the locale's decimal separator.
 bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(*out);
+  const size_t from = !s.empty() && s[0] == '+' ? 1 : 0;
+  if (s.size() <= from || (from == 1 && s[1] == '-')) return false;
+  const auto r = std::from_chars(s.data() + from, s.data() + s.size(), *out, std::chars_format::general);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(*out);
 }
 
 bool parse_bool(const std::string& s, bool* out) {

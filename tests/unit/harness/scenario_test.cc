@@ -14,6 +14,7 @@
 
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 
 namespace dbh::harness {
@@ -483,6 +484,16 @@ TEST(ParseYaml, RefusesControlBytesWithTheirPlace) {
   EXPECT_THROW(apply_override(root, "a=,"s), ScenarioError);
   // Tab, carriage return and UTF-8 text stay fine.
   EXPECT_EQ(parse_yaml("a:\t1\r\nb: \xc3\xa9t\xc3\xa9\n", "t.yaml").find("b")->scalar, "\xc3\xa9t\xc3\xa9");
+}
+
+// Numbers are decimal, as integers are: strtod would take hex floats.
+TEST(ParseNumbers, DecimalOnly) {
+  double v = 0;
+  for (const char* ok : {"0.5", "+0.5", "1e-3", ".5", "5.", "-2", "1E3"}) EXPECT_TRUE(parse_double(ok, &v)) << ok;
+  EXPECT_TRUE(parse_double("1e-3", &v) && v == 1e-3);
+  for (const char* bad : {"0x1p3", "0x10", " 1", "1 ", "+-1", "nan", "inf", "1e400", "", "+", "1,5"}) {
+    EXPECT_FALSE(parse_double(bad, &v)) << bad;
+  }
 }
 
 // yaml-cpp 0.7 reports a document that consumes nothing, forever, for a lone
