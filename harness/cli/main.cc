@@ -294,12 +294,15 @@ int main(int argc, char** argv) {
         static const std::vector<std::string> kPathOptions = {"--out",  "--data", "--weights", "--resume",
                                                               "--junit", "--save-weights", "--base", "--json",
                                                               "--cache"};
-        if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+        if (opt->count() == 0 || opt->get_lnames().empty() || opt->get_type_size() == 0) continue;
+        // Any other option too: `--shard "$SHARD"` with SHARD unset would
+        // run the whole suite in every job.
         const std::string name = "--" + opt->get_lnames().front();
-        if (std::find(kPathOptions.begin(), kPathOptions.end(), name) == kPathOptions.end()) continue;
+        const bool path = std::find(kPathOptions.begin(), kPathOptions.end(), name) != kPathOptions.end();
         for (const auto& value : opt->results()) {
           if (value.empty()) {
-            throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected a path, got \"\"");
+            throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected " +
+                                           (path ? "a path" : "a value") + ", got \"\"");
           }
         }
       }
