@@ -1,5 +1,10 @@
 #include "model/dbnet.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "model/neck/fpn.h"
@@ -81,7 +86,33 @@ void DbNetImpl::save_weights(const std::string& path) const {
   for (const auto& b : named_buffers(/*recurse=*/true)) {
     archive.write(b.key(), b.value(), /*is_buffer=*/true);
   }
-  archive.save_to(path);
+  save_archive(archive, path);
+}
+
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
+  int error = 0;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    const char* p = static_cast<const char*>(data);
+    for (size_t left = n; left > 0 && error == 0;) {
+      const ssize_t w = ::write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        error = w < 0 ? errno : ENOSPC;
+        break;
+      }
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    return n;  // the writer goes on; the error is reported below
+  });
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    ::unlink(path.c_str());
+    throw std::runtime_error(path + ": cannot write: " + std::strerror(error));
+  }
 }
 
 int64_t DbNetImpl::load_weights(const std::string& path) {

@@ -67,4 +67,12 @@ class DbNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DbNet);
 
+/// Writes `archive` to `path` as OutputArchive::save_to(path) does, except on
+/// a write error (a full disk): LibTorch's zip writer would throw, then throw
+/// again from its destructor and abort the process. Here a failed write is
+/// remembered, the writer finishes, the file is removed, and
+/// std::runtime_error names the path and the error. A link at `path` is
+/// never written through.
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path);
+
 }  // namespace dbh::model

@@ -330,6 +330,13 @@ void publish_to_github(const CiEnvironment& ci, const std::string& title, const 
                                    : "a special file"));
       return;
     }
+    if (st.st_nlink > 1) {
+      // Another name of some file (the dataset's annotations, say): what it
+      // is cannot be told from here, and the runner's file has one name.
+      warn(shown + ": expected the runner's summary file, got a file with " + std::to_string(st.st_nlink) +
+           " names (a hard link), which dbh does not append to");
+      return;
+    }
     const size_t existing = static_cast<size_t>(st.st_size);
     // A blank line keeps this summary apart from what an earlier command of
     // the step appended.

@@ -259,7 +259,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   // A file or link already at the temporary name (a reused output folder)
   // goes first: the archive is a new file, never written through a link.
   std::filesystem::remove(tmp);
-  archive.save_to(tmp);
+  save_archive(archive, tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename checkpoint " + tmp + " to " + path +

@@ -259,6 +259,15 @@ TEST(CiConventionsTest, TheSummaryIsNeverAppendedToAFileTheScenarioReads) {
   EXPECT_EQ(suite.exit_code, 1) << suite.out << suite.err;
   EXPECT_NE(suite.err.find("no GitHub job summary written"), std::string::npos) << suite.err;
   EXPECT_EQ(read_text(dir / "base.yaml"), base_text);
+  // A hard link to a file, from anywhere (the dataset's annotations, a file of
+  // the user's): a file with two names is never appended to.
+  write_text(dir / "notes.json", "{}\n");
+  fs::create_hard_link(dir / "notes.json", dir / "summary.md");
+  env["GITHUB_STEP_SUMMARY"] = (dir / "summary.md").string();
+  const auto linked = dbh({"run", (dir / "s" / "f.yaml").string(), "--out", (dir / "out2").string(), "-q"}, env);
+  EXPECT_EQ(linked.exit_code, 1) << linked.out << linked.err;
+  EXPECT_NE(linked.err.find("got a file with 2 names (a hard link)"), std::string::npos) << linked.err;
+  EXPECT_EQ(read_text(dir / "notes.json"), "{}\n");
 }
 
 // A file name with a newline and a workflow command in it: no line of dbh's
