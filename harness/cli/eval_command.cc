@@ -174,6 +174,23 @@ void check_save_weights(const std::string& path, const std::string& weights) {
       usage(key, "a new file or a weights file to replace (a LibTorch archive)",
             "an existing file that is not one (dbh never overwrites it)");
     }
+    // A training checkpoint (Trainer::save_checkpoint: it holds the step) is
+    // a LibTorch archive too, but replaced by weights it would lose its
+    // optimizer and step: another run's resume point.
+    bool checkpoint = false;
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(path, torch::kCPU);
+      torch::Tensor step;
+      checkpoint = archive.try_read("step", step);
+    } catch (const std::exception&) {
+      usage(key, "a new file or a weights file to replace (a LibTorch archive)",
+            "an existing file that does not load as one (dbh never overwrites it)");
+    }
+    if (checkpoint) {
+      usage(key, "a new file or a weights file to replace",
+            "a training checkpoint (replaced, its optimizer and step would be lost; dbh never overwrites it)");
+    }
   }
   const fs::path parent = fs::absolute(path).parent_path();
   if (!fs::is_directory(parent, ec)) {

@@ -67,8 +67,28 @@ Location mark_of(const YAML::Node& n, const std::string& file) {
 constexpr int kMaxDepth = 64;
 constexpr int64_t kMaxValues = 100000;
 
+// Whether the quoted scalar opening at text[pos] ('"' or '\'') is closed
+// before the end of the text. yaml-cpp 0.7 ends an unclosed one at the end of
+// the stream: the keys after it would silently become its text.
+bool quote_closed(const std::string& text, size_t pos) {
+  const char quote = text[pos];
+  for (size_t i = pos + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;  // an escape: the next character is text
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+      } else {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 struct Converter {
   const std::string& file;
+  const std::string& text;  // what was parsed
   int64_t values = 0;
   std::vector<YAML::Node> path;  // ancestors of the node being converted
 
@@ -83,7 +103,7 @@ struct Converter {
     }
     if (++values > kMaxValues) {
       throw ScenarioError(v.loc.str() + ": expected at most " + std::to_string(kMaxValues) +
-                          " values after expanding YAML aliases, got more (an alias expansion bomb?)");
+                          " values (aliases expanded), got more (a file that large, or an alias expansion bomb)");
     }
     if (static_cast<int>(path.size()) >= kMaxDepth) {
       throw ScenarioError(v.loc.str() + ": expected values nested at most " + std::to_string(kMaxDepth) +
@@ -94,9 +114,15 @@ struct Converter {
       case YAML::NodeType::Undefined:
         v.kind = Value::Kind::kNull;
         break;
-      case YAML::NodeType::Scalar:
+      case YAML::NodeType::Scalar: {
         v.kind = Value::Kind::kScalar;
         v.scalar = n.Scalar();
+        const auto pos = static_cast<size_t>(std::max(n.Mark().pos, 0));
+        if (n.Tag() == "!" && pos < text.size() && (text[pos] == '"' || text[pos] == '\'') &&
+            !quote_closed(text, pos)) {
+          throw ScenarioError(v.loc.str() + ": expected valid YAML, got a quoted string that is never closed (its " +
+                              (text[pos] == '"' ? "\"" : "'") + " opens here; what follows would become its text)");
+        }
         // "~" and "null" are YAML nulls.
         if (n.Tag() == "?" && (v.scalar == "~" || v.scalar == "null" || v.scalar == "Null" ||
                                v.scalar == "NULL")) {
@@ -104,6 +130,7 @@ struct Converter {
           v.scalar.clear();
         }
         break;
+      }
       case YAML::NodeType::Sequence:
         v.kind = Value::Kind::kSeq;
         path.push_back(n);
@@ -239,7 +266,7 @@ Value parse_yaml(const std::string& text, const std::string& file) {
   } catch (const YAML::Exception& e) {
     throw ScenarioError(location_of(e.mark, file).str() + ": expected valid YAML, got a syntax error: " + e.msg);
   }
-  Converter converter{file, 0, {}};
+  Converter converter{file, text, 0, {}};
   return converter.convert(node);
 }
 

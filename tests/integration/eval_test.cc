@@ -322,8 +322,13 @@ TEST_F(EvalTest, SaveWeightsNeverReplacesTheWeightsOrAUsersFile) {
     std::ofstream(notes) << "my notes\n";
   }
   const fs::path out = root_ / "save-refused";
+  // Another run's checkpoint: replaced by weights it would lose its optimizer and step.
+  const fs::path other = root_ / "other-run-checkpoint.pt";
+  fs::copy_file(init_checkpoint_, other, fs::copy_options::overwrite_existing);
+  const std::string other_before = file_text(other);
   for (const auto& [target, message] :
        std::vector<std::pair<fs::path, std::string>>{{ckpt, "expected a file other than --weights"},
+                                                      {other, "got a training checkpoint"},
                                                       {notes, "an existing file that is not one"},
                                                       {root_, "expected a new file or a weights file to replace"}}) {
     const auto r = dbh({"eval", "--weights", ckpt.string(), "--data", "fixtures/real", "--size", "64",
@@ -335,6 +340,7 @@ TEST_F(EvalTest, SaveWeightsNeverReplacesTheWeightsOrAUsersFile) {
     EXPECT_FALSE(fs::exists(out)) << target;
   }
   EXPECT_EQ(file_text(ckpt), before) << "the --weights file was changed";
+  EXPECT_EQ(file_text(other), other_before) << "another run's checkpoint was changed";
   EXPECT_EQ(file_text(notes), "my notes\n");
   for (const auto& e : fs::directory_iterator(root_)) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temporary file left: " << e.path();

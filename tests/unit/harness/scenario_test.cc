@@ -486,6 +486,23 @@ TEST(ParseYaml, RefusesControlBytesWithTheirPlace) {
   EXPECT_EQ(parse_yaml("a:\t1\r\nb: \xc3\xa9t\xc3\xa9\n", "t.yaml").find("b")->scalar, "\xc3\xa9t\xc3\xa9");
 }
 
+// yaml-cpp ends a quoted string that is never closed at the end of the
+// stream: the keys after it would silently become its text.
+TEST(ParseYaml, AQuotedStringThatIsNeverClosedIsASyntaxError) {
+  for (const std::string text : {"description: \"Check the run\ntrain:\n  max_steps: 1\n", "name: 'a\n",
+                                 "a:\n  - x\n  - \"y\n"}) {
+    try {
+      (void)parse_yaml(text, "t.yaml");
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(text);
+    } catch (const ScenarioError& e) {
+      EXPECT_NE(std::string(e.what()).find("a quoted string that is never closed"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_yaml("a: 'it''s'\n", "t.yaml").find("a")->scalar, "it's");
+  EXPECT_EQ(parse_yaml("a: \"x \\\" y\"\n", "t.yaml").find("a")->scalar, "x \" y");
+  EXPECT_EQ(parse_yaml("a: \"multi\n  line\"\n", "t.yaml").find("a")->scalar, "multi line");
+}
+
 // Numbers are decimal, as integers are: strtod would take hex floats.
 TEST(ParseNumbers, DecimalOnly) {
   double v = 0;
