@@ -207,7 +207,7 @@ std::vector<std::string> run_overrides(const RunOptions& o) {
                                          {"--seed", !o.seed.empty(), DBH_SCENARIO_KEY(train.seed)}}) {
     if (!given) continue;
     for (const auto& x : o.overrides) {
-      if (x.rfind(std::string(key) + "=", 0) == 0) {
+      if (override_sets(x, key)) {
         throw ScenarioError(std::string(flag) + ": expected either " + flag + " or the override " + key +
                             "=…, got both (" + flag + " " + (flag == std::string("--seed") ? o.seed : o.device) +
                             " and " + one_line(x) + ")");
@@ -680,6 +680,16 @@ class Journal {
                       one_line(line.substr(0, 80)) + "\"";
       }
     }
+    // A last line ended by its newline was written whole: not torn.
+    if (!pending_bad.empty() && bad != nullptr) {
+      std::ifstream tail(path_, std::ios::binary | std::ios::ate);
+      char last = 0;
+      if (tail && tail.tellg() > 0) {
+        tail.seekg(-1, std::ios::end);
+        tail.get(last);
+      }
+      if (last == '\n') bad->push_back(pending_bad);
+    }
     return out;
   }
 
@@ -870,7 +880,16 @@ int suite_command(const RunOptions& o) {
     for (const auto& f : files) mine.insert(ids_of.at(f));
     const std::string my_shard = shard_text.substr(0, shard_text.find(' '));
     std::string other;
-    for (const auto& rec : journal.read()) {
+    std::vector<std::string> bad;
+    const std::vector<nlohmann::json> records = journal.read(&bad);
+    if (!bad.empty()) {
+      // A record in the middle that does not decode: resumed, the folder
+      // would never merge (merge refuses it), and what it said is unknown.
+      std::cerr << "dbh: " << one_line(bad.front()) << " (--resume continues a journal dbh wrote; choose another "
+                << "--out)\n";
+      return 2;
+    }
+    for (const auto& rec : records) {
       const std::string type = rec.value("type", "");
       const std::string id = rec.value("scenario", "");
       if (type == "suite" && rec.contains("shard") && rec["shard"].is_string()) {

@@ -118,6 +118,17 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
     if (flag == "--data") data = true;
     if (flag == "--source") source = value;
   }
+  bool weights = false, resume = false;
+  for (const auto& [flag, value] : o.given) {
+    weights = weights || flag == "--weights";
+    resume = resume || flag == "--resume";
+  }
+  if (weights && resume) {
+    // A resumed run takes its model from the checkpoint: the weights would be
+    // silently ignored, and the summary would name both.
+    throw UsageError("dbh train: --weights: expected either --weights (initial weights) or --resume (a checkpoint "
+                     "to continue), got both");
+  }
   if (data && !source.empty() && source != "real") {
     throw UsageError("dbh train: --source " + source + ": expected no --source with --data (a dataset is real data), got both");
   }

@@ -871,6 +871,23 @@ void apply_user_override(Value& tree, const std::string& text) {
 
 }  // namespace
 
+bool override_sets(const std::string& text, const std::string& key) {
+  Value tree;
+  tree.kind = Value::Kind::kMap;
+  try {
+    apply_user_override(tree, text);
+  } catch (const ScenarioError&) {
+    return false;  // refused where the scenario loads, with its own message
+  }
+  const Value* v = &tree;
+  std::stringstream parts(key);
+  for (std::string part; std::getline(parts, part, '.');) {
+    v = v->is_map() ? v->find(part) : nullptr;
+    if (v == nullptr) return false;
+  }
+  return true;
+}
+
 namespace {
 InputFileCheck g_input_file_check = nullptr;
 }  // namespace

@@ -213,6 +213,11 @@ void set_input_file_check(InputFileCheck check);
 /// validated. Throws ScenarioError where the files or includes are bad.
 std::vector<std::string> scenario_files(const std::string& path);
 
+/// Whether the user override `text` (any form load_scenario accepts: a
+/// dotted key, a Lightning/Hydra alias, `+key`, a map value) sets the dotted
+/// `key`, e.g. "seed_everything=2" and "train={seed: 2}" set train.seed.
+bool override_sets(const std::string& text, const std::string& key);
+
 /// Every file and folder `s` reads: its scenario files (s.files), datasets,
 /// weights and checkpoint. dbh never writes into or over one of them.
 std::vector<std::string> input_paths(const Scenario& s);

@@ -170,6 +170,13 @@ TEST(SuiteResumeTest, AnotherSuitesFolderIsRefused) {
   EXPECT_EQ(unsharded.exit_code, 2) << unsharded.out << unsharded.err;
   EXPECT_NE(unsharded.err.find("got a journal of shard 0/2, not of a whole suite"), std::string::npos)
       << unsharded.err;
+  // A record in the middle that does not decode: resumed, the folder would never merge.
+  const fs::path bad = dir / "bad";
+  ASSERT_EQ(dbh({"suite", (dir / "sa").string(), "--out", bad.string(), "-q"}, dir.path()).exit_code, 0);
+  write_text(bad / "journal.jsonl", read_text(bad / "journal.jsonl") + std::string("\0\0\0\n", 4));
+  const auto corrupt = dbh({"suite", (dir / "sa").string(), "--out", bad.string(), "--resume", "-q"}, dir.path());
+  EXPECT_EQ(corrupt.exit_code, 2) << corrupt.out << corrupt.err;
+  EXPECT_NE(corrupt.err.find(": expected a journal record, got"), std::string::npos) << corrupt.err;
   write_text(dir / "empty" / "journal.jsonl", "");
   const auto merged = dbh({"merge", (dir / "empty").string(), "--out", (dir / "merged").string()}, dir.path());
   EXPECT_EQ(merged.exit_code, 1) << merged.out << merged.err;

@@ -74,8 +74,9 @@ TEST(SilentScenarios, CoverEverySilentFaultAndClass) {
       faults.insert(f.name);
   }
   for (const auto& spec : harness::fault_catalog()) {
-    if (spec.from_at_step_on)
+    if (spec.from_at_step_on) {
       EXPECT_TRUE(faults.count(spec.name)) << spec.name << " has no scenario under scenarios/silent";
+    }
   }
   for (const char* c : {"input_denormalised", "labels_degenerate", "predictions_collapsed", "not_learning"}) {
     EXPECT_TRUE(classes.count(c)) << c << " is no scenario's expectation";
@@ -106,7 +107,9 @@ TEST_P(SilentSuiteTest, MeetsItsExpectationWithEvidence) {
   const json& f = j.at("failure");
   ASSERT_TRUE(s.expect.failure_class.has_value());
   EXPECT_EQ(f.at("class"), *s.expect.failure_class);
-  if (s.expect.step) EXPECT_EQ(f.at("step"), *s.expect.step);
+  if (s.expect.step) {
+    EXPECT_EQ(f.at("step"), *s.expect.step);
+  }
   EXPECT_FALSE(f.at("message").get<std::string>().empty());
   const auto evidence = f.at("evidence").get<std::vector<std::string>>();
   ASSERT_GE(evidence.size(), 2u) << f.dump(1);
