@@ -455,9 +455,15 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         {"CUDA reserved memory", &a.run_end_cuda_reserved},
         {"resident memory", &a.run_end_rss}};
     for (const auto& [what, values] : series) {
-      if (values->size() < 2 || a.outcome != Outcome::kPassed) continue;
-      const int64_t growth = values->back() - values->front();
-      const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1);
+      // The first run's end holds what a process allocates once (allocator
+      // and kernel caches, thread pools): resident and reserved memory are
+      // judged from the second run's end on, so over three runs at least.
+      // Allocated CUDA memory is live tensors only, judged from the first.
+      const bool exact = values == &a.run_end_cuda_allocated;
+      const size_t from = exact ? 0 : 1;
+      if (values->size() < from + 2 || a.outcome != Outcome::kPassed) continue;
+      const int64_t growth = values->back() - (*values)[from];
+      const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1 - from);
       if (per_run <= opts.leak_threshold_bytes) continue;
       a.outcome = Outcome::kLeaked;
       f.klass = "leak_across_runs";
