@@ -303,7 +303,9 @@ int qualify_command(const QualifyOptions& o) {
       if (!rec.confirmed && small_fits) {
         // The prediction missed: binary search for the first failing batch.
         rec.method = predicted > 0 ? "affine model missed; binary search" : "binary search";
-        const auto r = find_first_failing(1, effective, fails);
+        // Both ends measured: the top may pass too (batch 1 is the whole range
+        // when the effective batch is 1), and is then the answer.
+        const auto r = find_first_failing(1, effective, fails, /*check_ends=*/true);
         max_batch = r.first_fail ? *r.first_fail - 1 : effective;
         if (max_batch > 0) confirm(divisor_up_to(max_batch));
       }

@@ -139,6 +139,21 @@ TEST(QualifyTest, ImpossibleBudgetDoesNotQualify) {
   EXPECT_NE(html.find("<h1>Hardware Qualification Report</h1>"), std::string::npos) << html;
 }
 
+// An effective batch of 1 that fits: the binary search's whole range is
+// batch 1, which passes, so it is the answer (before, the search assumed its
+// top failed and reported that nothing fits).
+TEST(QualifyTest, ABatchOfOneThatFitsQualifies) {
+  const Dir dir("dbh-qualify-one");
+  const fs::path s = dir / "one.yaml";
+  std::ofstream(s) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {batch_size: 1}\ntrain: {max_steps: 2, threads: 1}\n";
+  const auto r = dbh({"qualify", s.string(), "--budget", "2GiB", "--steps", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto q = read_json(dir / "out" / "qualification.json");
+  EXPECT_TRUE(q["qualifies"].get<bool>()) << q.dump(2);
+}
+
 TEST(QualifyTest, UnknownProfileIsAUsageError) {
   const Dir dir("dbh-qualify-badprofile");
   const auto r = dbh({"qualify", source_scenario(dir).string(), "--profile", "rtx9999"});
