@@ -895,11 +895,13 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     std::string names;
     for (const int64_t i : named) {
       samples.push_back(sample_json(i));
-      names += (names.empty() ? "" : ", ") + images[static_cast<size_t>(i)].file;
+      names += (names.empty() ? "" : ", ") + markdown_code(images[static_cast<size_t>(i)].file);
     }
     out.result = {{"samples", samples}, {"before_training", true}, {"method", "named by the failure"},
                   {"class", fail.failure.klass}, {"consumed", 0}};
-    out.summary = "the failure happens before training and names **" + names + "** (index " + list_yaml(named) +
+    // Sample names as code spans: a file name is shown verbatim, never read
+    // as markup (`**`, `<img …>`) in bisect.md or its page.
+    out.summary = "the failure happens before training and names " + names + " (index " + list_yaml(named) +
                   ")" + (out.confirmed ? ": the data without it passes, it alone fails" : "");
     out.details.push_back("the dataset is validated as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
                           " applies, so subsets cannot isolate this failure; the answer is the sample its message "
@@ -945,7 +947,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   std::string names;
   for (const int64_t i : minimal) {
     samples.push_back(sample_json(i));
-    names += (names.empty() ? "" : ", ") + images[static_cast<size_t>(i)].file;
+    names += (names.empty() ? "" : ", ") + markdown_code(images[static_cast<size_t>(i)].file);
   }
   out.result = {{"samples", samples}, {"consumed", consumed.size()}, {"class", fail.failure.klass},
                 {"method", "ddmin"}};
@@ -977,7 +979,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   for (const auto& note : search.notes()) out.details.push_back(note);
   conclude(out, confidence(out.rep, search.passes()));
   out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
-                " samples the run consumed: **" + names + "** (index " + list_yaml(minimal) + ")" +
+                " samples the run consumed: " + names + " (index " + list_yaml(minimal) + ")" +
                 (out.confirmed ? "; the data without it passes" : "");
   return out;
 }
