@@ -363,7 +363,8 @@ int diagnose_command(const DiagnoseOptions& o) {
       const auto j = nlohmann::ordered_json::parse(to_json(tree));
       for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
     }
-    write_file_atomically((out / "repro.yaml").string(), repro_yaml.str());
+    // A scenario that passes has no failure to reproduce.
+    if (fails) write_file_atomically((out / "repro.yaml").string(), repro_yaml.str());
 
     // Reports.
     // Note [Resolutions that are tried]: the failure's resolutions that the
@@ -437,9 +438,11 @@ int diagnose_command(const DiagnoseOptions& o) {
         md << ++step_no << ". " << res << "\n";
       }
     }
-    md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
-       << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n```\n";
-    if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
+    if (fails) {
+      md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
+         << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n```\n";
+      if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
+    }
     write_file_atomically((out / "diagnosis.md").string(), md.str());
     write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md.str()));
     ojson j;
@@ -467,13 +470,15 @@ int diagnose_command(const DiagnoseOptions& o) {
     j["bisect"] = bisect_verdict;
     j["probe_count"] = prober.history().size();
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    j["repro_scenario"] = (out / "repro.yaml").string();
+    j["repro_scenario"] = fails ? ojson((out / "repro.yaml").string()) : ojson(nullptr);
     write_file_atomically((out / "diagnosis.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cout << "conclusion: " << j["conclusion"].get<std::string>()
-              << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n"
-              << "top hypothesis: " << hyps.front().title << "\n"
-              << "report: " << (out / "diagnosis.md").string() << "\n"
-              << "repro:  " << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << std::endl;
+              << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
+    // Hypotheses explain a failure: with none, ranking them would make one up.
+    if (fails) std::cout << "top hypothesis: " << hyps.front().title << "\n";
+    std::cout << "report: " << (out / "diagnosis.md").string() << "\n";
+    if (fails) std::cout << "repro:  " << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n";
+    std::cout << std::flush;
     claim->commit();
     return fails ? 1 : 0;
   } catch (const Interrupted& e) {

@@ -354,6 +354,21 @@ TEST(BisectTest, DiagnoseOfASilentFailureAsksWhetherTheModelLearns) {
   EXPECT_FALSE(k["data_dependent"].get<bool>());
 }
 
+// A scenario that passes has nothing to diagnose: no hypothesis is put
+// forward and no reproduction written for a failure that never happened.
+TEST(BisectTest, DiagnoseOfAPassingScenarioMakesUpNoHypothesis) {
+  const Dir dir("dbh-bisect-diagnose-pass");
+  const fs::path s = dir / "pass.yaml";
+  std::ofstream(s) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {batch_size: 1}\ntrain: {max_steps: 2, threads: 1}\n";
+  const auto r = dbh({"diagnose", s.string(), "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("conclusion: passes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("top hypothesis"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out" / "repro.yaml"));
+  EXPECT_TRUE(read_json(dir / "out" / "diagnosis.json")["repro_scenario"].is_null());
+}
+
 TEST(BisectTest, DiagnoseConcludesDataDependentAndNamesTheSample) {
   const fs::path real = fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json";
   if (!fs::exists(real)) GTEST_SKIP() << "fixtures/real is not present";
