@@ -1225,6 +1225,24 @@ int bisect_command(const BisectOptions& o) {
     if (o.replay_from_start && o.kind != "steps" && o.kind != "modules") {
       throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
     }
+    // Flags another kind reads: given here they would be silently ignored.
+    const auto refuse = [&](bool given, const char* flag, const char* kinds) {
+      if (given) throw UsageError("bisect " + o.kind + ": " + flag + ": expected kind " + kinds + " (only it reads " +
+                                  flag + "), got kind " + o.kind);
+    };
+    if (o.kind != "config") {
+      refuse(!o.good.empty(), "--good", "config");
+      refuse(!o.bad.empty(), "--bad", "config");
+    }
+    if (o.kind != "range") {
+      refuse(!o.key.empty(), "--key", "range");
+      refuse(!o.lo.empty(), "--lo", "range");
+      refuse(!o.hi.empty(), "--hi", "range");
+    }
+    if (o.keep_checkpoints && o.replay_from_start) {
+      throw UsageError("bisect " + o.kind + ": --keep-checkpoints: expected either --keep-checkpoints or "
+                       "--replay-from-start (which writes no checkpoints to keep), got both");
+    }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     std::string data;  // the scenario's dataset folder, never written into
     if (!o.scenario.empty()) data = load_scenario(o.scenario, o.overrides).data.path;  // validate first
