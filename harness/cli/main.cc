@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +26,7 @@
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/cli/scenario_command.h"
+#include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
@@ -344,6 +346,18 @@ int main(int argc, char** argv) {
     }
     if (*repeat) {
       split(repeat_args, &ro.scenarios, &ro.overrides);
+      // A flag and an override of its key: the flag would silently win.
+      for (const auto& [flag, given, key] :
+           {std::tuple<const char*, bool, const char*>{"--processes", repeat_processes > 0,
+                                                       DBH_SCENARIO_KEY(repeat.processes)},
+            {"--in-process", repeat_in_process > 0, DBH_SCENARIO_KEY(repeat.in_process)}}) {
+        for (const auto& x : ro.overrides) {
+          if (given && dbh::harness::override_sets(x, key)) {
+            throw dbh::harness::UsageError("dbh repeat: " + std::string(flag) + ": expected either " + flag +
+                                           " or the override " + key + "=…, got both");
+          }
+        }
+      }
       if (repeat_processes == 0 && repeat_in_process == 0) repeat_processes = 2;
       if (repeat_processes > 0) {
         ro.overrides.push_back(
