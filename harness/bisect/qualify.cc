@@ -336,6 +336,18 @@ int qualify_command(const QualifyOptions& o) {
       if (best == nullptr || rate(r) > rate(*best)) best = &r;
     }
     const bool qualifies = best != nullptr;
+    // A trial that failed for another reason than memory (a NaN, a crash):
+    // whether a batch fits the budget is then not what was measured.
+    std::string other_failure;
+    {
+      std::vector<const Trial*> failed = {&source_trial};
+      for (const auto& t : searched) failed.push_back(&t);
+      for (const Trial* t : failed) {
+        if (!t->passed && !t->klass.empty() && !is_memory_exhaustion(t->klass) && other_failure.empty()) {
+          other_failure = t->klass + " at batch " + std::to_string(t->batch) + " (" + t->precision + ")";
+        }
+      }
+    }
 
     // Plot: peak memory of every probed batch, per precision.
     std::vector<std::string> names;
@@ -364,6 +376,9 @@ int qualify_command(const QualifyOptions& o) {
          << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
          << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
          << format_bytes(budget - best->confirm.peak) << " of headroom.\n\n";
+    } else if (!other_failure.empty()) {
+      md << "Not answered: training fails for a reason other than memory (`" << other_failure
+         << "`), so whether a batch fits the budget was not measured. Fix that first (`dbh diagnose`).\n\n";
     } else {
       md << "No batch size trains within the budget even with accumulation.\n\n";
     }
@@ -478,7 +493,10 @@ int qualify_command(const QualifyOptions& o) {
     }
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_file_atomically((out / "qualification.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    std::cout << (qualifies ? "QUALIFIES: " : "DOES NOT QUALIFY") ;
+    j["failure_not_memory"] = other_failure.empty() ? ojson(nullptr) : ojson(other_failure);
+    write_file_atomically((out / "qualification.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    std::cout << (qualifies ? "QUALIFIES: " : other_failure.empty() ? "DOES NOT QUALIFY" : "DOES NOT QUALIFY (not answered: ") ;
+    if (!qualifies && !other_failure.empty()) std::cout << "training fails for another reason than memory, " << other_failure << ")";
     if (qualifies) {
       std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("
                 << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "

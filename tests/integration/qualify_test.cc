@@ -154,6 +154,26 @@ TEST(QualifyTest, ABatchOfOneThatFitsQualifies) {
   EXPECT_TRUE(q["qualifies"].get<bool>()) << q.dump(2);
 }
 
+// A training that diverges says nothing about memory: the report says the
+// question was not answered instead of blaming the budget.
+TEST(QualifyTest, AFailureOtherThanMemoryIsNotBlamedOnTheBudget) {
+  const Dir dir("dbh-qualify-nan");
+  const fs::path s = dir / "nan.yaml";
+  std::ofstream(s) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {batch_size: 1}\ntrain: {max_steps: 3, threads: 1}\n"
+                   << "faults:\n  - {name: nan_activation, module: decoder.fusion, at_step: 1}\n";
+  const auto r = dbh({"qualify", s.string(), "--budget", "2GiB", "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto q = read_json(dir / "out" / "qualification.json");
+  EXPECT_FALSE(q["qualifies"].get<bool>());
+  ASSERT_TRUE(q["failure_not_memory"].is_string()) << q.dump(2);
+  EXPECT_NE(q["failure_not_memory"].get<std::string>().find("nonfinite"), std::string::npos);
+  const std::string md = testing::read_text(dir / "out" / "qualification.md");
+  EXPECT_NE(md.find("Not answered: training fails for a reason other than memory"), std::string::npos) << md;
+  EXPECT_EQ(md.find("No batch size trains within the budget"), std::string::npos) << md;
+}
+
 TEST(QualifyTest, UnknownProfileIsAUsageError) {
   const Dir dir("dbh-qualify-badprofile");
   const auto r = dbh({"qualify", source_scenario(dir).string(), "--profile", "rtx9999"});
