@@ -1239,10 +1239,6 @@ int bisect_command(const BisectOptions& o) {
       refuse(!o.lo.empty(), "--lo", "range");
       refuse(!o.hi.empty(), "--hi", "range");
     }
-    if (o.keep_checkpoints && o.replay_from_start) {
-      throw UsageError("bisect " + o.kind + ": --keep-checkpoints: expected either --keep-checkpoints or "
-                       "--replay-from-start (which writes no checkpoints to keep), got both");
-    }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     std::string data;  // the scenario's dataset folder, never written into
     if (!o.scenario.empty()) data = load_scenario(o.scenario, o.overrides).data.path;  // validate first
