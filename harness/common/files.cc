@@ -391,4 +391,13 @@ std::string file_kind(unsigned int mode) {
   return "a special file";
 }
 
+std::string file_state(const std::string& path) {
+  std::error_code ec;
+  const std::string resolved = std::filesystem::weakly_canonical(path, ec).string();
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return resolved + '\0' + "none";
+  return resolved + '\0' + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + '\0' +
+         std::to_string(S_ISDIR(st.st_mode) ? 0 : st.st_size);
+}
+
 }  // namespace dbh::harness

@@ -149,10 +149,7 @@ class MapReader {
     known_.push_back(k);
     if (v_ == nullptr || !v_->is_map()) return nullptr;
     const Value* x = v_->find(k);
-    if (x != nullptr && x->is_null() && !null_means_unset && !nulls_unset_) {
-      fail(x->key_loc.line > 0 ? x->key_loc : x->loc, key(k), expected,
-           "an empty value (remove the key to keep its default)");
-    }
+    if (x != nullptr && x->is_null() && !null_means_unset && !nulls_unset_) fail_empty(*x, key(k), expected);
     return (x == nullptr || x->is_null()) ? nullptr : x;
   }
 
@@ -422,12 +419,7 @@ namespace {
 std::string dataset_refusal(const std::string& path) {
   std::ostringstream key;
   for (const char* part : {"", "annotations.json", "icdar", "images"}) {
-    std::error_code ec;
-    const fs::path p = fs::path(path) / part;
-    const auto mtime = fs::last_write_time(p, ec);
-    const auto size = ec || fs::is_directory(p, ec) ? 0 : fs::file_size(p, ec);
-    key << fs::weakly_canonical(p, ec).string() << '\0' << (ec ? 0 : mtime.time_since_epoch().count()) << '\0'
-        << size << '\0';
+    key << file_state((fs::path(path) / part).string()) << '\0';
   }
   static std::map<std::string, std::string> answers;
   if (const auto it = answers.find(key.str()); it != answers.end()) return it->second;
@@ -902,19 +894,26 @@ std::vector<std::string> input_paths(const Scenario& s) {
 
 void set_input_file_check(InputFileCheck check) { g_input_file_check = check; }
 
-std::vector<std::string> scenario_files(const std::string& path) {
+namespace {
+
+// The merged tree of `path` and its includes; `files` gets every file read.
+Value load_tree(const std::string& path, std::vector<std::string>& files) {
   check_input_file(path, "a scenario file");
   std::vector<std::string> stack;
+  return load_with_includes(path, stack, files, Location{path, 0, 0});
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_files(const std::string& path) {
   std::vector<std::string> files;
-  (void)load_with_includes(path, stack, files, Location{path, 0, 0});
+  (void)load_tree(path, files);
   return files;
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
-  check_input_file(path, "a scenario file");
-  std::vector<std::string> stack;
   std::vector<std::string> files;
-  const Value tree_from_files = load_with_includes(path, stack, files, Location{path, 0, 0});
+  const Value tree_from_files = load_tree(path, files);
   Value tree = tree_from_files;
   for (const auto& o : overrides) apply_user_override(tree, o);
   Scenario s;

@@ -63,6 +63,10 @@ void fail(const Location& loc, const std::string& key, const std::string& expect
   throw ScenarioError(loc.str() + ": " + key + ": expected " + expected + ", got " + got);
 }
 
+void fail_empty(const Value& x, const std::string& key, const std::string& expected) {
+  fail(x.key_loc.line > 0 ? x.key_loc : x.loc, key, expected, "an empty value (remove the key to keep its default)");
+}
+
 std::string override_text(const std::string& key, const std::string& value) {
   return key + "=" + value;
 }
@@ -476,11 +480,7 @@ std::vector<std::string> section_keys(const std::string& section) {
 }
 
 void read_section(const Value* v, const std::string& section, Scenario& s) {
-  if (v != nullptr && v->is_null()) {
-    // "val:" with nothing after it would replace what an include set.
-    fail(v->key_loc.line > 0 ? v->key_loc : v->loc, section, "a map of its keys",
-         "an empty value (remove the key to keep its default)");
-  }
+  if (v != nullptr && v->is_null()) fail_empty(*v, section, "a map of its keys");
   if (v != nullptr && !v->is_map()) fail(v->loc, section, "a map", v->describe());
   const bool written = v != nullptr && v->is_map();
   const std::vector<std::string> known = section_keys(section);
@@ -488,12 +488,7 @@ void read_section(const Value* v, const std::string& section, Scenario& s) {
     if (parent_of(k.key) != section) continue;
     const Value* x = written ? v->find(name_of(k.key)) : nullptr;
     if (x == nullptr) continue;
-    if (x->is_null()) {
-      // "max_steps:" with nothing after it: YAML reads null, which would
-      // silently stand for the default (or undo an include's value).
-      fail(x->key_loc.line > 0 ? x->key_loc : x->loc, k.key, key_form(k),
-           "an empty value (remove the key to keep its default)");
-    }
+    if (x->is_null()) fail_empty(*x, k.key, key_form(k));
     read_key(k, *x, s);
   }
   for (const std::string& name : known) {

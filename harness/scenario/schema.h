@@ -122,5 +122,10 @@ std::string join(const std::vector<std::string>& words, const char* sep = ", ");
 /// Throws ScenarioError "LOC: KEY: expected EXPECTED, got GOT".
 [[noreturn]] void fail(const Location& loc, const std::string& key, const std::string& expected,
                        const std::string& got);
+/// Throws for `x`, a key or section written with nothing after it
+/// ("max_steps:", "train:", `key=null`): YAML reads null, which would
+/// silently stand for the default and undo what an include set. Names the
+/// key where it is written.
+[[noreturn]] void fail_empty(const Value& x, const std::string& key, const std::string& expected);
 
 }  // namespace dbh::harness

@@ -243,12 +243,7 @@ namespace {
 // modification time) and what the scenario asks of them.
 std::string model_files_key(const Scenario& s) {
   std::ostringstream key;
-  for (const std::string* path : {&s.model.weights, &s.train.resume_from}) {
-    std::error_code ec;
-    const auto size = path->empty() ? 0 : fs::file_size(*path, ec);
-    const auto mtime = path->empty() || ec ? fs::file_time_type{} : fs::last_write_time(*path, ec);
-    key << *path << '\0' << size << '\0' << mtime.time_since_epoch().count() << '\0';
-  }
+  for (const std::string* path : {&s.model.weights, &s.train.resume_from}) key << file_state(*path) << '\0';
   key << s.model.encoder << '\0' << s.model.decoder << '\0' << s.model.k << '\0' << s.train.max_steps << '\0'
       << s.train.stop_after;
   return key.str();
