@@ -76,3 +76,28 @@ else
     -r requirements-torch.txt
   echo "$want" > "$stamp"
 fi
+
+# --- The Python side: the adapter and the example's packages --------------
+# Lightning, Hydra and Pillow pinned (requirements-python.txt), with the torch
+# pin as a constraint so pip never replaces it, and the adapter in python/
+# (dbh_adapter: your own training under dbh, README "Your own training").
+py_stamp="$venv/.dbh-python-stamp"
+py_want="$(cat requirements-python.txt requirements-torch.txt python/pyproject.toml python/dbh_adapter/*.py |
+  sha256sum | cut -d' ' -f1)"
+if [[ -f "$py_stamp" && "$(cat "$py_stamp")" == "$py_want" ]]; then
+  log "Python packages: lightning, hydra-core, pillow and dbh_adapter present in .venv"
+else
+  log "installing lightning, hydra-core, pillow and the dbh_adapter package into .venv (about 30 s)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off \
+    -r requirements-python.txt -c requirements-torch.txt
+  # Built in a scratch copy: a build from python/ itself would leave build/
+  # and *.egg-info in the checkout.
+  scratch="$(mktemp -d)"
+  trap 'rm -rf "$scratch"' EXIT
+  cp -r python "$scratch/adapter"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off --no-deps \
+    "$scratch/adapter"
+  rm -rf "$scratch"
+  trap - EXIT
+  echo "$py_want" > "$py_stamp"
+fi

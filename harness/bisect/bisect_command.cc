@@ -27,6 +27,7 @@
 #include "harness/report/report.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/worker_contract.h"
 #include "model/data/scan.h"
 
 namespace dbh::harness {
@@ -1241,7 +1242,24 @@ int bisect_command(const BisectOptions& o) {
     }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     std::string data;  // the scenario's dataset folder, never written into
-    if (!o.scenario.empty()) data = load_scenario(o.scenario, o.overrides).data.path;  // validate first
+    if (!o.scenario.empty()) {
+      const Scenario s = load_scenario(o.scenario, o.overrides);  // validate first
+      data = s.data.path;
+      // What this kind asks of the training, refused before anything runs
+      // when the scenario's own worker cannot serve it.
+      std::vector<std::pair<std::string, std::string>> needs;
+      const std::string what = "dbh bisect " + o.kind;
+      if (o.kind == "steps" || o.kind == "modules") {
+        needs.emplace_back(capability::kStopAfter, what);
+        if (!o.replay_from_start) {
+          needs.emplace_back(capability::kCheckpoint, what);
+          needs.emplace_back(capability::kResume, what);
+        }
+      }
+      if (o.kind == "modules") needs.emplace_back(capability::kMonitorsLocalise, what);
+      if (o.kind == "data") needs.emplace_back(capability::kSubset, what);
+      for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << note << "\n";
+    }
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
     check_outside_dataset("dbh bisect", "--out", out.string(), data);
     check_outside_dataset("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, data);

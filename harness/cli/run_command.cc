@@ -43,6 +43,7 @@
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -238,8 +239,12 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   const Scenario& s = r.scenario;
   p.line("dbh run " + one_line(s.name) + ": " + [&] {
     std::ostringstream d;
-    d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << s.data.source << ", batch "
-      << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on " << s.hardware.device;
+    if (s.worker.external()) {
+      d << settings_text(s);
+    } else {
+      d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << s.data.source << ", batch "
+        << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on " << s.hardware.device;
+    }
     if (!s.faults.empty()) {
       d << ", faults:";
       for (const auto& f : s.faults) d << " " << f.name << "@" << f.at_step;
@@ -547,6 +552,8 @@ int run_command(const RunOptions& o) {
       std::cout << resolved_json(resolved) << std::endl;
       return 0;
     }
+    // An external worker that cannot serve the scenario is refused here.
+    for (const auto& note : check_worker(resolved)) std::cerr << "dbh run: note: " << note << "\n";
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});

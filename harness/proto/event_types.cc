@@ -42,7 +42,7 @@ void put(json& j, const char* key, const json& v) {
 }  // namespace
 
 json to_json(const Hello& e) {
-  return {{"schema_version", e.schema_version},
+  json j = {{"schema_version", e.schema_version},
           {"pid", e.pid},
           {"seed", e.seed},
           {"scenario_hash", e.scenario_hash},
@@ -53,6 +53,10 @@ json to_json(const Hello& e) {
           {"torch_version", e.torch_version},
           {"device", e.device},
           {"threads", e.threads}};
+  put(j, "worker", e.worker);
+  put(j, "capabilities", e.capabilities);
+  put(j, "modules", e.modules);
+  return j;
 }
 
 Hello hello_from(const Event& e) {
@@ -69,6 +73,9 @@ Hello hello_from(const Event& e) {
   read(e, "torch_version", h.torch_version);
   read(e, "device", h.device);
   read(e, "threads", h.threads);
+  read(e, "worker", h.worker);
+  read(e, "capabilities", h.capabilities);
+  read(e, "modules", h.modules);
   return h;
 }
 

@@ -31,6 +31,12 @@ struct Hello {
   int64_t trial = 0;
   std::string git, dbh_version, torch_version, device;
   int64_t threads = 0;
+  /// An external worker (docs/worker-protocol.md): its name and version, the
+  /// capabilities it serves and the dotted names of its model's modules.
+  /// Written when set; the built-in worker writes none of them.
+  std::optional<std::string> worker;
+  std::optional<std::vector<std::string>> capabilities;
+  std::optional<std::vector<std::string>> modules;
 };
 nlohmann::json to_json(const Hello& e);
 Hello hello_from(const Event& e);

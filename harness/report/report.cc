@@ -197,17 +197,28 @@ std::string numbered(const std::vector<std::string>& items) {
   return out;
 }
 
-std::string non_default_settings(const Scenario& s) {
-  std::ostringstream o;
-  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
-    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size
-    << "x" << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", "
-    << s.train.max_steps << " steps, " << s.train.optimizer << " lr " << s.train.lr << ", "
-    << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
-  return o.str();
-}
 
 }  // namespace
+
+std::string settings_text(const Scenario& s) {
+  std::ostringstream o;
+  if (s.worker.external()) {
+    // The user's training: what dbh passes it, never dbh's own model.
+    std::string command;
+    for (const auto& a : s.worker.command) command += (command.empty() ? "" : " ") + a;
+    o << "worker `" << command << "`, data " << s.data.source
+      << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
+      << s.train.accumulation << ", " << s.train.max_steps << " steps, lr " << s.train.lr << ", "
+      << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
+    return o.str();
+  }
+  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
+    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
+    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps << " steps, "
+    << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
+    << ", seed " << s.train.seed;
+  return o.str();
+}
 
 std::string report_markdown(const RunReport& r) {
   const auto& s = r.scenario;
@@ -291,7 +302,7 @@ std::string report_markdown(const RunReport& r) {
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
   }
-  md << "- Settings: " << non_default_settings(s) << "\n\n";
+  md << "- Settings: " << settings_text(s) << "\n\n";
   // One line (shell_quote'd words): no line of it can close the fence.
   md << "## Steps to Reproduce\n\n```sh\n" << one_line(r.repro_command) << "\n```\n\n"
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "

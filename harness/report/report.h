@@ -71,6 +71,11 @@ std::string measured_choices_line(const nlohmann::json& tuning);
 
 nlohmann::ordered_json report_json(const RunReport& r);
 std::string report_markdown(const RunReport& r);
+
+/// The scenario's settings on one line, as report.md, report.html and the
+/// run's first line show them: dbh's model and keys, or for an external
+/// worker its command and the keys dbh passes it.
+std::string settings_text(const Scenario& s);
 /// JUnit XML for a list of runs: `failure` for unmet expectations, `error`
 /// for crashes, timeouts and kills, `skipped` for runs not run here. Under GitLab CI (`ci.gitlab_ci`) each
 /// testcase's system-out also carries `[[ATTACHMENT|…]]` lines for its

@@ -199,15 +199,6 @@ std::string title_of(const RunReport& r, const FailureClass* cls) {
          (f.step ? " at step " + std::to_string(*f.step) : "");
 }
 
-std::string settings_text(const Scenario& s) {
-  std::ostringstream o;
-  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
-    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
-    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps << " steps, "
-    << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
-    << ", seed " << s.train.seed;
-  return o.str();
-}
 
 void events_section(std::ostringstream& h, const fs::path& events_file) {
   constexpr size_t kHead = 50;

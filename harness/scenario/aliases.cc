@@ -321,6 +321,13 @@ const std::vector<AliasDoc>& alias_docs() {
   return kDocs;
 }
 
+std::string first_alias_of(const std::string& dbh_key) {
+  for (const auto& e : table()) {
+    if (e.key == dbh_key && !e.aliases.empty()) return e.aliases.front();
+  }
+  return "";
+}
+
 std::string hydra_key(const std::string& key) {
   if (key.rfind("++", 0) == 0) return key.substr(2);
   if (key.rfind('+', 0) == 0) return key.substr(1);

@@ -56,6 +56,11 @@ struct AliasDoc {
 };
 const std::vector<AliasDoc>& alias_docs();
 
+/// The first Lightning/Hydra key the table maps to dbh's `dbh_key`
+/// ("dataloaders.train_dataloader.batch_size" for data.batch_size), or "".
+/// An external worker receives dbh's keys under these names.
+std::string first_alias_of(const std::string& dbh_key);
+
 /// `key` without Hydra's `+` or `++` prefix.
 std::string hydra_key(const std::string& key);
 

@@ -253,7 +253,7 @@ const std::vector<std::string> kOutcomes = {"passed",   "failed",           "cra
                                             "nondeterministic", "leaked",   "skipped",
                                             "unresolved"};
 
-FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder) {
+FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder, bool check_modules) {
   const std::string path = "faults[" + std::to_string(index) + "]";
   if (!v.is_map()) fail(v.loc, path, "a map with a fault name", v.describe());
   MapReader r(&v, path, v.loc);
@@ -336,7 +336,7 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder)
   for (const auto& p : spec->params) {
     if (p.type != ParamType::kModule && p.type != ParamType::kModulePrefix) continue;
     const std::string& name = f.params[p.name];
-    if (name.empty()) continue;
+    if (name.empty() || !check_modules) continue;
     const auto& known = known_module_names(decoder);
     const bool exact = std::find(known.begin(), known.end(), name) != known.end();
     const bool prefix =
@@ -454,6 +454,19 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   }
   root.get("include");  // consumed by the loader
 
+  // Who trains comes first: the model's own module names and files are
+  // checked only for dbh's built-in worker (an external one reports its
+  // modules in `hello`, and its files are its own).
+  read_section(root.get("worker", false, kSectionForm), "worker", s);
+  if (s.worker.external() && s.worker.cwd.empty()) {
+    s.worker.cwd = file.empty() || file == "scenario.resolved.json" ? fs::current_path().string()
+                                                                     : fs::absolute(file).parent_path().string();
+  }
+  if (s.worker.external() && !fs::is_directory(s.worker.cwd)) {
+    fail(where(tree, DBH_SCENARIO_KEY(worker.cwd)), DBH_SCENARIO_KEY(worker.cwd), "an existing folder",
+         quoted_excerpt(s.worker.cwd));
+  }
+
   // The table's keys (schema.h), section by section, each followed by the
   // checks that involve more than one key or the file system.
   read_section(root.get("model", false, kSectionForm), "model", s);
@@ -559,7 +572,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   if (const Value* faults = root.get("faults", false, "a list of faults ([] for none)")) {
     if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
     for (size_t i = 0; i < faults->seq.size(); ++i) {
-      s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder));
+      s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder, !s.worker.external()));
     }
   }
   // A fault that can never fire is a mistake in the scenario.
@@ -684,7 +697,7 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       s.expect.step = v;
     }
     s.expect.module = r.opt_string("module");
-    if (s.expect.module) {
+    if (s.expect.module && !s.worker.external()) {
       const auto& known = known_module_names(s.model.decoder);
       const std::string& m = *s.expect.module;
       const bool ok = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
@@ -950,7 +963,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       throw ScenarioError(at.str() + ": controls[" + std::to_string(i) + "]: " + e.what());
     }
   }
-  if (g_input_file_check != nullptr) {
+  if (g_input_file_check != nullptr && !s.worker.external()) {
     if (const auto problem = g_input_file_check(s)) {
       fail(where(tree, problem->key), problem->key, problem->expected, problem->got);
     }
@@ -979,6 +992,9 @@ std::string resolved_json(const Scenario& s) {
   }
   j["repeat"] = section_json("repeat", s);
   j["limits"] = section_json("limits", s);
+  // Only an external worker writes its section: the built-in worker's
+  // resolved scenarios (and their hashes) stay as they were.
+  if (s.worker.external()) j["worker"] = section_json("worker", s);
   nlohmann::ordered_json e;
   e["outcome"] = s.expect.outcome;
   if (s.expect.failure_class) e["failure_class"] = *s.expect.failure_class;

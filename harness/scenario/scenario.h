@@ -147,6 +147,22 @@ struct RepeatConfig {
   int64_t processes = 1;
 };
 
+/// Which program trains (docs/worker-protocol.md): dbh's own worker, or the
+/// user's training command speaking the worker protocol (the Python adapter).
+struct WorkerConfig {
+  /// The user's command as an argv list; empty = dbh's built-in worker.
+  std::vector<std::string> command;
+  /// Its working directory; "" = the folder of the scenario file.
+  std::string cwd;
+  /// Variables added to its environment.
+  std::map<std::string, std::string> env;
+  /// dbh key -> the key of the user's configuration it reaches the command
+  /// as (`key=value`, Hydra's override form); "" = not passed. Entries here
+  /// replace or extend the Lightning/Hydra alias table's (worker_contract.h).
+  std::map<std::string, std::string> keys;
+  bool external() const { return !command.empty(); }
+};
+
 struct LimitsConfig {
   double deadline_s = 600;
   double silence_s = 120;
@@ -181,6 +197,7 @@ struct Scenario {
   std::vector<FaultConfig> faults;
   RepeatConfig repeat;
   LimitsConfig limits;
+  WorkerConfig worker;
   Expectation expect;
   /// Control trials: override sets run beside the scenario (e.g. the same
   /// training on synthetic data) whose outcomes the report compares.

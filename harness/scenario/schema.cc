@@ -177,6 +177,14 @@ KeySpec indices(const char* key, KeyField<std::vector<int64_t>> field, const cha
   return make(key, KeyType::kIndices, field, help);
 }
 
+KeySpec args(const char* key, KeyField<std::vector<std::string>> field, const char* help) {
+  return make(key, KeyType::kArgs, field, help);
+}
+
+KeySpec string_map(const char* key, KeyField<std::map<std::string, std::string>> field, const char* help) {
+  return make(key, KeyType::kStringMap, field, help);
+}
+
 std::vector<KeySpec> build_table() {
   constexpr int64_t kMax = INT64_MAX;
   return {
@@ -278,6 +286,15 @@ std::vector<KeySpec> build_table() {
       number_above(DBH_KEY(limits.deadline_s), 0.0, 1e7, "Seconds a trial may take in all."),
       number_above(DBH_KEY(limits.silence_s), 0.0, 1e7, "Seconds without an event after which a worker is hung."),
       number(DBH_KEY(limits.grace_s), 0.0, 3600.0, "Seconds between TERM and KILL when a worker is stopped."),
+
+      args(DBH_KEY(worker.command),
+           "Your training command as a list (`[python, train.py, trainer.max_steps=10]`), speaking "
+           "docs/worker-protocol.md; `[]` = dbh's built-in DBNet worker."),
+      path(DBH_KEY(worker.cwd), "The command's working directory; empty = the folder of the scenario file."),
+      string_map(DBH_KEY(worker.env), "Variables added to the command's environment."),
+      string_map(DBH_KEY(worker.keys),
+                 "dbh key → your configuration's key it is passed as (`key=value`); `\"\"` = not passed; unset "
+                 "entries come from the Lightning/Hydra alias table (README \"Your own training\")."),
   };
 }
 
@@ -427,6 +444,28 @@ void read_key(const KeySpec& k, const Value& x, Scenario& s) {
       }
       return;
     }
+    case KeyType::kArgs: {
+      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+      auto& m = member<std::vector<std::string>>(k, s);
+      m.clear();
+      for (const auto& item : x.seq) {
+        if (!item.is_scalar() || item.scalar.empty() || item.scalar.find('\0') != std::string::npos) {
+          fail(item.loc, key, "a non-empty string", item.describe());
+        }
+        m.push_back(item.scalar);
+      }
+      return;
+    }
+    case KeyType::kStringMap: {
+      if (!x.is_map()) fail(x.loc, key, key_form(k), x.describe());
+      auto& m = member<std::map<std::string, std::string>>(k, s);
+      m.clear();
+      for (const auto& [name, item] : x.map) {
+        if (!item.is_scalar()) fail(item.loc, key + "." + name, "a string", item.describe());
+        m[name] = item.scalar;
+      }
+      return;
+    }
     case KeyType::kIndices: {
       if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
       auto& m = member<std::vector<int64_t>>(k, s);
@@ -536,6 +575,13 @@ nlohmann::ordered_json key_json(const KeySpec& k, const Scenario& s) {
       return member<std::vector<std::string>>(k, s);
     case KeyType::kIndices:
       return member<std::vector<int64_t>>(k, s);
+    case KeyType::kArgs:
+      return member<std::vector<std::string>>(k, s);
+    case KeyType::kStringMap: {
+      J m = J::object();
+      for (const auto& [name, v] : member<std::map<std::string, std::string>>(k, s)) m[name] = v;
+      return m;
+    }
   }
   return nullptr;
 }
@@ -565,6 +611,7 @@ std::string default_text(const KeySpec& k) {
     for (const auto& v : j) items.push_back(text(v));
     return "[" + join(items) + "]";
   }
+  if (j.is_object()) return j.empty() ? "{}" : j.dump();
   if (j.is_string() && j.get<std::string>().empty()) return "\"\"";
   return text(j);
 }
@@ -598,6 +645,10 @@ std::string key_form(const KeySpec& k) {
       return "true, false or a list of checks (" + join(k.allowed) + ")";
     case KeyType::kIndices:
       return "a list of sample indices";
+    case KeyType::kArgs:
+      return "a list of strings";
+    case KeyType::kStringMap:
+      return "a map of names to strings";
   }
   return "";
 }
@@ -605,7 +656,8 @@ std::string key_form(const KeySpec& k) {
 std::string scenario_keys_markdown() {
   std::ostringstream md;
   md << "# Scenario keys\n\n"
-        "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat` and `limits`:\n"
+        "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat`, `limits` and\n"
+        "`worker`: "
         "how it is written, its default and what it does. A key a scenario does not write keeps its default;\n"
         "a key written with nothing after it (`max_steps:`, `~`, `null`) is refused rather than read as its\n"
         "default. `key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and\n"

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,6 +38,8 @@ enum class KeyType {
   kEncoder,   // one of `allowed` ("resnet18", or the bare depth 18), stored as the depth
   kChecks,    // true (all of `allowed`), false (none) or a list of `allowed`
   kIndices,   // a list of non-negative integers
+  kArgs,      // a list of strings (an argv)
+  kStringMap, // a map of strings to strings
 };
 
 /// The Scenario member a key sets, as a function returning its address.
@@ -51,7 +54,7 @@ struct KeySpec {
   KeyType type = KeyType::kString;
   std::variant<KeyField<int64_t>, KeyField<uint64_t>, KeyField<double>, KeyField<bool>,
                KeyField<std::string>, KeyField<std::optional<bool>>, KeyField<std::vector<int64_t>>,
-               KeyField<std::vector<std::string>>>
+               KeyField<std::vector<std::string>>, KeyField<std::map<std::string, std::string>>>
       field;
   std::string help;  // one line of Markdown, for docs/scenario-keys.md
   int64_t lo = 0;    // kInt, kAutoInt
@@ -70,7 +73,7 @@ struct KeySpec {
 std::string override_text(const std::string& key, const std::string& value);
 
 /// Every key under model, data (with data.val), train, hardware, monitors,
-/// repeat and limits, in the order of the resolved JSON.
+/// repeat, limits and worker, in the order of the resolved JSON.
 const std::vector<KeySpec>& scenario_keys();
 /// The key named `key` ("data.val.size"), or null.
 const KeySpec* find_scenario_key(const std::string& key);

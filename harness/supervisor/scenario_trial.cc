@@ -7,6 +7,7 @@
 #include "harness/common/files.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/supervisor/tuning.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -20,19 +21,25 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   make_directories_no_follow(dir_text);  // never a link out of the output folder
   // `auto` settings become measured values before the worker starts (Note
   // [Measured choices]); the worker sees only the values.
+  // An external worker (Note [The worker contract]) makes its own choices.
   Scenario s = scenario;
-  nlohmann::json tuning = resolve_measured_choices(s, (dir / "tuning").string());
+  nlohmann::json tuning =
+      s.worker.external() ? nlohmann::json() : resolve_measured_choices(s, (dir / "tuning").string());
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), resolved_json(s) + "\n");
   TrialSpec spec;
-  // The running binary itself, even when its file was replaced or removed
-  // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.
-  spec.argv = {"/proc/self/exe", "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
-               "--trial", std::to_string(index)};
-  spec.run_dir = dir.string();
-  spec.deadline_s = s.limits.deadline_s;
-  spec.silence_s = s.limits.silence_s;
-  spec.grace_s = s.limits.grace_s;
+  if (s.worker.external()) {
+    spec = external_trial_spec(s, resolved.string(), dir.string(), index);
+  } else {
+    // The running binary itself, even when its file was replaced or removed
+    // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.
+    spec.argv = {"/proc/self/exe", "__worker", "--scenario", resolved.string(), "--run-dir", dir.string(),
+                 "--trial", std::to_string(index)};
+    spec.run_dir = dir.string();
+    spec.deadline_s = s.limits.deadline_s;
+    spec.silence_s = s.limits.silence_s;
+    spec.grace_s = s.limits.grace_s;
+  }
   spec.on_event = on_event;
   ScenarioTrial t;
   t.result = run_trial(spec);

@@ -1,5 +1,7 @@
 #include "harness/supervisor/trial.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -195,6 +197,7 @@ TrialResult run_trial(const TrialSpec& spec) {
   posix_spawn_file_actions_adddup2(&actions, out_log.fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_log.fd, STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&actions, fds[1], kEventsFd);
+  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
@@ -213,18 +216,26 @@ TrialResult run_trial(const TrialSpec& spec) {
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   // The worker's environment: ours, with this process as its supervisor.
-  const std::string pid_prefix = std::string(kSupervisorPidEnv) + "=";
+  std::vector<std::pair<std::string, std::string>> set = spec.env;
+  set.emplace_back(kSupervisorPidEnv, std::to_string(getpid()));
   std::vector<std::string> env_text;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (std::strncmp(*e, pid_prefix.c_str(), pid_prefix.size()) != 0) env_text.emplace_back(*e);
+    const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) {
+      return std::strncmp(*e, kv.first.c_str(), kv.first.size()) == 0 && (*e)[kv.first.size()] == '=';
+    });
+    if (!replaced) env_text.emplace_back(*e);
   }
-  env_text.push_back(pid_prefix + std::to_string(getpid()));
+  for (const auto& [name, value] : set) env_text.push_back(name + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
   pid_t pid = 0;
   const auto start = Clock::now();
-  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
+  // A program named without a slash ("python") is looked up in PATH, as a
+  // shell would; the built-in worker is always a path.
+  const bool lookup = spec.argv[0].find('/') == std::string::npos;
+  const int rc = lookup ? posix_spawnp(&pid, args[0], &actions, &attr, args.data(), envp.data())
+                        : posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/common/error.h"
@@ -12,8 +13,12 @@ namespace dbh::harness {
 
 /// How to run one worker process.
 struct TrialSpec {
-  std::vector<std::string> argv;  // argv[0]: path of the dbh binary
+  std::vector<std::string> argv;  // argv[0]: the program (a path, or a name looked up in PATH)
   std::string run_dir;            // stdout.log, stderr.log, events.jsonl go here
+  std::string cwd;                // the worker's working directory; "" = ours
+  /// Variables set in the worker's environment over ours (kSupervisorPidEnv
+  /// is always this process's pid).
+  std::vector<std::pair<std::string, std::string>> env;
   double deadline_s = 600;        // wall clock, from spawn
   double silence_s = 120;         // no event for this long → hung
   double grace_s = 5;             // TERM → KILL delay

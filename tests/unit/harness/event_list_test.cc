@@ -87,7 +87,11 @@ void ExpectDocumentedFields(const E& full) {
 }
 
 TEST(EventList, DocsListEachTypedEventsFields) {
-  ExpectDocumentedFields(proto::Hello{});
+  proto::Hello hello;
+  hello.worker = "dbh-adapter 0.1.0";
+  hello.capabilities = std::vector<std::string>{"loss_bits"};
+  hello.modules = std::vector<std::string>{"decoder.fusion"};
+  ExpectDocumentedFields(hello);
   ExpectDocumentedFields(proto::RunBegin{});
   ExpectDocumentedFields(proto::StepBegin{});
   ExpectDocumentedFields(proto::StepEnd{});

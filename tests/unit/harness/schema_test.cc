@@ -60,7 +60,8 @@ void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std:
   }
 }
 
-const std::vector<std::string> kSections = {"model", "data", "train", "hardware", "monitors", "repeat", "limits"};
+const std::vector<std::string> kSections = {"model",  "data",   "train", "hardware",
+                                            "monitors", "repeat", "limits", "worker"};
 
 TEST(ScenarioKeys, AreUniqueAndUnderTheTableSections) {
   std::set<std::string> seen;
@@ -109,13 +110,23 @@ TEST(ScenarioKeys, NothingWrittenGivesTheStructDefaults) {
 }
 
 TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
+  // The worker section is written for an external worker only: the built-in
+  // worker's resolved scenarios (and their hashes) stay as they were.
   const auto j = nlohmann::json::parse(resolved_json(with({})));
+  EXPECT_FALSE(j.contains("worker"));
   for (const KeySpec& k : scenario_keys()) {
+    if (k.key.rfind("worker.", 0) == 0) continue;
     const nlohmann::json* v = at(j, k.key);
     ASSERT_NE(v, nullptr) << k.key << " is not in the resolved JSON";
     EXPECT_EQ(*v, nlohmann::json::parse(key_json(k, Scenario{}).dump())) << k.key;
   }
+  const auto external = nlohmann::json::parse(resolved_json(with({"worker.command=[python, train.py]"})));
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.key.rfind("worker.", 0) == 0) EXPECT_NE(at(external, k.key), nullptr) << k.key;
+  }
+  EXPECT_EQ(external["worker"]["command"], nlohmann::json::parse(R"(["python", "train.py"])"));
   for (const auto& section : kSections) {
+    if (!j.contains(section)) continue;
     std::vector<std::string> keys;
     leaves(j.at(section), section + ".", &keys);
     for (const auto& key : keys) EXPECT_NE(find_scenario_key(key), nullptr) << key << " is not in the table";
@@ -157,8 +168,16 @@ TEST(ScenarioKeys, AutoFormsReadAndWriteAuto) {
 
 // A value of the wrong type for each key's form.
 std::vector<std::string> wrong_values(const KeySpec& k) {
-  std::vector<std::string> out = {"{x: 1}"};  // a map is no key's value
+  std::vector<std::string> out;
+  if (k.type != KeyType::kStringMap) out.push_back("{x: 1}");  // a map is no other key's value
   switch (k.type) {
+    case KeyType::kStringMap:
+      out.push_back("abc");
+      out.push_back("[a]");
+      break;
+    case KeyType::kArgs:
+      out.push_back("abc");
+      break;
     case KeyType::kInt:
     case KeyType::kNumber:
     case KeyType::kBytes:

@@ -1,0 +1,244 @@
+#include "harness/supervisor/worker_contract.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "harness/proto/event_types.h"
+#include "harness/proto/worker_link.h"
+#include "harness/scenario/aliases.h"
+#include "harness/scenario/schema.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+const std::vector<CapabilityDoc>& worker_capabilities() {
+  static const std::vector<CapabilityDoc> kCapabilities = {
+      {capability::kLossBits, "`step_end` carries `loss_bits`: `dbh repeat` and `expect.deterministic` compare runs bit for bit"},
+      {capability::kStopAfter, "`train.stop_after`: stop after that many steps, the schedule unchanged (`bisect steps`, `bisect modules`)"},
+      {capability::kCheckpoint, "`train.checkpoint_every`: a checkpoint every K steps, each announced by a `checkpoint` event (`bisect steps`)"},
+      {capability::kResume, "`train.resume_from`: continue from one of its own checkpoints at its step (`bisect steps`)"},
+      {capability::kSubset, "`data.subset`: train on those dataset indices only, in dbh's order of the dataset (`bisect data`)"},
+      {capability::kMonitorsFinite, "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite loss, gradient or activation"},
+      {capability::kMonitorsLocalise, "`monitors.mode: localise`: the first non-finite tensor in forward and backward order, with its module (`bisect modules`)"},
+      {capability::kMonitorsSilent, "`monitors.silent`: the silent-failure checks (optional: a worker without them runs, and dbh says they were not checked)"},
+      {capability::kMemoryBudget, "`hardware.memory_budget` (or a profile): the budget applied as docs/gpu.md says, reported in a `memory_budget` event (`qualify`)"},
+      {capability::kInProcessRuns, "`repeat.in_process` above 1: several runs in one process, each between `run_begin` and `run_end`"},
+      {capability::kSyntheticData, "`data.source` other than `real`: train on generated data (`diagnose`'s synthetic-data rung)"},
+      {capability::kOps, "`train.mode: ops`: basic tensor operations on the device only (`diagnose`'s first rung)"},
+      {capability::kValidation, "`train.eval_every`: validation during training, in `eval` events"},
+      {"fault:<name>", "a fault of `faults` (`dbh list faults`), by its name"},
+  };
+  return kCapabilities;
+}
+
+WorkerNeeds worker_needs(const Scenario& s) {
+  WorkerNeeds n;
+  auto need = [&](const char* cap, const char* key) { n.required.emplace_back(cap, key); };
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    n.required.emplace_back(capability::kFaultPrefix + s.faults[i].name, "faults." + std::to_string(i));
+  }
+  if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
+  if (s.data.source != "real") need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
+  if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
+  if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
+  if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));
+  if (s.train.mode == "ops") need(capability::kOps, DBH_SCENARIO_KEY(train.mode));
+  if (s.train.eval_every > 0) need(capability::kValidation, DBH_SCENARIO_KEY(train.eval_every));
+  if (s.monitors.mode == "cheap") need(capability::kMonitorsFinite, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode == "localise") need(capability::kMonitorsLocalise, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode != "off" && !s.monitors.silent.empty()) {
+    n.optional.emplace_back(capability::kMonitorsSilent, DBH_SCENARIO_KEY(monitors.silent));
+  }
+  if (s.hardware.memory_budget > 0) need(capability::kMemoryBudget, DBH_SCENARIO_KEY(hardware.memory_budget));
+  if (s.repeat.in_process > 1) need(capability::kInProcessRuns, DBH_SCENARIO_KEY(repeat.in_process));
+  if (s.expect.deterministic.value_or(false)) need(capability::kLossBits, "expect.deterministic");
+  if (s.repeat.processes > 1) need(capability::kLossBits, DBH_SCENARIO_KEY(repeat.processes));
+  return n;
+}
+
+namespace {
+
+// The keys every external worker receives, whether or not the scenario
+// writes them: what dbh's commands change (qualify: batch, accumulation,
+// precision; bisect config: any of them; a probe: the seed and last step).
+const std::vector<std::string>& always_passed() {
+  static const std::vector<std::string> kKeys = {
+      DBH_SCENARIO_KEY(data.batch_size), DBH_SCENARIO_KEY(train.accumulation), DBH_SCENARIO_KEY(train.precision),
+      DBH_SCENARIO_KEY(train.lr),        DBH_SCENARIO_KEY(train.seed),         DBH_SCENARIO_KEY(train.max_steps),
+      DBH_SCENARIO_KEY(data.path),       DBH_SCENARIO_KEY(hardware.device)};
+  return kKeys;
+}
+
+// dbh's value of `key` as a Lightning/Hydra command line writes it.
+std::string user_value(const std::string& key, const Scenario& s) {
+  if (key == DBH_SCENARIO_KEY(train.precision)) {
+    if (s.train.precision == "fp16") return "16-mixed";
+    if (s.train.precision == "bf16") return "bf16-mixed";
+    return "32-true";
+  }
+  if (key == DBH_SCENARIO_KEY(hardware.device)) return s.hardware.device.rfind("cuda", 0) == 0 ? "gpu" : "cpu";
+  const KeySpec* k = find_scenario_key(key);
+  if (k == nullptr) return "";
+  const auto j = key_json(*k, s);
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+}  // namespace
+
+std::vector<PassedKey> passed_keys(const Scenario& s) {
+  std::vector<std::string> keys = always_passed();
+  for (const auto& [dbh_key, user_key] : s.worker.keys) {
+    if (std::find(keys.begin(), keys.end(), dbh_key) == keys.end()) keys.push_back(dbh_key);
+  }
+  std::vector<PassedKey> out;
+  for (const auto& key : keys) {
+    const auto it = s.worker.keys.find(key);
+    const std::string user_key = it != s.worker.keys.end() ? it->second : first_alias_of(key);
+    if (user_key.empty()) continue;
+    if (key == DBH_SCENARIO_KEY(data.path) && s.data.source != "real") continue;
+    out.push_back({key, user_key, user_value(key, s)});
+  }
+  return out;
+}
+
+TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
+                              int64_t index) {
+  TrialSpec spec;
+  spec.argv = s.worker.command;
+  for (const auto& k : passed_keys(s)) spec.argv.push_back(k.user_key + "=" + k.value);
+  spec.run_dir = dir;
+  spec.cwd = s.worker.cwd;
+  for (const auto& [name, value] : s.worker.env) spec.env.emplace_back(name, value);
+  const std::string abs_dir = fs::absolute(dir).lexically_normal().string();
+  spec.env.emplace_back(worker_env::kProtocol, std::to_string(kWorkerProtocolVersion));
+  spec.env.emplace_back(worker_env::kEventFd, std::to_string(kEventsFd));
+  spec.env.emplace_back(worker_env::kScenario, fs::absolute(resolved).lexically_normal().string());
+  spec.env.emplace_back(worker_env::kScenarioHash, scenario_hash(s));
+  spec.env.emplace_back(worker_env::kTrialDir, abs_dir);
+  spec.env.emplace_back(worker_env::kTrial, std::to_string(index));
+  if (s.hardware.launch_blocking) spec.env.emplace_back("CUDA_LAUNCH_BLOCKING", "1");
+  spec.deadline_s = s.limits.deadline_s;
+  spec.silence_s = s.limits.silence_s;
+  spec.grace_s = s.limits.grace_s;
+  return spec;
+}
+
+WorkerDescription describe_worker(const Scenario& s) {
+  std::string key = s.worker.cwd;
+  for (const auto& a : s.worker.command) key += '\0' + a;
+  for (const auto& [n, v] : s.worker.env) key += '\0' + n + '=' + v;
+  static std::mutex mutex;
+  static std::map<std::string, WorkerDescription> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const std::string command = join(s.worker.command, " ");
+  // A scratch folder of its own, removed when the description is read.
+  std::string pattern = (fs::temp_directory_path() / "dbh-describe-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw ReportError("expected a scratch folder for describing the worker in " +
+                      fs::temp_directory_path().string() + ", got an error");
+  }
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{pattern};
+  const std::string resolved = (fs::path(pattern) / "scenario.resolved.json").string();
+  write_file_atomically(resolved, resolved_json(s) + "\n");
+  TrialSpec spec = external_trial_spec(s, resolved, (fs::path(pattern) / "describe").string(), -1);
+  spec.env.emplace_back(worker_env::kDescribe, "1");
+  spec.deadline_s = std::min(s.limits.deadline_s, 300.0);
+  spec.silence_s = std::min(s.limits.silence_s, 300.0);
+  const TrialResult r = run_trial(spec);
+  const Event* hello = nullptr;
+  for (const auto& e : r.events) {
+    if (e.type == event::kHello) {
+      hello = &e;
+      break;
+    }
+  }
+  const std::string where = DBH_SCENARIO_KEY(worker.command) + std::string(" (") + command + ")";
+  if (hello == nullptr) {
+    std::string got = !r.spawn_error.empty() ? r.spawn_error
+                      : r.timed_out || r.hung ? "no answer within " + std::to_string(static_cast<int>(spec.deadline_s)) + " s"
+                      : r.term_signal != 0    ? "an end by signal " + std::to_string(r.term_signal)
+                                              : "an exit with status " + std::to_string(r.exit_code);
+    const std::string tail = one_line(r.stderr_tail.substr(r.stderr_tail.size() > 600 ? r.stderr_tail.size() - 600 : 0));
+    throw UsageError(where + ": expected a worker that writes `hello` on fd 3 when " + worker_env::kDescribe +
+                     "=1 (docs/worker-protocol.md; the Python adapter does), got " + got +
+                     " without one" + (tail.empty() ? "" : "; its stderr ends: " + tail));
+  }
+  const auto h = proto::hello_from(*hello);
+  if (h.schema_version != kEventSchemaVersion || !h.capabilities) {
+    throw UsageError(where + ": expected a `hello` of event schema " + std::to_string(kEventSchemaVersion) +
+                     " with `capabilities` (worker protocol " + std::to_string(kWorkerProtocolVersion) +
+                     "), got schema " + std::to_string(h.schema_version) +
+                     (h.capabilities ? "" : " without capabilities"));
+  }
+  WorkerDescription d;
+  d.worker = h.worker.value_or("");
+  d.capabilities = *h.capabilities;
+  d.modules = h.modules.value_or(std::vector<std::string>{});
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = d;
+  return d;
+}
+
+std::vector<std::string> check_worker(const Scenario& s,
+                                      const std::vector<std::pair<std::string, std::string>>& command_needs) {
+  if (!s.worker.external()) return {};
+  const WorkerDescription d = describe_worker(s);
+  const auto serves = [&](const std::string& cap) {
+    return std::find(d.capabilities.begin(), d.capabilities.end(), cap) != d.capabilities.end();
+  };
+  const std::string who = "the worker " + (d.worker.empty() ? join(s.worker.command, " ") : d.worker);
+  WorkerNeeds needs = worker_needs(s);
+  std::vector<std::pair<std::string, std::string>> all = command_needs;
+  all.insert(all.end(), needs.required.begin(), needs.required.end());
+  for (const auto& [cap, what] : all) {
+    if (serves(cap)) continue;
+    throw UsageError(what + ": expected a worker that serves the capability `" + cap + "`, got " + who +
+                     ", which serves " + (d.capabilities.empty() ? "none" : join(d.capabilities)) +
+                     " (docs/worker-protocol.md)");
+  }
+  // Module names are the worker's: a fault or expectation naming another
+  // would silently never fire or match.
+  auto check_module = [&](const std::string& name, const std::string& what, bool prefix_ok) {
+    if (name.empty() || d.modules.empty()) return;
+    const bool known = std::any_of(d.modules.begin(), d.modules.end(), [&](const std::string& m) {
+      return m == name || (prefix_ok && m.rfind(name + ".", 0) == 0);
+    });
+    if (!known) {
+      throw UsageError(what + ": expected a module name of the worker's model (" + std::to_string(d.modules.size()) +
+                       " modules, e.g. " +
+                       join(std::vector<std::string>(d.modules.begin(),
+                                                     d.modules.begin() + std::min<size_t>(6, d.modules.size()))) +
+                       "), got \"" + name + "\"" + did_you_mean(name, d.modules));
+    }
+  };
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto it = s.faults[i].params.find("module");
+    if (it != s.faults[i].params.end()) {
+      check_module(it->second, "faults." + std::to_string(i) + ".module", s.faults[i].name == "nan_gradient");
+    }
+  }
+  if (s.expect.module) check_module(*s.expect.module, "expect.module", true);
+  std::vector<std::string> notes;
+  for (const auto& [cap, what] : needs.optional) {
+    if (!serves(cap)) notes.push_back(who + " does not serve `" + cap + "`: " + what + " is not checked in this run");
+  }
+  return notes;
+}
+
+}  // namespace dbh::harness

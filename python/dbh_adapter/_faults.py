@@ -1,0 +1,194 @@
+"""dbh's faults on any torch.nn.Module, by module name and step.
+
+Each fault of the resolved scenario's `faults` list is one entry here with
+the hooks it acts through; its parameters, schedule and meaning are dbh's
+(`dbh list faults`). A fault this adapter cannot apply is not listed in the
+capabilities, and dbh refuses a scenario that needs it before anything runs.
+"""
+
+import math
+import os
+import signal
+import time
+
+import torch
+
+
+def _float(params, key, default):
+    value = params.get(key, default)
+    return float(value) if value not in (None, "") else float(default)
+
+
+def _int(params, key, default):
+    value = params.get(key, default)
+    return int(value) if value not in (None, "") else int(default)
+
+
+class Fault:
+    """One scheduled fault: name, index in the scenario, schedule, parameters."""
+
+    def __init__(self, index, spec):
+        self.index = index
+        self.name = spec["name"]
+        self.at_step = int(spec.get("at_step", 0))
+        self.until_step = int(spec.get("until_step", self.at_step))
+        self.run = int(spec.get("run", -1))
+        self.params = {k: v for k, v in spec.items() if k not in ("name", "at_step", "until_step", "run")}
+
+    def fires_at(self, step, run=0):
+        return self.at_step <= step <= self.until_step and (self.run < 0 or self.run == run)
+
+
+def _input_tensor(batch):
+    """The batch's image tensor: `image` (or `images`, `img`, `x`) of a dict,
+    else the first tensor of a tuple or list, else the batch itself."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, dict):
+        for key in ("image", "images", "img", "x", "input", "inputs"):
+            if isinstance(batch.get(key), torch.Tensor):
+                return batch[key]
+        for value in batch.values():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value
+    if isinstance(batch, (tuple, list)):
+        for value in batch:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value
+    return None
+
+
+def _set_pixels(tensor, sample, count, value):
+    """`count` values of sample `sample` set to `value`, spread over it."""
+    with torch.no_grad():
+        flat = tensor[min(sample, tensor.shape[0] - 1)].reshape(-1)
+        n = flat.numel()
+        idx = torch.linspace(0, n - 1, steps=max(1, min(count, n)), device=flat.device).long()
+        flat[idx] = value
+
+
+class FaultSet:
+    """The scenario's faults acting on one model through its hooks."""
+
+    # The faults this adapter applies (its `fault:<name>` capabilities).
+    SUPPORTED = ("nan_activation", "nan_gradient", "nan_input", "inf_input", "lr_spike", "lr_freeze",
+                 "crash", "hang", "slow_data")
+
+    def __init__(self, specs, emit):
+        self.faults = [Fault(i, spec) for i, spec in enumerate(specs or [])]
+        self._emit = emit
+        self._step = -1
+        self._run = 0
+        self._saved_lrs = None
+        self._fired = set()  # (fault index, step): fault_fired once per step
+
+    def _fired_now(self, fault, module=None, detail=None):
+        key = (fault.index, self._step)
+        if key in self._fired:
+            return
+        self._fired.add(key)
+        self._emit("fault_fired", fault=fault.name, index=fault.index, run=self._run, step=self._step,
+                   module=module, detail=detail)
+
+    def active(self, name):
+        return [f for f in self.faults if f.name == name and f.fires_at(self._step, self._run)]
+
+    # --- the hooks of a step -------------------------------------------------
+
+    def attach(self, model):
+        """Forward hooks on the modules faults name."""
+        modules = dict(model.named_modules())
+        for fault in self.faults:
+            if fault.name != "nan_activation":
+                continue
+            name = fault.params.get("module", "")
+            if name not in modules:
+                raise ValueError(f"faults.{fault.index}.module: expected a module of the model, got {name!r}")
+            modules[name].register_forward_hook(self._activation_hook(fault, name))
+
+    def _activation_hook(self, fault, name):
+        def hook(module, args, output):
+            if not fault.fires_at(self._step, self._run) or not torch.is_grad_enabled():
+                return None
+            self._fired_now(fault, module=name)
+            return _replace_tensors(output, float("nan"))
+        return hook
+
+    def on_step_begin(self, step, batch, run=0):
+        self._step, self._run = step, run
+        for fault in self.active("crash"):
+            self._fired_now(fault)
+            sig = getattr(signal, fault.params.get("signal", "SIGSEGV"))
+            os.kill(os.getpid(), sig)
+        for fault in self.active("hang"):
+            self._fired_now(fault)
+            while True:
+                time.sleep(3600)
+        for fault in self.active("slow_data"):
+            self._fired_now(fault)
+            time.sleep(_float(fault.params, "seconds", 1))
+        for name, value in (("nan_input", float("nan")), ("inf_input", float("inf"))):
+            for fault in self.active(name):
+                tensor = _input_tensor(batch)
+                if tensor is None:
+                    raise ValueError(f"faults.{fault.index}: {name}: expected a batch holding an image tensor "
+                                     f"(a dict with 'image', or a tuple starting with it), got {type(batch).__name__}")
+                _set_pixels(tensor, _int(fault.params, "sample", 0), _int(fault.params, "count", 16), value)
+                self._fired_now(fault)
+
+    def after_backward(self, model):
+        """Gradient faults, on the accumulated gradients."""
+        for fault in self.active("nan_gradient"):
+            prefix = fault.params.get("module", "")
+            only = fault.params.get("parameter", "")
+            hit = []
+            for pname, p in model.named_parameters():
+                if p.grad is None:
+                    continue
+                if (only and pname == only) or (not only and (not prefix or pname == prefix or pname.startswith(prefix + "."))):
+                    p.grad.fill_(float("nan"))
+                    hit.append(pname)
+            if not hit:
+                raise ValueError(f"faults.{fault.index}: nan_gradient: expected parameters with gradients under "
+                                 f"{only or prefix or 'the model'!r}, got none")
+            self._fired_now(fault, module=prefix or only.rpartition(".")[0], detail={"parameters": len(hit)})
+
+    def before_optimizer_step(self, optimizer):
+        """Learning-rate faults, undone after the step (lr_spike) or held (lr_freeze)."""
+        scale = 1.0
+        fired = []
+        for fault in self.active("lr_spike"):
+            scale *= _float(fault.params, "factor", 10000)
+            fired.append(fault)
+        for fault in self.active("lr_freeze"):
+            scale = 0.0
+            fired.append(fault)
+        if not fired or optimizer is None:
+            return
+        self._saved_lrs = [g["lr"] for g in optimizer.param_groups]
+        for g in optimizer.param_groups:
+            g["lr"] = g["lr"] * scale
+        for fault in fired:
+            self._fired_now(fault)
+
+    def after_optimizer_step(self, optimizer):
+        if self._saved_lrs is not None and optimizer is not None:
+            for g, lr in zip(optimizer.param_groups, self._saved_lrs):
+                g["lr"] = lr
+        self._saved_lrs = None
+
+
+def _replace_tensors(output, value):
+    if isinstance(output, torch.Tensor):
+        return torch.full_like(output, value) if output.is_floating_point() else output
+    if isinstance(output, tuple):
+        return tuple(_replace_tensors(o, value) for o in output)
+    if isinstance(output, list):
+        return [_replace_tensors(o, value) for o in output]
+    if isinstance(output, dict):
+        return {k: _replace_tensors(v, value) for k, v in output.items()}
+    return output
+
+
+def finite_number(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)

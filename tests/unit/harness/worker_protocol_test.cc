@@ -1,0 +1,194 @@
+// The worker contract as declared (harness/supervisor/worker_contract.h), as
+// documented (docs/worker-protocol.md) and as the Python adapter spells it
+// (python/dbh_adapter) cannot drift apart; what a scenario needs of its
+// worker and what reaches the user's command are computed from the scenario.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/scenario/fault_catalog.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
+#include "harness/supervisor/worker_contract.h"
+#include "tests/support/files.h"
+
+namespace dbh::harness {
+namespace {
+
+std::string doc() { return testing::read_text(std::string(DBH_SOURCE_DIR) + "/docs/worker-protocol.md"); }
+
+// The rows of the table whose header row starts with `header`, each as its
+// cells (trimmed, backticks kept).
+std::vector<std::vector<std::string>> table_after(const std::string& text, const std::string& header) {
+  std::vector<std::vector<std::string>> rows;
+  const size_t at = text.find(header);
+  EXPECT_NE(at, std::string::npos) << "no table with header " << header;
+  if (at == std::string::npos) return rows;
+  std::istringstream lines(text.substr(at));
+  std::string line;
+  std::getline(lines, line);  // the header
+  std::getline(lines, line);  // |---|
+  while (std::getline(lines, line) && line.rfind("|", 0) == 0) {
+    std::vector<std::string> cells;
+    std::string cell;
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '|') {
+        const size_t b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+        cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+        cell.clear();
+      } else {
+        cell += line[i];
+      }
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+std::string unticked(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), '`'), s.end());
+  return s;
+}
+
+TEST(WorkerProtocol, DocListsEveryVariableDbhSets) {
+  std::set<std::string> documented;
+  for (const auto& row : table_after(doc(), "| variable | value |")) documented.insert(unticked(row.at(0)));
+  const std::set<std::string> declared = {worker_env::kProtocol, worker_env::kEventFd,    worker_env::kScenario,
+                                          worker_env::kScenarioHash, worker_env::kTrialDir, worker_env::kTrial,
+                                          worker_env::kDescribe, "DBH_SUPERVISOR_PID"};
+  EXPECT_EQ(documented, declared);
+  // The spec a trial is started with sets each of them but the describe flag.
+  Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.worker.cwd = "/tmp";
+  const TrialSpec spec = external_trial_spec(s, "/tmp/x/scenario.resolved.json", "/tmp/x", 3);
+  std::set<std::string> set;
+  for (const auto& [name, value] : spec.env) set.insert(name);
+  for (const auto& name : declared) {
+    if (name == worker_env::kDescribe || name == std::string("DBH_SUPERVISOR_PID")) continue;
+    EXPECT_TRUE(set.count(name)) << name << " is documented but not set";
+  }
+  EXPECT_EQ(spec.cwd, "/tmp");
+  EXPECT_EQ(spec.argv.front(), "python");
+}
+
+TEST(WorkerProtocol, DocListsEveryCapabilityWithItsMeaning) {
+  std::vector<std::pair<std::string, std::string>> documented;
+  for (const auto& row : table_after(doc(), "| capability | what a worker that lists it does |")) {
+    documented.emplace_back(unticked(row.at(0)), row.at(1));
+  }
+  std::vector<std::pair<std::string, std::string>> declared;
+  for (const auto& c : worker_capabilities()) declared.emplace_back(c.name, c.needed_for);
+  EXPECT_EQ(documented, declared) << "docs/worker-protocol.md's capability table and worker_capabilities() differ";
+}
+
+TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
+  Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.data.source = "real";
+  s.data.path = "/data";
+  s.worker.keys[DBH_SCENARIO_KEY(data.path)] = "datasets.train.path";
+  std::vector<std::string> documented_keys;
+  for (const auto& row : table_after(doc(), "| dbh key | your key (default) | value |")) {
+    documented_keys.push_back(unticked(row.at(0)));
+  }
+  std::vector<std::string> passed;
+  for (const auto& k : passed_keys(s)) passed.push_back(k.dbh_key);
+  EXPECT_EQ(documented_keys, passed);
+  for (const auto& row : table_after(doc(), "| dbh key | your key (default) | value |")) {
+    const std::string key = unticked(row.at(0));
+    if (key == DBH_SCENARIO_KEY(data.path)) continue;
+    for (const auto& k : passed_keys(s)) {
+      if (k.dbh_key == key) {
+        EXPECT_EQ(unticked(row.at(1)), k.user_key) << key;
+      }
+    }
+  }
+}
+
+TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
+  Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.train.precision = "bf16";
+  s.hardware.device = "cuda:1";
+  s.data.batch_size = 4;
+  s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";           // not passed
+  s.worker.keys[DBH_SCENARIO_KEY(data.size)] = "img_size";    // passed under the user's name
+  const TrialSpec spec = external_trial_spec(s, "/r.json", "/tmp/t", 0);
+  const auto has = [&](const std::string& a) { return std::count(spec.argv.begin(), spec.argv.end(), a) == 1; };
+  EXPECT_TRUE(has("trainer.precision=bf16-mixed"));
+  EXPECT_TRUE(has("trainer.accelerator=gpu"));
+  EXPECT_TRUE(has("dataloaders.train_dataloader.batch_size=4"));
+  EXPECT_TRUE(has("img_size=128"));
+  EXPECT_TRUE(std::none_of(spec.argv.begin(), spec.argv.end(), [](const std::string& a) { return a.rfind("seed=", 0) == 0; }));
+  // Synthetic data has no path to pass.
+  EXPECT_TRUE(std::none_of(spec.argv.begin(), spec.argv.end(), [](const std::string& a) { return a.find("path") != std::string::npos; }));
+}
+
+TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
+  Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.data.source = "real";
+  s.monitors.mode = "off";
+  EXPECT_TRUE(worker_needs(s).required.empty());
+  s.data.subset = {1, 2};
+  s.train.stop_after = 3;
+  s.train.checkpoint_every = 1;
+  s.train.resume_from = "/x.pt";
+  s.hardware.memory_budget = 1 << 30;
+  s.repeat.processes = 2;
+  FaultConfig f;
+  f.name = "nan_activation";
+  s.faults.push_back(f);
+  std::set<std::string> caps;
+  for (const auto& [cap, what] : worker_needs(s).required) caps.insert(cap);
+  EXPECT_EQ(caps, (std::set<std::string>{"fault:nan_activation", capability::kSubset, capability::kStopAfter,
+                                         capability::kCheckpoint, capability::kResume, capability::kMemoryBudget,
+                                         capability::kLossBits}));
+  s.monitors.mode = "localise";
+  caps.clear();
+  for (const auto& [cap, what] : worker_needs(s).required) caps.insert(cap);
+  EXPECT_TRUE(caps.count(capability::kMonitorsLocalise));
+  EXPECT_FALSE(worker_needs(s).optional.empty()) << "the silent checks are optional";
+}
+
+TEST(WorkerProtocol, ThePythonAdapterSpellsTheSameNames) {
+  const std::string root = std::string(DBH_SOURCE_DIR) + "/python/dbh_adapter/";
+  const std::string protocol = testing::read_text(root + "_protocol.py");
+  for (const char* name : {worker_env::kProtocol, worker_env::kEventFd, worker_env::kScenario,
+                           worker_env::kScenarioHash, worker_env::kTrialDir, worker_env::kTrial,
+                           worker_env::kDescribe}) {
+    EXPECT_NE(protocol.find(std::string("\"") + name + "\""), std::string::npos) << name << " not in _protocol.py";
+  }
+  EXPECT_NE(protocol.find("PROTOCOL_VERSION = " + std::to_string(kWorkerProtocolVersion)), std::string::npos);
+  // Every capability and fault the adapter claims is one dbh knows.
+  const std::string session = testing::read_text(root + "_session.py");
+  const std::string faults = testing::read_text(root + "_faults.py");
+  std::vector<std::string> known;
+  for (const auto& c : worker_capabilities()) known.push_back(c.name);
+  const size_t at = session.find("BASE_CAPABILITIES = (");
+  ASSERT_NE(at, std::string::npos);
+  const std::string list = session.substr(at, session.find(')', at) - at);
+  for (size_t q = list.find('"'); q != std::string::npos; q = list.find('"', list.find('"', q + 1) + 1)) {
+    const std::string cap = list.substr(q + 1, list.find('"', q + 1) - q - 1);
+    EXPECT_NE(std::find(known.begin(), known.end(), cap), known.end()) << cap << " is not a capability of the contract";
+  }
+  const size_t fat = faults.find("SUPPORTED = (");
+  ASSERT_NE(fat, std::string::npos);
+  const std::string flist = faults.substr(fat, faults.find(')', fat) - fat);
+  int n = 0;
+  for (size_t q = flist.find('"'); q != std::string::npos; q = flist.find('"', flist.find('"', q + 1) + 1)) {
+    const std::string name = flist.substr(q + 1, flist.find('"', q + 1) - q - 1);
+    EXPECT_NE(find_fault(name), nullptr) << name << " is not a dbh fault";
+    EXPECT_NE(doc().find("`" + name + "`"), std::string::npos) << name << ": the doc's adapter list misses it";
+    ++n;
+  }
+  EXPECT_GT(n, 3);
+}
+
+}  // namespace
+}  // namespace dbh::harness
