@@ -1,0 +1,172 @@
+// The user's own training under dbh (README "Your own training"): the
+// Lightning + Hydra example in examples/lightning-dbnet, started by dbh
+// through docs/worker-protocol.md with the adapter in python/, run, repeated
+// and bisected through the real binary, as the built-in worker's tests do.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using Dir = testing::ScratchDir;
+
+const std::string kSource = DBH_SOURCE_DIR;
+const std::string kExample = kSource + "/examples/lightning-dbnet";
+const std::string kScenarios = kExample + "/scenarios";
+
+// The environment ./dev setup makes: the .venv's python (torch, lightning,
+// hydra-core, pillow) first on PATH, and the adapter of this checkout.
+testing::EnvChanges python_env() {
+  const char* path = std::getenv("PATH");
+  return {{"PATH", kSource + "/.venv/bin:" + (path != nullptr ? path : "/usr/bin:/bin")},
+          {"PYTHONPATH", kSource + "/python"},
+          {"PYTHONDONTWRITEBYTECODE", "1"}};
+}
+
+testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 900) {
+  args.insert(args.begin(), DBH_BINARY);
+  return testing::run_process_with_env(args, python_env(), kSource, timeout_s);
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+// Every file under the example's folder: dbh and the training write nothing there.
+std::set<std::string> example_files() {
+  std::set<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(kExample)) out.insert(e.path().string());
+  return out;
+}
+
+class OwnTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // ./dev test sets these up; without them the feature is untested, which
+    // is a failure to report, not a skip.
+    const auto r = testing::run_process_with_env(
+        {"/bin/sh", "-c", "python -c 'import torch, lightning, hydra, PIL, dbh_adapter'"}, python_env(), kSource, 120);
+    ASSERT_EQ(r.exit_code, 0) << "the example needs .venv with lightning, hydra-core, pillow (./dev setup): " << r.err;
+    before_ = example_files();
+  }
+  void TearDown() override { EXPECT_EQ(example_files(), before_) << "something was written into the example"; }
+  std::set<std::string> before_;
+};
+
+TEST_F(OwnTrainingTest, RunAttributesANanInTheFusionModuleToItsStepAndModule) {
+  const Dir dir("dbh-own-run");
+  const auto r = dbh({"run", kScenarios + "/nan-in-fusion.yaml", "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // the expectation (diverged at 3 in decoder.fusion) is met
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["outcome"], "diverged");
+  EXPECT_EQ(j["failure"]["class"], "nonfinite_activation");
+  EXPECT_EQ(j["failure"]["step"], 3);
+  EXPECT_EQ(j["failure"]["module"], "decoder.fusion");
+  // The report speaks of the user's command, not of dbh's model.
+  const std::string md = testing::read_text(dir / "out" / "report.md");
+  EXPECT_NE(md.find("worker `python train.py"), std::string::npos) << md.substr(0, 3000);
+  EXPECT_EQ(md.find("resnet18 + fpn"), std::string::npos);
+  // The events came from the adapter: its hello, the fault, the steps.
+  const std::string events = testing::read_text(dir / "out" / "main" / "events.jsonl");
+  EXPECT_NE(events.find("\"worker\":\"dbh-adapter"), std::string::npos);
+  EXPECT_NE(events.find("\"fault_fired\""), std::string::npos);
+  EXPECT_NE(r.err.find("does not serve `monitors.silent`"), std::string::npos) << r.err;
+}
+
+TEST_F(OwnTrainingTest, RepeatTwoProcessesIsBitIdentical) {
+  const Dir dir("dbh-own-repeat");
+  const auto r = dbh({"repeat", kScenarios + "/clean.yaml", "--processes", "2", "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["outcome"], "passed");
+  EXPECT_TRUE(j["determinism"]["checked"].get<bool>());
+  EXPECT_TRUE(j["determinism"]["identical"].get<bool>()) << j["determinism"].dump();
+  // The parameters' checksum is the adapter's, not empty.
+  EXPECT_EQ(j["determinism"]["detail"].get<std::string>().find("(checksum )"), std::string::npos)
+      << j["determinism"].dump();
+}
+
+TEST_F(OwnTrainingTest, WhatTheWorkerCannotServeIsRefusedBeforeAnythingRuns) {
+  const Dir dir("dbh-own-refused");
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;  // the message names this
+  };
+  const std::string clean = kScenarios + "/clean.yaml";
+  for (const Case& c : std::vector<Case>{
+           {{"run", clean, "hardware.memory_budget=1GiB"}, "`memory_budget`"},
+           {{"run", clean, "repeat.in_process=2"}, "`in_process_runs`"},
+           {{"run", clean, "data.source=synthetic_boxes"}, "`synthetic_data`"},
+           {{"run", kScenarios + "/nan-in-fusion.yaml", "faults.0.module=decoder.fusin"}, "did you mean \"decoder.fusion\""},
+           {{"run", clean, "faults=[{name: loss_scale_overflow}]"}, "`fault:loss_scale_overflow`"},
+       }) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--out", (dir / "out").string()});
+    const auto r = dbh(args);
+    EXPECT_EQ(r.exit_code, 2) << c.names << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out")) << c.names << ": something was written";
+  }
+}
+
+TEST_F(OwnTrainingTest, BisectModulesFindsTheStepAndModuleReplayingFromLightningCheckpoints) {
+  const Dir dir("dbh-own-modules");
+  const auto r = dbh({"bisect", "modules", kScenarios + "/nan-in-fusion.yaml", "--reproductions", "1", "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["result"]["step"], 3) << j.dump(2);
+  EXPECT_EQ(j["result"]["module"], "decoder.fusion");
+  EXPECT_EQ(j["result"]["direction"], "forward");
+  EXPECT_EQ(j["verdict"], "confident");
+  // The replays resumed from the example's own Lightning checkpoints.
+  int resumed = 0;
+  for (const auto& p : j["probes"]) resumed += p.dump().find("train.resume_from=") != std::string::npos;
+  EXPECT_GT(resumed, 0) << j["probes"].dump(2);
+}
+
+TEST_F(OwnTrainingTest, BisectDataNamesThePlantedBadSampleReadThroughItsDataModule) {
+  const Dir dir("dbh-own-data");
+  fs::copy(kSource + "/fixtures/real", dir / "data", fs::copy_options::recursive);
+  // img_004.png cut to 100 bytes: the example's own reader fails on it.
+  const fs::path bad = dir / "data" / "images" / "img_004.png";
+  const std::string head = testing::read_text(bad).substr(0, 100);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << head;
+  const auto r = dbh({"bisect", "data", kScenarios + "/clean.yaml", "data.path=" + (dir / "data").string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["file"], "img_004.png");
+  EXPECT_EQ(j["verdict"], "confident");
+}
+
+TEST_F(OwnTrainingTest, BisectConfigNamesTheOneHydraOverrideThatBreaksIt) {
+  const Dir dir("dbh-own-config");
+  // Three Hydra overrides of the example's own configuration; only the
+  // learning rate breaks it (the loss becomes NaN by step 4).
+  const auto r = dbh({"bisect", "config", "--good", kScenarios + "/clean.yaml", "--bad",
+                      "model.optimizer.lr=1e6 dataloaders.train_dataloader.batch_size=4 seed=7", "--reproductions", "1",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("train.lr=", 0), 0u) << j.dump(2);
+  EXPECT_EQ(j["result"]["differing_keys"], 3);
+}
+
+}  // namespace
+}  // namespace dbh
