@@ -21,6 +21,7 @@
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -99,11 +100,25 @@ int diagnose_command(const DiagnoseOptions& o) {
          false},
         {"The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
     };
-    for (auto& r : rungs) {
-      if (!r.applies.empty()) continue;
+    for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << note << "\n";
+    // A rung runs only as a scenario of its own that its worker can serve;
+    // otherwise it is n/a with the reason, never the end of the diagnosis.
+    auto run_rung = [&](Rung& r) {
+      if (!r.applies.empty()) return;
+      try {
+        const Scenario rs = prober.load(r.overrides);
+        if (const auto cap = missing_capability(rs)) {
+          r.applies = "the worker does not serve `" + *cap + "`";
+          return;
+        }
+      } catch (const ScenarioError& e) {
+        r.applies = "not a valid scenario here: " + one_line(e.what());
+        return;
+      }
       r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
       r.ran = true;
-    }
+    };
+    for (auto& r : rungs) run_rung(r);
     const bool fails = is_failure(rungs.back().probe.analysis.outcome);
     const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
     std::vector<Rung> variants = {
@@ -134,11 +149,7 @@ int diagnose_command(const DiagnoseOptions& o) {
          cuda ? "" : "CPU kernels are synchronous", {}, false},
     };
     if (fails) {
-      for (auto& r : variants) {
-        if (!r.applies.empty()) continue;
-        r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
-        r.ran = true;
-      }
+      for (auto& r : variants) run_rung(r);
     }
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:
@@ -163,11 +174,7 @@ int diagnose_command(const DiagnoseOptions& o) {
         {"Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
          !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
     };
-    for (auto& r : learning) {
-      if (!r.applies.empty()) continue;
-      r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
-      r.ran = true;
-    }
+    for (auto& r : learning) run_rung(r);
     // An unresolved rung (the harness could not tell) is evidence of nothing.
     auto failed = [](const Rung& r) {
       return r.ran && is_failure(r.probe.analysis.outcome) && r.probe.analysis.outcome != Outcome::kUnresolved;
@@ -263,7 +270,9 @@ int diagnose_command(const DiagnoseOptions& o) {
       }
     }
     if (failed(model_fb)) H("model").support.push_back(cite(model_fb));
-    if (failed(real0) && !silent) H("data").support.push_back(cite(real0));
+    // Failing on the real data says something about the data only beside
+    // the synthetic rung (a worker without synthetic data has none).
+    if (failed(real0) && !silent && synth.ran) H("data").support.push_back(cite(real0));
     if (passed(real0) && failed(realw)) H("loader").support.push_back(cite(real0) + "; " + cite(realw));
     if (failed(real0)) H("loader").refute.push_back(cite(real0) + " (fails without workers)");
     for (const auto& v : variants) {
@@ -419,6 +428,14 @@ int diagnose_command(const DiagnoseOptions& o) {
       }
     }
     md << "\n## Hypotheses, ranked by evidence\n\n";
+    const bool no_evidence = fails && hyps.front().score() <= 0;
+    if (no_evidence) {
+      md << "No hypothesis has more evidence for it than against it in the rungs that could run";
+      md << (std::any_of(rungs.begin(), rungs.end(), [](const Rung& r) { return !r.applies.empty(); })
+                 ? " (the rungs marked n/a above could not)"
+                 : "");
+      md << ": the diagnosis is unsure.\n\n";
+    }
     int rank = 0;
     for (const auto& h : hyps) {
       if (h.support.empty() && h.refute.empty()) continue;
@@ -464,7 +481,11 @@ int diagnose_command(const DiagnoseOptions& o) {
       j["hypotheses"].push_back({{"id", h.id}, {"title", h.title}, {"support", h.support},
                                  {"refute", h.refute}, {"score", h.score()}});
     }
-    j["conclusion"] = data_dependent ? "data-dependent" : fails ? hyps.front().id : "passes";
+    // No evidence for any hypothesis is no conclusion, not the first of the list.
+    j["conclusion"] = data_dependent ? "data-dependent"
+                      : !fails       ? "passes"
+                      : hyps.front().score() > 0 ? hyps.front().id
+                                                 : "unsure";
     j["followups"] = followups;
     j["resolutions_tried"] = resolution_checks_json(resolution_checks);
     j["bisect"] = bisect_verdict;
@@ -475,7 +496,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::cout << "conclusion: " << j["conclusion"].get<std::string>()
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
     // Hypotheses explain a failure: with none, ranking them would make one up.
-    if (fails) std::cout << "top hypothesis: " << hyps.front().title << "\n";
+    if (fails && hyps.front().score() > 0) std::cout << "top hypothesis: " << hyps.front().title << "\n";
+    if (fails && hyps.front().score() <= 0) std::cout << "top hypothesis: none has more evidence for it than against it\n";
     std::cout << "report: " << (out / "diagnosis.md").string() << "\n";
     if (fails) std::cout << "repro:  " << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n";
     std::cout << std::flush;

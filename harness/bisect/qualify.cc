@@ -23,6 +23,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -79,6 +80,9 @@ int qualify_command(const QualifyOptions& o) {
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   try {
     const Scenario source = load_scenario(o.scenario, o.overrides);
+    for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
+      std::cerr << "dbh qualify: note: " << note << "\n";
+    }
     HardwareProfile profile;
     if (!o.profile.empty()) profile = load_profile(o.profile);
     int64_t budget = profile.memory_bytes;

@@ -21,10 +21,8 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   make_directories_no_follow(dir_text);  // never a link out of the output folder
   // `auto` settings become measured values before the worker starts (Note
   // [Measured choices]); the worker sees only the values.
-  // An external worker (Note [The worker contract]) makes its own choices.
   Scenario s = scenario;
-  nlohmann::json tuning =
-      s.worker.external() ? nlohmann::json() : resolve_measured_choices(s, (dir / "tuning").string());
+  nlohmann::json tuning = resolve_measured_choices(s, (dir / "tuning").string());
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), resolved_json(s) + "\n");
   TrialSpec spec;

@@ -382,7 +382,9 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
 json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
   const bool auto_layout = !s.train.channels_last.has_value();
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
-  if ((!auto_layout && !auto_threads) || s.train.mode != "train") return nullptr;
+  // An external worker (Note [The worker contract]) trains the user's own
+  // model with its own settings: dbh's layout and threads do not apply.
+  if ((!auto_layout && !auto_threads) || s.train.mode != "train" || s.worker.external()) return nullptr;
   // One answer per setup for the whole dbh process: every trial of a run,
   // its repeats and controls, every probe of a search gets the same values,
   // even when the cache changes meanwhile or cannot be written.

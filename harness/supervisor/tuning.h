@@ -59,7 +59,7 @@ inline constexpr double kDefaultMargin = 0.03;
 /// its value and source (explicit, measured, cached, default), the
 /// candidates' timings, the cache file, when it was measured, and an error
 /// when the measurement failed. Null when the scenario has nothing to
-/// choose (both settings explicit, or `train.mode: ops`). Never throws for
+/// choose (both settings explicit, `train.mode: ops`, or an external worker). Never throws for
 /// anything the measuring worker does or the cache holds. Within one dbh
 /// process a setup is resolved once: later calls get the same values
 /// (`reused_in_process` in the record).

@@ -72,7 +72,7 @@ const std::vector<std::string>& always_passed() {
   static const std::vector<std::string> kKeys = {
       DBH_SCENARIO_KEY(data.batch_size), DBH_SCENARIO_KEY(train.accumulation), DBH_SCENARIO_KEY(train.precision),
       DBH_SCENARIO_KEY(train.lr),        DBH_SCENARIO_KEY(train.seed),         DBH_SCENARIO_KEY(train.max_steps),
-      DBH_SCENARIO_KEY(data.path),       DBH_SCENARIO_KEY(hardware.device)};
+      DBH_SCENARIO_KEY(data.path),       DBH_SCENARIO_KEY(hardware.device),    DBH_SCENARIO_KEY(data.num_workers)};
   return kKeys;
 }
 
@@ -193,6 +193,15 @@ WorkerDescription describe_worker(const Scenario& s) {
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = d;
   return d;
+}
+
+std::optional<std::string> missing_capability(const Scenario& s) {
+  if (!s.worker.external()) return std::nullopt;
+  const WorkerDescription d = describe_worker(s);
+  for (const auto& [cap, what] : worker_needs(s).required) {
+    if (std::find(d.capabilities.begin(), d.capabilities.end(), cap) == d.capabilities.end()) return cap;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> check_worker(const Scenario& s,

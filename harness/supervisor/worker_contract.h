@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,11 @@ struct WorkerDescription {
 /// command and what it printed when it does not answer with a `hello` of
 /// this protocol.
 WorkerDescription describe_worker(const Scenario& s);
+
+/// The first capability running `s` needs that its external worker does not
+/// serve, or nullopt (also for dbh's built-in worker). Throws as
+/// describe_worker does.
+std::optional<std::string> missing_capability(const Scenario& s);
 
 /// For a scenario with an external worker: checks that the worker serves
 /// every capability running `s` needs, plus `command_needs` (what the

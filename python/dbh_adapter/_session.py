@@ -32,7 +32,7 @@ VERSION = "0.1.0"
 
 # What this adapter serves (docs/worker-protocol.md, "Capabilities").
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
-                     "monitors.localise")
+                     "monitors.localise", "memory_budget")
 
 
 def _memory():
@@ -49,6 +49,56 @@ def _memory():
                    cuda_reserved_bytes=torch.cuda.memory_reserved(),
                    cuda_peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                    cuda_peak_reserved_bytes=torch.cuda.max_memory_reserved())
+    return out
+
+
+_BALLAST = []  # held for the life of the process on purpose
+
+
+def apply_memory_budget(device, budget):
+    """hardware.memory_budget as dbh's own worker applies it: on the CPU the
+    data segment capped (RLIMIT_DATA); on CUDA a ballast holding what the card
+    has beyond the budget and the caching allocator capped at the rest. The
+    `memory_budget` event's fields."""
+    out = {"applied": False, "method": "", "budget_bytes": budget, "device_total": 0, "used_before": 0,
+           "ballast_bytes": 0, "allocator_fraction": 0.0, "detail": ""}
+    if device == "cpu":
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (budget, budget))
+            out["applied"] = True
+        except (ValueError, OSError) as e:
+            out["detail"] = f"setrlimit failed: {e}"
+            return out
+        out["method"] = "RLIMIT_DATA"
+        out["detail"] = (f"The worker's data segment and anonymous mappings (Python, torch, tensors) are capped at "
+                         f"{budget} bytes; shared libraries' code is not counted")
+        return out
+    if not torch.cuda.is_available():
+        out["detail"] = "no CUDA device"
+        return out
+    d = torch.device(device)
+    index = d.index if d.index is not None else 0
+    torch.cuda.set_device(index)
+    torch.empty(1, device=d)  # the context first, so that its memory is counted
+    free, total = torch.cuda.mem_get_info(index)
+    out["device_total"], out["used_before"] = total, total - free
+    available = budget - (total - free)
+    if available <= 0:
+        out["detail"] = f"the budget is smaller than what the context already uses ({total - free} bytes)"
+        return out
+    ballast = max(0, free - available)
+    # The ballast is a block of the caching allocator held for good: the
+    # allocator's cap is the ballast plus what the budget leaves, so tensors
+    # get `available` and the card's other memory stays taken.
+    if ballast > 0:
+        _BALLAST.append(torch.cuda.caching_allocator_alloc(ballast, index))
+    out["ballast_bytes"] = ballast
+    out["allocator_fraction"] = min(1.0, (ballast + available) / total)
+    torch.cuda.set_per_process_memory_fraction(out["allocator_fraction"], index)
+    out["applied"] = True
+    out["method"] = "cuda ballast + allocator limit"
+    out["detail"] = (f"card {total} bytes, already used {total - free}, ballast {ballast} outside the allocator's "
+                     f"limit, allocator capped at {available}; cuDNN/cuBLAS workspaces compete for the same budget")
     return out
 
 
@@ -148,6 +198,9 @@ class Session:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+        budget = int(self.link.section("hardware").get("memory_budget", 0) or 0)
+        if budget > 0:
+            ev.emit("memory_budget", **apply_memory_budget(str(self.link.section("hardware").get("device", "cpu")), budget))
         self.faults.attach(model)
         self.monitor.attach(model)
         ev.emit("run_begin", run=0, memory=_memory())

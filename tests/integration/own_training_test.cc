@@ -107,7 +107,7 @@ TEST_F(OwnTrainingTest, WhatTheWorkerCannotServeIsRefusedBeforeAnythingRuns) {
   };
   const std::string clean = kScenarios + "/clean.yaml";
   for (const Case& c : std::vector<Case>{
-           {{"run", clean, "hardware.memory_budget=1GiB"}, "`memory_budget`"},
+           {{"run", clean, "train.eval_every=2", "data.val.holdout=2"}, "`validation`"},
            {{"run", clean, "repeat.in_process=2"}, "`in_process_runs`"},
            {{"run", clean, "data.source=synthetic_boxes"}, "`synthetic_data`"},
            {{"run", kScenarios + "/nan-in-fusion.yaml", "faults.0.module=decoder.fusin"}, "did you mean \"decoder.fusion\""},
@@ -166,6 +166,47 @@ TEST_F(OwnTrainingTest, BisectConfigNamesTheOneHydraOverrideThatBreaksIt) {
   ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
   EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("train.lr=", 0), 0u) << j.dump(2);
   EXPECT_EQ(j["result"]["differing_keys"], 3);
+}
+
+TEST_F(OwnTrainingTest, QualifyMeasuresTheUsersTrainingUnderAHostBudget) {
+  const Dir dir("dbh-own-qualify");
+  // 64 images of 512 px do not fit in 1500 MiB with Python, Lightning and
+  // torch in the process: the search measures smaller batches under the
+  // adapter's budget (RLIMIT_DATA on the CPU, a host-memory estimate whose
+  // exact boundary moves with the interpreter's reservations).
+  const auto r = dbh({"qualify", kScenarios + "/clean.yaml", "data.batch_size=64", "data.size=512", "--budget",
+                      "1500MiB", "--steps", "1", "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "qualification.json");
+  EXPECT_FALSE(j["source"]["passed"].get<bool>());
+  EXPECT_EQ(j["source"]["class"], "host_oom") << j["source"].dump();
+  EXPECT_GE(j["trial_count"].get<int64_t>(), 3);
+  // Every trial ran the example under the budget the adapter applied.
+  int applied = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "out")) {
+    if (e.path().filename() != "events.jsonl") continue;
+    const std::string events = testing::read_text(e.path());
+    applied += events.find("\"memory_budget\"") != std::string::npos &&
+               events.find("\"method\":\"RLIMIT_DATA\"") != std::string::npos;
+  }
+  EXPECT_GE(applied, 1);
+}
+
+TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndStaysUnsure) {
+  const Dir dir("dbh-own-diagnose");
+  const auto r = dbh({"diagnose", kScenarios + "/nan-in-fusion.yaml", "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails, as diagnosed
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  const std::string md = testing::read_text(dir / "out" / "diagnosis.md");
+  EXPECT_NE(md.find("n/a (the worker does not serve `synthetic_data`)"), std::string::npos) << md;
+  EXPECT_NE(md.find("n/a (the worker does not serve `ops`)"), std::string::npos) << md;
+  // Without the synthetic-data rung nothing separates data from model: no
+  // hypothesis is made up, and the follow-up still names the module.
+  EXPECT_EQ(j["conclusion"], "unsure") << j.dump(2);
+  EXPECT_EQ(j["bisect"]["kind"], "modules");
+  EXPECT_EQ(j["bisect"]["verdict"], "confident");
+  EXPECT_NE(md.find("in module `decoder.fusion`"), std::string::npos);
 }
 
 }  // namespace
