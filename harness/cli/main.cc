@@ -259,6 +259,12 @@ int main(int argc, char** argv) {
   from_command->add_option("--base", fc.base, "A scenario the generated one includes (its keys apply where the "
                                               "command says nothing)");
   from_command->add_flag("--force", fc.force, "Replace an existing --out file");
+  from_command->add_flag("--external", fc.external,
+                         "Run the command itself under dbh (worker.command; README \"Your own training\") instead of "
+                         "dbh's DBNet");
+  from_command->add_option("--data", fc.data, "A dataset folder for the scenario (data.source real, data.path)");
+  from_command->add_option("--data-key", fc.data_key,
+                           "With --external: the key of your configuration that holds the dataset folder");
   auto* keys = scenario->add_subcommand(
       "keys", "Print every scenario key under model, data, train, hardware, monitors, repeat and limits as a "
               "Markdown table: how it is written, its default and what it does (docs/scenario-keys.md)");

@@ -91,6 +91,25 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   const std::string command = command_text(o.command);
   FromCommandOptions fo;
   fo.name = o.name;
+  fo.external = o.external;
+  fo.cwd = fs::current_path().string();
+  fo.data_key = o.data_key;
+  if (!o.data.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(o.data, ec)) {
+      throw UsageError(std::string(kWhere) + " --data: expected a dataset folder, got \"" + o.data + "\"");
+    }
+    fo.data = fs::absolute(o.data).lexically_normal().string();
+  }
+  if (!o.data_key.empty() && !o.external) {
+    throw UsageError(std::string(kWhere) + " --data-key: expected --external (only your own command reads your keys)");
+  }
+  {
+    // Lightning's auto device on this machine: an NVIDIA GPU the driver lists.
+    std::error_code ec;
+    fs::directory_iterator gpus("/proc/driver/nvidia/gpus", ec);
+    fo.has_gpu = !ec && gpus != fs::directory_iterator();
+  }
   fs::path out;
   if (!o.out.empty()) {
     out = fs::absolute(o.out).lexically_normal();
@@ -164,7 +183,16 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
           (err == EEXIST ? "one that appeared meanwhile" : std::string("an error (") + std::strerror(err) + ")") +
           " (" + o.out + ")");
     }
-    std::cout << "wrote " << o.out << " (dbh run " << shell_quote(o.out) << ")\n";
+    std::cout << "wrote " << o.out << "\n";
+    // What running it here does, and the command that does it.
+    const Scenario written = load_scenario(out.string());
+    std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
+              << written.hardware.device
+              << (written.data.source == "real"
+                      ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
+                                                   : " with " + written.data.path)
+                      : " on " + written.data.source + " (pass --data DIR for your dataset)")
+              << "\nnext:   " << shell_command({"dbh", "run", o.out}) << "\n";
   }
   for (const auto& u : c.unmapped)
     std::cerr << "unmapped: " << one_line(u) << "\n";

@@ -13,6 +13,9 @@ struct ScenarioFromCommandOptions {
   std::string name;    // the scenario's name ("" = the command's exp_name, else from-command)
   std::string base;    // a scenario file the generated one includes
   bool force = false;  // replace an existing --out
+  bool external = false;  // run the command itself under dbh (worker.command)
+  std::string data;       // a dataset folder for the scenario
+  std::string data_key;   // --external: the user's key for it
 };
 
 /// `dbh scenario from-command "CMD"`: converts a Lightning/Hydra training

@@ -321,6 +321,14 @@ const std::vector<AliasDoc>& alias_docs() {
   return kDocs;
 }
 
+const std::vector<std::string>& worker_passed_keys() {
+  static const std::vector<std::string> kKeys = {
+      DBH_SCENARIO_KEY(data.batch_size), DBH_SCENARIO_KEY(train.accumulation), DBH_SCENARIO_KEY(train.precision),
+      DBH_SCENARIO_KEY(train.lr),        DBH_SCENARIO_KEY(train.seed),         DBH_SCENARIO_KEY(train.max_steps),
+      DBH_SCENARIO_KEY(data.path),       DBH_SCENARIO_KEY(hardware.device),    DBH_SCENARIO_KEY(data.num_workers)};
+  return kKeys;
+}
+
 std::string first_alias_of(const std::string& dbh_key) {
   for (const auto& e : table()) {
     if (e.key == dbh_key && !e.aliases.empty()) return e.aliases.front();

@@ -61,6 +61,12 @@ const std::vector<AliasDoc>& alias_docs();
 /// An external worker receives dbh's keys under these names.
 std::string first_alias_of(const std::string& dbh_key);
 
+/// The dbh keys an external worker always receives as `key=value` (what
+/// dbh's commands change between trials: batch, accumulation, precision,
+/// learning rate, seed, last step, dataset, device, loader workers), in the
+/// order they are passed (docs/worker-protocol.md, "Passed keys").
+const std::vector<std::string>& worker_passed_keys();
+
 /// `key` without Hydra's `+` or `++` prefix.
 std::string hydra_key(const std::string& key);
 

@@ -43,7 +43,7 @@ struct Setting {
 // The top-level sections in the order a scenario lists them.
 int section_rank(const std::string& key) {
   static const std::vector<std::string> kSections = {"name", "description", "include", "model",
-                                                     "data", "train",       "hardware"};
+                                                     "data", "train",       "hardware", "worker"};
   const std::string root = key.substr(0, key.find('.'));
   const auto it = std::find(kSections.begin(), kSections.end(), root);
   return static_cast<int>(it - kSections.begin());
@@ -289,8 +289,16 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     i = j;
   }
 
+  // External: the command runs as written, less the keys dbh passes it.
+  std::vector<std::string> kept;  // the words that stay in worker.command
+  nlohmann::ordered_json worker_env = nlohmann::ordered_json::object();
+  const auto& passed = worker_passed_keys();
   for (const auto& e : env) {
     const std::string name = e.substr(0, e.find('=')), value = e.substr(e.find('=') + 1);
+    if (options.external) {
+      worker_env[name] = value;
+      continue;
+    }
     if (name == "CUDA_LAUNCH_BLOCKING" && (value == "0" || value == "1")) {
       set(DBH_SCENARIO_KEY(hardware.launch_blocking), value == "1" ? "true" : "false", shell_quote(e), "");
     } else if (name == "CUDA_VISIBLE_DEVICES") {
@@ -309,6 +317,25 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   for (; i < words.size(); ++i) {
     const std::string& w = words[i];
     const std::string shown = shell_quote(w);  // as the command can be typed again
+    if (options.external) {
+      // A key dbh passes is dbh's from now on (a value the alias refuses is
+      // bad input); every other word is the user's and stays.
+      const size_t eq = w.find('=');
+      const auto t = eq != std::string::npos && eq > 0 && w[0] != '-' && w[0] != '~'
+                         ? translate_alias(w.substr(0, eq), w.substr(eq + 1))
+                         : std::nullopt;
+      if (t && t->kind == AliasTranslation::Kind::kInvalid) {
+        throw UsageError(std::string(kWhere) + shown + ": " + describe_unmappable(*t, w.substr(eq + 1)));
+      }
+      if (t && t->kind == AliasTranslation::Kind::kMapped &&
+          (std::find(passed.begin(), passed.end(), t->key) != passed.end() || t->key == DBH_SCENARIO_KEY(name))) {
+        if (t->alias == "trainer.accelerator") accelerator = w.substr(eq + 1);
+        set(t->key, t->value, shown, t->key == DBH_SCENARIO_KEY(name) ? "" : "passed back as " + t->alias);
+      } else {
+        kept.push_back(w);
+      }
+      continue;
+    }
     if (w.empty()) {
       out.unmapped.push_back("'' (an empty word)");
       continue;
@@ -429,7 +456,13 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   // machine with one: the scenario says so unless a base names the device.
   const bool device_set = std::any_of(settings.begin(), settings.end(),
                                       [](const Setting& s) { return s.key == DBH_SCENARIO_KEY(hardware.device); });
-  if (!device_set && (!accelerator || accelerator_auto)) {
+  if (options.external && !device_set && options.include.empty()) {
+    // The user's own command on this machine: the device auto would pick here.
+    set(DBH_SCENARIO_KEY(hardware.device), options.has_gpu ? "cuda" : "cpu", "",
+        options.has_gpu ? "this machine has an NVIDIA GPU, which Lightning's auto picks"
+                        : "this machine has no NVIDIA GPU; on one, " +
+                              override_text(DBH_SCENARIO_KEY(hardware.device), "cuda") + " trains on it");
+  } else if (!options.external && !device_set && (!accelerator || accelerator_auto)) {
     const std::string source = accelerator ? shell_quote("trainer.accelerator=" + *accelerator) : "";
     if (options.include.empty()) {
       set(DBH_SCENARIO_KEY(hardware.device), "cuda", source,
@@ -474,6 +507,38 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     set("include", nlohmann::json(options.include).dump(), "", "--base");
   }
 
+  if (!options.data.empty()) {
+    if (valid_utf8(options.data) != options.data) {
+      throw UsageError(std::string(kWhere) + "--data: expected a path of valid UTF-8, got \"" +
+                       valid_utf8(options.data) + "\"");
+    }
+    set(DBH_SCENARIO_KEY(data.source), "real", "--data", "");
+    set(DBH_SCENARIO_KEY(data.path), nlohmann::json(options.data).dump(), "--data", "");
+  }
+  if (options.external && options.data.empty()) {
+    set(DBH_SCENARIO_KEY(data.source), "real", "", "the dataset your configuration names (--data DIR for dbh to pass one)");
+  }
+  if (options.external) {
+    std::vector<std::string> command = out.program;
+    command.insert(command.end(), kept.begin(), kept.end());
+    if (command.empty()) {
+      throw UsageError(std::string(kWhere) + "--external: expected a training program to run (python SCRIPT.py …), "
+                       "got overrides alone");
+    }
+    set(DBH_SCENARIO_KEY(worker.command), nlohmann::json(command).dump(), "", "run as written, less the keys dbh passes");
+    set(DBH_SCENARIO_KEY(worker.cwd), nlohmann::json(options.cwd).dump(), "", "where from-command ran");
+    if (!worker_env.empty()) set(DBH_SCENARIO_KEY(worker.env), worker_env.dump(), "", "");
+    if (!options.data.empty()) {
+      if (options.data_key.empty()) {
+        throw UsageError(std::string(kWhere) + "--data with --external: expected --data-key KEY, the key of your "
+                         "configuration that holds the dataset folder (e.g. datasets.train.path), got none");
+      }
+      set(DBH_SCENARIO_KEY(worker.keys), nlohmann::ordered_json{{DBH_SCENARIO_KEY(data.path), options.data_key}}.dump(),
+          "--data-key", "");
+    }
+    out.program.clear();  // it is in the scenario now
+  }
+
   // The text: what the command said and what it did not, then the settings.
   std::ostringstream y;
   y << "# Generated by `dbh scenario from-command` from:\n#   " << one_line_command << "\n";
@@ -489,7 +554,10 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   auto has = [&](const std::string& key) {
     return std::any_of(settings.begin(), settings.end(), [&](const Setting& s) { return s.key == key; });
   };
-  if (options.include.empty()) {
+  if (options.external) {
+    y << "# Your command runs under dbh as its worker (docs/worker-protocol.md): the keys dbh passes ("
+      << join(passed) << ") are dbh's below and reach it as key=value; the other words stay in worker.command.\n";
+  } else if (options.include.empty()) {
     const DataConfig data;
     const TrainConfig train;
     std::ostringstream defaults;

@@ -26,6 +26,14 @@ std::vector<ShellWord> split_shell_words(const std::string& command);
 struct FromCommandOptions {
   std::string name;     // the scenario's name; "" = exp_name, else "from-command"
   std::string include;  // a base scenario, as the generated file names it; "" = none
+  /// Run the command itself under dbh (worker.command, docs/worker-protocol.md)
+  /// instead of dbh's own DBNet: the keys dbh passes are taken out of it, every
+  /// other word stays, VAR=value words become worker.env.
+  bool external = false;
+  std::string cwd;       // external: the command's working directory (absolute)
+  std::string data;      // a dataset folder (absolute): data.source real, data.path
+  std::string data_key;  // external: the key of the user's config that holds it
+  bool has_gpu = false;  // external: this machine has an NVIDIA GPU (the device when the command says none)
 };
 
 /// A Lightning/Hydra training command converted to a dbh scenario.

@@ -476,15 +476,17 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
   }
 
   read_section(root.get("data", false, kSectionForm), "data", s);
-  if (s.data.source == "real" && s.data.path.empty()) {
+  // An external worker without data.path trains on the dataset its own
+  // configuration names.
+  if (s.data.source == "real" && s.data.path.empty() && !s.worker.external()) {
     fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
          "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
   }
-  if (s.data.source == "real" && !fs::is_directory(s.data.path)) {
+  if (s.data.source == "real" && !s.data.path.empty() && !fs::is_directory(s.data.path)) {
     fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path), "an existing dataset folder",
          quoted_excerpt(s.data.path));
   }
-  if (s.data.source == "real") {
+  if (s.data.source == "real" && !s.data.path.empty()) {
     // The annotation file is read whole: it must be a regular file, never
     // a FIFO or a device that would block or never end.
     const fs::path ann = fs::path(s.data.path) / "annotations.json";

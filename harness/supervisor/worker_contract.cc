@@ -65,17 +65,6 @@ WorkerNeeds worker_needs(const Scenario& s) {
 
 namespace {
 
-// The keys every external worker receives, whether or not the scenario
-// writes them: what dbh's commands change (qualify: batch, accumulation,
-// precision; bisect config: any of them; a probe: the seed and last step).
-const std::vector<std::string>& always_passed() {
-  static const std::vector<std::string> kKeys = {
-      DBH_SCENARIO_KEY(data.batch_size), DBH_SCENARIO_KEY(train.accumulation), DBH_SCENARIO_KEY(train.precision),
-      DBH_SCENARIO_KEY(train.lr),        DBH_SCENARIO_KEY(train.seed),         DBH_SCENARIO_KEY(train.max_steps),
-      DBH_SCENARIO_KEY(data.path),       DBH_SCENARIO_KEY(hardware.device),    DBH_SCENARIO_KEY(data.num_workers)};
-  return kKeys;
-}
-
 // dbh's value of `key` as a Lightning/Hydra command line writes it.
 std::string user_value(const std::string& key, const Scenario& s) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
@@ -93,7 +82,7 @@ std::string user_value(const std::string& key, const Scenario& s) {
 }  // namespace
 
 std::vector<PassedKey> passed_keys(const Scenario& s) {
-  std::vector<std::string> keys = always_passed();
+  std::vector<std::string> keys = worker_passed_keys();
   for (const auto& [dbh_key, user_key] : s.worker.keys) {
     if (std::find(keys.begin(), keys.end(), dbh_key) == keys.end()) keys.push_back(dbh_key);
   }
@@ -102,7 +91,7 @@ std::vector<PassedKey> passed_keys(const Scenario& s) {
     const auto it = s.worker.keys.find(key);
     const std::string user_key = it != s.worker.keys.end() ? it->second : first_alias_of(key);
     if (user_key.empty()) continue;
-    if (key == DBH_SCENARIO_KEY(data.path) && s.data.source != "real") continue;
+    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != "real" || s.data.path.empty())) continue;
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;

@@ -86,6 +86,37 @@ TEST_F(OwnTrainingTest, RunAttributesANanInTheFusionModuleToItsStepAndModule) {
   EXPECT_NE(r.err.find("does not serve `monitors.silent`"), std::string::npos) << r.err;
 }
 
+TEST_F(OwnTrainingTest, FromCommandExternalRunsTheUsersCommandAsPrinted) {
+  const Dir dir("dbh-own-from-command");
+  const std::string command = "python " + kExample +
+                              "/train.py model.encoder.model_name=tiny dataloaders.train_dataloader.batch_size=2 "
+                              "trainer.devices=1 trainer.max_steps=3";
+  const fs::path s = dir / "s.yaml";
+  auto r = testing::run_process_with_env(
+      {DBH_BINARY, "scenario", "from-command", "--external", "--data", kSource + "/fixtures/real", "--data-key",
+       "datasets.train.path", command, "--out", s.string()},
+      python_env(), dir.string(), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("runs your command under dbh on cpu with " + kSource + "/fixtures/real"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("next:   dbh run " + s.string()), std::string::npos) << r.out;
+  const std::string yaml = testing::read_text(s);
+  // The keys dbh passes left the command; the others stayed.
+  EXPECT_NE(yaml.find("\"model.encoder.model_name=tiny\""), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("\"trainer.max_steps=3\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("max_steps: 3"), std::string::npos) << yaml;
+  // The printed command runs as pasted, from anywhere.
+  r = dbh({"run", s.string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_json(dir / "out" / "report.json")["outcome"], "passed");
+  // --data with --external needs the key that holds it in the user's config.
+  r = testing::run_process_with_env({DBH_BINARY, "scenario", "from-command", "--external", "--data",
+                                     kSource + "/fixtures/real", command},
+                                    python_env(), dir.string(), 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("expected --data-key KEY"), std::string::npos) << r.err;
+}
+
 TEST_F(OwnTrainingTest, RepeatTwoProcessesIsBitIdentical) {
   const Dir dir("dbh-own-repeat");
   const auto r = dbh({"repeat", kScenarios + "/clean.yaml", "--processes", "2", "--out", (dir / "out").string()});
