@@ -84,6 +84,9 @@ echo "bench: data loader and the trainer's consumption at 640²" >&2
   --benchmark_out="$out/loader_$device.json" "${common[@]}" >&2
 echo "bench: bisection and qualification cost on planted failures" >&2
 "$bench" --benchmark_filter='^BM_(Bisect|Qualify)' --benchmark_out="$out/bisect_cpu.json" "${common[@]}" >&2
+echo "bench: the Python adapter's cost on the Lightning example's step (your own training)" >&2
+"$py" tests/bench/python/adapter_overhead.py "$out/adapter_cpu.json" --reps "$(( reps > 1 ? 5 : 1 ))" >/dev/null 2>&1 ||
+  echo "bench: the adapter benchmark failed (lightning, hydra-core and pillow in $py?)" >&2
 rc=0
 "$py" tests/bench/table.py "$out" | tee "$out/table.md" || rc=${PIPESTATUS[0]}
 echo "bench: results in $out" >&2

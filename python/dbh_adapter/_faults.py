@@ -90,6 +90,10 @@ class FaultSet:
         self._emit("fault_fired", fault=fault.name, index=fault.index, run=self._run, step=self._step,
                    module=module, detail=detail)
 
+    def modules(self):
+        """The modules faults name."""
+        return {f.params.get("module", "") for f in self.faults} - {""}
+
     def active(self, name):
         return [f for f in self.faults if f.name == name and f.fires_at(self._step, self._run)]
 

@@ -1,8 +1,9 @@
 """The finite checks with module attribution, on any torch.nn.Module.
 
-Cheap mode (monitors.mode cheap) collects one flag per module output, the
-loss and each module's gradients without synchronising, and reads them all
-once per optimizer step; the first non-finite one in the order the step
+Cheap mode (monitors.mode cheap) collects one float32 sum per module output
+(non-finite exactly when a value is, or when the sum leaves float32's range),
+the loss and each parameter's gradient without synchronising, and reads them
+all once per optimizer step; the first non-finite one in the order the step
 computed them (input, forward outputs, loss, gradients in the order autograd
 accumulated them) is the finding. Localise mode reads each flag as it is made
 and adds the tensor's statistics and the module that ran before it.
@@ -30,6 +31,14 @@ def _all_finite(value):
     return flags[0] if len(flags) == 1 else torch.stack(flags).all()
 
 
+def _total(tensors):
+    """One float32 sum over `tensors`: non-finite when any value is (or when
+    the sum leaves float32's range, which only values near its limit do). One
+    pass and no temporary of the tensor's size: the cheap check."""
+    sums = [t.detach().sum(dtype=torch.float32) for t in tensors]
+    return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
+
+
 def stats(value):
     """min, max, mean over the finite values and the NaN/Inf counts."""
     ts = list(_tensors(value))
@@ -41,6 +50,13 @@ def stats(value):
     if finite.numel():
         out.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()))
     return out
+
+
+# Modules whose output is finite whenever their input is.
+_FINITE_PRESERVING = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.LeakyReLU, torch.nn.ELU, torch.nn.GELU, torch.nn.SiLU,
+                      torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Hardtanh, torch.nn.Hardswish, torch.nn.Hardsigmoid,
+                      torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d, torch.nn.AdaptiveMaxPool2d,
+                      torch.nn.Dropout, torch.nn.Dropout2d, torch.nn.Identity, torch.nn.Upsample, torch.nn.Flatten)
 
 
 class Finding(Exception):
@@ -59,18 +75,36 @@ class FiniteMonitor:
         self._flags = []  # (kind, site, module, flag tensor) in the order the step made them
         self._grad_order = []
         self._last_output = None  # (module name, output) of the last module that ran (localise)
+        self._last_checked = None  # the last output checked (cheap)
         self.last_module = ""
 
     @property
     def on(self):
         return self.mode in ("cheap", "localise")
 
-    def attach(self, model):
+    def attach(self, model, always=()):
+        """Hooks on `model`. Localise mode checks every module. Cheap mode
+        checks the model's blocks: the modules two levels below its first
+        level with more than one child (`decoder.fusion`, `encoder.layer1`;
+        `model.decoder.fusion` when the net is wrapped in one attribute),
+        leaving out those that cannot turn finite inputs into non-finite
+        outputs (activations, pooling, dropout, resampling), plus every module
+        a fault names (`always`). A finding there names the block; `bisect
+        modules` replays the step in localise mode for the exact module."""
         if not self.on:
             return
+        top = 0
+        node = model
+        while len(list(node.children())) == 1:
+            node = next(node.children())
+            top += 1
         for name, module in model.named_modules():
-            if name:
-                module.register_forward_hook(self._forward_hook(name))
+            if not name:
+                continue
+            if self.mode == "cheap" and name not in always:
+                if name.count(".") + 1 > top + 2 or isinstance(module, _FINITE_PRESERVING):
+                    continue
+            module.register_forward_hook(self._forward_hook(name))
         for pname, p in model.named_parameters():
             if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
                 p.register_post_accumulate_grad_hook(self._grad_hook(pname))
@@ -80,23 +114,31 @@ class FiniteMonitor:
         self._flags.clear()
         self._grad_order.clear()
         self._last_output = None
+        self._last_checked = None
 
     def _forward_hook(self, name):
         def hook(module, args, output):
             if not torch.is_grad_enabled():
                 return None
             self.last_module = name
-            flag = _all_finite(output)
-            if flag is None:
-                return None
             if self.mode == "localise":
+                flag = _all_finite(output)
+                if flag is None:
+                    return None
                 if not bool(flag):
                     before = self._last_output
                     raise Finding("activation", name + " output", name, self.step, stats(output),
                                   before[0] if before else None, stats(before[1]) if before else None)
                 self._last_output = (name, output)
-            else:
-                self._flags.append(("activation", name + " output", name, flag))
+                return None
+            tensors = list(_tensors(output))
+            if not tensors:
+                return None
+            # A container returning its last child's output: already checked.
+            if len(tensors) == 1 and tensors[0] is self._last_checked:
+                return None
+            self._last_checked = tensors[-1]
+            self._flags.append(("activation", name + " output", name, _total(tensors)))
             return None
         return hook
 
@@ -108,18 +150,16 @@ class FiniteMonitor:
     def check_input(self, tensor):
         if tensor is None or not self.on:
             return
-        flag = torch.isfinite(tensor).all()
-        if self.mode == "localise" and not bool(flag):
+        if self.mode == "localise" and not bool(torch.isfinite(tensor).all()):
             raise Finding("input", "batch input", "", self.step, stats(tensor))
-        self._flags.append(("input", "batch input", "", flag))
+        self._flags.append(("input", "batch input", "", _total([tensor])))
 
     def check_loss(self, loss):
         if not self.on:
             return
-        flag = torch.isfinite(loss.detach()).all()
-        if self.mode == "localise" and not bool(flag):
+        if self.mode == "localise" and not bool(torch.isfinite(loss.detach()).all()):
             raise Finding("loss", "loss", "", self.step, stats(loss))
-        self._flags.append(("loss", "loss", "", flag))
+        self._flags.append(("loss", "loss", "", _total([loss])))
 
     def check_gradients(self, model):
         """After the step's backward (and accumulation): gradients in the order
@@ -128,17 +168,20 @@ class FiniteMonitor:
             return
         seen = {name for name, _ in self._grad_order}
         order = list(self._grad_order) + [(n, p) for n, p in model.named_parameters() if n not in seen]
-        for pname, p in order:
-            if p.grad is None:
-                continue
-            module = pname.rpartition(".")[0]
-            self._flags.append(("gradient", pname + ".grad", module, torch.isfinite(p.grad).all()))
+        order = [(n, p) for n, p in order if p.grad is not None]
+        if not order:
+            return
+        # One fused norm per gradient (non-finite exactly when a value is, or
+        # on overflow), read with the other flags.
+        norms = torch._foreach_norm([p.grad.detach() for _, p in order])
+        for (pname, _), norm in zip(order, norms):
+            self._flags.append(("gradient", pname + ".grad", pname.rpartition(".")[0], norm))
 
     def first_finding(self):
         """Reads the step's flags at once; the first non-finite, or None."""
         if not self._flags:
             return None
-        flags = torch.stack([f[3].reshape(()) for f in self._flags]).cpu()
+        flags = torch.isfinite(torch.stack([f[3].reshape(()).float() for f in self._flags])).cpu()
         bad = (~flags).nonzero()
         if bad.numel() == 0:
             return None
@@ -149,6 +192,6 @@ class FiniteMonitor:
         """Non-finite sites per kind, consequences included (after first_finding)."""
         out = {}
         for kind, _, _, flag in self._flags:
-            if not bool(flag):
+            if not bool(torch.isfinite(flag).all()):
                 out[kind] = out.get(kind, 0) + 1
         return out

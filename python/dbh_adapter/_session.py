@@ -202,7 +202,7 @@ class Session:
         if budget > 0:
             ev.emit("memory_budget", **apply_memory_budget(str(self.link.section("hardware").get("device", "cpu")), budget))
         self.faults.attach(model)
-        self.monitor.attach(model)
+        self.monitor.attach(model, always=self.faults.modules())
         ev.emit("run_begin", run=0, memory=_memory())
 
     def harness_error(self, message):

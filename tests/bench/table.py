@@ -158,6 +158,15 @@ def main():
                 note += " (**the planted step was not found**)"
             row(f"bisect steps ({n}-step run): seconds per probe, steps replayed per probe",
                 f"{b['s_per_probe']:.2f} s, {b['steps_per_probe']:.1f} steps", "—", None, note)
+    _, adapter = load(directory, "adapter")
+    for size in (128, 256):
+        plain = find(adapter, f"BM_LightningStep/plain/size:{size}")
+        cheap = find(adapter, f"BM_LightningStep/adapter_cheap/size:{size}")
+        if plain and cheap:
+            ratio = seconds(cheap) / seconds(plain)
+            row(f"the adapter's cheap monitors ÷ plain Lightning step (the example, {size}²)", f"{ratio:.3f}", "≤ 1.05",
+                ratio <= 1.05, f"{seconds(cheap) * 1e3:.1f} / {seconds(plain) * 1e3:.1f} ms, medians of "
+                f"{cheap.get('steps', '?')} steps each, fits interleaved at random in one process")
     q = find(bisect, "BM_Qualify")
     if q:
         ok = q["trials"] <= 3 and q["found"] >= 1
