@@ -341,12 +341,19 @@ class Session:
         self.hello(model, device=device)
         return model
 
-    def steps(self, batches, start=0):
-        """Plain loops: yields (step, batch) from `batches` (an iterable that is
-        cycled) until the run's last step; each is one optimizer step."""
+    def steps(self, batches, max_steps=None, start=0):
+        """Plain loops: yields (step, batch) from `batches` (an iterable, cycled)
+        for `max_steps` steps, each one optimizer step. Under dbh the run stops
+        at train.stop_after when dbh asks, and a `max_steps` other than the
+        scenario's train.max_steps is a key that did not reach the script."""
         step = start
         self.training = True
-        last = self.last_step if self.active else None
+        if self.active and max_steps is not None and int(max_steps) != self.max_steps:
+            self.harness_error(f"train.max_steps is {self.max_steps} in the scenario but the script trains "
+                               f"{max_steps} steps: the key did not reach its arguments (worker.keys maps dbh keys "
+                               f"to yours)")
+            raise SystemExit(3)
+        last = self.last_step if self.active else max_steps
         while last is None or step < last:
             produced = False
             for batch in batches:

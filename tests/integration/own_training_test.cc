@@ -48,7 +48,7 @@ nlohmann::json read_json(const fs::path& p) {
 // Every file under the example's folder: dbh and the training write nothing there.
 std::set<std::string> example_files() {
   std::set<std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(kExample)) out.insert(e.path().string());
+  for (const auto& e : fs::recursive_directory_iterator(kSource + "/examples")) out.insert(e.path().string());
   return out;
 }
 
@@ -115,6 +115,25 @@ TEST_F(OwnTrainingTest, FromCommandExternalRunsTheUsersCommandAsPrinted) {
                                     python_env(), dir.string(), 60);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("expected --data-key KEY"), std::string::npos) << r.err;
+}
+
+TEST_F(OwnTrainingTest, APlainPyTorchLoopIsAttributedToItsStepAndModule) {
+  const Dir dir("dbh-own-plain");
+  // examples/plain-torch: no Lightning, no Hydra; dbh's keys reach it as
+  // argparse flags (worker.keys), the adapter's plain-loop calls do the rest.
+  const auto r = dbh({"run", kSource + "/examples/plain-torch/scenarios/nan-in-body.yaml", "--out",
+                      (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["failure"]["step"], 5);
+  EXPECT_EQ(j["failure"]["module"], "body");
+  const std::string events = testing::read_text(dir / "out" / "main" / "events.jsonl");
+  EXPECT_NE(events.find("(pytorch, torch"), std::string::npos) << events.substr(0, 600);
+  // A flag that did not reach the script is the harness's problem, not a pass.
+  const auto off = dbh({"run", kSource + "/examples/plain-torch/scenarios/nan-in-body.yaml", "worker.keys={train.max_steps: \"\"}",
+                        "--out", (dir / "off").string()});
+  EXPECT_NE(off.exit_code, 0) << off.out;
+  EXPECT_EQ(read_json(dir / "off" / "report.json")["outcome"], "unresolved") << off.out << off.err;
 }
 
 TEST_F(OwnTrainingTest, RepeatTwoProcessesIsBitIdentical) {
