@@ -388,7 +388,7 @@ int diagnose_command(const DiagnoseOptions& o) {
         RunReport::ResolutionCheck check;
         check.resolution = c.resolution;
         bool changes = false;
-        const auto applied = check_overrides(c, resolved, &changes);
+        const auto applied = check_overrides(c, resolved, &changes, &check.why_not);
         if (applied) check.overrides = *applied;
         if (!applied || !changes) {
           check.verdict = "not applicable";

@@ -74,6 +74,13 @@ std::string cmd(const std::string& scenario, const std::vector<std::string>& bas
 
 }  // namespace
 
+namespace {
+// What the CUDA context and libraries took before training on the last GPU
+// run (reports/examples/gpu/h100-2026-11-22, seed 003's memory_budget event:
+// used_before).
+constexpr int64_t kContextBytesH100 = 554500096;
+}  // namespace
+
 int qualify_command(const QualifyOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
@@ -92,6 +99,33 @@ int qualify_command(const QualifyOptions& o) {
       budget = *b;
     }
     if (budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
+    // Note [A CPU answer to a GPU question]: host memory holds no CUDA
+    // context, no cuDNN/cuBLAS workspace and no caching-allocator overhead,
+    // so a GPU profile measured on the CPU answers another question.
+    const bool gpu_profile = !o.profile.empty() && !profile.compute_capability.empty();
+    const bool on_cpu = source.hardware.device == "cpu";
+    if (gpu_profile && on_cpu && !o.host_estimate) {
+      throw UsageError(
+          "qualify --profile " + o.profile + ": expected a CUDA device to qualify a GPU (" + profile.display_name +
+          "), got a scenario that trains on the CPU. Host memory holds no CUDA context, no cuDNN workspace and no "
+          "allocator overhead (the CUDA context and libraries alone took " + format_bytes(kContextBytesH100) +
+          " on the H100 of reports/examples/gpu/h100-2026-11-22), so the CPU cannot say whether it fits. On a GPU "
+          "machine: " + shell_command({"dbh", "qualify", o.scenario, "--profile", o.profile,
+                                       override_text(DBH_SCENARIO_KEY(hardware.device), "cuda")}) +
+          "; here, for a host-memory estimate only: add --host-estimate");
+    }
+    if (o.host_estimate && !(gpu_profile && on_cpu)) {
+      throw UsageError("qualify --host-estimate: expected a GPU profile (--profile) and a scenario on the CPU, got " +
+                       std::string(gpu_profile ? "a scenario on " + source.hardware.device : "no GPU profile"));
+    }
+    const std::string estimate_note =
+        o.host_estimate
+            ? "a host-memory estimate, not a GPU answer: measured on the CPU, without the CUDA context, the "
+              "cuDNN/cuBLAS workspaces and the caching allocator's overhead (the context and libraries alone took " +
+                  format_bytes(kContextBytesH100) + " on the H100 of reports/examples/gpu/h100-2026-11-22; the "
+                  "workspaces depend on the algorithms cuDNN picks on the card)"
+            : "";
+    if (!estimate_note.empty()) std::cerr << "dbh qualify: note: " << estimate_note << "\n";
     if (!(o.margin >= 0 && o.margin < 0.9)) {  // NaN fails too
       throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9), got " + std::to_string(o.margin));
     }
@@ -374,7 +408,8 @@ int qualify_command(const QualifyOptions& o) {
     md << "---\ntitle: " << front_matter_string(title) << "\ntype: \"qualification\"\nverdict: \""
        << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
     md << "# Hardware Qualification Report\n\n";
-    md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << ".** ";
+    if (!estimate_note.empty()) md << "> **Estimate.** This is " << estimate_note << ".\n\n";
+    md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << (estimate_note.empty() ? "" : " (host-memory estimate)") << ".** ";
     if (qualifies) {
       md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
          << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
@@ -464,6 +499,7 @@ int qualify_command(const QualifyOptions& o) {
     j["scenario"] = o.scenario;
     j["profile"] = o.profile;
     j["budget_bytes"] = budget;
+    j["host_estimate"] = estimate_note.empty() ? ojson(nullptr) : ojson(estimate_note);
     j["margin"] = o.margin;
     j["effective_batch"] = effective;
     j["qualifies"] = qualifies;
@@ -506,6 +542,7 @@ int qualify_command(const QualifyOptions& o) {
                 << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "
                 << format_bytes(budget - best->confirm.peak);
     }
+    if (!estimate_note.empty()) std::cout << " (host-memory estimate: no CUDA context, cuDNN workspace or allocator overhead)";
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
     claim->commit();
     return qualifies ? 0 : 1;

@@ -15,6 +15,9 @@ struct QualifyOptions {
   std::string out;
   std::string cache_dir;
   bool quiet = false;
+  /// A GPU profile qualified on the CPU: measure host memory and say on every
+  /// page that it is an estimate (without it, refused).
+  bool host_estimate = false;
 };
 
 /// `dbh qualify SCENARIO --profile NAME`: for each precision, the largest

@@ -224,6 +224,8 @@ int main(int argc, char** argv) {
   qualify->add_option("--steps", qo.steps, "Steps each trial must train")->check(CLI::PositiveNumber)
       ->capture_default_str();
   qualify->add_option("--margin", qo.margin, "Safety margin kept free")->capture_default_str();
+  qualify->add_flag("--host-estimate", qo.host_estimate,
+                    "A GPU profile on the CPU: measure host memory and label every page an estimate (else refused)");
   qualify->add_option("--out", qo.out, "Output folder");
   qualify->add_option("--cache", qo.cache_dir, "Probe cache folder");
   qualify->add_flag("-q,--quiet", qo.quiet, "Print only the verdict");

@@ -282,7 +282,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       RunReport::ResolutionCheck check;
       check.resolution = cls->checks[k].resolution;
       bool changes = false;
-      const auto applied = check_overrides(cls->checks[k], resolved, &changes);
+      const auto applied = check_overrides(cls->checks[k], resolved, &changes, &check.why_not);
       const bool computable = applied.has_value();
       if (applied) check.overrides = *applied;
       if (!computable || !changes) {

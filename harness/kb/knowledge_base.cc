@@ -90,9 +90,30 @@ std::string resolved_value(const std::string& key, const nlohmann::json& resolve
 }  // namespace
 
 std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
-                                                        bool* changes) {
+                                                        bool* changes, std::string* why_not) {
   std::vector<std::string> out;
   bool differs = false;
+  // Note [Resolutions that cannot tell here]: a resolution that changes only
+  // CUDA/cuDNN settings answers nothing on the CPU (a probe there would
+  // "refute" or "confirm" it by a run that never used them), and one that
+  // changes only an injected fault's own parameters switches the fault off
+  // rather than fixing anything: neither is tried.
+  const bool on_cpu = resolved.contains("hardware") && resolved["hardware"].value("device", "cpu") == "cpu";
+  bool device_only = !check.overrides.empty(), fault_only = !check.overrides.empty();
+  for (const auto& kv : check.overrides) {
+    const std::string key = kv.substr(0, kv.find('='));
+    device_only = device_only && (key.rfind("hardware.cudnn_", 0) == 0 || key == "hardware.allow_tf32" ||
+                                  key == "hardware.launch_blocking");
+    fault_only = fault_only && key.rfind("faults", 0) == 0;
+  }
+  if ((on_cpu && device_only) || fault_only) {
+    if (why_not != nullptr) {
+      *why_not = fault_only ? "it changes only the injected fault's own parameters, which switches the fault off "
+                              "rather than fixing anything"
+                            : "it changes only CUDA/cuDNN settings, which a run on the CPU never uses: run it on a GPU";
+    }
+    return std::nullopt;
+  }
   for (const auto& kv : check.overrides) {
     const auto applied = computed_override(kv, resolved);
     if (!applied) return std::nullopt;

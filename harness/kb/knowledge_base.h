@@ -50,9 +50,12 @@ class KnowledgeBase {
 
 /// The overrides that apply `check` to a scenario whose resolved JSON
 /// (resolved_json) is `resolved`, templates computed (Note [Resolutions that
-/// are tried]); nullopt when a template's key has no integer value.
+/// are tried]); nullopt when a template's key has no integer value, when the
+/// check changes only CUDA/cuDNN settings of a scenario on the CPU, or only an
+/// injected fault's own parameters (Note [Resolutions that cannot tell here]).
 /// `*changes` says whether any of them changes the scenario.
+/// `*why_not` (when given) says why a check that cannot tell here is not tried.
 std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
-                                                        bool* changes);
+                                                        bool* changes, std::string* why_not = nullptr);
 
 }  // namespace dbh::harness

@@ -50,6 +50,7 @@ struct RunReport {
     std::string klass;                   // its failure class, if it failed
     std::string verdict;                 // confirmed | refuted | not applicable | unresolved
     std::string dir;                     // its trial folder, relative to the run's
+    std::string why_not;                 // not applicable: why it cannot tell here ("" = it changes nothing)
   };
   std::vector<ResolutionCheck> resolution_checks;
   std::optional<bool> data_dependent;  // decided from the controls

@@ -282,6 +282,8 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
               (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + where(c.dir) + ")";
     } else if (c.verdict == "unresolved") {
       line += " — tried with " + code(applied) + ": the run could not tell (" + where(c.dir) + ")";
+    } else if (!c.why_not.empty()) {
+      line += " — not tried: " + c.why_not;
     } else if (!c.klass.empty()) {
       // The scenario refused the overrides (load_scenario's message).
       line += " — not tried: " + code(applied) + " does not fit this scenario (" + code(c.klass) + ")";
@@ -297,6 +299,7 @@ nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::Resol
   for (const auto& c : checks) {
     out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", c.verdict},
                    {"outcome", c.outcome}, {"class", c.klass}, {"dir", c.dir}});
+    if (!c.why_not.empty()) out.back()["why_not"] = c.why_not;
   }
   return out;
 }

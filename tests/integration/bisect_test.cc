@@ -293,9 +293,10 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
 }
 
 // Note [Resolutions that are tried]: `dbh diagnose` tries the resolutions it
-// can express by default. Seed 002's "binarization in float32" (the planted
-// exp form's dtype) and seed 004's "a fresh process per run" both pass:
-// confirmed, with the run that decided it named in the page.
+// can express by default. Seed 004's "a fresh process per run" passes:
+// confirmed, with the run that decided it named in the page. (Seed 002's
+// "binarization in float32" changes only the planted fault's dtype: not a
+// fix, never tried; Note [Resolutions that cannot tell here].)
 class DiagnoseSeedTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DiagnoseSeedTest, MarksItsResolutionConfirmed) {
@@ -318,7 +319,7 @@ TEST_P(DiagnoseSeedTest, MarksItsResolutionConfirmed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, DiagnoseSeedTest,
-                         ::testing::Values("seed-002-unstable-binarization", "seed-004-second-run"),
+                         ::testing::Values("seed-004-second-run"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param.substr(0, 8).replace(4, 1, "_");
                          });

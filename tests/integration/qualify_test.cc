@@ -181,5 +181,34 @@ TEST(QualifyTest, UnknownProfileIsAUsageError) {
   EXPECT_NE(r.err.find("rtx3060-12gb"), std::string::npos) << r.err;
 }
 
+// A GPU profile on the CPU measures host memory, which holds no CUDA context,
+// cuDNN workspace or allocator overhead: refused with the command to run on
+// a GPU, or, asked for, labelled an estimate on every page.
+TEST(QualifyTest, AGpuProfileOnTheCpuIsRefusedUnlessAHostEstimateIsAskedFor) {
+  const Dir dir("dbh-qualify-gpu-on-cpu");
+  const auto s = std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml";
+  auto r = dbh({"qualify", s, "--profile", "rtx3060-12gb", "--out", (dir / "refused").string(), "--cache",
+                (dir / "cache").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("expected a CUDA device to qualify a GPU"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hardware.device=cuda"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--host-estimate"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "refused"));
+  r = dbh({"qualify", s, "--profile", "rtx3060-12gb", "--host-estimate", "--steps", "1", "--out",
+           (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(host-memory estimate"), std::string::npos) << r.out;
+  const std::string md = testing::read_text(dir / "out" / "qualification.md");
+  EXPECT_NE(md.find("**Estimate.**"), std::string::npos) << md;
+  EXPECT_NE(md.find("QUALIFIES (host-memory estimate)"), std::string::npos) << md;
+  EXPECT_NE(testing::read_text(dir / "out" / "qualification.html").find("Estimate."), std::string::npos);
+  const auto j = read_json(dir / "out" / "qualification.json");
+  EXPECT_TRUE(j["host_estimate"].is_string()) << j.dump(2);
+  // A host profile needs no estimate flag, and the flag needs a GPU profile.
+  r = dbh({"qualify", s, "--profile", "ci-host-2200m", "--host-estimate", "--out", (dir / "host").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--host-estimate: expected a GPU profile"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace dbh
