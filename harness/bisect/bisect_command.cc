@@ -1106,8 +1106,20 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
   for (const auto& c : search.contradictions()) out.doubts.push_back(c);
   for (const auto& note : search.notes()) out.details.push_back(note);
   conclude(out, 1.0);
+  // An external worker received each difference as its own key: say which.
+  const auto passed = bad.worker.external() ? passed_keys(bad) : std::vector<PassedKey>{};
   std::string text;
-  for (const auto& m : minimal) text += (text.empty() ? "" : " + ") + std::string("`") + m + "`";
+  nlohmann::ordered_json as_passed = nlohmann::ordered_json::array();
+  for (const auto& m : minimal) {
+    text += (text.empty() ? "" : " + ") + std::string("`") + m + "`";
+    const std::string key = m.substr(0, m.find('='));
+    for (const auto& k : passed) {
+      if (k.dbh_key != key) continue;
+      text += " (your `" + k.user_key + "=" + k.value + "`)";
+      as_passed.push_back(k.user_key + "=" + k.value);
+    }
+  }
+  if (!as_passed.empty()) out.result["as_passed"] = as_passed;
   out.summary = "a 1-minimal failure-inducing difference: " + text;
   return out;
 }

@@ -215,6 +215,10 @@ TEST_F(OwnTrainingTest, BisectConfigNamesTheOneHydraOverrideThatBreaksIt) {
   const auto j = read_json(dir / "out" / "bisect.json");
   ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
   EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("train.lr=", 0), 0u) << j.dump(2);
+  // Named as the user's command received it, too.
+  ASSERT_EQ(j["result"]["as_passed"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["as_passed"][0].get<std::string>().rfind("model.optimizer.lr=", 0), 0u) << j.dump(2);
+  EXPECT_NE(r.out.find("(your `model.optimizer.lr="), std::string::npos) << r.out;
   EXPECT_EQ(j["result"]["differing_keys"], 3);
 }
 
