@@ -12,12 +12,22 @@
 #   scripts/gpu-check.sh bench     the benchmarks on the GPU (scripts/bench.sh, DBH_BENCH_DEVICE=cuda)
 #   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests, sanitize, bench
 #
+# DBH_GPU_DRY_RUN=1 (on any machine, no GPU needed): every step checks its
+# commands instead of running them: each scenario it runs loads with its
+# overrides (`dbh run S … --print-config`), each profile exists, each input
+# file and tool path it names is there, each output folder can be created;
+# a line per check, exit 1 when one fails. DBH_GPU_BIN=DIR names the dbh to
+# check with (default build/dev/bin). tests/integration/gpu_check_test.cc runs it,
+# so the GPU run cannot fail on a typo.
+#
 # Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
 # suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
 # printed are a summary table.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+dry="${DBH_GPU_DRY_RUN:-0}"
+dry_failed=0
 out="${OUT:-${DBH_GPU_OUT:-/tmp/dbh-gpu-out}}"
 work="${DBH_GPU_WORK:-/tmp/dbh-gpu-work}"
 build_dir="$root/build/gpu"
@@ -26,7 +36,63 @@ mkdir -p "$out" "$work"
 summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
+# Dry run: one line per check, "ok" or "FAILED"; the run's exit says whether all passed.
+check() {
+  local what=$1
+  shift
+  if "$@" >"$work/dry-check.log" 2>&1; then
+    note "dry-run ok: $what"
+  else
+    note "dry-run FAILED: $what: $(tail -c 600 "$work/dry-check.log" | tr '\n' ' ')"
+    dry_failed=1
+  fi
+}
+
+# Dry run of `dbh ARGS…`: the scenario (and overrides) a command would run load,
+# a profile it names exists; nothing trains.
+dry_dbh() {
+  local cmd=$1
+  shift
+  local scenario="" overrides=() profile="" a
+  while (($#)); do
+    a=$1
+    shift
+    case "$a" in
+      --profile) profile=$1; shift ;;
+      --out|--junit|--cache|--budget|--steps) shift ;;
+      -*) ;;
+      *=*) overrides+=("$a") ;;
+      *) [[ -z $scenario ]] && scenario=$a ;;
+    esac
+  done
+  case "$cmd" in
+    env) check "dbh env runs" "$bin_dir/dbh" env ;;
+    suite)
+      local f
+      for f in "$scenario"/*.yaml; do
+        check "suite scenario $f loads" "$bin_dir/dbh" run "$f" "${overrides[@]}" --print-config
+      done ;;
+    *)
+      check "$cmd $scenario ${overrides[*]} loads" "$bin_dir/dbh" run "$scenario" "${overrides[@]}" --print-config
+      [[ -n $profile ]] && check "profile $profile exists" sh -c "\"$bin_dir/dbh\" list profiles | grep -qw -- '$profile'" ;;
+  esac
+  return 0
+}
+
 deps() {
+  if [[ $dry == 1 ]]; then
+    if [[ -z ${dry_deps_said:-} ]]; then
+      dry_deps_said=1
+      if [[ -f .gpu/bundle.tar.xz || -d /tmp/dbh-gpu-deps/prefix ]]; then
+        note "dry-run ok: the Debian libraries for the GPU machine (.gpu/bundle.tar.xz)"
+      else
+        note "dry-run note: .gpu/bundle.tar.xz is not here: make it with shared/tools/gpu-bundle.sh before the GPU run"
+      fi
+    fi
+    bin_dir=${DBH_GPU_BIN:-$root/build/dev/bin}
+    [[ -x $bin_dir/dbh ]] || check "dbh binary $bin_dir/dbh" test -x "$bin_dir/dbh"
+    return 0
+  fi
   local dep=/tmp/dbh-gpu-deps
   P=$dep/prefix/usr
   if [[ ! -d $P ]]; then
@@ -52,6 +118,11 @@ deps() {
 
 build() {
   deps
+  if [[ $dry == 1 ]]; then
+    check "CMakeLists.txt and the build's sources" test -f CMakeLists.txt -a -f harness/cli/main.cc
+    check "python3 with torch (its LibTorch is what the build links)" "${DBH_GPU_PYTHON:-python3}" -c 'import torch'
+    return 0
+  fi
   local torch_prefix
   torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
   local t0=$SECONDS
@@ -65,10 +136,20 @@ build() {
   note "build: $((SECONDS - t0)) s (${*:-dbh}, $jobs jobs)"
 }
 
-dbh() { LD_LIBRARY_PATH="$DBH_RUN_LIBS" "$bin_dir/dbh" "$@"; }
+dbh() {
+  if [[ $dry == 1 ]]; then dry_dbh "$@"; return 0; fi
+  LD_LIBRARY_PATH="$DBH_RUN_LIBS" "$bin_dir/dbh" "$@"
+}
 
 pack() {
   deps
+  if [[ $dry == 1 ]]; then
+    dbh env
+    check "scenarios/gpu holds scenarios" sh -c 'ls scenarios/gpu/*.yaml'
+    dbh suite scenarios/gpu --out "$work/pack" --junit "$out/gpu-junit.xml"
+    check "output folder $work can be written" sh -c "mkdir -p '$work/pack-dry' && rmdir '$work/pack-dry'"
+    return 0
+  fi
   note "binaries: $bin_dir"
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" ldd "$bin_dir/dbh" | grep 'not found' | tee -a "$summary"
   dbh env >"$out/env.txt" 2>&1; note "dbh env: exit $?"; cat "$out/env.txt"
@@ -102,6 +183,7 @@ qualify() {
     dbh qualify scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" \
       --out "$work/qualify-$p" \
       >"$out/qualify-$p.log" 2>&1
+    [[ $dry == 1 ]] && continue
     note "qualify $p: exit $? in $((SECONDS - t0)) s"
     grep -iE 'trials|largest|recommend' "$out/qualify-$p.log" | head -8 | tee -a "$summary"
   done
@@ -109,6 +191,10 @@ qualify() {
 
 probe() {
   # Which CUDA error each way of breaking a kernel gives on this GPU.
+  if [[ $dry == 1 ]]; then
+    check "tests/gpu/fault_probe.cu and nvcc" sh -c 'test -f tests/gpu/fault_probe.cu && command -v nvcc'
+    return 0
+  fi
   local arch
   arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
   [[ $arch == 90 ]] && arch=90a
@@ -122,6 +208,11 @@ probe() {
 
 tests() {
   deps
+  if [[ $dry == 1 ]]; then
+    check "the GPU integration tests (${DBH_GPU_TEST_FILTER:-Gpu*}) are in dbh_integration_tests" \
+      sh -c "\"$bin_dir/dbh_integration_tests\" --gtest_list_tests --gtest_filter='${DBH_GPU_TEST_FILTER:-Gpu*}' | grep -q '^  '"
+    return 0
+  fi
   [[ -x $bin_dir/dbh_integration_tests ]] || { build dbh dbh_integration_tests; deps; }
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BINARY="$bin_dir/dbh" "$bin_dir/dbh_integration_tests" --gtest_filter="${DBH_GPU_TEST_FILTER:-Gpu*}" \
     --gtest_output=xml:"$out/gpu-tests.xml" >"$out/gpu-tests.log" 2>&1
@@ -135,6 +226,7 @@ diagnose() {
   local t0=$SECONDS
   rm -rf "$work/diagnose"
   dbh diagnose scenarios/gpu/seed-000-illegal-instruction.yaml --out "$work/diagnose" >"$out/diagnose.log" 2>&1
+  [[ $dry == 1 ]] && return 0
   note "diagnose gpu/seed-000-illegal-instruction: exit $? in $((SECONDS - t0)) s"
   tail -25 "$out/diagnose.log"
 }
@@ -145,6 +237,10 @@ sanitize() {
   deps
   local t0=$SECONDS
   rm -rf "$work/sanitize"
+  if [[ $dry == 1 ]]; then
+    dbh run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1
+    return 0
+  fi
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" compute-sanitizer --tool memcheck --target-processes all \
     --error-exitcode 86 "$bin_dir/dbh" run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1 \
     --out "$work/sanitize" >"$out/sanitize.log" 2>&1
@@ -157,6 +253,11 @@ bench() {
   # (this machine's Python and torch), images/s, trial start-up, bisection
   # and qualification costs; the table and its JSON land in $out/bench.
   deps
+  if [[ $dry == 1 ]]; then
+    check "scripts/bench.sh and its benchmark scenario" test -x scripts/bench.sh -a -f tests/bench/scenarios/step-640.yaml
+    dbh run tests/bench/scenarios/step-640.yaml hardware.device=cuda
+    return 0
+  fi
   cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; return 1; }
   build dbh dbh_benchmarks
   deps
@@ -168,6 +269,10 @@ bench() {
 }
 
 pack_results() {
+  if [[ $dry == 1 ]]; then
+    check "tar can pack $work" sh -c "tar -C '$work' -czf /dev/null ."
+    return 0
+  fi
   cp "$out"/*.log "$work/" 2>/dev/null
   tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' . 2>/dev/null
   du -h "$out/gpu-results.tar.gz" | tee -a "$summary"
@@ -189,3 +294,7 @@ case "$verb" in
 esac
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
 cat "$summary"
+if [[ $dry == 1 ]]; then
+  rm -f "$work/dry-check.log"
+  exit "$dry_failed"
+fi
