@@ -348,6 +348,14 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     // nor a failure of the training (git bisect's "cannot test").
     a.outcome = Outcome::kSkipped;
     f.message = proto::error_from(*unavailable).message;
+    // What a user can do about it here, with the override that does it.
+    if (s.hardware.device != "cpu") {
+      f.message += "; to run it on this machine's CPU instead, add " +
+                   override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
+                   (s.train.precision != "fp32" ? " " + override_text(DBH_SCENARIO_KEY(train.precision), "fp32") +
+                                                      " (AMP runs on CUDA only)"
+                                                : std::string());
+    }
     f.evidence.push_back(f.message);
     return a;
   }

@@ -130,6 +130,11 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
     ASSERT_TRUE(report.is_object()) << r.out << r.err;
     EXPECT_EQ(report.value("outcome", ""), "skipped");
     if (GetParam() == "gpu/fp16") {  // the same path for every GPU scenario: checked once
+      // The skip says how to run it here, and that command runs as pasted.
+      const std::string hint = "add hardware.device=cpu train.precision=fp32";
+      EXPECT_NE(r.out.find(hint), std::string::npos) << r.out;
+      const auto here = dbh({"run", rel, "hardware.device=cpu", "train.precision=fp32", "--print-config"}, 300);
+      EXPECT_EQ(here.exit_code, 0) << here.out << here.err;
       const auto b = dbh({"run", rel, "--out", (dir / "bisect").string(), "--bisect-exit", "-q"}, 300);
       EXPECT_EQ(b.exit_code, 125) << b.out << b.err;
       const auto suite =
