@@ -13,7 +13,7 @@ struct BisectOptions {
   std::string key;                     // range: the numeric key
   std::string lo, hi;                  // range: the interval
   std::string out;
-  std::string cache_dir;               // probe cache (default reports/cache/probes)
+  std::string cache_dir;               // probe cache (default default_probe_cache())
   double alpha = 0.05;                 // accepted probability of missing a flaky failure
   int64_t reproductions = 3;           // runs to measure the reproduction rate
   bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search

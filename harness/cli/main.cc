@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   bisect->add_option("--lo", bo.lo, "range: low end");
   bisect->add_option("--hi", bo.hi, "range: high end");
   bisect->add_option("--out", bo.out, "Output folder");
-  bisect->add_option("--cache", bo.cache_dir, "Probe cache folder (default reports/cache/probes)");
+  bisect->add_option("--cache", bo.cache_dir, "Probe cache folder (default ~/.cache/dbh/probes: $DBH_CACHE_DIR or $XDG_CACHE_HOME/dbh when set)");
   bisect->add_option("--alpha", bo.alpha, "Accepted probability of missing a flaky failure per probe")
       ->check(CLI::Range(0.0001, 0.5))->capture_default_str();
   bisect->add_option("--reproductions", bo.reproductions, "Runs that measure the reproduction rate")

@@ -12,4 +12,16 @@ std::string dbh_home();
 /// source tree dbh was built from".
 std::string dbh_home_origin();
 
+/// The variable naming dbh's per-user cache folder (measured choices, probe
+/// results).
+inline constexpr const char* kCacheDirEnv = "DBH_CACHE_DIR";
+
+/// dbh's per-user cache folder: $DBH_CACHE_DIR, else $XDG_CACHE_HOME/dbh,
+/// else $HOME/.cache/dbh; "" when none of them is set.
+std::string cache_root();
+
+/// Where cache_root() came from, for messages: "$DBH_CACHE_DIR",
+/// "$XDG_CACHE_HOME" or "$HOME".
+std::string cache_root_origin();
+
 }  // namespace dbh::harness

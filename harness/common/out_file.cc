@@ -10,6 +10,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/home.h"
 #include "harness/common/text.h"
 
 namespace dbh::harness {
@@ -118,6 +119,11 @@ std::string default_output_folder(const std::string& label) {
       .string();
 }
 
-std::string default_probe_cache() { return (fs::path("reports") / "cache" / "probes").string(); }
+std::string default_probe_cache() {
+  // One absolute place, never the working directory by accident.
+  const std::string root = cache_root();
+  if (!root.empty()) return (fs::path(root) / "probes").string();
+  return fs::absolute(fs::path("reports") / "cache" / "probes").lexically_normal().string();
+}
 
 }  // namespace dbh::harness

@@ -62,7 +62,9 @@ bool same_file(const std::string& a, const std::string& b);
 /// file name are replaced.
 std::string default_output_folder(const std::string& label);
 
-/// The probe cache of a command run without --cache: reports/cache/probes.
+/// The probe cache of a command run without --cache: cache_root()/probes
+/// ($DBH_CACHE_DIR, $XDG_CACHE_HOME/dbh or ~/.cache/dbh), or, with none of
+/// them set, reports/cache/probes made absolute.
 std::string default_probe_cache();
 
 }  // namespace dbh::harness

@@ -114,21 +114,4 @@ std::string machine_identity() {
 }
 
 
-std::string cache_root() {
-  if (const char* d = std::getenv(kCacheDirEnv); d != nullptr && *d != '\0') {
-    std::error_code ec;
-    const fs::path p = fs::absolute(d, ec);
-    return ec ? std::string(d) : p.lexically_normal().string();
-  }
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return (fs::path(x) / "dbh").string();
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') return (fs::path(h) / ".cache" / "dbh").string();
-  return "";
-}
-
-std::string cache_root_origin() {
-  if (const char* d = std::getenv(kCacheDirEnv); d != nullptr && *d != '\0') return std::string("$") + kCacheDirEnv;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return "$XDG_CACHE_HOME";
-  return "$HOME";
-}
-
 }  // namespace dbh::harness

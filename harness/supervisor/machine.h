@@ -3,18 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/home.h"  // cache_root(), kCacheDirEnv
+
 namespace dbh::harness {
 
-/// The variable naming dbh's per-user cache folder (measured choices).
-inline constexpr const char* kCacheDirEnv = "DBH_CACHE_DIR";
-
-/// dbh's per-user cache folder: $DBH_CACHE_DIR, else $XDG_CACHE_HOME/dbh,
-/// else $HOME/.cache/dbh; "" when none of them is set (nothing is cached).
-std::string cache_root();
-
-/// Where cache_root() came from, for messages: "$DBH_CACHE_DIR",
-/// "$XDG_CACHE_HOME" or "$HOME".
-std::string cache_root_origin();
 
 /// The shared libraries this process mapped (LibTorch, CUDA, cuDNN, OpenCV as
 /// the binary found them), sorted.

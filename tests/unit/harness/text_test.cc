@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/common/error.h"
+#include "harness/common/home.h"
 #include "harness/common/out_file.h"
 #include "tests/support/files.h"
 
@@ -209,7 +210,20 @@ TEST(OutputFileTest, DefaultOutputFoldersAreUniquePerProcessAndSafeNames) {
   const std::string pid = "-" + std::to_string(::getpid());
   ASSERT_GT(name.size(), pid.size() + 16);
   EXPECT_EQ(name.substr(name.size() - pid.size()), pid) << name;
-  EXPECT_EQ(default_probe_cache(), (std::filesystem::path("reports") / "cache" / "probes").string());
+}
+
+// The probe cache without --cache: one absolute place, the per-user cache
+// folder; never the working directory by accident.
+TEST(OutputFileTest, TheDefaultProbeCacheIsTheUserCacheFolder) {
+  const char* saved = std::getenv(kCacheDirEnv);
+  const std::string keep = saved != nullptr ? saved : "";
+  ::setenv(kCacheDirEnv, "/tmp/dbh-cache-test", 1);
+  EXPECT_EQ(default_probe_cache(), "/tmp/dbh-cache-test/probes");
+  ::unsetenv(kCacheDirEnv);
+  const std::string p = default_probe_cache();
+  EXPECT_TRUE(std::filesystem::path(p).is_absolute()) << p;
+  EXPECT_EQ(std::filesystem::path(p).filename(), "probes") << p;
+  if (saved != nullptr) ::setenv(kCacheDirEnv, keep.c_str(), 1);
 }
 
 }  // namespace
