@@ -3,12 +3,15 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/home.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/proto/worker_link.h"
@@ -130,11 +133,16 @@ WorkerDescription describe_worker(const Scenario& s) {
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
   const std::string command = join(s.worker.command, " ");
-  // A scratch folder of its own, removed when the description is read.
-  std::string pattern = (fs::temp_directory_path() / "dbh-describe-XXXXXX").string();
+  // A scratch folder of its own in dbh's cache folder (the system's
+  // temporary folder when there is none), removed when the description is read.
+  const std::string root = cache_root();
+  std::error_code ec;
+  const fs::path parent = root.empty() ? fs::temp_directory_path() : fs::path(root);
+  fs::create_directories(parent, ec);
+  std::string pattern = (parent / "describe-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) {
-    throw ReportError("expected a scratch folder for describing the worker in " +
-                      fs::temp_directory_path().string() + ", got an error");
+    throw ReportError(parent.string() + ": expected a folder where dbh can describe the worker, got an error (" +
+                      std::strerror(errno) + ")");
   }
   struct Remove {
     std::string dir;
