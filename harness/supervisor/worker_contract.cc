@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <mutex>
 
@@ -155,8 +156,11 @@ WorkerDescription describe_worker(const Scenario& s) {
   write_file_atomically(resolved, resolved_json(s) + "\n");
   TrialSpec spec = external_trial_spec(s, resolved, (fs::path(pattern) / "describe").string(), -1);
   spec.env.emplace_back(worker_env::kDescribe, "1");
-  spec.deadline_s = std::min(s.limits.deadline_s, 300.0);
-  spec.silence_s = std::min(s.limits.silence_s, 300.0);
+  // Starting Python and Lightning takes seconds; a command that says nothing
+  // for a minute is not a worker.
+  spec.deadline_s = std::min(s.limits.deadline_s, 120.0);
+  spec.silence_s = std::min(s.limits.silence_s, 60.0);
+  std::cerr << "dbh: asking the worker `" << one_line(command) << "` what it serves (describe mode)…" << std::endl;
   const TrialResult r = run_trial(spec);
   const Event* hello = nullptr;
   for (const auto& e : r.events) {

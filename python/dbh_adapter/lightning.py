@@ -67,19 +67,15 @@ class DbhCallback(Callback):
         s = self.session
         step = trainer.global_step
         if s.stop_requested:
-            return None  # should_stop, set after the last step, ends the fit
+            return  # should_stop, set after the last step, ends the fit
         if step != self._seen_step:
             self._seen_step = step
             s.begin_step(step, batch)
         else:
             s.micro_batch(batch)
-        return None
 
     def on_before_backward(self, trainer, pl_module, loss):
         self.session.loss(loss)
-
-    def on_after_backward(self, trainer, pl_module):
-        pass
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         s = self.session
