@@ -11,6 +11,10 @@
 # check, not a measurement). DBH_BENCH_BIN=DIR takes dbh and dbh_benchmarks
 # from DIR instead of building the dev preset, DBH_BENCH_PYTHON a Python with
 # torch other than .venv's (both for the GPU machine: scripts/gpu-check.sh bench).
+# DBH_BENCH_PARTS picks the parts, comma-separated: steps (dbh's step against
+# PyTorch eager, monitors, trial start-up), loader, bisect, adapter,
+# throughput (ResNet-18/50 at 640² in fp32 and bf16: images/s, TFLOP/s);
+# default steps,loader,bisect,adapter on the CPU, steps,throughput on CUDA.
 # Takes about 20 minutes on 2 CPU cores.
 # Exit status: 0 all targets met, 1 some missed, 2 setup/build errors.
 set -euo pipefail
@@ -28,6 +32,11 @@ fi
 [[ -x $bin/dbh_benchmarks && -x $bin/dbh ]] || { echo "bench: no dbh and dbh_benchmarks in $bin" >&2; exit 2; }
 bench="$bin/dbh_benchmarks"
 py="${DBH_BENCH_PYTHON:-$root/.venv/bin/python}"
+parts="${DBH_BENCH_PARTS:-}"
+if [[ -z $parts ]]; then
+  if [[ $device == cuda* ]]; then parts=steps,throughput; else parts=steps,loader,bisect,adapter; fi
+fi
+want() { [[ ",$parts," == *",$1,"* ]]; }
 mkdir -p "$out"
 common=(--benchmark_out_format=json --benchmark_counters_tabular=true)
 # The machine the numbers belong to (the table's first line).
@@ -61,6 +70,7 @@ json.dump({"cpu": cpu, "mhz": mhz, "cores": len(os.sched_getaffinity(0)), "isa":
            "gpu": ", ".join(gpus), "os": f"{os_name}, kernel {platform.release()}", "torch": torch.__version__},
           open(sys.argv[1], "w"), indent=1)
 PY
+if want steps; then
 # dbh's default layout and thread count for the benchmarks' step on this
 # machine: what `auto` chooses (measured afresh, cached only under OUT_DIR).
 echo "bench: dbh's auto choice of layout and threads for the 640² step" >&2
@@ -75,18 +85,32 @@ print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/aut
 export DBH_BENCH_AUTO
 echo "bench: auto chose channels_last,threads = $DBH_BENCH_AUTO" >&2
 echo "bench: harness overhead, C++ vs PyTorch eager, trial start-up ($reps repetitions, interleaved)" >&2
-"$bench" --benchmark_filter='^BM_(Step|TrialSpawn|DbhRun)' --benchmark_repetitions="$reps" \
+"$bench" --benchmark_filter='^BM_(Step(Plain|Monitors|DbhDefault|PythonEager)|TrialSpawn|DbhRun)' \
+  --benchmark_repetitions="$reps" \
   --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/harness_$device.json" "${common[@]}" >&2
+fi
+if want throughput; then
+echo "bench: training throughput, ResNet-18/50 at 640² in fp32 and bf16 (images/s, TFLOP/s)" >&2
+"$bench" --benchmark_filter='^BM_StepThroughput/resnet:(18|50)/size:640/' \
+  --benchmark_repetitions="$(( reps > 1 ? 3 : 1 ))" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/throughput_$device.json" "${common[@]}" >&2
+fi
+if want loader; then
 echo "bench: data loader and the trainer's consumption at 640²" >&2
 "$bench" --benchmark_filter='^BM_LoaderThroughput|^BM_TrainStep/resnet:18/size:640' \
   --benchmark_repetitions="$(( reps > 1 ? 3 : 1 ))" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/loader_$device.json" "${common[@]}" >&2
+fi
+if want bisect; then
 echo "bench: bisection and qualification cost on planted failures" >&2
 "$bench" --benchmark_filter='^BM_(Bisect|Qualify)' --benchmark_out="$out/bisect_cpu.json" "${common[@]}" >&2
+fi
+if want adapter; then
 echo "bench: the Python adapter's cost on the Lightning example's step (your own training)" >&2
 "$py" tests/bench/python/adapter_overhead.py "$out/adapter_cpu.json" --reps "$(( reps > 1 ? 5 : 1 ))" >/dev/null 2>&1 ||
   echo "bench: the adapter benchmark failed (lightning, hydra-core and pillow in $py?)" >&2
+fi
 rc=0
 "$py" tests/bench/table.py "$out" | tee "$out/table.md" || rc=${PIPESTATUS[0]}
 echo "bench: results in $out" >&2

@@ -9,8 +9,12 @@
 #   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
 #   scripts/gpu-check.sh diagnose  dbh diagnose on the GPU pack's real sticky fault
 #   scripts/gpu-check.sh sanitize  compute-sanitizer memcheck on a one-step run
-#   scripts/gpu-check.sh bench     the benchmarks on the GPU (scripts/bench.sh, DBH_BENCH_DEVICE=cuda)
-#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, tests, sanitize, bench
+#   scripts/gpu-check.sh bench     the benchmarks on the GPU (scripts/bench.sh, DBH_BENCH_DEVICE=cuda):
+#                                  dbh's step vs PyTorch eager, monitors, throughput and TFLOP/s
+#   scripts/gpu-check.sh noengine  seed 003's setup under tighter budgets: does cuDNN's "unable to
+#                                  find an engine" appear for real? (about 2 min per budget)
+#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, sanitize, bench (each part's
+#                                  time in the summary; the dry run checks every verb)
 #
 # DBH_GPU_DRY_RUN=1 (on any machine, no GPU needed): every step checks its
 # commands instead of running them: each scenario it runs loads with its
@@ -20,9 +24,10 @@
 # check with (default build/dev/bin). tests/integration/gpu_check_test.cc runs it,
 # so the GPU run cannot fail on a typo.
 #
-# Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out): logs, the
-# suite's JSON/JUnit, and gpu-results.tar.gz with every report. The last lines
-# printed are a summary table.
+# Results go to $OUT (or $DBH_GPU_OUT, default /tmp/dbh-gpu-out), at most 8
+# files of at most 16 MiB: summary.txt (each part's result and time),
+# bench-table.md and gpu-results.tar.gz (every report, log and JSON, from
+# $DBH_GPU_WORK). The last lines printed are the summary.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -32,7 +37,8 @@ out="${OUT:-${DBH_GPU_OUT:-/tmp/dbh-gpu-out}}"
 work="${DBH_GPU_WORK:-/tmp/dbh-gpu-work}"
 build_dir="$root/build/gpu"
 jobs="${DBH_JOBS:-$(nproc)}"
-mkdir -p "$out" "$work"
+logs="$work/logs"
+mkdir -p "$out" "$work" "$logs"
 summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
@@ -128,11 +134,11 @@ build() {
   local t0=$SECONDS
   if [[ ! -f $build_dir/build.ninja ]]; then
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDBH_CCACHE=OFF \
-      -DCMAKE_PREFIX_PATH="$P;$torch_prefix" >"$out/configure.log" 2>&1 ||
-      { tail -30 "$out/configure.log"; exit 1; }
+      -DCMAKE_PREFIX_PATH="$P;$torch_prefix" >"$logs/configure.log" 2>&1 ||
+      { tail -30 "$logs/configure.log"; exit 1; }
   fi
-  LD_LIBRARY_PATH="$DBH_DEP_LIB" ninja -C "$build_dir" -j "$jobs" "${@:-dbh}" >"$out/build.log" 2>&1 ||
-    { grep -m5 -B2 -A10 'error' "$out/build.log"; exit 1; }
+  LD_LIBRARY_PATH="$DBH_DEP_LIB" ninja -C "$build_dir" -j "$jobs" "${@:-dbh}" >"$logs/build.log" 2>&1 ||
+    { grep -m5 -B2 -A10 'error' "$logs/build.log"; exit 1; }
   note "build: $((SECONDS - t0)) s (${*:-dbh}, $jobs jobs)"
 }
 
@@ -146,19 +152,19 @@ pack() {
   if [[ $dry == 1 ]]; then
     dbh env
     check "scenarios/gpu holds scenarios" sh -c 'ls scenarios/gpu/*.yaml'
-    dbh suite scenarios/gpu --out "$work/pack" --junit "$out/gpu-junit.xml"
+    dbh suite scenarios/gpu --out "$work/pack" --junit "$logs/gpu-junit.xml"
     check "output folder $work can be written" sh -c "mkdir -p '$work/pack-dry' && rmdir '$work/pack-dry'"
     return 0
   fi
   note "binaries: $bin_dir"
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" ldd "$bin_dir/dbh" | grep 'not found' | tee -a "$summary"
-  dbh env >"$out/env.txt" 2>&1; note "dbh env: exit $?"; cat "$out/env.txt"
+  dbh env >"$logs/env.txt" 2>&1; note "dbh env: exit $?"; cat "$logs/env.txt"
   nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$summary"
   rm -rf "$work/pack"
   local t0=$SECONDS
-  dbh suite scenarios/gpu --out "$work/pack" --junit "$out/gpu-junit.xml" >"$out/pack.log" 2>&1
+  dbh suite scenarios/gpu --out "$work/pack" --junit "$logs/gpu-junit.xml" >"$logs/pack.log" 2>&1
   note "suite scenarios/gpu: exit $? in $((SECONDS - t0)) s"
-  cp "$work/pack/suite.json" "$out/gpu-suite.json" 2>/dev/null
+  cp "$work/pack/suite.json" "$logs/gpu-suite.json" 2>/dev/null
   python3 - "$work/pack" <<'PY' | tee -a "$summary"
 import json, sys, pathlib
 root = pathlib.Path(sys.argv[1])
@@ -182,10 +188,10 @@ qualify() {
     # minute per trial and does not change the memory a step needs.
     dbh qualify scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" \
       --out "$work/qualify-$p" \
-      >"$out/qualify-$p.log" 2>&1
+      >"$logs/qualify-$p.log" 2>&1
     [[ $dry == 1 ]] && continue
     note "qualify $p: exit $? in $((SECONDS - t0)) s"
-    grep -iE 'trials|largest|recommend' "$out/qualify-$p.log" | head -8 | tee -a "$summary"
+    grep -iE 'trials|largest|recommend' "$logs/qualify-$p.log" | head -8 | tee -a "$summary"
   done
 }
 
@@ -198,8 +204,8 @@ probe() {
   local arch
   arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)"
   [[ $arch == 90 ]] && arch=90a
-  nvcc -O1 -arch=sm_$arch -o "$work/fault_probe" tests/gpu/fault_probe.cu >"$out/probe-build.log" 2>&1 ||
-    { cat "$out/probe-build.log"; return 1; }
+  nvcc -O1 -arch=sm_$arch -o "$work/fault_probe" tests/gpu/fault_probe.cu >"$logs/probe-build.log" 2>&1 ||
+    { cat "$logs/probe-build.log"; return 1; }
   local v
   for v in trap brkpt null_call data_call bad_store misaligned setmaxnreg wgmma_fence_diverged; do
     timeout 60 "$work/fault_probe" "$v" 2>&1 | tee -a "$summary"
@@ -215,9 +221,9 @@ tests() {
   fi
   [[ -x $bin_dir/dbh_integration_tests ]] || { build dbh dbh_integration_tests; deps; }
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BINARY="$bin_dir/dbh" "$bin_dir/dbh_integration_tests" --gtest_filter="${DBH_GPU_TEST_FILTER:-Gpu*}" \
-    --gtest_output=xml:"$out/gpu-tests.xml" >"$out/gpu-tests.log" 2>&1
+    --gtest_output=xml:"$logs/gpu-tests.xml" >"$logs/gpu-tests.log" 2>&1
   note "GPU integration tests: exit $?"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/gpu-tests.log" | tee -a "$summary"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/gpu-tests.log" | tee -a "$summary"
 }
 
 diagnose() {
@@ -225,10 +231,10 @@ diagnose() {
   deps
   local t0=$SECONDS
   rm -rf "$work/diagnose"
-  dbh diagnose scenarios/gpu/seed-000-illegal-instruction.yaml --out "$work/diagnose" >"$out/diagnose.log" 2>&1
+  dbh diagnose scenarios/gpu/seed-000-illegal-instruction.yaml --out "$work/diagnose" >"$logs/diagnose.log" 2>&1
   [[ $dry == 1 ]] && return 0
   note "diagnose gpu/seed-000-illegal-instruction: exit $? in $((SECONDS - t0)) s"
-  tail -25 "$out/diagnose.log"
+  tail -25 "$logs/diagnose.log"
 }
 
 sanitize() {
@@ -243,55 +249,126 @@ sanitize() {
   fi
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" compute-sanitizer --tool memcheck --target-processes all \
     --error-exitcode 86 "$bin_dir/dbh" run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1 \
-    --out "$work/sanitize" >"$out/sanitize.log" 2>&1
+    --out "$work/sanitize" >"$logs/sanitize.log" 2>&1
   note "compute-sanitizer memcheck, one step: exit $? in $((SECONDS - t0)) s"
-  grep -E 'ERROR SUMMARY' "$out/sanitize.log" | tail -3 | tee -a "$summary"
+  grep -E 'ERROR SUMMARY' "$logs/sanitize.log" | tail -3 | tee -a "$summary"
 }
 
 bench() {
   # The Google Benchmark programs on the GPU: dbh's step against PyTorch eager
   # (this machine's Python and torch), images/s, trial start-up, bisection
-  # and qualification costs; the table and its JSON land in $out/bench.
+  # costs, and training throughput (ResNet-18/50 at 640² in fp32 and bf16:
+  # images/s, TFLOP/s, fraction of the device's peak); the table lands in the
+  # summary, its JSON in the results archive.
   deps
   if [[ $dry == 1 ]]; then
     check "scripts/bench.sh and its benchmark scenario" test -x scripts/bench.sh -a -f tests/bench/scenarios/step-640.yaml
+    check "the throughput benchmarks (ResNet-18/50, 640², fp32 and bf16) are in dbh_benchmarks" \
+      sh -c "\"$bin_dir/dbh_benchmarks\" --benchmark_list_tests --benchmark_filter='^BM_StepThroughput/resnet:(18|50)/size:640/' | grep -c . | grep -qx 4"
+    check "tests/bench/table.py reads the throughput results" sh -c "grep -q 'BM_StepThroughput' tests/bench/table.py"
     dbh run tests/bench/scenarios/step-640.yaml hardware.device=cuda
     return 0
   fi
-  cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; return 1; }
+  cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; return 1; }
   build dbh dbh_benchmarks
   deps
   local t0=$SECONDS
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BENCH_DEVICE=cuda DBH_BENCH_BIN="$bin_dir" DBH_BENCH_PYTHON=python3 \
-    DBH_BENCH_QUICK="${DBH_BENCH_QUICK:-0}" scripts/bench.sh "$out/bench" >"$out/bench.log" 2>&1
+    DBH_BENCH_PARTS="${DBH_BENCH_PARTS:-steps,throughput}" DBH_BENCH_REPS="${DBH_BENCH_REPS:-3}" \
+    scripts/bench.sh "$work/bench" >"$logs/bench.log" 2>&1
   note "bench (cuda): exit $? in $((SECONDS - t0)) s"
-  tail -30 "$out/bench/table.md" 2>/dev/null | tee -a "$summary"
+  tail -30 "$work/bench/table.md" 2>/dev/null | tee -a "$summary"
 }
 
+noengine() {
+  # A real "unable to find an engine" (issue: cuDNN's FIND under a tight
+  # budget): seed 003's setup (ResNet-50 + PAN, 640 px, fp32, cuDNN benchmark
+  # on) at batch 8, which reserves 11.1 GiB on an H100, under budgets that
+  # leave less and less room for cuDNN's workspace. Each run's failure class
+  # (none, cuda_oom or cudnn_no_engine) and the error's first line are noted;
+  # cuDNN's autotuning costs about two minutes per run, so this verb is not
+  # part of `all`.
+  deps
+  local b t0
+  for b in ${DBH_GPU_NOENGINE_BUDGETS:-11.0GiB 10.6GiB}; do
+    t0=$SECONDS
+    rm -rf "$work/noengine-$b"
+    dbh run scenarios/gpu/seed-003-rtx3060.yaml data.batch_size=8 train.max_steps=1 hardware.memory_budget="$b" \
+      --out "$work/noengine-$b" >"$logs/noengine-$b.log" 2>&1
+    [[ $dry == 1 ]] && continue
+    note "noengine, budget $b: exit $? in $((SECONDS - t0)) s"
+    python3 - "$work/noengine-$b/report.json" <<'PY' | tee -a "$summary"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except OSError as e:
+    sys.exit(f"  no report: {e}")
+f = j.get("failure") or {}
+print(f"  outcome {j.get('outcome')}, class {f.get('class', '-')}: {(f.get('message') or '').splitlines()[:1]}")
+PY
+  done
+}
+
+# The results' trip back: at most 8 files of at most 16 MiB in $OUT
+# (summary.txt, the bench table and gpu-results.tar.gz with every report, log
+# and JSON); the largest files are left out of the archive, and named, until
+# it fits.
 pack_results() {
   if [[ $dry == 1 ]]; then
     check "tar can pack $work" sh -c "tar -C '$work' -czf /dev/null ."
     return 0
   fi
-  cp "$out"/*.log "$work/" 2>/dev/null
-  tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' . 2>/dev/null
+  local limit=$((16 * 1024 * 1024)) excludes=() big
+  [[ -f $work/bench/table.md ]] && cp "$work/bench/table.md" "$out/bench-table.md"
+  # Largest first: the candidates to leave out if the archive is too big.
+  mapfile -t big < <(find "$work" -type f ! -name '*.pt' ! -name fault_probe ! -path '*/checkpoints/*' \
+    -printf '%s %P\n' | sort -rn | cut -d' ' -f2-)
+  local i=0
+  while :; do
+    tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' \
+      "${excludes[@]}" . 2>/dev/null
+    (($(stat -c %s "$out/gpu-results.tar.gz") <= limit)) || ((i >= ${#big[@]})) && break
+    note "left out of gpu-results.tar.gz (16 MiB limit): ${big[i]}"
+    excludes+=("--exclude=./${big[i]}")
+    i=$((i + 1))
+  done
   du -h "$out/gpu-results.tar.gz" | tee -a "$summary"
+  local n
+  n="$(find "$out" -type f | wc -l)"
+  ((n <= 8)) || note "WARNING: $n files in $out (the trip back takes 8)"
+}
+
+# One part of the run, timed: "time: PART N s" in the summary, and the total
+# against the 600 s a command may run on the GPU machine.
+part() {
+  local t0=$SECONDS
+  "$@"
+  note "time: $1 $((SECONDS - t0)) s"
 }
 
 verb="${1:-all}"
 shift || true
+run_start=$SECONDS
 case "$verb" in
-  build) build "$@" ;;
-  pack) pack; pack_results ;;
-  qualify) qualify; pack_results ;;
-  tests) tests ;;
-  probe) probe ;;
-  diagnose) diagnose; pack_results ;;
-  sanitize) sanitize; pack_results ;;
-  bench) bench ;;
-  all) build; pack; qualify; diagnose; tests; sanitize; bench; pack_results ;;
-  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|all}" >&2; exit 2 ;;
+  build) part build "$@" ;;
+  pack) part pack; pack_results ;;
+  qualify) part qualify; pack_results ;;
+  tests) part tests ;;
+  probe) part probe ;;
+  diagnose) part diagnose; pack_results ;;
+  sanitize) part sanitize; pack_results ;;
+  bench) part bench; pack_results ;;
+  noengine) part noengine; pack_results ;;
+  # The GPU integration tests run the same scenarios as the pack with more
+  # checks: `tests` on its own, when the time is there.
+  all)
+    part build; part pack; part qualify; part diagnose; part sanitize; part bench
+    # The dry run checks the verbs `all` leaves out too.
+    [[ $dry == 1 ]] && { tests; probe; noengine; }
+    pack_results ;;
+  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|noengine|all}" >&2; exit 2 ;;
 esac
+[[ $dry == 1 ]] || note "time: total $((SECONDS - run_start)) s (a command may run 600 s on the GPU machine)"
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
 cat "$summary"
 if [[ $dry == 1 ]]; then

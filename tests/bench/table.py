@@ -44,6 +44,26 @@ def find(results, prefix):
     return None
 
 
+# Dense (no sparsity) tensor-core peaks in TFLOP/s as the vendor's data
+# sheets give them, by a substring of the GPU's name: (bf16, tf32). An fp32
+# convolution runs as TF32 on tensor cores under PyTorch's default
+# (torch.backends.cudnn.allow_tf32), so fp32 rows are judged against TF32's.
+PEAKS = [
+    ("H200", (989.4, 494.7)),
+    ("H100 PCIe", (756.0, 378.0)),
+    ("H100", (989.4, 494.7)),  # SXM5 / HBM3
+    ("A100", (312.0, 156.0)),
+    ("L4", (121.0, 60.0)),
+]
+
+
+def peak_tflops(gpu, bf16):
+    for key, (p_bf16, p_tf32) in PEAKS:
+        if key in (gpu or ""):
+            return p_bf16 if bf16 else p_tf32
+    return None
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: table.py DIR")
@@ -158,6 +178,24 @@ def main():
                 note += " (**the planted step was not found**)"
             row(f"bisect steps ({n}-step run): seconds per probe, steps replayed per probe",
                 f"{b['s_per_probe']:.2f} s, {b['steps_per_probe']:.1f} steps", "—", None, note)
+    _, throughput = load(directory, "throughput")
+    gpu = ""
+    if os.path.exists(os.path.join(directory, "machine.json")):
+        with open(os.path.join(directory, "machine.json")) as f:
+            gpu = json.load(f).get("gpu", "")
+    for depth in (18, 50):
+        for bf16 in (0, 1):
+            b = find(throughput, f"BM_StepThroughput/resnet:{depth}/size:640/bf16:{bf16}")
+            if not b:
+                continue
+            peak = peak_tflops(gpu, bf16)
+            tf = b["TFLOP/s"]
+            frac = f"{tf / peak:.1%} of {peak:g} TFLOP/s ({'bf16' if bf16 else 'TF32'} dense peak, {gpu})" if peak \
+                else "the device's peak is not in table.py's list"
+            row(f"training throughput, ResNet-{depth} + FPN 640², {'bf16' if bf16 else 'fp32'}, batch {b['batch']:.0f}",
+                f"{b['images/s']:.1f} images/s, {tf:.2f} TFLOP/s", "—", None,
+                f"{seconds(b) * 1e3:.1f} ms per step, {b['GFLOP/step']:.0f} GFLOP per step (convolutions and matrix "
+                f"products); {frac}")
     _, adapter = load(directory, "adapter")
     for size in (128, 256):
         plain = find(adapter, f"BM_LightningStep/plain/size:{size}")

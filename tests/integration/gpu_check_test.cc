@@ -37,7 +37,8 @@ TEST(GpuCheckDryRunTest, EveryCommandOfTheGpuRunChecksOutHere) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.find("dry-run FAILED"), std::string::npos) << r.out;
   // Each scenario of the pack, the qualification's profiles, the diagnosis,
-  // the sanitizer's run and the benchmark scenario were checked.
+  // the sanitizer's run, the benchmarks, the cuDNN-engine attempt and the
+  // packing were checked, and each part's time is printed.
   for (const auto& e : fs::directory_iterator(std::string(DBH_SOURCE_DIR) + "/scenarios/gpu")) {
     EXPECT_NE(r.out.find("suite scenario scenarios/gpu/" + e.path().filename().string() + " loads"), std::string::npos)
         << e.path();
@@ -45,8 +46,14 @@ TEST(GpuCheckDryRunTest, EveryCommandOfTheGpuRunChecksOutHere) {
   for (const char* line : {"profile rtx3060-12gb exists", "profile t4-16gb exists",
                            "diagnose scenarios/gpu/seed-000-illegal-instruction.yaml", "run scenarios/gpu/cudnn-benchmark.yaml",
                            "the GPU integration tests (Gpu*) are in dbh_integration_tests",
-                           "run tests/bench/scenarios/step-640.yaml hardware.device=cuda loads"}) {
+                           "run tests/bench/scenarios/step-640.yaml hardware.device=cuda loads",
+                           "the throughput benchmarks (ResNet-18/50, 640², fp32 and bf16) are in dbh_benchmarks",
+                           "data.batch_size=8 train.max_steps=1 hardware.memory_budget=10.6GiB loads",
+                           "tests/gpu/fault_probe.cu and nvcc", "tar can pack"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  for (const char* part : {"build", "pack", "qualify", "diagnose", "sanitize", "bench"}) {
+    EXPECT_NE(r.out.find(std::string("time: ") + part + " "), std::string::npos) << part << "\n" << r.out;
   }
 }
 
