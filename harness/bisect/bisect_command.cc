@@ -1,3 +1,4 @@
+#include "harness/common/home.h"
 #include "harness/bisect/bisect_command.h"
 
 #include <algorithm>
@@ -54,7 +55,7 @@ std::string command_line(const std::string& scenario, const std::vector<std::str
     for (size_t j = i + 1; j < overrides.size(); ++j) later = later || override_key(overrides[j]) == key;
     if (!later) kept.push_back(overrides[i]);
   }
-  std::string cmd = "dbh run " + quote(scenario);
+  std::string cmd = quote(self_command()) + " run " + quote(scenario);
   for (const auto& o : kept) cmd += " " + quote(o);
   return cmd;
 }

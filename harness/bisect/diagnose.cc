@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/home.h"
 #include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/probe.h"
@@ -457,7 +458,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     if (fails) {
       md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
-         << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n```\n";
+         << shell_command({self_command(), "run", (out / "repro.yaml").string()}) << "\n```\n";
       if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
     }
     write_file_atomically((out / "diagnosis.md").string(), md.str());
@@ -499,7 +500,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     if (fails && hyps.front().score() > 0) std::cout << "top hypothesis: " << hyps.front().title << "\n";
     if (fails && hyps.front().score() <= 0) std::cout << "top hypothesis: none has more evidence for it than against it\n";
     std::cout << "report: " << (out / "diagnosis.md").string() << "\n";
-    if (fails) std::cout << "repro:  " << shell_command({"dbh", "run", (out / "repro.yaml").string()}) << "\n";
+    if (fails) std::cout << "repro:  " << shell_command({self_command(), "run", (out / "repro.yaml").string()}) << "\n";
     std::cout << std::flush;
     claim->commit();
     return fails ? 1 : 0;

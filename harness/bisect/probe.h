@@ -165,7 +165,4 @@ class Prober {
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
 
-/// The path of the running dbh binary.
-std::string self_exe();
-
 }  // namespace dbh::harness

@@ -18,6 +18,7 @@
 
 #include "harness/bisect/probe.h"
 #include "harness/common/hash.h"
+#include "harness/common/home.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/scenario/schema.h"
@@ -28,12 +29,6 @@ extern char** environ;
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
-
-std::string self_exe() {
-  std::error_code ec;
-  const auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("dbh") : p.string();
-}
 
 bool failed_before_training(const TrialAnalysis& a) {
   return is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;

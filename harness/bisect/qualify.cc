@@ -1,3 +1,4 @@
+#include "harness/common/home.h"
 #include "harness/bisect/qualify.h"
 
 #include <algorithm>
@@ -66,7 +67,7 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
 }
 
 std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
-  std::vector<std::string> words = {"dbh", "run", scenario};
+  std::vector<std::string> words = {self_command(), "run", scenario};
   words.insert(words.end(), base.begin(), base.end());
   words.insert(words.end(), extra.begin(), extra.end());
   return shell_command(words);
@@ -467,7 +468,7 @@ int qualify_command(const QualifyOptions& o) {
          << "\n";
     }
     md << "# re-run this qualification\n"
-       << shell_command({"dbh", "qualify", o.scenario, o.profile.empty() ? "--budget" : "--profile",
+       << shell_command({self_command(), "qualify", o.scenario, o.profile.empty() ? "--budget" : "--profile",
                          o.profile.empty() ? o.budget : o.profile})
        << "\n```\n\n";
     md << "## Migration checklist (measured)\n\n"

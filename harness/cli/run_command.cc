@@ -190,7 +190,7 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
 
 // The words of the command that reproduces a run of `s` from `scenario_path`.
 std::vector<std::string> repro_args(const Scenario& s, const std::string& scenario_path) {
-  std::vector<std::string> args = {"dbh", "run", scenario_path};
+  std::vector<std::string> args = {self_command(), "run", scenario_path};
   args.insert(args.end(), s.overrides.begin(), s.overrides.end());
   return args;
 }
@@ -436,12 +436,15 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   }
   write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
   // repro.sh is run by /bin/sh (dash reads no `$'…'`): POSIX single quotes,
-  // which keep every byte, a line break in a file name too.
-  std::string script_command;
-  for (const auto& a : repro) script_command += (script_command.empty() ? "" : " ") + shell_quote_posix(a);
+  // which keep every byte, a line break in a file name too. It runs the dbh
+  // that wrote it, or $DBH.
+  std::string script_command = "\"$DBH\"";
+  for (size_t i = 1; i < repro.size(); ++i) script_command += " " + shell_quote_posix(repro[i]);
   write_file_atomically((out / "repro.sh").string(),
-                        "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) + ").\nset -e\ncd " +
-                            shell_quote_posix(fs::current_path().string()) + "\nexec " + script_command + "\n");
+                        "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) +
+                            "). DBH=/path/to/dbh sh repro.sh runs another dbh.\nset -e\nDBH=${DBH:-" +
+                            shell_quote_posix(self_exe()) + "}\ncd " + shell_quote_posix(fs::current_path().string()) +
+                            "\nexec " + script_command + "\n");
   fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::add);
   write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

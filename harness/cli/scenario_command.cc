@@ -1,3 +1,4 @@
+#include "harness/common/home.h"
 #include "harness/cli/scenario_command.h"
 
 #include <stdlib.h>
@@ -192,7 +193,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
                       ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
                                                    : " with " + written.data.path)
                       : " on " + written.data.source + " (pass --data DIR for your dataset)")
-              << "\nnext:   " << shell_command({"dbh", "run", o.out}) << "\n";
+              << "\nnext:   " << shell_command({self_command(), "run", o.out}) << "\n";
   }
   for (const auto& u : c.unmapped)
     std::cerr << "unmapped: " << one_line(u) << "\n";

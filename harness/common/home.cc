@@ -1,5 +1,6 @@
 #include "harness/common/home.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -41,6 +42,32 @@ std::string cache_root_origin() {
   if (const char* d = std::getenv(kCacheDirEnv); d != nullptr && *d != '\0') return std::string("$") + kCacheDirEnv;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return "$XDG_CACHE_HOME";
   return "$HOME";
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("dbh") : p.string();
+}
+
+std::string self_command() {
+  const std::string self = self_exe();
+  if (self == "dbh") return self;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    start = end + 1;
+    if (dir.empty() || dir.front() != '/') continue;  // a relative PATH entry depends on the folder
+    std::error_code ec;
+    const fs::path candidate = fs::path(dir) / "dbh";
+    if (!fs::exists(candidate, ec)) continue;
+    // The first dbh on PATH decides: the shell would run it.
+    return fs::equivalent(candidate, self, ec) && !ec ? std::string("dbh") : self;
+  }
+  return self;
 }
 
 }  // namespace dbh::harness

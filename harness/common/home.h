@@ -24,4 +24,12 @@ std::string cache_root();
 /// "$XDG_CACHE_HOME" or "$HOME".
 std::string cache_root_origin();
 
+/// The path of the running dbh binary (/proc/self/exe); "dbh" when unknown.
+std::string self_exe();
+
+/// The word that starts this dbh from a shell, for every command dbh prints
+/// or writes into a script: "dbh" when the first `dbh` on $PATH is this very
+/// binary, else its absolute path, so a printed command runs as pasted.
+std::string self_command();
+
 }  // namespace dbh::harness

@@ -266,15 +266,41 @@ TEST(GeneratedFilesTest, ANameThatLooksLikeACommandStaysAComment) {
   const fs::path out = dir / "out";
   const auto r = dbh({"run", scenario.string(), "--out", out.string(), "-q"}, dir);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  // repro.sh runs `dbh`: a stand-in on PATH records what it was given.
+  // repro.sh runs the dbh that wrote it (its absolute path, whatever PATH
+  // holds) unless $DBH names another: a stand-in records what it was given.
+  EXPECT_NE(read_text(out / "repro.sh").find("DBH=${DBH:-" + fs::canonical(DBH_BINARY).string() + "}"),
+            std::string::npos)
+      << read_text(out / "repro.sh");
   write_text(dir / "bin" / "dbh", "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"" + (dir / "args").string() + "\"\n");
   fs::permissions(dir / "bin" / "dbh", fs::perms::owner_all);
-  const auto sh = run_process({"/usr/bin/env", "PATH=" + (dir / "bin").string() + ":/usr/bin:/bin", "/bin/sh",
-                               (out / "repro.sh").string()},
+  const auto sh = run_process({"/usr/bin/env", "PATH=/usr/bin:/bin", "DBH=" + (dir / "bin" / "dbh").string(),
+                               "/bin/sh", (out / "repro.sh").string()},
                               dir.string(), 60);
   EXPECT_EQ(sh.exit_code, 0) << sh.err;
   EXPECT_FALSE(fs::exists(dir / "pwned")) << read_text(out / "repro.sh");
   EXPECT_EQ(read_text(dir / "args"), "run\n" + scenario.string() + "\n") << read_text(out / "repro.sh");
+  fs::remove_all(dir);
+}
+
+// Without dbh on PATH (as right after `./dev main`), every printed command
+// names the binary that ran, and the repro line runs as pasted.
+TEST(GeneratedFilesTest, PrintedCommandsNameTheBinaryThatRanWhenPathHasNoDbh) {
+  const fs::path dir = fresh_dir("self");
+  const std::string self = fs::canonical(DBH_BINARY).string();
+  const auto r = testing::run_process({"/usr/bin/env", "PATH=/usr/bin:/bin", DBH_BINARY, "run",
+                                       "scenarios/nan-activation.yaml", "expect.step=3", "--out",
+                                       (dir / "a").string()},
+                                      DBH_SOURCE_DIR, 300);
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const std::string want = "repro:  " + self + " run scenarios/nan-activation.yaml expect.step=3";
+  const size_t at = r.out.find(want);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at + 8, r.out.find('\n', at) - at - 8);
+  const auto again = testing::run_process(
+      {"/usr/bin/env", "PATH=/usr/bin:/bin", "/bin/sh", "-c", line + " --out " + (dir / "b").string() + " -q"},
+      DBH_SOURCE_DIR, 300);
+  EXPECT_EQ(again.exit_code, 1) << line << "\n" << again.out << again.err;
+  EXPECT_TRUE(fs::exists(dir / "b" / "report.json")) << line;
   fs::remove_all(dir);
 }
 

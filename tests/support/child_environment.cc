@@ -8,11 +8,16 @@
 //       train share ctest's slots (tests/CMakeLists.txt).
 //   DBH_CACHE_DIR=<build>/test-cache  measured choices (`auto` layout and
 //       threads) are cached inside the build folder, never in the user's cache.
+//   PATH=<build>/bin:$PATH  dbh is on PATH, as for a user who installed it:
+//       the commands it prints say `dbh` (common/home.h, self_command); a test
+//       that takes it off PATH sees them name the binary's absolute path.
 //
 // ctest's ENVIRONMENT property holds one variable reliably through
 // gtest_discover_tests (a list is split into properties), so the variables the
 // tests share live here and ENVIRONMENT keeps one per label (DBH_SLOW_TESTS).
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -24,6 +29,11 @@ class ChildEnvironment : public ::testing::Environment {
   void SetUp() override {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
     ::setenv("DBH_CACHE_DIR", DBH_TEST_CACHE_DIR, /*overwrite=*/0);
+#ifdef DBH_BINARY
+    const char* path = std::getenv("PATH");
+    const std::string bin = std::filesystem::path(DBH_BINARY).parent_path().string();
+    ::setenv("PATH", (bin + ":" + (path != nullptr ? path : "/usr/bin:/bin")).c_str(), /*overwrite=*/1);
+#endif
   }
 };
 
