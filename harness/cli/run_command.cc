@@ -750,19 +750,20 @@ std::string host_name() {
 void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
                          const std::string& junit, const std::string& shard_text, const std::string& where) {
-  int met = 0;
-  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
+  const VerdictCounts counts = count_verdicts(reports);
   nlohmann::ordered_json summary;
   summary["schema_version"] = 1;
   summary["shard"] = shard_text;
   summary["scenarios"] = ids.size();
   summary["completed"] = reports.size();
-  summary["expectations_met"] = met;
+  summary["expectations_met"] = counts.met;
+  summary["skipped"] = counts.skipped;
   summary["interrupted"] = interrupted;
   summary["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : reports) {
     summary["runs"].push_back({{"scenario", r.scenario.name}, {"outcome", to_string(r.outcome)},
-                               {"expectation_met", r.expectation_met}, {"report", r.out_dir + "/report.md"}});
+                               {"expectation_met", r.expectation_met}, {"verdict", to_string(verdict_of(r))},
+                               {"report", r.out_dir + "/report.md"}});
   }
   write_file_atomically((root / "suite.json").string(), summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   const std::string xml = junit_xml(reports, "dbh.suite", ci_environment(process_environment()));
@@ -1003,8 +1004,6 @@ int suite_command(const RunOptions& o) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
-  int met = 0;
-  for (const auto& r : reports) met += r.expectation_met ? 1 : 0;
   if (o.json) {
     std::ifstream in(root / "suite.json");
     std::cout << in.rdbuf();
@@ -1037,11 +1036,10 @@ int suite_command(const RunOptions& o) {
   }
   // As pytest and ctest: a scenario this machine cannot run (its device) is
   // skipped, said, and fails nothing.
-  const size_t skipped = static_cast<size_t>(
-      std::count_if(reports.begin(), reports.end(), [](const RunReport& r) { return r.not_run_here(); }));
-  const size_t failed = reports.size() - static_cast<size_t>(met) - skipped;
-  human << met << " passed, " << failed << " failed" << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run on this machine)" : "") << std::endl;
-  return failed == 0 ? 0 : 1;
+  const VerdictCounts c = count_verdicts(reports);
+  human << c.met << " passed, " << c.not_met << " failed"
+        << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run on this machine)" : "") << std::endl;
+  return c.not_met == 0 ? 0 : 1;
 }
 
 int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
@@ -1213,14 +1211,10 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
-  int met = 0, skipped = 0;
-  for (const auto& r : reports) {
-    met += r.expectation_met ? 1 : 0;
-    skipped += r.not_run_here() ? 1 : 0;
-  }
-  const size_t failed = reports.size() - static_cast<size_t>(met + skipped);
-  std::cout << "merged " << dirs.size() << " folder(s): " << met << " passed, " << failed
-            << " failed" << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run there)" : "")
+  const VerdictCounts c = count_verdicts(reports);
+  const size_t failed = c.not_met;
+  std::cout << "merged " << dirs.size() << " folder(s): " << c.met << " passed, " << c.not_met
+            << " failed" << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run there)" : "")
             << "\nsuite: " << one_line((root / "suite.json").string())
             << std::endl;
   if (!problems.empty()) {

@@ -108,7 +108,8 @@ std::string outcome_text(const CiResult& r) {
 }
 
 std::string table_row(const CiResult& r, const std::string& workspace) {
-  const char* expectation = !r.expectation_met ? "\xE2\x9D\x8C not met"                   // ❌
+  const char* expectation = r.skipped            ? "\xE2\x8F\xAD\xEF\xB8\x8F skipped"      // ⏭️
+                            : !r.expectation_met ? "\xE2\x9D\x8C not met"                   // ❌
                             : r.unsure         ? "\xE2\x9A\xA0\xEF\xB8\x8F met, unsure"  // ⚠️
                                                : "\xE2\x9C\x85 met";                      // ✅
   return "| " + cell(r.scenario) + " | " + cell(r.outcome) + " | " + cell(r.klass) + " | " +
@@ -161,6 +162,7 @@ CiResult ci_result(const RunReport& r) {
   c.step = r.failure.step;
   c.module = r.failure.module;
   c.expectation_met = r.expectation_met;
+  c.skipped = verdict_of(r) == RunVerdict::kSkipped;
   c.unsure = r.outcome == Outcome::kNondeterministic ||
              (r.determinism.checked && r.determinism.pass_rate > 0.0 && r.determinism.pass_rate < 1.0);
   c.report = r.out_dir.empty() ? std::string() : r.out_dir + "/report.md";
@@ -201,10 +203,14 @@ std::string github_annotation(const std::string& level, const std::string& title
 }
 
 std::string github_annotations(const std::vector<CiResult>& results) {
-  std::vector<std::string> errors, warnings;
+  std::vector<std::string> errors, warnings, notices;
   for (const auto& r : results) {
     const std::string title = "dbh " + r.scenario;
-    if (!r.expectation_met) {
+    if (r.skipped) {
+      std::string m = "skipped: not run on this machine";
+      for (const auto& l : first_lines(r.message, 1)) m += "\n" + l;
+      notices.push_back(github_annotation("notice", title, m));
+    } else if (!r.expectation_met) {
       std::string m = outcome_text(r) + ": expectation not met";
       for (const auto& w : r.why) m += "\n" + w;
       for (const auto& l : first_lines(r.message, kMessageLines)) m += "\n" + l;
@@ -229,15 +235,17 @@ std::string github_annotations(const std::vector<CiResult>& results) {
   };
   emit(errors, "error", "did not meet their expectation");
   emit(warnings, "warning", "met their expectation unreliably");
+  emit(notices, "notice", "were not run on this machine");
   return out;
 }
 
 std::string github_summary_markdown(const std::string& title, const std::vector<CiResult>& results,
                                     const std::string& workspace, size_t max_bytes) {
-  size_t met = 0, failed = 0;
-  for (const auto& r : results) r.expectation_met ? ++met : ++failed;
+  size_t met = 0, failed = 0, skipped = 0;
+  for (const auto& r : results) r.skipped ? ++skipped : r.expectation_met ? ++met : ++failed;
   std::string out = "### " + std::string(failed == 0 ? "\xE2\x9C\x85 " : "\xE2\x9D\x8C ") + cell(title) + ": " +
-                    std::to_string(met) + " of " + std::to_string(results.size()) + " expectation(s) met\n\n";
+                    std::to_string(met) + " of " + std::to_string(results.size() - skipped) + " expectation(s) met" +
+                    (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run on this machine)" : "") + "\n\n";
   out += "| scenario | outcome | class | step | module | expectation | report |\n";
   out += "|---|---|---|---|---|---|---|\n";
   if (out.size() + kNoteBytes > max_bytes) return "";
@@ -262,7 +270,7 @@ std::string github_summary_markdown(const std::string& title, const std::vector<
   out += heading;
   size_t blocks = 0;
   for (const auto& r : results) {
-    if (r.expectation_met) continue;
+    if (r.expectation_met || r.skipped) continue;
     const std::string block = failure_block(r);
     if (out.size() + block.size() + kNoteBytes > max_bytes) return out + note(failed - blocks, "failure(s)");
     out += block;

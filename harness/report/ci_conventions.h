@@ -43,6 +43,9 @@ struct CiResult {
   std::optional<int64_t> step;
   std::string module;
   bool expectation_met = false;
+  /// Not run on this machine (a device it lacks): a skip in every output,
+  /// never an error (Note [One verdict] in report/report.h).
+  bool skipped = false;
   /// Met, but not reliably: a nondeterministic outcome, or repeated
   /// processes that did not all pass (a flaky failure).
   bool unsure = false;

@@ -220,6 +220,48 @@ std::string settings_text(const Scenario& s) {
   return o.str();
 }
 
+RunVerdict verdict_of(const RunReport& r) {
+  if (r.expectation_met) return RunVerdict::kMet;
+  return r.not_run_here() ? RunVerdict::kSkipped : RunVerdict::kNotMet;
+}
+
+std::string to_string(RunVerdict v) {
+  switch (v) {
+    case RunVerdict::kMet: return "met";
+    case RunVerdict::kNotMet: return "not met";
+    case RunVerdict::kSkipped: return "skipped";
+  }
+  return "not met";
+}
+
+VerdictCounts count_verdicts(const std::vector<RunReport>& runs) {
+  VerdictCounts c;
+  for (const auto& r : runs) {
+    switch (verdict_of(r)) {
+      case RunVerdict::kMet: ++c.met; break;
+      case RunVerdict::kNotMet: ++c.not_met; break;
+      case RunVerdict::kSkipped: ++c.skipped; break;
+    }
+  }
+  return c;
+}
+
+std::string report_title(const RunReport& r) {
+  const auto& f = r.failure;
+  const std::string name = one_line(r.scenario.name);
+  if (is_failure(r.outcome)) {
+    const FailureClass* cls = f.klass.empty() ? nullptr : KnowledgeBase::shipped().find(f.klass);
+    return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
+           (f.step ? " at step " + std::to_string(*f.step) : "");
+  }
+  switch (verdict_of(r)) {
+    case RunVerdict::kSkipped: return "Scenario " + name + " not run on this machine";
+    case RunVerdict::kNotMet: return "Scenario " + name + ": expectation not met (training " + to_string(r.outcome) + ")";
+    case RunVerdict::kMet: break;
+  }
+  return "Scenario " + name + " " + to_string(r.outcome);
+}
+
 std::string report_markdown(const RunReport& r) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
@@ -228,12 +270,7 @@ std::string report_markdown(const RunReport& r) {
   const bool failed = is_failure(r.outcome);
   std::ostringstream md;
   const bool skipped = r.outcome == Outcome::kSkipped;
-  const std::string title =
-      failed    ? (cls ? cls->title : "Training " + to_string(r.outcome)) +
-                   (f.module.empty() ? "" : " in " + f.module) +
-                   (f.step ? " at step " + std::to_string(*f.step) : "")
-      : skipped ? "Scenario " + one_line(s.name) + " not run on this machine"
-                : "Scenario " + one_line(s.name) + " passed";
+  const std::string title = report_title(r);
   // Front matter values are JSON strings, which YAML reads as they are.
   const auto yaml_string = [](const std::string& v) { return front_matter_string(v); };
   const std::string name_md = markdown_inline(s.name);
@@ -241,7 +278,8 @@ std::string report_markdown(const RunReport& r) {
      << "title: " << yaml_string(title) << "\n"
      << "date: \"" << r.started_at << "\"\n"
      << "type: \"bug_report\"\n"
-     << "status: \"" << (failed ? "open" : skipped ? "skipped" : "passed") << "\"\n"
+     << "status: \"" << (failed ? "open" : skipped ? "skipped" : r.expectation_met ? "passed" : "expectation not met")
+     << "\"\n"
      << "scenario: " << yaml_string(s.name) << "\n"
      << "outcome: \"" << to_string(r.outcome) << "\"\n"
      << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"

@@ -64,6 +64,27 @@ struct RunReport {
   bool not_run_here() const { return outcome == Outcome::kSkipped && !expectation_met; }
 };
 
+/// Note [One verdict]: what every output of a run says of it, from one
+/// function: the report's title (report.md, report.html), the command line's
+/// PASS/FAIL/SKIP, JUnit, GitHub annotations and job summary, index.html and
+/// the suite's totals. A skip is a skip everywhere, never a failure or an
+/// error; an unmet expectation is never "passed", whatever the outcome.
+enum class RunVerdict { kMet, kNotMet, kSkipped };
+RunVerdict verdict_of(const RunReport& r);
+/// "met", "not met", "skipped".
+std::string to_string(RunVerdict v);
+
+struct VerdictCounts {
+  size_t met = 0, not_met = 0, skipped = 0;
+};
+VerdictCounts count_verdicts(const std::vector<RunReport>& runs);
+
+/// The report's title, the same on every page: the failure ("NaN/Inf in
+/// activations in decoder.fusion at step 1"), "Scenario X passed", "Scenario
+/// X not run on this machine", or, for an unmet expectation without a
+/// failure, "Scenario X: expectation not met (training passed)".
+std::string report_title(const RunReport& r);
+
 /// One line for a report's Environment section: the layout and thread count
 /// a trial ran with, whether measured, cached, explicit or defaults, and the
 /// timings they were chosen from (`TrialAnalysis::tuning`, Note [Measured

@@ -192,12 +192,6 @@ std::string expectation_text(const ojson& expected) {
   return out;
 }
 
-std::string title_of(const RunReport& r, const FailureClass* cls) {
-  const auto& f = r.failure;
-  if (!is_failure(r.outcome)) return "Scenario " + one_line(r.scenario.name) + " " + to_string(r.outcome);
-  return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
-         (f.step ? " at step " + std::to_string(*f.step) : "");
-}
 
 
 void events_section(std::ostringstream& h, const fs::path& events_file) {
@@ -316,7 +310,7 @@ std::string report_html(const RunReport& r) {
   const TrialAnalysis& main = main_trial.analysis;
   // Trial folders are children of the run folder; the page links them relative to itself.
   const std::string trial_rel = main_trial.dir.empty() ? "main" : fs::path(main_trial.dir).filename().string();
-  const std::string title = title_of(r, cls);
+  const std::string title = report_title(r);
   ImageEmbedder images(root);
   std::ostringstream h;
   h << html_page_head(failed ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
@@ -336,7 +330,10 @@ std::string report_html(const RunReport& r) {
     << "<tr><th>Module</th><td>" << (f.module.empty() ? "-" : "<code>" + esc(f.module) + "</code>") << "</td></tr>\n";
   if (!f.message.empty()) h << "<tr><th>Message</th><td>" << esc(f.message) << "</td></tr>\n";
   h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected))
-    << "</code>: " << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
+    << "</code>: "
+    << (verdict_of(r) == RunVerdict::kMet       ? "<span class=\"met\">met</span>"
+        : verdict_of(r) == RunVerdict::kSkipped ? "<span class=\"note\">not judged (skipped: not run on this machine)</span>"
+                                             : "<span class=\"unmet\">not met</span>");
   if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
   h << "</td></tr>\n"
     << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.max_steps << "</td></tr>\n"
@@ -609,21 +606,23 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   std::vector<size_t> order(runs.size());
   for (size_t i = 0; i < runs.size(); ++i)
     order[i] = i;
-  auto rank = [&](const RunReport& r) { return !r.expectation_met ? 0 : is_failure(r.outcome) ? 1 : 2; };
+  auto rank = [&](const RunReport& r) {
+    return verdict_of(r) == RunVerdict::kNotMet ? 0 : is_failure(r.outcome) ? 1 : verdict_of(r) == RunVerdict::kSkipped ? 3 : 2;
+  };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(runs[a]) < rank(runs[b]); });
-  int met = 0;
+  const VerdictCounts counts = count_verdicts(runs);
   std::map<std::string, int> by_outcome;
-  for (const auto& r : runs) {
-    met += r.expectation_met ? 1 : 0;
-    ++by_outcome[to_string(r.outcome)];
-  }
+  for (const auto& r : runs) ++by_outcome[to_string(r.outcome)];
   const std::string title = "dbh suite" + (shard_text.empty() ? "" : ", shard " + shard_text) + ": " +
-                            std::to_string(met) + " of " + std::to_string(runs.size()) + " expectations met";
+                            std::to_string(counts.met) + " of " + std::to_string(runs.size() - counts.skipped) +
+                            " expectations met" +
+                            (counts.skipped > 0 ? ", " + std::to_string(counts.skipped) + " skipped" : "");
   std::ostringstream h;
   h << html_page_head(title) << "<h1>" << esc(title) << "</h1>\n<p class=\"totals\">"
     << "<span><strong>" << runs.size() << "</strong> runs</span>"
-    << "<span class=\"met\">" << met << " met</span>"
-    << "<span class=\"unmet\">" << runs.size() - static_cast<size_t>(met) << " not met</span>";
+    << "<span class=\"met\">" << counts.met << " met</span>"
+    << "<span class=\"unmet\">" << counts.not_met << " not met</span>";
+  if (counts.skipped > 0) h << "<span class=\"note\">" << counts.skipped << " skipped (not run on this machine)</span>";
   if (!interrupted.empty()) h << "<span class=\"note\">" << interrupted.size() << " interrupted</span>";
   h << "</p>\n<p>Outcomes:";
   for (const auto& [o, n] : by_outcome)
@@ -654,14 +653,17 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
       }
     }
     const std::string name = r.scenario.name.empty() ? "(unnamed)" : r.scenario.name;
-    h << "<tr" << (r.expectation_met ? "" : " class=\"hl\"") << "><td>"
+    const RunVerdict verdict = verdict_of(r);
+    h << "<tr" << (verdict == RunVerdict::kNotMet ? " class=\"hl\"" : "") << "><td>"
       << (link.empty() ? esc(name) : "<a href=\"" + esc(html_url_path(link)) + "\">" + esc(name) + "</a>") << "</td><td>"
       << badge(r.outcome) << "</td><td>"
       << (r.failure.klass.empty() ? "-" : "<code>" + esc(r.failure.klass) + "</code>")
       << (r.failure.step ? " at step " + std::to_string(*r.failure.step) : "")
       << (r.failure.module.empty() ? "" : " in <code>" + esc(r.failure.module) + "</code>") << "</td><td><code>"
       << esc(expected.empty() ? "-" : expected) << "</code></td><td>"
-      << (r.expectation_met ? "<span class=\"met\">met</span>" : "<span class=\"unmet\">not met</span>");
+      << (verdict == RunVerdict::kMet       ? "<span class=\"met\">met</span>"
+          : verdict == RunVerdict::kSkipped ? "<span class=\"note\">skipped: not run on this machine</span>"
+                                         : "<span class=\"unmet\">not met</span>");
     if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
     h << "</td>" << num_cell(r.seconds, 3) << "</tr>\n";
   }

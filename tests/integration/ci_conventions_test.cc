@@ -111,6 +111,66 @@ TEST(CiConventionsTest, FailingSuiteUnderGithubActionsAndGitlab) {
   }
 }
 
+// Note [One verdict]: a scenario this machine cannot run is a skip in every
+// output (command line, JUnit, suite.json, index.html, GitHub annotations and
+// summary), and an unmet expectation without a failure is never titled
+// "passed".
+TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOutput) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-verdicts");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "scenarios" / "a-pass.yaml",
+             "name: a-pass\n" + base_include() + "train:\n  max_steps: 2\n  threads: 1\n");
+  write_text(dir / "scenarios" / "c-gpu.yaml",
+             "name: c-gpu\n" + base_include() + "train:\n  max_steps: 2\n  threads: 1\nhardware:\n  device: cuda\n");
+  write_text(dir / "scenarios" / "d-unmet.yaml", "name: d-unmet\n" + base_include() +
+                                                       "train:\n  max_steps: 2\n  threads: 1\n"
+                                                       "expect:\n  outcome: diverged\n");
+  const fs::path summary = dir / "summary.md";
+  EnvChanges env = no_ci();
+  env["GITHUB_ACTIONS"] = "true";
+  env["GITHUB_STEP_SUMMARY"] = summary.string();
+  env["GITHUB_WORKSPACE"] = dir.string();
+  const auto r = dbh({"suite", (dir / "scenarios").string(), "--out", (dir / "out").string(), "--no-progress"}, env);
+  if (r.out.find("SKIP  c-gpu") == std::string::npos) GTEST_SKIP() << "this machine runs CUDA: nothing is skipped";
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("1 passed, 1 failed, 1 skipped"), std::string::npos) << r.out;
+  std::vector<std::string> commands;
+  for (const auto& l : lines_of(r.out)) {
+    if (l.rfind("::", 0) == 0) commands.push_back(l);
+  }
+  ASSERT_EQ(commands.size(), 2u) << r.out;
+  EXPECT_EQ(commands[0].rfind("::error title=dbh d-unmet::passed: expectation not met", 0), 0u) << commands[0];
+  EXPECT_EQ(commands[1].rfind("::notice title=dbh c-gpu::skipped: not run on this machine", 0), 0u) << commands[1];
+
+  const std::string md = read_text(summary);
+  EXPECT_EQ(md.rfind("### \xE2\x9D\x8C dbh suite: 1 of 2 expectation(s) met, 1 skipped (not run on this machine)\n", 0),
+            0u)
+      << md;
+  EXPECT_NE(md.find("| c-gpu | skipped |"), std::string::npos) << md;
+  EXPECT_NE(md.find("skipped | out/c-gpu/report.md |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("**c-gpu**"), std::string::npos) << "a skip is not a failure:\n" << md;
+  EXPECT_NE(md.find("**d-unmet**"), std::string::npos) << md;
+
+  const std::string xml = read_text(dir / "out" / "junit.xml");
+  EXPECT_NE(xml.find("skipped=\"1\""), std::string::npos) << xml;
+  const json suite = json::parse(read_text(dir / "out" / "suite.json"));
+  EXPECT_EQ(suite["skipped"], 1) << suite.dump(1);
+  EXPECT_EQ(suite["expectations_met"], 1) << suite.dump(1);
+  const std::string index = read_text(dir / "out" / "index.html");
+  EXPECT_NE(index.find("1 of 2 expectations met, 1 skipped"), std::string::npos) << index;
+  EXPECT_NE(index.find("1 not met</span>"), std::string::npos) << index;
+  EXPECT_NE(index.find("skipped: not run on this machine"), std::string::npos) << index;
+
+  // The unmet expectation's pages say so in their title, as the command line does.
+  for (const char* page : {"report.md", "report.html"}) {
+    const std::string text = read_text(dir / "out" / "d-unmet" / page);
+    EXPECT_NE(text.find("Scenario d-unmet: expectation not met (training passed)"), std::string::npos) << page;
+    EXPECT_EQ(text.find("Scenario d-unmet passed"), std::string::npos) << page;
+  }
+  EXPECT_NE(read_text(dir / "out" / "c-gpu" / "report.html").find("Scenario c-gpu not run on this machine"),
+            std::string::npos);
+}
+
 TEST(CiConventionsTest, AnUnwritableSummaryIsAWarningNotAFailure) {
   const fs::path dir = testing::fresh_dir("dbh-ci-run");
   testing::RemoveOnExit cleanup(dir);
