@@ -801,6 +801,38 @@ int suite_command(const RunOptions& o) {
       if (seen.insert(ec ? f : key).second) unique.push_back(f);
     }
     files = unique;
+    // A file another scenario of the suite includes is an include file (a
+    // shared base), not a scenario: a glob over a folder names both.
+    {
+      std::map<std::string, std::string> included_by;  // canonical path → a file that includes it
+      for (const auto& f : files) {
+        std::error_code ec;
+        const fs::path self = fs::weakly_canonical(f, ec);
+        std::vector<std::string> closure;
+        try {
+          closure = scenario_files(f);
+        } catch (const ScenarioError&) {
+          continue;  // load_scenario below says what is wrong with it
+        }
+        for (const auto& inc : closure) {
+          const fs::path p = fs::weakly_canonical(inc, ec);
+          if (!ec && p != self) included_by.emplace(p.string(), f);
+        }
+      }
+      std::vector<std::string> scenarios;
+      for (const auto& f : files) {
+        std::error_code ec;
+        const auto it = included_by.find(fs::weakly_canonical(f, ec).string());
+        if (it == included_by.end()) {
+          scenarios.push_back(f);
+        } else {
+          std::cerr << "dbh suite: " << one_line(f) << " is not run as a scenario: " << one_line(it->second)
+                    << " includes it\n";
+        }
+      }
+      files = scenarios;
+      if (files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got only include files");
+    }
     for (const auto& f : files) {  // all valid before anything runs
       const Scenario s = load_scenario(f, o.overrides);
       data_paths.push_back(s.data.path);

@@ -388,9 +388,12 @@ std::string report_markdown(const RunReport& r) {
       md << ", CUDA allocated " << format_bytes(m.value("cuda_allocated_bytes", int64_t{0})) << ", reserved "
          << format_bytes(m.value("cuda_reserved_bytes", int64_t{0}));
     }
-    md << "; phases reached in that step:";
-    for (const auto& [phase, pm] : main.memory_at_failure["phases"].items()) {
-      md << " " << phase << " " << format_bytes(pm.value("rss_bytes", int64_t{0}));
+    const auto& phases = main.memory_at_failure["phases"];
+    if (phases.is_object() && !phases.empty()) {
+      md << "; phases reached in that step:";
+      for (const auto& [phase, pm] : phases.items()) {
+        md << " " << phase << " " << format_bytes(pm.value("rss_bytes", int64_t{0}));
+      }
     }
     md << ".\n";
   }
@@ -523,7 +526,7 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
     << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\"" << fmt(total, 6)
     << "\">\n";
   for (const auto& r : runs) {
-    x << "    <testcase classname=\"dbh." << esc(suite_name) << "\" name=\"" << esc(r.scenario.name)
+    x << "    <testcase classname=\"" << esc(suite_name) << "\" name=\"" << esc(r.scenario.name)
       << "\" time=\"" << fmt(r.seconds, 6) << "\">\n";
     if (r.not_run_here()) {
       x << "      <skipped message=\"" << esc(r.failure.message) << "\"/>\n";

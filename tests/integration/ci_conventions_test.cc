@@ -153,6 +153,8 @@ TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOut
 
   const std::string xml = read_text(dir / "out" / "junit.xml");
   EXPECT_NE(xml.find("skipped=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("classname=\"dbh.suite\""), std::string::npos) << xml;
+  EXPECT_EQ(xml.find("dbh.dbh."), std::string::npos) << xml;
   const json suite = json::parse(read_text(dir / "out" / "suite.json"));
   EXPECT_EQ(suite["skipped"], 1) << suite.dump(1);
   EXPECT_EQ(suite["expectations_met"], 1) << suite.dump(1);
@@ -169,6 +171,25 @@ TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOut
   }
   EXPECT_NE(read_text(dir / "out" / "c-gpu" / "report.html").find("Scenario c-gpu not run on this machine"),
             std::string::npos);
+}
+
+// A glob names the shared base too: a file another scenario of the suite
+// includes is not run as a scenario, and the suite says so.
+TEST(CiConventionsTest, ASuiteOverAGlobSkipsTheFileItsScenariosInclude) {
+  const fs::path dir = testing::fresh_dir("dbh-ci-includes");
+  testing::RemoveOnExit cleanup(dir);
+  write_text(dir / "base.yaml", base_include() + "train:\n  max_steps: 1\n  threads: 1\n");
+  write_text(dir / "a.yaml", "name: a\ninclude: base.yaml\n");
+  write_text(dir / "b.yaml", "name: b\ninclude: base.yaml\ntrain:\n  seed: 2\n");
+  const auto r = dbh({"suite", (dir / "a.yaml").string(), (dir / "b.yaml").string(), (dir / "base.yaml").string(),
+                      "--out", (dir / "out").string(), "--no-progress"},
+                     no_ci());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 passed, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("base.yaml is not run as a scenario: " + (dir / "a.yaml").string() + " includes it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "base")) << "the include file ran";
 }
 
 TEST(CiConventionsTest, AnUnwritableSummaryIsAWarningNotAFailure) {
