@@ -523,9 +523,9 @@ int finish(const Outputs& o, const Prober& prober, const fs::path& out, double s
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
   write_file_atomically((out / "bisect.html").string(), markdown_page_html("Bisection: " + o.kind, md.str()));
-  std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << o.summary << "\n";
+  std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << terminal_text(o.summary) << "\n";
   if (!confident) {
-    for (const auto& d : o.doubts) std::cout << "  - " << d << "\n";
+    for (const auto& d : o.doubts) std::cout << "  - " << terminal_text(d) << "\n";
   }
   std::cout << "probes: " << prober.history().size() << " (" << fresh << " run, "
             << prober.history().size() - static_cast<size_t>(fresh) << " cached) in " << std::fixed

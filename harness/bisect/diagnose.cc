@@ -494,7 +494,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     j["repro_scenario"] = fails ? ojson((out / "repro.yaml").string()) : ojson(nullptr);
     write_file_atomically((out / "diagnosis.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    std::cout << "conclusion: " << j["conclusion"].get<std::string>()
+    std::cout << "conclusion: " << terminal_text(j["conclusion"].get<std::string>())
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
     // Hypotheses explain a failure: with none, ranking them would make one up.
     if (fails && hyps.front().score() > 0) std::cout << "top hypothesis: " << hyps.front().title << "\n";

@@ -171,11 +171,7 @@ int run_train_command(const TrainCommandOptions& o) {
   const nlohmann::json choices = resolve_measured_choices(s, (out / "tuning").string());
   stop_check();
   if (!o.quiet && !choices.is_null()) {
-    std::string line = measured_choices_line(choices);  // Markdown: shown as plain text
-    for (const std::string mark : {"**", "`"}) {
-      for (size_t i; (i = line.find(mark)) != std::string::npos;) line.erase(i, mark.size());
-    }
-    std::cout << line << "\n";
+    std::cout << terminal_text(measured_choices_line(choices)) << "\n";
   }
 
   model::DbNet dbnet = make_net(s);

@@ -236,4 +236,12 @@ std::string markdown_code(const std::string& s) {
   return fence + (pad ? " " : "") + text + (pad ? " " : "") + fence;
 }
 
+std::string terminal_text(const std::string& markdown) {
+  std::string out = markdown;
+  for (const std::string mark : {"**", "`"}) {
+    for (size_t i; (i = out.find(mark)) != std::string::npos;) out.erase(i, mark.size());
+  }
+  return out;
+}
+
 }  // namespace dbh::harness

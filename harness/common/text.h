@@ -35,6 +35,10 @@ std::string valid_utf8(const std::string& s);
 /// and bidirectional formatting characters become spaces. For names in
 /// comments, headings and progress lines.
 std::string one_line(const std::string& s);
+
+/// A line of dbh's Markdown (a summary, a measured-choices line) for the
+/// terminal: without its `**` and backtick marks.
+std::string terminal_text(const std::string& markdown);
 /// The longest prefix of `s` of at most `max` bytes that ends on a code point
 /// boundary, with "…" when anything was cut.
 std::string truncate_utf8(const std::string& s, size_t max);

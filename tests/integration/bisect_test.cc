@@ -57,6 +57,9 @@ TEST(BisectTest, StepsFindsThePlantedNaNStep) {
   // ⌈log2 12⌉ = 4 search probes + 2 fresh end re-checks + 1 reproduction run.
   EXPECT_LE(j["probes"].size(), 4u + 2u + 1u);
   EXPECT_NE(r.out.find("repro:  dbh run"), std::string::npos);
+  // The terminal gets plain text, the Markdown report its emphasis.
+  EXPECT_NE(r.out.find("result: the first failing step is 7 (class nonfinite_activation)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("**"), std::string::npos) << r.out;
   for (const auto& p : j["probes"]) {
     EXPECT_TRUE(p.contains("config") && p.contains("outcome") && p.contains("seconds"));
   }
