@@ -116,7 +116,7 @@ int diagnose_command(const DiagnoseOptions& o) {
         r.applies = "not a valid scenario here: " + one_line(e.what());
         return;
       }
-      r.probe = prober.probe(r.overrides, r.name.substr(0, 44));
+      r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
       r.ran = true;
     };
     for (auto& r : rungs) run_rung(r);
@@ -399,7 +399,9 @@ int diagnose_command(const DiagnoseOptions& o) {
         auto with = check.overrides;
         with.push_back("controls=[]");
         try {
-          const auto p = prober.probe(with, "resolution " + std::to_string(c.resolution + 1));
+          std::string label = "resolution " + std::to_string(c.resolution + 1) + ":";
+          for (const auto& o : check.overrides) label += " " + o;
+          const auto p = prober.probe(with, one_line(label));
           check.outcome = to_string(p.analysis.outcome);
           check.klass = p.analysis.failure.klass;
           check.verdict = p.verdict == Verdict::kPass ? "confirmed" : p.verdict == Verdict::kFail ? "refuted" : "unresolved";

@@ -174,10 +174,12 @@ nlohmann::json summary_json(const ProbeResult& p) {
 }
 
 bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) {
-  std::ifstream in(path);
-  if (!in) return false;
+  // A cache entry someone replaced (a FIFO, a huge file) is no answer, and
+  // never a hang: the probe runs again.
+  const auto text = read_regular_file(path.string(), size_t{1} << 20);
+  if (!text) return false;
   try {
-    const auto j = nlohmann::json::parse(in);
+    const auto j = nlohmann::json::parse(*text);
     if (j.value("key", "") != key) return false;  // another format or a torn file
     // An entry without the memory a qualification fits (an older format) is
     // no answer: the probe runs again.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/probe.h"
+#include "harness/common/files.h"
 #include "harness/common/hash.h"
 #include "harness/common/home.h"
 #include "harness/common/text.h"
@@ -198,8 +199,9 @@ namespace {
 // never removed.
 bool is_stored_probe_result(const fs::path& path, int64_t size) {
   if (size <= 0 || size > (int64_t{1} << 20)) return false;
-  std::ifstream in(path, std::ios::binary);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto text = read_regular_file(path.string(), size_t{1} << 20);
+  if (!text) return false;
+  const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("key") && j["key"].is_string() && j.contains("scenario_hash") &&
          j["key"].get<std::string>() == path.stem().string();
 }

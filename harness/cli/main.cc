@@ -1,5 +1,6 @@
 // The dbh command line.
 
+#include <cmath>
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -313,6 +314,17 @@ int main(int argc, char** argv) {
           if (value.empty()) {
             throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected " +
                                            (path ? "a path" : "a value") + ", got \"\"");
+          }
+          // A number is finite, whatever the option: CLI11 reads "nan" and
+          // "inf" as doubles, and a range check passes NaN (every comparison
+          // with it is false).
+          if (!path) {
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (end != value.c_str() && *end == '\0' && !std::isfinite(v)) {
+              throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected a finite number, got \"" +
+                                             value + "\"");
+            }
           }
         }
       }

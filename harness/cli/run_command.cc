@@ -670,8 +670,14 @@ class Journal {
   /// Also collects "journal.jsonl:LINE: …" for every record that does not
   /// decode, except a torn last line.
   std::vector<nlohmann::json> read(std::vector<std::string>* bad) const {
+    // The one open-for-reading (common/files.h): a regular file of bounded
+    // size, opened without blocking, so a FIFO or device put in its place is
+    // refused with a message instead of hanging dbh.
+    if (!fs::exists(fs::symlink_status(path_))) return {};
+    const std::string text = read_input_file(path_.string(), "a suite journal (JSON lines, a regular file)",
+                                             size_t{256} << 20);
     std::vector<nlohmann::json> out;
-    std::ifstream in(path_);
+    std::istringstream in(text);
     std::string line;
     int64_t n = 0;
     std::string pending_bad;
@@ -691,15 +697,7 @@ class Journal {
       }
     }
     // A last line ended by its newline was written whole: not torn.
-    if (!pending_bad.empty() && bad != nullptr) {
-      std::ifstream tail(path_, std::ios::binary | std::ios::ate);
-      char last = 0;
-      if (tail && tail.tellg() > 0) {
-        tail.seekg(-1, std::ios::end);
-        tail.get(last);
-      }
-      if (last == '\n') bad->push_back(pending_bad);
-    }
+    if (!pending_bad.empty() && bad != nullptr && !text.empty() && text.back() == '\n') bad->push_back(pending_bad);
     return out;
   }
 
@@ -924,7 +922,13 @@ int suite_command(const RunOptions& o) {
     const std::string my_shard = shard_text.substr(0, shard_text.find(' '));
     std::string other;
     std::vector<std::string> bad;
-    const std::vector<nlohmann::json> records = journal.read(&bad);
+    std::vector<nlohmann::json> records;
+    try {
+      records = journal.read(&bad);
+    } catch (const ScenarioError& e) {
+      std::cerr << "dbh: " << message(e) << " (--resume continues a journal dbh wrote; choose another --out)\n";
+      return 2;
+    }
     if (!bad.empty()) {
       // A record in the middle that does not decode: resumed, the folder
       // would never merge (merge refuses it), and what it said is unknown.
@@ -988,8 +992,9 @@ int suite_command(const RunOptions& o) {
       it = finished.end();
     }
     if (it != finished.end()) {
-      std::ifstream in(fs::path(it->second.value("dir", "")) / "report.json");
-      const auto j = nlohmann::json::parse(in, nullptr, false);
+      const auto text = read_regular_file((fs::path(it->second.value("dir", "")) / "report.json").string(),
+                                          size_t{64} << 20);
+      const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
       if (!j.is_discarded()) {
         RunReport r = report_from_json(j);
         r.out_dir = it->second.value("dir", "");
@@ -1115,7 +1120,14 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
       std::set<std::string> finished_here;
       bool opened = false;  // a `suite` record: every invocation writes one first
       std::string ran;      // the suite it ran (its last `suite` record's suite_hash)
-      for (const auto& rec : Journal(jp).read(&bad)) {
+      std::vector<nlohmann::json> records;
+      try {
+        records = Journal(jp).read(&bad);
+      } catch (const ScenarioError& e) {  // not a regular file, too big, unreadable
+        std::cerr << "dbh merge: " << message(e) << "\n";
+        return 2;
+      }
+      for (const auto& rec : records) {
         const std::string type = rec.value("type", "");
         opened = opened || type == "suite";
         if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
@@ -1211,10 +1223,10 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   std::vector<RunReport> reports;
   for (const auto& id : order) {
     const fs::path report = fs::path(finished[id].value("dir", "")) / "report.json";
-    std::ifstream in(report);
-    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto text = read_regular_file(report.string(), size_t{64} << 20);
+    const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
     try {
-      if (!in.is_open()) throw ProtocolError("expected a report, got " + describe_path(report.string()));
+      if (!text) throw ProtocolError("expected a report, got " + describe_path(report.string()));
       if (j.is_discarded()) throw ProtocolError("expected a report, got text that is not JSON");
       RunReport r = report_from_json(j);
       r.out_dir = finished[id].value("dir", "");

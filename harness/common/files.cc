@@ -344,6 +344,28 @@ void check_checkpoint_file(const std::string& path, const std::string& where, co
   }
 }
 
+std::optional<std::string> read_regular_file(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uintmax_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || text.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      if (n == 0) return text;
+      return std::nullopt;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+}
+
 std::string read_input_file(const std::string& path, const std::string& what, size_t max_bytes) {
   check_input_file(path, what);
   // O_NONBLOCK: a FIFO swapped in after the check must not block the read.

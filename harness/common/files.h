@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace dbh::harness {
@@ -38,6 +39,13 @@ void check_checkpoint_file(const std::string& path, const std::string& where = "
 /// check_input_file does, or when the file is larger than `max_bytes`.
 std::string read_input_file(const std::string& path, const std::string& what,
                             size_t max_bytes = kMaxInputFileBytes);
+
+/// The same open-for-reading for what dbh or an earlier run wrote and may
+/// find replaced (probe-cache entries, a suite's reports, hashed inputs):
+/// the contents of a regular file of at most `max_bytes`, or nullopt when the
+/// path is missing, is not a regular file (a FIFO, a device, a folder) or is
+/// larger; never blocks, never throws.
+std::optional<std::string> read_regular_file(const std::string& path, size_t max_bytes);
 
 // Note [Never through a link]: dbh writes only inside its output and cache
 // folders, and a folder it reuses may hold links someone else put there
