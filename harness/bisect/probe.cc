@@ -121,7 +121,7 @@ const std::string& Prober::session_dir() {
   throw ReportError(parent.string() + ": expected a free name for this bisection's probe folder, found none");
 }
 
-std::string Prober::cache_key(const Scenario& s) const { return probe_key(s, environment_); }
+std::string Prober::cache_key(const Scenario& s) const { return probe_key(s); }
 
 Scenario Prober::load(const std::vector<std::string>& extra) const {
   auto all = base_overrides_;

@@ -73,10 +73,23 @@ std::string input_fingerprint(const Scenario& s);
 /// links. Computed once per process.
 std::string build_identity();
 
-/// The probe cache key of `s`: a digest of its resolved scenario,
-/// input_fingerprint(s), build_identity(), machine_identity() and
-/// `environment` (text a caller that links LibTorch may add: versions,
-/// device). The files `s` reads are looked at again on every call.
+/// Note [Input manifest]: one list of everything a trial's outcome depends
+/// on, from which the probe cache key is computed and whose hash every report
+/// shows: the resolved scenario (its includes merged), the datasets (training
+/// and validation), weights and checkpoint (input_fingerprint), the knowledge
+/// base that classifies failures, an external worker's command and the files
+/// its argv names, the variables of outcome_variables() that are set
+/// (common/environment_vars.h), the build and the machine. Each entry is
+/// (what, fingerprint); the files are looked at again on every call.
+struct InputManifest {
+  std::vector<std::pair<std::string, std::string>> entries;
+  /// A digest of every entry, in order.
+  std::string hash() const;
+};
+InputManifest input_manifest(const Scenario& s);
+
+/// The probe cache key of `s`: a digest of input_manifest(s) and
+/// `environment` (text a caller may add: versions, device).
 std::string probe_key(const Scenario& s, const std::string& environment = "");
 
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
@@ -125,7 +138,6 @@ class Prober {
   bool keep_checkpoints() const { return keep_checkpoints_; }
   /// Extra text for the cache key, e.g. the torch/CUDA/cuDNN versions and the
   /// device a caller that links LibTorch knows.
-  void set_environment(std::string text) { environment_ = std::move(text); }
   /// Removes the checkpoints and private dataset copies under this Prober's
   /// folder unless they are to be kept. Returns the bytes removed.
   int64_t release_checkpoints();
@@ -149,7 +161,6 @@ class Prober {
   std::string out_dir_;
   std::string cache_dir_;
   std::string session_dir_;
-  std::string environment_;
   bool quiet_;
   bool keep_checkpoints_ = false;
   bool judge_metrics_ = false;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/probe.h"
+#include "harness/common/environment_vars.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
 #include "harness/common/home.h"
@@ -145,6 +146,10 @@ void add_dataset(Digest& d, const std::string& root) {
 std::string input_fingerprint(const Scenario& s) {
   Digest d;
   if (s.data.source == "real" && !s.data.path.empty()) add_dataset(d, s.data.path);
+  if (!s.data.val.path.empty()) {
+    d.add("validation");
+    add_dataset(d, s.data.val.path);
+  }
   if (!s.model.weights.empty()) add_file(d, DBH_SCENARIO_KEY(model.weights), s.model.weights);
   if (!s.train.resume_from.empty()) add_file(d, DBH_SCENARIO_KEY(train.resume_from), s.train.resume_from);
   return d.hex();
@@ -164,14 +169,52 @@ std::string build_identity() {
   return identity;
 }
 
+std::string InputManifest::hash() const {
+  Digest d;
+  d.add("dbh input manifest 1");
+  for (const auto& [what, fingerprint] : entries) d.add(what).add(fingerprint);
+  return d.hex();
+}
+
+InputManifest input_manifest(const Scenario& s) {
+  InputManifest m;
+  const auto digest_of = [](const std::string& text) {
+    Digest d;
+    d.add(text);
+    return d.hex();
+  };
+  m.entries.emplace_back("scenario (resolved, includes merged)", digest_of(resolved_json(s)));
+  m.entries.emplace_back("files: datasets, weights, checkpoint", input_fingerprint(s));
+  {
+    const std::string kb = (fs::path(dbh_home()) / "reports" / "kb" / "failures.yaml").string();
+    const Stamp st = stamp_of(kb);
+    m.entries.emplace_back("knowledge base " + kb,
+                           st.regular ? stamp_text(st) + " " + content_digest(kb, st) : stamp_text(st));
+  }
+  if (s.worker.external()) {
+    // The user's training is code dbh does not build: the command and every
+    // file its argv names (train.py, a config) decide the outcome too.
+    std::error_code ec;
+    const fs::path cwd = s.worker.cwd.empty() ? fs::current_path(ec) : fs::path(s.worker.cwd);
+    for (const auto& word : s.worker.command) {
+      if (word.empty() || word.size() > 4096) continue;
+      const fs::path p = fs::path(word).is_absolute() ? fs::path(word) : cwd / word;
+      const Stamp st = stamp_of(p.string());
+      if (!st.regular) continue;
+      m.entries.emplace_back("worker file " + p.string(),
+                             stamp_text(st) + (st.size <= kContentDigestMaxBytes ? " " + content_digest(p.string(), st)
+                                                                                 : std::string()));
+    }
+  }
+  for (const auto& [name, value] : outcome_environment()) m.entries.emplace_back("env " + name, value);
+  m.entries.emplace_back("build", build_identity());
+  m.entries.emplace_back("machine", machine_identity());
+  return m;
+}
+
 std::string probe_key(const Scenario& s, const std::string& environment) {
   Digest d;
-  d.add("dbh probe cache key 2")
-      .add(resolved_json(s))
-      .add(input_fingerprint(s))
-      .add(build_identity())
-      .add(machine_identity())
-      .add(environment);
+  d.add("dbh probe cache key 3").add(input_manifest(s).hash()).add(environment);
   return d.hex();
 }
 

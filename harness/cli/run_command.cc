@@ -1,3 +1,4 @@
+#include "harness/common/environment_vars.h"
 #include "harness/cli/run_command.h"
 
 #include <fcntl.h>
@@ -410,6 +411,8 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // it can be printed, put in Markdown and a CI log, and pasted back into bash.
   r.repro_command = shell_command(repro);
   r.env = collect_environment();
+  r.inputs_manifest = input_manifest(s).hash();
+  for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Files.
   write_metrics(out / "metrics.csv", main);

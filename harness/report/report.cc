@@ -143,6 +143,9 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                    {"timeline", steps}};
   }
   j["environment"] = env_json(r.env);
+  if (!r.inputs_manifest.empty()) {
+    j["inputs"] = {{"manifest", r.inputs_manifest}, {"environment", r.outcome_environment}};
+  }
   j["measured_choices"] = ojson::parse(
       main.tuning.is_null() ? "null" : main.tuning.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   j["repro"] = {{"command", r.repro_command}};
@@ -340,7 +343,15 @@ std::string report_markdown(const RunReport& r) {
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
   }
-  md << "- Settings: " << settings_text(s) << "\n\n";
+  md << "- Settings: " << settings_text(s) << "\n";
+  if (!r.inputs_manifest.empty()) {
+    std::string vars;
+    for (const auto& v : r.outcome_environment) vars += (vars.empty() ? "" : ", ") + v;
+    md << "- Inputs manifest: `" << r.inputs_manifest << "` (scenario, datasets, weights, knowledge base, build, "
+       << "machine and the variables that can change the outcome: " << (vars.empty() ? "none set" : markdown_inline(vars))
+       << ")\n";
+  }
+  md << "\n";
   // One line (shell_quote'd words): no line of it can close the fence.
   md << "## Steps to Reproduce\n\n```sh\n" << one_line(r.repro_command) << "\n```\n\n"
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "

@@ -58,6 +58,10 @@ struct RunReport {
   bool expectation_met = false;
   std::vector<std::string> expectation_why;
   std::string repro_command;
+  /// Note [Input manifest] (bisect/probe.h): the hash of everything the run's
+  /// outcome depends on, and the outcome variables that were set.
+  std::string inputs_manifest;
+  std::vector<std::string> outcome_environment;  // NAME=value
 
   /// Not tried on this machine (Outcome::kSkipped: a device it lacks) and
   /// not expected to be: neither a pass nor a failure, as a skipped test.

@@ -409,6 +409,13 @@ std::string report_html(const RunReport& r) {
                                 (s.hardware.allow_tf32 ? "allowed" : "off"));
     }
   }
+  if (!r.inputs_manifest.empty()) {
+    std::string vars;
+    for (const auto& v : r.outcome_environment) vars += (vars.empty() ? "" : ", ") + v;
+    h << "<tr><th>Inputs manifest</th><td><code>" << esc(r.inputs_manifest) << "</code> (scenario, datasets, "
+      << "weights, knowledge base, build, machine; variables that can change the outcome: "
+      << esc(vars.empty() ? "none set" : vars) << ")</td></tr>\n";
+  }
   h << "<tr><th>Settings</th><td>" << esc(settings_text(s)) << "</td></tr>\n"
     << "<tr><th>Scenario file</th><td><code>" << esc(s.file) << "</code></td></tr>\n";
   if (!s.overrides.empty()) {

@@ -68,6 +68,49 @@ TEST(BisectTest, StepsFindsThePlantedNaNStep) {
 // Note [Cheap probes]: replays resume from the reproduction's checkpoints and
 // so run fewer steps than from step 0; --replay-from-start writes no
 // checkpoints and replays every prefix from step 0. Both find the same step.
+// Note [Input manifest]: two bisections sharing a cache reuse its probes
+// only while every input is the same; an outcome variable changed between
+// them (OpenCV's decoding limit) gives fresh probes, a reporting variable
+// does not. The run's report shows the manifest's hash.
+TEST(BisectTest, AChangedOutcomeVariableIsAFreshProbeWithASharedCache) {
+  const Dir dir("dbh-bisect-manifest");
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ntrain: {max_steps: 6}\nfaults:\n  - {name: nan_activation, "
+                                            "module: decoder.smooth3, at_step: 3}\n");
+  const auto bisect = [&](const std::string& out, const testing::EnvChanges& env) {
+    const auto r = testing::run_process_with_env({DBH_BINARY, "bisect", "steps", s.string(), "--reproductions", "1",
+                                                  "--replay-from-start", "--out", (dir / out).string(), "--cache", (dir / "cache").string()},
+                                                 env, DBH_SOURCE_DIR, 600);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    size_t cached = 0, all = 0;
+    const auto j = read_json(dir / out / "bisect.json");
+    for (const auto& p : j["probes"]) {
+      ++all;
+      cached += p.value("cached", false) ? 1 : 0;
+    }
+    return std::make_pair(cached, all);
+  };
+  const auto first = bisect("a", {{"OPENCV_IO_MAX_IMAGE_PIXELS", std::nullopt}});
+  ASSERT_GT(first.second, 0u);
+  EXPECT_EQ(first.first, 0u);
+  const auto same = bisect("b", {{"OPENCV_IO_MAX_IMAGE_PIXELS", std::nullopt}, {"GITHUB_STEP_SUMMARY", "/dev/null"}});
+  EXPECT_GT(same.first, 0u) << "the same inputs reuse the cache";
+  const auto changed = bisect("c", {{"OPENCV_IO_MAX_IMAGE_PIXELS", "4096"}});
+  EXPECT_EQ(changed.first, 0u) << "another decoding limit is another input: no probe comes from the cache";
+
+  const auto r = testing::run_process_with_env({DBH_BINARY, "run", s.string(), "--out", (dir / "run").string(), "-q"},
+                                               {{"OPENCV_IO_MAX_IMAGE_PIXELS", "4096"}}, DBH_SOURCE_DIR, 600);
+  const auto report = read_json(dir / "run" / "report.json");
+  ASSERT_TRUE(report.contains("inputs")) << report.dump(1);
+  EXPECT_EQ(report["inputs"]["manifest"].get<std::string>().size(), 32u);
+  bool listed = false;
+  for (const auto& v : report["inputs"]["environment"]) listed = listed || v == "OPENCV_IO_MAX_IMAGE_PIXELS=4096";
+  EXPECT_TRUE(listed) << report["inputs"].dump();
+  std::ifstream md(dir / "run" / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Inputs manifest: `" + report["inputs"]["manifest"].get<std::string>() + "`"), std::string::npos);
+}
+
 TEST(BisectTest, StepsReplaysFromCheckpointsOrFromStepZeroFindTheSameStep) {
   const Dir dir("dbh-bisect-steps-replay");
   const auto s = write(dir / "s.yaml", "include: " + base() +

@@ -93,6 +93,55 @@ TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
   EXPECT_NE(input_fingerprint(s), missing);
 }
 
+// Note [Input manifest]: each input changed between two keys of the same
+// scenario gives another key (a fresh probe, never an old answer).
+TEST_F(BisectProbeTest, EveryInputOnTheManifestChangesTheKey) {
+  fs::create_directories(dir_ / "val" / "images");
+  write(dir_ / "val" / "images" / "a.png", std::string(100, 'x'));
+  write(dir_ / "val" / "annotations.json", R"({"images": {"a.png": {"words": {}}}})");
+  write(dir_ / "train.py", "print('v1')\n");
+  write(dir_ / "v.yaml", "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n" +
+                              "data: {source: real, path: data, val: {path: val}}\n");
+  const Scenario s = load_scenario((dir_ / "v.yaml").string());
+  const std::string k0 = probe_key(s);
+
+  // A variable that changes what a library does (here OpenCV's decoding limit).
+  ASSERT_EQ(::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", "1024", 1), 0);
+  const std::string k_env = probe_key(s);
+  ::unsetenv("OPENCV_IO_MAX_IMAGE_PIXELS");
+  EXPECT_NE(k_env, k0) << "an outcome variable is on the manifest";
+  EXPECT_EQ(probe_key(s), k0);
+  // A variable that only says where to write is not.
+  ASSERT_EQ(::setenv("GITHUB_STEP_SUMMARY", "/elsewhere", 1), 0);
+  EXPECT_EQ(probe_key(s), k0) << "a reporting variable changes no outcome";
+  ::unsetenv("GITHUB_STEP_SUMMARY");
+
+  // The validation dataset, by content.
+  write(dir_ / "val" / "annotations.json", R"({"images": {"a.png": {"words": {"w": {}}}}})");
+  const std::string k_val = probe_key(s);
+  EXPECT_NE(k_val, k0) << "the validation dataset is on the manifest";
+
+  // The knowledge base that classifies failures (under DBH_HOME).
+  fs::create_directories(dir_ / "home" / "reports" / "kb");
+  fs::copy_file(std::string(DBH_SOURCE_DIR) + "/reports/kb/failures.yaml", dir_ / "home" / "reports" / "kb" / "failures.yaml");
+  ASSERT_EQ(::setenv("DBH_HOME", (dir_ / "home").c_str(), 1), 0);
+  const std::string k_home = probe_key(s);
+  std::ofstream(dir_ / "home" / "reports" / "kb" / "failures.yaml", std::ios::app) << "# edited\n";
+  const std::string k_kb = probe_key(s);
+  ::unsetenv("DBH_HOME");
+  EXPECT_NE(k_kb, k_home) << "an edited knowledge base is on the manifest";
+
+  // An external worker: the files its command names.
+  write(dir_ / "w.yaml", "include: v.yaml\nworker: {command: [python3, train.py], cwd: " + dir_.string() + "}\n");
+  const Scenario w = load_scenario((dir_ / "w.yaml").string());
+  const std::string k_w = probe_key(w);
+  write(dir_ / "train.py", "print('v2')\n");
+  EXPECT_NE(probe_key(w), k_w) << "the user's training script is on the manifest";
+  bool listed = false;
+  for (const auto& [what, fingerprint] : input_manifest(w).entries) listed = listed || what.find("train.py") != std::string::npos;
+  EXPECT_TRUE(listed);
+}
+
 TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
   const Scenario s = load_scenario(scenario().string());
   const std::string k0 = probe_key(s);
