@@ -1254,10 +1254,11 @@ int bisect_command(const BisectOptions& o) {
       refuse(!o.hi.empty(), "--hi", "range");
     }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
-    std::string data;  // the scenario's dataset folder, never written into
+    std::string data, val;  // the scenario's dataset folders, never written into
     if (!o.scenario.empty()) {
       const Scenario s = load_scenario(o.scenario, o.overrides);  // validate first
       data = s.data.path;
+      val = s.data.val.path;
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.
       std::vector<std::pair<std::string, std::string>> needs;
@@ -1274,8 +1275,10 @@ int bisect_command(const BisectOptions& o) {
       for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << note << "\n";
     }
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
-    check_outside_dataset("dbh bisect", "--out", out.string(), data);
-    check_outside_dataset("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, data);
+    for (const auto& d : {data, val}) {
+      check_outside_dataset("dbh bisect", "--out", out.string(), d);
+      check_outside_dataset("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, d);
+    }
     // Continued, not replaced: each bisection keeps its probes in its own
     // session folder (probes/<session>), and a kept reproduction's
     // checkpoints (--keep-checkpoints) stay for the repro commands that name

@@ -137,8 +137,10 @@ int qualify_command(const QualifyOptions& o) {
                                              (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
-    check_outside_dataset("dbh qualify", "--out", out.string(), source.data.path);
-    check_outside_dataset("dbh qualify", "--cache", cache, source.data.path);
+    for (const auto& d : {source.data.path, source.data.val.path}) {
+      check_outside_dataset("dbh qualify", "--out", out.string(), d);
+      check_outside_dataset("dbh qualify", "--cache", cache, d);
+    }
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);

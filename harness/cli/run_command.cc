@@ -563,8 +563,10 @@ int run_command(const RunOptions& o) {
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
-    check_outside_dataset("dbh run", "--out", out.string(), resolved.data.path);
-    check_outside_dataset("dbh run", "--junit", o.junit, resolved.data.path);
+    for (const auto& d : {resolved.data.path, resolved.data.val.path}) {
+      check_outside_dataset("dbh run", "--out", out.string(), d);
+      check_outside_dataset("dbh run", "--junit", o.junit, d);
+    }
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
@@ -837,6 +839,7 @@ int suite_command(const RunOptions& o) {
     for (const auto& f : files) {  // all valid before anything runs
       const Scenario s = load_scenario(f, o.overrides);
       data_paths.push_back(s.data.path);
+      data_paths.push_back(s.data.val.path);
       for (const auto& in : input_paths(s)) inputs.push_back(in);
       hash_of[f] = scenario_hash(s);
     }

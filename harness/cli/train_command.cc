@@ -161,6 +161,7 @@ int run_train_command(const TrainCommandOptions& o) {
   // between steps) what this command wrote is removed.
   install_stop_handlers();
   if (uses_dataset(s)) check_outside_dataset("dbh train", "--out", out.string(), s.data.path);
+  check_outside_dataset("dbh train", "--out", out.string(), s.data.val.path);
   // Weights or a checkpoint read from this folder stay where they are.
   OutputDir claim(out, "train", OutputDir::Reuse::kReplace, {s.model.weights, s.train.resume_from});
   auto stop_check = [] {

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -101,9 +103,68 @@ bool path_within(const std::string& path, const std::string& folder) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
+namespace {
+
+struct Identity {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const Identity& o) const { return dev == o.dev && ino == o.ino; }
+};
+
+std::optional<Identity> identity_of(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+  return Identity{st.st_dev, st.st_ino};
+}
+
+// The folders a dataset's files really live in: the dataset folder and the
+// targets of the links within it (images/ a link to another disk), two
+// levels deep.
+std::vector<Identity> dataset_identities(const fs::path& data) {
+  std::vector<Identity> out;
+  if (const auto id = identity_of(data)) out.push_back(*id);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(data, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() >= 1) it.disable_recursion_pending();
+    std::error_code lec;
+    if (!it->is_symlink(lec)) continue;
+    if (fs::is_directory(it->path(), lec)) {
+      if (const auto id = identity_of(it->path())) out.push_back(*id);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool within_by_identity(const std::string& path, const std::string& folder) {
+  if (path.empty() || folder.empty()) return false;
+  const auto roots = dataset_identities(folder);
+  if (roots.empty()) return false;
+  std::error_code ec;
+  // The deepest existing ancestor of `path` and every folder above it, each
+  // by device and inode: a link, a bind mount or "a/../a" cannot hide one.
+  fs::path p = fs::absolute(path, ec).lexically_normal();
+  if (ec) return false;
+  while (!p.empty() && !fs::exists(fs::symlink_status(p, ec)) && p.has_relative_path()) p = p.parent_path();
+  fs::path walk = fs::weakly_canonical(p, ec);
+  if (ec) walk = p;
+  for (;;) {
+    if (const auto id = identity_of(walk)) {
+      for (const auto& r : roots) {
+        if (r == *id) return true;
+      }
+    }
+    if (!walk.has_relative_path()) break;
+    walk = walk.parent_path();
+  }
+  return false;
+}
+
 void check_outside_dataset(const std::string& where, const std::string& flag, const std::string& folder,
                            const std::string& data) {
-  if (data.empty() || folder.empty() || !path_within(folder, data)) return;
+  if (data.empty() || folder.empty() || !(path_within(folder, data) || within_by_identity(folder, data))) return;
   throw UsageError(where + ": " + flag + " " + one_line(folder) + ": expected a folder outside the dataset " +
                    one_line(data) + ", got one inside it (dbh never writes into your data)");
 }

@@ -49,8 +49,16 @@ bool path_within(const std::string& path, const std::string& folder);
 /// its files). Nothing when `data` is empty. Throws UsageError "<where>:
 /// <flag> <folder>: expected a folder outside the dataset <data>, got one
 /// inside it".
+/// The comparison is by identity (device and inode of `folder`'s existing
+/// ancestors against the dataset folder's and those of the folders linked
+/// from within it, two levels deep), so a link into the dataset, a link out
+/// of it (images/ on another disk) or a bind mount is seen.
 void check_outside_dataset(const std::string& where, const std::string& flag, const std::string& folder,
                            const std::string& data);
+
+/// Whether `path` (existing or to be created) lies in `folder` or in a folder
+/// linked from within it, by identity (see check_outside_dataset).
+bool within_by_identity(const std::string& path, const std::string& folder);
 
 /// Whether `a` and `b` name the same existing file (links followed).
 bool same_file(const std::string& a, const std::string& b);

@@ -218,7 +218,7 @@ TEST_F(OwnTrainingTest, BisectConfigNamesTheOneHydraOverrideThatBreaksIt) {
   // Named as the user's command received it, too.
   ASSERT_EQ(j["result"]["as_passed"].size(), 1u) << j.dump(2);
   EXPECT_EQ(j["result"]["as_passed"][0].get<std::string>().rfind("model.optimizer.lr=", 0), 0u) << j.dump(2);
-  EXPECT_NE(r.out.find("(your `model.optimizer.lr="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(your model.optimizer.lr="), std::string::npos) << r.out;  // plain text on the terminal
   EXPECT_EQ(j["result"]["differing_keys"], 3);
 }
 
