@@ -79,7 +79,7 @@ std::string guess_architecture(const std::string& path) {
                                  .encoder(model::ResNetOptions().depth(depth))
                                  .decoder(decoder));
       const auto report = model::load_model_state(candidate, path);
-      if (report.complete()) return architecture(depth, decoder);
+      if (report.exact()) return architecture(depth, decoder);
     }
   }
   return "";
@@ -290,7 +290,7 @@ int run_eval_command(const EvalCommandOptions& o) {
           "one that does not load: " + first_line(e.what()));
   }
   const size_t total = net->named_parameters().size() + net->named_buffers().size();
-  if (!loaded.complete()) {
+  if (!loaded.exact()) {
     for (const auto& name : loaded.missing) {
       std::cerr << "not loaded (missing from the file): " << name << "\n";
     }
@@ -301,10 +301,14 @@ int run_eval_command(const EvalCommandOptions& o) {
         !guess.empty() && guess != arch
             ? "; the file holds " + guess + ": pass the --encoder and --decoder it was trained with"
             : "";
-    if (!loaded.mismatched.empty()) {
+    if (!loaded.mismatched.empty() || !loaded.unexpected_model.empty()) {
       usage("--weights " + o.weights, "tensors shaped for " + arch + " (--encoder, --decoder)",
-            std::to_string(loaded.mismatched.size()) + " of " + std::to_string(total) +
-                " with another shape, listed above" + hint);
+            (loaded.mismatched.empty()
+                 ? std::to_string(loaded.unexpected_model.size()) + " tensors of a larger model that " + arch +
+                       " lacks (" + loaded.unexpected_model.front() + ", …), listed above"
+                 : std::to_string(loaded.mismatched.size()) + " of " + std::to_string(total) +
+                       " with another shape, listed above") +
+                hint);
     }
     if (loaded.loaded == 0) {
       // Nothing of the file reaches the model: evaluating would score an

@@ -15,7 +15,6 @@
 #include "harness/common/hash.h"
 #include "harness/supervisor/trial.h"
 
-extern char** environ;
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -89,25 +88,8 @@ std::string machine_identity() {
     }
     std::sort(gpus.begin(), gpus.end());
     for (const auto& g : gpus) d.add("gpu").add(g);
-    // Variables that choose devices, libraries or numerics in the worker.
-    static const char* kPrefixes[] = {"CUDA_", "CUDNN_", "CUBLAS", "NVIDIA_", "NCCL_", "TORCH_", "PYTORCH_",
-                                      "OMP_", "MKL_", "KMP_", "OPENBLAS_", "DBH_", "LD_LIBRARY_PATH",
-                                      "LD_PRELOAD"};
-    std::vector<std::string> vars;
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      const std::string kv = *e;
-      const std::string name = kv.substr(0, kv.find('='));
-      // Where dbh keeps caches, and their bounds, decide nothing a trial does.
-      if (name == kSupervisorPidEnv || name == "DBH_PROBE_CACHE_MIB" || name == kCacheDirEnv) continue;
-      for (const char* prefix : kPrefixes) {
-        if (name.rfind(prefix, 0) == 0) {
-          vars.push_back(kv);
-          break;
-        }
-      }
-    }
-    std::sort(vars.begin(), vars.end());
-    for (const auto& v : vars) d.add("env").add(v);
+    // The variables that can change an outcome are the input manifest's
+    // (common/environment_vars.h, bisect/probe.h), not the machine's.
     return d.hex();
   }();
   return identity;

@@ -18,8 +18,8 @@ std::vector<std::string> mapped_libraries();
 std::string libraries_identity();
 
 /// The machine: CPU model and cores, NVIDIA driver and GPUs (model, UUID,
-/// bus), and the environment variables that steer devices and libraries
-/// (CUDA_*, CUDNN_*, TORCH_*, OMP_*, …). Computed once per process.
+/// bus). The environment variables that steer devices and libraries are the
+/// input manifest's (common/environment_vars.h). Computed once per process.
 std::string machine_identity();
 
 }  // namespace dbh::harness

@@ -1,3 +1,4 @@
+#include "harness/common/environment_vars.h"
 #include "harness/supervisor/tuning.h"
 
 #include <fcntl.h>
@@ -57,6 +58,11 @@ std::string tuning_key(const Scenario& s) {
   d.add("dbh measured choices 1")
       .add(machine_identity())
       .add(libraries_identity())
+      .add([] {  // threads, kernels and libraries the variables choose
+        std::string vars;
+        for (const auto& [name, value] : outcome_environment()) vars += name + "=" + value + "\n";
+        return vars;
+      }())
       .add(s.hardware.device)
       .add(std::to_string(s.model.encoder))
       .add(s.model.decoder)

@@ -225,7 +225,7 @@ const char* error_kind_of(const std::exception& e) {
 // keeps its initial values, never left unsaid.
 std::string load_initial_weights(model::DbNet& net, const std::string& path) {
   const auto state = model::load_model_state(net, path);
-  if (state.complete()) return {};
+  if (state.exact()) return {};
   if (!state.fits_as_initial_weights()) {
     throw std::runtime_error(std::string(DBH_SCENARIO_KEY(model.weights)) + " " + path +
                              ": expected parameters of the scenario's model (" + state.format +

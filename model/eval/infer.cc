@@ -439,6 +439,7 @@ std::string ModelStateReport::summary() const {
   std::string out = std::to_string(loaded) + " tensors loaded";
   if (!missing.empty()) out += "; missing: " + first(missing);
   if (!mismatched.empty()) out += "; another shape: " + first(mismatched);
+  if (!unexpected_model.empty()) out += "; tensors of a larger model: " + first(unexpected_model);
   return out;
 }
 
@@ -478,8 +479,12 @@ ModelStateReport load_model_state(DbNet& model, const std::string& path) {
   };
   for (auto& p : model->named_parameters(/*recurse=*/true)) load(p.key(), p.value());
   for (auto& b : model->named_buffers(/*recurse=*/true)) load(b.key(), b.value());
+  std::set<std::string> modules;
+  for (const auto& child : model->named_children()) modules.insert(child.key());
   for (const auto& entry : entries) {
-    if (used.count(entry.first) == 0) report.unexpected.push_back(entry.first);
+    if (used.count(entry.first) > 0) continue;
+    report.unexpected.push_back(entry.first);
+    if (modules.count(entry.first.substr(0, entry.first.find('.'))) > 0) report.unexpected_model.push_back(entry.first);
   }
   return report;
 }

@@ -232,16 +232,24 @@ struct ModelStateReport {
   std::vector<std::string> mismatched;
   /// File entries that name nothing in the model.
   std::vector<std::string> unexpected;
+  /// Those of `unexpected` under one of the model's own modules (encoder.,
+  /// decoder., head.): tensors of a deeper or wider model of the same family,
+  /// e.g. encoder.layer1.2.conv1.weight of a ResNet-34 read into a ResNet-18.
+  std::vector<std::string> unexpected_model;
 
   /// Every model parameter and buffer was loaded.
   bool complete() const { return missing.empty() && mismatched.empty(); }
+  /// The file holds exactly this model: every tensor loaded and none left
+  /// over. A file with more of the model (another depth) is not this model,
+  /// even when every tensor of this one happens to be in it.
+  bool exact() const { return complete() && unexpected_model.empty(); }
   /// Whether the file may initialise training. Something must load, and no
   /// entry may name a model tensor with another shape: that is a file of
   /// another encoder depth or width, and the few tensors that happen to fit
   /// would train a mostly random network under the file's name. A file that
   /// holds part of the model (a pretrained encoder, another decoder) fits;
   /// the caller says what keeps its initial values (summary()).
-  bool fits_as_initial_weights() const { return loaded > 0 && mismatched.empty(); }
+  bool fits_as_initial_weights() const { return loaded > 0 && mismatched.empty() && unexpected_model.empty(); }
   /// "164 tensors loaded; missing: a, b, c, … (12 in all); another shape: …".
   std::string summary() const;
 };

@@ -289,6 +289,32 @@ std::string file_text(const fs::path& p) {
 
 // Ctrl-C in the middle of an evaluation: exit 130, and the folder it claimed
 // (its lock, its owner record, any overlay) is gone.
+// One rule for weights in every command (ModelStateReport::exact): a file of
+// a deeper model holds every tensor of a shallower one under the same names
+// and shapes (ResNet-34's first blocks are ResNet-18's), yet it is another
+// architecture: refused by eval (with --allow-partial too) and by train
+// --weights, naming what the file holds.
+TEST_F(EvalTest, AFileOfADeeperModelIsRefusedEverywhereNamingItsArchitecture) {
+  const auto deep = dbh({"train", "--data", "fixtures/real", "--encoder", "34", "--steps", "1", "--size", "64",
+                         "--batch-size", "1", "--threads", "2", "--out", (root_ / "r34").string(), "-q"});
+  ASSERT_EQ(deep.exit_code, 0) << deep.out << deep.err;
+  const std::string file = (root_ / "r34" / "checkpoint-final.pt").string();
+  for (const bool partial : {false, true}) {
+    std::vector<std::string> args = {"eval", "--weights", file, "--data", "fixtures/real", "--size", "64",
+                                     "--threads", "2", "--out", (root_ / "r34-eval").string()};
+    if (partial) args.push_back("--allow-partial");
+    const auto r = dbh(args);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("tensors of a larger model that resnet18 + fpn lacks"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the file holds resnet34 + fpn"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(root_ / "r34-eval"));
+  }
+  const auto t = dbh({"train", "--weights", file, "--data", "fixtures/real", "--steps", "1", "--size", "64",
+                      "--threads", "2", "--out", (root_ / "r34-train").string(), "-q"});
+  EXPECT_EQ(t.exit_code, 2) << t.out << t.err;
+  EXPECT_NE(t.err.find("tensors of a larger model"), std::string::npos) << t.err;
+}
+
 TEST_F(EvalTest, InterruptedEvaluationLeavesNothingBehind) {
   const fs::path out = root_ / "interrupted";
   const fs::path log = root_ / "interrupted.log";
