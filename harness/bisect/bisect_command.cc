@@ -1254,11 +1254,10 @@ int bisect_command(const BisectOptions& o) {
       refuse(!o.hi.empty(), "--hi", "range");
     }
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
-    std::string data, val;  // the scenario's dataset folders, never written into
+    std::vector<std::string> datasets;  // the scenario's dataset folders, never written into
     if (!o.scenario.empty()) {
       const Scenario s = load_scenario(o.scenario, o.overrides);  // validate first
-      data = s.data.path;
-      val = s.data.val.path;
+      datasets = dataset_folders(s);
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.
       std::vector<std::pair<std::string, std::string>> needs;
@@ -1275,10 +1274,8 @@ int bisect_command(const BisectOptions& o) {
       for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << note << "\n";
     }
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
-    for (const auto& d : {data, val}) {
-      check_outside_dataset("dbh bisect", "--out", out.string(), d);
-      check_outside_dataset("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, d);
-    }
+    check_outside_datasets("dbh bisect", "--out", out.string(), datasets);
+    check_outside_datasets("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, datasets);
     // Continued, not replaced: each bisection keeps its probes in its own
     // session folder (probes/<session>), and a kept reproduction's
     // checkpoints (--keep-checkpoints) stay for the repro commands that name

@@ -74,10 +74,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
-    for (const auto& d : {s.data.path, s.data.val.path}) {
-      check_outside_dataset("dbh diagnose", "--out", out.string(), d);
-      check_outside_dataset("dbh diagnose", "--cache", cache, d);
-    }
+    check_outside_datasets("dbh diagnose", "--out", out.string(), dataset_folders(s));
+    check_outside_datasets("dbh diagnose", "--cache", cache, dataset_folders(s));
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);

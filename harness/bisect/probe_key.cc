@@ -194,8 +194,7 @@ InputManifest input_manifest(const Scenario& s) {
   if (s.worker.external()) {
     // The user's training is code dbh does not build: the command and every
     // file its argv names (train.py, a config) decide the outcome too.
-    std::error_code ec;
-    const fs::path cwd = s.worker.cwd.empty() ? fs::current_path(ec) : fs::path(s.worker.cwd);
+    const fs::path cwd = s.worker.cwd;  // load_scenario fills it in (the scenario file's folder by default)
     for (const auto& word : s.worker.command) {
       if (word.empty() || word.size() > 4096) continue;
       const fs::path p = fs::path(word).is_absolute() ? fs::path(word) : cwd / word;

@@ -137,10 +137,8 @@ int qualify_command(const QualifyOptions& o) {
                                              (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
-    for (const auto& d : {source.data.path, source.data.val.path}) {
-      check_outside_dataset("dbh qualify", "--out", out.string(), d);
-      check_outside_dataset("dbh qualify", "--cache", cache, d);
-    }
+    check_outside_datasets("dbh qualify", "--out", out.string(), dataset_folders(source));
+    check_outside_datasets("dbh qualify", "--cache", cache, dataset_folders(source));
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);

@@ -563,10 +563,8 @@ int run_command(const RunOptions& o) {
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
-    for (const auto& d : {resolved.data.path, resolved.data.val.path}) {
-      check_outside_dataset("dbh run", "--out", out.string(), d);
-      check_outside_dataset("dbh run", "--junit", o.junit, d);
-    }
+    check_outside_datasets("dbh run", "--out", out.string(), dataset_folders(resolved));
+    check_outside_datasets("dbh run", "--junit", o.junit, dataset_folders(resolved));
     if (const int sig = stop_requested(); sig != 0) {
       std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
@@ -838,8 +836,7 @@ int suite_command(const RunOptions& o) {
     }
     for (const auto& f : files) {  // all valid before anything runs
       const Scenario s = load_scenario(f, o.overrides);
-      data_paths.push_back(s.data.path);
-      data_paths.push_back(s.data.val.path);
+      for (const auto& d : dataset_folders(s)) data_paths.push_back(d);
       for (const auto& in : input_paths(s)) inputs.push_back(in);
       hash_of[f] = scenario_hash(s);
     }
@@ -898,10 +895,8 @@ int suite_command(const RunOptions& o) {
   if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
   try {
     check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
-    for (const auto& data : data_paths) {
-      check_outside_dataset("dbh suite", "--out", root.string(), data);
-      check_outside_dataset("dbh suite", "--junit", o.junit, data);
-    }
+    check_outside_datasets("dbh suite", "--out", root.string(), data_paths);
+    check_outside_datasets("dbh suite", "--junit", o.junit, data_paths);
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;

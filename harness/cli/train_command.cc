@@ -160,8 +160,9 @@ int run_train_command(const TrainCommandOptions& o) {
   // locked out, and on any error or interruption (SIGINT, SIGTERM: checked
   // between steps) what this command wrote is removed.
   install_stop_handlers();
-  if (uses_dataset(s)) check_outside_dataset("dbh train", "--out", out.string(), s.data.path);
-  check_outside_dataset("dbh train", "--out", out.string(), s.data.val.path);
+  // The training dataset when it is read (not for synthetic data), the validation one always.
+  check_outside_datasets("dbh train", "--out", out.string(),
+                         uses_dataset(s) ? dataset_folders(s) : std::vector<std::string>{s.data.val.path});
   // Weights or a checkpoint read from this folder stay where they are.
   OutputDir claim(out, "train", OutputDir::Reuse::kReplace, {s.model.weights, s.train.resume_from});
   auto stop_check = [] {

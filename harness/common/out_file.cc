@@ -118,20 +118,17 @@ std::optional<Identity> identity_of(const fs::path& p) {
 }
 
 // The folders a dataset's files really live in: the dataset folder and the
-// targets of the links within it (images/ a link to another disk), two
-// levels deep.
+// targets of the links among its entries (images/ a link to another disk).
+// One level: a dataset's entries are few, its images/ may hold 100,000 files.
 std::vector<Identity> dataset_identities(const fs::path& data) {
   std::vector<Identity> out;
   if (const auto id = identity_of(data)) out.push_back(*id);
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(data, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it.depth() >= 1) it.disable_recursion_pending();
+  for (auto it = fs::directory_iterator(data, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::error_code lec;
-    if (!it->is_symlink(lec)) continue;
-    if (fs::is_directory(it->path(), lec)) {
-      if (const auto id = identity_of(it->path())) out.push_back(*id);
-    }
+    if (!it->is_symlink(lec) || !fs::is_directory(it->path(), lec)) continue;
+    if (const auto id = identity_of(it->path())) out.push_back(*id);
   }
   return out;
 }
@@ -167,6 +164,11 @@ void check_outside_dataset(const std::string& where, const std::string& flag, co
   if (data.empty() || folder.empty() || !(path_within(folder, data) || within_by_identity(folder, data))) return;
   throw UsageError(where + ": " + flag + " " + one_line(folder) + ": expected a folder outside the dataset " +
                    one_line(data) + ", got one inside it (dbh never writes into your data)");
+}
+
+void check_outside_datasets(const std::string& where, const std::string& flag, const std::string& folder,
+                            const std::vector<std::string>& datasets) {
+  for (const auto& data : datasets) check_outside_dataset(where, flag, folder, data);
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace dbh::harness {
 
@@ -50,11 +51,16 @@ bool path_within(const std::string& path, const std::string& folder);
 /// <flag> <folder>: expected a folder outside the dataset <data>, got one
 /// inside it".
 /// The comparison is by identity (device and inode of `folder`'s existing
-/// ancestors against the dataset folder's and those of the folders linked
-/// from within it, two levels deep), so a link into the dataset, a link out
-/// of it (images/ on another disk) or a bind mount is seen.
+/// ancestors against the dataset folder's and those of the folders its
+/// entries link to), so a link into the dataset, a link out of it (images/
+/// on another disk) or a bind mount is seen.
 void check_outside_dataset(const std::string& where, const std::string& flag, const std::string& folder,
                            const std::string& data);
+
+/// check_outside_dataset for each of `datasets` (a scenario's
+/// dataset_folders: training and validation).
+void check_outside_datasets(const std::string& where, const std::string& flag, const std::string& folder,
+                            const std::vector<std::string>& datasets);
 
 /// Whether `path` (existing or to be created) lies in `folder` or in a folder
 /// linked from within it, by identity (see check_outside_dataset).

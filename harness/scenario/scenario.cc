@@ -907,6 +907,14 @@ std::vector<std::string> input_paths(const Scenario& s) {
   return out;
 }
 
+std::vector<std::string> dataset_folders(const Scenario& s) {
+  std::vector<std::string> out;
+  for (const std::string* p : {&s.data.path, &s.data.val.path}) {
+    if (!p->empty()) out.push_back(*p);
+  }
+  return out;
+}
+
 void set_input_file_check(InputFileCheck check) { g_input_file_check = check; }
 
 namespace {

@@ -239,6 +239,10 @@ bool override_sets(const std::string& text, const std::string& key);
 /// weights and checkpoint. dbh never writes into or over one of them.
 std::vector<std::string> input_paths(const Scenario& s);
 
+/// The dataset folders `s` reads (data.path, data.val.path; those set), which
+/// no output or cache folder may lie in (check_outside_datasets).
+std::vector<std::string> dataset_folders(const Scenario& s);
+
 /// Loads `path` (following `include:` lists, relative to the including file),
 /// applies `overrides`, validates every key and value, and fills defaults.
 /// Throws ScenarioError "file:line:col: key: expected …, got …" (with "did you
