@@ -812,6 +812,12 @@ struct RemoveOnExit {
   }
 };
 
+// Note [Every bad sample]: at most this many independent failing subsets are
+// searched for, and at most kUnreachedSearched samples the failing run never
+// reached.
+constexpr size_t kMaxDefects = 4;
+constexpr size_t kUnreachedSearched = 256;
+
 Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "data";
@@ -879,11 +885,35 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     bool without_passes = false;
     if (others.empty()) {
       out.doubts.push_back("the dataset holds only the named sample(s): there is no data without them to compare");
-    } else {
-      const std::string without = write_dataset_copy(scan, others, copies.dir / "without-named");
-      without_passes = search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
-                                      "re-check: data without the named sample(s)", /*fresh=*/true) == Verdict::kPass;
-      if (!without_passes) out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
+    }
+    // Note [Every bad sample], before training: the data without the named
+    // samples may fail naming another; that one joins the answer.
+    Signature any_file = out.rep.sig;
+    any_file.files.clear();
+    Search further(prober, out.rep, any_file);
+    for (size_t round = 0; !others.empty() && round < kMaxDefects; ++round) {
+      const std::string without =
+          write_dataset_copy(scan, others, copies.dir / ("without-named-" + std::to_string(round)));
+      ProbeResult last;
+      const Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
+                                        "re-check: data without the named sample(s)", /*fresh=*/true, &last);
+      without_passes = v == Verdict::kPass;
+      if (v != Verdict::kFail) break;
+      size_t added = 0;
+      for (const auto& f : files_named(last.analysis.failure.message)) {
+        if (!others.count(f)) continue;
+        others.erase(f);
+        named_files.insert(f);
+        for (size_t i = 0; i < images.size(); ++i) {
+          if (images[i].file == f) named.push_back(static_cast<int64_t>(i));
+        }
+        ++added;
+      }
+      if (added == 0) break;
+      std::sort(named.begin(), named.end());
+    }
+    if (!others.empty() && !without_passes) {
+      out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
     }
     const std::string alone = write_dataset_copy(scan, named_files, copies.dir / "named-only");
     const bool alone_fails = search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
@@ -891,8 +921,10 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
     out.confirmed = without_passes && alone_fails;
     for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+    for (const auto& c : further.contradictions()) out.doubts.push_back(c);
     for (const auto& note : search.notes()) out.details.push_back(note);
-    conclude(out, confidence(out.rep, search.passes()));
+    for (const auto& note : further.notes()) out.details.push_back(note);
+    conclude(out, confidence(out.rep, search.passes() + further.passes()));
     ojson samples = ojson::array();
     std::string names;
     for (const int64_t i : named) {
@@ -904,7 +936,14 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     // Sample names as code spans: a file name is shown verbatim, never read
     // as markup (`**`, `<img …>`) in bisect.md or its page.
     out.summary = "the failure happens before training and names " + names + " (index " + list_yaml(named) +
-                  ")" + (out.confirmed ? ": the data without it passes, it alone fails" : "");
+                  ")" +
+                  (out.confirmed ? named.size() == 1 ? ": the data without it passes, it alone fails"
+                                                     : ": the data without them passes, they alone fail"
+                                 : "");
+    if (fail.failure.klass == "data_invalid") {
+      out.summary += ". A data defect: `" + shell_command({self_command(), "data", "check", s.data.path}) +
+                     "` lists every sample dbh cannot read, without training";
+    }
     out.details.push_back("the dataset is validated as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
                           " applies, so subsets cannot isolate this failure; the answer is the sample its message "
                           "names, checked on copies of the dataset with and without it");
@@ -964,25 +1003,131 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   const bool minimal_fails = search.verdict(subset_overrides(minimal), label("re-check: ", minimal), /*fresh=*/true) ==
                              Verdict::kFail;
   if (!minimal_fails) out.doubts.push_back("re-check: the minimal subset did not fail the same way when run again");
-  std::vector<int64_t> rest;
-  for (const int64_t i : consumed) {
-    if (std::find(minimal.begin(), minimal.end(), i) == minimal.end()) rest.push_back(i);
+  // Note [Every bad sample]: a dataset with two broken files holds two
+  // independent answers, and a 1-minimal subset names only one. While the
+  // data without every subset found so far still fails with the same class
+  // (naming any file: the next defect names its own), ddmin runs again on
+  // what is left; first over the samples the failing run consumed, then,
+  // for a data defect, over the samples it never reached (at most
+  // kUnreachedSearched of them). Whatever is left unsearched is said, with
+  // `dbh data check`, which reads every sample without training.
+  const bool data_defect = fail.failure.klass == "data_invalid";
+  Signature any_file = out.rep.sig;
+  any_file.files.clear();
+  Search further(prober, out.rep, any_file);
+  std::vector<std::vector<int64_t>> defects = {minimal};
+  std::set<int64_t> found_set(minimal.begin(), minimal.end());
+  auto without_found = [&](const std::vector<int64_t>& pool) {
+    std::vector<int64_t> left;
+    for (const int64_t i : pool) {
+      if (!found_set.count(i)) left.push_back(i);
+    }
+    return left;
+  };
+  std::vector<int64_t> unreached;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!seen.count(i)) unreached.push_back(i);
   }
-  bool rest_passes = false;
-  if (rest.empty()) {
-    out.doubts.push_back("every consumed sample is in the answer: there is no data without it to compare");
-  } else {
-    rest_passes = search.verdict(subset_overrides(rest), "re-check: the data without it", /*fresh=*/true) ==
-                  Verdict::kPass;
-    if (!rest_passes) out.doubts.push_back("re-check: the consumed samples without the answer did not pass");
+  bool rest_passes = false, searched_unreached = false;
+  std::string left_over;  // why the search stopped with data still failing
+  std::vector<int64_t> pool = consumed;
+  for (;;) {
+    const std::vector<int64_t> rest = without_found(pool);
+    if (rest.empty()) {
+      if (pool.size() == consumed.size()) {
+        out.doubts.push_back("every consumed sample is in the answer: there is no data without it to compare");
+      }
+      rest_passes = pool.size() != consumed.size();
+    } else {
+      const std::string what = "re-check: the data without " + std::string(defects.size() == 1 ? "it" : "them") +
+                               (pool.size() == consumed.size() ? "" : " (samples the run never reached)");
+      const Verdict v = further.verdict(subset_overrides(rest), what, /*fresh=*/true);
+      rest_passes = v == Verdict::kPass;
+      if (v == Verdict::kFail && defects.size() < kMaxDefects) {
+        if (!o.quiet) {
+          std::cout << "the data without " << found_set.size() << " sample(s) still fails: searching " << rest.size()
+                    << " samples for another" << std::endl;
+        }
+        const auto again = ddmin(rest.size(), [&](const std::vector<size_t>& idx) {
+          std::vector<int64_t> subset;
+          for (size_t k : idx) subset.push_back(rest[k]);
+          return further.verdict(subset_overrides(subset), label("", subset), /*fresh=*/false);
+        });
+        if (again.reproduced && !again.minimal.empty()) {
+          std::vector<int64_t> next;
+          for (size_t k : again.minimal) next.push_back(rest[k]);
+          if (further.verdict(subset_overrides(next), label("re-check: ", next), /*fresh=*/true) != Verdict::kFail) {
+            out.doubts.push_back("re-check: the subset " + list_yaml(next) + " did not fail again when run fresh");
+          }
+          defects.push_back(next);
+          found_set.insert(next.begin(), next.end());
+          continue;
+        }
+        left_over = "the data without the " + std::to_string(found_set.size()) +
+                    " sample(s) found still fails, but no subset of it fails alone";
+      } else if (v == Verdict::kFail) {
+        left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found still fails (" +
+                    std::to_string(kMaxDefects) + " subsets found; the search stops there)";
+      } else if (v != Verdict::kPass) {
+        left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found " +
+                    (v == Verdict::kDifferent ? "failed differently" : "could not be judged");
+      }
+    }
+    // The consumed samples are clean: for a data defect, the samples the
+    // failing run never reached may hold more.
+    if (rest_passes && data_defect && !searched_unreached && !unreached.empty() &&
+        unreached.size() <= kUnreachedSearched && defects.size() < kMaxDefects) {
+      searched_unreached = true;
+      pool = unreached;
+      continue;
+    }
+    break;
   }
-  out.confirmed = minimal_fails && rest_passes;
+  if (!left_over.empty()) out.doubts.push_back(left_over);
+  const size_t unsearched = searched_unreached ? 0 : unreached.size();
+  out.confirmed = minimal_fails && rest_passes && left_over.empty();
   for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& c : further.contradictions()) out.doubts.push_back(c);
   for (const auto& note : search.notes()) out.details.push_back(note);
-  conclude(out, confidence(out.rep, search.passes()));
-  out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
-                " samples the run consumed: " + names + " (index " + list_yaml(minimal) + ")" +
-                (out.confirmed ? "; the data without it passes" : "");
+  for (const auto& note : further.notes()) out.details.push_back(note);
+  conclude(out, confidence(out.rep, search.passes() + further.passes()));
+  std::vector<int64_t> all_found;
+  ojson groups = ojson::array();
+  std::string group_names;
+  for (const auto& d : defects) {
+    ojson g = ojson::array();
+    std::string these;
+    for (const int64_t i : d) {
+      if (std::find(all_found.begin(), all_found.end(), i) == all_found.end()) {
+        all_found.push_back(i);
+        if (all_found.size() > minimal.size()) samples.push_back(sample_json(i));
+      }
+      g.push_back(i);
+      these += (these.empty() ? "" : ", ") + markdown_code(images[static_cast<size_t>(i)].file);
+    }
+    groups.push_back(g);
+    group_names += (group_names.empty() ? "" : "; ") + these + " (index " + list_yaml(d) + ")";
+  }
+  out.result["samples"] = samples;
+  out.result["defects"] = groups;
+  out.result["unsearched"] = unsearched;
+  const std::string check_cmd = shell_command({self_command(), "data", "check", s.data.path});
+  if (defects.size() == 1) {
+    out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
+                  " samples the run consumed: " + names + " (index " + list_yaml(minimal) + ")" +
+                  (out.confirmed ? "; the data without it passes" : "");
+  } else {
+    out.summary = std::to_string(defects.size()) + " independent failing subsets, each failing alone: " +
+                  group_names + (out.confirmed ? "; the data without them passes" : "");
+  }
+  if (unsearched > 0) {
+    out.details.push_back(std::to_string(unsearched) + " of the " + std::to_string(n) +
+                          " samples come after the failing step and were not searched; `" + check_cmd +
+                          "` reads every sample without training");
+  }
+  if (data_defect) {
+    out.summary += ". A data defect: `" + check_cmd + "` lists every sample dbh cannot read, without training";
+  }
   return out;
 }
 

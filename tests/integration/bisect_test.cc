@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -220,6 +221,45 @@ TEST(BisectTest, DataFindsThePlantedBrokenSample) {
   EXPECT_NE(j["repro"].get<std::string>().find("data.subset=[5]"), std::string::npos) << j["repro"];
   EXPECT_EQ(j["verdict"], "confident");  // [5] fails and the data without it passes, both run fresh
   EXPECT_TRUE(j["confirmed"].get<bool>());
+}
+
+// Note [Every bad sample]: two broken files are two answers; the data
+// without both passes, and the summary points at `dbh data check`.
+TEST(BisectTest, DataFindsEveryPlantedBrokenSampleAndPointsToDataCheck) {
+  const Dir dir("dbh-bisect-data-two");
+  const fs::path data = dir / "data";
+  fs::create_directories(data / "images");
+  const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
+  std::string json = "{\"images\": {";
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "s" + std::to_string(i) + ".png";
+    fs::copy_file(png, data / "images" / name);
+    json += (i ? "," : "") + std::string("\"") + name +
+            "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
+            "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
+  }
+  write(data / "annotations.json", json + "}}");
+  fs::resize_file(data / "images" / "s3.png", 20);  // two planted defects
+  fs::resize_file(data / "images" / "s9.png", 20);
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ndata: {source: real, path: data, size: 64, preflight: false}\n"
+                                            "train: {max_steps: 6}\n");
+  const auto r = dbh({"bisect", "data", s.string(), "--reproductions", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  std::set<std::string> files;
+  for (const auto& smp : j["result"]["samples"]) files.insert(smp["file"].get<std::string>());
+  EXPECT_EQ(files, (std::set<std::string>{"s3.png", "s9.png"})) << j.dump(2);
+  EXPECT_EQ(j["result"]["defects"].size(), 2u) << j.dump(2);
+  EXPECT_EQ(j["verdict"], "confident") << j.dump(2);  // the data without both passes
+  const std::string summary = j["summary"].get<std::string>();
+  EXPECT_NE(summary.find("data check"), std::string::npos) << summary;
+  EXPECT_NE(r.out.find("data check"), std::string::npos) << r.out;
+  // The data check the summary names lists both, as pasted.
+  const auto check = dbh({"data", "check", data.string()});
+  EXPECT_NE(check.out.find("s3.png"), std::string::npos) << check.out << check.err;
+  EXPECT_NE(check.out.find("s9.png"), std::string::npos) << check.out << check.err;
 }
 
 TEST(BisectTest, ConfigFindsThePlantedKey) {
