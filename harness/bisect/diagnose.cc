@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/home.h"
+#include "harness/diagnose/hypotheses.h"
 #include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/bisect/probe.h"
@@ -31,21 +32,13 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 struct Rung {
+  RungId id;
   std::string name;       // what the row says
   std::string group;      // ladder | variant
   std::vector<std::string> overrides;
   std::string applies;    // "" when it applies, else why not
   ProbeResult probe;
   bool ran = false;
-};
-
-struct Hypothesis {
-  std::string id;
-  std::string title;
-  std::vector<std::string> support;
-  std::vector<std::string> refute;
-  std::string next;
-  int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
 };
 
 std::string row_result(const Rung& r) {
@@ -56,6 +49,13 @@ std::string row_result(const Rung& r) {
   if (!a.failure.klass.empty()) s += " `" + a.failure.klass + "`";
   if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
   return s;
+}
+
+// "optimizer, data": the tied hypotheses' ids.
+std::string tied_text(const Judgement& j) {
+  std::string t;
+  for (const auto id : j.tied) t += (t.empty() ? "" : ", ") + to_string(id);
+  return t;
 }
 
 std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -85,21 +85,26 @@ int diagnose_command(const DiagnoseOptions& o) {
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = {
-        {"Basic tensor ops on the device", "ladder",
+        {RungId::kOps, "Basic tensor ops on the device", "ladder",
          {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
-        {"Model forward/backward on synthetic data (1 step)", "ladder",
+        {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
          {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_random"),
           override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
          "", {}, false},
-        {"Full trainer on synthetic data", "ladder",
+        {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
          {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes"), "controls=[]"}, "", {}, false},
-        {"Trainer on real data, num_workers=0", "ladder",
+        {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
          {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
          false},
-        {"Trainer on real data with loader workers", "ladder",
+        {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
          {override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
          false},
-        {"The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
+        {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
+         {override_text(DBH_SCENARIO_KEY(repeat.processes),
+                        std::to_string(s.repeat.processes * s.repeat.in_process)),
+          override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
+         s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
+        {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
     };
     for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << note << "\n";
     // A rung runs only as a scenario of its own that its worker can serve;
@@ -120,32 +125,33 @@ int diagnose_command(const DiagnoseOptions& o) {
       r.ran = true;
     };
     for (auto& r : rungs) run_rung(r);
-    const bool fails = is_failure(rungs.back().probe.analysis.outcome);
+    const Rung& full = rungs.back();  // the scenario as given
+    const bool fails = is_failure(full.probe.analysis.outcome);
     const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
     std::vector<Rung> variants = {
-        {"cuDNN deterministic", "variant",
+        {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
          {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
          cuda ? "" : "no cuDNN on cpu", {}, false},
-        {"cuDNN benchmark off", "variant",
+        {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
          {override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
          cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
-        {"cuDNN disabled", "variant", {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
+        {RungId::kCudnnDisabled, "cuDNN disabled", "variant", {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
          cuda ? "" : "no cuDNN on cpu", {}, false},
-        {"AMP off (fp32)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
+        {RungId::kFp32, "AMP off (fp32)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
          s.train.precision == "fp32" ? "already fp32" : "", {}, false},
-        {"AMP on (bf16)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
+        {RungId::kBf16, "AMP on (bf16)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
          cuda ? (s.train.precision == "fp32" ? "" : "already AMP") : "AMP needs CUDA", {}, false},
-        {"Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
+        {RungId::kSmallerBatch, "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
          "variant",
          {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
           override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
           "controls=[]"},
          s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
-        {"More memory headroom", "variant",
+        {RungId::kMoreMemory, "More memory headroom", "variant",
          {override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
           "controls=[]"},
          s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
-        {"Blocking kernel launches", "variant",
+        {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
          {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
          cuda ? "" : "CPU kernels are synchronous", {}, false},
     };
@@ -159,7 +165,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // window, separates an optimizer that changes nothing (flat on both) from
     // labels or inputs that give it nothing to learn (falls on synthetic
     // data only).
-    const std::string& full_class = rungs.back().probe.analysis.failure.klass;
+    const std::string& full_class = full.probe.analysis.failure.klass;
     const FailureClass* full_kb = KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
@@ -169,132 +175,34 @@ int diagnose_command(const DiagnoseOptions& o) {
         override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
         "controls=[]"};
     std::vector<Rung> learning = {
-        {"Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
+        {RungId::kLearnsSynthetic, "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
          concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes")}, judged),
          silent ? "" : "not a silent failure", {}, false},
-        {"Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
+        {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
          !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
     };
     for (auto& r : learning) run_rung(r);
-    // An unresolved rung (the harness could not tell) is evidence of nothing.
-    auto failed = [](const Rung& r) {
-      return r.ran && is_failure(r.probe.analysis.outcome) && r.probe.analysis.outcome != Outcome::kUnresolved;
-    };
-    auto passed = [](const Rung& r) { return r.ran && !is_failure(r.probe.analysis.outcome); };
-    const Rung& ops = rungs[0];
-    const Rung& model_fb = rungs[1];
-    const Rung& synth = rungs[2];
-    const Rung& real0 = rungs[3];
-    const Rung& realw = rungs[4];
-    const Rung& full = rungs[5];
-
-    std::vector<Hypothesis> hyps = {
-        {"data", "The real data: an invalid or unusual sample breaks training", {}, {}, "dbh bisect data"},
-        {"loader", "Data loading with worker threads", {}, {},
-         "train with " + override_text(DBH_SCENARIO_KEY(data.num_workers), "0")},
-        {"model", "The model, loss or trainer numerics, independent of the data", {}, {}, "dbh bisect steps / modules"},
-        {"device", "The device, driver or CUDA/cuDNN libraries", {}, {}, "check dbh env; update driver/cuDNN"},
-        {"cudnn", "A cuDNN algorithm choice", {}, {},
-         "set " + override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true") + " or benchmark off"},
-        {"amp", "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
-        {"memory", "Memory exhaustion (batch too large for the budget)", {}, {}, "dbh qualify / smaller batch with accumulation"},
-        {"kernel", "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
-         "re-run with " + override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
-             " under compute-sanitizer; dbh bisect modules"},
-        {"optimizer", "The optimizer or its schedule: the weights learn nothing whatever the data", {}, {},
-         "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
-         "model's parameters; dbh bisect config against a configuration that learns"},
-        {"labels", "The labels or the input as the model sees them (off the words, another image's, black or "
-                   "saturated images)", {}, {},
-         "look at the overlays of the failing batch and at `dbh data show` for its samples; dbh bisect config "
-         "against a configuration that learns"},
-    };
-    auto H = [&](const std::string& id) -> Hypothesis& {
-      for (auto& h : hyps) {
-        if (h.id == id) return h;
-      }
-      return hyps.front();
-    };
-    auto cite = [](const Rung& r) { return r.name + ": " + row_result(r); };
-    if (failed(ops)) H("device").support.push_back(cite(ops));
-    if (passed(ops)) H("device").refute.push_back(cite(ops));
-    if (passed(synth) && fails) {
-      H("data").support.push_back(cite(synth) + " while the scenario fails");
-      H("model").refute.push_back(cite(synth));
-    }
-    // A sticky CUDA error (a faulting kernel) is not a numerics question:
-    // evidence that it happens whatever the data and settings points at the
-    // kernel, not at the model's numerics.
-    const std::string& final_class = full.probe.analysis.failure.klass;
-    const bool kernel_fault = fails && (final_class == "cuda_launch_failure" || final_class == "illegal_instruction" ||
-                                        final_class == "illegal_memory_access" ||
-                                        final_class == "cudnn_execution_failed");
-    if (failed(synth)) {
-      // A silent failure on synthetic data is a learning question, answered
-      // by the learning rungs below, not evidence about the numerics.
-      if (!silent) H(kernel_fault ? "kernel" : "model").support.push_back(cite(synth));
-      H("data").refute.push_back(cite(synth) + " (fails without real data)");
-    }
-    const Rung& learns_synth = learning[0];
-    const Rung& learns_real = learning[1];
-    if (silent) {
-      H("model").refute.push_back("the run stays finite: the failure class is `" + full_class + "`");
-      if (full_class == "labels_degenerate" || full_class == "input_denormalised") {
-        H("labels").support.push_back("the failure class is `" + full_class + "`");
-      }
-      // Flat on synthetic boxes too: the optimizer. Failing there by another
-      // silent check (labels, input, predictions): the label or input
-      // pipeline, whatever the dataset.
-      const bool flat_synth = failed(learns_synth) && learns_synth.probe.analysis.failure.klass == "not_learning";
-      if (flat_synth) {
-        H("optimizer").support.push_back(cite(learns_synth));
-        H("labels").refute.push_back(cite(learns_synth) + " (nothing is learnt without the real labels either)");
-      } else if (failed(learns_synth)) {
-        H("labels").support.push_back(cite(learns_synth) + " (the pipeline fails the same way without the real data)");
-        H("optimizer").refute.push_back(cite(learns_synth) + " (not a flat loss)");
-      }
-      if (passed(learns_synth)) {
-        H("optimizer").refute.push_back(cite(learns_synth));
-        if (failed(learns_real) || !real) H("labels").support.push_back(cite(learns_synth) + " while the scenario fails");
-      }
-      if (failed(learns_real) && passed(learns_synth)) H("labels").support.push_back(cite(learns_real));
-      if (passed(learns_real) && passed(learns_synth)) {
-        H("labels").refute.push_back(cite(learns_real) + " (the loss falls: what fails comes later)");
+    // Compute is done: what the rungs showed, judged by one pure function.
+    Ladder ladder;
+    for (const auto* group : {&rungs, &variants, &learning}) {
+      for (const auto& r : *group) {
+        RungEvidence e;
+        e.id = r.id;
+        e.name = r.name;
+        e.result = row_result(r);
+        e.ran = r.ran;
+        e.outcome = r.probe.analysis.outcome;
+        e.klass = r.probe.analysis.failure.klass;
+        ladder.rungs.push_back(e);
       }
     }
-    if (kernel_fault) {
-      H("kernel").support.push_back("the failure class is `" + final_class + "`, a sticky CUDA error");
-      for (const auto& v : variants) {
-        if (v.ran && failed(v) && v.probe.analysis.failure.klass == final_class) {
-          H("kernel").support.push_back(cite(v) + " (the same error)");
-        }
-      }
-    }
-    if (failed(model_fb)) H("model").support.push_back(cite(model_fb));
-    // Failing on the real data says something about the data only beside
-    // the synthetic rung (a worker without synthetic data has none).
-    if (failed(real0) && !silent && synth.ran) H("data").support.push_back(cite(real0));
-    if (passed(real0) && failed(realw)) H("loader").support.push_back(cite(real0) + "; " + cite(realw));
-    if (failed(real0)) H("loader").refute.push_back(cite(real0) + " (fails without workers)");
-    for (const auto& v : variants) {
-      if (!v.ran) continue;
-      const bool ok = passed(v);
-      std::string id = v.name.rfind("cuDNN", 0) == 0 ? "cudnn"
-                       : v.name.rfind("AMP", 0) == 0 ? "amp"
-                       : (v.name.rfind("Smaller", 0) == 0 || v.name.rfind("More memory", 0) == 0) ? "memory"
-                                                                                               : "device";
-      (ok ? H(id).support : H(id).refute).push_back(cite(v));
-    }
-    if (fails) {
-      const auto& klass = full.probe.analysis.failure.klass;
-      if (is_memory_exhaustion(klass)) {
-        H("memory").support.push_back("the failure class is `" + klass + "`");
-      }
-      if (klass == "data_invalid") H("data").support.push_back("the failure class is `data_invalid`");
-    }
-    std::stable_sort(hyps.begin(), hyps.end(), [](const Hypothesis& a, const Hypothesis& b) {
-      return a.score() > b.score();
-    });
+    ladder.klass = fails ? full_class : "";
+    ladder.kind = failure_kind(ladder.klass, silent, fails && full_kb != nullptr && grows_across_runs(*full_kb));
+    ladder.real_data = real;
+    ladder.memory_exhaustion = fails && is_memory_exhaustion(full_class);
+    ladder.data_invalid = fails && full_class == "data_invalid";
+    const Judgement judgement = judge_ladder(ladder);
+    const std::vector<Hypothesis>& hyps = judgement.ranked;
 
     // Follow-ups, as a person would do next.
     std::vector<std::string> followups;
@@ -303,7 +211,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::vector<std::string> repro_overrides = {"controls=[]"};
     // A silent failure has no bad sample to find: its follow-up is the
     // learning rungs, not bisect data.
-    const bool data_dependent = fails && passed(synth) && real && !silent;
+    const bool data_dependent = judgement.data_dependent;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
       BisectOptions b;
@@ -439,6 +347,11 @@ int diagnose_command(const DiagnoseOptions& o) {
                  : "");
       md << ": the diagnosis is unsure.\n\n";
     }
+    if (fails && !judgement.tied.empty()) {
+      md << "The best " << judgement.tied.size() << " hypotheses have the same evidence ("
+         << tied_text(judgement) << "): the diagnosis is unsure between them, and the list's order decides "
+         << "nothing.\n\n";
+    }
     int rank = 0;
     for (const auto& h : hyps) {
       if (h.support.empty() && h.refute.empty()) continue;
@@ -481,14 +394,13 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     j["hypotheses"] = ojson::array();
     for (const auto& h : hyps) {
-      j["hypotheses"].push_back({{"id", h.id}, {"title", h.title}, {"support", h.support},
+      j["hypotheses"].push_back({{"id", to_string(h.id)}, {"title", h.title}, {"support", h.support},
                                  {"refute", h.refute}, {"score", h.score()}});
     }
     // No evidence for any hypothesis is no conclusion, not the first of the list.
-    j["conclusion"] = data_dependent ? "data-dependent"
-                      : !fails       ? "passes"
-                      : hyps.front().score() > 0 ? hyps.front().id
-                                                 : "unsure";
+    j["conclusion"] = judgement.conclusion;
+    j["tied"] = ojson::array();
+    for (const auto id : judgement.tied) j["tied"].push_back(to_string(id));
     j["followups"] = followups;
     j["resolutions_tried"] = resolution_checks_json(resolution_checks);
     j["bisect"] = bisect_verdict;
@@ -499,7 +411,11 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::cout << "conclusion: " << terminal_text(j["conclusion"].get<std::string>())
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
     // Hypotheses explain a failure: with none, ranking them would make one up.
-    if (fails && hyps.front().score() > 0) std::cout << "top hypothesis: " << hyps.front().title << "\n";
+    if (fails && !judgement.tied.empty()) {
+      std::cout << "top hypotheses: tied (" << tied_text(judgement) << "), none stands out\n";
+    } else if (fails && hyps.front().score() > 0) {
+      std::cout << "top hypothesis: " << hyps.front().title << "\n";
+    }
     if (fails && hyps.front().score() <= 0) std::cout << "top hypothesis: none has more evidence for it than against it\n";
     std::cout << "report: " << (out / "diagnosis.md").string() << "\n";
     if (fails) std::cout << "repro:  " << shell_command({self_command(), "run", (out / "repro.yaml").string()}) << "\n";

@@ -1,6 +1,11 @@
 // The dbh command line.
 
 #include <cmath>
+#include <cerrno>
+#include <cstring>
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -296,23 +301,69 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Note [Writable before work]: a place dbh will write (an output folder, a
+  // cache, a JUnit or JSON file, saved weights) is checked before any work:
+  // the nearest folder of it that exists must be one dbh may write into (not
+  // a read-only file system, not another user's). A run that trains for an
+  // hour and then cannot write its JUnit file has wasted the hour.
+  namespace fs = std::filesystem;
+  auto check_writable = [](const std::string& command, const std::string& flag, const std::string& path,
+                           bool folder) {
+    // What is wrong with the path's shape (a file where a folder is
+    // expected, a FIFO, a folder in place of a file) each command says in
+    // its own words; this checks only that dbh may write there.
+    std::error_code ec;
+    fs::path p = fs::absolute(path, ec).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    fs::path at = folder && fs::is_directory(fs::status(p, ec)) ? p : p.parent_path();
+    while (!at.empty() && !fs::exists(fs::symlink_status(at, ec)) && at != at.parent_path()) at = at.parent_path();
+    if (!fs::is_directory(fs::status(at, ec))) return;
+    if (::access(at.c_str(), W_OK | X_OK) != 0) {
+      const int err = errno;
+      throw dbh::harness::UsageError("dbh " + command + ": " + flag + " " + path +
+                                     ": expected a place dbh may write, but " + at.string() + " is not writable (" +
+                                     std::strerror(err) + "); nothing was run");
+    }
+  };
+
   try {
     // An empty path (`--out ""`, an unset shell variable) is never a place to
     // read or write: without this check some commands would fall back to
     // their default folder and write where the user did not ask.
+    // "data check", not "check": the words the user typed after `dbh`.
+    auto command_words = [](const CLI::App* cmd) {
+      std::string words = cmd->get_name();
+      for (const CLI::App* up = cmd->get_parent(); up != nullptr && up->get_parent() != nullptr;
+           up = up->get_parent()) {
+        words = up->get_name() + " " + words;
+      }
+      return words;
+    };
     std::function<void(const CLI::App*)> check_empty_paths = [&](const CLI::App* cmd) {
+      const std::string command = command_words(cmd);
       for (const CLI::Option* opt : cmd->get_options()) {
         static const std::vector<std::string> kPathOptions = {"--out",  "--data", "--weights", "--resume",
                                                               "--junit", "--save-weights", "--base", "--json",
                                                               "--cache"};
-        if (opt->count() == 0 || opt->get_lnames().empty() || opt->get_type_size() == 0) continue;
+        if (opt->count() == 0 || opt->get_type_size() == 0) continue;
+        // Every word dbh echoes into JSON, JUnit and pages must have a
+        // faithful spelling there: a path or value that is not UTF-8 is
+        // refused up front, never an internal error after the work.
+        for (const auto& value : opt->results()) {
+          if (dbh::harness::valid_utf8(value) != value) {
+            throw dbh::harness::UsageError("dbh " + command + ": " + dbh::harness::one_line(
+                                               dbh::harness::valid_utf8(value)) +
+                                           ": expected UTF-8, got bytes that are not (shown as \uFFFD)");
+          }
+        }
+        if (opt->get_lnames().empty()) continue;
         // Any other option too: `--shard "$SHARD"` with SHARD unset would
         // run the whole suite in every job.
         const std::string name = "--" + opt->get_lnames().front();
         const bool path = std::find(kPathOptions.begin(), kPathOptions.end(), name) != kPathOptions.end();
         for (const auto& value : opt->results()) {
           if (value.empty()) {
-            throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected " +
+            throw dbh::harness::UsageError("dbh " + command + ": " + name + ": expected " +
                                            (path ? "a path" : "a value") + ", got \"\"");
           }
           // A number is finite, whatever the option: CLI11 reads "nan" and
@@ -322,10 +373,21 @@ int main(int argc, char** argv) {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
             if (end != value.c_str() && *end == '\0' && !std::isfinite(v)) {
-              throw dbh::harness::UsageError("dbh " + cmd->get_name() + ": " + name + ": expected a finite number, got \"" +
+              throw dbh::harness::UsageError("dbh " + command + ": " + name + ": expected a finite number, got \"" +
                                              value + "\"");
             }
           }
+        }
+      }
+      // The places this command writes, before any work (Note [Writable before work]).
+      if (cmd->parsed()) {
+        for (const char* flag : {"--out", "--cache", "--junit", "--save-weights", "--json"}) {
+          const CLI::Option* opt = cmd->get_option_no_throw(flag);
+          if (opt == nullptr || opt->count() == 0 || opt->get_type_size() == 0) continue;
+          // from-command's --out is the scenario file it writes.
+          const bool folder = (std::string(flag) == "--out" && cmd->get_name() != "from-command") ||
+                              std::string(flag) == "--cache";
+          for (const auto& value : opt->results()) check_writable(command, flag, value, folder);
         }
       }
       for (const CLI::App* sub : cmd->get_subcommands()) check_empty_paths(sub);

@@ -621,6 +621,15 @@ std::vector<std::string> expand_scenarios(const std::vector<std::string>& inputs
         if (e.is_regular_file() && (ext == ".yaml" || ext == ".yml")) found.push_back(e.path().string());
       }
       std::sort(found.begin(), found.end());
+      for (const auto& f : found) {
+        // Every output names its scenarios (JSON, JUnit, pages): a name that
+        // is not UTF-8 has no faithful spelling there.
+        if (valid_utf8(f) != f) {
+          throw ScenarioError(one_line(valid_utf8(f)) +
+                              ": expected a scenario file name in UTF-8 (every report names it), got bytes that are "
+                              "not (shown as \uFFFD); rename the file or leave it out of the folder");
+        }
+      }
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::exists(in)) {
       files.push_back(in);

@@ -278,7 +278,8 @@ std::vector<KeySpec> build_table() {
                "Not learning: steps judged; `auto` = min(50, max_steps/2) for runs of 40+ steps from scratch, else "
                "off."),
       number(DBH_KEY(monitors.learning_min_drop), 0.0, 1.0,
-             "Not learning: the least relative drop of the mean loss from the window's first half to its second."),
+             "Not learning: the least relative drop of the mean loss from the window's first half to its second "
+             "(raised to twice the drop's standard error, measured from the step-to-step spread, on a noisy loss)."),
 
       integer(DBH_KEY(repeat.in_process), 1, 1000, "Runs one after another in each worker process."),
       integer(DBH_KEY(repeat.processes), 1, 1000, "Worker processes, one after another."),

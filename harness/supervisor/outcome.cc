@@ -90,9 +90,39 @@ int64_t learning_window(const Scenario& s) {
   return std::min<int64_t>(50, s.train.max_steps / 2);
 }
 
+// Note [Learning judged with its noise]: a loss that falls 5 % means
+// nothing when it jumps 15 % from one batch to the next (fresh synthetic
+// boxes, a tiny batch). The step-to-step spread σ is measured over the
+// window from successive differences (var(l[i+1] − l[i]) = 2σ² for
+// independent noise, and a slow trend barely moves it); the drop of the mean
+// from the first half to the second must exceed both learning_min_drop and
+// twice its standard error, σ·√(1/n₁ + 1/n₂), before it counts as learning.
+struct LearningNoise {
+  double spread = 0;        // σ, in loss units
+  double required = 0;      // the relative drop that counts, ≥ learning_min_drop
+  double standard_error = 0;  // of the drop, relative to the first half's mean
+};
+
+LearningNoise learning_noise(const std::vector<const StepRecord*>& steps, size_t half, size_t end, double first,
+                             double min_drop) {
+  LearningNoise n;
+  double sq = 0;
+  for (size_t i = 0; i + 1 < end; ++i) {
+    const double d = steps[i + 1]->loss - steps[i]->loss;
+    sq += d * d;
+  }
+  n.spread = end > 1 ? std::sqrt(sq / static_cast<double>(end - 1) / 2.0) : 0.0;
+  n.standard_error = n.spread * std::sqrt(1.0 / static_cast<double>(half) + 1.0 / static_cast<double>(end - half)) /
+                     first;
+  n.required = std::max(min_drop, 2.0 * n.standard_error);
+  return n;
+}
+
 // Loss not decreasing (`not_learning`): over the first W steps of each
 // in-process run, the mean loss of the second half must lie below the first
-// half's by monitors.learning_min_drop. Runs shorter than W are not judged.
+// half's by monitors.learning_min_drop and by twice the drop's standard
+// error (Note [Learning judged with its noise]). Runs shorter than W are not
+// judged.
 void judge_learning(TrialAnalysis& a, const Scenario& s) {
   const int64_t w = learning_window(s);
   if (w <= 0) return;
@@ -107,11 +137,17 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
     for (size_t i = 0; i < end; ++i) grad += steps[i]->grad_norm / static_cast<double>(end);
     if (!(first > 0) || !std::isfinite(first) || !std::isfinite(second)) continue;
     const double change = second / first - 1.0;
-    if (-change >= s.monitors.learning_min_drop) continue;
+    const LearningNoise noise = learning_noise(steps, half, end, first, s.monitors.learning_min_drop);
+    if (-change >= noise.required) continue;
     const int64_t s0 = steps.front()->step, s1 = steps[end - 1]->step, sh = steps[half]->step;
     const std::string range = std::to_string(s0) + "–" + std::to_string(s1);
     const std::string pct = (change < 0 ? "−" : "+") + decimals(std::fabs(100 * change), 1) + " %";
-    const std::string expected = "expected at least −" + decimals(100 * s.monitors.learning_min_drop, 1) + " %";
+    const bool noisy = noise.required > s.monitors.learning_min_drop;
+    const std::string expected =
+        "expected at least −" + decimals(100 * noise.required, 1) + " %" +
+        (noisy ? ", twice the standard error of a drop with a step-to-step spread of ±" +
+                     decimals(100 * noise.spread / first, 1) + " %"
+               : "");
     Failure& f = a.failure;
     a.outcome = Outcome::kFailed;
     f.klass = "not_learning";
@@ -130,7 +166,10 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
                          (s.monitors.learning_window < 0 ? "auto (min(50, max_steps/2) = " + std::to_string(w) + ")"
                                                          : std::to_string(w)) +
                          " steps, margin " + DBH_SCENARIO_KEY(monitors.learning_min_drop) + " " +
-                         decimals(s.monitors.learning_min_drop, 3));
+                         decimals(s.monitors.learning_min_drop, 3) + ", step-to-step spread ±" +
+                         decimals(noise.spread, 3) + " (" + decimals(100 * noise.spread / first, 1) +
+                         " % of the first half's mean): a drop counts when it exceeds " +
+                         decimals(100 * noise.required, 1) + " %");
     return;
   }
 }

@@ -283,6 +283,23 @@ TEST(BisectTest, ConfigFindsThePlantedKey) {
   EXPECT_NE(html.find("<title>Bisection: config</title>"), std::string::npos) << html.substr(0, 2000);
 }
 
+// Note [One divergence]: a huge learning rate diverges in decoder.fusion with
+// the FPN decoder and in encoder.layer4 with PAN; that is one failure, and
+// the learning rate alone is the answer, not both keys.
+TEST(BisectTest, ConfigTreatsADivergenceThatMovesWithAKeyAsOneFailure) {
+  const Dir dir("dbh-bisect-config-divergence");
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 4}\n");
+  const auto bad = write(dir / "bad.yaml", "include: " + base() +
+                                                "\ntrain: {max_steps: 4, lr: 1000000}\nmodel: {decoder: pan}\n");
+  const auto r = dbh({"bisect", "config", "--good", good.string(), "--bad", bad.string(), "--reproductions", "1",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("train.lr=", 0), 0u) << j.dump(2);
+  EXPECT_EQ(j["verdict"], "confident") << j.dump(2);
+}
+
 // Keys that only make sense together: real data needs its data.path, and
 // corrupt_sample needs real data. A subset of the differences that is no
 // scenario is undecidable (git bisect's "skip"), never the end of the search.
@@ -395,6 +412,10 @@ TEST_P(DiagnoseSeedTest, MarksItsResolutionConfirmed) {
                       (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
   const auto j = read_json(dir / "out" / "diagnosis.json");
+  // Note [Resources across runs]: the leak is named as growth across runs,
+  // never as the model's numerics.
+  EXPECT_EQ(j["conclusion"], "resources") << j.dump(2);
+  EXPECT_NE(r.out.find("top hypothesis: Resources that grow from one run to the next"), std::string::npos) << r.out;
   ASSERT_EQ(j["resolutions_tried"].size(), 1u) << j.dump(2);
   const auto& t = j["resolutions_tried"][0];
   EXPECT_EQ(t["verdict"], "confirmed") << t.dump();

@@ -240,6 +240,27 @@ TEST(NotLearning, TheMarginDecides) {
   EXPECT_EQ(classify(st.result(), s, Kb()).outcome, Outcome::kPassed);
 }
 
+// Note [Learning judged with its noise]: a 6 % fall of a loss that jumps
+// ±15 % from one step to the next is noise, not learning; the same fall of a
+// steady loss is learning.
+TEST(NotLearning, AFallInsideTheStepToStepSpreadIsNotLearning) {
+  std::vector<double> noisy;
+  for (int i = 0; i < 12; ++i) noisy.push_back((i < 6 ? 1.0 : 0.94) + (i % 2 == 0 ? 0.15 : -0.15));
+  Stream st;
+  st.steps(noisy).finish(12);
+  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.failure.klass, "not_learning") << a.failure.message;
+  ASSERT_GE(a.failure.evidence.size(), 3u);
+  EXPECT_NE(a.failure.message.find("step-to-step spread"), std::string::npos) << a.failure.message;
+  EXPECT_NE(a.failure.evidence[2].find("spread"), std::string::npos) << a.failure.evidence[2];
+
+  std::vector<double> steady;
+  for (int i = 0; i < 12; ++i) steady.push_back((i < 6 ? 1.0 : 0.94) + (i % 2 == 0 ? 0.001 : -0.001));
+  Stream st2;
+  st2.steps(steady).finish(12);
+  EXPECT_EQ(classify(st2.result(), Steps(12, 12), Kb()).outcome, Outcome::kPassed);
+}
+
 TEST(NotLearning, ShortRunsAreNotJudged) {
   // A flat loss over fewer steps than the window: not judged.
   Stream st;

@@ -1,0 +1,243 @@
+#include "harness/diagnose/hypotheses.h"
+
+#include <algorithm>
+
+#include "harness/scenario/schema.h"
+
+namespace dbh::harness {
+
+std::string to_string(HypothesisId id) {
+  switch (id) {
+    case HypothesisId::kData: return "data";
+    case HypothesisId::kLoader: return "loader";
+    case HypothesisId::kModel: return "model";
+    case HypothesisId::kDevice: return "device";
+    case HypothesisId::kCudnn: return "cudnn";
+    case HypothesisId::kAmp: return "amp";
+    case HypothesisId::kMemory: return "memory";
+    case HypothesisId::kResources: return "resources";
+    case HypothesisId::kKernel: return "kernel";
+    case HypothesisId::kOptimizer: return "optimizer";
+    case HypothesisId::kLabels: return "labels";
+  }
+  return "model";
+}
+
+const RungEvidence* Ladder::find(RungId id) const {
+  for (const auto& r : rungs) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+bool grows_across_runs(const FailureClass& c) {
+  return std::find(c.events.begin(), c.events.end(), "leaked") != c.events.end();
+}
+
+FailureKind failure_kind(const std::string& klass, bool silent_class, bool resource_class) {
+  if (klass.empty()) return FailureKind::kNone;
+  if (klass == "cuda_launch_failure" || klass == "illegal_instruction" || klass == "illegal_memory_access" ||
+      klass == "cudnn_execution_failed") {
+    return FailureKind::kKernel;
+  }
+  if (silent_class) return FailureKind::kSilent;
+  if (resource_class) return FailureKind::kResources;
+  return FailureKind::kCrashOrError;
+}
+
+namespace {
+
+std::vector<Hypothesis> declared_hypotheses() {
+  return {
+      {HypothesisId::kData, "The real data: an invalid or unusual sample breaks training", {}, {}, "dbh bisect data"},
+      {HypothesisId::kLoader, "Data loading with worker threads", {}, {},
+       "train with " + override_text(DBH_SCENARIO_KEY(data.num_workers), "0")},
+      {HypothesisId::kModel, "The model, loss or trainer numerics, independent of the data", {}, {},
+       "dbh bisect steps / modules"},
+      {HypothesisId::kDevice, "The device, driver or CUDA/cuDNN libraries", {}, {},
+       "check dbh env; update driver/cuDNN"},
+      {HypothesisId::kCudnn, "A cuDNN algorithm choice", {}, {},
+       "set " + override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true") + " or benchmark off"},
+      {HypothesisId::kAmp, "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
+      {HypothesisId::kMemory, "Memory exhaustion (batch too large for the budget)", {}, {},
+       "dbh qualify / smaller batch with accumulation"},
+      {HypothesisId::kResources,
+       "Resources that grow from one run to the next in one process (memory, handles, threads, files)", {}, {},
+       "release models, optimizers and cached tensors between runs (and close files and loader workers), or run "
+       "each training in a fresh process (" +
+           override_text(DBH_SCENARIO_KEY(repeat.in_process), "1") +
+           "); dbh repeat measures the growth per run"},
+      {HypothesisId::kKernel, "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
+       "re-run with " + override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
+           " under compute-sanitizer; dbh bisect modules"},
+      {HypothesisId::kOptimizer, "The optimizer or its schedule: the weights learn nothing whatever the data", {}, {},
+       "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
+       "model's parameters; dbh bisect config against a configuration that learns"},
+      {HypothesisId::kLabels,
+       "The labels or the input as the model sees them (off the words, another image's, black or saturated images)",
+       {}, {},
+       "look at the overlays of the failing batch and at `dbh data show` for its samples; dbh bisect config "
+       "against a configuration that learns"},
+  };
+}
+
+// The hypothesis a variant rung speaks to.
+HypothesisId variant_hypothesis(RungId id) {
+  switch (id) {
+    case RungId::kCudnnDeterministic:
+    case RungId::kCudnnBenchmarkOff:
+    case RungId::kCudnnDisabled: return HypothesisId::kCudnn;
+    case RungId::kFp32:
+    case RungId::kBf16: return HypothesisId::kAmp;
+    case RungId::kSmallerBatch:
+    case RungId::kMoreMemory: return HypothesisId::kMemory;
+    default: return HypothesisId::kDevice;
+  }
+}
+
+bool is_variant(RungId id) {
+  switch (id) {
+    case RungId::kCudnnDeterministic:
+    case RungId::kCudnnBenchmarkOff:
+    case RungId::kCudnnDisabled:
+    case RungId::kFp32:
+    case RungId::kBf16:
+    case RungId::kSmallerBatch:
+    case RungId::kMoreMemory:
+    case RungId::kBlockingLaunches: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+Judgement judge_ladder(const Ladder& ladder) {
+  std::vector<Hypothesis> hyps = declared_hypotheses();
+  auto H = [&](HypothesisId id) -> Hypothesis& {
+    return *std::find_if(hyps.begin(), hyps.end(), [&](const Hypothesis& h) { return h.id == id; });
+  };
+  const RungEvidence none;
+  auto rung = [&](RungId id) -> const RungEvidence& {
+    const RungEvidence* r = ladder.find(id);
+    return r != nullptr ? *r : none;
+  };
+  const bool fails = ladder.kind != FailureKind::kNone;
+  const bool silent = ladder.kind == FailureKind::kSilent;
+  const bool kernel = ladder.kind == FailureKind::kKernel;
+  const bool resources = ladder.kind == FailureKind::kResources;
+  const auto& ops = rung(RungId::kOps);
+  const auto& model_step = rung(RungId::kModelStep);
+  const auto& synth = rung(RungId::kSynthetic);
+  const auto& real0 = rung(RungId::kRealNoWorkers);
+  const auto& realw = rung(RungId::kRealWorkers);
+  const auto& one_run = rung(RungId::kOneRunPerProcess);
+  const auto& learns_synth = rung(RungId::kLearnsSynthetic);
+  const auto& learns_real = rung(RungId::kLearnsReal);
+
+  if (ops.failed()) H(HypothesisId::kDevice).support.push_back(ops.cite());
+  if (ops.passed()) H(HypothesisId::kDevice).refute.push_back(ops.cite());
+  if (synth.passed() && fails) {
+    H(HypothesisId::kData).support.push_back(synth.cite() + " while the scenario fails");
+    H(HypothesisId::kModel).refute.push_back(synth.cite());
+  }
+  if (synth.failed()) {
+    // A silent failure on synthetic data is a learning question (the
+    // learning rungs), growth across runs is a resource question (the
+    // one-run rung): neither is evidence about the numerics. A sticky CUDA
+    // error whatever the data points at the kernel.
+    if (kernel) {
+      H(HypothesisId::kKernel).support.push_back(synth.cite());
+    } else if (!silent && !resources) {
+      H(HypothesisId::kModel).support.push_back(synth.cite());
+    }
+    H(HypothesisId::kData).refute.push_back(synth.cite() + " (fails without real data)");
+  }
+  if (silent) {
+    H(HypothesisId::kModel).refute.push_back("the run stays finite: the failure class is `" + ladder.klass + "`");
+    if (ladder.klass == "labels_degenerate" || ladder.klass == "input_denormalised") {
+      H(HypothesisId::kLabels).support.push_back("the failure class is `" + ladder.klass + "`");
+    }
+    // Flat on synthetic boxes too: the optimizer. Failing there by another
+    // silent check (labels, input, predictions): the label or input
+    // pipeline, whatever the dataset.
+    const bool flat_synth = learns_synth.failed() && learns_synth.klass == "not_learning";
+    if (flat_synth) {
+      H(HypothesisId::kOptimizer).support.push_back(learns_synth.cite());
+      H(HypothesisId::kLabels)
+          .refute.push_back(learns_synth.cite() + " (nothing is learnt without the real labels either)");
+    } else if (learns_synth.failed()) {
+      H(HypothesisId::kLabels)
+          .support.push_back(learns_synth.cite() + " (the pipeline fails the same way without the real data)");
+      H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite() + " (not a flat loss)");
+    }
+    if (learns_synth.passed()) {
+      H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite());
+      if (learns_real.failed() || !ladder.real_data) {
+        H(HypothesisId::kLabels).support.push_back(learns_synth.cite() + " while the scenario fails");
+      }
+    }
+    if (learns_real.failed() && learns_synth.passed()) H(HypothesisId::kLabels).support.push_back(learns_real.cite());
+    if (learns_real.passed() && learns_synth.passed()) {
+      H(HypothesisId::kLabels).refute.push_back(learns_real.cite() + " (the loss falls: what fails comes later)");
+    }
+  }
+  if (kernel) {
+    H(HypothesisId::kKernel).support.push_back("the failure class is `" + ladder.klass + "`, a sticky CUDA error");
+    for (const auto& v : ladder.rungs) {
+      if (is_variant(v.id) && v.failed() && v.klass == ladder.klass) {
+        H(HypothesisId::kKernel).support.push_back(v.cite() + " (the same error)");
+      }
+    }
+  }
+  // Note [Resources across runs]: "works on the first run, fails on the
+  // second". Each run passing in a fresh process while the runs of one
+  // process fail puts the cause in what the runs leave behind, not in any
+  // one run's values.
+  if (resources) {
+    H(HypothesisId::kResources)
+        .support.push_back("the failure class is `" + ladder.klass + "`: something grows from one run to the next");
+    H(HypothesisId::kModel).refute.push_back("the failure is growth across runs, not a value of one run (`" +
+                                             ladder.klass + "`)");
+  }
+  if (fails && one_run.passed()) {
+    H(HypothesisId::kResources).support.push_back(one_run.cite() + " while the runs together fail");
+  }
+  if (one_run.failed()) {
+    H(HypothesisId::kResources).refute.push_back(one_run.cite() + " (a run fails in a fresh process too)");
+  }
+  if (model_step.failed() && !resources) H(HypothesisId::kModel).support.push_back(model_step.cite());
+  // Failing on the real data says something about the data only beside the
+  // synthetic rung (a worker without synthetic data has none).
+  if (real0.failed() && !silent && !resources && synth.ran) H(HypothesisId::kData).support.push_back(real0.cite());
+  if (real0.passed() && realw.failed()) {
+    H(HypothesisId::kLoader).support.push_back(real0.cite() + "; " + realw.cite());
+  }
+  if (real0.failed()) H(HypothesisId::kLoader).refute.push_back(real0.cite() + " (fails without workers)");
+  for (const auto& v : ladder.rungs) {
+    if (!is_variant(v.id) || !v.ran) continue;
+    auto& h = H(variant_hypothesis(v.id));
+    (v.passed() ? h.support : h.refute).push_back(v.cite());
+  }
+  if (fails && ladder.memory_exhaustion) {
+    H(HypothesisId::kMemory).support.push_back("the failure class is `" + ladder.klass + "`");
+  }
+  if (fails && ladder.data_invalid) H(HypothesisId::kData).support.push_back("the failure class is `data_invalid`");
+  std::stable_sort(hyps.begin(), hyps.end(),
+                   [](const Hypothesis& a, const Hypothesis& b) { return a.score() > b.score(); });
+
+  Judgement j;
+  j.data_dependent = fails && synth.passed() && ladder.real_data && !silent && !resources;
+  const int top = hyps.front().score();
+  for (const auto& h : hyps) {
+    if (top > 0 && h.score() == top) j.tied.push_back(h.id);
+  }
+  if (j.tied.size() < 2) j.tied.clear();
+  j.conclusion = j.data_dependent            ? "data-dependent"
+                 : !fails                    ? "passes"
+                 : top > 0 && j.tied.empty() ? to_string(hyps.front().id)
+                                             : "unsure";
+  j.ranked = std::move(hyps);
+  return j;
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,116 @@
+#pragma once
+// The diagnosis ladder's judgement (Note [The diagnosis ladder]): from what
+// each rung showed to hypotheses ranked by evidence and one conclusion. Pure:
+// no process, no file; `dbh diagnose` runs the rungs and writes the pages.
+
+#include <string>
+#include <vector>
+
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+
+/// The rungs of the ladder: the seeds' diagnosis steps, each a variant of the
+/// scenario run as a probe.
+enum class RungId {
+  kOps,                // basic tensor ops on the device
+  kModelStep,          // forward/backward on synthetic data, one step
+  kSynthetic,          // the full trainer on synthetic boxes
+  kRealNoWorkers,      // the real data, num_workers=0
+  kRealWorkers,        // the real data with loader workers
+  kOneRunPerProcess,   // each run in a fresh process (repeat.in_process=1)
+  kAsGiven,            // the scenario as given
+  kCudnnDeterministic,
+  kCudnnBenchmarkOff,
+  kCudnnDisabled,
+  kFp32,
+  kBf16,
+  kSmallerBatch,
+  kMoreMemory,
+  kBlockingLaunches,
+  kLearnsSynthetic,    // silent failures: does the loss fall on synthetic boxes?
+  kLearnsReal,         // … and on the real data?
+};
+
+/// What one rung showed.
+struct RungEvidence {
+  RungId id = RungId::kAsGiven;
+  std::string name;    // the row's label
+  std::string result;  // the row's result text ("works", "FAILS: …", "n/a (…)")
+  bool ran = false;
+  Outcome outcome = Outcome::kPassed;
+  std::string klass;   // its failure class, "" when it passed
+
+  /// A failure the harness could tell (an unresolved rung is evidence of nothing).
+  bool failed() const { return ran && is_failure(outcome) && outcome != Outcome::kUnresolved; }
+  bool passed() const { return ran && !is_failure(outcome); }
+  std::string cite() const { return name + ": " + result; }
+};
+
+enum class HypothesisId {
+  kData,
+  kLoader,
+  kModel,
+  kDevice,
+  kCudnn,
+  kAmp,
+  kMemory,
+  kResources,
+  kKernel,
+  kOptimizer,
+  kLabels,
+};
+std::string to_string(HypothesisId id);
+
+struct Hypothesis {
+  HypothesisId id = HypothesisId::kModel;
+  std::string title;
+  std::vector<std::string> support;
+  std::vector<std::string> refute;
+  std::string next;  // what a person would do next
+  int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
+};
+
+/// The kind of failure the scenario's own run shows, from its class in the
+/// knowledge base: it decides what a failing rung is evidence of.
+enum class FailureKind {
+  kNone,       // the scenario passes
+  kCrashOrError,
+  kKernel,     // a sticky CUDA error
+  kSilent,     // finite but learns nothing or its metrics miss
+  kResources,  // something grows from one run to the next in one process
+};
+
+struct Ladder {
+  std::vector<RungEvidence> rungs;  // in any order; each id at most once
+  FailureKind kind = FailureKind::kNone;
+  std::string klass;                // the scenario's failure class
+  bool real_data = false;
+  bool memory_exhaustion = false;   // klass is memory running out
+  bool data_invalid = false;        // klass is a data defect
+  /// The rung with `id`, or nullptr when the ladder has none.
+  const RungEvidence* find(RungId id) const;
+};
+
+/// What the ladder concludes: the hypotheses ranked by evidence (for minus
+/// against, stable in the declared order), and the conclusion: "passes",
+/// "data-dependent", a hypothesis id, or "unsure" when none has more for it
+/// than against it or when the best are tied (list order decides nothing).
+struct Judgement {
+  std::vector<Hypothesis> ranked;
+  std::string conclusion;
+  std::vector<HypothesisId> tied;  // the best, when more than one shares the top score
+  bool data_dependent = false;
+};
+
+/// Whether `c` is growth across the runs of one process (its events include
+/// `leaked`): "works on the first run, fails on the second".
+bool grows_across_runs(const FailureClass& c);
+
+/// The kind of failure class `klass` is (kNone for "").
+FailureKind failure_kind(const std::string& klass, bool silent_class, bool resource_class);
+
+/// Judges the ladder. Pure.
+Judgement judge_ladder(const Ladder& ladder);
+
+}  // namespace dbh::harness

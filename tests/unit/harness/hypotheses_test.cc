@@ -1,0 +1,157 @@
+// The diagnosis ladder's judgement from hand-built rung results: which
+// hypothesis the evidence names, and when it names none (Note [The diagnosis
+// ladder] in harness/diagnose/hypotheses.h). No process is started.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/diagnose/hypotheses.h"
+#include "harness/kb/knowledge_base.h"
+
+namespace dbh::harness {
+namespace {
+
+RungEvidence works(RungId id, const std::string& name) {
+  RungEvidence r;
+  r.id = id;
+  r.name = name;
+  r.ran = true;
+  r.outcome = Outcome::kPassed;
+  r.result = "works";
+  return r;
+}
+
+RungEvidence fails(RungId id, const std::string& name, Outcome o, const std::string& klass) {
+  RungEvidence r = works(id, name);
+  r.outcome = o;
+  r.klass = klass;
+  r.result = "FAILS: " + to_string(o) + " `" + klass + "`";
+  return r;
+}
+
+const Hypothesis& find(const Judgement& j, HypothesisId id) {
+  for (const auto& h : j.ranked) {
+    if (h.id == id) return h;
+  }
+  ADD_FAILURE() << "no hypothesis " << to_string(id);
+  return j.ranked.front();
+}
+
+// Seed 004: every rung that runs three times in one process leaks, each run
+// in a fresh process passes. The model is not blamed for a failing
+// synthetic rung: the failure is growth, not a value.
+TEST(HypothesesTest, GrowthAcrossRunsConcludesResourcesNotTheModel) {
+  Ladder l;
+  l.kind = FailureKind::kResources;
+  l.klass = "leak_across_runs";
+  l.rungs = {works(RungId::kOps, "ops"),
+             fails(RungId::kModelStep, "model step", Outcome::kLeaked, "leak_across_runs"),
+             fails(RungId::kSynthetic, "synthetic", Outcome::kLeaked, "leak_across_runs"),
+             works(RungId::kOneRunPerProcess, "each run in a fresh process"),
+             fails(RungId::kAsGiven, "as given", Outcome::kLeaked, "leak_across_runs"),
+             fails(RungId::kSmallerBatch, "smaller batch", Outcome::kLeaked, "leak_across_runs")};
+  const Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "resources");
+  EXPECT_EQ(j.ranked.front().id, HypothesisId::kResources);
+  EXPECT_EQ(j.ranked.front().support.size(), 2u);
+  EXPECT_TRUE(find(j, HypothesisId::kModel).support.empty());
+  EXPECT_FALSE(j.data_dependent);
+}
+
+// The class decides the kind: the shipped knowledge base's leak class grows
+// across runs, a NaN class does not.
+TEST(HypothesesTest, TheKnowledgeBaseSaysWhichClassesGrowAcrossRuns) {
+  const auto& kb = KnowledgeBase::shipped();
+  ASSERT_NE(kb.find("leak_across_runs"), nullptr);
+  EXPECT_TRUE(grows_across_runs(*kb.find("leak_across_runs")));
+  EXPECT_FALSE(grows_across_runs(*kb.find("nonfinite_gradient")));
+  EXPECT_EQ(failure_kind("leak_across_runs", false, true), FailureKind::kResources);
+  EXPECT_EQ(failure_kind("illegal_memory_access", false, false), FailureKind::kKernel);
+  EXPECT_EQ(failure_kind("not_learning", true, false), FailureKind::kSilent);
+  EXPECT_EQ(failure_kind("", false, false), FailureKind::kNone);
+}
+
+// Two hypotheses with the same evidence: unsure, naming both, never the
+// first of the declared list.
+TEST(HypothesesTest, ATieAtTheTopIsUnsure) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "cuda_oom";
+  l.rungs = {fails(RungId::kAsGiven, "as given", Outcome::kFailed, "cuda_oom"),
+             works(RungId::kCudnnDeterministic, "cuDNN deterministic"),
+             works(RungId::kSmallerBatch, "smaller batch")};
+  const Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "unsure");
+  ASSERT_EQ(j.tied.size(), 2u);
+  EXPECT_EQ(j.ranked[0].score(), j.ranked[1].score());
+  // One more piece of evidence breaks the tie.
+  l.memory_exhaustion = true;
+  const Judgement k = judge_ladder(l);
+  EXPECT_EQ(k.conclusion, "memory");
+  EXPECT_TRUE(k.tied.empty());
+}
+
+TEST(HypothesesTest, NoEvidenceForAnyIsUnsureAndAPassIsAPass) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "crash_signal";
+  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kAsGiven, "as given", Outcome::kCrashed, "crash_signal")};
+  EXPECT_EQ(judge_ladder(l).conclusion, "unsure");
+  Ladder pass;
+  pass.rungs = {works(RungId::kOps, "ops"), works(RungId::kAsGiven, "as given")};
+  EXPECT_EQ(judge_ladder(pass).conclusion, "passes");
+}
+
+// Note [The learning rung]: flat on synthetic boxes too is the optimizer;
+// learning on synthetic boxes but not on the real data is the labels.
+TEST(HypothesesTest, SilentFailuresAreJudgedByTheLearningRungs) {
+  Ladder l;
+  l.kind = FailureKind::kSilent;
+  l.klass = "not_learning";
+  l.real_data = true;
+  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kSynthetic, "synthetic", Outcome::kFailed, "not_learning"),
+             fails(RungId::kAsGiven, "as given", Outcome::kFailed, "not_learning"),
+             fails(RungId::kLearnsSynthetic, "learns on synthetic", Outcome::kFailed, "not_learning"),
+             fails(RungId::kLearnsReal, "learns on real", Outcome::kFailed, "not_learning")};
+  EXPECT_EQ(judge_ladder(l).conclusion, "optimizer");
+  l.rungs[3] = works(RungId::kLearnsSynthetic, "learns on synthetic");
+  l.rungs[1] = works(RungId::kSynthetic, "synthetic");
+  const Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "labels");
+  EXPECT_FALSE(j.data_dependent);  // a silent failure has no bad sample to find
+}
+
+TEST(HypothesesTest, SyntheticPassingRealFailingIsDataDependent) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "data_invalid";
+  l.real_data = true;
+  l.data_invalid = true;
+  l.rungs = {works(RungId::kSynthetic, "synthetic"),
+             fails(RungId::kRealNoWorkers, "real, no workers", Outcome::kFailed, "data_invalid"),
+             fails(RungId::kAsGiven, "as given", Outcome::kFailed, "data_invalid")};
+  const Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "data-dependent");
+  EXPECT_EQ(j.ranked.front().id, HypothesisId::kData);
+}
+
+// A sticky CUDA error on synthetic data points at the kernel, not at the
+// model's numerics; an unresolved rung is evidence of nothing.
+TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
+  Ladder l;
+  l.kind = FailureKind::kKernel;
+  l.klass = "illegal_memory_access";
+  l.rungs = {works(RungId::kOps, "ops"),
+             fails(RungId::kSynthetic, "synthetic", Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kAsGiven, "as given", Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kCudnnDisabled, "cuDNN disabled", Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kRealNoWorkers, "real", Outcome::kUnresolved, "")};
+  const Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "kernel");
+  EXPECT_TRUE(find(j, HypothesisId::kModel).support.empty());
+  EXPECT_TRUE(find(j, HypothesisId::kLoader).refute.empty());
+}
+
+}  // namespace
+}  // namespace dbh::harness
