@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <iomanip>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "harness/common/output_dir.h"
 #include "harness/common/out_file.h"
 #include "harness/report/markdown_html.h"
+#include "harness/report/plot.h"
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
@@ -388,20 +390,59 @@ int qualify_command(const QualifyOptions& o) {
       }
     }
 
-    // Plot: peak memory of every probed batch, per precision.
-    std::vector<std::string> names;
-    std::vector<std::vector<double>> series;
-    for (const auto& precision : precisions) {
-      std::vector<double> ys(static_cast<size_t>(effective), NAN);
-      for (const auto& t : searched) {
-        if (t.precision == precision && t.passed) ys[static_cast<size_t>(t.batch - 1)] = static_cast<double>(t.peak) / 1048576.0;
+    // Plot: peak memory of every batch that ran, per precision, at its batch
+    // size; failed trials marked where they ran; the recommended setup ringed
+    // (Note [Plots that tell the truth]).
+    {
+      PlotOptions plot;
+      plot.title = "Peak memory by batch size";
+      plot.x_label = "batch size (per step; accumulation makes up the effective batch of " +
+                     std::to_string(effective) + ")";
+      plot.y_label = "MiB";
+      plot.integer_x = true;
+      std::vector<PlotSeries> lines;
+      for (const auto& precision : precisions) {
+        std::map<int64_t, const Trial*> ran;  // the last trial at each batch
+        if (source_trial.precision == precision) ran[source_trial.batch] = &source_trial;
+        for (const auto& t : searched) {
+          if (t.precision == precision) ran[t.batch] = &t;
+        }
+        for (const auto& r : recs) {
+          if (r.precision == precision && r.confirm.batch > 0 && !r.confirm.precision.empty()) {
+            ran[r.confirm.batch] = &r.confirm;
+          }
+        }
+        PlotSeries line;
+        line.name = precision + " peak";
+        for (const auto& [batch, t] : ran) {
+          if (t->passed && t->peak > 0) {
+            line.x.push_back(static_cast<double>(batch));
+            line.y.push_back(static_cast<double>(t->peak) / 1048576.0);
+          } else if (!t->passed) {
+            line.failed_x.push_back(static_cast<double>(batch));
+          }
+        }
+        lines.push_back(std::move(line));
       }
-      names.push_back(precision + " peak MiB");
-      series.push_back(ys);
+      double max_batch_ran = 1;
+      for (const auto& l : lines) {
+        for (const double x : l.x) max_batch_ran = std::max(max_batch_ran, x);
+        for (const double x : l.failed_x) max_batch_ran = std::max(max_batch_ran, x);
+      }
+      PlotSeries budget_line;
+      budget_line.name = "budget " + format_bytes(budget);
+      budget_line.reference = true;
+      budget_line.x = {1.0, max_batch_ran};
+      budget_line.y = {static_cast<double>(budget) / 1048576.0, static_cast<double>(budget) / 1048576.0};
+      lines.push_back(std::move(budget_line));
+      if (best != nullptr && best->confirm.passed && best->confirm.peak > 0) {
+        plot.highlight = std::make_pair(static_cast<double>(best->confirm.batch),
+                                        static_cast<double>(best->confirm.peak) / 1048576.0);
+        plot.highlight_label = "recommended: batch " + std::to_string(best->confirm.batch) + " x " +
+                               std::to_string(best->confirm.accumulation) + " accumulation, " + best->precision;
+      }
+      write_plot((out / "memory_vs_batch.png").string(), plot, lines);
     }
-    names.push_back("budget MiB");
-    series.push_back(std::vector<double>(static_cast<size_t>(effective), static_cast<double>(budget) / 1048576.0));
-    write_plot_png((out / "memory_vs_batch.png").string(), "peak memory by batch size (x = batch - 1)", names, series, "MiB");
 
     const std::string title = "Hardware Qualification Report: " + source.name + " on " +
                               (o.profile.empty() ? format_bytes(budget) : profile.display_name);
@@ -458,7 +499,8 @@ int qualify_command(const QualifyOptions& o) {
     }
     md << " Largest batches come from the model when it was confirmed; peaks at them are measured where a trial ran "
           "there and predicted otherwise.\n";
-    md << "\nPeak memory by batch: `memory_vs_batch.png`. Every trial: `qualification.json`.\n\n## Commands\n\n```sh\n";
+    md << "\n![Peak memory by batch size (memory_vs_batch.png)](memory_vs_batch.png)\n\nEvery trial: "
+          "`qualification.json`.\n\n## Commands\n\n```sh\n";
     if (qualifies) {
       md << "# recommended\n"
          << cmd(o.scenario, o.overrides,
@@ -494,7 +536,7 @@ int qualify_command(const QualifyOptions& o) {
        << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/probe-*/events.jsonl`); "
           "keep `dbh run` in CI with `expect.max_peak_memory`.\n";
     write_file_atomically((out / "qualification.md").string(), md.str());
-    write_file_atomically((out / "qualification.html").string(), markdown_page_html(title, md.str()));
+    write_file_atomically((out / "qualification.html").string(), markdown_page_html(title, md.str(), out.string()));
     ojson j;
     j["schema_version"] = 1;
     j["scenario"] = o.scenario;

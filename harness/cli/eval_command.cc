@@ -26,6 +26,8 @@
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
+#include "harness/report/eval_reading.h"
+#include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
@@ -478,6 +480,26 @@ int run_eval_command(const EvalCommandOptions& o) {
   }
   j["images"] = std::move(images);
   j["environment"] = json::parse(environment_json(collect_environment()));
+
+  // Note [Reading an evaluation]: what the numbers mean, from the facts
+  // measured above.
+  EvalFacts facts;
+  facts.images = n;
+  facts.gt = result.overall.counts.gt;
+  facts.det = result.overall.counts.det;
+  facts.matched = result.overall.counts.matched;
+  facts.precision = result.overall.precision;
+  facts.recall = result.overall.recall;
+  facts.hmean = result.overall.hmean;
+  facts.binarize_thresh = post.binarize_thresh;
+  facts.box_thresh = post.box_thresh;
+  for (const auto& e : result.images) {
+    facts.max_probability = std::max(facts.max_probability, e.probability.max);
+    facts.mean_text_fraction += e.probability.text_fraction / static_cast<double>(std::max<int64_t>(1, n));
+  }
+  const std::vector<EvalFinding> reading = read_evaluation(facts);
+  j["reading"] = json::array();
+  for (const auto& f : reading) j["reading"].push_back({{"id", f.id}, {"meaning", f.meaning}, {"next", f.next}});
   write_file_atomically((out / "eval.json").string(),
                         j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
@@ -488,6 +510,9 @@ int run_eval_command(const EvalCommandOptions& o) {
      << " matched of " << result.overall.counts.gt << " ground truths and "
      << result.overall.counts.det << " detections (ICDAR 2015, IoU > " << o.iou_thresh
      << ", don't-care words excluded) on " << n << " images.\n\n"
+     << "## Reading\n\n";
+  for (const auto& f : reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
+  md << "\n## Settings\n\n"
      << "| setting | value |\n|---|---|\n"
      << "| weights | " << markdown_inline(weights_abs) << " (" << loaded.format
      << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
@@ -518,6 +543,10 @@ int run_eval_command(const EvalCommandOptions& o) {
     }
   }
   write_file_atomically((out / "eval.md").string(), md.str());
+  // The same page for a browser, its overlays embedded.
+  write_file_atomically((out / "eval.html").string(),
+                        markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md.str(),
+                                           out.string()));
   throw_if_stopped();
   if (!save_tmp.empty()) {
     try {
@@ -532,7 +561,9 @@ int run_eval_command(const EvalCommandOptions& o) {
   std::cout << "dbh eval: " << metrics_line(result.overall) << " on " << n << " images; "
             << fixed(inference_per_s, 2) << " images/s inference, " << fixed(post_ms, 1)
             << " ms/image post-processing\n"
-            << "output: " << fs::absolute(out).lexically_normal().string() << " (eval.json, eval.md"
+            << "reading: " << one_line(reading.front().meaning) << "\n"
+            << "next: " << one_line(reading.front().next) << "\n"
+            << "output: " << fs::absolute(out).lexically_normal().string() << " (eval.json, eval.md, eval.html"
             << (order.empty() ? "" : ", overlays/") << ")\n";
   return 0;
 }

@@ -29,11 +29,13 @@
 #include "harness/common/text.h"
 #include "harness/common/files.h"
 #include "harness/common/value.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/cli/env_command.h"
 #include "harness/cli/run_command.h"
 #include "harness/cli/scenario_command.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
 #include "harness/worker/tune.h"
@@ -41,6 +43,11 @@
 #include "harness/cli/train_command.h"
 #include "harness/cli/eval_command.h"
 #include "harness/version.h"
+
+// What a command says when this machine's memory ran out before it finished.
+constexpr const char* kOutOfMemory =
+    "ran out of memory: the input is too large for this machine (a smaller --size, --batch-size or fewer "
+    "images fit); nothing was kept";
 
 int main(int argc, char** argv) {
   // A worker dies with its supervisor: armed before anything else runs.
@@ -349,10 +356,14 @@ int main(int argc, char** argv) {
         // Every word dbh echoes into JSON, JUnit and pages must have a
         // faithful spelling there: a path or value that is not UTF-8 is
         // refused up front, never an internal error after the work.
+        // (The words of the command `scenario from-command` converts are its
+        // own to judge: it names the key, or quotes the word as $'…'.)
+        const bool converted_words = cmd->get_name() == "from-command" && opt->get_lnames().empty();
         for (const auto& value : opt->results()) {
-          if (dbh::harness::valid_utf8(value) != value) {
-            throw dbh::harness::UsageError("dbh " + command + ": " + dbh::harness::one_line(
-                                               dbh::harness::valid_utf8(value)) +
+          if (!converted_words && dbh::harness::valid_utf8(value) != value) {
+            const std::string flag = opt->get_lnames().empty() ? "" : "--" + opt->get_lnames().front() + " ";
+            throw dbh::harness::UsageError("dbh " + command + ": " + flag +
+                                           dbh::harness::one_line(dbh::harness::valid_utf8(value)) +
                                            ": expected UTF-8, got bytes that are not (shown as \uFFFD)");
           }
         }
@@ -543,8 +554,27 @@ int main(int argc, char** argv) {
     std::cerr << "dbh: " << (e.path1().empty() ? std::string() : dbh::harness::one_line(e.path1().string()) + ": ")
               << "expected a usable path, got an error (" << e.code().message() << ")\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "dbh: " << kOutOfMemory << "\n";
+    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dbh: internal error: " << dbh::harness::one_line(e.what()) << "\n";
+    // Note [Memory exhaustion is never an internal error]: an input too large
+    // for this machine (`dbh eval --size 8192`, a data show of a huge image)
+    // is the user's to change, as `dbh run` makes it an outcome; it is exit
+    // 2 with the knowledge base's class, not exit 3.
+    const std::string what = e.what();
+    const dbh::harness::FailureClass* c = nullptr;
+    try {
+      c = dbh::harness::KnowledgeBase::shipped().match_message(what);
+    } catch (const std::exception&) {
+      c = nullptr;  // no knowledge base: the message alone
+    }
+    if (c != nullptr && dbh::harness::is_memory_exhaustion(c->id)) {
+      std::cerr << "dbh: " << kOutOfMemory << " (" << dbh::harness::truncate_utf8(dbh::harness::one_line(what), 300)
+                << ")\n";
+      return 2;
+    }
+    std::cerr << "dbh: internal error: " << dbh::harness::one_line(what) << "\n";
     return 3;
   }
   return 2;

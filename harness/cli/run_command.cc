@@ -440,12 +440,15 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
   // repro.sh is run by /bin/sh (dash reads no `$'…'`): POSIX single quotes,
   // which keep every byte, a line break in a file name too. It runs the dbh
-  // that wrote it, or $DBH.
+  // that wrote it, or $DBH, and passes on its own arguments (`sh repro.sh
+  // --out /tmp/again train.lr=0.001`), as the printed repro line takes more.
   std::string script_command = "\"$DBH\"";
   for (size_t i = 1; i < repro.size(); ++i) script_command += " " + shell_quote_posix(repro[i]);
+  script_command += " \"$@\"";
   write_file_atomically((out / "repro.sh").string(),
                         "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) +
-                            "). DBH=/path/to/dbh sh repro.sh runs another dbh.\nset -e\nDBH=${DBH:-" +
+                            "). DBH=/path/to/dbh sh repro.sh runs another dbh; arguments (--out DIR, key=value) "
+                            "are passed on.\nset -e\nDBH=${DBH:-" +
                             shell_quote_posix(self_exe()) + "}\ncd " + shell_quote_posix(fs::current_path().string()) +
                             "\nexec " + script_command + "\n");
   fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,

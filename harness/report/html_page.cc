@@ -1,10 +1,16 @@
 #include "harness/report/html_page.h"
 
 #include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 
 #include "harness/common/text.h"
+#include "harness/scenario/scenario.h"
 
 namespace dbh::harness {
+namespace fs = std::filesystem;
 namespace {
 
 const char* kCss = R"css(
@@ -59,6 +65,74 @@ std::string html_url_path(const std::string& rel) {
   // "./" keeps a first segment holding ':' (already encoded) from ever
   // reading as a scheme, and makes the link visibly relative.
   return out.rfind("../", 0) == 0 ? out : "./" + out;
+}
+
+
+// --- Embedded images ---------------------------------------------------------
+
+std::string base64(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::optional<std::string> read_small_file(const std::string& path, size_t max, uintmax_t* size) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  *size = fs::file_size(path, ec);
+  if (ec || *size > max) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return std::nullopt;
+  return data;
+}
+
+std::string ImageEmbedder::figure(const std::string& rel, const std::string& caption, const std::string& img_class) {
+  const fs::path file = fs::path(root_) / rel;
+  const std::string link = "<a href=\"" + xml_escape(html_url_path(rel)) + "\"><code>" + xml_escape(rel) + "</code></a>";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) {
+    return "<p class=\"note\">" + xml_escape(caption) + ": <code>" + xml_escape(rel) + "</code> is missing.</p>\n";
+  }
+  uintmax_t size = fs::file_size(file, ec);
+  if (ec || size > kHtmlMaxImageBytes) {
+    return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " not embedded: " + xml_escape(format_bytes(int64_t(size))) +
+           " is over the " + xml_escape(format_bytes(int64_t(kHtmlMaxImageBytes))) + " limit for one image.</p>\n";
+  }
+  if (used_ + size > kHtmlMaxEmbeddedBytes) {
+    return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " not embedded: the page already holds " +
+           xml_escape(format_bytes(int64_t(used_))) + " of images.</p>\n";
+  }
+  const auto data = read_small_file(file.string(), kHtmlMaxImageBytes, &size);
+  if (!data) return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " could not be read.</p>\n";
+  std::string mime;
+  if (data->rfind("\x89PNG\r\n\x1a\n", 0) == 0) {
+    mime = "image/png";
+  } else if (data->rfind("\xFF\xD8\xFF", 0) == 0) {
+    mime = "image/jpeg";
+  } else {
+    return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " is not a PNG or JPEG image.</p>\n";
+  }
+  used_ += data->size();
+  return "<figure><img class=\"" + xml_escape(img_class) + "\" alt=\"" + xml_escape(caption) + "\" src=\"data:" + mime +
+         ";base64," + base64(*data) + "\"><figcaption>" + xml_escape(caption) + "</figcaption></figure>\n";
 }
 
 }  // namespace dbh::harness

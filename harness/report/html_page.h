@@ -1,6 +1,10 @@
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace dbh::harness {
 
@@ -22,5 +26,33 @@ std::string html_page_head(const std::string& title);
 /// or a query, or names a scheme; prefixed with "./" unless it starts with
 /// "../". Escape the result with xml_escape() like any attribute value.
 std::string html_url_path(const std::string& rel);
+
+/// Limits of what a page embeds, so a long run or a large overlay keeps the
+/// page small enough to open.
+inline constexpr size_t kHtmlMaxImageBytes = 2 * 1024 * 1024;      // per image; larger ones are linked
+inline constexpr size_t kHtmlMaxEmbeddedBytes = 16 * 1024 * 1024;  // all images of one page
+
+/// `in` in base64 (RFC 4648, padded).
+std::string base64(const std::string& in);
+
+/// The whole file when it is a regular file of at most `max` bytes (its size
+/// in `*size` either way it exists), else nullopt.
+std::optional<std::string> read_small_file(const std::string& path, size_t max, uintmax_t* size);
+
+/// Embeds a page's images as data: URIs within its budget; a missing,
+/// oversized or unrecognised file becomes a note with a relative link
+/// instead. The page stays self-contained (Note [Self-contained pages]).
+class ImageEmbedder {
+ public:
+  explicit ImageEmbedder(std::string root) : root_(std::move(root)) {}
+
+  /// A `<figure>` of the PNG or JPEG at `rel` (relative to the page's
+  /// folder) with `caption`, or the note saying why it is not embedded.
+  std::string figure(const std::string& rel, const std::string& caption, const std::string& img_class);
+
+ private:
+  std::string root_;
+  size_t used_ = 0;
+};
 
 }  // namespace dbh::harness

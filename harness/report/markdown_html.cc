@@ -166,8 +166,13 @@ bool local_target(const std::string& t) {
   return colon == kNpos || colon > t.find_first_of("/?#");
 }
 
+// The images of the page being rendered, when it has a folder
+// (markdown_page_html's third argument); set for the duration of one call.
+thread_local ImageEmbedder* t_images = nullptr;
+
 // Inline Markdown: backslash escapes, `code`, **bold**, [text](relative
-// path). Anything else, and any of these left unclosed, is text.
+// path), ![alt](relative image). Anything else, and any of these left
+// unclosed, is text.
 std::string inline_html(const std::string& s, int depth = 0) {
   const CodeSpans spans(s);
   bool no_more_bold = false;  // a failed search for "**" fails for every later one
@@ -215,6 +220,25 @@ std::string inline_html(const std::string& s, int depth = 0) {
       text += "**";
       i += 2;
       continue;
+    }
+    // ![alt](relative.png): the image embedded when the page has a folder to
+    // read it from (Note [Plots that tell the truth]), else a link to it.
+    if (c == '!' && i + 1 < s.size() && s[i + 1] == '[' && depth < kMaxInlineDepth) {
+      const size_t label_end = closing_bracket(s, spans, i + 1);
+      if (label_end != kNpos && label_end + 1 < s.size() && s[label_end + 1] == '(') {
+        const size_t target_end = s.find(')', label_end + 2);
+        if (target_end != kNpos && target_end - label_end - 2 <= kMaxLinkText) {
+          const std::string target = unescape_punct(trim(s.substr(label_end + 2, target_end - label_end - 2)));
+          const std::string alt = unescape_punct(s.substr(i + 2, label_end - i - 2));
+          if (local_target(target)) {
+            flush();
+            out += t_images != nullptr ? t_images->figure(target, alt, "plot")
+                                       : "<a href=\"" + esc(html_url_path(target)) + "\">" + esc(alt) + "</a>";
+            i = target_end + 1;
+            continue;
+          }
+        }
+      }
     }
     if (c == '[' && depth < kMaxInlineDepth) {
       const size_t label_end = closing_bracket(s, spans, i);
@@ -542,7 +566,12 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 }  // namespace
 
-std::string markdown_page_html(const std::string& title, const std::string& markdown) {
+std::string markdown_page_html(const std::string& title, const std::string& markdown, const std::string& folder) {
+  ImageEmbedder images(folder);
+  struct Scope {
+    explicit Scope(ImageEmbedder* e) { t_images = e; }
+    ~Scope() { t_images = nullptr; }
+  } scope(folder.empty() ? nullptr : &images);
   return valid_utf8(html_page_head(title) + Renderer(split_lines(markdown)).render() +
                     "<hr><p class=\"sub\">Written by dbh " + esc(kVersion) +
                     " from the Markdown file of the same name beside this page.</p>\n</body>\n</html>\n");

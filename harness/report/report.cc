@@ -1,5 +1,7 @@
 #include "harness/report/report.h"
 
+#include "harness/report/plot.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -26,12 +28,6 @@ namespace {
 std::string fenced(std::string text) {
   for (size_t pos = 0; (pos = text.find("```", pos)) != std::string::npos; pos += 3) text.replace(pos, 3, "` `");
   return text;
-}
-// Encodes in memory, then writes atomically: a full disk leaves no torn image.
-void write_png_atomically(const std::string& path, const cv::Mat& img) {
-  std::vector<uchar> png;
-  if (!cv::imencode(".png", img, png)) throw ReportError(path + ": cannot encode the plot as PNG");
-  write_file_atomically(path, std::string(png.begin(), png.end()));
 }
 }  // namespace
 
@@ -564,46 +560,25 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
 void write_plot_png(const std::string& path, const std::string& title,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<double>>& series, const std::string& y_label) {
-  const int w = 720, h = 400, left = 70, right = 20, top = 40, bottom = 50;
-  cv::Mat img(h, w, CV_8UC3, cv::Scalar(255, 255, 255));
-  double lo = INFINITY, hi = -INFINITY;
-  size_t n = 0;
-  for (const auto& s : series) {
-    n = std::max(n, s.size());
-    for (double v : s) {
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-    }
-  }
-  cv::putText(img, title, {left, 25}, cv::FONT_HERSHEY_SIMPLEX, 0.6, cv::Scalar(0, 0, 0), 1, cv::LINE_AA);
-  cv::rectangle(img, {left, top}, {w - right, h - bottom}, cv::Scalar(0, 0, 0), 1);
-  if (n == 0 || !std::isfinite(lo)) {
-    cv::putText(img, "no finite values", {left + 20, h / 2}, cv::FONT_HERSHEY_SIMPLEX, 0.6, cv::Scalar(0, 0, 200), 1);
-    write_png_atomically(path, img);
-    return;
-  }
-  if (hi - lo < 1e-12) hi = lo + 1.0;
-  auto px = [&](size_t i) { return left + static_cast<int>((w - left - right) * (n <= 1 ? 0.5 : double(i) / double(n - 1))); };
-  auto py = [&](double v) { return h - bottom - static_cast<int>((h - top - bottom) * (v - lo) / (hi - lo)); };
-  const cv::Scalar colors[] = {{200, 60, 30}, {30, 140, 30}, {30, 30, 200}, {150, 0, 150}, {0, 150, 200}};
+  // Per step: x is the step index; a non-finite value is marked where it
+  // happened (Note [Plots that tell the truth]).
+  PlotOptions o;
+  o.title = title;
+  o.y_label = y_label;
+  o.integer_x = true;
+  o.failed_label = "non-finite value";
+  std::vector<PlotSeries> lines;
   for (size_t k = 0; k < series.size(); ++k) {
-    const auto& s = series[k];
-    const cv::Scalar c = colors[k % 5];
-    for (size_t i = 0; i + 1 < s.size(); ++i) {
-      if (std::isfinite(s[i]) && std::isfinite(s[i + 1])) {
-        cv::line(img, {px(i), py(s[i])}, {px(i + 1), py(s[i + 1])}, c, 2, cv::LINE_AA);
-      }
+    PlotSeries s;
+    s.name = k < names.size() ? names[k] : "";
+    for (size_t i = 0; i < series[k].size(); ++i) {
+      s.x.push_back(static_cast<double>(i));
+      s.y.push_back(series[k][i]);
+      if (!std::isfinite(series[k][i])) s.failed_x.push_back(static_cast<double>(i));
     }
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (std::isfinite(s[i])) cv::circle(img, {px(i), py(s[i])}, 2, c, -1, cv::LINE_AA);
-      else cv::drawMarker(img, {px(i), top + 8}, cv::Scalar(0, 0, 255), cv::MARKER_TILTED_CROSS, 10, 2);
-    }
-    cv::putText(img, names[k], {left + 10 + static_cast<int>(k) * 110, h - 15}, cv::FONT_HERSHEY_SIMPLEX, 0.5, c, 1, cv::LINE_AA);
+    lines.push_back(std::move(s));
   }
-  cv::putText(img, fmt(hi), {5, top + 5}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 1);
-  cv::putText(img, fmt(lo), {5, h - bottom}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 1);
-  cv::putText(img, y_label, {5, top - 10}, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(80, 80, 80), 1);
-  cv::putText(img, "step", {w / 2, h - 30}, cv::FONT_HERSHEY_SIMPLEX, 0.45, cv::Scalar(80, 80, 80), 1);
-  write_png_atomically(path, img);
+  write_plot(path, o, lines);
 }
 
 }  // namespace dbh::harness

@@ -45,28 +45,6 @@ std::string dump(const ojson& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string base64(const std::string& in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
-    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
 
 std::string outcome_class(Outcome o) {
   if (o == Outcome::kPassed) return "ok";
@@ -77,61 +55,6 @@ std::string outcome_class(Outcome o) {
 std::string badge(Outcome o) {
   return "<span class=\"badge " + outcome_class(o) + "\">" + esc(to_string(o)) + "</span>";
 }
-
-// The whole file when it is a regular file of at most `max` bytes.
-std::optional<std::string> read_small_file(const fs::path& p, size_t max, uintmax_t* size) {
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::nullopt;
-  *size = fs::file_size(p, ec);
-  if (ec || *size > max) return std::nullopt;
-  std::ifstream in(p, std::ios::binary);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return std::nullopt;
-  return data;
-}
-
-// Embeds images as data: URIs within the page's budget; a missing, oversized
-// or unrecognised file becomes a note with a relative link instead.
-class ImageEmbedder {
- public:
-  explicit ImageEmbedder(fs::path root) : root_(std::move(root)) {}
-
-  /// `rel`: the file's path relative to the report folder.
-  std::string figure(const std::string& rel, const std::string& caption, const std::string& img_class) {
-    const fs::path file = root_ / rel;
-    const std::string link = "<a href=\"" + esc(html_url_path(rel)) + "\"><code>" + esc(rel) + "</code></a>";
-    std::error_code ec;
-    if (!fs::is_regular_file(file, ec)) {
-      return "<p class=\"note\">" + esc(caption) + ": <code>" + esc(rel) + "</code> is missing.</p>\n";
-    }
-    uintmax_t size = fs::file_size(file, ec);
-    if (ec || size > kHtmlMaxImageBytes) {
-      return "<p class=\"note\">" + esc(caption) + ": " + link + " not embedded: " + esc(format_bytes(int64_t(size))) +
-             " is over the " + esc(format_bytes(int64_t(kHtmlMaxImageBytes))) + " limit for one image.</p>\n";
-    }
-    if (used_ + size > kHtmlMaxEmbeddedBytes) {
-      return "<p class=\"note\">" + esc(caption) + ": " + link + " not embedded: the page already holds " +
-             esc(format_bytes(int64_t(used_))) + " of images.</p>\n";
-    }
-    const auto data = read_small_file(file, kHtmlMaxImageBytes, &size);
-    if (!data) return "<p class=\"note\">" + esc(caption) + ": " + link + " could not be read.</p>\n";
-    std::string mime;
-    if (data->rfind("\x89PNG\r\n\x1a\n", 0) == 0) {
-      mime = "image/png";
-    } else if (data->rfind("\xFF\xD8\xFF", 0) == 0) {
-      mime = "image/jpeg";
-    } else {
-      return "<p class=\"note\">" + esc(caption) + ": " + link + " is not a PNG or JPEG image.</p>\n";
-    }
-    used_ += data->size();
-    return "<figure><img class=\"" + esc(img_class) + "\" alt=\"" + esc(caption) + "\" src=\"data:" + mime +
-           ";base64," + base64(*data) + "\"><figcaption>" + esc(caption) + "</figcaption></figure>\n";
-  }
-
- private:
-  fs::path root_;
-  size_t used_ = 0;
-};
 
 // Rows [0, head) and [n - tail, n) of n, with the number left out between.
 struct RowWindow {
@@ -651,7 +574,7 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
         }
       }
       uintmax_t size = 0;
-      if (const auto text = read_small_file(dir / "report.json", 64 * 1024 * 1024, &size)) {
+      if (const auto text = read_small_file((dir / "report.json").string(), 64 * 1024 * 1024, &size)) {
         const auto j = ojson::parse(*text, nullptr, false);
         if (!j.is_discarded() && j.is_object() && j.contains("expectation") && j["expectation"].is_object() &&
             j["expectation"].contains("expected")) {

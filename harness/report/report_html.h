@@ -3,14 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "harness/report/html_page.h"
 #include "harness/report/report.h"
 
 namespace dbh::harness {
 
-/// Limits of what report.html embeds, so a long run or a large overlay keeps
-/// the page small enough to open.
-inline constexpr size_t kHtmlMaxImageBytes = 2 * 1024 * 1024;      // per image; larger ones are linked
-inline constexpr size_t kHtmlMaxEmbeddedBytes = 16 * 1024 * 1024;  // all images of one page
+/// Limits of what report.html shows (images: kHtmlMaxImageBytes and
+/// kHtmlMaxEmbeddedBytes in html_page.h).
 inline constexpr size_t kHtmlMaxOverlays = 12;
 inline constexpr size_t kHtmlMaxStepRows = 200;
 inline constexpr size_t kHtmlMaxEventRows = 200;

@@ -56,8 +56,14 @@ class SmallDisk {
 
 // Replaces "$T" (the case's sandbox folder), "$SRC" (the source tree) and a
 // leading "@" (a file of the catalogue) in an argument or a setup path.
+// "$BYTE{ff}" becomes the raw byte 0xff (names that are not UTF-8, which a
+// JSON catalogue cannot hold as they are).
 std::string expand(std::string s, const fs::path& sandbox) {
   if (!s.empty() && s[0] == '@') return (kDir / s.substr(1)).lexically_normal().string();
+  for (size_t at = s.find("$BYTE{"); at != std::string::npos && at + 8 < s.size() + 1; at = s.find("$BYTE{", at + 1)) {
+    const char byte = static_cast<char>(std::stoi(s.substr(at + 6, 2), nullptr, 16));
+    s.replace(at, 9, std::string(1, byte));
+  }
   for (const auto& [key, value] : {std::pair<std::string, std::string>{"$T", sandbox.string()},
                                    std::pair<std::string, std::string>{"$SRC", DBH_SOURCE_DIR}}) {
     for (size_t at = s.find(key); at != std::string::npos; at = s.find(key, at + value.size())) {
@@ -67,9 +73,19 @@ std::string expand(std::string s, const fs::path& sandbox) {
   return s;
 }
 
+// Read-only file systems mounted for a case (tmpfs, root only), unmounted
+// when it ends.
+struct ReadOnlyMounts {
+  std::vector<fs::path> at;
+  ~ReadOnlyMounts() {
+    for (const auto& p : at) testing::run_process({"/bin/umount", p.string()}, "", 30);
+  }
+};
+
 // Builds what a case needs in its sandbox: files, folders, links, FIFOs,
-// copies of fixtures, truncated files. Paths are relative to the sandbox.
-void set_up(const nlohmann::json& steps, const fs::path& t) {
+// copies of fixtures, truncated files, read-only folders. Paths are
+// relative to the sandbox.
+void set_up(const nlohmann::json& steps, const fs::path& t, ReadOnlyMounts* mounts) {
   for (const auto& step : steps) {
     auto at = [&](const char* key) {
       const std::string p = expand(step.at(key).get<std::string>(), t);
@@ -90,6 +106,13 @@ void set_up(const nlohmann::json& steps, const fs::path& t) {
       ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0644), 0) << at("fifo");
     } else if (step.contains("copy")) {
       fs::copy(at("copy"), at("to"), fs::copy_options::recursive);
+    } else if (step.contains("readonly")) {
+      const fs::path p = at("readonly");
+      fs::create_directories(p);
+      const auto r = testing::run_process({"/bin/mount", "-t", "tmpfs", "-o", "ro,size=64k", "dbh-read-only", p.string()},
+                                          "", 30);
+      if (r.exit_code != 0) GTEST_SKIP() << "cannot mount a read-only tmpfs (needs root): " << r.err;
+      mounts->at.push_back(p);
     } else if (step.contains("truncate")) {
       fs::resize_file(at("truncate"), step.at("bytes").get<uintmax_t>());
     } else {
@@ -142,8 +165,9 @@ TEST_P(BadInputTest, ExitsWithItsRecordedCodeAndMessage) {
     if (const auto why = disk->mount(c["full_disk_kb"].get<int>()); !why.empty()) GTEST_SKIP() << why;
     out = sandbox / "disk" / "out";
   }
-  if (c.contains("setup")) set_up(c["setup"], sandbox);
-  if (::testing::Test::HasFatalFailure()) return;
+  ReadOnlyMounts mounts;  // unmounted before the sandbox is removed
+  if (c.contains("setup")) set_up(c["setup"], sandbox, &mounts);
+  if (::testing::Test::HasFatalFailure() || ::testing::Test::IsSkipped()) return;
   // What the case may change: only its output folder.
   std::vector<std::string> may_change = {"out", "disk"};
   for (const auto& m : c.value("may_change", std::vector<std::string>{})) may_change.push_back(m);

@@ -70,6 +70,48 @@ int64_t count_status(const json& list, const std::string& status) {
                        [&](const json& e) { return e["status"] == status; });
 }
 
+// Note [Reading an evaluation]: an untrained model's saturated map scores
+// 0.000; the command line and eval.md say what that means and what to check,
+// and eval.html shows the same page with its overlays embedded.
+TEST_F(EvalTest, AnUntrainedModelIsReadAsASaturatedMapAndEvalHtmlEmbedsTheOverlays) {
+  const fs::path out = root_ / "reading";
+  const auto r = dbh({"eval", "--weights", init_checkpoint_.string(), "--data", "fixtures/real", "--size", "64",
+                      "--out", out.string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("reading: no detection"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on a saturated probability map"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("next: this is what untrained, diverged or mismatched weights produce"), std::string::npos)
+      << r.out;
+  const json j = json::parse(testing::read_text(out / "eval.json"));
+  ASSERT_FALSE(j["reading"].empty());
+  EXPECT_EQ(j["reading"][0]["id"], "saturated_map");
+  const std::string md = testing::read_text(out / "eval.md");
+  EXPECT_NE(md.find("## Reading"), std::string::npos) << md;
+  const std::string html = testing::read_text(out / "eval.html");
+  EXPECT_NE(html.find("saturated probability map"), std::string::npos);
+  size_t embedded = 0;
+  for (size_t at = html.find("src=\"data:image/png;base64,"); at != std::string::npos;
+       at = html.find("src=\"data:image/png;base64,", at + 1)) {
+    ++embedded;
+  }
+  EXPECT_EQ(embedded, j["overlays"].size()) << "every overlay embedded";
+}
+
+// Note [Memory exhaustion is never an internal error]: an evaluation too
+// large for the machine's memory (here a 4 GB address-space limit) is exit 2
+// with what to change, never exit 3, and leaves no output folder.
+TEST_F(EvalTest, RunningOutOfMemoryIsExit2AndKeepsNothing) {
+  const fs::path out = root_ / "oom";
+  const auto r = testing::run_process({"/bin/sh", "-c", "ulimit -v 4000000 && exec \"$0\" \"$@\"", DBH_BINARY, "eval",
+                                       "--weights", init_checkpoint_.string(), "--data", "fixtures/real", "--size",
+                                       "8192", "--out", out.string(), "-q"},
+                                      DBH_SOURCE_DIR, 300);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("ran out of memory: the input is too large for this machine"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // Pixels close to a pure colour (BGR), as the anti-aliased outlines draw it.
 int64_t pixels_near(const cv::Mat& bgr, const cv::Vec3b& colour) {
   int64_t n = 0;

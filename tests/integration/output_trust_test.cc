@@ -279,6 +279,13 @@ TEST(GeneratedFilesTest, ANameThatLooksLikeACommandStaysAComment) {
   EXPECT_EQ(sh.exit_code, 0) << sh.err;
   EXPECT_FALSE(fs::exists(dir / "pwned")) << read_text(out / "repro.sh");
   EXPECT_EQ(read_text(dir / "args"), "run\n" + scenario.string() + "\n") << read_text(out / "repro.sh");
+  // Its own arguments are passed on, each one word.
+  const auto more = run_process({"/usr/bin/env", "PATH=/usr/bin:/bin", "DBH=" + (dir / "bin" / "dbh").string(),
+                                 "/bin/sh", (out / "repro.sh").string(), "--out", "a b", "train.lr=0.001"},
+                                dir.string(), 60);
+  EXPECT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_EQ(read_text(dir / "args"), "run\n" + scenario.string() + "\n--out\na b\ntrain.lr=0.001\n")
+      << read_text(out / "repro.sh");
   fs::remove_all(dir);
 }
 
@@ -304,9 +311,12 @@ TEST(GeneratedFilesTest, PrintedCommandsNameTheBinaryThatRanWhenPathHasNoDbh) {
   fs::remove_all(dir);
 }
 
-TEST(GeneratedFilesTest, JUnitIsWellFormedForANameThatIsNotUtf8) {
+// A name with markup characters stays well-formed XML; a name that is not
+// UTF-8 has no faithful spelling in JSON, JUnit or a page, and is refused
+// before anything runs or is written (exit 2, the name shown with U+FFFD).
+TEST(GeneratedFilesTest, JUnitIsWellFormedForAMarkupNameAndANameNotInUtf8IsRefused) {
   const fs::path dir = fresh_dir("junit");
-  const fs::path scenario = dir / "caf\xe9-<&>\".yaml";
+  const fs::path scenario = dir / "caf\xc3\xa9-<&>\".yaml";
   write_text(scenario, tiny("expect:\n  outcome: failed\n"));
   const fs::path out = dir / "out";
   const fs::path junit = dir / "junit.xml";
@@ -321,8 +331,18 @@ TEST(GeneratedFilesTest, JUnitIsWellFormedForANameThatIsNotUtf8) {
       dir.string(), 60);
   if (parse.exit_code == 127) GTEST_SKIP() << "python3 is not installed";
   EXPECT_EQ(parse.exit_code, 0) << parse.err << read_text(junit);
-  EXPECT_NE(parse.out.find("caf\xef\xbf\xbd-<&>\""), std::string::npos) << parse.out;
+  EXPECT_NE(parse.out.find("caf\xc3\xa9-<&>\""), std::string::npos) << parse.out;
   EXPECT_FALSE(nlohmann::json::parse(read_text(out / "report.json"), nullptr, false).is_discarded());
+
+  const fs::path latin1 = dir / "caf\xe9.yaml";
+  write_text(latin1, tiny());
+  const auto refused = dbh({"run", latin1.string(), "--out", (dir / "out2").string(), "--junit",
+                            (dir / "junit2.xml").string(), "-q"},
+                           dir);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("caf\xef\xbf\xbd.yaml: expected UTF-8"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "out2"));
+  EXPECT_FALSE(fs::exists(dir / "junit2.xml"));
   fs::remove_all(dir);
 }
 

@@ -1,10 +1,12 @@
 // Memory budgets and hardware qualification through the real dbh binary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "tests/support/files.h"
 #include "tests/support/subprocess.h"
@@ -103,6 +105,21 @@ TEST(QualifyTest, RecommendsFourTimesTwoForAnEffectiveBatchOfEight) {
   EXPECT_GT(j["precisions"][0]["model"]["bytes_per_sample"].get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(dir / "out" / "qualification.md"));
   EXPECT_TRUE(fs::exists(dir / "out" / "memory_vs_batch.png"));
+  // Note [Plots that tell the truth]: the page embeds the plot; the plot
+  // marks the source's batch 8 as failed where it ran (a red cross near the
+  // right end of its x axis, which runs to 8) and rings the recommendation.
+  const std::string page = testing::read_text(dir / "out" / "qualification.html");
+  EXPECT_NE(page.find("src=\"data:image/png;base64,"), std::string::npos) << page.substr(0, 3000);
+  const cv::Mat plot = cv::imread((dir / "out" / "memory_vs_batch.png").string());
+  ASSERT_FALSE(plot.empty());
+  int rightmost_red = -1;
+  for (int y = 60; y < 140; ++y) {
+    for (int x = 80; x < plot.cols - 20; ++x) {
+      const auto p = plot.at<cv::Vec3b>(y, x);
+      if (p[2] > 180 && p[0] < 80 && p[1] < 80) rightmost_red = std::max(rightmost_red, x);
+    }
+  }
+  EXPECT_GT(rightmost_red, plot.cols * 3 / 4) << "the failed batch 8 is marked at the right end";
   EXPECT_NE(j["precisions"][0]["how"].get<std::string>().find("ran out of memory under the budget"), std::string::npos)
       << j["precisions"][0].dump();
   // What the source needs, predicted by the line through batch 1 and the
