@@ -104,6 +104,7 @@ void write_plot(const std::string& path, const PlotOptions& o, const std::vector
     if (yhi - ylo < 1e-12) ylo -= 0.5, yhi += 0.5;
     const double ypad = (yhi - ylo) * 0.08;
     ylo -= ypad, yhi += ypad;
+    const double x_first = xlo, x_last = xhi;  // ticks only where something was measured
     if (xhi - xlo < 1e-12) xlo -= 1, xhi += 1;
     const double xpad = (xhi - xlo) * 0.04;
     xlo -= xpad, xhi += xpad;
@@ -120,7 +121,7 @@ void write_plot(const std::string& path, const PlotOptions& o, const std::vector
       const cv::Size size = cv::getTextSize(t, cv::FONT_HERSHEY_SIMPLEX, 0.4, 1, &base);
       cv::putText(img, t, {left - 8 - size.width, py(y) + 4}, cv::FONT_HERSHEY_SIMPLEX, 0.4, black, 1, cv::LINE_AA);
     }
-    const auto xt = nice_ticks(xlo, xhi, 10, o.integer_x);
+    const auto xt = nice_ticks(x_first, x_last, 10, o.integer_x);
     const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1.0;
     for (const double x : xt) {
       cv::line(img, {px(x), h - bottom}, {px(x), h - bottom + 4}, black, 1);
