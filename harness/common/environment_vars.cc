@@ -44,6 +44,8 @@ const std::vector<EnvironmentVariable>& reporting_variables() {
       {"XDG_CACHE_HOME", "the default cache folder"},
       {"DBH_CACHE_DIR", "the cache folder"},
       {"DBH_PROBE_CACHE_MIB", "the probe cache's size cap"},
+      {"DBH_TUNE_MAX_OTHERS_CORES", "how much load of other processes a layout/threads measurement may see and be "
+                                    "trusted (speed, never an outcome)"},
       {"GITHUB_ACTIONS", "CI reporting"},
       {"GITHUB_STEP_SUMMARY", "CI reporting"},
       {"GITHUB_WORKSPACE", "CI reporting"},

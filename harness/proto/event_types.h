@@ -238,6 +238,9 @@ struct Tuning {
   std::string device, precision;
   int64_t size = 0, batch = 0;
   std::vector<Candidate> candidates;
+  /// Cores other processes kept busy, on average, while the candidates were
+  /// timed (Note [A measurement to trust] in supervisor/tuning.h).
+  std::optional<double> others_cores;
   std::optional<std::string> error;
 };
 nlohmann::json to_json(const Tuning& e);

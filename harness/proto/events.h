@@ -42,7 +42,7 @@ inline constexpr const char* kWarning = "warning";        // message
 inline constexpr const char* kError = "error";            // kind, run, step, phase, message, backtrace, module, …
 inline constexpr const char* kOverlays = "overlays";      // run, step, files (the failing batch drawn)
 inline constexpr const char* kMemorySnapshot = "memory_snapshot";  // run, step, file (CUDA allocator snapshot on OOM)
-inline constexpr const char* kTuning = "tuning";          // device, size, batch, precision, candidates, error
+inline constexpr const char* kTuning = "tuning";          // device, size, batch, precision, candidates, others_cores, error
 inline constexpr const char* kDone = "done";              // status, memory
 
 /// Every event type a worker writes, in the order above.

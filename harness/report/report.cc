@@ -71,12 +71,9 @@ std::string measured_choices_line(const nlohmann::json& t) {
     }
     if (t.contains("cache")) o << " (measured " << t.value("measured_at", std::string("?")) << "; cached in `" << t.value("cache", std::string()) << "`)";
   }
-  if (t.value("busy", false)) {
-    char load[64];
-    std::snprintf(load, sizeof load, "%.2f on %lld cores", t.value("load_average", 0.0),
-                  static_cast<long long>(t.value("cores", int64_t{0})));
-    o << "; **measured while the machine was busy** (load average " << load
-      << "): it will be measured again when the machine is idle";
+  if (t.contains("untrusted")) {
+    o << "; **the measurement was not trusted**: " << t.value("untrusted", std::string())
+      << ", so PyTorch's defaults were used and nothing was cached (it is measured again next run)";
   }
   if (t.contains("remeasured")) o << "; measured again: " << t.value("remeasured", std::string());
   if (t.contains("error")) o << "; the measurement failed (" << t.value("error", std::string()) << "), so PyTorch's defaults were used";

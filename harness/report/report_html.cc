@@ -106,6 +106,17 @@ std::string list_items(const std::vector<std::string>& items, const char* tag) {
   return out + "</" + tag + ">\n";
 }
 
+// An event's other fields as `key value` pairs, the way a person reads
+// them ("class nonfinite_activation · module decoder.fusion"), not as a JSON
+// object; a nested value stays compact JSON.
+std::string fields_text(const nlohmann::json& fields) {
+  std::string out;
+  for (const auto& [k, v] : fields.items()) {
+    out += (out.empty() ? "" : " · ") + k + " " + (v.is_string() ? v.get<std::string>() : dump(v));
+  }
+  return out;
+}
+
 std::string expectation_text(const ojson& expected) {
   std::string out;
   if (!expected.is_object()) return out;
@@ -164,7 +175,7 @@ void events_section(std::ostringstream& h, const fs::path& events_file) {
     h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
       << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>" << esc(type)
       << "</td><td class=\"num\">" << field("run") << "</td><td class=\"num\">" << field("step") << "</td><td><code>"
-      << esc(truncate_utf8(dump(rest), 300)) << "</code></td></tr>\n";
+      << esc(truncate_utf8(fields_text(rest), 300)) << "</code></td></tr>\n";
   };
   for (const auto& l : head)
     row(l);

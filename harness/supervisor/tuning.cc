@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -51,6 +53,17 @@ double best_of(const json& c) {
     }
   }
   return best;
+}
+
+// The spread of a candidate's timed steps: its slowest less its fastest.
+double spread_of(const json& c) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  if (c.contains("seconds") && c["seconds"].is_array()) {
+    for (const auto& v : c["seconds"]) {
+      if (v.is_number()) lo = std::min(lo, v.get<double>()), hi = std::max(hi, v.get<double>());
+    }
+  }
+  return hi >= lo ? hi - lo : 0.0;
 }
 
 std::string tuning_key(const Scenario& s) {
@@ -155,7 +168,7 @@ json read_cached(const fs::path& file, int64_t cores, bool default_channels_last
   if (choose_candidate(candidates, default_channels_last, default_threads) != choice) return nullptr;
   // The fields a report reads, each of its type when present.
   auto typed = [&](const char* key, bool (json::*is)() const noexcept) { return !j.contains(key) || (j[key].*is)(); };
-  if (!typed("busy", &json::is_boolean) || !typed("load_average", &json::is_number) ||
+  if (!typed("others_cores", &json::is_number) ||
       !typed("measure_seconds", &json::is_number) || !typed("measured_at", &json::is_string) ||
       !typed("size", &json::is_number_integer) || !typed("batch", &json::is_number_integer) ||
       !typed("cores", &json::is_number_integer)) {
@@ -225,23 +238,25 @@ json measure(const Scenario& s, const fs::path& dir) {
   return {{"error", why}};
 }
 
-std::string load_text(double load) {
+// Cores other processes may keep busy while candidates are timed before the
+// measurement is not trusted (Note [A measurement to trust]):
+// $DBH_TUNE_MAX_OTHERS_CORES, else kMaxOthersCores.
+double max_others_cores() {
+  if (const char* v = std::getenv("DBH_TUNE_MAX_OTHERS_CORES"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
+  }
+  return kMaxOthersCores;
+}
+
+std::string cores_text(double cores) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", load);
+  std::snprintf(buf, sizeof buf, "%.2f", cores);
   return buf;
 }
 
-// The 1-minute load average, or -1 when unknown.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1;
-  if (!(in >> l)) return -1;
-  return l;
-}
-
 }  // namespace
-
-bool machine_busy(double load, int64_t cores) { return load > kBusyLoadPerCore * static_cast<double>(cores); }
 
 int64_t choose_candidate(const json& candidates, bool default_channels_last, int64_t default_threads) {
   if (!candidates.is_array()) return -1;
@@ -261,8 +276,14 @@ int64_t choose_candidate(const json& candidates, bool default_channels_last, int
     }
   }
   if (best < 0) return -1;
-  if (fallback >= 0 && best_of(candidates[static_cast<size_t>(fallback)]) <= best_s * (1.0 + kDefaultMargin)) {
-    return fallback;
+  if (fallback >= 0) {
+    // Note [A measurement to trust]: the winner must beat PyTorch's default
+    // by the margin and by more than either one's own step-to-step spread;
+    // a difference inside the noise is a tie, which keeps the default.
+    const json& d = candidates[static_cast<size_t>(fallback)];
+    const double gain = best_of(d) - best_s;
+    const double noise = std::max(spread_of(d), spread_of(candidates[static_cast<size_t>(best)]));
+    if (gain <= best_s * kDefaultMargin || gain <= noise) return fallback;
   }
   return best;
 }
@@ -315,11 +336,12 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       }
       entry = read_cached(file, cores, s.train.channels_last.value_or(false),
                           s.train.threads > 0 ? s.train.threads : cores);
-      // A measurement taken on a busy machine holds while it stays busy; on
-      // an idle one it is taken again.
-      if (!entry.is_null() && entry.value("busy", false) && !machine_busy(load_average(), cores)) {
-        record["remeasured"] = "the cached measurement was taken on a busy machine (load average " +
-                               load_text(entry.value("load_average", 0.0)) + ")";
+      // Only a measurement taken while no other process competed is an
+      // answer; an entry without that reading (an older dbh's) is taken again.
+      if (!entry.is_null() && !(entry.contains("others_cores") && entry["others_cores"].is_number() &&
+                                entry["others_cores"].get<double>() <= max_others_cores())) {
+        record["remeasured"] = "the cached measurement has no reading of other processes' load, or one above " +
+                               cores_text(max_others_cores()) + " cores";
         entry = nullptr;
       }
       if (!entry.is_null()) {
@@ -329,7 +351,13 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     }
   }
   if (entry.is_null()) {
-    const double load = load_average();
+    {
+      // Never a silent minute: a measurement takes a few timed steps of
+      // every candidate, once per setup.
+      std::cerr << "dbh: measuring layout and threads for resnet" << s.model.encoder << "+" << s.model.decoder << " at "
+                << s.data.size << "², batch " << s.data.batch_size
+                << " (a few timed steps of each candidate; cached for the next run)" << std::endl;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     json measured = measure(s, fs::path(work_dir));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -341,8 +369,6 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     entry = measured;
     entry["measured_at"] = now_iso();
     entry["measure_seconds"] = seconds;
-    entry["load_average"] = load;
-    entry["busy"] = machine_busy(load, cores);
     entry["cores"] = cores;
     const int64_t choice =
         choose_candidate(entry["candidates"], s.train.channels_last.value_or(false),
@@ -352,6 +378,32 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       return record;
     }
     entry["choice"] = choice;
+    // Note [A measurement to trust]: timings taken while other processes
+    // kept the cores busy decide nothing that lasts: PyTorch's defaults for
+    // this run, nothing cached, measured again next time.
+    const double others = entry.contains("others_cores") && entry["others_cores"].is_number()
+                              ? entry["others_cores"].get<double>()
+                              : -1.0;
+    if (!(others >= 0 && others <= max_others_cores())) {
+      record["untrusted"] = others < 0 ? std::string("other processes' load while timing could not be read")
+                                       : "other processes kept " + cores_text(others) +
+                                             " cores busy on average while the candidates were timed (at most " +
+                                             cores_text(max_others_cores()) + " is trusted)";
+      record["others_cores"] = others;
+      record["measured_at"] = entry["measured_at"];
+      record["measure_seconds"] = seconds;
+      json timings = json::array();
+      for (const auto& c : entry["candidates"]) {
+        timings.push_back({{"channels_last", c.value("channels_last", false)},
+                           {"threads", c.value("threads", int64_t{0})},
+                           {"best_seconds", best_of(c)}});
+      }
+      record["timings"] = timings;
+      record["size"] = entry.value("size", int64_t{0});
+      record["batch"] = entry.value("batch", int64_t{0});
+      record["cores"] = cores;
+      return record;  // PyTorch's defaults, not cached
+    }
     if (!file.empty()) {
       try {
         write_file_atomically(file.string(), entry.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
@@ -377,8 +429,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
   record["measure_seconds"] = entry.value("measure_seconds", 0.0);
   record["size"] = entry.value("size", int64_t{0});
   record["batch"] = entry.value("batch", int64_t{0});
-  record["load_average"] = entry.value("load_average", -1.0);
-  record["busy"] = entry.value("busy", false);
+  record["others_cores"] = entry.value("others_cores", -1.0);
   record["cores"] = entry.value("cores", cores);
   return record;
 }

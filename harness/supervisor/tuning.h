@@ -35,21 +35,28 @@ namespace dbh::harness {
 // PyTorch's defaults, is reported, and is not cached. Explicit settings win
 // and are never measured.
 //
-// Timings taken while other work loads the machine can mislead (two threads
-// lose to one when the cores are already busy), so the load average is
-// recorded with each measurement and reported, and a measurement taken on a
-// busy machine (kBusyLoadPerCore) is reused only while the machine is still
-// busy: on an idle one it is taken again. To measure again at any time,
-// remove the cache file the report names.
+// Note [A measurement to trust]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Timings taken while other processes compete for the cores mislead (two
+// threads lose to one when a core is already busy), and a load average
+// cannot tell: it counts dbh's own training threads, so a 2-thread run keeps
+// its machine "busy" for ever. So the measuring worker reads what other
+// processes did meanwhile, the machine's busy CPU time (/proc/stat) less its
+// own (getrusage), as `others_cores` in its `tuning` event. A measurement
+// with more than kMaxOthersCores of others' load (or
+// $DBH_TUNE_MAX_OTHERS_CORES) is untrusted: this run uses PyTorch's defaults
+// and says so, nothing is cached, and the next run measures again. A
+// trusted one decides only by a difference that stands out of the noise:
+// the winner must beat the default by kDefaultMargin and by more than either
+// candidate's step-to-step spread, else the tie keeps PyTorch's defaults. To
+// measure again at any time, remove the cache file the report names.
 
-/// A machine whose 1-minute load average exceeds this per core is busy.
-inline constexpr double kBusyLoadPerCore = 0.5;
-/// Whether a machine with `cores` cores and this load average is busy
-/// (false when the load is unknown, i.e. negative).
-bool machine_busy(double load_average, int64_t cores);
+/// Cores other processes may keep busy, on average, while the candidates
+/// are timed, for the measurement to be trusted.
+inline constexpr double kMaxOthersCores = 0.25;
 
 /// How much faster than PyTorch's default (NCHW, every core) a candidate
-/// must be to be chosen.
+/// must be to be chosen (and by more than the spread of either's timed steps).
 inline constexpr double kDefaultMargin = 0.03;
 
 /// Replaces `auto` in `s.train.channels_last` and `s.train.threads` by
@@ -68,7 +75,8 @@ nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir
 /// The choice among measured candidates (the `candidates` of a `tuning`
 /// event): the fastest by its best step, unless the default candidate
 /// (`default_channels_last`, `default_threads`: PyTorch's NCHW and every core
-/// unless the scenario fixed one of them) is within kDefaultMargin of it.
+/// unless the scenario fixed one of them) is within kDefaultMargin of it or
+/// within the spread of either's timed steps (Note [A measurement to trust]).
 /// Returns the index into `candidates`, or -1 when none has a timing.
 int64_t choose_candidate(const nlohmann::json& candidates, bool default_channels_last, int64_t default_threads);
 

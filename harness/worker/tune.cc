@@ -1,7 +1,13 @@
 #include "harness/worker/tune.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -31,6 +37,26 @@ std::vector<int64_t> thread_candidates(const Scenario& s, bool cuda) {
   if (s.train.threads != TrainConfig::kAutoThreads) return {s.train.threads > 0 ? s.train.threads : n};
   if (cuda || n < 2) return {n};
   return {n, n / 2};
+}
+
+// CPU seconds every process of the machine spent busy since boot (the first
+// line of /proc/stat: user, nice, system, irq, softirq, steal), or -1.
+double machine_busy_seconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq) || cpu != "cpu") return -1;
+  if (!(in >> steal)) steal = 0;
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  return ticks > 0 ? (user + nice + system + irq + softirq + steal) / static_cast<double>(ticks) : -1;
+}
+
+// CPU seconds this process (all its threads) has used.
+double own_cpu_seconds() {
+  struct rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 }  // namespace
@@ -89,11 +115,20 @@ int tune_main(const std::string& scenario_json, int events_fd) {
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.
     const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : 3;
+    // Note [A measurement to trust]: what other processes did to the cores
+    // meanwhile, from the machine's busy time less this process's own.
+    const double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+    const auto wall0 = std::chrono::steady_clock::now();
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < slots.size(); ++i) {
         result.candidates[i].seconds.push_back(timed_step(slots[i]));
         events.emit(proto::Heartbeat{0, round + 1, "tuning"});
       }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    const double busy1 = machine_busy_seconds(), own1 = own_cpu_seconds();
+    if (busy0 >= 0 && busy1 >= 0 && own0 >= 0 && own1 >= 0 && wall > 0) {
+      result.others_cores = std::max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall);
     }
     events.emit(result);
     events.emit(proto::Done{"passed", {}});

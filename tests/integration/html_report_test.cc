@@ -312,6 +312,9 @@ TEST_F(HtmlReportTest, RunWritesASelfContainedEscapedReport) {
                            "id=\"steps\"", "id=\"events\"", "id=\"memory\"", "nan_input"}) {
     EXPECT_NE(html.find(part), std::string::npos) << part;
   }
+  // Events read as `key value` pairs, never as a raw JSON object.
+  EXPECT_NE(html.find("fault " + std::string("nan_input")), std::string::npos) << "the fault_fired event's fields";
+  EXPECT_EQ(html.find("<code>{&quot;"), std::string::npos) << "an event's fields shown as a JSON object";
   // The plots and the failing batch's overlays, embedded.
   const auto images = check_page(page);
   EXPECT_GE(images.size(), 3u) << "loss.png, memory.png and at least one overlay";
