@@ -1385,7 +1385,7 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
 
 }  // namespace
 
-int bisect_command(const BisectOptions& o) {
+int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   // The output folder: locked while the bisection writes it, and what the
@@ -1473,6 +1473,19 @@ int bisect_command(const BisectOptions& o) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int code = finish(result, *prober, out, seconds, removed);
     claim->commit();
+    if (answer != nullptr) {
+      answer->kind = result.kind;
+      answer->confident = result.confident();
+      answer->confirmed = result.confirmed;
+      answer->confidence = result.confidence;
+      answer->doubts = result.doubts;
+      answer->summary = result.summary;
+      answer->repro = result.repro;
+      answer->method = result.result.is_object() ? result.result.value("method", std::string()) : std::string();
+      if (result.result.is_object() && result.result.contains("samples") && result.result["samples"].is_array()) {
+        for (const auto& smp : result.result["samples"]) answer->samples.push_back(smp.value("index", int64_t{0}));
+      }
+    }
     return code;
   } catch (const Interrupted& e) {
     if (claim) claim->commit();

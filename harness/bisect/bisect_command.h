@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,20 @@ struct BisectOptions {
   bool quiet = false;
 };
 
+/// A bisection's answer as a value, for a caller that acts on it (diagnose's
+/// follow-up) without reading bisect.json back.
+struct BisectAnswer {
+  std::string kind;
+  bool confident = false;
+  bool confirmed = false;
+  double confidence = 0;
+  std::vector<std::string> doubts;
+  std::string summary;  // the answer in words (Markdown)
+  std::string repro;    // the command that reproduces the minimal failure
+  std::string method;   // data: "ddmin" or "named by the failure"
+  std::vector<int64_t> samples;  // data: every sample of the answer, by dataset index
+};
+
 /// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json,
 /// bisect.md and bisect.html (the same page for a browser) under the output
 /// folder, and ends with a one-line command that reproduces the minimal
@@ -29,7 +44,9 @@ struct BisectOptions {
 /// reproduce, no answer could be given or the answer is unsure, 2 on bad input
 /// or an infrastructure failure of a probe (full disk, a worker that cannot
 /// start).
-int bisect_command(const BisectOptions& options);
+/// `answer` (when given) receives the answer of a bisection that ended with
+/// one (exit 0 or 1).
+int bisect_command(const BisectOptions& options, BisectAnswer* answer = nullptr);
 
 struct DiagnoseOptions {
   std::string scenario;

@@ -222,7 +222,11 @@ int diagnose_command(const DiagnoseOptions& o) {
       b.cache_dir = cache;
       b.quiet = o.quiet;
       if (!o.quiet) std::cout << "follow-up: dbh bisect " << b.kind << std::endl;
-      const int bisect_exit = bisect_command(b);
+      // Note [One bisection, called]: the follow-up is the bisection itself,
+      // its folder and pages beside the diagnosis, its answer returned as a
+      // value (never read back from its bisect.json).
+      BisectAnswer answer;
+      const int bisect_exit = bisect_command(b, &answer);
       prober.stop_if_requested();  // a stop ended the follow-up: end here too
       if (bisect_exit == 2) {
         // A probe of the follow-up hit an infrastructure failure (its message
@@ -230,39 +234,26 @@ int diagnose_command(const DiagnoseOptions& o) {
         throw UsageError("diagnose: the follow-up `dbh bisect " + b.kind + "` stopped without an answer (" +
                          (out / ("bisect-" + b.kind)).string() + ")");
       }
-      std::ifstream in(out / ("bisect-" + b.kind) / "bisect.json");
-      if (in) {
-        const auto j = nlohmann::json::parse(in, nullptr, false);
-        if (!j.is_discarded()) {
-          bisect_summary = j.value("repro", "");
-          bisect_verdict = {{"kind", b.kind}, {"verdict", j.value("verdict", "unsure")},
-                            {"confirmed", j.value("confirmed", false)}, {"confidence", j.value("confidence", 0.0)},
-                            {"doubts", nlohmann::ordered_json::parse(j.value("doubts", nlohmann::json::array()).dump())}};
-          std::string doubts;
-          for (const auto& d : j.value("doubts", nlohmann::json::array())) {
-            doubts += (doubts.empty() ? "" : "; ") + d.get<std::string>();
-          }
-          followups.push_back("dbh bisect " + b.kind + " (" + j.value("verdict", "unsure") + ", confidence " +
-                              std::to_string(j.value("confidence", 0.0)).substr(0, 5) + "): " +
-                              (j.contains("summary") && j["summary"].is_string() ? j["summary"].get<std::string>()
-                                                                                 : j["result"].dump()) +
-                              (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
-          // Only a confident, training-time answer becomes the minimal
-          // repro; otherwise the scenario as given reproduces the failure.
-          const bool confident = j.value("verdict", "") == "confident";
-          const bool subset_answer = j["result"].value("method", "") == "ddmin";
-          if (b.kind == "data" && confident && subset_answer && j["result"].contains("samples")) {
-            std::vector<int64_t> idx;
-            for (const auto& smp : j["result"]["samples"]) idx.push_back(smp.value("index", int64_t{0}));
-            std::string list = "[";
-            for (size_t i = 0; i < idx.size(); ++i) list += (i ? "," : "") + std::to_string(idx[i]);
-            repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
-            repro_overrides.push_back(override_text(
-                DBH_SCENARIO_KEY(train.max_steps),
-                std::to_string(std::max<int64_t>(
-                    1, (static_cast<int64_t>(idx.size()) + s.data.batch_size - 1) / s.data.batch_size))));
-          }
-        }
+      // The follow-up's answer as a value (Note [One bisection, called]).
+      const std::string verdict = answer.confident ? "confident" : "unsure";
+      bisect_summary = answer.repro;
+      bisect_verdict = {{"kind", b.kind}, {"verdict", verdict}, {"confirmed", answer.confirmed},
+                        {"confidence", answer.confidence}, {"doubts", answer.doubts}};
+      std::string doubts;
+      for (const auto& d : answer.doubts) doubts += (doubts.empty() ? "" : "; ") + d;
+      followups.push_back("dbh bisect " + b.kind + " (" + verdict + ", confidence " +
+                          std::to_string(answer.confidence).substr(0, 5) + "): " + answer.summary +
+                          (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
+      // Only a confident, training-time answer becomes the minimal repro;
+      // otherwise the scenario as given reproduces the failure.
+      if (b.kind == "data" && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
+        std::string list = "[";
+        for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
+        repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
+        repro_overrides.push_back(override_text(
+            DBH_SCENARIO_KEY(train.max_steps),
+            std::to_string(std::max<int64_t>(
+                1, (static_cast<int64_t>(answer.samples.size()) + s.data.batch_size - 1) / s.data.batch_size))));
       }
     }
     // The minimal repro scenario, next to the report.

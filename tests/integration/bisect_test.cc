@@ -3,8 +3,11 @@
 // and dbh must find exactly it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <vector>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -465,6 +468,53 @@ TEST(BisectTest, DiagnoseOfASilentFailureAsksWhetherTheModelLearns) {
   EXPECT_EQ(k["conclusion"], "labels") << k.dump(2);
   EXPECT_FALSE(k["data_dependent"].get<bool>());
 }
+
+// Planted silent failures, each diagnosed to its cause or to "unsure",
+// never to another cause and never ended by a rung the scenario refuses
+// (label_swap refuses the smaller-batch variant's batch of 1): every silent
+// fault, and learning frozen three ways (the lr_freeze fault, a vanishing
+// learning rate, a gradient clipped to nothing).
+struct SilentCase {
+  std::string name;
+  std::string scenario;
+  std::vector<std::string> overrides;
+  std::set<std::string> allowed;
+};
+
+class SilentDiagnosisTest : public ::testing::TestWithParam<SilentCase> {};
+
+TEST_P(SilentDiagnosisTest, NamesTheCauseOrIsUnsure) {
+  if (std::getenv("DBH_SLOW_TESTS") == nullptr) GTEST_SKIP() << "slow: ctest --preset slow";
+  const auto& c = GetParam();
+  const Dir dir("dbh-diagnose-silent-" + c.name);
+  std::vector<std::string> args = {"diagnose", std::string(DBH_SOURCE_DIR) + "/scenarios/silent/" + c.scenario};
+  args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+  for (const std::string& a : std::vector<std::string>{"--out", (dir / "out").string(), "--cache",
+                                                        (dir / "cache").string(), "-q"}) {
+    args.push_back(a);
+  }
+  const auto r = dbh(args);
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // the failure, diagnosed: never exit 2
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_TRUE(c.allowed.count(j["conclusion"].get<std::string>())) << c.name << ": " << j["conclusion"] << "\n"
+                                                                   << j.dump(2);
+  EXPECT_FALSE(fs::exists(dir / "out" / "bisect-data")) << "a silent failure has no bad sample to find";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Planted, SilentDiagnosisTest,
+    ::testing::Values(SilentCase{"label_swap", "label-swap.yaml", {}, {"labels", "unsure"}},
+                      SilentCase{"label_shift", "label-shift.yaml", {}, {"labels", "unsure"}},
+                      SilentCase{"label_scale", "label-scale.yaml", {}, {"labels", "unsure"}},
+                      SilentCase{"all_dont_care", "all-dont-care.yaml", {}, {"labels", "unsure"}},
+                      SilentCase{"wrong_normalisation", "wrong-normalisation.yaml", {}, {"labels", "unsure"}},
+                      SilentCase{"predictions_collapsed", "predictions-collapsed.yaml", {},
+                                 {"labels", "optimizer", "unsure"}},
+                      SilentCase{"lr_freeze", "lr-freeze.yaml", {}, {"optimizer", "unsure"}},
+                      SilentCase{"tiny_lr", "lr-freeze.yaml", {"faults=[]", "train.lr=1e-12"}, {"optimizer", "unsure"}},
+                      SilentCase{"tiny_clip", "lr-freeze.yaml", {"faults=[]", "train.grad_clip=1e-12"},
+                                 {"optimizer", "unsure"}}),
+    [](const ::testing::TestParamInfo<SilentCase>& info) { return info.param.name; });
 
 // A scenario that passes has nothing to diagnose: no hypothesis is put
 // forward and no reproduction written for a failure that never happened.
