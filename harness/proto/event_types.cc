@@ -282,12 +282,17 @@ Eval eval_from(const Event& e) {
   return v;
 }
 
-json to_json(const EvalCheck& e) { return {{"hmean", e.hmean}, {"images", e.images}}; }
+json to_json(const EvalCheck& e) {
+  json j = {{"hmean", e.hmean}, {"images", e.images}};
+  put(j, "words", e.words);
+  return j;
+}
 
 EvalCheck eval_check_from(const Event& e) {
   EvalCheck c;
   read(e, "hmean", c.hmean);
   read(e, "images", c.images);
+  read(e, "words", c.words);
   return c;
 }
 

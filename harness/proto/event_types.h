@@ -157,6 +157,9 @@ struct EvalCheck {
   static constexpr const char* kType = event::kEvalCheck;
   double hmean = 0;
   int64_t images = 0;
+  /// Scorable (not don't-care) ground-truth words of the validation set; the
+  /// self-check means nothing without one. Written when known.
+  std::optional<int64_t> words;
 };
 nlohmann::json to_json(const EvalCheck& e);
 EvalCheck eval_check_from(const Event& e);

@@ -26,7 +26,7 @@ inline constexpr int kEventSchemaVersion = 1;
 namespace event {
 inline constexpr const char* kHello = "hello";            // schema_version, pid, seed, scenario_hash, git, …
 inline constexpr const char* kMemoryBudget = "memory_budget";  // applied, method, budget_bytes, …
-inline constexpr const char* kEvalCheck = "eval_check";   // hmean, images (the evaluator scoring the ground truth)
+inline constexpr const char* kEvalCheck = "eval_check";   // hmean, images, words (the evaluator scoring the ground truth)
 inline constexpr const char* kRunBegin = "run_begin";     // run, memory
 inline constexpr const char* kStepBegin = "step_begin";   // run, step
 inline constexpr const char* kBatch = "batch";            // run, step, samples (ids of the batch)

@@ -248,7 +248,9 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       ev.det_reference = v.det_reference.value_or(-1);
       a.evals.push_back(ev);
     } else if (e.type == event::kEvalCheck) {
-      a.evaluator_self_check = proto::eval_check_from(e).hmean;
+      const proto::EvalCheck check = proto::eval_check_from(e);
+      a.evaluator_self_check = check.hmean;
+      a.validation_words = check.words;
     } else if (e.type == event::kEvalOverlays) {
       const auto files = proto::overlays_from(e).files;
       a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
@@ -545,6 +547,20 @@ std::string fixed(double v, int digits = 3) {
 // nothing, or forgot what it learned, or whose evaluator cannot be trusted.
 void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
   Failure& f = a.failure;
+  // Nothing to score is not a broken evaluator: a validation set without a
+  // scorable word gives every metric 0 by construction, the self-check too.
+  if (a.validation_words && *a.validation_words == 0) {
+    a.outcome = Outcome::kFailed;
+    f.klass = "validation_unscorable";
+    f.message = "the validation set holds no scorable word (every image without a legible annotated word): "
+                "there is nothing to score, so its precision, recall and h-mean are 0 whatever the model learns";
+    f.evidence.push_back(f.message);
+    if (s.data.val.holdout > 0) {
+      f.evidence.push_back(std::string(DBH_SCENARIO_KEY(data.val.holdout)) + " " +
+                           std::to_string(s.data.val.holdout) + " held out images without words");
+    }
+    return;
+  }
   if (a.evaluator_self_check && *a.evaluator_self_check < 0.999) {
     a.outcome = Outcome::kFailed;
     f.klass = "evaluator_broken";

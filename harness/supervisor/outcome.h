@@ -125,6 +125,8 @@ std::vector<int64_t> run_end_cuda_reserved;
   /// (h-mean of the ground truth scored as predictions; 1.0 when sound).
   std::vector<EvalRecord> evals;
   std::optional<double> evaluator_self_check;
+  /// Scorable words of the validation set, when the worker said.
+  std::optional<int64_t> validation_words;
   /// Overlays of the last validation's worst images (paths in the trial folder).
   std::vector<std::string> eval_overlays;
   /// The settings the supervisor measured for `auto` (Note [Measured

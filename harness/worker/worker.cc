@@ -467,8 +467,12 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     if (!validation.images.empty()) {
       // The evaluator scores the ground truth itself before it scores the
       // model: anything below 1.0 means its metrics cannot be trusted.
+      int64_t words = 0;
+      for (const auto& image : validation.images) {
+        for (const auto& w : image.words) words += w.ignore ? 0 : 1;
+      }
       events.emit(proto::EvalCheck{model::evaluator_self_check(validation.images),
-                                   static_cast<int64_t>(validation.images.size())});
+                                   static_cast<int64_t>(validation.images.size()), words});
     }
     for (run = 0; run < s.repeat.in_process; ++run) {
       monitors.set_run(run);

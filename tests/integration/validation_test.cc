@@ -100,6 +100,24 @@ TEST(ValidationTest, HmeanStuckAtZeroIsASilentFailure) {
   fs::remove_all(dir);
 }
 
+// A validation set without a scorable word (the fixtures' last two images
+// hold no text) is nothing to score, never a broken evaluator: its own class,
+// with the hold-out named in the evidence.
+TEST(ValidationTest, AValidationSetWithoutWordsIsNothingToScoreNotABrokenEvaluator) {
+  const fs::path dir = fresh_dir("no-words");
+  const fs::path s = dir / "s.yaml";
+  std::ofstream(s) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {source: real, path: " << DBH_SOURCE_DIR << "/fixtures/real, val: {holdout: 2}}\n"
+                   << "train: {max_steps: 2}\n";
+  const auto r = dbh({"run", s.string(), "--out", (dir / "out").string(), "-q"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto j = nlohmann::json::parse(read_text(dir / "out" / "report.json"));
+  EXPECT_EQ(j["failure"]["class"], "validation_unscorable") << j["failure"].dump(2);
+  EXPECT_NE(j["failure"]["message"].get<std::string>().find("nothing to score"), std::string::npos);
+  EXPECT_NE(read_text(dir / "out" / "report.md").find("The validation set holds nothing to score"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // The whole pipeline learns: scenarios/validation/learns-on-fixtures.yaml
 // trains ResNet-18 + FPN from scratch on two fixture images and validates on
 // all ten (its own expectations: passed, h-mean at least 0.05, loss down by

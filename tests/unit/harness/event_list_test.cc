@@ -116,7 +116,13 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   ExpectDocumentedFields(eval);
   ExpectDocumentedFields(proto::EvalOverlays{});
   ExpectDocumentedFields(proto::Overlays{});
-  ExpectDocumentedFields(proto::EvalCheck{});
+  proto::EvalCheck check;
+  check.words = 0;
+  ExpectDocumentedFields(check);
+  proto::Tuning tuning;
+  tuning.others_cores = 0.1;
+  tuning.error = "x";
+  ExpectDocumentedFields(tuning);
   ExpectDocumentedFields(proto::RunEnd{});
   ExpectDocumentedFields(proto::Warning{});
   proto::Error error;
