@@ -241,8 +241,8 @@ struct Tuning {
   std::string device, precision;
   int64_t size = 0, batch = 0;
   std::vector<Candidate> candidates;
-  /// Cores other processes kept busy, on average, while the candidates were
-  /// timed (Note [A measurement to trust] in supervisor/tuning.h).
+  /// Cores other processes kept busy beyond those the candidates left free,
+  /// on average while timed (Note [A measurement to trust], tuning.h).
   std::optional<double> others_cores;
   std::optional<std::string> error;
 };

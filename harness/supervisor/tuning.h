@@ -41,8 +41,10 @@ namespace dbh::harness {
 // threads lose to one when a core is already busy), and a load average
 // cannot tell: it counts dbh's own training threads, so a 2-thread run keeps
 // its machine "busy" for ever. So the measuring worker reads what other
-// processes did meanwhile, the machine's busy CPU time (/proc/stat) less its
-// own (getrusage), as `others_cores` in its `tuning` event. A measurement
+// processes did meanwhile: the busy CPU time of the CPUs it may run on
+// (/proc/stat's cpuN lines within its affinity mask) less its own
+// (getrusage), beyond the CPUs its largest candidate leaves free, as
+// `others_cores` in its `tuning` event. A measurement
 // with more than kMaxOthersCores of others' load (or
 // $DBH_TUNE_MAX_OTHERS_CORES) is untrusted: this run uses PyTorch's defaults
 // and says so, nothing is cached, and the next run measures again. A

@@ -1,13 +1,16 @@
 #include "harness/worker/tune.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -39,16 +42,31 @@ std::vector<int64_t> thread_candidates(const Scenario& s, bool cuda) {
   return {n, n / 2};
 }
 
-// CPU seconds every process of the machine spent busy since boot (the first
-// line of /proc/stat: user, nice, system, irq, softirq, steal), or -1.
-double machine_busy_seconds() {
+// CPU seconds every process spent busy since boot on the CPUs this process
+// may run on (its affinity mask; the cpuN lines of /proc/stat: user, nice,
+// system, irq, softirq, steal), and how many such CPUs there are; -1 when
+// unknown. A container sees the host's /proc/stat: only its own CPUs count.
+std::pair<double, int64_t> busy_seconds_on_my_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const bool have_mask = ::sched_getaffinity(0, sizeof mask, &mask) == 0;
   std::ifstream in("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq) || cpu != "cpu") return -1;
-  if (!(in >> steal)) steal = 0;
   const long ticks = ::sysconf(_SC_CLK_TCK);
-  return ticks > 0 ? (user + nice + system + irq + softirq + steal) / static_cast<double>(ticks) : -1;
+  if (!in || ticks <= 0) return {-1, 0};
+  double busy = 0;
+  int64_t cpus = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !std::isdigit(static_cast<unsigned char>(line[3]))) continue;
+    std::istringstream f(line.substr(3));
+    int cpu = -1;
+    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (!(f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq)) continue;
+    if (!(f >> steal)) steal = 0;
+    if (have_mask && (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask))) continue;
+    busy += (user + nice + system + irq + softirq + steal) / static_cast<double>(ticks);
+    ++cpus;
+  }
+  return cpus > 0 ? std::make_pair(busy, cpus) : std::make_pair(-1.0, int64_t{0});
 }
 
 // CPU seconds this process (all its threads) has used.
@@ -117,7 +135,8 @@ int tune_main(const std::string& scenario_json, int events_fd) {
     const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : 3;
     // Note [A measurement to trust]: what other processes did to the cores
     // meanwhile, from the machine's busy time less this process's own.
-    const double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+    const auto [busy0, cpus] = busy_seconds_on_my_cpus();
+    const double own0 = own_cpu_seconds();
     const auto wall0 = std::chrono::steady_clock::now();
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < slots.size(); ++i) {
@@ -126,9 +145,16 @@ int tune_main(const std::string& scenario_json, int events_fd) {
       }
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    const double busy1 = machine_busy_seconds(), own1 = own_cpu_seconds();
+    const double busy1 = busy_seconds_on_my_cpus().first, own1 = own_cpu_seconds();
     if (busy0 >= 0 && busy1 >= 0 && own0 >= 0 && own1 >= 0 && wall > 0) {
-      result.others_cores = std::max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall);
+      // Others' load competes only beyond the CPUs the candidates left free
+      // (a 2-thread candidate on 16 CPUs leaves 14): what is left over is
+      // what the timings felt.
+      int64_t most_threads = 1;
+      for (const auto& c : result.candidates) most_threads = std::max(most_threads, c.threads);
+      const double spare = static_cast<double>(std::max<int64_t>(0, cpus - most_threads));
+      const double others = std::max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall);
+      result.others_cores = std::max(0.0, others - spare);
     }
     events.emit(result);
     events.emit(proto::Done{"passed", {}});
