@@ -4,6 +4,7 @@
 #
 #   scripts/gpu-check.sh build     configure and build build/gpu against the machine's LibTorch
 #   scripts/gpu-check.sh pack      dbh env, the GPU fault-kernel probe, the scenarios in scenarios/gpu/
+#                                  (or those DBH_GPU_PACK names: folders and files)
 #   scripts/gpu-check.sh qualify   dbh qualify for the RTX 3060 and T4 profiles
 #   scripts/gpu-check.sh tests     the GPU integration tests (the scenarios of scenarios/gpu/)
 #   scripts/gpu-check.sh probe     which CUDA error each way of breaking a kernel gives here
@@ -11,6 +12,10 @@
 #   scripts/gpu-check.sh sanitize  compute-sanitizer memcheck on a one-step run
 #   scripts/gpu-check.sh bench     the benchmarks on the GPU (scripts/bench.sh, DBH_BENCH_DEVICE=cuda):
 #                                  dbh's step vs PyTorch eager, monitors, throughput and TFLOP/s
+#   scripts/gpu-check.sh own       the user's own training on CUDA: the Lightning example
+#                                  (examples/lightning-dbnet) under dbh run, repeat and qualify,
+#                                  with a fault, the RTX 3060 profile and a budget it exceeds
+#                                  (DBH_GPU_OWN picks: nan budget oom repeat qualify)
 #   scripts/gpu-check.sh noengine  seed 003's setup under tighter budgets: does cuDNN's "unable to
 #                                  find an engine" appear for real? (about 2 min per budget)
 #   scripts/gpu-check.sh all       build, pack, qualify, diagnose, sanitize, bench (each part's
@@ -59,7 +64,7 @@ check() {
 dry_dbh() {
   local cmd=$1
   shift
-  local scenario="" overrides=() profile="" a
+  local scenario="" overrides=() profile="" a suite_members=()
   while (($#)); do
     a=$1
     shift
@@ -68,14 +73,16 @@ dry_dbh() {
       --out|--junit|--cache|--budget|--steps) shift ;;
       -*) ;;
       *=*) overrides+=("$a") ;;
-      *) [[ -z $scenario ]] && scenario=$a ;;
+      *)
+        [[ -z $scenario ]] && scenario=$a
+        if [[ -d $a ]]; then suite_members+=("$a"/*.yaml); else suite_members+=("$a"); fi ;;
     esac
   done
   case "$cmd" in
     env) check "dbh env runs" "$bin_dir/dbh" env ;;
     suite)
       local f
-      for f in "$scenario"/*.yaml; do
+      for f in "${suite_members[@]}"; do
         check "suite scenario $f loads" "$bin_dir/dbh" run "$f" "${overrides[@]}" --print-config
       done ;;
     *)
@@ -152,7 +159,8 @@ pack() {
   if [[ $dry == 1 ]]; then
     dbh env
     check "scenarios/gpu holds scenarios" sh -c 'ls scenarios/gpu/*.yaml'
-    dbh suite scenarios/gpu --out "$work/pack" --junit "$logs/gpu-junit.xml"
+    # shellcheck disable=SC2086 # a list of folders and files
+    dbh suite ${DBH_GPU_PACK:-scenarios/gpu} --out "$work/pack" --junit "$logs/gpu-junit.xml"
     check "output folder $work can be written" sh -c "mkdir -p '$work/pack-dry' && rmdir '$work/pack-dry'"
     return 0
   fi
@@ -162,8 +170,9 @@ pack() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader | sed 's/^/gpu: /' | tee -a "$summary"
   rm -rf "$work/pack"
   local t0=$SECONDS
-  dbh suite scenarios/gpu --out "$work/pack" --junit "$logs/gpu-junit.xml" >"$logs/pack.log" 2>&1
-  note "suite scenarios/gpu: exit $? in $((SECONDS - t0)) s"
+  # shellcheck disable=SC2086 # a list of folders and files
+  dbh suite ${DBH_GPU_PACK:-scenarios/gpu} --out "$work/pack" --junit "$logs/gpu-junit.xml" >"$logs/pack.log" 2>&1
+  note "suite ${DBH_GPU_PACK:-scenarios/gpu}: exit $? in $((SECONDS - t0)) s"
   cp "$work/pack/suite.json" "$logs/gpu-suite.json" 2>/dev/null
   python3 - "$work/pack" <<'PY' | tee -a "$summary"
 import json, sys, pathlib
@@ -173,7 +182,7 @@ for rep in sorted(root.rglob("report.json")):
     f = j.get("failure") or {}
     real = [e.get("detail", {}).get("real") for e in j.get("faults", []) if isinstance(e, dict)]
     print(f"{j.get('scenario',{}).get('name', rep.parent.name):40s} {j.get('outcome'):10s} "
-          f"class={f.get('class','-'):24s} step={f.get('step','-')} module={f.get('module','-')} "
+          f"class={f.get('class') or '-':24s} step={f.get('step','-')} module={f.get('module','-')} "
           f"met={j.get('expectation',{}).get('met')} real={real}")
 PY
 }
@@ -280,6 +289,62 @@ bench() {
   tail -30 "$work/bench/table.md" 2>/dev/null | tee -a "$summary"
 }
 
+own() {
+  # The user's own training on the GPU (examples/lightning-dbnet: Lightning +
+  # Hydra through dbh_adapter), every trial a Python process dbh starts:
+  # a fault found at its step and module on CUDA, the RTX 3060 profile applied
+  # by the adapter (ballast + allocator cap), a budget the training exceeds
+  # (1 GiB, of which the context takes about 620 MiB on an H100: the class
+  # Python's out-of-memory error gets), two processes compared bit for bit on
+  # the GPU, and qualify's answer for the 3060.
+  deps
+  local ex=examples/lightning-dbnet/scenarios shim="$work/python-shim" t0
+  if [[ $dry == 1 ]]; then
+    check "python3 with torch, lightning and hydra" "${DBH_GPU_PYTHON:-python3}" -c 'import torch, lightning, hydra'
+  else
+    # `python` in the example's worker.command: the machine's python3, without
+    # the carried libraries that only dbh needs (the bundle's zlib is older).
+    mkdir -p "$shim"
+    printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec python3 "$@"\n' >"$shim/python"
+    chmod +x "$shim/python"
+  fi
+  local run_own
+  run_own() {
+    local name=$1
+    shift
+    [[ " ${DBH_GPU_OWN:-nan budget oom repeat qualify} " == *" $name "* ]] || return 0
+    if [[ $dry == 1 ]]; then dry_dbh "$@"; return 0; fi
+    t0=$SECONDS
+    rm -rf "$work/own-$name"
+    PATH="$shim:$PATH" PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" timeout "${DBH_GPU_OWN_TIMEOUT:-150}" \
+      env LD_LIBRARY_PATH="$DBH_RUN_LIBS" "$bin_dir/dbh" "$@" --out "$work/own-$name" >"$logs/own-$name.log" 2>&1
+    note "own $name: exit $? in $((SECONDS - t0)) s: dbh $*"
+    tail -n 4 "$logs/own-$name.log" | cut -c1-300 | sed 's/^/    /' | tee -a "$summary"
+    python3 - "$work/own-$name" <<'PY' | tee -a "$summary"
+import json, sys, pathlib
+for rep in sorted(pathlib.Path(sys.argv[1]).rglob("report.json"))[:3]:
+    j = json.loads(rep.read_text())
+    f = j.get("failure") or {}
+    print(f"    {rep.parent.name}: outcome {j.get('outcome')} class={f.get('class', '-')} step={f.get('step', '-')} "
+          f"module={f.get('module', '-')} met={j.get('expectation', {}).get('met')} "
+          f"message={(f.get('message') or '')[:160]!r}")
+seen = set()
+for ev in sorted(pathlib.Path(sys.argv[1]).rglob("events.jsonl")):
+    for line in ev.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("type") in ("hello", "memory_budget") and e.get("type") not in seen:
+            seen.add(e.get("type"))
+            print("    " + json.dumps({k: e.get(k) for k in ("type", "device", "torch_version", "worker", "applied",
+                                                           "method", "budget_bytes", "device_total") if k in e}))
+PY
+  }
+  run_own nan run "$ex/nan-in-fusion.yaml" hardware.device=cuda
+  run_own budget run "$ex/clean.yaml" hardware.device=cuda hardware.profile=rtx3060-12gb
+  run_own oom run "$ex/clean.yaml" hardware.device=cuda hardware.memory_budget=1GiB data.size=640 data.batch_size=32 train.max_steps=2
+  run_own repeat repeat "$ex/clean.yaml" hardware.device=cuda --processes 2
+  run_own qualify qualify "$ex/clean.yaml" hardware.device=cuda data.size=640 --profile rtx3060-12gb
+}
+
 noengine() {
   # A real "unable to find an engine" (issue: cuDNN's FIND under a tight
   # budget): seed 003's setup (ResNet-50 + PAN, 640 px, fp32, cuDNN benchmark
@@ -359,14 +424,15 @@ case "$verb" in
   sanitize) part sanitize; pack_results ;;
   bench) part bench; pack_results ;;
   noengine) part noengine; pack_results ;;
+  own) part own; pack_results ;;
   # The GPU integration tests run the same scenarios as the pack with more
   # checks: `tests` on its own, when the time is there.
   all)
     part build; part pack; part qualify; part diagnose; part sanitize; part bench
     # The dry run checks the verbs `all` leaves out too.
-    [[ $dry == 1 ]] && { tests; probe; noengine; }
+    [[ $dry == 1 ]] && { tests; probe; noengine; own; }
     pack_results ;;
-  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|noengine|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|noengine|own|all}" >&2; exit 2 ;;
 esac
 [[ $dry == 1 ]] || note "time: total $((SECONDS - run_start)) s (a command may run 600 s on the GPU machine)"
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"

@@ -575,7 +575,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cerr << "dbh: internal error: " << dbh::harness::one_line(what) << "\n";
-    return 3;
+    return dbh::harness::kInternalErrorExit;
   }
   return 2;
 }

@@ -5,6 +5,10 @@
 
 namespace dbh::harness {
 
+/// The exit status of a dbh process that failed inside dbh itself (a bug,
+/// never a finding about the training): `dbh` and its built-in worker alike.
+inline constexpr int kInternalErrorExit = 3;
+
 /// Root of the harness's exceptions. Messages say where, what was expected
 /// and what was found. Outcomes of trials are values, never exceptions.
 class Error : public std::runtime_error {

@@ -179,6 +179,19 @@ std::string one_line(const std::string& s) {
   });
 }
 
+std::string last_line(const std::string& s) {
+  size_t end = s.size();
+  while (end > 0) {
+    const size_t begin = s.rfind('\n', end - 1);
+    const size_t from = begin == std::string::npos ? 0 : begin + 1;
+    const std::string line = s.substr(from, end - from);
+    if (line.find_first_not_of(" \t\r") != std::string::npos) return truncate_utf8(one_line(line), 300);
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return "";
+}
+
 std::string truncate_utf8(const std::string& s, size_t max) {
   if (s.size() <= max) return s;
   const std::string ellipsis = "\xE2\x80\xA6";

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "harness/common/error.h"
+#include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/scenario/schema.h"
 
@@ -406,6 +408,19 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     f.evidence.push_back(f.message);
     return a;
   }
+  if (!s.worker.external() && !a.done_seen && r.term_signal == 0 && !r.timed_out && !r.hung &&
+      r.exit_code == kInternalErrorExit) {
+    // Note [A bug in dbh is not a finding]: dbh's own worker ended on an
+    // internal error (a bug in dbh, as when it read the CUDA allocator before
+    // its first tensor): the trial says nothing about the training, so no
+    // verdict, bisection or diagnosis may count it as a failure of it.
+    a.outcome = Outcome::kUnresolved;
+    f.message = "dbh's worker failed inside dbh (exit " + std::to_string(r.exit_code) +
+                "), not in the training: " + last_line(r.stderr_tail) + "; please report it with this trial's stderr.log";
+    f.evidence.push_back(f.message);
+    crash_step();
+    return a;
+  }
   if (r.timed_out) {
     a.outcome = Outcome::kTimedOut;
     f.klass = "hang";
@@ -529,6 +544,18 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     }
     if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
     if (a.outcome == Outcome::kPassed) judge_learning(a, s);
+  }
+  // Note [A budget that was not applied]: a run asked to fit a memory budget
+  // that its worker could not apply (a budget below what the CUDA context
+  // alone takes, say) trained without it; its pass says nothing about the
+  // budget, so it is no answer, never "fits". A failure stays what it is.
+  if (a.outcome == Outcome::kPassed && s.hardware.memory_budget > 0 && a.budget.is_object() &&
+      !a.budget.value("applied", true)) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = "the memory budget of " + format_bytes(s.hardware.memory_budget) +
+                " was not applied, so the run did not test it: " +
+                a.budget.value("detail", std::string("the worker gave no reason"));
+    f.evidence.push_back(f.message);
   }
   return a;
 }

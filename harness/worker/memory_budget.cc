@@ -82,19 +82,46 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
   return e;
 }
 
+#ifdef DBH_TORCH_HAS_CUDA
+namespace {
+
+// Note [The allocator before its first tensor]: the caching allocator starts
+// with the first CUDA tensor; asking it for statistics before that throws
+// ("Invalid device argument"), as a run's first memory sample did before the
+// model was built, which killed every CUDA trial without a budget. Nothing is
+// allocated before then, so its counters are zero.
+bool cuda_allocator_started(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 && torch::cuda::is_available() &&
+         c10::cuda::CUDACachingAllocator::get() != nullptr &&
+         c10::cuda::CUDACachingAllocator::get()->initialized();
+}
+
+}  // namespace
+#endif
+
 nlohmann::json memory_sample(const std::string& device) {
   nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
 #ifdef DBH_TORCH_HAS_CUDA
   if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
-    const torch::Device d(device);
-    const auto index = static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0);
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
-    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    m["cuda_allocated_bytes"] = stats.allocated_bytes[all].current;
-    m["cuda_reserved_bytes"] = stats.reserved_bytes[all].current;
-    m["cuda_peak_allocated_bytes"] = stats.allocated_bytes[all].peak;
-    m["cuda_peak_reserved_bytes"] = stats.reserved_bytes[all].peak;
-    m["cuda_fragmentation_bytes"] = stats.reserved_bytes[all].current - stats.allocated_bytes[all].current;
+    // A sample is evidence about a failure, never a failure of its own: it is
+    // taken in the worker's error path too, where a throw would replace the
+    // error being reported with this one.
+    try {
+      c10::CachingDeviceAllocator::DeviceStats stats;
+      if (cuda_allocator_started(device)) {
+        const torch::Device d(device);
+        stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+            static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0));
+      }
+      const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      m["cuda_allocated_bytes"] = stats.allocated_bytes[all].current;
+      m["cuda_reserved_bytes"] = stats.reserved_bytes[all].current;
+      m["cuda_peak_allocated_bytes"] = stats.allocated_bytes[all].peak;
+      m["cuda_peak_reserved_bytes"] = stats.reserved_bytes[all].peak;
+      m["cuda_fragmentation_bytes"] = stats.reserved_bytes[all].current - stats.allocated_bytes[all].current;
+    } catch (const std::exception&) {
+      // Left out: the sample says what it could read.
+    }
   }
 #else
   (void)device;
@@ -104,9 +131,14 @@ nlohmann::json memory_sample(const std::string& device) {
 
 void reset_memory_peaks(const std::string& device) {
 #ifdef DBH_TORCH_HAS_CUDA
-  if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
+  if (cuda_allocator_started(device)) {
     const torch::Device d(device);
-    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0));
+    try {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(d.has_index() ? d.index() : 0));
+    } catch (const std::exception&) {
+      // The next sample's peaks then span more than a step; the step's own
+      // error, if any, is what the run reports.
+    }
   }
 #else
   (void)device;

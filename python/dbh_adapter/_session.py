@@ -89,7 +89,10 @@ def apply_memory_budget(device, budget):
     ballast = max(0, free - available)
     # The ballast is a block of the caching allocator held for good: the
     # allocator's cap is the ballast plus what the budget leaves, so tensors
-    # get `available` and the card's other memory stays taken.
+    # get `available` and the card's other memory stays taken. Seen on an H100
+    # (reports/examples/gpu/h100-2026-11-27): an out-of-memory error under a
+    # 1 GiB budget then says "78.55 GiB is allocated by PyTorch", the ballast
+    # included; the detail says so.
     if ballast > 0:
         _BALLAST.append(torch.cuda.caching_allocator_alloc(ballast, index))
     out["ballast_bytes"] = ballast
@@ -97,8 +100,9 @@ def apply_memory_budget(device, budget):
     torch.cuda.set_per_process_memory_fraction(out["allocator_fraction"], index)
     out["applied"] = True
     out["method"] = "cuda ballast + allocator limit"
-    out["detail"] = (f"card {total} bytes, already used {total - free}, ballast {ballast} outside the allocator's "
-                     f"limit, allocator capped at {available}; cuDNN/cuBLAS workspaces compete for the same budget")
+    out["detail"] = (f"card {total} bytes, already used {total - free}, ballast {ballast} held in the caching "
+                     f"allocator (PyTorch's out-of-memory message counts it as allocated by PyTorch), tensors "
+                     f"capped at {available}; cuDNN/cuBLAS workspaces compete for the same budget")
     return out
 
 

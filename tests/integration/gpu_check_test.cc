@@ -49,7 +49,14 @@ TEST(GpuCheckDryRunTest, EveryCommandOfTheGpuRunChecksOutHere) {
                            "run tests/bench/scenarios/step-640.yaml hardware.device=cuda loads",
                            "the throughput benchmarks (ResNet-18/50, 640², fp32 and bf16) are in dbh_benchmarks",
                            "data.batch_size=8 train.max_steps=1 hardware.memory_budget=10.6GiB loads",
-                           "tests/gpu/fault_probe.cu and nvcc", "tar can pack"}) {
+                           "tests/gpu/fault_probe.cu and nvcc", "tar can pack",
+                           // The user's own training (verb own): each command it runs loads.
+                           "python3 with torch, lightning and hydra",
+                           "run examples/lightning-dbnet/scenarios/nan-in-fusion.yaml hardware.device=cuda loads",
+                           "run examples/lightning-dbnet/scenarios/clean.yaml hardware.device=cuda "
+                           "hardware.memory_budget=1GiB data.size=640 data.batch_size=32 train.max_steps=2 loads",
+                           "repeat examples/lightning-dbnet/scenarios/clean.yaml hardware.device=cuda loads",
+                           "qualify examples/lightning-dbnet/scenarios/clean.yaml hardware.device=cuda data.size=640 loads"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
   for (const char* part : {"build", "pack", "qualify", "diagnose", "sanitize", "bench"}) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/error.h"
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/kb/knowledge_base.h"
@@ -224,6 +225,26 @@ TEST(Classify, SigkillUnderAMemoryBudgetIsHostOom) {
   EXPECT_EQ(a.failure.step, 0);
 }
 
+TEST(Classify, APassUnderABudgetThatWasNotAppliedIsNoAnswer) {
+  Scenario s;
+  s.hardware.memory_budget = 384 * kMiB;
+  auto with_budget = [](bool applied) {
+    Stream st;
+    st.add("memory_budget", {{"applied", applied}, {"method", applied ? "cuda ballast + allocator limit" : ""},
+                             {"budget_bytes", 384 * kMiB},
+                             {"detail", applied ? "" : "the budget is smaller than what the context already uses"}});
+    st.run_begin().step(0).step(1).run_end().done().exit(0);
+    return st;
+  };
+  auto not_applied = with_budget(false);
+  const auto a = Classify(not_applied.result(), s);
+  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_NE(a.failure.message.find("was not applied"), std::string::npos) << a.failure.message;
+  EXPECT_NE(a.failure.message.find("context already uses"), std::string::npos) << a.failure.message;
+  auto applied = with_budget(true);
+  EXPECT_EQ(Classify(applied.result(), s).outcome, Outcome::kPassed);
+}
+
 TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
   Stream st;
   st.run_begin().step(0).begin(1).fault("hang", 0, 1).signal(SIGTERM);
@@ -380,6 +401,23 @@ TEST(Classify, ExitWithoutDoneIsAPrematureExit) {
   EXPECT_EQ(a.failure.step, 1);
   EXPECT_FALSE(a.done_seen);
   EXPECT_NE(a.failure.message.find("status 1"), std::string::npos) << a.failure.message;
+}
+
+TEST(Classify, AnInternalErrorOfDbhsOwnWorkerIsUnresolvedNeverAFailureOfTheTraining) {
+  Stream st;
+  st.run_begin().begin(0).exit(kInternalErrorExit);
+  st.result().stderr_tail = "dbh: internal error: Invalid device argument \n";
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.failure.klass, "");
+  EXPECT_NE(a.failure.message.find("inside dbh"), std::string::npos) << a.failure.message;
+  EXPECT_NE(a.failure.message.find("Invalid device argument"), std::string::npos) << a.failure.message;
+  // The user's own worker: its exit status 3 is its own, a premature exit.
+  Scenario external;
+  external.worker.command = {"python", "train.py"};
+  const auto b = Classify(st.result(), external);
+  EXPECT_EQ(b.outcome, Outcome::kFailed);
+  EXPECT_EQ(b.failure.klass, "premature_exit");
 }
 
 TEST(Classify, ExitZeroWithoutDoneIsUnresolved) {

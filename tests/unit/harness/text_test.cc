@@ -95,6 +95,15 @@ TEST(OneLineTest, ControlSeparatorAndBidiCharactersBecomeSpaces) {
   EXPECT_EQ(one_line("caf\xC3\xA9 \xE2\x9C\x85"), "caf\xC3\xA9 \xE2\x9C\x85");  // printable UTF-8 stays
 }
 
+TEST(LastLineTest, SkipsBlankLinesAtTheEnd) {
+  EXPECT_EQ(last_line("first\ndbh: internal error: Invalid device argument \n\n  \n"),
+            "dbh: internal error: Invalid device argument ");
+  EXPECT_EQ(last_line("only"), "only");
+  EXPECT_EQ(last_line("\n \n\t"), "");
+  EXPECT_EQ(last_line(""), "");
+  EXPECT_EQ(last_line(std::string(1000, 'x')).size(), 300u);
+}
+
 TEST(ShellQuoteTest, IsOneLineOfValidUtf8WithoutControlCharacters) {
   for (const auto& w : awkward_words()) {
     const std::string q = shell_quote(w);
