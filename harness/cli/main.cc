@@ -41,6 +41,7 @@
 #include "harness/worker/tune.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
+#include "harness/cli/tune_command.h"
 #include "harness/cli/eval_command.h"
 #include "harness/version.h"
 
@@ -283,6 +284,11 @@ int main(int argc, char** argv) {
   auto* keys = scenario->add_subcommand(
       "keys", "Print every scenario key under model, data, train, hardware, monitors, repeat and limits as a "
               "Markdown table: how it is written, its default and what it does (docs/scenario-keys.md)");
+  std::vector<std::string> tune_args;
+  auto* tune_ahead = app.add_subcommand(
+      "tune", "Measure the `auto` layout and thread choices of scenarios ahead of their runs (a CI job's set-up, "
+              "a new machine): exit 0 when each has a trusted answer");
+  tune_ahead->add_option("ARGS", tune_args, "Scenario files, then key=value overrides for all")->required();
   std::string list_what, list_dir;
   auto* list = app.add_subcommand("list", "List faults or scenarios");
   list->add_option("WHAT", list_what, "faults | scenarios | profiles")->required()
@@ -430,6 +436,11 @@ int main(int argc, char** argv) {
       if (!plain.empty()) *scenario = plain.front();
       return true;
     };
+    if (*tune_ahead) {
+      dbh::harness::TuneCommandOptions to;
+      split(tune_args, &to.scenarios, &to.overrides);
+      return dbh::harness::run_tune_command(to);
+    }
     if (*run) {
       split(run_args, &ro.scenarios, &ro.overrides);
       const int code = dbh::harness::run_command(ro);

@@ -257,5 +257,65 @@ TEST(TuningTest, AFailedMeasurementFallsBackToPyTorchDefaultsAndIsNotCached) {
   EXPECT_TRUE(fs::exists(dir / "out" / "main" / "tuning" / "stderr.log"));
 }
 
+// `dbh tune`: measures ahead of the runs (a CI job's set-up), then a run takes
+// the cached answer and measures nothing.
+testing::ProcessResult tune(const fs::path& cache, std::vector<std::string> overrides) {
+  std::vector<std::string> argv = {DBH_BINARY, "tune", kTiny, "train.max_steps=1", "data.size=32"};
+  argv.insert(argv.end(), overrides.begin(), overrides.end());
+  return testing::run_process_with_env(
+      argv, {{"DBH_CACHE_DIR", cache.string()}, {"DBH_TUNE_MAX_OTHERS_CORES", std::string("64")}}, DBH_SOURCE_DIR,
+      180);
+}
+
+bool measuring_folder_left(const fs::path& cache) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache / "tuning", ec)) {
+    if (e.path().filename().string().rfind("measuring-", 0) == 0) return true;
+  }
+  return false;
+}
+
+TEST(TuningTest, TuneMeasuresAheadAndARunTakesTheCachedAnswer) {
+  const fs::path dir = testing::fresh_dir("tuning-tune");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const auto first = tune(cache, {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find("tiny-cpu: measured: "), std::string::npos) << first.out;
+  EXPECT_NE(first.err.find("dbh: measuring layout and threads for resnet18+fpn at 32²"), std::string::npos) << first.err;
+  EXPECT_EQ(cache_entries(cache).size(), 1u);
+  EXPECT_FALSE(measuring_folder_left(cache));
+  const auto second = tune(cache, {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("tiny-cpu: cached: "), std::string::npos) << second.out;
+  EXPECT_EQ(second.err.find("dbh: measuring"), std::string::npos) << second.err;
+  const DbhRun r = run(cache, dir / "out", {"train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(r.process.exit_code, 0) << r.process.err;
+  EXPECT_EQ(r.report["measured_choices"]["channels_last"]["source"], "cached") << r.report["measured_choices"].dump();
+  EXPECT_EQ(r.process.err.find("dbh: measuring"), std::string::npos) << r.process.err;
+  // Explicit settings: nothing to choose, nothing measured.
+  const auto fixed = tune(cache, {"train.channels_last=false", "train.threads=1"});
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.err;
+  EXPECT_NE(fixed.out.find("tiny-cpu: nothing to choose"), std::string::npos) << fixed.out;
+}
+
+TEST(TuningTest, TuneSaysWhenAMeasurementFailedAndCachesNothing) {
+  const fs::path dir = testing::fresh_dir("tuning-tune-fail");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const auto r = tune(cache, {"train.channels_last=auto", "train.threads=auto", "limits.deadline_s=0.2",
+                              "limits.grace_s=0.2"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("tiny-cpu: failed: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PyTorch's defaults"), std::string::npos) << r.out;
+  EXPECT_TRUE(cache_entries(cache).empty());
+  EXPECT_FALSE(measuring_folder_left(cache));
+  // Bad input: refused before anything is measured.
+  const auto bad = tune(cache, {"train.threads=many"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("train.threads"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find("dbh: measuring"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace dbh

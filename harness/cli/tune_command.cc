@@ -1,0 +1,114 @@
+#include "harness/cli/tune_command.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <system_error>
+
+#include "harness/common/error.h"
+#include "harness/common/home.h"
+#include "harness/common/text.h"
+#include "harness/report/report.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/trial.h"
+#include "harness/supervisor/tuning.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+std::string to_string(TuneVerdict v) {
+  switch (v) {
+    case TuneVerdict::kNothingToChoose: return "nothing to choose";
+    case TuneVerdict::kCached: return "cached";
+    case TuneVerdict::kMeasured: return "measured";
+    case TuneVerdict::kUntrusted: return "untrusted";
+    case TuneVerdict::kFailed: return "failed";
+  }
+  return "?";
+}
+
+TuneVerdict judge_tuning(const nlohmann::json& record) {
+  if (record.is_null()) return TuneVerdict::kNothingToChoose;
+  if (record.contains("error")) return TuneVerdict::kFailed;
+  if (record.contains("untrusted")) return TuneVerdict::kUntrusted;
+  for (const char* key : {"channels_last", "threads"}) {
+    if (record.contains(key) && record[key].is_object() && record[key].value("source", std::string()) == "measured") {
+      return TuneVerdict::kMeasured;
+    }
+  }
+  return TuneVerdict::kCached;
+}
+
+int tune_exit_code(const std::vector<TuneVerdict>& verdicts) {
+  for (const auto v : verdicts) {
+    if (v == TuneVerdict::kUntrusted || v == TuneVerdict::kFailed) return 1;
+  }
+  return 0;
+}
+
+namespace {
+
+// The measuring worker's folder, inside dbh's cache and removed whatever
+// happens (a successful measurement removes it itself).
+class MeasuringFolder {
+ public:
+  explicit MeasuringFolder(size_t index) {
+    const std::string root = cache_root();
+    if (root.empty()) {
+      throw UsageError("dbh tune: expected a cache folder to keep the measurements in ($" + std::string(kCacheDirEnv) +
+                       ", $XDG_CACHE_HOME or $HOME), got none of them set");
+    }
+    path_ = fs::path(root) / "tuning" / ("measuring-" + std::to_string(::getpid()) + "-" + std::to_string(index));
+  }
+  ~MeasuringFolder() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  MeasuringFolder(const MeasuringFolder&) = delete;
+  MeasuringFolder& operator=(const MeasuringFolder&) = delete;
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
+int run_tune_command(const TuneCommandOptions& o) {
+  if (o.scenarios.empty()) throw UsageError("dbh tune: expected at least one scenario file, got none");
+  // Compute: every scenario valid before anything is measured.
+  std::vector<Scenario> scenarios;
+  for (const auto& path : o.scenarios) scenarios.push_back(load_scenario(path, o.overrides));
+  install_stop_handlers();
+  std::vector<TuneVerdict> verdicts;
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    Scenario& s = scenarios[i];
+    nlohmann::json record;
+    {
+      const MeasuringFolder work(i);
+      record = resolve_measured_choices(s, work.str());
+    }
+    if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+    // Decide, then write.
+    const TuneVerdict verdict = judge_tuning(record);
+    verdicts.push_back(verdict);
+    std::cout << one_line(s.name) << ": " << to_string(verdict);
+    if (verdict == TuneVerdict::kNothingToChoose) {
+      std::cout << " (" << (s.worker.external() ? "the worker trains with its own settings"
+                                                 : "train.channels_last and train.threads are set, or it does not train")
+                << ")";
+    } else {
+      std::cout << ": " << terminal_text(measured_choices_line(record));
+    }
+    std::cout << "\n";
+  }
+  const int code = tune_exit_code(verdicts);
+  if (code != 0) {
+    std::cout << "dbh tune: a measurement was not trusted or failed: those scenarios run with PyTorch's defaults "
+                 "until a measurement on an idle machine succeeds (run dbh tune again then)\n";
+  }
+  return code;
+}
+
+}  // namespace dbh::harness
