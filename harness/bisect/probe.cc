@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "harness/common/text.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/trial.h"
@@ -302,6 +304,15 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
   trim_probe_cache(cache_dir_, cache_cap_bytes_);
 }
 
+std::string probe_progress(int64_t index, const std::string& what, int64_t steps_done, int64_t steps_total,
+                           double seconds) {
+  std::ostringstream line;
+  line << "  probe " << std::setw(2) << index << "  " << one_line(what) << "  running: ";
+  if (steps_done > 0) line << "step " << steps_done << "/" << steps_total << ", ";
+  line << static_cast<int64_t>(seconds) << " s";
+  return line.str();
+}
+
 ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
                         bool keep_checkpoints) {
   stop_if_requested(nullptr);
@@ -327,7 +338,29 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   if (!p.cached) {
     p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
     const auto t0 = std::chrono::steady_clock::now();
-    ScenarioTrial t = run_classified_trial(s, p.dir, 1000 + p.index, false, {});
+    // Note [A probe never runs in silence].
+    const bool tty = !quiet_ && isatty(STDOUT_FILENO) != 0;
+    const int64_t steps_total = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+    int64_t steps_done = 0;
+    auto last_plain = t0;
+    bool live = false;
+    auto on_event = [&](const Event& e) {
+      if (quiet_) return;
+      if (e.type == event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
+      const auto now = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(now - t0).count();
+      if (tty) {
+        if (e.type != event::kStepEnd && live) return;
+        std::cout << "\r" << probe_progress(p.index, what, steps_done, steps_total, seconds) << "\x1b[K"
+                  << std::flush;
+        live = true;
+      } else if (std::chrono::duration<double>(now - last_plain).count() >= kProbeProgressPlainSeconds) {
+        std::cout << probe_progress(p.index, what, steps_done, steps_total, seconds) << std::endl;
+        last_plain = now;
+      }
+    };
+    ScenarioTrial t = run_classified_trial(s, p.dir, 1000 + p.index, false, on_event);
+    if (live) std::cout << "\r\x1b[K" << std::flush;
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A worker that filled the disk may have had no room left to say so
     // (its stderr and events live there too): a trial that did not pass on a

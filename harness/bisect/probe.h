@@ -176,4 +176,20 @@ class Prober {
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
 
+// Note [A probe never runs in silence]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A probe's line is printed when it ends, and a probe of a large model on a
+// CPU takes minutes. While it runs, a terminal shows one live line (the steps
+// done and the seconds so far, rewritten at each step); elsewhere (a CI log)
+// a plain "still running" line is printed at the first event after every
+// kProbeProgressPlainSeconds, so a log never goes quiet for longer than a
+// probe's slowest step plus that.
+inline constexpr double kProbeProgressPlainSeconds = 30.0;
+
+/// The progress text of a running probe: "  probe  3  WHAT  running: step
+/// 4/12, 23 s" (`steps_done` of `steps_total`; the step part left out before
+/// the first step ends).
+std::string probe_progress(int64_t index, const std::string& what, int64_t steps_done, int64_t steps_total,
+                           double seconds);
+
 }  // namespace dbh::harness

@@ -239,5 +239,14 @@ TEST(BisectInfrastructureTest, FailedBeforeTrainingMeansNoStepAtAll) {
   EXPECT_FALSE(failed_before_training(passed));
 }
 
+TEST(ProbeProgressTest, SaysWhichProbeHowFarAndHowLong) {
+  EXPECT_EQ(probe_progress(3, "fp32 batch 2 (margined budget)", 4, 12, 23.7),
+            "  probe  3  fp32 batch 2 (margined budget)  running: step 4/12, 23 s");
+  // Before the first step ends: the time alone.
+  EXPECT_EQ(probe_progress(12, "the scenario as given", 0, 6, 1.2), "  probe 12  the scenario as given  running: 1 s");
+  // A label is one line, whatever it holds.
+  EXPECT_EQ(probe_progress(1, "a\nb", 1, 1, 0), "  probe  1  a b  running: step 1/1, 0 s");
+}
+
 }  // namespace
 }  // namespace dbh::harness
