@@ -1,4 +1,5 @@
 #include "harness/cli/data_command.h"
+#include "harness/common/progress.h"
 #include "harness/common/text.h"
 #include "harness/common/out_file.h"
 
@@ -68,7 +69,11 @@ int run_data_check(const DataCheckOptions& o) {
     std::cerr << one_line(e.what()) << "\n";
     return 2;
   }
-  const auto scan = model::scan_dataset(o.dir, parse_policy(o.on_invalid));
+  // Note [No silent minute]: every image is decoded.
+  Progress progress("dbh data check: decoding the images of " + o.dir, "images");
+  const auto scan = model::scan_dataset(o.dir, parse_policy(o.on_invalid), {}, /*check_images=*/true,
+                                        [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
   std::map<std::string, int64_t> counts;
   for (const auto& d : scan.defects) ++counts[model::to_string(d.kind)];
   if (!o.quiet) {

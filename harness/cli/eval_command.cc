@@ -24,6 +24,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
+#include "harness/common/progress.h"
 #include "harness/common/text.h"
 #include "harness/env/environment.h"
 #include "harness/report/eval_reading.h"
@@ -258,7 +259,11 @@ int run_eval_command(const EvalCommandOptions& o) {
   const auto policy = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
                       : o.on_invalid == "clip" ? model::OnInvalid::kClip
                                                : model::OnInvalid::kError;
-  const model::ScanResult scan = model::scan_dataset(o.data, policy);
+  // Note [No silent minute]: every image is decoded.
+  Progress progress(std::string(kWhere) + ": decoding the images of " + o.data, "images");
+  const model::ScanResult scan = model::scan_dataset(
+      o.data, policy, {}, /*check_images=*/true, [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
   if (!scan.readable) {
     const std::string what = scan.defects.empty() ? "nothing readable" : scan.defects.front().message;
     throw UsageError(std::string(kWhere) + ": --data: " + what);

@@ -101,7 +101,8 @@ std::string image_path(const std::string& root, const std::string& file) {
 }
 
 ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
-                        const std::vector<std::string>& ignore_tags, bool check_images) {
+                        const std::vector<std::string>& ignore_tags, bool check_images,
+                        const std::function<void(int64_t, int64_t)>& on_progress) {
   ScanResult out;
   out.root = root_dir;
   const fs::path root(root_dir);
@@ -209,6 +210,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
   };
   std::map<std::string, FirstName> annotated;
   for (size_t k = 0; k < read.images.size(); ++k) {
+    if (on_progress) on_progress(static_cast<int64_t>(k), static_cast<int64_t>(read.images.size()));
     ImageAnnotation& image = read.images[k];
     const std::string& ann_file = annotation_file[k];
     const ImageRef ref = resolve_in(root_dir, root_real, (root / "images" / image.file).string(), image.file);

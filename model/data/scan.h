@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,12 @@ std::string image_path(const std::string& root, const std::string& file);
 /// such a file not read), and each image file must be annotated once
 /// (kDuplicateImage, naming both places): either makes the scan unreadable.
 /// Never throws.
+/// `on_progress` (when set) hears (images checked, images listed) after
+/// each image.
 ScanResult scan_dataset(const std::string& root, OnInvalid policy,
                         const std::vector<std::string>& ignore_tags = {},
-                        bool check_images = true);
+                        bool check_images = true,
+                        const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 /// The sample indices of the `batch_size` samples consumed by micro-batch
 /// `micro`: samples are drawn epoch by epoch in a permutation that depends

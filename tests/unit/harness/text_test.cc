@@ -1,6 +1,7 @@
 // Shell quoting (harness/common/text) and the checks for files a user names
 // for dbh to write (harness/common/out_file): every quoted word reads back
 // exactly through a real shell, and no output path replaces what is not dbh's.
+#include "harness/common/progress.h"
 #include "harness/common/text.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,15 @@ TEST(OneLineTest, ControlSeparatorAndBidiCharactersBecomeSpaces) {
   EXPECT_EQ(one_line("rlo \xE2\x80\xAE gnp.exe"), "rlo   gnp.exe");  // U+202E
   EXPECT_EQ(one_line("\xE2\x81\xA6x\xE2\x81\xA9"), " x ");            // U+2066, U+2069
   EXPECT_EQ(one_line("caf\xC3\xA9 \xE2\x9C\x85"), "caf\xC3\xA9 \xE2\x9C\x85");  // printable UTF-8 stays
+}
+
+TEST(ProgressTextTest, SaysHowFarAndHowLongIsLeft) {
+  EXPECT_EQ(progress_text("dbh data check: decoding the images of /d", "images", 250, 1000, 10.2),
+            "dbh data check: decoding the images of /d: 250/1000 images, 10 s, about 31 s left");
+  // Nothing done yet: no estimate; all done: none either.
+  EXPECT_EQ(progress_text("scan", "", 0, 10, 3.0), "scan: 0/10, 3 s");
+  EXPECT_EQ(progress_text("scan", "files", 10, 10, 3.0), "scan: 10/10 files, 3 s");
+  EXPECT_EQ(progress_text("a\nb", "", 1, 2, 1.0), "a b: 1/2, 1 s, about 1 s left");
 }
 
 TEST(LastLineTest, SkipsBlankLinesAtTheEnd) {
