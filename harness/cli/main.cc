@@ -42,6 +42,8 @@
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
 #include "harness/cli/tune_command.h"
+#include "harness/cli/list_command.h"
+#include "harness/cli/merge_command.h"
 #include "harness/cli/eval_command.h"
 #include "harness/version.h"
 

@@ -29,10 +29,5 @@ struct RunOptions {
 int run_command(const RunOptions& options);
 /// `dbh suite DIR|FILES…`: runs every scenario; 0 when all expectations hold.
 int suite_command(const RunOptions& options);
-/// `dbh merge DIRS…`: combines the journals and reports of suite runs
-/// (shards) into one suite.json and one JUnit file.
-int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit);
-/// `dbh list faults|scenarios`.
-int list_command(const std::string& what, const std::string& dir);
 
 }  // namespace dbh::harness
