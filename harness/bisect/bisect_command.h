@@ -48,16 +48,4 @@ struct BisectAnswer {
 /// one (exit 0 or 1).
 int bisect_command(const BisectOptions& options, BisectAnswer* answer = nullptr);
 
-struct DiagnoseOptions {
-  std::string scenario;
-  std::vector<std::string> overrides;
-  std::string out;
-  std::string cache_dir;
-  bool quiet = false;
-};
-
-/// `dbh diagnose SCENARIO`: the diagnosis ladder, a what-works/what-fails
-/// table, ranked hypotheses, next steps and a minimal repro scenario.
-int diagnose_command(const DiagnoseOptions& options);
-
 }  // namespace dbh::harness

@@ -24,7 +24,8 @@
 
 #include "harness/cli/data_command.h"
 #include "harness/bisect/bisect_command.h"
-#include "harness/bisect/qualify.h"
+#include "harness/qualify/qualify_command.h"
+#include "harness/diagnose/diagnose_command.h"
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/common/files.h"

@@ -1,3 +1,5 @@
+#include "harness/diagnose/diagnose_command.h"
+
 // dbh diagnose: the seeds' diagnosis ladder, automated.
 #include <filesystem>
 #include <optional>

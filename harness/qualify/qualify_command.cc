@@ -1,5 +1,5 @@
 #include "harness/common/home.h"
-#include "harness/bisect/qualify.h"
+#include "harness/qualify/qualify_command.h"
 
 #include <algorithm>
 #include <cmath>

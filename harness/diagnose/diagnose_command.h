@@ -1,0 +1,22 @@
+#pragma once
+// `dbh diagnose`: the diagnosis ladder's rungs run as probes (bisect/probe.h),
+// judged by diagnose/hypotheses.h, with the bisection called for its answer.
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness {
+
+struct DiagnoseOptions {
+  std::string scenario;
+  std::vector<std::string> overrides;
+  std::string out;
+  std::string cache_dir;
+  bool quiet = false;
+};
+
+/// `dbh diagnose SCENARIO`: the diagnosis ladder, a what-works/what-fails
+/// table, ranked hypotheses, next steps and a minimal repro scenario.
+int diagnose_command(const DiagnoseOptions& options);
+
+}  // namespace dbh::harness
