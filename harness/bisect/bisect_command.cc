@@ -1392,7 +1392,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
   // bisection created of it removed unless it ends with an answer (or an
   // interruption, whose interrupted.json stays).
   std::optional<OutputDir> claim;
-  try {
+  return run_search(claim, [&]() -> int {
     if (o.replay_from_start && o.kind != "steps" && o.kind != "modules") {
       throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
     }
@@ -1487,13 +1487,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       }
     }
     return code;
-  } catch (const Interrupted& e) {
-    if (claim) claim->commit();
-    return e.exit_code();  // the prober wrote what the search had
-  } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
-  }
+  });
 }
 
 }  // namespace dbh::harness

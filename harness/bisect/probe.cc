@@ -304,6 +304,18 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
   trim_probe_cache(cache_dir_, cache_cap_bytes_);
 }
 
+int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Interrupted& e) {
+    if (claim) claim->commit();
+    return e.exit_code();
+  } catch (const UsageError& e) {
+    std::cerr << "dbh: " << e.what() << "\n";
+    return 2;
+  }
+}
+
 std::string probe_progress(int64_t index, const std::string& what, int64_t steps_done, int64_t steps_total,
                            double seconds) {
   std::ostringstream line;

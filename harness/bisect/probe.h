@@ -2,9 +2,12 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/common/output_dir.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
@@ -175,6 +178,13 @@ class Prober {
 /// Removes the oldest `*.json` results from `cache_dir` until the folder's
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
+
+/// The frame of a search command (bisect, diagnose, qualify): runs `body`,
+/// which claims its output folder in `claim`; an interruption commits what
+/// the search wrote there (the prober keeps its partial answer) and returns
+/// 128 + signal; bad input prints "dbh: …" and returns 2. Anything else goes
+/// on to main.
+int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body);
 
 // Note [A probe never runs in silence]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -71,7 +71,7 @@ int diagnose_command(const DiagnoseOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
-  try {
+  return run_search(claim, [&]() -> int {
     const Scenario s = load_scenario(o.scenario, o.overrides);
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
@@ -415,13 +415,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::cout << std::flush;
     claim->commit();
     return fails ? 1 : 0;
-  } catch (const Interrupted& e) {
-    if (claim) claim->commit();
-    return e.exit_code();  // the prober wrote what the ladder had
-  } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
-  }
+  });
 }
 
 }  // namespace dbh::harness

@@ -88,7 +88,7 @@ int qualify_command(const QualifyOptions& o) {
   install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
-  try {
+  return run_search(claim, [&]() -> int {
     const Scenario source = load_scenario(o.scenario, o.overrides);
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << note << "\n";
@@ -589,13 +589,7 @@ int qualify_command(const QualifyOptions& o) {
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
     claim->commit();
     return qualifies ? 0 : 1;
-  } catch (const Interrupted& e) {
-    if (claim) claim->commit();
-    return e.exit_code();  // the prober wrote what the search had
-  } catch (const UsageError& e) {
-    std::cerr << "dbh: " << e.what() << "\n";
-    return 2;
-  }
+  });
 }
 
 }  // namespace dbh::harness
