@@ -1386,7 +1386,6 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
 }  // namespace
 
 int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
-  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   // The output folder: locked while the bisection writes it, and what the
   // bisection created of it removed unless it ends with an answer (or an

@@ -20,6 +20,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/progress.h"
 #include "harness/common/text.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/kb/knowledge_base.h"
@@ -305,6 +306,7 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
 }
 
 int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body) {
+  install_stop_handlers();
   try {
     return body();
   } catch (const Interrupted& e) {
@@ -351,28 +353,17 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
     p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
     const auto t0 = std::chrono::steady_clock::now();
     // Note [A probe never runs in silence].
-    const bool tty = !quiet_ && isatty(STDOUT_FILENO) != 0;
     const int64_t steps_total = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
     int64_t steps_done = 0;
-    auto last_plain = t0;
-    bool live = false;
+    std::optional<ProgressLine> line;
+    if (!quiet_) line.emplace(std::cout, isatty(STDOUT_FILENO) != 0, 0.0);
     auto on_event = [&](const Event& e) {
-      if (quiet_) return;
+      if (!line) return;
       if (e.type == event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - t0).count();
-      if (tty) {
-        if (e.type != event::kStepEnd && live) return;
-        std::cout << "\r" << probe_progress(p.index, what, steps_done, steps_total, seconds) << "\x1b[K"
-                  << std::flush;
-        live = true;
-      } else if (std::chrono::duration<double>(now - last_plain).count() >= kProbeProgressPlainSeconds) {
-        std::cout << probe_progress(p.index, what, steps_done, steps_total, seconds) << std::endl;
-        last_plain = now;
-      }
+      line->show(probe_progress(p.index, what, steps_done, steps_total, line->seconds()));
     };
     ScenarioTrial t = run_classified_trial(s, p.dir, 1000 + p.index, false, on_event);
-    if (live) std::cout << "\r\x1b[K" << std::flush;
+    if (line) line->finish();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A worker that filled the disk may have had no room left to say so
     // (its stderr and events live there too): a trial that did not pass on a

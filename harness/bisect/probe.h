@@ -179,7 +179,8 @@ class Prober {
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
 
-/// The frame of a search command (bisect, diagnose, qualify): runs `body`,
+/// The frame of a search command (bisect, diagnose, qualify): installs the
+/// stop handlers (SIGINT, SIGTERM), runs `body`,
 /// which claims its output folder in `claim`; an interruption commits what
 /// the search wrote there (the prober keeps its partial answer) and returns
 /// 128 + signal; bad input prints "dbh: …" and returns 2. Anything else goes
@@ -189,12 +190,11 @@ int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body
 // Note [A probe never runs in silence]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A probe's line is printed when it ends, and a probe of a large model on a
-// CPU takes minutes. While it runs, a terminal shows one live line (the steps
-// done and the seconds so far, rewritten at each step); elsewhere (a CI log)
-// a plain "still running" line is printed at the first event after every
-// kProbeProgressPlainSeconds, so a log never goes quiet for longer than a
-// probe's slowest step plus that.
-inline constexpr double kProbeProgressPlainSeconds = 30.0;
+// CPU takes minutes. While it runs, its progress (the steps done and the
+// seconds so far) goes on a ProgressLine (common/progress.h) on stdout at
+// each of the worker's events: live on a terminal, a plain line at most every
+// 30 s in a log, so a log never goes quiet for longer than a probe's slowest
+// step plus that.
 
 /// The progress text of a running probe: "  probe  3  WHAT  running: step
 /// 4/12, 23 s" (`steps_done` of `steps_total`; the step part left out before

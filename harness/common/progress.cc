@@ -21,37 +21,41 @@ std::string progress_text(const std::string& what, const std::string& unit, int6
   return o.str();
 }
 
-Progress::Progress(std::string what, std::string unit, bool quiet)
-    : what_(std::move(what)),
-      unit_(std::move(unit)),
-      quiet_(quiet),
-      tty_(isatty(STDERR_FILENO) != 0),
-      start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
+ProgressLine::ProgressLine(std::ostream& out, bool tty, double quiet_seconds)
+    : out_(out), tty_(tty), quiet_seconds_(quiet_seconds), start_(std::chrono::steady_clock::now()), last_(start_) {}
 
-Progress::~Progress() { finish(); }
+ProgressLine::~ProgressLine() { finish(); }
 
-void Progress::update(int64_t done, int64_t total) {
-  if (quiet_) return;
+double ProgressLine::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void ProgressLine::show(const std::string& text, bool last) {
   const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::chrono::duration<double>(now - start_).count();
-  if (seconds < kQuietSeconds) return;
+  if (std::chrono::duration<double>(now - start_).count() < quiet_seconds_) return;
   const double since = std::chrono::duration<double>(now - last_).count();
   if (tty_) {
-    if (printed_ && since < 0.2 && done < total) return;
-    std::cerr << "\r" << progress_text(what_, unit_, done, total, seconds) << "\x1b[K" << std::flush;
+    if (printed_ && since < 0.2 && !last) return;
+    out_ << "\r" << text << "\x1b[K" << std::flush;
     live_ = true;
   } else {
     if (printed_ && since < kPlainEverySeconds) return;
-    std::cerr << progress_text(what_, unit_, done, total, seconds) << std::endl;
+    out_ << text << std::endl;
   }
   printed_ = true;
   last_ = now;
 }
 
-void Progress::finish() {
-  if (live_) std::cerr << "\r\x1b[K" << std::flush;
+void ProgressLine::finish() {
+  if (live_) out_ << "\r\x1b[K" << std::flush;
   live_ = false;
+}
+
+Progress::Progress(std::string what, std::string unit)
+    : what_(std::move(what)), unit_(std::move(unit)), line_(std::cerr, isatty(STDERR_FILENO) != 0, kQuietSeconds) {}
+
+void Progress::update(int64_t done, int64_t total) {
+  line_.show(progress_text(what_, unit_, done, total, line_.seconds()), done >= total);
 }
 
 }  // namespace dbh::harness

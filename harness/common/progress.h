@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 namespace dbh::harness {
@@ -19,28 +20,50 @@ namespace dbh::harness {
 std::string progress_text(const std::string& what, const std::string& unit, int64_t done, int64_t total,
                           double seconds);
 
-class Progress {
+/// One progress line on `out`: nothing during its first `quiet_seconds`;
+/// then, when `out` is a terminal (`tty`), one live line rewritten at most
+/// every 0.2 s, else a plain line at most every kPlainEverySeconds.
+class ProgressLine {
  public:
-  static constexpr double kQuietSeconds = 2.0;
   static constexpr double kPlainEverySeconds = 30.0;
 
-  /// `what` names the step ("dbh data check: decoding the images of
-  /// fixtures/real"); `unit` what is counted ("images"). Silent when `quiet`.
-  Progress(std::string what, std::string unit, bool quiet = false);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
+  ProgressLine(std::ostream& out, bool tty, double quiet_seconds);
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
 
-  /// `done` of `total` so far; prints when a line is due.
-  void update(int64_t done, int64_t total);
+  /// Shows `text` when a line is due; `last` (the final state) is shown on a
+  /// terminal whatever the rate.
+  void show(const std::string& text, bool last = false);
+  /// Seconds since the line was made.
+  double seconds() const;
   /// Clears the live line (a terminal), once.
   void finish();
 
  private:
-  std::string what_, unit_;
-  bool quiet_ = false, tty_ = false, live_ = false;
+  std::ostream& out_;
+  bool tty_ = false, live_ = false, printed_ = false;
+  double quiet_seconds_ = 0;
   std::chrono::steady_clock::time_point start_, last_;
-  bool printed_ = false;
+};
+
+/// A counted step on stderr (Note [No silent minute]): progress_text() on a
+/// ProgressLine that stays quiet for its first kQuietSeconds.
+class Progress {
+ public:
+  static constexpr double kQuietSeconds = 2.0;
+
+  /// `what` names the step ("dbh data check: decoding the images of
+  /// fixtures/real"); `unit` what is counted ("images").
+  Progress(std::string what, std::string unit);
+
+  /// `done` of `total` so far; prints when a line is due.
+  void update(int64_t done, int64_t total);
+  void finish() { line_.finish(); }
+
+ private:
+  std::string what_, unit_;
+  ProgressLine line_;
 };
 
 }  // namespace dbh::harness

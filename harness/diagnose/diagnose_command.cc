@@ -68,7 +68,6 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 }  // namespace
 
 int diagnose_command(const DiagnoseOptions& o) {
-  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   return run_search(claim, [&]() -> int {

@@ -85,7 +85,6 @@ constexpr int64_t kContextBytesH100 = 554500096;
 }  // namespace
 
 int qualify_command(const QualifyOptions& o) {
-  install_stop_handlers();
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   return run_search(claim, [&]() -> int {
