@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "harness/common/error.h"
+#include "harness/common/files.h"
 #include "harness/common/home.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
@@ -56,8 +57,16 @@ class MeasuringFolder {
   explicit MeasuringFolder(size_t index) {
     const std::string root = cache_root();
     if (root.empty()) {
-      throw UsageError("dbh tune: expected a cache folder to keep the measurements in ($" + std::string(kCacheDirEnv) +
+      throw UsageError("expected a cache folder to keep the measurements in ($" + std::string(kCacheDirEnv) +
                        ", $XDG_CACHE_HOME or $HOME), got none of them set");
+    }
+    // The cache must be a folder dbh can write, before anything is measured.
+    std::error_code ec;
+    fs::create_directories(fs::path(root) / "tuning", ec);
+    if (ec) {
+      throw UsageError(root + " (from " + cache_root_origin() +
+                       "): expected a folder to keep the measurements in, got " + describe_path(root) + " (" +
+                       ec.message() + ")");
     }
     path_ = fs::path(root) / "tuning" / ("measuring-" + std::to_string(::getpid()) + "-" + std::to_string(index));
   }

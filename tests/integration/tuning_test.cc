@@ -315,6 +315,14 @@ TEST(TuningTest, TuneSaysWhenAMeasurementFailedAndCachesNothing) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
   EXPECT_NE(bad.err.find("train.threads"), std::string::npos) << bad.err;
   EXPECT_EQ(bad.err.find("dbh: measuring"), std::string::npos) << bad.err;
+  // A cache that is a file: refused before anything is measured.
+  testing::write_text(dir / "not-a-folder", "x");
+  const auto file_cache = tune(dir / "not-a-folder", {"train.channels_last=auto", "train.threads=auto"});
+  EXPECT_EQ(file_cache.exit_code, 2) << file_cache.out << file_cache.err;
+  EXPECT_NE(file_cache.err.find("expected a folder to keep the measurements in, got a regular file"),
+            std::string::npos)
+      << file_cache.err;
+  EXPECT_EQ(file_cache.err.find("dbh: measuring"), std::string::npos) << file_cache.err;
 }
 
 }  // namespace
