@@ -114,8 +114,12 @@ int run_tune_command(const TuneCommandOptions& o) {
   }
   const int code = tune_exit_code(verdicts);
   if (code != 0) {
+    std::vector<std::string> again = {self_command(), "tune"};
+    again.insert(again.end(), o.scenarios.begin(), o.scenarios.end());
+    again.insert(again.end(), o.overrides.begin(), o.overrides.end());
     std::cout << "dbh tune: a measurement was not trusted or failed: those scenarios run with PyTorch's defaults "
-                 "until a measurement on an idle machine succeeds (run dbh tune again then)\n";
+                 "until a measurement on an idle machine succeeds; then run\n  "
+              << shell_command(again) << "\n";
   }
   return code;
 }
