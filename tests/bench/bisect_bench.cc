@@ -196,9 +196,9 @@ BENCHMARK(BM_BisectStepsReplay)
     ->UseRealTime()
     ->Iterations(1);
 
-// Qualification cost: `dbh qualify` on the CPU case of
-// tests/integration/qualify_test.cc (ResNet-18 + FPN, 384², batch 8, the CI
-// host budget), with an empty probe cache. Counters: trials, found (1 when
+// Qualification cost: `dbh qualify` on ResNet-18 + FPN, 384², batch 8, two
+// steps, under the CI host budget (2.31 GiB needed, 5% over; the integration
+// test runs batch 15, which needs far more), with an empty probe cache. Counters: trials, found (1 when
 // it recommends 4 × 2), wall_per_answer_trial (the whole command's wall time
 // divided by the time of the one trial that ran the recommended setup).
 // Label: how the largest batch was found.
