@@ -13,6 +13,31 @@ cd "$root"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+# Runs a long step (a pip install) so nobody waits in silence: on a terminal
+# one line counts the seconds; elsewhere (CI logs) a plain line every 30 s
+# says what is still running and for how long.
+long_step() {
+  local what="$1"
+  shift
+  "$@" --progress-bar off &
+  local pid=$! start=$SECONDS rc=0 tick=0
+  # A command started with & ignores Ctrl-C in a script: stopping set-up stops it.
+  trap 'kill "$pid" 2>/dev/null; exit 130' INT TERM
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    tick=$((tick + 1))
+    if [[ -t 2 ]]; then
+      printf '\rsetup: %s: %d s ' "$what" "$((SECONDS - start))" >&2
+    elif ((tick % 30 == 0)); then
+      log "still $what: $((SECONDS - start)) s"
+    fi
+  done
+  [[ -t 2 ]] && printf '\n' >&2
+  wait "$pid" || rc=$?
+  trap - INT TERM
+  return "$rc"
+}
+
 # --- Debian packages -------------------------------------------------------
 apt_packages=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -72,7 +97,7 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 else
   log "installing $(grep -E '^torch==' requirements-torch.txt) into .venv (about 1 minute, 4.6 GB)"
   [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off \
+  long_step "installing torch" "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r requirements-torch.txt
   echo "$want" > "$stamp"
 fi
@@ -88,7 +113,7 @@ if [[ -f "$py_stamp" && "$(cat "$py_stamp")" == "$py_want" ]]; then
   log "Python packages: lightning, hydra-core, pillow and dbh_adapter present in .venv"
 else
   log "installing lightning, hydra-core, pillow and the dbh_adapter package into .venv (about 30 s)"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --progress-bar off \
+  long_step "installing the Python packages" "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -r requirements-python.txt -c requirements-torch.txt
   # Built in a scratch copy: a build from python/ itself would leave build/
   # and *.egg-info in the checkout.
