@@ -298,6 +298,18 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
   std::error_code ec;
   fs::create_directories(cache_dir_, ec);
   if (ec) throw ReportError(cache_dir_ + ": expected a folder for the probe cache, got: " + ec.message());
+  // The cache directory tag (bford.info/cachedir): backup tools skip the
+  // folder, and so does the listing of a training's source tree (Note [The
+  // training's code is an input]) when the cache lies inside it.
+  const fs::path tag = fs::path(cache_dir_) / "CACHEDIR.TAG";
+  if (!fs::exists(fs::symlink_status(tag, ec))) {
+    try {
+      write_file_atomically(tag.string(), "Signature: 8a477f597d28d172789f06886806bc55\n"
+                                          "# The probe cache of dbh: results it can measure again.\n");
+    } catch (const std::exception&) {
+      // Only a hint to other tools: the cache works without it.
+    }
+  }
   auto j = summary_json(p);
   j["key"] = p.key;
   j["scenario_hash"] = p.hash;
@@ -336,7 +348,16 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   p.what = what;
   p.overrides = extra;
   p.hash = scenario_hash(s);
-  p.key = cache_key(s) + (judge_metrics_ ? "-metrics" : "");
+  const InputManifest inputs = input_manifest(s);
+  p.key = probe_key(inputs) + (judge_metrics_ ? "-metrics" : "");
+  // Note [The training's code is an input]: inputs that could not all be
+  // listed are never answered from the cache, nor stored in it.
+  const bool cacheable = inputs.not_cacheable.empty();
+  if (!cacheable) {
+    use_cache = false;
+    if (!quiet_ && !said_not_cacheable_) std::cout << "  (probes are not cached: " << inputs.not_cacheable << ")\n";
+    said_not_cacheable_ = true;
+  }
   p.fresh = !use_cache;
   const fs::path cache_file = fs::path(cache_dir_) / (p.key + ".json");
   if (use_cache) {
@@ -390,7 +411,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   }
   p.verdict = verdict_of(p.analysis);
   // An undecided trial (the harness could not tell) is no answer to reuse.
-  if (!p.cached && p.verdict != Verdict::kUnknown) {
+  if (!p.cached && p.verdict != Verdict::kUnknown && cacheable) {
     cache_[p.key] = p;
     store(p, cache_file.string());
   }

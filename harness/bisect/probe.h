@@ -80,12 +80,17 @@ std::string build_identity();
 /// on, from which the probe cache key is computed and whose hash every report
 /// shows: the resolved scenario (its includes merged), the datasets (training
 /// and validation), weights and checkpoint (input_fingerprint), the knowledge
-/// base that classifies failures, an external worker's command and the files
-/// its argv names, the variables of outcome_variables() that are set
+/// base that classifies failures, an external worker's program, the files
+/// and folders its argv names and its source tree (Note [The training's code
+/// is an input]), the variables of outcome_variables() that are set
 /// (common/environment_vars.h), the build and the machine. Each entry is
 /// (what, fingerprint); the files are looked at again on every call.
 struct InputManifest {
   std::vector<std::pair<std::string, std::string>> entries;
+  /// Why a result of these inputs must not be reused (an external worker's
+  /// source tree too large to list: Note [The training's code is an input]);
+  /// empty when it may.
+  std::string not_cacheable;
   /// A digest of every entry, in order.
   std::string hash() const;
 };
@@ -94,6 +99,8 @@ InputManifest input_manifest(const Scenario& s);
 /// The probe cache key of `s`: a digest of input_manifest(s) and
 /// `environment` (text a caller may add: versions, device).
 std::string probe_key(const Scenario& s, const std::string& environment = "");
+/// The same key from inputs already listed.
+std::string probe_key(const InputManifest& inputs, const std::string& environment = "");
 
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
 /// cannot stop a search), caches their results by a key that covers the
@@ -165,6 +172,7 @@ class Prober {
   std::string cache_dir_;
   std::string session_dir_;
   bool quiet_;
+  bool said_not_cacheable_ = false;  // the note that probes are not cached, printed once
   bool keep_checkpoints_ = false;
   bool judge_metrics_ = false;
   void release_abandoned_sessions();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -107,6 +108,21 @@ bool is_image_file(const fs::path& p) {
 // taken by size and mtime_ns only.
 constexpr int64_t kContentDigestMaxBytes = int64_t{256} << 20;
 
+// The folders a walk has entered, by device and inode (following links):
+// a folder reached again, through a link loop or a second link, is not.
+class DirSet {
+ public:
+  /// Whether `path` is a folder not entered before (and now entered).
+  bool enter(const std::string& path) {
+    struct stat sb {};
+    if (::stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
+    return seen_.emplace(static_cast<uint64_t>(sb.st_dev), static_cast<uint64_t>(sb.st_ino)).second;
+  }
+
+ private:
+  std::set<std::pair<uint64_t, uint64_t>> seen_;
+};
+
 void add_file(Digest& d, const std::string& label, const std::string& path) {
   d.add(label).add(path);
   const Stamp st = stamp_of(path);
@@ -121,14 +137,18 @@ void add_dataset(Digest& d, const std::string& root) {
     return;
   }
   std::vector<std::pair<std::string, std::string>> entries;  // relative path → fingerprint
+  // Every file the loader can reach is in the key, however deep: a folder
+  // is entered once (by device and inode), which is what ends a link loop.
+  DirSet seen;
+  seen.enter(root);
   fs::recursive_directory_iterator it(
       root, fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it.depth() > 8) {
-      it.disable_recursion_pending();  // a symlink loop or an unusual tree
+    const std::string path = it->path().string();
+    if (std::error_code dir_ec; it->is_directory(dir_ec)) {
+      if (!seen.enter(path)) it.disable_recursion_pending();
       continue;
     }
-    const std::string path = it->path().string();
     const Stamp st = stamp_of(path);
     if (!st.regular) continue;
     std::string text = stamp_text(st);
@@ -140,6 +160,133 @@ void add_dataset(Digest& d, const std::string& root) {
   for (const auto& [rel, text] : entries) d.add(rel).add(text);
 }
 
+
+// Note [The training's code is an input]: an external worker's outcome is
+// decided by code dbh does not build, so all of it is in the key:
+// - the program its argv starts, found as the spawn finds it (trial.cc): a
+//   word with a slash from worker.cwd, a bare name through the worker's PATH
+//   (`python` of another environment is another file);
+// - every file or folder an argv word names, or the value of a `key=value`
+//   or `--key=value` word (train.py, --config=run.yaml, a data folder);
+// - the source trees they live in (worker.cwd and the folder of each named
+//   file): every code or configuration file below them (the modules a script
+//   imports, the configs Hydra composes), by name, size, times and inode.
+//   Hidden folders, __pycache__ and dbh's own output and cache folders
+//   (.dbh-owner, CACHEDIR.TAG) are not the training's code.
+// Named files count by content too. A tree too large to list within the
+// bounds below makes the probe uncacheable, never cached on part of its
+// inputs.
+constexpr size_t kMaxCodeFiles = 20000;
+constexpr size_t kMaxTreeEntries = 200000;
+
+bool is_code_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  static const std::set<std::string> kCode = {".py",  ".pyi",  ".pyx", ".pxd", ".so",  ".pth", ".yaml", ".yml",
+                                              ".json", ".toml", ".cfg", ".ini", ".sh", ".jsonnet", ".env"};
+  return kCode.count(ext) > 0;
+}
+
+bool is_dbh_folder(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / ".dbh-owner", ec) || fs::exists(dir / "CACHEDIR.TAG", ec);
+}
+
+// The program the spawn runs for `program`, or "" when none is found.
+std::string resolve_program(const std::string& program, const fs::path& cwd, const Scenario& s) {
+  const auto runnable = [](const fs::path& p) {
+    return stamp_of(p.string()).regular && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    const fs::path p = fs::path(program).is_absolute() ? fs::path(program) : cwd / program;
+    return p.string();
+  }
+  std::string path_var = "/bin:/usr/bin";  // glibc's default when PATH is unset
+  if (const auto it = s.worker.env.find("PATH"); it != s.worker.env.end()) {
+    path_var = it->second;
+  } else if (const char* env = std::getenv("PATH")) {
+    path_var = env;
+  }
+  size_t start = 0;
+  while (start <= path_var.size()) {
+    const size_t end = std::min(path_var.find(':', start), path_var.size());
+    const std::string dir = path_var.substr(start, end - start);
+    const fs::path base = dir.empty() ? cwd : fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir;
+    if (runnable(base / program)) return (base / program).string();
+    start = end + 1;
+  }
+  return "";
+}
+
+// Adds every code file below `root` to `files` (path → stamp); false when
+// the tree is larger than the bounds.
+bool add_code_tree(const fs::path& root, DirSet* seen, std::map<std::string, std::string>* files, size_t* visited) {
+  if (is_dbh_folder(root) || !seen->enter(root.string())) return true;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(
+      root, fs::directory_options::follow_directory_symlink | fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (++*visited > kMaxTreeEntries) return false;
+    const fs::path p = it->path();
+    if (std::error_code dir_ec; it->is_directory(dir_ec)) {
+      const std::string name = p.filename().string();
+      if (name.empty() || name[0] == '.' || name == "__pycache__" || is_dbh_folder(p) || !seen->enter(p.string())) {
+        it.disable_recursion_pending();
+      }
+      continue;
+    }
+    if (!is_code_file(p) || p.filename().string().rfind('.', 0) == 0) continue;
+    const Stamp st = stamp_of(p.string());
+    if (!st.regular) continue;
+    (*files)[p.string()] = stamp_text(st);
+    if (files->size() > kMaxCodeFiles) return false;
+  }
+  return true;
+}
+
+void add_training_code(const Scenario& s, InputManifest* m) {
+  const fs::path cwd = s.worker.cwd;  // load_scenario fills it in (the scenario file's folder by default)
+  const auto by_content = [](const std::string& path, const Stamp& st) {
+    return stamp_text(st) + (st.size <= kContentDigestMaxBytes ? " " + content_digest(path, st) : std::string());
+  };
+  const std::string program = s.worker.command.empty() ? "" : resolve_program(s.worker.command[0], cwd, s);
+  if (!s.worker.command.empty()) {
+    const Stamp st = stamp_of(program);
+    m->entries.emplace_back("worker program " + s.worker.command[0] + " (" + (program.empty() ? "not found" : program) +
+                                ")",
+                            st.regular ? by_content(program, st) : stamp_text(st));
+  }
+  std::vector<fs::path> trees = {cwd};
+  for (size_t i = 1; i < s.worker.command.size(); ++i) {
+    const std::string& word = s.worker.command[i];
+    std::vector<std::string> named = {word};
+    if (const size_t eq = word.find('='); eq != std::string::npos) named.push_back(word.substr(eq + 1));
+    for (const auto& n : named) {
+      if (n.empty() || n.size() > 4096) continue;
+      const fs::path p = fs::path(n).is_absolute() ? fs::path(n) : cwd / n;
+      const Stamp st = stamp_of(p.string());
+      if (st.regular) {
+        m->entries.emplace_back("worker file " + p.string(), by_content(p.string(), st));
+        trees.push_back(p.parent_path());
+      } else if (std::error_code ec; fs::is_directory(p, ec)) {
+        trees.push_back(p);
+      }
+    }
+  }
+  DirSet seen;
+  std::map<std::string, std::string> files;
+  size_t visited = 0;
+  for (const auto& root : trees) {
+    if (!add_code_tree(root, &seen, &files, &visited)) {
+      m->not_cacheable = "the training's source tree below " + root.string() + " is larger than " +
+                         std::to_string(kMaxCodeFiles) + " code files or " + std::to_string(kMaxTreeEntries) +
+                         " entries, so not all of its code can be in the key";
+      m->entries.emplace_back("worker code", "too large to list");
+      return;
+    }
+  }
+  for (const auto& [path, stamp] : files) m->entries.emplace_back("worker code " + path, stamp);
+}
 
 }  // namespace
 
@@ -191,30 +338,21 @@ InputManifest input_manifest(const Scenario& s) {
     m.entries.emplace_back("knowledge base " + kb,
                            st.regular ? stamp_text(st) + " " + content_digest(kb, st) : stamp_text(st));
   }
-  if (s.worker.external()) {
-    // The user's training is code dbh does not build: the command and every
-    // file its argv names (train.py, a config) decide the outcome too.
-    const fs::path cwd = s.worker.cwd;  // load_scenario fills it in (the scenario file's folder by default)
-    for (const auto& word : s.worker.command) {
-      if (word.empty() || word.size() > 4096) continue;
-      const fs::path p = fs::path(word).is_absolute() ? fs::path(word) : cwd / word;
-      const Stamp st = stamp_of(p.string());
-      if (!st.regular) continue;
-      m.entries.emplace_back("worker file " + p.string(),
-                             stamp_text(st) + (st.size <= kContentDigestMaxBytes ? " " + content_digest(p.string(), st)
-                                                                                 : std::string()));
-    }
-  }
+  if (s.worker.external()) add_training_code(s, &m);
   for (const auto& [name, value] : outcome_environment()) m.entries.emplace_back("env " + name, value);
   m.entries.emplace_back("build", build_identity());
   m.entries.emplace_back("machine", machine_identity());
   return m;
 }
 
-std::string probe_key(const Scenario& s, const std::string& environment) {
+std::string probe_key(const InputManifest& inputs, const std::string& environment) {
   Digest d;
-  d.add("dbh probe cache key 3").add(input_manifest(s).hash()).add(environment);
+  d.add("dbh probe cache key 4").add(inputs.hash()).add(environment);
   return d.hex();
+}
+
+std::string probe_key(const Scenario& s, const std::string& environment) {
+  return probe_key(input_manifest(s), environment);
 }
 
 namespace {

@@ -569,6 +569,7 @@ int suite_command(const RunOptions& o) {
   std::vector<std::string> data_paths;  // each scenario's dataset folder, never written into
   std::vector<std::string> inputs;      // every file and folder the scenarios read (input_paths)
   std::map<std::string, std::string> hash_of;  // file -> hash of its resolved scenario (overrides applied)
+  std::map<std::string, InputManifest> inputs_of;  // file -> what else decides its outcome, as now
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
@@ -628,6 +629,7 @@ int suite_command(const RunOptions& o) {
       for (const auto& d : dataset_folders(s)) data_paths.push_back(d);
       for (const auto& in : input_paths(s)) inputs.push_back(in);
       hash_of[f] = scenario_hash(s);
+      inputs_of[f] = input_manifest(s);
     }
     if (o.shard_count > 0 && !o.shard.empty()) {
       throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
@@ -781,6 +783,23 @@ int suite_command(const RunOptions& o) {
       p.line("rerun " + id + ": its scenario or overrides changed since it finished");
       it = finished.end();
     }
+    // Note [Input manifest]: the same configuration on other inputs (a
+    // dataset file, weights, the user's training code, the dbh build, an
+    // outcome variable) is another question too.
+    if (it != finished.end()) {
+      const InputManifest& now = inputs_of.at(f);
+      const std::string why = !now.not_cacheable.empty() ? now.not_cacheable
+                              : !it->second.contains("inputs")
+                                  ? "an earlier dbh recorded no digest of its inputs"
+                              : it->second.value("inputs", "") != now.hash()
+                                  ? "its inputs changed since it finished (a dataset or weights file, the "
+                                    "training's code, the dbh build or an outcome variable)"
+                                  : "";
+      if (!why.empty()) {
+        p.line("rerun " + id + ": " + why);
+        it = finished.end();
+      }
+    }
     if (it != finished.end()) {
       const auto text = read_regular_file((fs::path(it->second.value("dir", "")) / "report.json").string(),
                                           size_t{64} << 20);
@@ -810,7 +829,7 @@ int suite_command(const RunOptions& o) {
       }
       journal.append({{"type", "finished"}, {"scenario", id}, {"outcome", to_string(r.outcome)},
                       {"expectation_met", r.expectation_met}, {"dir", fs::absolute(dir).string()},
-                      {"hash", hash_of.at(f)}, {"time", now_iso()}});
+                      {"hash", hash_of.at(f)}, {"inputs", inputs_of.at(f).hash()}, {"time", now_iso()}});
       print_summary(r, p);
       reports.push_back(std::move(r));
     } catch (const ScenarioError& e) {

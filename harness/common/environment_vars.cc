@@ -32,6 +32,7 @@ const std::vector<EnvironmentVariable>& outcome_variables() {
       {"PYTHONPATH", "the modules an external Python worker imports"},
       {"PYTHONHASHSEED", "an external Python worker's hashing (set and dict order)"},
       {"VIRTUAL_ENV", "an external worker's Python environment"},
+      {"CONDA_PREFIX", "an external worker's conda environment"},
       {"DBH_HOME", "the knowledge base and data files dbh reads"},
   };
   return kList;
@@ -39,7 +40,8 @@ const std::vector<EnvironmentVariable>& outcome_variables() {
 
 const std::vector<EnvironmentVariable>& reporting_variables() {
   static const std::vector<EnvironmentVariable> kList = {
-      {"PATH", "finds dbh itself for printed commands and an external worker's command (whose file is hashed)"},
+      {"PATH", "finds dbh itself for printed commands and an external worker's program (the file it finds is in the "
+               "key)"},
       {"HOME", "the default cache folder"},
       {"XDG_CACHE_HOME", "the default cache folder"},
       {"DBH_CACHE_DIR", "the cache folder"},

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -421,6 +422,114 @@ TEST(BisectSlowTest, StepsOnTwentyStepsLeaveNoCheckpointsBehind) {
   ::testing::Test::RecordProperty("out_bytes", std::to_string(out_bytes));
   ::testing::Test::RecordProperty("cache_bytes", std::to_string(cache_bytes));
   EXPECT_LT(out_bytes + cache_bytes, 4 << 20);
+}
+
+
+// A worker speaking docs/worker-protocol.md in a few lines of shell: it
+// passes, or fails at step 0 when VERDICT=fail (its default below, or set by
+// a lib.sh it sources from its own folder, as a script imports a module).
+std::string shell_worker(const std::string& verdict) {
+  return R"(#!/bin/bash
+e(){ echo "$1" >&3; }
+e '{"type":"hello","t":0,"schema_version":1,"pid":'$$',"seed":42,"scenario_hash":"'$DBH_SCENARIO_HASH'","scenario":"x","trial":0,"torch_version":"none","device":"cpu","threads":1,"worker":"w 1","capabilities":["subset","loss_bits","stop_after","monitors.finite","monitors.silent"],"modules":["m"]}'
+[ "${DBH_WORKER_DESCRIBE:-}" = 1 ] && { e '{"type":"done","t":0,"status":"described"}'; exit 0; }
+VERDICT=)" + verdict + R"(
+[ -f "$(dirname "$0")/lib.sh" ] && . "$(dirname "$0")/lib.sh"
+e '{"type":"run_begin","t":0,"run":0,"memory":{}}'; e '{"type":"step_begin","t":0,"run":0,"step":0}'
+if [ "$VERDICT" = fail ]; then e '{"type":"error","t":0,"kind":"exception","message":"boom","run":0,"step":0}'; e '{"type":"done","t":0,"status":"error"}'; exit 1; fi
+e '{"type":"step_end","t":0,"run":0,"step":0,"loss":1.0,"loss_bits":1065353216}'
+e '{"type":"run_end","t":0,"run":0,"steps":1,"checksum":"0","memory":{}}'; e '{"type":"done","t":0,"status":"passed"}'
+)";
+}
+
+// The first probe's line of `dbh bisect data` (the reproduction): whether it
+// passed and whether it came from the cache.
+struct FirstProbe {
+  bool passed = false;
+  bool cached = false;
+  std::string line;
+};
+FirstProbe first_probe(const fs::path& dir, const fs::path& scenario, const std::string& out,
+                       const testing::EnvChanges& env = {}) {
+  const auto r = testing::run_process_with_env({DBH_BINARY, "bisect", "data", scenario.string(), "--reproductions", "1",
+                                                "--out", (dir / out).string(), "--cache", (dir / "cache").string()},
+                                               env, dir.string(), 300);
+  FirstProbe p;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("probe  1 ") == std::string::npos || line.find("running") != std::string::npos) continue;
+    p.line = line;
+    p.passed = line.find(" passed ") != std::string::npos;
+    p.cached = line.find("(cached)") != std::string::npos;
+  }
+  EXPECT_FALSE(p.line.empty()) << r.out << r.err;
+  return p;
+}
+
+fs::path real_dataset_copy(const fs::path& dir) {
+  const fs::path ds = dir / "ds";
+  fs::create_directories(ds);
+  fs::copy(fs::path(DBH_SOURCE_DIR) / "fixtures/real/images", ds / "images", fs::copy_options::recursive);
+  fs::copy_file(fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json", ds / "annotations.json");
+  return ds;
+}
+
+// Note [The training's code is an input]: the program a command starts is
+// the one the spawn finds (through PATH), and a module it sources beside
+// itself is code of the training too: changing either is a fresh probe,
+// never the old result from the cache.
+TEST(BisectTrustTest, TheUsersTrainingCodeIsInTheProbeKey) {
+  const TempDir dir("training-code");
+  real_dataset_copy(dir);
+  fs::create_directories(dir / "bin");
+  write(dir / "bin/w.sh", shell_worker("pass"));
+  write(dir / "bin/lib.sh", "VERDICT=pass\n");
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                           "\ndata: {source: real, path: ds}\ntrain: {max_steps: 1}\n"
+                                           "worker:\n  command: [bash, bin/w.sh]\n");
+  auto p = first_probe(dir, s, "a");
+  EXPECT_TRUE(p.passed && !p.cached) << p.line;
+  p = first_probe(dir, s, "b");
+  EXPECT_TRUE(p.passed && p.cached) << "the same code reuses the result: " << p.line;
+  write(dir / "bin/lib.sh", "VERDICT=fail\n");  // a module the script sources, named nowhere in its argv
+  p = first_probe(dir, s, "c");
+  EXPECT_TRUE(!p.passed && !p.cached) << p.line;
+
+  // A bare program name, found through PATH: another PATH, another program.
+  for (const char* folder : {"binA", "binB"}) fs::create_directories(dir / folder);
+  write(dir / "binA/w.sh", shell_worker("pass"));
+  write(dir / "binB/w.sh", shell_worker("fail"));
+  for (const char* w : {"binA/w.sh", "binB/w.sh"}) fs::permissions(dir / w, fs::perms::owner_all);
+  const auto on_path = write(dir / "p.yaml", "include: " + base() +
+                                                 "\ndata: {source: real, path: ds}\ntrain: {max_steps: 1}\n"
+                                                 "worker:\n  command: [w.sh]\n");
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  p = first_probe(dir, on_path, "d", {{"PATH", (dir / "binA").string() + ":" + path}});
+  EXPECT_TRUE(p.passed && !p.cached) << p.line;
+  p = first_probe(dir, on_path, "e", {{"PATH", (dir / "binB").string() + ":" + path}});
+  EXPECT_TRUE(!p.passed && !p.cached) << p.line;
+}
+
+// Every file of a dataset is in the key, however deep below its root (a
+// depth limit once left a nested image out, and a broken one was answered
+// from the cache as the sound one).
+TEST(BisectTrustTest, ADeepDatasetFileIsInTheProbeKey) {
+  const TempDir dir("deep-dataset");
+  const fs::path ds = real_dataset_copy(dir);
+  const fs::path deep = ds / "images/a/b/c/d/e/f/g/h/i/j";
+  fs::create_directories(deep);
+  fs::rename(ds / "images/img_001.png", deep / "img_001.png");
+  std::string annotations = read_bytes(ds / "annotations.json");
+  const size_t at = annotations.find("\"img_001.png\"");
+  ASSERT_NE(at, std::string::npos);
+  annotations.replace(at, 13, "\"a/b/c/d/e/f/g/h/i/j/img_001.png\"");
+  write(ds / "annotations.json", annotations);
+  const auto s = write(dir / "s.yaml", "include: " + base() + "\ndata: {source: real, path: ds}\ntrain: {max_steps: 1}\n");
+  auto p = first_probe(dir, s, "a");
+  EXPECT_TRUE(p.passed && !p.cached) << p.line;
+  fs::resize_file(deep / "img_001.png", 2000);  // cut short: the image no longer decodes
+  p = first_probe(dir, s, "b");
+  EXPECT_TRUE(!p.passed && !p.cached) << p.line;
 }
 
 }  // namespace

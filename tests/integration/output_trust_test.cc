@@ -125,6 +125,28 @@ TEST(SuiteResumeTest, AResultOfAnotherConfigurationIsNotReused) {
   EXPECT_NE(other.out.find("0 passed, 1 failed"), std::string::npos) << other.out;
 }
 
+// ... and only for the inputs that produced it: the same configuration on
+// an edited dataset file (the journal records the input manifest's digest)
+// runs again, and the broken image fails it.
+TEST(SuiteResumeTest, AResultOfOtherInputsIsNotReused) {
+  const testing::ScratchDir dir("dbh-trust-resume-inputs");
+  const fs::path ds = dir / "ds";
+  fs::create_directories(ds);
+  fs::copy(fs::path(DBH_SOURCE_DIR) / "fixtures/real/images", ds / "images", fs::copy_options::recursive);
+  fs::copy_file(fs::path(DBH_SOURCE_DIR) / "fixtures/real/annotations.json", ds / "annotations.json");
+  write_text(dir / "suite" / "a.yaml", tiny("data: {source: real, path: " + ds.string() + "}\n"));
+  const std::string out = (dir / "out").string();
+  const auto first = dbh({"suite", (dir / "suite").string(), "--out", out}, dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const auto same = dbh({"suite", (dir / "suite").string(), "--out", out, "--resume"}, dir.path());
+  EXPECT_NE(same.out.find("skip  a: finished in an earlier run (passed)"), std::string::npos) << same.out;
+  fs::resize_file(ds / "images" / "img_004.png", 3000);  // cut short, the size and name kept
+  const auto edited = dbh({"suite", (dir / "suite").string(), "--out", out, "--resume"}, dir.path());
+  EXPECT_EQ(edited.exit_code, 1) << edited.out << edited.err;
+  EXPECT_NE(edited.out.find("rerun a: its inputs changed since it finished"), std::string::npos) << edited.out;
+  EXPECT_NE(edited.out.find("0 passed, 1 failed"), std::string::npos) << edited.out;
+}
+
 // A suite killed mid-write leaves a torn last journal line: --resume cuts it
 // (a record glued onto it would be lost) and the folder merges.
 TEST(SuiteResumeTest, ATornJournalLineIsCutAndTheSuiteStillMerges) {
