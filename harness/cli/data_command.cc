@@ -58,7 +58,10 @@ int run_data_check(const DataCheckOptions& o) {
   };
   try {
     if (!o.json_out.empty()) {
-      if (path_within(o.json_out, o.dir)) {
+      // By name or by identity: a dataset's images/ may be a link to a folder
+      // elsewhere, which is the dataset's too.
+      const std::string json_folder = fs::absolute(o.json_out).parent_path().string();
+      if (path_within(o.json_out, o.dir) || within_by_identity(json_folder, o.dir)) {
         throw UsageError("dbh data check: --json: expected a file outside the dataset " + o.dir + ", got " +
                          o.json_out);
       }
@@ -137,16 +140,34 @@ int run_data_show(const DataShowOptions& o) {
     std::cerr << "dbh data show: " << o.dir << ": " << e.what() << "\n";
     return 2;
   }
-  if (o.index < 0 || o.index >= ds->size()) {
+  // --index counts every image the annotations list, as data.subset and
+  // `dbh bisect data` do: an image that cannot be used is named, never
+  // replaced by the next one.
+  const auto listed = model::scan_dataset(o.dir, model::OnInvalid::kSkip, {}, /*check_images=*/false).images;
+  if (o.index < 0 || o.index >= static_cast<int64_t>(listed.size())) {
     std::cerr << "dbh data show: --index: expected "
-              << (ds->size() == 0 ? std::string("a sample, but the dataset has no usable one")
-                                  : "0.." + std::to_string(ds->size() - 1))
+              << (listed.empty() ? std::string("a sample, but the dataset lists none")
+                                 : "0.." + std::to_string(listed.size() - 1))
               << ", got " << o.index << "\n";
+    return 2;
+  }
+  const std::string& file = listed[static_cast<size_t>(o.index)].file;
+  int64_t usable = -1;
+  for (int64_t i = 0; i < ds->size(); ++i) {
+    if (ds->images()[static_cast<size_t>(i)].file == file) usable = i;
+  }
+  if (usable < 0) {
+    std::string why = "it cannot be used";
+    for (const auto& d : ds->defects()) {
+      if (d.image == file) why = d.message;
+    }
+    std::cerr << "dbh data show: --index " << o.index << ": expected a usable sample, got " << one_line(file) << ": "
+              << one_line(why) << " (dbh data check " << o.dir << " lists every defect)\n";
     return 2;
   }
   model::Sample s;
   try {
-    s = ds->get(o.index, o.epoch);
+    s = ds->get(usable, o.epoch);
   } catch (const model::DataError& e) {
     std::cerr << "dbh data show: " << e.what() << "\n";
     return 2;

@@ -493,7 +493,11 @@ int main(int argc, char** argv) {
       std::vector<std::string> plain;
       split(bisect_args, &plain, &bo.overrides);
       for (const auto& a : plain) {
-        if (bo.scenario.empty() && (bo.kind != "config" || std::ifstream(a).good())) {
+        // A word of bisect config that names anything is its scenario (checked
+        // as a file when it loads: a FIFO is refused, never opened).
+        std::error_code exists_ec;
+        if (bo.scenario.empty() &&
+            (bo.kind != "config" || std::filesystem::exists(std::filesystem::symlink_status(a, exists_ec)))) {
           bo.scenario = a;
         } else if (bo.kind == "range" && bo.key.empty()) {
           bo.key = a;
@@ -534,16 +538,12 @@ int main(int argc, char** argv) {
     if (*from_command) return dbh::harness::scenario_from_command_command(fc);
     if (*keys) return dbh::harness::scenario_keys_command();
     if (*worker) {
-      std::ifstream in(w_scenario);
-      std::stringstream text;
-      text << in.rdbuf();
-      return dbh::harness::worker_main(text.str(), w_dir, dbh::harness::kEventsFd, w_trial);
+      return dbh::harness::worker_main(dbh::harness::read_input_file(w_scenario, "a resolved scenario"), w_dir,
+                                       dbh::harness::kEventsFd, w_trial);
     }
     if (*tune) {
-      std::ifstream in(w_scenario);
-      std::stringstream text;
-      text << in.rdbuf();
-      return dbh::harness::tune_main(text.str(), dbh::harness::kEventsFd);
+      return dbh::harness::tune_main(dbh::harness::read_input_file(w_scenario, "a resolved scenario"),
+                                     dbh::harness::kEventsFd);
     }
     if (*show) {
       if (ds.size % 32 != 0) {

@@ -119,6 +119,10 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     OutputFileRule rule{kWhere, "--out", nullptr, "", "(or --force to replace it)"};
     if (o.force) rule.may_replace = [](const std::string&) { return true; };
     check_output_file(o.out, rule);
+    if (!fo.data.empty() && (path_within(out.string(), fo.data) || within_by_identity(out.parent_path().string(), fo.data))) {
+      throw UsageError(std::string(kWhere) + " --out " + one_line(o.out) + ": expected a file outside the dataset " +
+                       one_line(fo.data) + ", got one inside it (dbh never writes into your data)");
+    }
   }
   if (!o.base.empty()) {
     check_input_file(o.base, "a scenario file", kWhere, "--base");

@@ -67,7 +67,10 @@ std::vector<std::string> expand_scenarios(const std::vector<std::string>& inputs
       std::vector<std::string> found;
       for (const auto& e : fs::directory_iterator(in)) {
         const auto ext = e.path().extension();
-        if (e.is_regular_file() && (ext == ".yaml" || ext == ".yml")) found.push_back(e.path().string());
+        // Whatever is named like a scenario is one: a FIFO, a device or a
+        // folder named *.yaml is refused when it loads (naming what it is),
+        // never skipped in silence.
+        if (ext == ".yaml" || ext == ".yml") found.push_back(e.path().string());
       }
       std::sort(found.begin(), found.end());
       for (const auto& f : found) {

@@ -9,6 +9,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
+#include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/scenario/scenario.h"
@@ -89,6 +90,14 @@ int run_tune_command(const TuneCommandOptions& o) {
   // Compute: every scenario valid before anything is measured.
   std::vector<Scenario> scenarios;
   for (const auto& path : o.scenarios) scenarios.push_back(load_scenario(path, o.overrides));
+  // dbh never writes into your data: a cache folder inside a scenario's
+  // dataset is refused before any folder is made there.
+  if (const std::string root = cache_root(); !root.empty()) {
+    for (const auto& s : scenarios) {
+      check_outside_datasets("dbh tune", "cache folder (from " + cache_root_origin() + ")", root,
+                             dataset_folders(s));
+    }
+  }
   install_stop_handlers();
   std::vector<TuneVerdict> verdicts;
   for (size_t i = 0; i < scenarios.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -117,19 +118,36 @@ std::optional<Identity> identity_of(const fs::path& p) {
   return Identity{st.st_dev, st.st_ino};
 }
 
-// The folders a dataset's files really live in: the dataset folder and the
-// targets of the links among its entries (images/ a link to another disk).
-// One level: a dataset's entries are few, its images/ may hold 100,000 files.
+// The folders a dataset's files really live in: the dataset folder, the
+// targets of the links among its entries (images/ a link to another disk)
+// and the folders of linked files (images/img_1.jpg -> /photos/1.jpg), in
+// the dataset folder and the folders right below it (images/, icdar/).
+// Whether an entry is a link comes with the listing, so a folder of
+// 100,000 plain images costs no extra call.
 std::vector<Identity> dataset_identities(const fs::path& data) {
   std::vector<Identity> out;
-  if (const auto id = identity_of(data)) out.push_back(*id);
-  std::error_code ec;
-  for (auto it = fs::directory_iterator(data, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::error_code lec;
-    if (!it->is_symlink(lec) || !fs::is_directory(it->path(), lec)) continue;
-    if (const auto id = identity_of(it->path())) out.push_back(*id);
-  }
+  const auto add = [&out](const fs::path& folder) {
+    const auto id = identity_of(folder);
+    if (id && std::find(out.begin(), out.end(), *id) == out.end()) out.push_back(*id);
+  };
+  add(data);
+  const auto visit = [&](const fs::path& folder, bool descend, const auto& self) -> void {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(folder, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code lec;
+      const bool link = it->is_symlink(lec);
+      if (link) {
+        if (fs::is_directory(it->path(), lec)) {
+          add(it->path());
+        } else if (const fs::path target = fs::canonical(it->path(), lec); !lec) {
+          add(target.parent_path());
+        }
+      }
+      if (descend && !link && it->is_directory(lec)) self(it->path(), false, self);
+    }
+  };
+  visit(data, true, visit);
   return out;
 }
 

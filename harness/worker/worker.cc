@@ -435,8 +435,13 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     std::shared_ptr<model::Loader> loader;
     Validation validation;
     if (!s.data.val.path.empty()) {
-      const auto scan = model::scan_dataset(s.data.val.path, model::OnInvalid::kSkip);
-      if (!scan.readable || scan.images.empty()) {
+      // The training set's policy (data.on_invalid) holds for the validation
+      // set too: an image it cannot read (a FIFO, a device, a cut file) fails
+      // the run under `error`, and is a warning under skip or clip, never
+      // dropped in silence.
+      const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
+      const auto scan = model::scan_dataset(s.data.val.path, policy);
+      if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
         std::vector<model::Defect> defects = scan.defects;
         if (defects.empty()) {
           defects.push_back(model::Defect{model::DefectKind::kUnreadableFile, s.data.val.path, "", "", 0,
@@ -445,6 +450,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
         }
         throw model::DataError(defects);
       }
+      for (const auto& defect : scan.defects) events.emit(proto::Warning{"validation set: " + defect.message});
       validation.root = s.data.val.path;
       validation.images = scan.images;
     }

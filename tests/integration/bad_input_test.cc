@@ -83,7 +83,7 @@ struct ReadOnlyMounts {
 };
 
 // Builds what a case needs in its sandbox: files, folders, links, FIFOs,
-// copies of fixtures, truncated files, read-only folders. Paths are
+// copies of fixtures, removed entries, truncated files, read-only folders. Paths are
 // relative to the sandbox.
 void set_up(const nlohmann::json& steps, const fs::path& t, ReadOnlyMounts* mounts) {
   for (const auto& step : steps) {
@@ -105,6 +105,7 @@ void set_up(const nlohmann::json& steps, const fs::path& t, ReadOnlyMounts* moun
     } else if (step.contains("fifo")) {
       ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0644), 0) << at("fifo");
     } else if (step.contains("copy")) {
+      fs::create_directories(at("to").parent_path());
       fs::copy(at("copy"), at("to"), fs::copy_options::recursive);
     } else if (step.contains("readonly")) {
       const fs::path p = at("readonly");
@@ -113,6 +114,8 @@ void set_up(const nlohmann::json& steps, const fs::path& t, ReadOnlyMounts* moun
                                           "", 30);
       if (r.exit_code != 0) GTEST_SKIP() << "cannot mount a read-only tmpfs (needs root): " << r.err;
       mounts->at.push_back(p);
+    } else if (step.contains("remove")) {
+      fs::remove_all(at("remove"));
     } else if (step.contains("truncate")) {
       fs::resize_file(at("truncate"), step.at("bytes").get<uintmax_t>());
     } else {
@@ -184,7 +187,13 @@ TEST_P(BadInputTest, ExitsWithItsRecordedCodeAndMessage) {
     args.push_back("--out");
     args.push_back(out.string());
   }
-  const auto r = testing::run_process(args, sandbox.string(), 120);
+  // Variables a case sets for dbh ("env": {"DBH_CACHE_DIR": "$T/ds"}).
+  testing::EnvChanges env;
+  const nlohmann::json variables = c.value("env", nlohmann::json::object());
+  for (const auto& [name, value] : variables.items()) {
+    env[name] = expand(value.get<std::string>(), sandbox);
+  }
+  const auto r = testing::run_process_with_env(args, env, sandbox.string(), 120);
   EXPECT_FALSE(r.timed_out) << "dbh did not finish (hung on its input?)";
   EXPECT_EQ(r.exit_code, c["exit"].get<int>()) << r.out << r.err;
   const std::string message = expand(c["message"].get<std::string>(), sandbox);
