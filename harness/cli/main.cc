@@ -135,12 +135,21 @@ int main(int argc, char** argv) {
 
   auto* data = app.add_subcommand("data", "Inspect a dataset the way training reads it");
   data->require_subcommand(1);
+  // A dataset folder argument: what is there instead is named ("got a FIFO",
+  // "got a symlink loop"), not only that it is no folder.
+  const CLI::Validator dataset_folder(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        if (std::filesystem::is_directory(path, ec)) return "";
+        return dbh::harness::one_line(path) + ": expected a dataset folder, got " + dbh::harness::describe_path(path);
+      },
+      "DIR");
   dbh::harness::DataCheckOptions dc;
   auto* check = data->add_subcommand(
       "check", "Load a dataset, print counts and every defect with its location. "
                "Exit 0 clean, 1 defects found, 2 unreadable");
   check->add_option("DIR", dc.dir, "Dataset folder (images/ + annotations.json or icdar/)")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()->check(dataset_folder);
   check->add_option("--on-invalid", dc.on_invalid, "Policy the check applies")
       ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
   check->add_option("--json", dc.json_out, "Write the JSON summary to this file");
@@ -148,7 +157,7 @@ int main(int argc, char** argv) {
   dbh::harness::DataShowOptions ds;
   auto* show = data->add_subcommand(
       "show", "Write what the model is trained on for one sample: input, label maps, overlay");
-  show->add_option("DIR", ds.dir, "Dataset folder")->required()->check(CLI::ExistingDirectory);
+  show->add_option("DIR", ds.dir, "Dataset folder")->required()->check(dataset_folder);
   show->add_option("--index", ds.index, "Sample index")->required();
   show->add_flag("--no-augment", ds.no_augment, "Letterbox only");
   show->add_option("--size", ds.size, "Square size (multiple of 32)")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -41,6 +42,9 @@ bool read_bytes(const std::string& path, std::string* out, std::string* why = nu
   if (st.type() == std::filesystem::file_type::not_found) return say("no file");
   if (st.type() == std::filesystem::file_type::directory) return say("a directory");
   if (st.type() == std::filesystem::file_type::fifo) return say("a FIFO");
+  if (st.type() == std::filesystem::file_type::character) return say("a character device");
+  if (st.type() == std::filesystem::file_type::block) return say("a block device");
+  if (st.type() == std::filesystem::file_type::socket) return say("a socket");
   if (st.type() != std::filesystem::file_type::regular) return say("a special file");
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec && size > kMaxAnnotationBytes) {
@@ -48,7 +52,7 @@ bool read_bytes(const std::string& path, std::string* out, std::string* why = nu
                " are read)");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return say("an unreadable path");
+  if (!in) return say(std::string("a file it cannot open (") + std::strerror(errno) + ")");
   out->assign(std::istreambuf_iterator<char>(in),
               std::istreambuf_iterator<char>());
   if (in.bad()) return say("a read error");
@@ -642,9 +646,8 @@ ReadResult read_icdar_txt(const std::string& path,
   DefectSink sink(&result.defects, path);
   try {
     std::string text;
-    if (!read_bytes(path, &text)) {
-      sink.add(DefectKind::kUnreadableFile, image_file, "", 0,
-               "expected a readable ICDAR text file, got an unreadable path");
+    if (std::string why; !read_bytes(path, &text, &why)) {
+      sink.add(DefectKind::kUnreadableFile, image_file, "", 0, "expected a readable ICDAR text file, got " + why);
       return result;
     }
     std::string_view rest(text);
