@@ -327,6 +327,10 @@ int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";
     return 2;
+  } catch (const NotRunHere& e) {
+    // Nothing it wrote is an answer: the claim is undone.
+    std::cerr << "dbh: not run here: " << one_line(e.what()) << "\n";
+    return kNotRunHereExit;
   }
 }
 
@@ -426,6 +430,10 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
          << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "");
     std::cout << line.str() << std::endl;
   }
+  // The search's first trial is its question (the reproduction, the full
+  // run, the source setup): when this machine cannot run it, every answer
+  // built on it would be made of trials that never ran.
+  if (history_.size() == 1 && p.analysis.outcome == Outcome::kSkipped) throw NotRunHere(p.analysis.failure.message);
   return p;
 }
 

@@ -469,7 +469,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
 
 // `dbh run`'s exit code when the scenario was not run here (Outcome::kSkipped:
 // a device this machine lacks); `--bisect-exit` makes it git bisect's 125.
-constexpr int kExitNotRunHere = 4;
+constexpr int kExitNotRunHere = kNotRunHereExit;
 
 void print_summary(const RunReport& r, const Printer& p) {
   std::ostringstream s;

@@ -9,6 +9,11 @@ namespace dbh::harness {
 /// never a finding about the training): `dbh` and its built-in worker alike.
 inline constexpr int kInternalErrorExit = 3;
 
+/// The exit status of a command whose question this machine cannot run (a
+/// device it lacks): neither a pass nor a failure (git bisect's "cannot
+/// test"; `--bisect-exit` maps it to 125).
+inline constexpr int kNotRunHereExit = 4;
+
 /// Root of the harness's exceptions. Messages say where, what was expected
 /// and what was found. Outcomes of trials are values, never exceptions.
 class Error : public std::runtime_error {
@@ -27,6 +32,15 @@ class UsageError : public Error {
 class ScenarioError : public UsageError {
  public:
   using UsageError::UsageError;
+};
+
+/// The question a search asks cannot be run on this machine: its first trial
+/// (the reproduction, the full run, the source setup) was skipped for want of
+/// a device. A search over trials that never ran answers nothing (exit
+/// kNotRunHereExit).
+class NotRunHere : public Error {
+ public:
+  using Error::Error;
 };
 
 /// A worker could not be started.

@@ -368,6 +368,15 @@ MemorySnapshot memory_snapshot_from(const Event& e) {
   return m;
 }
 
+json to_json(const TuningProgress& e) { return {{"done", e.done}, {"total", e.total}}; }
+
+TuningProgress tuning_progress_from(const Event& e) {
+  TuningProgress p;
+  read(e, "done", p.done);
+  read(e, "total", p.total);
+  return p;
+}
+
 json to_json(const Tuning& e) {
   json candidates = json::array();
   for (const auto& c : e.candidates) {

@@ -228,6 +228,15 @@ nlohmann::json to_json(const MemorySnapshot& e);
 MemorySnapshot memory_snapshot_from(const Event& e);
 
 /// `done`: the worker's last event.
+/// `tuning_progress`: the measuring worker timed one more step (warm-up
+/// included) of the `total` its measurement takes (Note [No silent minute]).
+struct TuningProgress {
+  static constexpr const char* kType = event::kTuningProgress;
+  int64_t done = 0, total = 0;
+};
+nlohmann::json to_json(const TuningProgress& e);
+TuningProgress tuning_progress_from(const Event& e);
+
 /// `tuning`: the measuring worker's result (`dbh __tune`, Note [Measured
 /// choices] in supervisor/tuning.h): each candidate setting and its timed
 /// training steps, or why nothing could be measured.

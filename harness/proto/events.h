@@ -42,14 +42,15 @@ inline constexpr const char* kWarning = "warning";        // message
 inline constexpr const char* kError = "error";            // kind, run, step, phase, message, backtrace, module, …
 inline constexpr const char* kOverlays = "overlays";      // run, step, files (the failing batch drawn)
 inline constexpr const char* kMemorySnapshot = "memory_snapshot";  // run, step, file (CUDA allocator snapshot on OOM)
+inline constexpr const char* kTuningProgress = "tuning_progress";  // done, total (timed steps of a measurement)
 inline constexpr const char* kTuning = "tuning";          // device, size, batch, precision, candidates, others_cores, error
 inline constexpr const char* kDone = "done";              // status, memory
 
 /// Every event type a worker writes, in the order above.
-inline constexpr std::array<const char*, 20> kAll = {
-    kHello,   kMemoryBudget, kEvalCheck, kRunBegin, kStepBegin, kBatch, kFaultFired,
-    kHealth,  kHeartbeat,    kStepEnd,   kCheckpoint, kEval,    kEvalOverlays, kRunEnd,
-    kWarning, kError,        kOverlays,  kMemorySnapshot, kTuning, kDone};
+inline constexpr std::array<const char*, 21> kAll = {
+    kHello,   kMemoryBudget, kEvalCheck, kRunBegin, kStepBegin,      kBatch,          kFaultFired,
+    kHealth,  kHeartbeat,    kStepEnd,   kCheckpoint, kEval,         kEvalOverlays,   kRunEnd,
+    kWarning, kError,        kOverlays,  kMemorySnapshot, kTuningProgress, kTuning, kDone};
 
 /// Whether `type` is one of kAll. Readers skip events they do not know (a
 /// newer worker's), so this is for checks and tools, not for decoding.

@@ -24,6 +24,7 @@
 
 #include "harness/common/cpu.h"
 #include "harness/common/files.h"
+#include "harness/common/progress.h"
 #include "harness/common/hash.h"
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
@@ -218,7 +219,15 @@ json measure(const Scenario& s, const fs::path& dir) {
   spec.silence_s = s.limits.silence_s;
   spec.grace_s = s.limits.grace_s;
   spec.stacks_timeout_s = 0;  // a measurement that hangs is reported, not debugged
+  // Note [No silent minute]: each timed step counted, with the time left.
+  Progress progress("dbh: measuring layout and threads", "timed steps");
+  spec.on_event = [&progress](const Event& e) {
+    if (e.type != event::kTuningProgress) return;
+    const proto::TuningProgress p = proto::tuning_progress_from(e);
+    progress.update(p.done, p.total);
+  };
   const TrialResult r = run_trial(spec);
+  progress.finish();
   for (const auto& e : r.events) {
     if (e.type != event::kTuning) continue;
     const proto::Tuning t = proto::tuning_from(e);

@@ -31,6 +31,9 @@ namespace dbh::harness {
 
 namespace {
 
+// Rounds of timed steps after the warm-up when a step is short.
+constexpr int kMaxRounds = 3;
+
 // The thread counts worth timing when `train.threads` is auto: every
 // available core (PyTorch's own default), and half of them, which wins where
 // hyper-threads or a noisy neighbour share the cores. A GPU step hardly
@@ -125,14 +128,18 @@ int tune_main(const std::string& scenario_json, int events_fd) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     // Warm-up: allocator, oneDNN primitives, cuDNN plans, optimizer state.
+    // Each timed step is reported with the total so far expected (Note [No
+    // silent minute]): the most rounds until the warm-up tells how many.
+    const auto n = static_cast<int64_t>(slots.size());
+    int64_t done = 0;
     double warm = 0;
     for (const auto& slot : slots) {
       warm = std::max(warm, timed_step(slot));
-      events.emit(proto::Heartbeat{0, 0, "tuning"});
+      events.emit(proto::TuningProgress{++done, n * (1 + kMaxRounds)});
     }
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.
-    const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : 3;
+    const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : kMaxRounds;
     // Note [A measurement to trust]: what other processes did to the cores
     // meanwhile, from the machine's busy time less this process's own.
     const auto [busy0, cpus] = busy_seconds_on_my_cpus();
@@ -141,7 +148,7 @@ int tune_main(const std::string& scenario_json, int events_fd) {
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < slots.size(); ++i) {
         result.candidates[i].seconds.push_back(timed_step(slots[i]));
-        events.emit(proto::Heartbeat{0, round + 1, "tuning"});
+        events.emit(proto::TuningProgress{++done, n * (1 + rounds)});
       }
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();

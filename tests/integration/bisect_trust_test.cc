@@ -532,5 +532,34 @@ TEST(BisectTrustTest, ADeepDatasetFileIsInTheProbeKey) {
   EXPECT_TRUE(!p.passed && !p.cached) << p.line;
 }
 
+
+// A search whose question this machine cannot run (a CUDA scenario here,
+// without a GPU) answers nothing: not "passes", "does not reproduce" or
+// "does not qualify" made of skipped trials, but exit 4 and what to do, with
+// nothing written.
+TEST(BisectTrustTest, ASearchThatCannotRunHereAnswersNothing) {
+  const auto env = dbh({"env", "--json"}, 120);
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  if (nlohmann::json::parse(env.out).value("cuda_available", false)) {
+    GTEST_SKIP() << "this machine runs CUDA: the scenario runs here";
+  }
+  const TempDir dir("not-run-here");
+  const std::string gpu = std::string(DBH_SOURCE_DIR) + "/scenarios/gpu/seed-000-illegal-instruction.yaml";
+  const std::vector<std::vector<std::string>> searches = {
+      {"diagnose", gpu},
+      {"bisect", "steps", gpu, "--reproductions", "1"},
+      {"qualify", base(), "--profile", "t4-16gb", "hardware.device=cuda", "--steps", "1"},
+  };
+  for (auto args : searches) {
+    const std::string name = args[0];
+    args.insert(args.end(), {"--out", (dir / (name + "-out")).string(), "--cache", (dir / "cache").string()});
+    const auto r = dbh(args, 300);
+    EXPECT_EQ(r.exit_code, 4) << name << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("dbh: not run here: device \"cuda\" requested"), std::string::npos) << name << ": " << r.err;
+    EXPECT_NE(r.err.find("hardware.device=cpu"), std::string::npos) << name << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir / (name + "-out"))) << name << ": nothing it wrote is an answer";
+  }
+}
+
 }  // namespace
 }  // namespace dbh

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <regex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -297,6 +298,21 @@ TEST(TuningTest, TuneMeasuresAheadAndARunTakesTheCachedAnswer) {
   const auto fixed = tune(cache, {"train.channels_last=false", "train.threads=1"});
   EXPECT_EQ(fixed.exit_code, 0) << fixed.err;
   EXPECT_NE(fixed.out.find("tiny-cpu: nothing to choose"), std::string::npos) << fixed.out;
+}
+
+// Note [No silent minute]: a measurement longer than a couple of seconds
+// counts its timed steps on stderr, with the time it expects to take (a log
+// gets plain lines; the worker reports each step as `tuning_progress`).
+TEST(TuningTest, AMeasurementCountsItsTimedSteps) {
+  const fs::path dir = testing::fresh_dir("tuning-progress");
+  testing::RemoveOnExit cleanup(dir);
+  const auto r = tune(dir / "cache", {"data.size=160", "train.channels_last=auto", "train.threads=auto"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::regex line(R"(dbh: measuring layout and threads: (\d+)/(\d+) timed steps, \d+ s(, about \d+ s left)?)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, line)) << r.err;
+  EXPECT_GE(std::stoi(m[1].str()), 1);
+  EXPECT_LE(std::stoi(m[1].str()), std::stoi(m[2].str()));
 }
 
 TEST(TuningTest, TuneSaysWhenAMeasurementFailedAndCachesNothing) {

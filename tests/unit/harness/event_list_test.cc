@@ -119,6 +119,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   proto::EvalCheck check;
   check.words = 0;
   ExpectDocumentedFields(check);
+  ExpectDocumentedFields(proto::TuningProgress{});
   proto::Tuning tuning;
   tuning.others_cores = 0.1;
   tuning.error = "x";
