@@ -197,7 +197,21 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
                       ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
                                                    : " with " + written.data.path)
                       : " on " + written.data.source + " (pass --data DIR for your dataset)")
-              << "\nnext:   " << shell_command({self_command(), "run", o.out}) << "\n";
+              << "\n";
+    // The next command runs here as pasted: a GPU scenario on a machine
+    // without one gets the overrides that run it on the CPU (and says so).
+    const std::string written_at = fs::absolute(o.out).lexically_normal().string();
+    std::vector<std::string> next = {self_command(), "run", written_at};
+    const bool gpu_elsewhere = written.hardware.device.rfind("cuda", 0) == 0 && !fo.has_gpu;
+    if (gpu_elsewhere) {
+      next.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
+      if (written.train.precision != "fp32") next.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+    }
+    std::cout << "next:   " << shell_command(next) << "\n";
+    if (gpu_elsewhere) {
+      std::cout << "        (this machine has no NVIDIA GPU: that runs it on the CPU; "
+                << shell_command({self_command(), "run", written_at}) << " runs it as written, on a GPU machine)\n";
+    }
   }
   for (const auto& u : c.unmapped)
     std::cerr << "unmapped: " << one_line(u) << "\n";

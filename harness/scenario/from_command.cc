@@ -1,6 +1,7 @@
 #include "harness/scenario/from_command.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cctype>
 #include <optional>
 #include <sstream>
@@ -428,7 +429,14 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     }
     const auto t = translate_alias(key, value);
     if (!t) {
-      out.unmapped.push_back(shown + " (no dbh equivalent known)");
+      // The dataset the command names, given as --data too: the scenario
+      // trains on it (data.path), so it is mapped, not lost.
+      std::error_code same_ec;
+      const bool is_data = !options.data.empty() && !value.empty() &&
+                           std::filesystem::equivalent(value, options.data, same_ec) && !same_ec;
+      out.unmapped.push_back(shown + (is_data ? " (the same folder as --data: " + std::string(DBH_SCENARIO_KEY(data.path)) +
+                                                    " below)"
+                                              : std::string(" (no dbh equivalent known)")));
       continue;
     }
     if (t->alias == "trainer.accelerator") {
@@ -565,14 +573,15 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
     auto unless_set = [&](const char* key, const auto& value) {
       if (!has(key)) defaults << ", " << key << " " << value;
     };
-    defaults << DBH_SCENARIO_KEY(data.source) << " " << data.source
-             << " (your dataset: " << DBH_SCENARIO_KEY(data.source) << " real, " << DBH_SCENARIO_KEY(data.path)
-             << " DIR)";
+    if (!has(DBH_SCENARIO_KEY(data.source))) {
+      defaults << ", " << DBH_SCENARIO_KEY(data.source) << " " << data.source << " (your dataset: "
+               << DBH_SCENARIO_KEY(data.source) << " real, " << DBH_SCENARIO_KEY(data.path) << " DIR)";
+    }
     unless_set(DBH_SCENARIO_KEY(data.size), data.size);
     unless_set(DBH_SCENARIO_KEY(train.max_steps), train.max_steps);
     defaults << ", " << DBH_SCENARIO_KEY(train.optimizer) << " " << train.optimizer;
     unless_set(DBH_SCENARIO_KEY(train.lr), train.lr);
-    y << "# Not on the command line, so dbh's defaults apply: " << defaults.str() << "\n";
+    y << "# Not on the command line, so dbh's defaults apply: " << defaults.str().substr(2) << "\n";
   } else {
     y << "# Not on the command line: the base (include) or dbh's defaults apply.\n";
   }

@@ -131,6 +131,35 @@ TEST(FromCommandCliTest, Seed000ConvertsListsTheStrategyAndRuns) {
   EXPECT_EQ(s.hardware.device, "cuda");  // Lightning's accelerator auto trains on the GPU
 }
 
+// The next command runs here as printed: on a machine without a GPU, the
+// scenario of a GPU training (Lightning's auto) is followed by the command
+// that runs it on the CPU, pasted into a shell from another folder; the
+// dataset the command names and --data gives is mapped, not "unknown".
+TEST(FromCommandCliTest, TheNextCommandRunsAsPastedOnThisMachine) {
+  std::error_code ec;
+  if (fs::directory_iterator("/proc/driver/nvidia/gpus", ec) != fs::directory_iterator() && !ec) {
+    GTEST_SKIP() << "this machine has an NVIDIA GPU: the scenario runs as written";
+  }
+  const fs::path dir = fresh_dir("dbh-from-command-next");
+  RemoveOnExit cleanup(dir);
+  const std::string data = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
+  const auto r = testing::run_process({DBH_BINARY, "scenario", "from-command",
+                                       "python train.py trainer.max_steps=2 data.size=64 datasets.train.path=" + data,
+                                       "--data", data, "--out", "s.yaml"},
+                                      dir.string(), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("datasets.train.path=" + data + " (the same folder as --data: data.path below)"),
+            std::string::npos) << r.err;
+  const std::string yaml = read_text(dir / "s.yaml");
+  EXPECT_EQ(yaml.find("data.source synthetic_boxes"), std::string::npos) << "a stale default: " << yaml;
+  const size_t at = r.out.find("next:   ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string next = r.out.substr(at + 8, r.out.find('\n', at) - at - 8);
+  EXPECT_NE(next.find((dir / "s.yaml").string() + " hardware.device=cpu"), std::string::npos) << next;
+  const auto ran = testing::run_process({"/bin/sh", "-c", next + " -q --out " + (dir / "out").string()}, "/", 300);
+  EXPECT_EQ(ran.exit_code, 0) << next << "\n" << ran.out << ran.err;
+}
+
 TEST(FromCommandCliTest, Seed003ProductionConfigMapsModelBatchesAccumulationProfileAndSeed) {
   const fs::path dir = fresh_dir("dbh-from-command-003");
   RemoveOnExit cleanup(dir);
