@@ -34,6 +34,26 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
+// This qualification's command, to run again as pasted: the scenario by its
+// absolute path, every override and every option that changes the answer.
+std::vector<std::string> rerun_args(const QualifyOptions& o) {
+  std::error_code ec;
+  const fs::path scenario = fs::absolute(o.scenario, ec).lexically_normal();
+  std::vector<std::string> args = {self_command(), "qualify", ec ? o.scenario : scenario.string()};
+  args.insert(args.end(), o.overrides.begin(), o.overrides.end());
+  args.insert(args.end(), {o.profile.empty() ? "--budget" : "--profile", o.profile.empty() ? o.budget : o.profile});
+  if (o.steps != QualifyOptions{}.steps) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+  if (o.margin != QualifyOptions{}.margin) {
+    std::ostringstream margin;
+    margin << o.margin;
+    args.insert(args.end(), {"--margin", margin.str()});
+  }
+  if (o.host_estimate) args.push_back("--host-estimate");
+  if (!o.cache_dir.empty()) args.insert(args.end(), {"--cache", o.cache_dir});
+  return args;
+}
+
+
 struct Trial {
   int64_t batch = 0;
   int64_t accumulation = 1;
@@ -508,10 +528,7 @@ int qualify_command(const QualifyOptions& o) {
                  override_text(DBH_SCENARIO_KEY(train.precision), best->precision)})
          << "\n";
     }
-    md << "# re-run this qualification\n"
-       << shell_command({self_command(), "qualify", o.scenario, o.profile.empty() ? "--budget" : "--profile",
-                         o.profile.empty() ? o.budget : o.profile})
-       << "\n```\n\n";
+    md << "# re-run this qualification\n" << shell_command(rerun_args(o)) << "\n```\n\n";
     md << "## Migration checklist (measured)\n\n"
        << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
        << source.train.accumulation

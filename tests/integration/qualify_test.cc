@@ -223,6 +223,15 @@ TEST(QualifyTest, AGpuProfileOnTheCpuIsRefusedUnlessAHostEstimateIsAskedFor) {
   const std::string md = testing::read_text(dir / "out" / "qualification.md");
   EXPECT_NE(md.find("**Estimate.**"), std::string::npos) << md;
   EXPECT_NE(md.find("QUALIFIES (host-memory estimate)"), std::string::npos) << md;
+  // The command to qualify again carries every option that made this answer.
+  const std::string again = "# re-run this qualification\n";
+  const size_t at = md.find(again);
+  ASSERT_NE(at, std::string::npos) << md;
+  const std::string line = md.substr(at + again.size(), md.find('\n', at + again.size()) - at - again.size());
+  EXPECT_NE(line.find(" qualify " + s + " --profile rtx3060-12gb --steps 1 --host-estimate --cache " +
+                      (dir / "cache").string()),
+            std::string::npos)
+      << line;
   EXPECT_NE(testing::read_text(dir / "out" / "qualification.html").find("Estimate."), std::string::npos);
   const auto j = read_json(dir / "out" / "qualification.json");
   EXPECT_TRUE(j["host_estimate"].is_string()) << j.dump(2);

@@ -476,7 +476,8 @@ TEST(RunCommandTest, JunitHasAFailureForAnUnmetExpectation) {
                       "--junit", xml.string()});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("step: expected 3, got 1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("repro:  dbh run scenarios/nan-activation.yaml expect.step=3"), std::string::npos)
+  EXPECT_NE(r.out.find("repro:  dbh run " + std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml expect.step=3"),
+            std::string::npos)
       << r.out;
   const std::string x = read_text(xml);
   EXPECT_EQ(x.rfind("<?xml", 0), 0u) << x;
