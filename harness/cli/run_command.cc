@@ -488,6 +488,12 @@ void print_summary(const RunReport& r, const Printer& p) {
   if (!r.failure.module.empty()) s << " in " << one_line(r.failure.module);
   if (!r.failure.klass.empty()) s << ")";
   s << ", expectation " << (r.expectation_met ? "met" : skipped ? "not judged" : "NOT met");
+  // Note [An injected failure says so].
+  if (is_failure(r.outcome) && !r.trials.empty()) {
+    if (const std::string injected = injected_faults(r.trials.front().analysis); !injected.empty()) {
+      s << "\n      injected: " << one_line(injected);
+    }
+  }
   for (const auto& w : r.expectation_why) s << "\n      " << one_line(w);
   s << "\n      report: " << one_line(r.out_dir + "/report.md");
   if (!r.expectation_met && !skipped) s << "\n      repro:  " << one_line(r.repro_command);

@@ -317,12 +317,23 @@ int diagnose_command(const DiagnoseOptions& o) {
       }
     }
 
+    // Note [An injected failure says so]: a failure an emulated GPU fault
+    // raised (dbh threw the error's text) ranks the hypotheses by how the
+    // emulation behaves; what a real kernel or allocator does only a GPU shows.
+    const std::string emulated = fails && emulated_gpu_fault(full.probe.analysis)
+                                     ? "the failure was raised by " + injected_faults(full.probe.analysis) +
+                                           "; the hypotheses are ranked by how that emulation behaved on " +
+                                           s.hardware.device + ", and only a run on a GPU shows what a real kernel "
+                                           "does"
+                                     : "";
     std::ostringstream md;
     md << "# Diagnosis: " << markdown_inline(s.name) << "\n\n";
     md << "Scenario " << markdown_code(o.scenario) << " on " << s.hardware.device << ": the full run "
        << (fails ? "**fails** (" + to_string(full.probe.analysis.outcome) + ", `" + full.probe.analysis.failure.klass + "`)"
                  : "**passes**")
-       << ".\n\n## What works / What fails\n\n| check | result |\n|---|---|\n";
+       << ".\n\n";
+    if (!emulated.empty()) md << "**Emulated.** " << markdown_inline(emulated) << ".\n\n";
+    md << "## What works / What fails\n\n| check | result |\n|---|---|\n";
     for (const auto* group : {&rungs, &variants, &learning}) {
       for (const auto& r : *group) {
         if (!fails && r.group == "variant") continue;
@@ -391,6 +402,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     }
     // No evidence for any hypothesis is no conclusion, not the first of the list.
     j["conclusion"] = judgement.conclusion;
+    j["emulated"] = emulated.empty() ? ojson(nullptr) : ojson(emulated);
     j["tied"] = ojson::array();
     for (const auto id : judgement.tied) j["tied"].push_back(to_string(id));
     j["followups"] = followups;
@@ -402,6 +414,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     write_file_atomically((out / "diagnosis.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cout << "conclusion: " << terminal_text(j["conclusion"].get<std::string>())
               << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
+    if (!emulated.empty()) std::cout << "note: " << terminal_text(emulated) << "\n";
     // Hypotheses explain a failure: with none, ranking them would make one up.
     if (fails && !judgement.tied.empty()) {
       std::cout << "top hypotheses: tied (" << tied_text(judgement) << "), none stands out\n";

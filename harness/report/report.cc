@@ -130,7 +130,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                        {"phases", ojson::parse(st.phases.is_null() ? "{}" : st.phases.dump())}});
     }
     j["memory"] = {{"peak_bytes", main.peak_memory_bytes},
-                   {"kind", r.scenario.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak"},
+                   {"kind", peak_memory_kind(main)},
                    {"budget", ojson::parse(main.budget.is_null() ? "null" : main.budget.dump())},
                    {"at_failure", ojson::parse(main.memory_at_failure.is_null() ? "null" : main.memory_at_failure.dump())},
                    {"timeline", steps}};
@@ -289,6 +289,12 @@ std::string report_markdown(const RunReport& r) {
     if (f.step) md << " at step " << *f.step;
     if (!f.module.empty()) md << " in module `" << f.module << "`";
     md << ": " << markdown_inline(f.message) << "\n\n";
+    // Note [An injected failure says so].
+    if (const std::string injected = injected_faults(r.trials.front().analysis); !injected.empty()) {
+      md << "**Injected by the scenario:** " << markdown_inline(injected)
+         << ". The causes and resolutions below are those of the failure class it stands for, not a diagnosis of "
+            "this training.\n\n";
+    }
   } else if (skipped) {
     md << "Scenario " << name_md << " was **not run**: " << markdown_inline(f.message)
        << ". Nothing about the training was judged; run it on a machine that has what it needs.\n\n";

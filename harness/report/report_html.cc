@@ -263,6 +263,11 @@ std::string report_html(const RunReport& r) {
     << "<tr><th>Step</th><td>" << (f.step ? std::to_string(*f.step) : "-") << "</td></tr>\n"
     << "<tr><th>Module</th><td>" << (f.module.empty() ? "-" : "<code>" + esc(f.module) + "</code>") << "</td></tr>\n";
   if (!f.message.empty()) h << "<tr><th>Message</th><td>" << esc(f.message) << "</td></tr>\n";
+  // Note [An injected failure says so].
+  if (const std::string injected = injected_faults(main); failed && !injected.empty()) {
+    h << "<tr><th>Injected</th><td>" << esc(injected)
+      << ": the causes and resolutions below are those of the failure class it stands for</td></tr>\n";
+  }
   h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected))
     << "</code>: "
     << (verdict_of(r) == RunVerdict::kMet       ? "<span class=\"met\">met</span>"
@@ -272,7 +277,7 @@ std::string report_html(const RunReport& r) {
   h << "</td></tr>\n"
     << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.max_steps << "</td></tr>\n"
     << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
-    << (s.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak") << ")</td></tr>\n";
+    << esc(peak_memory_kind(main)) << ")</td></tr>\n";
   if (r.data_dependent) {
     h << "<tr><th>Data-dependent</th><td>" << (*r.data_dependent ? "yes" : "no") << ". " << esc(r.data_dependent_reason)
       << "</td></tr>\n";
@@ -480,7 +485,7 @@ std::string report_html(const RunReport& r) {
 
   // Memory.
   h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(format_bytes(main.peak_memory_bytes)) << " ("
-    << (s.hardware.device == "cpu" ? "host RSS" : "CUDA allocator peak") << ").";
+    << esc(peak_memory_kind(main)) << ").";
   if (!main.budget.is_null() && !main.budget.empty()) {
     h << " Budget " << esc(format_bytes(main.budget.value("budget_bytes", int64_t{0}))) << ", enforced by "
       << esc(main.budget.value("method", std::string("nothing"))) << ". "

@@ -280,6 +280,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
         st.rss_bytes = m.value("rss_bytes", int64_t{0});
         if (m.contains("cuda_peak_allocated_bytes")) {
           st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
+          a.cuda_memory_seen = true;
         }
         a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
                                                                 ? st.peak_bytes
@@ -705,6 +706,31 @@ bool expectation_met(const Expectation& e, const TrialAnalysis& a, std::vector<s
          format_bytes(a.peak_memory_bytes));
   }
   return ok;
+}
+
+std::string injected_faults(const TrialAnalysis& a) {
+  std::string out;
+  for (const auto& f : a.faults) {
+    if (!f.fired) continue;
+    if (!out.empty()) out += "; ";
+    out += "the fault " + f.name;
+    if (!f.steps.empty()) out += " at step " + std::to_string(f.steps.front());
+    if (!f.module.empty()) out += " in " + f.module;
+    if (f.real) {
+      out += *f.real ? " (real: raised by the GPU" + (f.hardware_error.empty() ? "" : ", " + f.hardware_error) + ")"
+                     : " (emulated: dbh raised the error's text; no GPU kernel or allocator failed)";
+    }
+  }
+  return out;
+}
+
+std::string peak_memory_kind(const TrialAnalysis& a) {
+  return a.cuda_memory_seen ? "the larger of the CUDA allocator peak and host RSS" : "host RSS";
+}
+
+bool emulated_gpu_fault(const TrialAnalysis& a) {
+  return std::any_of(a.faults.begin(), a.faults.end(),
+                     [](const FaultRecord& f) { return f.fired && f.real && !*f.real; });
 }
 
 }  // namespace dbh::harness

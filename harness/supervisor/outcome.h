@@ -90,6 +90,9 @@ struct TrialAnalysis {
   Failure failure;
   int64_t steps_completed = 0;
   int64_t peak_memory_bytes = 0;
+  /// Whether the worker reported CUDA allocator memory (a run that used a
+  /// GPU); peak_memory_bytes is then the larger of that peak and host RSS.
+  bool cuda_memory_seen = false;
   /// The largest peak of one step (the CUDA allocator's on a GPU, the
   /// process's on a CPU): what `dbh qualify` fits to a budget.
   int64_t max_step_peak_bytes = 0;
@@ -152,5 +155,22 @@ bool expectation_met(const Expectation& expect, const TrialAnalysis& analysis,
                      std::vector<std::string>* why);
 
 std::string signal_name(int sig);
+
+/// Note [An injected failure says so]: the faults of `a` that fired, as the
+/// words every output puts beside its failure ("the fault nan_gradient at
+/// step 2 in head"; an emulated GPU fault adds that dbh raised the error's
+/// text and no GPU kernel failed), joined by "; "; "" when none fired. A
+/// failure a scenario planted is never read as the training's own, and an
+/// emulated CUDA error never as what a GPU did.
+std::string injected_faults(const TrialAnalysis& a);
+
+/// What peak_memory_bytes measured, in words: "host RSS", or on a run that
+/// used a GPU "the larger of the CUDA allocator peak and host RSS" (never a
+/// CUDA label on a run that never reached a GPU: a skipped one).
+std::string peak_memory_kind(const TrialAnalysis& a);
+
+/// Whether a GPU fault of `a` fired emulated (its error text raised by dbh,
+/// Note [Real GPU faults]): what followed says nothing about a GPU.
+bool emulated_gpu_fault(const TrialAnalysis& a);
 
 }  // namespace dbh::harness

@@ -386,6 +386,10 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "kernel") << j.dump(2);
+  // Note [An injected failure says so]: the kernel here is dbh's emulation,
+  // and every output says that only a GPU shows what a real one does.
+  ASSERT_TRUE(j["emulated"].is_string()) << j.dump(2);
+  EXPECT_NE(j["emulated"].get<std::string>().find("emulated: dbh raised the error's text"), std::string::npos);
   // Note [Resolutions that cannot tell here]: cuDNN deterministic changes
   // only cuDNN settings, which a CPU run never uses: not tried, never
   // "refuted" by a probe on the CPU, and the page says why.
@@ -396,6 +400,8 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
   EXPECT_EQ(text.find("**refuted**"), std::string::npos) << text;
   EXPECT_NE(text.find("not tried: it changes only CUDA/cuDNN settings, which a run on the CPU never uses"),
             std::string::npos) << text;
+  EXPECT_NE(text.find("**Emulated.** the failure was raised by the fault cuda\\_error"), std::string::npos) << text;
+  EXPECT_NE(r.out.find("note: the failure was raised by the fault cuda_error"), std::string::npos) << r.out;
   const std::string html = testing::read_text(dir / "out" / "diagnosis.html");
   EXPECT_NE(html.find("<title>Diagnosis: seed-000-cudnn-execution-failed</title>"), std::string::npos)
       << html.substr(0, 2000);

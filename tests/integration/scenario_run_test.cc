@@ -476,6 +476,12 @@ TEST(RunCommandTest, JunitHasAFailureForAnUnmetExpectation) {
                       "--junit", xml.string()});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("step: expected 3, got 1"), std::string::npos) << r.out;
+  // Note [An injected failure says so]: on the terminal and in report.md.
+  EXPECT_NE(r.out.find("\n      injected: the fault nan_activation at step 1 in decoder.fusion\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(read_text(dir / "out" / "report.md")
+                .find("**Injected by the scenario:** the fault nan\\_activation at step 1 in decoder.fusion"),
+            std::string::npos);
   EXPECT_NE(r.out.find("repro:  dbh run " + std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml expect.step=3"),
             std::string::npos)
       << r.out;

@@ -165,6 +165,46 @@ void ExpectAttributionIgnoresFaultRecords(const TrialResult& r, const Scenario& 
 
 // --- outcomes ------------------------------------------------------------------
 
+// Note [An injected failure says so]: what fired, where, and whether a GPU
+// fault was real or only its text; nothing for faults that never fired.
+TEST(InjectedFaults, NameWhatFiredAndWhetherAGpuRaisedIt) {
+  TrialAnalysis a;
+  EXPECT_EQ(injected_faults(a), "");
+  EXPECT_FALSE(emulated_gpu_fault(a));
+  FaultRecord nan;
+  nan.name = "nan_gradient";
+  nan.fired = true;
+  nan.steps = {2};
+  nan.module = "head";
+  FaultRecord unfired;
+  unfired.name = "corrupt_sample";
+  a.faults = {nan, unfired};
+  EXPECT_EQ(injected_faults(a), "the fault nan_gradient at step 2 in head");
+  EXPECT_FALSE(emulated_gpu_fault(a));
+  FaultRecord oom;
+  oom.name = "cuda_oom";
+  oom.fired = true;
+  oom.steps = {1};
+  oom.real = false;
+  a.faults.push_back(oom);
+  EXPECT_EQ(injected_faults(a), "the fault nan_gradient at step 2 in head; the fault cuda_oom at step 1 (emulated: "
+                                "dbh raised the error's text; no GPU kernel or allocator failed)");
+  EXPECT_TRUE(emulated_gpu_fault(a));
+  a.faults.back().real = true;
+  a.faults.back().hardware_error = "cudaErrorMemoryAllocation";
+  EXPECT_NE(injected_faults(a).find("(real: raised by the GPU, cudaErrorMemoryAllocation)"), std::string::npos);
+  EXPECT_FALSE(emulated_gpu_fault(a));
+}
+
+// A run that never reached a GPU (a skipped one) is never labelled with the
+// CUDA allocator.
+TEST(PeakMemoryKind, CudaOnlyWhenTheWorkerReportedCudaMemory) {
+  TrialAnalysis a;
+  EXPECT_EQ(peak_memory_kind(a), "host RSS");
+  a.cuda_memory_seen = true;
+  EXPECT_EQ(peak_memory_kind(a), "the larger of the CUDA allocator peak and host RSS");
+}
+
 TEST(Classify, CleanRunPasses) {
   Stream st;
   st.run_begin().step(0).step(1).run_end().done().exit(0);
