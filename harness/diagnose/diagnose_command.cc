@@ -33,6 +33,20 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
+// `text` with `{dbh}` as the binary that ran and `{scenario}` as the
+// diagnosed scenario's words (its absolute path and overrides), each quoted
+// for a shell: the commands of the next steps run as pasted.
+std::string fill_commands(std::string text, const std::vector<std::string>& scenario_words) {
+  const std::pair<std::string, std::string> fills[] = {{"{dbh}", shell_command({self_command()})},
+                                                       {"{scenario}", shell_command(scenario_words)}};
+  for (const auto& [key, value] : fills) {
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size())) {
+      text.replace(at, key.size(), value);
+    }
+  }
+  return text;
+}
+
 struct Rung {
   RungId id;
   std::string name;       // what the row says
@@ -205,6 +219,10 @@ int diagnose_command(const DiagnoseOptions& o) {
     const Judgement judgement = judge_ladder(ladder);
     const std::vector<Hypothesis>& hyps = judgement.ranked;
 
+    // The diagnosed scenario as the words of a command: its absolute path
+    // and the overrides it was diagnosed with.
+    std::vector<std::string> scenario_words = {fs::absolute(o.scenario).lexically_normal().string()};
+    scenario_words.insert(scenario_words.end(), o.overrides.begin(), o.overrides.end());
     // Follow-ups, as a person would do next.
     std::vector<std::string> followups;
     std::string bisect_summary;
@@ -222,7 +240,11 @@ int diagnose_command(const DiagnoseOptions& o) {
       b.out = (out / ("bisect-" + b.kind)).string();
       b.cache_dir = cache;
       b.quiet = o.quiet;
-      if (!o.quiet) std::cout << "follow-up: dbh bisect " << b.kind << std::endl;
+      if (!o.quiet) {
+        std::vector<std::string> command = {self_command(), "bisect", b.kind};
+        command.insert(command.end(), scenario_words.begin(), scenario_words.end());
+        std::cout << "follow-up: " << shell_command(command) << std::endl;
+      }
       // Note [One bisection, called]: the follow-up is the bisection itself,
       // its folder and pages beside the diagnosis, its answer returned as a
       // value (never read back from its bisect.json).
@@ -366,7 +388,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     int step_no = 0;
     for (const auto& h : hyps) {
       if (h.score() <= 0) continue;
-      md << ++step_no << ". " << h.title << ": " << h.next << "\n";
+      md << ++step_no << ". " << h.title << ": " << fill_commands(h.next, scenario_words) << "\n";
     }
     for (const auto& f : followups) md << ++step_no << ". Done already: " << f << "\n";
     if (fails && resolution_class != nullptr) {

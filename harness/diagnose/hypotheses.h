@@ -67,7 +67,10 @@ struct Hypothesis {
   std::string title;
   std::vector<std::string> support;
   std::vector<std::string> refute;
-  std::string next;  // what a person would do next
+  /// What a person would do next; `{dbh}` and `{scenario}` stand for the
+  /// binary that ran and the diagnosed scenario with its overrides
+  /// (next_steps_text fills them in, so each command runs as pasted).
+  std::string next;
   int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
 };
 

@@ -24,6 +24,13 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
+// The suite command that runs the scenario of `repro` (a `… run SCENARIO
+// overrides` line) with its overrides, as pasted.
+std::string suite_command_of(const std::string& repro) {
+  const size_t at = repro.find(" run ");
+  return at == std::string::npos ? repro : repro.substr(0, at) + " suite " + repro.substr(at + 5);
+}
+
 // Text for a fenced code block: a ``` inside it would end the block.
 std::string fenced(std::string text) {
   for (size_t pos = 0; (pos = text.find("```", pos)) != std::string::npos; pos += 3) text.replace(pos, 3, "` `");
@@ -510,7 +517,8 @@ std::string report_markdown(const RunReport& r) {
      << "1. Apply the resolution.\n2. Re-run " << markdown_code(r.repro_command) << ".\n"
      << "3. Check that `report.json` shows `outcome: passed` and that every health check passed.\n\n";
   md << "## Prevention\n\n"
-     << "- Keep this scenario in the CI smoke suite (`dbh suite scenarios/`) with its expectation.\n"
+     << "- Keep this scenario, with its expectation, in the CI suite that runs with "
+     << markdown_code(suite_command_of(r.repro_command)) << ".\n"
      << "- Keep the cheap finite monitors on in training runs: one synchronisation per step catches non-finite "
         "tensors before they reach the weights.\n";
   return valid_utf8(md.str());

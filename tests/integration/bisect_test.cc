@@ -402,6 +402,11 @@ TEST(BisectTest, DiagnoseBlamesAKernelFaultNotTheModelNumerics) {
             std::string::npos) << text;
   EXPECT_NE(text.find("**Emulated.** the failure was raised by the fault cuda\\_error"), std::string::npos) << text;
   EXPECT_NE(r.out.find("note: the failure was raised by the fault cuda_error"), std::string::npos) << r.out;
+  // The next steps' commands run as pasted: the binary that ran and the
+  // scenario's absolute path, never a bare `dbh` without its scenario.
+  EXPECT_NE(text.find(" bisect modules " + std::string(DBH_SOURCE_DIR) + "/scenarios/seed-000-cudnn-execution-failed.yaml`"),
+            std::string::npos)
+      << text;
   const std::string html = testing::read_text(dir / "out" / "diagnosis.html");
   EXPECT_NE(html.find("<title>Diagnosis: seed-000-cudnn-execution-failed</title>"), std::string::npos)
       << html.substr(0, 2000);
