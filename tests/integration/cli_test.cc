@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/files.h"
 
 namespace dbh {
 namespace {
@@ -23,7 +24,7 @@ testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 600
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("dbh-it-" + name);
+  const fs::path dir = dbh::testing::removed_at_exit(fs::path(::testing::TempDir()) / ("dbh-it-" + name));
   fs::remove_all(dir);
   return dir;
 }

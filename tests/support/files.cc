@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,23 @@ std::filesystem::path fresh_dir(const std::string& prefix) {
   std::string templ = (std::filesystem::path(::testing::TempDir()) / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + templ);
   return templ;
+}
+
+std::filesystem::path removed_at_exit(std::filesystem::path path) {
+  // Removed by a static destructor, after the last test; gtest_discover_tests
+  // runs each test in a process of its own, and each removes its own.
+  struct Registry {
+    std::vector<std::filesystem::path> paths;
+    ~Registry() {
+      for (const auto& p : paths) {
+        std::error_code ec;
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  };
+  static Registry registry;
+  registry.paths.push_back(path);
+  return path;
 }
 
 std::string read_text(const std::filesystem::path& path) {

@@ -15,6 +15,12 @@ std::string read_text(const std::filesystem::path& path);
 /// Writes `text` to `path`, creating its parent folders.
 void write_text(const std::filesystem::path& path, const std::string& text);
 
+/// `path`, registered to be removed (a file, or a folder with everything in
+/// it) when the test program exits: for a temporary that outlives the test
+/// that made it (a dataset several tests of a file share) or one a test
+/// may not reach the end of.
+std::filesystem::path removed_at_exit(std::filesystem::path path);
+
 /// Removes a folder (and everything in it) when it goes out of scope.
 class RemoveOnExit {
  public:

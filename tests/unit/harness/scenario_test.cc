@@ -16,6 +16,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "harness/common/value.h"
+#include "tests/support/files.h"
 
 namespace dbh::harness {
 namespace {
@@ -572,7 +573,8 @@ TEST(ResolvedJson, ShippedScenariosRoundTripThroughTheWorkersPath) {
 // weights: a zip archive whose central directory names a LibTorch archive's
 // `version` and `data.pkl` (empty entries).
 std::string archive_file() {
-  const std::string path = ::testing::TempDir() + "/dbh-scenario-test-weights.pt";
+  const std::string path =
+      dbh::testing::removed_at_exit(::testing::TempDir() + "/dbh-scenario-test-weights.pt").string();
   auto le16 = [](size_t v) { return std::string{static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff)}; };
   auto le32 = [&](size_t v) { return le16(v & 0xffff) + le16(v >> 16); };
   std::string local, central;

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "model/dbnet.h"
+#include "tests/support/files.h"
 
 namespace dbh::model {
 namespace {
@@ -132,7 +133,7 @@ TEST(DbNetTest, WeightsRoundTripThroughAFile) {
   DbNet a;
   torch::manual_seed(2);
   DbNet b;
-  const auto path = testing::TempDir() + "/dbnet_weights.pt";
+  const auto path = dbh::testing::removed_at_exit(::testing::TempDir() + "/dbnet_weights.pt").string();
   a->save_weights(path);
   const auto loaded = b->load_weights(path);
   EXPECT_EQ(loaded, static_cast<int64_t>(a->parameters().size() + a->buffers().size()));

@@ -8,13 +8,16 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "model/data/augment.h"
+#include "tests/support/files.h"
 
 namespace dbh::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp(const std::string& name) { return fs::path(::testing::TempDir()) / ("dbh-decode-" + name); }
+fs::path temp(const std::string& name) {
+  return dbh::testing::removed_at_exit(fs::path(::testing::TempDir()) / ("dbh-decode-" + name));
+}
 
 TEST(DecodeImageTest, SixteenBitGrayscaleBecomesEightBitBgr) {
   cv::Mat img(10, 20, CV_16UC1, cv::Scalar(65535));

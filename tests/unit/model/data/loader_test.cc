@@ -8,6 +8,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "model/data/dataset.h"
+#include "tests/support/files.h"
 
 namespace dbh::model {
 namespace {
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 // Writes a small UFO dataset of rendered words to a temporary folder.
 fs::path make_dataset(const std::string& name, int images) {
-  const fs::path root = fs::path(::testing::TempDir()) / ("dbh-loader-" + name);
+  const fs::path root = dbh::testing::removed_at_exit(fs::path(::testing::TempDir()) / ("dbh-loader-" + name));
   fs::remove_all(root);
   fs::create_directories(root / "images");
   std::ofstream json(root / "annotations.json");
