@@ -5,36 +5,38 @@
 # CMAKE_PREFIX_PATH / Torch_DIR.
 
 # --- LibTorch -------------------------------------------------------------
-if(NOT Torch_DIR)
-  file(GLOB _dbh_venv_torch
-    "${CMAKE_SOURCE_DIR}/.venv/lib/python3*/site-packages/torch/share/cmake/Torch")
-  if(_dbh_venv_torch)
-    list(GET _dbh_venv_torch 0 _dbh_venv_torch)
-    set(Torch_DIR "${_dbh_venv_torch}" CACHE PATH "Directory holding TorchConfig.cmake")
+if(NOT DBH_TORCH_FREE_ONLY)
+  if(NOT Torch_DIR)
+    file(GLOB _dbh_venv_torch
+      "${CMAKE_SOURCE_DIR}/.venv/lib/python3*/site-packages/torch/share/cmake/Torch")
+    if(_dbh_venv_torch)
+      list(GET _dbh_venv_torch 0 _dbh_venv_torch)
+      set(Torch_DIR "${_dbh_venv_torch}" CACHE PATH "Directory holding TorchConfig.cmake")
+    endif()
   endif()
-endif()
-# Torch's CMake config prints a warning about the static-library flag that does
-# not apply to dbh; keep its output short.
-find_package(Torch REQUIRED CONFIG)
-message(STATUS "dbh: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
-# TORCH_CXX_FLAGS carries the ABI define; the imported targets carry it too.
-get_filename_component(DBH_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+  # Torch's CMake config prints a warning about the static-library flag that does
+  # not apply to dbh; keep its output short.
+  find_package(Torch REQUIRED CONFIG)
+  message(STATUS "dbh: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+  # TORCH_CXX_FLAGS carries the ABI define; the imported targets carry it too.
+  get_filename_component(DBH_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 
-# The torch target set: torch plus c10 (and torch_cuda when the wheel has CUDA).
-add_library(dbh_torch INTERFACE)
-target_link_libraries(dbh_torch INTERFACE ${TORCH_LIBRARIES})
-# Note [libtorch exports std::filesystem]: the wheel's libtorch.so defines 64
-# std::filesystem symbols of its own. Because libtorch.so comes before
-# libstdc++.so in an executable's NEEDED list, the dynamic linker binds calls
-# such as std::filesystem::remove_all to libtorch's copies, which crash (a null
-# call). Naming libstdc++ first on the link line makes it the first NEEDED
-# library, so its definitions win.
-target_link_options(dbh_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
-# libtorch_cuda.so is loaded only if something references it; keep it linked so
-# CUDA devices are available to dbh when the wheel has CUDA.
-if(TARGET torch_cuda)
-  target_link_options(dbh_torch INTERFACE "LINKER:--no-as-needed,$<TARGET_FILE:torch_cuda>,--as-needed")
-  target_compile_definitions(dbh_torch INTERFACE DBH_TORCH_HAS_CUDA=1)
+  # The torch target set: torch plus c10 (and torch_cuda when the wheel has CUDA).
+  add_library(dbh_torch INTERFACE)
+  target_link_libraries(dbh_torch INTERFACE ${TORCH_LIBRARIES})
+  # Note [libtorch exports std::filesystem]: the wheel's libtorch.so defines 64
+  # std::filesystem symbols of its own. Because libtorch.so comes before
+  # libstdc++.so in an executable's NEEDED list, the dynamic linker binds calls
+  # such as std::filesystem::remove_all to libtorch's copies, which crash (a null
+  # call). Naming libstdc++ first on the link line makes it the first NEEDED
+  # library, so its definitions win.
+  target_link_options(dbh_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+  # libtorch_cuda.so is loaded only if something references it; keep it linked so
+  # CUDA devices are available to dbh when the wheel has CUDA.
+  if(TARGET torch_cuda)
+    target_link_options(dbh_torch INTERFACE "LINKER:--no-as-needed,$<TARGET_FILE:torch_cuda>,--as-needed")
+    target_compile_definitions(dbh_torch INTERFACE DBH_TORCH_HAS_CUDA=1)
+  endif()
 endif()
 
 # --- OpenCV -----------------------------------------------------------------

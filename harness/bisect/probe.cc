@@ -22,6 +22,7 @@
 #include "harness/common/files.h"
 #include "harness/common/progress.h"
 #include "harness/common/text.h"
+#include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/proto/event_types.h"
@@ -140,14 +141,10 @@ namespace {
 // which change raised the peak memory). A trial that passed but misses the
 // scenario's metric expectations becomes a failure of its own class.
 void judge_metric_expectations(const Expectation& e, TrialAnalysis* a) {
-  if (a->outcome != Outcome::kPassed || (!e.min_hmean && !e.loss_drop && !e.max_peak_memory)) return;
-  Expectation metrics;
-  metrics.outcome = to_string(a->outcome);
-  metrics.min_hmean = e.min_hmean;
-  metrics.loss_drop = e.loss_drop;
-  metrics.max_peak_memory = e.max_peak_memory;
-  std::vector<std::string> why;
-  if (expectation_met(metrics, *a, &why)) return;
+  if (a->outcome != Outcome::kPassed) return;
+  const Judgement j = judge(e, evidence_of(*a), ExpectScope::kMetrics);
+  if (j.met()) return;
+  const std::vector<std::string>& why = j.why;
   a->outcome = Outcome::kFailed;
   a->failure.klass = "metric_expectation_unmet";
   std::string message;

@@ -41,6 +41,7 @@
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"
@@ -261,6 +262,14 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     }
     return d.str();
   }());
+  // A CUDA setting on a CPU run changes nothing: say so, so a pass is not
+  // read as "cudnn_benchmark=true works".
+  if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
+    std::string keys;
+    for (const auto& k : set) keys += (keys.empty() ? "" : " ") + k;
+    p.line("  note: " + keys + (set.size() == 1 ? " configures" : " configure") + " CUDA; this run on " +
+           s.hardware.device + " does not test " + (set.size() == 1 ? "it" : "them"));
+  }
   // Main trial (and repeated processes). After a stop request (SIGINT,
   // SIGTERM) no further trial starts; the main trial always exists.
   const int64_t processes = s.repeat.processes;
@@ -362,32 +371,19 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       r.failure.evidence.push_back(r.data_dependent_reason);
     }
   }
-  // Expectation.
-  TrialAnalysis judged = main;
-  judged.outcome = r.outcome;
-  judged.failure = r.failure;
-  r.expectation_met = expectation_met(s.expect, judged, &r.expectation_why);
-  if (s.expect.deterministic) {
-    if (!r.determinism.checked) {
-      r.expectation_met = false;
-      r.expectation_why.push_back("deterministic: expected a check, but " +
-                                  std::string(DBH_SCENARIO_KEY(repeat.processes)) + " is 1");
-    } else if (*s.expect.deterministic != r.determinism.identical) {
-      r.expectation_met = false;
-      r.expectation_why.push_back(std::string("deterministic: expected ") + (*s.expect.deterministic ? "true" : "false") +
-                                  ", got " + (r.determinism.identical ? "true" : "false"));
-    }
-  }
-  if (s.expect.data_dependent && (!r.data_dependent || *r.data_dependent != *s.expect.data_dependent)) {
-    r.expectation_met = false;
-    r.expectation_why.push_back(std::string("data_dependent: expected ") + (*s.expect.data_dependent ? "true" : "false") +
-                                ", got " + (r.data_dependent ? (*r.data_dependent ? "true" : "false") : "undecided"));
-  }
-  if (r.outcome == Outcome::kSkipped && s.expect.outcome != to_string(Outcome::kSkipped)) {
-    // Not tried here: the expectation is neither met nor refuted.
-    r.expectation_met = false;
-    r.expectation_why = {"not judged: " + r.failure.message};
-  }
+  // Expectation (Note [One judge]): the main trial's evidence with the run's
+  // outcome and failure, the processes' comparison and the controls' answer.
+  Evidence evidence = evidence_of(main);
+  evidence.outcome = r.outcome;
+  evidence.failure_class = r.failure.klass;
+  evidence.failure_step = r.failure.step;
+  evidence.failure_module = r.failure.module;
+  if (r.determinism.checked) evidence.identical = r.determinism.identical;
+  evidence.data_dependent = r.data_dependent;
+  if (stopped != 0) evidence.interrupted_by = signal_name(stopped);
+  const Judgement judgement = judge(s.expect, evidence);
+  r.expectation_met = judgement.met();
+  r.expectation_why = judgement.why;
   if (stopped != 0) {
     // Stopped by a signal: what ran is written, but it is not a result.
     r.outcome = Outcome::kUnresolved;
@@ -395,8 +391,6 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.failure.message = "interrupted by " + signal_name(stopped) + " before the run finished (" +
                         std::to_string(r.trials.size()) + " trial(s) started)";
     r.failure.evidence.push_back(r.failure.message);
-    r.expectation_met = false;
-    r.expectation_why = {"interrupted by " + signal_name(stopped) + ": the run did not finish"};
   }
   std::vector<std::string> repro = repro_args(s, path);
   // The layout and threads this run measured or found in the cache, pinned:

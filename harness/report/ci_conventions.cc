@@ -243,8 +243,16 @@ std::string github_summary_markdown(const std::string& title, const std::vector<
                                     const std::string& workspace, size_t max_bytes) {
   size_t met = 0, failed = 0, skipped = 0;
   for (const auto& r : results) r.skipped ? ++skipped : r.expectation_met ? ++met : ++failed;
-  std::string out = "### " + std::string(failed == 0 ? "\xE2\x9C\x85 " : "\xE2\x9D\x8C ") + cell(title) + ": " +
-                    std::to_string(met) + " of " + std::to_string(results.size() - skipped) + " expectation(s) met" +
+  // The header's mark agrees with the rows: a failure is a cross, a run in
+  // which nothing ran here (every scenario skipped) is a skip, never a tick.
+  const std::string mark = failed > 0                 ? "\xE2\x9D\x8C "               // cross
+                           : met == 0 && skipped > 0 ? "\xE2\x8F\xAD\xEF\xB8\x8F "  // skip
+                                                     : "\xE2\x9C\x85 ";              // tick
+  std::string out = "### " + mark + cell(title) + ": " +
+                    (met == 0 && failed == 0 && skipped > 0
+                         ? std::string("nothing run on this machine")
+                         : std::to_string(met) + " of " + std::to_string(results.size() - skipped) +
+                               " expectation(s) met") +
                     (skipped > 0 ? ", " + std::to_string(skipped) + " skipped (not run on this machine)" : "") + "\n\n";
   out += "| scenario | outcome | class | step | module | expectation | report |\n";
   out += "|---|---|---|---|---|---|---|\n";

@@ -17,6 +17,7 @@
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/report/markdown_html.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 
@@ -96,6 +97,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["seconds"] = r.seconds;
   j["outcome"] = to_string(r.outcome);
   j["expectation"] = {{"met", r.expectation_met},
+                      {"verdict", to_string(verdict_of(r))},
                       {"expected", nlohmann::ordered_json::parse(resolved_json(r.scenario))["expect"]},
                       {"mismatches", r.expectation_why}};
   j["failure"] = failure_json(r.failure);
@@ -345,6 +347,11 @@ std::string report_markdown(const RunReport& r) {
        << "- cuDNN: " << (s.hardware.cudnn_enabled ? "enabled" : "disabled") << ", benchmark "
        << (s.hardware.cudnn_benchmark ? "on" : "off") << ", deterministic " << (s.hardware.cudnn_deterministic ? "on" : "off")
        << "; TF32 " << (s.hardware.allow_tf32 ? "allowed" : "off") << "\n";
+  } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
+    std::string keys;
+    for (const auto& k : set) keys += (keys.empty() ? "" : ", ") + k;
+    md << "- Not tested on the CPU: " << markdown_inline(keys)
+       << " (CUDA settings; only a run on a GPU shows their effect)\n";
   }
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";

@@ -128,6 +128,12 @@ KeySpec boolean(const char* key, KeyField<bool> field, const char* help) {
   return make(key, KeyType::kBool, field, help);
 }
 
+// A key that configures CUDA or cuDNN, which a CPU run does not use.
+KeySpec cuda_only(KeySpec k) {
+  k.cuda_only = true;
+  return k;
+}
+
 KeySpec text(const char* key, KeyField<std::string> field, const char* help) {
   return make(key, KeyType::kString, field, help);
 }
@@ -248,15 +254,15 @@ std::vector<KeySpec> build_table() {
               "Evaluate on `data.val` every K steps and after the last; 0 = never."),
 
       text(DBH_KEY(hardware.device), "`cpu`, `cuda` or `cuda:N` (N a device index 0-63)."),
-      boolean(DBH_KEY(hardware.cudnn_enabled), "Use cuDNN."),
-      boolean(DBH_KEY(hardware.cudnn_benchmark), "Let cuDNN time and pick convolution algorithms."),
-      boolean(DBH_KEY(hardware.cudnn_deterministic), "Deterministic cuDNN algorithms only."),
-      boolean(DBH_KEY(hardware.allow_tf32), "TF32 matrix multiplications and convolutions."),
+      cuda_only(boolean(DBH_KEY(hardware.cudnn_enabled), "Use cuDNN.")),
+      cuda_only(boolean(DBH_KEY(hardware.cudnn_benchmark), "Let cuDNN time and pick convolution algorithms.")),
+      cuda_only(boolean(DBH_KEY(hardware.cudnn_deterministic), "Deterministic cuDNN algorithms only.")),
+      cuda_only(boolean(DBH_KEY(hardware.allow_tf32), "TF32 matrix multiplications and convolutions.")),
       bytes(DBH_KEY(hardware.memory_budget),
             "Memory the worker may use on its device; 0 = none, or the profile's memory."),
       text(DBH_KEY(hardware.profile),
            "Hardware profile (`dbh list profiles`) whose memory is the budget; empty = none."),
-      boolean(DBH_KEY(hardware.launch_blocking), "Run the worker with `CUDA_LAUNCH_BLOCKING=1`."),
+      cuda_only(boolean(DBH_KEY(hardware.launch_blocking), "Run the worker with `CUDA_LAUNCH_BLOCKING=1`.")),
 
       one_of(DBH_KEY(monitors.mode), {"cheap", "localise", "off"},
              "Non-finite checks: flags synchronised once per step, module by module with statistics, or none."),
@@ -679,9 +685,23 @@ std::string scenario_keys_markdown() {
          << "|---|---|---|---|\n";
     }
     md << "| " << cell(markdown_code(k.key)) << " | " << cell(key_form(k)) << " | "
-       << cell(markdown_code(default_text(k))) << " | " << cell(k.help) << " |\n";
+       << cell(markdown_code(default_text(k))) << " | " << cell(k.help)
+       << (k.cuda_only ? cell(" CUDA only: a CPU run says it does not test it.") : std::string()) << " |\n";
   }
   return md.str();
+}
+
+std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s) {
+  std::vector<std::string> out;
+  if (s.hardware.device.rfind("cuda", 0) == 0) return out;
+  const Scenario defaults;
+  for (const KeySpec& k : scenario_keys()) {
+    if (!k.cuda_only) continue;
+    const auto value = key_json(k, s);
+    if (value == key_json(k, defaults)) continue;
+    out.push_back(override_text(k.key, value.is_string() ? value.get<std::string>() : value.dump()));
+  }
+  return out;
 }
 
 }  // namespace dbh::harness

@@ -66,6 +66,7 @@ struct KeySpec {
   bool min_open = false;
   std::vector<std::string> allowed;  // kEnum, kEncoder, kChecks
   std::string expected;              // kAutoInt: its form, for messages and the reference
+  bool cuda_only = false;            // configures CUDA or cuDNN: no effect on a CPU run
 };
 
 /// The override "key=value" that sets `key` (one DBH_SCENARIO_KEY names) to
@@ -102,6 +103,11 @@ std::string default_text(const KeySpec& k);
 /// How `k` is written, as a message's "expected …" says it: "an integer in
 /// [1, 4096]", "one of fpn, pan", "auto, true or false".
 std::string key_form(const KeySpec& k);
+
+/// The CUDA-only keys (KeySpec::cuda_only) that `s` sets away from their
+/// default while it runs on the CPU, each as its override ("key=value"): the
+/// settings such a run cannot test. Empty on a CUDA device.
+std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s);
 
 /// The reference of every key of the table as Markdown: one table per
 /// section with key, form, default and meaning (`dbh scenario keys`,

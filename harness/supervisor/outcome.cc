@@ -651,62 +651,7 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
   }
 }
 
-// Relative drop of the mean loss from the first fifth of the steps to the
-// last fifth (at least one step each).
-std::optional<double> loss_drop_of(const TrialAnalysis& a) {
-  if (a.steps.size() < 2) return std::nullopt;
-  const size_t k = std::max<size_t>(1, a.steps.size() / 5);
-  double first = 0, last = 0;
-  for (size_t i = 0; i < k; ++i) first += a.steps[i].loss, last += a.steps[a.steps.size() - 1 - i].loss;
-  if (!(first > 0)) return std::nullopt;
-  return 1.0 - last / first;
-}
-
 }  // namespace
-
-bool expectation_met(const Expectation& e, const TrialAnalysis& a, std::vector<std::string>* why) {
-  bool ok = true;
-  auto miss = [&](const std::string& m) {
-    ok = false;
-    if (why) why->push_back(m);
-  };
-  if (e.outcome != to_string(a.outcome)) {
-    miss("outcome: expected " + e.outcome + ", got " + to_string(a.outcome));
-  }
-  if (e.failure_class && *e.failure_class != a.failure.klass) {
-    miss("failure_class: expected " + *e.failure_class + ", got " +
-         (a.failure.klass.empty() ? "none" : a.failure.klass));
-  }
-  if (e.step && (!a.failure.step || *a.failure.step != *e.step)) {
-    miss("step: expected " + std::to_string(*e.step) + ", got " +
-         (a.failure.step ? std::to_string(*a.failure.step) : "none"));
-  }
-  if (e.module) {
-    const std::string& m = a.failure.module;
-    const bool match = m == *e.module || m.rfind(*e.module + ".", 0) == 0;
-    if (!match) miss("module: expected " + *e.module + ", got " + (m.empty() ? "none" : m));
-  }
-  if (e.min_hmean) {
-    if (a.evals.empty()) {
-      miss("min_hmean: expected at least " + fixed(*e.min_hmean) + ", got no evaluation");
-    } else if (a.evals.back().hmean < *e.min_hmean) {
-      miss("min_hmean: expected at least " + fixed(*e.min_hmean) + ", got " + fixed(a.evals.back().hmean) +
-           " after step " + std::to_string(a.evals.back().step - 1));
-    }
-  }
-  if (e.loss_drop) {
-    const auto drop = loss_drop_of(a);
-    if (!drop || *drop < *e.loss_drop) {
-      miss("loss_drop: expected the loss to fall by at least " + fixed(100 * *e.loss_drop, 1) + " %, got " +
-           (drop ? fixed(100 * *drop, 1) + " %" : std::string("too few steps to tell")));
-    }
-  }
-  if (e.max_peak_memory && a.peak_memory_bytes > *e.max_peak_memory) {
-    miss("max_peak_memory: expected at most " + format_bytes(*e.max_peak_memory) + ", got " +
-         format_bytes(a.peak_memory_bytes));
-  }
-  return ok;
-}
 
 std::string injected_faults(const TrialAnalysis& a) {
   std::string out;

@@ -150,10 +150,6 @@ struct ClassifyOptions {
 TrialAnalysis classify(const TrialResult& result, const Scenario& scenario,
                        const KnowledgeBase& kb, const ClassifyOptions& options = {});
 
-/// Whether `analysis` meets `expect`; `why` receives one line per mismatch.
-bool expectation_met(const Expectation& expect, const TrialAnalysis& analysis,
-                     std::vector<std::string>* why);
-
 std::string signal_name(int sig);
 
 /// Note [An injected failure says so]: the faults of `a` that fired, as the

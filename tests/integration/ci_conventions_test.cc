@@ -171,6 +171,19 @@ TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOut
   }
   EXPECT_NE(read_text(dir / "out" / "c-gpu" / "report.html").find("Scenario c-gpu not run on this machine"),
             std::string::npos);
+  const json report = json::parse(read_text(dir / "out" / "c-gpu" / "report.json"));
+  EXPECT_EQ(report["expectation"]["verdict"], "skipped") << report["expectation"].dump();
+  EXPECT_EQ(json::parse(read_text(dir / "out" / "d-unmet" / "report.json"))["expectation"]["verdict"], "not met");
+
+  // The skipped scenario alone: exit 4, and the job summary is headed as a
+  // skip (a tick over a failing step's exit status said the opposite).
+  fs::remove(summary);
+  const auto one = dbh({"run", (dir / "scenarios" / "c-gpu.yaml").string(), "--out", (dir / "one").string()}, env);
+  EXPECT_EQ(one.exit_code, 4) << one.out << one.err;
+  const std::string one_md = read_text(summary);
+  EXPECT_EQ(one_md.rfind("### \xE2\x8F\xAD\xEF\xB8\x8F dbh run c-gpu: nothing run on this machine, 1 skipped", 0), 0u)
+      << one_md;
+  EXPECT_EQ(one_md.find("\xE2\x9C\x85"), std::string::npos) << one_md;
 }
 
 // A glob names the shared base too: a file another scenario of the suite

@@ -531,6 +531,30 @@ TEST(RunCommandTest, JunitForAMetExpectationHasNeither) {
   fs::remove_all(dir);
 }
 
+// A CUDA setting on a CPU run is said to be untested, on the terminal and in
+// both pages; a CPU run without one says nothing of the kind.
+TEST(RunCommandTest, ACudaSettingOnACpuRunIsSaidToBeUntested) {
+  const fs::path dir = fresh_dir("cuda-setting-on-cpu");
+  write_text(dir / "s.yaml", "name: cudnn-on-cpu\n" + base_include() +
+                                 "train:\n  max_steps: 1\nhardware:\n  device: cpu\n  cudnn_benchmark: true\n");
+  const auto r = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("  note: hardware.cudnn_benchmark=true configures CUDA; this run on cpu does not test it\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(read_text(dir / "out" / "report.md").find("- Not tested on the CPU: hardware.cudnn\\_benchmark=true"),
+            std::string::npos)
+      << read_text(dir / "out" / "report.md");
+  EXPECT_NE(read_text(dir / "out" / "report.html").find("<th>Not tested on the CPU</th><td>hardware.cudnn_benchmark=true"),
+            std::string::npos);
+  const auto plain = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "plain").string(),
+                          "hardware.cudnn_benchmark=false"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_EQ(plain.out.find("configures CUDA"), std::string::npos) << plain.out;
+  EXPECT_EQ(read_text(dir / "plain" / "report.md").find("Not tested on the CPU"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // --- suite and list -----------------------------------------------------------------
 
 TEST(SuiteCommandTest, RunsAFolderAndCountsExpectations) {

@@ -128,6 +128,24 @@ TEST(CiConventionsTest, SummaryHasOneRowPerScenarioAndTheFailures) {
   EXPECT_NE(ok.find("| /ws/reports/runs/ok/report.md |"), std::string::npos) << "outside a workspace: as given";
 }
 
+// A run in which nothing ran here is headed as a skip, never with a tick
+// (its exit status is 4); a skip beside a pass keeps the tick.
+TEST(CiConventionsTest, SummaryOfOnlySkipsIsHeadedAsASkip) {
+  CiResult gpu = passed("gpu");
+  gpu.skipped = true;
+  gpu.expectation_met = false;
+  gpu.outcome = "skipped";
+  const std::string md = github_summary_markdown("dbh run gpu", {gpu}, "");
+  EXPECT_EQ(md.rfind("### \xE2\x8F\xAD\xEF\xB8\x8F dbh run gpu: nothing run on this machine, 1 skipped (not run on "
+                     "this machine)\n",
+                     0),
+            0u)
+      << md;
+  EXPECT_EQ(md.find("\xE2\x9C\x85 dbh"), std::string::npos) << md;
+  const std::string mixed = github_summary_markdown("dbh suite", {passed("ok"), gpu}, "");
+  EXPECT_EQ(mixed.rfind("### \xE2\x9C\x85 dbh suite: 1 of 1 expectation(s) met, 1 skipped", 0), 0u) << mixed;
+}
+
 TEST(CiConventionsTest, SummaryEscapesUserStrings) {
   CiResult r = failed("a|b <script>alert(1)</script> *x* [l](u) &amp; ~~s~~\nnext");
   r.message = "```\n</details> | ```` fence";

@@ -122,7 +122,9 @@ TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
   }
   const auto external = nlohmann::json::parse(resolved_json(with({"worker.command=[python, train.py]"})));
   for (const KeySpec& k : scenario_keys()) {
-    if (k.key.rfind("worker.", 0) == 0) EXPECT_NE(at(external, k.key), nullptr) << k.key;
+    if (k.key.rfind("worker.", 0) == 0) {
+      EXPECT_NE(at(external, k.key), nullptr) << k.key;
+    }
   }
   EXPECT_EQ(external["worker"]["command"], nlohmann::json::parse(R"(["python", "train.py"])"));
   for (const auto& section : kSections) {
@@ -275,6 +277,35 @@ TEST(ScenarioKeys, ReferenceHasOneRowPerKey) {
     EXPECT_NE(md.find("| `" + k.key + "` | " + key_form(k) + " | `" + default_text(k) + "` |"), std::string::npos)
         << k.key;
   }
+}
+
+}  // namespace
+}  // namespace dbh::harness
+
+namespace dbh::harness {
+namespace {
+
+// A CUDA setting on a CPU run is named as untested; on CUDA, or left at its
+// default, nothing is named.
+TEST(ScenarioKeys, CudaOnlySettingsOnTheCpuAreNamed) {
+  Scenario s;
+  s.hardware.device = "cpu";
+  EXPECT_TRUE(cuda_only_settings_on_cpu(s).empty());
+  s.hardware.cudnn_benchmark = !Scenario{}.hardware.cudnn_benchmark;
+  s.hardware.launch_blocking = !Scenario{}.hardware.launch_blocking;
+  const std::vector<std::string> want = {
+      override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), s.hardware.cudnn_benchmark ? "true" : "false"),
+      override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), s.hardware.launch_blocking ? "true" : "false")};
+  EXPECT_EQ(cuda_only_settings_on_cpu(s), want);
+  s.hardware.device = "cuda:1";
+  EXPECT_TRUE(cuda_only_settings_on_cpu(s).empty());
+  // Every CUDA-only key is a hardware key, and the device itself is not one.
+  for (const KeySpec& k : scenario_keys()) {
+    if (k.cuda_only) {
+      EXPECT_EQ(k.key.rfind("hardware.", 0), 0u) << k.key;
+    }
+  }
+  EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(hardware.device))->cuda_only);
 }
 
 }  // namespace

@@ -1,0 +1,210 @@
+// Note [One judge]: every expect key judged by one function over values,
+// without a process.
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/judge.h"
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+Evidence Diverged(const std::string& module, int64_t step) {
+  Evidence ev;
+  ev.outcome = Outcome::kDiverged;
+  ev.failure_class = "nonfinite_gradient";
+  ev.failure_step = step;
+  ev.failure_module = module;
+  ev.peak_memory_bytes = 512 * kMiB;
+  return ev;
+}
+
+Evidence Passed() {
+  Evidence ev;
+  ev.outcome = Outcome::kPassed;
+  return ev;
+}
+
+TEST(Judge, MatchingExpectationHasNoMismatches) {
+  Expectation e;
+  e.outcome = "diverged";
+  e.failure_class = "nonfinite_gradient";
+  e.step = 0;
+  e.module = "head.thresh.up2";
+  e.max_peak_memory = 1024 * kMiB;
+  const Judgement j = judge(e, Diverged("head.thresh.up2", 0));
+  EXPECT_EQ(j.verdict, ExpectVerdict::kMet);
+  EXPECT_TRUE(j.met());
+  EXPECT_TRUE(j.why.empty());
+}
+
+TEST(Judge, ModuleMatchesByDottedPrefix) {
+  Expectation e;
+  e.outcome = "diverged";
+  e.module = "head";
+  EXPECT_TRUE(judge(e, Diverged("head", 0)).met());
+  EXPECT_TRUE(judge(e, Diverged("head.thresh.up2", 0)).met());
+  EXPECT_FALSE(judge(e, Diverged("header.conv", 0)).met());  // not a component prefix
+  EXPECT_FALSE(judge(e, Diverged("encoder.head", 0)).met());
+  e.module = "head.thresh";
+  EXPECT_TRUE(judge(e, Diverged("head.thresh.up2", 0)).met());
+  EXPECT_FALSE(judge(e, Diverged("head", 0)).met());  // less specific than expected
+  EXPECT_EQ(judge(e, Diverged("", 0)).why, std::vector<std::string>{"module: expected head.thresh, got none"});
+}
+
+TEST(Judge, EachMismatchHasItsOwnLineInTheTablesOrder) {
+  Expectation e;
+  e.outcome = "failed";
+  e.failure_class = "cudnn_execution_failed";
+  e.step = 2;
+  e.module = "decoder.fusion";
+  e.max_peak_memory = 256 * kMiB;
+  e.deterministic = true;
+  e.data_dependent = true;
+  Evidence ev = Diverged("head.binarize", 1);
+  ev.identical = false;
+  const Judgement j = judge(e, ev);
+  EXPECT_EQ(j.verdict, ExpectVerdict::kNotMet);
+  EXPECT_EQ(j.why, (std::vector<std::string>{
+                       "outcome: expected failed, got diverged",
+                       "failure_class: expected cudnn_execution_failed, got nonfinite_gradient",
+                       "step: expected 2, got 1",
+                       "module: expected decoder.fusion, got head.binarize",
+                       "max_peak_memory: expected at most 256.0 MiB, got 512.0 MiB",
+                       "deterministic: expected true, got false",
+                       "data_dependent: expected true, got undecided",
+                   }));
+  // Against a passed run, the failure fields say "none".
+  e.deterministic.reset();
+  e.data_dependent.reset();
+  EXPECT_EQ(judge(e, Passed()).why, (std::vector<std::string>{
+                                        "outcome: expected failed, got passed",
+                                        "failure_class: expected cudnn_execution_failed, got none",
+                                        "step: expected 2, got none",
+                                        "module: expected decoder.fusion, got none",
+                                    }));
+}
+
+TEST(Judge, UnsetKeysAreNotChecked) {
+  Expectation e;
+  e.outcome = "diverged";
+  EXPECT_TRUE(judge(e, Diverged("anything", 99)).met());
+  EXPECT_TRUE(judge(Expectation{}, Passed()).met());  // outcome defaults to passed
+}
+
+TEST(Judge, MetricsAgainstValidationLossAndMemory) {
+  Expectation e;
+  e.min_hmean = 0.5;
+  e.loss_drop = 0.25;
+  Evidence ev = Passed();
+  EXPECT_EQ(judge(e, ev).why, (std::vector<std::string>{
+                                  "min_hmean: expected at least 0.500, got no evaluation",
+                                  "loss_drop: expected the loss to fall by at least 25.0 %, got too few steps to tell",
+                              }));
+  EvalRecord last;
+  last.step = 8;
+  last.hmean = 0.25;
+  ev.last_eval = last;
+  ev.loss_drop = 0.1;
+  EXPECT_EQ(judge(e, ev).why, (std::vector<std::string>{
+                                  "min_hmean: expected at least 0.500, got 0.250 after step 7",
+                                  "loss_drop: expected the loss to fall by at least 25.0 %, got 10.0 %",
+                              }));
+  ev.last_eval->hmean = 0.5;  // at least: the bound itself meets it
+  ev.loss_drop = 0.25;
+  EXPECT_TRUE(judge(e, ev).met());
+}
+
+TEST(Judge, DeterminismAndDataDependence) {
+  Expectation e;
+  e.deterministic = false;
+  Evidence ev = Passed();
+  EXPECT_EQ(judge(e, ev).why,
+            std::vector<std::string>{"deterministic: expected a comparison of fresh processes, got none"});
+  ev.identical = false;
+  EXPECT_TRUE(judge(e, ev).met());
+  e = Expectation{};
+  e.data_dependent = false;
+  ev.data_dependent = true;
+  EXPECT_EQ(judge(e, ev).why, std::vector<std::string>{"data_dependent: expected false, got true"});
+  ev.data_dependent = false;
+  EXPECT_TRUE(judge(e, ev).met());
+}
+
+// A run this machine could not run is neither met nor refuted, unless the
+// scenario expected the skip; an interrupted run is never met.
+TEST(Judge, ASkipIsNotJudgedAndAnInterruptionIsNotMet) {
+  Expectation e;
+  e.min_hmean = 0.9;
+  Evidence ev;
+  ev.outcome = Outcome::kSkipped;
+  ev.skip_reason = "device \"cuda\" requested, but no CUDA device is available";
+  const Judgement skipped = judge(e, ev);
+  EXPECT_EQ(skipped.verdict, ExpectVerdict::kNotJudged);
+  EXPECT_FALSE(skipped.met());
+  EXPECT_EQ(skipped.why, std::vector<std::string>{"not judged: " + ev.skip_reason});
+  Expectation skip;
+  skip.outcome = "skipped";
+  EXPECT_TRUE(judge(skip, ev).met());
+
+  Evidence stopped = Passed();
+  stopped.interrupted_by = "SIGINT";
+  const Judgement j = judge(Expectation{}, stopped);
+  EXPECT_EQ(j.verdict, ExpectVerdict::kNotMet);
+  EXPECT_EQ(j.why, std::vector<std::string>{"interrupted by SIGINT: the run did not finish"});
+  EXPECT_EQ(to_string(ExpectVerdict::kNotJudged), "not judged");
+}
+
+// A bisection probe judges the metric keys only: the outcome and the
+// failure's place are what it searches for, not what it judges.
+TEST(Judge, TheMetricScopeJudgesOnlyMetricKeys) {
+  Expectation e;
+  e.outcome = "diverged";
+  e.step = 3;
+  e.max_peak_memory = 256 * kMiB;
+  Evidence ev = Passed();
+  ev.peak_memory_bytes = 512 * kMiB;
+  EXPECT_EQ(judge(e, ev, ExpectScope::kMetrics).why,
+            std::vector<std::string>{"max_peak_memory: expected at most 256.0 MiB, got 512.0 MiB"});
+  ev.peak_memory_bytes = 128 * kMiB;
+  EXPECT_TRUE(judge(e, ev, ExpectScope::kMetrics).met());
+  EXPECT_FALSE(judge(e, ev).met());
+  std::set<std::string> metrics;
+  for (const auto& k : expect_keys()) {
+    if (k.metric) metrics.insert(k.name);
+  }
+  EXPECT_EQ(metrics, (std::set<std::string>{"min_hmean", "loss_drop", "max_peak_memory"}));
+}
+
+// Every key the resolved scenario writes under `expect` has a row, and every
+// row is a key the loader reads (a key judged nowhere, or a row nobody can
+// set, fails here).
+TEST(Judge, EveryExpectKeyHasOneRow) {
+  Scenario s;
+  s.expect.failure_class = "x";
+  s.expect.step = 1;
+  s.expect.module = "m";
+  s.expect.deterministic = true;
+  s.expect.max_peak_memory = 1;
+  s.expect.data_dependent = true;
+  s.expect.min_hmean = 0.5;
+  s.expect.loss_drop = 0.5;
+  std::set<std::string> written;
+  const auto resolved = nlohmann::json::parse(resolved_json(s));
+  for (const auto& [k, v] : resolved.at("expect").items()) written.insert(k);
+  std::set<std::string> rows;
+  for (const auto& k : expect_keys()) EXPECT_TRUE(rows.insert(k.name).second) << "two rows for " << k.name;
+  EXPECT_EQ(rows, written);
+}
+
+}  // namespace
+}  // namespace dbh::harness
