@@ -393,6 +393,13 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     r.failure.evidence.push_back(r.failure.message);
   }
   std::vector<std::string> repro = repro_args(s, path);
+  if (r.not_run_here() && s.hardware.device != "cpu") {
+    // How to run it here instead, as a command that runs as pasted.
+    std::vector<std::string> on_cpu = repro;
+    on_cpu.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
+    if (s.train.precision != "fp32") on_cpu.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+    r.expectation_why.push_back("on this machine's CPU: " + shell_command(on_cpu));
+  }
   // The layout and threads this run measured or found in the cache, pinned:
   // the repro runs with them even where the cache says otherwise (Note
   // [Measured choices]).

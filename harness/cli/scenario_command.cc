@@ -15,6 +15,7 @@
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
+#include "harness/supervisor/machine.h"
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -105,12 +106,8 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   if (!o.data_key.empty() && !o.external) {
     throw UsageError(std::string(kWhere) + " --data-key: expected --external (only your own command reads your keys)");
   }
-  {
-    // Lightning's auto device on this machine: an NVIDIA GPU the driver lists.
-    std::error_code ec;
-    fs::directory_iterator gpus("/proc/driver/nvidia/gpus", ec);
-    fo.has_gpu = !ec && gpus != fs::directory_iterator();
-  }
+  // Lightning's auto device on this machine: an NVIDIA GPU.
+  fo.has_gpu = nvidia_gpu_present();
   fs::path out;
   if (!o.out.empty()) {
     out = fs::absolute(o.out).lexically_normal();

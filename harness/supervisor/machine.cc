@@ -96,4 +96,18 @@ std::string machine_identity() {
 }
 
 
+bool nvidia_gpu_present() {
+  std::error_code ec;
+  fs::directory_iterator gpus("/proc/driver/nvidia/gpus", ec);
+  if (!ec && gpus != fs::directory_iterator()) return true;
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+        std::all_of(name.begin() + 6, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace dbh::harness

@@ -22,4 +22,10 @@ std::string libraries_identity();
 /// input manifest's (common/environment_vars.h). Computed once per process.
 std::string machine_identity();
 
+/// Whether this machine shows an NVIDIA GPU: one the driver lists under
+/// /proc/driver/nvidia/gpus, or a /dev/nvidiaN device (a container that
+/// hides /proc/driver). Read without loading CUDA; a CUDA scenario on a
+/// machine without one is skipped, so nothing is measured for it.
+bool nvidia_gpu_present();
+
 }  // namespace dbh::harness

@@ -307,7 +307,9 @@ void apply_record(const json& record, Scenario& s) {
   }
 }
 
-json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir) {
+// The record of PyTorch's defaults for what `s` leaves to auto, and its
+// explicit settings.
+json default_record(const Scenario& s) {
   const bool auto_layout = !s.train.channels_last.has_value();
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
   const int64_t cores = available_cores();
@@ -315,6 +317,14 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
                  {"threads", {{"value", cores}, {"source", auto_threads ? "default" : "explicit"}}}};
   if (!auto_layout) record["channels_last"]["value"] = *s.train.channels_last;
   if (!auto_threads) record["threads"]["value"] = s.train.threads > 0 ? s.train.threads : cores;
+  return record;
+}
+
+json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir) {
+  const bool auto_layout = !s.train.channels_last.has_value();
+  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  const int64_t cores = available_cores();
+  json record = default_record(s);
 
   const std::string root = cache_root();
   json entry;
@@ -454,6 +464,14 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
   // One answer per setup for the whole dbh process: every trial of a run,
   // its repeats and controls, every probe of a search gets the same values,
   // even when the cache changes meanwhile or cannot be written.
+  // A CUDA scenario on a machine without an NVIDIA GPU is skipped: nothing
+  // to measure, and no "measuring" line before the skip.
+  if (s.hardware.device.rfind("cuda", 0) == 0 && !nvidia_gpu_present()) {
+    json record = default_record(s);
+    record["cache_note"] = "not measured: this machine has no NVIDIA GPU";
+    apply_record(record, s);
+    return record;
+  }
   static std::mutex mu;
   static std::map<std::string, json> answered;
   const std::string key = tuning_key(s);

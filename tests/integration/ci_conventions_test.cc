@@ -184,6 +184,18 @@ TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOut
   EXPECT_EQ(one_md.rfind("### \xE2\x8F\xAD\xEF\xB8\x8F dbh run c-gpu: nothing run on this machine, 1 skipped", 0), 0u)
       << one_md;
   EXPECT_EQ(one_md.find("\xE2\x9C\x85"), std::string::npos) << one_md;
+
+  // The skip says how to run it on this machine's CPU, as a command that
+  // runs as pasted from any folder.
+  const std::string marker = "on this machine's CPU: ";
+  const size_t at = one.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << one.out;
+  const std::string line = one.out.substr(at + marker.size(), one.out.find('\n', at) - at - marker.size());
+  EXPECT_NE(line.find(" hardware.device=cpu"), std::string::npos) << line;
+  EXPECT_NE(read_text(dir / "one" / "report.md").find(marker), std::string::npos);
+  const auto on_cpu =
+      testing::run_process({"/bin/sh", "-c", line + " -q --out " + (dir / "on-cpu").string()}, "/", 300);
+  EXPECT_EQ(on_cpu.exit_code, 0) << line << "\n" << on_cpu.out << on_cpu.err;
 }
 
 // A glob names the shared base too: a file another scenario of the suite

@@ -204,6 +204,23 @@ TEST(TuningTest, ExplicitSettingsAreNeverMeasured) {
   for (const auto& t : m["timings"]) EXPECT_EQ(t["channels_last"], false);
 }
 
+// A CUDA scenario on a machine without an NVIDIA GPU is skipped: nothing is
+// measured for it (no "measuring" line before the skip, nothing cached).
+TEST(TuningTest, ACudaScenarioWithoutAGpuMeasuresNothing) {
+  if (fs::exists("/proc/driver/nvidia/gpus") || fs::exists("/dev/nvidia0")) {
+    GTEST_SKIP() << "this machine shows an NVIDIA GPU";
+  }
+  const fs::path dir = testing::fresh_dir("tuning-cuda-without-gpu");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const DbhRun r = run(cache, dir / "out", {"hardware.device=cuda", "train.channels_last=auto", "train.threads=auto"});
+  EXPECT_EQ(r.process.exit_code, 4) << r.process.out << r.process.err;
+  EXPECT_EQ(r.process.err.find("measuring layout and threads"), std::string::npos) << r.process.err;
+  EXPECT_TRUE(cache_entries(cache).empty());
+  EXPECT_EQ(r.report["outcome"], "skipped") << r.report.dump(1);
+  EXPECT_NE(r.markdown.find("not measured: this machine has no NVIDIA GPU"), std::string::npos) << r.markdown;
+}
+
 // Note [A measurement to trust]: timed while two busy loops hold both cores,
 // the measurement decides nothing that lasts: PyTorch's defaults, said in the
 // report, nothing cached; the same setup on a quiet machine is measured and
