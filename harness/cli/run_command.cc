@@ -342,34 +342,15 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     }
   }
   if (!s.controls.empty() && stopped == 0) {
-    bool controls_pass = true;
-    std::string keys;
-    bool data_key = false;
+    std::vector<Outcome> controls;
     for (size_t c = 0; c < s.controls.size(); ++c) {
-      controls_pass = controls_pass && !is_failure(r.trials[static_cast<size_t>(processes) + c].analysis.outcome);
-      for (const auto& kv : s.controls[c]) {
-        keys += (keys.empty() ? "" : ", ") + kv;
-        auto sets = [&kv](const char* key) { return kv.rfind(override_text(key, ""), 0) == 0; };
-        data_key = data_key || sets(DBH_SCENARIO_KEY(data.source)) || sets(DBH_SCENARIO_KEY(data.path));
-      }
+      controls.push_back(r.trials[static_cast<size_t>(processes) + c].analysis.outcome);
     }
-    const bool main_fails = is_failure(r.outcome);
-    if (main_fails && controls_pass) {
-      r.data_dependent = data_key;
-      if (data_key) {
-        r.data_dependent_reason = "The same training passed with " + keys + " and failed with the scenario's data (" +
-                                  s.data.source + (s.data.path.empty() ? "" : " " + s.data.path) +
-                                  "): the failure depends on the data, not on the model, trainer or device.";
-        r.failure.evidence.push_back(r.data_dependent_reason);
-      } else {
-        r.failure.evidence.push_back("A control run with " + keys +
-                                     " passed: the failure depends on these settings");
-      }
-    } else if (main_fails) {
-      r.data_dependent = false;
-      r.data_dependent_reason = "The control run with " + keys + " failed too: the failure does not depend on it.";
-      r.failure.evidence.push_back(r.data_dependent_reason);
-    }
+    const ControlsAnswer answer = controls_answer(r.outcome, controls, s.controls,
+                                                  s.data.source + (s.data.path.empty() ? "" : " " + s.data.path));
+    r.data_dependent = answer.data_dependent;
+    r.data_dependent_reason = answer.reason;
+    if (!answer.evidence.empty()) r.failure.evidence.push_back(answer.evidence);
   }
   // Expectation (Note [One judge]): the main trial's evidence with the run's
   // outcome and failure, the processes' comparison and the controls' answer.

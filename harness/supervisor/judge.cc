@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "harness/scenario/schema.h"
+
 namespace dbh::harness {
 
 namespace {
@@ -146,6 +148,38 @@ Judgement judge(const Expectation& e, const Evidence& ev, ExpectScope scope) {
   }
   j.verdict = j.why.empty() ? ExpectVerdict::kMet : ExpectVerdict::kNotMet;
   return j;
+}
+
+ControlsAnswer controls_answer(Outcome main, const std::vector<Outcome>& controls,
+                               const std::vector<std::vector<std::string>>& control_overrides,
+                               const std::string& data) {
+  ControlsAnswer a;
+  if (!is_failure(main) || controls.empty()) return a;
+  const bool controls_pass =
+      std::none_of(controls.begin(), controls.end(), [](Outcome o) { return is_failure(o); });
+  std::string keys;
+  bool data_key = false;
+  for (const auto& overrides : control_overrides) {
+    for (const auto& kv : overrides) {
+      keys += (keys.empty() ? "" : ", ") + kv;
+      const auto sets = [&kv](const char* key) { return kv.rfind(override_text(key, ""), 0) == 0; };
+      data_key = data_key || sets(DBH_SCENARIO_KEY(data.source)) || sets(DBH_SCENARIO_KEY(data.path));
+    }
+  }
+  if (!controls_pass) {
+    a.data_dependent = false;
+    a.reason = "The control run with " + keys + " failed too: the failure does not depend on it.";
+    a.evidence = a.reason;
+  } else if (data_key) {
+    a.data_dependent = true;
+    a.reason = "The same training passed with " + keys + " and failed with the scenario's data (" + data +
+               "): the failure depends on the data, not on the model, trainer or device.";
+    a.evidence = a.reason;
+  } else {
+    a.data_dependent = false;
+    a.evidence = "A control run with " + keys + " passed: the failure depends on these settings";
+  }
+  return a;
 }
 
 }  // namespace dbh::harness

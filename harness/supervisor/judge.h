@@ -83,4 +83,26 @@ struct Judgement {
 /// not judged; an interrupted run is not met, whatever it showed.
 Judgement judge(const Expectation& e, const Evidence& ev, ExpectScope scope = ExpectScope::kAll);
 
+/// What a run's controls say about its failure (the `controls` of a scenario: the same
+/// training with a few keys changed, e.g. on synthetic data).
+struct ControlsAnswer {
+  /// Whether the failure depends on the data: true when every control passed
+  /// and one changed the data (data.source or data.path); false when one
+  /// failed too, or when they passed by changing other keys; nullopt when
+  /// the run passed (nothing to explain).
+  std::optional<bool> data_dependent;
+  /// The sentence the reports give for data_dependent ("" when none).
+  std::string reason;
+  /// The line added to the failure's evidence ("" when none).
+  std::string evidence;
+};
+
+/// The controls' answer for a run whose main outcome is `main`: `controls`
+/// holds each control's outcome and `control_overrides` its overrides
+/// ("data.source=synthetic_boxes"); `data` names the scenario's data ("real
+/// /data/icdar"), as the reason says it.
+ControlsAnswer controls_answer(Outcome main, const std::vector<Outcome>& controls,
+                               const std::vector<std::vector<std::string>>& control_overrides,
+                               const std::string& data);
+
 }  // namespace dbh::harness

@@ -208,3 +208,50 @@ TEST(Judge, EveryExpectKeyHasOneRow) {
 
 }  // namespace
 }  // namespace dbh::harness
+
+namespace dbh::harness {
+namespace {
+
+const std::vector<std::vector<std::string>> kSynthetic = {{"data.source=synthetic_boxes"}};
+
+// The controls' answer: a failure that passes on other data depends on the
+// data; one that a control shares does not; one that passes with other keys
+// depends on those keys; a passed run needs no answer.
+TEST(ControlsAnswer, DataDependenceFromTheControlsOutcomes) {
+  const ControlsAnswer data = controls_answer(Outcome::kCrashed, {Outcome::kPassed}, kSynthetic, "real /d");
+  EXPECT_EQ(data.data_dependent, true);
+  EXPECT_EQ(data.reason,
+            "The same training passed with data.source=synthetic_boxes and failed with the scenario's data (real /d): "
+            "the failure depends on the data, not on the model, trainer or device.");
+  EXPECT_EQ(data.evidence, data.reason);
+
+  const ControlsAnswer both = controls_answer(Outcome::kCrashed, {Outcome::kCrashed}, kSynthetic, "real /d");
+  EXPECT_EQ(both.data_dependent, false);
+  EXPECT_EQ(both.reason,
+            "The control run with data.source=synthetic_boxes failed too: the failure does not depend on it.");
+
+  const ControlsAnswer keys =
+      controls_answer(Outcome::kDiverged, {Outcome::kPassed, Outcome::kPassed},
+                      {{"train.lr=0.001"}, {"train.precision=fp32", "train.grad_clip=1"}}, "real /d");
+  EXPECT_EQ(keys.data_dependent, false);
+  EXPECT_EQ(keys.reason, "");
+  EXPECT_EQ(keys.evidence,
+            "A control run with train.lr=0.001, train.precision=fp32, train.grad_clip=1 passed: the failure depends "
+            "on these settings");
+
+  // One failing control of two: not data-dependent.
+  EXPECT_EQ(controls_answer(Outcome::kCrashed, {Outcome::kPassed, Outcome::kFailed},
+                            {{"data.path=/other"}, {"train.lr=0.1"}}, "real /d")
+                .data_dependent,
+            false);
+  // A passed run, or no control: nothing decided, nothing said.
+  const ControlsAnswer passed = controls_answer(Outcome::kPassed, {Outcome::kCrashed}, kSynthetic, "real /d");
+  EXPECT_FALSE(passed.data_dependent.has_value());
+  EXPECT_TRUE(passed.reason.empty() && passed.evidence.empty());
+  EXPECT_FALSE(controls_answer(Outcome::kCrashed, {}, {}, "real /d").data_dependent.has_value());
+  // A skipped control is no failure (it says nothing against the data).
+  EXPECT_EQ(controls_answer(Outcome::kCrashed, {Outcome::kSkipped}, kSynthetic, "real /d").data_dependent, true);
+}
+
+}  // namespace
+}  // namespace dbh::harness
