@@ -87,8 +87,12 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << one_line(fired.fault)
                 << " fired at step " << fired.step << std::endl;
     } else if (e.type == event::kError) {
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
-                << one_line(proto::error_from(e).message) << std::endl;
+      // What this machine lacks (a CUDA device) is a skip, not an error.
+      const auto err = proto::error_from(e);
+      const bool unavailable = err.kind == proto::error_kind::kUnavailable;
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] "
+                << (unavailable ? std::string("not available here") : e.type) << ": " << one_line(err.message)
+                << std::endl;
     } else if (e.type == event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.check != "finite") return;

@@ -180,6 +180,8 @@ TEST(CiConventionsTest, ASkipIsASkipAndAnUnmetExpectationIsNeverPassedInEveryOut
   fs::remove(summary);
   const auto one = dbh({"run", (dir / "scenarios" / "c-gpu.yaml").string(), "--out", (dir / "one").string()}, env);
   EXPECT_EQ(one.exit_code, 4) << one.out << one.err;
+  EXPECT_NE(one.out.find("  [main] not available here: device \"cuda\" requested"), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find("] error:"), std::string::npos) << "a skip is not an error:\n" << one.out;
   const std::string one_md = read_text(summary);
   EXPECT_EQ(one_md.rfind("### \xE2\x8F\xAD\xEF\xB8\x8F dbh run c-gpu: nothing run on this machine, 1 skipped", 0), 0u)
       << one_md;
