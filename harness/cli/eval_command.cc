@@ -137,12 +137,6 @@ json image_json(const model::ImageEvaluation& e, const std::vector<model::WordAn
   return j;
 }
 
-std::string fixed(double v, int digits = 3) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 std::string metrics_line(const model::EvalResult& r) {
   return "P " + fixed(r.precision) + "  R " + fixed(r.recall) + "  H " + fixed(r.hmean) +
          "  (gt " + std::to_string(r.counts.gt) + ", det " + std::to_string(r.counts.det) +

@@ -257,4 +257,10 @@ std::string terminal_text(const std::string& markdown) {
   return out;
 }
 
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
 }  // namespace dbh::harness

@@ -35,6 +35,9 @@ std::string valid_utf8(const std::string& s);
 /// and bidirectional formatting characters become spaces. For names in
 /// comments, headings and progress lines.
 std::string one_line(const std::string& s);
+/// `v` with `digits` decimals ("0.250"), as every report and message
+/// writes a number.
+std::string fixed(double v, int digits = 3);
 /// The last line of `s` holding something other than white space, as
 /// one_line() gives it, at most 300 bytes; empty when there is none.
 std::string last_line(const std::string& s);

@@ -1,15 +1,14 @@
 #include "harness/report/eval_reading.h"
 
+#include "harness/common/text.h"
+
 #include <cstdio>
 
 namespace dbh::harness {
 namespace {
 
-std::string fixed(double v, int digits = 2) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+// Thresholds and probabilities with two decimals; scores with three.
+std::string two(double v) { return fixed(v, 2); }
 
 std::string percent(double v) { return fixed(100.0 * v, 0) + " %"; }
 
@@ -30,8 +29,8 @@ std::vector<EvalFinding> read_evaluation(const EvalFacts& f) {
     out.push_back({"saturated_map",
                    std::string(f.det == 0 ? "no detections" : "no detection matches a word") +
                        " on a saturated probability map: on average " + percent(f.mean_text_fraction) +
-                       " of each image lies above the threshold " + fixed(f.binarize_thresh) + " (max P " +
-                       fixed(f.max_probability) +
+                       " of each image lies above the threshold " + two(f.binarize_thresh) + " (max P " +
+                       two(f.max_probability) +
                        "), so the text bitmap is one region covering the image, which post-processing cannot "
                        "split into words",
                    "this is what untrained, diverged or mismatched weights produce: check that the weights were "
@@ -40,8 +39,8 @@ std::vector<EvalFinding> read_evaluation(const EvalFacts& f) {
                    "they were not)"});
   } else if (f.det == 0 && f.max_probability < f.binarize_thresh) {
     out.push_back({"map_below_threshold",
-                   "no detections: the probability map never reaches the threshold " + fixed(f.binarize_thresh) +
-                       " (max P " + fixed(f.max_probability) + "), so the model marks no pixel as text",
+                   "no detections: the probability map never reaches the threshold " + two(f.binarize_thresh) +
+                       " (max P " + two(f.max_probability) + "), so the model marks no pixel as text",
                    "check that the weights are trained and match --encoder/--decoder; try --size as in training; "
                    "a lower --thresh shows what the model does find"});
   } else if (f.det == 0) {
@@ -49,7 +48,7 @@ std::vector<EvalFinding> read_evaluation(const EvalFacts& f) {
                    "no detections although " + percent(f.mean_text_fraction) +
                        " of the pixels lie above the threshold: every region's mean probability stayed below "
                        "--box-thresh " +
-                       fixed(f.box_thresh) + " or it was too small to keep",
+                       two(f.box_thresh) + " or it was too small to keep",
                    "try a lower --box-thresh (e.g. 0.5), and --size as in training"});
   } else if (f.matched == 0) {
     out.push_back({"nothing_matches",

@@ -3,19 +3,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "harness/common/text.h"
 #include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 
 namespace {
-
-std::string fixed(double v, int digits = 3) {
-  std::ostringstream o;
-  o.setf(std::ios::fixed);
-  o.precision(digits);
-  o << v;
-  return o.str();
-}
 
 std::string yes_no(bool b) { return b ? "true" : "false"; }
 

@@ -563,14 +563,6 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
 
 namespace {
 
-std::string fixed(double v, int digits = 3) {
-  std::ostringstream o;
-  o.setf(std::ios::fixed);
-  o.precision(digits);
-  o << v;
-  return o.str();
-}
-
 // A run that trained without an error but whose validation says it learned
 // nothing, or forgot what it learned, or whose evaluator cannot be trusted.
 void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
