@@ -43,6 +43,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/resolutions.h"
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"
 #include "harness/supervisor/trial.h"
@@ -295,38 +296,22 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // Resolutions of the main trial's failure, tried as controls.
   if (o.verify_resolutions && stop_requested() == 0 && is_failure(r.trials.front().analysis.outcome)) {
     const FailureClass* cls = KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
-    const auto resolved = nlohmann::json::parse(resolved_json(s));
-    for (size_t k = 0; cls != nullptr && k < cls->checks.size(); ++k) {
-      if (stop_requested() != 0) break;
-      RunReport::ResolutionCheck check;
-      check.resolution = cls->checks[k].resolution;
-      bool changes = false;
-      const auto applied = check_overrides(cls->checks[k], resolved, &changes, &check.why_not);
-      const bool computable = applied.has_value();
-      if (applied) check.overrides = *applied;
-      if (!computable || !changes) {
-        check.verdict = "not applicable";  // it changes nothing here
-        r.resolution_checks.push_back(check);
-        continue;
-      }
-      auto trial_overrides = overrides;
-      trial_overrides.insert(trial_overrides.end(), check.overrides.begin(), check.overrides.end());
-      trial_overrides.push_back("controls=[]");
-      try {
+    if (cls != nullptr) {
+      const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
+        auto trial_overrides = overrides;
+        trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
         const Scenario rs = load_scenario(path, trial_overrides);
-        check.dir = "resolution-" + std::to_string(check.resolution + 1);
-        const auto t = run_one_trial(rs, "resolution " + std::to_string(check.resolution + 1), check.overrides,
-                                     out / check.dir, 200 + static_cast<int64_t>(k), o, p);
-        check.outcome = to_string(t.analysis.outcome);
-        check.klass = t.analysis.failure.klass;
-        check.verdict = t.analysis.outcome == Outcome::kUnresolved ? "unresolved"
-                        : is_failure(t.analysis.outcome)          ? "refuted"
-                                                                  : "confirmed";
-      } catch (const ScenarioError& e) {
-        check.verdict = "not applicable";  // the overrides do not fit this scenario
-        check.klass = one_line(e.what());
-      }
-      r.resolution_checks.push_back(check);
+        const std::string number = std::to_string(check.resolution + 1);
+        ResolutionRun result;
+        result.dir = "resolution-" + number;
+        const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
+                                     200 + static_cast<int64_t>(k), o, p);
+        result.outcome = t.analysis.outcome;
+        result.klass = t.analysis.failure.klass;
+        return result;
+      };
+      r.resolution_checks = try_resolutions(*cls, nlohmann::json::parse(resolved_json(s)), run,
+                                            [] { return stop_requested() != 0; });
     }
   }
   // Outcome of the run.

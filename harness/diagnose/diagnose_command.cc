@@ -24,6 +24,7 @@
 #include "harness/report/report.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/resolutions.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/worker_contract.h"
 
@@ -304,39 +305,22 @@ int diagnose_command(const DiagnoseOptions& o) {
     // confirmed or refuted among the next steps.
     const FailureClass* resolution_class = fails ? KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
                                                  : nullptr;
-    std::vector<RunReport::ResolutionCheck> resolution_checks;
+    std::vector<ResolutionCheck> resolution_checks;
     if (resolution_class != nullptr) {
-      const auto resolved = nlohmann::json::parse(resolved_json(s));
-      for (const auto& c : resolution_class->checks) {
-        RunReport::ResolutionCheck check;
-        check.resolution = c.resolution;
-        bool changes = false;
-        const auto applied = check_overrides(c, resolved, &changes, &check.why_not);
-        if (applied) check.overrides = *applied;
-        if (!applied || !changes) {
-          check.verdict = "not applicable";
-          resolution_checks.push_back(check);
-          continue;
-        }
-        auto with = check.overrides;
-        with.push_back("controls=[]");
-        try {
-          std::string label = "resolution " + std::to_string(c.resolution + 1) + ":";
-          for (const auto& o : check.overrides) label += " " + o;
-          const auto p = prober.probe(with, one_line(label));
-          check.outcome = to_string(p.analysis.outcome);
-          check.klass = p.analysis.failure.klass;
-          check.verdict = p.verdict == Verdict::kPass ? "confirmed" : p.verdict == Verdict::kFail ? "refuted" : "unresolved";
-          // A cached result names the folder of the run it reuses, when
-          // that run belongs to this diagnosis.
-          const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
-          check.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
-        } catch (const ScenarioError& e) {
-          check.verdict = "not applicable";
-          check.klass = one_line(e.what());
-        }
-        resolution_checks.push_back(check);
-      }
+      const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
+        std::string label = "resolution " + std::to_string(check.resolution + 1) + ":";
+        for (const auto& o : check.overrides) label += " " + o;
+        const auto p = prober.probe(with, one_line(label));
+        ResolutionRun result;
+        result.outcome = p.analysis.outcome;
+        result.klass = p.analysis.failure.klass;
+        // A cached result names the folder of the run it reuses, when that
+        // run belongs to this diagnosis.
+        const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
+        result.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
+        return result;
+      };
+      resolution_checks = try_resolutions(*resolution_class, nlohmann::json::parse(resolved_json(s)), run);
     }
 
     // Note [An injected failure says so]: a failure an emulated GPU fault

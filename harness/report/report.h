@@ -9,6 +9,7 @@
 #include "harness/report/ci_conventions.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/resolutions.h"
 
 namespace dbh::harness {
 
@@ -43,15 +44,7 @@ struct RunReport {
   Failure failure;
   DeterminismCheck determinism;
   /// A resolution of the failure's class tried as a control run.
-  struct ResolutionCheck {
-    size_t resolution = 0;               // 0-based, in the class's resolutions
-    std::vector<std::string> overrides;  // as applied (templates computed)
-    std::string outcome;                 // of the control run; "" when not applicable
-    std::string klass;                   // its failure class, if it failed
-    std::string verdict;                 // confirmed | refuted | not applicable | unresolved
-    std::string dir;                     // its trial folder, relative to the run's
-    std::string why_not;                 // not applicable: why it cannot tell here ("" = it changes nothing)
-  };
+  using ResolutionCheck = ::dbh::harness::ResolutionCheck;  // supervisor/resolutions.h
   std::vector<ResolutionCheck> resolution_checks;
   std::optional<bool> data_dependent;  // decided from the controls
   std::string data_dependent_reason;

@@ -204,12 +204,12 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
     std::string applied;
     for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
     std::string& line = lines[c.resolution];
-    if (c.verdict == "confirmed") {
+    if (c.verdict == ResolutionVerdict::kConfirmed) {
       line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + where(c.dir) + ")";
-    } else if (c.verdict == "refuted") {
+    } else if (c.verdict == ResolutionVerdict::kRefuted) {
       line += " — " + strong("refuted") + ": a run with " + code(applied) + " still " + c.outcome +
               (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + where(c.dir) + ")";
-    } else if (c.verdict == "unresolved") {
+    } else if (c.verdict == ResolutionVerdict::kUnresolved) {
       line += " — tried with " + code(applied) + ": the run could not tell (" + where(c.dir) + ")";
     } else if (!c.why_not.empty()) {
       line += " — not tried: " + c.why_not;
@@ -226,7 +226,7 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
 nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::ResolutionCheck>& checks) {
   auto out = nlohmann::ordered_json::array();
   for (const auto& c : checks) {
-    out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", c.verdict},
+    out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", to_string(c.verdict)},
                    {"outcome", c.outcome}, {"class", c.klass}, {"dir", c.dir}});
     if (!c.why_not.empty()) out.back()["why_not"] = c.why_not;
   }

@@ -1,0 +1,54 @@
+#include "harness/supervisor/resolutions.h"
+
+#include "harness/common/error.h"
+#include "harness/common/text.h"
+
+namespace dbh::harness {
+
+std::string to_string(ResolutionVerdict v) {
+  switch (v) {
+    case ResolutionVerdict::kConfirmed: return "confirmed";
+    case ResolutionVerdict::kRefuted: return "refuted";
+    case ResolutionVerdict::kUnresolved: return "unresolved";
+    case ResolutionVerdict::kNotApplicable: return "not applicable";
+  }
+  return "not applicable";
+}
+
+ResolutionVerdict resolution_verdict(Outcome o) {
+  // A run cut short, or one this machine could not run, says nothing.
+  if (o == Outcome::kUnresolved || o == Outcome::kSkipped) return ResolutionVerdict::kUnresolved;
+  return is_failure(o) ? ResolutionVerdict::kRefuted : ResolutionVerdict::kConfirmed;
+}
+
+std::vector<ResolutionCheck> try_resolutions(const FailureClass& cls, const nlohmann::json& resolved,
+                                             const RunResolution& run, const std::function<bool()>& stop) {
+  std::vector<ResolutionCheck> checks;
+  for (size_t k = 0; k < cls.checks.size(); ++k) {
+    if (stop()) break;
+    ResolutionCheck check;
+    check.resolution = cls.checks[k].resolution;
+    bool changes = false;
+    const auto applied = check_overrides(cls.checks[k], resolved, &changes, &check.why_not);
+    if (applied) check.overrides = *applied;
+    if (!applied || !changes) {
+      checks.push_back(check);  // not applicable: it changes nothing here, or cannot tell
+      continue;
+    }
+    auto with = check.overrides;
+    with.push_back("controls=[]");
+    try {
+      const ResolutionRun r = run(check, with, k);
+      check.outcome = to_string(r.outcome);
+      check.klass = r.klass;
+      check.dir = r.dir;
+      check.verdict = resolution_verdict(r.outcome);
+    } catch (const ScenarioError& e) {
+      check.klass = one_line(e.what());  // the overrides do not fit this scenario
+    }
+    checks.push_back(check);
+  }
+  return checks;
+}
+
+}  // namespace dbh::harness
