@@ -595,7 +595,7 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
     throw ScenarioError("bisect steps: expected " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " 1, got " +
                         std::to_string(s.repeat.in_process));
   }
-  const int64_t n = s.train.stop_after > 0 ? std::min(s.train.stop_after, s.train.max_steps) : s.train.max_steps;
+  const int64_t n = s.train.last_step();
   // At most 8 checkpoints (one is about as large as the model and its
   // optimizer state), at least 2 steps apart: replaying a step is cheaper than
   // writing and loading one.

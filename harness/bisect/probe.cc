@@ -375,7 +375,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
     p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
     const auto t0 = std::chrono::steady_clock::now();
     // Note [A probe never runs in silence].
-    const int64_t steps_total = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+    const int64_t steps_total = s.train.last_step();
     int64_t steps_done = 0;
     std::optional<ProgressLine> line;
     if (!quiet_) line.emplace(std::cout, isatty(STDOUT_FILENO) != 0, 0.0);

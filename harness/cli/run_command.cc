@@ -65,7 +65,7 @@ struct Printer {
 TrialRecord run_one_trial(const Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
-  const int64_t total = s.train.max_steps;
+  const int64_t total = s.train.last_step();
   auto on_event = [&](const Event& e) {
     if (p.quiet) return;
     if (e.type == event::kStepEnd) {

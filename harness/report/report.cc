@@ -370,7 +370,11 @@ std::string report_markdown(const RunReport& r) {
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "
         "the command above.\n\n";
   md << "## Expected Behavior\n\n";
-  md << "Training completes " << s.train.max_steps << " steps"
+  md << "Training completes " << s.train.last_step() << " steps"
+     << (s.train.last_step() < s.train.max_steps
+             ? " (it stops there, " + std::string(DBH_SCENARIO_KEY(train.stop_after)) + ", in a schedule of " +
+                   std::to_string(s.train.max_steps) + ")"
+             : std::string())
      << (s.repeat.in_process > 1 ? " in each of " + std::to_string(s.repeat.in_process) + " in-process runs" : "")
      << " with finite batches, activations, losses and gradients";
   if (s.expect.outcome != "passed") {

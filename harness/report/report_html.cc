@@ -276,7 +276,7 @@ std::string report_html(const RunReport& r) {
                                              : "<span class=\"unmet\">not met</span>");
   if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
   h << "</td></tr>\n"
-    << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.max_steps << "</td></tr>\n"
+    << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.last_step() << "</td></tr>\n"
     << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
     << esc(peak_memory_kind(main)) << ")</td></tr>\n";
   if (r.data_dependent) {

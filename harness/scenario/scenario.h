@@ -71,6 +71,9 @@ struct TrainConfig {
   /// Stop after this many steps (0 = max_steps) without changing the
   /// schedule, which still runs to max_steps (bisect steps).
   int64_t stop_after = 0;
+  /// The step training stops after: stop_after when set, else max_steps.
+  /// Every count of "steps to run" reads this one value.
+  int64_t last_step() const { return stop_after > 0 && stop_after < max_steps ? stop_after : max_steps; }
   /// train: the training loop; ops: basic tensor operations on the device
   /// only (the first rung of `dbh diagnose`).
   std::string mode = "train";

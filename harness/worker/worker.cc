@@ -299,7 +299,7 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
       return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected,
                               "one of another model (" + state.summary() + ")"};
     }
-    const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+    const int64_t last = s.train.last_step();
     if (state.step >= last) {
       return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from),
                               "a checkpoint before step " + std::to_string(last) + " (" +
@@ -495,7 +495,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
       faults.on_start();
       model::Trainer trainer(net, train_options(s));
       faults.set_optimizer(&trainer.optimizer());
-      const int64_t last = s.train.stop_after > 0 ? s.train.stop_after : s.train.max_steps;
+      const int64_t last = s.train.last_step();
       if (!s.train.resume_from.empty()) {
         trainer.load_checkpoint(s.train.resume_from);
         // A checkpoint at or past the last step leaves nothing to run: a

@@ -555,6 +555,24 @@ TEST(RunCommandTest, ACudaSettingOnACpuRunIsSaidToBeUntested) {
   fs::remove_all(dir);
 }
 
+// A run that stops early (train.stop_after, as bisect's replays do) counts
+// its steps against where it stops, not the schedule's end: progress, the
+// pages' "steps completed" and their expected behaviour agree.
+TEST(RunCommandTest, AnEarlyStopIsTheLastStepEverywhere) {
+  const fs::path dir = fresh_dir("stop-after");
+  write_text(dir / "s.yaml", "name: stop-early\n" + base_include() + "train:\n  max_steps: 4\n  stop_after: 2\n");
+  const auto r = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("step   2/2 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("/4 "), std::string::npos) << r.out;
+  EXPECT_NE(read_text(dir / "out" / "report.html").find("<th>Steps completed</th><td>2 of 2</td>"), std::string::npos);
+  EXPECT_NE(read_text(dir / "out" / "report.md")
+                .find("Training completes 2 steps (it stops there, train.stop_after, in a schedule of 4)"),
+            std::string::npos)
+      << read_text(dir / "out" / "report.md");
+  fs::remove_all(dir);
+}
+
 // --- suite and list -----------------------------------------------------------------
 
 TEST(SuiteCommandTest, RunsAFolderAndCountsExpectations) {

@@ -310,3 +310,20 @@ TEST(ScenarioKeys, CudaOnlySettingsOnTheCpuAreNamed) {
 
 }  // namespace
 }  // namespace dbh::harness
+
+namespace dbh::harness {
+namespace {
+
+// The step training stops after: stop_after when it cuts the schedule short.
+TEST(TrainConfig, LastStepIsStopAfterOrMaxSteps) {
+  TrainConfig t;
+  t.max_steps = 6;
+  EXPECT_EQ(t.last_step(), 6);
+  t.stop_after = 3;
+  EXPECT_EQ(t.last_step(), 3);
+  t.stop_after = 6;
+  EXPECT_EQ(t.last_step(), 6);
+}
+
+}  // namespace
+}  // namespace dbh::harness
