@@ -270,9 +270,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // A CUDA setting on a CPU run changes nothing: say so, so a pass is not
   // read as "cudnn_benchmark=true works".
   if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-    std::string keys;
-    for (const auto& k : set) keys += (keys.empty() ? "" : " ") + k;
-    p.line("  note: " + keys + (set.size() == 1 ? " configures" : " configure") + " CUDA; this run on " +
+    p.line("  note: " + join(set, " ") + (set.size() == 1 ? " configures" : " configure") + " CUDA; this run on " +
            s.hardware.device + " does not test " + (set.size() == 1 ? "it" : "them"));
   }
   // Main trial (and repeated processes). After a stop request (SIGINT,

@@ -348,9 +348,7 @@ std::string report_markdown(const RunReport& r) {
        << (s.hardware.cudnn_benchmark ? "on" : "off") << ", deterministic " << (s.hardware.cudnn_deterministic ? "on" : "off")
        << "; TF32 " << (s.hardware.allow_tf32 ? "allowed" : "off") << "\n";
   } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-    std::string keys;
-    for (const auto& k : set) keys += (keys.empty() ? "" : ", ") + k;
-    md << "- Not tested on the CPU: " << markdown_inline(keys)
+    md << "- Not tested on the CPU: " << markdown_inline(join(set))
        << " (CUDA settings; only a run on a GPU shows their effect)\n";
   }
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {

@@ -348,9 +348,7 @@ std::string report_html(const RunReport& r) {
                                 (s.hardware.cudnn_deterministic ? "on" : "off") + "; TF32 " +
                                 (s.hardware.allow_tf32 ? "allowed" : "off"));
     } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-      std::string keys;
-      for (const auto& k : set) keys += (keys.empty() ? "" : ", ") + k;
-      row("Not tested on the CPU", keys + " (CUDA settings; only a run on a GPU shows their effect)");
+      row("Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)");
     }
   }
   if (!r.inputs_manifest.empty()) {

@@ -461,9 +461,6 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
   // An external worker (Note [The worker contract]) trains the user's own
   // model with its own settings: dbh's layout and threads do not apply.
   if ((!auto_layout && !auto_threads) || s.train.mode != "train" || s.worker.external()) return nullptr;
-  // One answer per setup for the whole dbh process: every trial of a run,
-  // its repeats and controls, every probe of a search gets the same values,
-  // even when the cache changes meanwhile or cannot be written.
   // A CUDA scenario on a machine without an NVIDIA GPU is skipped: nothing
   // to measure, and no "measuring" line before the skip.
   if (s.hardware.device.rfind("cuda", 0) == 0 && !nvidia_gpu_present()) {
@@ -472,6 +469,9 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
     apply_record(record, s);
     return record;
   }
+  // One answer per setup for the whole dbh process: every trial of a run,
+  // its repeats and controls, every probe of a search gets the same values,
+  // even when the cache changes meanwhile or cannot be written.
   static std::mutex mu;
   static std::map<std::string, json> answered;
   const std::string key = tuning_key(s);
