@@ -7,7 +7,7 @@
 #
 # Writes OUT_DIR/{harness,loader,bisect}_<device>.json (Google Benchmark JSON),
 # OUT_DIR/machine.json (CPU, instruction sets, GPU) and OUT_DIR/table.md. DBH_BENCH_DEVICE=cuda measures the training steps on
-# the GPU; DBH_BENCH_QUICK=1 takes one repetition instead of five (a smoke
+# the GPU; DBH_BENCH_REPS=N takes N repetitions instead of five, DBH_BENCH_QUICK=1 one (a smoke
 # check, not a measurement). DBH_BENCH_BIN=DIR takes dbh and dbh_benchmarks
 # from DIR instead of building the dev preset, DBH_BENCH_PYTHON a Python with
 # torch other than .venv's (both for the GPU machine: scripts/gpu-check.sh bench).
@@ -22,7 +22,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 out="${1:-$root/build/bench}"
 device="${DBH_BENCH_DEVICE:-cpu}"
-reps=5
+reps="${DBH_BENCH_REPS:-5}"
+[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "bench: DBH_BENCH_REPS=$reps: expected a whole number of repetitions" >&2; exit 2; }
 [[ "${DBH_BENCH_QUICK:-0}" == 1 ]] && reps=1
 bin="${DBH_BENCH_BIN:-}"
 if [[ -z $bin ]]; then

@@ -20,6 +20,14 @@
 #                                  find an engine" appear for real? (about 2 min per budget)
 #   scripts/gpu-check.sh all       build, pack, qualify, diagnose, sanitize, bench (each part's
 #                                  time in the summary; the dry run checks every verb)
+#   scripts/gpu-check.sh VERB VERB…  several parts in one call, in that order
+#
+# DBH_GPU_DEADLINE=S: the whole call ends within S seconds: each part runs
+# under what is left of it (a part cut there is noted "cut"), the parts after
+# it are noted "not run", and the results are still packed. The GPU machine
+# ends a command after 600 s and sends back nothing of a killed one's $OUT
+# that was not written yet, so give it a deadline below that, with a minute
+# left for packing (a qualification's probes hold thousands of files).
 #
 # DBH_GPU_DRY_RUN=1 (on any machine, no GPU needed): every step checks its
 # commands instead of running them: each scenario it runs loads with its
@@ -189,7 +197,7 @@ PY
 
 qualify() {
   deps
-  local p t0
+  local p t0 rc
   for p in ${DBH_GPU_PROFILES:-rtx3060-12gb t4-16gb}; do
     t0=$SECONDS
     rm -rf "$work/qualify-$p"
@@ -198,8 +206,9 @@ qualify() {
     dbh qualify scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" \
       --out "$work/qualify-$p" \
       >"$logs/qualify-$p.log" 2>&1
+    rc=$?
     [[ $dry == 1 ]] && continue
-    note "qualify $p: exit $? in $((SECONDS - t0)) s"
+    note "qualify $p: exit $rc in $((SECONDS - t0)) s"
     grep -iE 'trials|largest|recommend' "$logs/qualify-$p.log" | head -8 | tee -a "$summary"
   done
 }
@@ -241,8 +250,9 @@ diagnose() {
   local t0=$SECONDS
   rm -rf "$work/diagnose"
   dbh diagnose scenarios/gpu/seed-000-illegal-instruction.yaml --out "$work/diagnose" >"$logs/diagnose.log" 2>&1
+  local rc=$?
   [[ $dry == 1 ]] && return 0
-  note "diagnose gpu/seed-000-illegal-instruction: exit $? in $((SECONDS - t0)) s"
+  note "diagnose gpu/seed-000-illegal-instruction: exit $rc in $((SECONDS - t0)) s"
   tail -25 "$logs/diagnose.log"
 }
 
@@ -252,13 +262,15 @@ sanitize() {
   deps
   local t0=$SECONDS
   rm -rf "$work/sanitize"
+  # A fixed layout and thread count: measuring the `auto` ones under memcheck
+  # took minutes on an H100 (every kernel runs instrumented).
+  local args=(scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1 train.channels_last=false train.threads=0)
   if [[ $dry == 1 ]]; then
-    dbh run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1
+    dbh run "${args[@]}"
     return 0
   fi
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" compute-sanitizer --tool memcheck --target-processes all \
-    --error-exitcode 86 "$bin_dir/dbh" run scenarios/gpu/cudnn-benchmark.yaml train.max_steps=1 \
-    --out "$work/sanitize" >"$logs/sanitize.log" 2>&1
+    --error-exitcode 86 "$bin_dir/dbh" run "${args[@]}" --out "$work/sanitize" >"$logs/sanitize.log" 2>&1
   note "compute-sanitizer memcheck, one step: exit $? in $((SECONDS - t0)) s"
   grep -E 'ERROR SUMMARY' "$logs/sanitize.log" | tail -3 | tee -a "$summary"
 }
@@ -278,9 +290,12 @@ bench() {
     dbh run tests/bench/scenarios/step-640.yaml hardware.device=cuda
     return 0
   fi
-  cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; return 1; }
-  build dbh dbh_benchmarks
-  deps
+  # A carried build (DBH_GPU_BIN) brings its own dbh_benchmarks.
+  if [[ ! -x $bin_dir/dbh_benchmarks ]]; then
+    cmake -DDBH_BUILD_BENCHMARKS=ON "$build_dir" >>"$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; return 1; }
+    build dbh dbh_benchmarks
+    deps
+  fi
   local t0=$SECONDS
   LD_LIBRARY_PATH="$DBH_RUN_LIBS" DBH_BENCH_DEVICE=cuda DBH_BENCH_BIN="$bin_dir" DBH_BENCH_PYTHON=python3 \
     DBH_BENCH_PARTS="${DBH_BENCH_PARTS:-steps,throughput}" DBH_BENCH_REPS="${DBH_BENCH_REPS:-3}" \
@@ -307,6 +322,13 @@ own() {
     mkdir -p "$shim"
     printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec python3 "$@"\n' >"$shim/python"
     chmod +x "$shim/python"
+    # Hydra and its two dependencies, where the machine lacks them, from the
+    # wheels carried in .whl/ (no package registry there).
+    if ! python3 -c 'import hydra' 2>/dev/null && compgen -G '.whl/*.whl' >/dev/null; then
+      python3 -m pip install --quiet --no-index --no-deps --target "$work/pylib" .whl/*.whl >"$logs/own-wheels.log" 2>&1 ||
+        { note "own: installing .whl/*.whl failed: $(tail -c 300 "$logs/own-wheels.log")"; return 1; }
+      export PYTHONPATH="$work/pylib${PYTHONPATH:+:$PYTHONPATH}"
+    fi
   fi
   local run_own
   run_own() {
@@ -354,14 +376,15 @@ noengine() {
   # cuDNN's autotuning costs about two minutes per run, so this verb is not
   # part of `all`.
   deps
-  local b t0
+  local b t0 rc
   for b in ${DBH_GPU_NOENGINE_BUDGETS:-11.0GiB 10.6GiB}; do
     t0=$SECONDS
     rm -rf "$work/noengine-$b"
     dbh run scenarios/gpu/seed-003-rtx3060.yaml data.batch_size=8 train.max_steps=1 hardware.memory_budget="$b" \
       --out "$work/noengine-$b" >"$logs/noengine-$b.log" 2>&1
+    rc=$?
     [[ $dry == 1 ]] && continue
-    note "noengine, budget $b: exit $? in $((SECONDS - t0)) s"
+    note "noengine, budget $b: exit $rc in $((SECONDS - t0)) s"
     python3 - "$work/noengine-$b/report.json" <<'PY' | tee -a "$summary"
 import json, sys
 try:
@@ -376,26 +399,32 @@ PY
 
 # The results' trip back: at most 8 files of at most 16 MiB in $OUT
 # (summary.txt, the bench table and gpu-results.tar.gz with every report, log
-# and JSON); the largest files are left out of the archive, and named, until
-# it fits.
+# and JSON; the training's overlay images stay behind); the largest files are
+# left out of the archive, and named, until it fits.
 pack_results() {
   if [[ $dry == 1 ]]; then
     check "tar can pack $work" sh -c "tar -C '$work' -czf /dev/null ."
     return 0
   fi
   local limit=$((16 * 1024 * 1024)) excludes=() big
+  rm -f "$out/left-out.txt"
   [[ -f $work/bench/table.md ]] && cp "$work/bench/table.md" "$out/bench-table.md"
   # Largest first: the candidates to leave out if the archive is too big.
   mapfile -t big < <(find "$work" -type f ! -name '*.pt' ! -name fault_probe ! -path '*/checkpoints/*' \
-    -printf '%s %P\n' | sort -rn | cut -d' ' -f2-)
-  local i=0
+    ! -path '*/overlays/*' -printf '%s %P\n' | sort -rn | cut -d' ' -f2-)
+  # Left out in doubling groups (1, 2, 4, … of the largest), so a run of
+  # thousands of files is packed in a few passes, not one pass per file.
+  local i=0 group=1 j
   while :; do
     tar -C "$work" -czf "$out/gpu-results.tar.gz" --exclude='*.pt' --exclude='checkpoints' --exclude='fault_probe' \
-      "${excludes[@]}" . 2>/dev/null
+      --exclude='overlays' "${excludes[@]}" . 2>/dev/null
     (($(stat -c %s "$out/gpu-results.tar.gz") <= limit)) || ((i >= ${#big[@]})) && break
-    note "left out of gpu-results.tar.gz (16 MiB limit): ${big[i]}"
-    excludes+=("--exclude=./${big[i]}")
-    i=$((i + 1))
+    for ((j = 0; j < group && i < ${#big[@]}; j++, i++)); do
+      echo "${big[i]}" >>"$out/left-out.txt"
+      excludes+=("--exclude=./${big[i]}")
+    done
+    note "left out of gpu-results.tar.gz (16 MiB limit): the $i largest files (named in left-out.txt)"
+    group=$((group * 2))
   done
   du -h "$out/gpu-results.tar.gz" | tee -a "$summary"
   local n
@@ -411,29 +440,61 @@ part() {
   note "time: $1 $((SECONDS - t0)) s"
 }
 
-verb="${1:-all}"
-shift || true
+all_verbs=" build pack qualify tests probe diagnose sanitize bench noengine own "
+usage() {
+  echo "usage: scripts/gpu-check.sh {build [TARGET…]|VERB [VERB…]|all}; verbs:$all_verbs" >&2
+  exit 2
+}
+# One part on its own (what a call with a deadline runs under `timeout`).
+if [[ ${1:-} == --one ]]; then
+  part "$2"
+  exit
+fi
 run_start=$SECONDS
-case "$verb" in
-  build) part build "$@" ;;
-  pack) part pack; pack_results ;;
-  qualify) part qualify; pack_results ;;
-  tests) part tests ;;
-  probe) part probe ;;
-  diagnose) part diagnose; pack_results ;;
-  sanitize) part sanitize; pack_results ;;
-  bench) part bench; pack_results ;;
-  noengine) part noengine; pack_results ;;
-  own) part own; pack_results ;;
-  # The GPU integration tests run the same scenarios as the pack with more
-  # checks: `tests` on its own, when the time is there.
-  all)
-    part build; part pack; part qualify; part diagnose; part sanitize; part bench
-    # The dry run checks the verbs `all` leaves out too.
-    [[ $dry == 1 ]] && { tests; probe; noengine; own; }
-    pack_results ;;
-  *) echo "usage: scripts/gpu-check.sh {build|pack|qualify|tests|probe|diagnose|sanitize|bench|noengine|own|all}" >&2; exit 2 ;;
-esac
+deadline="${DBH_GPU_DEADLINE:-}"
+[[ -z $deadline || $deadline =~ ^[0-9]+$ ]] || { echo "gpu-check: DBH_GPU_DEADLINE=$deadline: expected whole seconds" >&2; exit 2; }
+# Runs one part; under a deadline in a child that `timeout` ends, so a part
+# that overruns leaves time to pack what the others wrote.
+run_part() {
+  if [[ -z $deadline || $dry == 1 ]]; then
+    part "$@"
+    return
+  fi
+  local left=$((deadline - (SECONDS - run_start)))
+  if ((left < 15)); then
+    note "not run: $1 (DBH_GPU_DEADLINE=$deadline s reached)"
+    return
+  fi
+  local t0=$SECONDS rc
+  timeout -k 10 "$left" "${BASH_SOURCE[0]}" --one "$1"
+  rc=$?
+  ((rc == 124 || rc == 137)) && note "cut: $1 after $((SECONDS - t0)) s (DBH_GPU_DEADLINE=$deadline s)"
+  return 0
+}
+verbs=("${@:-all}")
+if [[ ${verbs[0]} == build ]] && ((${#verbs[@]} > 1)) && [[ $all_verbs != *" ${verbs[1]} "* ]]; then
+  # build TARGET…: those targets instead of dbh.
+  part build "${verbs[@]:1}"
+  verbs=()
+fi
+for v in "${verbs[@]}"; do
+  [[ $v == all || $all_verbs == *" $v "* ]] || usage
+done
+packed=0
+for v in "${verbs[@]}"; do
+  case "$v" in
+    # The GPU integration tests run the same scenarios as the pack with more
+    # checks: `tests` on its own, when the time is there.
+    all)
+      for p in build pack qualify diagnose sanitize bench; do run_part "$p"; done
+      # The dry run checks the verbs `all` leaves out too.
+      [[ $dry == 1 ]] && { tests; probe; noengine; own; }
+      packed=1 ;;
+    build|tests|probe) run_part "$v" ;;
+    *) run_part "$v"; packed=1 ;;
+  esac
+done
+((packed)) && pack_results
 [[ $dry == 1 ]] || note "time: total $((SECONDS - run_start)) s (a command may run 600 s on the GPU machine)"
 echo "---- summary ($(hostname), $(date -u +%FT%TZ))"
 cat "$summary"

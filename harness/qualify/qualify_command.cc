@@ -254,13 +254,14 @@ int qualify_command(const QualifyOptions& o) {
       double bytes_per_sample = 0;
       int64_t fixed_bytes = 0;
       bool max_measured = false;  // a trial ran at max_batch (else the model predicted it)
+      int64_t context = 0;        // CUDA: memory in use before the allocator (context, libraries)
     };
     std::vector<Rec> recs;
     for (const auto& precision : precisions) {
       Rec rec;
       rec.precision = precision;
       std::map<int64_t, Trial> seen;
-      int64_t context = 0;  // CUDA: memory in use before the allocator (context, libraries)
+      int64_t& context = rec.context;
       auto measure = [&](int64_t b) {
         const auto p = prober.probe(trial_overrides(b, 1, precision, margined),
                                     precision + " batch " + std::to_string(b) + " (margined budget)");
@@ -277,6 +278,20 @@ int qualify_command(const QualifyOptions& o) {
         const auto v = measure(b).verdict;
         return v == Verdict::kUnknown ? Verdict::kFail : v;
       };
+      // Note [The margin holds for the answer]: a confirmation runs under
+      // the full budget, so that a batch the margined search predicted is
+      // known to train; it is the answer only when its peak, with what was in
+      // use before the allocator, leaves the margin free. Else (an H100 run of
+      // seed 003: 8 × 2 peaked at 11.0 GiB plus 0.6 GiB of context on a
+      // 12 GiB card whose margin keeps 1.2 GiB free) the search goes on below it.
+      auto keeps_margin = [&](const Trial& t) {
+        if (t.peak + context <= margined) return true;
+        rec.how += std::string(rec.how.empty() ? "" : "; ") + std::to_string(t.batch) + " × " +
+                   std::to_string(t.accumulation) + " trained, but its peak of " + format_bytes(t.peak) +
+                   (context > 0 ? " (plus " + format_bytes(context) + " in use before the allocator)" : "") +
+                   " left less than the margin free (" + format_bytes(margined) + " usable)";
+        return false;
+      };
       auto confirm = [&](int64_t batch) {
         const int64_t accumulation = effective / batch;
         // A confirmation runs fresh: never answered from a cache.
@@ -286,7 +301,7 @@ int qualify_command(const QualifyOptions& o) {
         ++rec.probes;
         rec.confirm = to_trial(p, batch, accumulation, precision);
         rec.confirm.peak = peak_of(p);
-        rec.confirmed = rec.confirm.passed;
+        rec.confirmed = rec.confirm.passed && keeps_margin(rec.confirm);
         return rec.confirmed;
       };
       // The largest divisor of the effective batch up to `b` keeps batch ×
@@ -354,7 +369,7 @@ int qualify_command(const QualifyOptions& o) {
                             effective / batch == source.train.accumulation;
         if (reused && source_trial.passed) {
           rec.confirm = source_trial;
-          rec.confirmed = true;
+          rec.confirmed = keeps_margin(source_trial);
         } else {
           confirm(batch);
         }
@@ -367,7 +382,12 @@ int qualify_command(const QualifyOptions& o) {
         // when the effective batch is 1), and is then the answer.
         const auto r = find_first_failing(1, effective, fails, /*check_ends=*/true);
         max_batch = r.first_fail ? *r.first_fail - 1 : effective;
-        if (max_batch > 0) confirm(divisor_up_to(max_batch));
+        if (max_batch > 0) {
+          // A confirmation that trained past the margin (Note [The margin
+          // holds for the answer]) tries the next smaller divisor.
+          int64_t b = divisor_up_to(max_batch);
+          while (!confirm(b) && rec.confirm.passed && b > 1) b = divisor_up_to(b - 1);
+        }
       }
       rec.max_batch = rec.confirmed ? max_batch : 0;
       if (rec.max_batch > 0) {
@@ -475,7 +495,7 @@ int qualify_command(const QualifyOptions& o) {
       md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
          << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
          << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
-         << format_bytes(budget - best->confirm.peak) << " of headroom.\n\n";
+         << format_bytes(budget - best->context - best->confirm.peak) << " of headroom.\n\n";
     } else if (!other_failure.empty()) {
       md << "Not answered: training fails for a reason other than memory (`" << other_failure
          << "`), so whether a batch fits the budget was not measured. Fix that first (`dbh diagnose`).\n\n";
@@ -501,7 +521,7 @@ int qualify_command(const QualifyOptions& o) {
     for (const auto& r : recs) {
       md << "| " << r.precision << " | " << r.max_batch << (r.max_batch && !r.max_measured ? " (predicted)" : "") << " | "
          << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
-         << " | " << (r.max_batch ? format_bytes(budget - r.at_max.peak) : "-") << " | "
+         << " | " << (r.max_batch ? format_bytes(budget - r.context - r.at_max.peak) : "-") << " | "
          << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
          << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
          << " | " << (r.confirmed ? "yes" : "no") << " |\n";
@@ -579,7 +599,7 @@ int qualify_command(const QualifyOptions& o) {
     if (qualifies) {
       j["recommendation"] = {{"precision", best->precision}, {"batch", best->confirm.batch},
                              {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
-                             {"headroom_bytes", budget - best->confirm.peak}};
+                             {"headroom_bytes", budget - best->context - best->confirm.peak}};
     }
     j["measured_choices"] = ojson::parse(
         choices.is_null() ? "null" : choices.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -599,7 +619,7 @@ int qualify_command(const QualifyOptions& o) {
     if (qualifies) {
       std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("
                 << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "
-                << format_bytes(budget - best->confirm.peak);
+                << format_bytes(budget - best->context - best->confirm.peak);
     }
     if (!estimate_note.empty()) std::cout << " (host-memory estimate: no CUDA context, cuDNN workspace or allocator overhead)";
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
