@@ -86,6 +86,13 @@ void one_scenario(const char* command, const std::vector<std::string>& args, std
   if (!plain.empty()) *scenario = plain.front();
 }
 
+// A command's options and its positional words.
+template <class Options>
+struct OptionsAndWords {
+  Options options;
+  std::vector<std::string> args;
+};
+
 Command add_env(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("env", "Print LibTorch/CUDA/cuDNN/OpenCV versions, device, CPU, RAM, OS and kernel");
@@ -230,9 +237,7 @@ void add_run_options(CLI::App* cmd, h::RunOptions& ro) {
 }
 
 Command add_run(CLI::App& app) {
-  struct State {
-    h::RunOptions ro;
-    std::vector<std::string> args;
+  struct State : OptionsAndWords<h::RunOptions> {
     bool bisect_exit = false;
   };
   auto s = std::make_shared<State>();
@@ -241,13 +246,13 @@ Command add_run(CLI::App& app) {
                   "Scenario file, then dotted overrides (" +
                       h::override_text(DBH_SCENARIO_KEY(model.encoder), "resnet18") + " …)")
       ->required();
-  add_run_options(cmd, s->ro);
-  cmd->add_flag("--withhold-fault-records", s->ro.withhold_fault_records)->group("");
+  add_run_options(cmd, s->options);
+  cmd->add_flag("--withhold-fault-records", s->options.withhold_fault_records)->group("");
   cmd->add_flag("--bisect-exit", s->bisect_exit,
                 "Exit codes for git bisect run: 0 expectation met, 1 not met, 125 cannot test");
   return {cmd, [s] {
-            split_words(s->args, &s->ro.scenarios, &s->ro.overrides);
-            const int code = h::run_command(s->ro);
+            split_words(s->args, &s->options.scenarios, &s->options.overrides);
+            const int code = h::run_command(s->options);
             if (!s->bisect_exit) return code;
             // git bisect: 0 good, 1 bad, 125 skip; never a code > 127 (git would abort).
             return code == 0 ? 0 : code == 1 ? 1 : 125;
@@ -255,9 +260,7 @@ Command add_run(CLI::App& app) {
 }
 
 Command add_repeat(CLI::App& app) {
-  struct State {
-    h::RunOptions ro;
-    std::vector<std::string> args;
+  struct State : OptionsAndWords<h::RunOptions> {
     int64_t processes = 0, in_process = 0;
   };
   auto s = std::make_shared<State>();
@@ -268,9 +271,9 @@ Command add_repeat(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--in-process", s->in_process, "Runs in the same process")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
-  add_run_options(cmd, s->ro);
+  add_run_options(cmd, s->options);
   return {cmd, [s] {
-            auto& ro = s->ro;
+            auto& ro = s->options;
             split_words(s->args, &ro.scenarios, &ro.overrides);
             // A flag and an override of its key: the flag would silently win.
             for (const auto& [flag, given, key] :
@@ -335,12 +338,8 @@ void read_bisect_words(const std::vector<std::string>& args, h::BisectOptions& b
 }
 
 Command add_bisect(CLI::App& app) {
-  struct State {
-    h::BisectOptions bo;
-    std::vector<std::string> args;
-  };
-  auto s = std::make_shared<State>();
-  auto& bo = s->bo;
+  auto s = std::make_shared<OptionsAndWords<h::BisectOptions>>();
+  auto& bo = s->options;
   auto* cmd = app.add_subcommand(
       "bisect", "Bisect a failure to its step, module, samples, config difference or value boundary");
   cmd->add_option("KIND", bo.kind, "steps | modules | data | config | range")->required()
@@ -363,36 +362,28 @@ Command add_bisect(CLI::App& app) {
                 "steps, modules: write no checkpoints and replay every prefix from step 0");
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   return {cmd, [s] {
-            read_bisect_words(s->args, s->bo);
-            return h::bisect_command(s->bo);
+            read_bisect_words(s->args, s->options);
+            return h::bisect_command(s->options);
           }};
 }
 
 Command add_diagnose(CLI::App& app) {
-  struct State {
-    h::DiagnoseOptions dg;
-    std::vector<std::string> args;
-  };
-  auto s = std::make_shared<State>();
+  auto s = std::make_shared<OptionsAndWords<h::DiagnoseOptions>>();
   auto* cmd = app.add_subcommand(
       "diagnose", "Run the diagnosis ladder on a failing scenario: what works, what fails, ranked hypotheses");
   cmd->add_option("ARGS", s->args, "SCENARIO [key=value …]")->required();
-  cmd->add_option("--out", s->dg.out, "Output folder");
-  cmd->add_option("--cache", s->dg.cache_dir, "Probe cache folder");
-  cmd->add_flag("-q,--quiet", s->dg.quiet, "Print only the conclusion");
+  cmd->add_option("--out", s->options.out, "Output folder");
+  cmd->add_option("--cache", s->options.cache_dir, "Probe cache folder");
+  cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
   return {cmd, [s] {
-            one_scenario("diagnose", s->args, &s->dg.scenario, &s->dg.overrides);
-            return h::diagnose_command(s->dg);
+            one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
+            return h::diagnose_command(s->options);
           }};
 }
 
 Command add_qualify(CLI::App& app) {
-  struct State {
-    h::QualifyOptions qo;
-    std::vector<std::string> args;
-  };
-  auto s = std::make_shared<State>();
-  auto& qo = s->qo;
+  auto s = std::make_shared<OptionsAndWords<h::QualifyOptions>>();
+  auto& qo = s->options;
   auto* cmd = app.add_subcommand(
       "qualify", "Will training fit and stay stable on a target card? Largest batch per precision, recommendation");
   cmd->add_option("ARGS", s->args, "SCENARIO [key=value …]")->required();
@@ -407,7 +398,7 @@ Command add_qualify(CLI::App& app) {
   cmd->add_option("--cache", qo.cache_dir, "Probe cache folder");
   cmd->add_flag("-q,--quiet", qo.quiet, "Print only the verdict");
   return {cmd, [s] {
-            auto& qo = s->qo;
+            auto& qo = s->options;
             one_scenario("qualify", s->args, &qo.scenario, &qo.overrides);
             if (qo.profile.empty() == qo.budget.empty()) {
               throw h::UsageError(std::string("dbh qualify: expected --profile NAME or --budget SIZE, got ") +
@@ -418,12 +409,8 @@ Command add_qualify(CLI::App& app) {
 }
 
 Command add_suite(CLI::App& app) {
-  struct State {
-    h::RunOptions ro;
-    std::vector<std::string> args;
-  };
-  auto s = std::make_shared<State>();
-  auto& ro = s->ro;
+  auto s = std::make_shared<OptionsAndWords<h::RunOptions>>();
+  auto& ro = s->options;
   auto* cmd = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   cmd->add_option("ARGS", s->args, "Folders / scenario files, then key=value overrides for all")->required();
   add_run_options(cmd, ro);
@@ -434,8 +421,8 @@ Command add_suite(CLI::App& app) {
                   "Shard count for Kubernetes indexed Jobs (JOB_COMPLETION_INDEX names the shard)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   return {cmd, [s] {
-            split_words(s->args, &s->ro.scenarios, &s->ro.overrides);
-            return h::suite_command(s->ro);
+            split_words(s->args, &s->options.scenarios, &s->options.overrides);
+            return h::suite_command(s->options);
           }};
 }
 
