@@ -38,6 +38,8 @@
 #include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
+#include "harness/report/run_files.h"
+#include "harness/report/run_verdict.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -115,86 +117,6 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   return t;
 }
 
-void write_metrics(const fs::path& path, const TrialAnalysis& a) {
-  std::ostringstream csv;
-  csv << "run,step,loss,bce,l1,dice,lr,grad_norm,seconds,rss_bytes,loss_bits,hmean,precision,recall\n";
-  csv << std::setprecision(9);
-  for (const auto& s : a.steps) {
-    csv << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << "," << s.dice << ","
-        << s.lr << "," << s.grad_norm << "," << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
-    // A validation after this step (taken with step + 1 steps done).
-    const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const EvalRecord& r) {
-      return r.run == s.run && r.step == s.step + 1;
-    });
-    if (e != a.evals.end()) {
-      csv << "," << e->hmean << "," << e->precision << "," << e->recall << "\n";
-    } else {
-      csv << ",,,\n";
-    }
-  }
-  write_file_atomically(path.string(), csv.str());
-}
-
-DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
-  DeterminismCheck d;
-  d.checked = true;
-  d.processes = static_cast<int64_t>(trials.size());
-  int passed = 0;
-  for (const auto& t : trials) passed += t.analysis.outcome == Outcome::kPassed ? 1 : 0;
-  d.pass_rate = static_cast<double>(passed) / static_cast<double>(trials.size());
-  const auto& ref = trials.front().analysis;
-  for (size_t k = 1; k < trials.size(); ++k) {
-    const auto& other = trials[k].analysis;
-    const size_t n = std::min(ref.steps.size(), other.steps.size());
-    for (size_t i = 0; i < n; ++i) {
-      // Every micro-batch's loss and the gradient norm: with accumulation a
-      // divergence in an early micro-batch or in the backward pass shows at
-      // this step, not only through the next step's loss.
-      if (ref.steps[i].loss_bits != other.steps[i].loss_bits ||
-          ref.steps[i].micro_loss_bits != other.steps[i].micro_loss_bits ||
-          ref.steps[i].grad_norm_bits != other.steps[i].grad_norm_bits) {
-        d.identical = false;
-        if (!d.first_divergent_step || ref.steps[i].step < *d.first_divergent_step) {
-          d.first_divergent_step = ref.steps[i].step;
-          std::ostringstream s;
-          const auto& a = ref.steps[i];
-          const auto& b = other.steps[i];
-          s << "first divergence at step " << a.step << ": ";
-          size_t micro = 0;
-          while (micro < std::min(a.micro_loss_bits.size(), b.micro_loss_bits.size()) &&
-                 a.micro_loss_bits[micro] == b.micro_loss_bits[micro]) {
-            ++micro;
-          }
-          if (a.loss_bits != b.loss_bits || a.micro_loss_bits != b.micro_loss_bits) {
-            s << "total loss " << std::setprecision(9) << a.loss << " (process 1) vs " << b.loss << " (process "
-              << k + 1 << ")";
-            if (a.micro_loss_bits.size() > 1) s << ", first in micro-batch " << micro;
-          } else {
-            s << "the losses agree but the gradient norm differs, " << std::setprecision(9) << a.grad_norm
-              << " (process 1) vs " << b.grad_norm << " (process " << k + 1 << "): the backward pass diverged";
-          }
-          d.detail = s.str();
-        }
-        break;
-      }
-    }
-    if (d.identical && ref.run_checksums != other.run_checksums) {
-      d.identical = false;
-      d.detail = "per-step losses agree but final parameter checksums differ (process 1 vs " +
-                 std::to_string(k + 1) + ")";
-    }
-    if (ref.steps.size() != other.steps.size() && d.identical) {
-      d.identical = false;
-      d.detail = "processes completed different numbers of steps";
-    }
-  }
-  if (d.identical) {
-    d.detail = "per-step loss bit patterns and final parameter checksums are identical across " +
-               std::to_string(trials.size()) + " processes";
-    if (!ref.run_checksums.empty()) d.detail += " (checksum " + ref.run_checksums.back() + ")";
-  }
-  return d;
-}
 
 // The words of the command that reproduces a run of `s` from `scenario_path`.
 std::vector<std::string> repro_args(const Scenario& s, const std::string& scenario_path) {
@@ -312,54 +234,10 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
                                             [] { return stop_requested() != 0; });
     }
   }
-  // Outcome of the run.
+  // What the trials mean (Note [The run's verdicts]).
   const int stopped = stop_requested();
+  decide_run(r, processes, stopped);
   const auto& main = r.trials.front().analysis;
-  r.outcome = main.outcome;
-  r.failure = main.failure;
-  if (processes > 1 && stopped == 0) {
-    std::vector<TrialRecord> procs(r.trials.begin(), r.trials.begin() + processes);
-    r.determinism = compare_processes(procs);
-    if (!r.determinism.identical && r.outcome == Outcome::kPassed) {
-      r.outcome = Outcome::kNondeterministic;
-      r.failure.klass = "nondeterminism";
-      r.failure.step = r.determinism.first_divergent_step;
-      r.failure.message = r.determinism.detail;
-      r.failure.evidence.push_back(r.determinism.detail);
-    }
-  }
-  if (!s.controls.empty() && stopped == 0) {
-    std::vector<Outcome> controls;
-    for (size_t c = 0; c < s.controls.size(); ++c) {
-      controls.push_back(r.trials[static_cast<size_t>(processes) + c].analysis.outcome);
-    }
-    const ControlsAnswer answer = controls_answer(r.outcome, controls, s.controls,
-                                                  s.data.source + (s.data.path.empty() ? "" : " " + s.data.path));
-    r.data_dependent = answer.data_dependent;
-    r.data_dependent_reason = answer.reason;
-    if (!answer.evidence.empty()) r.failure.evidence.push_back(answer.evidence);
-  }
-  // Expectation (Note [One judge]): the main trial's evidence with the run's
-  // outcome and failure, the processes' comparison and the controls' answer.
-  Evidence evidence = evidence_of(main);
-  evidence.outcome = r.outcome;
-  evidence.failure_class = r.failure.klass;
-  evidence.failure_step = r.failure.step;
-  evidence.failure_module = r.failure.module;
-  if (r.determinism.checked) evidence.identical = r.determinism.identical;
-  evidence.data_dependent = r.data_dependent;
-  if (stopped != 0) evidence.interrupted_by = signal_name(stopped);
-  const Judgement judgement = judge(s.expect, evidence);
-  r.expectation_met = judgement.met();
-  r.expectation_why = judgement.why;
-  if (stopped != 0) {
-    // Stopped by a signal: what ran is written, but it is not a result.
-    r.outcome = Outcome::kUnresolved;
-    r.failure = Failure{};
-    r.failure.message = "interrupted by " + signal_name(stopped) + " before the run finished (" +
-                        std::to_string(r.trials.size()) + " trial(s) started)";
-    r.failure.evidence.push_back(r.failure.message);
-  }
   std::vector<std::string> repro = repro_args(s, path);
   if (r.not_run_here() && s.hardware.device != "cpu") {
     // How to run it here instead, as a command that runs as pasted.
@@ -388,55 +266,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   r.inputs_manifest = input_manifest(s).hash();
   for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Files.
-  write_metrics(out / "metrics.csv", main);
-  {
-    std::ifstream in(fs::path(r.trials.front().dir) / "events.jsonl", std::ios::binary);
-    std::ostringstream events;
-    events << in.rdbuf();
-    write_file_atomically((out / "events.jsonl").string(), events.str());
-  }
-  std::vector<double> loss, bce, l1, dice, rss;
-  for (const auto& st : main.steps) {
-    loss.push_back(st.loss), bce.push_back(st.bce), l1.push_back(st.l1), dice.push_back(st.dice);
-    rss.push_back(static_cast<double>(st.rss_bytes) / (1024.0 * 1024.0));
-  }
-  write_plot_png((out / "loss.png").string(), "loss parts per step: " + s.name, {"total", "bce", "l1", "dice"},
-                 {loss, bce, l1, dice}, "loss");
-  if (!main.evals.empty()) {
-    std::vector<double> hmean, precision, recall;
-    for (const auto& e : main.evals) {
-      hmean.push_back(e.hmean), precision.push_back(e.precision), recall.push_back(e.recall);
-    }
-    write_plot_png((out / "hmean.png").string(), "validation per evaluation: " + s.name,
-                   {"h-mean", "precision", "recall"}, {hmean, precision, recall}, "metric");
-  }
-  write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
-  // repro.sh is run by /bin/sh (dash reads no `$'…'`): POSIX single quotes,
-  // which keep every byte, a line break in a file name too. It runs the dbh
-  // that wrote it, or $DBH, and passes on its own arguments (`sh repro.sh
-  // --out /tmp/again train.lr=0.001`), as the printed repro line takes more.
-  std::string script_command = "\"$DBH\"";
-  for (size_t i = 1; i < repro.size(); ++i) script_command += " " + shell_quote_posix(repro[i]);
-  script_command += " \"$@\"";
-  write_file_atomically((out / "repro.sh").string(),
-                        "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) +
-                            "). DBH=/path/to/dbh sh repro.sh runs another dbh; arguments (--out DIR, key=value) "
-                            "are passed on.\nset -e\nDBH=${DBH:-" +
-                            shell_quote_posix(self_exe()) + "}\ncd " + shell_quote_posix(fs::current_path().string()) +
-                            "\nexec " + script_command + "\n");
-  fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
-                  fs::perm_options::add);
-  write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  write_file_atomically((out / "report.md").string(), report_markdown(r));
-  write_file_atomically((out / "report.html").string(), report_html(r));  // reads the files above
-  const fs::path sentinel = out / ".FAILURE";
-  if (is_failure(r.outcome) && stopped == 0) {
-    write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
-                                                 r.failure.message + "\n");
-  } else {
-    fs::remove(sentinel);
-  }
+  write_run_files(r, out, repro, stopped != 0);
   return r;
 }
 

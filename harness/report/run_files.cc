@@ -1,0 +1,95 @@
+#include "harness/report/run_files.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "harness/common/files.h"
+#include "harness/common/home.h"
+#include "harness/common/text.h"
+#include "harness/report/report_html.h"
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+namespace {
+
+// metrics.csv: a row per step, with the validation taken after it.
+void write_metrics(const fs::path& path, const TrialAnalysis& a) {
+  std::ostringstream csv;
+  csv << "run,step,loss,bce,l1,dice,lr,grad_norm,seconds,rss_bytes,loss_bits,hmean,precision,recall\n";
+  csv << std::setprecision(9);
+  for (const auto& s : a.steps) {
+    csv << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << "," << s.dice << ","
+        << s.lr << "," << s.grad_norm << "," << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
+    // A validation after this step (taken with step + 1 steps done).
+    const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const EvalRecord& r) {
+      return r.run == s.run && r.step == s.step + 1;
+    });
+    if (e != a.evals.end()) {
+      csv << "," << e->hmean << "," << e->precision << "," << e->recall << "\n";
+    } else {
+      csv << ",,,\n";
+    }
+  }
+  write_file_atomically(path.string(), csv.str());
+}
+
+}  // namespace
+
+void write_run_files(const RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
+                     bool interrupted) {
+  const Scenario& s = r.scenario;
+  const TrialAnalysis& main = r.trials.front().analysis;
+  write_metrics(out / "metrics.csv", main);
+  {
+    std::ifstream in(fs::path(r.trials.front().dir) / "events.jsonl", std::ios::binary);
+    std::ostringstream events;
+    events << in.rdbuf();
+    write_file_atomically((out / "events.jsonl").string(), events.str());
+  }
+  std::vector<double> loss, bce, l1, dice, rss;
+  for (const auto& st : main.steps) {
+    loss.push_back(st.loss), bce.push_back(st.bce), l1.push_back(st.l1), dice.push_back(st.dice);
+    rss.push_back(static_cast<double>(st.rss_bytes) / (1024.0 * 1024.0));
+  }
+  write_plot_png((out / "loss.png").string(), "loss parts per step: " + s.name, {"total", "bce", "l1", "dice"},
+                 {loss, bce, l1, dice}, "loss");
+  if (!main.evals.empty()) {
+    std::vector<double> hmean, precision, recall;
+    for (const auto& e : main.evals) {
+      hmean.push_back(e.hmean), precision.push_back(e.precision), recall.push_back(e.recall);
+    }
+    write_plot_png((out / "hmean.png").string(), "validation per evaluation: " + s.name,
+                   {"h-mean", "precision", "recall"}, {hmean, precision, recall}, "metric");
+  }
+  write_plot_png((out / "memory.png").string(), "host RSS per step (MiB): " + s.name, {"rss MiB"}, {rss}, "MiB");
+  // repro.sh is run by /bin/sh (dash reads no `$'…'`): POSIX single quotes,
+  // which keep every byte, a line break in a file name too. It runs the dbh
+  // that wrote it, or $DBH, and passes on its own arguments (`sh repro.sh
+  // --out /tmp/again train.lr=0.001`), as the printed repro line takes more.
+  std::string script_command = "\"$DBH\"";
+  for (size_t i = 1; i < repro.size(); ++i) script_command += " " + shell_quote_posix(repro[i]);
+  script_command += " \"$@\"";
+  write_file_atomically((out / "repro.sh").string(),
+                        "#!/bin/sh\n# Reproduces this run (" + one_line(s.name) +
+                            "). DBH=/path/to/dbh sh repro.sh runs another dbh; arguments (--out DIR, key=value) "
+                            "are passed on.\nset -e\nDBH=${DBH:-" +
+                            shell_quote_posix(self_exe()) + "}\ncd " + shell_quote_posix(fs::current_path().string()) +
+                            "\nexec " + script_command + "\n");
+  fs::permissions(out / "repro.sh", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                  fs::perm_options::add);
+  write_file_atomically((out / "report.json").string(), report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomically((out / "report.md").string(), report_markdown(r));
+  write_file_atomically((out / "report.html").string(), report_html(r));  // reads the files above
+  const fs::path sentinel = out / ".FAILURE";
+  if (is_failure(r.outcome) && !interrupted) {
+    write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
+                                                 r.failure.message + "\n");
+  } else {
+    fs::remove(sentinel);
+  }
+}
+
+}  // namespace dbh::harness

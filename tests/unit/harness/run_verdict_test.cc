@@ -1,0 +1,132 @@
+// Note [The run's verdicts]: what a run's trials mean, decided over values
+// without a process: the processes' comparison, the controls' answer, the
+// expectation and an interruption.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/report/report.h"
+#include "harness/report/run_verdict.h"
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+namespace {
+
+// A trial of `steps` steps whose loss bits are `bits` + the step.
+TrialRecord Trial(Outcome outcome, int64_t steps, uint32_t bits, const std::string& label = "main") {
+  TrialRecord t;
+  t.label = label;
+  t.analysis.outcome = outcome;
+  for (int64_t i = 0; i < steps; ++i) {
+    StepRecord st;
+    st.step = i;
+    st.loss = 1.0 / static_cast<double>(i + 1);
+    st.loss_bits = bits + static_cast<uint32_t>(i);
+    st.micro_loss_bits = {st.loss_bits};
+    st.grad_norm_bits = 7;
+    t.analysis.steps.push_back(st);
+  }
+  t.analysis.run_checksums = {"abc"};
+  return t;
+}
+
+RunReport Report(std::vector<TrialRecord> trials) {
+  RunReport r;
+  r.trials = std::move(trials);
+  return r;
+}
+
+TEST(RunVerdict, IdenticalProcessesMeetADeterminismExpectation) {
+  RunReport r = Report({Trial(Outcome::kPassed, 3, 100), Trial(Outcome::kPassed, 3, 100, "process 2")});
+  r.scenario.expect.deterministic = true;
+  decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, Outcome::kPassed);
+  EXPECT_TRUE(r.determinism.checked);
+  EXPECT_TRUE(r.determinism.identical);
+  EXPECT_NE(r.determinism.detail.find("identical across 2 processes (checksum abc)"), std::string::npos)
+      << r.determinism.detail;
+  EXPECT_TRUE(r.expectation_met);
+}
+
+TEST(RunVerdict, PassingProcessesThatPartAreNondeterministicAtTheFirstStepThatDiffers) {
+  TrialRecord other = Trial(Outcome::kPassed, 4, 100, "process 2");
+  other.analysis.steps[2].loss_bits += 1;
+  other.analysis.steps[2].micro_loss_bits = {other.analysis.steps[2].loss_bits};
+  other.analysis.steps[3].loss_bits += 1;
+  RunReport r = Report({Trial(Outcome::kPassed, 4, 100), other});
+  r.scenario.expect.deterministic = true;
+  decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, Outcome::kNondeterministic);
+  EXPECT_EQ(r.failure.klass, "nondeterminism");
+  ASSERT_TRUE(r.failure.step.has_value());
+  EXPECT_EQ(*r.failure.step, 2);
+  EXPECT_NE(r.failure.message.find("first divergence at step 2"), std::string::npos) << r.failure.message;
+  EXPECT_FALSE(r.expectation_met);
+}
+
+TEST(RunVerdict, TheSameLossesWithAnotherGradientNormSayTheBackwardPassDiverged) {
+  TrialRecord other = Trial(Outcome::kPassed, 2, 100, "process 2");
+  other.analysis.steps[1].grad_norm_bits = 8;
+  RunReport r = Report({Trial(Outcome::kPassed, 2, 100), other});
+  decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, Outcome::kNondeterministic);
+  EXPECT_NE(r.determinism.detail.find("the backward pass diverged"), std::string::npos) << r.determinism.detail;
+}
+
+TEST(RunVerdict, DifferentChecksumsAloneAreNondeterminism) {
+  TrialRecord other = Trial(Outcome::kPassed, 2, 100, "process 2");
+  other.analysis.run_checksums = {"abd"};
+  RunReport r = Report({Trial(Outcome::kPassed, 2, 100), other});
+  decide_run(r, 2, 0);
+  EXPECT_FALSE(r.determinism.identical);
+  EXPECT_NE(r.determinism.detail.find("final parameter checksums differ"), std::string::npos);
+}
+
+TEST(RunVerdict, AFailingRunStaysItsFailureWhateverTheProcessesSay) {
+  TrialRecord main = Trial(Outcome::kDiverged, 2, 100);
+  main.analysis.failure.klass = "nonfinite_gradient";
+  RunReport r = Report({main, Trial(Outcome::kDiverged, 2, 200, "process 2")});
+  decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, Outcome::kDiverged);
+  EXPECT_EQ(r.failure.klass, "nonfinite_gradient");
+  EXPECT_FALSE(r.determinism.identical);  // compared, and said so
+}
+
+TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
+  TrialRecord main = Trial(Outcome::kDiverged, 2, 100);
+  main.analysis.failure.klass = "nonfinite_loss";
+  RunReport r = Report({main, Trial(Outcome::kPassed, 2, 100, "control 1")});
+  r.scenario.data.source = "real";
+  r.scenario.controls = {{"data.source=synthetic_boxes"}};
+  r.scenario.expect.outcome = "diverged";
+  r.scenario.expect.data_dependent = true;
+  decide_run(r, 1, 0);
+  ASSERT_TRUE(r.data_dependent.has_value());
+  EXPECT_TRUE(*r.data_dependent) << r.data_dependent_reason;
+  EXPECT_TRUE(r.expectation_met);
+}
+
+TEST(RunVerdict, AnInterruptedRunIsUnresolvedAndComparesNothing) {
+  // Stopped after the first of two processes: only the main trial exists.
+  RunReport r = Report({Trial(Outcome::kPassed, 1, 100)});
+  r.scenario.expect.deterministic = true;
+  decide_run(r, 2, SIGINT);
+  EXPECT_EQ(r.outcome, Outcome::kUnresolved);
+  EXPECT_FALSE(r.determinism.checked);
+  EXPECT_NE(r.failure.message.find("interrupted by SIGINT before the run finished (1 trial(s) started)"),
+            std::string::npos)
+      << r.failure.message;
+  EXPECT_FALSE(r.expectation_met);
+}
+
+TEST(RunVerdict, NoTrialIsABugInTheCaller) {
+  RunReport r;
+  EXPECT_THROW(decide_run(r, 1, 0), std::logic_error);
+}
+
+}  // namespace
+}  // namespace dbh::harness
