@@ -374,107 +374,135 @@ int run_command(const RunOptions& o) {
 
 
 
-int suite_command(const RunOptions& o) {
-  std::vector<std::string> data_paths;  // each scenario's dataset folder, never written into
-  std::vector<std::string> inputs;      // every file and folder the scenarios read (input_paths)
-  std::map<std::string, std::string> hash_of;  // file -> hash of its resolved scenario (overrides applied)
+namespace {
+
+// What a suite runs, decided before anything runs.
+struct SuitePlan {
+  std::vector<std::string> files;                  // the scenario files this shard runs, in order
+  std::vector<std::string> data_paths;             // each scenario's dataset folder, never written into
+  std::vector<std::string> inputs;                 // every file and folder the scenarios read (input_paths)
+  std::map<std::string, std::string> hash_of;      // file -> hash of its resolved scenario (overrides applied)
   std::map<std::string, InputManifest> inputs_of;  // file -> what else decides its outcome, as now
+  std::map<std::string, std::string> ids_of;       // file -> its id in the suite
+  std::optional<Shard> shard;
+  std::string suite_hash;  // every scenario's id and configuration, before sharding
+};
+
+// The suite's scenarios from the folders and files given (a file named twice
+// runs once; a file another one includes is a shared base, not a scenario),
+// each valid with the overrides before anything runs, and the shard this
+// invocation runs. Throws ScenarioError for bad input.
+SuitePlan plan_suite(const RunOptions& o) {
+  SuitePlan p;
+  p.files = expand_scenarios(o.scenarios);
+  if (p.files.empty()) {
+    std::string where;
+    for (const auto& in : o.scenarios) where += (where.empty() ? "" : ", ") + in;
+    throw ScenarioError("dbh suite: expected at least one scenario (*.yaml) in " + where + ", got none");
+  }
+  // The same file named twice runs once.
+  std::set<std::string> seen;
+  std::vector<std::string> unique;
+  for (const auto& f : p.files) {
+    std::error_code ec;
+    const std::string key = fs::weakly_canonical(f, ec).string();
+    if (seen.insert(ec ? f : key).second) unique.push_back(f);
+  }
+  p.files = unique;
+  // A file another scenario of the suite includes is an include file (a
+  // shared base), not a scenario: a glob over a folder names both.
+  {
+    std::map<std::string, std::string> included_by;  // canonical path → a file that includes it
+    for (const auto& f : p.files) {
+      std::error_code ec;
+      const fs::path self = fs::weakly_canonical(f, ec);
+      std::vector<std::string> closure;
+      try {
+        closure = scenario_files(f);
+      } catch (const ScenarioError&) {
+        continue;  // load_scenario below says what is wrong with it
+      }
+      for (const auto& inc : closure) {
+        const fs::path canon = fs::weakly_canonical(inc, ec);
+        if (!ec && canon != self) included_by.emplace(canon.string(), f);
+      }
+    }
+    std::vector<std::string> scenarios;
+    for (const auto& f : p.files) {
+      std::error_code ec;
+      const auto it = included_by.find(fs::weakly_canonical(f, ec).string());
+      if (it == included_by.end()) {
+        scenarios.push_back(f);
+      } else {
+        std::cerr << "dbh suite: " << one_line(f) << " is not run as a scenario: " << one_line(it->second)
+                  << " includes it\n";
+      }
+    }
+    p.files = scenarios;
+    if (p.files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got only include files");
+  }
+  for (const auto& f : p.files) {  // all valid before anything runs
+    const Scenario s = load_scenario(f, o.overrides);
+    for (const auto& d : dataset_folders(s)) p.data_paths.push_back(d);
+    for (const auto& in : input_paths(s)) p.inputs.push_back(in);
+    p.hash_of[f] = scenario_hash(s);
+    p.inputs_of[f] = input_manifest(s);
+  }
+  if (o.shard_count > 0 && !o.shard.empty()) {
+    throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
+                        "got both");
+  }
+  const auto env = process_environment();
+  if (o.shard_count > 0 && env.count("JOB_COMPLETION_INDEX") == 0) {
+    // Without the index the count names no shard: running the whole suite
+    // where a part was meant would be silently wrong.
+    throw ScenarioError("--shard-count: expected JOB_COMPLETION_INDEX set (a Kubernetes indexed Job), got it "
+                        "unset; use --shard K/N elsewhere");
+  }
+  p.shard = o.shard.empty() ? detect_shard(env, o.shard_count) : parse_shard(o.shard);
+  p.ids_of = scenario_ids(p.files);
+  // The whole suite (every scenario's id and resolved configuration, before
+  // sharding): merge checks that its shards all ran the same one.
+  {
+    std::vector<std::string> parts;
+    for (const auto& f : p.files) parts.push_back(p.ids_of.at(f) + "=" + p.hash_of.at(f));
+    std::sort(parts.begin(), parts.end());
+    Fnv1a64 h;
+    for (const auto& part : parts) h.update(part + "\n");
+    p.suite_hash = h.hex();
+  }
+  if (p.shard) {
+    std::vector<std::string> mine;
+    for (const auto& f : p.files) {
+      if (in_shard(p.ids_of.at(f), *p.shard)) mine.push_back(f);
+    }
+    p.files = mine;
+  }
+  return p;
+}
+
+}  // namespace
+
+int suite_command(const RunOptions& o) {
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
   install_stop_handlers();
-  std::vector<std::string> files;
-  std::optional<Shard> shard;
+  SuitePlan plan;
   try {
-    files = expand_scenarios(o.scenarios);
-    if (files.empty()) {
-      std::string where;
-      for (const auto& in : o.scenarios) where += (where.empty() ? "" : ", ") + in;
-      throw ScenarioError("dbh suite: expected at least one scenario (*.yaml) in " + where + ", got none");
-    }
-    // The same file named twice runs once.
-    std::set<std::string> seen;
-    std::vector<std::string> unique;
-    for (const auto& f : files) {
-      std::error_code ec;
-      const std::string key = fs::weakly_canonical(f, ec).string();
-      if (seen.insert(ec ? f : key).second) unique.push_back(f);
-    }
-    files = unique;
-    // A file another scenario of the suite includes is an include file (a
-    // shared base), not a scenario: a glob over a folder names both.
-    {
-      std::map<std::string, std::string> included_by;  // canonical path → a file that includes it
-      for (const auto& f : files) {
-        std::error_code ec;
-        const fs::path self = fs::weakly_canonical(f, ec);
-        std::vector<std::string> closure;
-        try {
-          closure = scenario_files(f);
-        } catch (const ScenarioError&) {
-          continue;  // load_scenario below says what is wrong with it
-        }
-        for (const auto& inc : closure) {
-          const fs::path p = fs::weakly_canonical(inc, ec);
-          if (!ec && p != self) included_by.emplace(p.string(), f);
-        }
-      }
-      std::vector<std::string> scenarios;
-      for (const auto& f : files) {
-        std::error_code ec;
-        const auto it = included_by.find(fs::weakly_canonical(f, ec).string());
-        if (it == included_by.end()) {
-          scenarios.push_back(f);
-        } else {
-          std::cerr << "dbh suite: " << one_line(f) << " is not run as a scenario: " << one_line(it->second)
-                    << " includes it\n";
-        }
-      }
-      files = scenarios;
-      if (files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got only include files");
-    }
-    for (const auto& f : files) {  // all valid before anything runs
-      const Scenario s = load_scenario(f, o.overrides);
-      for (const auto& d : dataset_folders(s)) data_paths.push_back(d);
-      for (const auto& in : input_paths(s)) inputs.push_back(in);
-      hash_of[f] = scenario_hash(s);
-      inputs_of[f] = input_manifest(s);
-    }
-    if (o.shard_count > 0 && !o.shard.empty()) {
-      throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
-                          "got both");
-    }
-    const auto env = process_environment();
-    if (o.shard_count > 0 && env.count("JOB_COMPLETION_INDEX") == 0) {
-      // Without the index the count names no shard: running the whole suite
-      // where a part was meant would be silently wrong.
-      throw ScenarioError("--shard-count: expected JOB_COMPLETION_INDEX set (a Kubernetes indexed Job), got it "
-                          "unset; use --shard K/N elsewhere");
-    }
-    shard = o.shard.empty() ? detect_shard(env, o.shard_count) : parse_shard(o.shard);
+    plan = plan_suite(o);
   } catch (const ScenarioError& e) {
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
-  const std::map<std::string, std::string> ids_of = scenario_ids(files);
-  // The whole suite (every scenario's id and resolved configuration, before
-  // sharding): merge checks that its shards all ran the same one.
-  std::string suite_hash;
-  {
-    std::vector<std::string> parts;
-    for (const auto& f : files) parts.push_back(ids_of.at(f) + "=" + hash_of.at(f));
-    std::sort(parts.begin(), parts.end());
-    Fnv1a64 h;
-    for (const auto& part : parts) h.update(part + "\n");
-    suite_hash = h.hex();
-  }
-  if (shard) {
-    std::vector<std::string> mine;
-    for (const auto& f : files) {
-      if (in_shard(ids_of.at(f), *shard)) mine.push_back(f);
-    }
-    files = mine;
-  }
+  std::vector<std::string>& files = plan.files;
+  const std::vector<std::string>& data_paths = plan.data_paths;
+  const std::vector<std::string>& inputs = plan.inputs;
+  const std::map<std::string, std::string>& hash_of = plan.hash_of;
+  const std::map<std::string, InputManifest>& inputs_of = plan.inputs_of;
+  const std::map<std::string, std::string>& ids_of = plan.ids_of;
+  const std::optional<Shard>& shard = plan.shard;
+  const std::string& suite_hash = plan.suite_hash;
   if (o.print_config) {
     // Each scenario this shard would run, by suite id, as it would run.
     nlohmann::ordered_json all = nlohmann::ordered_json::object();
@@ -586,25 +614,8 @@ int suite_command(const RunOptions& o) {
     const std::string& id = ids_of.at(f);
     ids.push_back(id);
     auto it = finished.find(id);
-    if (it != finished.end() && it->second.contains("hash") && it->second.value("hash", "") != hash_of.at(f)) {
-      // Another configuration (the file edited, other overrides): its result
-      // answers a question nobody asks now.
-      p.line("rerun " + id + ": its scenario or overrides changed since it finished");
-      it = finished.end();
-    }
-    // Note [Input manifest]: the same configuration on other inputs (a
-    // dataset file, weights, the user's training code, the dbh build, an
-    // outcome variable) is another question too.
     if (it != finished.end()) {
-      const InputManifest& now = inputs_of.at(f);
-      const std::string why = !now.not_cacheable.empty() ? now.not_cacheable
-                              : !it->second.contains("inputs")
-                                  ? "an earlier dbh recorded no digest of its inputs"
-                              : it->second.value("inputs", "") != now.hash()
-                                  ? "its inputs changed since it finished (a dataset or weights file, the "
-                                    "training's code, the dbh build or an outcome variable)"
-                                  : "";
-      if (!why.empty()) {
+      if (const std::string why = rerun_reason(it->second, hash_of.at(f), inputs_of.at(f)); !why.empty()) {
         p.line("rerun " + id + ": " + why);
         it = finished.end();
       }

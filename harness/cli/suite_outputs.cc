@@ -60,6 +60,21 @@ void check_junit(const std::string& junit, const std::string& where, const std::
   check_output_file(junit, OutputFileRule{where, "--junit", is_dbh_junit, "a JUnit file dbh wrote", ""});
 }
 
+std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const InputManifest& now) {
+  // Another configuration: its result answers a question nobody asks now.
+  if (finished.contains("hash") && finished.value("hash", "") != hash) {
+    return "its scenario or overrides changed since it finished";
+  }
+  // The same configuration on other inputs is another question too.
+  if (!now.not_cacheable.empty()) return now.not_cacheable;
+  if (!finished.contains("inputs")) return "an earlier dbh recorded no digest of its inputs";
+  if (finished.value("inputs", "") != now.hash()) {
+    return "its inputs changed since it finished (a dataset or weights file, the training's code, the dbh build or "
+           "an outcome variable)";
+  }
+  return "";
+}
+
 std::vector<std::string> expand_scenarios(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const auto& in : inputs) {

@@ -10,9 +10,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/bisect/probe.h"
 #include "harness/report/report.h"
 
 namespace dbh::harness {
+
+/// Why `dbh suite --resume` runs a scenario again although the journal
+/// records it finished (`finished`, its `finished` record), or "" when that
+/// result still answers: another configuration (the file edited, other
+/// overrides: `hash`, its resolved scenario's hash now), or the same one on
+/// other inputs (Note [Input manifest]: a dataset or weights file, the
+/// training's code, the dbh build, an outcome variable; `now`), or inputs
+/// that cannot be compared.
+std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const InputManifest& now);
 
 /// The scenario files `inputs` name: files as given, folders' *.yaml and
 /// *.yml sorted. Throws ScenarioError for a path that does not exist or a
