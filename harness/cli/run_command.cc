@@ -548,8 +548,6 @@ int suite_command(const RunOptions& o) {
     // suite's folder would mix two suites' results into one answer.
     std::set<std::string> mine;
     for (const auto& f : files) mine.insert(ids_of.at(f));
-    const std::string my_shard = shard_text.substr(0, shard_text.find(' '));
-    std::string other;
     std::vector<std::string> bad;
     std::vector<nlohmann::json> records;
     try {
@@ -565,28 +563,14 @@ int suite_command(const RunOptions& o) {
                 << "--out)\n";
       return 2;
     }
-    for (const auto& rec : records) {
-      const std::string type = rec.value("type", "");
-      const std::string id = rec.value("scenario", "");
-      if (type == "suite" && rec.contains("shard") && rec["shard"].is_string()) {
-        const std::string theirs = rec["shard"].get<std::string>().substr(0, rec["shard"].get<std::string>().find(' '));
-        if (theirs != my_shard && other.empty()) {
-          other = "a journal of " + (theirs.empty() ? std::string("a whole suite") : "shard " + theirs) + ", not of " +
-                  (my_shard.empty() ? std::string("a whole suite") : "shard " + my_shard);
-        }
-      }
-      if ((type == "started" || type == "finished") && !mine.count(id) && other.empty()) {
-        other = "a journal naming scenario " + quoted_excerpt(id) + ", which this suite" +
-                (shard ? std::string(" shard") : std::string()) + " does not hold";
-      }
-      if (type == "started") started.insert(id);
-      if (type == "finished") finished[id] = rec;
-    }
-    if (!other.empty()) {
+    const ResumeState state = resume_state(records, mine, shard_text.substr(0, shard_text.find(' ')));
+    if (!state.foreign.empty()) {
       std::cerr << "dbh: " << (root / "journal.jsonl").string() << ": --resume: expected the journal of this suite"
-                << (shard ? " shard" : "") << ", got " << other << " (choose another --out)\n";
+                << (shard ? " shard" : "") << ", got " << state.foreign << " (choose another --out)\n";
       return 2;
     }
+    finished = state.finished;
+    started = state.started;
     try {
       if (journal.drop_torn_tail()) p.line("resume: cut the journal's torn last line (the suite was killed mid-write)");
     } catch (const ReportError& e) {

@@ -60,6 +60,30 @@ void check_junit(const std::string& junit, const std::string& where, const std::
   check_output_file(junit, OutputFileRule{where, "--junit", is_dbh_junit, "a JUnit file dbh wrote", ""});
 }
 
+ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::set<std::string>& ids,
+                         const std::string& shard) {
+  ResumeState state;
+  const auto suite_of = [](const std::string& k) { return k.empty() ? std::string("a whole suite") : "shard " + k; };
+  for (const auto& rec : records) {
+    const std::string type = rec.value("type", "");
+    const std::string id = rec.value("scenario", "");
+    if (type == "suite" && rec.contains("shard") && rec["shard"].is_string()) {
+      const std::string text = rec["shard"].get<std::string>();
+      const std::string theirs = text.substr(0, text.find(' '));
+      if (theirs != shard && state.foreign.empty()) {
+        state.foreign = "a journal of " + suite_of(theirs) + ", not of " + suite_of(shard);
+      }
+    }
+    if ((type == "started" || type == "finished") && !ids.count(id) && state.foreign.empty()) {
+      state.foreign = "a journal naming scenario " + quoted_excerpt(id) + ", which this suite" +
+                      (shard.empty() ? std::string() : std::string(" shard")) + " does not hold";
+    }
+    if (type == "started") state.started.insert(id);
+    if (type == "finished") state.finished[id] = rec;
+  }
+  return state;
+}
+
 std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const InputManifest& now) {
   // Another configuration: its result answers a question nobody asks now.
   if (finished.contains("hash") && finished.value("hash", "") != hash) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,21 @@
 #include "harness/report/report.h"
 
 namespace dbh::harness {
+
+/// What a suite's journal says for `dbh suite --resume`: the scenarios
+/// started and finished (each one's last `finished` record), or, in
+/// `foreign`, why the journal is not this suite's: one of another shard (or
+/// of a whole suite where a shard resumes, and back), or one naming a
+/// scenario this suite does not hold; empty when it is.
+struct ResumeState {
+  std::map<std::string, nlohmann::json> finished;
+  std::set<std::string> started;
+  std::string foreign;
+};
+/// `records` are the journal's, `ids` the suite ids this invocation runs,
+/// `shard` its "K/N" ("" for a whole suite).
+ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::set<std::string>& ids,
+                         const std::string& shard);
 
 /// Why `dbh suite --resume` runs a scenario again although the journal
 /// records it finished (`finished`, its `finished` record), or "" when that

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +46,40 @@ TEST(RerunReason, AnEarlierRecordWithoutADigestOrInputsThatCannotBeComparedRunAg
   InputManifest uncomparable = Inputs("w1");
   uncomparable.not_cacheable = "the training's source tree is too large to list";
   EXPECT_EQ(rerun_reason(Finished("h1", Inputs("w1")), "h1", uncomparable), uncomparable.not_cacheable);
+}
+
+}  // namespace
+}  // namespace dbh::harness
+
+namespace dbh::harness {
+namespace {
+
+TEST(ResumeState, TheJournalOfThisSuiteGivesWhatStartedAndFinished) {
+  const std::vector<nlohmann::json> records = {
+      {{"type", "suite"}, {"shard", "0/2 (--shard)"}},
+      {{"type", "started"}, {"scenario", "a"}},
+      {{"type", "finished"}, {"scenario", "a"}, {"outcome", "passed"}},
+      {{"type", "started"}, {"scenario", "b"}},
+  };
+  const ResumeState s = resume_state(records, {"a", "b", "c"}, "0/2");
+  EXPECT_EQ(s.foreign, "");
+  EXPECT_EQ(s.started, (std::set<std::string>{"a", "b"}));
+  ASSERT_EQ(s.finished.count("a"), 1u);
+  EXPECT_EQ(s.finished.at("a")["outcome"], "passed");
+  EXPECT_EQ(s.finished.count("b"), 0u);  // interrupted: run again
+}
+
+TEST(ResumeState, AnotherShardsJournalIsForeign) {
+  const ResumeState s = resume_state({{{"type", "suite"}, {"shard", "1/2 (SLURM_ARRAY_TASK_ID)"}}}, {"a"}, "0/2");
+  EXPECT_EQ(s.foreign, "a journal of shard 1/2, not of shard 0/2");
+  EXPECT_EQ(resume_state({{{"type", "suite"}, {"shard", ""}}}, {"a"}, "0/2").foreign,
+            "a journal of a whole suite, not of shard 0/2");
+}
+
+TEST(ResumeState, AJournalNamingAScenarioThisSuiteDoesNotHoldIsForeign) {
+  const ResumeState s = resume_state({{{"type", "finished"}, {"scenario", "zz"}}}, {"a"}, "");
+  EXPECT_NE(s.foreign.find("naming scenario"), std::string::npos) << s.foreign;
+  EXPECT_NE(s.foreign.find("which this suite does not hold"), std::string::npos) << s.foreign;
 }
 
 }  // namespace
