@@ -371,9 +371,19 @@ RC_GTEST_PROP(LabelProp, LabelMapsKeepTheirInvariantsForValidPolygons, ()) {
   const LabelMaps m = make_label_maps(s.texts, s.height, s.width, options);
   check_maps(m, s.height, s.width, options);
   // G_s ⊂ G ⊂ G_d, D px apart on each side: every positive pixel is also
-  // threshold-supervised.
+  // threshold-supervised. Not where a vertex was clamped onto the image's
+  // border (as [DB]'s validate_polygons clamps): that can fold a text into a
+  // sliver thinner than a pixel (D = 0.11 px in one found case), whose
+  // shrunk and dilated outlines, rounded to whole pixels like [DB]'s, are
+  // rasterised differently.
+  const bool clamped = std::any_of(s.texts.begin(), s.texts.end(), [&](const TextInstance& t) {
+    return std::any_of(t.polygon.begin(), t.polygon.end(), [&](const Point& p) {
+      return !(p.x >= 0 && p.x <= s.width - 1 && p.y >= 0 && p.y <= s.height - 1);
+    });
+  });
   const int stray = cv::countNonZero((m.gt_shrink != 0) & (m.gt_thresh_mask == 0));
-  RC_ASSERT(stray == 0);
+  if (!clamped) RC_ASSERT(stray == 0);
+  RC_CLASSIFY(clamped, "a vertex clamped");
   RC_CLASSIFY(cv::countNonZero(m.gt_shrink) > 0, "has positives");
 }
 
