@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/train/trainer.h"
+#include "tests/support/files.h"
 
 namespace dbh::model {
 namespace {
@@ -45,7 +46,9 @@ TEST(TrainerTest, CheckpointResumeIsBitIdentical) {
     apply_determinism(opts.determinism());
     Trainer first_half(small_net(5), opts);
     for (int i = 0; i < 3; ++i) first_half.step(source);
-    const auto path = testing::TempDir() + "/resume-" + to_string(kind) + ".pt";
+    // 100–150 MB a checkpoint: removed when the test ends, pass or fail.
+    const dbh::testing::ScratchDir dir("dbh-resume");
+    const auto path = (dir / ("resume-" + to_string(kind) + ".pt")).string();
     first_half.save_checkpoint(path);
     // Perturb the global RNG: the checkpoint must restore it.
     torch::rand({100});

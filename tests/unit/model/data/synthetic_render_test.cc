@@ -11,6 +11,7 @@
 
 #include "model/eval/icdar_eval.h"
 #include "model/eval/overlay.h"
+#include "tests/support/files.h"
 #include "model/label/label_maps.h"
 
 namespace dbh::model {
@@ -302,7 +303,8 @@ TEST(SyntheticRender, WritesExampleOverlay) {
   const cv::Mat overlay = draw_overlay(s.image, gt, ignore, {});
   ASSERT_FALSE(overlay.empty());
   EXPECT_GT(cv::norm(overlay, s.image, cv::NORM_L1), 0);
-  const std::string path = ::testing::TempDir() + "synthetic_render_example.png";
+  const dbh::testing::ScratchDir dir("dbh-synthetic-render");
+  const std::string path = (dir / "synthetic_render_example.png").string();
   EXPECT_TRUE(cv::imwrite(path, overlay)) << path;
 }
 
