@@ -120,11 +120,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
 
 // The words of the command that reproduces a run of `s` from `scenario_path`.
 std::vector<std::string> repro_args(const Scenario& s, const std::string& scenario_path) {
-  // The scenario by its absolute path: the line runs as pasted from any
-  // folder (a CI log is read far from the checkout's working directory).
-  std::error_code ec;
-  const fs::path absolute = fs::absolute(scenario_path, ec).lexically_normal();
-  std::vector<std::string> args = {self_command(), "run", ec ? scenario_path : absolute.string()};
+  std::vector<std::string> args = {self_command(), "run", path_for_command(scenario_path)};
   args.insert(args.end(), s.overrides.begin(), s.overrides.end());
   return args;
 }

@@ -270,6 +270,12 @@ void replace_file_atomically(const std::string& tmp, const std::string& path) {
   rename_into_place(tmp, path);
 }
 
+std::string path_for_command(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec).lexically_normal();
+  return ec ? path : absolute.string();
+}
+
 std::string describe_path(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return errno_text(errno);

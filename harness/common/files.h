@@ -9,6 +9,11 @@ namespace dbh::harness {
 /// Largest scenario, include or annotation file dbh reads as text.
 inline constexpr size_t kMaxInputFileBytes = 4u << 20;
 
+/// `path` as a command dbh prints names it: absolute and normalised, so the
+/// line runs as pasted from any folder (a CI log is read far from the
+/// working directory); `path` itself when it has no absolute form.
+std::string path_for_command(const std::string& path);
+
 /// What a path is, in words ("a directory", "a FIFO", "a symlink loop", …),
 /// following links; "none" when it does not exist.
 std::string describe_path(const std::string& path);

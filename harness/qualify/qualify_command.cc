@@ -37,9 +37,7 @@ namespace {
 // This qualification's command, to run again as pasted: the scenario by its
 // absolute path, every override and every option that changes the answer.
 std::vector<std::string> rerun_args(const QualifyOptions& o) {
-  std::error_code ec;
-  const fs::path scenario = fs::absolute(o.scenario, ec).lexically_normal();
-  std::vector<std::string> args = {self_command(), "qualify", ec ? o.scenario : scenario.string()};
+  std::vector<std::string> args = {self_command(), "qualify", path_for_command(o.scenario)};
   args.insert(args.end(), o.overrides.begin(), o.overrides.end());
   args.insert(args.end(), {o.profile.empty() ? "--budget" : "--profile", o.profile.empty() ? o.budget : o.profile});
   if (o.steps != QualifyOptions{}.steps) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
@@ -89,7 +87,7 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
 }
 
 std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
-  std::vector<std::string> words = {self_command(), "run", scenario};
+  std::vector<std::string> words = {self_command(), "run", path_for_command(scenario)};
   words.insert(words.end(), base.begin(), base.end());
   words.insert(words.end(), extra.begin(), extra.end());
   return shell_command(words);
@@ -416,6 +414,9 @@ int qualify_command(const QualifyOptions& o) {
       if (best == nullptr || rate(r) > rate(*best)) best = &r;
     }
     const bool qualifies = best != nullptr;
+    // What the target keeps free at a peak of `r`'s precision: the budget
+    // less the allocator's peak and what was in use before it.
+    auto headroom = [&](const Rec& r, int64_t peak) { return budget - r.context - peak; };
     // A trial that failed for another reason than memory (a NaN, a crash):
     // whether a batch fits the budget is then not what was measured.
     std::string other_failure;
@@ -495,7 +496,7 @@ int qualify_command(const QualifyOptions& o) {
       md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
          << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
          << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
-         << format_bytes(budget - best->context - best->confirm.peak) << " of headroom.\n\n";
+         << format_bytes(headroom(*best, best->confirm.peak)) << " of headroom.\n\n";
     } else if (!other_failure.empty()) {
       md << "Not answered: training fails for a reason other than memory (`" << other_failure
          << "`), so whether a batch fits the budget was not measured. Fix that first (`dbh diagnose`).\n\n";
@@ -521,7 +522,7 @@ int qualify_command(const QualifyOptions& o) {
     for (const auto& r : recs) {
       md << "| " << r.precision << " | " << r.max_batch << (r.max_batch && !r.max_measured ? " (predicted)" : "") << " | "
          << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
-         << " | " << (r.max_batch ? format_bytes(budget - r.context - r.at_max.peak) : "-") << " | "
+         << " | " << (r.max_batch ? format_bytes(headroom(r, r.at_max.peak)) : "-") << " | "
          << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
          << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
          << " | " << (r.confirmed ? "yes" : "no") << " |\n";
@@ -599,7 +600,7 @@ int qualify_command(const QualifyOptions& o) {
     if (qualifies) {
       j["recommendation"] = {{"precision", best->precision}, {"batch", best->confirm.batch},
                              {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
-                             {"headroom_bytes", budget - best->context - best->confirm.peak}};
+                             {"headroom_bytes", headroom(*best, best->confirm.peak)}};
     }
     j["measured_choices"] = ojson::parse(
         choices.is_null() ? "null" : choices.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -619,7 +620,7 @@ int qualify_command(const QualifyOptions& o) {
     if (qualifies) {
       std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("
                 << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "
-                << format_bytes(budget - best->context - best->confirm.peak);
+                << format_bytes(headroom(*best, best->confirm.peak));
     }
     if (!estimate_note.empty()) std::cout << " (host-memory estimate: no CUDA context, cuDNN workspace or allocator overhead)";
     std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
