@@ -290,7 +290,15 @@ int qualify_command(const QualifyOptions& o) {
                    " left less than the margin free (" + format_bytes(margined) + " usable)";
         return false;
       };
+      // Confirmations that trained past the margin, by batch: the binary
+      // search may land on one again, and it is not run twice.
+      std::map<int64_t, Trial> over_margin;
       auto confirm = [&](int64_t batch) {
+        if (const auto it = over_margin.find(batch); it != over_margin.end()) {
+          rec.confirm = it->second;
+          rec.confirmed = false;
+          return false;
+        }
         const int64_t accumulation = effective / batch;
         // A confirmation runs fresh: never answered from a cache.
         const auto p = prober.probe_fresh(trial_overrides(batch, accumulation, precision, budget),
@@ -300,6 +308,7 @@ int qualify_command(const QualifyOptions& o) {
         rec.confirm = to_trial(p, batch, accumulation, precision);
         rec.confirm.peak = peak_of(p);
         rec.confirmed = rec.confirm.passed && keeps_margin(rec.confirm);
+        if (rec.confirm.passed && !rec.confirmed) over_margin[batch] = rec.confirm;
         return rec.confirmed;
       };
       // The largest divisor of the effective batch up to `b` keeps batch ×
@@ -385,6 +394,11 @@ int qualify_command(const QualifyOptions& o) {
           // holds for the answer]) tries the next smaller divisor.
           int64_t b = divisor_up_to(max_batch);
           while (!confirm(b) && rec.confirm.passed && b > 1) b = divisor_up_to(b - 1);
+          // Below a batch that broke the margin, the largest batch known to
+          // keep it is the one confirmed: the table, the checklist and the
+          // recommendation name the same batch (an H100 run of seed 003 said
+          // "largest batch 8, 1.7 GiB headroom" beside a recommended 4 × 4).
+          if (rec.confirmed && !over_margin.empty() && over_margin.begin()->first <= max_batch) max_batch = b;
         }
       }
       rec.max_batch = rec.confirmed ? max_batch : 0;
@@ -550,6 +564,9 @@ int qualify_command(const QualifyOptions& o) {
          << "\n";
     }
     md << "# re-run this qualification\n" << shell_command(rerun_args(o)) << "\n```\n\n";
+    // The checklist's batch is the recommended precision's (the first
+    // precision's when none qualifies), so step 3 names one setup.
+    const Rec* adjusted = qualifies ? best : (recs.empty() ? nullptr : &recs.front());
     md << "## Migration checklist (measured)\n\n"
        << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
        << source.train.accumulation
@@ -563,7 +580,7 @@ int qualify_command(const QualifyOptions& o) {
        << "2. **Target capacity:** " << format_bytes(budget) << "; with a " << static_cast<int>(o.margin * 100)
        << "% margin " << format_bytes(margined) << " is usable.\n"
        << "3. **Adjust the batch:** largest stable batch "
-       << (recs.empty() ? 0 : recs.front().max_batch) << " (" << (recs.empty() ? "" : recs.front().precision) << ")"
+       << (adjusted ? adjusted->max_batch : 0) << " (" << (adjusted ? adjusted->precision : "") << ")"
        << (qualifies ? "; use " + std::to_string(best->confirm.batch) + " × " + std::to_string(best->confirm.accumulation) +
                            " to keep the effective batch of " + std::to_string(effective)
                      : "")
