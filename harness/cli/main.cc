@@ -514,10 +514,12 @@ Command add_worker(CLI::App& app) {
 
 Command add_tune_worker(CLI::App& app) {
   auto scenario = std::make_shared<std::string>();
+  auto budget = std::make_shared<double>(0.0);
   auto* cmd = app.add_subcommand("__tune", "")->group("");
   cmd->add_option("--scenario", *scenario)->required();
-  return {cmd, [scenario] {
-            return h::tune_main(h::read_input_file(*scenario, "a resolved scenario"), h::kEventsFd);
+  cmd->add_option("--budget-s", *budget)->check(CLI::NonNegativeNumber);
+  return {cmd, [scenario, budget] {
+            return h::tune_main(h::read_input_file(*scenario, "a resolved scenario"), h::kEventsFd, *budget);
           }};
 }
 

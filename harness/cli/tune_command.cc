@@ -105,7 +105,7 @@ int run_tune_command(const TuneCommandOptions& o) {
     nlohmann::json record;
     {
       const MeasuringFolder work(i);
-      record = resolve_measured_choices(s, work.str());
+      record = resolve_measured_choices(s, work.str(), MeasureBudget::kIgnore);
     }
     if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
     // Decide, then write.

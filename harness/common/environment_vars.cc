@@ -48,6 +48,8 @@ const std::vector<EnvironmentVariable>& reporting_variables() {
       {"DBH_PROBE_CACHE_MIB", "the probe cache's size cap"},
       {"DBH_TUNE_MAX_OTHERS_CORES", "how much load of other processes a layout/threads measurement may see and be "
                                     "trusted (speed, never an outcome)"},
+      {"DBH_TUNE_BUDGET_S", "how many seconds a layout/threads measurement may take before a run keeps PyTorch's "
+                            "defaults (speed, never an outcome)"},
       {"GITHUB_ACTIONS", "CI reporting"},
       {"GITHUB_STEP_SUMMARY", "CI reporting"},
       {"GITHUB_WORKSPACE", "CI reporting"},

@@ -385,6 +385,7 @@ json to_json(const Tuning& e) {
   json j = {{"device", e.device}, {"size", e.size}, {"batch", e.batch}, {"precision", e.precision},
             {"candidates", candidates}};
   put(j, "others_cores", e.others_cores);
+  put(j, "over_budget_step_seconds", e.over_budget_step_seconds);
   put(j, "error", e.error);
   return j;
 }
@@ -396,6 +397,7 @@ Tuning tuning_from(const Event& e) {
   read(e, "batch", t.batch);
   read(e, "precision", t.precision);
   read(e, "others_cores", t.others_cores);
+  read(e, "over_budget_step_seconds", t.over_budget_step_seconds);
   read(e, "error", t.error);
   const json c = raw(e, "candidates");
   if (c.is_array()) {

@@ -253,6 +253,11 @@ struct Tuning {
   /// Cores other processes kept busy beyond those the candidates left free,
   /// on average while timed (Note [A measurement to trust], tuning.h).
   std::optional<double> others_cores;
+  /// Set when the worker stopped after its first warm-up step because the
+  /// least measurement (every candidate warmed up and timed once) would
+  /// take longer than its budget (Note [A measurement's budget], tuning.h):
+  /// that step's seconds. `candidates` then carry no timings.
+  std::optional<double> over_budget_step_seconds;
   std::optional<std::string> error;
 };
 nlohmann::json to_json(const Tuning& e);

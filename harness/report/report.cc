@@ -83,6 +83,10 @@ std::string measured_choices_line(const nlohmann::json& t) {
     o << "; **the measurement was not trusted**: " << t.value("untrusted", std::string())
       << ", so PyTorch's defaults were used and nothing was cached (it is measured again next run)";
   }
+  if (t.contains("over_budget")) {
+    o << "; not measured: " << t.value("over_budget", std::string()) << ", so PyTorch's defaults were used";
+    if (t.contains("cache")) o << " (the verdict is cached in `" << t.value("cache", std::string()) << "`)";
+  }
   if (t.contains("remeasured")) o << "; measured again: " << t.value("remeasured", std::string());
   if (t.contains("error")) o << "; the measurement failed (" << t.value("error", std::string()) << "), so PyTorch's defaults were used";
   if (t.contains("cache_note")) o << "; " << t.value("cache_note", std::string());

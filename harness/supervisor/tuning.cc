@@ -147,6 +147,18 @@ json read_cached(const fs::path& file, int64_t cores, bool default_channels_last
   }
   ::close(fd);
   json j = json::parse(text, nullptr, false);
+  // Note [A measurement's budget]: a verdict that measuring costs too much.
+  if (j.is_object() && j.contains("over_budget_step_seconds")) {
+    auto number_in = [&](const char* key, double lo, double hi) {
+      return j.contains(key) && j[key].is_number() && j[key].get<double>() >= lo && j[key].get<double>() < hi;
+    };
+    if (!number_in("over_budget_step_seconds", kMinStepSeconds, 1e6) || !number_in("least_seconds", 0, 1e9) ||
+        !number_in("budget_seconds", 0, 1e9) || !j.contains("cores") || !j["cores"].is_number_integer() ||
+        j["cores"].get<int64_t>() != cores || !j.contains("measured_at") || !j["measured_at"].is_string()) {
+      return nullptr;
+    }
+    return j;
+  }
   if (!j.is_object() || !j.contains("candidates") || !j["candidates"].is_array() || !j.contains("choice") ||
       !j["choice"].is_number_integer()) {
     return nullptr;
@@ -207,13 +219,17 @@ void trim_cache(const fs::path& dir) {
 
 // Runs `dbh __tune` as a supervised trial; the `tuning` event's fields, or
 // an object with `error`.
-json measure(const Scenario& s, const fs::path& dir) {
+json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), resolved_json(s) + "\n");
   TrialSpec spec;
   spec.argv = {"/proc/self/exe", "__tune", "--scenario", resolved.string()};
+  if (budget_seconds > 0) {
+    spec.argv.push_back("--budget-s");
+    spec.argv.push_back(std::to_string(budget_seconds));
+  }
   spec.run_dir = dir.string();
   spec.deadline_s = std::min(s.limits.deadline_s, 900.0);
   spec.silence_s = s.limits.silence_s;
@@ -257,6 +273,23 @@ double max_others_cores() {
     if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
   }
   return kMaxOthersCores;
+}
+
+// The seconds a measurement may take (Note [A measurement's budget]):
+// $DBH_TUNE_BUDGET_S (0 = no budget), else kMeasureBudgetSeconds.
+double measure_budget_seconds() {
+  if (const char* v = std::getenv("DBH_TUNE_BUDGET_S"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
+  }
+  return kMeasureBudgetSeconds;
+}
+
+std::string seconds_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, seconds < 10 ? "%.1f s" : "%.0f s", seconds);
+  return buf;
 }
 
 std::string cores_text(double cores) {
@@ -320,7 +353,23 @@ json default_record(const Scenario& s) {
   return record;
 }
 
-json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir) {
+// The record's account of a measurement over its budget (Note [A
+// measurement's budget]), from the verdict `v` (measured now or cached).
+void note_over_budget(json& record, const json& v) {
+  const double step = v.value("over_budget_step_seconds", 0.0), least = v.value("least_seconds", 0.0);
+  record["over_budget"] = "a first step took " + seconds_text(step) + ", so warming up and timing each candidate once "
+                          "would take about " + seconds_text(least) + ", over the " +
+                          seconds_text(v.value("budget_seconds", 0.0)) +
+                          " budget of a measurement (`dbh tune SCENARIO` measures whatever it takes; "
+                          "$DBH_TUNE_BUDGET_S sets the budget)";
+  record["over_budget_step_seconds"] = step;
+  record["measured_at"] = v.value("measured_at", "");
+  record["size"] = v.value("size", int64_t{0});
+  record["batch"] = v.value("batch", int64_t{0});
+}
+
+json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir,
+                                 double budget) {
   const bool auto_layout = !s.train.channels_last.has_value();
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
   const int64_t cores = available_cores();
@@ -355,6 +404,21 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       }
       entry = read_cached(file, cores, s.train.channels_last.value_or(false),
                           s.train.threads > 0 ? s.train.threads : cores);
+      // A verdict that measuring costs too much holds until the budget
+      // allows it or `dbh tune` asks for the measurement.
+      if (!entry.is_null() && entry.contains("over_budget_step_seconds")) {
+        const double least = entry["least_seconds"].get<double>();
+        if (budget <= 0 || least <= budget) {
+          record["remeasured"] = budget <= 0 ? "asked to measure whatever it takes (about " + seconds_text(least) + ")"
+                                             : "the budget of " + seconds_text(budget) + " now allows the measurement (about " +
+                                                   seconds_text(least) + ")";
+          entry = nullptr;
+        } else {
+          note_over_budget(record, entry);
+          record["cache"] = file.string();
+          return record;  // PyTorch's defaults
+        }
+      }
       // Only a measurement taken while no other process competed is an
       // answer; an entry without that reading (an older dbh's) is taken again.
       if (!entry.is_null() && !(entry.contains("others_cores") && entry["others_cores"].is_number() &&
@@ -378,13 +442,40 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
                 << " (a few timed steps of each candidate; cached for the next run)" << std::endl;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    json measured = measure(s, fs::path(work_dir));
+    json measured = measure(s, fs::path(work_dir), budget);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (measured.contains("error")) {
       record["error"] = measured["error"];
       return record;  // PyTorch's defaults, not cached
     }
     fs::remove_all(work_dir, ec);
+    if (measured.contains("over_budget_step_seconds") && measured["over_budget_step_seconds"].is_number()) {
+      // Note [A measurement's budget]: the verdict is kept like an answer.
+      const double step = measured["over_budget_step_seconds"].get<double>();
+      const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
+                                             ? measured["candidates"].size()
+                                             : 1);
+      const json verdict = {{"over_budget_step_seconds", std::max(step, kMinStepSeconds)},
+                            {"least_seconds", 2.0 * n * step},
+                            {"budget_seconds", budget},
+                            {"cores", cores},
+                            {"measured_at", now_iso()},
+                            {"size", s.data.size},
+                            {"batch", s.data.batch_size}};
+      note_over_budget(record, verdict);
+      std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
+                << "; PyTorch's defaults" << std::endl;
+      if (!file.empty()) {
+        try {
+          write_file_atomically(file.string(), verdict.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+          record["cache"] = file.string();
+          trim_cache(file.parent_path());
+        } catch (const std::exception& e) {
+          record["cache_note"] = std::string("not cached: ") + one_line(e.what());
+        }
+      }
+      return record;
+    }
     entry = measured;
     entry["measured_at"] = now_iso();
     entry["measure_seconds"] = seconds;
@@ -455,7 +546,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
 
 }  // namespace
 
-json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
+json resolve_measured_choices(Scenario& s, const std::string& work_dir, MeasureBudget budget) {
   const bool auto_layout = !s.train.channels_last.has_value();
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
   // An external worker (Note [The worker contract]) trains the user's own
@@ -482,7 +573,8 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir) {
     apply_record(record, s);
     return record;
   }
-  json record = resolve_uncached_in_process(s, key, work_dir);
+  json record = resolve_uncached_in_process(s, key, work_dir,
+                                            budget == MeasureBudget::kKeep ? measure_budget_seconds() : 0.0);
   if (!record.contains("error")) answered[key] = record;
   apply_record(record, s);
   return record;

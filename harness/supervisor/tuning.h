@@ -53,6 +53,27 @@ namespace dbh::harness {
 // candidate's step-to-step spread, else the tie keeps PyTorch's defaults. To
 // measure again at any time, remove the cache file the report names.
 
+// Note [A measurement's budget]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A measurement serves speed, so it must cost seconds, not the minutes a
+// short run would wait for it: on an H100, seed 003's first step at batch 16,
+// 640², ResNet-50 + PAN took 42 s of cuDNN autotuning, for each candidate,
+// before a 3-step run. The least measurement warms up and times every
+// candidate once; the measuring worker times its first warm-up step and,
+// when that least measurement would exceed kMeasureBudgetSeconds (or
+// $DBH_TUNE_BUDGET_S; 0 = no budget), stops there. The run takes PyTorch's
+// defaults and says why, and the verdict is cached like a measurement, so
+// later runs of the setup do not pay the step again; a larger budget that
+// would allow it measures again. `dbh tune` measures whatever it takes.
+
+/// The seconds a measurement may take, by its least cost (Note [A
+/// measurement's budget]).
+inline constexpr double kMeasureBudgetSeconds = 10.0;
+
+/// Whether a measurement keeps its budget: a run does; `dbh tune`, asked to
+/// measure ahead, measures whatever it takes.
+enum class MeasureBudget { kKeep, kIgnore };
+
 /// Cores other processes may keep busy, on average, while the candidates
 /// are timed, for the measurement to be trusted.
 inline constexpr double kMaxOthersCores = 0.25;
@@ -71,8 +92,11 @@ inline constexpr double kDefaultMargin = 0.03;
 /// choose (both settings explicit, `train.mode: ops`, or an external worker). Never throws for
 /// anything the measuring worker does or the cache holds. Within one dbh
 /// process a setup is resolved once: later calls get the same values
-/// (`reused_in_process` in the record).
-nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir);
+/// (`reused_in_process` in the record). A measurement over its budget
+/// (`budget`; Note [A measurement's budget]) leaves PyTorch's defaults, with
+/// `over_budget` in the record.
+nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir,
+                                        MeasureBudget budget = MeasureBudget::kKeep);
 
 /// The choice among measured candidates (the `candidates` of a `tuning`
 /// event): the fastest by its best step, unless the default candidate

@@ -82,7 +82,7 @@ double own_cpu_seconds() {
 
 }  // namespace
 
-int tune_main(const std::string& scenario_json, int events_fd) {
+int tune_main(const std::string& scenario_json, int events_fd, double budget_seconds) {
   EventWriter events(events_fd);
   proto::Tuning result;
   try {
@@ -136,6 +136,15 @@ int tune_main(const std::string& scenario_json, int events_fd) {
     for (const auto& slot : slots) {
       warm = std::max(warm, timed_step(slot));
       events.emit(proto::TuningProgress{++done, n * (1 + kMaxRounds)});
+      // Note [A measurement's budget]: the least measurement warms up and
+      // times every candidate once; when the first step says that costs more
+      // than the budget, stop here.
+      if (done == 1 && budget_seconds > 0 && 2.0 * static_cast<double>(n) * warm > budget_seconds) {
+        result.over_budget_step_seconds = warm;
+        events.emit(result);
+        events.emit(proto::Done{"passed", {}});
+        return 0;
+      }
     }
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.

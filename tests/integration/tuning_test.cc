@@ -37,13 +37,16 @@ struct DbhRun {
 // run beside each other, so the caching tests trust any load unless told
 // `others_limit` (std::nullopt: dbh's own default).
 DbhRun run(const fs::path& cache, const fs::path& out, std::vector<std::string> overrides,
-           std::optional<std::string> others_limit = std::string("64")) {
+           std::optional<std::string> others_limit = std::string("64"),
+           std::optional<std::string> budget = std::nullopt) {
   std::vector<std::string> argv = {DBH_BINARY, "run", kTiny, "--out", out.string(), "-q",
                                    "train.max_steps=1", "data.size=32"};
   argv.insert(argv.end(), overrides.begin(), overrides.end());
   DbhRun r;
   r.process = testing::run_process_with_env(
-      argv, {{"DBH_CACHE_DIR", cache.string()}, {"DBH_TUNE_MAX_OTHERS_CORES", others_limit}}, DBH_SOURCE_DIR, 180);
+      argv,
+      {{"DBH_CACHE_DIR", cache.string()}, {"DBH_TUNE_MAX_OTHERS_CORES", others_limit}, {"DBH_TUNE_BUDGET_S", budget}},
+      DBH_SOURCE_DIR, 180);
   r.report = json::parse(testing::read_text(out / "report.json"), nullptr, false);
   r.markdown = testing::read_text(out / "report.md");
   return r;
@@ -277,12 +280,15 @@ TEST(TuningTest, AFailedMeasurementFallsBackToPyTorchDefaultsAndIsNotCached) {
 
 // `dbh tune`: measures ahead of the runs (a CI job's set-up), then a run takes
 // the cached answer and measures nothing.
-testing::ProcessResult tune(const fs::path& cache, std::vector<std::string> overrides) {
+testing::ProcessResult tune(const fs::path& cache, std::vector<std::string> overrides,
+                            std::optional<std::string> budget = std::nullopt) {
   std::vector<std::string> argv = {DBH_BINARY, "tune", kTiny, "train.max_steps=1", "data.size=32"};
   argv.insert(argv.end(), overrides.begin(), overrides.end());
-  return testing::run_process_with_env(
-      argv, {{"DBH_CACHE_DIR", cache.string()}, {"DBH_TUNE_MAX_OTHERS_CORES", std::string("64")}}, DBH_SOURCE_DIR,
-      180);
+  return testing::run_process_with_env(argv,
+                                       {{"DBH_CACHE_DIR", cache.string()},
+                                        {"DBH_TUNE_MAX_OTHERS_CORES", std::string("64")},
+                                        {"DBH_TUNE_BUDGET_S", budget}},
+                                       DBH_SOURCE_DIR, 180);
 }
 
 bool measuring_folder_left(const fs::path& cache) {
@@ -356,6 +362,56 @@ TEST(TuningTest, TuneSaysWhenAMeasurementFailedAndCachesNothing) {
             std::string::npos)
       << file_cache.err;
   EXPECT_EQ(file_cache.err.find("dbh: measuring"), std::string::npos) << file_cache.err;
+}
+
+// Note [A measurement's budget]: when the first warm-up step shows that
+// timing every candidate would cost more than the budget, the run keeps
+// PyTorch's defaults, says why, and caches the verdict, so the next run does
+// not pay the step again; `dbh tune` measures whatever it takes.
+TEST(TuningTest, AMeasurementOverItsBudgetKeepsPyTorchsDefaultsUntilTuneMeasures) {
+  const fs::path dir = testing::fresh_dir("tuning-budget");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const std::vector<std::string> autos = {"train.channels_last=auto", "train.threads=auto"};
+  const std::string tiny = "0.000001";  // seconds: no step fits
+
+  const DbhRun first = run(cache, dir / "first", autos, std::string("64"), tiny);
+  ASSERT_EQ(first.process.exit_code, 0) << first.process.err;
+  const json& m = first.report["measured_choices"];
+  ASSERT_TRUE(m.is_object()) << first.report.dump();
+  EXPECT_FALSE(m.contains("error")) << m.dump();
+  EXPECT_EQ(m["channels_last"]["source"], "default") << m.dump();
+  EXPECT_EQ(m["channels_last"]["value"], false);
+  EXPECT_EQ(m["threads"]["source"], "default");
+  EXPECT_GT(m.value("over_budget_step_seconds", 0.0), 0.0) << m.dump();
+  EXPECT_FALSE(m.contains("timings")) << m.dump();
+  EXPECT_NE(first.process.err.find("dbh: not measuring layout and threads: a first step took"), std::string::npos)
+      << first.process.err;
+  EXPECT_NE(first.markdown.find("not measured: a first step took"), std::string::npos) << first.markdown;
+  const auto entries = cache_entries(cache);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(m["cache"], entries.front().string());
+  EXPECT_FALSE(measuring_folder_left(cache));
+  const json resolved =
+      json::parse(testing::read_text(dir / "first" / "main" / "scenario.resolved.json"), nullptr, false);
+  EXPECT_EQ(resolved["train"]["channels_last"], false);
+
+  // The verdict is cached: the next run does not pay the step again.
+  const DbhRun second = run(cache, dir / "second", autos, std::string("64"), tiny);
+  ASSERT_EQ(second.process.exit_code, 0) << second.process.err;
+  EXPECT_EQ(second.process.err.find("dbh: measuring"), std::string::npos) << second.process.err;
+  EXPECT_TRUE(second.report["measured_choices"].contains("over_budget")) << second.report["measured_choices"].dump();
+
+  // `dbh tune` measures whatever it takes, and runs take its answer.
+  const auto ahead = tune(cache, autos, tiny);
+  ASSERT_EQ(ahead.exit_code, 0) << ahead.out << ahead.err;
+  EXPECT_NE(ahead.out.find("tiny-cpu: measured: "), std::string::npos) << ahead.out;
+  const DbhRun third = run(cache, dir / "third", autos, std::string("64"), tiny);
+  ASSERT_EQ(third.process.exit_code, 0) << third.process.err;
+  const json& m3 = third.report["measured_choices"];
+  EXPECT_EQ(m3["channels_last"]["source"], "cached") << m3.dump();
+  EXPECT_FALSE(m3.contains("over_budget")) << m3.dump();
+  EXPECT_EQ(cache_entries(cache).size(), 1u);
 }
 
 }  // namespace

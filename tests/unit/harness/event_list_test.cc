@@ -122,6 +122,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   ExpectDocumentedFields(proto::TuningProgress{});
   proto::Tuning tuning;
   tuning.others_cores = 0.1;
+  tuning.over_budget_step_seconds = 42.0;
   tuning.error = "x";
   ExpectDocumentedFields(tuning);
   ExpectDocumentedFields(proto::RunEnd{});
