@@ -263,28 +263,25 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
   return {{"error", why}};
 }
 
+// The finite, non-negative number the environment variable `name` holds,
+// else `fallback`.
+double non_negative_env(const char* name, double fallback) {
+  if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
+  }
+  return fallback;
+}
+
 // Cores other processes may keep busy while candidates are timed before the
 // measurement is not trusted (Note [A measurement to trust]):
 // $DBH_TUNE_MAX_OTHERS_CORES, else kMaxOthersCores.
-double max_others_cores() {
-  if (const char* v = std::getenv("DBH_TUNE_MAX_OTHERS_CORES"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
-  }
-  return kMaxOthersCores;
-}
+double max_others_cores() { return non_negative_env("DBH_TUNE_MAX_OTHERS_CORES", kMaxOthersCores); }
 
 // The seconds a measurement may take (Note [A measurement's budget]):
 // $DBH_TUNE_BUDGET_S (0 = no budget), else kMeasureBudgetSeconds.
-double measure_budget_seconds() {
-  if (const char* v = std::getenv("DBH_TUNE_BUDGET_S"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
-  }
-  return kMeasureBudgetSeconds;
-}
+double measure_budget_seconds() { return non_negative_env("DBH_TUNE_BUDGET_S", kMeasureBudgetSeconds); }
 
 std::string seconds_text(double seconds) {
   char buf[32];
@@ -351,6 +348,18 @@ json default_record(const Scenario& s) {
   if (!auto_layout) record["channels_last"]["value"] = *s.train.channels_last;
   if (!auto_threads) record["threads"]["value"] = s.train.threads > 0 ? s.train.threads : cores;
   return record;
+}
+
+// Writes a cache entry (a measurement or a verdict) and names it in the
+// record, or says in the record why it could not.
+void write_entry(const fs::path& file, const json& entry, json& record) {
+  try {
+    write_file_atomically(file.string(), entry.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+    record["cache"] = file.string();
+    trim_cache(file.parent_path());
+  } catch (const std::exception& e) {
+    record["cache_note"] = std::string("not cached: ") + one_line(e.what());
+  }
 }
 
 // The record's account of a measurement over its budget (Note [A
@@ -465,15 +474,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       note_over_budget(record, verdict);
       std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
                 << "; PyTorch's defaults" << std::endl;
-      if (!file.empty()) {
-        try {
-          write_file_atomically(file.string(), verdict.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
-          record["cache"] = file.string();
-          trim_cache(file.parent_path());
-        } catch (const std::exception& e) {
-          record["cache_note"] = std::string("not cached: ") + one_line(e.what());
-        }
-      }
+      if (!file.empty()) write_entry(file, verdict, record);
       return record;
     }
     entry = measured;
@@ -514,15 +515,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       record["cores"] = cores;
       return record;  // PyTorch's defaults, not cached
     }
-    if (!file.empty()) {
-      try {
-        write_file_atomically(file.string(), entry.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
-        record["cache"] = file.string();
-        trim_cache(file.parent_path());
-      } catch (const std::exception& e) {
-        record["cache_note"] = std::string("not cached: ") + one_line(e.what());
-      }
-    }
+    if (!file.empty()) write_entry(file, entry, record);
   }
   const auto& candidates = entry["candidates"];
   const json& chosen = candidates[static_cast<size_t>(entry["choice"].get<int64_t>())];
