@@ -355,6 +355,10 @@ std::string report_markdown(const RunReport& r) {
     md << "- Not tested on the CPU: " << markdown_inline(join(set))
        << " (CUDA settings; only a run on a GPU shows their effect)\n";
   }
+  if (const auto set = real_data_settings_unread(s); !set.empty()) {
+    md << "- Not read: " << markdown_inline(join(set)) << " (read only with data.source=real; this run trained on "
+       << markdown_inline(s.data.source) << ")\n";
+  }
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
   }

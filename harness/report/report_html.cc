@@ -350,6 +350,9 @@ std::string report_html(const RunReport& r) {
     } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
       row("Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)");
     }
+    if (const auto set = real_data_settings_unread(s); !set.empty()) {
+      row("Not read", join(set) + " (read only with data.source=real; this run trained on " + s.data.source + ")");
+    }
   }
   if (!r.inputs_manifest.empty()) {
     std::string vars;

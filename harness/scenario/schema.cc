@@ -129,6 +129,11 @@ KeySpec boolean(const char* key, KeyField<bool> field, const char* help) {
 }
 
 // A key that configures CUDA or cuDNN, which a CPU run does not use.
+KeySpec real_data_only(KeySpec k) {
+  k.real_data_only = true;
+  return k;
+}
+
 KeySpec cuda_only(KeySpec k) {
   k.cuda_only = true;
   return k;
@@ -204,7 +209,8 @@ std::vector<KeySpec> build_table() {
 
       one_of(DBH_KEY(data.source), {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"},
              "Training data: the dataset folder `data.path`, random noise, drawn boxes or rendered words."),
-      path(DBH_KEY(data.path), "Dataset folder (`annotations.json` and its images) when `data.source` is `real`."),
+      real_data_only(
+          path(DBH_KEY(data.path), "Dataset folder (`annotations.json` and its images) when `data.source` is `real`.")),
       integer(DBH_KEY(data.batch_size), 1, 4096, "Images per micro-batch."),
       integer(DBH_KEY(data.size), 32, 8192, "Side of the square training images; a multiple of 32."),
       integer(DBH_KEY(data.num_workers), 0, 256, "Threads that prepare batches ahead; 0 prepares each inline."),
@@ -686,22 +692,40 @@ std::string scenario_keys_markdown() {
     }
     md << "| " << cell(markdown_code(k.key)) << " | " << cell(key_form(k)) << " | "
        << cell(markdown_code(default_text(k))) << " | " << cell(k.help)
-       << (k.cuda_only ? cell(" CUDA only: a CPU run says it does not test it.") : std::string()) << " |\n";
+       << (k.cuda_only ? cell(" CUDA only: a CPU run says it does not test it.") : std::string())
+       << (k.real_data_only ? cell(" Read only from a dataset: a run on synthetic data says it does not read it.")
+                            : std::string())
+       << " |\n";
   }
   return md.str();
 }
 
-std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s) {
+namespace {
+
+// The keys `flag` marks that `s` sets away from their default, each as its
+// override.
+std::vector<std::string> flagged_settings(const Scenario& s, bool KeySpec::*flag) {
   std::vector<std::string> out;
-  if (s.hardware.device.rfind("cuda", 0) == 0) return out;
   const Scenario defaults;
   for (const KeySpec& k : scenario_keys()) {
-    if (!k.cuda_only) continue;
+    if (!(k.*flag)) continue;
     const auto value = key_json(k, s);
     if (value == key_json(k, defaults)) continue;
     out.push_back(override_text(k.key, value.is_string() ? value.get<std::string>() : value.dump()));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s) {
+  if (s.hardware.device.rfind("cuda", 0) == 0) return {};
+  return flagged_settings(s, &KeySpec::cuda_only);
+}
+
+std::vector<std::string> real_data_settings_unread(const Scenario& s) {
+  if (s.data.source == "real" || s.worker.external()) return {};
+  return flagged_settings(s, &KeySpec::real_data_only);
 }
 
 }  // namespace dbh::harness

@@ -67,6 +67,7 @@ struct KeySpec {
   std::vector<std::string> allowed;  // kEnum, kEncoder, kChecks
   std::string expected;              // kAutoInt: its form, for messages and the reference
   bool cuda_only = false;            // configures CUDA or cuDNN: no effect on a CPU run
+  bool real_data_only = false;       // read only when data.source is real (a dataset)
 };
 
 /// The override "key=value" that sets `key` (one DBH_SCENARIO_KEY names) to
@@ -108,6 +109,13 @@ std::string key_form(const KeySpec& k);
 /// default while it runs on the CPU, each as its override ("key=value"): the
 /// settings such a run cannot test. Empty on a CUDA device.
 std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s);
+
+/// The keys read only from a dataset (KeySpec::real_data_only) that `s` sets
+/// away from their default while dbh's worker trains on another source
+/// (`data.source` synthetic, as a control that swaps the data does), each as
+/// its override: settings such a run does not read. Empty for `real` data and
+/// for an external worker, which reads what it will.
+std::vector<std::string> real_data_settings_unread(const Scenario& s);
 
 /// The reference of every key of the table as Markdown: one table per
 /// section with key, form, default and meaning (`dbh scenario keys`,

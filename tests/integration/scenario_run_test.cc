@@ -555,6 +555,32 @@ TEST(RunCommandTest, ACudaSettingOnACpuRunIsSaidToBeUntested) {
   fs::remove_all(dir);
 }
 
+// A dataset named on a run that trains on synthetic data is said to be not
+// read, on the terminal and in both pages (a user who sets data.path and
+// keeps an included synthetic source would otherwise read a pass as "my
+// dataset trains").
+TEST(RunCommandTest, ADatasetOnASyntheticRunIsSaidToBeNotRead) {
+  const fs::path dir = fresh_dir("dataset-on-synthetic");
+  write_text(dir / "s.yaml", "name: dataset-on-synthetic\n" + base_include() + "train:\n  max_steps: 1\ndata:\n  path: " +
+                                 std::string(DBH_SOURCE_DIR) + "/fixtures/real\n");
+  const auto r = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("  note: data.path=" + std::string(DBH_SOURCE_DIR) +
+                       "/fixtures/real is read only with data.source=real; this run trains on synthetic_boxes and "
+                       "does not read it\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(read_text(dir / "out" / "report.md").find("- Not read: data.path="), std::string::npos)
+      << read_text(dir / "out" / "report.md");
+  EXPECT_NE(read_text(dir / "out" / "report.html").find("<th>Not read</th><td>data.path="), std::string::npos);
+  const auto real = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "real").string(), "data.source=real",
+                         "data.size=64"});
+  ASSERT_EQ(real.exit_code, 0) << real.out << real.err;
+  EXPECT_EQ(real.out.find("is read only with data.source=real"), std::string::npos) << real.out;
+  EXPECT_EQ(read_text(dir / "real" / "report.md").find("Not read"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 // A run that stops early (train.stop_after, as bisect's replays do) counts
 // its steps against where it stops, not the schedule's end: progress, the
 // pages' "steps completed" and their expected behaviour agree.

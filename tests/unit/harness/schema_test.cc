@@ -308,6 +308,23 @@ TEST(ScenarioKeys, CudaOnlySettingsOnTheCpuAreNamed) {
   EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(hardware.device))->cuda_only);
 }
 
+// A dataset setting on synthetic data is named as not read; with real data,
+// an external worker (which reads what it will), or at its default, nothing.
+TEST(ScenarioKeys, DatasetSettingsOnSyntheticDataAreNamed) {
+  Scenario s;
+  s.data.source = "synthetic_boxes";
+  EXPECT_TRUE(real_data_settings_unread(s).empty());
+  s.data.path = "/data/icdar";
+  EXPECT_EQ(real_data_settings_unread(s),
+            std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.path), "/data/icdar")});
+  s.data.source = "real";
+  EXPECT_TRUE(real_data_settings_unread(s).empty());
+  s.data.source = "synthetic_render";
+  s.worker.command = {"python3", "train.py"};
+  EXPECT_TRUE(real_data_settings_unread(s).empty());
+  EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(data.source))->real_data_only);
+}
+
 }  // namespace
 }  // namespace dbh::harness
 
