@@ -227,8 +227,10 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
   TrialSpec spec;
   spec.argv = {"/proc/self/exe", "__tune", "--scenario", resolved.string()};
   if (budget_seconds > 0) {
+    char text[32];  // every digit: std::to_string would write 1e-7 as 0.000000, no budget
+    std::snprintf(text, sizeof text, "%.9g", budget_seconds);
     spec.argv.push_back("--budget-s");
-    spec.argv.push_back(std::to_string(budget_seconds));
+    spec.argv.push_back(text);
   }
   spec.run_dir = dir.string();
   spec.deadline_s = std::min(s.limits.deadline_s, 900.0);

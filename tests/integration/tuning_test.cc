@@ -33,12 +33,14 @@ struct DbhRun {
 
 // One step at 32 px, the smallest input: what is measured, cached and
 // reported does not depend on the size, only which setup it belongs to.
+// No budget unless told (Note [A measurement's budget]): beside other test
+// programs a first step at 64² took over a second.
 // Other processes' load (Note [A measurement to trust]): the test programs
 // run beside each other, so the caching tests trust any load unless told
 // `others_limit` (std::nullopt: dbh's own default).
 DbhRun run(const fs::path& cache, const fs::path& out, std::vector<std::string> overrides,
            std::optional<std::string> others_limit = std::string("64"),
-           std::optional<std::string> budget = std::nullopt) {
+           std::optional<std::string> budget = std::string("0")) {
   std::vector<std::string> argv = {DBH_BINARY, "run", kTiny, "--out", out.string(), "-q",
                                    "train.max_steps=1", "data.size=32"};
   argv.insert(argv.end(), overrides.begin(), overrides.end());
@@ -281,7 +283,7 @@ TEST(TuningTest, AFailedMeasurementFallsBackToPyTorchDefaultsAndIsNotCached) {
 // `dbh tune`: measures ahead of the runs (a CI job's set-up), then a run takes
 // the cached answer and measures nothing.
 testing::ProcessResult tune(const fs::path& cache, std::vector<std::string> overrides,
-                            std::optional<std::string> budget = std::nullopt) {
+                            std::optional<std::string> budget = std::string("0")) {
   std::vector<std::string> argv = {DBH_BINARY, "tune", kTiny, "train.max_steps=1", "data.size=32"};
   argv.insert(argv.end(), overrides.begin(), overrides.end());
   return testing::run_process_with_env(argv,

@@ -14,6 +14,10 @@
 //       would measure again; the tests check what is measured, cached and
 //       reported, never how fast, so the suite trusts any load. The test of an
 //       untrusted measurement removes it.
+//   DBH_TUNE_BUDGET_S=0  for the same reason a measurement has no budget
+//       (Note [A measurement's budget]): beside other test programs a first
+//       step at 64² took 1.4 s, and a setup would keep PyTorch's defaults by
+//       chance; the test of the budget sets one.
 //   PATH=<build>/bin:$PATH  dbh is on PATH, as for a user who installed it:
 //       the commands it prints say `dbh` (common/home.h, self_command); a test
 //       that takes it off PATH sees them name the binary's absolute path.
@@ -36,6 +40,7 @@ class ChildEnvironment : public ::testing::Environment {
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
     ::setenv("DBH_CACHE_DIR", DBH_TEST_CACHE_DIR, /*overwrite=*/0);
     ::setenv("DBH_TUNE_MAX_OTHERS_CORES", "64", /*overwrite=*/0);
+    ::setenv("DBH_TUNE_BUDGET_S", "0", /*overwrite=*/0);
 #ifdef DBH_BINARY
     const char* path = std::getenv("PATH");
     const std::string bin = std::filesystem::path(DBH_BINARY).parent_path().string();
