@@ -194,7 +194,8 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // So is a dataset setting on synthetic data (a control that swaps the data
   // keeps the path): a pass is not "the dataset trains".
   if (const auto set = real_data_settings_unread(s); !set.empty()) {
-    p.line("  note: " + join(set, " ") + " is read only with data.source=real; this run trains on " + s.data.source +
+    p.line("  note: " + join(set, " ") + (set.size() == 1 ? " is" : " are") +
+           " read only with data.source=real; this run trains on " + s.data.source +
            " and does not read " + (set.size() == 1 ? "it" : "them"));
   }
   // Main trial (and repeated processes). After a stop request (SIGINT,

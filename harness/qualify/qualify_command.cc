@@ -377,6 +377,7 @@ int qualify_command(const QualifyOptions& o) {
         if (reused && source_trial.passed) {
           rec.confirm = source_trial;
           rec.confirmed = keeps_margin(source_trial);
+          if (!rec.confirmed) over_margin[batch] = source_trial;
         } else {
           confirm(batch);
         }
@@ -398,7 +399,10 @@ int qualify_command(const QualifyOptions& o) {
           // keep it is the one confirmed: the table, the checklist and the
           // recommendation name the same batch (an H100 run of seed 003 said
           // "largest batch 8, 1.7 GiB headroom" beside a recommended 4 × 4).
-          if (rec.confirmed && !over_margin.empty() && over_margin.begin()->first <= max_batch) max_batch = b;
+          if (const auto above = over_margin.upper_bound(b);
+              rec.confirmed && above != over_margin.end() && above->first <= max_batch) {
+            max_batch = b;
+          }
         }
       }
       rec.max_batch = rec.confirmed ? max_batch : 0;

@@ -128,12 +128,13 @@ KeySpec boolean(const char* key, KeyField<bool> field, const char* help) {
   return make(key, KeyType::kBool, field, help);
 }
 
-// A key that configures CUDA or cuDNN, which a CPU run does not use.
+// A key read only from a dataset, which a run on synthetic data does not read.
 KeySpec real_data_only(KeySpec k) {
   k.real_data_only = true;
   return k;
 }
 
+// A key that configures CUDA or cuDNN, which a CPU run does not use.
 KeySpec cuda_only(KeySpec k) {
   k.cuda_only = true;
   return k;

@@ -154,7 +154,9 @@ json read_cached(const fs::path& file, int64_t cores, bool default_channels_last
     };
     if (!number_in("over_budget_step_seconds", kMinStepSeconds, 1e6) || !number_in("least_seconds", 0, 1e9) ||
         !number_in("budget_seconds", 0, 1e9) || !j.contains("cores") || !j["cores"].is_number_integer() ||
-        j["cores"].get<int64_t>() != cores || !j.contains("measured_at") || !j["measured_at"].is_string()) {
+        j["cores"].get<int64_t>() != cores || !j.contains("measured_at") || !j["measured_at"].is_string() ||
+        (j.contains("size") && !j["size"].is_number_integer()) ||
+        (j.contains("batch") && !j["batch"].is_number_integer())) {
       return nullptr;
     }
     return j;
@@ -287,7 +289,7 @@ double measure_budget_seconds() { return non_negative_env("DBH_TUNE_BUDGET_S", k
 
 std::string seconds_text(double seconds) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, seconds < 10 ? "%.1f s" : "%.0f s", seconds);
+  std::snprintf(buf, sizeof buf, seconds < 1 ? "%.2g s" : seconds < 10 ? "%.1f s" : "%.0f s", seconds);
   return buf;
 }
 
@@ -426,6 +428,8 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
           entry = nullptr;
         } else {
           note_over_budget(record, entry);
+          record["over_budget"] = record["over_budget"].get<std::string>() + " (measured " +
+                                  entry["measured_at"].get<std::string>() + ")";
           record["cache"] = file.string();
           return record;  // PyTorch's defaults
         }
@@ -461,7 +465,12 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     }
     fs::remove_all(work_dir, ec);
     if (measured.contains("over_budget_step_seconds") && measured["over_budget_step_seconds"].is_number()) {
-      // Note [A measurement's budget]: the verdict is kept like an answer.
+      // Note [A measurement's budget]: the verdict is kept like an answer,
+      // when the step ran with the cores to itself (Note [A measurement to
+      // trust]); else it holds for this run only.
+      const double others = measured.contains("others_cores") && measured["others_cores"].is_number()
+                                ? measured["others_cores"].get<double>()
+                                : -1.0;
       const double step = measured["over_budget_step_seconds"].get<double>();
       const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
                                              ? measured["candidates"].size()
@@ -473,10 +482,18 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
                             {"measured_at", now_iso()},
                             {"size", s.data.size},
                             {"batch", s.data.batch_size}};
+      record.erase("remeasured");  // tried again, and over the budget again
       note_over_budget(record, verdict);
       std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
                 << "; PyTorch's defaults" << std::endl;
-      if (!file.empty()) write_entry(file, verdict, record);
+      if (!(others >= 0 && others <= max_others_cores())) {
+        record["cache_note"] = "not cached: " + (others < 0 ? std::string("other processes' load during the step could not be read")
+                                                            : "other processes kept " + cores_text(others) +
+                                                                  " cores busy while the step ran (at most " +
+                                                                  cores_text(max_others_cores()) + " is trusted)");
+      } else if (!file.empty()) {
+        write_entry(file, verdict, record);
+      }
       return record;
     }
     entry = measured;

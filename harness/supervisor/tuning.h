@@ -62,9 +62,11 @@ namespace dbh::harness {
 // candidate once; the measuring worker times its first warm-up step and,
 // when that least measurement would exceed kMeasureBudgetSeconds (or
 // $DBH_TUNE_BUDGET_S; 0 = no budget), stops there. The run takes PyTorch's
-// defaults and says why, and the verdict is cached like a measurement, so
-// later runs of the setup do not pay the step again; a larger budget that
-// would allow it measures again. `dbh tune` measures whatever it takes.
+// defaults and says why. The verdict is cached like a measurement, so later
+// runs of the setup do not pay the step again, when that step had the cores
+// to itself (Note [A measurement to trust]: a busy machine slows it); else it
+// holds for this run only. A larger budget that would allow the measurement
+// measures again; `dbh tune` measures whatever it takes.
 
 /// The seconds a measurement may take, by its least cost (Note [A
 /// measurement's budget]).

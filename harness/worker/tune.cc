@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -131,16 +132,42 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     // Each timed step is reported with the total so far expected (Note [No
     // silent minute]): the most rounds until the warm-up tells how many.
     const auto n = static_cast<int64_t>(slots.size());
+    // Note [A measurement to trust]: what other processes did to the cores
+    // since `start`, from the machine's busy time less this process's own.
+    // Others' load competes only beyond the CPUs the candidates left free
+    // (a 2-thread candidate on 16 CPUs leaves 14): what is left over is what
+    // the timings felt.
+    struct Reading {
+      double busy, own;
+      int64_t cpus;
+      std::chrono::steady_clock::time_point wall;
+    };
+    auto read_load = [] {
+      const auto [busy, cpus] = busy_seconds_on_my_cpus();
+      return Reading{busy, own_cpu_seconds(), cpus, std::chrono::steady_clock::now()};
+    };
+    auto others_since = [&](const Reading& start) -> std::optional<double> {
+      const Reading now = read_load();
+      const double wall = std::chrono::duration<double>(now.wall - start.wall).count();
+      if (start.busy < 0 || now.busy < 0 || start.own < 0 || now.own < 0 || wall <= 0) return std::nullopt;
+      int64_t most_threads = 1;
+      for (const auto& c : result.candidates) most_threads = std::max(most_threads, c.threads);
+      const double spare = static_cast<double>(std::max<int64_t>(0, start.cpus - most_threads));
+      const double others = std::max(0.0, ((now.busy - start.busy) - (now.own - start.own)) / wall);
+      return std::max(0.0, others - spare);
+    };
     int64_t done = 0;
     double warm = 0;
+    const Reading before_warm_up = read_load();
     for (const auto& slot : slots) {
       warm = std::max(warm, timed_step(slot));
       events.emit(proto::TuningProgress{++done, n * (1 + kMaxRounds)});
       // Note [A measurement's budget]: the least measurement warms up and
       // times every candidate once; when the first step says that costs more
-      // than the budget, stop here.
+      // than the budget, stop here, with the load that step felt.
       if (done == 1 && budget_seconds > 0 && 2.0 * static_cast<double>(n) * warm > budget_seconds) {
         result.over_budget_step_seconds = warm;
+        result.others_cores = others_since(before_warm_up);
         events.emit(result);
         events.emit(proto::Done{"passed", {}});
         return 0;
@@ -149,29 +176,14 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.
     const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : kMaxRounds;
-    // Note [A measurement to trust]: what other processes did to the cores
-    // meanwhile, from the machine's busy time less this process's own.
-    const auto [busy0, cpus] = busy_seconds_on_my_cpus();
-    const double own0 = own_cpu_seconds();
-    const auto wall0 = std::chrono::steady_clock::now();
+    const Reading before_rounds = read_load();
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < slots.size(); ++i) {
         result.candidates[i].seconds.push_back(timed_step(slots[i]));
         events.emit(proto::TuningProgress{++done, n * (1 + rounds)});
       }
     }
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    const double busy1 = busy_seconds_on_my_cpus().first, own1 = own_cpu_seconds();
-    if (busy0 >= 0 && busy1 >= 0 && own0 >= 0 && own1 >= 0 && wall > 0) {
-      // Others' load competes only beyond the CPUs the candidates left free
-      // (a 2-thread candidate on 16 CPUs leaves 14): what is left over is
-      // what the timings felt.
-      int64_t most_threads = 1;
-      for (const auto& c : result.candidates) most_threads = std::max(most_threads, c.threads);
-      const double spare = static_cast<double>(std::max<int64_t>(0, cpus - most_threads));
-      const double others = std::max(0.0, ((busy1 - busy0) - (own1 - own0)) / wall);
-      result.others_cores = std::max(0.0, others - spare);
-    }
+    result.others_cores = others_since(before_rounds);
     events.emit(result);
     events.emit(proto::Done{"passed", {}});
     return 0;
