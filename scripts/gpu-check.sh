@@ -351,13 +351,21 @@ for rep in sorted(pathlib.Path(sys.argv[1]).rglob("report.json"))[:3]:
           f"module={f.get('module', '-')} met={j.get('expectation', {}).get('met')} "
           f"message={(f.get('message') or '')[:160]!r}")
 seen = set()
+over = []  # trials whose reported peak exceeds their budget: the ballast counted as the training's
 for ev in sorted(pathlib.Path(sys.argv[1]).rglob("events.jsonl")):
+    budget, peak = 0, 0
     for line in ev.read_text().splitlines():
         e = json.loads(line)
         if e.get("type") in ("hello", "memory_budget") and e.get("type") not in seen:
             seen.add(e.get("type"))
             print("    " + json.dumps({k: e.get(k) for k in ("type", "device", "torch_version", "worker", "applied",
                                                            "method", "budget_bytes", "device_total") if k in e}))
+        if e.get("type") == "memory_budget" and e.get("applied"):
+            budget = int(e.get("budget_bytes", 0))
+        peak = max(peak, int((e.get("memory") or {}).get("cuda_peak_reserved_bytes", 0)))
+    if budget and peak > budget:
+        over.append(f"{ev.parent.name}: peak {peak / 2**30:.1f} GiB over the {budget / 2**30:.1f} GiB budget")
+print(f"    reported CUDA peaks within their budgets: {'no: ' + '; '.join(over[:3]) if over else 'yes'}")
 PY
   }
   run_own nan run "$ex/nan-in-fusion.yaml" hardware.device=cuda

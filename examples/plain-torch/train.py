@@ -1,11 +1,14 @@
 """A plain PyTorch training loop (no Lightning, no Hydra) run under dbh.
 
-    python examples/plain-torch/train.py --steps 20 --lr 0.05 --batch-size 8 --seed 0
+    python examples/plain-torch/train.py --steps 20 --lr 0.05 --batch-size 8 --seed 0 [--precision 16-mixed]
 
 A small convolutional regressor on generated images, trained with SGD. The
 adapter's calls (connect, watch, steps, backward, optimizer_step) are all
 it takes for `dbh run`, `repeat` and `bisect` to work on it
-(scenarios/nan-in-body.yaml; README "Your own training").
+(scenarios/nan-in-body.yaml; README "Your own training"). `--precision`
+takes the values dbh passes for train.precision (docs/worker-protocol.md):
+16-mixed or bf16-mixed train under autocast (PyTorch's AMP recipe, on the CPU
+too), 16-mixed with a loss scaler the adapter steps (scenarios/fp16-*.yaml).
 """
 import argparse
 import sys
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", choices=["32-true", "16-mixed", "bf16-mixed"], default="32-true")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.use_deterministic_algorithms(True)
@@ -45,10 +49,13 @@ def main():
                for i in range(0, 64, a.batch_size)]
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    dtype = {"32-true": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}[a.precision]
+    scaler = torch.amp.GradScaler("cpu") if dtype == torch.float16 else None
     with dbh_adapter.connect() as dbh:  # outside dbh: an inactive session, the same loop
-        dbh.watch(model, optimizer)
+        dbh.watch(model, optimizer, scaler=scaler)
         for step, batch in dbh.steps(batches, max_steps=a.steps):
-            loss = nn.functional.mse_loss(model(batch["image"]), batch["target"])
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss = nn.functional.mse_loss(model(batch["image"]).float(), batch["target"])
             dbh.backward(loss)
             dbh.optimizer_step(samples=len(batch["id"]))
             if step % 5 == 0:

@@ -562,7 +562,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
     }
   }
-  if (s.train.precision != "fp32" && s.hardware.device == "cpu") {
+  // dbh's own worker runs AMP on CUDA only; a user's training decides for
+  // itself (PyTorch autocasts fp16 and bf16 on the CPU too, Lightning refuses
+  // "16-mixed" there with its own message).
+  if (s.train.precision != "fp32" && s.hardware.device == "cpu" && !s.worker.external()) {
     const Value* prec = written(tree, DBH_SCENARIO_KEY(train.precision));
     fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, DBH_SCENARIO_KEY(train.precision),
          "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",

@@ -452,6 +452,15 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" +
                          h.site + "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
                          std::to_string(*f.step));
+    if (const auto skips = h.extra.find("loss_scaler_skips"); skips != h.extra.end() && skips->is_number_integer()) {
+      // Note [Loss-scaler skips]: the finding is a streak, not one step.
+      const std::string n = std::to_string(skips->get<int64_t>());
+      f.message = "non-finite " + h.kind + " (" + h.site + ") from step " + std::to_string(*f.step) +
+                  ": the fp16 loss scaler skipped " + n + " steps in a row";
+      f.evidence.push_back("the loss scaler skipped " + n + " steps in a row from step " + std::to_string(*f.step) +
+                           ", lowering its scale each time: the gradients stay non-finite at every scale (a few "
+                           "skipped steps are its normal work)");
+    }
     if (!h.nonfinite_sites.is_null()) {
       f.evidence.push_back("non-finite sites that step (consequences included): " + h.nonfinite_sites.dump());
     }

@@ -10,7 +10,9 @@ contract (docs/worker-protocol.md in the dbh repository):
     trainer = L.Trainer(..., callbacks=[*dbh.lightning_callbacks()])
     trainer.fit(module, datamodule=dm, ckpt_path=dbh.resume_path())
 
-A plain PyTorch loop uses the session directly:
+A plain PyTorch loop uses the session directly (with fp16, pass the loss
+scaler: `dbh.watch(model, optimizer, scaler=torch.amp.GradScaler())`, and
+`backward` / `optimizer_step` scale, unscale, step and update it):
 
     with dbh_adapter.connect() as dbh:
         dbh.watch(model, optimizer)

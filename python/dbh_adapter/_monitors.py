@@ -62,10 +62,13 @@ _FINITE_PRESERVING = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.LeakyReLU, torch.n
 class Finding(Exception):
     """A non-finite value the monitors found: stops the step."""
 
-    def __init__(self, kind, site, module, step, stats_=None, input_module=None, input_stats=None):
-        super().__init__(f"non-finite {kind} ({site}) at step {step}")
+    def __init__(self, kind, site, module, step, stats_=None, input_module=None, input_stats=None, sites=None,
+                 message=None, extra=None):
+        super().__init__(message or f"non-finite {kind} ({site}) at step {step}")
         self.kind, self.site, self.module, self.step = kind, site, module, step
         self.stats, self.input_module, self.input_stats = stats_, input_module, input_stats
+        self.sites = sites  # non-finite sites per kind, consequences included
+        self.extra = extra or {}  # check-specific fields of its health event
 
 
 class FiniteMonitor:

@@ -7,7 +7,8 @@ runs with and without dbh. Under dbh it follows the step of docs/events.md:
     begin_step(step, batch) -> step_begin, batch, faults on the batch
     loss(loss)              -> the micro-batch's loss (bits, finite flag)
     after_backward(model)   -> gradient faults
-    before_optimizer_step   -> gradient checks, the step's finding, lr faults
+    before_optimizer_step   -> gradient checks, the step's finding (or the loss
+                               scaler's skip), lr faults
     end_step(...)           -> step_end, checkpoint, stop after train.stop_after
 
 The Lightning callback (dbh_adapter.lightning) and the plain-loop helpers
@@ -34,8 +35,17 @@ VERSION = "0.1.0"
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
                      "monitors.localise", "memory_budget")
 
+# Note [Loss-scaler skips] (harness/monitors/monitors.cc), as dbh's own worker
+# judges it: with fp16 a dynamic loss scaler (torch.amp.GradScaler) skips the
+# optimizer step whose gradients overflow and lowers its scale; a few skips are
+# its normal work. Only this many skipped steps in a row are a failure,
+# reported from the first of them (monitors.h, kScalerSkipLimit).
+SCALER_SKIP_LIMIT = 8
+
 
 def _memory():
+    """The process's memory; on CUDA what the training holds, without the
+    budget's ballast (held in the same caching allocator, below)."""
     rss = 0
     try:
         with open("/proc/self/statm", "r") as f:
@@ -45,14 +55,19 @@ def _memory():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"rss_bytes": rss, "peak_rss_bytes": max(peak, rss)}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out.update(cuda_allocated_bytes=torch.cuda.memory_allocated(),
-                   cuda_reserved_bytes=torch.cuda.memory_reserved(),
-                   cuda_peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-                   cuda_peak_reserved_bytes=torch.cuda.max_memory_reserved())
+        held = sum(size for _, size in _BALLAST)
+        out.update(cuda_allocated_bytes=max(0, torch.cuda.memory_allocated() - held),
+                   cuda_reserved_bytes=max(0, torch.cuda.memory_reserved() - held),
+                   cuda_peak_allocated_bytes=max(0, torch.cuda.max_memory_allocated() - held),
+                   cuda_peak_reserved_bytes=max(0, torch.cuda.max_memory_reserved() - held))
     return out
 
 
-_BALLAST = []  # held for the life of the process on purpose
+# (pointer, bytes) of the budget's ballast, held for the life of the process on
+# purpose. Every memory figure the adapter reports leaves it out: it is dbh's
+# emulation of a smaller card, not the training's memory (on an H200 a 12 GiB
+# budget holds 129 GiB, which qualify read as the training's peak).
+_BALLAST = []
 
 
 def apply_memory_budget(device, budget):
@@ -94,14 +109,15 @@ def apply_memory_budget(device, budget):
     # 1 GiB budget then says "78.55 GiB is allocated by PyTorch", the ballast
     # included; the detail says so.
     if ballast > 0:
-        _BALLAST.append(torch.cuda.caching_allocator_alloc(ballast, index))
+        _BALLAST.append((torch.cuda.caching_allocator_alloc(ballast, index), ballast))
     out["ballast_bytes"] = ballast
     out["allocator_fraction"] = min(1.0, (ballast + available) / total)
     torch.cuda.set_per_process_memory_fraction(out["allocator_fraction"], index)
     out["applied"] = True
     out["method"] = "cuda ballast + allocator limit"
     out["detail"] = (f"card {total} bytes, already used {total - free}, ballast {ballast} held in the caching "
-                     f"allocator (PyTorch's out-of-memory message counts it as allocated by PyTorch), tensors "
+                     f"allocator (PyTorch's out-of-memory message counts it as allocated by PyTorch; the memory dbh reports "
+                     f"leaves it out), tensors "
                      f"capped at {available}; cuDNN/cuBLAS workspaces compete for the same budget")
     return out
 
@@ -129,6 +145,11 @@ class Session:
         self._micro_bits = []
         self._last_loss = None
         self._model = None
+        self.scaler = None  # a plain loop's torch.amp.GradScaler (watch)
+        self._skip_streak = 0
+        self._streak_first = None  # the first skipped step's finding
+        self._skipped = False
+        self._loss_scale = 1.0
         if not self.active:
             return
         s = link.scenario
@@ -255,16 +276,45 @@ class Session:
         if self.active:
             self.faults.after_backward(model)
 
-    def before_optimizer_step(self, model, optimizer):
-        """The step's finite checks (one read in cheap mode); raises Finding."""
+    def before_optimizer_step(self, model, optimizer, scaler=None):
+        """The step's finite checks (one read in cheap mode), on gradients the
+        loss scaler (if any) has unscaled; raises Finding. With an fp16 loss
+        scaler, gradients that overflow are the scaler's skipped step, not a
+        finding, until SCALER_SKIP_LIMIT steps in a row."""
         if not self.active:
             return
+        scaler = scaler if scaler is not None else self.scaler
+        scaling = scaler is not None and scaler.is_enabled()
+        self._loss_scale = float(scaler.get_scale()) if scaling else 1.0
+        self._skipped = False
         self.monitor.check_gradients(model)
         finding = self.monitor.first_finding()
-        if finding is not None:
+        if finding is None:
+            self._skip_streak = 0
+        else:
             finding.sites = self.monitor.sites()
-            raise finding
+            if not scaling or set(finding.sites) != {"gradient"}:
+                raise finding
+            self._scaler_skip(finding)
         self.faults.before_optimizer_step(optimizer)
+
+    def _scaler_skip(self, finding):
+        """A step the loss scaler skips: its `health` event (check loss_scaler,
+        not primary); at the limit the streak's first step is the finding."""
+        if self._skip_streak == 0:
+            self._streak_first = finding
+        self._skip_streak += 1
+        self._skipped = True
+        self.link.events.emit("health", run=0, step=finding.step, check="loss_scaler", kind="gradient",
+                              site=finding.site, module=finding.module or None, primary=False,
+                              skipped_in_a_row=self._skip_streak, limit=SCALER_SKIP_LIMIT)
+        if self._skip_streak < SCALER_SKIP_LIMIT:
+            return
+        first = self._streak_first
+        raise Finding("gradient", first.site, first.module, first.step, sites=finding.sites,
+                      message=f"non-finite gradient in {first.site} from step {first.step}: the loss scaler "
+                              f"skipped {self._skip_streak} steps in a row (the gradients stay non-finite at "
+                              f"every scale)", extra={"loss_scaler_skips": self._skip_streak})
 
     def after_optimizer_step(self, optimizer):
         if self.active:
@@ -278,7 +328,7 @@ class Session:
         self.link.events.emit("step_end", run=0, step=self.step, loss=loss, bce=0.0, l1=0.0, dice=0.0,
                               loss_bits=self._micro_bits[-1] if self._micro_bits else float_bits(loss),
                               micro_loss_bits=list(self._micro_bits), grad_norm_bits=0, lr=float(lr),
-                              grad_norm=0.0, skipped=False, loss_scale=1.0,
+                              grad_norm=0.0, skipped=self._skipped, loss_scale=self._loss_scale,
                               seconds=round(time.monotonic() - self._t0, 6), samples=int(samples),
                               memory=_memory())
         if self.step + 1 >= self.last_step:
@@ -305,7 +355,7 @@ class Session:
         ev.emit("health", run=0, step=finding.step, check="finite", kind=finding.kind, site=finding.site,
                 module=finding.module or None, mode=self.monitor.mode, primary=True, stats=finding.stats,
                 input_module=finding.input_module, input_stats=finding.input_stats,
-                nonfinite_sites=getattr(finding, "sites", None))
+                nonfinite_sites=finding.sites, **finding.extra)
         ev.emit("error", kind="diverged", message=str(finding), run=0, step=finding.step,
                 module=finding.module or None, phase="train")
         self.done("diverged")
@@ -339,9 +389,13 @@ class Session:
 
     # --- a plain PyTorch loop ---------------------------------------------------
 
-    def watch(self, model, optimizer=None, device="cpu"):
-        """Plain loops: call once the model is built (writes `hello`)."""
+    def watch(self, model, optimizer=None, device="cpu", scaler=None):
+        """Plain loops: call once the model is built (writes `hello`). With a
+        loss scaler (torch.amp.GradScaler, fp16) `backward` scales the loss and
+        `optimizer_step` unscales, steps and updates it, as PyTorch's AMP
+        recipe does; a step it skips is judged as Note [Loss-scaler skips]."""
         self._optimizer = optimizer
+        self.scaler = scaler
         self.hello(model, device=device)
         return model
 
@@ -375,16 +429,22 @@ class Session:
         the gradient faults."""
         self.loss(loss)
         self.record_loss(loss)
-        loss.backward()
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if self._model is not None:
             self.after_backward(self._model)
 
     def optimizer_step(self, optimizer=None, samples=0):
         """Plain loops: the step's checks, optimizer.step(), zero_grad, step_end."""
         opt = optimizer or getattr(self, "_optimizer", None)
+        if self.scaler is not None:
+            self.scaler.unscale_(opt)
         if self.active and self._model is not None:
             self.before_optimizer_step(self._model, opt)
-        opt.step()
+        if self.scaler is not None:
+            self.scaler.step(opt)  # skipped when the unscaled gradients are not finite
+            self.scaler.update()
+        else:
+            opt.step()
         self.after_optimizer_step(opt)
         opt.zero_grad(set_to_none=True)
         self.end_step(lr=opt.param_groups[0]["lr"], samples=samples)

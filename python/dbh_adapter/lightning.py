@@ -77,10 +77,17 @@ class DbhCallback(Callback):
     def on_before_backward(self, trainer, pl_module, loss):
         self.session.loss(loss)
 
+    def on_after_backward(self, trainer, pl_module):
+        # Gradient faults where a real fault would be: in the gradients the
+        # loss scaler (fp16) then unscales and checks, so that it skips the
+        # step as it would skip a real overflow. With accumulation this runs
+        # for each micro-batch; a NaN stays NaN.
+        self.session.after_backward(pl_module)
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        s = self.session
-        s.after_backward(pl_module)
-        s.before_optimizer_step(pl_module, optimizer)
+        # Lightning's AMP plugin has unscaled the gradients by now; its scaler
+        # (fp16) skips the step if they are not finite (Note [Loss-scaler skips]).
+        self.session.before_optimizer_step(pl_module, optimizer, scaler=_scaler(trainer))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         s = self.session
@@ -108,6 +115,12 @@ class DbhCallback(Callback):
         if isinstance(exception, SystemExit) and self.session.finished:
             return
         self.session.exception(exception)
+
+
+def _scaler(trainer):
+    """The precision plugin's torch.amp.GradScaler ("16-mixed"), or None."""
+    scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
+    return scaler if scaler is not None and hasattr(scaler, "get_scale") else None
 
 
 def _batch_len(batch):

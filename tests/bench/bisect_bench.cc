@@ -104,7 +104,7 @@ void BM_Bisect(benchmark::State& state, Kind kind) {
     fs::remove_all(dir);
     fs::create_directories(dir);
     const Planted p = planted(kind, dir);
-    std::vector<std::string> argv = {DBH_BINARY, "bisect"};
+    std::vector<std::string> argv = {testing::dbh_binary(), "bisect"};
     argv.insert(argv.end(), p.args.begin(), p.args.end());
     for (const char* a : {"--out", "OUT", "--cache", "CACHE", "-q"}) argv.emplace_back(a);
     argv[argv.size() - 4] = (dir / "out").string();
@@ -159,7 +159,7 @@ void BM_BisectStepsReplay(benchmark::State& state) {
     const fs::path s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: " + std::to_string(n) +
                                                  "}\nfaults:\n  - {name: nan_activation, module: decoder.smooth3, "
                                                  "at_step: " + std::to_string(at) + "}\n");
-    std::vector<std::string> argv = {DBH_BINARY, "bisect", "steps", s.string(), "--out", (dir / "out").string(),
+    std::vector<std::string> argv = {testing::dbh_binary(), "bisect", "steps", s.string(), "--out", (dir / "out").string(),
                                      "--cache", (dir / "cache").string(), "-q"};
     if (from_start) argv.emplace_back("--replay-from-start");
     state.ResumeTiming();
@@ -212,7 +212,7 @@ void BM_Qualify(benchmark::State& state) {
     fs::create_directories(dir);
     const fs::path source = write(dir / "source.yaml", "include: " + base() +
                                                            "\ndata: {batch_size: 8, size: 384}\ntrain: {max_steps: 2, channels_last: true}\n");
-    const std::vector<std::string> argv = {DBH_BINARY, "qualify", source.string(), "--profile", "ci-host-2200m",
+    const std::vector<std::string> argv = {testing::dbh_binary(), "qualify", source.string(), "--profile", "ci-host-2200m",
                                            "--steps", "2", "--out", (dir / "out").string(), "--cache",
                                            (dir / "cache").string()};
     state.ResumeTiming();

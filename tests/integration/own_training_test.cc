@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,50 @@ TEST_F(OwnTrainingTest, APlainPyTorchLoopIsAttributedToItsStepAndModule) {
                         "--out", (dir / "off").string()});
   EXPECT_NE(off.exit_code, 0) << off.out;
   EXPECT_EQ(read_json(dir / "off" / "report.json")["outcome"], "unresolved") << off.out << off.err;
+}
+
+// Note [Loss-scaler skips] for a user's fp16 training, as for dbh's own
+// worker: a step whose gradients the scaler finds non-finite is its skip, not
+// a divergence (the Lightning example's fp16 trials were all "diverged at step
+// 0" on an H200); gradients that stay non-finite are, from the streak's start.
+TEST_F(OwnTrainingTest, AnFp16LossScalerSkipIsNotADivergenceButAStreakOfThemIs) {
+  const Dir dir("dbh-own-scaler");
+  const std::string scenarios = kSource + "/examples/plain-torch/scenarios/";
+  const auto once = dbh({"run", scenarios + "fp16-overflow-skipped.yaml", "--out", (dir / "once").string()});
+  ASSERT_EQ(once.exit_code, 0) << once.out << once.err;
+  EXPECT_EQ(read_json(dir / "once" / "report.json")["outcome"], "passed");
+  // The step is recorded as skipped, at the scale that overflowed, and the
+  // next one runs at half of it.
+  std::map<int64_t, nlohmann::json> ends;
+  int skips = 0;
+  std::istringstream events(testing::read_text(dir / "once" / "main" / "events.jsonl"));
+  for (std::string line; std::getline(events, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e["type"] == "step_end") ends[e["step"].get<int64_t>()] = e;
+    if (e["type"] == "health" && e.value("check", "") == "loss_scaler") {
+      ++skips;
+      EXPECT_EQ(e["step"], 3) << line;
+      EXPECT_EQ(e["skipped_in_a_row"], 1) << line;
+      EXPECT_FALSE(e["primary"].get<bool>()) << line;
+    }
+  }
+  EXPECT_EQ(skips, 1);
+  ASSERT_EQ(ends.size(), 10u);
+  EXPECT_TRUE(ends[3]["skipped"].get<bool>());
+  EXPECT_FALSE(ends[2]["skipped"].get<bool>());
+  EXPECT_EQ(ends[4]["loss_scale"].get<double>() * 2, ends[3]["loss_scale"].get<double>());
+
+  const auto stays = dbh({"run", scenarios + "fp16-gradients-stay-nan.yaml", "--out", (dir / "stays").string()});
+  ASSERT_EQ(stays.exit_code, 0) << stays.out << stays.err;  // its expectation: diverged at step 3
+  const auto j = read_json(dir / "stays" / "report.json");
+  EXPECT_EQ(j["outcome"], "diverged");
+  EXPECT_EQ(j["failure"]["step"], 3);
+  EXPECT_NE(j["failure"]["message"].get<std::string>().find("skipped 8 steps in a row"), std::string::npos)
+      << j["failure"].dump();
+  // Without a scaler (fp32) the same gradients are a divergence at once.
+  const auto fp32 = dbh({"run", scenarios + "fp16-overflow-skipped.yaml", "train.precision=fp32", "expect.outcome=diverged",
+                         "expect.step=3", "--out", (dir / "fp32").string()});
+  EXPECT_EQ(fp32.exit_code, 0) << fp32.out << fp32.err;
 }
 
 TEST_F(OwnTrainingTest, RepeatTwoProcessesIsBitIdentical) {

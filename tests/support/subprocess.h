@@ -2,12 +2,25 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace dbh::testing {
+
+#ifdef DBH_BINARY
+/// The dbh under test: the one beside this program when there is one (a bin
+/// folder carried to another machine, as scripts/gpu-check.sh carries it to
+/// the GPU machine), else the build's.
+inline std::string dbh_binary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && std::filesystem::is_regular_file(self.parent_path() / "dbh", ec)) return (self.parent_path() / "dbh").string();
+  return DBH_BINARY;
+}
+#endif
 
 /// The result of running a program to completion.
 struct ProcessResult {

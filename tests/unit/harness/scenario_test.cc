@@ -351,6 +351,16 @@ TEST_F(ScenarioFiles, PrecisionOtherThanFp32OnCpuIsRejected) {
             "");
 }
 
+// A user's training decides what it runs on the CPU (PyTorch autocasts fp16
+// there) and has its own modules: neither is checked against dbh's DBNet.
+TEST_F(ScenarioFiles, AUsersTrainingIsNotHeldToDbhsOwnModelsRules) {
+  const std::string worker = "worker: {command: [python3, train.py], cwd: " + dir_.string() + "}\n";
+  EXPECT_EQ(load_error(write("g.yaml", worker + "train:\n  precision: fp16\n")), "");
+  EXPECT_EQ(load_error(write("h.yaml", worker + "faults:\n  - {name: nan_gradient, module: body}\n")), "");
+  const auto own = load_error(write("i.yaml", "faults:\n  - {name: nan_gradient, module: body}\n"));
+  EXPECT_NE(own.find("faults[0].module: expected a module name of the fpn model"), std::string::npos) << own;
+}
+
 // BUG (harness/scenario/scenario.cc, scenario_from_tree): the precision/device
 // check reports Location{file, 0, 0}, so the message is "e.yaml:
 // train.precision: …" without the line and column of `precision:`.
