@@ -96,7 +96,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
     scaler_ = active;
     scaler_skip_limit_ = skip_limit;
   }
-  static constexpr int64_t kScalerSkipLimit = 8;
+  static constexpr int64_t kScalerSkipLimit = proto::kScalerSkipLimit;
   /// The current step's memory per phase, as far as it got.
   const nlohmann::json& phase_memory() const { return phases_; }
   /// The batch of the current (or last) step, kept by reference.

@@ -101,6 +101,13 @@ struct FaultFired {
 nlohmann::json to_json(const FaultFired& e);
 FaultFired fault_fired_from(const Event& e);
 
+/// Note [Loss-scaler skips]: with fp16 a step whose gradients overflow is the
+/// loss scaler's to skip (a `health` event of check `loss_scaler`, not
+/// primary, and a `step_end` with `skipped`); this many skipped steps in a row
+/// are a divergence, reported from the first. dbh's worker (monitors.h) and
+/// the Python adapter (SCALER_SKIP_LIMIT) judge by it.
+inline constexpr int64_t kScalerSkipLimit = 8;
+
 /// `health`: a monitor's finding. `primary` marks the one that decides the
 /// outcome; check-specific fields (`input_module`, `skipped_in_a_row`,
 /// `median`, `prob_min`, …) travel in `extra`.

@@ -119,6 +119,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
     if (!f.hardware_error.empty()) j["faults"].back()["hardware_error"] = f.hardware_error;
   }
   j["steps_completed"] = main.steps_completed;
+  j["scaler_skipped_steps"] = scaler_skipped_steps(main);
   j["overlays"] = main.overlays;
   if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
   if (!r.resolution_checks.empty()) j["resolutions_tried"] = resolution_checks_json(r.resolution_checks);
@@ -314,6 +315,9 @@ std::string report_markdown(const RunReport& r) {
   } else {
     md << "Training under scenario " << name_md << " completed " << r.trials.front().analysis.steps_completed
        << " steps with every health check passing.\n\n";
+  }
+  if (const std::string skips = scaler_skips_text(r.trials.front().analysis); !skips.empty() && !skipped) {
+    md << "**Loss scaler (fp16):** " << markdown_inline(skips) << ".\n\n";
   }
   if (r.data_dependent) {
     md << "**Data-dependent:** " << (*r.data_dependent ? "yes" : "no") << ". " << r.data_dependent_reason

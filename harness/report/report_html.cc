@@ -279,6 +279,9 @@ std::string report_html(const RunReport& r) {
     << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.last_step() << "</td></tr>\n"
     << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
     << esc(peak_memory_kind(main)) << ")</td></tr>\n";
+  if (const std::string skips = scaler_skips_text(main); !skips.empty()) {
+    h << "<tr><th>Loss scaler (fp16)</th><td>" << esc(skips) << "</td></tr>\n";
+  }
   if (r.data_dependent) {
     h << "<tr><th>Data-dependent</th><td>" << (*r.data_dependent ? "yes" : "no") << ". " << esc(r.data_dependent_reason)
       << "</td></tr>\n";

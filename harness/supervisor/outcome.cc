@@ -275,6 +275,8 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
       st.loss_bits = end.loss_bits;
       st.grad_norm_bits = end.grad_norm_bits;
       st.micro_loss_bits = end.micro_loss_bits;
+      st.skipped = end.skipped;
+      st.loss_scale = end.loss_scale;
       if (end.memory.is_object()) {
         const auto& m = end.memory;
         st.rss_bytes = m.value("rss_bytes", int64_t{0});
@@ -668,6 +670,26 @@ std::string injected_faults(const TrialAnalysis& a) {
     }
   }
   return out;
+}
+
+std::vector<int64_t> scaler_skipped_steps(const TrialAnalysis& a) {
+  std::vector<int64_t> out;
+  for (const auto& st : a.steps) {
+    if (st.run == 0 && st.skipped) out.push_back(st.step);
+  }
+  return out;
+}
+
+std::string scaler_skips_text(const TrialAnalysis& a) {
+  const auto steps = scaler_skipped_steps(a);
+  if (steps.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < steps.size() && i < 8; ++i) list += (i > 0 ? ", " : "") + std::to_string(steps[i]);
+  if (steps.size() > 8) list += ", …";
+  return "skipped " + std::to_string(steps.size()) + " of " +
+         std::to_string(a.steps_completed) + " optimizer steps (step" + (steps.size() > 1 ? "s " : " ") + list +
+         ") because their gradients overflowed, lowering its scale each time; a few such steps are its normal "
+         "work, " + std::to_string(proto::kScalerSkipLimit) + " in a row a divergence";
 }
 
 std::string peak_memory_kind(const TrialAnalysis& a) {

@@ -68,6 +68,8 @@ struct StepRecord {
   int64_t rss_bytes = 0;
   int64_t peak_bytes = 0;  // step peak: CUDA allocated peak, else max RSS over the phases
   nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
+  bool skipped = false;    // the fp16 loss scaler skipped the optimizer step (overflowed gradients)
+  double loss_scale = 1;   // the scale its gradients were computed at
 };
 
 /// One validation during training (an `eval` event).
@@ -138,6 +140,13 @@ std::vector<int64_t> run_end_cuda_reserved;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };
+
+/// The steps of run 0 whose optimizer step the fp16 loss scaler skipped
+/// (Note [Loss-scaler skips]: a few are its normal work), in order.
+std::vector<int64_t> scaler_skipped_steps(const TrialAnalysis& a);
+/// What the report says of those steps after "Loss scaler (fp16):" ("" when
+/// there are none).
+std::string scaler_skips_text(const TrialAnalysis& a);
 
 struct ClassifyOptions {
   /// Ignore `fault_fired` events when attributing (they still count as fired

@@ -39,7 +39,7 @@ BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset"
 # judges it: with fp16 a dynamic loss scaler (torch.amp.GradScaler) skips the
 # optimizer step whose gradients overflow and lowers its scale; a few skips are
 # its normal work. Only this many skipped steps in a row are a failure,
-# reported from the first of them (monitors.h, kScalerSkipLimit).
+# reported from the first of them (proto::kScalerSkipLimit, harness/proto/event_types.h).
 SCALER_SKIP_LIMIT = 8
 
 

@@ -147,7 +147,13 @@ TEST_F(OwnTrainingTest, AnFp16LossScalerSkipIsNotADivergenceButAStreakOfThemIs) 
   const std::string scenarios = kSource + "/examples/plain-torch/scenarios/";
   const auto once = dbh({"run", scenarios + "fp16-overflow-skipped.yaml", "--out", (dir / "once").string()});
   ASSERT_EQ(once.exit_code, 0) << once.out << once.err;
-  EXPECT_EQ(read_json(dir / "once" / "report.json")["outcome"], "passed");
+  const auto report = read_json(dir / "once" / "report.json");
+  EXPECT_EQ(report["outcome"], "passed");
+  EXPECT_EQ(report["scaler_skipped_steps"], nlohmann::json::array({3})) << report.dump();
+  // The pages say so, beside "every health check passing".
+  const std::string md = testing::read_text(dir / "once" / "report.md");
+  EXPECT_NE(md.find("**Loss scaler (fp16):** skipped 1 of 10 optimizer steps (step 3)"), std::string::npos) << md;
+  EXPECT_NE(testing::read_text(dir / "once" / "report.html").find("<th>Loss scaler (fp16)</th>"), std::string::npos);
   // The step is recorded as skipped, at the scale that overflowed, and the
   // next one runs at half of it.
   std::map<int64_t, nlohmann::json> ends;

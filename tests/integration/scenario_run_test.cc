@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/scenario/fault_catalog.h"
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "harness/common/value.h"
@@ -29,8 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Monitors::kScalerSkipLimit (the test links no LibTorch).
-constexpr int64_t kScalerSkipLimit = 8;
 using testing::run_process;
 
 testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 600) {
@@ -209,7 +208,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
     // Under fp16 the loss scaler's skips are judged only after a streak
     // (Note [Loss-scaler skips]): the run stops that many steps later.
     const bool scaler_streak = s.train.precision == "fp16" && outcome == "diverged";
-    EXPECT_EQ(steps, *s.expect.step + (scaler_streak ? kScalerSkipLimit - 1 : 0));
+    EXPECT_EQ(steps, *s.expect.step + (scaler_streak ? harness::proto::kScalerSkipLimit - 1 : 0));
   }
 
   // Determinism checks run when repeated processes are asked for.

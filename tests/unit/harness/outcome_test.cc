@@ -623,6 +623,29 @@ TEST(Classify, AttributionComesFromMonitorsNotFromWhereTheFaultSaysItFired) {
 
 // --- names ---------------------------------------------------------------------------
 
+// Note [Loss-scaler skips]: the report names run 0's skipped steps.
+TEST(ScalerSkips, TheReportNamesRunZerosSkippedStepsOnly) {
+  TrialAnalysis a;
+  EXPECT_TRUE(scaler_skipped_steps(a).empty());
+  EXPECT_EQ(scaler_skips_text(a), "");
+  for (int64_t step = 0; step < 12; ++step) {
+    StepRecord st;
+    st.step = step;
+    st.skipped = step < 2 || (step >= 3 && step < 11);
+    a.steps.push_back(st);
+  }
+  StepRecord other_run;
+  other_run.run = 1;
+  other_run.step = 2;
+  other_run.skipped = true;
+  a.steps.push_back(other_run);
+  a.steps_completed = 12;
+  EXPECT_EQ(scaler_skipped_steps(a), (std::vector<int64_t>{0, 1, 3, 4, 5, 6, 7, 8, 9, 10}));
+  const std::string text = scaler_skips_text(a);
+  EXPECT_EQ(text.rfind("skipped 10 of 12 optimizer steps (steps 0, 1, 3, 4, 5, 6, 7, 8, …)", 0), 0u) << text;
+  EXPECT_NE(text.find("8 in a row a divergence"), std::string::npos) << text;
+}
+
 TEST(OutcomeNames, RoundTripAndFailureSet) {
   for (Outcome o : {Outcome::kPassed, Outcome::kFailed, Outcome::kCrashed, Outcome::kTimedOut,
                     Outcome::kHung, Outcome::kDiverged, Outcome::kNondeterministic, Outcome::kLeaked,
