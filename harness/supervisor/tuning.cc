@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "harness/common/cpu.h"
+#include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/progress.h"
 #include "harness/common/hash.h"
+#include "harness/common/home.h"
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
@@ -268,24 +270,28 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
 }
 
 // The finite, non-negative number the environment variable `name` holds,
-// else `fallback`.
-double non_negative_env(const char* name, double fallback) {
-  if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
-  }
-  return fallback;
+// else (unset or empty) `fallback`; anything else is refused, naming it.
+double non_negative_env(const char* name, double fallback, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
+  throw UsageError(std::string(name) + ": expected " + what + ", got \"" + one_line(v) + "\"");
 }
 
 // Cores other processes may keep busy while candidates are timed before the
 // measurement is not trusted (Note [A measurement to trust]):
 // $DBH_TUNE_MAX_OTHERS_CORES, else kMaxOthersCores.
-double max_others_cores() { return non_negative_env("DBH_TUNE_MAX_OTHERS_CORES", kMaxOthersCores); }
+double max_others_cores() {
+  return non_negative_env("DBH_TUNE_MAX_OTHERS_CORES", kMaxOthersCores, "a number of cores, 0 or more (e.g. 0.5)");
+}
 
 // The seconds a measurement may take (Note [A measurement's budget]):
 // $DBH_TUNE_BUDGET_S (0 = no budget), else kMeasureBudgetSeconds.
-double measure_budget_seconds() { return non_negative_env("DBH_TUNE_BUDGET_S", kMeasureBudgetSeconds); }
+double measure_budget_seconds() {
+  return non_negative_env("DBH_TUNE_BUDGET_S", kMeasureBudgetSeconds, "a number of seconds, 0 or more (0: no budget)");
+}
 
 std::string seconds_text(double seconds) {
   char buf[32];
@@ -297,6 +303,15 @@ std::string cores_text(double cores) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", cores);
   return buf;
+}
+
+// Note [A measurement to trust]: "" when `others` (the cores other processes
+// kept busy `when`; < 0: not read) lets a reading last, else why it does not.
+std::string untrusted_load(double others, const std::string& when) {
+  if (others >= 0 && others <= max_others_cores()) return "";
+  if (others < 0) return "other processes' load " + when + " could not be read";
+  return "other processes kept " + cores_text(others) + " cores busy " + when + " (at most " +
+         cores_text(max_others_cores()) + " is trusted)";
 }
 
 }  // namespace
@@ -368,13 +383,21 @@ void write_entry(const fs::path& file, const json& entry, json& record) {
 
 // The record's account of a measurement over its budget (Note [A
 // measurement's budget]), from the verdict `v` (measured now or cached).
-void note_over_budget(json& record, const json& v) {
+void note_over_budget(json& record, const json& v, const Scenario& s) {
   const double step = v.value("over_budget_step_seconds", 0.0), least = v.value("least_seconds", 0.0);
+  // The command that measures this very setup, to paste.
+  std::vector<std::string> tune = {self_command(), "tune"};
+  if (!s.file.empty()) {
+    std::error_code ec;
+    const fs::path file = fs::absolute(s.file, ec);
+    tune.push_back(ec ? s.file : file.lexically_normal().string());
+  }
+  tune.insert(tune.end(), s.overrides.begin(), s.overrides.end());
   record["over_budget"] = "a first step took " + seconds_text(step) + ", so warming up and timing each candidate once "
                           "would take about " + seconds_text(least) + ", over the " +
-                          seconds_text(v.value("budget_seconds", 0.0)) +
-                          " budget of a measurement (`dbh tune SCENARIO` measures whatever it takes; "
-                          "$DBH_TUNE_BUDGET_S sets the budget)";
+                          seconds_text(v.value("budget_seconds", 0.0)) + " budget of a measurement (`" +
+                          (s.file.empty() ? "dbh tune SCENARIO.yaml" : shell_command(tune)) +
+                          "` measures whatever it takes; $DBH_TUNE_BUDGET_S sets the budget)";
   record["over_budget_step_seconds"] = step;
   record["measured_at"] = v.value("measured_at", "");
   record["size"] = v.value("size", int64_t{0});
@@ -427,7 +450,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
                                                    seconds_text(least) + ")";
           entry = nullptr;
         } else {
-          note_over_budget(record, entry);
+          note_over_budget(record, entry, s);
           record["over_budget"] = record["over_budget"].get<std::string>() + " (measured " +
                                   entry["measured_at"].get<std::string>() + ")";
           record["cache"] = file.string();
@@ -483,14 +506,11 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
                             {"size", s.data.size},
                             {"batch", s.data.batch_size}};
       record.erase("remeasured");  // tried again, and over the budget again
-      note_over_budget(record, verdict);
+      note_over_budget(record, verdict, s);
       std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
                 << "; PyTorch's defaults" << std::endl;
-      if (!(others >= 0 && others <= max_others_cores())) {
-        record["cache_note"] = "not cached: " + (others < 0 ? std::string("other processes' load during the step could not be read")
-                                                            : "other processes kept " + cores_text(others) +
-                                                                  " cores busy while the step ran (at most " +
-                                                                  cores_text(max_others_cores()) + " is trusted)");
+      if (const std::string why = untrusted_load(others, "while the step ran"); !why.empty()) {
+        record["cache_note"] = "not cached: " + why;
       } else if (!file.empty()) {
         write_entry(file, verdict, record);
       }
@@ -514,11 +534,8 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     const double others = entry.contains("others_cores") && entry["others_cores"].is_number()
                               ? entry["others_cores"].get<double>()
                               : -1.0;
-    if (!(others >= 0 && others <= max_others_cores())) {
-      record["untrusted"] = others < 0 ? std::string("other processes' load while timing could not be read")
-                                       : "other processes kept " + cores_text(others) +
-                                             " cores busy on average while the candidates were timed (at most " +
-                                             cores_text(max_others_cores()) + " is trusted)";
+    if (const std::string why = untrusted_load(others, "while the candidates were timed"); !why.empty()) {
+      record["untrusted"] = why;
       record["others_cores"] = others;
       record["measured_at"] = entry["measured_at"];
       record["measure_seconds"] = seconds;

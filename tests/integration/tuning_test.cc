@@ -420,9 +420,19 @@ TEST(TuningTest, AMeasurementOverItsBudgetKeepsPyTorchsDefaultsUntilTuneMeasures
   EXPECT_EQ(second.process.err.find("dbh: measuring"), std::string::npos) << second.process.err;
   EXPECT_TRUE(second.report["measured_choices"].contains("over_budget")) << second.report["measured_choices"].dump();
 
-  // `dbh tune` measures whatever it takes, and runs take its answer.
-  const auto ahead = tune(cache, autos, tiny);
-  ASSERT_EQ(ahead.exit_code, 0) << ahead.out << ahead.err;
+  // `dbh tune` measures whatever it takes, and runs take its answer: the
+  // command the report names, run as pasted from another folder.
+  const std::string why = m.value("over_budget", "");
+  const auto from = why.find('`'), to = why.find('`', from + 1);
+  ASSERT_NE(to, std::string::npos) << why;
+  const std::string printed = why.substr(from + 1, to - from - 1);
+  EXPECT_NE(printed.find(" tune " + std::string(kTiny) + " "), std::string::npos) << printed;
+  const auto ahead = testing::run_process_with_env(
+      {"/bin/sh", "-c", printed},
+      {{"DBH_CACHE_DIR", cache.string()}, {"DBH_TUNE_MAX_OTHERS_CORES", std::string("64")},
+       {"DBH_TUNE_BUDGET_S", tiny}},
+      dir.string(), 180);
+  ASSERT_EQ(ahead.exit_code, 0) << printed << "\n" << ahead.out << ahead.err;
   EXPECT_NE(ahead.out.find("tiny-cpu: measured: "), std::string::npos) << ahead.out;
   const DbhRun third = run(cache, dir / "third", autos, std::string("64"), tiny);
   ASSERT_EQ(third.process.exit_code, 0) << third.process.err;
@@ -430,6 +440,25 @@ TEST(TuningTest, AMeasurementOverItsBudgetKeepsPyTorchsDefaultsUntilTuneMeasures
   EXPECT_EQ(m3["channels_last"]["source"], "cached") << m3.dump();
   EXPECT_FALSE(m3.contains("over_budget")) << m3.dump();
   EXPECT_EQ(cache_entries(cache).size(), 1u);
+}
+
+// The budget and the load limit are numbers; anything else is refused before
+// anything is written, naming the variable.
+TEST(TuningTest, AnUnreadableBudgetOrLoadLimitIsRefused) {
+  const fs::path dir = testing::fresh_dir("tuning-bad-env");
+  testing::RemoveOnExit cleanup(dir);
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"DBH_TUNE_BUDGET_S", "ten"}, {"DBH_TUNE_BUDGET_S", "-1"}, {"DBH_TUNE_MAX_OTHERS_CORES", "nan"}}) {
+    const fs::path out = dir / "out";
+    const auto r = testing::run_process_with_env(
+        {DBH_BINARY, "run", kTiny, "--out", out.string(), "-q", "train.max_steps=1", "data.size=32",
+         "train.channels_last=auto", "train.threads=auto"},
+        {{"DBH_CACHE_DIR", (dir / "cache").string()}, {name, value}}, DBH_SOURCE_DIR, 180);
+    EXPECT_EQ(r.exit_code, 2) << name << "=" << value << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(name + ": expected a number of"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("got \"" + value + "\""), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << name << "=" << value;
+  }
 }
 
 // A verdict taken while other processes kept the cores busy holds for that
