@@ -100,6 +100,13 @@ bool nvidia_gpu_present() {
   std::error_code ec;
   fs::directory_iterator gpus("/proc/driver/nvidia/gpus", ec);
   if (!ec && gpus != fs::directory_iterator()) return true;
+  // WSL2 (the seed reports' RTX 3060): the GPU is paravirtualised through
+  // /dev/dxg, and the Windows driver puts its libcuda under /usr/lib/wsl/lib.
+  if (fs::exists("/dev/dxg", ec)) {
+    for (const auto& e : fs::directory_iterator("/usr/lib/wsl/lib", ec)) {
+      if (e.path().filename().string().rfind("libcuda.so", 0) == 0) return true;
+    }
+  }
   for (const auto& e : fs::directory_iterator("/dev", ec)) {
     const std::string name = e.path().filename().string();
     if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&

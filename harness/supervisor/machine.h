@@ -23,9 +23,11 @@ std::string libraries_identity();
 std::string machine_identity();
 
 /// Whether this machine shows an NVIDIA GPU: one the driver lists under
-/// /proc/driver/nvidia/gpus, or a /dev/nvidiaN device (a container that
-/// hides /proc/driver). Read without loading CUDA; a CUDA scenario on a
-/// machine without one is skipped, so nothing is measured for it.
+/// /proc/driver/nvidia/gpus, a /dev/nvidiaN device (a container that hides
+/// /proc/driver), or WSL2's /dev/dxg with the NVIDIA driver's libcuda. Read
+/// without loading CUDA; a CUDA scenario on a machine without one is
+/// skipped, so nothing is measured for it, and a user's training is not
+/// started for it.
 bool nvidia_gpu_present();
 
 }  // namespace dbh::harness

@@ -390,19 +390,7 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
     return a;
   }
   if (unavailable != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
-    // Not tried: this machine lacks what the scenario needs. Neither a pass
-    // nor a failure of the training (git bisect's "cannot test").
-    a.outcome = Outcome::kSkipped;
-    f.message = proto::error_from(*unavailable).message;
-    // What a user can do about it here, with the override that does it.
-    if (s.hardware.device != "cpu") {
-      f.message += "; to run it on this machine's CPU instead, add " +
-                   override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
-                   (s.train.precision != "fp32" ? " " + override_text(DBH_SCENARIO_KEY(train.precision), "fp32") +
-                                                      " (AMP runs on CUDA only)"
-                                                : std::string());
-    }
-    f.evidence.push_back(f.message);
+    mark_not_run_here(a, s, proto::error_from(*unavailable).message);
     return a;
   }
   if (harness_error != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
@@ -670,6 +658,23 @@ std::string injected_faults(const TrialAnalysis& a) {
     }
   }
   return out;
+}
+
+void mark_not_run_here(TrialAnalysis& a, const Scenario& s, const std::string& why) {
+  // Not tried: this machine lacks what the scenario needs. Neither a pass
+  // nor a failure of the training (git bisect's "cannot test").
+  a.outcome = Outcome::kSkipped;
+  Failure& f = a.failure;
+  f.message = why;
+  // What a user can do about it here, with the override that does it.
+  if (s.hardware.device != "cpu") {
+    f.message += "; to run it on this machine's CPU instead, add " +
+                 override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
+                 (s.train.precision != "fp32" && !s.worker.external()
+                      ? " " + override_text(DBH_SCENARIO_KEY(train.precision), "fp32") + " (AMP runs on CUDA only)"
+                      : std::string());
+  }
+  f.evidence.push_back(f.message);
 }
 
 std::vector<int64_t> scaler_skipped_steps(const TrialAnalysis& a) {

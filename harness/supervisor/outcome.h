@@ -141,6 +141,10 @@ std::vector<int64_t> run_end_cuda_reserved;
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
 };
 
+/// Marks `a` skipped, not run on this machine for `why` (a device it lacks),
+/// with the override that runs it on this machine's CPU.
+void mark_not_run_here(TrialAnalysis& a, const Scenario& s, const std::string& why);
+
 /// The steps of run 0 whose optimizer step the fp16 loss scaler skipped
 /// (Note [Loss-scaler skips]: a few are its normal work), in order.
 std::vector<int64_t> scaler_skipped_steps(const TrialAnalysis& a);

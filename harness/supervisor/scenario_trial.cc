@@ -40,6 +40,17 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   }
   spec.on_event = on_event;
   ScenarioTrial t;
+  if (const auto why = external_device_unavailable(s)) {
+    // The user's command would only fail to find the device (Lightning:
+    // "No supported gpu backend found"): not started, skipped as dbh's own
+    // worker's trial is when it reports the device unavailable.
+    t.analysis = classify(t.result, s, kb, {});
+    t.analysis.outcome = Outcome::kUnresolved;
+    t.analysis.failure = Failure{};
+    mark_not_run_here(t.analysis, s, *why);
+    t.analysis.tuning = std::move(tuning);
+    return t;
+  }
   t.result = run_trial(spec);
   ClassifyOptions copts;
   copts.withhold_fault_records = withhold_fault_records;

@@ -18,6 +18,7 @@
 #include "harness/proto/worker_link.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/machine.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -196,8 +197,15 @@ WorkerDescription describe_worker(const Scenario& s) {
   return d;
 }
 
+std::optional<std::string> external_device_unavailable(const Scenario& s) {
+  if (!s.worker.external() || s.hardware.device.rfind("cuda", 0) != 0 || nvidia_gpu_present()) return std::nullopt;
+  return "device \"" + s.hardware.device + "\" requested, but this machine shows no NVIDIA GPU (no " +
+         "/proc/driver/nvidia/gpus, /dev/nvidiaN or WSL2 GPU), so the worker `" + join(s.worker.command, " ") +
+         "` was not started";
+}
+
 std::optional<std::string> missing_capability(const Scenario& s) {
-  if (!s.worker.external()) return std::nullopt;
+  if (!s.worker.external() || external_device_unavailable(s)) return std::nullopt;
   const WorkerDescription d = describe_worker(s);
   for (const auto& [cap, what] : worker_needs(s).required) {
     if (std::find(d.capabilities.begin(), d.capabilities.end(), cap) == d.capabilities.end()) return cap;
@@ -207,7 +215,8 @@ std::optional<std::string> missing_capability(const Scenario& s) {
 
 std::vector<std::string> check_worker(const Scenario& s,
                                       const std::vector<std::pair<std::string, std::string>>& command_needs) {
-  if (!s.worker.external()) return {};
+  // Not run here: nothing to check (its trials are skipped).
+  if (!s.worker.external() || external_device_unavailable(s)) return {};
   const WorkerDescription d = describe_worker(s);
   const auto serves = [&](const std::string& cap) {
     return std::find(d.capabilities.begin(), d.capabilities.end(), cap) != d.capabilities.end();

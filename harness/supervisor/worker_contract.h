@@ -89,6 +89,12 @@ std::vector<PassedKey> passed_keys(const Scenario& s);
 TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
                               int64_t index);
 
+/// Why `s`'s external worker cannot run on this machine, or nullopt: a CUDA
+/// device asked of a machine that shows no NVIDIA GPU (machine.h). Such a
+/// trial is not started (its outcome is `skipped`, as dbh's own worker's is)
+/// and the worker is not described.
+std::optional<std::string> external_device_unavailable(const Scenario& s);
+
 /// What an external worker says of itself in describe mode.
 struct WorkerDescription {
   std::string worker;  // name and version

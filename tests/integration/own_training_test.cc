@@ -188,6 +188,34 @@ TEST_F(OwnTrainingTest, AnFp16LossScalerSkipIsNotADivergenceButAStreakOfThemIs) 
   EXPECT_EQ(fp32.exit_code, 0) << fp32.out << fp32.err;
 }
 
+// A user's CUDA scenario on a machine without an NVIDIA GPU is skipped, as
+// dbh's own worker's is (exit 4, a visible skip in a suite), not started
+// (Lightning would fail to find a GPU backend: that was exit 2, "expected a
+// worker that writes hello").
+TEST_F(OwnTrainingTest, ACudaRunOnAMachineWithoutAGpuIsSkippedWithoutStartingIt) {
+  if (fs::exists("/proc/driver/nvidia/gpus") || fs::exists("/dev/nvidia0") || fs::exists("/dev/dxg")) {
+    GTEST_SKIP() << "this machine shows a GPU";
+  }
+  const Dir dir("dbh-own-no-gpu");
+  const auto r = dbh({"run", kScenarios + "/clean.yaml", "hardware.device=cuda", "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(r.err.find("describe mode"), std::string::npos) << r.err;  // not even asked what it serves
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["outcome"], "skipped");
+  const std::string message = j["failure"]["message"];
+  EXPECT_NE(message.find("was not started; to run it on this machine's CPU instead, add hardware.device=cpu"),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(fs::exists(dir / "out" / "main" / "stderr.log") &&
+               testing::read_text(dir / "out" / "main" / "stderr.log").find("Trainer") != std::string::npos);
+  // In a suite it is a skip, not a failure.
+  const auto suite = dbh({"suite", kScenarios + "/clean.yaml", "hardware.device=cuda", "--out", (dir / "suite").string(),
+                          "--junit", (dir / "junit.xml").string()});
+  EXPECT_EQ(suite.exit_code, 0) << suite.out << suite.err;
+  EXPECT_NE(testing::read_text(dir / "junit.xml").find("skipped=\"1\""), std::string::npos)
+      << testing::read_text(dir / "junit.xml");
+}
+
 TEST_F(OwnTrainingTest, RepeatTwoProcessesIsBitIdentical) {
   const Dir dir("dbh-own-repeat");
   const auto r = dbh({"repeat", kScenarios + "/clean.yaml", "--processes", "2", "--out", (dir / "out").string()});
