@@ -272,7 +272,7 @@ def serve(path, device="cpu", layout="nchw"):
         loss = db_loss(model(image), targets)
         loss.backward()
         opt.step()
-        value = float(loss)
+        value = float(loss.detach())
         if prof is not None:
             prof.__exit__(None, None, None)
             traced = True
@@ -296,7 +296,7 @@ def main():
         loss = db_loss(model(image), targets)
         loss.backward()
         opt.step()
-        value = float(loss)
+        value = float(loss.detach())
         return time.perf_counter() - t0, value
 
     for _ in range(WARMUP):
