@@ -30,7 +30,11 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
       {capability::kCheckpoint, "`train.checkpoint_every`: a checkpoint every K steps, each announced by a `checkpoint` event (`bisect steps`)"},
       {capability::kResume, "`train.resume_from`: continue from one of its own checkpoints at its step (`bisect steps`)"},
       {capability::kSubset, "`data.subset`: train on those dataset indices only, in dbh's order of the dataset (`bisect data`)"},
-      {capability::kMonitorsFinite, "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite loss, gradient or activation"},
+      {capability::kMonitorsFinite,
+       "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite loss, gradient "
+       "or activation; with an fp16 loss scaler, non-finite gradients are its skipped step (`health` of check "
+       "`loss_scaler`, not primary; `step_end` with `skipped` and `loss_scale`) until 8 in a row, then the finding "
+       "from the first, with `loss_scaler_skips`"},
       {capability::kMonitorsLocalise, "`monitors.mode: localise`: the first non-finite tensor in forward and backward order, with its module (`bisect modules`)"},
       {capability::kMonitorsSilent, "`monitors.silent`: the silent-failure checks (optional: a worker without them runs, and dbh says they were not checked)"},
       {capability::kMemoryBudget, "`hardware.memory_budget` (or a profile): the budget applied as docs/gpu.md says, reported in a `memory_budget` event (`qualify`)"},
