@@ -161,10 +161,11 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     const Reading before_warm_up = read_load();
     for (const auto& slot : slots) {
       warm = std::max(warm, timed_step(slot));
-      events.emit(proto::TuningProgress{++done, n * (1 + kMaxRounds)});
+      ++done;
       // Note [A measurement's budget]: the least measurement warms up and
       // times every candidate once; when the first step says that costs more
-      // than the budget, stop here, with the load that step felt.
+      // than the budget, stop here, with the load that step felt (and no
+      // progress line announcing the rest of a measurement that stops).
       if (done == 1 && budget_seconds > 0 && 2.0 * static_cast<double>(n) * warm > budget_seconds) {
         result.over_budget_step_seconds = warm;
         result.others_cores = others_since(before_warm_up);
@@ -172,6 +173,7 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
         events.emit(proto::Done{"passed", {}});
         return 0;
       }
+      events.emit(proto::TuningProgress{done, n * (1 + kMaxRounds)});
     }
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.
