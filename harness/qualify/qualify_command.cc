@@ -19,6 +19,7 @@
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/out_file.h"
+#include "harness/qualify/qualification.h"
 #include "harness/qualify/search.h"
 #include "harness/report/markdown_html.h"
 #include "harness/report/plot.h"
@@ -78,12 +79,6 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
   return t;
 }
 
-std::string cmd(const std::string& scenario, const std::vector<std::string>& base, const std::vector<std::string>& extra) {
-  std::vector<std::string> words = {self_command(), "run", path_for_command(scenario)};
-  words.insert(words.end(), base.begin(), base.end());
-  words.insert(words.end(), extra.begin(), extra.end());
-  return shell_command(words);
-}
 
 }  // namespace
 
@@ -230,8 +225,6 @@ int qualify_command(const QualifyOptions& o) {
     // precision's line (set below) when that precision has one.
     int64_t source_need = source_trial.passed ? source_trial.peak : 0;
 
-    ojson per_precision = ojson::array();
-    std::vector<Trial> searched;
     using Rec = PrecisionSearchResult;
     std::vector<Rec> recs;
     for (const auto& precision : precisions) {
@@ -263,242 +256,46 @@ int qualify_command(const QualifyOptions& o) {
         return t;
       };
       Rec rec = search_precision(in, run);
-      searched.insert(searched.end(), rec.measured.begin(), rec.measured.end());
       if (rec.source_need) source_need = *rec.source_need;
       trials += rec.probes;
       recs.push_back(std::move(rec));
     }
-    // Recommend the source's precision when it qualifies (the numerics stay
-    // as they were); otherwise the confirmed precision with the highest
-    // throughput on this machine.
-    const Rec* best = nullptr;
-    for (const auto& r : recs) {
-      if (r.confirmed && r.precision == source.train.precision) best = &r;
-    }
-    for (const auto& r : recs) {
-      if (best != nullptr && best->precision == source.train.precision) break;
-      if (!r.confirmed) continue;
-      auto rate = [&](const Rec& x) {
-        return x.confirm.step_seconds > 0 ? static_cast<double>(effective) / x.confirm.step_seconds : 0.0;
-      };
-      if (best == nullptr || rate(r) > rate(*best)) best = &r;
-    }
-    const bool qualifies = best != nullptr;
-    // What the target keeps free at a peak of `r`'s precision: the budget
-    // less the allocator's peak and what was in use before it.
-    auto headroom = [&](const Rec& r, int64_t peak) { return budget - r.context - peak; };
-    // A trial that failed for another reason than memory (a NaN, a crash):
-    // whether a batch fits the budget is then not what was measured.
-    std::string other_failure;
-    {
-      std::vector<const Trial*> failed = {&source_trial};
-      for (const auto& t : searched) failed.push_back(&t);
-      for (const Trial* t : failed) {
-        if (!t->passed && !t->klass.empty() && !is_memory_exhaustion(t->klass) && other_failure.empty()) {
-          other_failure = t->klass + " at batch " + std::to_string(t->batch) + " (" + t->precision + ")";
-        }
-      }
-    }
-
-    // Plot: peak memory of every batch that ran, per precision, at its batch
-    // size; failed trials marked where they ran; the recommended setup ringed
-    // (Note [Plots that tell the truth]).
-    {
-      PlotOptions plot;
-      plot.title = "Peak memory by batch size";
-      plot.x_label = "batch size (per step; accumulation makes up the effective batch of " +
-                     std::to_string(effective) + ")";
-      plot.y_label = "MiB";
-      plot.integer_x = true;
-      std::vector<PlotSeries> lines;
-      for (const auto& precision : precisions) {
-        std::map<int64_t, const Trial*> ran;  // the last trial at each batch
-        if (source_trial.precision == precision) ran[source_trial.batch] = &source_trial;
-        for (const auto& t : searched) {
-          if (t.precision == precision) ran[t.batch] = &t;
-        }
-        for (const auto& r : recs) {
-          if (r.precision == precision && r.confirm.batch > 0 && !r.confirm.precision.empty()) {
-            ran[r.confirm.batch] = &r.confirm;
-          }
-        }
-        PlotSeries line;
-        line.name = precision + " peak";
-        for (const auto& [batch, t] : ran) {
-          if (t->passed && t->peak > 0) {
-            line.x.push_back(static_cast<double>(batch));
-            line.y.push_back(static_cast<double>(t->peak) / 1048576.0);
-          } else if (!t->passed) {
-            line.failed_x.push_back(static_cast<double>(batch));
-          }
-        }
-        lines.push_back(std::move(line));
-      }
-      double max_batch_ran = 1;
-      for (const auto& l : lines) {
-        for (const double x : l.x) max_batch_ran = std::max(max_batch_ran, x);
-        for (const double x : l.failed_x) max_batch_ran = std::max(max_batch_ran, x);
-      }
-      PlotSeries budget_line;
-      budget_line.name = "budget " + format_bytes(budget);
-      budget_line.reference = true;
-      budget_line.x = {1.0, max_batch_ran};
-      budget_line.y = {static_cast<double>(budget) / 1048576.0, static_cast<double>(budget) / 1048576.0};
-      lines.push_back(std::move(budget_line));
-      if (best != nullptr && best->confirm.passed && best->confirm.peak > 0) {
-        plot.highlight = std::make_pair(static_cast<double>(best->confirm.batch),
-                                        static_cast<double>(best->confirm.peak) / 1048576.0);
-        plot.highlight_label = "recommended: batch " + std::to_string(best->confirm.batch) + " x " +
-                               std::to_string(best->confirm.accumulation) + " accumulation, " + best->precision;
-      }
-      write_plot((out / "memory_vs_batch.png").string(), plot, lines);
-    }
-
-    const std::string title = "Hardware Qualification Report: " + source.name + " on " +
-                              (o.profile.empty() ? format_bytes(budget) : profile.display_name);
-    std::ostringstream md;
-    md << "---\ntitle: " << front_matter_string(title) << "\ntype: \"qualification\"\nverdict: \""
-       << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
-    md << "# Hardware Qualification Report\n\n";
-    if (!estimate_note.empty()) md << "> **Estimate.** This is " << estimate_note << ".\n\n";
-    md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY") << (estimate_note.empty() ? "" : " (host-memory estimate)") << ".** ";
-    if (qualifies) {
-      md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
-         << best->precision << "), keeping the effective batch of " << effective << ": it trained " << o.steps
-         << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
-         << format_bytes(headroom(*best, best->confirm.peak)) << " of headroom.\n\n";
-    } else if (!other_failure.empty()) {
-      md << "Not answered: training fails for a reason other than memory (`" << other_failure
-         << "`), so whether a batch fits the budget was not measured. Fix that first (`dbh diagnose`).\n\n";
-    } else {
-      md << "No batch size trains within the budget even with accumulation.\n\n";
-    }
-    md << "- Target: " << (o.profile.empty() ? "explicit budget" : profile.display_name + " (" + profile.name + ")") << ", "
-       << format_bytes(budget) << (profile.notes.empty() ? "" : "; " + profile.notes) << "\n"
-       << "- Safety margin: " << static_cast<int>(o.margin * 100) << "% (searches run within " << format_bytes(margined) << ")\n"
-       << (not_searched.empty() ? std::string() : "- Not searched: " + not_searched + "\n")
-       << "- Step times are this machine's; memory is what the target would need\n"
-       << (choices.is_null() ? std::string()
-                             : "- Layout and threads (for every trial): " + measured_choices_line(choices) + "\n")
-       << "- Device: " << source.hardware.device
-       << (cuda ? " (budget enforced with a ballast outside the allocator plus the allocator limit)"
-                : " (budget enforced as a host memory limit, RLIMIT_DATA)")
-       << "\n- Source setup: batch " << source.data.batch_size << " × " << source.train.accumulation << " ("
-       << source.train.precision << "), " << source.data.size << " px, resnet" << source.model.encoder << " + "
-       << source.model.decoder << ": " << (source_trial.passed ? "fits" : "does NOT fit") << " ("
-       << source_trial.outcome << (source_trial.klass.empty() ? "" : " " + source_trial.klass) << ")\n\n";
-    md << "| precision | largest batch | peak at that batch | headroom | step time | recommended | confirmed |\n"
-       << "|---|---|---|---|---|---|---|\n";
-    for (const auto& r : recs) {
-      md << "| " << r.precision << " | " << r.max_batch << (r.max_batch && !r.max_measured ? " (predicted)" : "") << " | "
-         << (r.max_batch ? format_bytes(r.at_max.peak) : "-")
-         << " | " << (r.max_batch ? format_bytes(headroom(r, r.at_max.peak)) : "-") << " | "
-         << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
-         << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
-         << " | " << (r.confirmed ? "yes" : "no") << " |\n";
-    }
-    md << "\nTrials: " << trials << ".";
-    for (const auto& r : recs) {
-      md << " " << r.precision << ": " << (r.method.empty() ? "nothing fits" : r.method);
-      if (r.bytes_per_sample > 0) {
-        md << " (" << format_bytes(r.fixed_bytes) << " + " << format_bytes(static_cast<int64_t>(r.bytes_per_sample))
-           << " per sample)";
-      }
-      if (!r.how.empty()) md << "; " << r.how;
-      md << ";";
-    }
-    md << " Largest batches come from the model when it was confirmed; peaks at them are measured where a trial ran "
-          "there and predicted otherwise.\n";
-    md << "\n![Peak memory by batch size (memory_vs_batch.png)](memory_vs_batch.png)\n\nEvery trial: "
-          "`qualification.json`.\n\n## Commands\n\n```sh\n";
-    if (qualifies) {
-      md << "# recommended\n"
-         << cmd(o.scenario, o.overrides,
-                {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(best->confirm.batch)),
-                 override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(best->confirm.accumulation)),
-                 override_text(DBH_SCENARIO_KEY(train.precision), best->precision)})
-         << "\n";
-    }
-    md << "# re-run this qualification\n" << shell_command(rerun_args(o)) << "\n```\n\n";
-    // The checklist's batch is the recommended precision's (the first
-    // precision's when none qualifies), so step 3 names one setup.
-    const Rec* adjusted = qualifies ? best : (recs.empty() ? nullptr : &recs.front());
-    md << "## Migration checklist (measured)\n\n"
-       << "1. **Profile memory on the source setup:** batch " << source.data.batch_size << " × "
-       << source.train.accumulation
-       << (source_trial.passed ? " peaks at " + format_bytes(source_need) + " on this machine (it fits)"
-           : source_need > 0
-               ? " needs about " + format_bytes(source_need) + " (predicted by the line above; under the budget it " +
-                     source_trial.outcome + " " + source_trial.klass + ")"
-               : " " + source_trial.outcome + (source_trial.klass.empty() ? "" : " " + source_trial.klass) +
-                     " under the budget")
-       << ".\n"
-       << "2. **Target capacity:** " << format_bytes(budget) << "; with a " << static_cast<int>(o.margin * 100)
-       << "% margin " << format_bytes(margined) << " is usable.\n"
-       << "3. **Adjust the batch:** largest stable batch "
-       << (adjusted ? adjusted->max_batch : 0) << " (" << (adjusted ? adjusted->precision : "") << ")"
-       << (qualifies ? "; use " + std::to_string(best->confirm.batch) + " × " + std::to_string(best->confirm.accumulation) +
-                           " to keep the effective batch of " + std::to_string(effective)
-                     : "")
-       << ".\n"
-       << "4. **Test with the minimal config first:** the recommended configuration trained " << o.steps << " steps: "
-       << (qualifies ? "passed" : "failed") << ".\n"
-       << "5. **Monitor memory:** per-step and per-phase memory is in each trial's report (`probes/*/probe-*/events.jsonl`); "
-          "keep `dbh run` in CI with `expect.max_peak_memory`.\n";
-    write_file_atomically((out / "qualification.md").string(), md.str());
-    write_file_atomically((out / "qualification.html").string(), markdown_page_html(title, md.str(), out.string()));
-    ojson j;
-    j["schema_version"] = 1;
-    j["scenario"] = o.scenario;
-    j["profile"] = o.profile;
-    j["budget_bytes"] = budget;
-    j["host_estimate"] = estimate_note.empty() ? ojson(nullptr) : ojson(estimate_note);
-    j["margin"] = o.margin;
-    j["effective_batch"] = effective;
-    j["qualifies"] = qualifies;
-    j["source"] = {{"batch", source_trial.batch}, {"accumulation", source_trial.accumulation},
-                   {"passed", source_trial.passed}, {"outcome", source_trial.outcome},
-                   {"class", source_trial.klass}, {"need_bytes", source_need},
-                   {"need", source_trial.passed ? "measured" : source_need > 0 ? "predicted" : "unknown"}};
-    j["precisions"] = ojson::array();
-    if (!not_searched.empty()) j["not_searched"] = not_searched;
-    for (const auto& r : recs) {
-      j["precisions"].push_back({{"precision", r.precision}, {"max_batch", r.max_batch},
-                                 {"peak_bytes", r.at_max.peak}, {"step_seconds", r.at_max.step_seconds},
-                                 {"recommended", {{"batch", r.confirm.batch}, {"accumulation", r.confirm.accumulation}}},
-                                 {"confirmed", r.confirmed}, {"probes", r.probes}, {"method", r.method},
-                                 {"max_batch_measured", r.max_measured}, {"how", r.how},
-                                 {"model", {{"fixed_bytes", r.fixed_bytes}, {"bytes_per_sample", r.bytes_per_sample}}}});
-    }
-    if (qualifies) {
-      j["recommendation"] = {{"precision", best->precision}, {"batch", best->confirm.batch},
-                             {"accumulation", best->confirm.accumulation}, {"peak_bytes", best->confirm.peak},
-                             {"headroom_bytes", headroom(*best, best->confirm.peak)}};
-    }
-    j["measured_choices"] = ojson::parse(
-        choices.is_null() ? "null" : choices.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    j["trial_count"] = trials;
-    j["trials"] = ojson::array();
+    Qualification q;
+    q.scenario = o.scenario;
+    q.overrides = o.overrides;
+    q.scenario_name = source.name;
+    q.profile = o.profile;
+    q.target_name = profile.display_name;
+    q.target_notes = profile.notes;
+    q.budget = budget;
+    q.margin = o.margin;
+    q.margined = margined;
+    q.steps = o.steps;
+    q.estimate_note = estimate_note;
+    q.not_searched = not_searched;
+    q.choices = choices;
+    q.rerun_command = shell_command(rerun_args(o));
+    q.device = source.hardware.device;
+    q.size = source.data.size;
+    q.encoder = source.model.encoder;
+    q.decoder = source.model.decoder;
+    q.effective = effective;
+    q.source = source_trial;
+    q.source_need = source_need;
+    q.precisions = precisions;
+    q.searches = std::move(recs);
+    q.trial_count = trials;
     for (const auto& p : prober.history()) {
-      j["trials"].push_back({{"what", p.what}, {"outcome", to_string(p.analysis.outcome)},
-                             {"class", p.analysis.failure.klass}, {"peak_bytes", p.analysis.peak_memory_bytes},
-                             {"seconds", p.seconds}, {"cached", p.cached}});
+      q.history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass,
+                           p.analysis.peak_memory_bytes, p.seconds, p.cached});
     }
-    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    write_file_atomically((out / "qualification.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    j["failure_not_memory"] = other_failure.empty() ? ojson(nullptr) : ojson(other_failure);
-    write_file_atomically((out / "qualification.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    std::cout << (qualifies ? "QUALIFIES: " : other_failure.empty() ? "DOES NOT QUALIFY" : "DOES NOT QUALIFY (not answered: ") ;
-    if (!qualifies && !other_failure.empty()) std::cout << "training fails for another reason than memory, " << other_failure << ")";
-    if (qualifies) {
-      std::cout << "batch " << best->confirm.batch << " x " << best->confirm.accumulation << " accumulation ("
-                << best->precision << "), peak " << format_bytes(best->confirm.peak) << ", headroom "
-                << format_bytes(headroom(*best, best->confirm.peak));
-    }
-    if (!estimate_note.empty()) std::cout << " (host-memory estimate: no CUDA context, cuDNN workspace or allocator overhead)";
-    std::cout << "\nreport: " << (out / "qualification.md").string() << std::endl;
+    q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const QualificationVerdict verdict = judge_qualification(q);
+    write_qualification(out, q, verdict);
+    std::cout << qualification_summary(q, verdict) << "\nreport: " << (out / "qualification.md").string()
+              << std::endl;
     claim->commit();
-    return qualifies ? 0 : 1;
+    return verdict.qualifies() ? 0 : 1;
   });
 }
 
