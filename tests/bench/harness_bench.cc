@@ -16,6 +16,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -142,6 +143,113 @@ void BM_StepDbhDefaultMonitors(benchmark::State& state) {
 void BM_StepMonitorsLocalise(benchmark::State& state) {
   run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
 }
+// Note [Paired monitor steps]: the cheap monitors cost a few milliseconds of
+// a 130–300 ms step at 128², while separate benchmarks of the plain and the
+// monitored step differ by 5–12 % from one repetition to the next on a shared
+// 2-core machine. So one trainer alternates the two (plain, monitored, then
+// monitored, plain, ...), each pair measured back to back on the same
+// weights, allocator and caches, and the answer is the median of the pairs'
+// ratios. The monitors are switched by a forwarder that also times the host
+// time spent inside them (on the CPU, where every op runs synchronously,
+// that is their whole cost; on a GPU it is launch time only).
+class SwitchedMonitors : public model::TrainerListener, public model::ModuleObserver {
+ public:
+  explicit SwitchedMonitors(harness::Monitors& m) : m_(m) {}
+  void set_on(bool on) {
+    on_ = on;
+    model::set_module_observer(on ? this : nullptr);  // off: the one pointer test of a plain step
+  }
+  double inside_seconds() const { return inside_; }
+  void on_enter(const std::string& name) override { timed([&] { m_.on_enter(name); }); }
+  void on_output(const std::string& name, torch::Tensor& out) override { timed([&] { m_.on_output(name, out); }); }
+  void on_step_begin(int64_t step) override { timed([&] { m_.on_step_begin(step); }); }
+  void on_batch(int64_t step, model::Batch& b) override { timed([&] { m_.on_batch(step, b); }); }
+  void on_forward(int64_t step, model::DbNetOutput& out) override { timed([&] { m_.on_forward(step, out); }); }
+  void on_loss(int64_t step, model::DbLossParts& loss) override { timed([&] { m_.on_loss(step, loss); }); }
+  void on_before_optimizer(int64_t step, model::DbNet& net) override {
+    timed([&] { m_.on_before_optimizer(step, net); });
+  }
+  void on_grad_norms(int64_t step, const torch::Tensor& norms) override {
+    timed([&] { m_.on_grad_norms(step, norms); });
+  }
+  void on_step_end(int64_t step, const model::StepResult& r) override { timed([&] { m_.on_step_end(step, r); }); }
+
+ private:
+  template <typename Fn>
+  void timed(Fn&& fn) {
+    if (!on_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    inside_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  harness::Monitors& m_;
+  bool on_ = false;
+  double inside_ = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// dbh's default step (the `auto` choice, DBH_BENCH_AUTO; NCHW × 2 threads
+// without it), plain and with the cheap monitors every dbh run has, in pairs
+// (Note [Paired monitor steps]). Counters: ratio (median of the pairs'
+// monitored ÷ plain), plain_ms and monitored_ms (medians), inside_ms (host time
+// inside the monitors per monitored step).
+void BM_StepMonitorsPaired(benchmark::State& state) {
+  const AutoChoice c = auto_choice().value_or(AutoChoice{false, kThreads});
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(c.threads));
+  model::Trainer trainer(
+      model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
+      model::TrainOptions().max_steps(1 << 20).channels_last(c.channels_last).device(bench_device()));
+  harness::EventWriter writer(-1);
+  harness::Monitors monitors(harness::Monitors::Mode::kCheap, writer, 0.0);
+  SwitchedMonitors switched(monitors);
+  trainer.add_listener(switched);
+  const model::Batch batch =
+      model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1).to(torch::Device(bench_device()));
+  const model::BatchSource source = [&](int64_t) { return batch; };
+  const auto timed_step = [&](bool on) {
+    switched.set_on(on);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = trainer.step(source);
+    benchmark::DoNotOptimize(r.loss);
+    switched.set_on(false);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 2; ++i) {  // warm-up, both ways
+    timed_step(false);
+    timed_step(true);
+  }
+  const double inside_before = switched.inside_seconds();
+  std::vector<double> plain, monitored, ratios;
+  for (auto _ : state) {
+    const bool monitored_first = plain.size() % 2 == 1;
+    const double a = timed_step(monitored_first);
+    const double b = timed_step(!monitored_first);
+    const double p = monitored_first ? b : a, m = monitored_first ? a : b;
+    plain.push_back(p);
+    monitored.push_back(m);
+    ratios.push_back(m / p);
+  }
+  const double n = static_cast<double>(ratios.size());
+  state.counters["ratio"] = median(ratios);
+  state.counters["plain_ms"] = 1e3 * median(plain);
+  state.counters["monitored_ms"] = 1e3 * median(monitored);
+  state.counters["inside_ms"] = n > 0 ? 1e3 * (switched.inside_seconds() - inside_before) / n : 0.0;
+  state.counters["channels_last"] = c.channels_last ? 1 : 0;
+  state.counters["threads"] = static_cast<double>(c.threads);
+  torch::set_num_threads(static_cast<int>(kThreads));
+}
+// One repetition whatever --benchmark_repetitions says: the pairs are the
+// repetitions.
+BENCHMARK(BM_StepMonitorsPaired)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()
+    ->Iterations(24)->Repetitions(1);
+BENCHMARK(BM_StepMonitorsPaired)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()
+    ->Iterations(8)->Repetitions(1);
+
 // The monitors' own per-step work, without the training step around it: the
 // finite flags of the batch and loss, the silent-failure reductions when
 // arg 1 is 1, and the one read to the host. Single-threaded, so that the
