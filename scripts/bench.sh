@@ -86,7 +86,7 @@ print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/aut
 export DBH_BENCH_AUTO
 echo "bench: auto chose channels_last,threads = $DBH_BENCH_AUTO" >&2
 echo "bench: harness overhead, C++ vs PyTorch eager, trial start-up ($reps repetitions, interleaved)" >&2
-"$bench" --benchmark_filter='^BM_(Step(Plain|Monitors|DbhDefault|PythonEager)|TrialSpawn|DbhRun)' \
+"$bench" --benchmark_filter='^BM_(Step(Plain|Monitors|DbhDefault|PythonEager|VsEager)|TrialSpawn|DbhRun)' \
   --benchmark_repetitions="$reps" \
   --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/harness_$device.json" "${common[@]}" >&2

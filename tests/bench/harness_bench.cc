@@ -382,39 +382,61 @@ class PythonStepper {
   FILE* from_ = nullptr;
 };
 
+// The Python to run the reference with, or "" after skipping `state`.
+// DBH_BENCH_PYTHON: a Python with torch other than the project's .venv (the
+// GPU machine's own, scripts/gpu-check.sh bench); a bare name is found on
+// PATH when it is spawned (the GPU machine's python3).
+std::string reference_python(benchmark::State& state) {
+  const char* python_env = std::getenv("DBH_BENCH_PYTHON");
+  const std::string python = python_env != nullptr && *python_env ? std::string(python_env)
+                                                                   : std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
+  if (python.find('/') != std::string::npos && access(python.c_str(), X_OK) != 0) {
+    state.SkipWithError((python + " missing: run ./dev setup").c_str());
+    return "";
+  }
+  return python;
+}
+
+// The trainer's initial parameters and buffers and `batch`, dumped for the
+// reference (removed by the destructor).
+class StepDump {
+ public:
+  StepDump(model::Trainer& trainer, const model::Batch& batch)
+      : path_(std::filesystem::temp_directory_path() / ("dbh_bench_py_" + std::to_string(getpid()) + ".bin")) {
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& p : trainer.model()->named_parameters()) tensors.emplace_back(p.key(), p.value());
+    for (const auto& b : trainer.model()->named_buffers()) tensors.emplace_back(b.key(), b.value());
+    tensors.emplace_back("input.image", batch.image);
+    tensors.emplace_back("target.gt_shrink", batch.targets.gt_shrink);
+    tensors.emplace_back("target.gt_shrink_mask", batch.targets.gt_shrink_mask);
+    tensors.emplace_back("target.gt_thresh", batch.targets.gt_thresh);
+    tensors.emplace_back("target.gt_thresh_mask", batch.targets.gt_thresh_mask);
+    dump_tensors(path_.string(), tensors);
+  }
+  ~StepDump() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+const std::string kReferenceScript = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
+
 // layout: "nchw" or "channels_last", both with dbh's thread count, or
 // "users": NCHW with PyTorch's own default thread count, as users' scripts
 // run.
 void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
-  // DBH_BENCH_PYTHON: a Python with torch other than the project's .venv (the
-  // GPU machine's own, scripts/gpu-check.sh bench).
-  const char* python_env = std::getenv("DBH_BENCH_PYTHON");
-  const std::string python = python_env != nullptr && *python_env ? std::string(python_env)
-                                                                   : std::string(DBH_SOURCE_DIR) + "/.venv/bin/python";
-  const std::string script = std::string(DBH_SOURCE_DIR) + "/tests/bench/python/dbnet_step.py";
-  // A bare name is found on PATH when it is spawned (the GPU machine's python3).
-  if (python.find('/') != std::string::npos && access(python.c_str(), X_OK) != 0) {
-    state.SkipWithError((python + " missing: run ./dev setup").c_str());
-    return;
-  }
+  const std::string python = reference_python(state);
+  if (python.empty()) return;
   // The C++ side's model and batch, exactly as run_step_bench builds them.
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(kThreads));
   model::Trainer trainer(model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
                          model::TrainOptions().max_steps(1 << 20).device(bench_device()));
   const model::Batch batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);
-  std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& p : trainer.model()->named_parameters()) tensors.emplace_back(p.key(), p.value());
-  for (const auto& b : trainer.model()->named_buffers()) tensors.emplace_back(b.key(), b.value());
-  tensors.emplace_back("input.image", batch.image);
-  tensors.emplace_back("target.gt_shrink", batch.targets.gt_shrink);
-  tensors.emplace_back("target.gt_shrink_mask", batch.targets.gt_shrink_mask);
-  tensors.emplace_back("target.gt_thresh", batch.targets.gt_thresh);
-  tensors.emplace_back("target.gt_thresh_mask", batch.targets.gt_thresh_mask);
-  const auto dump = std::filesystem::temp_directory_path() / ("dbh_bench_py_" + std::to_string(getpid()) + ".bin");
-  dump_tensors(dump.string(), tensors);
+  const StepDump dump(trainer, batch);
   const model::BatchSource source = [&](int64_t) { return batch; };
   try {
-    PythonStepper py(python, script, dump.string(), layout);
+    PythonStepper py(python, kReferenceScript, dump.path(), layout);
     const double cpp_loss = trainer.step(source).loss;  // the same first step on both sides
     const double py_loss = py.step();
     state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
@@ -423,10 +445,66 @@ void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
-  std::filesystem::remove(dump);
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch * state.iterations()),
                                                    benchmark::Counter::kIsRate);
 }
+
+// dbh's default step (the `auto` choice, DBH_BENCH_AUTO; NCHW × 2 threads
+// without it) against PyTorch eager as users run it, in alternating pairs as
+// Note [Paired monitor steps] does for the monitors: one C++ step, one Python
+// step, then the other way round, on the same weights and batch; the ratio
+// is the median of the pairs' (dbh ÷ eager), every step timed by the wall
+// clock here (the pipe's round trip is well under 0.1 ms).
+void BM_StepVsEagerPaired(benchmark::State& state) {
+  const std::string python = reference_python(state);
+  if (python.empty()) return;
+  const AutoChoice c = auto_choice().value_or(AutoChoice{false, kThreads});
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(c.threads));
+  model::Trainer trainer(
+      model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
+      model::TrainOptions().max_steps(1 << 20).channels_last(c.channels_last).device(bench_device()));
+  const model::Batch cpu_batch = model::synthetic_boxes_batch(kBatch, state.range(0), state.range(0), 1);
+  const StepDump dump(trainer, cpu_batch);
+  const model::Batch batch = cpu_batch.to(torch::Device(bench_device()));
+  const model::BatchSource source = [&](int64_t) { return batch; };
+  const auto wall = [](auto&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  try {
+    PythonStepper py(python, kReferenceScript, dump.path(), "users");
+    const double cpp_loss = trainer.step(source).loss;
+    const double py_loss = py.step();
+    state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
+    trainer.step(source);
+    py.step();
+    std::vector<double> dbh, eager, ratios;
+    for (auto _ : state) {
+      const bool eager_first = dbh.size() % 2 == 1;
+      double e = 0;
+      if (eager_first) e = wall([&] { benchmark::DoNotOptimize(py.step()); });
+      const double d = wall([&] { benchmark::DoNotOptimize(trainer.step(source).loss); });
+      if (!eager_first) e = wall([&] { benchmark::DoNotOptimize(py.step()); });
+      dbh.push_back(d);
+      eager.push_back(e);
+      ratios.push_back(d / e);
+    }
+    state.counters["ratio"] = median(ratios);
+    state.counters["dbh_ms"] = 1e3 * median(dbh);
+    state.counters["eager_ms"] = 1e3 * median(eager);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  state.counters["channels_last"] = c.channels_last ? 1 : 0;
+  state.counters["threads"] = static_cast<double>(c.threads);
+  torch::set_num_threads(static_cast<int>(kThreads));
+}
+BENCHMARK(BM_StepVsEagerPaired)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()
+    ->Iterations(24)->Repetitions(1);
+BENCHMARK(BM_StepVsEagerPaired)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()
+    ->Iterations(8)->Repetitions(1);
+
 #define DBH_PY_BENCH(layout)                                                                           \
   BENCHMARK_CAPTURE(BM_StepPythonEager, layout, std::string(#layout))                                  \
       ->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);         \

@@ -92,6 +92,7 @@ def main():
         cheap = find(harness, "BM_StepMonitorsCheap" + tag)
         local = find(harness, "BM_StepMonitorsLocalise" + tag)
         paired = find(harness, "BM_StepMonitorsPaired" + tag)
+        vs_eager = find(harness, "BM_StepVsEagerPaired" + tag)
         py = find(harness, "BM_StepPythonEager/nchw" + tag)
         py_cl = find(harness, "BM_StepPythonEager/channels_last" + tag)
         judged = size == 640  # the size DBNet trains at; 128² is shown for reference
@@ -119,6 +120,16 @@ def main():
                 row("dbh's default step with cheap monitors ÷ without, separate benchmarks" + at, f"{r:.3f}",
                     "— (the paired row judges)", None,
                     f"{seconds(default_mon) * 1e3:.1f} / {seconds(default) * 1e3:.1f} ms")
+        if vs_eager:
+            # The same pairing, dbh's default step against eager as users run it.
+            r = vs_eager["ratio"]
+            layout = "channels-last" if vs_eager.get("channels_last") else "NCHW"
+            note = (f"median of {vs_eager.get('iterations', 0):.0f} pairs; {vs_eager['dbh_ms']:.1f} / "
+                    f"{vs_eager['eager_ms']:.1f} ms; dbh {layout} × {vs_eager.get('threads', 0):.0f} threads")
+            if vs_eager.get("loss_rel_diff") is not None:
+                note += f"; same weights and input (first-step loss rel. diff {vs_eager['loss_rel_diff']:.1e})"
+            row("dbh's default step ÷ PyTorch eager as users run it, alternating pairs" + at, f"{r:.3f}", "≤ 1.0",
+                r <= 1.0, note)
         if paired:
             # Note [Paired monitor steps] in harness_bench.cc: one trainer
             # alternates plain and monitored steps; the median of the pairs.
