@@ -79,14 +79,98 @@ Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const 
   return t;
 }
 
-
-}  // namespace
-
-namespace {
 // What the CUDA context and libraries took before training on the last GPU
 // run (reports/examples/gpu/h100-2026-11-22, seed 003's memory_budget event:
 // used_before).
 constexpr int64_t kContextBytesH100 = 554500096;
+
+// The overrides of one trial: `batch` × `accumulation` in `precision` for
+// `steps` steps under a memory budget of `mem` bytes, in one process, without
+// controls.
+std::vector<std::string> trial_overrides(const Scenario& source, int64_t steps, int64_t batch, int64_t accumulation,
+                                         const std::string& precision, int64_t mem) {
+  return {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(batch)),
+          override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(accumulation)),
+          override_text(DBH_SCENARIO_KEY(train.precision), precision),
+          source.train.max_steps >= steps ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
+                                          : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
+          override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(mem)),
+          "controls=[]",
+          override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+          override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
+          // one process compares nothing: no determinism to expect
+          override_text(DBH_SCENARIO_KEY(expect.deterministic), "null")};
+}
+
+// What `o` asks of `source`: the target, its budget and margin, the
+// precisions to search; throws UsageError / ScenarioError for what cannot be
+// asked (Note [A CPU answer to a GPU question]).
+Qualification qualification_asked(const QualifyOptions& o, const Scenario& source) {
+  Qualification q;
+  q.scenario = o.scenario;
+  q.overrides = o.overrides;
+  q.scenario_name = source.name;
+  q.profile = o.profile;
+  q.steps = o.steps;
+  q.rerun_command = shell_command(rerun_args(o));
+  q.device = source.hardware.device;
+  q.size = source.data.size;
+  q.encoder = source.model.encoder;
+  q.decoder = source.model.decoder;
+  q.effective = source.data.batch_size * source.train.accumulation;
+  HardwareProfile profile;
+  if (!o.profile.empty()) profile = load_profile(o.profile);
+  q.target_name = profile.display_name;
+  q.target_notes = profile.notes;
+  q.budget = profile.memory_bytes;
+  if (!o.budget.empty()) {
+    const auto b = parse_bytes(o.budget);
+    if (!b || *b <= 0) throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
+    q.budget = *b;
+  }
+  if (q.budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
+  // Note [A CPU answer to a GPU question]: host memory holds no CUDA
+  // context, no cuDNN/cuBLAS workspace and no caching-allocator overhead,
+  // so a GPU profile measured on the CPU answers another question.
+  const bool gpu_profile = !o.profile.empty() && !profile.compute_capability.empty();
+  const bool on_cpu = !q.cuda();
+  if (gpu_profile && on_cpu && !o.host_estimate) {
+    throw UsageError(
+        "qualify --profile " + o.profile + ": expected a CUDA device to qualify a GPU (" + profile.display_name +
+        "), got a scenario that trains on the CPU. Host memory holds no CUDA context, no cuDNN workspace and no "
+        "allocator overhead (the CUDA context and libraries alone took " + format_bytes(kContextBytesH100) +
+        " on the H100 of reports/examples/gpu/h100-2026-11-22), so the CPU cannot say whether it fits. On a GPU "
+        "machine: " + shell_command({"dbh", "qualify", o.scenario, "--profile", o.profile,
+                                     override_text(DBH_SCENARIO_KEY(hardware.device), "cuda")}) +
+        "; here, for a host-memory estimate only: add --host-estimate");
+  }
+  if (o.host_estimate && !(gpu_profile && on_cpu)) {
+    throw UsageError("qualify --host-estimate: expected a GPU profile (--profile) and a scenario on the CPU, got " +
+                     std::string(gpu_profile ? "a scenario on " + source.hardware.device : "no GPU profile"));
+  }
+  if (o.host_estimate) {
+    q.estimate_note =
+        "a host-memory estimate, not a GPU answer: measured on the CPU, without the CUDA context, the "
+        "cuDNN/cuBLAS workspaces and the caching allocator's overhead (the context and libraries alone took " +
+        format_bytes(kContextBytesH100) + " on the H100 of reports/examples/gpu/h100-2026-11-22; the "
+        "workspaces depend on the algorithms cuDNN picks on the card)";
+  }
+  if (!(o.margin >= 0 && o.margin < 0.9)) {  // NaN fails too
+    throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9), got " + std::to_string(o.margin));
+  }
+  q.margin = o.margin;
+  q.margined = static_cast<int64_t>(static_cast<double>(q.budget) * (1.0 - o.margin));
+  q.precisions = {"fp32"};
+  if (q.cuda()) q.precisions = {"fp32", "fp16", "bf16"};
+  // bf16 needs compute capability 8.0 (Ampere) on the target card; the
+  // machine emulating it may have it, the target may not (a T4 is 7.5).
+  if (q.cuda() && !profile.compute_capability.empty() && std::atof(profile.compute_capability.c_str()) < 8.0) {
+    q.precisions.pop_back();
+    q.not_searched = "bf16 (the target's compute capability " + profile.compute_capability + " has no bf16; 8.0 needed)";
+  }
+  return q;
+}
+
 }  // namespace
 
 int qualify_command(const QualifyOptions& o) {
@@ -97,47 +181,9 @@ int qualify_command(const QualifyOptions& o) {
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << note << "\n";
     }
-    HardwareProfile profile;
-    if (!o.profile.empty()) profile = load_profile(o.profile);
-    int64_t budget = profile.memory_bytes;
-    if (!o.budget.empty()) {
-      const auto b = parse_bytes(o.budget);
-      if (!b || *b <= 0) throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
-      budget = *b;
-    }
-    if (budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
-    // Note [A CPU answer to a GPU question]: host memory holds no CUDA
-    // context, no cuDNN/cuBLAS workspace and no caching-allocator overhead,
-    // so a GPU profile measured on the CPU answers another question.
-    const bool gpu_profile = !o.profile.empty() && !profile.compute_capability.empty();
-    const bool on_cpu = source.hardware.device == "cpu";
-    if (gpu_profile && on_cpu && !o.host_estimate) {
-      throw UsageError(
-          "qualify --profile " + o.profile + ": expected a CUDA device to qualify a GPU (" + profile.display_name +
-          "), got a scenario that trains on the CPU. Host memory holds no CUDA context, no cuDNN workspace and no "
-          "allocator overhead (the CUDA context and libraries alone took " + format_bytes(kContextBytesH100) +
-          " on the H100 of reports/examples/gpu/h100-2026-11-22), so the CPU cannot say whether it fits. On a GPU "
-          "machine: " + shell_command({"dbh", "qualify", o.scenario, "--profile", o.profile,
-                                       override_text(DBH_SCENARIO_KEY(hardware.device), "cuda")}) +
-          "; here, for a host-memory estimate only: add --host-estimate");
-    }
-    if (o.host_estimate && !(gpu_profile && on_cpu)) {
-      throw UsageError("qualify --host-estimate: expected a GPU profile (--profile) and a scenario on the CPU, got " +
-                       std::string(gpu_profile ? "a scenario on " + source.hardware.device : "no GPU profile"));
-    }
-    const std::string estimate_note =
-        o.host_estimate
-            ? "a host-memory estimate, not a GPU answer: measured on the CPU, without the CUDA context, the "
-              "cuDNN/cuBLAS workspaces and the caching allocator's overhead (the context and libraries alone took " +
-                  format_bytes(kContextBytesH100) + " on the H100 of reports/examples/gpu/h100-2026-11-22; the "
-                  "workspaces depend on the algorithms cuDNN picks on the card)"
-            : "";
-    if (!estimate_note.empty()) std::cerr << "dbh qualify: note: " << estimate_note << "\n";
-    if (!(o.margin >= 0 && o.margin < 0.9)) {  // NaN fails too
-      throw ScenarioError("qualify: --margin: expected a fraction in [0, 0.9), got " + std::to_string(o.margin));
-    }
-    const auto margined = static_cast<int64_t>(static_cast<double>(budget) * (1.0 - o.margin));
-    const int64_t effective = source.data.batch_size * source.train.accumulation;
+    Qualification q = qualification_asked(o, source);
+    if (!q.estimate_note.empty()) std::cerr << "dbh qualify: note: " << q.estimate_note << "\n";
+    const int64_t budget = q.budget, margined = q.margined, effective = q.effective;
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(
                                              "qualify-" + fs::path(o.scenario).stem().string() + "-" +
                                              (o.profile.empty() ? "budget" : o.profile)))
@@ -161,36 +207,14 @@ int qualify_command(const QualifyOptions& o) {
                                              std::to_string(std::max<int64_t>(0, measured.train.threads))));
     }
     Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet);
-    const bool cuda = source.hardware.device != "cpu";
-    std::vector<std::string> precisions = {"fp32"};
-    if (cuda) precisions = {"fp32", "fp16", "bf16"};
-    // bf16 needs compute capability 8.0 (Ampere) on the target card; the
-    // machine emulating it may have it, the target may not (a T4 is 7.5).
-    std::string not_searched;
-    if (cuda && !profile.compute_capability.empty() && std::atof(profile.compute_capability.c_str()) < 8.0) {
-      precisions.pop_back();
-      not_searched = "bf16 (the target's compute capability " + profile.compute_capability + " has no bf16; 8.0 needed)";
-    }
+    const bool cuda = q.cuda();
     if (!o.quiet) {
       std::cout << "dbh qualify " << source.name << " for "
-                << (o.profile.empty() ? "a budget" : profile.display_name) << ": " << format_bytes(budget)
+                << (o.profile.empty() ? "a budget" : q.target_name) << ": " << format_bytes(budget)
                 << " (" << format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
                 << "% safety margin), source effective batch " << effective << " (" << source.data.batch_size << " x "
                 << source.train.accumulation << ")" << std::endl;
     }
-    auto trial_overrides = [&](int64_t batch, int64_t accumulation, const std::string& precision, int64_t mem) {
-      return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(batch)),
-                                      override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(accumulation)),
-                                      override_text(DBH_SCENARIO_KEY(train.precision), precision),
-                                      source.train.max_steps >= o.steps
-                                          ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(o.steps))
-                                          : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(o.steps)),
-                                      override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(mem)),
-                                      "controls=[]", override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
-                                      override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
-                                      // one process compares nothing: no determinism to expect
-                                      override_text(DBH_SCENARIO_KEY(expect.deterministic), "null")};
-    };
     // Note [Affine memory model]: a step's peak memory is close to affine in
     // the micro-batch (weights, optimizer state and workspaces, plus
     // activations per sample). Two measured points predict the largest batch
@@ -213,7 +237,7 @@ int qualify_command(const QualifyOptions& o) {
     const std::string src_label = std::to_string(source.data.batch_size) + "x" +
                                   std::to_string(source.train.accumulation) + " " + source.train.precision;
     const ProbeResult source_probe =
-        prober.probe_fresh(trial_overrides(source.data.batch_size, source.train.accumulation, source.train.precision,
+        prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation, source.train.precision,
                                            budget),
                            "source config " + src_label + " under the budget");
     Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
@@ -227,7 +251,7 @@ int qualify_command(const QualifyOptions& o) {
 
     using Rec = PrecisionSearchResult;
     std::vector<Rec> recs;
-    for (const auto& precision : precisions) {
+    for (const auto& precision : q.precisions) {
       PrecisionSearchInput in;
       in.precision = precision;
       in.effective = effective;
@@ -240,7 +264,7 @@ int qualify_command(const QualifyOptions& o) {
       in.margined = margined;
       PrecisionSearchTrials run;
       run.measure = [&](int64_t b) {
-        const auto p = prober.probe(trial_overrides(b, 1, precision, margined),
+        const auto p = prober.probe(trial_overrides(source, o.steps, b, 1, precision, margined),
                                     precision + " batch " + std::to_string(b) + " (margined budget)");
         Trial t = to_trial(p, b, 1, precision);
         t.peak = peak_of(p);
@@ -248,7 +272,7 @@ int qualify_command(const QualifyOptions& o) {
       };
       run.confirm = [&](int64_t batch, int64_t accumulation) {
         // A confirmation runs fresh: never answered from a cache.
-        const auto p = prober.probe_fresh(trial_overrides(batch, accumulation, precision, budget),
+        const auto p = prober.probe_fresh(trial_overrides(source, o.steps, batch, accumulation, precision, budget),
                                           "confirm " + precision + " " + std::to_string(batch) + "x" +
                                               std::to_string(accumulation));
         Trial t = to_trial(p, batch, accumulation, precision);
@@ -260,29 +284,9 @@ int qualify_command(const QualifyOptions& o) {
       trials += rec.probes;
       recs.push_back(std::move(rec));
     }
-    Qualification q;
-    q.scenario = o.scenario;
-    q.overrides = o.overrides;
-    q.scenario_name = source.name;
-    q.profile = o.profile;
-    q.target_name = profile.display_name;
-    q.target_notes = profile.notes;
-    q.budget = budget;
-    q.margin = o.margin;
-    q.margined = margined;
-    q.steps = o.steps;
-    q.estimate_note = estimate_note;
-    q.not_searched = not_searched;
     q.choices = choices;
-    q.rerun_command = shell_command(rerun_args(o));
-    q.device = source.hardware.device;
-    q.size = source.data.size;
-    q.encoder = source.model.encoder;
-    q.decoder = source.model.decoder;
-    q.effective = effective;
     q.source = source_trial;
     q.source_need = source_need;
-    q.precisions = precisions;
     q.searches = std::move(recs);
     q.trial_count = trials;
     for (const auto& p : prober.history()) {
