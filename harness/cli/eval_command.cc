@@ -195,12 +195,17 @@ void check_save_weights(const std::string& path, const std::string& weights) {
   }
 }
 
-}  // namespace
+// The option values `dbh eval` accepts, checked before anything is read:
+// the bounds training and validation accept (data.val.*), since a larger
+// value exhausts memory or disk instead of saying what is wrong.
+struct EvalChoices {
+  int64_t depth = 18;
+  model::DecoderKind decoder{};
+  model::ResizeSide side{};
+  torch::Device device{torch::kCPU};
+};
 
-int run_eval_command(const EvalCommandOptions& o) {
-  // Input checks first: bad input leaves nothing behind.
-  // The bounds training and validation accept (data.val.*): a larger value
-  // exhausts memory or disk instead of saying what is wrong.
+EvalChoices check_eval_options(const EvalCommandOptions& o) {
   if (o.size <= 0 || o.size % 32 != 0) usage("--size", "a positive multiple of 32", std::to_string(o.size));
   if (o.size > kMaxSize) {
     usage("--size", "a positive multiple of 32 up to " + std::to_string(kMaxSize), std::to_string(o.size));
@@ -227,57 +232,28 @@ int run_eval_command(const EvalCommandOptions& o) {
   if (!(o.unclip_ratio >= 0.0 && o.unclip_ratio <= kMaxUnclipRatio)) {
     usage("--unclip-ratio", "a number in [0, " + fixed(kMaxUnclipRatio, 0) + "]", fixed(o.unclip_ratio, 6));
   }
-  const int64_t depth = encoder_depth(o.encoder);
-  model::DecoderKind decoder_kind{};
+  EvalChoices c;
+  c.depth = encoder_depth(o.encoder);
   try {
-    decoder_kind = model::decoder_kind_from_string(o.decoder);
+    c.decoder = model::decoder_kind_from_string(o.decoder);
   } catch (const std::invalid_argument&) {
     usage("--decoder", "fpn or pan", quoted_excerpt(o.decoder));
   }
   if (o.side != "short" && o.side != "long") usage("--side", "short or long", quoted_excerpt(o.side));
-  const model::ResizeSide side = model::resize_side_from_string(o.side);
-  torch::Device device(torch::kCPU);
+  c.side = model::resize_side_from_string(o.side);
   try {
-    device = model::parse_device(o.device);
+    c.device = model::parse_device(o.device);
   } catch (const std::exception& e) {
     throw UsageError(std::string(kWhere) + ": --device: " + e.what());
   }
-  check_checkpoint_file(o.weights, kWhere, "--weights");
-  const std::string weights_abs = fs::absolute(o.weights).lexically_normal().string();
-  if (!fs::is_directory(o.data)) {
-    usage("--data", "a dataset folder (images/ plus annotations.json or icdar/)",
-          describe_path(o.data) + " at " + o.data);
-  }
+  return c;
+}
 
-  // The dataset, checked as training checks it.
-  const auto policy = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
-                      : o.on_invalid == "clip" ? model::OnInvalid::kClip
-                                               : model::OnInvalid::kError;
-  // Note [No silent minute]: every image is decoded.
-  Progress progress(std::string(kWhere) + ": decoding the images of " + o.data, "images");
-  const model::ScanResult scan = model::scan_dataset(
-      o.data, policy, {}, /*check_images=*/true, [&](int64_t done, int64_t total) { progress.update(done, total); });
-  progress.finish();
-  if (!scan.readable) {
-    const std::string what = scan.defects.empty() ? "nothing readable" : scan.defects.front().message;
-    throw UsageError(std::string(kWhere) + ": --data: " + what);
-  }
-  if (policy == model::OnInvalid::kError && !scan.defects.empty()) {
-    for (const auto& d : scan.defects) std::cerr << "  " << one_line(d.message) << "\n";
-    usage("--data " + o.data, "a dataset without defects (or --on-invalid skip|clip)",
-          std::to_string(scan.defects.size()) + " defect(s), listed above");
-  }
-  for (const auto& d : scan.defects) std::cerr << "warning: " << one_line(d.message) << "\n";
-  if (scan.images.empty()) usage("--data " + o.data, "at least one usable image", "none");
-
-  model::apply_determinism(model::DeterminismOptions().seed(0).threads(
-      o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency())));
-
-  // The model, with every tensor accounted for.
-  model::DbNet net(model::DbNetOptions()
-                       .encoder(model::ResNetOptions().depth(depth))
-                       .decoder(decoder_kind));
-  const std::string arch = architecture(depth, decoder_kind);
+// Loads `o.weights` into `net` (architecture `arch`), accounting for every
+// tensor: a file that does not load, tensors of another shape or model, or
+// missing ones without --allow-partial are usage errors that say what the
+// file holds.
+model::ModelStateReport load_eval_weights(model::DbNet& net, const EvalCommandOptions& o, const std::string& arch) {
   model::ModelStateReport loaded;
   try {
     loaded = model::load_model_state(net, o.weights);
@@ -326,6 +302,253 @@ int run_eval_command(const EvalCommandOptions& o) {
     std::cerr << "warning: " << loaded.missing.size() << " of " << total
               << " tensors keep their initial values (--allow-partial)\n";
   }
+  return loaded;
+}
+
+// What the reading of an evaluation starts from (Note [Reading an evaluation]).
+EvalFacts eval_facts(const model::DatasetEvaluation& result, const model::PostprocessOptions& post) {
+  const auto n = static_cast<int64_t>(result.images.size());
+  EvalFacts facts;
+  facts.images = n;
+  facts.gt = result.overall.counts.gt;
+  facts.det = result.overall.counts.det;
+  facts.matched = result.overall.counts.matched;
+  facts.precision = result.overall.precision;
+  facts.recall = result.overall.recall;
+  facts.hmean = result.overall.hmean;
+  facts.binarize_thresh = post.binarize_thresh;
+  facts.box_thresh = post.box_thresh;
+  for (const auto& e : result.images) {
+    facts.max_probability = std::max(facts.max_probability, e.probability.max);
+    facts.mean_text_fraction += e.probability.text_fraction / static_cast<double>(std::max<int64_t>(1, n));
+  }
+  return facts;
+}
+
+}  // namespace
+
+// The overlays of the images `order` names (worst first) into out/overlays/,
+// replacing a previous evaluation's; their index for eval.json.
+json write_overlays(const fs::path& out, const std::string& data, const model::DatasetEvaluation& result,
+                    const std::vector<size_t>& order) {
+  const fs::path overlay_dir = out / "overlays";
+  fs::remove_all(overlay_dir);  // a previous evaluation's overlays into this folder
+  json overlays = json::array();
+  if (!order.empty()) make_directories_no_follow(overlay_dir.string());
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    throw_if_stopped();
+    const auto& e = result.images[order[rank]];
+    const cv::Mat image = model::decode_image(model::image_path(data, e.file));
+    std::vector<model::Polygon> det;
+    for (const auto& d : e.detections) det.push_back(d.polygon);
+    const std::string number = std::to_string(rank + 1);
+    const std::string name = std::string(number.size() < 2 ? "0" : "") + number + "-" +
+                             safe_file_name(fs::path(e.file).stem().string()) + ".png";
+    write_png(overlay_dir / name, model::draw_overlay(image, e.gt, e.gt_ignore, det));
+    overlays.push_back({{"rank", rank + 1},
+                        {"file", "overlays/" + name},
+                        {"image", e.file},
+                        {"hmean", e.metrics.hmean}});
+  }
+  return overlays;
+}
+
+// The dataset, checked as training checks it: every image decoded (with
+// progress), defects refused unless --on-invalid skips or clips them.
+model::ScanResult scan_eval_data(const EvalCommandOptions& o) {
+  if (!fs::is_directory(o.data)) {
+    usage("--data", "a dataset folder (images/ plus annotations.json or icdar/)",
+          describe_path(o.data) + " at " + o.data);
+  }
+  const auto policy = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
+                      : o.on_invalid == "clip" ? model::OnInvalid::kClip
+                                               : model::OnInvalid::kError;
+  // Note [No silent minute]: every image is decoded.
+  Progress progress(std::string(kWhere) + ": decoding the images of " + o.data, "images");
+  model::ScanResult scan = model::scan_dataset(
+      o.data, policy, {}, /*check_images=*/true, [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
+  if (!scan.readable) {
+    const std::string what = scan.defects.empty() ? "nothing readable" : scan.defects.front().message;
+    throw UsageError(std::string(kWhere) + ": --data: " + what);
+  }
+  if (policy == model::OnInvalid::kError && !scan.defects.empty()) {
+    for (const auto& d : scan.defects) std::cerr << "  " << one_line(d.message) << "\n";
+    usage("--data " + o.data, "a dataset without defects (or --on-invalid skip|clip)",
+          std::to_string(scan.defects.size()) + " defect(s), listed above");
+  }
+  for (const auto& d : scan.defects) std::cerr << "warning: " << one_line(d.message) << "\n";
+  if (scan.images.empty()) usage("--data " + o.data, "at least one usable image", "none");
+  return scan;
+}
+
+// One evaluation as its pages show it.
+struct EvalPage {
+  const EvalCommandOptions& o;
+  std::string arch;
+  int64_t depth = 18;
+  model::DecoderKind decoder{};
+  std::string weights_abs;
+  const model::ModelStateReport& loaded;
+  size_t total = 0;  // the model's parameters and buffers
+  const model::ScanResult& scan;
+  const model::DatasetEvaluation& result;
+  model::PostprocessOptions post;
+  double wall = 0;
+  json overlays;  // write_overlays' index
+  std::vector<EvalFinding> reading;
+
+  int64_t n() const { return static_cast<int64_t>(result.images.size()); }
+  double inference_per_s() const {
+    return result.timing.inference_s > 0 ? static_cast<double>(n()) / result.timing.inference_s : 0.0;
+  }
+  double post_ms() const { return n() > 0 ? 1e3 * result.timing.postprocess_s / static_cast<double>(n()) : 0.0; }
+  double match_ms() const { return n() > 0 ? 1e3 * result.timing.matching_s / static_cast<double>(n()) : 0.0; }
+};
+
+// eval.json.
+json eval_json(const EvalPage& p) {
+  const EvalCommandOptions& o = p.o;
+  const model::ModelStateReport& loaded = p.loaded;
+  const model::ScanResult& scan = p.scan;
+  const model::DatasetEvaluation& result = p.result;
+  const model::PostprocessOptions& post = p.post;
+  const std::string& weights_abs = p.weights_abs;
+  const size_t total = p.total;
+  const int64_t n = p.n();
+  const double inference_per_s = p.inference_per_s(), post_ms = p.post_ms();
+  const int64_t depth = p.depth;
+  const model::DecoderKind decoder_kind = p.decoder;
+  const double wall = p.wall, match_ms = p.match_ms();
+  json j;
+  j["schema_version"] = 1;
+  j["command"] = "eval";
+  j["weights"] = {{"path", weights_abs},
+                  {"format", loaded.format},
+                  {"step", loaded.step >= 0 ? json(loaded.step) : json(nullptr)},
+                  {"loaded", loaded.loaded},
+                  {"tensors", total},
+                  {"missing", loaded.missing},
+                  {"unexpected", loaded.unexpected}};
+  j["model"] = {{"encoder", "resnet" + std::to_string(depth)},
+                {"decoder", model::to_string(decoder_kind)}};
+  j["data"] = {{"root", fs::absolute(o.data).lexically_normal().string()},
+               {"format", scan.format},
+               {"images", n},
+               {"on_invalid", o.on_invalid},
+               {"defects", scan.defects.size()}};
+  j["settings"] = {{"size", o.size},
+                   {"side", o.side},
+                   {"batch_size", o.batch_size},
+                   {"device", o.device},
+                   {"threads", torch::get_num_threads()},
+                   {"binarize_thresh", post.binarize_thresh},
+                   {"box_thresh", post.box_thresh},
+                   {"unclip_ratio", post.unclip_ratio},
+                   {"max_candidates", post.max_candidates},
+                   {"min_size", post.min_size},
+                   {"iou_thresh", o.iou_thresh}};
+  j["overall"] = {{"precision", result.overall.precision},
+                  {"recall", result.overall.recall},
+                  {"hmean", result.overall.hmean},
+                  {"gt", result.overall.counts.gt},
+                  {"det", result.overall.counts.det},
+                  {"matched", result.overall.counts.matched}};
+  j["timing"] = {{"wall_s", wall},
+                 {"batches", result.timing.batches},
+                 {"preprocess_s", result.timing.preprocess_s},
+                 {"inference_s", result.timing.inference_s},
+                 {"inference_images_per_s", inference_per_s},
+                 {"postprocess_ms_per_image", post_ms},
+                 {"matching_ms_per_image", match_ms}};
+  j["overlays"] = p.overlays;
+  json images = json::array();
+  for (size_t i = 0; i < result.images.size(); ++i) {
+    images.push_back(image_json(result.images[i], scan.images[i].words));
+  }
+  j["images"] = std::move(images);
+  j["environment"] = json::parse(environment_json(collect_environment()));
+
+  j["reading"] = json::array();
+  for (const auto& f : p.reading) j["reading"].push_back({{"id", f.id}, {"meaning", f.meaning}, {"next", f.next}});
+  return j;
+}
+
+// eval.md (and, through markdown_page_html, eval.html).
+std::string eval_markdown(const EvalPage& p) {
+  const EvalCommandOptions& o = p.o;
+  const model::ModelStateReport& loaded = p.loaded;
+  const model::ScanResult& scan = p.scan;
+  const model::DatasetEvaluation& result = p.result;
+  const model::PostprocessOptions& post = p.post;
+  const std::string& weights_abs = p.weights_abs;
+  const size_t total = p.total;
+  const int64_t n = p.n();
+  const double inference_per_s = p.inference_per_s(), post_ms = p.post_ms();
+  const std::string& arch = p.arch;
+  const auto& reading = p.reading;
+  std::ostringstream md;
+  md << "# Evaluation of " << markdown_inline(fs::path(o.weights).filename().string()) << "\n\n"
+     << "**P " << fixed(result.overall.precision) << " · R " << fixed(result.overall.recall)
+     << " · H " << fixed(result.overall.hmean) << "** — " << result.overall.counts.matched
+     << " matched of " << result.overall.counts.gt << " ground truths and "
+     << result.overall.counts.det << " detections (ICDAR 2015, IoU > " << o.iou_thresh
+     << ", don't-care words excluded) on " << n << " images.\n\n"
+     << "## Reading\n\n";
+  for (const auto& f : reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
+  md << "\n## Settings\n\n"
+     << "| setting | value |\n|---|---|\n"
+     << "| weights | " << markdown_inline(weights_abs) << " (" << loaded.format
+     << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
+     << loaded.loaded << " of " << total << " tensors) |\n"
+     << "| model | " << arch << " |\n"
+     << "| data | " << markdown_inline(fs::absolute(o.data).lexically_normal().string()) << " ("
+     << scan.format << ") |\n"
+     << "| resize | " << o.side << " side " << o.size << ", padded to multiples of 32 |\n"
+     << "| post-processing | thresh " << post.binarize_thresh << ", box_thresh " << post.box_thresh
+     << ", unclip " << post.unclip_ratio << " |\n"
+     << "| speed | " << fixed(inference_per_s, 2) << " images/s inference (batch " << o.batch_size
+     << ", " << torch::get_num_threads() << " threads, " << o.device << "), "
+     << fixed(post_ms, 2) << " ms/image post-processing |\n\n"
+     << "## Per image\n\n| image | GT | det | matched | P | R | H |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& e : result.images) {
+    md << "| " << markdown_inline(e.file) << " | " << e.match.counts.gt << " | "
+       << e.match.counts.det << " | " << e.match.counts.matched << " | "
+       << fixed(e.metrics.precision) << " | " << fixed(e.metrics.recall) << " | "
+       << fixed(e.metrics.hmean) << " |\n";
+  }
+  if (!p.overlays.empty()) {
+    md << "\n## Worst images\n\nGround truth green, don't-care grey, predictions red.\n\n";
+    for (const auto& item : p.overlays) {
+      md << item["rank"].get<int64_t>() << ". " << markdown_inline(item["image"].get<std::string>())
+         << " (H " << fixed(item["hmean"].get<double>()) << ")\n\n   !["
+         << markdown_inline(item["image"].get<std::string>()) << "]("
+         << item["file"].get<std::string>() << ")\n\n";
+    }
+  }
+  return md.str();
+}
+
+int run_eval_command(const EvalCommandOptions& o) {
+  // Input checks first: bad input leaves nothing behind.
+  const EvalChoices c = check_eval_options(o);
+  const int64_t depth = c.depth;
+  const model::DecoderKind decoder_kind = c.decoder;
+  const model::ResizeSide side = c.side;
+  const torch::Device device = c.device;
+  check_checkpoint_file(o.weights, kWhere, "--weights");
+  const std::string weights_abs = fs::absolute(o.weights).lexically_normal().string();
+  const model::ScanResult scan = scan_eval_data(o);
+  model::apply_determinism(model::DeterminismOptions().seed(0).threads(
+      o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency())));
+
+  // The model, with every tensor accounted for.
+  model::DbNet net(model::DbNetOptions()
+                       .encoder(model::ResNetOptions().depth(depth))
+                       .decoder(decoder_kind));
+  const std::string arch = architecture(depth, decoder_kind);
+  const model::ModelStateReport loaded = load_eval_weights(net, o, arch);
+  const size_t total = net->named_parameters().size() + net->named_buffers().size();
   const fs::path out = o.out.empty() ? fs::path(default_output_folder("eval")) : fs::path(o.out);
   if (!o.save_weights.empty()) check_save_weights(o.save_weights, o.weights);
   // From here on something is written: SIGINT and SIGTERM stop the
@@ -403,148 +626,24 @@ int run_eval_command(const EvalCommandOptions& o) {
     throw UsageError(std::string(kWhere) + ": --data: " + e.what());
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const auto n = static_cast<int64_t>(result.images.size());
 
   // The K worst images: lowest H-mean, then most errors, then dataset order.
   const std::vector<size_t> order = model::worst_images(result, static_cast<size_t>(o.overlays));
-  const fs::path overlay_dir = out / "overlays";
-  fs::remove_all(overlay_dir);  // a previous evaluation's overlays into this folder
-  json overlays = json::array();
-  if (!order.empty()) make_directories_no_follow(overlay_dir.string());
-  for (size_t rank = 0; rank < order.size(); ++rank) {
-    throw_if_stopped();
-    const auto& e = result.images[order[rank]];
-    const cv::Mat image = model::decode_image(model::image_path(o.data, e.file));
-    std::vector<model::Polygon> det;
-    for (const auto& d : e.detections) det.push_back(d.polygon);
-    const std::string number = std::to_string(rank + 1);
-    const std::string name = std::string(number.size() < 2 ? "0" : "") + number + "-" +
-                             safe_file_name(fs::path(e.file).stem().string()) + ".png";
-    write_png(overlay_dir / name, model::draw_overlay(image, e.gt, e.gt_ignore, det));
-    overlays.push_back({{"rank", rank + 1},
-                        {"file", "overlays/" + name},
-                        {"image", e.file},
-                        {"hmean", e.metrics.hmean}});
-  }
-
-  const double inference_per_s = result.timing.inference_s > 0 ? n / result.timing.inference_s : 0.0;
-  const double post_ms = n > 0 ? 1e3 * result.timing.postprocess_s / n : 0.0;
-  const double match_ms = n > 0 ? 1e3 * result.timing.matching_s / n : 0.0;
-
-  json j;
-  j["schema_version"] = 1;
-  j["command"] = "eval";
-  j["weights"] = {{"path", weights_abs},
-                  {"format", loaded.format},
-                  {"step", loaded.step >= 0 ? json(loaded.step) : json(nullptr)},
-                  {"loaded", loaded.loaded},
-                  {"tensors", total},
-                  {"missing", loaded.missing},
-                  {"unexpected", loaded.unexpected}};
-  j["model"] = {{"encoder", "resnet" + std::to_string(depth)},
-                {"decoder", model::to_string(decoder_kind)}};
-  j["data"] = {{"root", fs::absolute(o.data).lexically_normal().string()},
-               {"format", scan.format},
-               {"images", n},
-               {"on_invalid", o.on_invalid},
-               {"defects", scan.defects.size()}};
-  j["settings"] = {{"size", o.size},
-                   {"side", o.side},
-                   {"batch_size", o.batch_size},
-                   {"device", o.device},
-                   {"threads", torch::get_num_threads()},
-                   {"binarize_thresh", post.binarize_thresh},
-                   {"box_thresh", post.box_thresh},
-                   {"unclip_ratio", post.unclip_ratio},
-                   {"max_candidates", post.max_candidates},
-                   {"min_size", post.min_size},
-                   {"iou_thresh", o.iou_thresh}};
-  j["overall"] = {{"precision", result.overall.precision},
-                  {"recall", result.overall.recall},
-                  {"hmean", result.overall.hmean},
-                  {"gt", result.overall.counts.gt},
-                  {"det", result.overall.counts.det},
-                  {"matched", result.overall.counts.matched}};
-  j["timing"] = {{"wall_s", wall},
-                 {"batches", result.timing.batches},
-                 {"preprocess_s", result.timing.preprocess_s},
-                 {"inference_s", result.timing.inference_s},
-                 {"inference_images_per_s", inference_per_s},
-                 {"postprocess_ms_per_image", post_ms},
-                 {"matching_ms_per_image", match_ms}};
-  j["overlays"] = std::move(overlays);
-  json images = json::array();
-  for (size_t i = 0; i < result.images.size(); ++i) {
-    images.push_back(image_json(result.images[i], scan.images[i].words));
-  }
-  j["images"] = std::move(images);
-  j["environment"] = json::parse(environment_json(collect_environment()));
+  json overlays = write_overlays(out, o.data, result, order);
 
   // Note [Reading an evaluation]: what the numbers mean, from the facts
   // measured above.
-  EvalFacts facts;
-  facts.images = n;
-  facts.gt = result.overall.counts.gt;
-  facts.det = result.overall.counts.det;
-  facts.matched = result.overall.counts.matched;
-  facts.precision = result.overall.precision;
-  facts.recall = result.overall.recall;
-  facts.hmean = result.overall.hmean;
-  facts.binarize_thresh = post.binarize_thresh;
-  facts.box_thresh = post.box_thresh;
-  for (const auto& e : result.images) {
-    facts.max_probability = std::max(facts.max_probability, e.probability.max);
-    facts.mean_text_fraction += e.probability.text_fraction / static_cast<double>(std::max<int64_t>(1, n));
-  }
-  const std::vector<EvalFinding> reading = read_evaluation(facts);
-  j["reading"] = json::array();
-  for (const auto& f : reading) j["reading"].push_back({{"id", f.id}, {"meaning", f.meaning}, {"next", f.next}});
+  const EvalPage page{o,    arch, depth, decoder_kind,        weights_abs,
+                      loaded, total, scan, result, post, wall, std::move(overlays),
+                      read_evaluation(eval_facts(result, post))};
+  const auto& reading = page.reading;
   write_file_atomically((out / "eval.json").string(),
-                        j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-
-  std::ostringstream md;
-  md << "# Evaluation of " << markdown_inline(fs::path(o.weights).filename().string()) << "\n\n"
-     << "**P " << fixed(result.overall.precision) << " · R " << fixed(result.overall.recall)
-     << " · H " << fixed(result.overall.hmean) << "** — " << result.overall.counts.matched
-     << " matched of " << result.overall.counts.gt << " ground truths and "
-     << result.overall.counts.det << " detections (ICDAR 2015, IoU > " << o.iou_thresh
-     << ", don't-care words excluded) on " << n << " images.\n\n"
-     << "## Reading\n\n";
-  for (const auto& f : reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
-  md << "\n## Settings\n\n"
-     << "| setting | value |\n|---|---|\n"
-     << "| weights | " << markdown_inline(weights_abs) << " (" << loaded.format
-     << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
-     << loaded.loaded << " of " << total << " tensors) |\n"
-     << "| model | " << arch << " |\n"
-     << "| data | " << markdown_inline(fs::absolute(o.data).lexically_normal().string()) << " ("
-     << scan.format << ") |\n"
-     << "| resize | " << o.side << " side " << o.size << ", padded to multiples of 32 |\n"
-     << "| post-processing | thresh " << post.binarize_thresh << ", box_thresh " << post.box_thresh
-     << ", unclip " << post.unclip_ratio << " |\n"
-     << "| speed | " << fixed(inference_per_s, 2) << " images/s inference (batch " << o.batch_size
-     << ", " << torch::get_num_threads() << " threads, " << o.device << "), "
-     << fixed(post_ms, 2) << " ms/image post-processing |\n\n"
-     << "## Per image\n\n| image | GT | det | matched | P | R | H |\n|---|---|---|---|---|---|---|\n";
-  for (const auto& e : result.images) {
-    md << "| " << markdown_inline(e.file) << " | " << e.match.counts.gt << " | "
-       << e.match.counts.det << " | " << e.match.counts.matched << " | "
-       << fixed(e.metrics.precision) << " | " << fixed(e.metrics.recall) << " | "
-       << fixed(e.metrics.hmean) << " |\n";
-  }
-  if (!order.empty()) {
-    md << "\n## Worst images\n\nGround truth green, don't-care grey, predictions red.\n\n";
-    for (const auto& item : j["overlays"]) {
-      md << item["rank"].get<int64_t>() << ". " << markdown_inline(item["image"].get<std::string>())
-         << " (H " << fixed(item["hmean"].get<double>()) << ")\n\n   !["
-         << markdown_inline(item["image"].get<std::string>()) << "]("
-         << item["file"].get<std::string>() << ")\n\n";
-    }
-  }
-  write_file_atomically((out / "eval.md").string(), md.str());
+                        eval_json(page).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  const std::string md = eval_markdown(page);
+  write_file_atomically((out / "eval.md").string(), md);
   // The same page for a browser, its overlays embedded.
   write_file_atomically((out / "eval.html").string(),
-                        markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md.str(),
+                        markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md,
                                            out.string()));
   throw_if_stopped();
   if (!save_tmp.empty()) {
@@ -557,8 +656,8 @@ int run_eval_command(const EvalCommandOptions& o) {
   }
   claim.commit();
 
-  std::cout << "dbh eval: " << metrics_line(result.overall) << " on " << n << " images; "
-            << fixed(inference_per_s, 2) << " images/s inference, " << fixed(post_ms, 1)
+  std::cout << "dbh eval: " << metrics_line(result.overall) << " on " << page.n() << " images; "
+            << fixed(page.inference_per_s(), 2) << " images/s inference, " << fixed(page.post_ms(), 1)
             << " ms/image post-processing\n"
             << "reading: " << one_line(reading.front().meaning) << "\n"
             << "next: " << one_line(reading.front().next) << "\n"
