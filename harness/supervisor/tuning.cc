@@ -33,6 +33,7 @@
 #include "harness/proto/event_types.h"
 #include "harness/supervisor/machine.h"
 #include "harness/supervisor/trial.h"
+#include "harness/scenario/schema.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -274,9 +275,8 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
 double non_negative_env(const char* name, double fallback, const char* what) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  if (end != v && *end == '\0' && std::isfinite(x) && x >= 0) return x;
+  double x = 0;  // decimal only: strtod would also read "0x10" and "1p3"
+  if (parse_double(v, &x) && x >= 0) return x;
   throw UsageError(std::string(name) + ": expected " + what + ", got \"" + one_line(v) + "\"");
 }
 

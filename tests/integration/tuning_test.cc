@@ -448,7 +448,8 @@ TEST(TuningTest, AnUnreadableBudgetOrLoadLimitIsRefused) {
   const fs::path dir = testing::fresh_dir("tuning-bad-env");
   testing::RemoveOnExit cleanup(dir);
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
-           {"DBH_TUNE_BUDGET_S", "ten"}, {"DBH_TUNE_BUDGET_S", "-1"}, {"DBH_TUNE_MAX_OTHERS_CORES", "nan"}}) {
+           {"DBH_TUNE_BUDGET_S", "ten"}, {"DBH_TUNE_BUDGET_S", "-1"}, {"DBH_TUNE_BUDGET_S", "0x10"},
+           {"DBH_TUNE_MAX_OTHERS_CORES", "nan"}}) {
     const fs::path out = dir / "out";
     const auto r = testing::run_process_with_env(
         {DBH_BINARY, "run", kTiny, "--out", out.string(), "-q", "train.max_steps=1", "data.size=32",
