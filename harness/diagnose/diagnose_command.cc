@@ -80,6 +80,277 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
   return a;
 }
 
+// The diagnosis ladder for `s`, from the device up to the scenario as given
+// (the last rung); a rung that cannot tell anything here says why.
+std::vector<Rung> ladder_rungs(const Scenario& s) {
+  const bool real = s.data.source == "real";
+  return {
+      {RungId::kOps, "Basic tensor ops on the device", "ladder",
+       {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
+      {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
+       {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_random"),
+        override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
+       "", {}, false},
+      {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
+       {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes"), "controls=[]"}, "", {}, false},
+      {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
+       {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
+       false},
+      {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
+       {override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
+       false},
+      {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
+       {override_text(DBH_SCENARIO_KEY(repeat.processes),
+                      std::to_string(s.repeat.processes * s.repeat.in_process)),
+        override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
+       s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
+      {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
+  };
+}
+
+// The variants a failing scenario is tried with: cuDNN settings, precision,
+// batch, memory, blocking launches.
+std::vector<Rung> variant_rungs(const Scenario& s) {
+  const bool cuda = s.hardware.device != "cpu";
+  const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
+  return {
+      {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
+       {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
+       cuda ? "" : "no cuDNN on cpu", {}, false},
+      {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
+       {override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
+       cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
+      {RungId::kCudnnDisabled, "cuDNN disabled", "variant", {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
+       cuda ? "" : "no cuDNN on cpu", {}, false},
+      {RungId::kFp32, "AMP off (fp32)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
+       s.train.precision == "fp32" ? "already fp32" : "", {}, false},
+      {RungId::kBf16, "AMP on (bf16)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
+       cuda ? (s.train.precision == "fp32" ? "" : "already AMP") : "AMP needs CUDA", {}, false},
+      {RungId::kSmallerBatch, "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
+       "variant",
+       {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
+        override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
+        "controls=[]"},
+       s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
+      {RungId::kMoreMemory, "More memory headroom", "variant",
+       {override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
+        "controls=[]"},
+       s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
+      {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
+       {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
+       cuda ? "" : "CPU kernels are synchronous", {}, false},
+  };
+}
+
+// Note [The learning rung]: whether the model learns at all, on synthetic
+// boxes and on the real data, for a silent failure.
+std::vector<Rung> learning_rungs(const Scenario& s, bool silent) {
+  const bool real = s.data.source == "real";
+  const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
+                                                        : std::clamp<int64_t>(s.train.max_steps, 4, 50);
+  const std::vector<std::string> judged = {
+      override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
+      override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
+      "controls=[]"};
+  return {
+      {RungId::kLearnsSynthetic, "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
+       concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes")}, judged),
+       silent ? "" : "not a silent failure", {}, false},
+      {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
+       !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
+  };
+}
+
+// What the follow-up bisection found: its line among the next steps, its
+// repro, its verdict for diagnosis.json and what narrows the minimal repro.
+struct FollowUp {
+  std::vector<std::string> lines;
+  std::string repro;
+  ojson verdict;  // null when none ran
+  std::vector<std::string> repro_overrides;
+};
+
+// `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
+FollowUp bisect_followup(const std::string& kind, const DiagnoseOptions& o, const Scenario& s, const fs::path& out,
+                         const std::string& cache, const std::vector<std::string>& scenario_words, Prober& prober) {
+  FollowUp f;
+  BisectOptions b;
+  b.kind = kind;
+  b.scenario = o.scenario;
+  b.overrides = concat_overrides(o.overrides, {"controls=[]"});
+  b.out = (out / ("bisect-" + b.kind)).string();
+  b.cache_dir = cache;
+  b.quiet = o.quiet;
+  if (!o.quiet) {
+    std::vector<std::string> command = {self_command(), "bisect", b.kind};
+    command.insert(command.end(), scenario_words.begin(), scenario_words.end());
+    std::cout << "follow-up: " << shell_command(command) << std::endl;
+  }
+  // Note [One bisection, called]: the follow-up is the bisection itself,
+  // its folder and pages beside the diagnosis, its answer returned as a
+  // value (never read back from its bisect.json).
+  BisectAnswer answer;
+  const int bisect_exit = bisect_command(b, &answer);
+  prober.stop_if_requested();  // a stop ended the follow-up: end here too
+  if (bisect_exit == 2) {
+    // A probe of the follow-up hit an infrastructure failure (its message
+    // is above): the diagnosis cannot stand on it either.
+    throw UsageError("diagnose: the follow-up `dbh bisect " + b.kind + "` stopped without an answer (" +
+                     (out / ("bisect-" + b.kind)).string() + ")");
+  }
+  // The follow-up's answer as a value (Note [One bisection, called]).
+  const std::string verdict = answer.confident ? "confident" : "unsure";
+  f.repro = answer.repro;
+  f.verdict = {{"kind", b.kind}, {"verdict", verdict}, {"confirmed", answer.confirmed},
+               {"confidence", answer.confidence}, {"doubts", answer.doubts}};
+  std::string doubts;
+  for (const auto& d : answer.doubts) doubts += (doubts.empty() ? "" : "; ") + d;
+  f.lines.push_back("dbh bisect " + b.kind + " (" + verdict + ", confidence " +
+                    std::to_string(answer.confidence).substr(0, 5) + "): " + answer.summary +
+                    (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
+  // Only a confident, training-time answer becomes the minimal repro;
+  // otherwise the scenario as given reproduces the failure.
+  if (b.kind == "data" && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
+    std::string list = "[";
+    for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
+    f.repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
+    f.repro_overrides.push_back(override_text(
+        DBH_SCENARIO_KEY(train.max_steps),
+        std::to_string(std::max<int64_t>(
+            1, (static_cast<int64_t>(answer.samples.size()) + s.data.batch_size - 1) / s.data.batch_size))));
+  }
+  return f;
+}
+
+// A diagnosis as its pages show it: what ran, what it showed, what to do next.
+struct Diagnosis {
+  std::string scenario;  // the path, as given
+  std::string name;
+  std::string device;
+  fs::path out;
+  bool fails = false;
+  bool silent = false;  // a silent failure: the learning rungs are shown
+  Outcome outcome = Outcome::kPassed;  // the scenario as given
+  std::string klass;
+  std::vector<Rung> rows;  // the ladder, the variants, the learning rungs, in that order
+  Judgement judgement;
+  std::vector<std::string> scenario_words;  // the diagnosed scenario as a command's words
+  std::vector<std::string> followups;
+  std::string bisect_summary;
+  ojson bisect_verdict;
+  const FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
+  std::vector<ResolutionCheck> resolution_checks;
+  std::string emulated;  // why the ranking is an emulation's, "" for a real failure
+  size_t probe_count = 0;
+  double seconds = 0;
+
+  std::string repro_command() const { return shell_command({self_command(), "run", (out / "repro.yaml").string()}); }
+  // Hypotheses explain a failure: with no evidence for any, ranking them would make one up.
+  bool no_evidence() const { return fails && judgement.ranked.front().score() <= 0; }
+};
+
+std::string diagnosis_markdown(const Diagnosis& d) {
+  const auto& hyps = d.judgement.ranked;
+  std::ostringstream md;
+  md << "# Diagnosis: " << markdown_inline(d.name) << "\n\n";
+  md << "Scenario " << markdown_code(d.scenario) << " on " << d.device << ": the full run "
+     << (d.fails ? "**fails** (" + to_string(d.outcome) + ", `" + d.klass + "`)" : "**passes**") << ".\n\n";
+  if (!d.emulated.empty()) md << "**Emulated.** " << markdown_inline(d.emulated) << ".\n\n";
+  md << "## What works / What fails\n\n| check | result |\n|---|---|\n";
+  for (const auto& r : d.rows) {
+    if (!d.fails && r.group == "variant") continue;
+    if (!d.silent && r.group == "learning") continue;
+    md << "| " << r.name << " | " << row_result(r) << " |\n";
+  }
+  md << "\n## Hypotheses, ranked by evidence\n\n";
+  if (d.no_evidence()) {
+    md << "No hypothesis has more evidence for it than against it in the rungs that could run";
+    md << (std::any_of(d.rows.begin(), d.rows.end(),
+                       [](const Rung& r) { return r.group == "ladder" && !r.applies.empty(); })
+               ? " (the rungs marked n/a above could not)"
+               : "");
+    md << ": the diagnosis is unsure.\n\n";
+  }
+  if (d.fails && !d.judgement.tied.empty()) {
+    md << "The best " << d.judgement.tied.size() << " hypotheses have the same evidence (" << tied_text(d.judgement)
+       << "): the diagnosis is unsure between them, and the list's order decides nothing.\n\n";
+  }
+  int rank = 0;
+  for (const auto& h : hyps) {
+    if (h.support.empty() && h.refute.empty()) continue;
+    md << ++rank << ". **" << h.title << "** (" << h.support.size() << " for, " << h.refute.size() << " against)\n";
+    for (const auto& sp : h.support) md << "   - supports: " << sp << "\n";
+    for (const auto& rf : h.refute) md << "   - refutes: " << rf << "\n";
+  }
+  md << "\n## Next steps\n\n";
+  int step_no = 0;
+  for (const auto& h : hyps) {
+    if (h.score() <= 0) continue;
+    md << ++step_no << ". " << h.title << ": " << fill_commands(h.next, d.scenario_words) << "\n";
+  }
+  for (const auto& f : d.followups) md << ++step_no << ". Done already: " << f << "\n";
+  if (d.fails && d.resolution_class != nullptr) {
+    for (const auto& res : resolutions_with_checks(d.resolution_class->resolutions, d.resolution_checks, true)) {
+      md << ++step_no << ". " << res << "\n";
+    }
+  }
+  if (d.fails) {
+    md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
+       << d.repro_command() << "\n```\n";
+    if (!d.bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << d.bisect_summary << "\n```\n";
+  }
+  return md.str();
+}
+
+ojson diagnosis_json(const Diagnosis& d) {
+  ojson j;
+  j["schema_version"] = 1;
+  j["scenario"] = d.scenario;
+  j["fails"] = d.fails;
+  j["data_dependent"] = d.judgement.data_dependent;
+  j["rows"] = ojson::array();
+  for (const auto& r : d.rows) {
+    j["rows"].push_back({{"check", r.name}, {"group", r.group}, {"overrides", r.overrides},
+                         {"ran", r.ran}, {"applies", r.applies.empty()},
+                         {"outcome", r.ran ? to_string(r.probe.analysis.outcome) : "n/a"},
+                         {"class", r.probe.analysis.failure.klass}});
+  }
+  j["hypotheses"] = ojson::array();
+  for (const auto& h : d.judgement.ranked) {
+    j["hypotheses"].push_back({{"id", to_string(h.id)}, {"title", h.title}, {"support", h.support},
+                               {"refute", h.refute}, {"score", h.score()}});
+  }
+  // No evidence for any hypothesis is no conclusion, not the first of the list.
+  j["conclusion"] = d.judgement.conclusion;
+  j["emulated"] = d.emulated.empty() ? ojson(nullptr) : ojson(d.emulated);
+  j["tied"] = ojson::array();
+  for (const auto id : d.judgement.tied) j["tied"].push_back(to_string(id));
+  j["followups"] = d.followups;
+  j["resolutions_tried"] = resolution_checks_json(d.resolution_checks);
+  j["bisect"] = d.bisect_verdict;
+  j["probe_count"] = d.probe_count;
+  j["seconds"] = d.seconds;
+  j["repro_scenario"] = d.fails ? ojson((d.out / "repro.yaml").string()) : ojson(nullptr);
+  return j;
+}
+
+// The conclusion, the top hypothesis and where the report and the repro are.
+std::string diagnosis_summary(const Diagnosis& d) {
+  std::ostringstream s;
+  s << "conclusion: " << terminal_text(d.judgement.conclusion)
+    << (d.judgement.data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
+  if (!d.emulated.empty()) s << "note: " << terminal_text(d.emulated) << "\n";
+  if (d.fails && !d.judgement.tied.empty()) {
+    s << "top hypotheses: tied (" << tied_text(d.judgement) << "), none stands out\n";
+  } else if (d.fails && !d.no_evidence()) {
+    s << "top hypothesis: " << d.judgement.ranked.front().title << "\n";
+  }
+  if (d.no_evidence()) s << "top hypothesis: none has more evidence for it than against it\n";
+  s << "report: " << (d.out / "diagnosis.md").string() << "\n";
+  if (d.fails) s << "repro:  " << d.repro_command() << "\n";
+  return s.str();
+}
+
 }  // namespace
 
 int diagnose_command(const DiagnoseOptions& o) {
@@ -96,32 +367,10 @@ int diagnose_command(const DiagnoseOptions& o) {
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
-    const bool cuda = s.hardware.device != "cpu";
     const bool real = s.data.source == "real";
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
-    std::vector<Rung> rungs = {
-        {RungId::kOps, "Basic tensor ops on the device", "ladder",
-         {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
-        {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
-         {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_random"),
-          override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
-         "", {}, false},
-        {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
-         {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes"), "controls=[]"}, "", {}, false},
-        {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
-         {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
-         false},
-        {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
-         {override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
-         false},
-        {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
-         {override_text(DBH_SCENARIO_KEY(repeat.processes),
-                        std::to_string(s.repeat.processes * s.repeat.in_process)),
-          override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
-         s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
-        {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
-    };
+    std::vector<Rung> rungs = ladder_rungs(s);
     for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << note << "\n";
     // A rung runs only as a scenario of its own that its worker can serve;
     // otherwise it is n/a with the reason, never the end of the diagnosis.
@@ -143,34 +392,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     for (auto& r : rungs) run_rung(r);
     const Rung& full = rungs.back();  // the scenario as given
     const bool fails = is_failure(full.probe.analysis.outcome);
-    const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
-    std::vector<Rung> variants = {
-        {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
-         {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
-         cuda ? "" : "no cuDNN on cpu", {}, false},
-        {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
-         {override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
-         cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
-        {RungId::kCudnnDisabled, "cuDNN disabled", "variant", {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
-         cuda ? "" : "no cuDNN on cpu", {}, false},
-        {RungId::kFp32, "AMP off (fp32)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
-         s.train.precision == "fp32" ? "already fp32" : "", {}, false},
-        {RungId::kBf16, "AMP on (bf16)", "variant", {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
-         cuda ? (s.train.precision == "fp32" ? "" : "already AMP") : "AMP needs CUDA", {}, false},
-        {RungId::kSmallerBatch, "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
-         "variant",
-         {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
-          override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
-          "controls=[]"},
-         s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
-        {RungId::kMoreMemory, "More memory headroom", "variant",
-         {override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
-          "controls=[]"},
-         s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
-        {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
-         {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
-         cuda ? "" : "CPU kernels are synchronous", {}, false},
-    };
+    std::vector<Rung> variants = variant_rungs(s);
     if (fails) {
       for (auto& r : variants) run_rung(r);
     }
@@ -184,19 +406,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const std::string& full_class = full.probe.analysis.failure.klass;
     const FailureClass* full_kb = KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
-    const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
-                                                          : std::clamp<int64_t>(s.train.max_steps, 4, 50);
-    const std::vector<std::string> judged = {
-        override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
-        override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
-        "controls=[]"};
-    std::vector<Rung> learning = {
-        {RungId::kLearnsSynthetic, "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
-         concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes")}, judged),
-         silent ? "" : "not a silent failure", {}, false},
-        {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)", "learning", judged,
-         !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
-    };
+    std::vector<Rung> learning = learning_rungs(s, silent);
     for (auto& r : learning) run_rung(r);
     // Compute is done: what the rungs showed, judged by one pure function.
     Ladder ladder;
@@ -218,7 +428,6 @@ int diagnose_command(const DiagnoseOptions& o) {
     ladder.memory_exhaustion = fails && is_memory_exhaustion(full_class);
     ladder.data_invalid = fails && full_class == "data_invalid";
     const Judgement judgement = judge_ladder(ladder);
-    const std::vector<Hypothesis>& hyps = judgement.ranked;
 
     // The diagnosed scenario as the words of a command: its absolute path
     // and the overrides it was diagnosed with.
@@ -234,51 +443,11 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool data_dependent = judgement.data_dependent;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
-      BisectOptions b;
-      b.kind = data_dependent ? "data" : "modules";
-      b.scenario = o.scenario;
-      b.overrides = concat_overrides(o.overrides, {"controls=[]"});
-      b.out = (out / ("bisect-" + b.kind)).string();
-      b.cache_dir = cache;
-      b.quiet = o.quiet;
-      if (!o.quiet) {
-        std::vector<std::string> command = {self_command(), "bisect", b.kind};
-        command.insert(command.end(), scenario_words.begin(), scenario_words.end());
-        std::cout << "follow-up: " << shell_command(command) << std::endl;
-      }
-      // Note [One bisection, called]: the follow-up is the bisection itself,
-      // its folder and pages beside the diagnosis, its answer returned as a
-      // value (never read back from its bisect.json).
-      BisectAnswer answer;
-      const int bisect_exit = bisect_command(b, &answer);
-      prober.stop_if_requested();  // a stop ended the follow-up: end here too
-      if (bisect_exit == 2) {
-        // A probe of the follow-up hit an infrastructure failure (its message
-        // is above): the diagnosis cannot stand on it either.
-        throw UsageError("diagnose: the follow-up `dbh bisect " + b.kind + "` stopped without an answer (" +
-                         (out / ("bisect-" + b.kind)).string() + ")");
-      }
-      // The follow-up's answer as a value (Note [One bisection, called]).
-      const std::string verdict = answer.confident ? "confident" : "unsure";
-      bisect_summary = answer.repro;
-      bisect_verdict = {{"kind", b.kind}, {"verdict", verdict}, {"confirmed", answer.confirmed},
-                        {"confidence", answer.confidence}, {"doubts", answer.doubts}};
-      std::string doubts;
-      for (const auto& d : answer.doubts) doubts += (doubts.empty() ? "" : "; ") + d;
-      followups.push_back("dbh bisect " + b.kind + " (" + verdict + ", confidence " +
-                          std::to_string(answer.confidence).substr(0, 5) + "): " + answer.summary +
-                          (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
-      // Only a confident, training-time answer becomes the minimal repro;
-      // otherwise the scenario as given reproduces the failure.
-      if (b.kind == "data" && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
-        std::string list = "[";
-        for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
-        repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
-        repro_overrides.push_back(override_text(
-            DBH_SCENARIO_KEY(train.max_steps),
-            std::to_string(std::max<int64_t>(
-                1, (static_cast<int64_t>(answer.samples.size()) + s.data.batch_size - 1) / s.data.batch_size))));
-      }
+      FollowUp f = bisect_followup(data_dependent ? "data" : "modules", o, s, out, cache, scenario_words, prober);
+      followups = std::move(f.lines);
+      bisect_summary = std::move(f.repro);
+      bisect_verdict = std::move(f.verdict);
+      repro_overrides.insert(repro_overrides.end(), f.repro_overrides.begin(), f.repro_overrides.end());
     }
     // The minimal repro scenario, next to the report.
     std::ostringstream repro_yaml;
@@ -332,105 +501,32 @@ int diagnose_command(const DiagnoseOptions& o) {
                                            s.hardware.device + ", and only a run on a GPU shows what a real kernel "
                                            "does"
                                      : "";
-    std::ostringstream md;
-    md << "# Diagnosis: " << markdown_inline(s.name) << "\n\n";
-    md << "Scenario " << markdown_code(o.scenario) << " on " << s.hardware.device << ": the full run "
-       << (fails ? "**fails** (" + to_string(full.probe.analysis.outcome) + ", `" + full.probe.analysis.failure.klass + "`)"
-                 : "**passes**")
-       << ".\n\n";
-    if (!emulated.empty()) md << "**Emulated.** " << markdown_inline(emulated) << ".\n\n";
-    md << "## What works / What fails\n\n| check | result |\n|---|---|\n";
-    for (const auto* group : {&rungs, &variants, &learning}) {
-      for (const auto& r : *group) {
-        if (!fails && r.group == "variant") continue;
-        if (!silent && r.group == "learning") continue;
-        md << "| " << r.name << " | " << row_result(r) << " |\n";
-      }
-    }
-    md << "\n## Hypotheses, ranked by evidence\n\n";
-    const bool no_evidence = fails && hyps.front().score() <= 0;
-    if (no_evidence) {
-      md << "No hypothesis has more evidence for it than against it in the rungs that could run";
-      md << (std::any_of(rungs.begin(), rungs.end(), [](const Rung& r) { return !r.applies.empty(); })
-                 ? " (the rungs marked n/a above could not)"
-                 : "");
-      md << ": the diagnosis is unsure.\n\n";
-    }
-    if (fails && !judgement.tied.empty()) {
-      md << "The best " << judgement.tied.size() << " hypotheses have the same evidence ("
-         << tied_text(judgement) << "): the diagnosis is unsure between them, and the list's order decides "
-         << "nothing.\n\n";
-    }
-    int rank = 0;
-    for (const auto& h : hyps) {
-      if (h.support.empty() && h.refute.empty()) continue;
-      md << ++rank << ". **" << h.title << "** (" << h.support.size() << " for, " << h.refute.size() << " against)\n";
-      for (const auto& sp : h.support) md << "   - supports: " << sp << "\n";
-      for (const auto& rf : h.refute) md << "   - refutes: " << rf << "\n";
-    }
-    md << "\n## Next steps\n\n";
-    int step_no = 0;
-    for (const auto& h : hyps) {
-      if (h.score() <= 0) continue;
-      md << ++step_no << ". " << h.title << ": " << fill_commands(h.next, scenario_words) << "\n";
-    }
-    for (const auto& f : followups) md << ++step_no << ". Done already: " << f << "\n";
-    if (fails && resolution_class != nullptr) {
-      for (const auto& res : resolutions_with_checks(resolution_class->resolutions, resolution_checks, true)) {
-        md << ++step_no << ". " << res << "\n";
-      }
-    }
-    if (fails) {
-      md << "\n## Minimal reproduction\n\n`repro.yaml` next to this report; run it with\n\n```sh\n"
-         << shell_command({self_command(), "run", (out / "repro.yaml").string()}) << "\n```\n";
-      if (!bisect_summary.empty()) md << "\nor, as the bisection found it:\n\n```sh\n" << bisect_summary << "\n```\n";
-    }
-    write_file_atomically((out / "diagnosis.md").string(), md.str());
-    write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md.str()));
-    ojson j;
-    j["schema_version"] = 1;
-    j["scenario"] = o.scenario;
-    j["fails"] = fails;
-    j["data_dependent"] = data_dependent;
-    j["rows"] = ojson::array();
-    for (const auto* group : {&rungs, &variants, &learning}) {
-      for (const auto& r : *group) {
-        j["rows"].push_back({{"check", r.name}, {"group", r.group}, {"overrides", r.overrides},
-                             {"ran", r.ran}, {"applies", r.applies.empty()},
-                             {"outcome", r.ran ? to_string(r.probe.analysis.outcome) : "n/a"},
-                             {"class", r.probe.analysis.failure.klass}});
-      }
-    }
-    j["hypotheses"] = ojson::array();
-    for (const auto& h : hyps) {
-      j["hypotheses"].push_back({{"id", to_string(h.id)}, {"title", h.title}, {"support", h.support},
-                                 {"refute", h.refute}, {"score", h.score()}});
-    }
-    // No evidence for any hypothesis is no conclusion, not the first of the list.
-    j["conclusion"] = judgement.conclusion;
-    j["emulated"] = emulated.empty() ? ojson(nullptr) : ojson(emulated);
-    j["tied"] = ojson::array();
-    for (const auto id : judgement.tied) j["tied"].push_back(to_string(id));
-    j["followups"] = followups;
-    j["resolutions_tried"] = resolution_checks_json(resolution_checks);
-    j["bisect"] = bisect_verdict;
-    j["probe_count"] = prober.history().size();
-    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    j["repro_scenario"] = fails ? ojson((out / "repro.yaml").string()) : ojson(nullptr);
-    write_file_atomically((out / "diagnosis.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    std::cout << "conclusion: " << terminal_text(j["conclusion"].get<std::string>())
-              << (data_dependent ? " (synthetic data passes, the real data fails)" : "") << "\n";
-    if (!emulated.empty()) std::cout << "note: " << terminal_text(emulated) << "\n";
-    // Hypotheses explain a failure: with none, ranking them would make one up.
-    if (fails && !judgement.tied.empty()) {
-      std::cout << "top hypotheses: tied (" << tied_text(judgement) << "), none stands out\n";
-    } else if (fails && hyps.front().score() > 0) {
-      std::cout << "top hypothesis: " << hyps.front().title << "\n";
-    }
-    if (fails && hyps.front().score() <= 0) std::cout << "top hypothesis: none has more evidence for it than against it\n";
-    std::cout << "report: " << (out / "diagnosis.md").string() << "\n";
-    if (fails) std::cout << "repro:  " << shell_command({self_command(), "run", (out / "repro.yaml").string()}) << "\n";
-    std::cout << std::flush;
+    Diagnosis d;
+    d.scenario = o.scenario;
+    d.name = s.name;
+    d.device = s.hardware.device;
+    d.out = out;
+    d.fails = fails;
+    d.silent = silent;
+    d.outcome = full.probe.analysis.outcome;
+    d.klass = full.probe.analysis.failure.klass;
+    for (const auto* group : {&rungs, &variants, &learning}) d.rows.insert(d.rows.end(), group->begin(), group->end());
+    d.judgement = judgement;
+    d.scenario_words = scenario_words;
+    d.followups = followups;
+    d.bisect_summary = bisect_summary;
+    d.bisect_verdict = bisect_verdict;
+    d.resolution_class = resolution_class;
+    d.resolution_checks = resolution_checks;
+    d.emulated = emulated;
+    d.probe_count = prober.history().size();
+    d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string md = diagnosis_markdown(d);
+    write_file_atomically((out / "diagnosis.md").string(), md);
+    write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md));
+    write_file_atomically((out / "diagnosis.json").string(),
+                          diagnosis_json(d).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    std::cout << diagnosis_summary(d) << std::flush;
     claim->commit();
     return fails ? 1 : 0;
   });
