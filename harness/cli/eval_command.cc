@@ -408,67 +408,54 @@ struct EvalPage {
 
 // eval.json.
 json eval_json(const EvalPage& p) {
-  const EvalCommandOptions& o = p.o;
-  const model::ModelStateReport& loaded = p.loaded;
-  const model::ScanResult& scan = p.scan;
-  const model::DatasetEvaluation& result = p.result;
-  const model::PostprocessOptions& post = p.post;
-  const std::string& weights_abs = p.weights_abs;
-  const size_t total = p.total;
-  const int64_t n = p.n();
-  const double inference_per_s = p.inference_per_s(), post_ms = p.post_ms();
-  const int64_t depth = p.depth;
-  const model::DecoderKind decoder_kind = p.decoder;
-  const double wall = p.wall, match_ms = p.match_ms();
   json j;
   j["schema_version"] = 1;
   j["command"] = "eval";
-  j["weights"] = {{"path", weights_abs},
-                  {"format", loaded.format},
-                  {"step", loaded.step >= 0 ? json(loaded.step) : json(nullptr)},
-                  {"loaded", loaded.loaded},
-                  {"tensors", total},
-                  {"missing", loaded.missing},
-                  {"unexpected", loaded.unexpected}};
-  j["model"] = {{"encoder", "resnet" + std::to_string(depth)},
-                {"decoder", model::to_string(decoder_kind)}};
-  j["data"] = {{"root", fs::absolute(o.data).lexically_normal().string()},
-               {"format", scan.format},
-               {"images", n},
-               {"on_invalid", o.on_invalid},
-               {"defects", scan.defects.size()}};
-  j["settings"] = {{"size", o.size},
-                   {"side", o.side},
-                   {"batch_size", o.batch_size},
-                   {"device", o.device},
+  j["weights"] = {{"path", p.weights_abs},
+                  {"format", p.loaded.format},
+                  {"step", p.loaded.step >= 0 ? json(p.loaded.step) : json(nullptr)},
+                  {"loaded", p.loaded.loaded},
+                  {"tensors", p.total},
+                  {"missing", p.loaded.missing},
+                  {"unexpected", p.loaded.unexpected}};
+  j["model"] = {{"encoder", "resnet" + std::to_string(p.depth)},
+                {"decoder", model::to_string(p.decoder)}};
+  j["data"] = {{"root", fs::absolute(p.o.data).lexically_normal().string()},
+               {"format", p.scan.format},
+               {"images", p.n()},
+               {"on_invalid", p.o.on_invalid},
+               {"defects", p.scan.defects.size()}};
+  j["settings"] = {{"size", p.o.size},
+                   {"side", p.o.side},
+                   {"batch_size", p.o.batch_size},
+                   {"device", p.o.device},
                    {"threads", torch::get_num_threads()},
-                   {"binarize_thresh", post.binarize_thresh},
-                   {"box_thresh", post.box_thresh},
-                   {"unclip_ratio", post.unclip_ratio},
-                   {"max_candidates", post.max_candidates},
-                   {"min_size", post.min_size},
-                   {"iou_thresh", o.iou_thresh}};
-  j["overall"] = {{"precision", result.overall.precision},
-                  {"recall", result.overall.recall},
-                  {"hmean", result.overall.hmean},
-                  {"gt", result.overall.counts.gt},
-                  {"det", result.overall.counts.det},
-                  {"matched", result.overall.counts.matched}};
-  j["timing"] = {{"wall_s", wall},
-                 {"batches", result.timing.batches},
-                 {"preprocess_s", result.timing.preprocess_s},
-                 {"inference_s", result.timing.inference_s},
-                 {"inference_images_per_s", inference_per_s},
-                 {"postprocess_ms_per_image", post_ms},
-                 {"matching_ms_per_image", match_ms}};
+                   {"binarize_thresh", p.post.binarize_thresh},
+                   {"box_thresh", p.post.box_thresh},
+                   {"unclip_ratio", p.post.unclip_ratio},
+                   {"max_candidates", p.post.max_candidates},
+                   {"min_size", p.post.min_size},
+                   {"iou_thresh", p.o.iou_thresh}};
+  j["overall"] = {{"precision", p.result.overall.precision},
+                  {"recall", p.result.overall.recall},
+                  {"hmean", p.result.overall.hmean},
+                  {"gt", p.result.overall.counts.gt},
+                  {"det", p.result.overall.counts.det},
+                  {"matched", p.result.overall.counts.matched}};
+  j["timing"] = {{"wall_s", p.wall},
+                 {"batches", p.result.timing.batches},
+                 {"preprocess_s", p.result.timing.preprocess_s},
+                 {"inference_s", p.result.timing.inference_s},
+                 {"inference_images_per_s", p.inference_per_s()},
+                 {"postprocess_ms_per_image", p.post_ms()},
+                 {"matching_ms_per_image", p.match_ms()}};
   j["overlays"] = p.overlays;
   json images = json::array();
-  for (size_t i = 0; i < result.images.size(); ++i) {
-    images.push_back(image_json(result.images[i], scan.images[i].words));
+  for (size_t i = 0; i < p.result.images.size(); ++i) {
+    images.push_back(image_json(p.result.images[i], p.scan.images[i].words));
   }
   j["images"] = std::move(images);
   j["environment"] = json::parse(environment_json(collect_environment()));
-
   j["reading"] = json::array();
   for (const auto& f : p.reading) j["reading"].push_back({{"id", f.id}, {"meaning", f.meaning}, {"next", f.next}});
   return j;
@@ -476,42 +463,31 @@ json eval_json(const EvalPage& p) {
 
 // eval.md (and, through markdown_page_html, eval.html).
 std::string eval_markdown(const EvalPage& p) {
-  const EvalCommandOptions& o = p.o;
-  const model::ModelStateReport& loaded = p.loaded;
-  const model::ScanResult& scan = p.scan;
-  const model::DatasetEvaluation& result = p.result;
-  const model::PostprocessOptions& post = p.post;
-  const std::string& weights_abs = p.weights_abs;
-  const size_t total = p.total;
-  const int64_t n = p.n();
-  const double inference_per_s = p.inference_per_s(), post_ms = p.post_ms();
-  const std::string& arch = p.arch;
-  const auto& reading = p.reading;
   std::ostringstream md;
-  md << "# Evaluation of " << markdown_inline(fs::path(o.weights).filename().string()) << "\n\n"
-     << "**P " << fixed(result.overall.precision) << " · R " << fixed(result.overall.recall)
-     << " · H " << fixed(result.overall.hmean) << "** — " << result.overall.counts.matched
-     << " matched of " << result.overall.counts.gt << " ground truths and "
-     << result.overall.counts.det << " detections (ICDAR 2015, IoU > " << o.iou_thresh
-     << ", don't-care words excluded) on " << n << " images.\n\n"
+  md << "# Evaluation of " << markdown_inline(fs::path(p.o.weights).filename().string()) << "\n\n"
+     << "**P " << fixed(p.result.overall.precision) << " · R " << fixed(p.result.overall.recall)
+     << " · H " << fixed(p.result.overall.hmean) << "** — " << p.result.overall.counts.matched
+     << " matched of " << p.result.overall.counts.gt << " ground truths and "
+     << p.result.overall.counts.det << " detections (ICDAR 2015, IoU > " << p.o.iou_thresh
+     << ", don't-care words excluded) on " << p.n() << " images.\n\n"
      << "## Reading\n\n";
-  for (const auto& f : reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
+  for (const auto& f : p.reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
   md << "\n## Settings\n\n"
      << "| setting | value |\n|---|---|\n"
-     << "| weights | " << markdown_inline(weights_abs) << " (" << loaded.format
-     << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
-     << loaded.loaded << " of " << total << " tensors) |\n"
-     << "| model | " << arch << " |\n"
-     << "| data | " << markdown_inline(fs::absolute(o.data).lexically_normal().string()) << " ("
-     << scan.format << ") |\n"
-     << "| resize | " << o.side << " side " << o.size << ", padded to multiples of 32 |\n"
-     << "| post-processing | thresh " << post.binarize_thresh << ", box_thresh " << post.box_thresh
-     << ", unclip " << post.unclip_ratio << " |\n"
-     << "| speed | " << fixed(inference_per_s, 2) << " images/s inference (batch " << o.batch_size
-     << ", " << torch::get_num_threads() << " threads, " << o.device << "), "
-     << fixed(post_ms, 2) << " ms/image post-processing |\n\n"
+     << "| weights | " << markdown_inline(p.weights_abs) << " (" << p.loaded.format
+     << (p.loaded.step >= 0 ? ", step " + std::to_string(p.loaded.step) : std::string()) << ", "
+     << p.loaded.loaded << " of " << p.total << " tensors) |\n"
+     << "| model | " << p.arch << " |\n"
+     << "| data | " << markdown_inline(fs::absolute(p.o.data).lexically_normal().string()) << " ("
+     << p.scan.format << ") |\n"
+     << "| resize | " << p.o.side << " side " << p.o.size << ", padded to multiples of 32 |\n"
+     << "| post-processing | thresh " << p.post.binarize_thresh << ", box_thresh " << p.post.box_thresh
+     << ", unclip " << p.post.unclip_ratio << " |\n"
+     << "| speed | " << fixed(p.inference_per_s(), 2) << " images/s inference (batch " << p.o.batch_size
+     << ", " << torch::get_num_threads() << " threads, " << p.o.device << "), "
+     << fixed(p.post_ms(), 2) << " ms/image post-processing |\n\n"
      << "## Per image\n\n| image | GT | det | matched | P | R | H |\n|---|---|---|---|---|---|---|\n";
-  for (const auto& e : result.images) {
+  for (const auto& e : p.result.images) {
     md << "| " << markdown_inline(e.file) << " | " << e.match.counts.gt << " | "
        << e.match.counts.det << " | " << e.match.counts.matched << " | "
        << fixed(e.metrics.precision) << " | " << fixed(e.metrics.recall) << " | "
