@@ -15,7 +15,7 @@
 # PyTorch eager, monitors, trial start-up), loader, bisect, adapter,
 # throughput (ResNet-18/50 at 640² in fp32 and bf16: images/s, TFLOP/s);
 # default steps,loader,bisect,adapter on the CPU, steps,throughput on CUDA.
-# Takes about 20 minutes on 2 CPU cores.
+# Takes about 25 minutes on 2 CPU cores (the paired steps at 640² alone take 4).
 # Exit status: 0 all targets met, 1 some missed, 2 setup/build errors.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
