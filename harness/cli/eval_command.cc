@@ -471,7 +471,8 @@ std::string eval_markdown(const EvalPage& p) {
      << p.result.overall.counts.det << " detections (ICDAR 2015, IoU > " << p.o.iou_thresh
      << ", don't-care words excluded) on " << p.n() << " images.\n\n"
      << "## Reading\n\n";
-  for (const auto& f : p.reading) md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
+  for (const auto& f : p.reading)
+    md << "- " << markdown_inline(f.meaning) << ".\n  Next: " << markdown_inline(f.next) << ".\n";
   md << "\n## Settings\n\n"
      << "| setting | value |\n|---|---|\n"
      << "| weights | " << markdown_inline(p.weights_abs) << " (" << p.loaded.format

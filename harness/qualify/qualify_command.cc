@@ -125,7 +125,9 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
   q.budget = profile.memory_bytes;
   if (!o.budget.empty()) {
     const auto b = parse_bytes(o.budget);
-    if (!b || *b <= 0) throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
+    if (!b || *b <= 0) {
+      throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
+    }
     q.budget = *b;
   }
   if (q.budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
@@ -166,7 +168,8 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
   // machine emulating it may have it, the target may not (a T4 is 7.5).
   if (q.cuda() && !profile.compute_capability.empty() && std::atof(profile.compute_capability.c_str()) < 8.0) {
     q.precisions.pop_back();
-    q.not_searched = "bf16 (the target's compute capability " + profile.compute_capability + " has no bf16; 8.0 needed)";
+    q.not_searched =
+        "bf16 (the target's compute capability " + profile.compute_capability + " has no bf16; 8.0 needed)";
   }
   return q;
 }
@@ -237,8 +240,8 @@ int qualify_command(const QualifyOptions& o) {
     const std::string src_label = std::to_string(source.data.batch_size) + "x" +
                                   std::to_string(source.train.accumulation) + " " + source.train.precision;
     const ProbeResult source_probe =
-        prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation, source.train.precision,
-                                           budget),
+        prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation,
+                                           source.train.precision, budget),
                            "source config " + src_label + " under the budget");
     Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
                                   source.train.precision);

@@ -243,12 +243,14 @@ void BM_StepMonitorsPaired(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(c.threads);
   torch::set_num_threads(static_cast<int>(kThreads));
 }
-// One repetition whatever --benchmark_repetitions says: the pairs are the
-// repetitions.
-BENCHMARK(BM_StepMonitorsPaired)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()
-    ->Iterations(24)->Repetitions(1);
-BENCHMARK(BM_StepMonitorsPaired)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()
-    ->Iterations(8)->Repetitions(1);
+// 24 pairs at 128², 8 at 640² (about 2 minutes), one repetition whatever
+// --benchmark_repetitions says: the pairs are the repetitions.
+#define DBH_PAIRED_BENCH(b)                                                                     \
+  BENCHMARK(b)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()            \
+      ->Iterations(24)->Repetitions(1);                                                              \
+  BENCHMARK(b)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()            \
+      ->Iterations(8)->Repetitions(1)
+DBH_PAIRED_BENCH(BM_StepMonitorsPaired);
 
 // The monitors' own per-step work, without the training step around it: the
 // finite flags of the batch and loss, the silent-failure reductions when
@@ -500,10 +502,7 @@ void BM_StepVsEagerPaired(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(c.threads);
   torch::set_num_threads(static_cast<int>(kThreads));
 }
-BENCHMARK(BM_StepVsEagerPaired)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()
-    ->Iterations(24)->Repetitions(1);
-BENCHMARK(BM_StepVsEagerPaired)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()
-    ->Iterations(8)->Repetitions(1);
+DBH_PAIRED_BENCH(BM_StepVsEagerPaired);
 
 #define DBH_PY_BENCH(layout)                                                                           \
   BENCHMARK_CAPTURE(BM_StepPythonEager, layout, std::string(#layout))                                  \
