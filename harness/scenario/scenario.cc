@@ -51,6 +51,8 @@ std::optional<int64_t> parse_bytes(const std::string& text) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+  // Decimal only: stod also reads hexadecimal ("0x10" is 16, "0x1p30" a GiB).
+  if (s.find_first_of("xX") < pos) return std::nullopt;
   const std::string unit = s.substr(pos);
   static const std::vector<std::pair<std::string, double>> kUnits = {
       {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},

@@ -725,7 +725,7 @@ TEST(ParseBytes, UnitsAndPlainNumbers) {
 
 TEST(ParseBytes, RejectsWhatIsNotASize) {
   for (const char* bad : {"", " ", "abc", "12XB", "MiB", "-1", "-5MiB", "1e30TiB", "12 parsecs",
-                          "nan", "inf", "1.5.5GiB", "12gb"}) {
+                          "nan", "inf", "1.5.5GiB", "12gb", "0x10", "0x1p30", "0X10GiB"}) {
     EXPECT_FALSE(parse_bytes(bad).has_value()) << "\"" << bad << "\"";
   }
 }
