@@ -386,6 +386,7 @@ json to_json(const Tuning& e) {
             {"candidates", candidates}};
   put(j, "others_cores", e.others_cores);
   put(j, "over_budget_step_seconds", e.over_budget_step_seconds);
+  put(j, "over_budget_probe_size", e.over_budget_probe_size);
   put(j, "error", e.error);
   return j;
 }
@@ -398,6 +399,7 @@ Tuning tuning_from(const Event& e) {
   read(e, "precision", t.precision);
   read(e, "others_cores", t.others_cores);
   read(e, "over_budget_step_seconds", t.over_budget_step_seconds);
+  read(e, "over_budget_probe_size", t.over_budget_probe_size);
   read(e, "error", t.error);
   const json c = raw(e, "candidates");
   if (c.is_array()) {

@@ -265,6 +265,10 @@ struct Tuning {
   /// take longer than its budget (Note [A measurement's budget], tuning.h):
   /// that step's seconds. `candidates` then carry no timings.
   std::optional<double> over_budget_step_seconds;
+  /// Set with `over_budget_step_seconds` when the worker stopped before any
+  /// full step: that step's seconds were then estimated, by pixels, from a
+  /// warm batch-1 step at this size (Note [A measurement's budget]).
+  std::optional<int64_t> over_budget_probe_size;
   std::optional<std::string> error;
 };
 nlohmann::json to_json(const Tuning& e);

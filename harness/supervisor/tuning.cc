@@ -159,7 +159,8 @@ json read_cached(const fs::path& file, int64_t cores, bool default_channels_last
         !number_in("budget_seconds", 0, 1e9) || !j.contains("cores") || !j["cores"].is_number_integer() ||
         j["cores"].get<int64_t>() != cores || !j.contains("measured_at") || !j["measured_at"].is_string() ||
         (j.contains("size") && !j["size"].is_number_integer()) ||
-        (j.contains("batch") && !j["batch"].is_number_integer())) {
+        (j.contains("batch") && !j["batch"].is_number_integer()) ||
+        (j.contains("probe_size") && !j["probe_size"].is_number_integer())) {
       return nullptr;
     }
     return j;
@@ -393,12 +394,19 @@ void note_over_budget(json& record, const json& v, const Scenario& s) {
     tune.push_back(ec ? s.file : file.lexically_normal().string());
   }
   tune.insert(tune.end(), s.overrides.begin(), s.overrides.end());
-  record["over_budget"] = "a first step took " + seconds_text(step) + ", so warming up and timing each candidate once "
+  const int64_t probe = v.value("probe_size", int64_t{0});
+  // A step estimated from the probe's, or the first full step's own time.
+  const std::string step_text =
+      probe > 0 ? "a step is about " + seconds_text(step) + " (a batch-1 step at " + std::to_string(probe) + "², " +
+                      "by pixels)"
+                : "a first step took " + seconds_text(step);
+  record["over_budget"] = step_text + ", so warming up and timing each candidate once "
                           "would take about " + seconds_text(least) + ", over the " +
                           seconds_text(v.value("budget_seconds", 0.0)) + " budget of a measurement (`" +
                           (s.file.empty() ? "dbh tune SCENARIO.yaml" : shell_command(tune)) +
                           "` measures whatever it takes; $DBH_TUNE_BUDGET_S sets the budget)";
   record["over_budget_step_seconds"] = step;
+  if (probe > 0) record["over_budget_probe_size"] = probe;
   record["measured_at"] = v.value("measured_at", "");
   record["size"] = v.value("size", int64_t{0});
   record["batch"] = v.value("batch", int64_t{0});
@@ -498,13 +506,16 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
                                              ? measured["candidates"].size()
                                              : 1);
-      const json verdict = {{"over_budget_step_seconds", std::max(step, kMinStepSeconds)},
+      json verdict = {{"over_budget_step_seconds", std::max(step, kMinStepSeconds)},
                             {"least_seconds", 2.0 * n * step},
                             {"budget_seconds", budget},
                             {"cores", cores},
                             {"measured_at", now_iso()},
                             {"size", s.data.size},
                             {"batch", s.data.batch_size}};
+      if (measured.contains("over_budget_probe_size") && measured["over_budget_probe_size"].is_number_integer()) {
+        verdict["probe_size"] = measured["over_budget_probe_size"];
+      }
       record.erase("remeasured");  // tried again, and over the budget again
       note_over_budget(record, verdict, s);
       std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()

@@ -89,4 +89,9 @@ model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::L
   };
 }
 
+std::string message_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
 }  // namespace dbh::harness

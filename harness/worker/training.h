@@ -20,6 +20,10 @@ namespace dbh::harness {
 // in each: `dbh train --lr 0.01` is `train.lr=0.01`, with the same bounds,
 // defaults and errors (its flags are scenario overrides).
 
+/// An exception's message without the C++ backtrace LibTorch appends to
+/// its own errors.
+std::string message_of(const std::exception& e);
+
 /// The intra-op threads a scenario trains with: train.threads when set, else
 /// every usable core (what `auto` falls back to when nothing measured it).
 int64_t training_threads(const Scenario& s);

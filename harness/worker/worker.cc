@@ -56,11 +56,6 @@ std::string backtrace_of(const std::exception& e) {
   return {};
 }
 
-std::string message_of(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
-
 uint64_t parameter_checksum(model::DbNet& net) {
   Fnv1a64 h;
   for (const auto& p : net->parameters()) {

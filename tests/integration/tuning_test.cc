@@ -442,6 +442,39 @@ TEST(TuningTest, AMeasurementOverItsBudgetKeepsPyTorchsDefaultsUntilTuneMeasures
   EXPECT_EQ(cache_entries(cache).size(), 1u);
 }
 
+// Note [A measurement's budget]: a step many times a batch-1 step at a
+// quarter of the side is judged from that small step, before any full one:
+// the verdict names the probe and is cached like the first step's.
+TEST(TuningTest, ALargeStepIsJudgedFromASmallProbeStep) {
+  const fs::path dir = testing::fresh_dir("tuning-probe");
+  testing::RemoveOnExit cleanup(dir);
+  const fs::path cache = dir / "cache";
+  const DbhRun r = run(cache, dir / "out", {"train.channels_last=auto", "train.threads=auto", "data.size=192"},
+                       std::string("64"), std::string("0.000001"));
+  ASSERT_EQ(r.process.exit_code, 0) << r.process.err;
+  const json& m = r.report["measured_choices"];
+  ASSERT_TRUE(m.contains("over_budget")) << m.dump();
+  EXPECT_EQ(m.value("over_budget_probe_size", int64_t{0}), 64) << m.dump();
+  EXPECT_GT(m.value("over_budget_step_seconds", 0.0), 0.0) << m.dump();
+  EXPECT_EQ(m["channels_last"]["source"], "default") << m.dump();
+  EXPECT_NE(r.process.err.find("dbh: not measuring layout and threads: a step is about "), std::string::npos)
+      << r.process.err;
+  EXPECT_NE(r.process.err.find("(a batch-1 step at 64², by pixels)"), std::string::npos) << r.process.err;
+  EXPECT_NE(r.markdown.find("a batch-1 step at 64²"), std::string::npos) << r.markdown;
+  const auto entries = cache_entries(cache);
+  ASSERT_EQ(entries.size(), 1u);
+  const json entry = json::parse(testing::read_text(entries.front()), nullptr, false);
+  EXPECT_EQ(entry.value("probe_size", int64_t{0}), 64) << entry.dump();
+  // The cached verdict says the same on the next run, without measuring.
+  const DbhRun second = run(cache, dir / "second", {"train.channels_last=auto", "train.threads=auto", "data.size=192"},
+                            std::string("64"), std::string("0.000001"));
+  ASSERT_EQ(second.process.exit_code, 0) << second.process.err;
+  EXPECT_EQ(second.process.err.find("dbh: measuring"), std::string::npos) << second.process.err;
+  EXPECT_NE(second.report["measured_choices"].value("over_budget", std::string()).find("a batch-1 step at 64²"),
+            std::string::npos)
+      << second.report["measured_choices"].dump();
+}
+
 // The budget and the load limit are numbers; anything else is refused before
 // anything is written, naming the variable.
 TEST(TuningTest, AnUnreadableBudgetOrLoadLimitIsRefused) {

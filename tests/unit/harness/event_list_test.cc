@@ -123,6 +123,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   proto::Tuning tuning;
   tuning.others_cores = 0.1;
   tuning.over_budget_step_seconds = 42.0;
+  tuning.over_budget_probe_size = 160;
   tuning.error = "x";
   ExpectDocumentedFields(tuning);
   ExpectDocumentedFields(proto::RunEnd{});
