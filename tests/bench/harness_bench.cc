@@ -11,6 +11,7 @@
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <sys/wait.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -364,12 +365,15 @@ class PythonStepper {
     fputs("step\n", to_);
     fflush(to_);
     const std::string reply = line();
-    double ms = 0, loss = 0;
-    if (std::sscanf(reply.c_str(), "%lf %lf", &ms, &loss) != 2) {
-      throw std::runtime_error("python reference: expected '<ms> <loss>', got '" + reply + "'");
+    double ms = 0, loss = 0, faults = 0;
+    if (std::sscanf(reply.c_str(), "%lf %lf %lf", &ms, &loss, &faults) != 3) {
+      throw std::runtime_error("python reference: expected '<ms> <loss> <page faults>', got '" + reply + "'");
     }
+    faults_ = faults;
     return loss;
   }
+  // The minor page faults of the last step in the reference's process.
+  double faults() const { return faults_; }
 
  private:
   std::string line() {
@@ -380,9 +384,17 @@ class PythonStepper {
     return s;
   }
   pid_t pid_ = -1;
+  double faults_ = 0;
   FILE* to_ = nullptr;
   FILE* from_ = nullptr;
 };
+
+// Minor page faults of this process so far.
+double minor_faults() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
 
 // The Python to run the reference with, or "" after skipping `state`.
 // DBH_BENCH_PYTHON: a Python with torch other than the project's .venv (the
@@ -481,18 +493,25 @@ void BM_StepVsEagerPaired(benchmark::State& state) {
     state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
     trainer.step(source);
     py.step();
-    std::vector<double> dbh, eager, ratios;
+    std::vector<double> dbh, eager, ratios, dbh_faults, eager_faults;
     for (auto _ : state) {
       const bool eager_first = dbh.size() % 2 == 1;
       double e = 0;
       if (eager_first) e = wall([&] { benchmark::DoNotOptimize(py.step()); });
+      const double f0 = minor_faults();
       const double d = wall([&] { benchmark::DoNotOptimize(trainer.step(source).loss); });
+      dbh_faults.push_back(minor_faults() - f0);
       if (!eager_first) e = wall([&] { benchmark::DoNotOptimize(py.step()); });
+      eager_faults.push_back(py.faults());
       dbh.push_back(d);
       eager.push_back(e);
       ratios.push_back(d / e);
     }
     state.counters["ratio"] = median(ratios);
+    // Minor page faults per step: memory handed back to the kernel and
+    // faulted in again, the cost an allocator's choices show first.
+    state.counters["dbh_faults"] = median(dbh_faults);
+    state.counters["eager_faults"] = median(eager_faults);
     state.counters["dbh_ms"] = 1e3 * median(dbh);
     state.counters["eager_ms"] = 1e3 * median(eager);
   } catch (const std::exception& e) {

@@ -18,6 +18,7 @@ Loads the C++ model's initial weights and buffers and its input batch from DUMP
 """
 import os
 import platform
+import resource
 import statistics
 import struct
 import sys
@@ -262,6 +263,7 @@ def serve(path, device="cpu", layout="nchw"):
         if line.strip() != "step":
             continue
         t0 = time.perf_counter()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         # DBH_BENCH_TRACE=DIR: the third step (after the two warm-ups) as an op-level trace.
         steps += 1
         prof = None
@@ -277,7 +279,8 @@ def serve(path, device="cpu", layout="nchw"):
             prof.__exit__(None, None, None)
             traced = True
             prof.export_chrome_trace(os.path.join(trace_dir, f"py_{layout}_{image.shape[-1]}.json"))
-        print(f"{(time.perf_counter() - t0) * 1e3:.3f} {value:.9g}", flush=True)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        print(f"{(time.perf_counter() - t0) * 1e3:.3f} {value:.9g} {faults}", flush=True)
 
 
 def main():
