@@ -61,12 +61,12 @@ namespace dbh::harness {
 // before a 3-step run. The least measurement warms up and times every
 // candidate once. Before any full step, the measuring worker times a batch-1
 // step at a quarter of the side (twice: the first warms up) and scales it by
-// pixels; on 2 cores that tells in about 2 s that ResNet-50 + PAN's 27 s
-// step at 640² is over budget. When the estimate, or else the first full
-// warm-up step, says that the least measurement would exceed
-// kMeasureBudgetSeconds (or $DBH_TUNE_BUDGET_S; 0 = no budget), the worker
-// stops there (a step cheaper than the estimate is caught by the second
-// check, after one full step). The run takes PyTorch's
+// pixels; on 2 cores that tells in about 4 s that ResNet-50 + PAN's 27 s
+// step at 640² is over budget. The least measurement may exceed
+// kMeasureBudgetSeconds (or $DBH_TUNE_BUDGET_S; 0 = no budget): when the
+// estimate says so four times over (a small step's fixed costs make it
+// overstate), or else the first full warm-up step says so, the worker stops
+// there. The run takes PyTorch's
 // defaults and says why. The verdict is cached like a measurement, so later
 // runs of the setup do not pay the step again, when that step had the cores
 // to itself (Note [A measurement to trust]: a busy machine slows it); else it

@@ -52,6 +52,12 @@ std::vector<int64_t> thread_candidates(const Scenario& s, bool cuda) {
 // least kMinProbeRatio times its pixels; else 0, and the full step itself is
 // the first measured.
 constexpr int64_t kMinProbeRatio = 8;
+// A small step carries a fixed cost per operation that scaling by pixels
+// multiplies too: at 128², batch 2, ResNet-18 + FPN, a 64² probe overstated
+// the step about fivefold. The probe alone decides only when the least
+// measurement it implies exceeds the budget this many times over; below
+// that, the first full step decides.
+constexpr double kProbeMargin = 4.0;
 int64_t probe_size(int64_t size, int64_t batch) {
   const int64_t probe = std::max<int64_t>(64, size / 4 / 32 * 32);
   return size * size * batch >= kMinProbeRatio * probe * probe ? probe : 0;
@@ -191,7 +197,7 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
       }
       const double estimate = seconds * static_cast<double>(s.data.size * s.data.size * s.data.batch_size) /
                               static_cast<double>(probe * probe);
-      if (2.0 * static_cast<double>(n) * estimate > budget_seconds) {
+      if (2.0 * static_cast<double>(n) * estimate > kProbeMargin * budget_seconds) {
         result.over_budget_step_seconds = estimate;
         result.over_budget_probe_size = probe;
         result.others_cores = others_since(before_warm_up);
