@@ -39,6 +39,7 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
+#include "harness/worker/host_allocator.h"
 #include "harness/worker/tune.h"
 #include "harness/worker/worker.h"
 #include "harness/cli/train_command.h"
@@ -703,6 +704,9 @@ int main(int argc, char** argv) {
   }
   try {
     check_arguments(&app);
+    // Note [Keeping freed host memory]: every command that allocates tensors
+    // (a worker, train, eval, data show) steps with the caching allocator.
+    h::install_host_allocator();
     for (const Command& c : commands) {
       if (c.app->parsed()) return c.run();
     }

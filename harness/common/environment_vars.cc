@@ -33,6 +33,7 @@ const std::vector<EnvironmentVariable>& outcome_variables() {
       {"PYTHONHASHSEED", "an external Python worker's hashing (set and dict order)"},
       {"VIRTUAL_ENV", "an external worker's Python environment"},
       {"CONDA_PREFIX", "an external worker's conda environment"},
+      {"DBH_HOST_ALLOCATOR", "which CPU allocator a worker uses (caching or system): its peak resident size"},
       {"DBH_HOME", "the knowledge base and data files dbh reads"},
   };
   return kList;

@@ -16,6 +16,7 @@
 #include "harness/common/files.h"
 #include "harness/monitors/monitors.h"
 #include "harness/scenario/scenario.h"
+#include "harness/worker/host_allocator.h"
 
 namespace dbh::harness {
 
@@ -101,6 +102,12 @@ bool cuda_allocator_started(const std::string& device) {
 
 nlohmann::json memory_sample(const std::string& device) {
   nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
+  // Note [Keeping freed host memory]: part of the resident size may be blocks
+  // kept for reuse; what training itself held at most is said beside it.
+  if (const HostAllocatorStats h = host_allocator_stats(); h.installed) {
+    m["host_cached_bytes"] = h.cached_bytes;
+    m["host_peak_allocated_bytes"] = h.peak_allocated_bytes;
+  }
 #ifdef DBH_TORCH_HAS_CUDA
   if (device.rfind("cuda", 0) == 0 && torch::cuda::is_available()) {
     // A sample is evidence about a failure, never a failure of its own: it is

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "harness/worker/host_allocator.h"
 #include "model/train/trainer.h"
 
 namespace dbh::model {
@@ -177,4 +178,17 @@ BENCHMARK(BM_StepThroughput)
 }  // namespace
 }  // namespace dbh::model
 
-BENCHMARK_MAIN();
+// dbh's steps as dbh runs them: with the caching host allocator (Note
+// [Keeping freed host memory]) unless $DBH_HOST_ALLOCATOR=system. The
+// reference Python processes keep PyTorch's allocator.
+int main(int argc, char** argv) {
+  dbh::harness::install_host_allocator();
+  const char* choice = std::getenv("DBH_HOST_ALLOCATOR");
+  benchmark::AddCustomContext("host_allocator",
+                              choice != nullptr && std::string(choice) == "system" ? "system" : "caching");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
