@@ -486,128 +486,79 @@ SuitePlan plan_suite(const RunOptions& o) {
 
 }  // namespace
 
-int suite_command(const RunOptions& o) {
-  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
-  // From the start: a stop requested while the scenarios are being validated
-  // still ends in written outputs (every scenario interrupted) and 128 + signal.
-  install_stop_handlers();
-  SuitePlan plan;
-  try {
-    plan = plan_suite(o);
-  } catch (const ScenarioError& e) {
-    std::cerr << "dbh: " << message(e) << "\n";
-    return 2;
+namespace {
+
+// --print-config: each scenario this shard would run, by suite id, as it
+// would run.
+int print_suite_config(const RunOptions& o, const SuitePlan& plan) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::object();
+  for (const auto& f : plan.files) {
+    all[plan.ids_of.at(f)] = nlohmann::ordered_json::parse(resolved_json(load_scenario(f, run_overrides(o))));
   }
-  std::vector<std::string>& files = plan.files;
-  const std::vector<std::string>& data_paths = plan.data_paths;
-  const std::vector<std::string>& inputs = plan.inputs;
-  const std::map<std::string, std::string>& hash_of = plan.hash_of;
-  const std::map<std::string, InputManifest>& inputs_of = plan.inputs_of;
-  const std::map<std::string, std::string>& ids_of = plan.ids_of;
-  const std::optional<Shard>& shard = plan.shard;
-  const std::string& suite_hash = plan.suite_hash;
-  if (o.print_config) {
-    // Each scenario this shard would run, by suite id, as it would run.
-    nlohmann::ordered_json all = nlohmann::ordered_json::object();
-    try {
-      for (const auto& f : files) {
-        all[ids_of.at(f)] = nlohmann::ordered_json::parse(resolved_json(load_scenario(f, run_overrides(o))));
-      }
-    } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << message(e) << "\n";
-      return 2;
-    }
-    std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-    return 0;
-  }
-  const std::string shard_text =
-      shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
-  fs::path root = o.out.empty() ? fs::path(default_output_folder("suite")) : fs::path(o.out);
-  if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
-  try {
-    check_junit(o.junit, "dbh suite", root.string(), files, {}, true);
-    check_outside_datasets("dbh suite", "--out", root.string(), data_paths);
-    check_outside_datasets("dbh suite", "--junit", o.junit, data_paths);
-  } catch (const UsageError& e) {
-    std::cerr << "dbh: " << message(e) << "\n";
-    return 2;
-  }
-  std::optional<OutputDir> claim;
-  try {
-    if (!o.resume && fs::exists(root / "journal.jsonl")) {
-      throw UsageError(root.string() + ": expected an empty folder for a new suite, got one holding an earlier "
-                       "suite's journal (add --resume to continue it, or choose another --out)");
-    }
-    claim.emplace(root, "suite", o.resume ? OutputDir::Reuse::kContinue : OutputDir::Reuse::kReplace);
-  } catch (const UsageError& e) {
-    std::cerr << "dbh: " << message(e) << "\n";
-    return 2;
-  }
-  SuiteJournal journal(root / "journal.jsonl");
-  std::map<std::string, nlohmann::json> finished;
+  std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  return 0;
+}
+
+// What an earlier run of the suite in the same folder left (--resume).
+struct SuiteResume {
+  std::map<std::string, nlohmann::json> finished;  // id -> its `finished` record
   std::set<std::string> started;
-  if (o.resume) {
-    // The folder must hold this suite (this shard of it): resuming another
-    // suite's folder would mix two suites' results into one answer.
-    std::set<std::string> mine;
-    for (const auto& f : files) mine.insert(ids_of.at(f));
-    std::vector<std::string> bad;
-    std::vector<nlohmann::json> records;
-    try {
-      records = journal.read(&bad);
-    } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << message(e) << " (--resume continues a journal dbh wrote; choose another --out)\n";
-      return 2;
-    }
-    if (!bad.empty()) {
-      // A record in the middle that does not decode: resumed, the folder
-      // would never merge (merge refuses it), and what it said is unknown.
-      std::cerr << "dbh: " << one_line(bad.front()) << " (--resume continues a journal dbh wrote; choose another "
-                << "--out)\n";
-      return 2;
-    }
-    const ResumeState state = resume_state(records, mine, shard_text.substr(0, shard_text.find(' ')));
-    if (!state.foreign.empty()) {
-      std::cerr << "dbh: " << (root / "journal.jsonl").string() << ": --resume: expected the journal of this suite"
-                << (shard ? " shard" : "") << ", got " << state.foreign << " (choose another --out)\n";
-      return 2;
-    }
-    finished = state.finished;
-    started = state.started;
-    try {
-      if (journal.drop_torn_tail()) p.line("resume: cut the journal's torn last line (the suite was killed mid-write)");
-    } catch (const ReportError& e) {
-      std::cerr << "dbh: " << message(e) << "\n";
-      return 2;
-    }
-  }
-  if (shard) p.line("dbh suite: shard " + shard_text + ": " + std::to_string(files.size()) + " scenario(s)");
-  // A `suite` record opens every invocation, so even a shard with nothing to
-  // run leaves a journal saying that it ran, with what and when.
+};
+
+// --resume: reads the journal, which must be this suite's (this shard of
+// it): resuming another suite's folder would mix two suites' results into
+// one answer. Throws UsageError.
+SuiteResume resume_suite(const fs::path& root, const SuiteJournal& journal, const SuitePlan& plan,
+                         const std::string& shard_text, const Printer& p) {
+  const std::string resume_hint = " (--resume continues a journal dbh wrote; choose another --out)";
+  std::set<std::string> mine;
+  for (const auto& f : plan.files) mine.insert(plan.ids_of.at(f));
+  std::vector<std::string> bad;
+  std::vector<nlohmann::json> records;
   try {
-    journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", files.size()}, {"suite_hash", suite_hash},
-                    {"resume", o.resume},
-                    {"host", host_name()}, {"pid", ::getpid()}, {"time", now_iso()}});
-    // From here the journal is the suite's record: kept whatever happens,
-    // so --resume can continue from it.
-    claim->commit();
-  } catch (const ReportError& e) {
-    std::cerr << "dbh: " << message(e) << "\n";
-    return 2;
+    records = journal.read(&bad);
+  } catch (const ScenarioError& e) {
+    throw ScenarioError(e.what() + resume_hint);
   }
+  if (!bad.empty()) {
+    // A record in the middle that does not decode: resumed, the folder
+    // would never merge (merge refuses it), and what it said is unknown.
+    throw UsageError(bad.front() + resume_hint);
+  }
+  const ResumeState state = resume_state(records, mine, shard_text.substr(0, shard_text.find(' ')));
+  if (!state.foreign.empty()) {
+    throw UsageError((root / "journal.jsonl").string() + ": --resume: expected the journal of this suite" +
+                     (plan.shard ? " shard" : "") + ", got " + state.foreign + " (choose another --out)");
+  }
+  if (journal.drop_torn_tail()) p.line("resume: cut the journal's torn last line (the suite was killed mid-write)");
+  return SuiteResume{state.finished, state.started};
+}
+
+// The suite's reports, in order, with the ids of the scenarios a stop left
+// unrun.
+struct SuiteRun {
   std::vector<RunReport> reports;
   std::vector<std::string> ids, interrupted;
-  for (const auto& f : files) {
-    const std::string& id = ids_of.at(f);
-    ids.push_back(id);
-    auto it = finished.find(id);
-    if (it != finished.end()) {
-      if (const std::string why = rerun_reason(it->second, hash_of.at(f), inputs_of.at(f)); !why.empty()) {
+};
+
+// Runs each scenario of the plan, or takes its report from an earlier run
+// when it finished there with the same configuration and inputs; every
+// start and finish is journaled. Throws UsageError (a scenario's half-written
+// folder removed first).
+SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const fs::path& root,
+                             const SuiteJournal& journal, SuiteResume& earlier, const Printer& p) {
+  SuiteRun run;
+  for (const auto& f : plan.files) {
+    const std::string& id = plan.ids_of.at(f);
+    run.ids.push_back(id);
+    auto it = earlier.finished.find(id);
+    if (it != earlier.finished.end()) {
+      if (const std::string why = rerun_reason(it->second, plan.hash_of.at(f), plan.inputs_of.at(f)); !why.empty()) {
         p.line("rerun " + id + ": " + why);
-        it = finished.end();
+        it = earlier.finished.end();
       }
     }
-    if (it != finished.end()) {
+    if (it != earlier.finished.end()) {
       const auto text = read_regular_file((fs::path(it->second.value("dir", "")) / "report.json").string(),
                                           size_t{64} << 20);
       const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
@@ -615,14 +566,14 @@ int suite_command(const RunOptions& o) {
         RunReport r = report_from_json(j);
         r.out_dir = it->second.value("dir", "");
         p.line("skip  " + id + ": finished in an earlier run (" + to_string(r.outcome) + ")");
-        reports.push_back(r);
+        run.reports.push_back(r);
         continue;
       }
     }
-    if (started.count(id) && !finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
-    finished.erase(id);  // whatever an earlier run says, this one runs it
+    if (earlier.started.count(id) && !earlier.finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
+    earlier.finished.erase(id);  // whatever an earlier run says, this one runs it
     if (stop_requested() != 0) {
-      interrupted.push_back(id);
+      run.interrupted.push_back(id);
       continue;
     }
     const fs::path dir = root / id;
@@ -631,29 +582,96 @@ int suite_command(const RunOptions& o) {
       RunReport r = run_scenario(f, o, dir, p);
       if (stop_requested() != 0) {
         // Stopped mid-scenario: its result is not a result.
-        interrupted.push_back(id);
+        run.interrupted.push_back(id);
         continue;
       }
       journal.append({{"type", "finished"}, {"scenario", id}, {"outcome", to_string(r.outcome)},
                       {"expectation_met", r.expectation_met}, {"dir", fs::absolute(dir).string()},
-                      {"hash", hash_of.at(f)}, {"inputs", inputs_of.at(f).hash()}, {"time", now_iso()}});
+                      {"hash", plan.hash_of.at(f)}, {"inputs", plan.inputs_of.at(f).hash()}, {"time", now_iso()}});
       print_summary(r, p);
-      reports.push_back(std::move(r));
-    } catch (const ScenarioError& e) {
-      std::cerr << "dbh: " << message(e) << "\n";
-      return 2;
-    } catch (const ReportError& e) {
+      run.reports.push_back(std::move(r));
+    } catch (const ReportError&) {
       // Cannot write (disk full): the journal keeps what finished; this
       // scenario's half-written folder goes, and --resume re-runs it.
       std::error_code ec;
       fs::remove_all(dir, ec);
-      std::cerr << "dbh: " << message(e) << "\n";
-      return 2;
+      throw;
     }
   }
+  return run;
+}
+
+// The suite's results for a CI system (GitHub's annotations and summary),
+// interrupted scenarios included.
+void publish_suite_results(const RunOptions& o, const SuitePlan& plan, const fs::path& root, const SuiteRun& run,
+                           const std::string& shard_text) {
+  std::vector<CiResult> results;
+  for (const auto& r : run.reports) results.push_back(ci_result(r));
+  for (const auto& id : run.interrupted) {
+    CiResult c;
+    c.scenario = id;
+    c.outcome = "interrupted";
+    c.message = "the suite was stopped before this scenario finished; continue it with --resume";
+    results.push_back(c);
+  }
+  std::vector<std::string> keep = plan.files;
+  keep.insert(keep.end(), plan.inputs.begin(), plan.inputs.end());
+  keep.push_back(root.string());
+  publish_to_github(ci_environment(process_environment()),
+                    "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
+                    o.json ? std::cerr : std::cout, std::cerr, keep);
+}
+
+// Runs the suite into `root` (claimed, journaled, resumed with --resume) and
+// writes its outputs. Throws UsageError.
+SuiteRun run_suite(const RunOptions& o, const SuitePlan& plan, const fs::path& root, const std::string& shard_text,
+                   const Printer& p) {
+  check_junit(o.junit, "dbh suite", root.string(), plan.files, {}, true);
+  check_outside_datasets("dbh suite", "--out", root.string(), plan.data_paths);
+  check_outside_datasets("dbh suite", "--junit", o.junit, plan.data_paths);
+  if (!o.resume && fs::exists(root / "journal.jsonl")) {
+    throw UsageError(root.string() + ": expected an empty folder for a new suite, got one holding an earlier "
+                     "suite's journal (add --resume to continue it, or choose another --out)");
+  }
+  OutputDir claim(root, "suite", o.resume ? OutputDir::Reuse::kContinue : OutputDir::Reuse::kReplace);
+  SuiteJournal journal(root / "journal.jsonl");
+  SuiteResume earlier;
+  if (o.resume) earlier = resume_suite(root, journal, plan, shard_text, p);
+  if (plan.shard) p.line("dbh suite: shard " + shard_text + ": " + std::to_string(plan.files.size()) + " scenario(s)");
+  // A `suite` record opens every invocation, so even a shard with nothing to
+  // run leaves a journal saying that it ran, with what and when.
+  journal.append({{"type", "suite"}, {"shard", shard_text}, {"scenarios", plan.files.size()},
+                  {"suite_hash", plan.suite_hash}, {"resume", o.resume}, {"host", host_name()}, {"pid", ::getpid()},
+                  {"time", now_iso()}});
+  // From here the journal is the suite's record: kept whatever happens,
+  // so --resume can continue from it.
+  claim.commit();
+  SuiteRun run = run_suite_scenarios(o, plan, root, journal, earlier, p);
+  write_suite_outputs(root, run.reports, run.ids, run.interrupted, o.junit, shard_text, "dbh suite");
+  return run;
+}
+
+}  // namespace
+
+int suite_command(const RunOptions& o) {
+  const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
+  // From the start: a stop requested while the scenarios are being validated
+  // still ends in written outputs (every scenario interrupted) and 128 + signal.
+  install_stop_handlers();
+  SuitePlan plan;
+  fs::path root;
+  std::string shard_text;
+  SuiteRun run;
   try {
-    write_suite_outputs(root, reports, ids, interrupted, o.junit, shard_text, "dbh suite");
-  } catch (const UsageError& e) {  // a ReportError, or --junit
+    plan = plan_suite(o);
+    if (o.print_config) return print_suite_config(o, plan);
+    const auto& shard = plan.shard;
+    shard_text =
+        shard ? std::to_string(shard->index) + "/" + std::to_string(shard->count) + " (" + shard->source + ")" : "";
+    root = o.out.empty() ? fs::path(default_output_folder("suite")) : fs::path(o.out);
+    if (shard) root /= "shard-" + std::to_string(shard->index) + "-of-" + std::to_string(shard->count);
+    run = run_suite(o, plan, root, shard_text, p);
+  } catch (const UsageError& e) {  // bad input, a ReportError, --junit, --resume
     std::cerr << "dbh: " << message(e) << "\n";
     return 2;
   }
@@ -661,35 +679,19 @@ int suite_command(const RunOptions& o) {
     std::ifstream in(root / "suite.json");
     std::cout << in.rdbuf();
   }
-  {
-    std::vector<CiResult> results;
-    for (const auto& r : reports) results.push_back(ci_result(r));
-    for (const auto& id : interrupted) {
-      CiResult c;
-      c.scenario = id;
-      c.outcome = "interrupted";
-      c.message = "the suite was stopped before this scenario finished; continue it with --resume";
-      results.push_back(c);
-    }
-    std::vector<std::string> keep = files;
-    keep.insert(keep.end(), inputs.begin(), inputs.end());
-    keep.push_back(root.string());
-    publish_to_github(ci_environment(process_environment()),
-                      "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
-                      o.json ? std::cerr : std::cout, std::cerr, keep);
-  }
+  publish_suite_results(o, plan, root, run, shard_text);
   // With --json stdout is exactly the JSON document: the closing lines go to
   // stderr.
   std::ostream& human = o.json ? std::cerr : std::cout;
   if (stop_requested() != 0) {
-    human << "interrupted by signal " << stop_requested() << ": " << interrupted.size()
+    human << "interrupted by signal " << stop_requested() << ": " << run.interrupted.size()
           << " scenario(s) not run; resume with --resume --out "
           << shell_quote(o.out.empty() ? root.string() : o.out) << std::endl;
     return 128 + stop_requested();
   }
   // As pytest and ctest: a scenario this machine cannot run (its device) is
   // skipped, said, and fails nothing.
-  const VerdictCounts c = count_verdicts(reports);
+  const VerdictCounts c = count_verdicts(run.reports);
   human << c.met << " passed, " << c.not_met << " failed"
         << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run on this machine)" : "") << std::endl;
   return c.not_met == 0 ? 0 : 1;

@@ -137,10 +137,16 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
   return out;
 }
 
-int run_train_command(const TrainCommandOptions& o) {
-  // Input checks first: bad input leaves nothing behind. The flags are
-  // scenario overrides (Note [One training builder]): one set of bounds and
-  // defaults for `dbh train` and `dbh run`.
+namespace {
+
+[[noreturn]] void train_usage(const std::string& key, const std::string& expected, const std::string& got) {
+  throw UsageError("dbh train: " + key + ": expected " + expected + ", got " + got);
+}
+
+// The scenario the flags describe: they are scenario overrides (Note [One
+// training builder]), one set of bounds and defaults for `dbh train` and
+// `dbh run`. Errors speak of the flags. Throws UsageError.
+Scenario train_scenario(const TrainCommandOptions& o) {
   Scenario s;
   try {
     // dbh's own keys: no file, no includes, no aliases to translate.
@@ -151,90 +157,78 @@ int run_train_command(const TrainCommandOptions& o) {
     throw UsageError(in_flag_terms(e.what(), o.given));
   }
   s.name = "train";
-  auto usage = [](const std::string& key, const std::string& expected, const std::string& got) {
-    throw UsageError("dbh train: " + key + ": expected " + expected + ", got " + got);
-  };
-  const fs::path out = o.out.empty() ? fs::path(default_output_folder("train")) : fs::path(o.out);
-  // The output folder is claimed as every command's is: a user's folder (a
-  // dataset, another command's results) is refused, a second dbh on it is
-  // locked out, and on any error or interruption (SIGINT, SIGTERM: checked
-  // between steps) what this command wrote is removed.
-  install_stop_handlers();
-  // The training dataset when it is read (not for synthetic data), the validation one always.
-  check_outside_datasets("dbh train", "--out", out.string(),
-                         uses_dataset(s) ? dataset_folders(s) : std::vector<std::string>{s.data.val.path});
-  // Weights or a checkpoint read from this folder stay where they are.
-  OutputDir claim(out, "train", OutputDir::Reuse::kReplace, {s.model.weights, s.train.resume_from});
-  auto stop_check = [] {
-    if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
-  };
-  // `auto` layout and threads: measured once per machine and setup, as for
-  // `dbh run` (Note [Measured choices]).
-  const nlohmann::json choices = resolve_measured_choices(s, (out / "tuning").string());
-  stop_check();
-  if (!o.quiet && !choices.is_null()) {
-    std::cout << terminal_text(measured_choices_line(choices)) << "\n";
-  }
+  return s;
+}
 
-  model::DbNet dbnet = make_net(s);
-  const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + s.model.decoder;
-  // A file of another architecture (or not of dbh) is the user's to fix.
-  auto load_error = [&](const std::string& key, const std::string& path, const std::exception& e) {
-    std::string what = e.what();
-    if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) what = c10->what_without_backtrace();
-    what = one_line(what.substr(0, what.find('\n')));
-    usage(key + " " + path, "a file of " + arch + " (--encoder, --decoder)", "one that does not load: " + what);
-  };
-  if (!s.model.weights.empty()) {
-    // A weights file or a dbh checkpoint (its model part), as `dbh eval`
-    // reads them: DbNet::load_weights finds nothing in a checkpoint.
-    model::ModelStateReport state;
-    try {
-      state = model::load_model_state(dbnet, s.model.weights);
-    } catch (const std::exception& e) {
-      load_error("--weights", s.model.weights, e);
-    }
-    const int64_t n = state.loaded;
-    const size_t total = dbnet->named_parameters().size() + dbnet->named_buffers().size();
-    // As PyTorch's load_state_dict: a tensor of another shape is never
-    // loaded (ModelStateReport::fits_as_initial_weights), and a file that
-    // holds only part of the model (how a backbone is initialised: a
-    // pretrained encoder, another decoder) is refused unless --allow-partial
-    // (strict=False), as `dbh eval` does; what keeps its initial values is
-    // then said.
-    if (!state.fits_as_initial_weights()) {
-      usage("--weights " + s.model.weights, "a file holding tensors of " + arch + " (--encoder, --decoder)",
-            n == 0 ? "one none of whose entries has a name and shape of that model"
-                   : "a file of another model (" + state.summary() + ")");
-    }
-    if (static_cast<size_t>(n) < total) {
-      if (!o.allow_partial) {
-        usage("--weights " + s.model.weights,
-              "a file holding every tensor of " + arch + " (--encoder, --decoder; --allow-partial to train from part)",
-              "a part of it (" + state.summary() + ")");
-      }
-      std::cerr << "warning: --weights " << s.model.weights << ": loaded " << n << " of " << total << " tensors of "
-                << arch << "; the others keep their initial values (" << state.summary() << ")\n";
-    }
-    if (!o.quiet) std::cout << "loaded " << n << " tensors from " << s.model.weights << "\n";
-  }
-  model::Trainer trainer(dbnet, train_options(s));
-  if (!s.train.resume_from.empty()) {
-    try {
-      trainer.load_checkpoint(s.train.resume_from);
-    } catch (const std::exception& e) {
-      load_error("--resume", s.train.resume_from, e);
-    }
-    // Nothing left to train: "0 steps, loss 0 -> 0" would be a result nobody
-    // measured.
-    if (trainer.next_step() >= s.train.max_steps) {
-      usage("--steps", "more than the " + std::to_string(trainer.next_step()) + " steps --resume " +
-                           s.train.resume_from + " has already trained",
-            std::to_string(s.train.max_steps));
-    }
-  }
+// A file of another architecture (or not of dbh) is the user's to fix.
+[[noreturn]] void load_error(const std::string& key, const std::string& path, const std::string& arch,
+                             const std::exception& e) {
+  std::string what = e.what();
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) what = c10->what_without_backtrace();
+  what = one_line(what.substr(0, what.find('\n')));
+  train_usage(key + " " + path, "a file of " + arch + " (--encoder, --decoder)", "one that does not load: " + what);
+}
 
-  std::string data_desc = s.data.source;
+// --weights: a weights file or a dbh checkpoint (its model part), as `dbh
+// eval` reads them: DbNet::load_weights finds nothing in a checkpoint.
+void load_train_weights(model::DbNet& dbnet, const Scenario& s, const TrainCommandOptions& o, const std::string& arch) {
+  model::ModelStateReport state;
+  try {
+    state = model::load_model_state(dbnet, s.model.weights);
+  } catch (const std::exception& e) {
+    load_error("--weights", s.model.weights, arch, e);
+  }
+  const int64_t n = state.loaded;
+  const size_t total = dbnet->named_parameters().size() + dbnet->named_buffers().size();
+  // As PyTorch's load_state_dict: a tensor of another shape is never
+  // loaded (ModelStateReport::fits_as_initial_weights), and a file that
+  // holds only part of the model (how a backbone is initialised: a
+  // pretrained encoder, another decoder) is refused unless --allow-partial
+  // (strict=False), as `dbh eval` does; what keeps its initial values is
+  // then said.
+  if (!state.fits_as_initial_weights()) {
+    train_usage("--weights " + s.model.weights, "a file holding tensors of " + arch + " (--encoder, --decoder)",
+                n == 0 ? "one none of whose entries has a name and shape of that model"
+                       : "a file of another model (" + state.summary() + ")");
+  }
+  if (static_cast<size_t>(n) < total) {
+    if (!o.allow_partial) {
+      train_usage("--weights " + s.model.weights,
+                  "a file holding every tensor of " + arch + " (--encoder, --decoder; --allow-partial to train from part)",
+                  "a part of it (" + state.summary() + ")");
+    }
+    std::cerr << "warning: --weights " << s.model.weights << ": loaded " << n << " of " << total << " tensors of "
+              << arch << "; the others keep their initial values (" << state.summary() << ")\n";
+  }
+  if (!o.quiet) std::cout << "loaded " << n << " tensors from " << s.model.weights << "\n";
+}
+
+// --resume: the trainer continues from the checkpoint, which must leave
+// something to train ("0 steps, loss 0 -> 0" would be a result nobody
+// measured).
+void resume_training(model::Trainer& trainer, const Scenario& s, const std::string& arch) {
+  try {
+    trainer.load_checkpoint(s.train.resume_from);
+  } catch (const std::exception& e) {
+    load_error("--resume", s.train.resume_from, arch, e);
+  }
+  if (trainer.next_step() >= s.train.max_steps) {
+    train_usage("--steps", "more than the " + std::to_string(trainer.next_step()) + " steps --resume " +
+                               s.train.resume_from + " has already trained",
+                std::to_string(s.train.max_steps));
+  }
+}
+
+// The batches training reads, and how the summary describes them.
+struct TrainData {
+  model::BatchSource source;
+  std::string description;
+};
+
+// The dataset's loader (a dataset with defects its policy cannot help is
+// the user's to fix, listed), or synthetic batches.
+TrainData open_train_data(const Scenario& s) {
+  TrainData data{{}, s.data.source};
   std::shared_ptr<model::Loader> loader;
   if (uses_dataset(s)) {
     std::shared_ptr<model::Dataset> dataset;
@@ -247,63 +241,92 @@ int run_train_command(const TrainCommandOptions& o) {
       const bool policy_helps = std::none_of(e.defects().begin(), e.defects().end(), [](const model::Defect& d) {
         return model::refuses_dataset(d.kind) || d.kind == model::DefectKind::kUnreadableFile;
       });
-      usage("--data " + s.data.path,
-            std::string("a dataset without defects") + (policy_helps ? " (or --on-invalid skip|clip)" : ""),
-            std::to_string(e.defects().size()) + " defect(s), listed above");
+      train_usage("--data " + s.data.path,
+                  std::string("a dataset without defects") + (policy_helps ? " (or --on-invalid skip|clip)" : ""),
+                  std::to_string(e.defects().size()) + " defect(s), listed above");
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << one_line(d.message) << "\n";
     loader = std::make_shared<model::Loader>(dataset, loader_options(s));
-    data_desc = s.data.source == "synthetic_render"
-                    ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
-                    : "real (" + s.data.path + ", " + std::to_string(dataset->size()) + " images, " +
-                          dataset->format() + ")";
+    data.description = s.data.source == "synthetic_render"
+                           ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
+                           : "real (" + s.data.path + ", " + std::to_string(dataset->size()) + " images, " +
+                                 dataset->format() + ")";
   }
-  const model::BatchSource source = make_batch_source(s, loader);
-  loader.reset();  // the source owns it
+  data.source = make_batch_source(s, loader);  // the source owns the loader
+  return data;
+}
 
-  const int64_t steps = s.train.max_steps;
-  if (!o.quiet) {
-    std::cout << "dbh train: " << arch << ", data " << data_desc << ", batch " << s.data.batch_size << "x"
-              << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << steps << " steps, "
-              << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on "
-              << s.hardware.device << ", seed " << s.train.seed << "\n";
+// metrics.csv: created anew, never written through a link left in the
+// folder (files.h, Note [Never through a link]); written a row at a time, so
+// it can be followed while training runs.
+class MetricsCsv {
+ public:
+  explicit MetricsCsv(fs::path path) : path_(std::move(path)), fd_(create_file_no_follow(path_.string())) {
+    if (fd_ < 0) {
+      throw ReportError(path_.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) +
+                        ")");
+    }
+    write("step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,loss_bits\n");
   }
-  const fs::path csv_path = out / "metrics.csv";
-  // Created anew, never written through a link left in the folder (files.h,
-  // Note [Never through a link]); written a row at a time, so it can be
-  // followed while training runs.
-  struct Csv {
-    int fd = -1;
-    int error = 0;
-    ~Csv() {
-      if (fd >= 0) ::close(fd);
-    }
-    void write(const std::string& text) {
-      if (error == 0) error = write_all(fd, text.data(), text.size());
-    }
-  } csv;
-  csv.fd = create_file_no_follow(csv_path.string());
-  if (csv.fd < 0) {
-    throw ReportError(csv_path.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) +
-                      ")");
+  MetricsCsv(const MetricsCsv&) = delete;
+  MetricsCsv& operator=(const MetricsCsv&) = delete;
+  ~MetricsCsv() {
+    if (fd_ >= 0) ::close(fd_);
   }
-  csv.write("step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,loss_bits\n");
-  auto save = [&](const fs::path& path) {
-    // Through a temporary name: a checkpoint is complete or absent.
-    const fs::path tmp = path.string() + ".tmp";
-    try {
-      trainer.save_checkpoint(tmp.string());
-    } catch (const std::exception& e) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      const std::string what = e.what();
-      throw ReportError(path.string() + ": expected a writable file, got an error (" +
-                        one_line(what.substr(0, what.find('\n'))) + ")");
+  void add(const model::StepResult& r) {
+    std::ostringstream row;
+    row << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << "," << r.dice << ","
+        << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << "," << r.loss_scale << "," << r.seconds << ","
+        << r.loss_bits << "\n";
+    write(row.str());
+  }
+  // Closes the file; throws ReportError when a write failed.
+  void close() {
+    if (error_ == 0 && ::close(fd_) != 0) error_ = errno;
+    fd_ = -1;
+    if (error_ != 0) {
+      throw ReportError(path_.string() + ": expected a writable file, got a write error (" + std::strerror(error_) +
+                        ")");
     }
-    replace_file_atomically(tmp.string(), path.string());
-  };
+  }
+
+ private:
+  void write(const std::string& text) {
+    if (error_ == 0) error_ = write_all(fd_, text.data(), text.size());
+  }
+  fs::path path_;
+  int fd_ = -1;
+  int error_ = 0;
+};
+
+// Saves the trainer's checkpoint at `path` through a temporary name: a
+// checkpoint is complete or absent. Throws ReportError.
+void save_checkpoint_file(model::Trainer& trainer, const fs::path& path) {
+  const fs::path tmp = path.string() + ".tmp";
+  try {
+    trainer.save_checkpoint(tmp.string());
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    const std::string what = e.what();
+    throw ReportError(path.string() + ": expected a writable file, got an error (" +
+                      one_line(what.substr(0, what.find('\n'))) + ")");
+  }
+  replace_file_atomically(tmp.string(), path.string());
+}
+
+void stop_check() {
+  if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+}
+
+// The steps up to train.max_steps: a row of metrics.csv and a progress line
+// each, checkpoints at train.checkpoint_every. Stops between steps when a
+// stop is requested (Interrupted).
+std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model::BatchSource& source,
+                                           const Scenario& s, const TrainCommandOptions& o, const fs::path& out,
+                                           MetricsCsv& csv) {
   std::vector<model::StepResult> results;
-  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t steps = s.train.max_steps;
   while (trainer.next_step() < steps) {
     stop_check();
     model::StepResult r;
@@ -313,11 +336,7 @@ int run_train_command(const TrainCommandOptions& o) {
       throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
     }
     results.push_back(r);
-    std::ostringstream row;
-    row << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << ","
-        << r.dice << "," << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << ","
-        << r.loss_scale << "," << r.seconds << "," << r.loss_bits << "\n";
-    csv.write(row.str());
+    csv.add(r);
     if (!o.quiet) {
       std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss "
                 << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
@@ -326,19 +345,17 @@ int run_train_command(const TrainCommandOptions& o) {
                 << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
     }
     if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
-      save(out / ("checkpoint-" + std::to_string(trainer.next_step()) + ".pt"));
+      save_checkpoint_file(trainer, out / ("checkpoint-" + std::to_string(trainer.next_step()) + ".pt"));
     }
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stop_check();
-  save(out / "checkpoint-final.pt");
-  if (csv.error == 0 && ::close(csv.fd) != 0) csv.error = errno;
-  csv.fd = -1;
-  if (csv.error != 0) {
-    throw ReportError(csv_path.string() + ": expected a writable file, got a write error (" +
-                      std::strerror(csv.error) + ")");
-  }
+  return results;
+}
 
+// summary.json: what trained (as a scenario: `dbh run` with these keys
+// trains the same), on what, and how the losses went.
+nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_desc,
+                                     const std::vector<model::StepResult>& results, double wall,
+                                     const nlohmann::json& choices) {
   bool finite = true;
   for (const auto& r : results) finite = finite && std::isfinite(r.loss);
   nlohmann::ordered_json summary;
@@ -350,10 +367,57 @@ int run_train_command(const TrainCommandOptions& o) {
   summary["last_loss"] = results.empty() ? 0.0 : results.back().loss;
   summary["all_losses_finite"] = finite;
   summary["wall_seconds"] = wall;
-  // What trained, as a scenario: `dbh run` with these keys trains the same.
   summary["scenario"] = nlohmann::json::parse(resolved_json(s));
   if (!choices.is_null()) summary["measured_choices"] = choices;
   summary["environment"] = nlohmann::json::parse(environment_json(collect_environment()));
+  return summary;
+}
+
+}  // namespace
+
+int run_train_command(const TrainCommandOptions& o) {
+  // Input checks first: bad input leaves nothing behind.
+  Scenario s = train_scenario(o);
+  const fs::path out = o.out.empty() ? fs::path(default_output_folder("train")) : fs::path(o.out);
+  // The output folder is claimed as every command's is: a user's folder (a
+  // dataset, another command's results) is refused, a second dbh on it is
+  // locked out, and on any error or interruption (SIGINT, SIGTERM: checked
+  // between steps) what this command wrote is removed.
+  install_stop_handlers();
+  // The training dataset when it is read (not for synthetic data), the validation one always.
+  check_outside_datasets("dbh train", "--out", out.string(),
+                         uses_dataset(s) ? dataset_folders(s) : std::vector<std::string>{s.data.val.path});
+  // Weights or a checkpoint read from this folder stay where they are.
+  OutputDir claim(out, "train", OutputDir::Reuse::kReplace, {s.model.weights, s.train.resume_from});
+  // `auto` layout and threads: measured once per machine and setup, as for
+  // `dbh run` (Note [Measured choices]).
+  const nlohmann::json choices = resolve_measured_choices(s, (out / "tuning").string());
+  stop_check();
+  if (!o.quiet && !choices.is_null()) {
+    std::cout << terminal_text(measured_choices_line(choices)) << "\n";
+  }
+
+  model::DbNet dbnet = make_net(s);
+  const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + s.model.decoder;
+  if (!s.model.weights.empty()) load_train_weights(dbnet, s, o, arch);
+  model::Trainer trainer(dbnet, train_options(s));
+  if (!s.train.resume_from.empty()) resume_training(trainer, s, arch);
+  const TrainData data = open_train_data(s);
+
+  if (!o.quiet) {
+    std::cout << "dbh train: " << arch << ", data " << data.description << ", batch " << s.data.batch_size << "x"
+              << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps
+              << " steps, " << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on "
+              << s.hardware.device << ", seed " << s.train.seed << "\n";
+  }
+  MetricsCsv csv(out / "metrics.csv");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<model::StepResult> results = train_steps(trainer, data.source, s, o, out, csv);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop_check();
+  save_checkpoint_file(trainer, out / "checkpoint-final.pt");
+  csv.close();
+  const nlohmann::ordered_json summary = train_summary(s, data.description, results, wall, choices);
   write_file_atomically((out / "summary.json").string(),
                         summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   stop_check();
@@ -363,7 +427,7 @@ int run_train_command(const TrainCommandOptions& o) {
             << (results.empty() ? 0.0 : results.front().loss) << " -> "
             << (results.empty() ? 0.0 : results.back().loss) << "\n"
             << "output: " << fs::absolute(out).string() << " (metrics.csv, summary.json, checkpoint-final.pt)\n";
-  return finite ? 0 : 1;
+  return summary["all_losses_finite"].get<bool>() ? 0 : 1;
 }
 
 }  // namespace dbh::harness

@@ -359,6 +359,75 @@ std::string diagnosis_summary(const Diagnosis& d) {
 
 }  // namespace
 
+namespace {
+
+// The rungs' evidence for judge_ladder: every rung of the groups, in order,
+// and what the full scenario's failure (`klass`, "" when it passed) is.
+Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const std::string& klass, bool silent,
+                 bool real_data) {
+  Ladder ladder;
+  for (const auto* group : groups) {
+    for (const auto& r : *group) {
+      RungEvidence e;
+      e.id = r.id;
+      e.name = r.name;
+      e.result = row_result(r);
+      e.ran = r.ran;
+      e.outcome = r.probe.analysis.outcome;
+      e.klass = r.probe.analysis.failure.klass;
+      ladder.rungs.push_back(e);
+    }
+  }
+  const bool fails = !klass.empty();
+  const FailureClass* kb = fails ? KnowledgeBase::shipped().find(klass) : nullptr;
+  ladder.klass = klass;
+  ladder.kind = failure_kind(ladder.klass, silent, kb != nullptr && grows_across_runs(*kb));
+  ladder.real_data = real_data;
+  ladder.memory_exhaustion = fails && is_memory_exhaustion(klass);
+  ladder.data_invalid = fails && klass == "data_invalid";
+  return ladder;
+}
+
+// repro.yaml: the diagnosed scenario with its overrides and the follow-up's,
+// Lightning/Hydra aliases translated to dbh's keys as load_scenario reads
+// them.
+std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std::string>& repro_overrides) {
+  std::ostringstream repro_yaml;
+  repro_yaml << "# Minimal reproduction written by dbh diagnose.\n"
+             << "include: " << fs::absolute(o.scenario).string() << "\n";
+  Value tree;
+  tree.kind = Value::Kind::kMap;
+  auto all = o.overrides;
+  all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
+  for (const auto& ov : all) {
+    if (const auto translated = translate_override(ov)) apply_override(tree, *translated);
+  }
+  const auto j = nlohmann::ordered_json::parse(to_json(tree));
+  for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
+  return repro_yaml.str();
+}
+
+// Note [Resolutions that are tried]: each resolution of the class that can
+// be expressed as overrides, probed; a cached result names the folder of the
+// run it reuses when that run belongs to this diagnosis.
+std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scenario& s, Prober& prober,
+                                               const fs::path& out) {
+  const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
+    std::string label = "resolution " + std::to_string(check.resolution + 1) + ":";
+    for (const auto& o : check.overrides) label += " " + o;
+    const auto p = prober.probe(with, one_line(label));
+    ResolutionRun result;
+    result.outcome = p.analysis.outcome;
+    result.klass = p.analysis.failure.klass;
+    const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
+    result.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
+    return result;
+  };
+  return try_resolutions(c, nlohmann::json::parse(resolved_json(s)), run);
+}
+
+}  // namespace
+
 int diagnose_command(const DiagnoseOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
@@ -415,25 +484,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::vector<Rung> learning = learning_rungs(s, silent);
     for (auto& r : learning) run_rung(r);
     // Compute is done: what the rungs showed, judged by one pure function.
-    Ladder ladder;
-    for (const auto* group : {&rungs, &variants, &learning}) {
-      for (const auto& r : *group) {
-        RungEvidence e;
-        e.id = r.id;
-        e.name = r.name;
-        e.result = row_result(r);
-        e.ran = r.ran;
-        e.outcome = r.probe.analysis.outcome;
-        e.klass = r.probe.analysis.failure.klass;
-        ladder.rungs.push_back(e);
-      }
-    }
-    ladder.klass = fails ? full_class : "";
-    ladder.kind = failure_kind(ladder.klass, silent, fails && full_kb != nullptr && grows_across_runs(*full_kb));
-    ladder.real_data = real;
-    ladder.memory_exhaustion = fails && is_memory_exhaustion(full_class);
-    ladder.data_invalid = fails && full_class == "data_invalid";
-    const Judgement judgement = judge_ladder(ladder);
+    const Judgement judgement =
+        judge_ladder(ladder_of({&rungs, &variants, &learning}, fails ? full_class : "", silent, real));
 
     // The diagnosed scenario as the words of a command: its absolute path
     // and the overrides it was diagnosed with.
@@ -455,24 +507,9 @@ int diagnose_command(const DiagnoseOptions& o) {
       bisect_verdict = std::move(f.verdict);
       repro_overrides.insert(repro_overrides.end(), f.repro_overrides.begin(), f.repro_overrides.end());
     }
-    // The minimal repro scenario, next to the report.
-    std::ostringstream repro_yaml;
-    repro_yaml << "# Minimal reproduction written by dbh diagnose.\n"
-               << "include: " << fs::absolute(o.scenario).string() << "\n";
-    {
-      Value tree;
-      tree.kind = Value::Kind::kMap;
-      auto all = o.overrides;
-      all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
-      for (const auto& ov : all) {
-        // Lightning/Hydra aliases become dbh's keys, as load_scenario reads them.
-        if (const auto translated = translate_override(ov)) apply_override(tree, *translated);
-      }
-      const auto j = nlohmann::ordered_json::parse(to_json(tree));
-      for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
-    }
-    // A scenario that passes has no failure to reproduce.
-    if (fails) write_file_atomically((out / "repro.yaml").string(), repro_yaml.str());
+    // The minimal repro scenario, next to the report. A scenario that passes
+    // has no failure to reproduce.
+    if (fails) write_file_atomically((out / "repro.yaml").string(), repro_scenario_text(o, repro_overrides));
 
     // Reports.
     // Note [Resolutions that are tried]: the failure's resolutions that the
@@ -480,23 +517,9 @@ int diagnose_command(const DiagnoseOptions& o) {
     // confirmed or refuted among the next steps.
     const FailureClass* resolution_class = fails ? KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
                                                  : nullptr;
-    std::vector<ResolutionCheck> resolution_checks;
-    if (resolution_class != nullptr) {
-      const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
-        std::string label = "resolution " + std::to_string(check.resolution + 1) + ":";
-        for (const auto& o : check.overrides) label += " " + o;
-        const auto p = prober.probe(with, one_line(label));
-        ResolutionRun result;
-        result.outcome = p.analysis.outcome;
-        result.klass = p.analysis.failure.klass;
-        // A cached result names the folder of the run it reuses, when that
-        // run belongs to this diagnosis.
-        const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
-        result.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
-        return result;
-      };
-      resolution_checks = try_resolutions(*resolution_class, nlohmann::json::parse(resolved_json(s)), run);
-    }
+    const std::vector<ResolutionCheck> resolution_checks =
+        resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out)
+                                    : std::vector<ResolutionCheck>{};
 
     // Note [An injected failure says so]: a failure an emulated GPU fault
     // raised (dbh threw the error's text) ranks the hypotheses by how the

@@ -388,19 +388,30 @@ void Monitors::silent_failure(int64_t step, const std::string& check, const std:
   throw SilentFailureError(message);
 }
 
+// One step's silent-failure readings, unpacked from the values read back in
+// one transfer (Monitors::judge_silent).
+struct SilentReadings {
+  struct Image {
+    double mean = 0, min = INFINITY, max = -INFINITY;  // de-normalised to 0-255
+  };
+  std::vector<Image> images;
+  // Per sample: kernel pixels inside the training mask, in all, in word boxes.
+  std::vector<double> inside, positives, in_boxes;
+  double prob_min = INFINITY, prob_max = -INFINITY, prob_mean = 0;  // over the probability maps
+  double text_pixels = 0;  // kernel pixels inside the training mask, the batch's
+};
+
 void Monitors::judge_silent(int64_t step, const float* v) {
+  SilentReadings r;
   // Input: per image, de-normalised to 0-255 per channel (affine, so mean,
   // minimum and maximum carry over exactly, without the clamping a picture
   // gets: values beyond white show a missing normalisation).
-  struct Image {
-    double mean = 0, min = INFINITY, max = -INFINITY;
-  };
-  std::vector<Image> images;
+  auto& images = r.images;
   size_t off = 0;
   for (const auto& t : silent_input_) {
     const int64_t n = t.size(1);
     for (int64_t k = 0; k < n; ++k) {
-      Image im;
+      SilentReadings::Image im;
       for (int c = 0; c < 3; ++c) {
         const auto at = [&](int q) { return static_cast<double>(v[off + static_cast<size_t>((q * n + k) * 3 + c)]); };
         const double scale = 255.0 * model::kImageNetStd[c], shift = 255.0 * model::kImageNetMean[c];
@@ -412,7 +423,9 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     off += static_cast<size_t>(t.numel());
   }
-  std::vector<double> inside, positives, in_boxes;
+  auto& inside = r.inside;
+  auto& positives = r.positives;
+  auto& in_boxes = r.in_boxes;
   for (const auto& t : silent_labels_) {
     const int64_t n = t.size(1);
     for (int64_t k = 0; k < n; ++k) {
@@ -422,13 +435,15 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     }
     off += static_cast<size_t>(t.numel());
   }
-  double prob_min = INFINITY, prob_max = -INFINITY, prob_mean = 0;
+  double& prob_min = r.prob_min;
+  double& prob_max = r.prob_max;
+  double& prob_mean = r.prob_mean;
   for (size_t k = 0; k < silent_probs_.size(); ++k, off += 3) {
     prob_min = std::min<double>(prob_min, v[off]);
     prob_max = std::max<double>(prob_max, v[off + 1]);
     prob_mean += v[off + 2] / static_cast<double>(silent_probs_.size());
   }
-  double text_pixels = 0;
+  double& text_pixels = r.text_pixels;
   for (double x : inside)
     text_pixels += x;
 
@@ -450,8 +465,14 @@ void Monitors::judge_silent(int64_t step, const float* v) {
     silent_stats_["prob_min"] = prob_min;
     silent_stats_["prob_max"] = prob_max;
   }
-  const auto name = [&](size_t k) { return k < ids_.size() ? ids_[k] : "sample " + std::to_string(k); };
+  judge_silent_input(step, r);
+  judge_silent_labels(step, r);
+  judge_silent_predictions(step, r);
+}
 
+void Monitors::judge_silent_input(int64_t step, const SilentReadings& r) {
+  const auto& images = r.images;
+  const auto name = [&](size_t k) { return k < ids_.size() ? ids_[k] : "sample " + std::to_string(k); };
   // 1. Input black or saturated: the thresholds of model::looks_all_black
   // (mean below 2, maximum below 10), and their mirror at white; a mean
   // above white (260) is impossible for pixels normalised from [0, 1].
@@ -501,7 +522,13 @@ void Monitors::judge_silent(int64_t step, const float* v) {
                      {{"images", images.size()}, {"black", black}, {"saturated", saturated}, {"input_mean", mean}});
     }
   }
+}
 
+void Monitors::judge_silent_labels(int64_t step, const SilentReadings& r) {
+  const auto& inside = r.inside;
+  const auto& positives = r.positives;
+  const auto& in_boxes = r.in_boxes;
+  const auto name = [&](size_t k) { return k < ids_.size() ? ids_[k] : "sample " + std::to_string(k); };
   // 2. Labels without text where the annotations promise words.
   if (silent_.labels) {
     std::vector<size_t> hit;
@@ -568,7 +595,11 @@ void Monitors::judge_silent(int64_t step, const float* v) {
            {"samples_hit", off_words.size()}});
     }
   }
+}
 
+void Monitors::judge_silent_predictions(int64_t step, const SilentReadings& r) {
+  const double prob_min = r.prob_min, prob_max = r.prob_max, prob_mean = r.prob_mean;
+  const double text_pixels = r.text_pixels;
   // 3. Predictions collapsed: counted over steps with text to find, as the
   // annotations say (Batch::words), or as the labels do when no annotation
   // is known (random data).

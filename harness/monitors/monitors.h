@@ -73,6 +73,8 @@ struct SilentOptions {
 /// (`predictions_collapsed`). Each emits one primary `health` event with its
 /// evidence and stops the run with SilentFailureError. A finite failure in
 /// the same step takes precedence.
+struct SilentReadings;  // monitors.cc: one step's silent-failure readings
+
 class Monitors : public model::TrainerListener, public model::ModuleObserver {
  public:
   enum class Mode { kOff, kCheap, kLocalise };
@@ -135,6 +137,9 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   /// Judges this step's silent reductions (`values` as read on the host,
   /// laid out as silent_parts); throws SilentFailureError on a finding.
   void judge_silent(int64_t step, const float* values);
+  void judge_silent_input(int64_t step, const SilentReadings& r);
+  void judge_silent_labels(int64_t step, const SilentReadings& r);
+  void judge_silent_predictions(int64_t step, const SilentReadings& r);
   [[noreturn]] void silent_failure(int64_t step, const std::string& check, const std::string& kind,
                                    const std::string& site, const std::string& message,
                                    const std::vector<std::string>& evidence, nlohmann::json detail);

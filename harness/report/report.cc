@@ -272,18 +272,16 @@ std::string report_title(const RunReport& r) {
   return "Scenario " + name + " " + to_string(r.outcome);
 }
 
-std::string report_markdown(const RunReport& r) {
+namespace {
+
+// The YAML front matter.
+void md_front_matter(std::ostream& md, const RunReport& r, const std::string& title) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
-  const auto& kb = KnowledgeBase::shipped();
-  const FailureClass* cls = f.klass.empty() ? nullptr : kb.find(f.klass);
   const bool failed = is_failure(r.outcome);
-  std::ostringstream md;
   const bool skipped = r.outcome == Outcome::kSkipped;
-  const std::string title = report_title(r);
   // Front matter values are JSON strings, which YAML reads as they are.
   const auto yaml_string = [](const std::string& v) { return front_matter_string(v); };
-  const std::string name_md = markdown_inline(s.name);
   md << "---\n"
      << "title: " << yaml_string(title) << "\n"
      << "date: \"" << r.started_at << "\"\n"
@@ -295,6 +293,15 @@ std::string report_markdown(const RunReport& r) {
      << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"
      << "tags: ['bug_report', 'dbh'" << (f.klass.empty() ? "" : ", '" + f.klass + "'") << "]\n"
      << "---\n\n";
+}
+
+// "# title" and Summary: the outcome, how it was judged, the expectation.
+void md_summary(std::ostream& md, const RunReport& r, const std::string& title) {
+  const auto& s = r.scenario;
+  const auto& f = r.failure;
+  const bool failed = is_failure(r.outcome);
+  const bool skipped = r.outcome == Outcome::kSkipped;
+  const std::string name_md = markdown_inline(r.scenario.name);
   md << "# " << markdown_inline(title) << "\n\n";
   md << "## Summary\n\n";
   if (failed) {
@@ -334,6 +341,11 @@ std::string report_markdown(const RunReport& r) {
      << (s.expect.module ? ", `module: " + *s.expect.module + "`" : "") << ") was **"
      << (r.expectation_met ? "met" : r.not_run_here() ? "not judged" : "not met") << "**.\n";
   for (const auto& w : r.expectation_why) md << "- " << w << "\n";
+}
+
+// Environment: the machine, libraries, settings and inputs.
+void md_environment(std::ostream& md, const RunReport& r) {
+  const auto& s = r.scenario;
   md << "\n## Environment\n\n";
   const auto& e = r.env;
   md << "- GPU: " << (e.gpus.empty() ? "none (CPU run)" : e.gpus.front()) << "\n"
@@ -375,6 +387,12 @@ std::string report_markdown(const RunReport& r) {
        << ")\n";
   }
   md << "\n";
+}
+
+// Steps to Reproduce and Expected Behavior (its last sentence ends in
+// md_trials).
+void md_reproduce(std::ostream& md, const RunReport& r) {
+  const auto& s = r.scenario;
   // One line (shell_quote'd words): no line of it can close the fence.
   md << "## Steps to Reproduce\n\n```sh\n" << one_line(r.repro_command) << "\n```\n\n"
      << "The fully resolved scenario is saved as `scenario.resolved.json` next to this report; `repro.sh` runs "
@@ -391,6 +409,10 @@ std::string report_markdown(const RunReport& r) {
     md << ". This scenario injects faults and expects dbh to catch them: outcome `" << s.expect.outcome << "`"
        << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
   }
+}
+
+// Actual Behavior: one row per trial.
+void md_trials(std::ostream& md, const RunReport& r) {
   md << ".\n\n## Actual Behavior\n\n";
   md << "| trial | outcome | class | step | module | steps done | seconds |\n|---|---|---|---|---|---|---|\n";
   for (const auto& t : r.trials) {
@@ -407,6 +429,10 @@ std::string report_markdown(const RunReport& r) {
        << (a.failure.module.empty() ? "-" : a.failure.module) << " | " << a.steps_completed << " | "
        << fmt(a.seconds, 3) << " |\n";
   }
+}
+
+// The main trial's losses and memory: budget, the failing moment, phases.
+void md_main_memory(std::ostream& md, const RunReport& r) {
   const auto& main = r.trials.front().analysis;
   if (!main.steps.empty()) {
     md << "\nLoss per step (main trial): ";
@@ -448,6 +474,13 @@ std::string report_markdown(const RunReport& r) {
          << cell("backward") << " | " << cell("optimizer") << " | " << format_bytes(st.peak_bytes) << " |\n";
     }
   }
+}
+
+// The main trial's allocator snapshot, injected faults, overlays and
+// validation.
+void md_main_evidence(std::ostream& md, const RunReport& r) {
+  const auto& main = r.trials.front().analysis;
+  const auto& s = r.scenario;
   if (!main.memory_snapshot.empty()) {
     md << "\nThe CUDA caching allocator's state and its last allocation events at the failing moment: `"
        << markdown_inline(main.memory_snapshot)
@@ -489,6 +522,12 @@ std::string report_markdown(const RunReport& r) {
     }
     md << "\n![h-mean per validation](hmean.png)\n";
   }
+}
+
+// Logs / Stack Trace, and the worker's warnings.
+void md_logs(std::ostream& md, const RunReport& r) {
+  const auto& f = r.failure;
+  const bool failed = is_failure(r.outcome);
   md << "\n## Logs / Stack Trace\n\n";
   if (failed) {
     md << "```\n" << fenced(f.message) << "\n";
@@ -512,6 +551,13 @@ std::string report_markdown(const RunReport& r) {
     for (const auto& w : warnings) escaped.push_back(markdown_inline(w));
     md << "Warnings from the worker:\n\n" << bullet_list(escaped) << "\n";
   }
+}
+
+// Root Cause Analysis, Resolution, Testing, Prevention.
+void md_analysis(std::ostream& md, const RunReport& r) {
+  const auto& f = r.failure;
+  const bool failed = is_failure(r.outcome);
+  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
   md << "## Root Cause Analysis\n\n";
   if (failed) {
     md << "Evidence gathered by dbh:\n\n" << bullet_list(f.evidence);
@@ -542,6 +588,22 @@ std::string report_markdown(const RunReport& r) {
      << markdown_code(suite_command_of(r.repro_command)) << ".\n"
      << "- Keep the cheap finite monitors on in training runs: one synchronisation per step catches non-finite "
         "tensors before they reach the weights.\n";
+}
+
+}  // namespace
+
+std::string report_markdown(const RunReport& r) {
+  std::ostringstream md;
+  const std::string title = report_title(r);
+  md_front_matter(md, r, title);
+  md_summary(md, r, title);
+  md_environment(md, r);
+  md_reproduce(md, r);
+  md_trials(md, r);
+  md_main_memory(md, r);
+  md_main_evidence(md, r);
+  md_logs(md, r);
+  md_analysis(md, r);
   return valid_utf8(md.str());
 }
 

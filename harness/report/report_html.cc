@@ -129,7 +129,7 @@ std::string expectation_text(const ojson& expected) {
 
 
 
-void events_section(std::ostringstream& h, const fs::path& events_file) {
+void events_section(std::ostream& h, const fs::path& events_file) {
   constexpr size_t kHead = 50;
   constexpr size_t kMaxLine = 64 * 1024;
   std::ifstream in(events_file, std::ios::binary);
@@ -233,27 +233,26 @@ nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::Resol
   return out;
 }
 
-std::string report_html(const RunReport& r) {
+namespace {
+
+// What the run page's sections read.
+struct RunPage {
+  const RunReport& r;
+  const TrialRecord& main_trial;  // the first trial, or an empty one
+  fs::path root;                  // the run folder
+  std::string trial_rel;          // the main trial's folder, relative to the page
+  ImageEmbedder& images;          // embeds the plots and overlays
+};
+
+// Summary: outcome, class, message, the expectation and how it was judged.
+void html_summary(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
   const auto& s = r.scenario;
   const auto& f = r.failure;
-  const auto& kb = KnowledgeBase::shipped();
-  const FailureClass* cls = f.klass.empty() ? nullptr : kb.find(f.klass);
+  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
   const bool failed = is_failure(r.outcome);
-  const fs::path root(r.out_dir);
-  const TrialRecord empty_trial;
-  const TrialRecord& main_trial = r.trials.empty() ? empty_trial : r.trials.front();
-  const TrialAnalysis& main = main_trial.analysis;
-  // Trial folders are children of the run folder; the page links them relative to itself.
-  const std::string trial_rel = main_trial.dir.empty() ? "main" : fs::path(main_trial.dir).filename().string();
+  const TrialAnalysis& main = p.main_trial.analysis;
   const std::string title = report_title(r);
-  ImageEmbedder images(root);
-  std::ostringstream h;
-  h << html_page_head(failed ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
-  h << "<h1>" << esc(title) << "</h1>\n"
-    << "<p class=\"sub\">Scenario <strong>" << esc(s.name) << "</strong> · started " << esc(r.started_at) << " · "
-    << esc(fmt(r.seconds, 3)) << " s · " << esc(r.out_dir) << "</p>\n";
-  if (!s.description.empty()) h << "<p>" << esc(s.description) << "</p>\n";
-
   // Summary.
   const ojson expected = ojson::parse(resolved_json(s))["expect"];
   h << "<h2 id=\"summary\">Summary</h2>\n<table class=\"kv\">\n"
@@ -293,6 +292,14 @@ std::string report_html(const RunReport& r) {
   }
   h << "</table>\n";
 
+}
+
+// Root cause analysis, from the same Failure and knowledge base as report.md.
+void html_analysis(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const auto& f = r.failure;
+  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
+  const bool failed = is_failure(r.outcome);
   // Failure analysis, from the same Failure and knowledge base as report.md.
   h << "<h2 id=\"analysis\">Root cause analysis</h2>\n";
   if (failed) {
@@ -316,12 +323,23 @@ std::string report_html(const RunReport& r) {
     h << "<p>Nothing to analyse: no monitor flagged a problem.</p>\n";
   }
 
+}
+
+// Steps to reproduce.
+void html_reproduce(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
   h << "<h2 id=\"repro\">Steps to reproduce</h2>\n<pre><code>" << esc(r.repro_command) << "</code></pre>\n"
     << "<p>The resolved scenario: <a href=\"./scenario.resolved.json\"><code>scenario.resolved.json</code></a>; "
        "<a href=\"./repro.sh\"><code>repro.sh</code></a> runs the command above. Other files: "
        "<a href=\"./report.md\"><code>report.md</code></a>, <a href=\"./report.json\"><code>report.json</code></a>, "
        "<a href=\"./metrics.csv\"><code>metrics.csv</code></a>.</p>\n";
 
+}
+
+// Environment: the lines of report.md's Environment section, then the settings.
+void html_environment(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const auto& s = r.scenario;
   // Environment: the lines of report.md's Environment section, then the settings.
   h << "<h2 id=\"environment\">Environment</h2>\n<table class=\"kv\">\n";
   {
@@ -374,6 +392,11 @@ std::string report_html(const RunReport& r) {
   }
   h << "</table>\n";
 
+}
+
+// Trials: one row each.
+void html_trials(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
   // Trials.
   h << "<h2 id=\"trials\">Trials</h2>\n<table><tr><th>trial</th><th>outcome</th><th>class</th><th>step</th>"
        "<th>module</th><th>steps done</th><th>seconds</th></tr>\n";
@@ -390,6 +413,13 @@ std::string report_html(const RunReport& r) {
   }
   h << "</table>\n";
 
+}
+
+// Steps of the main trial.
+void html_steps(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const auto& f = r.failure;
+  const TrialAnalysis& main = p.main_trial.analysis;
   // Steps of the main trial.
   h << "<h2 id=\"steps\">Steps</h2>\n";
   if (main.steps.empty()) {
@@ -411,6 +441,12 @@ std::string report_html(const RunReport& r) {
     h << "</table>\n";
   }
 
+}
+
+// Plots.
+void html_plots(std::ostream& h, const RunPage& p) {
+  const fs::path& root = p.root;
+  ImageEmbedder& images = p.images;
   // Plots.
   h << "<h2 id=\"plots\">Plots</h2>\n";
   h << images.figure("loss.png", "loss parts per step", "plot");
@@ -419,6 +455,13 @@ std::string report_html(const RunReport& r) {
     h << images.figure("hmean.png", "validation h-mean, precision and recall", "plot");
   }
 
+}
+
+// Overlays: the failing batch, then the last validation's worst images.
+void html_overlays(std::ostream& h, const RunPage& p) {
+  const TrialAnalysis& main = p.main_trial.analysis;
+  const std::string& trial_rel = p.trial_rel;
+  ImageEmbedder& images = p.images;
   // Overlays: the failing batch, then the last validation's worst images.
   if (!main.overlays.empty() || !main.eval_overlays.empty()) {
     h << "<h2 id=\"overlays\">Overlays</h2>\n";
@@ -448,6 +491,11 @@ std::string report_html(const RunReport& r) {
     }
   }
 
+}
+
+// Validation.
+void html_validation(std::ostream& h, const RunPage& p) {
+  const TrialAnalysis& main = p.main_trial.analysis;
   // Validation.
   if (!main.evals.empty() || main.evaluator_self_check) {
     h << "<h2 id=\"validation\">Validation</h2>\n<p>ICDAR 2015 protocol";
@@ -469,6 +517,13 @@ std::string report_html(const RunReport& r) {
     h << "</table>\n";
   }
 
+}
+
+// Faults.
+void html_faults(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const auto& s = r.scenario;
+  const TrialAnalysis& main = p.main_trial.analysis;
   // Faults.
   if (!main.faults.empty()) {
     h << "<h2 id=\"faults\">Injected faults</h2>\n<table><tr><th>fault</th><th>scheduled step</th><th>module</th>"
@@ -492,6 +547,13 @@ std::string report_html(const RunReport& r) {
     h << "</table>\n";
   }
 
+}
+
+// Memory.
+void html_memory(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const auto& s = r.scenario;
+  const TrialAnalysis& main = p.main_trial.analysis;
   // Memory.
   h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(format_bytes(main.peak_memory_bytes)) << " ("
     << esc(peak_memory_kind(main)) << ").";
@@ -537,6 +599,15 @@ std::string report_html(const RunReport& r) {
       << "</code> (open it with PyTorch's memory_viz).</p>\n";
   }
 
+}
+
+// The event stream, and the worker's last stderr lines of a failed run.
+void html_events_and_logs(std::ostream& h, const RunPage& p) {
+  const RunReport& r = p.r;
+  const bool failed = is_failure(r.outcome);
+  const fs::path& root = p.root;
+  const TrialRecord& main_trial = p.main_trial;
+  const std::string& trial_rel = p.trial_rel;
   events_section(h, root / "events.jsonl");
 
   // Logs.
@@ -547,6 +618,39 @@ std::string report_html(const RunReport& r) {
       << "<p>The whole log: <a href=\"" << esc(html_url_path(trial_rel + "/stderr.log")) << "\"><code>" << esc(trial_rel)
       << "/stderr.log</code></a>.</p>\n";
   }
+}
+
+}  // namespace
+
+std::string report_html(const RunReport& r) {
+  const fs::path root(r.out_dir);
+  const TrialRecord empty_trial;
+  const TrialRecord& main_trial = r.trials.empty() ? empty_trial : r.trials.front();
+  // Trial folders are children of the run folder; the page links them relative to itself.
+  const std::string trial_rel = main_trial.dir.empty() ? "main" : fs::path(main_trial.dir).filename().string();
+  const std::string title = report_title(r);
+  ImageEmbedder images(root);
+  const RunPage page{r, main_trial, root, trial_rel, images};
+  const auto& s = r.scenario;
+  std::ostringstream h;
+  h << html_page_head(is_failure(r.outcome) ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
+  h << "<h1>" << esc(title) << "</h1>\n"
+    << "<p class=\"sub\">Scenario <strong>" << esc(s.name) << "</strong> · started " << esc(r.started_at) << " · "
+    << esc(fmt(r.seconds, 3)) << " s · " << esc(r.out_dir) << "</p>\n";
+  if (!s.description.empty()) h << "<p>" << esc(s.description) << "</p>\n";
+
+  html_summary(h, page);
+  html_analysis(h, page);
+  html_reproduce(h, page);
+  html_environment(h, page);
+  html_trials(h, page);
+  html_steps(h, page);
+  html_plots(h, page);
+  html_overlays(h, page);
+  html_validation(h, page);
+  html_faults(h, page);
+  html_memory(h, page);
+  html_events_and_logs(h, page);
   h << "<hr><p class=\"sub\">Written by dbh " << esc(r.env.dbh_version) << " from the same data as report.md and "
     << "report.json.</p>\n</body>\n</html>\n";
   return valid_utf8(h.str());

@@ -439,11 +439,10 @@ std::string dataset_refusal(const std::string& path) {
 
 }  // namespace
 
-Scenario scenario_from_tree(const Value& tree, const std::string& file) {
-  Scenario s;
-  s.file = file;
-  const Location top{file, 1, 1};
-  MapReader root(&tree, "", top);
+namespace {
+
+// name (default: the file's stem) and description.
+void read_identity(MapReader& root, const std::string& file, Scenario& s) {
   // The default name is the file's stem, made one line of valid UTF-8.
   s.name = root.string("name", file.empty() ? "scenario" : one_line(fs::path(file).stem().string()));
   if (const Value* nv = root.get("name"); nv != nullptr && (s.name.empty() || s.name.size() > 200 || one_line(s.name) != s.name)) {
@@ -455,7 +454,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     s.description.pop_back();
   }
   root.get("include");  // consumed by the loader
+}
 
+void read_worker(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
   // Who trains comes first: the model's own module names and files are
   // checked only for dbh's built-in worker (an external one reports its
   // modules in `hello`, and its files are its own).
@@ -468,15 +469,17 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     fail(where(tree, DBH_SCENARIO_KEY(worker.cwd)), DBH_SCENARIO_KEY(worker.cwd), "an existing folder",
          quoted_excerpt(s.worker.cwd));
   }
+}
 
-  // The table's keys (schema.h), section by section, each followed by the
-  // checks that involve more than one key or the file system.
+void read_model(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("model", false, kSectionForm), "model", s);
   if (!s.model.weights.empty()) {
     check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
                           DBH_SCENARIO_KEY(model.weights));
   }
+}
 
+void read_data(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("data", false, kSectionForm), "data", s);
   // An external worker without data.path trains on the dataset its own
   // configuration names.
@@ -530,7 +533,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            std::to_string(val.size));
     }
   }
+}
 
+void read_train(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("train", false, kSectionForm), "train", s);
   if (!s.train.resume_from.empty()) {
     check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
@@ -542,7 +547,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
              DBH_SCENARIO_KEY(data.val.holdout) + ") to evaluate on",
          "none");
   }
+}
 
+void read_hardware(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
   read_section(root.get("hardware", false, kSectionForm), "hardware", s);
   {
     const std::string& device = s.hardware.device;
@@ -573,9 +580,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
          "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",
          quoted_excerpt(s.train.precision));
   }
+}
 
-  read_section(root.get("monitors", false, kSectionForm), "monitors", s);
-
+void read_faults(MapReader& root, const Value& tree, Scenario& s) {
   if (const Value* faults = root.get("faults", false, "a list of faults ([] for none)")) {
     if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
     for (size_t i = 0; i < faults->seq.size(); ++i) {
@@ -596,6 +603,12 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            std::to_string(f.at_step));
     }
   }
+}
+
+// The number of samples training reads, when it is known without training
+// (data.samples, or the dataset's when data.subset or data.val.holdout
+// need it).
+std::optional<int64_t> check_sample_indices(MapReader& root, const Value& tree, const Scenario& s) {
   // Sample indices must exist in the data the run will read.
   std::optional<int64_t> samples;
   if (s.data.source == "real") {
@@ -627,6 +640,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       }
     }
   }
+  return samples;
+}
+
+void read_repeat(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("repeat", false, kSectionForm), "repeat", s);
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (s.faults[i].run >= s.repeat.in_process) {
@@ -638,6 +655,9 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
            std::to_string(s.faults[i].run));
     }
   }
+}
+
+void check_fault_placements(const Value& tree, const Scenario& s, const std::optional<int64_t>& samples) {
   // A fault that cannot act where it is placed is a mistake in the scenario:
   // each fault's placement rules are in its catalog entry (Note [Fault
   // registry]).
@@ -677,7 +697,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       spec->check(placement);
     }
   }
-  read_section(root.get("limits", false, kSectionForm), "limits", s);
+}
+
+// expect: the outcome and evidence the scenario expects.
+void read_expect(MapReader& root, Scenario& s) {
   {
     MapReader r(root.get("expect", false, "a map of expectations"), "expect", root.loc(), /*nulls_unset=*/true);
     s.expect.outcome = r.string("outcome", "passed", kOutcomes);
@@ -748,6 +771,10 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
     }
     r.finish();
   }
+}
+
+// controls: override lists run beside the main trial.
+void read_controls(MapReader& root, Scenario& s) {
   if (const Value* controls = root.get("controls", false, "a list of override lists")) {
     if (!controls->is_seq()) {
       fail(controls->loc, "controls", "a list of override lists", controls->describe());
@@ -776,6 +803,31 @@ Scenario scenario_from_tree(const Value& tree, const std::string& file) {
       s.controls.push_back(overrides);
     }
   }
+}
+
+}  // namespace
+
+Scenario scenario_from_tree(const Value& tree, const std::string& file) {
+  Scenario s;
+  s.file = file;
+  const Location top{file, 1, 1};
+  MapReader root(&tree, "", top);
+  read_identity(root, file, s);
+  read_worker(root, tree, file, s);
+  // The table's keys (schema.h), section by section, each followed by the
+  // checks that involve more than one key or the file system.
+  read_model(root, tree, s);
+  read_data(root, tree, s);
+  read_train(root, tree, s);
+  read_hardware(root, tree, file, s);
+  read_section(root.get("monitors", false, kSectionForm), "monitors", s);
+  read_faults(root, tree, s);
+  const std::optional<int64_t> samples = check_sample_indices(root, tree, s);
+  read_repeat(root, tree, s);
+  check_fault_placements(tree, s, samples);
+  read_section(root.get("limits", false, kSectionForm), "limits", s);
+  read_expect(root, s);
+  read_controls(root, s);
   root.finish();
   s.resolved = parse_yaml(resolved_json(s), file);
   return s;

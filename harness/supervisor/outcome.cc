@@ -206,6 +206,401 @@ std::string stacks_excerpt(const std::string& text, size_t max_lines) {
 
 }  // namespace
 
+namespace {
+
+// The events a verdict reads, found while the trial's records are filled.
+struct EventDigest {
+  const Event* first_error = nullptr;    // the first error that is not a divergence
+  const Event* harness_error = nullptr;  // the worker's own failure
+  const Event* unavailable = nullptr;    // the first error of kind unavailable
+  std::vector<const Event*> errors;      // every error but harness errors
+  const Event* primary_health = nullptr;  // the first primary finite finding
+  const Event* silent_health = nullptr;   // the first primary silent-failure finding
+  std::string done_status;
+  std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
+};
+
+EvalRecord eval_record(const proto::Eval& v) {
+  EvalRecord ev;
+  ev.run = v.run;
+  ev.step = v.step;
+  ev.precision = v.precision;
+  ev.recall = v.recall;
+  ev.hmean = v.hmean;
+  ev.gt = v.gt;
+  ev.det = v.det;
+  ev.matched = v.matched;
+  ev.images = v.images;
+  ev.prob_mean = v.prob_mean;
+  ev.text_fraction = v.text_fraction;
+  ev.seconds = v.seconds;
+  ev.det_reference = v.det_reference.value_or(-1);
+  return ev;
+}
+
+// A step's record; its memory raises the trial's peaks in `a`.
+StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
+  StepRecord st;
+  st.run = end.run;
+  st.step = end.step;
+  st.loss = end.loss;
+  st.bce = end.bce;
+  st.l1 = end.l1;
+  st.dice = end.dice;
+  st.lr = end.lr;
+  st.grad_norm = end.grad_norm;
+  st.seconds = end.seconds;
+  st.loss_bits = end.loss_bits;
+  st.grad_norm_bits = end.grad_norm_bits;
+  st.micro_loss_bits = end.micro_loss_bits;
+  st.skipped = end.skipped;
+  st.loss_scale = end.loss_scale;
+  if (end.memory.is_object()) {
+    const auto& m = end.memory;
+    st.rss_bytes = m.value("rss_bytes", int64_t{0});
+    if (m.contains("cuda_peak_allocated_bytes")) {
+      st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
+      a.cuda_memory_seen = true;
+    }
+    a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
+                                                            ? st.peak_bytes
+                                                            : m.value("peak_rss_bytes", int64_t{0}));
+  }
+  if (end.phases.is_object()) {
+    st.phases = end.phases;
+    if (st.peak_bytes == 0) {
+      for (const auto& [phase, m] : st.phases.items()) {
+        st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
+      }
+      st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
+    }
+  }
+  // getrusage's high-water mark and /proc's current RSS are read at
+  // different moments; the peak is at least every sample taken.
+  a.peak_memory_bytes = std::max({a.peak_memory_bytes, st.peak_bytes, st.rss_bytes});
+  a.max_step_peak_bytes = std::max(a.max_step_peak_bytes, st.peak_bytes);
+  return st;
+}
+
+// Fault records only fill the fault list; attribution never reads them
+// (ClassifyOptions::withhold_fault_records tests exactly that).
+void record_fault(const proto::FaultFired& fired, TrialAnalysis& a) {
+  if (fired.index < 0 || fired.index >= static_cast<int64_t>(a.faults.size())) return;
+  auto& f = a.faults[static_cast<size_t>(fired.index)];
+  f.fired = true;
+  f.steps.push_back(fired.step);
+  if (!fired.module.empty()) f.module = fired.module;
+  const auto& d = fired.detail;
+  if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
+    f.real = d["real"].get<bool>();
+    f.hardware_error = d.value("cuda_error", "");
+  }
+}
+
+void record_error(const Event& e, TrialAnalysis& a, EventDigest& d) {
+  const auto err = proto::error_from(e);
+  if (err.kind == proto::error_kind::kHarness) {
+    if (d.harness_error == nullptr) d.harness_error = &e;
+    return;
+  }
+  if (err.kind == proto::error_kind::kUnavailable && d.unavailable == nullptr) d.unavailable = &e;
+  d.errors.push_back(&e);
+  if (d.first_error == nullptr && err.kind != proto::error_kind::kDiverged) {
+    d.first_error = &e;
+    if (!err.memory.is_null()) {
+      a.memory_at_failure = {{"memory", err.memory},
+                             {"phases", err.phases.is_null() ? nlohmann::json::object() : err.phases}};
+    }
+  }
+}
+
+void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
+  a.run_checksums.push_back(end.checksum);
+  if (!end.memory.is_object()) return;
+  const auto& m = end.memory;
+  a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
+  if (m.contains("cuda_allocated_bytes")) {
+    a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
+    a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
+  }
+}
+
+// Reads the trial's events in order: fills `a`'s records (steps, evaluations,
+// runs, faults, memory, warnings) and returns what the verdict reads.
+EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions& opts, TrialAnalysis& a) {
+  EventDigest d;
+  for (const auto& e : events) {
+    if (e.type == event::kHello) {
+      a.scenario_hash = proto::hello_from(e).scenario_hash;
+    } else if (e.type == event::kWarning) {
+      a.warnings.push_back(proto::warning_from(e).message);
+    } else if (e.type == event::kEval) {
+      a.evals.push_back(eval_record(proto::eval_from(e)));
+    } else if (e.type == event::kEvalCheck) {
+      const proto::EvalCheck check = proto::eval_check_from(e);
+      a.evaluator_self_check = check.hmean;
+      a.validation_words = check.words;
+    } else if (e.type == event::kEvalOverlays) {
+      const auto files = proto::overlays_from(e).files;
+      a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
+    } else if (e.type == event::kStepBegin) {
+      const auto b = proto::step_begin_from(e);
+      d.open_step = b.step;
+      d.open_run = b.run;
+    } else if (e.type == event::kStepEnd) {
+      a.steps.push_back(step_record(proto::step_end_from(e), a));
+      ++a.steps_completed;
+      d.open_step.reset();
+    } else if (e.type == event::kFaultFired) {
+      if (!opts.withhold_fault_records) record_fault(proto::fault_fired_from(e), a);
+    } else if (e.type == event::kMemorySnapshot) {
+      a.memory_snapshot = proto::memory_snapshot_from(e).file;
+    } else if (e.type == event::kOverlays) {
+      a.overlays = proto::overlays_from(e).files;
+    } else if (e.type == event::kMemoryBudget) {
+      a.budget = e.body;
+    } else if (e.type == event::kBatch) {
+      auto b = proto::batch_from(e);
+      a.batches.emplace_back(b.step, std::move(b.samples));
+    } else if (e.type == event::kHealth) {
+      const auto h = proto::health_from(e);
+      if (h.primary.value_or(false) && h.check == "finite" && d.primary_health == nullptr) {
+        d.primary_health = &e;
+      }
+      if (h.primary.value_or(false) && is_silent_check(h.check) && d.silent_health == nullptr) {
+        d.silent_health = &e;
+      }
+    } else if (e.type == event::kError) {
+      record_error(e, a, d);
+    } else if (e.type == event::kRunBegin) {
+      const auto b = proto::run_begin_from(e);
+      if (b.memory.is_object()) a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
+    } else if (e.type == event::kRunEnd) {
+      record_run_end(proto::run_end_from(e), a);
+    } else if (e.type == event::kDone) {
+      const auto done = proto::done_from(e);
+      a.done_seen = true;
+      d.done_status = done.status;
+      if (done.memory.is_object()) {
+        a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
+      }
+    }
+  }
+  return d;
+}
+
+// The step a process died in, from its step_begin without a step_end.
+void mark_crash_step(const EventDigest& d, Failure& f) {
+  f.step = d.open_step;
+  f.run = d.open_run;
+  if (d.open_step) {
+    f.evidence.push_back("step_begin for step " + std::to_string(*d.open_step) +
+                         " without step_end: the process died during that step");
+  }
+}
+
+// A trial that says nothing about the training: not spawned, not runnable
+// here, or ended by a failure of dbh's own. True when `a` is decided.
+bool settle_without_training(const TrialResult& r, const Scenario& s, const EventDigest& d, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  if (!r.spawn_error.empty()) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = r.spawn_error;
+    return true;
+  }
+  const bool ended_by_itself = r.term_signal == 0 && !r.timed_out && !r.hung;
+  if (d.unavailable != nullptr && ended_by_itself) {
+    mark_not_run_here(a, s, proto::error_from(*d.unavailable).message);
+    return true;
+  }
+  if (d.harness_error != nullptr && ended_by_itself) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = "the worker reported a harness error: " + proto::error_from(*d.harness_error).message;
+    f.evidence.push_back(f.message);
+    return true;
+  }
+  if (!s.worker.external() && !a.done_seen && ended_by_itself && r.exit_code == kInternalErrorExit) {
+    // Note [A bug in dbh is not a finding]: dbh's own worker ended on an
+    // internal error (a bug in dbh, as when it read the CUDA allocator before
+    // its first tensor): the trial says nothing about the training, so no
+    // verdict, bisection or diagnosis may count it as a failure of it.
+    a.outcome = Outcome::kUnresolved;
+    f.message = "dbh's worker failed inside dbh (exit " + std::to_string(r.exit_code) +
+                "), not in the training: " + last_line(r.stderr_tail) + "; please report it with this trial's stderr.log";
+    f.evidence.push_back(f.message);
+    mark_crash_step(d, f);
+    return true;
+  }
+  return false;
+}
+
+// The finite checks' first primary finding: a divergence.
+void judge_nonfinite(const Event& event, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  a.outcome = Outcome::kDiverged;
+  a.primary_health = event.body;
+  const auto h = proto::health_from(event);
+  f.klass = class_for_health_kind(h.kind);
+  f.step = h.step;
+  f.run = h.run;
+  f.module = h.module.value_or("");
+  f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
+  f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" + h.site +
+                       "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
+                       std::to_string(*f.step));
+  if (const auto skips = h.extra.find("loss_scaler_skips"); skips != h.extra.end() && skips->is_number_integer()) {
+    // Note [Loss-scaler skips]: the finding is a streak, not one step.
+    const std::string n = std::to_string(skips->get<int64_t>());
+    f.message = "non-finite " + h.kind + " (" + h.site + ") from step " + std::to_string(*f.step) +
+                ": the fp16 loss scaler skipped " + n + " steps in a row";
+    f.evidence.push_back("the loss scaler skipped " + n + " steps in a row from step " + std::to_string(*f.step) +
+                         ", lowering its scale each time: the gradients stay non-finite at every scale (a few "
+                         "skipped steps are its normal work)");
+  }
+  if (!h.nonfinite_sites.is_null()) {
+    f.evidence.push_back("non-finite sites that step (consequences included): " + h.nonfinite_sites.dump());
+  }
+}
+
+// Finite but unable to learn: the silent-failure monitors' finding.
+void judge_silent_finding(const Event& event, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  a.outcome = Outcome::kFailed;
+  a.primary_health = event.body;
+  const auto h = proto::health_from(event);
+  f.klass = h.check;
+  f.step = h.step;
+  f.run = h.run;
+  f.module = h.module.value_or("");
+  f.message = h.message.value_or("");
+  f.evidence = h.evidence.value_or(std::vector<std::string>{});
+  if (f.evidence.empty()) f.evidence.push_back(f.message);
+}
+
+// The first error event, classified by the knowledge base; later errors are
+// kept as secondary.
+void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  a.outcome = Outcome::kFailed;
+  const auto e = proto::error_from(*d.first_error);
+  f.message = e.message;
+  f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
+  f.run = e.run.value_or(0);
+  f.module = e.module.value_or("");
+  const FailureClass* c = kb.match_message(f.message);
+  if (e.kind == proto::error_kind::kData && (c == nullptr || c->id != "data_invalid")) {
+    c = kb.find("data_invalid");
+  }
+  f.klass = c != nullptr ? c->id : (e.kind == proto::error_kind::kData ? "data_invalid" : "exception");
+  f.evidence.push_back("error event: \"" + f.message + "\"" +
+                       (f.step ? " at step " + std::to_string(*f.step) : std::string(" before training")) +
+                       (f.module.empty() ? "" : ", last module entered `" + f.module + "`"));
+  if (c != nullptr && !c->signatures.empty()) {
+    f.evidence.push_back("message matches the knowledge-base signature of `" + c->id + "`");
+  }
+  for (const Event* other : d.errors) {
+    if (other != d.first_error) {
+      const auto o = proto::error_from(*other);
+      f.secondary.push_back(o.phase.value_or("train") + ": " + o.message);
+    }
+  }
+}
+
+// Memory growth across in-process runs of a passed trial: host RSS, and on
+// CUDA the caching allocator's allocated and reserved memory.
+void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
+      {"CUDA allocated memory", &a.run_end_cuda_allocated},
+      {"CUDA reserved memory", &a.run_end_cuda_reserved},
+      {"resident memory", &a.run_end_rss}};
+  for (const auto& [what, values] : series) {
+    // The first run's end holds what a process allocates once (allocator
+    // and kernel caches, thread pools): resident and reserved memory are
+    // judged from the second run's end on, so over three runs at least.
+    // Allocated CUDA memory is live tensors only, judged from the first.
+    const bool exact = values == &a.run_end_cuda_allocated;
+    const size_t from = exact ? 0 : 1;
+    if (values->size() < from + 2 || a.outcome != Outcome::kPassed) continue;
+    const int64_t growth = values->back() - (*values)[from];
+    const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1 - from);
+    if (per_run <= opts.leak_threshold_bytes) continue;
+    a.outcome = Outcome::kLeaked;
+    f.klass = "leak_across_runs";
+    f.message = std::string(what) + " grew by " + format_bytes(per_run) + " per run over " +
+                std::to_string(values->size()) + " in-process runs";
+    for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
+      std::string line = "run " + std::to_string(i) + " ended at " + format_bytes(a.run_end_rss[i]) + " RSS";
+      if (i < a.run_end_cuda_allocated.size()) {
+        line += ", CUDA allocated " + format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
+                format_bytes(a.run_end_cuda_reserved[i]);
+      }
+      f.evidence.push_back(line);
+    }
+  }
+}
+
+// How the trial ended, from the strongest evidence down: the supervisor's
+// kills, the monitors' findings, error events, the `done` event, the stream
+// itself; a trial that passed is then judged for leaks, evaluation and
+// learning.
+void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb, const ClassifyOptions& opts,
+                  const EventDigest& d, TrialAnalysis& a) {
+  Failure& f = a.failure;
+  if (r.timed_out) {
+    a.outcome = Outcome::kTimedOut;
+    f.klass = "hang";
+    f.message = "killed at the wall-clock deadline of " + std::to_string(s.limits.deadline_s) + " s";
+    mark_crash_step(d, f);
+  } else if (r.hung) {
+    a.outcome = Outcome::kHung;
+    f.klass = "hang";
+    f.message = "no event for " + std::to_string(static_cast<int>(s.limits.silence_s)) +
+                " s: killed by the silence watchdog";
+    mark_crash_step(d, f);
+  } else if (r.term_signal != 0) {
+    a.outcome = Outcome::kCrashed;
+    const bool oom_kill = r.term_signal == SIGKILL && s.hardware.memory_budget > 0;
+    f.klass = oom_kill ? "host_oom" : "crash_signal";
+    f.message = "worker killed by " + signal_name(r.term_signal);
+    f.evidence.push_back("the process ended with " + signal_name(r.term_signal) + " and no `done` event");
+    mark_crash_step(d, f);
+  } else if (d.primary_health != nullptr) {
+    judge_nonfinite(*d.primary_health, a);
+  } else if (d.silent_health != nullptr) {
+    judge_silent_finding(*d.silent_health, a);
+  } else if (d.first_error != nullptr) {
+    judge_error(d, kb, a);
+  } else if (!a.done_seen) {
+    a.outcome = r.exit_code == 0 ? Outcome::kUnresolved : Outcome::kFailed;
+    f.klass = "premature_exit";
+    f.message = "worker exited with status " + std::to_string(r.exit_code) + " without a `done` event";
+    mark_crash_step(d, f);
+  } else if (d.done_status == "diverged") {
+    a.outcome = Outcome::kDiverged;
+    f.klass = "nonfinite_loss";
+    f.message = "the worker stopped a diverged run without a monitor finding";
+    f.evidence.push_back("done status \"diverged\" without a primary health event");
+  } else if (r.exit_code != 0 || (!d.done_status.empty() && d.done_status != "passed")) {
+    a.outcome = Outcome::kFailed;
+    f.klass = "premature_exit";
+    f.message = "worker finished with status \"" + d.done_status + "\" and exit code " +
+                std::to_string(r.exit_code) + " but reported no error";
+    f.evidence.push_back(f.message);
+  } else if (!r.bad_lines.empty()) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
+                " undecodable line(s): " + r.bad_lines.front();
+  } else {
+    a.outcome = Outcome::kPassed;
+    judge_leaks(opts, a);
+    if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
+    if (a.outcome == Outcome::kPassed) judge_learning(a, s);
+  }
+}
+
+}  // namespace
+
 TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb,
                        const ClassifyOptions& opts) {
   TrialAnalysis a;
@@ -219,332 +614,9 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   for (size_t i = 0; i < s.faults.size(); ++i) {
     a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, "", std::nullopt, ""});
   }
-  const Event* first_error = nullptr;
-  const Event* harness_error = nullptr;
-  const Event* unavailable = nullptr;  // the first error of kind unavailable
-  std::string done_status;
-  std::vector<const Event*> errors;
-  const Event* primary_health = nullptr;
-  const Event* silent_health = nullptr;
-  std::optional<int64_t> open_step, open_run;
-  for (const auto& e : r.events) {
-    if (e.type == event::kHello) {
-      a.scenario_hash = proto::hello_from(e).scenario_hash;
-    } else if (e.type == event::kWarning) {
-      a.warnings.push_back(proto::warning_from(e).message);
-    } else if (e.type == event::kEval) {
-      const auto v = proto::eval_from(e);
-      EvalRecord ev;
-      ev.run = v.run;
-      ev.step = v.step;
-      ev.precision = v.precision;
-      ev.recall = v.recall;
-      ev.hmean = v.hmean;
-      ev.gt = v.gt;
-      ev.det = v.det;
-      ev.matched = v.matched;
-      ev.images = v.images;
-      ev.prob_mean = v.prob_mean;
-      ev.text_fraction = v.text_fraction;
-      ev.seconds = v.seconds;
-      ev.det_reference = v.det_reference.value_or(-1);
-      a.evals.push_back(ev);
-    } else if (e.type == event::kEvalCheck) {
-      const proto::EvalCheck check = proto::eval_check_from(e);
-      a.evaluator_self_check = check.hmean;
-      a.validation_words = check.words;
-    } else if (e.type == event::kEvalOverlays) {
-      const auto files = proto::overlays_from(e).files;
-      a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
-    } else if (e.type == event::kStepBegin) {
-      const auto b = proto::step_begin_from(e);
-      open_step = b.step;
-      open_run = b.run;
-    } else if (e.type == event::kStepEnd) {
-      const auto end = proto::step_end_from(e);
-      StepRecord st;
-      st.run = end.run;
-      st.step = end.step;
-      st.loss = end.loss;
-      st.bce = end.bce;
-      st.l1 = end.l1;
-      st.dice = end.dice;
-      st.lr = end.lr;
-      st.grad_norm = end.grad_norm;
-      st.seconds = end.seconds;
-      st.loss_bits = end.loss_bits;
-      st.grad_norm_bits = end.grad_norm_bits;
-      st.micro_loss_bits = end.micro_loss_bits;
-      st.skipped = end.skipped;
-      st.loss_scale = end.loss_scale;
-      if (end.memory.is_object()) {
-        const auto& m = end.memory;
-        st.rss_bytes = m.value("rss_bytes", int64_t{0});
-        if (m.contains("cuda_peak_allocated_bytes")) {
-          st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
-          a.cuda_memory_seen = true;
-        }
-        a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
-                                                                ? st.peak_bytes
-                                                                : m.value("peak_rss_bytes", int64_t{0}));
-      }
-      if (end.phases.is_object()) {
-        st.phases = end.phases;
-        if (st.peak_bytes == 0) {
-          for (const auto& [phase, m] : st.phases.items()) {
-            st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
-          }
-          st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
-        }
-      }
-      // getrusage's high-water mark and /proc's current RSS are read at
-      // different moments; the peak is at least every sample taken.
-      a.peak_memory_bytes = std::max({a.peak_memory_bytes, st.peak_bytes, st.rss_bytes});
-      a.max_step_peak_bytes = std::max(a.max_step_peak_bytes, st.peak_bytes);
-      a.steps.push_back(st);
-      ++a.steps_completed;
-      open_step.reset();
-    } else if (e.type == event::kFaultFired) {
-      // Fault records only fill the fault list; attribution below never reads
-      // them. Withholding them (a test of exactly that) leaves it unchanged.
-      if (opts.withhold_fault_records) continue;
-      const auto fired = proto::fault_fired_from(e);
-      if (fired.index >= 0 && fired.index < static_cast<int64_t>(a.faults.size())) {
-        auto& f = a.faults[static_cast<size_t>(fired.index)];
-        f.fired = true;
-        f.steps.push_back(fired.step);
-        if (!fired.module.empty()) f.module = fired.module;
-        const auto& d = fired.detail;
-        if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
-          f.real = d["real"].get<bool>();
-          f.hardware_error = d.value("cuda_error", "");
-        }
-      }
-    } else if (e.type == event::kMemorySnapshot) {
-      a.memory_snapshot = proto::memory_snapshot_from(e).file;
-    } else if (e.type == event::kOverlays) {
-      a.overlays = proto::overlays_from(e).files;
-    } else if (e.type == event::kMemoryBudget) {
-      a.budget = e.body;
-    } else if (e.type == event::kBatch) {
-      auto b = proto::batch_from(e);
-      a.batches.emplace_back(b.step, std::move(b.samples));
-    } else if (e.type == event::kHealth) {
-      const auto h = proto::health_from(e);
-      if (h.primary.value_or(false) && h.check == "finite" && primary_health == nullptr) {
-        primary_health = &e;
-      }
-      if (h.primary.value_or(false) && is_silent_check(h.check) && silent_health == nullptr) {
-        silent_health = &e;
-      }
-    } else if (e.type == event::kError) {
-      const auto err = proto::error_from(e);
-      if (err.kind == proto::error_kind::kHarness) {
-        if (harness_error == nullptr) harness_error = &e;
-        continue;
-      }
-      if (err.kind == proto::error_kind::kUnavailable && unavailable == nullptr) unavailable = &e;
-      errors.push_back(&e);
-      if (first_error == nullptr && err.kind != proto::error_kind::kDiverged) {
-        first_error = &e;
-        if (!err.memory.is_null()) {
-          a.memory_at_failure = {{"memory", err.memory},
-                                 {"phases", err.phases.is_null() ? nlohmann::json::object() : err.phases}};
-        }
-      }
-    } else if (e.type == event::kRunBegin) {
-      const auto b = proto::run_begin_from(e);
-      if (b.memory.is_object()) a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
-    } else if (e.type == event::kRunEnd) {
-      const auto end = proto::run_end_from(e);
-      a.run_checksums.push_back(end.checksum);
-      if (end.memory.is_object()) {
-        const auto& m = end.memory;
-        a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
-        if (m.contains("cuda_allocated_bytes")) {
-          a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
-          a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
-        }
-      }
-    } else if (e.type == event::kDone) {
-      const auto done = proto::done_from(e);
-      a.done_seen = true;
-      done_status = done.status;
-      if (done.memory.is_object()) {
-        a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
-      }
-    }
-  }
-  Failure& f = a.failure;
-  auto crash_step = [&]() {
-    f.step = open_step;
-    f.run = open_run;
-    if (open_step) {
-      f.evidence.push_back("step_begin for step " + std::to_string(*open_step) +
-                           " without step_end: the process died during that step");
-    }
-  };
-  if (!r.spawn_error.empty()) {
-    a.outcome = Outcome::kUnresolved;
-    f.message = r.spawn_error;
-    return a;
-  }
-  if (unavailable != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
-    mark_not_run_here(a, s, proto::error_from(*unavailable).message);
-    return a;
-  }
-  if (harness_error != nullptr && r.term_signal == 0 && !r.timed_out && !r.hung) {
-    a.outcome = Outcome::kUnresolved;
-    f.message = "the worker reported a harness error: " + proto::error_from(*harness_error).message;
-    f.evidence.push_back(f.message);
-    return a;
-  }
-  if (!s.worker.external() && !a.done_seen && r.term_signal == 0 && !r.timed_out && !r.hung &&
-      r.exit_code == kInternalErrorExit) {
-    // Note [A bug in dbh is not a finding]: dbh's own worker ended on an
-    // internal error (a bug in dbh, as when it read the CUDA allocator before
-    // its first tensor): the trial says nothing about the training, so no
-    // verdict, bisection or diagnosis may count it as a failure of it.
-    a.outcome = Outcome::kUnresolved;
-    f.message = "dbh's worker failed inside dbh (exit " + std::to_string(r.exit_code) +
-                "), not in the training: " + last_line(r.stderr_tail) + "; please report it with this trial's stderr.log";
-    f.evidence.push_back(f.message);
-    crash_step();
-    return a;
-  }
-  if (r.timed_out) {
-    a.outcome = Outcome::kTimedOut;
-    f.klass = "hang";
-    f.message = "killed at the wall-clock deadline of " + std::to_string(s.limits.deadline_s) + " s";
-    crash_step();
-  } else if (r.hung) {
-    a.outcome = Outcome::kHung;
-    f.klass = "hang";
-    f.message = "no event for " + std::to_string(static_cast<int>(s.limits.silence_s)) +
-                " s: killed by the silence watchdog";
-    crash_step();
-  } else if (r.term_signal != 0) {
-    a.outcome = Outcome::kCrashed;
-    const bool oom_kill = r.term_signal == SIGKILL && s.hardware.memory_budget > 0;
-    f.klass = oom_kill ? "host_oom" : "crash_signal";
-    f.message = "worker killed by " + signal_name(r.term_signal);
-    f.evidence.push_back("the process ended with " + signal_name(r.term_signal) + " and no `done` event");
-    crash_step();
-  } else if (primary_health != nullptr) {
-    a.outcome = Outcome::kDiverged;
-    a.primary_health = primary_health->body;
-    const auto h = proto::health_from(*primary_health);
-    f.klass = class_for_health_kind(h.kind);
-    f.step = h.step;
-    f.run = h.run;
-    f.module = h.module.value_or("");
-    f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
-    f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" +
-                         h.site + "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
-                         std::to_string(*f.step));
-    if (const auto skips = h.extra.find("loss_scaler_skips"); skips != h.extra.end() && skips->is_number_integer()) {
-      // Note [Loss-scaler skips]: the finding is a streak, not one step.
-      const std::string n = std::to_string(skips->get<int64_t>());
-      f.message = "non-finite " + h.kind + " (" + h.site + ") from step " + std::to_string(*f.step) +
-                  ": the fp16 loss scaler skipped " + n + " steps in a row";
-      f.evidence.push_back("the loss scaler skipped " + n + " steps in a row from step " + std::to_string(*f.step) +
-                           ", lowering its scale each time: the gradients stay non-finite at every scale (a few "
-                           "skipped steps are its normal work)");
-    }
-    if (!h.nonfinite_sites.is_null()) {
-      f.evidence.push_back("non-finite sites that step (consequences included): " + h.nonfinite_sites.dump());
-    }
-  } else if (silent_health != nullptr) {
-    // Finite but unable to learn: the silent-failure monitors' finding.
-    a.outcome = Outcome::kFailed;
-    a.primary_health = silent_health->body;
-    const auto h = proto::health_from(*silent_health);
-    f.klass = h.check;
-    f.step = h.step;
-    f.run = h.run;
-    f.module = h.module.value_or("");
-    f.message = h.message.value_or("");
-    f.evidence = h.evidence.value_or(std::vector<std::string>{});
-    if (f.evidence.empty()) f.evidence.push_back(f.message);
-  } else if (first_error != nullptr) {
-    a.outcome = Outcome::kFailed;
-    const auto e = proto::error_from(*first_error);
-    f.message = e.message;
-    f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
-    f.run = e.run.value_or(0);
-    f.module = e.module.value_or("");
-    const FailureClass* c = kb.match_message(f.message);
-    if (e.kind == proto::error_kind::kData && (c == nullptr || c->id != "data_invalid")) {
-      c = kb.find("data_invalid");
-    }
-    f.klass = c != nullptr ? c->id : (e.kind == proto::error_kind::kData ? "data_invalid" : "exception");
-    f.evidence.push_back("error event: \"" + f.message + "\"" +
-                         (f.step ? " at step " + std::to_string(*f.step) : std::string(" before training")) +
-                         (f.module.empty() ? "" : ", last module entered `" + f.module + "`"));
-    if (c != nullptr && !c->signatures.empty()) {
-      f.evidence.push_back("message matches the knowledge-base signature of `" + c->id + "`");
-    }
-    for (const Event* other : errors) {
-      if (other != first_error) {
-        const auto o = proto::error_from(*other);
-        f.secondary.push_back(o.phase.value_or("train") + ": " + o.message);
-      }
-    }
-  } else if (!a.done_seen) {
-    a.outcome = r.exit_code == 0 ? Outcome::kUnresolved : Outcome::kFailed;
-    f.klass = "premature_exit";
-    f.message = "worker exited with status " + std::to_string(r.exit_code) + " without a `done` event";
-    crash_step();
-  } else if (done_status == "diverged") {
-    a.outcome = Outcome::kDiverged;
-    f.klass = "nonfinite_loss";
-    f.message = "the worker stopped a diverged run without a monitor finding";
-    f.evidence.push_back("done status \"diverged\" without a primary health event");
-  } else if (r.exit_code != 0 || (!done_status.empty() && done_status != "passed")) {
-    a.outcome = Outcome::kFailed;
-    f.klass = "premature_exit";
-    f.message = "worker finished with status \"" + done_status + "\" and exit code " +
-                std::to_string(r.exit_code) + " but reported no error";
-    f.evidence.push_back(f.message);
-  } else if (!r.bad_lines.empty()) {
-    a.outcome = Outcome::kUnresolved;
-    f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
-                " undecodable line(s): " + r.bad_lines.front();
-  } else {
-    a.outcome = Outcome::kPassed;
-    // Memory growth across in-process runs: host RSS, and on CUDA the
-    // caching allocator's allocated and reserved memory.
-    const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
-        {"CUDA allocated memory", &a.run_end_cuda_allocated},
-        {"CUDA reserved memory", &a.run_end_cuda_reserved},
-        {"resident memory", &a.run_end_rss}};
-    for (const auto& [what, values] : series) {
-      // The first run's end holds what a process allocates once (allocator
-      // and kernel caches, thread pools): resident and reserved memory are
-      // judged from the second run's end on, so over three runs at least.
-      // Allocated CUDA memory is live tensors only, judged from the first.
-      const bool exact = values == &a.run_end_cuda_allocated;
-      const size_t from = exact ? 0 : 1;
-      if (values->size() < from + 2 || a.outcome != Outcome::kPassed) continue;
-      const int64_t growth = values->back() - (*values)[from];
-      const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1 - from);
-      if (per_run <= opts.leak_threshold_bytes) continue;
-      a.outcome = Outcome::kLeaked;
-      f.klass = "leak_across_runs";
-      f.message = std::string(what) + " grew by " + format_bytes(per_run) + " per run over " +
-                  std::to_string(values->size()) + " in-process runs";
-      for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
-        std::string line = "run " + std::to_string(i) + " ended at " + format_bytes(a.run_end_rss[i]) + " RSS";
-        if (i < a.run_end_cuda_allocated.size()) {
-          line += ", CUDA allocated " + format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
-                  format_bytes(a.run_end_cuda_reserved[i]);
-        }
-        f.evidence.push_back(line);
-      }
-    }
-    if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
-    if (a.outcome == Outcome::kPassed) judge_learning(a, s);
-  }
+  const EventDigest d = read_events(r.events, opts, a);
+  if (settle_without_training(r, s, d, a)) return a;
+  judge_ending(r, s, kb, opts, d, a);
   // Note [A budget that was not applied]: a run asked to fit a memory budget
   // that its worker could not apply (a budget below what the CUDA context
   // alone takes, say) trained without it; its pass says nothing about the
@@ -552,10 +624,10 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   if (a.outcome == Outcome::kPassed && s.hardware.memory_budget > 0 && a.budget.is_object() &&
       !a.budget.value("applied", true)) {
     a.outcome = Outcome::kUnresolved;
-    f.message = "the memory budget of " + format_bytes(s.hardware.memory_budget) +
-                " was not applied, so the run did not test it: " +
-                a.budget.value("detail", std::string("the worker gave no reason"));
-    f.evidence.push_back(f.message);
+    a.failure.message = "the memory budget of " + format_bytes(s.hardware.memory_budget) +
+                        " was not applied, so the run did not test it: " +
+                        a.budget.value("detail", std::string("the worker gave no reason"));
+    a.failure.evidence.push_back(a.failure.message);
   }
   return a;
 }

@@ -171,6 +171,68 @@ struct FdCloser {
 
 }  // namespace
 
+namespace {
+
+// The worker's environment: ours, with spec.env and this process as its
+// supervisor set over it.
+std::vector<std::string> worker_environment(const TrialSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> set = spec.env;
+  set.emplace_back(kSupervisorPidEnv, std::to_string(getpid()));
+  std::vector<std::string> env_text;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) {
+      return std::strncmp(*e, kv.first.c_str(), kv.first.size()) == 0 && (*e)[kv.first.size()] == '=';
+    });
+    if (!replaced) env_text.emplace_back(*e);
+  }
+  for (const auto& [name, value] : set) env_text.push_back(name + "=" + value);
+  return env_text;
+}
+
+// Starts spec.argv as the leader of its own process group, stdin from
+// /dev/null, stdout and stderr to the given files, the events pipe at
+// kEventsFd, default signal handling and no blocked signals. Returns
+// posix_spawn's error (0: *pid is the worker).
+int spawn_worker(const TrialSpec& spec, int out_fd, int err_fd, int events_fd, pid_t* pid) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, events_fd, kEventsFd);
+  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> args;
+  for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_text = worker_environment(spec);
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // A program named without a slash ("python") is looked up in PATH, as a
+  // shell would; the built-in worker is always a path.
+  const bool lookup = spec.argv[0].find('/') == std::string::npos;
+  const int rc = lookup ? posix_spawnp(pid, args[0], &actions, &attr, args.data(), envp.data())
+                        : posix_spawn(pid, args[0], &actions, &attr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+}  // namespace
+
 TrialResult run_trial(const TrialSpec& spec) {
   TrialResult result;
   const fs::path dir(spec.run_dir);
@@ -191,53 +253,9 @@ TrialResult run_trial(const TrialSpec& spec) {
     result.spawn_error = std::string("pipe: ") + std::strerror(errno);
     return result;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_log.fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_log.fd, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], kEventsFd);
-  if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> args;
-  for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // The worker's environment: ours, with this process as its supervisor.
-  std::vector<std::pair<std::string, std::string>> set = spec.env;
-  set.emplace_back(kSupervisorPidEnv, std::to_string(getpid()));
-  std::vector<std::string> env_text;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) {
-      return std::strncmp(*e, kv.first.c_str(), kv.first.size()) == 0 && (*e)[kv.first.size()] == '=';
-    });
-    if (!replaced) env_text.emplace_back(*e);
-  }
-  for (const auto& [name, value] : set) env_text.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
   pid_t pid = 0;
   const auto start = Clock::now();
-  // A program named without a slash ("python") is looked up in PATH, as a
-  // shell would; the built-in worker is always a path.
-  const bool lookup = spec.argv[0].find('/') == std::string::npos;
-  const int rc = lookup ? posix_spawnp(&pid, args[0], &actions, &attr, args.data(), envp.data())
-                        : posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const int rc = spawn_worker(spec, out_log.fd, err_log.fd, fds[1], &pid);
   close(fds[1]);
   close(out_log.fd);  // the worker has its own copies
   out_log.fd = -1;

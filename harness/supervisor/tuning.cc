@@ -412,6 +412,37 @@ void note_over_budget(json& record, const json& v, const Scenario& s) {
   record["batch"] = v.value("batch", int64_t{0});
 }
 
+// Each candidate's layout, threads and best step time, for a record.
+json timings_of(const json& candidates) {
+  json timings = json::array();
+  for (const auto& c : candidates) {
+    timings.push_back({{"channels_last", c.value("channels_last", false)},
+                       {"threads", c.value("threads", int64_t{0})},
+                       {"best_seconds", best_of(c)}});
+  }
+  return timings;
+}
+
+// Note [A measurement's budget]: the cache entry that says a measurement of
+// `s` would take longer than `budget`, from the measuring worker's answer.
+json over_budget_verdict(const json& measured, const Scenario& s, double budget, int64_t cores) {
+  const double step = measured["over_budget_step_seconds"].get<double>();
+  const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
+                                         ? measured["candidates"].size()
+                                         : 1);
+  json verdict = {{"over_budget_step_seconds", std::max(step, kMinStepSeconds)},
+                  {"least_seconds", 2.0 * n * step},
+                  {"budget_seconds", budget},
+                  {"cores", cores},
+                  {"measured_at", now_iso()},
+                  {"size", s.data.size},
+                  {"batch", s.data.batch_size}};
+  if (measured.contains("over_budget_probe_size") && measured["over_budget_probe_size"].is_number_integer()) {
+    verdict["probe_size"] = measured["over_budget_probe_size"];
+  }
+  return verdict;
+}
+
 json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir,
                                  double budget) {
   const bool auto_layout = !s.train.channels_last.has_value();
@@ -502,20 +533,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       const double others = measured.contains("others_cores") && measured["others_cores"].is_number()
                                 ? measured["others_cores"].get<double>()
                                 : -1.0;
-      const double step = measured["over_budget_step_seconds"].get<double>();
-      const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
-                                             ? measured["candidates"].size()
-                                             : 1);
-      json verdict = {{"over_budget_step_seconds", std::max(step, kMinStepSeconds)},
-                            {"least_seconds", 2.0 * n * step},
-                            {"budget_seconds", budget},
-                            {"cores", cores},
-                            {"measured_at", now_iso()},
-                            {"size", s.data.size},
-                            {"batch", s.data.batch_size}};
-      if (measured.contains("over_budget_probe_size") && measured["over_budget_probe_size"].is_number_integer()) {
-        verdict["probe_size"] = measured["over_budget_probe_size"];
-      }
+      const json verdict = over_budget_verdict(measured, s, budget, cores);
       record.erase("remeasured");  // tried again, and over the budget again
       note_over_budget(record, verdict, s);
       std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
@@ -550,13 +568,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
       record["others_cores"] = others;
       record["measured_at"] = entry["measured_at"];
       record["measure_seconds"] = seconds;
-      json timings = json::array();
-      for (const auto& c : entry["candidates"]) {
-        timings.push_back({{"channels_last", c.value("channels_last", false)},
-                           {"threads", c.value("threads", int64_t{0})},
-                           {"best_seconds", best_of(c)}});
-      }
-      record["timings"] = timings;
+      record["timings"] = timings_of(entry["candidates"]);
       record["size"] = entry.value("size", int64_t{0});
       record["batch"] = entry.value("batch", int64_t{0});
       record["cores"] = cores;
@@ -568,13 +580,7 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
   const json& chosen = candidates[static_cast<size_t>(entry["choice"].get<int64_t>())];
   if (auto_layout) record["channels_last"] = {{"value", chosen.value("channels_last", false)}, {"source", source}};
   if (auto_threads) record["threads"] = {{"value", chosen.value("threads", cores)}, {"source", source}};
-  json timings = json::array();
-  for (const auto& c : candidates) {
-    timings.push_back({{"channels_last", c.value("channels_last", false)},
-                       {"threads", c.value("threads", int64_t{0})},
-                       {"best_seconds", best_of(c)}});
-  }
-  record["timings"] = timings;
+  record["timings"] = timings_of(candidates);
   record["measured_at"] = entry.value("measured_at", "");
   record["measure_seconds"] = entry.value("measure_seconds", 0.0);
   record["size"] = entry.value("size", int64_t{0});

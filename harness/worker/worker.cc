@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <opencv2/core.hpp>
@@ -308,6 +309,323 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
 
 }  // namespace
 
+namespace {
+
+proto::Hello hello_event(const Scenario& s, int64_t trial_index, int64_t threads) {
+  proto::Hello hello;
+  hello.pid = static_cast<int64_t>(getpid());
+  hello.seed = s.train.seed;
+  hello.scenario_hash = scenario_hash(s);
+  hello.scenario = s.name;
+  hello.trial = trial_index;
+  hello.git = kGitRevision;
+  hello.dbh_version = kVersion;
+  hello.torch_version = TORCH_VERSION;
+  hello.device = s.hardware.device;
+  hello.threads = threads;
+  return hello;
+}
+
+SilentOptions silent_options(const Scenario& s) {
+  SilentOptions silent;
+  silent.input = s.monitors.silent_check("input");
+  silent.labels = s.monitors.silent_check("labels");
+  silent.predictions = s.monitors.silent_check("predictions");
+  silent.collapse_after = s.monitors.collapse_after;
+  silent.collapse_steps = s.monitors.collapse_steps;
+  silent.collapse_margin = s.monitors.collapse_margin;
+  return silent;
+}
+
+// train.mode: ops. Basic tensor operations on the device: matmul,
+// convolution forward and backward, reductions. No model, no data. Emits
+// the steps and `done`; returns the worker's exit status.
+int run_ops_check(const Scenario& s, EventWriter& events) {
+  int64_t step = -1;
+  try {
+    torch::manual_seed(s.train.seed);
+    const torch::Device device = model::parse_device(s.hardware.device);
+    for (step = 0; step < 3; ++step) {
+      events.emit(proto::StepBegin{0, step});
+      auto a = torch::randn({256, 256}, device);
+      auto x = torch::randn({2, 16, 32, 32}, torch::TensorOptions().device(device).requires_grad(true));
+      auto w = torch::randn({32, 16, 3, 3}, torch::TensorOptions().device(device).requires_grad(true));
+      auto y = torch::conv2d(x, w, {}, 1, 1).relu().sum() + a.matmul(a).mean();
+      y.backward();
+      const double v = y.item<double>();
+      const bool finite = std::isfinite(v) && torch::isfinite(x.grad()).all().item<bool>() &&
+                          torch::isfinite(w.grad()).all().item<bool>();
+      if (!finite) throw std::runtime_error("basic tensor ops produced non-finite values on " + device.str());
+      proto::StepEnd end;
+      end.ops = true;
+      end.step = step;
+      end.loss = v;
+      events.emit(end);
+    }
+  } catch (const std::exception& e) {
+    proto::Error error;
+    error.kind = error_kind_of(e);
+    error.run = 0;
+    error.step = step;
+    error.phase = "ops";
+    error.message = message_of(e);
+    events.emit(error);
+    events.emit(proto::Done{"error", {}});
+    return 1;
+  }
+  events.emit(proto::Done{"passed", {}});
+  return 0;
+}
+
+// The data a worker trains and validates on.
+struct TrainingData {
+  std::shared_ptr<model::Dataset> dataset;  // null for synthetic data
+  Validation validation;                    // no images: no validation
+};
+
+// data.val.path: its images, read under the training set's policy
+// (data.on_invalid): an image it cannot read (a FIFO, a device, a cut file)
+// fails the run under `error`, and is a warning under skip or clip, never
+// dropped in silence.
+Validation open_validation_set(const Scenario& s, EventWriter& events) {
+  const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
+  const auto scan = model::scan_dataset(s.data.val.path, policy);
+  if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
+    std::vector<model::Defect> defects = scan.defects;
+    if (defects.empty()) {
+      defects.push_back(model::Defect{model::DefectKind::kUnreadableFile, s.data.val.path, "", "", 0,
+                                      s.data.val.path + ": expected a validation dataset with annotated images, "
+                                                        "got none"});
+    }
+    throw model::DataError(defects);
+  }
+  for (const auto& defect : scan.defects) events.emit(proto::Warning{"validation set: " + defect.message});
+  return Validation{s.data.val.path, scan.images};
+}
+
+// The training dataset at `data_path` (the scenario's, or a fault's
+// corrupted copy) and the validation images: data.val.path, or the last
+// data.val.holdout samples, which training then never sees. Emits the
+// datasets' warnings and the evaluator's self-check.
+TrainingData open_training_data(const Scenario& s, const std::string& data_path, EventWriter& events) {
+  TrainingData data;
+  if (!s.data.val.path.empty()) data.validation = open_validation_set(s, events);
+  if (uses_dataset(s)) {
+    model::DatasetOptions d = dataset_options(s, data_path);
+    if (s.data.val.holdout > 0) {
+      const auto scan = model::scan_dataset(data_path, d.on_invalid, {}, /*check_images=*/false);
+      const auto count = static_cast<int64_t>(scan.images.size());
+      data.validation.root = data_path;
+      data.validation.images.assign(scan.images.end() - std::min(count, s.data.val.holdout), scan.images.end());
+      if (d.subset.empty()) {
+        for (int64_t i = 0; i + s.data.val.holdout < count; ++i) d.subset.push_back(i);
+      }
+    }
+    data.dataset = std::make_shared<model::Dataset>(d);
+    for (const auto& defect : data.dataset->defects()) events.emit(proto::Warning{defect.message});
+  }
+  if (!data.validation.images.empty()) {
+    // The evaluator scores the ground truth itself before it scores the
+    // model: anything below 1.0 means its metrics cannot be trusted.
+    int64_t words = 0;
+    for (const auto& image : data.validation.images) {
+      for (const auto& w : image.words) words += w.ignore ? 0 : 1;
+    }
+    events.emit(proto::EvalCheck{model::evaluator_self_check(data.validation.images),
+                                 static_cast<int64_t>(data.validation.images.size()), words});
+  }
+  return data;
+}
+
+// A training worker's state: what its events and error reports name.
+struct WorkerState {
+  const Scenario& s;
+  const std::string& run_dir;
+  EventWriter& events;
+  Monitors& monitors;
+  FaultInjector& faults;
+  int64_t run = 0;
+  int64_t step = -1;  // the step being trained, -1 between steps
+};
+
+proto::StepEnd step_end_event(const WorkerState& w, const model::StepResult& r) {
+  proto::StepEnd end;
+  end.run = w.run;
+  end.step = r.step;
+  end.loss = r.loss;
+  end.bce = r.bce;
+  end.l1 = r.l1;
+  end.dice = r.dice;
+  end.loss_bits = r.loss_bits;
+  end.micro_loss_bits = r.micro_loss_bits;
+  end.grad_norm_bits = r.grad_norm_bits;
+  end.lr = r.lr;
+  end.grad_norm = r.grad_norm;
+  end.skipped = r.skipped;
+  end.loss_scale = r.loss_scale;
+  end.seconds = r.seconds;
+  end.samples = r.samples;
+  end.memory = memory_json(w.s.hardware.device);
+  end.phases = w.monitors.phase_memory();
+  end.silent = w.monitors.silent_stats();
+  return end;
+}
+
+// The trainer of run `w.run`: seeded and built (Note [One training
+// builder]), initial weights loaded, faults attached, resumed from
+// train.resume_from.
+std::unique_ptr<model::Trainer> start_run(WorkerState& w, model::DbNet& net) {
+  const Scenario& s = w.s;
+  if (!s.model.weights.empty()) {
+    if (const auto partial = load_initial_weights(net, s.model.weights); !partial.empty()) {
+      w.events.emit(proto::Warning{partial});
+    }
+  }
+  w.faults.on_model(net);
+  w.faults.on_start();
+  auto trainer = std::make_unique<model::Trainer>(net, train_options(s));
+  w.faults.set_optimizer(&trainer->optimizer());
+  if (!s.train.resume_from.empty()) {
+    trainer->load_checkpoint(s.train.resume_from);
+    // A checkpoint at or past the last step leaves nothing to run: a
+    // "passed" with no step would be an answer nobody measured.
+    const int64_t last = s.train.last_step();
+    if (trainer->next_step() >= last) {
+      throw std::runtime_error(std::string(DBH_SCENARIO_KEY(train.resume_from)) + " " + s.train.resume_from +
+                               ": expected a checkpoint before step " + std::to_string(last) +
+                               " (train.max_steps), got one after step " + std::to_string(trainer->next_step()) +
+                               ": nothing is left to train");
+    }
+    w.events.emit(proto::Checkpoint{w.run, trainer->next_step(), s.train.resume_from, /*resumed=*/true});
+  }
+  trainer->add_listener(w.faults);
+  trainer->add_listener(w.monitors);
+  return trainer;
+}
+
+// One in-process run, from run_begin to run_end: the steps, with the
+// checkpoints and validations their cadence asks for.
+void train_one_run(WorkerState& w, const TrainingData& data) {
+  const Scenario& s = w.s;
+  w.monitors.set_run(w.run);
+  w.faults.set_run(w.run);
+  w.events.emit(proto::RunBegin{w.run, memory_json(s.hardware.device)});
+  model::DbNet net = make_net(s);
+  const std::unique_ptr<model::Trainer> trainer = start_run(w, net);
+  std::shared_ptr<model::Loader> loader;
+  if (data.dataset) loader = std::make_shared<model::Loader>(data.dataset, loader_options(s));
+  model::BatchSource batches = make_batch_source(s, loader);
+  const int64_t last = s.train.last_step();
+  while (trainer->next_step() < last) {
+    w.step = trainer->next_step();
+    w.events.emit(proto::StepBegin{w.run, w.step});
+    reset_memory_peaks(s.hardware.device);
+    w.events.emit(step_end_event(w, trainer->step(batches)));
+    const int64_t next = trainer->next_step();
+    if (s.train.checkpoint_every > 0 && next % s.train.checkpoint_every == 0) {
+      const std::string path =
+          (fs::path(w.run_dir) / ("checkpoint-r" + std::to_string(w.run) + "-s" + std::to_string(next) + ".pt"))
+              .string();
+      trainer->save_checkpoint(path);
+      w.events.emit(proto::Checkpoint{w.run, next, path});
+    }
+    if (s.train.eval_every > 0 && !data.validation.images.empty() &&
+        (next % s.train.eval_every == 0 || next == last)) {
+      validate(net, s, data.validation, w.run, next, next == last, w.run_dir, w.faults, w.events);
+    }
+  }
+  w.step = -1;
+  std::ostringstream checksum;
+  checksum << std::hex << parameter_checksum(net);
+  // The loader's threads end before the run's memory is read.
+  batches = nullptr;
+  loader.reset();
+  w.events.emit(proto::RunEnd{w.run, trainer->next_step(), checksum.str(), memory_json(s.hardware.device)});
+}
+
+// The overlays of the batch the failing step trained on, when they can be
+// written (never a failure of their own).
+void write_failing_batch_overlays(WorkerState& w) {
+  try {
+    const auto files = write_batch_overlays(w.monitors.last_batch(), fs::path(w.run_dir) / "overlays");
+    if (!files.empty()) w.events.emit(proto::Overlays{w.run, w.step, files});
+  } catch (const std::exception&) {
+  }
+}
+
+// A run the monitors stopped (diverged, or finite but silent): its error
+// event and the overlays of the failing batch.
+void report_stopped_by_monitors(WorkerState& w, const char* kind, const std::string& message) {
+  proto::Error error;
+  error.kind = kind;
+  error.run = w.run;
+  error.step = w.step;
+  error.message = message;
+  error.module = w.monitors.last_module();
+  w.events.emit(error);
+  write_failing_batch_overlays(w);
+}
+
+// An exception out of training: its error event, the allocator's snapshot
+// after memory exhaustion on CUDA, the failing batch's overlays, and the
+// teardown a training framework runs after a failure.
+void report_training_error(WorkerState& w, const std::exception& e) {
+  const Scenario& s = w.s;
+  proto::Error error;
+  error.kind = error_kind_of(e);
+  error.run = w.run;
+  error.step = w.step;
+  error.phase = "train";
+  error.message = message_of(e);
+  error.backtrace = backtrace_of(e);
+  error.module = w.monitors.last_module();
+  error.memory = memory_json(s.hardware.device);
+  error.phases = w.monitors.phase_memory();
+  w.events.emit(error);
+  // Memory exhaustion on CUDA: the allocator's state and recent history,
+  // in the format PyTorch's memory viewer opens.
+  const std::string what = message_of(e);
+  if (!w.faults.context_poisoned() && s.hardware.device.rfind("cuda", 0) == 0 &&
+      (what.find("out of memory") != std::string::npos || what.find("unable to find an engine") != std::string::npos)) {
+    const std::string file = (fs::path(w.run_dir) / "snapshot.pickle").string();
+    try {
+      if (write_memory_snapshot(s.hardware.device, file)) {
+        w.events.emit(proto::MemorySnapshot{w.run, w.step, file});
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  if (!w.faults.context_poisoned()) write_failing_batch_overlays(w);
+  // Teardown, as a training framework does after a failure (moving state,
+  // syncing the device). A corrupted CUDA context fails here too.
+  try {
+    w.faults.on_teardown();
+  } catch (const std::exception& t) {
+    proto::Error teardown;
+    teardown.kind = proto::error_kind::kException;
+    teardown.run = w.run;
+    teardown.step = w.step;
+    teardown.phase = "teardown";
+    teardown.message = message_of(t);
+    teardown.module = w.monitors.last_module();
+    w.events.emit(teardown);
+  }
+}
+
+// Applies hardware.memory_budget. The intra-op thread pool starts before
+// the cap: thread stacks count against it, and a pool that cannot start its
+// threads hangs instead of failing.
+void apply_memory_budget(const Scenario& s, int64_t threads, EventWriter& events) {
+  torch::set_num_threads(static_cast<int>(threads));
+  (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
+  const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
+  events.emit(event::kMemoryBudget, b.to_json());
+  // The allocator's recent history, for the snapshot written on OOM.
+  record_memory_history(s.hardware.device, kMemoryHistoryEntries);
+}
+
+}  // namespace
+
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
   EventWriter events(events_fd);
@@ -325,27 +643,10 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   // choices]); a scenario given to the worker directly falls back to
   // PyTorch's own defaults: every core, NCHW.
   const int64_t threads = training_threads(s);
-  proto::Hello hello;
-  hello.pid = static_cast<int64_t>(getpid());
-  hello.seed = s.train.seed;
-  hello.scenario_hash = scenario_hash(s);
-  hello.scenario = s.name;
-  hello.trial = trial_index;
-  hello.git = kGitRevision;
-  hello.dbh_version = kVersion;
-  hello.torch_version = TORCH_VERSION;
-  hello.device = s.hardware.device;
-  hello.threads = threads;
-  events.emit(hello);
+  events.emit(hello_event(s, trial_index, threads));
 
-  SilentOptions silent;
-  silent.input = s.monitors.silent_check("input");
-  silent.labels = s.monitors.silent_check("labels");
-  silent.predictions = s.monitors.silent_check("predictions");
-  silent.collapse_after = s.monitors.collapse_after;
-  silent.collapse_steps = s.monitors.collapse_steps;
-  silent.collapse_margin = s.monitors.collapse_margin;
-  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor, silent);
+  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor,
+                    silent_options(s));
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
   monitors.set_loss_scaler(s.train.precision == "fp16");
   FaultInjector faults(s.faults, events, s.hardware.device);
@@ -354,257 +655,25 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   model::ObserverChain chain({&monitors, &faults});
   model::set_module_observer(&chain);
 
-  int64_t run = 0;
-  int64_t step = -1;
-  std::string status = "passed";
   if (s.hardware.launch_blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
-  if (s.train.mode == "ops") {
-    // Basic tensor operations on the device: matmul, convolution forward and
-    // backward, reductions. No model, no data.
-    try {
-      torch::manual_seed(s.train.seed);
-      const torch::Device device = model::parse_device(s.hardware.device);
-      for (step = 0; step < 3; ++step) {
-        events.emit(proto::StepBegin{0, step});
-        auto a = torch::randn({256, 256}, device);
-        auto x = torch::randn({2, 16, 32, 32}, torch::TensorOptions().device(device).requires_grad(true));
-        auto w = torch::randn({32, 16, 3, 3}, torch::TensorOptions().device(device).requires_grad(true));
-        auto y = torch::conv2d(x, w, {}, 1, 1).relu().sum() + a.matmul(a).mean();
-        y.backward();
-        const double v = y.item<double>();
-        const bool finite = std::isfinite(v) && torch::isfinite(x.grad()).all().item<bool>() &&
-                            torch::isfinite(w.grad()).all().item<bool>();
-        if (!finite) throw std::runtime_error("basic tensor ops produced non-finite values on " + device.str());
-        proto::StepEnd end;
-        end.ops = true;
-        end.step = step;
-        end.loss = v;
-        events.emit(end);
-      }
-    } catch (const std::exception& e) {
-      proto::Error error;
-      error.kind = error_kind_of(e);
-      error.run = 0;
-      error.step = step;
-      error.phase = "ops";
-      error.message = message_of(e);
-      events.emit(error);
-      events.emit(proto::Done{"error", {}});
-      return 1;
-    }
-    events.emit(proto::Done{"passed", {}});
-    return 0;
-  }
-  // A run the monitors stopped (diverged, or finite but silent): its error
-  // event and the overlays of the failing batch.
-  auto stopped_by_monitors = [&](const char* outcome, const char* kind, const std::string& message) {
-    status = outcome;
-    proto::Error error;
-    error.kind = kind;
-    error.run = run;
-    error.step = step;
-    error.message = message;
-    error.module = monitors.last_module();
-    events.emit(error);
-    try {
-      const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-      if (!files.empty()) events.emit(proto::Overlays{run, step, files});
-    } catch (const std::exception&) {
-    }
-  };
+  if (s.train.mode == "ops") return run_ops_check(s, events);
+  WorkerState w{s, run_dir, events, monitors, faults};
+  std::string status = "passed";
   try {
-    if (s.hardware.memory_budget > 0) {
-      // Start the intra-op thread pool before the cap: thread stacks count
-      // against it, and a pool that cannot start its threads hangs instead of
-      // failing.
-      torch::set_num_threads(static_cast<int>(threads));
-      (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
-      const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
-      events.emit(event::kMemoryBudget, b.to_json());
-      // The allocator's recent history, for the snapshot written on OOM.
-      record_memory_history(s.hardware.device, kMemoryHistoryEntries);
-    }
+    if (s.hardware.memory_budget > 0) apply_memory_budget(s, threads, events);
     // Data: a private corrupted copy when a fault (corrupt_sample) asks for one.
-    const std::string data_path = faults.on_dataset(s.data.path, s.data.source, run_dir);
-    std::shared_ptr<model::Dataset> dataset;
-    std::shared_ptr<model::Loader> loader;
-    Validation validation;
-    if (!s.data.val.path.empty()) {
-      // The training set's policy (data.on_invalid) holds for the validation
-      // set too: an image it cannot read (a FIFO, a device, a cut file) fails
-      // the run under `error`, and is a warning under skip or clip, never
-      // dropped in silence.
-      const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
-      const auto scan = model::scan_dataset(s.data.val.path, policy);
-      if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
-        std::vector<model::Defect> defects = scan.defects;
-        if (defects.empty()) {
-          defects.push_back(model::Defect{model::DefectKind::kUnreadableFile, s.data.val.path, "", "", 0,
-                                          s.data.val.path + ": expected a validation dataset with annotated images, "
-                                                            "got none"});
-        }
-        throw model::DataError(defects);
-      }
-      for (const auto& defect : scan.defects) events.emit(proto::Warning{"validation set: " + defect.message});
-      validation.root = s.data.val.path;
-      validation.images = scan.images;
-    }
-    if (uses_dataset(s)) {
-      model::DatasetOptions d = dataset_options(s, data_path);
-      if (s.data.val.holdout > 0) {
-        // The last `holdout` samples validate; training never sees them.
-        const auto scan = model::scan_dataset(data_path, d.on_invalid, {}, /*check_images=*/false);
-        const auto count = static_cast<int64_t>(scan.images.size());
-        validation.root = data_path;
-        validation.images.assign(scan.images.end() - std::min(count, s.data.val.holdout), scan.images.end());
-        if (d.subset.empty()) {
-          for (int64_t i = 0; i + s.data.val.holdout < count; ++i) d.subset.push_back(i);
-        }
-      }
-      dataset = std::make_shared<model::Dataset>(d);
-      for (const auto& defect : dataset->defects()) events.emit(proto::Warning{defect.message});
-    }
-
-    if (!validation.images.empty()) {
-      // The evaluator scores the ground truth itself before it scores the
-      // model: anything below 1.0 means its metrics cannot be trusted.
-      int64_t words = 0;
-      for (const auto& image : validation.images) {
-        for (const auto& w : image.words) words += w.ignore ? 0 : 1;
-      }
-      events.emit(proto::EvalCheck{model::evaluator_self_check(validation.images),
-                                   static_cast<int64_t>(validation.images.size()), words});
-    }
-    for (run = 0; run < s.repeat.in_process; ++run) {
-      monitors.set_run(run);
-      faults.set_run(run);
-      events.emit(proto::RunBegin{run, memory_json(s.hardware.device)});
-      // Note [One training builder]: seeded, then built, as every run is.
-      model::DbNet net = make_net(s);
-      if (!s.model.weights.empty()) {
-        if (const auto partial = load_initial_weights(net, s.model.weights); !partial.empty()) {
-          events.emit(proto::Warning{partial});
-        }
-      }
-      faults.on_model(net);
-      faults.on_start();
-      model::Trainer trainer(net, train_options(s));
-      faults.set_optimizer(&trainer.optimizer());
-      const int64_t last = s.train.last_step();
-      if (!s.train.resume_from.empty()) {
-        trainer.load_checkpoint(s.train.resume_from);
-        // A checkpoint at or past the last step leaves nothing to run: a
-        // "passed" with no step would be an answer nobody measured.
-        if (trainer.next_step() >= last) {
-          throw std::runtime_error(std::string(DBH_SCENARIO_KEY(train.resume_from)) + " " + s.train.resume_from +
-                                   ": expected a checkpoint before step " + std::to_string(last) +
-                                   " (train.max_steps), got one after step " + std::to_string(trainer.next_step()) +
-                                   ": nothing is left to train");
-        }
-        events.emit(proto::Checkpoint{run, trainer.next_step(), s.train.resume_from, /*resumed=*/true});
-      }
-      trainer.add_listener(faults);
-      trainer.add_listener(monitors);
-      if (dataset) loader = std::make_shared<model::Loader>(dataset, loader_options(s));
-      model::BatchSource batches = make_batch_source(s, loader);
-      while (trainer.next_step() < last) {
-        step = trainer.next_step();
-        events.emit(proto::StepBegin{run, step});
-        reset_memory_peaks(s.hardware.device);
-        const auto r = trainer.step(batches);
-        proto::StepEnd end;
-        end.run = run;
-        end.step = r.step;
-        end.loss = r.loss;
-        end.bce = r.bce;
-        end.l1 = r.l1;
-        end.dice = r.dice;
-        end.loss_bits = r.loss_bits;
-        end.micro_loss_bits = r.micro_loss_bits;
-        end.grad_norm_bits = r.grad_norm_bits;
-        end.lr = r.lr;
-        end.grad_norm = r.grad_norm;
-        end.skipped = r.skipped;
-        end.loss_scale = r.loss_scale;
-        end.seconds = r.seconds;
-        end.samples = r.samples;
-        end.memory = memory_json(s.hardware.device);
-        end.phases = monitors.phase_memory();
-        end.silent = monitors.silent_stats();
-        events.emit(end);
-        if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
-          const std::string path = (fs::path(run_dir) / ("checkpoint-r" + std::to_string(run) + "-s" +
-                                                         std::to_string(trainer.next_step()) + ".pt"))
-                                       .string();
-          trainer.save_checkpoint(path);
-          events.emit(proto::Checkpoint{run, trainer.next_step(), path});
-        }
-        if (s.train.eval_every > 0 && !validation.images.empty() &&
-            (trainer.next_step() % s.train.eval_every == 0 || trainer.next_step() == last)) {
-          validate(net, s, validation, run, trainer.next_step(), trainer.next_step() == last, run_dir, faults,
-                   events);
-        }
-      }
-      step = -1;
-      std::ostringstream checksum;
-      checksum << std::hex << parameter_checksum(net);
-      // The loader's threads end before the run's memory is read.
-      batches = nullptr;
-      loader.reset();
-      events.emit(proto::RunEnd{run, trainer.next_step(), checksum.str(), memory_json(s.hardware.device)});
-    }
+    const TrainingData data = open_training_data(s, faults.on_dataset(s.data.path, s.data.source, run_dir), events);
+    for (w.run = 0; w.run < s.repeat.in_process; ++w.run) train_one_run(w, data);
   } catch (const DivergedError& e) {
-    stopped_by_monitors("diverged", proto::error_kind::kDiverged, e.what());
+    status = "diverged";
+    report_stopped_by_monitors(w, proto::error_kind::kDiverged, e.what());
   } catch (const SilentFailureError& e) {
     // Finite but unable to learn: the monitors' health event says why.
-    stopped_by_monitors("failed", proto::error_kind::kSilent, e.what());
+    status = "failed";
+    report_stopped_by_monitors(w, proto::error_kind::kSilent, e.what());
   } catch (const std::exception& e) {
     status = "error";
-    proto::Error error;
-    error.kind = error_kind_of(e);
-    error.run = run;
-    error.step = step;
-    error.phase = "train";
-    error.message = message_of(e);
-    error.backtrace = backtrace_of(e);
-    error.module = monitors.last_module();
-    error.memory = memory_json(s.hardware.device);
-    error.phases = monitors.phase_memory();
-    events.emit(error);
-    // Memory exhaustion on CUDA: the allocator's state and recent history,
-    // in the format PyTorch's memory viewer opens.
-    const std::string what = message_of(e);
-    if (!faults.context_poisoned() && s.hardware.device.rfind("cuda", 0) == 0 &&
-        (what.find("out of memory") != std::string::npos || what.find("unable to find an engine") != std::string::npos)) {
-      const std::string file = (fs::path(run_dir) / "snapshot.pickle").string();
-      try {
-        if (write_memory_snapshot(s.hardware.device, file)) {
-          events.emit(proto::MemorySnapshot{run, step, file});
-        }
-      } catch (const std::exception&) {
-      }
-    }
-    if (!faults.context_poisoned()) {
-      try {
-        const auto files = write_batch_overlays(monitors.last_batch(), fs::path(run_dir) / "overlays");
-        if (!files.empty()) events.emit(proto::Overlays{run, step, files});
-      } catch (const std::exception&) {
-      }
-    }
-    // Teardown, as a training framework does after a failure (moving state,
-    // syncing the device). A corrupted CUDA context fails here too.
-    try {
-      faults.on_teardown();
-    } catch (const std::exception& t) {
-      proto::Error error;
-      error.kind = proto::error_kind::kException;
-      error.run = run;
-      error.step = step;
-      error.phase = "teardown";
-      error.message = message_of(t);
-      error.module = monitors.last_module();
-      events.emit(error);
-    }
+    report_training_error(w, e);
   }
   model::set_module_observer(nullptr);
   events.emit(proto::Done{status, memory_json(s.hardware.device)});
