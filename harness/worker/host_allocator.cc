@@ -49,6 +49,12 @@ class CachingHostAllocator final : public c10::Allocator {
     release_locked(stats_.cached_bytes);
   }
 
+  void set_keep(bool keep) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_ = keep;
+    if (!keep_) release_locked(stats_.cached_bytes);
+  }
+
   static CachingHostAllocator& instance() {
     // Never destroyed: tensors of static lifetime are freed after main.
     static auto* a = new CachingHostAllocator();
@@ -113,6 +119,10 @@ class CachingHostAllocator final : public c10::Allocator {
     const size_t size = it->second;
     live_.erase(it);
     stats_.allocated_bytes -= static_cast<int64_t>(size);
+    if (!keep_) {
+      c10::free_cpu(data);
+      return true;
+    }
     free_.emplace(size, data);
     stats_.cached_bytes += static_cast<int64_t>(size);
     return true;
@@ -134,6 +144,7 @@ class CachingHostAllocator final : public c10::Allocator {
   std::multimap<size_t, void*> free_;         // kept blocks by size
   std::unordered_map<void*, size_t> live_;     // large blocks handed out
   HostAllocatorStats stats_;
+  bool keep_ = true;  // keep_freed_host_memory
 };
 
 bool g_installed = false;
@@ -161,6 +172,10 @@ HostAllocatorStats host_allocator_stats() {
 
 void release_cached_host_memory() {
   if (g_installed) CachingHostAllocator::instance().release_all();
+}
+
+void keep_freed_host_memory(bool keep) {
+  if (g_installed) CachingHostAllocator::instance().set_keep(keep);
 }
 
 }  // namespace dbh::harness

@@ -18,10 +18,10 @@ namespace dbh::harness {
 /// bytes kept never exceed the largest amount handed out at once so far
 /// (the working set's peak) by more than an eighth; a request that would go
 /// over frees kept blocks first, largest first. When the system refuses a
-/// block (a memory budget's RLIMIT_DATA, a full machine), every kept block is
-/// freed and the request tried once more, so a budget that fits without the
-/// cache fits with it. Smaller blocks go to LibTorch's allocator unchanged.
+/// block (a full machine), every kept block is freed and the request tried
+/// once more. Smaller blocks go to LibTorch's allocator unchanged.
 ///
+/// Under a host memory budget nothing is kept (keep_freed_host_memory).
 /// `$DBH_HOST_ALLOCATOR=system` keeps LibTorch's allocator (the choice is an
 /// outcome variable: it changes the peak resident size a run reports).
 struct HostAllocatorStats {
@@ -49,5 +49,14 @@ HostAllocatorStats host_allocator_stats();
 
 /// Frees every kept block (tests; a caller about to measure memory).
 void release_cached_host_memory();
+
+/// Whether freed blocks are kept (true by default). Under a host memory
+/// budget the worker turns keeping off and frees what is kept: the budget
+/// emulates a smaller machine, where memory LibTorch frees is free for every
+/// other allocator of the process too (oneDNN's primitives, OpenCV, the C++
+/// runtime), and blocks kept for tensors would make those fail first ("could
+/// not create a primitive" instead of the out-of-memory the smaller machine
+/// shows).
+void keep_freed_host_memory(bool keep);
 
 }  // namespace dbh::harness

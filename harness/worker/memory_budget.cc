@@ -33,10 +33,13 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
   if (budget <= 0) return e;
   if (device == "cpu") {
     rlimit lim{static_cast<rlim_t>(budget), static_cast<rlim_t>(budget)};
+    // Note [Keeping freed host memory]: on the smaller machine a freed
+    // tensor's memory serves every allocator of the process.
+    keep_freed_host_memory(false);
     e.applied = setrlimit(RLIMIT_DATA, &lim) == 0;
     e.method = "RLIMIT_DATA";
     e.detail = "The worker's data segment and anonymous mappings (heap, tensors, thread stacks) are capped at " +
-               format_bytes(budget) + "; shared libraries' code is not counted";
+               format_bytes(budget) + "; shared libraries' code is not counted; freed memory is not kept for reuse";
     return e;
   }
 #ifdef DBH_TORCH_HAS_CUDA

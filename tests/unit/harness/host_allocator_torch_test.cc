@@ -103,6 +103,18 @@ TEST_F(HostAllocatorTest, HandedOutPlusKeptStaysWithinAnEighthOfThePeak) {
   EXPECT_GE(s.releases, 1);
 }
 
+TEST_F(HostAllocatorTest, UnderABudgetNothingIsKept) {
+  bytes(4 * kMiB);
+  ASSERT_EQ(host_allocator_stats().cached_bytes, 4 * kMiB);
+  keep_freed_host_memory(false);
+  EXPECT_EQ(host_allocator_stats().cached_bytes, 0) << "what was kept is freed";
+  bytes(4 * kMiB);
+  EXPECT_EQ(host_allocator_stats().cached_bytes, 0) << "a freed block goes back at once";
+  keep_freed_host_memory(true);
+  bytes(4 * kMiB);
+  EXPECT_EQ(host_allocator_stats().cached_bytes, 4 * kMiB);
+}
+
 TEST_F(HostAllocatorTest, OneDnnScratchMemoryGoesThroughTheRawPath) {
   c10::Allocator* a = c10::GetCPUAllocator();
   const HostAllocatorStats before = host_allocator_stats();
