@@ -138,6 +138,7 @@ KnowledgeBase KnowledgeBase::load(const std::string& path) {
     c.id = id->scalar;
     if (const Value* t = item.find("title"); t != nullptr && t->is_scalar()) c.title = t->scalar;
     c.signatures = strings(item.find("signatures"), c.id + ".signatures");
+    c.under_host_budget = strings(item.find("under_host_budget"), c.id + ".under_host_budget");
     c.events = strings(item.find("events"), c.id + ".events");
     c.causes = strings(item.find("causes"), c.id + ".causes");
     c.resolutions = strings(item.find("resolutions"), c.id + ".resolutions");
@@ -184,9 +185,15 @@ const KnowledgeBase& KnowledgeBase::shipped() {
   return kb;
 }
 
-const FailureClass* KnowledgeBase::match_message(const std::string& message) const {
+const FailureClass* KnowledgeBase::match_message(const std::string& message, bool under_host_budget) const {
   for (const auto& c : classes_) {
     for (const auto& sig : c.signatures) {
+      if (message.find(sig) != std::string::npos) return &c;
+    }
+  }
+  if (!under_host_budget) return nullptr;
+  for (const auto& c : classes_) {
+    for (const auto& sig : c.under_host_budget) {
       if (message.find(sig) != std::string::npos) return &c;
     }
   }

@@ -13,6 +13,12 @@ struct FailureClass {
   std::string id;  // e.g. "cudnn_execution_failed"
   std::string title;
   std::vector<std::string> signatures;  // substrings of error messages
+  /// Substrings that identify the class only in a trial whose data segment
+  /// was capped (a host memory budget applied as RLIMIT_DATA): there a
+  /// library's failure that does not say why (oneDNN's "could not create a
+  /// primitive", a shared object that cannot be mapped) is the cap refusing
+  /// an allocation. YAML key `under_host_budget`.
+  std::vector<std::string> under_host_budget;
   std::vector<std::string> events;      // monitor findings / process facts
   std::vector<std::string> causes;
   std::vector<std::string> resolutions;
@@ -39,8 +45,10 @@ class KnowledgeBase {
   /// when there is none, ScenarioError when it is malformed.
   static const KnowledgeBase& shipped();
 
-  /// The class whose signature occurs in `message`, or nullptr.
-  const FailureClass* match_message(const std::string& message) const;
+  /// The class whose signature occurs in `message`, or nullptr; with
+  /// `under_host_budget`, a class's `under_host_budget` substrings count too
+  /// (after every class's own signatures).
+  const FailureClass* match_message(const std::string& message, bool under_host_budget = false) const;
   const FailureClass* find(const std::string& id) const;
   const std::vector<FailureClass>& classes() const { return classes_; }
 

@@ -487,16 +487,26 @@ void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a
   f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
   f.run = e.run.value_or(0);
   f.module = e.module.value_or("");
-  const FailureClass* c = kb.match_message(f.message);
-  if (e.kind == proto::error_kind::kData && (c == nullptr || c->id != "data_invalid")) {
+  // Note [Memory a budget refused]: under a host budget applied as
+  // RLIMIT_DATA, a library that reports an allocation the cap refused without
+  // saying so (oneDNN, the dynamic loader) is read as host memory exhausted;
+  // and memory exhausted while reading a sample is not the sample's defect.
+  const bool under_host_budget = a.budget.is_object() && a.budget.value("applied", true) &&
+                                 a.budget.value("method", std::string()) == "RLIMIT_DATA";
+  const FailureClass* const matched = kb.match_message(f.message, under_host_budget);
+  const FailureClass* c = matched;
+  const bool exhausted = c != nullptr && is_memory_exhaustion(c->id);
+  if (e.kind == proto::error_kind::kData && !exhausted && (c == nullptr || c->id != "data_invalid")) {
     c = kb.find("data_invalid");
   }
   f.klass = c != nullptr ? c->id : (e.kind == proto::error_kind::kData ? "data_invalid" : "exception");
   f.evidence.push_back("error event: \"" + f.message + "\"" +
                        (f.step ? " at step " + std::to_string(*f.step) : std::string(" before training")) +
                        (f.module.empty() ? "" : ", last module entered `" + f.module + "`"));
-  if (c != nullptr && !c->signatures.empty()) {
-    f.evidence.push_back("message matches the knowledge-base signature of `" + c->id + "`");
+  if (c != nullptr && c == matched) {
+    const bool own = kb.match_message(f.message) == c;
+    f.evidence.push_back("message matches the knowledge-base signature of `" + c->id + "`" +
+                         (own ? "" : " that holds under a host memory budget (RLIMIT_DATA)"));
   }
   for (const Event* other : d.errors) {
     if (other != d.first_error) {

@@ -384,6 +384,10 @@ TEST(Classify, ErrorMessageIsClassifiedByTheKnowledgeBase) {
            {"CUDA error: an illegal instruction was encountered", "illegal_instruction"},
            {"DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes", "host_oom"},
            {"std::bad_alloc", "host_oom"},
+           {"MemoryError: ", "host_oom"},
+           {"MemoryError: Unable to allocate 3.00 MiB for an array with shape (512, 512, 3)", "host_oom"},
+           {"OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "cuda_oom"},
+           {"RuntimeError: could not create a primitive", "exception"},  // only under a host budget
            {"something nobody has seen before", "exception"}}) {
     SCOPED_TRACE(c.message);
     Stream st;
@@ -395,6 +399,44 @@ TEST(Classify, ErrorMessageIsClassifiedByTheKnowledgeBase) {
     EXPECT_EQ(a.failure.module, "decoder.fusion");
     EXPECT_EQ(a.failure.message, c.message);
   }
+}
+
+// Note [Memory a budget refused]
+TEST(Classify, UnderAHostBudgetAnUnexplainedLibraryFailureIsHostMemoryExhausted) {
+  Scenario s;
+  s.hardware.memory_budget = 512 * kMiB;
+  auto under = [](const std::string& method, bool applied, const std::string& message) {
+    Stream st;
+    st.add("memory_budget", {{"applied", applied}, {"method", method}, {"budget_bytes", 512 * kMiB}});
+    st.run_begin().step(0).begin(1).error(message, 1, "").done("error").exit(1);
+    return st;
+  };
+  for (const std::string message : {"RuntimeError: could not create a primitive",
+                                    "ImportError: libfoo.so: failed to map segment from shared object"}) {
+    SCOPED_TRACE(message);
+    auto capped = under("RLIMIT_DATA", true, message);
+    const auto a = Classify(capped.result(), s);
+    EXPECT_EQ(a.failure.klass, "host_oom");
+    ASSERT_EQ(a.failure.evidence.size(), 2u);
+    EXPECT_NE(a.failure.evidence[1].find("under a host memory budget"), std::string::npos) << a.failure.evidence[1];
+    // A budget applied on the GPU caps no host allocation, and one not
+    // applied caps nothing: the message stays unexplained.
+    auto gpu = under("cuda ballast + allocator limit", true, message);
+    EXPECT_EQ(Classify(gpu.result(), s).failure.klass, "exception");
+    auto not_applied = under("RLIMIT_DATA", false, message);
+    EXPECT_EQ(Classify(not_applied.result(), s).failure.klass, "exception");
+  }
+}
+
+TEST(Classify, MemoryExhaustedWhileReadingASampleIsNotTheSamplesDefect) {
+  Stream st;
+  st.run_begin().begin(0).error("MemoryError: Unable to allocate 3.00 MiB for an array", 0, "", "data");
+  st.done("error").exit(1);
+  EXPECT_EQ(Classify(st.result()).failure.klass, "host_oom");
+  Stream cuda;
+  cuda.run_begin().begin(0).error("CUDA out of memory. Tried to allocate 2.00 GiB", 0, "", "data");
+  cuda.done("error").exit(1);
+  EXPECT_EQ(Classify(cuda.result()).failure.klass, "cuda_oom");
 }
 
 TEST(Classify, DataErrorIsDataInvalidWhateverItsMessage) {
