@@ -1,0 +1,268 @@
+// Bisection over configurations: the difference between a passing and a
+// failing configuration (config), or the boundary of one numeric key (range)
+// (bisect/parts.h).
+#include "harness/bisect/parts.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/bisect/probe.h"
+#include "harness/bisect/search.h"
+#include "harness/common/error.h"
+#include "harness/common/text.h"
+#include "harness/common/value.h"
+#include "harness/scenario/schema.h"
+#include "harness/supervisor/worker_contract.h"
+
+namespace dbh::harness::bisection {
+namespace fs = std::filesystem;
+
+namespace {
+
+// key → value text for every leaf that a config difference can override.
+void flatten(const ojson& j, const std::string& prefix, std::map<std::string, std::string>* out) {
+  static const std::set<std::string> kSkip = {"name", "description", "expect", "controls"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (prefix.empty() && kSkip.count(it.key())) continue;
+    if (it->is_object()) {
+      flatten(*it, key, out);
+    } else if (it->is_string()) {
+      (*out)[key] = it->get<std::string>();
+    } else {
+      (*out)[key] = it->dump();
+    }
+  }
+}
+
+// A reproduction made of single probes (config and range do not measure a
+// reproduction rate): deterministic unless a fresh re-check says otherwise.
+Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failures, const std::string& decoder) {
+  Reproduction r;
+  r.baseline = failing;
+  r.source = failing;
+  r.sig = signature_of(failing, decoder, /*check_step=*/false);
+  r.runs = runs;
+  r.failures = failures;
+  r.rate = runs > 0 ? static_cast<double>(failures) / static_cast<double>(runs) : 0.0;
+  return r;
+}
+
+}  // namespace
+
+Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, const fs::path& out_dir) {
+  Outputs out;
+  out.kind = "config";
+  auto is_file = [](const std::vector<std::string>& v) { return v.size() == 1 && fs::is_regular_file(v[0]); };
+  auto split_words = [](const std::vector<std::string>& v) {
+    std::vector<std::string> words;
+    for (const auto& s : v) {
+      std::istringstream in(s);
+      std::string w;
+      while (in >> w) words.push_back(w);
+    }
+    return words;
+  };
+  std::string base;
+  std::vector<std::string> good_overrides;
+  if (is_file(o.good)) {
+    base = o.good[0];
+  } else {
+    if (o.scenario.empty()) throw ScenarioError("bisect config: --good is an override set, so a SCENARIO is needed");
+    base = o.scenario;
+    good_overrides = split_words(o.good);
+  }
+  const Scenario good = load_scenario(base, concat(o.overrides, good_overrides));
+  const Scenario bad = is_file(o.bad) ? load_scenario(o.bad[0], o.overrides)
+                                      : load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)));
+  std::map<std::string, std::string> g, b;
+  flatten(ojson::parse(resolved_json(good)), "", &g);
+  flatten(ojson::parse(resolved_json(bad)), "", &b);
+  std::vector<std::string> diffs;
+  for (const auto& [k, v] : b) {
+    const auto it = g.find(k);
+    if (it == g.end() || it->second != v) diffs.push_back(k + "=" + v);
+  }
+  prober = std::make_unique<Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
+                                    o.cache_dir, o.quiet);
+  prober->set_keep_checkpoints(o.keep_checkpoints);
+  prober->set_judge_metrics(true);
+  const auto good_probe = prober->probe({}, "good configuration");
+  const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
+  out.rep = single_run(bad_probe, 1, bad_probe.verdict == Verdict::kFail ? 1 : 0, bad.model.decoder);
+  if (good_probe.verdict != Verdict::kPass || bad_probe.verdict != Verdict::kFail || diffs.empty()) {
+    out.summary = "expected the good configuration to pass and the bad one to fail, got " +
+                  to_string(good_probe.analysis.outcome) + " and " + to_string(bad_probe.analysis.outcome) +
+                  (diffs.empty() ? " (no differing keys)" : "");
+    out.repro = command_line(base, concat(prober->base_overrides(), diffs));
+    return out;
+  }
+  Search search(*prober, out.rep, out.rep.sig);
+  auto what_of = [](const std::vector<std::string>& subset) {
+    std::string what = join(subset, " ");
+    return what.size() > 44 ? std::to_string(subset.size()) + " keys" : what;
+  };
+  std::vector<std::string> invalid_subsets;  // differences that are no scenario on their own
+  const auto r = ddmin(diffs.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<std::string> subset;
+    for (size_t k : idx) subset.push_back(diffs[k]);
+    try {
+      return search.verdict(subset, what_of(subset), /*fresh=*/false);
+    } catch (const ScenarioError& e) {
+      // Some keys only make sense together (data.source=real needs its
+      // data.path): a subset without its partner is no configuration, so it
+      // is undecidable, as git bisect's "skip", never the end of the search.
+      if (invalid_subsets.size() < 8) invalid_subsets.push_back(what_of(subset) + ": " + one_line(e.what()));
+      return Verdict::kUnknown;
+    }
+  });
+  for (const auto& s : invalid_subsets) {
+    out.details.push_back("not a valid configuration, so undecidable: " + s);
+  }
+  std::vector<std::string> minimal;
+  for (size_t k : r.minimal) minimal.push_back(diffs[k]);
+  out.found = r.reproduced;
+  out.result = {{"difference", minimal}, {"differing_keys", diffs.size()}};
+  out.repro = command_line(base, concat(prober->base_overrides(), minimal));
+  out.details.push_back(std::to_string(diffs.size()) + " keys differ between the good and the bad configuration");
+  if (!r.reproduced) {
+    out.summary = "the bad configuration does not fail the same way";
+    return out;
+  }
+  // Confirm with fresh probes: the minimal difference fails, the good
+  // configuration passes.
+  const bool minimal_fails = search.verdict(minimal, "re-check: " + what_of(minimal), /*fresh=*/true) == Verdict::kFail;
+  if (!minimal_fails) out.doubts.push_back("re-check: the minimal difference did not fail the same way");
+  const bool good_passes = search.verdict({}, "re-check: good configuration", /*fresh=*/true) == Verdict::kPass;
+  if (!good_passes) out.doubts.push_back("re-check: the good configuration did not pass");
+  out.confirmed = minimal_fails && good_passes;
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, 1.0);
+  // An external worker received each difference as its own key: say which.
+  const auto passed = bad.worker.external() ? passed_keys(bad) : std::vector<PassedKey>{};
+  std::string text;
+  nlohmann::ordered_json as_passed = nlohmann::ordered_json::array();
+  for (const auto& m : minimal) {
+    text += (text.empty() ? "" : " + ") + std::string("`") + m + "`";
+    const std::string key = m.substr(0, m.find('='));
+    for (const auto& k : passed) {
+      if (k.dbh_key != key) continue;
+      text += " (your `" + k.user_key + "=" + k.value + "`)";
+      as_passed.push_back(k.user_key + "=" + k.value);
+    }
+  }
+  if (!as_passed.empty()) out.result["as_passed"] = as_passed;
+  out.summary = "a 1-minimal failure-inducing difference: " + text;
+  return out;
+}
+
+Outputs bisect_range(Prober& prober, const BisectOptions& o) {
+  Outputs out;
+  out.kind = "range";
+  auto as_int = [](const std::string& s, int64_t* v) {
+    return !s.empty() && std::from_chars(s.data(), s.data() + s.size(), *v).ec == std::errc() &&
+           std::from_chars(s.data(), s.data() + s.size(), *v).ptr == s.data() + s.size();
+  };
+  int64_t ilo = 0, ihi = 0;
+  const bool integral = as_int(o.lo, &ilo) && as_int(o.hi, &ihi);
+  double dlo = 0, dhi = 0;
+  try {
+    dlo = std::stod(o.lo);
+    dhi = std::stod(o.hi);
+  } catch (const std::exception&) {
+    throw ScenarioError("bisect range: --lo/--hi: expected numbers, got \"" + o.lo + "\" and \"" + o.hi + "\"");
+  }
+  if (!std::isfinite(dlo) || !std::isfinite(dhi)) {
+    throw ScenarioError("bisect range: --lo/--hi: expected finite numbers, got \"" + one_line(o.lo) + "\" and \"" +
+                        one_line(o.hi) + "\"");
+  }
+  if (!(dlo < dhi)) throw ScenarioError("bisect range: expected --lo < --hi, got " + o.lo + " and " + o.hi);
+  auto at = [&](const std::string& v) { return std::vector<std::string>{o.key + "=" + v}; };
+  // Both ends must be values the key accepts, before any probe runs.
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--lo", o.lo}, {"--hi", o.hi}}) {
+    try {
+      (void)prober.load(at(value));
+    } catch (const ScenarioError& e) {
+      throw ScenarioError(std::string("bisect range: ") + flag + " " + one_line(value) + ": " + e.what());
+    }
+  }
+  auto fmt = [&](double v) {
+    std::ostringstream s;
+    s << std::setprecision(6) << v;
+    return s.str();
+  };
+  const auto lo_probe = prober.probe(at(o.lo), o.key + "=" + o.lo);
+  const auto hi_probe = prober.probe(at(o.hi), o.key + "=" + o.hi);
+  const std::string decoder = prober.load({}).model.decoder;
+  out.rep = single_run(lo_probe.verdict == Verdict::kFail ? lo_probe : hi_probe, 2,
+                       (lo_probe.verdict == Verdict::kFail) + (hi_probe.verdict == Verdict::kFail), decoder);
+  if (lo_probe.verdict == hi_probe.verdict || lo_probe.verdict == Verdict::kUnknown ||
+      hi_probe.verdict == Verdict::kUnknown) {
+    out.summary = "both ends " + to_string(lo_probe.analysis.outcome) + "/" + to_string(hi_probe.analysis.outcome) +
+                  ": no pass/fail boundary in [" + o.lo + ", " + o.hi + "]";
+    out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), at(o.hi)));
+    return out;
+  }
+  // Only one end failed; from here on that failure is the one bisected.
+  out.rep.failures = 1;
+  out.rep.rate = 1.0;
+  out.rep.runs = 1;
+  Search search(prober, out.rep, out.rep.sig);
+  const bool fail_high = hi_probe.verdict == Verdict::kFail;
+  std::string pass_value, fail_value;
+  if (integral) {
+    // Map so that failing values are the high end.
+    auto value = [&](int64_t x) { return fail_high ? x : ihi - (x - ilo); };
+    const auto r = find_first_failing(ilo, ihi, [&](int64_t x) {
+      const std::string v = std::to_string(value(x));
+      return search.verdict(at(v), o.key + "=" + v, /*fresh=*/false);
+    });
+    if (!r.note.empty()) out.doubts.push_back(r.note);
+    fail_value = std::to_string(value(*r.first_fail));
+    pass_value = std::to_string(value(*r.first_fail - 1));
+  } else {
+    double pass = fail_high ? dlo : dhi, bad = fail_high ? dhi : dlo;
+    for (int i = 0; i < 12 && std::fabs(bad - pass) > 1e-3 * std::max(std::fabs(bad), std::fabs(pass)); ++i) {
+      const double mid = 0.5 * (pass + bad);
+      const Verdict v = search.verdict(at(fmt(mid)), o.key + "=" + fmt(mid), /*fresh=*/false);
+      if (v != Verdict::kPass && v != Verdict::kFail) {
+        out.doubts.push_back(o.key + "=" + fmt(mid) + " could not be decided (" + to_string(v) +
+                             "): the boundary lies in [" + fmt(std::min(pass, bad)) + ", " + fmt(std::max(pass, bad)) +
+                             "]");
+        break;
+      }
+      (v == Verdict::kFail ? bad : pass) = mid;
+    }
+    pass_value = fmt(pass);
+    fail_value = fmt(bad);
+  }
+  out.found = true;
+  // Confirm both sides of the boundary with fresh probes.
+  const bool pass_ok =
+      search.verdict(at(pass_value), "re-check: " + o.key + "=" + pass_value, /*fresh=*/true) == Verdict::kPass;
+  if (!pass_ok) out.doubts.push_back("re-check: " + o.key + "=" + pass_value + " did not pass when run again");
+  const bool fail_ok =
+      search.verdict(at(fail_value), "re-check: " + o.key + "=" + fail_value, /*fresh=*/true) == Verdict::kFail;
+  if (!fail_ok) {
+    out.doubts.push_back("re-check: " + o.key + "=" + fail_value + " did not fail the same way when run again");
+  }
+  out.confirmed = pass_ok && fail_ok;
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  conclude(out, 1.0);
+  out.result = {{"key", o.key}, {"last_passing", pass_value}, {"first_failing", fail_value},
+                {"fails_above", fail_high}};
+  out.summary = "`" + o.key + "` passes at " + pass_value + " and fails at " + fail_value;
+  out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), at(fail_value)));
+  return out;
+}
+
+}  // namespace dbh::harness::bisection

@@ -1,0 +1,436 @@
+// Bisection over the dataset: the samples that make the run fail
+// (bisect/parts.h).
+#include "harness/bisect/parts.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/bisect/probe.h"
+#include "harness/bisect/search.h"
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/out_file.h"
+#include "harness/common/text.h"
+#include "harness/scenario/schema.h"
+#include "model/data/scan.h"
+
+namespace dbh::harness::bisection {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Writes a dataset in `dir` holding only the images `keep` of the dataset at
+// `root` (images linked, annotations rewritten or linked), in the dataset's
+// order. Returns `dir`.
+std::string write_dataset_copy(const model::ScanResult& scan, const std::set<std::string>& keep, const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir / "images", ec);
+  if (ec) throw ReportError(dir.string() + ": expected a folder for a dataset copy, got: " + ec.message());
+  const fs::path root = fs::absolute(scan.root);
+  auto link = [&](const fs::path& from, const fs::path& to) {
+    std::error_code e;
+    fs::create_symlink(from, to, e);
+    if (e) fs::copy_file(from, to, fs::copy_options::overwrite_existing, e);
+    if (e) throw ReportError(to.string() + ": expected a link to " + from.string() + ", got: " + e.message());
+  };
+  for (const auto& file : keep) {
+    const fs::path src = root / "images" / file;
+    if (fs::exists(src, ec)) link(src, dir / "images" / file);
+  }
+  if (scan.format == "UFO JSON") {
+    std::ifstream in(root / "annotations.json");
+    const auto j = ojson::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.contains("images") || !j["images"].is_object()) {
+      throw ReportError((root / "annotations.json").string() +
+                        ": expected a UFO JSON object with \"images\" to copy, got something else");
+    }
+    ojson copy = j;
+    copy["images"] = ojson::object();
+    for (auto it = j["images"].begin(); it != j["images"].end(); ++it) {
+      if (keep.count(it.key())) copy["images"][it.key()] = it.value();
+    }
+    write_file_atomically((dir / "annotations.json").string(),
+                          copy.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  } else {
+    fs::create_directories(dir / "icdar", ec);
+    std::set<std::string> stems;
+    for (const auto& f : keep) stems.insert(fs::path(f).stem().string());
+    for (const auto& e : fs::directory_iterator(root / "icdar", ec)) {
+      std::string stem = e.path().stem().string();
+      if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
+      if (e.path().extension() == ".txt" && stems.count(stem)) link(e.path(), dir / "icdar" / e.path().filename());
+    }
+  }
+  return dir.string();
+}
+
+// Removes a folder when it goes out of scope.
+struct RemoveOnExit {
+  fs::path dir;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
+// Note [Every bad sample]: at most this many independent failing subsets are
+// searched for, and at most kUnreachedSearched samples the failing run never
+// reached.
+constexpr size_t kMaxDefects = 4;
+constexpr size_t kUnreachedSearched = 256;
+
+// A data bisection's ground: the scenario, the dataset as scanned, the
+// reproduced failure and the search over subsets of its samples.
+struct DataSearch {
+  Prober& prober;
+  const BisectOptions& o;
+  const Scenario& s;
+  const model::ScanResult& scan;
+  Search& search;
+  std::string base_repro;  // the command that reproduces the failure on the whole dataset
+
+  const std::vector<model::ImageAnnotation>& images() const { return scan.images; }
+  ojson sample_json(int64_t i) const {
+    const auto& im = scan.images[static_cast<size_t>(i)];
+    std::vector<std::string> ids;
+    for (const auto& w : im.words) ids.push_back(w.id);
+    return ojson{{"index", i}, {"file", im.file}, {"annotation_ids", ids}};
+  }
+  // The dataset's samples at `indices`, as code spans: a file name is shown
+  // verbatim, never read as markup (`**`, `<img …>`) in bisect.md or its page.
+  std::string names(const std::vector<int64_t>& indices) const {
+    std::string text;
+    for (const int64_t i : indices) text += (text.empty() ? "" : ", ") + markdown_code(scan.images[static_cast<size_t>(i)].file);
+    return text;
+  }
+};
+
+// Before training: the dataset is validated (and, with preflight, decoded)
+// as a whole before data.subset applies, so every subset fails and ddmin
+// cannot isolate anything. A sample the message names is the answer, once
+// the data without it passes and it alone fails.
+void bisect_data_before_training(DataSearch& d, Outputs& out) {
+  const Scenario& s = d.s;
+  const auto& images = d.images();
+  const auto& fail = out.rep.baseline.analysis;
+  out.repro = d.base_repro;
+  std::vector<int64_t> named;
+  for (size_t i = 0; i < images.size(); ++i) {
+    for (const auto& f : out.rep.sig.files) {
+      if (images[i].file == f) named.push_back(static_cast<int64_t>(i));
+    }
+  }
+  const std::string what = "`" + fail.failure.klass + "` before training: \"" + one_line(fail.failure.message) + "\"";
+  if (named.empty()) {
+    out.summary = "the failure happens before training (" + what + ") and names no sample of the dataset";
+    out.doubts.push_back("the dataset is checked as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
+                         " applies, so no subset can isolate a failure before training; fix what the message "
+                         "names, or run `dbh data check " +
+                         s.data.path + "`");
+    out.result = {{"samples", ojson::array()}, {"before_training", true}, {"class", fail.failure.klass},
+                  {"message", fail.failure.message}};
+    return;
+  }
+  out.found = true;
+  std::set<std::string> named_files, others;
+  for (const int64_t i : named) named_files.insert(images[static_cast<size_t>(i)].file);
+  for (const auto& im : images) {
+    if (!named_files.count(im.file)) others.insert(im.file);
+  }
+  RemoveOnExit copies{fs::path(d.prober.session_dir()) / "datasets"};
+  std::vector<std::string> extra_base;
+  if (!s.data.subset.empty()) extra_base.push_back(override_text(DBH_SCENARIO_KEY(data.subset), "[]"));
+  bool without_passes = false;
+  if (others.empty()) {
+    out.doubts.push_back("the dataset holds only the named sample(s): there is no data without them to compare");
+  }
+  // Note [Every bad sample], before training: the data without the named
+  // samples may fail naming another; that one joins the answer.
+  Signature any_file = out.rep.sig;
+  any_file.files.clear();
+  Search further(d.prober, out.rep, any_file);
+  for (size_t round = 0; !others.empty() && round < kMaxDefects; ++round) {
+    const std::string without =
+        write_dataset_copy(d.scan, others, copies.dir / ("without-named-" + std::to_string(round)));
+    ProbeResult last;
+    const Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
+                                      "re-check: data without the named sample(s)", /*fresh=*/true, &last);
+    without_passes = v == Verdict::kPass;
+    if (v != Verdict::kFail) break;
+    size_t added = 0;
+    for (const auto& f : files_named(last.analysis.failure.message)) {
+      if (!others.count(f)) continue;
+      others.erase(f);
+      named_files.insert(f);
+      for (size_t i = 0; i < images.size(); ++i) {
+        if (images[i].file == f) named.push_back(static_cast<int64_t>(i));
+      }
+      ++added;
+    }
+    if (added == 0) break;
+    std::sort(named.begin(), named.end());
+  }
+  if (!others.empty() && !without_passes) {
+    out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
+  }
+  const std::string alone = write_dataset_copy(d.scan, named_files, copies.dir / "named-only");
+  const bool alone_fails = d.search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
+                                            "re-check: the named sample(s) alone", /*fresh=*/true) == Verdict::kFail;
+  if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
+  out.confirmed = without_passes && alone_fails;
+  for (const auto& c : d.search.contradictions()) out.doubts.push_back(c);
+  for (const auto& c : further.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : d.search.notes()) out.details.push_back(note);
+  for (const auto& note : further.notes()) out.details.push_back(note);
+  conclude(out, confidence(out.rep, d.search.passes() + further.passes()));
+  ojson samples = ojson::array();
+  for (const int64_t i : named) samples.push_back(d.sample_json(i));
+  out.result = {{"samples", samples}, {"before_training", true}, {"method", "named by the failure"},
+                {"class", fail.failure.klass}, {"consumed", 0}};
+  out.summary = "the failure happens before training and names " + d.names(named) + " (index " + list_yaml(named) +
+                ")" +
+                (out.confirmed ? named.size() == 1 ? ": the data without it passes, it alone fails"
+                                                   : ": the data without them passes, they alone fail"
+                               : "");
+  if (fail.failure.klass == "data_invalid") {
+    out.summary += ". A data defect: `" + shell_command({self_command(), "data", "check", s.data.path}) +
+                   "` lists every sample dbh cannot read, without training";
+  }
+  out.details.push_back("the dataset is validated as a whole before " + std::string(DBH_SCENARIO_KEY(data.subset)) +
+                        " applies, so subsets cannot isolate this failure; the answer is the sample its message "
+                        "names, checked on copies of the dataset with and without it");
+}
+
+// The overrides that train on `subset` alone: enough steps to consume every
+// sample once, and at least up to the failing step so the scenario's fault
+// schedule stays valid.
+std::vector<std::string> subset_overrides(const Scenario& s, int64_t last_step, const std::vector<int64_t>& subset) {
+  const int64_t steps =
+      std::max<int64_t>({int64_t{1}, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) / s.data.batch_size,
+                         std::min(last_step + 1, s.train.max_steps)});
+  return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.subset), list_yaml(subset)),
+                                  override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
+                                  "controls=[]"};
+}
+
+std::string subset_label(const std::string& prefix, const std::vector<int64_t>& subset) {
+  std::string what = prefix + "samples " + list_yaml(subset);
+  return what.size() > 44 ? prefix + std::to_string(subset.size()) + " samples" : what;
+}
+
+// Note [Every bad sample]: what the search for further failing subsets found.
+struct DefectSearch {
+  std::vector<std::vector<int64_t>> defects;  // the failing subsets, the first one first
+  bool rest_passes = false;                   // the data without them passes
+  bool searched_unreached = false;            // the samples the run never reached were searched too
+  std::string left_over;                      // why the search stopped with data still failing
+};
+
+// Note [Every bad sample]: a dataset with two broken files holds two
+// independent answers, and a 1-minimal subset names only one. While the
+// data without every subset found so far still fails with the same class
+// (naming any file: the next defect names its own), ddmin runs again on
+// what is left; first over the samples the failing run consumed, then,
+// for a data defect, over the samples it never reached (at most
+// kUnreachedSearched of them). Whatever is left unsearched is said, with
+// `dbh data check`, which reads every sample without training.
+DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further, int64_t last_step,
+                                    const std::vector<int64_t>& minimal, const std::vector<int64_t>& consumed,
+                                    const std::vector<int64_t>& unreached, bool data_defect) {
+  DefectSearch found;
+  found.defects = {minimal};
+  std::set<int64_t> found_set(minimal.begin(), minimal.end());
+  auto without_found = [&](const std::vector<int64_t>& pool) {
+    std::vector<int64_t> left;
+    for (const int64_t i : pool) {
+      if (!found_set.count(i)) left.push_back(i);
+    }
+    return left;
+  };
+  const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(d.s, last_step, subset); };
+  std::vector<int64_t> pool = consumed;
+  for (;;) {
+    const std::vector<int64_t> rest = without_found(pool);
+    if (rest.empty()) {
+      if (pool.size() == consumed.size()) {
+        out.doubts.push_back("every consumed sample is in the answer: there is no data without it to compare");
+      }
+      found.rest_passes = pool.size() != consumed.size();
+    } else {
+      const std::string what = "re-check: the data without " + std::string(found.defects.size() == 1 ? "it" : "them") +
+                               (pool.size() == consumed.size() ? "" : " (samples the run never reached)");
+      const Verdict v = further.verdict(overrides(rest), what, /*fresh=*/true);
+      found.rest_passes = v == Verdict::kPass;
+      if (v == Verdict::kFail && found.defects.size() < kMaxDefects) {
+        if (!d.o.quiet) {
+          std::cout << "the data without " << found_set.size() << " sample(s) still fails: searching " << rest.size()
+                    << " samples for another" << std::endl;
+        }
+        const auto again = ddmin(rest.size(), [&](const std::vector<size_t>& idx) {
+          std::vector<int64_t> subset;
+          for (size_t k : idx) subset.push_back(rest[k]);
+          return further.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+        });
+        if (again.reproduced && !again.minimal.empty()) {
+          std::vector<int64_t> next;
+          for (size_t k : again.minimal) next.push_back(rest[k]);
+          if (further.verdict(overrides(next), subset_label("re-check: ", next), /*fresh=*/true) != Verdict::kFail) {
+            out.doubts.push_back("re-check: the subset " + list_yaml(next) + " did not fail again when run fresh");
+          }
+          found.defects.push_back(next);
+          found_set.insert(next.begin(), next.end());
+          continue;
+        }
+        found.left_over = "the data without the " + std::to_string(found_set.size()) +
+                          " sample(s) found still fails, but no subset of it fails alone";
+      } else if (v == Verdict::kFail) {
+        found.left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found still fails (" +
+                          std::to_string(kMaxDefects) + " subsets found; the search stops there)";
+      } else if (v != Verdict::kPass) {
+        found.left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found " +
+                          (v == Verdict::kDifferent ? "failed differently" : "could not be judged");
+      }
+    }
+    // The consumed samples are clean: for a data defect, the samples the
+    // failing run never reached may hold more.
+    if (found.rest_passes && data_defect && !found.searched_unreached && !unreached.empty() &&
+        unreached.size() <= kUnreachedSearched && found.defects.size() < kMaxDefects) {
+      found.searched_unreached = true;
+      pool = unreached;
+      continue;
+    }
+    break;
+  }
+  return found;
+}
+
+}  // namespace
+
+Outputs bisect_data(Prober& prober, const BisectOptions& o) {
+  Outputs out;
+  out.kind = "data";
+  const Scenario s = prober.load({});
+  if (s.data.source != "real") {
+    throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +
+                        s.data.source);
+  }
+  ReproducePlan plan;
+  plan.first_may_be_cached = true;
+  out.rep = reproduce(prober, plan, o, s.model.decoder);
+  out.doubts = out.rep.notes;
+  const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
+  if (out.rep.failures == 0) {
+    out.summary = "the failure does not reproduce";
+    out.repro = base_repro;
+    return out;
+  }
+  const auto policy = s.data.on_invalid == "skip" ? model::OnInvalid::kSkip
+                      : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
+                                                    : model::OnInvalid::kError;
+  const auto scan = model::scan_dataset(s.data.path, policy, {}, /*check_images=*/false);
+  const auto& fail = out.rep.baseline.analysis;
+  Search search(prober, out.rep, out.rep.sig);
+  DataSearch d{prober, o, s, scan, search, base_repro};
+  if (out.rep.sig.before_training) {
+    bisect_data_before_training(d, out);
+    return out;
+  }
+
+  const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.max_steps - 1;
+  // The samples the failing run consumed, in order of first use.
+  std::vector<int64_t> consumed;
+  std::set<int64_t> seen;
+  const int64_t n = static_cast<int64_t>(scan.images.size());
+  for (int64_t micro = 0; micro < (last_step + 1) * s.train.accumulation; ++micro) {
+    for (const int64_t i : model::batch_indices(n, s.data.batch_size, s.train.seed, micro)) {
+      if (seen.insert(i).second) consumed.push_back(i);
+    }
+  }
+  std::sort(consumed.begin(), consumed.end());
+  const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(s, last_step, subset); };
+  const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<int64_t> subset;
+    for (size_t k : idx) subset.push_back(consumed[k]);
+    return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+  });
+  std::vector<int64_t> minimal;
+  for (size_t k : r.minimal) minimal.push_back(consumed[k]);
+  out.found = r.reproduced;
+  ojson samples = ojson::array();
+  for (const int64_t i : minimal) samples.push_back(d.sample_json(i));
+  out.result = {{"samples", samples}, {"consumed", consumed.size()}, {"class", fail.failure.klass},
+                {"method", "ddmin"}};
+  out.details.push_back("the failing run consumed " + std::to_string(consumed.size()) + " samples up to step " +
+                        std::to_string(last_step));
+  out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), overrides(minimal)));
+  if (!r.reproduced) {
+    out.summary = "training on the consumed samples alone does not fail the same way";
+    return out;
+  }
+  // Confirm with fresh probes: the subset fails, the data without it passes.
+  const bool minimal_fails =
+      search.verdict(overrides(minimal), subset_label("re-check: ", minimal), /*fresh=*/true) == Verdict::kFail;
+  if (!minimal_fails) out.doubts.push_back("re-check: the minimal subset did not fail the same way when run again");
+  const bool data_defect = fail.failure.klass == "data_invalid";
+  Signature any_file = out.rep.sig;
+  any_file.files.clear();
+  Search further(prober, out.rep, any_file);
+  std::vector<int64_t> unreached;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!seen.count(i)) unreached.push_back(i);
+  }
+  const DefectSearch found =
+      search_further_defects(d, out, further, last_step, minimal, consumed, unreached, data_defect);
+  if (!found.left_over.empty()) out.doubts.push_back(found.left_over);
+  const size_t unsearched = found.searched_unreached ? 0 : unreached.size();
+  out.confirmed = minimal_fails && found.rest_passes && found.left_over.empty();
+  for (const auto& c : search.contradictions()) out.doubts.push_back(c);
+  for (const auto& c : further.contradictions()) out.doubts.push_back(c);
+  for (const auto& note : search.notes()) out.details.push_back(note);
+  for (const auto& note : further.notes()) out.details.push_back(note);
+  conclude(out, confidence(out.rep, search.passes() + further.passes()));
+  std::vector<int64_t> all_found;
+  ojson groups = ojson::array();
+  std::string group_names;
+  for (const auto& defect : found.defects) {
+    ojson g = ojson::array();
+    for (const int64_t i : defect) {
+      if (std::find(all_found.begin(), all_found.end(), i) == all_found.end()) {
+        all_found.push_back(i);
+        if (all_found.size() > minimal.size()) samples.push_back(d.sample_json(i));
+      }
+      g.push_back(i);
+    }
+    groups.push_back(g);
+    group_names += (group_names.empty() ? "" : "; ") + d.names(defect) + " (index " + list_yaml(defect) + ")";
+  }
+  out.result["samples"] = samples;
+  out.result["defects"] = groups;
+  out.result["unsearched"] = unsearched;
+  const std::string check_cmd = shell_command({self_command(), "data", "check", s.data.path});
+  if (found.defects.size() == 1) {
+    out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
+                  " samples the run consumed: " + d.names(minimal) + " (index " + list_yaml(minimal) + ")" +
+                  (out.confirmed ? "; the data without it passes" : "");
+  } else {
+    out.summary = std::to_string(found.defects.size()) + " independent failing subsets, each failing alone: " +
+                  group_names + (out.confirmed ? "; the data without them passes" : "");
+  }
+  if (unsearched > 0) {
+    out.details.push_back(std::to_string(unsearched) + " of the " + std::to_string(n) +
+                          " samples come after the failing step and were not searched; `" + check_cmd +
+                          "` reads every sample without training");
+  }
+  if (data_defect) {
+    out.summary += ". A data defect: `" + check_cmd + "` lists every sample dbh cannot read, without training";
+  }
+  return out;
+}
+
+}  // namespace dbh::harness::bisection
