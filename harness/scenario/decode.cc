@@ -1,0 +1,547 @@
+#include "harness/scenario/scenario.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <sstream>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "model/data/scan.h"
+#include "harness/scenario/fault_catalog.h"
+#include "harness/scenario/profile.h"
+#include "harness/scenario/schema.h"
+#include "harness/scenario/reader.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kOutcomes = {"passed",   "failed",           "crashed",
+                                            "timed_out", "hung",            "diverged",
+                                            "nondeterministic", "leaked",   "skipped",
+                                            "unresolved"};
+
+FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder, bool check_modules) {
+  const std::string path = "faults[" + std::to_string(index) + "]";
+  if (!v.is_map()) fail(v.loc, path, "a map with a fault name", v.describe());
+  MapReader r(&v, path, v.loc);
+  FaultConfig f;
+  f.loc = v.loc;
+  std::vector<std::string> names;
+  for (const auto& spec : fault_catalog()) names.push_back(spec.name);
+  const Value* name = r.get("name");
+  if (name == nullptr) fail(v.loc, path + ".name", "a fault name (dbh list faults)", "none");
+  f.name = r.string("name", "", names);
+  const FaultSpec* spec = find_fault(f.name);
+  f.at_step = r.integer("at_step", 0, 0, INT64_MAX);
+  f.until_step = r.integer("until_step", spec->from_at_step_on ? INT64_MAX : f.at_step, 0, INT64_MAX);
+  if (f.until_step < f.at_step) {
+    fail(r.get("until_step")->loc, path + ".until_step",
+         "a step >= at_step (" + std::to_string(f.at_step) + ")", std::to_string(f.until_step));
+  }
+  f.run = r.integer("run", -1, -1, INT64_MAX);
+  for (const auto& p : spec->params) {
+    const Value* x = r.get(p.name);
+    if (x == nullptr) {
+      if (p.required) {
+        fail(v.loc, path + "." + p.name, "a " + to_string(p.type) + " (required by " + f.name + ")",
+             "none");
+      }
+      if (!p.default_value.empty()) f.params[p.name] = p.default_value;
+      continue;
+    }
+    r.get(p.name);  // keep it known
+    switch (p.type) {
+      case ParamType::kInt: {
+        int64_t i = 0;
+        if (!x->is_scalar() || !parse_int(x->scalar, &i)) {
+          fail(x->loc, path + "." + p.name, "an integer", x->describe());
+        }
+        break;
+      }
+      case ParamType::kDouble: {
+        double d = 0;
+        if (!x->is_scalar() || !parse_double(x->scalar, &d)) {
+          // 1e39 overflows a double check only in float; accept any finite.
+          fail(x->loc, path + "." + p.name, "a number", x->describe());
+        }
+        break;
+      }
+      case ParamType::kBool: {
+        bool b = false;
+        if (!x->is_scalar() || !parse_bool(x->scalar, &b)) {
+          fail(x->loc, path + "." + p.name, "true or false", x->describe());
+        }
+        break;
+      }
+      case ParamType::kBytes:
+        if (!x->is_scalar() || !parse_bytes(x->scalar)) {
+          fail(x->loc, path + "." + p.name, "a size such as 512MiB", x->describe());
+        }
+        break;
+      case ParamType::kModule:
+      case ParamType::kModulePrefix:  // checked against the model below, defaults too
+        // Written empty is a mistake, not "no module" (the fault would do
+        // nothing), unless empty is the parameter's own default ("none").
+        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
+          fail(x->loc, path + "." + p.name, "a module name", x->describe());
+        }
+        break;
+      case ParamType::kString:
+        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
+          fail(x->loc, path + "." + p.name, "a string", x->describe());
+        }
+        if (!p.allowed.empty() &&
+            std::find(p.allowed.begin(), p.allowed.end(), x->scalar) == p.allowed.end()) {
+          fail(x->loc, path + "." + p.name, "one of " + join(p.allowed),
+               x->describe() + did_you_mean(x->scalar, p.allowed));
+        }
+        break;
+    }
+    f.params[p.name] = x->scalar;
+  }
+  // Module names, written or defaults, must be ones the model reports.
+  for (const auto& p : spec->params) {
+    if (p.type != ParamType::kModule && p.type != ParamType::kModulePrefix) continue;
+    const std::string& name = f.params[p.name];
+    if (name.empty() || !check_modules) continue;
+    const auto& known = known_module_names(decoder);
+    const bool exact = std::find(known.begin(), known.end(), name) != known.end();
+    const bool prefix =
+        std::any_of(known.begin(), known.end(), [&](const std::string& n) { return n.rfind(name + ".", 0) == 0; });
+    if (!exact && !(p.type == ParamType::kModulePrefix && prefix)) {
+      const Value* x = v.find(p.name);
+      fail(x ? x->loc : v.loc, path + "." + p.name, "a module name of the " + decoder + " model",
+           quoted_excerpt(name) + did_you_mean(name, known));
+    }
+  }
+  r.finish();
+  return f;
+}
+
+std::optional<int64_t> dataset_size(const std::string& root) {
+  const model::ScanResult scan = model::scan_dataset(root, model::OnInvalid::kError, {}, /*check_images=*/false);
+  if (!scan.readable) return std::nullopt;
+  return scan.images_listed;
+}
+
+// The value written for the dotted `key` in `tree`, or null when it is not
+
+// The first defect no policy accepts in the dataset at `path` ("" when
+// none). A bisection loads its scenario once per probe: the annotations are
+// scanned again only when they or the folders' listings changed.
+std::string dataset_refusal(const std::string& path) {
+  std::ostringstream key;
+  for (const char* part : {"", "annotations.json", "icdar", "images"}) {
+    key << file_state((fs::path(path) / part).string()) << '\0';
+  }
+  static std::map<std::string, std::string> answers;
+  if (const auto it = answers.find(key.str()); it != answers.end()) return it->second;
+  std::string refusal;
+  const model::ScanResult scan = model::scan_dataset(path, model::OnInvalid::kError, {}, /*check_images=*/false);
+  for (const auto& d : scan.defects) {
+    if (model::refuses_dataset(d.kind)) {
+      refusal = one_line(d.message);
+      break;
+    }
+  }
+  if (answers.size() < 64) answers.emplace(key.str(), refusal);
+  return refusal;
+}
+
+// name (default: the file's stem) and description.
+void read_identity(MapReader& root, const std::string& file, Scenario& s) {
+  // The default name is the file's stem, made one line of valid UTF-8.
+  s.name = root.string("name", file.empty() ? "scenario" : one_line(fs::path(file).stem().string()));
+  if (const Value* nv = root.get("name"); nv != nullptr && (s.name.empty() || s.name.size() > 200 || one_line(s.name) != s.name)) {
+    // The name goes into file names, report titles, JUnit and scripts.
+    fail(nv->loc, "name", "a one-line name of printable UTF-8 (at most 200 bytes)", nv->describe());
+  }
+  s.description = root.string("description", "");
+  while (!s.description.empty() && std::isspace(static_cast<unsigned char>(s.description.back()))) {
+    s.description.pop_back();
+  }
+  root.get("include");  // consumed by the loader
+}
+
+void read_worker(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
+  // Who trains comes first: the model's own module names and files are
+  // checked only for dbh's built-in worker (an external one reports its
+  // modules in `hello`, and its files are its own).
+  read_section(root.get("worker", false, kSectionForm), "worker", s);
+  if (s.worker.external() && s.worker.cwd.empty()) {
+    s.worker.cwd = file.empty() || file == "scenario.resolved.json" ? fs::current_path().string()
+                                                                     : fs::absolute(file).parent_path().string();
+  }
+  if (s.worker.external() && !fs::is_directory(s.worker.cwd)) {
+    fail(where(tree, DBH_SCENARIO_KEY(worker.cwd)), DBH_SCENARIO_KEY(worker.cwd), "an existing folder",
+         quoted_excerpt(s.worker.cwd));
+  }
+}
+
+void read_model(MapReader& root, const Value& tree, Scenario& s) {
+  read_section(root.get("model", false, kSectionForm), "model", s);
+  if (!s.model.weights.empty()) {
+    check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
+                          DBH_SCENARIO_KEY(model.weights));
+  }
+}
+
+void read_data(MapReader& root, const Value& tree, Scenario& s) {
+  read_section(root.get("data", false, kSectionForm), "data", s);
+  // An external worker without data.path trains on the dataset its own
+  // configuration names.
+  if (s.data.source == "real" && s.data.path.empty() && !s.worker.external()) {
+    fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
+         "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
+  }
+  if (s.data.source == "real" && !s.data.path.empty() && !fs::is_directory(s.data.path)) {
+    fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path), "an existing dataset folder",
+         quoted_excerpt(s.data.path));
+  }
+  if (s.data.source == "real" && !s.data.path.empty()) {
+    // The annotation file is read whole: it must be a regular file, never
+    // a FIFO or a device that would block or never end.
+    const fs::path ann = fs::path(s.data.path) / "annotations.json";
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
+      check_input_file(ann.string(), "an annotation file (a regular file)",
+                       where(tree, DBH_SCENARIO_KEY(data.path)).str(), DBH_SCENARIO_KEY(data.path));
+    }
+    // A dataset no policy can use (an image annotated twice, a name that
+    // leaves the folder) is bad input, as in every command that reads it,
+    // not a training failure to report.
+    if (const std::string refusal = dataset_refusal(s.data.path); !refusal.empty()) {
+      fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
+           "a dataset every image of which is annotated once, inside its folder", refusal);
+    }
+  }
+  if (s.data.size % 32 != 0) {
+    fail(where(tree, DBH_SCENARIO_KEY(data.size)), DBH_SCENARIO_KEY(data.size), "a multiple of 32",
+         std::to_string(s.data.size));
+  }
+  {
+    const auto& val = s.data.val;
+    if (!val.path.empty() && !fs::is_directory(val.path)) {
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.path)), DBH_SCENARIO_KEY(data.val.path), "an existing dataset folder",
+           quoted_excerpt(val.path));
+    }
+    if (val.holdout > 0 && !val.path.empty()) {
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
+           "0 when " + std::string(DBH_SCENARIO_KEY(data.val.path)) + " names a validation dataset",
+           std::to_string(val.holdout));
+    }
+    if (val.holdout > 0 && s.data.source != "real") {
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
+           std::string(DBH_SCENARIO_KEY(data.source)) + " real (samples of a real dataset are held out)",
+           std::string(DBH_SCENARIO_KEY(data.source)) + " " + s.data.source);
+    }
+    if (val.size % 32 != 0) {
+      fail(where(tree, DBH_SCENARIO_KEY(data.val.size)), DBH_SCENARIO_KEY(data.val.size), "a multiple of 32",
+           std::to_string(val.size));
+    }
+  }
+}
+
+void read_train(MapReader& root, const Value& tree, Scenario& s) {
+  read_section(root.get("train", false, kSectionForm), "train", s);
+  if (!s.train.resume_from.empty()) {
+    check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
+                          DBH_SCENARIO_KEY(train.resume_from));
+  }
+  if (s.train.eval_every > 0 && !s.data.val.enabled()) {
+    fail(where(tree, DBH_SCENARIO_KEY(train.eval_every)), DBH_SCENARIO_KEY(train.eval_every),
+         "a validation source (" + std::string(DBH_SCENARIO_KEY(data.val.path)) + " or " +
+             DBH_SCENARIO_KEY(data.val.holdout) + ") to evaluate on",
+         "none");
+  }
+}
+
+void read_hardware(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
+  read_section(root.get("hardware", false, kSectionForm), "hardware", s);
+  {
+    const std::string& device = s.hardware.device;
+    int64_t ordinal = 0;
+    if (!(device == "cpu" || device == "cuda" ||
+          (device.rfind("cuda:", 0) == 0 && parse_int(device.substr(5), &ordinal) && ordinal >= 0 &&
+           ordinal < 64))) {
+      fail(where(tree, DBH_SCENARIO_KEY(hardware.device)), DBH_SCENARIO_KEY(hardware.device),
+           "cpu, cuda or cuda:N (N a device index 0-63)", quoted_excerpt(device));
+    }
+  }
+  if (!s.hardware.profile.empty()) {
+    // The profile's memory is the budget unless one is given explicitly.
+    try {
+      const HardwareProfile p = load_profile(s.hardware.profile);
+      if (s.hardware.memory_budget == 0) s.hardware.memory_budget = p.memory_bytes;
+    } catch (const ScenarioError& e) {
+      const Value* pv = written(tree, DBH_SCENARIO_KEY(hardware.profile));
+      throw ScenarioError((pv ? pv->loc.str() : file) + ": " + e.what());
+    }
+  }
+  // dbh's own worker runs AMP on CUDA only; a user's training decides for
+  // itself (PyTorch autocasts fp16 and bf16 on the CPU too, Lightning refuses
+  // "16-mixed" there with its own message).
+  if (s.train.precision != "fp32" && s.hardware.device == "cpu" && !s.worker.external()) {
+    const Value* prec = written(tree, DBH_SCENARIO_KEY(train.precision));
+    fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, DBH_SCENARIO_KEY(train.precision),
+         "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",
+         quoted_excerpt(s.train.precision));
+  }
+}
+
+void read_faults(MapReader& root, const Value& tree, Scenario& s) {
+  if (const Value* faults = root.get("faults", false, "a list of faults ([] for none)")) {
+    if (!faults->is_seq()) fail(faults->loc, "faults", "a list of faults", faults->describe());
+    for (size_t i = 0; i < faults->seq.size(); ++i) {
+      s.faults.push_back(read_fault(faults->seq[i], i, s.model.decoder, !s.worker.external()));
+    }
+  }
+  // A fault that can never fire is a mistake in the scenario.
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto& f = s.faults[i];
+    const FaultSpec* spec = find_fault(f.name);
+    if (spec != nullptr && !spec->before_training && f.at_step >= s.train.max_steps) {
+      const Value* faults = tree.find("faults");
+      const Value& fv = faults->seq[i];
+      const Value* at = fv.find("at_step");
+      fail(at != nullptr ? at->loc : fv.loc, "faults[" + std::to_string(i) + "].at_step",
+           "a step below " + std::string(DBH_SCENARIO_KEY(train.max_steps)) + " (" + std::to_string(s.train.max_steps) +
+               ")",
+           std::to_string(f.at_step));
+    }
+  }
+}
+
+// The number of samples training reads, when it is known without training
+// (data.samples, or the dataset's when data.subset or data.val.holdout
+// need it).
+std::optional<int64_t> check_sample_indices(MapReader& root, const Value& tree, const Scenario& s) {
+  // Sample indices must exist in the data the run will read.
+  std::optional<int64_t> samples;
+  if (s.data.source == "real") {
+    if (!s.data.subset.empty() || s.data.val.holdout > 0) samples = dataset_size(s.data.path);
+    if (samples && s.data.val.holdout > 0) {
+      const Value* data = tree.find("data");
+      const Value* val = data != nullptr && data->is_map() ? data->find("val") : nullptr;
+      const Value* h = val != nullptr && val->is_map() ? val->find("holdout") : nullptr;
+      if (s.data.val.holdout >= *samples) {
+        fail(h != nullptr ? h->loc : root.loc(), DBH_SCENARIO_KEY(data.val.holdout),
+             "fewer samples than the dataset's " + std::to_string(*samples) + " (some must be left to train on)",
+             std::to_string(s.data.val.holdout));
+      }
+      // Training sees the samples before the held-out ones.
+      samples = *samples - s.data.val.holdout;
+    }
+  } else {
+    samples = s.data.samples;
+  }
+  if (samples) {
+    const Value* data = tree.find("data");
+    const Value* sub = data != nullptr && data->is_map() ? data->find("subset") : nullptr;
+    for (size_t i = 0; i < s.data.subset.size(); ++i) {
+      if (s.data.subset[i] >= *samples) {
+        fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : root.loc(),
+             DBH_SCENARIO_KEY(data.subset),
+             "sample indices below the dataset's " + std::to_string(*samples) + " samples",
+             std::to_string(s.data.subset[i]));
+      }
+    }
+  }
+  return samples;
+}
+
+void read_repeat(MapReader& root, const Value& tree, Scenario& s) {
+  read_section(root.get("repeat", false, kSectionForm), "repeat", s);
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (s.faults[i].run >= s.repeat.in_process) {
+      const Value& fv = tree.find("faults")->seq[i];
+      const Value* run = fv.find("run");
+      fail(run != nullptr ? run->loc : fv.loc, "faults[" + std::to_string(i) + "].run",
+           "a run below " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " (" +
+               std::to_string(s.repeat.in_process) + ")",
+           std::to_string(s.faults[i].run));
+    }
+  }
+}
+
+void check_fault_placements(const Value& tree, const Scenario& s, const std::optional<int64_t>& samples) {
+  // A fault that cannot act where it is placed is a mistake in the scenario:
+  // each fault's placement rules are in its catalog entry (Note [Fault
+  // registry]).
+  {
+    const Value* data = tree.find("data");
+    const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
+    // (A resolved scenario, as a worker reads it, was checked when it was
+    // loaded from its files.)
+    const bool source_overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
+                                                         source->loc.file == "scenario.resolved.json");
+    std::optional<std::optional<int64_t>> training_samples;  // read on first use
+    if (samples || s.data.source != "real") training_samples = samples;
+    for (size_t i = 0; i < s.faults.size(); ++i) {
+      const FaultSpec* spec = find_fault(s.faults[i].name);
+      if (spec == nullptr || spec->check == nullptr) continue;
+      const Value& fv = tree.find("faults")->seq[i];
+      const std::string path = "faults[" + std::to_string(i) + "]";
+      auto at = [&](const std::string& key) -> Location {
+        const Value* x = key.empty() ? nullptr : fv.find(key);
+        return x != nullptr ? x->loc : fv.loc;
+      };
+      FaultPlacement placement{s.faults[i], s, {}, source_overridden, {}, {}};
+      placement.samples = [&]() -> std::optional<int64_t> {
+        if (!training_samples) {
+          std::optional<int64_t> n = dataset_size(s.data.path);
+          if (n) n = *n - s.data.val.holdout;
+          training_samples = n;
+        }
+        return *training_samples;
+      };
+      placement.fail_param = [&](const std::string& param, const std::string& expected, const std::string& got) {
+        fail(at(param), path + "." + param, expected, got);
+      };
+      placement.fail = [&](const std::string& expected, const std::string& got, const std::string& at_param) {
+        fail(at(at_param), path, expected, got);
+      };
+      spec->check(placement);
+    }
+  }
+}
+
+// expect: the outcome and evidence the scenario expects.
+void read_expect(MapReader& root, Scenario& s) {
+  {
+    MapReader r(root.get("expect", false, "a map of expectations"), "expect", root.loc(), /*nulls_unset=*/true);
+    s.expect.outcome = r.string("outcome", "passed", kOutcomes);
+    s.expect.failure_class = r.opt_string("failure_class");
+    if (s.expect.failure_class) {
+      const auto classes = known_failure_classes();
+      if (!classes.empty() && std::find(classes.begin(), classes.end(), *s.expect.failure_class) == classes.end()) {
+        fail(r.get("failure_class")->loc, "expect.failure_class", "a failure class of the knowledge base (" +
+             join(classes) + ")", quoted_excerpt(*s.expect.failure_class) + did_you_mean(*s.expect.failure_class, classes));
+      }
+    }
+    if (const Value* st = r.get("step")) {
+      r.get("step");
+      int64_t v = 0;
+      if (!st->is_scalar() || !parse_int(st->scalar, &v) || v < 0) {
+        fail(st->loc, "expect.step", "a non-negative integer", st->describe());
+      }
+      if (v >= s.train.max_steps) {
+        fail(st->loc, "expect.step",
+             "a step below " + std::string(DBH_SCENARIO_KEY(train.max_steps)) + " (" +
+                 std::to_string(s.train.max_steps) + ")",
+             std::to_string(v));
+      }
+      s.expect.step = v;
+    }
+    s.expect.module = r.opt_string("module");
+    if (s.expect.module && !s.worker.external()) {
+      const auto& known = known_module_names(s.model.decoder);
+      const std::string& m = *s.expect.module;
+      const bool ok = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
+        return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
+      });
+      if (!ok) {
+        fail(r.get("module")->loc, "expect.module", "a module name of the " + s.model.decoder + " model",
+             quoted_excerpt(m) + did_you_mean(m, known));
+      }
+    }
+    s.expect.deterministic = r.opt_boolean("deterministic");
+    if (const Value* m = r.get("max_peak_memory")) {
+      const auto b = m->is_scalar() ? parse_bytes(m->scalar) : std::nullopt;
+      if (!b) fail(m->loc, "expect.max_peak_memory", "a size such as 2GiB", m->describe());
+      s.expect.max_peak_memory = *b;
+    }
+    s.expect.data_dependent = r.opt_boolean("data_dependent");
+    if (r.get("min_hmean") != nullptr) {
+      s.expect.min_hmean = r.number("min_hmean", 0.0, 0.0, 1.0);
+      if (s.train.eval_every == 0) {
+        fail(r.get("min_hmean")->loc, "expect.min_hmean",
+             "validation during training (" + std::string(DBH_SCENARIO_KEY(train.eval_every)) + " > 0)",
+             std::string(DBH_SCENARIO_KEY(train.eval_every)) + " 0");
+      }
+    }
+    if (r.get("loss_drop") != nullptr) {
+      s.expect.loss_drop = r.number("loss_drop", 0.0, 0.0, 1.0);
+      // One step has no trend: the expectation could never be judged.
+      if (s.train.max_steps < 2) {
+        fail(r.get("loss_drop")->loc, "expect.loss_drop",
+             "a run of at least 2 steps (" + std::string(DBH_SCENARIO_KEY(train.max_steps)) + ")",
+             std::string(DBH_SCENARIO_KEY(train.max_steps)) + " " + std::to_string(s.train.max_steps));
+      }
+    }
+    // Determinism is judged by comparing fresh processes: with one there is
+    // nothing to compare, and the run would fail without a check.
+    if (s.expect.deterministic && s.repeat.processes < 2) {
+      fail(r.get("deterministic")->loc, "expect.deterministic",
+           "at least 2 fresh processes to compare (" + std::string(DBH_SCENARIO_KEY(repeat.processes)) + ")",
+           std::string(DBH_SCENARIO_KEY(repeat.processes)) + " " + std::to_string(s.repeat.processes));
+    }
+    r.finish();
+  }
+}
+
+// controls: override lists run beside the main trial.
+void read_controls(MapReader& root, Scenario& s) {
+  if (const Value* controls = root.get("controls", false, "a list of override lists")) {
+    if (!controls->is_seq()) {
+      fail(controls->loc, "controls", "a list of override lists", controls->describe());
+    }
+    for (size_t i = 0; i < controls->seq.size(); ++i) {
+      const Value& c = controls->seq[i];
+      std::vector<std::string> overrides;
+      if (c.is_scalar()) {
+        overrides.push_back(c.scalar);
+      } else if (c.is_seq()) {
+        for (const auto& o : c.seq) {
+          if (!o.is_scalar()) {
+            fail(o.loc, "controls[" + std::to_string(i) + "]", "key=value strings", o.describe());
+          }
+          overrides.push_back(o.scalar);
+        }
+      } else {
+        fail(c.loc, "controls[" + std::to_string(i) + "]", "a list of key=value strings",
+             c.describe());
+      }
+      for (const auto& o : overrides) {
+        if (!is_override(o)) {
+          fail(c.loc, "controls[" + std::to_string(i) + "]", "key=value", quoted_excerpt(o));
+        }
+      }
+      s.controls.push_back(overrides);
+    }
+  }
+}
+
+}  // namespace
+
+Scenario scenario_from_tree(const Value& tree, const std::string& file) {
+  Scenario s;
+  s.file = file;
+  const Location top{file, 1, 1};
+  MapReader root(&tree, "", top);
+  read_identity(root, file, s);
+  read_worker(root, tree, file, s);
+  // The table's keys (schema.h), section by section, each followed by the
+  // checks that involve more than one key or the file system.
+  read_model(root, tree, s);
+  read_data(root, tree, s);
+  read_train(root, tree, s);
+  read_hardware(root, tree, file, s);
+  read_section(root.get("monitors", false, kSectionForm), "monitors", s);
+  read_faults(root, tree, s);
+  const std::optional<int64_t> samples = check_sample_indices(root, tree, s);
+  read_repeat(root, tree, s);
+  check_fault_placements(tree, s, samples);
+  read_section(root.get("limits", false, kSectionForm), "limits", s);
+  read_expect(root, s);
+  read_controls(root, s);
+  root.finish();
+  s.resolved = parse_yaml(resolved_json(s), file);
+  return s;
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,206 @@
+#include "harness/scenario/scenario.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "harness/common/error.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "harness/scenario/aliases.h"
+#include "harness/scenario/schema.h"
+#include "harness/scenario/reader.h"
+
+namespace dbh::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Includes form a tree of at most kMaxIncludeDepth levels and
+// kMaxIncludes files in all, so no scenario can make the loader read without
+// bound.
+constexpr size_t kMaxIncludeDepth = 8;
+constexpr size_t kMaxIncludes = 64;
+
+Value load_with_includes(const std::string& path, std::vector<std::string>& stack, std::vector<std::string>& files,
+                         const Location& included_at) {
+  std::error_code ec;
+  const std::string canonical = fs::weakly_canonical(path, ec).string();
+  if (ec) {
+    throw ScenarioError(included_at.str() + ": include: expected a readable file, got " + describe_path(path) +
+                        " (" + path + ")");
+  }
+  if (std::find(stack.begin(), stack.end(), canonical) != stack.end()) {
+    throw ScenarioError(included_at.str() + ": include: expected no cycle, got " +
+                        join(stack, " -> ") + " -> " + canonical);
+  }
+  if (stack.size() >= kMaxIncludeDepth) {
+    throw ScenarioError(included_at.str() + ": include: expected includes nested at most " +
+                        std::to_string(kMaxIncludeDepth) + " deep, got " + join(stack, " -> ") + " -> " + canonical);
+  }
+  files.push_back(canonical);
+  if (files.size() > kMaxIncludes) {
+    throw ScenarioError(included_at.str() + ": include: expected at most " + std::to_string(kMaxIncludes) +
+                        " files in all, got more");
+  }
+  stack.push_back(canonical);
+  Value own = load_yaml_file(path);
+  if (!own.is_map() && !own.is_null()) fail(own.loc, "(top level)", "a map", own.describe());
+  // The scenario itself must say something: an empty file (or only comments)
+  // would run the defaults under a name nobody chose. Included files may be
+  // empty (a base kept for later).
+  if (stack.size() == 1 && (own.is_null() || own.map.empty())) {
+    fail(Location{path, 1, 1}, "(top level)", "a scenario (a map with a name, an include or settings)",
+         "an empty document");
+  }
+  Value merged;
+  merged.kind = Value::Kind::kMap;
+  merged.loc = own.loc;
+  if (const Value* inc = own.find("include")) {
+    std::vector<const Value*> items;
+    if (inc->is_scalar()) {
+      items.push_back(inc);
+    } else if (inc->is_seq()) {
+      for (const auto& x : inc->seq) items.push_back(&x);
+    } else {
+      fail(inc->loc, "include", "a file name or a list of file names", inc->describe());
+    }
+    for (const Value* x : items) {
+      if (!x->is_scalar()) fail(x->loc, "include", "a file name", x->describe());
+      if (x->scalar.empty()) fail(x->loc, "include", "a file name", "an empty string");
+      const fs::path base = fs::path(x->scalar).is_absolute() ? fs::path(x->scalar)
+                                                             : fs::path(path).parent_path() / x->scalar;
+      std::error_code exists_ec;
+      if (!fs::exists(base, exists_ec) && !exists_ec) {
+        fail(x->loc, "include", "an existing file", quoted_excerpt(x->scalar) + " (" + base.string() + " not found)");
+      }
+      try {
+        check_input_file(base.string(), "a scenario file to include");
+      } catch (const ScenarioError& e) {
+        throw ScenarioError(x->loc.str() + ": include: " + e.what());
+      }
+      merge_into(merged, load_with_includes(base.string(), stack, files, x->loc));
+    }
+  }
+  merge_into(merged, own);
+  stack.pop_back();
+  return merged;
+}
+
+// Overrides may use the Lightning/Hydra keys of the user's training command
+// (Note [Lightning aliases] in aliases.h), translated here for the command
+// line and for controls alike. The value keeps the user's override as its
+// location, so a later error names what the user wrote.
+void apply_user_override(Value& tree, const std::string& text) {
+  // Includes are merged before any override: one given as an override
+  // would be silently ignored.
+  const std::string key_text = override_key(text);
+  if (key_text == "include" || key_text.rfind("include.", 0) == 0) {
+    throw ScenarioError("<override> " + one_line(text) +
+                        ": include: expected includes in a scenario file (merged before any override), got an "
+                        "override");
+  }
+  const std::optional<std::string> translated = translate_override(text);
+  if (!translated) return;  // dbh already behaves so (trainer.devices=1)
+  apply_override(tree, *translated);
+  if (*translated == text) return;
+  Value* v = &tree;
+  std::stringstream key(override_key(*translated));
+  for (std::string part; std::getline(key, part, '.');) {
+    v = v->is_map() ? v->find(part) : nullptr;
+    if (v == nullptr) return;
+  }
+  v->loc.file = "<override> " + text;
+  v->key_loc.file = v->loc.file;
+}
+
+}  // namespace
+
+bool override_sets(const std::string& text, const std::string& key) {
+  Value tree;
+  tree.kind = Value::Kind::kMap;
+  try {
+    apply_user_override(tree, text);
+  } catch (const ScenarioError&) {
+    return false;  // refused where the scenario loads, with its own message
+  }
+  const Value* v = &tree;
+  std::stringstream parts(key);
+  for (std::string part; std::getline(parts, part, '.');) {
+    v = v->is_map() ? v->find(part) : nullptr;
+    if (v == nullptr) return false;
+  }
+  return true;
+}
+
+namespace {
+InputFileCheck g_input_file_check = nullptr;
+}  // namespace
+
+void set_input_file_check(InputFileCheck check) { g_input_file_check = check; }
+
+namespace {
+
+// The merged tree of `path` and its includes; `files` gets every file read.
+Value load_tree(const std::string& path, std::vector<std::string>& files) {
+  check_input_file(path, "a scenario file");
+  std::vector<std::string> stack;
+  return load_with_includes(path, stack, files, Location{path, 0, 0});
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_files(const std::string& path) {
+  std::vector<std::string> files;
+  (void)load_tree(path, files);
+  return files;
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> files;
+  const Value tree_from_files = load_tree(path, files);
+  Value tree = tree_from_files;
+  for (const auto& o : overrides) apply_user_override(tree, o);
+  Scenario s;
+  try {
+    s = scenario_from_tree(tree, path);
+  } catch (const ScenarioError& e) {
+    // A key of the file that only the overrides made wrong (faults.0.name=…
+    // leaves the file's fault keys to another fault): say which overrides.
+    bool file_alone_loads = false;
+    if (!overrides.empty() && std::string(e.what()).rfind("<override>", 0) != 0) {
+      try {
+        (void)scenario_from_tree(tree_from_files, path);
+        file_alone_loads = true;
+      } catch (const ScenarioError&) {
+      }
+    }
+    if (!file_alone_loads) throw;
+    std::string given;
+    for (const auto& o : overrides) given += (given.empty() ? "" : " ") + one_line(o);
+    throw ScenarioError(std::string(e.what()) + " (the file loads without the overrides " + given + ")");
+  }
+  s.overrides = overrides;
+  s.files = files;
+  // Every control must be a valid scenario too, before anything runs.
+  for (size_t i = 0; i < s.controls.size(); ++i) {
+    Value control = tree;
+    try {
+      for (const auto& o : s.controls[i]) apply_user_override(control, o);
+      (void)scenario_from_tree(control, path);
+    } catch (const ScenarioError& e) {
+      const Value* controls = tree.find("controls");
+      const Location at = controls != nullptr && i < controls->seq.size() ? controls->seq[i].loc
+                                                                          : Location{path, 0, 0};
+      throw ScenarioError(at.str() + ": controls[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  if (g_input_file_check != nullptr && !s.worker.external()) {
+    if (const auto problem = g_input_file_check(s)) {
+      fail(where(tree, problem->key), problem->key, problem->expected, problem->got);
+    }
+  }
+  return s;
+}
+
+}  // namespace dbh::harness
