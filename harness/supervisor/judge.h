@@ -14,8 +14,8 @@ namespace dbh::harness {
 // else. Each key is one row of expect_keys() (its name, whether a bisection
 // probe judges it, and the test that names a mismatch); `dbh run`, the suite
 // and the probes of bisect, diagnose and qualify all call judge(). A new
-// expect key is a member of Expectation (scenario.h), its reading and
-// writing (scenario.cc), and a row here.
+// expect key is a member of Expectation (scenario.h), its reading
+// (scenario/decode.cc) and writing (scenario/scenario.cc), and a row here.
 
 /// What a run's expectation came to. A run this machine could not run (a
 /// device it lacks) is not judged: neither met nor refuted.

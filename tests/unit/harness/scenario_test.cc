@@ -291,7 +291,7 @@ TEST_F(ScenarioFiles, IncludeCycleIsAnErrorNamingTheChain) {
   EXPECT_NE(load_error(self).find("expected no cycle"), std::string::npos);
 }
 
-// BUG (harness/scenario/scenario.cc, load_with_includes): the include-cycle
+// BUG (harness/scenario/load.cc, load_with_includes): the include-cycle
 // error has no line and column ("a.yaml: include: expected no cycle, got …"),
 // unlike every other scenario error; it should point at the `include:` entry
 // that closes the cycle (b.yaml:2:10 here).
@@ -361,7 +361,7 @@ TEST_F(ScenarioFiles, AUsersTrainingIsNotHeldToDbhsOwnModelsRules) {
   EXPECT_NE(own.find("faults[0].module: expected a module name of the fpn model"), std::string::npos) << own;
 }
 
-// BUG (harness/scenario/scenario.cc, scenario_from_tree): the precision/device
+// BUG (harness/scenario/decode.cc, scenario_from_tree): the precision/device
 // check reports Location{file, 0, 0}, so the message is "e.yaml:
 // train.precision: …" without the line and column of `precision:`.
 TEST_F(ScenarioFiles, PrecisionErrorHasLineAndColumn) {
@@ -433,7 +433,7 @@ TEST_F(ScenarioFiles, ControlsAreListsOfKeyValueStrings) {
   EXPECT_TRUE(HasContractForm(load_error(q), q, 2, 5, "controls[0]"));
 }
 
-// BUG (harness/scenario/scenario.cc, scenario_from_tree): control overrides
+// BUG (harness/scenario/decode.cc, scenario_from_tree): control overrides
 // are only checked for an '='; a value the scenario would reject
 // ("data.batch_size=0") loads fine and fails only when `dbh run` reaches the
 // control trial, after the main trial ran and its folder was written (exit 2
