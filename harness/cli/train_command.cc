@@ -25,6 +25,8 @@
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
+#include "harness/monitors/monitors.h"
+#include "harness/report/metrics_csv.h"
 #include "harness/report/report.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -212,10 +214,11 @@ void resume_training(model::Trainer& trainer, const Scenario& s, const std::stri
   } catch (const std::exception& e) {
     load_error("--resume", s.train.resume_from, arch, e);
   }
-  if (trainer.next_step() >= s.train.max_steps) {
+  // Note [Nothing left to train], said in the flags' terms.
+  if (const auto last = nothing_left_to_train(s, trainer.next_step())) {
     train_usage("--steps", "more than the " + std::to_string(trainer.next_step()) + " steps --resume " +
                                s.train.resume_from + " has already trained",
-                std::to_string(s.train.max_steps));
+                std::to_string(last->step));
   }
 }
 
@@ -256,7 +259,7 @@ TrainData open_train_data(const Scenario& s) {
   return data;
 }
 
-// metrics.csv: created anew, never written through a link left in the
+// metrics.csv (Note [One metrics.csv]): created anew, never written through a link left in the
 // folder (files.h, Note [Never through a link]); written a row at a time, so
 // it can be followed while training runs.
 class MetricsCsv {
@@ -266,19 +269,24 @@ class MetricsCsv {
       throw ReportError(path_.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) +
                         ")");
     }
-    write("step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,loss_bits\n");
+    write(metrics_csv_header());
   }
   MetricsCsv(const MetricsCsv&) = delete;
   MetricsCsv& operator=(const MetricsCsv&) = delete;
   ~MetricsCsv() {
     if (fd_ >= 0) ::close(fd_);
   }
+  // The row of step `r` (Note [One metrics.csv]: the columns `dbh run`
+  // writes; no validation runs during `dbh train`).
   void add(const model::StepResult& r) {
-    std::ostringstream row;
-    row << r.step << "," << std::setprecision(9) << r.loss << "," << r.bce << "," << r.l1 << "," << r.dice << ","
-        << r.lr << "," << r.grad_norm << "," << (r.skipped ? 1 : 0) << "," << r.loss_scale << "," << r.seconds << ","
-        << r.loss_bits << "\n";
-    write(row.str());
+    StepRecord step;
+    step.step = r.step;
+    step.loss = r.loss, step.bce = r.bce, step.l1 = r.l1, step.dice = r.dice;
+    step.lr = r.lr, step.grad_norm = r.grad_norm, step.seconds = r.seconds;
+    step.skipped = r.skipped, step.loss_scale = r.loss_scale;
+    step.loss_bits = r.loss_bits;
+    step.rss_bytes = current_rss_bytes();
+    write(metrics_csv_row(step, nullptr));
   }
   // Closes the file; throws ReportError when a write failed.
   void close() {
@@ -319,14 +327,14 @@ void stop_check() {
   if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
 }
 
-// The steps up to train.max_steps: a row of metrics.csv and a progress line
+// The steps up to the last (train.last_step()): a row of metrics.csv and a progress line
 // each, checkpoints at train.checkpoint_every. Stops between steps when a
 // stop is requested (Interrupted).
 std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model::BatchSource& source,
                                            const Scenario& s, const TrainCommandOptions& o, const fs::path& out,
                                            MetricsCsv& csv) {
   std::vector<model::StepResult> results;
-  const int64_t steps = s.train.max_steps;
+  const int64_t steps = s.train.last_step();
   while (trainer.next_step() < steps) {
     stop_check();
     model::StepResult r;

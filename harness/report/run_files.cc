@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
-#include <iomanip>
 #include <sstream>
 
 #include "harness/common/files.h"
 #include "harness/common/home.h"
 #include "harness/common/text.h"
+#include "harness/report/metrics_csv.h"
 #include "harness/report/report_html.h"
 #include "harness/supervisor/outcome.h"
 
@@ -15,25 +15,18 @@ namespace dbh::harness {
 namespace fs = std::filesystem;
 namespace {
 
-// metrics.csv: a row per step, with the validation taken after it.
+// metrics.csv (Note [One metrics.csv]): a row per step, with the validation
+// taken after it.
 void write_metrics(const fs::path& path, const TrialAnalysis& a) {
-  std::ostringstream csv;
-  csv << "run,step,loss,bce,l1,dice,lr,grad_norm,seconds,rss_bytes,loss_bits,hmean,precision,recall\n";
-  csv << std::setprecision(9);
+  std::string csv = metrics_csv_header();
   for (const auto& s : a.steps) {
-    csv << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << "," << s.dice << ","
-        << s.lr << "," << s.grad_norm << "," << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
     // A validation after this step (taken with step + 1 steps done).
     const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const EvalRecord& r) {
       return r.run == s.run && r.step == s.step + 1;
     });
-    if (e != a.evals.end()) {
-      csv << "," << e->hmean << "," << e->precision << "," << e->recall << "\n";
-    } else {
-      csv << ",,,\n";
-    }
+    csv += metrics_csv_row(s, e != a.evals.end() ? &*e : nullptr);
   }
-  write_file_atomically(path.string(), csv.str());
+  write_file_atomically(path.string(), csv);
 }
 
 }  // namespace

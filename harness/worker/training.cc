@@ -3,9 +3,17 @@
 #include <torch/torch.h>
 
 #include "harness/common/cpu.h"
+#include "harness/scenario/schema.h"
 #include "model/data/batch.h"
 
 namespace dbh::harness {
+
+std::optional<LastStep> nothing_left_to_train(const Scenario& s, int64_t checkpoint_step) {
+  const int64_t last = s.train.last_step();
+  if (checkpoint_step < last) return std::nullopt;
+  return LastStep{last < s.train.max_steps ? DBH_SCENARIO_KEY(train.stop_after) : DBH_SCENARIO_KEY(train.max_steps),
+                  last};
+}
 
 int64_t training_threads(const Scenario& s) {
   return s.train.threads > 0 ? s.train.threads : available_cores();

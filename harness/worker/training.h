@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "harness/scenario/scenario.h"
@@ -23,6 +24,19 @@ namespace dbh::harness {
 /// An exception's message without the C++ backtrace LibTorch appends to
 /// its own errors.
 std::string message_of(const std::exception& e);
+
+/// Note [Nothing left to train]: a run resumed from a checkpoint taken at or
+/// after its last step (train.last_step(): train.stop_after when it stops
+/// earlier, else train.max_steps) trains no step and would end "passed", an
+/// answer nobody measured. When the checkpoint's `checkpoint_step` leaves
+/// nothing to train: the key that sets the last step, and that step; nullopt
+/// when something is left. The worker's input check, the worker's resume and
+/// `dbh train --resume` all decide with this.
+struct LastStep {
+  const char* key;
+  int64_t step;
+};
+std::optional<LastStep> nothing_left_to_train(const Scenario& s, int64_t checkpoint_step);
 
 /// The intra-op threads a scenario trains with: train.threads when set, else
 /// every usable core (what `auto` falls back to when nothing measured it).

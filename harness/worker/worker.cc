@@ -295,12 +295,9 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
       return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected,
                               "one of another model (" + state.summary() + ")"};
     }
-    const int64_t last = s.train.last_step();
-    if (state.step >= last) {
+    if (const auto last = nothing_left_to_train(s, state.step)) {
       return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from),
-                              "a checkpoint before step " + std::to_string(last) + " (" +
-                                  (s.train.stop_after > 0 ? DBH_SCENARIO_KEY(train.stop_after)
-                                                          : DBH_SCENARIO_KEY(train.max_steps)) + ")",
+                              "a checkpoint before step " + std::to_string(last->step) + " (" + last->key + ")",
                               "one after step " + std::to_string(state.step) + ": nothing is left to train"};
     }
   }
@@ -487,13 +484,11 @@ std::unique_ptr<model::Trainer> start_run(WorkerState& w, model::DbNet& net) {
   w.faults.set_optimizer(&trainer->optimizer());
   if (!s.train.resume_from.empty()) {
     trainer->load_checkpoint(s.train.resume_from);
-    // A checkpoint at or past the last step leaves nothing to run: a
-    // "passed" with no step would be an answer nobody measured.
-    const int64_t last = s.train.last_step();
-    if (trainer->next_step() >= last) {
+    // Note [Nothing left to train].
+    if (const auto last = nothing_left_to_train(s, trainer->next_step())) {
       throw std::runtime_error(std::string(DBH_SCENARIO_KEY(train.resume_from)) + " " + s.train.resume_from +
-                               ": expected a checkpoint before step " + std::to_string(last) +
-                               " (train.max_steps), got one after step " + std::to_string(trainer->next_step()) +
+                               ": expected a checkpoint before step " + std::to_string(last->step) + " (" +
+                               last->key + "), got one after step " + std::to_string(trainer->next_step()) +
                                ": nothing is left to train");
     }
     w.events.emit(proto::Checkpoint{w.run, trainer->next_step(), s.train.resume_from, /*resumed=*/true});

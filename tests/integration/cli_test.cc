@@ -77,8 +77,16 @@ TEST(CliTest, TrainsOnSyntheticDataAndWritesItsOutput) {
                       "--threads", "2", "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("output: "), std::string::npos);
-  EXPECT_TRUE(fs::exists(out / "metrics.csv"));
   EXPECT_TRUE(fs::exists(out / "checkpoint-final.pt"));
+  // Note [One metrics.csv]: the columns `dbh run` writes, a row per step.
+  std::ifstream csv(out / "metrics.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "run,step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,rss_bytes,loss_bits,hmean,"
+                      "precision,recall");
+  EXPECT_EQ(lines[3].rfind("0,2,", 0), 0u) << lines[3];
+  EXPECT_EQ(lines[3].substr(lines[3].size() - 3), ",,,") << lines[3];  // no validation ran
   std::ifstream in(out / "summary.json");
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("steps_completed").get<int>(), 3);

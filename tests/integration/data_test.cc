@@ -71,11 +71,13 @@ TEST(DataCommandTest, TrainingOnRealFixturesReducesTheLoss) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::ifstream csv(dir / "out" / "metrics.csv");
   std::string line;
-  std::getline(csv, line);  // header
+  std::getline(csv, line);  // header: the loss column by its name
+  ASSERT_EQ(line.rfind("run,step,loss,", 0), 0u) << line;
   std::vector<double> losses;
   while (std::getline(csv, line)) {
     std::istringstream row(line);
-    std::string step, loss;
+    std::string run, step, loss;
+    std::getline(row, run, ',');
     std::getline(row, step, ',');
     std::getline(row, loss, ',');
     losses.push_back(std::stod(loss));

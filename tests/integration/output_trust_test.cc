@@ -101,8 +101,9 @@ TEST(OutputReuseTest, TrainingResumesFromACheckpointInItsOwnFolder) {
   const auto again = with({"--steps", "2", "--resume", (out / "checkpoint-final.pt").string()});
   EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
   const std::string metrics = read_text(out / "metrics.csv");
-  EXPECT_NE(metrics.find("\n1,"), std::string::npos) << metrics;  // the second step (0-based) trained
-  EXPECT_EQ(metrics.find("\n0,"), std::string::npos) << metrics;  // resumed after the first
+  // Rows start run,step: the second step (0-based) trained, resumed after the first.
+  EXPECT_NE(metrics.find("\n0,1,"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("\n0,0,"), std::string::npos) << metrics;
   EXPECT_FALSE(fs::exists(out / ".dbh-previous"));
 }
 

@@ -1,0 +1,27 @@
+#include "harness/report/metrics_csv.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace dbh::harness {
+
+const std::string& metrics_csv_header() {
+  static const std::string kHeader =
+      "run,step,loss,bce,l1,dice,lr,grad_norm,skipped,loss_scale,seconds,rss_bytes,loss_bits,hmean,precision,recall\n";
+  return kHeader;
+}
+
+std::string metrics_csv_row(const StepRecord& s, const EvalRecord* eval) {
+  std::ostringstream row;
+  row << std::setprecision(9) << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << ","
+      << s.dice << "," << s.lr << "," << s.grad_norm << "," << (s.skipped ? 1 : 0) << "," << s.loss_scale << ","
+      << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
+  if (eval != nullptr) {
+    row << "," << eval->hmean << "," << eval->precision << "," << eval->recall << "\n";
+  } else {
+    row << ",,,\n";
+  }
+  return row.str();
+}
+
+}  // namespace dbh::harness
