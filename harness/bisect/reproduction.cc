@@ -3,19 +3,18 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <set>
 #include <sstream>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
+#include "harness/proto/event_types.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
 #include "harness/common/text.h"
@@ -273,14 +272,10 @@ std::vector<std::string> Search::contradictions() const {
 // The step of a checkpoint the worker wrote ("checkpoint-r0-s16.pt" → 16);
 // none for another file.
 std::optional<int64_t> checkpoint_step(const fs::path& file) {
-  const std::string name = file.filename().string();
-  constexpr std::string_view kPrefix = "checkpoint-r0-s";
-  if (name.rfind(kPrefix, 0) != 0 || file.extension() != ".pt") return std::nullopt;
-  const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 3);
-  int64_t step = 0;
-  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) return std::nullopt;
-  return step;
+  // Note [Checkpoint names]: the runs a bisection replays are run 0.
+  const auto name = proto::parse_checkpoint_file_name(file.filename().string());
+  if (!name || name->run != 0) return std::nullopt;
+  return name->step;
 }
 
 // The checkpoint step `p`'s trial resumed from; none when it started at step

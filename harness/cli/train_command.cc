@@ -26,6 +26,7 @@
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
 #include "harness/monitors/monitors.h"
+#include "harness/proto/event_types.h"
 #include "harness/report/metrics_csv.h"
 #include "harness/report/report.h"
 #include "harness/scenario/scenario.h"
@@ -353,7 +354,8 @@ std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model:
                 << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
     }
     if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
-      save_checkpoint_file(trainer, out / ("checkpoint-" + std::to_string(trainer.next_step()) + ".pt"));
+      // Note [Checkpoint names]: named as `dbh run`'s worker names them.
+      save_checkpoint_file(trainer, out / proto::checkpoint_file_name(0, trainer.next_step()));
     }
   }
   return results;

@@ -1,6 +1,8 @@
 #include "harness/proto/event_types.h"
 
+#include <charconv>
 #include <cstdint>
+#include <string_view>
 
 namespace dbh::harness::proto {
 
@@ -430,6 +432,32 @@ Done done_from(const Event& e) {
   read(e, "status", d.status);
   d.memory = raw(e, "memory");
   return d;
+}
+
+std::string checkpoint_file_name(int64_t run, int64_t step) {
+  return "checkpoint-r" + std::to_string(run) + "-s" + std::to_string(step) + ".pt";
+}
+
+std::optional<CheckpointName> parse_checkpoint_file_name(const std::string& name) {
+  // checkpoint-r<digits>-s<digits>.pt, nothing else.
+  constexpr std::string_view kPrefix = "checkpoint-r", kMiddle = "-s", kSuffix = ".pt";
+  const std::string_view n(name);
+  if (n.size() <= kPrefix.size() + kMiddle.size() + kSuffix.size() || n.substr(0, kPrefix.size()) != kPrefix ||
+      n.substr(n.size() - kSuffix.size()) != kSuffix) {
+    return std::nullopt;
+  }
+  const std::string_view body = n.substr(kPrefix.size(), n.size() - kPrefix.size() - kSuffix.size());
+  const size_t middle = body.find(kMiddle);
+  if (middle == std::string_view::npos) return std::nullopt;
+  CheckpointName out;
+  auto number = [](std::string_view digits, int64_t* v) {
+    const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), *v);
+    return !digits.empty() && digits.front() != '-' && r.ec == std::errc() && r.ptr == digits.data() + digits.size();
+  };
+  if (!number(body.substr(0, middle), &out.run) || !number(body.substr(middle + kMiddle.size()), &out.step)) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 }  // namespace dbh::harness::proto

@@ -144,6 +144,18 @@ struct Checkpoint {
 nlohmann::json to_json(const Checkpoint& e);
 Checkpoint checkpoint_from(const Event& e);
 
+/// Note [Checkpoint names]: a checkpoint of run `run` is
+/// `checkpoint-r<run>-s<step>.pt`, `step` the step a resume continues at
+/// (docs/worker-protocol.md): the worker, the Python adapter and `dbh
+/// train`'s periodic checkpoints write it, bisection finds its replays'
+/// starting points by it.
+std::string checkpoint_file_name(int64_t run, int64_t step);
+struct CheckpointName {
+  int64_t run = 0, step = 0;
+};
+/// The run and step a file name (no folder) says; nullopt for another name.
+std::optional<CheckpointName> parse_checkpoint_file_name(const std::string& name);
+
 /// `eval`: one validation during training.
 struct Eval {
   static constexpr const char* kType = event::kEval;

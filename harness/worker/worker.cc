@@ -518,9 +518,7 @@ void train_one_run(WorkerState& w, const TrainingData& data) {
     w.events.emit(step_end_event(w, trainer->step(batches)));
     const int64_t next = trainer->next_step();
     if (s.train.checkpoint_every > 0 && next % s.train.checkpoint_every == 0) {
-      const std::string path =
-          (fs::path(w.run_dir) / ("checkpoint-r" + std::to_string(w.run) + "-s" + std::to_string(next) + ".pt"))
-              .string();
+      const std::string path = (fs::path(w.run_dir) / proto::checkpoint_file_name(w.run, next)).string();
       trainer->save_checkpoint(path);
       w.events.emit(proto::Checkpoint{w.run, next, path});
     }

@@ -74,10 +74,12 @@ TEST(CliTest, BadOptionValueIsAUsageError) {
 TEST(CliTest, TrainsOnSyntheticDataAndWritesItsOutput) {
   const auto out = fresh_dir("train-synthetic");
   const auto r = dbh({"train", "--steps", "3", "--size", "64", "--batch-size", "2",
-                      "--threads", "2", "--out", out.string()});
+                      "--threads", "2", "--checkpoint-every", "2", "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("output: "), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "checkpoint-final.pt"));
+  // Note [Checkpoint names]: the periodic ones named as `dbh run` names them.
+  EXPECT_TRUE(fs::exists(out / "checkpoint-r0-s2.pt"));
   // Note [One metrics.csv]: the columns `dbh run` writes, a row per step.
   std::ifstream csv(out / "metrics.csv");
   std::vector<std::string> lines;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "harness/common/error.h"
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 
 namespace dbh::harness {
@@ -194,6 +195,26 @@ TEST(DecodeStream, CrLfLineEndingsDecode) {
   const auto s = decode_stream(e.substr(0, e.size() - 1) + "\r\n" + e, "events.jsonl");
   EXPECT_EQ(s.events.size(), 2u);
   EXPECT_TRUE(s.bad_lines.empty());
+}
+
+}  // namespace
+}  // namespace dbh::harness
+
+// Note [Checkpoint names]
+namespace dbh::harness {
+namespace {
+
+TEST(CheckpointNames, WrittenAndReadBackAsTheProtocolSays) {
+  EXPECT_EQ(proto::checkpoint_file_name(0, 16), "checkpoint-r0-s16.pt");
+  const auto n = proto::parse_checkpoint_file_name("checkpoint-r2-s128.pt");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->run, 2);
+  EXPECT_EQ(n->step, 128);
+  for (const char* other : {"checkpoint-final.pt", "checkpoint-16.pt", "checkpoint-r0-s.pt", "checkpoint-r-s1.pt",
+                            "checkpoint-r0-s1.pt.tmp", "checkpoint-r0-s-1.pt", "checkpoint-r0-s1x.pt",
+                            "checkpoint-r0s1.pt", "xcheckpoint-r0-s1.pt"}) {
+    EXPECT_FALSE(proto::parse_checkpoint_file_name(other).has_value()) << other;
+  }
 }
 
 }  // namespace
