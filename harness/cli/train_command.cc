@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -35,6 +36,7 @@
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
 #include "harness/worker/training.h"
+#include "harness/worker/validation.h"
 #include "harness/env/environment.h"
 #include "model/data/batch.h"
 #include "model/data/dataset.h"
@@ -77,6 +79,12 @@ const std::vector<TrainFlag>& train_flags() {
       {"--threads", DBH_SCENARIO_KEY(train.threads), "Intra-op threads: auto (measured), 0 = all cores, or N"},
       {"--seed", DBH_SCENARIO_KEY(train.seed), "Seed of weights, data and augmentation"},
       {"--checkpoint-every", DBH_SCENARIO_KEY(train.checkpoint_every), "Checkpoint every K steps; 0 = final only"},
+      {"--val-data", DBH_SCENARIO_KEY(data.val.path),
+       "Validation dataset folder, scored (ICDAR 2015 P/R/H) every --eval-every steps and after the last"},
+      {"--eval-every", DBH_SCENARIO_KEY(train.eval_every), "Validate every K steps (with --val-data); 0 = never"},
+      {"--val-size", DBH_SCENARIO_KEY(data.val.size),
+       "Validation: the size each image's --val-side side is resized to (multiple of 32)"},
+      {"--val-side", DBH_SCENARIO_KEY(data.val.side), "Validation: short or long"},
       {"--resume", DBH_SCENARIO_KEY(train.resume_from), "Resume from a checkpoint"},
       {"--device", DBH_SCENARIO_KEY(hardware.device), "cpu, cuda or cuda:N"},
   };
@@ -260,6 +268,23 @@ TrainData open_train_data(const Scenario& s) {
   return data;
 }
 
+// --val-data: its images, read as the worker reads them (Note [One
+// validation]); a set the policy cannot help is the user's to fix.
+Validation open_train_validation(const Scenario& s) {
+  if (s.data.val.path.empty()) return {};
+  std::vector<std::string> warnings;
+  Validation v;
+  try {
+    v = open_validation_set(s, warnings);
+  } catch (const model::DataError& e) {
+    for (const auto& d : e.defects()) std::cerr << "  " << one_line(d.message) << "\n";
+    train_usage("--val-data " + s.data.val.path, "a validation dataset with annotated, readable images",
+                std::to_string(e.defects().size()) + " defect(s), listed above");
+  }
+  for (const auto& w : warnings) std::cerr << "warning: " << one_line(w) << "\n";
+  return v;
+}
+
 // metrics.csv (Note [One metrics.csv]): created anew, never written through a link left in the
 // folder (files.h, Note [Never through a link]); written a row at a time, so
 // it can be followed while training runs.
@@ -277,9 +302,9 @@ class MetricsCsv {
   ~MetricsCsv() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // The row of step `r` (Note [One metrics.csv]: the columns `dbh run`
-  // writes; no validation runs during `dbh train`).
-  void add(const model::StepResult& r) {
+  // The row of step `r` and the validation after it (Note [One metrics.csv]:
+  // the columns `dbh run` writes).
+  void add(const model::StepResult& r, const EvalRecord* eval) {
     StepRecord step;
     step.step = r.step;
     step.loss = r.loss, step.bce = r.bce, step.l1 = r.l1, step.dice = r.dice;
@@ -287,7 +312,7 @@ class MetricsCsv {
     step.skipped = r.skipped, step.loss_scale = r.loss_scale;
     step.loss_bits = r.loss_bits;
     step.rss_bytes = current_rss_bytes();
-    write(metrics_csv_row(step, nullptr));
+    write(metrics_csv_row(step, eval));
   }
   // Closes the file; throws ReportError when a write failed.
   void close() {
@@ -328,13 +353,21 @@ void stop_check() {
   if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
 }
 
+// What train_steps trained, and the last validation (none without
+// --val-data and --eval-every).
+struct TrainedSteps {
+  std::vector<model::StepResult> steps;
+  std::optional<EvalRecord> last_eval;
+};
+
 // The steps up to the last (train.last_step()): a row of metrics.csv and a progress line
 // each, checkpoints at train.checkpoint_every. Stops between steps when a
 // stop is requested (Interrupted).
-std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model::BatchSource& source,
-                                           const Scenario& s, const TrainCommandOptions& o, const fs::path& out,
-                                           MetricsCsv& csv) {
-  std::vector<model::StepResult> results;
+TrainedSteps train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& source,
+                         const Validation& validation, const Scenario& s, const TrainCommandOptions& o,
+                         const fs::path& out, MetricsCsv& csv) {
+  TrainedSteps trained;
+  std::vector<model::StepResult>& results = trained.steps;
   const int64_t steps = s.train.last_step();
   while (trainer.next_step() < steps) {
     stop_check();
@@ -345,7 +378,6 @@ std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model:
       throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
     }
     results.push_back(r);
-    csv.add(r);
     if (!o.quiet) {
       std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss "
                 << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
@@ -353,19 +385,38 @@ std::vector<model::StepResult> train_steps(model::Trainer& trainer, const model:
                 << "  |g| " << std::setprecision(3) << r.grad_norm << "  " << std::setprecision(2)
                 << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
     }
+    // Note [One validation]: the cadence and numbers of `dbh run`'s worker.
+    const int64_t next = trainer.next_step();
+    std::optional<EvalRecord> eval;
+    if (validates_after(s, validation, next)) {
+      const ValidationResult v = validate(net, s, validation, 0, next, next == steps, out, nullptr);
+      eval = EvalRecord{};
+      eval->run = 0, eval->step = next;
+      eval->precision = v.eval.precision, eval->recall = v.eval.recall, eval->hmean = v.eval.hmean;
+      eval->gt = v.eval.gt, eval->det = v.eval.det, eval->matched = v.eval.matched, eval->images = v.eval.images;
+      eval->seconds = v.eval.seconds;
+      trained.last_eval = eval;
+      if (!o.quiet) {
+        std::cout << "validation after step " << next << ": hmean " << std::fixed << std::setprecision(4)
+                  << eval->hmean << " (precision " << eval->precision << ", recall " << eval->recall << ") on "
+                  << eval->images << " images, " << std::setprecision(1) << eval->seconds << " s"
+                  << std::defaultfloat << std::endl;
+      }
+    }
+    csv.add(r, eval ? &*eval : nullptr);
     if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
       // Note [Checkpoint names]: named as `dbh run`'s worker names them.
       save_checkpoint_file(trainer, out / proto::checkpoint_file_name(0, trainer.next_step()));
     }
   }
-  return results;
+  return trained;
 }
 
 // summary.json: what trained (as a scenario: `dbh run` with these keys
 // trains the same), on what, and how the losses went.
-nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_desc,
-                                     const std::vector<model::StepResult>& results, double wall,
-                                     const nlohmann::json& choices) {
+nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_desc, const TrainedSteps& trained,
+                                     double wall, const nlohmann::json& choices) {
+  const std::vector<model::StepResult>& results = trained.steps;
   bool finite = true;
   for (const auto& r : results) finite = finite && std::isfinite(r.loss);
   nlohmann::ordered_json summary;
@@ -377,6 +428,12 @@ nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_
   summary["last_loss"] = results.empty() ? 0.0 : results.back().loss;
   summary["all_losses_finite"] = finite;
   summary["wall_seconds"] = wall;
+  if (trained.last_eval) {
+    const EvalRecord& e = *trained.last_eval;
+    summary["last_validation"] = {{"step", e.step},          {"hmean", e.hmean},   {"precision", e.precision},
+                                  {"recall", e.recall},      {"images", e.images}, {"gt", e.gt},
+                                  {"det", e.det},            {"matched", e.matched}};
+  }
   summary["scenario"] = nlohmann::json::parse(resolved_json(s));
   if (!choices.is_null()) summary["measured_choices"] = choices;
   summary["environment"] = nlohmann::json::parse(environment_json(collect_environment()));
@@ -413,6 +470,7 @@ int run_train_command(const TrainCommandOptions& o) {
   model::Trainer trainer(dbnet, train_options(s));
   if (!s.train.resume_from.empty()) resume_training(trainer, s, arch);
   const TrainData data = open_train_data(s);
+  const Validation validation = open_train_validation(s);
 
   if (!o.quiet) {
     std::cout << "dbh train: " << arch << ", data " << data.description << ", batch " << s.data.batch_size << "x"
@@ -422,12 +480,13 @@ int run_train_command(const TrainCommandOptions& o) {
   }
   MetricsCsv csv(out / "metrics.csv");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<model::StepResult> results = train_steps(trainer, data.source, s, o, out, csv);
+  const TrainedSteps trained = train_steps(dbnet, trainer, data.source, validation, s, o, out, csv);
+  const std::vector<model::StepResult>& results = trained.steps;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop_check();
   save_checkpoint_file(trainer, out / "checkpoint-final.pt");
   csv.close();
-  const nlohmann::ordered_json summary = train_summary(s, data.description, results, wall, choices);
+  const nlohmann::ordered_json summary = train_summary(s, data.description, trained, wall, choices);
   write_file_atomically((out / "summary.json").string(),
                         summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   stop_check();

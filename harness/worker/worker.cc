@@ -30,6 +30,7 @@
 #include "harness/proto/event_writer.h"
 #include "harness/worker/memory_budget.h"
 #include "harness/worker/training.h"
+#include "harness/worker/validation.h"
 #include "model/data/dataset.h"
 #include "model/data/image_decode.h"
 #include "model/data/scan.h"
@@ -119,89 +120,6 @@ std::vector<std::string> write_batch_overlays(const model::Batch& b, const fs::p
 }
 
 }  // namespace
-
-// Validation during training (train.eval_every): the images of data.val, or
-// the samples held out of the training dataset.
-struct Validation {
-  std::string root;
-  std::vector<model::ImageAnnotation> images;
-};
-
-// The evaluation settings of `s`; the reference post-processing (the
-// defaults) when `reference_postprocess`, else the scenario's as a fault may
-// have changed them (FaultInjector::on_validation after step `step_taken`).
-model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess,
-                                          FaultInjector* faults = nullptr, int64_t step_taken = -1) {
-  model::PostprocessOptions pp;
-  if (!reference_postprocess) {
-    pp.binarize_thresh = s.data.val.binarize_thresh;
-    pp.box_thresh = s.data.val.box_thresh;
-    pp.unclip_ratio = s.data.val.unclip_ratio;
-    if (faults != nullptr) faults->on_validation(step_taken, pp);
-  }
-  return model::InferenceOptions()
-      .size(s.data.val.size)
-      .side(model::resize_side_from_string(s.data.val.side))
-      .batch_size(s.data.val.batch_size)
-      .device(s.hardware.device)
-      .channels_last(s.train.channels_last.value_or(false))
-      .postprocess(pp);
-}
-
-// Evaluates `net` and emits an `eval` event; at the last evaluation also
-// writes overlays of the worst images. Training mode is restored by
-// evaluate().
-void validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step, bool last,
-              const fs::path& run_dir, FaultInjector& faults, EventWriter& events) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const model::InferenceOptions options = inference_options(s, false, &faults, step - 1);
-  const auto result = model::evaluate(net, v.root, v.images, options);
-  double prob_mean = 0, text_fraction = 0;
-  for (const auto& e : result.images) prob_mean += e.probability.mean, text_fraction += e.probability.text_fraction;
-  const double n = std::max<double>(1.0, static_cast<double>(result.images.size()));
-  proto::Eval ev;
-  ev.run = run;
-  ev.step = step;
-  ev.precision = result.overall.precision;
-  ev.recall = result.overall.recall;
-  ev.hmean = result.overall.hmean;
-  ev.gt = result.overall.counts.gt;
-  ev.det = result.overall.counts.det;
-  ev.matched = result.overall.counts.matched;
-  ev.images = static_cast<int64_t>(result.images.size());
-  ev.prob_mean = prob_mean / n;
-  ev.text_fraction = text_fraction / n;
-  const model::PostprocessOptions& used = options.postprocess();
-  const model::PostprocessOptions reference;
-  const bool custom = used.binarize_thresh != reference.binarize_thresh || used.box_thresh != reference.box_thresh ||
-                      used.unclip_ratio != reference.unclip_ratio;
-  if (custom && result.overall.counts.det == 0) {
-    // Would the reference settings keep boxes in these maps? Tells broken
-    // post-processing settings from a model that finds nothing.
-    ev.det_reference = model::evaluate(net, v.root, v.images, inference_options(s, true)).overall.counts.det;
-  }
-  ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  events.emit(ev);
-  if (!last || s.data.val.overlays == 0) return;
-  std::vector<std::string> files;
-  const fs::path dir = run_dir / "eval-overlays";
-  make_directories_no_follow(dir.string());
-  for (const size_t i : model::worst_images(result, static_cast<size_t>(s.data.val.overlays))) {
-    const auto& e = result.images[i];
-    std::vector<model::Polygon> det;
-    for (const auto& d : e.detections) det.push_back(d.polygon);
-    const cv::Mat image = model::decode_image(model::image_path(v.root, e.file));
-    const std::string name = std::to_string(files.size() + 1) + "-" + safe_file_name(fs::path(e.file).stem().string()) + ".png";
-    if (write_png((dir / name).string(), model::draw_overlay(image, e.gt, e.gt_ignore, det))) {
-      files.push_back((fs::path("eval-overlays") / name).string());
-    }
-  }
-  proto::EvalOverlays drawn;
-  drawn.run = run;
-  drawn.step = step;
-  drawn.files = files;
-  events.emit(drawn);
-}
 
 namespace {
 
@@ -380,33 +298,17 @@ struct TrainingData {
   Validation validation;                    // no images: no validation
 };
 
-// data.val.path: its images, read under the training set's policy
-// (data.on_invalid): an image it cannot read (a FIFO, a device, a cut file)
-// fails the run under `error`, and is a warning under skip or clip, never
-// dropped in silence.
-Validation open_validation_set(const Scenario& s, EventWriter& events) {
-  const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
-  const auto scan = model::scan_dataset(s.data.val.path, policy);
-  if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
-    std::vector<model::Defect> defects = scan.defects;
-    if (defects.empty()) {
-      defects.push_back(model::Defect{model::DefectKind::kUnreadableFile, s.data.val.path, "", "", 0,
-                                      s.data.val.path + ": expected a validation dataset with annotated images, "
-                                                        "got none"});
-    }
-    throw model::DataError(defects);
-  }
-  for (const auto& defect : scan.defects) events.emit(proto::Warning{"validation set: " + defect.message});
-  return Validation{s.data.val.path, scan.images};
-}
-
 // The training dataset at `data_path` (the scenario's, or a fault's
 // corrupted copy) and the validation images: data.val.path, or the last
 // data.val.holdout samples, which training then never sees. Emits the
 // datasets' warnings and the evaluator's self-check.
 TrainingData open_training_data(const Scenario& s, const std::string& data_path, EventWriter& events) {
   TrainingData data;
-  if (!s.data.val.path.empty()) data.validation = open_validation_set(s, events);
+  if (!s.data.val.path.empty()) {
+    std::vector<std::string> warnings;
+    data.validation = open_validation_set(s, warnings);
+    for (const auto& w : warnings) events.emit(proto::Warning{w});
+  }
   if (uses_dataset(s)) {
     model::DatasetOptions d = dataset_options(s, data_path);
     if (s.data.val.holdout > 0) {
@@ -522,9 +424,16 @@ void train_one_run(WorkerState& w, const TrainingData& data) {
       trainer->save_checkpoint(path);
       w.events.emit(proto::Checkpoint{w.run, next, path});
     }
-    if (s.train.eval_every > 0 && !data.validation.images.empty() &&
-        (next % s.train.eval_every == 0 || next == last)) {
-      validate(net, s, data.validation, w.run, next, next == last, w.run_dir, w.faults, w.events);
+    if (validates_after(s, data.validation, next)) {
+      const ValidationResult v = validate(net, s, data.validation, w.run, next, next == last, w.run_dir, &w.faults);
+      w.events.emit(v.eval);
+      if (v.drew_overlays) {
+        proto::EvalOverlays drawn;
+        drawn.run = w.run;
+        drawn.step = next;
+        drawn.files = v.overlays;
+        w.events.emit(drawn);
+      }
     }
   }
   w.step = -1;

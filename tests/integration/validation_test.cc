@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,49 @@ testing::ProcessResult dbh(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {DBH_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::run_process(argv, DBH_SOURCE_DIR, 300);
+}
+
+// Note [One validation]: `dbh train --val-data` validates with the worker's
+// code, at its cadence (every --eval-every steps and after the last), and its
+// metrics.csv carries the numbers in `dbh run`'s columns.
+TEST(ValidationTest, DbhTrainValidatesAtTheCadenceDbhRunDoes) {
+  const fs::path dir = fresh_dir("train");
+  const fs::path out = dir / "out";
+  const std::string fixtures = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
+  const auto r = dbh({"train", "--data", fixtures, "--val-data", fixtures, "--eval-every", "2", "--val-size", "128",
+                      "--val-side", "long", "--steps", "3", "--size", "64", "--batch-size", "1", "--threads", "1",
+                      "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("validation after step 2: hmean "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation after step 3: hmean "), std::string::npos) << r.out;
+  std::istringstream csv(read_text(out / "metrics.csv"));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1].substr(rows[1].size() - 3), ",,,") << rows[1];  // after step 1: none
+  for (const size_t i : {size_t{2}, size_t{3}}) {
+    // hmean, precision and recall: three numbers in [0, 1].
+    const std::string& row = rows[i];
+    const size_t recall_at = row.rfind(','), precision_at = row.rfind(',', recall_at - 1),
+                 hmean_at = row.rfind(',', precision_at - 1);
+    for (const auto [from, to] : {std::pair{hmean_at, precision_at}, std::pair{precision_at, recall_at},
+                                  std::pair{recall_at, row.size()}}) {
+      const std::string cell = row.substr(from + 1, to - from - 1);
+      ASSERT_FALSE(cell.empty()) << row;
+      EXPECT_GE(std::stod(cell), 0.0) << row;
+      EXPECT_LE(std::stod(cell), 1.0) << row;
+    }
+  }
+  const auto summary = nlohmann::json::parse(read_text(out / "summary.json"));
+  ASSERT_TRUE(summary.contains("last_validation")) << summary.dump(2);
+  EXPECT_EQ(summary["last_validation"]["step"], 3);
+  EXPECT_EQ(summary["last_validation"]["images"], 10);
+  EXPECT_GT(summary["last_validation"]["gt"].get<int64_t>(), 0);
+  // --eval-every without --val-data is refused, as the scenario key is.
+  const auto alone = dbh({"train", "--eval-every", "2", "--steps", "1", "--size", "64", "--out", (dir / "o2").string()});
+  EXPECT_EQ(alone.exit_code, 2) << alone.out << alone.err;
+  EXPECT_NE(alone.err.find("--eval-every"), std::string::npos) << alone.err;
+  EXPECT_FALSE(fs::exists(dir / "o2"));
 }
 
 TEST(ValidationTest, EvaluationsReachEveryReport) {
