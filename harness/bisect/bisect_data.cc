@@ -213,7 +213,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
 std::vector<std::string> subset_overrides(const Scenario& s, int64_t last_step, const std::vector<int64_t>& subset) {
   const int64_t steps =
       std::max<int64_t>({int64_t{1}, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) / s.data.batch_size,
-                         std::min(last_step + 1, s.train.max_steps)});
+                         std::min(last_step + 1, s.train.last_step())});
   return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.subset), list_yaml(subset)),
                                   override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
                                   "controls=[]"};
@@ -342,7 +342,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     return out;
   }
 
-  const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.max_steps - 1;
+  const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.last_step() - 1;
   // The samples the failing run consumed, in order of first use.
   std::vector<int64_t> consumed;
   std::set<int64_t> seen;

@@ -208,6 +208,13 @@ std::string numbered(const std::vector<std::string>& items) {
 }
 
 
+// How many steps a run trains, in words: "20 steps", or "6 of 20 steps"
+// when it stops before the end of its schedule (train.stop_after).
+std::string steps_text(const Scenario& s) {
+  const int64_t last = s.train.last_step(), all = s.train.max_steps;
+  return last < all ? std::to_string(last) + " of " + std::to_string(all) + " steps" : std::to_string(all) + " steps";
+}
+
 }  // namespace
 
 std::string settings_text(const Scenario& s) {
@@ -218,13 +225,13 @@ std::string settings_text(const Scenario& s) {
     for (const auto& a : s.worker.command) command += (command.empty() ? "" : " ") + a;
     o << "worker `" << command << "`, data " << s.data.source
       << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
-      << s.train.accumulation << ", " << s.train.max_steps << " steps, lr " << s.train.lr << ", "
+      << s.train.accumulation << ", " << steps_text(s) << ", lr " << s.train.lr << ", "
       << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
     return o.str();
   }
   o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
     << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
-    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps << " steps, "
+    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << steps_text(s) << ", "
     << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
     << ", seed " << s.train.seed;
   return o.str();

@@ -128,5 +128,17 @@ TEST(RunVerdict, NoTrialIsABugInTheCaller) {
   EXPECT_THROW(decide_run(r, 1, 0), std::logic_error);
 }
 
+// The settings line says how many steps run: a replay that stops early
+// (train.stop_after) says so, never the schedule's length alone.
+TEST(SettingsText, SaysHowManyStepsRunOfTheSchedule) {
+  Scenario s;
+  s.train.max_steps = 20;
+  EXPECT_NE(settings_text(s).find(", 20 steps, "), std::string::npos) << settings_text(s);
+  s.train.stop_after = 6;
+  EXPECT_NE(settings_text(s).find(", 6 of 20 steps, "), std::string::npos) << settings_text(s);
+  s.train.stop_after = 20;
+  EXPECT_NE(settings_text(s).find(", 20 steps, "), std::string::npos) << settings_text(s);
+}
+
 }  // namespace
 }  // namespace dbh::harness
