@@ -46,7 +46,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     std::vector<std::string> datasets;  // the scenario's dataset folders, never written into
     if (!o.scenario.empty()) {
-      const Scenario s = load_scenario(o.scenario, o.overrides);  // validate first
+      const Scenario s = load_scenario(o.scenario, o.overrides, o.checks);  // validate first
       datasets = dataset_folders(s);
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.
@@ -80,7 +80,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     opts.cache_dir = cache;
     std::unique_ptr<Prober> prober;
     if (o.kind != "config") {
-      prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet);
+      prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
       prober->set_keep_checkpoints(o.keep_checkpoints);
       // A range or configuration can fail by learning too little as well as
       // by crashing (Note [Metric expectations in bisection]).

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/scenario.h"
+
 namespace dbh::harness {
 
 struct BisectOptions {
@@ -20,6 +22,7 @@ struct BisectOptions {
   bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search
   bool replay_from_start = false;      // steps, modules: write no checkpoints, replay every prefix from step 0
   bool quiet = false;
+  InputChecks checks;                  // what loading the scenario checks beyond its keys
 };
 
 /// A bisection's answer as a value, for a caller that acts on it (diagnose's

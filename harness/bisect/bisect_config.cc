@@ -79,9 +79,10 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
     base = o.scenario;
     good_overrides = split_words(o.good);
   }
-  const Scenario good = load_scenario(base, concat(o.overrides, good_overrides));
-  const Scenario bad = is_file(o.bad) ? load_scenario(o.bad[0], o.overrides)
-                                      : load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)));
+  const Scenario good = load_scenario(base, concat(o.overrides, good_overrides), o.checks);
+  const Scenario bad =
+      is_file(o.bad) ? load_scenario(o.bad[0], o.overrides, o.checks)
+                     : load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)), o.checks);
   std::map<std::string, std::string> g, b;
   flatten(ojson::parse(resolved_json(good)), "", &g);
   flatten(ojson::parse(resolved_json(bad)), "", &b);
@@ -91,7 +92,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
     if (it == g.end() || it->second != v) diffs.push_back(k + "=" + v);
   }
   prober = std::make_unique<Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
-                                    o.cache_dir, o.quiet);
+                                    o.cache_dir, o.quiet, o.checks);
   prober->set_keep_checkpoints(o.keep_checkpoints);
   prober->set_judge_metrics(true);
   const auto good_probe = prober->probe({}, "good configuration");

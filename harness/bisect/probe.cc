@@ -45,9 +45,10 @@ int64_t remove_weights(const fs::path& dir);
 // ---------------------------------------------------------------------------
 
 Prober::Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
-               std::string cache_dir, bool quiet)
+               std::string cache_dir, bool quiet, InputChecks checks)
     : scenario_path_(std::move(scenario_path)),
       base_overrides_(std::move(base_overrides)),
+      checks_(std::move(checks)),
       out_dir_(std::move(out_dir)),
       cache_dir_(std::move(cache_dir)),
       quiet_(quiet) {
@@ -130,7 +131,7 @@ std::string Prober::cache_key(const Scenario& s) const { return probe_key(s); }
 Scenario Prober::load(const std::vector<std::string>& extra) const {
   auto all = base_overrides_;
   all.insert(all.end(), extra.begin(), extra.end());
-  return load_scenario(scenario_path_, all);
+  return load_scenario(scenario_path_, all, checks_);
 }
 
 namespace {

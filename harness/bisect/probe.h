@@ -116,8 +116,10 @@ std::string probe_key(const InputManifest& inputs, const std::string& environmen
 /// set_keep_checkpoints(true).
 class Prober {
  public:
+  /// `checks`: what loading each probe's scenario checks beyond its own
+  /// keys (Note [Decode, then check]).
   Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
-         std::string cache_dir, bool quiet);
+         std::string cache_dir, bool quiet, InputChecks checks);
   ~Prober();
   Prober(const Prober&) = delete;
   Prober& operator=(const Prober&) = delete;
@@ -168,6 +170,7 @@ class Prober {
 
   std::string scenario_path_;
   std::vector<std::string> base_overrides_;
+  InputChecks checks_;
   std::string out_dir_;
   std::string cache_dir_;
   std::string session_dir_;

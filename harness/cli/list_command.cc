@@ -17,7 +17,7 @@
 namespace dbh::harness {
 namespace fs = std::filesystem;
 
-int list_command(const std::string& what, const std::string& dir) {
+int list_command(const std::string& what, const std::string& dir, const InputChecks& checks) {
   if (what == "faults") {
     for (const auto& f : fault_catalog()) {
       std::cout << f.name << "\n    " << f.help << "\n";
@@ -73,7 +73,7 @@ int list_command(const std::string& what, const std::string& dir) {
     };
     for (const auto& f : files) {
       try {
-        const auto s = load_scenario(f);
+        const auto s = load_scenario(f, {}, checks);
         std::cout << std::left << std::setw(36) << line_start(s.name) << " expect " << s.expect.outcome
                   << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  "
                   << one_line(s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description)

@@ -2,9 +2,12 @@
 
 #include <string>
 
+#include "harness/scenario/scenario.h"
+
 namespace dbh::harness {
 
-/// `dbh list faults|scenarios|profiles [DIR]`. Returns the process exit code.
-int list_command(const std::string& what, const std::string& dir);
+/// `dbh list faults|scenarios|profiles [DIR]`; `checks`: what loading a
+/// listed scenario checks beyond its keys. Returns the process exit code.
+int list_command(const std::string& what, const std::string& dir, const InputChecks& checks);
 
 }  // namespace dbh::harness

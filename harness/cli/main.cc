@@ -364,6 +364,7 @@ Command add_bisect(CLI::App& app) {
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   return {cmd, [s] {
             read_bisect_words(s->args, s->options);
+            s->options.checks = h::input_checks();
             return h::bisect_command(s->options);
           }};
 }
@@ -378,6 +379,7 @@ Command add_diagnose(CLI::App& app) {
   cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
   return {cmd, [s] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
+            s->options.checks = h::input_checks();
             return h::diagnose_command(s->options);
           }};
 }
@@ -405,6 +407,7 @@ Command add_qualify(CLI::App& app) {
               throw h::UsageError(std::string("dbh qualify: expected --profile NAME or --budget SIZE, got ") +
                                   (qo.profile.empty() ? "neither" : "both"));
             }
+            qo.checks = h::input_checks();
             return h::qualify_command(qo);
           }};
 }
@@ -480,6 +483,7 @@ Command add_tune(CLI::App& app) {
   return {cmd, [args] {
             h::TuneCommandOptions to;
             split_words(*args, &to.scenarios, &to.overrides);
+            to.checks = h::input_checks();
             return h::run_tune_command(to);
           }};
 }
@@ -493,7 +497,7 @@ Command add_list(CLI::App& app) {
   cmd->add_option("WHAT", s->what, "faults | scenarios | profiles")->required()
       ->check(CLI::IsMember({"faults", "scenarios", "profiles"}));
   cmd->add_option("DIR", s->dir, "Scenario folder (default: scenarios/)");
-  return {cmd, [s] { return h::list_command(s->what, s->dir); }};
+  return {cmd, [s] { return h::list_command(s->what, s->dir, h::input_checks()); }};
 }
 
 // The processes dbh starts itself (hidden): a trial's worker and a tuning run.
@@ -678,9 +682,6 @@ int main(int argc, char** argv) {
   }
   // OpenCV's own pixel limit, for the formats whose headers dbh does not read
   // itself (model::kMaxImagePixels); read once, at the first decode.
-  // Weights and checkpoints a scenario names are read when it loads, so a
-  // file of another model is refused before anything runs.
-  h::set_input_file_check(&h::check_model_files);
   ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(dbh::model::kMaxImagePixels).c_str(), /*overwrite=*/0);
   CLI::App app{
       "dbh: reproduce, inject and bisect failures in DBNet training.\n"

@@ -19,6 +19,7 @@
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
+#include "harness/worker/worker.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -80,7 +81,7 @@ std::string command_text(const std::vector<std::string>& args) {
 // does not load is bad input, named as `shown`.
 void check_loads(const fs::path& file, const std::string& shown) {
   try {
-    (void)load_scenario(file.string());
+    (void)load_scenario(file.string(), {}, input_checks());
   } catch (const ScenarioError& e) {
     throw UsageError(std::string(kWhere) + ": expected a scenario dbh loads, got one that does not: " +
                      replace_all(e.what(), file.string(), shown));
@@ -187,7 +188,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     }
     std::cout << "wrote " << o.out << "\n";
     // What running it here does, and the command that does it.
-    const Scenario written = load_scenario(out.string());
+    const Scenario written = load_scenario(out.string(), {}, input_checks());
     std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
               << written.hardware.device
               << (written.data.source == "real"

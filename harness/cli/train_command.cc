@@ -163,7 +163,8 @@ Scenario train_scenario(const TrainCommandOptions& o) {
     // dbh's own keys: no file, no includes, no aliases to translate.
     Value tree;
     for (const auto& kv : train_overrides(o)) apply_override(tree, kv);
-    s = scenario_from_tree(tree, "");
+    s = decode_scenario(tree, "");
+    check_scenario_inputs(s, tree);
   } catch (const ScenarioError& e) {
     throw UsageError(in_flag_terms(e.what(), o.given));
   }

@@ -89,7 +89,7 @@ int run_tune_command(const TuneCommandOptions& o) {
   if (o.scenarios.empty()) throw UsageError("dbh tune: expected at least one scenario file, got none");
   // Compute: every scenario valid before anything is measured.
   std::vector<Scenario> scenarios;
-  for (const auto& path : o.scenarios) scenarios.push_back(load_scenario(path, o.overrides));
+  for (const auto& path : o.scenarios) scenarios.push_back(load_scenario(path, o.overrides, o.checks));
   // dbh never writes into your data: a cache folder inside a scenario's
   // dataset is refused before any folder is made there.
   if (const std::string root = cache_root(); !root.empty()) {

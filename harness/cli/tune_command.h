@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/scenario.h"
+
 #include <nlohmann/json.hpp>
 
 namespace dbh::harness {
@@ -13,6 +15,7 @@ namespace dbh::harness {
 struct TuneCommandOptions {
   std::vector<std::string> scenarios;  // scenario files
   std::vector<std::string> overrides;  // key=value, for every scenario
+  InputChecks checks;                  // what loading a scenario checks beyond its keys
 };
 
 /// What a scenario's measured choices came to.

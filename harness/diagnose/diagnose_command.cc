@@ -187,6 +187,7 @@ FollowUp bisect_followup(const std::string& kind, const DiagnoseOptions& o, cons
   b.out = (out / ("bisect-" + b.kind)).string();
   b.cache_dir = cache;
   b.quiet = o.quiet;
+  b.checks = o.checks;
   if (!o.quiet) {
     std::vector<std::string> command = {self_command(), "bisect", b.kind};
     command.insert(command.end(), scenario_words.begin(), scenario_words.end());
@@ -432,7 +433,7 @@ int diagnose_command(const DiagnoseOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   return run_search(claim, [&]() -> int {
-    const Scenario s = load_scenario(o.scenario, o.overrides);
+    const Scenario s = load_scenario(o.scenario, o.overrides, o.checks);
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
@@ -441,7 +442,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
-    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet);
+    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
     const bool real = s.data.source == "real";
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/scenario.h"
+
 namespace dbh::harness {
 
 struct DiagnoseOptions {
@@ -13,6 +15,7 @@ struct DiagnoseOptions {
   std::string out;
   std::string cache_dir;
   bool quiet = false;
+  InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 
 /// `dbh diagnose SCENARIO`: the diagnosis ladder, a what-works/what-fails

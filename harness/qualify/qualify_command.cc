@@ -180,7 +180,7 @@ int qualify_command(const QualifyOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   return run_search(claim, [&]() -> int {
-    const Scenario source = load_scenario(o.scenario, o.overrides);
+    const Scenario source = load_scenario(o.scenario, o.overrides, o.checks);
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << note << "\n";
     }
@@ -209,7 +209,7 @@ int qualify_command(const QualifyOptions& o) {
       base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
                                              std::to_string(std::max<int64_t>(0, measured.train.threads))));
     }
-    Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet);
+    Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
     const bool cuda = q.cuda();
     if (!o.quiet) {
       std::cout << "dbh qualify " << source.name << " for "

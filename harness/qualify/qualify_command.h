@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/scenario.h"
+
 namespace dbh::harness {
 
 struct QualifyOptions {
@@ -18,6 +20,7 @@ struct QualifyOptions {
   /// A GPU profile qualified on the CPU: measure host memory and say on every
   /// page that it is an estimate (without it, refused).
   bool host_estimate = false;
+  InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 
 /// `dbh qualify SCENARIO --profile NAME`: for each precision, the largest

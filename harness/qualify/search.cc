@@ -9,6 +9,30 @@
 
 namespace dbh::harness {
 
+namespace {
+
+// The largest divisor of the effective batch up to `b`: it keeps batch ×
+// accumulation equal to the source's.
+int64_t largest_divisor_up_to(int64_t effective, int64_t b) {
+  while (b > 1 && effective % b != 0) --b;
+  return b;
+}
+
+// The search's answer, `max_batch` (0: none), and what is known of it: a
+// measured trial, the confirmation, or the affine model's peak.
+void set_answer(PrecisionSearchResult& rec, int64_t max_batch, const std::map<int64_t, QualifyTrial>& seen) {
+  rec.max_batch = max_batch;
+  if (max_batch <= 0) return;
+  const auto it = seen.find(max_batch);
+  rec.max_measured = it != seen.end() || rec.confirm.batch == max_batch;
+  rec.at_max = it != seen.end() ? it->second : rec.confirm;
+  if (it == seen.end() && rec.bytes_per_sample > 0) {
+    rec.at_max.peak = rec.fixed_bytes + static_cast<int64_t>(rec.bytes_per_sample * static_cast<double>(max_batch));
+  }
+}
+
+}  // namespace
+
 PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const PrecisionSearchTrials& trials) {
   PrecisionSearchResult rec;
   rec.precision = in.precision;
@@ -58,12 +82,7 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
     if (rec.confirm.passed && !rec.confirmed) over_margin[batch] = rec.confirm;
     return rec.confirmed;
   };
-  // The largest divisor of the effective batch up to `b` keeps batch ×
-  // accumulation equal to the source's.
-  auto divisor_up_to = [&](int64_t b) {
-    while (b > 1 && effective % b != 0) --b;
-    return b;
-  };
+  auto divisor_up_to = [effective](int64_t b) { return largest_divisor_up_to(effective, b); };
 
   // Two points: the source (its precision, when it fits) or batch 2, and
   // batch 1; or, when the source ran out of memory, batch 1 and the bound
@@ -153,15 +172,7 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
       }
     }
   }
-  rec.max_batch = rec.confirmed ? max_batch : 0;
-  if (rec.max_batch > 0) {
-    rec.max_measured = seen.count(rec.max_batch) > 0 || rec.confirm.batch == rec.max_batch;
-    rec.at_max = seen.count(rec.max_batch) ? seen[rec.max_batch] : rec.confirm;
-    if (!seen.count(rec.max_batch) && rec.bytes_per_sample > 0) {
-      rec.at_max.peak =
-          rec.fixed_bytes + static_cast<int64_t>(rec.bytes_per_sample * static_cast<double>(rec.max_batch));
-    }
-  }
+  set_answer(rec, rec.confirmed ? max_batch : 0, seen);
   return rec;
 }
 

@@ -6,9 +6,7 @@
 #include <sstream>
 
 #include "harness/common/error.h"
-#include "harness/common/files.h"
 #include "harness/common/text.h"
-#include "model/data/scan.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
@@ -122,36 +120,6 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder,
   return f;
 }
 
-std::optional<int64_t> dataset_size(const std::string& root) {
-  const model::ScanResult scan = model::scan_dataset(root, model::OnInvalid::kError, {}, /*check_images=*/false);
-  if (!scan.readable) return std::nullopt;
-  return scan.images_listed;
-}
-
-// The value written for the dotted `key` in `tree`, or null when it is not
-
-// The first defect no policy accepts in the dataset at `path` ("" when
-// none). A bisection loads its scenario once per probe: the annotations are
-// scanned again only when they or the folders' listings changed.
-std::string dataset_refusal(const std::string& path) {
-  std::ostringstream key;
-  for (const char* part : {"", "annotations.json", "icdar", "images"}) {
-    key << file_state((fs::path(path) / part).string()) << '\0';
-  }
-  static std::map<std::string, std::string> answers;
-  if (const auto it = answers.find(key.str()); it != answers.end()) return it->second;
-  std::string refusal;
-  const model::ScanResult scan = model::scan_dataset(path, model::OnInvalid::kError, {}, /*check_images=*/false);
-  for (const auto& d : scan.defects) {
-    if (model::refuses_dataset(d.kind)) {
-      refusal = one_line(d.message);
-      break;
-    }
-  }
-  if (answers.size() < 64) answers.emplace(key.str(), refusal);
-  return refusal;
-}
-
 // name (default: the file's stem) and description.
 void read_identity(MapReader& root, const std::string& file, Scenario& s) {
   // The default name is the file's stem, made one line of valid UTF-8.
@@ -167,7 +135,7 @@ void read_identity(MapReader& root, const std::string& file, Scenario& s) {
   root.get("include");  // consumed by the loader
 }
 
-void read_worker(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
+void read_worker(MapReader& root, const std::string& file, Scenario& s) {
   // Who trains comes first: the model's own module names and files are
   // checked only for dbh's built-in worker (an external one reports its
   // modules in `hello`, and its files are its own).
@@ -176,19 +144,8 @@ void read_worker(MapReader& root, const Value& tree, const std::string& file, Sc
     s.worker.cwd = file.empty() || file == "scenario.resolved.json" ? fs::current_path().string()
                                                                      : fs::absolute(file).parent_path().string();
   }
-  if (s.worker.external() && !fs::is_directory(s.worker.cwd)) {
-    fail(where(tree, DBH_SCENARIO_KEY(worker.cwd)), DBH_SCENARIO_KEY(worker.cwd), "an existing folder",
-         quoted_excerpt(s.worker.cwd));
-  }
 }
 
-void read_model(MapReader& root, const Value& tree, Scenario& s) {
-  read_section(root.get("model", false, kSectionForm), "model", s);
-  if (!s.model.weights.empty()) {
-    check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
-                          DBH_SCENARIO_KEY(model.weights));
-  }
-}
 
 void read_data(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("data", false, kSectionForm), "data", s);
@@ -198,37 +155,12 @@ void read_data(MapReader& root, const Value& tree, Scenario& s) {
     fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
          "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
   }
-  if (s.data.source == "real" && !s.data.path.empty() && !fs::is_directory(s.data.path)) {
-    fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path), "an existing dataset folder",
-         quoted_excerpt(s.data.path));
-  }
-  if (s.data.source == "real" && !s.data.path.empty()) {
-    // The annotation file is read whole: it must be a regular file, never
-    // a FIFO or a device that would block or never end.
-    const fs::path ann = fs::path(s.data.path) / "annotations.json";
-    std::error_code ec;
-    if (fs::exists(fs::symlink_status(ann, ec)) || fs::is_symlink(fs::symlink_status(ann, ec))) {
-      check_input_file(ann.string(), "an annotation file (a regular file)",
-                       where(tree, DBH_SCENARIO_KEY(data.path)).str(), DBH_SCENARIO_KEY(data.path));
-    }
-    // A dataset no policy can use (an image annotated twice, a name that
-    // leaves the folder) is bad input, as in every command that reads it,
-    // not a training failure to report.
-    if (const std::string refusal = dataset_refusal(s.data.path); !refusal.empty()) {
-      fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
-           "a dataset every image of which is annotated once, inside its folder", refusal);
-    }
-  }
   if (s.data.size % 32 != 0) {
     fail(where(tree, DBH_SCENARIO_KEY(data.size)), DBH_SCENARIO_KEY(data.size), "a multiple of 32",
          std::to_string(s.data.size));
   }
   {
     const auto& val = s.data.val;
-    if (!val.path.empty() && !fs::is_directory(val.path)) {
-      fail(where(tree, DBH_SCENARIO_KEY(data.val.path)), DBH_SCENARIO_KEY(data.val.path), "an existing dataset folder",
-           quoted_excerpt(val.path));
-    }
     if (val.holdout > 0 && !val.path.empty()) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
            "0 when " + std::string(DBH_SCENARIO_KEY(data.val.path)) + " names a validation dataset",
@@ -248,10 +180,6 @@ void read_data(MapReader& root, const Value& tree, Scenario& s) {
 
 void read_train(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("train", false, kSectionForm), "train", s);
-  if (!s.train.resume_from.empty()) {
-    check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
-                          DBH_SCENARIO_KEY(train.resume_from));
-  }
   if (s.train.eval_every > 0 && !s.data.val.enabled()) {
     fail(where(tree, DBH_SCENARIO_KEY(train.eval_every)), DBH_SCENARIO_KEY(train.eval_every),
          "a validation source (" + std::string(DBH_SCENARIO_KEY(data.val.path)) + " or " +
@@ -316,43 +244,21 @@ void read_faults(MapReader& root, const Value& tree, Scenario& s) {
   }
 }
 
-// The number of samples training reads, when it is known without training
-// (data.samples, or the dataset's when data.subset or data.val.holdout
-// need it).
-std::optional<int64_t> check_sample_indices(MapReader& root, const Value& tree, const Scenario& s) {
-  // Sample indices must exist in the data the run will read.
-  std::optional<int64_t> samples;
-  if (s.data.source == "real") {
-    if (!s.data.subset.empty() || s.data.val.holdout > 0) samples = dataset_size(s.data.path);
-    if (samples && s.data.val.holdout > 0) {
-      const Value* data = tree.find("data");
-      const Value* val = data != nullptr && data->is_map() ? data->find("val") : nullptr;
-      const Value* h = val != nullptr && val->is_map() ? val->find("holdout") : nullptr;
-      if (s.data.val.holdout >= *samples) {
-        fail(h != nullptr ? h->loc : root.loc(), DBH_SCENARIO_KEY(data.val.holdout),
-             "fewer samples than the dataset's " + std::to_string(*samples) + " (some must be left to train on)",
-             std::to_string(s.data.val.holdout));
-      }
-      // Training sees the samples before the held-out ones.
-      samples = *samples - s.data.val.holdout;
-    }
-  } else {
-    samples = s.data.samples;
-  }
-  if (samples) {
-    const Value* data = tree.find("data");
-    const Value* sub = data != nullptr && data->is_map() ? data->find("subset") : nullptr;
-    for (size_t i = 0; i < s.data.subset.size(); ++i) {
-      if (s.data.subset[i] >= *samples) {
-        fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : root.loc(),
-             DBH_SCENARIO_KEY(data.subset),
-             "sample indices below the dataset's " + std::to_string(*samples) + " samples",
-             std::to_string(s.data.subset[i]));
-      }
+}  // namespace
+
+void check_subset_indices(const Value& tree, const Scenario& s, int64_t samples) {
+  const Value* sub = written(tree, DBH_SCENARIO_KEY(data.subset));
+  for (size_t i = 0; i < s.data.subset.size(); ++i) {
+    if (s.data.subset[i] >= samples) {
+      fail(sub != nullptr && sub->is_seq() && i < sub->seq.size() ? sub->seq[i].loc : where(tree, "data"),
+           DBH_SCENARIO_KEY(data.subset),
+           "sample indices below the dataset's " + std::to_string(samples) + " samples",
+           std::to_string(s.data.subset[i]));
     }
   }
-  return samples;
 }
+
+namespace {
 
 void read_repeat(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("repeat", false, kSectionForm), "repeat", s);
@@ -368,47 +274,40 @@ void read_repeat(MapReader& root, const Value& tree, Scenario& s) {
   }
 }
 
-void check_fault_placements(const Value& tree, const Scenario& s, const std::optional<int64_t>& samples) {
+}  // namespace
+
+void check_fault_placements(const Value& tree, const Scenario& s,
+                            const std::function<std::optional<int64_t>()>& samples, bool reads_inputs) {
   // A fault that cannot act where it is placed is a mistake in the scenario:
   // each fault's placement rules are in its catalog entry (Note [Fault
   // registry]).
-  {
-    const Value* data = tree.find("data");
-    const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
-    // (A resolved scenario, as a worker reads it, was checked when it was
-    // loaded from its files.)
-    const bool source_overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
-                                                         source->loc.file == "scenario.resolved.json");
-    std::optional<std::optional<int64_t>> training_samples;  // read on first use
-    if (samples || s.data.source != "real") training_samples = samples;
-    for (size_t i = 0; i < s.faults.size(); ++i) {
-      const FaultSpec* spec = find_fault(s.faults[i].name);
-      if (spec == nullptr || spec->check == nullptr) continue;
-      const Value& fv = tree.find("faults")->seq[i];
-      const std::string path = "faults[" + std::to_string(i) + "]";
-      auto at = [&](const std::string& key) -> Location {
-        const Value* x = key.empty() ? nullptr : fv.find(key);
-        return x != nullptr ? x->loc : fv.loc;
-      };
-      FaultPlacement placement{s.faults[i], s, {}, source_overridden, {}, {}};
-      placement.samples = [&]() -> std::optional<int64_t> {
-        if (!training_samples) {
-          std::optional<int64_t> n = dataset_size(s.data.path);
-          if (n) n = *n - s.data.val.holdout;
-          training_samples = n;
-        }
-        return *training_samples;
-      };
-      placement.fail_param = [&](const std::string& param, const std::string& expected, const std::string& got) {
-        fail(at(param), path + "." + param, expected, got);
-      };
-      placement.fail = [&](const std::string& expected, const std::string& got, const std::string& at_param) {
-        fail(at(at_param), path, expected, got);
-      };
-      spec->check(placement);
-    }
+  const Value* data = tree.find("data");
+  const Value* source = data != nullptr && data->is_map() ? data->find("source") : nullptr;
+  // (A resolved scenario, as a worker reads it, was checked when it was
+  // loaded from its files.)
+  const bool source_overridden = source != nullptr && (source->loc.file.rfind("<override", 0) == 0 ||
+                                                       source->loc.file == "scenario.resolved.json");
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const FaultSpec* spec = find_fault(s.faults[i].name);
+    if (spec == nullptr || spec->check == nullptr) continue;
+    const Value& fv = tree.find("faults")->seq[i];
+    const std::string path = "faults[" + std::to_string(i) + "]";
+    auto at = [&](const std::string& key) -> Location {
+      const Value* x = key.empty() ? nullptr : fv.find(key);
+      return x != nullptr ? x->loc : fv.loc;
+    };
+    FaultPlacement placement{s.faults[i], s, samples, reads_inputs, source_overridden, {}, {}};
+    placement.fail_param = [&](const std::string& param, const std::string& expected, const std::string& got) {
+      fail(at(param), path + "." + param, expected, got);
+    };
+    placement.fail = [&](const std::string& expected, const std::string& got, const std::string& at_param) {
+      fail(at(at_param), path, expected, got);
+    };
+    spec->check(placement);
   }
 }
+
+namespace {
 
 // expect: the outcome and evidence the scenario expects.
 void read_expect(MapReader& root, Scenario& s) {
@@ -518,24 +417,28 @@ void read_controls(MapReader& root, Scenario& s) {
 
 }  // namespace
 
-Scenario scenario_from_tree(const Value& tree, const std::string& file) {
+Scenario decode_scenario(const Value& tree, const std::string& file) {
   Scenario s;
   s.file = file;
   const Location top{file, 1, 1};
   MapReader root(&tree, "", top);
   read_identity(root, file, s);
-  read_worker(root, tree, file, s);
+  read_worker(root, file, s);
   // The table's keys (schema.h), section by section, each followed by the
   // checks that involve more than one key or the file system.
-  read_model(root, tree, s);
+  read_section(root.get("model", false, kSectionForm), "model", s);
   read_data(root, tree, s);
   read_train(root, tree, s);
   read_hardware(root, tree, file, s);
   read_section(root.get("monitors", false, kSectionForm), "monitors", s);
   read_faults(root, tree, s);
-  const std::optional<int64_t> samples = check_sample_indices(root, tree, s);
+  // Without reading the dataset, only synthetic data says how many samples
+  // there are (a real dataset's are checked with its inputs).
+  const std::optional<int64_t> samples =
+      s.data.source == "real" ? std::nullopt : std::optional<int64_t>(s.data.samples);
+  if (samples) check_subset_indices(tree, s, *samples);
   read_repeat(root, tree, s);
-  check_fault_placements(tree, s, samples);
+  check_fault_placements(tree, s, [samples] { return samples; }, /*reads_inputs=*/false);
   read_section(root.get("limits", false, kSectionForm), "limits", s);
   read_expect(root, s);
   read_controls(root, s);

@@ -27,7 +27,7 @@ void check_corrupt_sample(const FaultPlacement& p) {
   // The fault copies the dataset into the run folder: a dataset that cannot
   // be copied without leaving its folder is bad input, refused before
   // anything is written.
-  if (s.data.source == "real") {
+  if (s.data.source == "real" && p.reads_inputs) {
     if (const auto problems = model::dataset_copy_problems(s.data.path); !problems.empty()) {
       p.fail("a dataset folder corrupt_sample can copy without leaving it (" +
                  std::string(DBH_SCENARIO_KEY(data.path)) + ")",

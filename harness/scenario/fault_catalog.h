@@ -31,8 +31,12 @@ struct FaultPlacement {
   const FaultConfig& fault;
   const Scenario& scenario;
   /// The samples training reads, where known (a real dataset's size less the
-  /// held-out ones, or data.samples); read from the dataset on first call.
+  /// held-out ones, or data.samples); read from the dataset on first call
+  /// when `reads_inputs`.
   std::function<std::optional<int64_t>()> samples;
+  /// Whether the check may read the dataset (check_scenario_inputs) or sees
+  /// the scenario alone (decode_scenario; Note [Decode, then check]).
+  bool reads_inputs = false;
   /// data.source was set by an override (a control run, a command line) or
   /// comes from a resolved tree: a fault it leaves nothing to act on is then
   /// tolerated rather than a mistake of the scenario file.

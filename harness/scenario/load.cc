@@ -134,12 +134,6 @@ bool override_sets(const std::string& text, const std::string& key) {
 }
 
 namespace {
-InputFileCheck g_input_file_check = nullptr;
-}  // namespace
-
-void set_input_file_check(InputFileCheck check) { g_input_file_check = check; }
-
-namespace {
 
 // The merged tree of `path` and its includes; `files` gets every file read.
 Value load_tree(const std::string& path, std::vector<std::string>& files) {
@@ -156,21 +150,27 @@ std::vector<std::string> scenario_files(const std::string& path) {
   return files;
 }
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides,
+                       const InputChecks& checks) {
   std::vector<std::string> files;
   const Value tree_from_files = load_tree(path, files);
   Value tree = tree_from_files;
   for (const auto& o : overrides) apply_user_override(tree, o);
+  auto read = [&path](const Value& t, const InputChecks& c) {
+    Scenario s = decode_scenario(t, path);
+    check_scenario_inputs(s, t, c);
+    return s;
+  };
   Scenario s;
   try {
-    s = scenario_from_tree(tree, path);
+    s = read(tree, checks);
   } catch (const ScenarioError& e) {
     // A key of the file that only the overrides made wrong (faults.0.name=…
     // leaves the file's fault keys to another fault): say which overrides.
     bool file_alone_loads = false;
     if (!overrides.empty() && std::string(e.what()).rfind("<override>", 0) != 0) {
       try {
-        (void)scenario_from_tree(tree_from_files, path);
+        (void)read(tree_from_files, checks);
         file_alone_loads = true;
       } catch (const ScenarioError&) {
       }
@@ -187,17 +187,12 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     Value control = tree;
     try {
       for (const auto& o : s.controls[i]) apply_user_override(control, o);
-      (void)scenario_from_tree(control, path);
+      (void)read(control, {});
     } catch (const ScenarioError& e) {
       const Value* controls = tree.find("controls");
       const Location at = controls != nullptr && i < controls->seq.size() ? controls->seq[i].loc
                                                                           : Location{path, 0, 0};
       throw ScenarioError(at.str() + ": controls[" + std::to_string(i) + "]: " + e.what());
-    }
-  }
-  if (g_input_file_check != nullptr && !s.worker.external()) {
-    if (const auto problem = g_input_file_check(s)) {
-      fail(where(tree, problem->key), problem->key, problem->expected, problem->got);
     }
   }
   return s;

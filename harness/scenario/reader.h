@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/common/value.h"
+#include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 
 namespace dbh::harness {
@@ -164,5 +166,17 @@ inline Location where(const Value& tree, std::string key) {
     key.resize(dot);
   }
 }
+
+// The checks decode_scenario and check_scenario_inputs share (Note [Decode,
+// then check]), in decode.cc.
+
+// Every data.subset index lies below `samples`, the samples training reads.
+void check_subset_indices(const Value& tree, const Scenario& s, int64_t samples);
+
+// The placement rules of every fault of `s` (Note [Fault registry]):
+// `samples` says how many samples training reads where known, and
+// `reads_inputs` whether a rule may read the dataset.
+void check_fault_placements(const Value& tree, const Scenario& s,
+                            const std::function<std::optional<int64_t>()>& samples, bool reads_inputs);
 
 }  // namespace dbh::harness

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -221,13 +222,14 @@ struct InputFileProblem {
   std::string got;
 };
 
-/// Checks that need the model to read a file (a model.weights of another
-/// model, a train.resume_from past the last step): the harness core cannot,
-/// so the program that can (dbh's main) sets one once, and load_scenario runs
-/// it after every other check. Bad input is refused before anything runs,
-/// not reported as the run's failure. Null (the default): no such check.
-using InputFileCheck = std::optional<InputFileProblem> (*)(const Scenario&);
-void set_input_file_check(InputFileCheck check);
+/// Checks of a scenario's inputs that only a layer above the scenario can
+/// make: the harness core cannot read a checkpoint into a model, so the
+/// caller that can passes the check in (worker/worker.h: input_checks()).
+struct InputChecks {
+  /// Whether the model files (model.weights, train.resume_from) fit the
+  /// scenario's model and schedule; null: not checked.
+  std::function<std::optional<InputFileProblem>(const Scenario&)> model_files;
+};
 
 /// The scenario file `path` and every file it includes, read but not
 /// validated. Throws ScenarioError where the files or includes are bad.
@@ -246,15 +248,36 @@ std::vector<std::string> input_paths(const Scenario& s);
 /// no output or cache folder may lie in (check_outside_datasets).
 std::vector<std::string> dataset_folders(const Scenario& s);
 
-/// Loads `path` (following `include:` lists, relative to the including file),
-/// applies `overrides`, validates every key and value, and fills defaults.
-/// Throws ScenarioError "file:line:col: key: expected …, got …" (with "did you
-/// mean" for near-miss keys).
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+// Note [Decode, then check]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Reading a scenario is two steps. decode_scenario turns a merged tree into
+// a Scenario: every key's type and bounds, defaults, the relations between
+// keys, fault placements as far as the scenario alone says; it reads no
+// file the scenario names. check_scenario_inputs then checks what the
+// scenario reads: folders and files exist and are regular files, the
+// dataset's annotations are usable and hold the sample indices the scenario
+// names, checkpoints are checkpoints, and whatever the caller passes in
+// (InputChecks). load_scenario does both, for commands reading a user's
+// files; a child process (the worker, the measuring worker) receives a
+// scenario its supervisor checked and decodes it only, so no dataset is
+// scanned once per process.
 
-/// Builds a scenario from an already merged tree (used by the worker, which
-/// receives the resolved tree).
-Scenario scenario_from_tree(const Value& tree, const std::string& file);
+/// Loads `path` (following `include:` lists, relative to the including file),
+/// applies `overrides`, decodes it and checks its inputs with `checks`
+/// (Note [Decode, then check]). Throws ScenarioError "file:line:col: key:
+/// expected …, got …" (with "did you mean" for near-miss keys).
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {},
+                       const InputChecks& checks = {});
+
+/// The scenario an already merged tree describes, read from nothing else
+/// (Note [Decode, then check]); `file` names it in messages and anchors its
+/// relative paths. Throws ScenarioError.
+Scenario decode_scenario(const Value& tree, const std::string& file);
+
+/// Checks the inputs of `s`, decoded from `tree` (whose locations the errors
+/// name): the files and folders it reads, the dataset's usability and size,
+/// then `checks`. Throws ScenarioError.
+void check_scenario_inputs(const Scenario& s, const Value& tree, const InputChecks& checks = {});
 
 /// The resolved scenario as canonical JSON, and its stable 16-hex-digit hash.
 std::string resolved_json(const Scenario& s);

@@ -104,7 +104,7 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
   EventWriter events(events_fd);
   proto::Tuning result;
   try {
-    const Scenario s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+    const Scenario s = decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
     const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
     result.device = s.hardware.device;
     result.size = s.data.size;

@@ -178,6 +178,8 @@ std::optional<InputFileProblem> check_model_files(const Scenario& s) {
   return answer;
 }
 
+InputChecks input_checks() { return InputChecks{&check_model_files}; }
+
 namespace {
 
 std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
@@ -533,7 +535,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   EventWriter events(events_fd);
   Scenario s;
   try {
-    s = scenario_from_tree(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+    s = decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
   } catch (const std::exception& e) {
     proto::Error error;
     error.kind = proto::error_kind::kHarness;

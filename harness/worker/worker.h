@@ -18,9 +18,13 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
 /// The scenario's model files read as its worker will read them: a
 /// model.weights of another model (ModelStateReport::fits_as_initial_weights)
 /// and a train.resume_from that is not a checkpoint of this model before its
-/// last step are bad input. dbh's main sets it as load_scenario's
-/// InputFileCheck, so every command refuses them (exit 2) before anything
-/// runs; the worker keeps its own checks for a scenario given to it directly.
+/// last step are bad input, refused (exit 2) before anything runs; the worker
+/// keeps its own checks for a scenario given to it directly.
 std::optional<InputFileProblem> check_model_files(const Scenario& s);
+
+/// The checks of a scenario's inputs that need dbh's model
+/// (check_model_files), for load_scenario: every command that loads a
+/// user's scenario passes them (Note [Decode, then check]).
+InputChecks input_checks();
 
 }  // namespace dbh::harness

@@ -248,7 +248,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   // The hash of what the worker ran: the scenario with its `auto` layout and
   // threads measured (Note [Measured choices]), as its trial folder keeps it.
   const fs::path trial = fs::exists(out / "main") ? out / "main" : out / "process-1";
-  const harness::Scenario ran = harness::scenario_from_tree(
+  const harness::Scenario ran = harness::decode_scenario(
       harness::parse_yaml(read_text(trial / "scenario.resolved.json"), "scenario.resolved.json"), "");
   EXPECT_EQ(hello.at("scenario_hash"), harness::scenario_hash(ran));
   if (s.train.channels_last.has_value() && s.train.threads != harness::TrainConfig::kAutoThreads) {

@@ -174,7 +174,7 @@ RC_GTEST_PROP(OverrideProp, ValidOverridesSurviveTheResolvedJsonRoundTrip, ()) {
   const Scenario s =
       load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml", overrides);
   const std::string json = resolved_json(s);
-  const Scenario back = scenario_from_tree(parse_yaml(json, "scenario.resolved.json"), "");
+  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
   RC_ASSERT(resolved_json(back) == json);
   RC_ASSERT(scenario_hash(back) == scenario_hash(s));
 }

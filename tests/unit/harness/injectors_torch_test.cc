@@ -121,7 +121,7 @@ TEST(FaultCatalogTest, EveryFaultIsTestedOrOutOfScope) {
 const std::string kSettings = "train: {max_steps: 100, accumulation: 2}\nrepeat: {in_process: 2}\n";
 std::vector<FaultConfig> load_faults(const std::string& faults_yaml, const std::string& settings = kSettings) {
   const std::string text = settings + "faults:\n" + faults_yaml;
-  return scenario_from_tree(parse_yaml(text, "test.yaml"), "test.yaml").faults;
+  return decode_scenario(parse_yaml(text, "test.yaml"), "test.yaml").faults;
 }
 
 // Four 8×8 label maps per sample with one 2×2 text kernel (sample 0: rows

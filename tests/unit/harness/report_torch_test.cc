@@ -157,7 +157,7 @@ class ReportTest : public ::testing::Test {
   // nonfinite_activation) where the scenario expected it to pass.
   RunReport failing_run(const std::string& name) const {
     RunReport r;
-    r.scenario = scenario_from_tree(
+    r.scenario = decode_scenario(
         parse_yaml("train: {max_steps: 10}\nfaults:\n  - {name: nan_activation, module: decoder.fusion, at_step: 7}\n",
                    "failing.yaml"),
         "failing.yaml");

@@ -361,7 +361,7 @@ TEST_F(ScenarioFiles, AUsersTrainingIsNotHeldToDbhsOwnModelsRules) {
   EXPECT_NE(own.find("faults[0].module: expected a module name of the fpn model"), std::string::npos) << own;
 }
 
-// BUG (harness/scenario/decode.cc, scenario_from_tree): the precision/device
+// BUG (harness/scenario/decode.cc, decode_scenario): the precision/device
 // check reports Location{file, 0, 0}, so the message is "e.yaml:
 // train.precision: …" without the line and column of `precision:`.
 TEST_F(ScenarioFiles, PrecisionErrorHasLineAndColumn) {
@@ -433,7 +433,7 @@ TEST_F(ScenarioFiles, ControlsAreListsOfKeyValueStrings) {
   EXPECT_TRUE(HasContractForm(load_error(q), q, 2, 5, "controls[0]"));
 }
 
-// BUG (harness/scenario/decode.cc, scenario_from_tree): control overrides
+// BUG (harness/scenario/decode.cc, decode_scenario): control overrides
 // are only checked for an '='; a value the scenario would reject
 // ("data.batch_size=0") loads fine and fails only when `dbh run` reaches the
 // control trial, after the main trial ran and its folder was written (exit 2
@@ -443,6 +443,83 @@ TEST_F(ScenarioFiles, InvalidControlOverridesAreRejectedAtLoad) {
   const auto m = load_error(p);
   EXPECT_NE(m.find("controls[0]"), std::string::npos) << m;
   EXPECT_NE(m.find("data.batch_size"), std::string::npos) << m;
+}
+
+std::string archive_file();  // below
+
+// Note [Decode, then check]: decoding reads no file the scenario names (a
+// worker decodes the scenario its supervisor checked); checking its inputs
+// reads them, located at the key that names them.
+TEST_F(ScenarioFiles, DecodingReadsNoFileTheScenarioNamesAndCheckingItsInputsDoes) {
+  const std::string dataset = (dir_ / "no-such-dataset").string();
+  const std::string weights = (dir_ / "no-such-weights.pt").string();
+  const std::string text = "name: t\ndata:\n  source: real\n  path: " + dataset + "\n  subset: [7]\nmodel:\n  weights: " +
+                           weights + "\n";
+  const Value tree = parse_yaml(text, "t.yaml");
+  const Scenario s = decode_scenario(tree, "t.yaml");
+  EXPECT_EQ(s.data.path, dataset);
+  EXPECT_EQ(s.model.weights, weights);
+  auto check_error = [](const Scenario& sc, const Value& t, const InputChecks& checks = {}) -> std::string {
+    try {
+      check_scenario_inputs(sc, t, checks);
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string weights_error = check_error(s, tree);
+  EXPECT_NE(weights_error.find("t.yaml:7:"), std::string::npos) << weights_error;
+  EXPECT_NE(weights_error.find("model.weights"), std::string::npos) << weights_error;
+
+  const Value no_weights = parse_yaml("name: t\ndata:\n  source: real\n  path: " + dataset + "\n", "t.yaml");
+  const std::string data_error = check_error(decode_scenario(no_weights, "t.yaml"), no_weights);
+  EXPECT_NE(data_error.find("t.yaml:4:"), std::string::npos) << data_error;
+  EXPECT_NE(data_error.find("data.path: expected an existing dataset folder"), std::string::npos) << data_error;
+}
+
+TEST_F(ScenarioFiles, SampleIndicesAreCheckedAgainstTheDatasetWithTheInputs) {
+  const std::string real = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
+  const Value tree = parse_yaml("name: t\ndata:\n  source: real\n  path: " + real + "\n  subset: [1, 12]\n", "t.yaml");
+  const Scenario s = decode_scenario(tree, "t.yaml");  // the dataset's size is not the decoder's to know
+  EXPECT_EQ(s.data.subset, (std::vector<int64_t>{1, 12}));
+  try {
+    check_scenario_inputs(s, tree);
+    FAIL() << "expected the index 12 refused in a dataset of 10 images";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.subset: expected sample indices below the dataset's 10 samples, got 12"),
+              std::string::npos)
+        << e.what();
+  }
+  // Synthetic data says its size itself: refused while decoding.
+  const Value synthetic = parse_yaml("name: t\ndata:\n  samples: 4\n  subset: [5]\n", "t.yaml");
+  EXPECT_THROW((void)decode_scenario(synthetic, "t.yaml"), ScenarioError);
+}
+
+TEST_F(ScenarioFiles, TheChecksACallerPassesInRunLastAndOnlyWhenPassed) {
+  const auto p = write("s.yaml", "name: s\nmodel:\n  weights: " + archive_file() + "\n");
+  int calls = 0;
+  InputChecks refuse;
+  refuse.model_files = [&calls](const Scenario& s) -> std::optional<InputFileProblem> {
+    ++calls;
+    EXPECT_FALSE(s.model.weights.empty());
+    return InputFileProblem{"model.weights", "weights of this model", "weights of another"};
+  };
+  EXPECT_NO_THROW((void)load_scenario(p));  // no checks passed: none run
+  EXPECT_EQ(calls, 0);
+  try {
+    (void)load_scenario(p, {}, refuse);
+    FAIL() << "expected the passed-in check's problem";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.yaml:3:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.weights: expected weights of this model, got weights of another"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(calls, 1);
+  // A user's own worker reads its own files: dbh's model check is not for it.
+  const auto ext = write("e.yaml", "name: e\nworker:\n  command: [\"true\"]\nmodel:\n  weights: " + archive_file() + "\n");
+  EXPECT_NO_THROW((void)load_scenario(ext, {}, refuse));
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(ApplyOverride, SetsCreatesAndReplaces) {
@@ -564,7 +641,7 @@ std::vector<std::string> shipped_scenarios() {
 
 void ExpectRoundTrip(const Scenario& s) {
   const std::string json = resolved_json(s);
-  const Scenario back = scenario_from_tree(parse_yaml(json, "scenario.resolved.json"), "");
+  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
   EXPECT_EQ(resolved_json(back), json);
   EXPECT_EQ(scenario_hash(back), scenario_hash(s));
   EXPECT_EQ(to_json(back.resolved), to_json(s.resolved));

@@ -22,7 +22,7 @@ namespace {
 Scenario with(const std::vector<std::string>& overrides) {
   Value tree;
   for (const auto& o : overrides) apply_override(tree, o);
-  return scenario_from_tree(tree, "");
+  return decode_scenario(tree, "");
 }
 
 // The ScenarioError's message for `overrides` ("" when they load).
@@ -141,7 +141,7 @@ TEST(ScenarioKeys, ResolvedJsonRoundTripsThroughTheTable) {
                            "monitors.learning_window=20", "monitors.silent=[input, learning]",
                            "data.subset=[1, 3]", "hardware.memory_budget=1GiB", "train.seed=123456789012"});
   const std::string json = resolved_json(s);
-  const Scenario back = scenario_from_tree(parse_yaml(json, "scenario.resolved.json"), "scenario.resolved.json");
+  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "scenario.resolved.json");
   EXPECT_EQ(resolved_json(back), json);
   EXPECT_EQ(back.model.encoder, 50);
   EXPECT_EQ(back.train.channels_last, std::optional<bool>(true));

@@ -352,7 +352,7 @@ TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
   const Scenario s =
       load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
                           "  collapse_margin: 0.1\n  learning_window: 8\n  learning_min_drop: 0.2\n"));
-  const Scenario back = scenario_from_tree(parse_yaml(resolved_json(s), "scenario.resolved.json"), "");
+  const Scenario back = decode_scenario(parse_yaml(resolved_json(s), "scenario.resolved.json"), "");
   EXPECT_TRUE(back.monitors.silent.empty());
   EXPECT_FALSE(back.monitors.silent_check("input"));
   EXPECT_EQ(back.monitors.collapse_after, 3);
@@ -362,14 +362,14 @@ TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
   EXPECT_DOUBLE_EQ(back.monitors.learning_min_drop, 0.2);
   const Scenario some = load_scenario(write("monitors:\n  silent: [labels, learning]\n"));
   EXPECT_EQ(some.monitors.silent, (std::vector<std::string>{"labels", "learning"}));
-  EXPECT_EQ(scenario_from_tree(parse_yaml(resolved_json(some), "scenario.resolved.json"), "").monitors.silent,
+  EXPECT_EQ(decode_scenario(parse_yaml(resolved_json(some), "scenario.resolved.json"), "").monitors.silent,
             some.monitors.silent);
   const Scenario off = load_scenario(write("monitors:\n  mode: off\n"));
   EXPECT_FALSE(off.monitors.silent_check("labels")) << "mode off turns every check off";
   const Scenario autow = load_scenario(write("monitors:\n  learning_window: auto\n"));
   EXPECT_EQ(autow.monitors.learning_window, -1);
   EXPECT_NE(resolved_json(autow).find("\"learning_window\": \"auto\""), std::string::npos) << resolved_json(autow);
-  EXPECT_EQ(scenario_from_tree(parse_yaml(resolved_json(autow), "scenario.resolved.json"), "").monitors.learning_window,
+  EXPECT_EQ(decode_scenario(parse_yaml(resolved_json(autow), "scenario.resolved.json"), "").monitors.learning_window,
             -1);
 }
 
