@@ -316,9 +316,9 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "data";
   const Scenario s = prober.load({});
-  if (s.data.source != "real") {
+  if (s.data.source != DataSource::kReal) {
     throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +
-                        s.data.source);
+                        to_string(s.data.source));
   }
   ReproducePlan plan;
   plan.first_may_be_cached = true;

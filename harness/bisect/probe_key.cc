@@ -292,7 +292,7 @@ void add_training_code(const Scenario& s, InputManifest* m) {
 
 std::string input_fingerprint(const Scenario& s) {
   Digest d;
-  if (s.data.source == "real" && !s.data.path.empty()) add_dataset(d, s.data.path);
+  if (s.data.source == DataSource::kReal && !s.data.path.empty()) add_dataset(d, s.data.path);
   if (!s.data.val.path.empty()) {
     d.add("validation");
     add_dataset(d, s.data.val.path);

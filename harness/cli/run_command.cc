@@ -163,7 +163,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     if (s.worker.external()) {
       d << settings_text(s);
     } else {
-      d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << s.data.source << ", batch "
+      d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << to_string(s.data.source) << ", batch "
         << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on " << s.hardware.device;
     }
     if (!s.faults.empty()) {
@@ -186,7 +186,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // keeps the path): a pass is not "the dataset trains".
   if (const auto set = real_data_settings_unread(s); !set.empty()) {
     p.line("  note: " + join(set, " ") + (set.size() == 1 ? " is" : " are") +
-           " read only with data.source=real; this run trains on " + s.data.source +
+           " read only with data.source=real; this run trains on " + to_string(s.data.source) +
            " and does not read " + (set.size() == 1 ? "it" : "them"));
   }
   // Main trial (and repeated processes). After a stop request (SIGINT,

@@ -191,10 +191,10 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     const Scenario written = load_scenario(out.string(), {}, input_checks());
     std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
               << written.hardware.device
-              << (written.data.source == "real"
+              << (written.data.source == DataSource::kReal
                       ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
                                                    : " with " + written.data.path)
-                      : " on " + written.data.source + " (pass --data DIR for your dataset)")
+                      : " on " + to_string(written.data.source) + " (pass --data DIR for your dataset)")
               << "\n";
     // The next command runs here as pasted: a GPU scenario on a machine
     // without one gets the overrides that run it on the CPU (and says so).

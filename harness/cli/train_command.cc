@@ -140,10 +140,10 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
     throw UsageError("dbh train: --weights: expected either --weights (initial weights) or --resume (a checkpoint "
                      "to continue), got both");
   }
-  if (data && !source.empty() && source != "real") {
+  if (data && !source.empty() && source != to_string(DataSource::kReal)) {
     throw UsageError("dbh train: --source " + source + ": expected no --source with --data (a dataset is real data), got both");
   }
-  if (data && source.empty()) out.push_back(override_text(DBH_SCENARIO_KEY(data.source), "real"));
+  if (data && source.empty()) out.push_back(override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kReal)));
   for (const auto& [flag, value] : o.given) out.push_back(override_text(flag_named(flag).key, value));
   return out;
 }
@@ -241,7 +241,7 @@ struct TrainData {
 // The dataset's loader (a dataset with defects its policy cannot help is
 // the user's to fix, listed), or synthetic batches.
 TrainData open_train_data(const Scenario& s) {
-  TrainData data{{}, s.data.source};
+  TrainData data{{}, to_string(s.data.source)};
   std::shared_ptr<model::Loader> loader;
   if (uses_dataset(s)) {
     std::shared_ptr<model::Dataset> dataset;
@@ -260,7 +260,7 @@ TrainData open_train_data(const Scenario& s) {
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << one_line(d.message) << "\n";
     loader = std::make_shared<model::Loader>(dataset, loader_options(s));
-    data.description = s.data.source == "synthetic_render"
+    data.description = s.data.source == DataSource::kSyntheticRender
                            ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
                            : "real (" + s.data.path + ", " + std::to_string(dataset->size()) + " images, " +
                                  dataset->format() + ")";
@@ -334,81 +334,61 @@ class MetricsCsv {
   int error_ = 0;
 };
 
-// Saves the trainer's checkpoint at `path` through a temporary name: a
-// checkpoint is complete or absent. Throws ReportError.
-void save_checkpoint_file(model::Trainer& trainer, const fs::path& path) {
-  const fs::path tmp = path.string() + ".tmp";
-  try {
-    trainer.save_checkpoint(tmp.string());
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    const std::string what = e.what();
-    throw ReportError(path.string() + ": expected a writable file, got an error (" +
-                      one_line(what.substr(0, what.find('\n'))) + ")");
-  }
-  replace_file_atomically(tmp.string(), path.string());
-}
-
 void stop_check() {
   if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
 }
 
-// What train_steps trained, and the last validation (none without
+// What run_steps trained, and the last validation (none without
 // --val-data and --eval-every).
 struct TrainedSteps {
   std::vector<model::StepResult> steps;
   std::optional<EvalRecord> last_eval;
 };
 
-// The steps up to the last (train.last_step()): a row of metrics.csv and a progress line
-// each, checkpoints at train.checkpoint_every. Stops between steps when a
-// stop is requested (Interrupted).
-TrainedSteps train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& source,
-                         const Validation& validation, const Scenario& s, const TrainCommandOptions& o,
-                         const fs::path& out, MetricsCsv& csv) {
+// The steps up to the last (Note [One training session]: the worker's
+// loop, checkpoints and validation cadence): a progress line and a row of
+// metrics.csv each. Stops between steps when a stop is requested
+// (Interrupted); a batch the data policy refuses is bad input.
+TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& source,
+                       const Validation& validation, const Scenario& s, const TrainCommandOptions& o,
+                       const fs::path& out, MetricsCsv& csv) {
   TrainedSteps trained;
-  std::vector<model::StepResult>& results = trained.steps;
   const int64_t steps = s.train.last_step();
-  while (trainer.next_step() < steps) {
-    stop_check();
-    model::StepResult r;
-    try {
-      r = trainer.step(source);
-    } catch (const model::DataError& e) {
-      throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
-    }
-    results.push_back(r);
-    if (!o.quiet) {
-      std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss "
-                << std::fixed << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 "
-                << r.l1 << ", dice " << r.dice << ")  lr " << std::setprecision(5) << r.lr
-                << "  |g| " << std::setprecision(3) << r.grad_norm << "  " << std::setprecision(2)
-                << r.seconds << " s" << std::defaultfloat << std::endl;  // flushed: logs show progress
-    }
-    // Note [One validation]: the cadence and numbers of `dbh run`'s worker.
-    const int64_t next = trainer.next_step();
+  StepHooks hooks;
+  hooks.before_step = [](int64_t) { stop_check(); };
+  hooks.after_step = [&](const model::StepResult& r) {
+    trained.steps.push_back(r);
+    if (o.quiet) return;
+    std::cout << "step " << std::setw(4) << r.step + 1 << "/" << steps << "  loss " << std::fixed
+              << std::setprecision(4) << r.loss << " (bce " << r.bce << ", l1 " << r.l1 << ", dice " << r.dice
+              << ")  lr " << std::setprecision(5) << r.lr << "  |g| " << std::setprecision(3) << r.grad_norm
+              << "  " << std::setprecision(2) << r.seconds << " s" << std::defaultfloat
+              << std::endl;  // flushed: logs show progress
+  };
+  hooks.step_done = [&](const model::StepResult& r, const ValidationResult* v) {
     std::optional<EvalRecord> eval;
-    if (validates_after(s, validation, next)) {
-      const ValidationResult v = validate(net, s, validation, 0, next, next == steps, out, nullptr);
+    if (v != nullptr) {
       eval = EvalRecord{};
-      eval->run = 0, eval->step = next;
-      eval->precision = v.eval.precision, eval->recall = v.eval.recall, eval->hmean = v.eval.hmean;
-      eval->gt = v.eval.gt, eval->det = v.eval.det, eval->matched = v.eval.matched, eval->images = v.eval.images;
-      eval->seconds = v.eval.seconds;
+      eval->run = 0, eval->step = r.step + 1;
+      eval->precision = v->eval.precision, eval->recall = v->eval.recall, eval->hmean = v->eval.hmean;
+      eval->gt = v->eval.gt, eval->det = v->eval.det, eval->matched = v->eval.matched, eval->images = v->eval.images;
+      eval->seconds = v->eval.seconds;
       trained.last_eval = eval;
       if (!o.quiet) {
-        std::cout << "validation after step " << next << ": hmean " << std::fixed << std::setprecision(4)
+        std::cout << "validation after step " << eval->step << ": hmean " << std::fixed << std::setprecision(4)
                   << eval->hmean << " (precision " << eval->precision << ", recall " << eval->recall << ") on "
                   << eval->images << " images, " << std::setprecision(1) << eval->seconds << " s"
                   << std::defaultfloat << std::endl;
       }
     }
     csv.add(r, eval ? &*eval : nullptr);
-    if (s.train.checkpoint_every > 0 && trainer.next_step() % s.train.checkpoint_every == 0) {
-      // Note [Checkpoint names]: named as `dbh run`'s worker names them.
-      save_checkpoint_file(trainer, out / proto::checkpoint_file_name(0, trainer.next_step()));
-    }
+  };
+  try {
+    train_steps(net, trainer, source, validation, s, SessionSite{0, out.string(), nullptr}, hooks);
+  } catch (const model::DataError& e) {
+    throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
+  } catch (const CheckpointWriteError& e) {
+    throw ReportError(e.what());
   }
   return trained;
 }
@@ -481,11 +461,15 @@ int run_train_command(const TrainCommandOptions& o) {
   }
   MetricsCsv csv(out / "metrics.csv");
   const auto t0 = std::chrono::steady_clock::now();
-  const TrainedSteps trained = train_steps(dbnet, trainer, data.source, validation, s, o, out, csv);
+  const TrainedSteps trained = run_steps(dbnet, trainer, data.source, validation, s, o, out, csv);
   const std::vector<model::StepResult>& results = trained.steps;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop_check();
-  save_checkpoint_file(trainer, out / "checkpoint-final.pt");
+  try {
+    save_checkpoint_file(trainer, (out / "checkpoint-final.pt").string());
+  } catch (const CheckpointWriteError& e) {
+    throw ReportError(e.what());
+  }
   csv.close();
   const nlohmann::ordered_json summary = train_summary(s, data.description, trained, wall, choices);
   write_file_atomically((out / "summary.json").string(),

@@ -83,16 +83,17 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 // The diagnosis ladder for `s`, from the device up to the scenario as given
 // (the last rung); a rung that cannot tell anything here says why.
 std::vector<Rung> ladder_rungs(const Scenario& s) {
-  const bool real = s.data.source == "real";
+  const bool real = s.data.source == DataSource::kReal;
   return {
       {RungId::kOps, "Basic tensor ops on the device", "ladder",
        {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
       {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_random"),
+       {override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticRandom)),
         override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
        "", {}, false},
       {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes"), "controls=[]"}, "", {}, false},
+       {override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticBoxes)), "controls=[]"}, "", {},
+       false},
       {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
        {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
        false},
@@ -149,7 +150,7 @@ std::vector<Rung> variant_rungs(const Scenario& s) {
 // Note [The learning rung]: whether the model learns at all, on synthetic
 // boxes and on the real data, for a silent failure.
 std::vector<Rung> learning_rungs(const Scenario& s, bool silent) {
-  const bool real = s.data.source == "real";
+  const bool real = s.data.source == DataSource::kReal;
   const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
                                                         : std::clamp<int64_t>(s.train.max_steps, 4, 50);
   const std::vector<std::string> judged = {
@@ -159,7 +160,7 @@ std::vector<Rung> learning_rungs(const Scenario& s, bool silent) {
   return {
       {RungId::kLearnsSynthetic,
        "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
-       concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), "synthetic_boxes")}, judged),
+       concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticBoxes))}, judged),
        silent ? "" : "not a silent failure", {}, false},
       {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)",
        "learning", judged,
@@ -443,7 +444,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
     Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
-    const bool real = s.data.source == "real";
+    const bool real = s.data.source == DataSource::kReal;
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = ladder_rungs(s);

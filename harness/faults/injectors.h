@@ -32,7 +32,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   /// Before the dataset at `path` (of data.source `source`) is opened: the
   /// folder to read instead, `path` unless a fault (corrupt_sample) made a
   /// private broken copy of it under `run_dir`.
-  std::string on_dataset(const std::string& path, const std::string& source, const std::string& run_dir);
+  std::string on_dataset(const std::string& path, DataSource source, const std::string& run_dir);
   /// Before the validation after step `step_taken`: a fault
   /// (broken_postprocess) may change the post-processing in `pp`.
   void on_validation(int64_t step_taken, model::PostprocessOptions& pp);
@@ -60,7 +60,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   struct Hooks;  // what one fault does, at the hooks it acts at
   struct DatasetSite {  // what on_dataset's hooks may change
     std::string path;
-    std::string source;
+    DataSource source;
     std::string run_dir;
   };
   bool fires(size_t i) const;

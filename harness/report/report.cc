@@ -223,13 +223,13 @@ std::string settings_text(const Scenario& s) {
     // The user's training: what dbh passes it, never dbh's own model.
     std::string command;
     for (const auto& a : s.worker.command) command += (command.empty() ? "" : " ") + a;
-    o << "worker `" << command << "`, data " << s.data.source
+    o << "worker `" << command << "`, data " << to_string(s.data.source)
       << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
       << s.train.accumulation << ", " << steps_text(s) << ", lr " << s.train.lr << ", "
       << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
     return o.str();
   }
-  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << s.data.source
+  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << to_string(s.data.source)
     << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
     << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << steps_text(s) << ", "
     << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
@@ -380,7 +380,7 @@ void md_environment(std::ostream& md, const RunReport& r) {
   }
   if (const auto set = real_data_settings_unread(s); !set.empty()) {
     md << "- Not read: " << markdown_inline(join(set)) << " (read only with data.source=real; this run trained on "
-       << markdown_inline(s.data.source) << ")\n";
+       << markdown_inline(to_string(s.data.source)) << ")\n";
   }
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";

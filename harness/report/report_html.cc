@@ -372,7 +372,8 @@ void html_environment(std::ostream& h, const RunPage& p) {
       row("Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)");
     }
     if (const auto set = real_data_settings_unread(s); !set.empty()) {
-      row("Not read", join(set) + " (read only with data.source=real; this run trained on " + s.data.source + ")");
+      row("Not read", join(set) + " (read only with data.source=real; this run trained on " +
+                          to_string(s.data.source) + ")");
     }
   }
   if (!r.inputs_manifest.empty()) {

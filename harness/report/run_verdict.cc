@@ -93,8 +93,8 @@ void decide_run(RunReport& r, int64_t processes, int stopped) {
   if (!s.controls.empty() && stopped == 0 && r.trials.size() >= process_count + s.controls.size()) {
     std::vector<Outcome> controls;
     for (size_t c = 0; c < s.controls.size(); ++c) controls.push_back(r.trials[process_count + c].analysis.outcome);
-    const ControlsAnswer answer = controls_answer(r.outcome, controls, s.controls,
-                                                  s.data.source + (s.data.path.empty() ? "" : " " + s.data.path));
+    const std::string data = to_string(s.data.source) + (s.data.path.empty() ? "" : " " + s.data.path);
+    const ControlsAnswer answer = controls_answer(r.outcome, controls, s.controls, data);
     r.data_dependent = answer.data_dependent;
     r.data_dependent_reason = answer.reason;
     if (!answer.evidence.empty()) r.failure.evidence.push_back(answer.evidence);

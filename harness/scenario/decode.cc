@@ -151,7 +151,7 @@ void read_data(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("data", false, kSectionForm), "data", s);
   // An external worker without data.path trains on the dataset its own
   // configuration names.
-  if (s.data.source == "real" && s.data.path.empty() && !s.worker.external()) {
+  if (s.data.source == DataSource::kReal && s.data.path.empty() && !s.worker.external()) {
     fail(where(tree, "data"), DBH_SCENARIO_KEY(data.path),
          "a dataset folder when " + std::string(DBH_SCENARIO_KEY(data.source)) + " is real", "none");
   }
@@ -166,10 +166,10 @@ void read_data(MapReader& root, const Value& tree, Scenario& s) {
            "0 when " + std::string(DBH_SCENARIO_KEY(data.val.path)) + " names a validation dataset",
            std::to_string(val.holdout));
     }
-    if (val.holdout > 0 && s.data.source != "real") {
+    if (val.holdout > 0 && s.data.source != DataSource::kReal) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),
            std::string(DBH_SCENARIO_KEY(data.source)) + " real (samples of a real dataset are held out)",
-           std::string(DBH_SCENARIO_KEY(data.source)) + " " + s.data.source);
+           std::string(DBH_SCENARIO_KEY(data.source)) + " " + to_string(s.data.source));
     }
     if (val.size % 32 != 0) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.size)), DBH_SCENARIO_KEY(data.val.size), "a multiple of 32",
@@ -435,7 +435,7 @@ Scenario decode_scenario(const Value& tree, const std::string& file) {
   // Without reading the dataset, only synthetic data says how many samples
   // there are (a real dataset's are checked with its inputs).
   const std::optional<int64_t> samples =
-      s.data.source == "real" ? std::nullopt : std::optional<int64_t>(s.data.samples);
+      s.data.source == DataSource::kReal ? std::nullopt : std::optional<int64_t>(s.data.samples);
   if (samples) check_subset_indices(tree, s, *samples);
   read_repeat(root, tree, s);
   check_fault_placements(tree, s, [samples] { return samples; }, /*reads_inputs=*/false);

@@ -20,14 +20,15 @@ void check_corrupt_sample(const FaultPlacement& p) {
   // An override (a control run, a command line) may switch the source to
   // synthetic data, leaving the fault nothing to break; a scenario file that
   // places it on synthetic data is a mistake.
-  if (s.data.source != "real" && !p.source_overridden) {
+  if (s.data.source != DataSource::kReal && !p.source_overridden) {
     const std::string source = DBH_SCENARIO_KEY(data.source);
-    p.fail("corrupt_sample on " + source + " real (it breaks a file of the dataset)", source + " " + s.data.source, "");
+    p.fail("corrupt_sample on " + source + " real (it breaks a file of the dataset)",
+           source + " " + to_string(s.data.source), "");
   }
   // The fault copies the dataset into the run folder: a dataset that cannot
   // be copied without leaving its folder is bad input, refused before
   // anything is written.
-  if (s.data.source == "real" && p.reads_inputs) {
+  if (s.data.source == DataSource::kReal && p.reads_inputs) {
     if (const auto problems = model::dataset_copy_problems(s.data.path); !problems.empty()) {
       p.fail("a dataset folder corrupt_sample can copy without leaving it (" +
                  std::string(DBH_SCENARIO_KEY(data.path)) + ")",
@@ -104,7 +105,7 @@ void check_factor_not_one(const FaultPlacement& p) {
 // (synthetic_random) belong to no text, so there is nothing to break
 // (tolerated when an override switched the source, as for corrupt_sample).
 void check_labels_of_text(const FaultPlacement& p) {
-  if (p.scenario.data.source == "synthetic_random" && !p.source_overridden) {
+  if (p.scenario.data.source == DataSource::kSyntheticRandom && !p.source_overridden) {
     p.fail(p.fault.name + " on labels of text (" + DBH_SCENARIO_KEY(data.source) +
                " real, synthetic_render or synthetic_boxes)",
            std::string(DBH_SCENARIO_KEY(data.source)) + " synthetic_random, whose labels are noise", "");

@@ -622,7 +622,7 @@ std::string scenario_text(const std::string& one_line_command, const ConvertedCo
       if (!settings.has(key)) defaults << ", " << key << " " << value;
     };
     if (!settings.has(DBH_SCENARIO_KEY(data.source))) {
-      defaults << ", " << DBH_SCENARIO_KEY(data.source) << " " << data.source << " (your dataset: "
+      defaults << ", " << DBH_SCENARIO_KEY(data.source) << " " << to_string(data.source) << " (your dataset: "
                << DBH_SCENARIO_KEY(data.source) << " real, " << DBH_SCENARIO_KEY(data.path) << " DIR)";
     }
     unless_set(DBH_SCENARIO_KEY(data.size), data.size);

@@ -53,7 +53,7 @@ void check_folder(const Value& tree, const char* key, const std::string& path, c
 }
 
 void check_dataset(const Value& tree, const Scenario& s) {
-  if (s.data.source != "real" || s.data.path.empty()) return;
+  if (s.data.source != DataSource::kReal || s.data.path.empty()) return;
   check_folder(tree, DBH_SCENARIO_KEY(data.path), s.data.path, "an existing dataset folder");
   // The annotation file is read whole: it must be a regular file, never a
   // FIFO or a device that would block or never end.
@@ -105,7 +105,7 @@ void check_scenario_inputs(const Scenario& s, const Value& tree, const InputChec
   // Sample indices must exist in the dataset the run reads (synthetic data's
   // were checked with the scenario); the dataset is read once, and only
   // when an index needs it.
-  if (s.data.source == "real") {
+  if (s.data.source == DataSource::kReal) {
     std::optional<std::optional<int64_t>> samples;
     auto read = [&]() -> std::optional<int64_t> {
       if (!samples) samples = training_samples(tree, s);

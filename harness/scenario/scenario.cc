@@ -57,6 +57,13 @@ std::optional<int64_t> parse_bytes(const std::string& text) {
   return std::nullopt;
 }
 
+const std::vector<std::string>& data_source_names() {
+  static const std::vector<std::string> names = {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"};
+  return names;
+}
+
+const std::string& to_string(DataSource source) { return data_source_names().at(static_cast<size_t>(source)); }
+
 std::string format_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -19,9 +19,17 @@ struct ModelConfig {
   std::string weights;             // optional initial weights file
 };
 
+/// Where training data comes from (`data.source`): a dataset folder, or
+/// images dbh makes (random pixels, boxes of text-like strokes, rendered
+/// words).
+enum class DataSource { kReal, kSyntheticRandom, kSyntheticBoxes, kSyntheticRender };
+/// The names scenario files write, in the enum's order.
+const std::vector<std::string>& data_source_names();
+/// "real", "synthetic_random", "synthetic_boxes" or "synthetic_render".
+const std::string& to_string(DataSource source);
+
 struct DataConfig {
-  /// real | synthetic_random | synthetic_boxes | synthetic_render
-  std::string source = "synthetic_boxes";
+  DataSource source = DataSource::kSyntheticBoxes;
   std::string path;                // dataset folder for `real`
   int64_t batch_size = 2;
   int64_t size = 128;              // square, multiple of 32

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <stdexcept>
+#include <type_traits>
 
 #include "harness/common/error.h"
 #include "harness/common/text.h"
@@ -150,6 +152,14 @@ KeySpec one_of(const char* key, KeyField<std::string> field, std::vector<std::st
   return k;
 }
 
+// A fixed-choice key whose member is an enum: `names` in the enum's order.
+// (One overload per enum: a lambda does not deduce a template's KeyField.)
+KeySpec one_of(const char* key, KeyField<DataSource> field, const std::vector<std::string>& names, const char* help) {
+  KeySpec k = make(key, KeyType::kEnum, field, help);
+  k.allowed = names;
+  return k;
+}
+
 KeySpec bytes(const char* key, KeyField<int64_t> field, const char* help) {
   return make(key, KeyType::kBytes, field, help);
 }
@@ -208,7 +218,7 @@ std::vector<KeySpec> build_table() {
       path(DBH_KEY(model.weights),
            "Initial weights: a LibTorch weights file or dbh checkpoint; empty = random initialisation."),
 
-      one_of(DBH_KEY(data.source), {"real", "synthetic_random", "synthetic_boxes", "synthetic_render"},
+      one_of(DBH_KEY(data.source), data_source_names(),
              "Training data: the dataset folder `data.path`, random noise, drawn boxes or rendered words."),
       real_data_only(
           path(DBH_KEY(data.path), "Dataset folder (`annotations.json` and its images) when `data.source` is `real`.")),
@@ -326,6 +336,39 @@ const T& member(const KeySpec& k, const Scenario& s) {
   return *std::get<KeyField<T>>(k.field)(const_cast<Scenario&>(s));
 }
 
+// A kEnum key's value as written: a string member's, or the name of an enum
+// member's value (its index in `allowed`).
+std::string enum_text(const KeySpec& k, const Scenario& s) {
+  return std::visit(
+      [&](auto field) -> std::string {
+        using T = std::remove_pointer_t<decltype(field(std::declval<Scenario&>()))>;
+        if constexpr (std::is_enum_v<T>) {
+          return k.allowed.at(static_cast<size_t>(*field(const_cast<Scenario&>(s))));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return *field(const_cast<Scenario&>(s));
+        } else {
+          throw std::logic_error(k.key + ": a fixed-choice key of neither a string nor an enum member");
+        }
+      },
+      k.field);
+}
+
+// Sets a kEnum key to its allowed value `index`.
+void set_enum(const KeySpec& k, Scenario& s, size_t index) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_pointer_t<decltype(field(s))>;
+        if constexpr (std::is_enum_v<T>) {
+          *field(s) = static_cast<T>(index);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          *field(s) = k.allowed.at(index);
+        } else {
+          throw std::logic_error(k.key + ": a fixed-choice key of neither a string nor an enum member");
+        }
+      },
+      k.field);
+}
+
 std::string parent_of(const std::string& key) { return key.substr(0, key.rfind('.')); }
 std::string name_of(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
@@ -391,13 +434,13 @@ void read_key(const KeySpec& k, const Value& x, Scenario& s) {
       if (!x.is_scalar()) fail(x.loc, key, "a string", x.describe());
       member<std::string>(k, s) = k.type == KeyType::kPath ? resolve_path(x.scalar, x) : x.scalar;
       return;
-    case KeyType::kEnum:
+    case KeyType::kEnum: {
       if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
-      if (std::find(k.allowed.begin(), k.allowed.end(), x.scalar) == k.allowed.end()) {
-        fail(x.loc, key, key_form(k), x.describe() + did_you_mean(x.scalar, k.allowed));
-      }
-      member<std::string>(k, s) = x.scalar;
+      const auto it = std::find(k.allowed.begin(), k.allowed.end(), x.scalar);
+      if (it == k.allowed.end()) fail(x.loc, key, key_form(k), x.describe() + did_you_mean(x.scalar, k.allowed));
+      set_enum(k, s, static_cast<size_t>(it - k.allowed.begin()));
       return;
+    }
     case KeyType::kBytes: {
       if (!x.is_scalar()) fail(x.loc, key, "a size such as 512MiB", x.describe());
       const auto b = parse_bytes(x.scalar);
@@ -571,9 +614,10 @@ nlohmann::ordered_json key_json(const KeySpec& k, const Scenario& s) {
     case KeyType::kBool:
       return member<bool>(k, s);
     case KeyType::kString:
-    case KeyType::kEnum:
     case KeyType::kPath:
       return member<std::string>(k, s);
+    case KeyType::kEnum:
+      return enum_text(k, s);
     case KeyType::kBytes:
       return std::to_string(member<int64_t>(k, s));
     case KeyType::kAutoBool: {
@@ -726,7 +770,7 @@ std::vector<std::string> cuda_only_settings_on_cpu(const Scenario& s) {
 }
 
 std::vector<std::string> real_data_settings_unread(const Scenario& s) {
-  if (s.data.source == "real" || s.worker.external()) return {};
+  if (s.data.source == DataSource::kReal || s.worker.external()) return {};
   return flagged_settings(s, &KeySpec::real_data_only);
 }
 

@@ -30,7 +30,7 @@ enum class KeyType {
   kNumber,    // a number >= min (> min when min_open) and <= max
   kBool,      // true or false (also True, yes, on, …)
   kString,    // any string
-  kEnum,      // one of `allowed`
+  kEnum,      // one of `allowed` (a string member, or an enum member: the name's index in `allowed`)
   kBytes,     // a size such as 512MiB, 12GB or 4096
   kPath,      // a file or folder, relative to the file that wrote it
   kAutoBool,  // auto (nullopt), true or false
@@ -54,7 +54,8 @@ struct KeySpec {
   KeyType type = KeyType::kString;
   std::variant<KeyField<int64_t>, KeyField<uint64_t>, KeyField<double>, KeyField<bool>,
                KeyField<std::string>, KeyField<std::optional<bool>>, KeyField<std::vector<int64_t>>,
-               KeyField<std::vector<std::string>>, KeyField<std::map<std::string, std::string>>>
+               KeyField<std::vector<std::string>>, KeyField<std::map<std::string, std::string>>,
+               KeyField<DataSource>>
       field;
   std::string help;  // one line of Markdown, for docs/scenario-keys.md
   int64_t lo = 0;    // kInt, kAutoInt

@@ -54,7 +54,7 @@ WorkerNeeds worker_needs(const Scenario& s) {
     n.required.emplace_back(capability::kFaultPrefix + s.faults[i].name, "faults." + std::to_string(i));
   }
   if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
-  if (s.data.source != "real") need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
+  if (s.data.source != DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
   if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
   if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));
@@ -100,7 +100,7 @@ std::vector<PassedKey> passed_keys(const Scenario& s) {
     const auto it = s.worker.keys.find(key);
     const std::string user_key = it != s.worker.keys.end() ? it->second : first_alias_of(key);
     if (user_key.empty()) continue;
-    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != "real" || s.data.path.empty())) continue;
+    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != DataSource::kReal || s.data.path.empty())) continue;
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;

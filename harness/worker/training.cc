@@ -2,7 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
 #include "harness/common/cpu.h"
+#include "harness/common/files.h"
+#include "harness/common/text.h"
+#include "harness/proto/event_types.h"
 #include "harness/scenario/schema.h"
 #include "model/data/batch.h"
 
@@ -59,12 +64,12 @@ model::TrainOptions train_options(const Scenario& s) {
 }
 
 bool uses_dataset(const Scenario& s) {
-  return s.data.source == "real" || s.data.source == "synthetic_render";
+  return s.data.source == DataSource::kReal || s.data.source == DataSource::kSyntheticRender;
 }
 
 model::DatasetOptions dataset_options(const Scenario& s, const std::string& root) {
   model::DatasetOptions d;
-  if (s.data.source == "synthetic_render") d.synthetic_samples = s.data.samples;
+  if (s.data.source == DataSource::kSyntheticRender) d.synthetic_samples = s.data.samples;
   d.root = root;
   d.size = s.data.size;
   d.augment = s.data.augment;
@@ -90,7 +95,7 @@ model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::L
   if (loader) return [loader](int64_t micro) { return loader->get(micro); };
   const int64_t n = s.data.batch_size, size = s.data.size;
   const uint64_t seed = s.train.seed;
-  const bool random = s.data.source == "synthetic_random";
+  const bool random = s.data.source == DataSource::kSyntheticRandom;
   return [n, size, seed, random](int64_t micro) {
     const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
     return random ? model::synthetic_random_batch(n, size, size, k) : model::synthetic_boxes_batch(n, size, size, k);
@@ -100,6 +105,40 @@ model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::L
 std::string message_of(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
   return e.what();
+}
+
+void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  try {
+    trainer.save_checkpoint(tmp);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw CheckpointWriteError(path + ": expected a writable file, got an error (" + one_line(message_of(e)) + ")");
+  }
+  replace_file_atomically(tmp, path);
+}
+
+void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
+                 const Validation& validation, const Scenario& s, const SessionSite& site, const StepHooks& hooks) {
+  const int64_t last = s.train.last_step();
+  while (trainer.next_step() < last) {
+    if (hooks.before_step) hooks.before_step(trainer.next_step());
+    const model::StepResult r = trainer.step(batches);
+    if (hooks.after_step) hooks.after_step(r);
+    const int64_t next = trainer.next_step();
+    if (s.train.checkpoint_every > 0 && next % s.train.checkpoint_every == 0) {
+      const std::string path = (std::filesystem::path(site.dir) / proto::checkpoint_file_name(site.run, next)).string();
+      save_checkpoint_file(trainer, path);
+      if (hooks.checkpointed) hooks.checkpointed(next, path);
+    }
+    std::optional<ValidationResult> v;
+    if (validates_after(s, validation, next)) {
+      v = validate(net, s, validation, site.run, next, next == last, site.dir, site.faults);
+      if (hooks.validated) hooks.validated(next, *v);
+    }
+    if (hooks.step_done) hooks.step_done(r, v ? &*v : nullptr);
+  }
 }
 
 }  // namespace dbh::harness

@@ -1,11 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "harness/scenario/scenario.h"
+#include "harness/worker/validation.h"
 #include "model/data/dataset.h"
 #include "model/dbnet.h"
 #include "model/train/determinism.h"
@@ -71,5 +74,58 @@ bool uses_dataset(const Scenario& s);
 /// Batches for the trainer: from `loader` when given, else the synthetic
 /// source's batch for (train.seed, micro-batch index).
 model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::Loader> loader);
+
+// Note [One training session]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The worker and `dbh train` run the steps with one loop, train_steps: from
+// the trainer's next step to train.last_step(), a checkpoint after every
+// train.checkpoint_every-th step (named proto::checkpoint_file_name, written
+// complete or not at all), and the validation after each step
+// validates_after() names (Note [One validation]). What each says about a
+// step differs (events on fd 3; a progress line and a row of metrics.csv)
+// and is passed in as StepHooks; which steps train, when a checkpoint is
+// written and when validation runs is decided here only.
+
+/// What a caller of train_steps says and does around each step; any may be
+/// null. An exception from a hook ends the loop (a stop request, a failed
+/// write).
+struct StepHooks {
+  /// Before step `step` trains.
+  std::function<void(int64_t step)> before_step;
+  /// After a step, before its checkpoint and validation.
+  std::function<void(const model::StepResult&)> after_step;
+  /// After the checkpoint at `path` was written: the state before step `next`.
+  std::function<void(int64_t next, const std::string& path)> checkpointed;
+  /// After the validation that follows step `next - 1`.
+  std::function<void(int64_t next, const ValidationResult&)> validated;
+  /// Last, with the step's validation (null when it had none).
+  std::function<void(const model::StepResult&, const ValidationResult*)> step_done;
+};
+
+/// Where a session's files go: run `run`'s checkpoints and validation
+/// overlays in `dir`, validation faults from `faults` (null: none).
+struct SessionSite {
+  int64_t run = 0;
+  std::string dir;
+  FaultInjector* faults = nullptr;
+};
+
+/// A checkpoint that could not be written: "PATH: expected a writable file,
+/// got an error (…)".
+class CheckpointWriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The trainer's checkpoint at `path`, written through a temporary name: a
+/// checkpoint is complete or absent (a replay resumes from it). Throws
+/// CheckpointWriteError.
+void save_checkpoint_file(model::Trainer& trainer, const std::string& path);
+
+/// Trains `trainer` (of `net`) on `batches` from its next step to
+/// s.train.last_step() (Note [One training session]). Throws what a step,
+/// a hook or validation throws, and CheckpointWriteError.
+void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
+                 const Validation& validation, const Scenario& s, const SessionSite& site, const StepHooks& hooks);
 
 }  // namespace dbh::harness

@@ -414,30 +414,29 @@ void train_one_run(WorkerState& w, const TrainingData& data) {
   std::shared_ptr<model::Loader> loader;
   if (data.dataset) loader = std::make_shared<model::Loader>(data.dataset, loader_options(s));
   model::BatchSource batches = make_batch_source(s, loader);
-  const int64_t last = s.train.last_step();
-  while (trainer->next_step() < last) {
-    w.step = trainer->next_step();
-    w.events.emit(proto::StepBegin{w.run, w.step});
-    reset_memory_peaks(s.hardware.device);
-    w.events.emit(step_end_event(w, trainer->step(batches)));
-    const int64_t next = trainer->next_step();
-    if (s.train.checkpoint_every > 0 && next % s.train.checkpoint_every == 0) {
-      const std::string path = (fs::path(w.run_dir) / proto::checkpoint_file_name(w.run, next)).string();
-      trainer->save_checkpoint(path);
-      w.events.emit(proto::Checkpoint{w.run, next, path});
+  // Note [One training session]: the loop dbh train runs too; the worker
+  // says each step, checkpoint and validation as events.
+  StepHooks hooks;
+  hooks.before_step = [&w](int64_t step) {
+    w.step = step;
+    w.events.emit(proto::StepBegin{w.run, step});
+    reset_memory_peaks(w.s.hardware.device);
+  };
+  hooks.after_step = [&w](const model::StepResult& r) { w.events.emit(step_end_event(w, r)); };
+  hooks.checkpointed = [&w](int64_t next, const std::string& path) {
+    w.events.emit(proto::Checkpoint{w.run, next, path});
+  };
+  hooks.validated = [&w](int64_t next, const ValidationResult& v) {
+    w.events.emit(v.eval);
+    if (v.drew_overlays) {
+      proto::EvalOverlays drawn;
+      drawn.run = w.run;
+      drawn.step = next;
+      drawn.files = v.overlays;
+      w.events.emit(drawn);
     }
-    if (validates_after(s, data.validation, next)) {
-      const ValidationResult v = validate(net, s, data.validation, w.run, next, next == last, w.run_dir, &w.faults);
-      w.events.emit(v.eval);
-      if (v.drew_overlays) {
-        proto::EvalOverlays drawn;
-        drawn.run = w.run;
-        drawn.step = next;
-        drawn.files = v.overlays;
-        w.events.emit(drawn);
-      }
-    }
-  }
+  };
+  train_steps(net, *trainer, batches, data.validation, s, SessionSite{w.run, w.run_dir, &w.faults}, hooks);
   w.step = -1;
   std::ostringstream checksum;
   checksum << std::hex << parameter_checksum(net);

@@ -113,7 +113,7 @@ class ShippedScenarioTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   const std::string rel = "scenarios/" + GetParam() + ".yaml";
   const harness::Scenario s = harness::load_scenario(std::string(DBH_SOURCE_DIR) + "/" + rel);
-  if (s.data.source == "real" && s.data.path.find("fixtures/real") != std::string::npos &&
+  if (s.data.source == harness::DataSource::kReal && s.data.path.find("fixtures/real") != std::string::npos &&
       !fs::exists(fs::path(DBH_SOURCE_DIR) / "fixtures" / "real" / "annotations.json")) {
     GTEST_SKIP() << rel << " trains on fixtures/real, which is absent (no fixtures/real/annotations.json)";
   }

@@ -90,7 +90,7 @@ class SilentSuiteTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SilentSuiteTest, MeetsItsExpectationWithEvidence) {
   const fs::path file = kSilentDir / (GetParam() + ".yaml");
   const harness::Scenario s = harness::load_scenario(file.string());
-  if (s.data.source == "real" && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
+  if (s.data.source == harness::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
   const fs::path dir = fresh_dir("silent-suite-" + GetParam());
   RemoveOnExit cleanup(dir);
   const auto r = dbh({"suite", file.string(), "--out", (dir / "out").string(), "-q"});
@@ -138,7 +138,7 @@ class SilentControlTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SilentControlTest, WithoutTheFaultItPasses) {
   const fs::path file = kSilentDir / (GetParam() + ".yaml");
   const harness::Scenario s = harness::load_scenario(file.string());
-  if (s.data.source == "real" && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
+  if (s.data.source == harness::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
   const fs::path dir = fresh_dir("silent-control-" + GetParam());
   RemoveOnExit cleanup(dir);
   const auto r = dbh({"run", file.string(), "faults=[]", "expect.outcome=passed", "expect.failure_class=null",

@@ -79,7 +79,7 @@ TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
 
 TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
   Scenario s = load_scenario(scenario().string());
-  s.data.source = "synthetic_boxes";
+  s.data.source = DataSource::kSyntheticBoxes;
   const std::string none = input_fingerprint(s);
   s.model.weights = (dir_ / "w.pt").string();
   write(s.model.weights, "weights v1");

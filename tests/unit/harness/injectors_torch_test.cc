@@ -317,9 +317,9 @@ TEST_F(FaultInjectorTest, CorruptSampleBreaksAPrivateCopyOfARealDatasetOnly) {
   FaultInjector& inj = arm_one("name: corrupt_sample, sample: 1, kind: nan_coordinate",
                                "data: {source: real, path: " + data + "}\n");
   // Synthetic data has no files: nothing to break, nothing fired.
-  EXPECT_EQ(inj.on_dataset(data, "synthetic_boxes", run_dir.string()), data);
+  EXPECT_EQ(inj.on_dataset(data, DataSource::kSyntheticBoxes, run_dir.string()), data);
   EXPECT_TRUE(fired().empty());
-  const std::string read = inj.on_dataset(data, "real", run_dir.string());
+  const std::string read = inj.on_dataset(data, DataSource::kReal, run_dir.string());
   EXPECT_EQ(read, (run_dir / "data").string());
   ASSERT_EQ(fired().size(), 1u);
   const auto f = fired().front();

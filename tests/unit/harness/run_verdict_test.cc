@@ -100,7 +100,7 @@ TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
   TrialRecord main = Trial(Outcome::kDiverged, 2, 100);
   main.analysis.failure.klass = "nonfinite_loss";
   RunReport r = Report({main, Trial(Outcome::kPassed, 2, 100, "control 1")});
-  r.scenario.data.source = "real";
+  r.scenario.data.source = DataSource::kReal;
   r.scenario.controls = {{"data.source=synthetic_boxes"}};
   r.scenario.expect.outcome = "diverged";
   r.scenario.expect.data_dependent = true;

@@ -312,14 +312,14 @@ TEST(ScenarioKeys, CudaOnlySettingsOnTheCpuAreNamed) {
 // an external worker (which reads what it will), or at its default, nothing.
 TEST(ScenarioKeys, DatasetSettingsOnSyntheticDataAreNamed) {
   Scenario s;
-  s.data.source = "synthetic_boxes";
+  s.data.source = DataSource::kSyntheticBoxes;
   EXPECT_TRUE(real_data_settings_unread(s).empty());
   s.data.path = "/data/icdar";
   EXPECT_EQ(real_data_settings_unread(s),
             std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.path), "/data/icdar")});
-  s.data.source = "real";
+  s.data.source = DataSource::kReal;
   EXPECT_TRUE(real_data_settings_unread(s).empty());
-  s.data.source = "synthetic_render";
+  s.data.source = DataSource::kSyntheticRender;
   s.worker.command = {"python3", "train.py"};
   EXPECT_TRUE(real_data_settings_unread(s).empty());
   EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(data.source))->real_data_only);
@@ -340,6 +340,27 @@ TEST(TrainConfig, LastStepIsStopAfterOrMaxSteps) {
   EXPECT_EQ(t.last_step(), 3);
   t.stop_after = 6;
   EXPECT_EQ(t.last_step(), 6);
+}
+
+// A fixed-choice key stored as an enum reads, writes and documents every
+// name of its table row, and a name outside it is refused with its choices.
+TEST(ScenarioKeys, AFixedChoiceKeyStoredAsAnEnumRoundTripsEveryName) {
+  const KeySpec* k = find_scenario_key(DBH_SCENARIO_KEY(data.source));
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->allowed, data_source_names());
+  for (const std::string& name : data_source_names()) {
+    SCOPED_TRACE(name);
+    const Scenario s = with({"data.source=" + name, "data.path=/data/icdar"});
+    EXPECT_EQ(to_string(s.data.source), name);
+    EXPECT_EQ(key_json(*k, s), name);
+  }
+  EXPECT_EQ(with({"data.source=synthetic_render"}).data.source, DataSource::kSyntheticRender);
+  EXPECT_EQ(default_text(*k), "synthetic_boxes");
+  const std::string error = error_of({"data.source=synthetic_box"});
+  EXPECT_NE(error.find("data.source: expected one of real, synthetic_random, synthetic_boxes, synthetic_render"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("did you mean \"synthetic_boxes\""), std::string::npos) << error;
 }
 
 }  // namespace

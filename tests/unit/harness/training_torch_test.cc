@@ -1,10 +1,15 @@
 // Note [Nothing left to train]: one decision for the worker's input check,
-// the worker's resume and `dbh train --resume`.
+// the worker's resume and `dbh train --resume`; Note [One training
+// session]: one step loop for the worker and `dbh train`.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "harness/worker/training.h"
+#include "tests/support/files.h"
 
 namespace dbh::harness {
 namespace {
@@ -34,6 +39,80 @@ TEST(NothingLeftToTrain, AReplayThatStopsEarlierEndsAtItsStopAndSaysSo) {
   s.train.stop_after = 10;
   ASSERT_TRUE(nothing_left_to_train(s, 10).has_value());
   EXPECT_EQ(std::string(nothing_left_to_train(s, 10)->key), "train.max_steps");
+}
+
+namespace fs = std::filesystem;
+
+// A small, fast training on synthetic boxes.
+Scenario small_training() {
+  Scenario s;
+  s.data.size = 64;
+  s.data.batch_size = 1;
+  s.train.threads = 1;
+  s.train.max_steps = 10;
+  return s;
+}
+
+std::set<std::string> files_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Which steps train, when checkpoints are written and in what order a caller
+// hears of it, decided in one place for the worker and dbh train.
+TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
+  const testing::ScratchDir dir("dbh-session");
+  Scenario s = small_training();
+  s.train.stop_after = 4;  // a replay: the last step is the stop's
+  s.train.checkpoint_every = 2;
+  model::DbNet net = make_net(s);
+  model::Trainer trainer(net, train_options(s));
+  const model::BatchSource batches = make_batch_source(s, nullptr);
+  std::vector<std::string> heard;
+  StepHooks hooks;
+  hooks.before_step = [&](int64_t step) { heard.push_back("begin " + std::to_string(step)); };
+  hooks.after_step = [&](const model::StepResult& r) { heard.push_back("end " + std::to_string(r.step)); };
+  hooks.checkpointed = [&](int64_t next, const std::string& path) {
+    EXPECT_TRUE(fs::is_regular_file(path)) << path;
+    heard.push_back("checkpoint " + std::to_string(next) + " " + fs::path(path).filename().string());
+  };
+  hooks.step_done = [&](const model::StepResult& r, const ValidationResult* v) {
+    EXPECT_EQ(v, nullptr);  // no validation set: none
+    heard.push_back("done " + std::to_string(r.step));
+  };
+  train_steps(net, trainer, batches, Validation{}, s, SessionSite{1, dir.string(), nullptr}, hooks);
+  EXPECT_EQ(trainer.next_step(), 4);
+  EXPECT_EQ(heard, (std::vector<std::string>{"begin 0", "end 0", "done 0", "begin 1", "end 1",
+                                             "checkpoint 2 checkpoint-r1-s2.pt", "done 1", "begin 2", "end 2",
+                                             "done 2", "begin 3", "end 3", "checkpoint 4 checkpoint-r1-s4.pt",
+                                             "done 3"}));
+  // Complete checkpoints only: no temporary is left beside them.
+  EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoint-r1-s2.pt", "checkpoint-r1-s4.pt"}));
+  // Resumed from its last checkpoint, nothing is left to train.
+  model::Trainer again(net, train_options(s));
+  again.load_checkpoint((dir / "checkpoint-r1-s4.pt").string());
+  heard.clear();
+  train_steps(net, again, batches, Validation{}, s, SessionSite{1, dir.string(), nullptr}, hooks);
+  EXPECT_TRUE(heard.empty());
+}
+
+TEST(TrainSteps, ACheckpointThatCannotBeWrittenSaysWhereAndLeavesNothing) {
+  const testing::ScratchDir dir("dbh-session");
+  Scenario s = small_training();
+  s.train.checkpoint_every = 1;
+  model::DbNet net = make_net(s);
+  model::Trainer trainer(net, train_options(s));
+  const std::string missing = (dir / "no-such-folder").string();
+  try {
+    train_steps(net, trainer, make_batch_source(s, nullptr), Validation{}, s, SessionSite{0, missing, nullptr}, {});
+    FAIL() << "expected a CheckpointWriteError";
+  } catch (const CheckpointWriteError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(missing + "/checkpoint-r0-s1.pt: expected a writable file, got an error (", 0), 0u) << what;
+  }
+  EXPECT_EQ(trainer.next_step(), 1);  // the step trained; its checkpoint is what failed
+  EXPECT_TRUE(files_in(dir).empty());
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ TEST(WorkerProtocol, DocListsEveryCapabilityWithItsMeaning) {
 TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
   Scenario s;
   s.worker.command = {"python", "train.py"};
-  s.data.source = "real";
+  s.data.source = DataSource::kReal;
   s.data.path = "/data";
   s.worker.keys[DBH_SCENARIO_KEY(data.path)] = "datasets.train.path";
   std::vector<std::string> documented_keys;
@@ -132,7 +132,7 @@ TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
 TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
   Scenario s;
   s.worker.command = {"python", "train.py"};
-  s.data.source = "real";
+  s.data.source = DataSource::kReal;
   s.monitors.mode = "off";
   EXPECT_TRUE(worker_needs(s).required.empty());
   s.data.subset = {1, 2};
