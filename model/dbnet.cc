@@ -58,7 +58,13 @@ std::string observed_module_of(const std::string& parameter) {
   if (m.rfind("decoder.fusion", 0) == 0) return "decoder.fusion";
   if (m.rfind("decoder.", 0) == 0) {
     const auto second = m.find('.', 8);
-    return second == std::string::npos ? m : m.substr(0, second);
+    const std::string block = second == std::string::npos ? m : m.substr(0, second);
+    // PAN's stride-2 convolutions run inside the merge that follows them.
+    if (block.size() == std::string("decoder.downN").size() && block.rfind("decoder.down", 0) == 0 &&
+        block.back() >= '2' && block.back() <= '4') {
+      return "decoder.merge" + std::string(1, static_cast<char>(block.back() + 1));
+    }
+    return block;
   }
   if (m.rfind("head.", 0) == 0) {
     // head.prob.bn → head.prob.conv (bn belongs to the conv stage), up1_bn → up1.

@@ -19,7 +19,9 @@ enum class DecoderKind { kFpn, kPan };
 /// "head.prob.up2.weight" → "head.prob.up2"; encoder parameters map to their
 /// stage ("encoder.layer3.1.conv2.weight" → "encoder.layer3", "encoder.conv1.weight"
 /// → "encoder.stem"); a head's batch norm to its conv ("head.prob.bn.weight" →
-/// "head.prob.conv").
+/// "head.prob.conv"); PAN's stride-2 convolutions to the merge they run in
+/// ("decoder.down3.conv.weight" → "decoder.merge4"). Every answer is one of
+/// observed_modules_with_parameters() (model/observed_modules.h).
 std::string observed_module_of(const std::string& parameter);
 
 /// Parses "fpn" / "pan"; throws std::invalid_argument otherwise.

@@ -73,18 +73,23 @@ json.dump({"cpu": cpu, "mhz": mhz, "cores": len(os.sched_getaffinity(0)), "isa":
 PY
 if want steps; then
 # dbh's default layout and thread count for the benchmarks' step on this
-# machine: what `auto` chooses (measured afresh, cached only under OUT_DIR).
-echo "bench: dbh's auto choice of layout and threads for the 640² step" >&2
-rm -rf "$out/auto"
-DBH_CACHE_DIR="$out/auto-cache" "$bin/dbh" run tests/bench/scenarios/step-640.yaml \
-  "hardware.device=$device" --out "$out/auto" -q >&2 || exit 2
-rm -rf "$out/auto-cache"
-DBH_BENCH_AUTO="$("$py" -c '
+# machine, at each size the step benchmarks run: what `auto` chooses when
+# `dbh run` takes it (measured afresh, cached only under OUT_DIR).
+auto=""
+for size in 640 128; do
+  echo "bench: dbh's auto choice of layout and threads for the ${size}² step" >&2
+  rm -rf "$out/auto-$size"
+  DBH_CACHE_DIR="$out/auto-cache" "$bin/dbh" run tests/bench/scenarios/step-640.yaml \
+    "hardware.device=$device" "data.size=$size" --out "$out/auto-$size" -q >&2 || exit 2
+  choice="$("$py" -c '
 import json, sys
 m = json.load(open(sys.argv[1]))["measured_choices"]
-print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/auto/report.json")" || exit 2
-export DBH_BENCH_AUTO
-echo "bench: auto chose channels_last,threads = $DBH_BENCH_AUTO" >&2
+print("%d,%d" % (m["channels_last"]["value"], m["threads"]["value"]))' "$out/auto-$size/report.json")" || exit 2
+  auto="${auto:+$auto;}$size:$choice"
+done
+rm -rf "$out/auto-cache"
+export DBH_BENCH_AUTO="$auto"
+echo "bench: auto chose (size:channels_last,threads) $DBH_BENCH_AUTO" >&2
 echo "bench: harness overhead, C++ vs PyTorch eager, trial start-up ($reps repetitions, interleaved)" >&2
 "$bench" --benchmark_filter='^BM_(Step(Plain|Monitors|DbhDefault|PythonEager|VsEager)|TrialSpawn|DbhRun)' \
   --benchmark_repetitions="$reps" \

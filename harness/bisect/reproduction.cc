@@ -19,6 +19,7 @@
 #include "harness/common/home.h"
 #include "harness/common/text.h"
 #include "harness/scenario/schema.h"
+#include "model/observed_modules.h"
 
 namespace dbh::harness::bisection {
 namespace fs = std::filesystem;
@@ -99,7 +100,7 @@ std::vector<std::string> files_named(const std::string& message) {
 // Module names (of the scenario's model) that `message` names.
 std::vector<std::string> modules_named(const std::string& message, const std::string& decoder) {
   std::vector<std::string> out;
-  for (const auto& m : known_module_names(decoder)) {
+  for (const auto& m : model::observed_modules(decoder)) {
     for (size_t at = message.find(m); at != std::string::npos; at = message.find(m, at + 1)) {
       const size_t end = at + m.size();
       const bool left_ok = at == 0 || !(std::isalnum(static_cast<unsigned char>(message[at - 1])) ||

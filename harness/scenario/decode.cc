@@ -11,6 +11,7 @@
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
 #include "harness/scenario/reader.h"
+#include "model/observed_modules.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -106,7 +107,7 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder,
     if (p.type != ParamType::kModule && p.type != ParamType::kModulePrefix) continue;
     const std::string& name = f.params[p.name];
     if (name.empty() || !check_modules) continue;
-    const auto& known = known_module_names(decoder);
+    const auto& known = model::observed_modules(decoder);
     const bool exact = std::find(known.begin(), known.end(), name) != known.end();
     const bool prefix =
         std::any_of(known.begin(), known.end(), [&](const std::string& n) { return n.rfind(name + ".", 0) == 0; });
@@ -338,7 +339,7 @@ void read_expect(MapReader& root, Scenario& s) {
     }
     s.expect.module = r.opt_string("module");
     if (s.expect.module && !s.worker.external()) {
-      const auto& known = known_module_names(s.model.decoder);
+      const auto& known = model::observed_modules(s.model.decoder);
       const std::string& m = *s.expect.module;
       const bool ok = std::any_of(known.begin(), known.end(), [&](const std::string& n) {
         return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;

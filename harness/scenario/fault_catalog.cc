@@ -7,6 +7,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "model/data/dataset_copy.h"
+#include "model/observed_modules.h"
 
 namespace dbh::harness {
 
@@ -59,7 +60,7 @@ void check_nan_gradient(const FaultPlacement& p) {
   // A user's training has its own modules: the worker's `hello` lists them
   // and the supervisor checks the name against that list before training.
   if (p.scenario.worker.external()) return;
-  const auto& owners = modules_with_parameters(p.scenario.model.decoder);
+  const auto& owners = model::observed_modules_with_parameters(p.scenario.model.decoder);
   const bool has_params = std::any_of(owners.begin(), owners.end(), [&](const std::string& n) {
     return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
   });

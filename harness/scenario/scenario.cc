@@ -79,43 +79,6 @@ std::string format_bytes(int64_t bytes) {
   return s.str();
 }
 
-const std::vector<std::string>& known_module_names(const std::string& decoder) {
-  static const std::vector<std::string> kHead = {
-      "head.prob.conv", "head.prob.up1", "head.prob.up2", "head.thresh.conv",
-      "head.thresh.up1", "head.thresh.up2", "head.binarize"};
-  static const std::vector<std::string> kEncoder = {"encoder.stem", "encoder.layer1",
-                                                    "encoder.layer2", "encoder.layer3",
-                                                    "encoder.layer4"};
-  auto build = [&](std::vector<std::string> dec) {
-    std::vector<std::string> all = kEncoder;
-    all.insert(all.end(), dec.begin(), dec.end());
-    all.insert(all.end(), kHead.begin(), kHead.end());
-    return all;
-  };
-  static const std::vector<std::string> kFpn =
-      build({"decoder.lateral5", "decoder.lateral4", "decoder.lateral3", "decoder.lateral2",
-             "decoder.smooth5", "decoder.smooth4", "decoder.smooth3", "decoder.smooth2",
-             "decoder.fusion"});
-  static const std::vector<std::string> kPan =
-      build({"decoder.lateral5", "decoder.lateral4", "decoder.lateral3", "decoder.lateral2",
-             "decoder.smooth4", "decoder.smooth3", "decoder.smooth2", "decoder.merge3",
-             "decoder.merge4", "decoder.merge5", "decoder.fusion"});
-  return decoder == "pan" ? kPan : kFpn;
-}
-
-const std::vector<std::string>& modules_with_parameters(const std::string& decoder) {
-  static const auto filter = [](const std::vector<std::string>& all) {
-    std::vector<std::string> out;
-    for (const auto& n : all) {
-      if (n != "head.binarize") out.push_back(n);  // sigmoid(k(P-T)): no parameters
-    }
-    return out;
-  };
-  static const std::vector<std::string> kFpn = filter(known_module_names("fpn"));
-  static const std::vector<std::string> kPan = filter(known_module_names("pan"));
-  return decoder == "pan" ? kPan : kFpn;
-}
-
 std::vector<std::string> known_failure_classes() {
   std::vector<std::string> out;
   for (const auto& c : KnowledgeBase::shipped().classes()) out.push_back(c.id);

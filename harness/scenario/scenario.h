@@ -295,10 +295,6 @@ std::string scenario_hash(const Scenario& s);
 std::optional<int64_t> parse_bytes(const std::string& text);
 std::string format_bytes(int64_t bytes);
 
-/// The names forward passes report to the module observer, per decoder.
-const std::vector<std::string>& known_module_names(const std::string& decoder);
-/// The modules among known_module_names that own parameters.
-const std::vector<std::string>& modules_with_parameters(const std::string& decoder);
 /// Failure classes an expectation may name: the shipped knowledge base's,
 /// plus "exception"; empty when no knowledge base is found.
 std::vector<std::string> known_failure_classes();

@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -110,25 +111,36 @@ void BM_StepMonitorsCheapFinite(benchmark::State& state) {
 }
 // dbh's default step: the layout and thread count `auto` chose on this
 // machine for this step (Note [Measured choices]), which scripts/bench.sh
-// measures through `dbh run` and passes as DBH_BENCH_AUTO="CHANNELS_LAST,THREADS"
-// (e.g. "0,2"). Plain, and with the cheap monitors every dbh run has.
+// measures through `dbh run` at each size and passes as
+// DBH_BENCH_AUTO="SIZE:CHANNELS_LAST,THREADS;…" (e.g. "640:0,2;128:1,2"; an
+// entry without a size holds for every size). Plain, and with the cheap
+// monitors every dbh run has.
 struct AutoChoice {
   bool channels_last = false;
   int64_t threads = 0;
 };
-std::optional<AutoChoice> auto_choice() {
+std::optional<AutoChoice> auto_choice(int64_t size) {
   const char* v = std::getenv("DBH_BENCH_AUTO");
   if (v == nullptr) return std::nullopt;
-  AutoChoice c;
-  int cl = 0;
-  long long t = 0;
-  if (std::sscanf(v, "%d,%lld", &cl, &t) != 2 || t < 1) return std::nullopt;
-  c.channels_last = cl != 0;
-  c.threads = t;
-  return c;
+  std::optional<AutoChoice> any;
+  std::stringstream entries(v);
+  for (std::string entry; std::getline(entries, entry, ';');) {
+    long long at = -1;
+    if (const auto colon = entry.find(':'); colon != std::string::npos) {
+      at = std::atoll(entry.substr(0, colon).c_str());
+      entry = entry.substr(colon + 1);
+    }
+    int cl = 0;
+    long long t = 0;
+    if (std::sscanf(entry.c_str(), "%d,%lld", &cl, &t) != 2 || t < 1) continue;
+    const AutoChoice c{cl != 0, t};
+    if (at == size) return c;
+    if (at < 0) any = c;
+  }
+  return any;
 }
 void run_default_step_bench(benchmark::State& state, int mode) {
-  const auto c = auto_choice();
+  const auto c = auto_choice(state.range(0));
   if (!c) {
     state.SkipWithError("DBH_BENCH_AUTO is not set: scripts/bench.sh measures dbh's choice and sets it");
     return;
@@ -200,7 +212,7 @@ double median(std::vector<double> v) {
 // monitored ÷ plain), plain_ms and monitored_ms (medians), inside_ms (host time
 // inside the monitors per monitored step).
 void BM_StepMonitorsPaired(benchmark::State& state) {
-  const AutoChoice c = auto_choice().value_or(AutoChoice{false, kThreads});
+  const AutoChoice c = auto_choice(state.range(0)).value_or(AutoChoice{false, kThreads});
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(c.threads));
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
@@ -464,15 +476,18 @@ void BM_StepPythonEager(benchmark::State& state, const std::string& layout) {
 }
 
 // dbh's default step (the `auto` choice, DBH_BENCH_AUTO; NCHW × 2 threads
-// without it) against PyTorch eager as users run it, in alternating pairs as
-// Note [Paired monitor steps] does for the monitors: one C++ step, one Python
-// step, then the other way round, on the same weights and batch; the ratio
-// is the median of the pairs' (dbh ÷ eager), every step timed by the wall
-// clock here (the pipe's round trip is well under 0.1 ms).
-void BM_StepVsEagerPaired(benchmark::State& state) {
+// without it) against PyTorch eager, in alternating pairs as Note [Paired
+// monitor steps] does for the monitors: one C++ step, one Python step, then
+// the other way round, on the same weights and batch; the ratio is the
+// median of the pairs' (dbh ÷ eager), every step timed by the wall clock
+// here (the pipe's round trip is well under 0.1 ms). Eager runs as users run
+// it (NCHW, PyTorch's own threads), or at dbh's layout and threads
+// (`same_layout`).
+void step_vs_eager_paired(benchmark::State& state, bool same_layout) {
   const std::string python = reference_python(state);
   if (python.empty()) return;
-  const AutoChoice c = auto_choice().value_or(AutoChoice{false, kThreads});
+  const AutoChoice c = auto_choice(state.range(0)).value_or(AutoChoice{false, kThreads});
+  const std::string eager_layout = !same_layout ? "users" : c.channels_last ? "channels_last" : "nchw";
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(c.threads));
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
@@ -487,7 +502,7 @@ void BM_StepVsEagerPaired(benchmark::State& state) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   try {
-    PythonStepper py(python, kReferenceScript, dump.path(), "users");
+    PythonStepper py(python, kReferenceScript, dump.path(), eager_layout);
     const double cpp_loss = trainer.step(source).loss;
     const double py_loss = py.step();
     state.counters["loss_rel_diff"] = std::abs(py_loss - cpp_loss) / std::max(1e-12, std::abs(cpp_loss));
@@ -521,7 +536,10 @@ void BM_StepVsEagerPaired(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(c.threads);
   torch::set_num_threads(static_cast<int>(kThreads));
 }
+void BM_StepVsEagerPaired(benchmark::State& state) { step_vs_eager_paired(state, /*same_layout=*/false); }
+void BM_StepVsEagerSameLayoutPaired(benchmark::State& state) { step_vs_eager_paired(state, /*same_layout=*/true); }
 DBH_PAIRED_BENCH(BM_StepVsEagerPaired);
+DBH_PAIRED_BENCH(BM_StepVsEagerSameLayoutPaired);
 
 #define DBH_PY_BENCH(layout)                                                                           \
   BENCHMARK_CAPTURE(BM_StepPythonEager, layout, std::string(#layout))                                  \

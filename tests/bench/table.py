@@ -93,6 +93,7 @@ def main():
         local = find(harness, "BM_StepMonitorsLocalise" + tag)
         paired = find(harness, "BM_StepMonitorsPaired" + tag)
         vs_eager = find(harness, "BM_StepVsEagerPaired" + tag)
+        vs_same = find(harness, "BM_StepVsEagerSameLayoutPaired" + tag)
         py = find(harness, "BM_StepPythonEager/nchw" + tag)
         py_cl = find(harness, "BM_StepPythonEager/channels_last" + tag)
         judged = size == 640  # the size DBNet trains at; 128² is shown for reference
@@ -130,6 +131,13 @@ def main():
                 note += f"; same weights and input (first-step loss rel. diff {vs_eager['loss_rel_diff']:.1e})"
             row("dbh's default step ÷ PyTorch eager as users run it, alternating pairs" + at, f"{r:.3f}", "≤ 1.0",
                 r <= 1.0, note)
+        if vs_same:
+            # The same pairing with eager at dbh's layout and threads.
+            r = vs_same["ratio"]
+            layout = "channels-last" if vs_same.get("channels_last") else "NCHW"
+            row("dbh's default step ÷ PyTorch eager at equal layout, alternating pairs" + at, f"{r:.3f}", "≤ 1.02",
+                r <= 1.02, f"median of {vs_same.get('iterations', 0):.0f} pairs; {vs_same['dbh_ms']:.1f} / "
+                f"{vs_same['eager_ms']:.1f} ms; {layout} × {vs_same.get('threads', 0):.0f} threads on both sides")
         if paired:
             # Note [Paired monitor steps] in harness_bench.cc: one trainer
             # alternates plain and monitored steps; the median of the pairs.

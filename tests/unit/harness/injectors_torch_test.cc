@@ -33,6 +33,7 @@
 #include "tests/support/events.h"
 #include "tests/support/files.h"
 #include "tests/support/small_model.h"
+#include "model/observed_modules.h"
 
 namespace dbh::harness {
 namespace {
@@ -667,7 +668,7 @@ void expect_nan_gradient_attributed_to(const std::string& module) {
 
 TEST_F(FaultInjectorTest, NanGradientHitsTheModuleTheMonitorsName) {
   testing::fill_gradients(testing::shared_dbnet(), 0.0f);
-  for (const auto& module : modules_with_parameters("fpn")) {
+  for (const auto& module : model::observed_modules_with_parameters("fpn")) {
     expect_nan_gradient_attributed_to(module);
   }
 }

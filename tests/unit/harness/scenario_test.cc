@@ -17,6 +17,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 #include "tests/support/files.h"
+#include "model/observed_modules.h"
 
 namespace dbh::harness {
 namespace {
@@ -824,8 +825,8 @@ TEST(EditDistance, CountsEdits) {
 }
 
 TEST(KnownModuleNames, DecodersDifferOnlyInTheirDecoderModules) {
-  const auto& fpn = known_module_names("fpn");
-  const auto& pan = known_module_names("pan");
+  const auto& fpn = model::observed_modules("fpn");
+  const auto& pan = model::observed_modules("pan");
   EXPECT_NE(std::find(fpn.begin(), fpn.end(), "decoder.fusion"), fpn.end());
   EXPECT_NE(std::find(pan.begin(), pan.end(), "decoder.merge3"), pan.end());
   EXPECT_EQ(std::find(fpn.begin(), fpn.end(), "decoder.merge3"), fpn.end());

@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "model/dbnet.h"
+#include "model/nn/hooks.h"
+#include "model/observed_modules.h"
 #include "tests/support/files.h"
 
 namespace dbh::model {
@@ -114,6 +116,35 @@ TEST(DbNetTest, ModuleNamesAreStable) {
     };
     EXPECT_LT(pos("encoder.layer4"), pos("decoder.fusion"));
     EXPECT_LT(pos("decoder.fusion"), pos("head.prob"));
+  }
+}
+
+// The modules scenarios may name (model/observed_modules.h) are the ones a
+// training forward pass reports, in the order it runs them, and the ones
+// said to own parameters are those whose parameters observed_module_of maps
+// to.
+TEST(DbNetTest, AForwardPassReportsTheDeclaredObservedModules) {
+  struct Recorder : ModuleObserver {
+    std::vector<std::string> entered;
+    void on_enter(const std::string& name) override { entered.push_back(name); }
+  };
+  torch::manual_seed(0);
+  for (auto decoder : {DecoderKind::kFpn, DecoderKind::kPan}) {
+    SCOPED_TRACE(to_string(decoder));
+    DbNet net(DbNetOptions().decoder(decoder));
+    net->train();
+    Recorder recorder;
+    set_module_observer(&recorder);
+    {
+      torch::NoGradGuard no_grad;
+      (void)net->forward(torch::rand({1, 3, 64, 64}));
+    }
+    set_module_observer(nullptr);
+    EXPECT_EQ(recorder.entered, observed_modules(to_string(decoder)));
+    std::set<std::string> owners;
+    for (const auto& p : net->named_parameters()) owners.insert(observed_module_of(p.key()));
+    const auto& declared = observed_modules_with_parameters(to_string(decoder));
+    EXPECT_EQ(owners, std::set<std::string>(declared.begin(), declared.end()));
   }
 }
 
