@@ -480,7 +480,11 @@ int run_train_command(const TrainCommandOptions& o) {
             << wall << " s, loss " << std::setprecision(4)
             << (results.empty() ? 0.0 : results.front().loss) << " -> "
             << (results.empty() ? 0.0 : results.back().loss) << "\n"
-            << "output: " << fs::absolute(out).string() << " (metrics.csv, summary.json, checkpoint-final.pt)\n";
+            << "output: " << fs::absolute(out).string() << " (metrics.csv, summary.json, checkpoint-final.pt"
+            << (s.train.checkpoint_every > 0 ? ", checkpoint-r0-s<step>.pt every " +
+                                                   std::to_string(s.train.checkpoint_every) + " steps"
+                                             : std::string())
+            << ")\n";
   return summary["all_losses_finite"].get<bool>() ? 0 : 1;
 }
 

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -19,33 +21,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The images a dataset's annotations list; none when they cannot be read.
-std::optional<int64_t> dataset_size(const std::string& root) {
-  const model::ScanResult scan = model::scan_dataset(root, model::OnInvalid::kError, {}, /*check_images=*/false);
-  if (!scan.readable) return std::nullopt;
-  return scan.images_listed;
-}
+// What the checks need of a dataset's annotations: how many images they
+// list (none when they cannot be read) and the first defect no policy
+// accepts ("" when none). A bisection loads its scenario once per probe (a
+// `bisect data` probe with its data.subset): the annotations are scanned
+// again only when they or the folders' listings changed.
+struct DatasetFacts {
+  std::optional<int64_t> images;
+  std::string refusal;
+};
 
-// The first defect no policy accepts in the dataset at `path` ("" when
-// none). A bisection loads its scenario once per probe: the annotations are
-// scanned again only when they or the folders' listings changed.
-std::string dataset_refusal(const std::string& path) {
+const DatasetFacts& dataset_facts(const std::string& path) {
   std::ostringstream key;
   for (const char* part : {"", "annotations.json", "icdar", "images"}) {
     key << file_state((fs::path(path) / part).string()) << '\0';
   }
-  static std::map<std::string, std::string> answers;
+  static std::map<std::string, DatasetFacts> answers;
   if (const auto it = answers.find(key.str()); it != answers.end()) return it->second;
-  std::string refusal;
+  if (answers.size() >= 64) answers.clear();
+  DatasetFacts facts;
   const model::ScanResult scan = model::scan_dataset(path, model::OnInvalid::kError, {}, /*check_images=*/false);
+  if (scan.readable) facts.images = scan.images_listed;
   for (const auto& d : scan.defects) {
     if (model::refuses_dataset(d.kind)) {
-      refusal = one_line(d.message);
+      facts.refusal = one_line(d.message);
       break;
     }
   }
-  if (answers.size() < 64) answers.emplace(key.str(), refusal);
-  return refusal;
+  return answers.emplace(key.str(), std::move(facts)).first->second;
 }
 
 void check_folder(const Value& tree, const char* key, const std::string& path, const char* expected) {
@@ -66,7 +69,7 @@ void check_dataset(const Value& tree, const Scenario& s) {
   // A dataset no policy can use (an image annotated twice, a name that
   // leaves the folder) is bad input, as in every command that reads it, not
   // a training failure to report.
-  if (const std::string refusal = dataset_refusal(s.data.path); !refusal.empty()) {
+  if (const std::string& refusal = dataset_facts(s.data.path).refusal; !refusal.empty()) {
     fail(where(tree, DBH_SCENARIO_KEY(data.path)), DBH_SCENARIO_KEY(data.path),
          "a dataset every image of which is annotated once, inside its folder", refusal);
   }
@@ -75,7 +78,7 @@ void check_dataset(const Value& tree, const Scenario& s) {
 // The samples training reads from a real dataset: its size less the
 // held-out ones, which must leave some; none when it cannot be read.
 std::optional<int64_t> training_samples(const Value& tree, const Scenario& s) {
-  std::optional<int64_t> samples = dataset_size(s.data.path);
+  std::optional<int64_t> samples = dataset_facts(s.data.path).images;
   if (samples && s.data.val.holdout > 0) {
     if (s.data.val.holdout >= *samples) {
       fail(where(tree, DBH_SCENARIO_KEY(data.val.holdout)), DBH_SCENARIO_KEY(data.val.holdout),

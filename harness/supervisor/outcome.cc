@@ -732,7 +732,10 @@ std::string injected_faults(const TrialAnalysis& a) {
     if (!f.fired) continue;
     if (!out.empty()) out += "; ";
     out += "the fault " + f.name;
-    if (!f.steps.empty()) out += " at step " + std::to_string(f.steps.front());
+    // A fault on the dataset or the model acts before the first step (-1).
+    if (!f.steps.empty()) {
+      out += f.steps.front() < 0 ? std::string(" before training") : " at step " + std::to_string(f.steps.front());
+    }
     if (!f.module.empty()) out += " in " + f.module;
     if (f.real) {
       out += *f.real ? " (real: raised by the GPU" + (f.hardware_error.empty() ? "" : ", " + f.hardware_error) + ")"

@@ -194,6 +194,13 @@ TEST(InjectedFaults, NameWhatFiredAndWhetherAGpuRaisedIt) {
   a.faults.back().hardware_error = "cudaErrorMemoryAllocation";
   EXPECT_NE(injected_faults(a).find("(real: raised by the GPU, cudaErrorMemoryAllocation)"), std::string::npos);
   EXPECT_FALSE(emulated_gpu_fault(a));
+  // A fault on the dataset acts before the first step (its step is -1).
+  FaultRecord corrupt;
+  corrupt.name = "corrupt_sample";
+  corrupt.fired = true;
+  corrupt.steps = {-1};
+  a.faults = {corrupt};
+  EXPECT_EQ(injected_faults(a), "the fault corrupt_sample before training");
 }
 
 // A run that never reached a GPU (a skipped one) is never labelled with the
