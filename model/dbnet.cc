@@ -13,17 +13,6 @@
 
 namespace dbh::model {
 
-DecoderKind decoder_kind_from_string(const std::string& name) {
-  if (name == "fpn") return DecoderKind::kFpn;
-  if (name == "pan") return DecoderKind::kPan;
-  throw std::invalid_argument("expected decoder \"fpn\" or \"pan\", got \"" +
-                              name + "\"");
-}
-
-std::string to_string(DecoderKind kind) {
-  return kind == DecoderKind::kFpn ? "fpn" : "pan";
-}
-
 DbNetImpl::DbNetImpl(const DbNetOptions& options_) : options(options_) {
   encoder = register_module("encoder", ResNet(options.encoder()));
   const auto channels = encoder->out_channels();

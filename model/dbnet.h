@@ -7,12 +7,11 @@
 #include <torch/torch.h>
 
 #include "model/backbone/resnet.h"
+#include "model/choices.h"
 #include "model/head/db_head.h"
 #include "model/neck/decoder.h"
 
 namespace dbh::model {
-
-enum class DecoderKind { kFpn, kPan };
 
 /// The observed module (the name a forward pass reports to the module
 /// observer, model/nn/hooks.h) that owns parameter `parameter`:
@@ -23,10 +22,6 @@ enum class DecoderKind { kFpn, kPan };
 /// ("decoder.down3.conv.weight" → "decoder.merge4"). Every answer is one of
 /// observed_modules_with_parameters() (model/observed_modules.h).
 std::string observed_module_of(const std::string& parameter);
-
-/// Parses "fpn" / "pan"; throws std::invalid_argument otherwise.
-DecoderKind decoder_kind_from_string(const std::string& name);
-std::string to_string(DecoderKind kind);
 
 /// Options for the whole detector. The head's input channels follow from the
 /// decoder and are filled in by the constructor.

@@ -2,7 +2,7 @@
 
 namespace dbh::model {
 
-const std::vector<std::string>& observed_modules(const std::string& decoder) {
+const std::vector<std::string>& observed_modules(DecoderKind decoder) {
   static const std::vector<std::string> kEncoder = {"encoder.stem", "encoder.layer1", "encoder.layer2",
                                                     "encoder.layer3", "encoder.layer4"};
   static const std::vector<std::string> kHead = {"head.prob.conv",   "head.prob.up1",   "head.prob.up2",
@@ -21,10 +21,10 @@ const std::vector<std::string>& observed_modules(const std::string& decoder) {
       build({"decoder.lateral5", "decoder.lateral4", "decoder.lateral3", "decoder.lateral2", "decoder.smooth4",
              "decoder.smooth3", "decoder.smooth2", "decoder.merge3", "decoder.merge4", "decoder.merge5",
              "decoder.fusion"});
-  return decoder == "pan" ? kPan : kFpn;
+  return decoder == DecoderKind::kPan ? kPan : kFpn;
 }
 
-const std::vector<std::string>& observed_modules_with_parameters(const std::string& decoder) {
+const std::vector<std::string>& observed_modules_with_parameters(DecoderKind decoder) {
   static const auto with_parameters = [](const std::vector<std::string>& all) {
     std::vector<std::string> out;
     for (const auto& n : all) {
@@ -32,9 +32,9 @@ const std::vector<std::string>& observed_modules_with_parameters(const std::stri
     }
     return out;
   };
-  static const std::vector<std::string> kFpn = with_parameters(observed_modules("fpn"));
-  static const std::vector<std::string> kPan = with_parameters(observed_modules("pan"));
-  return decoder == "pan" ? kPan : kFpn;
+  static const std::vector<std::string> kFpn = with_parameters(observed_modules(DecoderKind::kFpn));
+  static const std::vector<std::string> kPan = with_parameters(observed_modules(DecoderKind::kPan));
+  return decoder == DecoderKind::kPan ? kPan : kFpn;
 }
 
 }  // namespace dbh::model

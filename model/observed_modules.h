@@ -9,15 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "model/choices.h"
+
 namespace dbh::model {
 
-/// The observed modules of a training forward pass with decoder `decoder`
-/// ("fpn" or "pan"), in the order they run: the encoder's stem and stages,
+/// The observed modules of a training forward pass with decoder `decoder`,
+/// in the order they run: the encoder's stem and stages,
 /// the decoder's blocks, the head's branches and the binarization.
-const std::vector<std::string>& observed_modules(const std::string& decoder);
+const std::vector<std::string>& observed_modules(DecoderKind decoder);
 
 /// The observed modules that own parameters (all but head.binarize,
 /// sigmoid(k(P - T))): where a gradient fault can act.
-const std::vector<std::string>& observed_modules_with_parameters(const std::string& decoder);
+const std::vector<std::string>& observed_modules_with_parameters(DecoderKind decoder);
 
 }  // namespace dbh::model

@@ -44,7 +44,7 @@ void flatten(const ojson& j, const std::string& prefix, std::map<std::string, st
 
 // A reproduction made of single probes (config and range do not measure a
 // reproduction rate): deterministic unless a fresh re-check says otherwise.
-Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failures, const std::string& decoder) {
+Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failures, model::DecoderKind decoder) {
   Reproduction r;
   r.baseline = failing;
   r.source = failing;
@@ -202,7 +202,7 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   };
   const auto lo_probe = prober.probe(at(o.lo), o.key + "=" + o.lo);
   const auto hi_probe = prober.probe(at(o.hi), o.key + "=" + o.hi);
-  const std::string decoder = prober.load({}).model.decoder;
+  const model::DecoderKind decoder = prober.load({}).model.decoder;
   out.rep = single_run(lo_probe.verdict == Verdict::kFail ? lo_probe : hi_probe, 2,
                        (lo_probe.verdict == Verdict::kFail) + (hi_probe.verdict == Verdict::kFail), decoder);
   if (lo_probe.verdict == hi_probe.verdict || lo_probe.verdict == Verdict::kUnknown ||

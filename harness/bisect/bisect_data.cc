@@ -330,10 +330,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     out.repro = base_repro;
     return out;
   }
-  const auto policy = s.data.on_invalid == "skip" ? model::OnInvalid::kSkip
-                      : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
-                                                    : model::OnInvalid::kError;
-  const auto scan = model::scan_dataset(s.data.path, policy, {}, /*check_images=*/false);
+  const auto scan = model::scan_dataset(s.data.path, s.data.on_invalid, {}, /*check_images=*/false);
   const auto& fail = out.rep.baseline.analysis;
   Search search(prober, out.rep, out.rep.sig);
   DataSearch d{prober, o, s, scan, search, base_repro};

@@ -50,7 +50,7 @@ std::string fixed3(double v);
 /// extension, e.g. ".../images/img_003.png: cannot decode" → img_003.png.
 std::vector<std::string> files_named(const std::string& message);
 /// Module names (of the scenario's model) that `message` names.
-std::vector<std::string> modules_named(const std::string& message, const std::string& decoder);
+std::vector<std::string> modules_named(const std::string& message, model::DecoderKind decoder);
 
 struct Signature {
   std::string klass;
@@ -63,7 +63,7 @@ struct Signature {
   std::string text() const;
 };
 
-Signature signature_of(const ProbeResult& p, const std::string& decoder, bool check_step);
+Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step);
 /// Why the failing probe `p` is not the failure `sig` ("" when it is).
 std::string difference(const ProbeResult& p, const Signature& sig);
 /// `p`'s verdict against `sig`: a failure of another kind is kDifferent.
@@ -94,7 +94,7 @@ struct ReproducePlan {
   bool check_step = false;
 };
 
-Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, const std::string& decoder);
+Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder);
 /// Probability that no passing verdict hid a failure.
 double confidence(const Reproduction& r, int64_t pass_verdicts);
 

@@ -98,7 +98,7 @@ std::vector<std::string> files_named(const std::string& message) {
 }
 
 // Module names (of the scenario's model) that `message` names.
-std::vector<std::string> modules_named(const std::string& message, const std::string& decoder) {
+std::vector<std::string> modules_named(const std::string& message, model::DecoderKind decoder) {
   std::vector<std::string> out;
   for (const auto& m : model::observed_modules(decoder)) {
     for (size_t at = message.find(m); at != std::string::npos; at = message.find(m, at + 1)) {
@@ -124,7 +124,7 @@ std::string Signature::text() const {
   return t;
 }
 
-Signature signature_of(const ProbeResult& p, const std::string& decoder, bool check_step) {
+Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step) {
   Signature s;
   const auto& f = p.analysis.failure;
   s.klass = f.klass;
@@ -181,7 +181,7 @@ Verdict judge(const ProbeResult& p, const Signature& sig) {
 // Reproduction: how reliably the failure reproduces, and how many repetitions
 // each probe needs so that a passing verdict is wrong with probability <= alpha.
 
-Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, const std::string& decoder) {
+Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder) {
   Reproduction r;
   std::vector<ProbeResult> runs;
   runs.push_back(plan.keep_checkpoints      ? prober.probe_keeping_checkpoints(plan.first, "reproduce the failure")

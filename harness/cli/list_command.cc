@@ -74,10 +74,9 @@ int list_command(const std::string& what, const std::string& dir, const InputChe
     for (const auto& f : files) {
       try {
         const auto s = load_scenario(f, {}, checks);
-        std::cout << std::left << std::setw(36) << line_start(s.name) << " expect " << s.expect.outcome
+        std::cout << std::left << std::setw(36) << line_start(s.name) << " expect " << to_string(s.expect.outcome)
                   << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  "
-                  << one_line(s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description)
-                  << "\n";
+                  << one_line(s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description) << "\n";
       } catch (const ScenarioError& e) {
         std::cout << std::left << std::setw(36) << line_start(fs::path(f).stem().string()) << " INVALID: " << one_line(e.what())
                   << "\n";

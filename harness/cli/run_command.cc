@@ -163,8 +163,9 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     if (s.worker.external()) {
       d << settings_text(s);
     } else {
-      d << "resnet" << s.model.encoder << "+" << s.model.decoder << ", " << to_string(s.data.source) << ", batch "
-        << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on " << s.hardware.device;
+      d << "resnet" << s.model.encoder << "+" << model::to_string(s.model.decoder) << ", " << to_string(s.data.source)
+        << ", batch " << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on "
+        << s.hardware.device;
     }
     if (!s.faults.empty()) {
       d << ", faults:";
@@ -237,7 +238,8 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     // How to run it here instead, as a command that runs as pasted.
     std::vector<std::string> on_cpu = repro;
     on_cpu.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
-    if (s.train.precision != "fp32") on_cpu.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+    if (s.train.precision != model::Precision::kFp32)
+      on_cpu.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
     r.expectation_why.push_back("on this machine's CPU: " + shell_command(on_cpu));
   }
   // The layout and threads this run measured or found in the cache, pinned:

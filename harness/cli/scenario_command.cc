@@ -203,7 +203,8 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     const bool gpu_elsewhere = written.hardware.device.rfind("cuda", 0) == 0 && !fo.has_gpu;
     if (gpu_elsewhere) {
       next.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
-      if (written.train.precision != "fp32") next.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+      if (written.train.precision != model::Precision::kFp32)
+        next.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
     }
     std::cout << "next:   " << shell_command(next) << "\n";
     if (gpu_elsewhere) {

@@ -446,7 +446,7 @@ int run_train_command(const TrainCommandOptions& o) {
   }
 
   model::DbNet dbnet = make_net(s);
-  const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + s.model.decoder;
+  const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + model::to_string(s.model.decoder);
   if (!s.model.weights.empty()) load_train_weights(dbnet, s, o, arch);
   model::Trainer trainer(dbnet, train_options(s));
   if (!s.train.resume_from.empty()) resume_training(trainer, s, arch);
@@ -456,8 +456,9 @@ int run_train_command(const TrainCommandOptions& o) {
   if (!o.quiet) {
     std::cout << "dbh train: " << arch << ", data " << data.description << ", batch " << s.data.batch_size << "x"
               << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << s.train.max_steps
-              << " steps, " << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on "
-              << s.hardware.device << ", seed " << s.train.seed << "\n";
+              << " steps, " << model::to_string(s.train.optimizer) << " lr " << s.train.lr << ", "
+              << model::to_string(s.train.precision) << " on " << s.hardware.device << ", seed " << s.train.seed
+              << "\n";
   }
   MetricsCsv csv(out / "metrics.csv");
   const auto t0 = std::chrono::steady_clock::now();

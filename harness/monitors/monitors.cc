@@ -12,12 +12,6 @@
 
 namespace dbh::harness {
 
-Monitors::Mode monitor_mode_from_string(const std::string& s) {
-  if (s == "off") return Monitors::Mode::kOff;
-  if (s == "localise") return Monitors::Mode::kLocalise;
-  return Monitors::Mode::kCheap;
-}
-
 int64_t current_rss_bytes() {
   std::ifstream in("/proc/self/statm");
   int64_t pages = 0, resident = 0;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "harness/proto/event_writer.h"
+#include "harness/scenario/scenario.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 
@@ -77,7 +78,7 @@ struct SilentReadings;  // monitors.cc: one step's silent-failure readings
 
 class Monitors : public model::TrainerListener, public model::ModuleObserver {
  public:
-  enum class Mode { kOff, kCheap, kLocalise };
+  using Mode = MonitorMode;  // monitors.mode
   Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent = {});
 
   void set_run(int64_t run) {
@@ -183,8 +184,6 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   int64_t collapsed_since_ = -1;              // first step of that run
   nlohmann::json silent_stats_ = nlohmann::json::object();
 };
-
-Monitors::Mode monitor_mode_from_string(const std::string& s);
 
 /// Resident set size of this process, and its peak, in bytes.
 int64_t current_rss_bytes();

@@ -116,7 +116,7 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
   q.device = source.hardware.device;
   q.size = source.data.size;
   q.encoder = source.model.encoder;
-  q.decoder = source.model.decoder;
+  q.decoder = model::to_string(source.model.decoder);
   q.effective = source.data.batch_size * source.train.accumulation;
   HardwareProfile profile;
   if (!o.profile.empty()) profile = load_profile(o.profile);
@@ -238,13 +238,14 @@ int qualify_command(const QualifyOptions& o) {
     // the one to confirm. So the shipped CPU case takes three trials (source,
     // batch 1, confirmation), the dearest of them the one at the answer.
     const std::string src_label = std::to_string(source.data.batch_size) + "x" +
-                                  std::to_string(source.train.accumulation) + " " + source.train.precision;
+                                  std::to_string(source.train.accumulation) + " " +
+                                  model::to_string(source.train.precision);
     const ProbeResult source_probe =
         prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation,
-                                           source.train.precision, budget),
+                                           model::to_string(source.train.precision), budget),
                            "source config " + src_label + " under the budget");
     Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
-                                  source.train.precision);
+                                  model::to_string(source.train.precision));
     source_trial.peak = peak_of(source_probe);
     int64_t trials = 1;
     const bool source_out_of_memory = !source_trial.passed && is_memory_exhaustion(source_trial.klass);
@@ -260,7 +261,7 @@ int qualify_command(const QualifyOptions& o) {
       in.effective = effective;
       in.source_batch = source.data.batch_size;
       in.source_accumulation = source.train.accumulation;
-      in.source_precision = source.train.precision;
+      in.source_precision = model::to_string(source.train.precision);
       in.source = source_trial;
       in.source_out_of_memory = source_out_of_memory;
       in.budget = budget;

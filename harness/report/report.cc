@@ -226,14 +226,14 @@ std::string settings_text(const Scenario& s) {
     o << "worker `" << command << "`, data " << to_string(s.data.source)
       << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
       << s.train.accumulation << ", " << steps_text(s) << ", lr " << s.train.lr << ", "
-      << s.train.precision << " on " << s.hardware.device << ", seed " << s.train.seed;
+      << model::to_string(s.train.precision) << " on " << s.hardware.device << ", seed " << s.train.seed;
     return o.str();
   }
-  o << "resnet" << s.model.encoder << " + " << s.model.decoder << ", data " << to_string(s.data.source)
-    << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
-    << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", " << steps_text(s) << ", "
-    << s.train.optimizer << " lr " << s.train.lr << ", " << s.train.precision << " on " << s.hardware.device
-    << ", seed " << s.train.seed;
+  o << "resnet" << s.model.encoder << " + " << model::to_string(s.model.decoder) << ", data "
+    << to_string(s.data.source) << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch "
+    << s.data.batch_size << "x" << s.train.accumulation << ", " << s.data.size << "x" << s.data.size << ", "
+    << steps_text(s) << ", " << model::to_string(s.train.optimizer) << " lr " << s.train.lr << ", "
+    << model::to_string(s.train.precision) << " on " << s.hardware.device << ", seed " << s.train.seed;
   return o.str();
 }
 
@@ -342,11 +342,14 @@ void md_summary(std::ostream& md, const RunReport& r, const std::string& title) 
        << (r.determinism.identical ? "bit-identical" : "not identical") << ". " << r.determinism.detail
        << "\n\n";
   }
-  md << "The scenario's expectation (`outcome: " << s.expect.outcome << "`"
+  md << "The scenario's expectation (`outcome: " << to_string(s.expect.outcome) << "`"
      << (s.expect.failure_class ? ", `failure_class: " + *s.expect.failure_class + "`" : "")
      << (s.expect.step ? ", `step: " + std::to_string(*s.expect.step) + "`" : "")
      << (s.expect.module ? ", `module: " + *s.expect.module + "`" : "") << ") was **"
-     << (r.expectation_met ? "met" : r.not_run_here() ? "not judged" : "not met") << "**.\n";
+     << (r.expectation_met  ? "met"
+         : r.not_run_here() ? "not judged"
+                            : "not met")
+     << "**.\n";
   for (const auto& w : r.expectation_why) md << "- " << w << "\n";
 }
 
@@ -412,9 +415,9 @@ void md_reproduce(std::ostream& md, const RunReport& r) {
              : std::string())
      << (s.repeat.in_process > 1 ? " in each of " + std::to_string(s.repeat.in_process) + " in-process runs" : "")
      << " with finite batches, activations, losses and gradients";
-  if (s.expect.outcome != "passed") {
-    md << ". This scenario injects faults and expects dbh to catch them: outcome `" << s.expect.outcome << "`"
-       << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
+  if (s.expect.outcome != Outcome::kPassed) {
+    md << ". This scenario injects faults and expects dbh to catch them: outcome `" << to_string(s.expect.outcome)
+       << "`" << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
   }
 }
 

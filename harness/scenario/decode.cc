@@ -18,12 +18,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kOutcomes = {"passed",   "failed",           "crashed",
-                                            "timed_out", "hung",            "diverged",
-                                            "nondeterministic", "leaked",   "skipped",
-                                            "unresolved"};
+// A fault parameter's value of type `type`, as a message's "expected …" says it.
+std::string param_form(ParamType type) {
+  switch (type) {
+    case ParamType::kInt:
+      return "an integer";
+    case ParamType::kDouble:
+      return "a number";
+    case ParamType::kBool:
+      return "true or false";
+    case ParamType::kBytes:
+      return "a size such as 512MiB";
+    case ParamType::kModule:
+    case ParamType::kModulePrefix:
+      return "a module name";
+    case ParamType::kString:
+      break;
+  }
+  return "a string";
+}
 
-FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder, bool check_modules) {
+FaultConfig read_fault(const Value& v, size_t index, model::DecoderKind decoder, bool check_modules) {
   const std::string path = "faults[" + std::to_string(index) + "]";
   if (!v.is_map()) fail(v.loc, path, "a map with a fault name", v.describe());
   MapReader r(&v, path, v.loc);
@@ -49,63 +64,30 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder,
         fail(v.loc, path + "." + p.name, "a " + to_string(p.type) + " (required by " + f.name + ")",
              "none");
       }
-      if (!p.default_value.empty()) f.params[p.name] = p.default_value;
+      if (!p.default_value.empty()) {
+        std::optional<FaultParam> d = decode_fault_param(p, p.default_value);
+        if (!d) throw std::logic_error("fault " + f.name + ": the default of " + p.name + " is not of its type");
+        f.params[p.name] = std::move(*d);
+      }
       continue;
     }
-    r.get(p.name);  // keep it known
-    switch (p.type) {
-      case ParamType::kInt: {
-        int64_t i = 0;
-        if (!x->is_scalar() || !parse_int(x->scalar, &i)) {
-          fail(x->loc, path + "." + p.name, "an integer", x->describe());
-        }
-        break;
-      }
-      case ParamType::kDouble: {
-        double d = 0;
-        if (!x->is_scalar() || !parse_double(x->scalar, &d)) {
-          // 1e39 overflows a double check only in float; accept any finite.
-          fail(x->loc, path + "." + p.name, "a number", x->describe());
-        }
-        break;
-      }
-      case ParamType::kBool: {
-        bool b = false;
-        if (!x->is_scalar() || !parse_bool(x->scalar, &b)) {
-          fail(x->loc, path + "." + p.name, "true or false", x->describe());
-        }
-        break;
-      }
-      case ParamType::kBytes:
-        if (!x->is_scalar() || !parse_bytes(x->scalar)) {
-          fail(x->loc, path + "." + p.name, "a size such as 512MiB", x->describe());
-        }
-        break;
-      case ParamType::kModule:
-      case ParamType::kModulePrefix:  // checked against the model below, defaults too
-        // Written empty is a mistake, not "no module" (the fault would do
-        // nothing), unless empty is the parameter's own default ("none").
-        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
-          fail(x->loc, path + "." + p.name, "a module name", x->describe());
-        }
-        break;
-      case ParamType::kString:
-        if (!x->is_scalar() || (x->scalar.empty() && (p.required || !p.default_value.empty()))) {
-          fail(x->loc, path + "." + p.name, "a string", x->describe());
-        }
-        if (!p.allowed.empty() &&
-            std::find(p.allowed.begin(), p.allowed.end(), x->scalar) == p.allowed.end()) {
-          fail(x->loc, path + "." + p.name, "one of " + join(p.allowed),
-               x->describe() + did_you_mean(x->scalar, p.allowed));
-        }
-        break;
+    // Written empty is a mistake, not "none" (the fault would do nothing),
+    // unless empty is the parameter's own default.
+    const bool empty_is_none = !p.required && p.default_value.empty();
+    std::optional<FaultParam> param;
+    if (x->is_scalar() && (!x->scalar.empty() || empty_is_none)) param = decode_fault_param(p, x->scalar);
+    if (!param) fail(x->loc, path + "." + p.name, param_form(p.type), x->describe());
+    if (p.type == ParamType::kString && !p.allowed.empty() &&
+        std::find(p.allowed.begin(), p.allowed.end(), x->scalar) == p.allowed.end()) {
+      fail(x->loc, path + "." + p.name, "one of " + join(p.allowed),
+           x->describe() + did_you_mean(x->scalar, p.allowed));
     }
-    f.params[p.name] = x->scalar;
+    f.params[p.name] = std::move(*param);
   }
   // Module names, written or defaults, must be ones the model reports.
   for (const auto& p : spec->params) {
     if (p.type != ParamType::kModule && p.type != ParamType::kModulePrefix) continue;
-    const std::string& name = f.params[p.name];
+    const std::string& name = f.get(p.name);
     if (name.empty() || !check_modules) continue;
     const auto& known = model::observed_modules(decoder);
     const bool exact = std::find(known.begin(), known.end(), name) != known.end();
@@ -113,7 +95,7 @@ FaultConfig read_fault(const Value& v, size_t index, const std::string& decoder,
         std::any_of(known.begin(), known.end(), [&](const std::string& n) { return n.rfind(name + ".", 0) == 0; });
     if (!exact && !(p.type == ParamType::kModulePrefix && prefix)) {
       const Value* x = v.find(p.name);
-      fail(x ? x->loc : v.loc, path + "." + p.name, "a module name of the " + decoder + " model",
+      fail(x ? x->loc : v.loc, path + "." + p.name, "a module name of the " + model::to_string(decoder) + " model",
            quoted_excerpt(name) + did_you_mean(name, known));
     }
   }
@@ -214,11 +196,11 @@ void read_hardware(MapReader& root, const Value& tree, const std::string& file, 
   // dbh's own worker runs AMP on CUDA only; a user's training decides for
   // itself (PyTorch autocasts fp16 and bf16 on the CPU too, Lightning refuses
   // "16-mixed" there with its own message).
-  if (s.train.precision != "fp32" && s.hardware.device == "cpu" && !s.worker.external()) {
+  if (s.train.precision != model::Precision::kFp32 && s.hardware.device == "cpu" && !s.worker.external()) {
     const Value* prec = written(tree, DBH_SCENARIO_KEY(train.precision));
     fail(prec != nullptr ? prec->loc : Location{file, 0, 0}, DBH_SCENARIO_KEY(train.precision),
          "fp32 on " + std::string(DBH_SCENARIO_KEY(hardware.device)) + " cpu (AMP runs on CUDA)",
-         quoted_excerpt(s.train.precision));
+         quoted_excerpt(model::to_string(s.train.precision)));
   }
 }
 
@@ -314,7 +296,7 @@ namespace {
 void read_expect(MapReader& root, Scenario& s) {
   {
     MapReader r(root.get("expect", false, "a map of expectations"), "expect", root.loc(), /*nulls_unset=*/true);
-    s.expect.outcome = r.string("outcome", "passed", kOutcomes);
+    s.expect.outcome = *outcome_from_string(r.string("outcome", "passed", outcome_names()));
     s.expect.failure_class = r.opt_string("failure_class");
     if (s.expect.failure_class) {
       const auto classes = known_failure_classes();
@@ -345,7 +327,8 @@ void read_expect(MapReader& root, Scenario& s) {
         return n == m || n.rfind(m + ".", 0) == 0 || m.rfind(n + ".", 0) == 0;
       });
       if (!ok) {
-        fail(r.get("module")->loc, "expect.module", "a module name of the " + s.model.decoder + " model",
+        fail(r.get("module")->loc, "expect.module",
+             "a module name of the " + model::to_string(s.model.decoder) + " model",
              quoted_excerpt(m) + did_you_mean(m, known));
       }
     }

@@ -160,7 +160,36 @@ void check_leak(const FaultPlacement& p) {
   }
 }
 
+// `text` as a parameter of type T, read by `parse`; nullopt when it is not one.
+template <typename T>
+std::optional<FaultParam> parsed_param(const std::string& text, bool (*parse)(const std::string&, T*)) {
+  T v{};
+  if (!parse(text, &v)) return std::nullopt;
+  return FaultParam{text, v};
+}
+
 }  // namespace
+
+std::optional<FaultParam> decode_fault_param(const ParamSpec& spec, const std::string& text) {
+  switch (spec.type) {
+    case ParamType::kInt:
+      return parsed_param<int64_t>(text, parse_int);
+    case ParamType::kDouble:
+      return parsed_param<double>(text, parse_double);
+    case ParamType::kBool:
+      return parsed_param<bool>(text, parse_bool);
+    case ParamType::kBytes: {
+      const std::optional<int64_t> bytes = parse_bytes(text);
+      if (!bytes) return std::nullopt;
+      return FaultParam{text, *bytes};
+    }
+    case ParamType::kString:
+    case ParamType::kModule:
+    case ParamType::kModulePrefix:
+      break;
+  }
+  return FaultParam{text, text};
+}
 
 std::string to_string(ParamType t) {
   switch (t) {

@@ -9,6 +9,7 @@
 namespace dbh::harness {
 
 struct FaultConfig;
+struct FaultParam;
 struct Scenario;
 
 /// The type of a fault parameter, for validation and `dbh list faults`.
@@ -80,5 +81,10 @@ const FaultSpec* find_fault(const std::string& name);
 const std::vector<ParamSpec>& schedule_params();
 
 std::string to_string(ParamType t);
+
+/// Parameter `spec` written as `text`, decoded to its type's value (a byte
+/// size to bytes, a flag to bool); nullopt when `text` is not of that type.
+/// Allowed values and module names are checked by the loader.
+std::optional<FaultParam> decode_fault_param(const ParamSpec& spec, const std::string& text);
 
 }  // namespace dbh::harness

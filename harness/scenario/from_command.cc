@@ -627,7 +627,7 @@ std::string scenario_text(const std::string& one_line_command, const ConvertedCo
     }
     unless_set(DBH_SCENARIO_KEY(data.size), data.size);
     unless_set(DBH_SCENARIO_KEY(train.max_steps), train.max_steps);
-    defaults << ", " << DBH_SCENARIO_KEY(train.optimizer) << " " << train.optimizer;
+    defaults << ", " << DBH_SCENARIO_KEY(train.optimizer) << " " << model::to_string(train.optimizer);
     unless_set(DBH_SCENARIO_KEY(train.lr), train.lr);
     y << "# Not on the command line, so dbh's defaults apply: " << defaults.str().substr(2) << "\n";
   } else {

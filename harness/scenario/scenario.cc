@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <stdexcept>
+#include <variant>
 
 #include "harness/common/error.h"
 #include "harness/common/hash.h"
@@ -64,6 +66,41 @@ const std::vector<std::string>& data_source_names() {
 
 const std::string& to_string(DataSource source) { return data_source_names().at(static_cast<size_t>(source)); }
 
+const std::vector<std::string>& outcome_names() {
+  static const std::vector<std::string> names = {"passed",   "failed",           "crashed", "timed_out", "hung",
+                                                 "diverged", "nondeterministic", "leaked",  "skipped",   "unresolved"};
+  return names;
+}
+
+const std::string& to_string(Outcome o) {
+  return outcome_names().at(static_cast<size_t>(o));
+}
+
+std::optional<Outcome> outcome_from_string(const std::string& s) {
+  const auto& names = outcome_names();
+  const auto it = std::find(names.begin(), names.end(), s);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<Outcome>(it - names.begin());
+}
+
+const std::vector<std::string>& train_mode_names() {
+  static const std::vector<std::string> names = {"train", "ops"};
+  return names;
+}
+
+const std::string& to_string(TrainMode mode) {
+  return train_mode_names().at(static_cast<size_t>(mode));
+}
+
+const std::vector<std::string>& monitor_mode_names() {
+  static const std::vector<std::string> names = {"cheap", "localise", "off"};
+  return names;
+}
+
+const std::string& to_string(MonitorMode mode) {
+  return monitor_mode_names().at(static_cast<size_t>(mode));
+}
+
 std::string format_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -86,26 +123,34 @@ std::vector<std::string> known_failure_classes() {
   return out;
 }
 
+namespace {
+
+// The value of fault parameter `key` as T, or T{} when the fault does not set
+// it; a parameter of another type is a logic_error naming both.
+template <typename T>
+T typed_param(const FaultConfig& f, const std::string& key) {
+  const auto it = f.params.find(key);
+  if (it == f.params.end()) return T{};
+  if (const T* v = std::get_if<T>(&it->second.value)) return *v;
+  throw std::logic_error("fault " + f.name + ": parameter " + key + " (\"" + it->second.text +
+                         "\") read as another type than its catalog entry's");
+}
+
+}  // namespace
+
 int64_t FaultConfig::get_int(const std::string& key) const {
-  int64_t v = 0;
-  parse_int(get(key), &v);
-  return v;
+  return typed_param<int64_t>(*this, key);
 }
 double FaultConfig::get_double(const std::string& key) const {
-  return std::strtod(get(key).c_str(), nullptr);
+  return typed_param<double>(*this, key);
 }
 bool FaultConfig::get_bool(const std::string& key) const {
-  bool b = false;
-  parse_bool(get(key), &b);
-  return b;
-}
-int64_t FaultConfig::get_bytes(const std::string& key) const {
-  return parse_bytes(get(key)).value_or(0);
+  return typed_param<bool>(*this, key);
 }
 const std::string& FaultConfig::get(const std::string& key) const {
   static const std::string kEmpty;
   const auto it = params.find(key);
-  return it == params.end() ? kEmpty : it->second;
+  return it == params.end() ? kEmpty : it->second.text;
 }
 bool FaultConfig::fires_at(int64_t step, int64_t run_index) const {
   return step >= at_step && step <= until_step && (run < 0 || run == run_index);
@@ -143,7 +188,8 @@ std::string resolved_json(const Scenario& s) {
     fj["at_step"] = f.at_step;
     fj["until_step"] = f.until_step;
     fj["run"] = f.run;
-    for (const auto& [k, v] : f.params) fj[k] = v;
+    for (const auto& [k, v] : f.params)
+      fj[k] = v.text;
     j["faults"].push_back(fj);
   }
   j["repeat"] = section_json("repeat", s);
@@ -152,7 +198,7 @@ std::string resolved_json(const Scenario& s) {
   // resolved scenarios (and their hashes) stay as they were.
   if (s.worker.external()) j["worker"] = section_json("worker", s);
   nlohmann::ordered_json e;
-  e["outcome"] = s.expect.outcome;
+  e["outcome"] = to_string(s.expect.outcome);
   if (s.expect.failure_class) e["failure_class"] = *s.expect.failure_class;
   if (s.expect.step) e["step"] = *s.expect.step;
   if (s.expect.module) e["module"] = *s.expect.module;

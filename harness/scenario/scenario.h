@@ -6,15 +6,40 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "harness/common/value.h"
+#include "model/choices.h"
 
 namespace dbh::harness {
 
+// Note [Fixed choices are enums]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A key with a fixed set of values is held as an enum from the moment it is
+// decoded: the model's choices as the model declares them (model/choices.h),
+// the harness's here. Its schema row (scenario/schema.cc, one_of) takes the
+// enum's names in the enum's order, so reading, the resolved JSON and the
+// docs write the names, and code compares enum values, never strings. An
+// expectation's outcome is the supervisor's Outcome, declared here.
+
+/// The training loop, or basic tensor operations on the device only (the
+/// first rung of `dbh diagnose`).
+enum class TrainMode { kTrain, kOps };
+/// "train", "ops".
+const std::vector<std::string>& train_mode_names();
+const std::string& to_string(TrainMode mode);
+
+/// The non-finite checks: flags synchronised once per step, module by module
+/// with statistics, or none.
+enum class MonitorMode { kCheap, kLocalise, kOff };
+/// "cheap", "localise", "off".
+const std::vector<std::string>& monitor_mode_names();
+const std::string& to_string(MonitorMode mode);
+
 struct ModelConfig {
   int64_t encoder = 18;            // ResNet depth
-  std::string decoder = "fpn";     // fpn | pan
+  model::DecoderKind decoder = model::DecoderKind::kFpn;
   double k = 50.0;
   std::string weights;             // optional initial weights file
 };
@@ -35,7 +60,7 @@ struct DataConfig {
   int64_t size = 128;              // square, multiple of 32
   int64_t num_workers = 0;
   bool augment = false;
-  std::string on_invalid = "error";
+  model::OnInvalid on_invalid = model::OnInvalid::kError;
   bool validate = true;            // per-batch validation hook
   bool preflight = true;           // decode every image before training
   int64_t samples = 64;            // synthetic_render: rendered images in the dataset
@@ -47,7 +72,7 @@ struct DataConfig {
     std::string path;            // dataset folder; "" = none
     int64_t holdout = 0;         // last N training samples; 0 = none
     int64_t size = 736;          // test-time size of the chosen side (multiple of 32)
-    std::string side = "short";  // short | long: which side becomes `size`
+    model::ResizeSide side = model::ResizeSide::kShort;  // which side becomes `size`
     int64_t batch_size = 1;
     double binarize_thresh = 0.3;
     double box_thresh = 0.7;
@@ -59,14 +84,14 @@ struct DataConfig {
 
 struct TrainConfig {
   int64_t max_steps = 5;
-  std::string optimizer = "sgd";
+  model::OptimizerKind optimizer = model::OptimizerKind::kSgd;
   double lr = 0.007;
   double momentum = 0.9;
   double weight_decay = 1e-4;
   double poly_power = 0.9;
   int64_t accumulation = 1;
   double grad_clip = 0.0;
-  std::string precision = "fp32";
+  model::Precision precision = model::Precision::kFp32;
   /// NHWC weights and input image; nullopt = auto, measured once per machine
   /// and setup (Note [Measured choices], supervisor/tuning.h).
   std::optional<bool> channels_last;
@@ -83,9 +108,7 @@ struct TrainConfig {
   /// The step training stops after: stop_after when set, else max_steps.
   /// Every count of "steps to run" reads this one value.
   int64_t last_step() const { return stop_after > 0 && stop_after < max_steps ? stop_after : max_steps; }
-  /// train: the training loop; ops: basic tensor operations on the device
-  /// only (the first rung of `dbh diagnose`).
-  std::string mode = "train";
+  TrainMode mode = TrainMode::kTrain;
   /// Evaluate on data.val every K optimizer steps and after the last one
   /// (0 = never).
   int64_t eval_every = 0;
@@ -103,7 +126,7 @@ struct HardwareConfig {
 };
 
 struct MonitorConfig {
-  std::string mode = "cheap";      // cheap | localise | off
+  MonitorMode mode = MonitorMode::kCheap;
   double loss_spike_factor = 0.0;  // 0 = off
   /// Validation h-mean falling below this fraction of its best value
   /// (reached at >= 0.1) is a collapse; 0 = off.
@@ -118,7 +141,7 @@ struct MonitorConfig {
   /// none runs with mode off.
   std::vector<std::string> silent = {"input", "labels", "predictions", "learning"};
   bool silent_check(const std::string& check) const {
-    return mode != "off" && std::find(silent.begin(), silent.end(), check) != silent.end();
+    return mode != MonitorMode::kOff && std::find(silent.begin(), silent.end(), check) != silent.end();
   }
   /// Predictions collapsed: after `collapse_after` warm-up steps, the
   /// probability map entirely below `collapse_margin` (or entirely above
@@ -138,18 +161,34 @@ struct MonitorConfig {
   double learning_min_drop = 0.05;
 };
 
-/// One scheduled fault with its parameters (defaults filled in, as written).
+/// One parameter of a fault as decoded: its text as the scenario wrote it
+/// (or its default), which the resolved JSON and an external worker receive,
+/// and its value as the parameter's type (scenario/fault_catalog.h,
+/// ParamType) reads it: an integer or a byte size as int64_t, a number as
+/// double, a flag as bool, a string or module name as the text.
+struct FaultParam {
+  std::string text;
+  std::variant<int64_t, double, bool, std::string> value;
+};
+
+/// One scheduled fault with its parameters (defaults filled in), decoded
+/// once: a getter returns the typed value, and asking for a parameter as
+/// another type than its own is a logic_error (a fault's code and its
+/// catalog entry disagree), not a silent zero.
 struct FaultConfig {
   std::string name;
   int64_t at_step = 0;
   int64_t until_step = 0;
   int64_t run = -1;
-  std::map<std::string, std::string> params;
+  std::map<std::string, FaultParam> params;
   Location loc;
+  /// A parameter the fault does not set (no default, not written) reads as
+  /// 0, 0.0, false or "".
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
-  int64_t get_bytes(const std::string& key) const;
+  int64_t get_bytes(const std::string& key) const { return get_int(key); }
+  /// The parameter's text as written, of any type ("" when not set).
   const std::string& get(const std::string& key) const;
   bool fires_at(int64_t step, int64_t run_index) const;
 };
@@ -181,9 +220,28 @@ struct LimitsConfig {
   double grace_s = 5;
 };
 
+/// How a trial ended, as lit and ctest name results (supervisor/outcome.h
+/// classifies a trial; a scenario's `expect.outcome` names one).
+enum class Outcome {
+  kPassed,
+  kFailed,            // the worker reported an error and stopped
+  kCrashed,           // ended by a signal
+  kTimedOut,          // killed at the wall-clock deadline
+  kHung,              // killed by the silence watchdog
+  kDiverged,          // monitors found non-finite tensors
+  kNondeterministic,  // repeated processes disagree
+  kLeaked,            // memory grew across in-process runs
+  kSkipped,
+  kUnresolved,  // the harness could not tell (its own bug)
+};
+/// "passed", "failed", …, "unresolved": the enum's names, in its order.
+const std::vector<std::string>& outcome_names();
+const std::string& to_string(Outcome o);
+std::optional<Outcome> outcome_from_string(const std::string& s);
+
 /// What a scenario expects; unset fields are not checked.
 struct Expectation {
-  std::string outcome = "passed";
+  Outcome outcome = Outcome::kPassed;
   std::optional<std::string> failure_class;
   std::optional<int64_t> step;
   std::optional<std::string> module;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -146,16 +147,14 @@ KeySpec text(const char* key, KeyField<std::string> field, const char* help) {
   return make(key, KeyType::kString, field, help);
 }
 
-KeySpec one_of(const char* key, KeyField<std::string> field, std::vector<std::string> allowed, const char* help) {
-  KeySpec k = make(key, KeyType::kEnum, field, help);
-  k.allowed = std::move(allowed);
-  return k;
-}
-
-// A fixed-choice key whose member is an enum: `names` in the enum's order.
-// (One overload per enum: a lambda does not deduce a template's KeyField.)
-KeySpec one_of(const char* key, KeyField<DataSource> field, const std::vector<std::string>& names, const char* help) {
-  KeySpec k = make(key, KeyType::kEnum, field, help);
+// A fixed-choice key (Note [Fixed choices are enums]): `field` (a DBH_KEY
+// lambda) returns the address of an enum member; `names` are the enum's
+// values as written, in the enum's order.
+template <typename Field>
+KeySpec one_of(const char* key, Field field, const std::vector<std::string>& names, const char* help) {
+  using T = std::remove_pointer_t<std::invoke_result_t<Field, Scenario&>>;
+  static_assert(std::is_enum_v<T>, "a fixed-choice key's member is an enum");
+  KeySpec k = make(key, KeyType::kEnum, KeyField<T>(field), help);
   k.allowed = names;
   return k;
 }
@@ -212,7 +211,7 @@ std::vector<KeySpec> build_table() {
   return {
       encoder(DBH_KEY(model.encoder), {"resnet18", "resnet34", "resnet50"},
               "ResNet encoder, with torchvision's module names."),
-      one_of(DBH_KEY(model.decoder), {"fpn", "pan"},
+      one_of(DBH_KEY(model.decoder), model::decoder_kind_names(),
              "The DB paper's FPN, or PANet-style path aggregation (README \"The model\")."),
       number_above(DBH_KEY(model.k), 0.0, 1e6, "Amplification of the approximate binarization sigmoid(k·(P − T))."),
       path(DBH_KEY(model.weights),
@@ -226,7 +225,7 @@ std::vector<KeySpec> build_table() {
       integer(DBH_KEY(data.size), 32, 8192, "Side of the square training images; a multiple of 32."),
       integer(DBH_KEY(data.num_workers), 0, 256, "Threads that prepare batches ahead; 0 prepares each inline."),
       boolean(DBH_KEY(data.augment), "DB's training augmentation; otherwise letterbox only."),
-      one_of(DBH_KEY(data.on_invalid), {"error", "skip", "clip"},
+      one_of(DBH_KEY(data.on_invalid), model::on_invalid_names(),
              "An invalid annotation stops the run, drops its word, or is clamped (words still invalid are "
              "dropped)."),
       boolean(DBH_KEY(data.validate), "Check every batch (finite, in range, binary masks) before it trains."),
@@ -238,23 +237,23 @@ std::vector<KeySpec> build_table() {
               "Validate on the last N samples of the `real` training dataset, held out of training; 0 = none."),
       integer(DBH_KEY(data.val.size), 32, 8192,
               "Validation: the size the chosen side is resized to; a multiple of 32."),
-      one_of(DBH_KEY(data.val.side), {"short", "long"}, "Validation: the side of each image resized to `size`."),
+      one_of(DBH_KEY(data.val.side), model::resize_side_names(),
+             "Validation: the side of each image resized to `size`."),
       integer(DBH_KEY(data.val.batch_size), 1, 1024, "Validation images per batch."),
       number(DBH_KEY(data.val.binarize_thresh), 0.0, 1.0, "Validation post-processing: threshold of the text map."),
       number(DBH_KEY(data.val.box_thresh), 0.0, 1.0, "Validation post-processing: least mean score of a box."),
       number(DBH_KEY(data.val.unclip_ratio), 0.0, 100.0, "Validation post-processing: how far boxes are expanded."),
-      integer(DBH_KEY(data.val.overlays), 0, 1000,
-              "Overlays of the worst images written at the last evaluation."),
+      integer(DBH_KEY(data.val.overlays), 0, 1000, "Overlays of the worst images written at the last evaluation."),
 
       integer(DBH_KEY(train.max_steps), 1, 100000000, "Optimizer steps of a run; the schedule's length."),
-      one_of(DBH_KEY(train.optimizer), {"sgd", "adam"}, "Optimizer."),
+      one_of(DBH_KEY(train.optimizer), model::optimizer_kind_names(), "Optimizer."),
       number_above(DBH_KEY(train.lr), 0.0, 1e6, "Initial learning rate, decayed by the poly schedule."),
       number(DBH_KEY(train.momentum), 0.0, 1.0, "SGD momentum."),
       number(DBH_KEY(train.weight_decay), 0.0, 1.0, "Weight decay."),
       number(DBH_KEY(train.poly_power), 0.0, 100.0, "Power of the poly learning-rate schedule."),
       integer(DBH_KEY(train.accumulation), 1, 4096, "Micro-batches per optimizer step."),
       number(DBH_KEY(train.grad_clip), 0.0, 1e12, "Clip the gradient norm to this; 0 = no clipping."),
-      one_of(DBH_KEY(train.precision), {"fp32", "fp16", "bf16"},
+      one_of(DBH_KEY(train.precision), model::precision_names(),
              "fp16 and bf16 (AMP) run on CUDA only (a `worker.command` training decides for itself)."),
       auto_bool(DBH_KEY(train.channels_last),
                 "NHWC weights and input; `auto` is measured once per machine and setup (README \"The model\")."),
@@ -266,7 +265,7 @@ std::vector<KeySpec> build_table() {
       path(DBH_KEY(train.resume_from), "Checkpoint to resume from (its step, optimizer and RNG state); empty = none."),
       integer_up_to(DBH_KEY(train.stop_after), 0, "train.max_steps",
                     "Stop after this many steps, the schedule unchanged (`dbh bisect steps`); 0 = `max_steps`."),
-      one_of(DBH_KEY(train.mode), {"train", "ops"},
+      one_of(DBH_KEY(train.mode), train_mode_names(),
              "The training loop, or basic tensor operations on the device only (`dbh diagnose`)."),
       integer(DBH_KEY(train.eval_every), 0, kMax,
               "Evaluate on `data.val` every K steps and after the last; 0 = never."),
@@ -282,7 +281,7 @@ std::vector<KeySpec> build_table() {
            "Hardware profile (`dbh list profiles`) whose memory is the budget; empty = none."),
       cuda_only(boolean(DBH_KEY(hardware.launch_blocking), "Run the worker with `CUDA_LAUNCH_BLOCKING=1`.")),
 
-      one_of(DBH_KEY(monitors.mode), {"cheap", "localise", "off"},
+      one_of(DBH_KEY(monitors.mode), monitor_mode_names(),
              "Non-finite checks: flags synchronised once per step, module by module with statistics, or none."),
       number(DBH_KEY(monitors.loss_spike_factor), 0.0, 1e12,
              "Report a loss above this multiple of the median loss so far; 0 = off."),
@@ -336,18 +335,16 @@ const T& member(const KeySpec& k, const Scenario& s) {
   return *std::get<KeyField<T>>(k.field)(const_cast<Scenario&>(s));
 }
 
-// A kEnum key's value as written: a string member's, or the name of an enum
-// member's value (its index in `allowed`).
+// A kEnum key's value as written: the name of its enum member's value (the
+// value's index in `allowed`).
 std::string enum_text(const KeySpec& k, const Scenario& s) {
   return std::visit(
       [&](auto field) -> std::string {
         using T = std::remove_pointer_t<decltype(field(std::declval<Scenario&>()))>;
         if constexpr (std::is_enum_v<T>) {
           return k.allowed.at(static_cast<size_t>(*field(const_cast<Scenario&>(s))));
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          return *field(const_cast<Scenario&>(s));
         } else {
-          throw std::logic_error(k.key + ": a fixed-choice key of neither a string nor an enum member");
+          throw std::logic_error(k.key + ": a fixed-choice key whose member is not an enum");
         }
       },
       k.field);
@@ -360,10 +357,8 @@ void set_enum(const KeySpec& k, Scenario& s, size_t index) {
         using T = std::remove_pointer_t<decltype(field(s))>;
         if constexpr (std::is_enum_v<T>) {
           *field(s) = static_cast<T>(index);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          *field(s) = k.allowed.at(index);
         } else {
-          throw std::logic_error(k.key + ": a fixed-choice key of neither a string nor an enum member");
+          throw std::logic_error(k.key + ": a fixed-choice key whose member is not an enum");
         }
       },
       k.field);

@@ -26,20 +26,20 @@ namespace dbh::harness {
 
 /// How a scenario key is written, and so how it is checked.
 enum class KeyType {
-  kInt,       // an integer in [lo, hi] (hi: the value of hi_key when named)
-  kNumber,    // a number >= min (> min when min_open) and <= max
-  kBool,      // true or false (also True, yes, on, …)
-  kString,    // any string
-  kEnum,      // one of `allowed` (a string member, or an enum member: the name's index in `allowed`)
-  kBytes,     // a size such as 512MiB, 12GB or 4096
-  kPath,      // a file or folder, relative to the file that wrote it
-  kAutoBool,  // auto (nullopt), true or false
-  kAutoInt,   // auto (stored as auto_value), 0 or an integer in [lo, hi]
-  kEncoder,   // one of `allowed` ("resnet18", or the bare depth 18), stored as the depth
-  kChecks,    // true (all of `allowed`), false (none) or a list of `allowed`
-  kIndices,   // a list of non-negative integers
-  kArgs,      // a list of strings (an argv)
-  kStringMap, // a map of strings to strings
+  kInt,        // an integer in [lo, hi] (hi: the value of hi_key when named)
+  kNumber,     // a number >= min (> min when min_open) and <= max
+  kBool,       // true or false (also True, yes, on, …)
+  kString,     // any string
+  kEnum,       // one of `allowed`, an enum member: the name's index in `allowed`
+  kBytes,      // a size such as 512MiB, 12GB or 4096
+  kPath,       // a file or folder, relative to the file that wrote it
+  kAutoBool,   // auto (nullopt), true or false
+  kAutoInt,    // auto (stored as auto_value), 0 or an integer in [lo, hi]
+  kEncoder,    // one of `allowed` ("resnet18", or the bare depth 18), stored as the depth
+  kChecks,     // true (all of `allowed`), false (none) or a list of `allowed`
+  kIndices,    // a list of non-negative integers
+  kArgs,       // a list of strings (an argv)
+  kStringMap,  // a map of strings to strings
 };
 
 /// The Scenario member a key sets, as a function returning its address.
@@ -52,10 +52,13 @@ using KeyField = T* (*)(Scenario&);
 struct KeySpec {
   std::string key;  // "train.max_steps"
   KeyType type = KeyType::kString;
-  std::variant<KeyField<int64_t>, KeyField<uint64_t>, KeyField<double>, KeyField<bool>,
-               KeyField<std::string>, KeyField<std::optional<bool>>, KeyField<std::vector<int64_t>>,
-               KeyField<std::vector<std::string>>, KeyField<std::map<std::string, std::string>>,
-               KeyField<DataSource>>
+  std::variant<KeyField<int64_t>, KeyField<uint64_t>, KeyField<double>, KeyField<bool>, KeyField<std::string>,
+               KeyField<std::optional<bool>>, KeyField<std::vector<int64_t>>, KeyField<std::vector<std::string>>,
+               KeyField<std::map<std::string, std::string>>,
+               // kEnum: one alternative per enum (Note [Fixed choices are enums])
+               KeyField<DataSource>, KeyField<TrainMode>, KeyField<MonitorMode>, KeyField<model::DecoderKind>,
+               KeyField<model::OptimizerKind>, KeyField<model::Precision>, KeyField<model::ResizeSide>,
+               KeyField<model::OnInvalid>>
       field;
   std::string help;  // one line of Markdown, for docs/scenario-keys.md
   int64_t lo = 0;    // kInt, kAutoInt

@@ -15,8 +15,8 @@ std::string yes_no(bool b) { return b ? "true" : "false"; }
 using Miss = std::optional<std::string>;
 
 Miss outcome_mismatch(const Expectation& e, const Evidence& ev) {
-  if (e.outcome == to_string(ev.outcome)) return std::nullopt;
-  return "outcome: expected " + e.outcome + ", got " + to_string(ev.outcome);
+  if (e.outcome == ev.outcome) return std::nullopt;
+  return "outcome: expected " + to_string(e.outcome) + ", got " + to_string(ev.outcome);
 }
 
 Miss class_mismatch(const Expectation& e, const Evidence& ev) {
@@ -129,7 +129,7 @@ Judgement judge(const Expectation& e, const Evidence& ev, ExpectScope scope) {
     j.why = {"interrupted by " + ev.interrupted_by + ": the run did not finish"};
     return j;
   }
-  if (ev.outcome == Outcome::kSkipped && e.outcome != to_string(Outcome::kSkipped)) {
+  if (ev.outcome == Outcome::kSkipped && e.outcome != Outcome::kSkipped) {
     // Not tried here: the expectation is neither met nor refuted.
     j.verdict = ExpectVerdict::kNotJudged;
     j.why = {"not judged: " + ev.skip_reason};

@@ -17,31 +17,6 @@
 
 namespace dbh::harness {
 
-std::string to_string(Outcome o) {
-  switch (o) {
-    case Outcome::kPassed: return "passed";
-    case Outcome::kFailed: return "failed";
-    case Outcome::kCrashed: return "crashed";
-    case Outcome::kTimedOut: return "timed_out";
-    case Outcome::kHung: return "hung";
-    case Outcome::kDiverged: return "diverged";
-    case Outcome::kNondeterministic: return "nondeterministic";
-    case Outcome::kLeaked: return "leaked";
-    case Outcome::kSkipped: return "skipped";
-    case Outcome::kUnresolved: return "unresolved";
-  }
-  return "unresolved";
-}
-
-std::optional<Outcome> outcome_from_string(const std::string& s) {
-  for (Outcome o : {Outcome::kPassed, Outcome::kFailed, Outcome::kCrashed, Outcome::kTimedOut,
-                    Outcome::kHung, Outcome::kDiverged, Outcome::kNondeterministic,
-                    Outcome::kLeaked, Outcome::kSkipped, Outcome::kUnresolved}) {
-    if (to_string(o) == s) return o;
-  }
-  return std::nullopt;
-}
-
 bool is_failure(Outcome o) { return o != Outcome::kPassed && o != Outcome::kSkipped; }
 
 bool is_memory_exhaustion(const std::string& klass) {
@@ -755,7 +730,7 @@ void mark_not_run_here(TrialAnalysis& a, const Scenario& s, const std::string& w
   if (s.hardware.device != "cpu") {
     f.message += "; to run it on this machine's CPU instead, add " +
                  override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
-                 (s.train.precision != "fp32" && !s.worker.external()
+                 (s.train.precision != model::Precision::kFp32 && !s.worker.external()
                       ? " " + override_text(DBH_SCENARIO_KEY(train.precision), "fp32") + " (AMP runs on CUDA only)"
                       : std::string());
   }

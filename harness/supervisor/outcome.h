@@ -11,22 +11,9 @@
 
 namespace dbh::harness {
 
-/// How a trial ended, as lit and ctest name results.
-enum class Outcome {
-  kPassed,
-  kFailed,            // the worker reported an error and stopped
-  kCrashed,           // ended by a signal
-  kTimedOut,          // killed at the wall-clock deadline
-  kHung,              // killed by the silence watchdog
-  kDiverged,          // monitors found non-finite tensors
-  kNondeterministic,  // repeated processes disagree
-  kLeaked,            // memory grew across in-process runs
-  kSkipped,
-  kUnresolved,        // the harness could not tell (its own bug)
-};
+// Outcome, its names and outcome_from_string are declared with the
+// scenario's expectation (scenario/scenario.h), which names one.
 
-std::string to_string(Outcome o);
-std::optional<Outcome> outcome_from_string(const std::string& s);
 /// Whether the outcome is a failure of the training (lit's isFailure).
 bool is_failure(Outcome o);
 

@@ -77,17 +77,18 @@ std::string tuning_key(const Scenario& s) {
       .add(libraries_identity())
       .add([] {  // threads, kernels and libraries the variables choose
         std::string vars;
-        for (const auto& [name, value] : outcome_environment()) vars += name + "=" + value + "\n";
+        for (const auto& [name, value] : outcome_environment())
+          vars += name + "=" + value + "\n";
         return vars;
       }())
       .add(s.hardware.device)
       .add(std::to_string(s.model.encoder))
-      .add(s.model.decoder)
+      .add(model::to_string(s.model.decoder))
       .add(std::to_string(s.model.k))
       .add(std::to_string(s.data.size))
       .add(std::to_string(s.data.batch_size))
-      .add(s.train.precision)
-      .add(s.train.optimizer)
+      .add(model::to_string(s.train.precision))
+      .add(model::to_string(s.train.optimizer))
       .add(s.train.channels_last ? (*s.train.channels_last ? "cl" : "nchw") : "auto")
       .add(std::to_string(s.train.threads))
       // What else the measuring worker sets: the cores it may use, cuDNN.
@@ -514,8 +515,8 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
     {
       // Never a silent minute: a measurement takes a few timed steps of
       // every candidate, once per setup.
-      std::cerr << "dbh: measuring layout and threads for resnet" << s.model.encoder << "+" << s.model.decoder << " at "
-                << s.data.size << "², batch " << s.data.batch_size
+      std::cerr << "dbh: measuring layout and threads for resnet" << s.model.encoder << "+"
+                << model::to_string(s.model.decoder) << " at " << s.data.size << "², batch " << s.data.batch_size
                 << " (a few timed steps of each candidate; cached for the next run)" << std::endl;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -597,7 +598,7 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir, MeasureB
   const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
   // An external worker (Note [The worker contract]) trains the user's own
   // model with its own settings: dbh's layout and threads do not apply.
-  if ((!auto_layout && !auto_threads) || s.train.mode != "train" || s.worker.external()) return nullptr;
+  if ((!auto_layout && !auto_threads) || s.train.mode != TrainMode::kTrain || s.worker.external()) return nullptr;
   // A CUDA scenario on a machine without an NVIDIA GPU is skipped: nothing
   // to measure, and no "measuring" line before the skip.
   if (s.hardware.device.rfind("cuda", 0) == 0 && !nvidia_gpu_present()) {

@@ -58,11 +58,11 @@ WorkerNeeds worker_needs(const Scenario& s) {
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
   if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
   if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));
-  if (s.train.mode == "ops") need(capability::kOps, DBH_SCENARIO_KEY(train.mode));
+  if (s.train.mode == TrainMode::kOps) need(capability::kOps, DBH_SCENARIO_KEY(train.mode));
   if (s.train.eval_every > 0) need(capability::kValidation, DBH_SCENARIO_KEY(train.eval_every));
-  if (s.monitors.mode == "cheap") need(capability::kMonitorsFinite, DBH_SCENARIO_KEY(monitors.mode));
-  if (s.monitors.mode == "localise") need(capability::kMonitorsLocalise, DBH_SCENARIO_KEY(monitors.mode));
-  if (s.monitors.mode != "off" && !s.monitors.silent.empty()) {
+  if (s.monitors.mode == MonitorMode::kCheap) need(capability::kMonitorsFinite, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode == MonitorMode::kLocalise) need(capability::kMonitorsLocalise, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode != MonitorMode::kOff && !s.monitors.silent.empty()) {
     n.optional.emplace_back(capability::kMonitorsSilent, DBH_SCENARIO_KEY(monitors.silent));
   }
   if (s.hardware.memory_budget > 0) need(capability::kMemoryBudget, DBH_SCENARIO_KEY(hardware.memory_budget));
@@ -77,8 +77,8 @@ namespace {
 // dbh's value of `key` as a Lightning/Hydra command line writes it.
 std::string user_value(const std::string& key, const Scenario& s) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
-    if (s.train.precision == "fp16") return "16-mixed";
-    if (s.train.precision == "bf16") return "bf16-mixed";
+    if (s.train.precision == model::Precision::kFp16) return "16-mixed";
+    if (s.train.precision == model::Precision::kBf16) return "bf16-mixed";
     return "32-true";
   }
   if (key == DBH_SCENARIO_KEY(hardware.device)) return s.hardware.device.rfind("cuda", 0) == 0 ? "gpu" : "cpu";
@@ -253,7 +253,7 @@ std::vector<std::string> check_worker(const Scenario& s,
   for (size_t i = 0; i < s.faults.size(); ++i) {
     const auto it = s.faults[i].params.find("module");
     if (it != s.faults[i].params.end()) {
-      check_module(it->second, "faults." + std::to_string(i) + ".module", s.faults[i].name == "nan_gradient");
+      check_module(it->second.text, "faults." + std::to_string(i) + ".module", s.faults[i].name == "nan_gradient");
     }
   }
   if (s.expect.module) check_module(*s.expect.module, "expect.module", true);

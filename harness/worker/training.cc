@@ -37,7 +37,7 @@ model::DeterminismOptions determinism_options(const Scenario& s) {
 model::DbNetOptions net_options(const Scenario& s) {
   return model::DbNetOptions()
       .encoder(model::ResNetOptions().depth(s.model.encoder))
-      .decoder(model::decoder_kind_from_string(s.model.decoder))
+      .decoder(s.model.decoder)
       .k(s.model.k);
 }
 
@@ -48,7 +48,7 @@ model::DbNet make_net(const Scenario& s) {
 
 model::TrainOptions train_options(const Scenario& s) {
   return model::TrainOptions()
-      .optimizer(model::optimizer_kind_from_string(s.train.optimizer))
+      .optimizer(s.train.optimizer)
       .lr(s.train.lr)
       .momentum(s.train.momentum)
       .weight_decay(s.train.weight_decay)
@@ -56,7 +56,7 @@ model::TrainOptions train_options(const Scenario& s) {
       .max_steps(s.train.max_steps)
       .accumulation(s.train.accumulation)
       .grad_clip(s.train.grad_clip)
-      .precision(model::precision_from_string(s.train.precision))
+      .precision(s.train.precision)
       // `auto` left unresolved (no supervisor measured it): PyTorch's NCHW.
       .channels_last(s.train.channels_last.value_or(false))
       .device(s.hardware.device)
@@ -74,9 +74,7 @@ model::DatasetOptions dataset_options(const Scenario& s, const std::string& root
   d.size = s.data.size;
   d.augment = s.data.augment;
   d.seed = s.train.seed;
-  d.on_invalid = s.data.on_invalid == "skip"   ? model::OnInvalid::kSkip
-                 : s.data.on_invalid == "clip" ? model::OnInvalid::kClip
-                                               : model::OnInvalid::kError;
+  d.on_invalid = s.data.on_invalid;
   d.preflight = s.data.preflight;
   d.subset = s.data.subset;
   return d;

@@ -109,7 +109,7 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     result.device = s.hardware.device;
     result.size = s.data.size;
     result.batch = s.data.batch_size;
-    result.precision = s.train.precision;
+    result.precision = model::to_string(s.train.precision);
     std::vector<bool> layouts = {false, true};
     if (s.train.channels_last) layouts = {*s.train.channels_last};
     const auto threads = thread_candidates(s, cuda);

@@ -34,7 +34,7 @@ model::InferenceOptions inference_options(const Scenario& s, bool reference_post
   }
   return model::InferenceOptions()
       .size(s.data.val.size)
-      .side(model::resize_side_from_string(s.data.val.side))
+      .side(s.data.val.side)
       .batch_size(s.data.val.batch_size)
       .device(s.hardware.device)
       .channels_last(s.train.channels_last.value_or(false))

@@ -158,8 +158,8 @@ namespace {
 std::string model_files_key(const Scenario& s) {
   std::ostringstream key;
   for (const std::string* path : {&s.model.weights, &s.train.resume_from}) key << file_state(*path) << '\0';
-  key << s.model.encoder << '\0' << s.model.decoder << '\0' << s.model.k << '\0' << s.train.max_steps << '\0'
-      << s.train.stop_after;
+  key << s.model.encoder << '\0' << model::to_string(s.model.decoder) << '\0' << s.model.k << '\0' << s.train.max_steps
+      << '\0' << s.train.stop_after;
   return key.str();
 }
 
@@ -183,8 +183,8 @@ InputChecks input_checks() { return InputChecks{&check_model_files}; }
 namespace {
 
 std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
-  const std::string model_name = "resnet" + std::to_string(s.model.encoder) + " with the " + s.model.decoder +
-                                 " decoder";
+  const std::string model_name =
+      "resnet" + std::to_string(s.model.encoder) + " with the " + model::to_string(s.model.decoder) + " decoder";
   // Reads `path` into a fresh model of the scenario; an unreadable file is the problem.
   auto read = [&](const char* key, const std::string& path,
                   model::ModelStateReport& state) -> std::optional<InputFileProblem> {
@@ -548,10 +548,9 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   const int64_t threads = training_threads(s);
   events.emit(hello_event(s, trial_index, threads));
 
-  Monitors monitors(monitor_mode_from_string(s.monitors.mode), events, s.monitors.loss_spike_factor,
-                    silent_options(s));
+  Monitors monitors(s.monitors.mode, events, s.monitors.loss_spike_factor, silent_options(s));
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
-  monitors.set_loss_scaler(s.train.precision == "fp16");
+  monitors.set_loss_scaler(s.train.precision == model::Precision::kFp16);
   FaultInjector faults(s.faults, events, s.hardware.device);
   // Monitors outside the injector: they know the module a fault throws from
   // and check the outputs faults replaced.
@@ -559,7 +558,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   model::set_module_observer(&chain);
 
   if (s.hardware.launch_blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
-  if (s.train.mode == "ops") return run_ops_check(s, events);
+  if (s.train.mode == TrainMode::kOps) return run_ops_check(s, events);
   WorkerState w{s, run_dir, events, monitors, faults};
   std::string status = "passed";
   try {

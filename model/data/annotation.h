@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/choices.h"
 #include "model/label/polygon.h"
 
 namespace dbh::model {
@@ -82,17 +83,6 @@ struct Defect {
   std::string word_id;  ///< Word id, empty for image- or file-level defects.
   int line = 0;         ///< 1-based line, 0 if not known.
   std::string message;
-};
-
-/// What validate() does with an invalid word.
-enum class OnInvalid {
-  /// Change nothing; the caller throws DataError if any defect came back.
-  kError,
-  /// Drop every word with a defect.
-  kSkip,
-  /// Repair what clamping repairs (out-of-image and huge coordinates,
-  /// repeated vertices) and drop words that are still invalid afterwards.
-  kClip,
 };
 
 /// Thrown by higher levels (dataset loading) under OnInvalid::kError; the

@@ -80,17 +80,6 @@ std::vector<Polygon> polygons_of(const std::vector<Detection>& detections) {
 
 }  // namespace
 
-ResizeSide resize_side_from_string(const std::string& name) {
-  if (name == "short") return ResizeSide::kShort;
-  if (name == "long") return ResizeSide::kLong;
-  throw std::invalid_argument("expected a resize side \"short\" or \"long\", got \"" +
-                              name + "\"");
-}
-
-std::string to_string(ResizeSide side) {
-  return side == ResizeSide::kShort ? "short" : "long";
-}
-
 TestResize test_time_resize(int64_t width, int64_t height, int64_t size,
                             ResizeSide side) {
   TORCH_CHECK(width > 0 && height > 0,

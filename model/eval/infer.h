@@ -8,6 +8,7 @@
 #include <opencv2/core/mat.hpp>
 #include <torch/torch.h>
 
+#include "model/choices.h"
 #include "model/data/annotation.h"
 #include "model/data/dataset.h"
 #include "model/dbnet.h"
@@ -15,20 +16,6 @@
 #include "model/eval/postprocess.h"
 
 namespace dbh::model {
-
-/// Which side of an image the test-time size applies to (spec §6.3).
-enum class ResizeSide {
-  /// The short side becomes `size`: [DB]'s `image_short_side` (README "short
-  /// side 736"), and MMOCR's (1333, 736) for images below 1.81:1.
-  kShort,
-  /// The long side becomes `size`: PaddleOCR's `limit_type max`, and the
-  /// training letterbox.
-  kLong,
-};
-
-/// Parses "short" / "long"; throws std::invalid_argument otherwise.
-ResizeSide resize_side_from_string(const std::string& name);
-std::string to_string(ResizeSide side);
 
 /// Settings of test-time inference and evaluation.
 struct InferenceOptions {

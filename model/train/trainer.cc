@@ -13,31 +13,6 @@
 
 namespace dbh::model {
 
-OptimizerKind optimizer_kind_from_string(const std::string& s) {
-  if (s == "sgd") return OptimizerKind::kSgd;
-  if (s == "adam") return OptimizerKind::kAdam;
-  throw std::invalid_argument("expected optimizer \"sgd\" or \"adam\", got \"" + s + "\"");
-}
-
-Precision precision_from_string(const std::string& s) {
-  if (s == "fp32") return Precision::kFp32;
-  if (s == "fp16") return Precision::kFp16;
-  if (s == "bf16") return Precision::kBf16;
-  throw std::invalid_argument("expected precision \"fp32\", \"fp16\" or \"bf16\", got \"" +
-                              s + "\"");
-}
-
-std::string to_string(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adam"; }
-
-std::string to_string(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
-  }
-  return "?";
-}
-
 // --- GradScaler ------------------------------------------------------------
 
 GradScaler::GradScaler(bool enabled, double init_scale,

@@ -8,22 +8,13 @@
 
 #include <torch/torch.h>
 
+#include "model/choices.h"
 #include "model/data/batch.h"
 #include "model/dbnet.h"
 #include "model/loss/db_loss.h"
 #include "model/train/determinism.h"
 
 namespace dbh::model {
-
-enum class OptimizerKind { kSgd, kAdam };
-/// fp32; fp16 = CUDA autocast to float16 with dynamic loss scaling;
-/// bf16 = CUDA autocast to bfloat16 (no scaling needed).
-enum class Precision { kFp32, kFp16, kBf16 };
-
-OptimizerKind optimizer_kind_from_string(const std::string& s);
-Precision precision_from_string(const std::string& s);
-std::string to_string(OptimizerKind k);
-std::string to_string(Precision p);
 
 struct TrainOptions {
   TORCH_ARG(OptimizerKind, optimizer) = OptimizerKind::kSgd;

@@ -206,6 +206,24 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The pairs' ratios as counters: `ratio` (their median, the answer) and
+// `ratio_q1`/`ratio_q3` (their quartiles, by linear interpolation), so a
+// table shows whether the answer stands out of its spread or a slow phase
+// of the machine moved some pairs.
+void ratio_counters(benchmark::State& state, std::vector<double> ratios) {
+  std::sort(ratios.begin(), ratios.end());
+  const auto at = [&](double q) {
+    if (ratios.empty()) return 0.0;
+    const double x = q * static_cast<double>(ratios.size() - 1);
+    const size_t i = static_cast<size_t>(x);
+    const double f = x - static_cast<double>(i);
+    return i + 1 < ratios.size() ? ratios[i] + f * (ratios[i + 1] - ratios[i]) : ratios[i];
+  };
+  state.counters["ratio"] = median(ratios);
+  state.counters["ratio_q1"] = at(0.25);
+  state.counters["ratio_q3"] = at(0.75);
+}
+
 // dbh's default step (the `auto` choice, DBH_BENCH_AUTO; NCHW × 2 threads
 // without it), plain and with the cheap monitors every dbh run has, in pairs
 // (Note [Paired monitor steps]). Counters: ratio (median of the pairs'
@@ -248,7 +266,7 @@ void BM_StepMonitorsPaired(benchmark::State& state) {
     ratios.push_back(m / p);
   }
   const double n = static_cast<double>(ratios.size());
-  state.counters["ratio"] = median(ratios);
+  ratio_counters(state, ratios);
   state.counters["plain_ms"] = 1e3 * median(plain);
   state.counters["monitored_ms"] = 1e3 * median(monitored);
   state.counters["inside_ms"] = n > 0 ? 1e3 * (switched.inside_seconds() - inside_before) / n : 0.0;
@@ -256,13 +274,17 @@ void BM_StepMonitorsPaired(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(c.threads);
   torch::set_num_threads(static_cast<int>(kThreads));
 }
-// 24 pairs at 128², 8 at 640² (about 2 minutes), one repetition whatever
+// 24 pairs at 128², 12 at 640² (about 2 minutes), one repetition whatever
 // --benchmark_repetitions says: the pairs are the repetitions.
-#define DBH_PAIRED_BENCH(b)                                                                     \
-  BENCHMARK(b)->ArgName("size")->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()            \
-      ->Iterations(24)->Repetitions(1);                                                              \
-  BENCHMARK(b)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()            \
-      ->Iterations(8)->Repetitions(1)
+#define DBH_PAIRED_BENCH(b)           \
+  BENCHMARK(b)                        \
+      ->ArgName("size")               \
+      ->Arg(128)                      \
+      ->Unit(benchmark::kMillisecond) \
+      ->UseRealTime()                 \
+      ->Iterations(24)                \
+      ->Repetitions(1);               \
+  BENCHMARK(b)->ArgName("size")->Arg(640)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(12)->Repetitions(1)
 DBH_PAIRED_BENCH(BM_StepMonitorsPaired);
 
 // The monitors' own per-step work, without the training step around it: the
@@ -522,7 +544,7 @@ void step_vs_eager_paired(benchmark::State& state, bool same_layout) {
       eager.push_back(e);
       ratios.push_back(d / e);
     }
-    state.counters["ratio"] = median(ratios);
+    ratio_counters(state, ratios);
     // Minor page faults per step: memory handed back to the kernel and
     // faulted in again, the cost an allocator's choices show first.
     state.counters["dbh_faults"] = median(dbh_faults);

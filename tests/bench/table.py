@@ -121,11 +121,16 @@ def main():
                 row("dbh's default step with cheap monitors ÷ without, separate benchmarks" + at, f"{r:.3f}",
                     "— (the paired row judges)", None,
                     f"{seconds(default_mon) * 1e3:.1f} / {seconds(default) * 1e3:.1f} ms")
+        def spread(b):
+            # The pairs' quartiles, where the benchmark wrote them.
+            if b.get("ratio_q1") is None or b.get("ratio_q3") is None:
+                return ""
+            return f" (pairs' quartiles {b['ratio_q1']:.3f}–{b['ratio_q3']:.3f})"
         if vs_eager:
             # The same pairing, dbh's default step against eager as users run it.
             r = vs_eager["ratio"]
             layout = "channels-last" if vs_eager.get("channels_last") else "NCHW"
-            note = (f"median of {vs_eager.get('iterations', 0):.0f} pairs; {vs_eager['dbh_ms']:.1f} / "
+            note = (f"median of {vs_eager.get('iterations', 0):.0f} pairs{spread(vs_eager)}; {vs_eager['dbh_ms']:.1f} / "
                     f"{vs_eager['eager_ms']:.1f} ms; dbh {layout} × {vs_eager.get('threads', 0):.0f} threads")
             if vs_eager.get("loss_rel_diff") is not None:
                 note += f"; same weights and input (first-step loss rel. diff {vs_eager['loss_rel_diff']:.1e})"
@@ -136,7 +141,7 @@ def main():
             r = vs_same["ratio"]
             layout = "channels-last" if vs_same.get("channels_last") else "NCHW"
             row("dbh's default step ÷ PyTorch eager at equal layout, alternating pairs" + at, f"{r:.3f}", "≤ 1.02",
-                r <= 1.02, f"median of {vs_same.get('iterations', 0):.0f} pairs; {vs_same['dbh_ms']:.1f} / "
+                r <= 1.02, f"median of {vs_same.get('iterations', 0):.0f} pairs{spread(vs_same)}; {vs_same['dbh_ms']:.1f} / "
                 f"{vs_same['eager_ms']:.1f} ms; {layout} × {vs_same.get('threads', 0):.0f} threads on both sides")
         if paired:
             # Note [Paired monitor steps] in harness_bench.cc: one trainer
@@ -144,7 +149,7 @@ def main():
             r = paired["ratio"]
             layout = "channels-last" if paired.get("channels_last") else "NCHW"
             row("cheap monitors ÷ plain, the same step in alternating pairs" + at, f"{r:.3f}", "≤ 1.02", r <= 1.02,
-                f"median of {paired.get('iterations', 0):.0f} pairs; {paired['monitored_ms']:.1f} / "
+                f"median of {paired.get('iterations', 0):.0f} pairs{spread(paired)}; {paired['monitored_ms']:.1f} / "
                 f"{paired['plain_ms']:.1f} ms; {paired['inside_ms']:.1f} ms per step inside the monitors; "
                 f"{layout} × {paired.get('threads', 0):.0f} threads")
         if plain and cheap:

@@ -190,7 +190,7 @@ TEST(FromCommandCliTest, Seed003Fp16MapsSixteenMixedAndRunsInFp32OnTheCpu) {
   ASSERT_EQ(c.result.exit_code, 0) << c.result.out << c.result.err;
   EXPECT_NE(c.result.err.find(kEpochsUnmapped), std::string::npos) << c.result.err;
   const harness::Scenario s = harness::load_scenario(c.file.string());
-  EXPECT_EQ(s.train.precision, "fp16");
+  EXPECT_EQ(s.train.precision, model::Precision::kFp16);
   EXPECT_EQ(s.hardware.device, "cuda");
   EXPECT_EQ(s.hardware.profile, "rtx3060-12gb");
 

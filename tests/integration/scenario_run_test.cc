@@ -160,7 +160,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   EXPECT_EQ(j.at("schema_version"), 1);
   EXPECT_EQ(j.at("scenario_name"), s.name);
   const std::string outcome = j.at("outcome");
-  EXPECT_EQ(outcome, s.expect.outcome);
+  EXPECT_EQ(outcome, harness::to_string(s.expect.outcome));
   EXPECT_TRUE(j.at("expectation").at("met").get<bool>()) << j.at("expectation").dump();
   EXPECT_TRUE(j.at("expectation").at("mismatches").empty());
   const json& f = j.at("failure");
@@ -207,7 +207,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   } else if (s.expect.step && f.value("run", 0) == 0) {
     // Under fp16 the loss scaler's skips are judged only after a streak
     // (Note [Loss-scaler skips]): the run stops that many steps later.
-    const bool scaler_streak = s.train.precision == "fp16" && outcome == "diverged";
+    const bool scaler_streak = s.train.precision == model::Precision::kFp16 && outcome == "diverged";
     EXPECT_EQ(steps, *s.expect.step + (scaler_streak ? harness::proto::kScalerSkipLimit - 1 : 0));
   }
 

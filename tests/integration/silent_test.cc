@@ -67,7 +67,7 @@ TEST(SilentScenarios, CoverEverySilentFaultAndClass) {
   std::set<std::string> faults, classes;
   for (const auto& name : silent_scenarios()) {
     const harness::Scenario s = harness::load_scenario((kSilentDir / (name + ".yaml")).string());
-    EXPECT_EQ(s.expect.outcome, "failed") << name;
+    EXPECT_EQ(s.expect.outcome, harness::Outcome::kFailed) << name;
     ASSERT_TRUE(s.expect.failure_class.has_value()) << name;
     classes.insert(*s.expect.failure_class);
     for (const auto& f : s.faults)

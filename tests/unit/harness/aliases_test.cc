@@ -229,9 +229,9 @@ TEST_F(AliasScenarioTest, OverridesTakeAliasesAsTheirDbhKeys) {
                            "trainer.devices=1", "model.component_overrides.decoder.name=pan_decoder",
                            "trainer.accumulate_grad_batches=3", "seed=7", "trainer.max_steps=9"});
   EXPECT_EQ(s.hardware.device, "cuda");
-  EXPECT_EQ(s.train.precision, "fp16");
+  EXPECT_EQ(s.train.precision, model::Precision::kFp16);
   EXPECT_EQ(s.model.encoder, 34);
-  EXPECT_EQ(s.model.decoder, "pan");
+  EXPECT_EQ(s.model.decoder, model::DecoderKind::kPan);
   EXPECT_EQ(s.train.accumulation, 3);
   EXPECT_EQ(s.train.seed, 7u);
   EXPECT_EQ(s.train.max_steps, 9);
@@ -366,12 +366,12 @@ TEST_F(AliasScenarioTest, TheGeneratedScenarioLoadsWithTheMappedValues) {
   const Scenario s = load_scenario(write("g.yaml", c.yaml));
   EXPECT_EQ(s.name, "ocr_training-dbnet-resnet50-fp16");
   EXPECT_EQ(s.model.encoder, 50);
-  EXPECT_EQ(s.model.decoder, "pan");
+  EXPECT_EQ(s.model.decoder, model::DecoderKind::kPan);
   EXPECT_EQ(s.data.batch_size, 2);
   EXPECT_EQ(s.data.val.batch_size, 2);
   EXPECT_EQ(s.data.size, 512);
   EXPECT_EQ(s.train.accumulation, 2);
-  EXPECT_EQ(s.train.precision, "fp16");
+  EXPECT_EQ(s.train.precision, model::Precision::kFp16);
   EXPECT_EQ(s.train.seed, 42u);
   EXPECT_EQ(s.hardware.device, "cuda");
   EXPECT_EQ(s.hardware.profile, "rtx3060-12gb");

@@ -668,7 +668,7 @@ void expect_nan_gradient_attributed_to(const std::string& module) {
 
 TEST_F(FaultInjectorTest, NanGradientHitsTheModuleTheMonitorsName) {
   testing::fill_gradients(testing::shared_dbnet(), 0.0f);
-  for (const auto& module : model::observed_modules_with_parameters("fpn")) {
+  for (const auto& module : model::observed_modules_with_parameters(model::DecoderKind::kFpn)) {
     expect_nan_gradient_attributed_to(module);
   }
 }

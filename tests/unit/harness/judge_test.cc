@@ -36,7 +36,7 @@ Evidence Passed() {
 
 TEST(Judge, MatchingExpectationHasNoMismatches) {
   Expectation e;
-  e.outcome = "diverged";
+  e.outcome = Outcome::kDiverged;
   e.failure_class = "nonfinite_gradient";
   e.step = 0;
   e.module = "head.thresh.up2";
@@ -49,7 +49,7 @@ TEST(Judge, MatchingExpectationHasNoMismatches) {
 
 TEST(Judge, ModuleMatchesByDottedPrefix) {
   Expectation e;
-  e.outcome = "diverged";
+  e.outcome = Outcome::kDiverged;
   e.module = "head";
   EXPECT_TRUE(judge(e, Diverged("head", 0)).met());
   EXPECT_TRUE(judge(e, Diverged("head.thresh.up2", 0)).met());
@@ -63,7 +63,7 @@ TEST(Judge, ModuleMatchesByDottedPrefix) {
 
 TEST(Judge, EachMismatchHasItsOwnLineInTheTablesOrder) {
   Expectation e;
-  e.outcome = "failed";
+  e.outcome = Outcome::kFailed;
   e.failure_class = "cudnn_execution_failed";
   e.step = 2;
   e.module = "decoder.fusion";
@@ -96,7 +96,7 @@ TEST(Judge, EachMismatchHasItsOwnLineInTheTablesOrder) {
 
 TEST(Judge, UnsetKeysAreNotChecked) {
   Expectation e;
-  e.outcome = "diverged";
+  e.outcome = Outcome::kDiverged;
   EXPECT_TRUE(judge(e, Diverged("anything", 99)).met());
   EXPECT_TRUE(judge(Expectation{}, Passed()).met());  // outcome defaults to passed
 }
@@ -153,7 +153,7 @@ TEST(Judge, ASkipIsNotJudgedAndAnInterruptionIsNotMet) {
   EXPECT_FALSE(skipped.met());
   EXPECT_EQ(skipped.why, std::vector<std::string>{"not judged: " + ev.skip_reason});
   Expectation skip;
-  skip.outcome = "skipped";
+  skip.outcome = Outcome::kSkipped;
   EXPECT_TRUE(judge(skip, ev).met());
 
   Evidence stopped = Passed();
@@ -168,7 +168,7 @@ TEST(Judge, ASkipIsNotJudgedAndAnInterruptionIsNotMet) {
 // failure's place are what it searches for, not what it judges.
 TEST(Judge, TheMetricScopeJudgesOnlyMetricKeys) {
   Expectation e;
-  e.outcome = "diverged";
+  e.outcome = Outcome::kDiverged;
   e.step = 3;
   e.max_peak_memory = 256 * kMiB;
   Evidence ev = Passed();

@@ -39,7 +39,7 @@ TEST(ResolutionVerdict, FromTheRunsOutcome) {
 // names the refusal; the verdicts follow the runs' outcomes.
 TEST(TryResolutions, RunsWhatChangesTheScenarioAndMarksEachCheck) {
   Scenario s;
-  s.data.on_invalid = "error";
+  s.data.on_invalid = model::OnInvalid::kError;
   const auto resolved = nlohmann::json::parse(resolved_json(s));
   const FailureClass cls = WithChecks({{0, {"data.on_invalid=skip"}},
                                        {1, {"data.on_invalid=error"}},  // the scenario's own value

@@ -102,7 +102,7 @@ TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
   RunReport r = Report({main, Trial(Outcome::kPassed, 2, 100, "control 1")});
   r.scenario.data.source = DataSource::kReal;
   r.scenario.controls = {{"data.source=synthetic_boxes"}};
-  r.scenario.expect.outcome = "diverged";
+  r.scenario.expect.outcome = Outcome::kDiverged;
   r.scenario.expect.data_dependent = true;
   decide_run(r, 1, 0);
   ASSERT_TRUE(r.data_dependent.has_value());

@@ -123,12 +123,12 @@ TEST_F(ScenarioFiles, ShippedBaseAndDefaultsAreFilledIn) {
   const Scenario s = load_scenario(write("s.yaml", "include: " + base_path() + "\n"));
   EXPECT_EQ(s.name, "s");  // the file's stem when no name is given
   EXPECT_EQ(s.model.encoder, 18);
-  EXPECT_EQ(s.model.decoder, "fpn");
+  EXPECT_EQ(s.model.decoder, model::DecoderKind::kFpn);
   EXPECT_DOUBLE_EQ(s.model.k, 50.0);
   EXPECT_EQ(s.train.threads, 2);
-  EXPECT_EQ(s.train.optimizer, "sgd");
-  EXPECT_EQ(s.monitors.mode, "cheap");
-  EXPECT_EQ(s.expect.outcome, "passed");
+  EXPECT_EQ(s.train.optimizer, model::OptimizerKind::kSgd);
+  EXPECT_EQ(s.monitors.mode, MonitorMode::kCheap);
+  EXPECT_EQ(s.expect.outcome, Outcome::kPassed);
   EXPECT_FALSE(s.expect.step.has_value());
   EXPECT_DOUBLE_EQ(s.limits.silence_s, 60);
   EXPECT_DOUBLE_EQ(s.limits.grace_s, 5);
@@ -153,6 +153,33 @@ TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
   EXPECT_FALSE(s.faults[1].fires_at(4, 1));
   EXPECT_DOUBLE_EQ(s.faults[2].get_double("seconds"), 0.25);
   EXPECT_EQ(s.faults[2].get("nothing"), "");
+}
+
+// A fault's parameters are decoded once, to their catalog types; the text as
+// written is what the resolved JSON (and so a worker) receives.
+TEST_F(ScenarioFiles, FaultParametersAreDecodedOnceToTheirTypesAndKeepTheirText) {
+  const Scenario s = load_scenario(write("f.yaml",
+                                         "faults:\n  - name: leak\n    bytes: 1.5MiB\n"
+                                         "  - name: slow_data\n    seconds: 2.5e-1\n"
+                                         "repeat: {in_process: 2}\n"));
+  ASSERT_EQ(s.faults.size(), 2u);
+  EXPECT_EQ(s.faults[0].get_bytes("bytes"), 1536 * 1024);
+  EXPECT_EQ(s.faults[0].get("bytes"), "1.5MiB");
+  EXPECT_DOUBLE_EQ(s.faults[1].get_double("seconds"), 0.25);
+  EXPECT_EQ(s.faults[1].get("seconds"), "2.5e-1");
+  const std::string json = resolved_json(s);
+  EXPECT_NE(json.find("\"bytes\": \"1.5MiB\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"seconds\": \"2.5e-1\""), std::string::npos) << json;
+  // A reader and the catalog disagreeing on a type is a bug, not a zero.
+  EXPECT_THROW(s.faults[0].get_double("bytes"), std::logic_error);
+  EXPECT_THROW(s.faults[1].get_int("seconds"), std::logic_error);
+  // A parameter the fault does not have reads as nothing.
+  EXPECT_EQ(s.faults[1].get_int("sample"), 0);
+  EXPECT_FALSE(s.faults[1].get_bool("sticky"));
+  // The worker decodes the resolved JSON to the same values.
+  const Scenario again = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
+  EXPECT_EQ(again.faults[0].get_bytes("bytes"), 1536 * 1024);
+  EXPECT_DOUBLE_EQ(again.faults[1].get_double("seconds"), 0.25);
 }
 
 // --- error messages --------------------------------------------------------
@@ -825,8 +852,8 @@ TEST(EditDistance, CountsEdits) {
 }
 
 TEST(KnownModuleNames, DecodersDifferOnlyInTheirDecoderModules) {
-  const auto& fpn = model::observed_modules("fpn");
-  const auto& pan = model::observed_modules("pan");
+  const auto& fpn = model::observed_modules(model::DecoderKind::kFpn);
+  const auto& pan = model::observed_modules(model::DecoderKind::kPan);
   EXPECT_NE(std::find(fpn.begin(), fpn.end(), "decoder.fusion"), fpn.end());
   EXPECT_NE(std::find(pan.begin(), pan.end(), "decoder.merge3"), pan.end());
   EXPECT_EQ(std::find(fpn.begin(), fpn.end(), "decoder.merge3"), fpn.end());

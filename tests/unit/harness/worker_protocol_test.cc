@@ -113,7 +113,7 @@ TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
 TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
   Scenario s;
   s.worker.command = {"python", "train.py"};
-  s.train.precision = "bf16";
+  s.train.precision = model::Precision::kBf16;
   s.hardware.device = "cuda:1";
   s.data.batch_size = 4;
   s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";           // not passed
@@ -133,7 +133,7 @@ TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
   Scenario s;
   s.worker.command = {"python", "train.py"};
   s.data.source = DataSource::kReal;
-  s.monitors.mode = "off";
+  s.monitors.mode = MonitorMode::kOff;
   EXPECT_TRUE(worker_needs(s).required.empty());
   s.data.subset = {1, 2};
   s.train.stop_after = 3;
@@ -149,7 +149,7 @@ TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
   EXPECT_EQ(caps, (std::set<std::string>{"fault:nan_activation", capability::kSubset, capability::kStopAfter,
                                          capability::kCheckpoint, capability::kResume, capability::kMemoryBudget,
                                          capability::kLossBits}));
-  s.monitors.mode = "localise";
+  s.monitors.mode = MonitorMode::kLocalise;
   caps.clear();
   for (const auto& [cap, what] : worker_needs(s).required) caps.insert(cap);
   EXPECT_TRUE(caps.count(capability::kMonitorsLocalise));

@@ -140,10 +140,10 @@ TEST(DbNetTest, AForwardPassReportsTheDeclaredObservedModules) {
       (void)net->forward(torch::rand({1, 3, 64, 64}));
     }
     set_module_observer(nullptr);
-    EXPECT_EQ(recorder.entered, observed_modules(to_string(decoder)));
+    EXPECT_EQ(recorder.entered, observed_modules(decoder));
     std::set<std::string> owners;
     for (const auto& p : net->named_parameters()) owners.insert(observed_module_of(p.key()));
-    const auto& declared = observed_modules_with_parameters(to_string(decoder));
+    const auto& declared = observed_modules_with_parameters(decoder);
     EXPECT_EQ(owners, std::set<std::string>(declared.begin(), declared.end()));
   }
 }
@@ -173,12 +173,6 @@ TEST(DbNetTest, WeightsRoundTripThroughAFile) {
   for (const auto& item : pa) {
     EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
   }
-}
-
-TEST(DbNetTest, DecoderKindParsesNames) {
-  EXPECT_EQ(decoder_kind_from_string("fpn"), DecoderKind::kFpn);
-  EXPECT_EQ(decoder_kind_from_string("pan"), DecoderKind::kPan);
-  EXPECT_THROW(decoder_kind_from_string("unet"), std::invalid_argument);
 }
 
 }  // namespace

@@ -115,9 +115,6 @@ TEST(TestTimeResizeTest, RejectsSizesThatAreNotMultiplesOf32) {
   EXPECT_THROW(test_time_resize(640, 480, 100, ResizeSide::kShort), c10::Error);
   EXPECT_THROW(test_time_resize(640, 480, 0, ResizeSide::kShort), c10::Error);
   EXPECT_THROW(test_time_resize(0, 480, 736, ResizeSide::kShort), c10::Error);
-  EXPECT_EQ(resize_side_from_string("short"), ResizeSide::kShort);
-  EXPECT_EQ(resize_side_from_string("long"), ResizeSide::kLong);
-  EXPECT_THROW(resize_side_from_string("height"), std::invalid_argument);
 }
 
 // The network sees at test time exactly what training's letterbox gives it:
