@@ -424,8 +424,12 @@ std::string file_state(const std::string& path) {
   const std::string resolved = std::filesystem::weakly_canonical(path, ec).string();
   struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return resolved + '\0' + "none";
+  // The change time and inode too: a copy that keeps the modification time
+  // and size (cp -p, rsync -t, touch -r) or a file renamed over this one
+  // changes one of them, and no user can set them back.
   return resolved + '\0' + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + '\0' +
-         std::to_string(S_ISDIR(st.st_mode) ? 0 : st.st_size);
+         std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec) + '\0' +
+         std::to_string(st.st_ino) + '\0' + std::to_string(S_ISDIR(st.st_mode) ? 0 : st.st_size);
 }
 
 }  // namespace dbh::harness

@@ -29,14 +29,14 @@ std::string file_kind(unsigned int mode);
 void check_input_file(const std::string& path, const std::string& what, const std::string& where = "",
                       const std::string& key = "");
 
+/// `path` as it is now, for a cache key: its resolved name, modification and
+/// change times, inode and size (a folder's times change with its listing).
+/// Nothing at `path` is a state too.
+std::string file_state(const std::string& path);
+
 /// Checks that `path` is a complete LibTorch checkpoint or weights file (a
 /// zip archive with its end record: a file cut short by an interrupted copy
 /// or a full disk has none), as check_input_file does first.
-/// `path` as it is now, for a cache key: its resolved name, modification
-/// time and size (a folder's time changes with its listing). Nothing at
-/// `path` is a state too.
-std::string file_state(const std::string& path);
-
 void check_checkpoint_file(const std::string& path, const std::string& where = "", const std::string& key = "");
 
 /// Reads a regular file of at most `max_bytes` (never blocks on a FIFO or a
