@@ -90,10 +90,10 @@ void Monitors::check(const Site& site, const torch::Tensor& t) {
   if (mode_ == Mode::kCheap) {
     // One reduction, no full-size temporary: the float32 sum is non-finite
     // when any element is (or when finite values overflow it, |mean| above
-    // ~1e38/numel, which is as good as divergence). Localise mode checks
-    // element by element.
+    // ~1e38/numel, which is as good as divergence). flush() tests every
+    // site's sum at once. Localise mode checks element by element.
     sites_.push_back(site);
-    flags_.push_back(torch::isfinite(t.detach().sum(torch::kFloat32)).logical_not());
+    sums_.push_back(t.detach().sum(torch::kFloat32));
     return;
   }
   const bool bad = !torch::isfinite(t.detach()).all().item<bool>();
@@ -137,7 +137,7 @@ void Monitors::on_step_begin(int64_t step) {
   clear_last_good();
   phases_ = nlohmann::json::object();
   sites_.clear();
-  flags_.clear();
+  sums_.clear();
   grads_.clear();
   silent_input_.clear();
   silent_labels_.clear();
@@ -233,7 +233,7 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
       // Gradients are judged after the scaler's verdict, as in cheap mode.
       torch::NoGradGuard no_grad;
       sites_.push_back(Site{"gradients", "", ""});
-      flags_.push_back(torch::isfinite(norms).all().logical_not());
+      sums_.push_back(norms.sum(torch::kFloat32));
       flush(step);
     }
     // Localise mode synchronises anyway; the silent reductions get one read.
@@ -247,8 +247,10 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
   if (mode_ != Mode::kCheap) return;
   if (norms.defined() && norms.numel() > 0) {
     torch::NoGradGuard no_grad;
+    // The norms' sum is non-finite when a norm is (or when finite norms
+    // overflow it: flush() then finds no gradient to blame).
     sites_.push_back(Site{"gradients", "", ""});  // expanded in flush when flagged
-    flags_.push_back(torch::isfinite(norms).all().logical_not());
+    sums_.push_back(norms.sum(torch::kFloat32));
   }
   flush(step);
 }
@@ -256,7 +258,7 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
 void Monitors::flush(int64_t step) {
   // The finite flags and the silent reductions travel in one copy.
   std::vector<torch::Tensor> parts;
-  if (!flags_.empty()) parts.push_back(torch::stack(flags_).to(torch::kFloat32));
+  if (!sums_.empty()) parts.push_back(torch::isfinite(torch::stack(sums_)).logical_not().to(torch::kFloat32));
   const auto silent = silent_parts();
   parts.insert(parts.end(), silent.begin(), silent.end());
   if (parts.empty()) return;
@@ -300,7 +302,7 @@ void Monitors::flush(int64_t step) {
     skip.extra = {{"skipped_in_a_row", skip_streak_}, {"limit", scaler_skip_limit_}};
     events_.emit(skip);
     if (skip_streak_ < scaler_skip_limit_) {
-      if (!silent.empty()) judge_silent(step, f + flags_.size());
+      if (!silent.empty()) judge_silent(step, f + sums_.size());
       return;
     }
     const std::string site = skip_streak_first_.value("site", "");
@@ -322,7 +324,7 @@ void Monitors::flush(int64_t step) {
   }
   if (bad.empty()) skip_streak_ = 0;
   if (bad.empty()) {
-    if (!silent.empty()) judge_silent(step, f + flags_.size());
+    if (!silent.empty()) judge_silent(step, f + sums_.size());
     return;
   }
   // The first site in execution order is the primary finding; later ones are

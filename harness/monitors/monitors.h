@@ -153,7 +153,9 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   int64_t step_ = 0;
   std::string last_module_;
   std::vector<Site> sites_;
-  std::vector<torch::Tensor> flags_;
+  /// Cheap mode: one float32 sum per site in sites_, non-finite when the
+  /// site is; flush() tests them together.
+  std::vector<torch::Tensor> sums_;
   /// Cheap mode: this step's gradients in backward order, checked one by one
   /// only when their norms flag something (the norms are the trainer's, so
   /// the healthy path adds no pass over the gradients).
