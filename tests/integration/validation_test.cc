@@ -24,7 +24,11 @@ namespace fs = std::filesystem;
 using testing::read_text;
 using testing::write_text;
 
-fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("dbh-val-" + name); }
+// A new folder for one test, removed when the test program exits (a test's
+// training writes checkpoints: about 100 MB a run).
+fs::path fresh_dir(const std::string& name) {
+  return testing::removed_at_exit(testing::fresh_dir("dbh-val-" + name));
+}
 
 // A short run on the real fixtures, validated on the last 3 of them.
 fs::path write_scenario(const fs::path& dir, const std::string& extra) {
@@ -66,7 +70,7 @@ TEST(ValidationTest, DbhTrainValidatesAtTheCadenceDbhRunDoes) {
     const std::string& row = rows[i];
     const size_t recall_at = row.rfind(','), precision_at = row.rfind(',', recall_at - 1),
                  hmean_at = row.rfind(',', precision_at - 1);
-    for (const auto [from, to] : {std::pair{hmean_at, precision_at}, std::pair{precision_at, recall_at},
+    for (const auto& [from, to] : {std::pair{hmean_at, precision_at}, std::pair{precision_at, recall_at},
                                   std::pair{recall_at, row.size()}}) {
       const std::string cell = row.substr(from + 1, to - from - 1);
       ASSERT_FALSE(cell.empty()) << row;
