@@ -639,9 +639,7 @@ void Monitors::judge_silent_predictions(int64_t step, const SilentReadings& r) {
 void Monitors::on_step_end(int64_t step, const model::StepResult& r) {
   sample("optimizer");
   if (spike_factor_ > 0 && losses_.size() >= 3 && std::isfinite(r.loss)) {
-    std::vector<double> sorted = losses_;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[sorted.size() / 2];
+    const double median = losses_.median();  // of every earlier step's loss
     if (median > 0 && r.loss > spike_factor_ * median) {
       proto::Health h;
       h.run = run_;
@@ -653,7 +651,7 @@ void Monitors::on_step_end(int64_t step, const model::StepResult& r) {
       events_.emit(h);
     }
   }
-  if (std::isfinite(r.loss)) losses_.push_back(r.loss);
+  if (std::isfinite(r.loss)) losses_.add(r.loss);
 }
 
 }  // namespace dbh::harness

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "harness/common/running_median.h"
 #include "harness/proto/event_writer.h"
 #include "harness/scenario/scenario.h"
 #include "model/nn/hooks.h"
@@ -168,7 +169,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   void clear_last_good();
   nlohmann::json last_good_output_;  // localise: stats of the last finite module output
   std::string last_good_module_;
-  std::vector<double> losses_;
+  RunningMedian losses_;  // every finite loss so far
   double last_heartbeat_ = 0;
   std::function<nlohmann::json()> memory_probe_;
   nlohmann::json phases_ = nlohmann::json::object();

@@ -34,6 +34,7 @@
 #include "harness/supervisor/machine.h"
 #include "harness/supervisor/trial.h"
 #include "harness/scenario/schema.h"
+#include "harness/step_code.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -75,6 +76,7 @@ std::string tuning_key(const Scenario& s) {
   d.add("dbh measured choices 1")
       .add(machine_identity())
       .add(libraries_identity())
+      .add(kStepCodeDigest)  // the code a step runs, not dbh's version
       .add([] {  // threads, kernels and libraries the variables choose
         std::string vars;
         for (const auto& [name, value] : outcome_environment())

@@ -25,7 +25,11 @@ namespace dbh::harness {
 //
 // The cache (<cache_root()>/tuning/<key>.json) is keyed by everything that
 // decides the answer and nothing else: the machine (machine_identity()), the
-// LibTorch/CUDA libraries (libraries_identity()), the device, the encoder,
+// LibTorch/CUDA libraries (libraries_identity()), the code a step runs
+// (kStepCodeDigest: the model, the trainer, the measuring worker, the
+// allocator and the compiler flags, digested at build time by
+// cmake/step_code_digest.cmake; so a measurement holds across dbh versions
+// that did not change that code, and no longer once one did), the device, the encoder,
 // decoder and k, the input size, the batch, the precision, and any setting
 // the scenario fixed. A lock file serialises measurements of one key, so two
 // concurrent dbh processes never time steps against each other and every

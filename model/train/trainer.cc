@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "model/nn/autocast.h"
+#include "model/train/fused_sgd.h"
 
 namespace dbh::model {
 
@@ -67,7 +68,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const TrainOptions& o, std::vector<torch::Tensor> params) {
   TORCH_CHECK(o.lr() > 0, "Expected a positive learning rate, but got ", o.lr());
   if (o.optimizer() == OptimizerKind::kSgd) {
-    return std::make_unique<torch::optim::SGD>(
+    // Note [One pass of SGD]: SGD's update in one pass per parameter.
+    return std::make_unique<FusedSGD>(
         std::move(params), torch::optim::SGDOptions(o.lr())
                                .momentum(o.momentum())
                                .weight_decay(o.weight_decay()));

@@ -256,6 +256,21 @@ def main():
               f"LibTorch {m.get('torch', '?')}")
     print(f"Run: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"load average at start {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}; {ctx.get('date', '')}")
+    # Where dbh's default came from (scripts/bench.sh's DBH_BENCH_CACHE): the
+    # `auto` choice a `dbh run` took at each size, and why.
+    auto = os.path.join(directory, "auto.json")
+    if os.path.exists(auto):
+        with open(auto) as f:
+            a = json.load(f)
+        parts = []
+        for size in sorted(a, key=lambda s: -int(s)):
+            e = a[size]
+            why = e.get("over_budget") or e.get("untrusted") or e.get("error")
+            parts.append(f"{size}²: {'channels-last' if e.get('channels_last') else 'NCHW'} × {e.get('threads', '?')} "
+                         f"({e.get('source', '?')}{': ' + why if why else ''})")
+        cache = next(iter(a.values()), {}).get("cache", "?")
+        where = "the user's tuning cache as earlier runs left it" if cache == "user" else "an empty tuning cache"
+        print(f"dbh's default (`auto` as `dbh run` took it, from {where}): " + "; ".join(parts))
     print()
     print("| measure | value | target | result | detail |")
     print("|---|---|---|---|---|")

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "harness/worker/host_allocator.h"
+#include "model/train/fused_sgd.h"
 #include "model/train/trainer.h"
 
 namespace dbh::model {
@@ -46,6 +47,32 @@ BENCHMARK(BM_TrainStep)
     ->Args({18, 640})  // the loader benchmark's size: the trainer's consumption rate
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// --- The optimizer step -------------------------------------------------------
+// Note [One pass of SGD] (model/train/fused_sgd.h): the trainer's SGD step
+// (momentum 0.9, weight decay 1e-4) over ResNet-18 + FPN's parameters with
+// gradients in place, against LibTorch's own SGD. Arg: 1 the trainer's
+// FusedSGD, 0 torch::optim::SGD. 2 intra-op threads.
+void BM_SgdStep(benchmark::State& state) {
+  torch::set_num_threads(2);
+  torch::manual_seed(0);
+  DbNet net(DbNetOptions().encoder(ResNetOptions().depth(18)));
+  std::vector<torch::Tensor> params = net->parameters();
+  for (auto& p : params) p.mutable_grad() = torch::randn_like(p) * 1e-3;
+  const auto o = torch::optim::SGDOptions(0.007).momentum(0.9).weight_decay(1e-4);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (state.range(0) == 1) {
+    opt = std::make_unique<FusedSGD>(params, o);
+  } else {
+    opt = std::make_unique<torch::optim::SGD>(params, o);
+  }
+  opt->step();  // the momentum buffers exist from here on
+  for (auto _ : state) opt->step();
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  state.counters["parameters"] = static_cast<double>(n);
+}
+BENCHMARK(BM_SgdStep)->ArgName("fused")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // --- Throughput and achieved FLOP/s ------------------------------------------
 // Note [Counted FLOPs]: a step's floating-point work is counted from the

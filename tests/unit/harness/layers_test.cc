@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 // sits above supervisor; diagnose and qualify call the bisection.
 const std::map<std::string, int>& layers() {
   static const std::map<std::string, int> l = {
-      {"model", 0},          {"harness/version", 0}, {"harness/common", 1}, {"harness/gpu", 1},
+      {"model", 0},          {"harness/version", 0}, {"harness/step_code", 0}, {"harness/common", 1}, {"harness/gpu", 1},
       {"harness/kb", 2},     {"harness/proto", 2},   {"harness/env", 2},    {"harness/scenario", 3},
       {"harness/supervisor", 4}, {"harness/faults", 4}, {"harness/monitors", 4}, {"harness/worker", 5},
       {"harness/report", 5}, {"harness/bisect", 6},  {"harness/diagnose", 7}, {"harness/qualify", 7},

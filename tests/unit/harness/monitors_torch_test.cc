@@ -331,5 +331,33 @@ TEST_F(MonitorsTest, OffReportsNothing) {
   EXPECT_TRUE(health().empty());
 }
 
+// A loss over loss_spike_factor times the median of every earlier step's
+// finite loss is a spike (not before three losses are known); the median is
+// the upper one of an even count, and a non-finite loss is neither judged
+// here nor counted.
+TEST_F(MonitorsTest, ALossOverTheFactorTimesTheMedianOfEarlierLossesIsASpike) {
+  Monitors m(Monitors::Mode::kCheap, events_.writer(), /*loss_spike_factor=*/3.0);
+  m.set_run(kRun);
+  const double losses[] = {1, 100, 2, 3, 8, kNaN, 10};
+  int64_t step = 0;
+  for (const double loss : losses) {
+    model::StepResult r;
+    r.step = step;
+    r.loss = loss;
+    m.on_step_end(step++, r);
+  }
+  // Step 1 (100) comes before three losses are known; step 4 (8) is not over
+  // 3 × 3, the upper median of {1, 2, 3, 100} (it is over 3 × 2, the lower
+  // one); step 6 (10) is over 3 × 3, the median of {1, 2, 3, 8, 100}, the NaN
+  // of step 5 counting for nothing.
+  const auto h = health();
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].check, "loss_spike");
+  EXPECT_EQ(h[0].run, kRun);
+  EXPECT_EQ(h[0].step, 6);
+  EXPECT_EQ(h[0].extra.value("median", 0.0), 3.0);
+  EXPECT_DOUBLE_EQ(h[0].extra.value("factor", 0.0), 10.0 / 3.0);
+}
+
 }  // namespace
 }  // namespace dbh::harness

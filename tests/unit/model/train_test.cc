@@ -2,7 +2,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <sstream>
 
+#include "model/train/fused_sgd.h"
 #include "model/train/trainer.h"
 #include "tests/support/files.h"
 
@@ -116,6 +118,128 @@ TEST(TrainerTest, ListenersSeeEveryStage) {
   trainer.step([](int64_t) { return synthetic_random_batch(1, 64, 64, 1); });
   EXPECT_EQ(rec.calls, (std::vector<std::string>{"begin", "batch", "forward", "loss",
                                                   "optimizer", "end"}));
+}
+
+// Note [One pass of SGD]: parameters of the kinds a DbNet has (a conv
+// weight channels-last and in NCHW, a bias), with gradients that change
+// every step.
+struct SgdCase {
+  std::vector<torch::Tensor> params, grads;
+};
+SgdCase sgd_case(bool channels_last) {
+  torch::manual_seed(5);
+  SgdCase c;
+  auto conv = torch::randn({64, 32, 3, 3});
+  if (channels_last) conv = conv.contiguous(torch::MemoryFormat::ChannelsLast);
+  for (auto t : {conv, torch::randn({64, 32, 3, 3}), torch::randn({100003})}) {
+    c.params.push_back(t.clone().set_requires_grad(true));
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (const auto& p : c.params) c.grads.push_back(torch::randn_like(p, torch::MemoryFormat::Preserve));
+  }
+  return c;
+}
+// Runs four steps of `opt` over `c.params` (cloned), gradient k of each
+// parameter in step k; returns the parameters.
+template <typename Opt>
+std::vector<torch::Tensor> sgd_steps(const SgdCase& c, torch::optim::SGDOptions o) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : c.params) params.push_back(p.detach().clone().set_requires_grad(true));
+  Opt opt(params, o);
+  for (size_t k = 0; k < 4; ++k) {
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = c.grads[k * params.size() + i].clone();
+    opt.step();
+  }
+  return params;
+}
+torch::optim::SGDOptions dbnet_sgd() { return torch::optim::SGDOptions(0.007).momentum(0.9).weight_decay(1e-4); }
+
+TEST(FusedSgdTest, ComputesSgdsUpdateRoundingEachOperationOnce) {
+  for (const bool cl : {false, true}) {
+    const SgdCase c = sgd_case(cl);
+    const auto fused = sgd_steps<FusedSGD>(c, dbnet_sgd());
+    // The update written out with one rounding per operation.
+    const float wd = 1e-4f, m = 0.9f, neg_lr = -0.007f;
+    for (size_t i = 0; i < c.params.size(); ++i) {
+      auto p = c.params[i].detach().clone();
+      torch::Tensor buf;
+      for (size_t k = 0; k < 4; ++k) {
+        const auto d = c.grads[k * c.params.size() + i] + p * wd;
+        buf = k == 0 ? d : buf * m + d;
+        p = p + buf * neg_lr;
+      }
+      EXPECT_TRUE(torch::equal(fused[i], p)) << "parameter " << i << (cl ? " (channels-last)" : "");
+      EXPECT_EQ(fused[i].strides(), c.params[i].strides()) << "parameter " << i;
+    }
+    // And LibTorch's SGD, to its last bits (it fuses multiply-adds).
+    const auto libtorch = sgd_steps<torch::optim::SGD>(c, dbnet_sgd());
+    for (size_t i = 0; i < c.params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(fused[i], libtorch[i], /*rtol=*/1e-6, /*atol=*/1e-7)) << "parameter " << i;
+    }
+  }
+}
+
+TEST(FusedSgdTest, TheResultDoesNotDependOnTheThreadCount) {
+  const SgdCase c = sgd_case(true);
+  torch::set_num_threads(1);
+  const auto one = sgd_steps<FusedSGD>(c, dbnet_sgd());
+  torch::set_num_threads(2);
+  const auto two = sgd_steps<FusedSGD>(c, dbnet_sgd());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(one[i], two[i])) << "parameter " << i;
+}
+
+// Without momentum or weight decay the update is p + (−lr)·g; where the
+// loop cannot run (a gradient of other strides than its parameter, Nesterov
+// momentum) the step is LibTorch's own.
+TEST(FusedSgdTest, OtherSettingsAndLayoutsTakeLibTorchsStep) {
+  const SgdCase c = sgd_case(false);
+  const auto no_momentum = sgd_steps<FusedSGD>(c, torch::optim::SGDOptions(0.01));
+  for (size_t i = 0; i < c.params.size(); ++i) {
+    auto p = c.params[i].detach().clone();
+    for (size_t k = 0; k < 4; ++k) p = p + c.grads[k * c.params.size() + i] * -0.01f;
+    EXPECT_TRUE(torch::equal(no_momentum[i], p)) << i;
+  }
+
+  const auto nesterov = dbnet_sgd().nesterov(true);
+  const auto fused_nesterov = sgd_steps<FusedSGD>(c, nesterov);
+  const auto libtorch_nesterov = sgd_steps<torch::optim::SGD>(c, nesterov);
+  for (size_t i = 0; i < c.params.size(); ++i) EXPECT_TRUE(torch::equal(fused_nesterov[i], libtorch_nesterov[i])) << i;
+
+  SgdCase transposed = sgd_case(false);  // NCHW parameters, channels-last gradients
+  for (auto& g : transposed.grads) {
+    if (g.dim() == 4) g = g.contiguous(torch::MemoryFormat::ChannelsLast);
+  }
+  const auto fused_t = sgd_steps<FusedSGD>(transposed, dbnet_sgd());
+  const auto libtorch_t = sgd_steps<torch::optim::SGD>(transposed, dbnet_sgd());
+  for (size_t i = 0; i < c.params.size(); ++i) EXPECT_TRUE(torch::equal(fused_t[i], libtorch_t[i])) << i;
+}
+
+// The momentum buffers are SGD's state: an archive of one loads in the other
+// and the next step continues from the same buffers.
+TEST(FusedSgdTest, ItsStateIsSgdsState) {
+  const SgdCase c = sgd_case(true);
+  std::vector<torch::Tensor> a, b;
+  for (const auto& p : c.params) {
+    a.push_back(p.detach().clone().set_requires_grad(true));
+    b.push_back(p.detach().clone().set_requires_grad(true));
+  }
+  FusedSGD fused(a, dbnet_sgd());
+  for (size_t i = 0; i < a.size(); ++i) a[i].mutable_grad() = c.grads[i].clone();
+  fused.step();
+  torch::serialize::OutputArchive out;
+  fused.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  torch::optim::SGD sgd(b, dbnet_sgd());
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  sgd.load(in);
+  ASSERT_EQ(sgd.state().size(), a.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const auto& buf = static_cast<torch::optim::SGDParamState&>(*sgd.state().at(b[i].unsafeGetTensorImpl()));
+    EXPECT_TRUE(torch::equal(buf.momentum_buffer(), c.grads[i] + c.params[i].detach() * 1e-4f)) << i;
+  }
 }
 
 TEST(GradScalerTest, BacksOffOnOverflowAndGrowsAfterInterval) {
