@@ -13,8 +13,8 @@ namespace dbh::model {
 /// update in one loop that reads the gradient, the parameter and the momentum
 /// buffer once and writes the last two once, vectorised, split over the
 /// intra-op threads: for ResNet-18 + FPN's 12.9M parameters on 2 cores of an
-/// EPYC VM 8.0 ms instead of LibTorch's 11.9 ms (`BM_SgdStep`; PyTorch's
-/// Python SGD took 13.9 ms there), 2 % of a 128² training step.
+/// EPYC VM 8.7 ms instead of LibTorch's 11.5 ms (`BM_SgdStep`, medians of 5;
+/// PyTorch's Python SGD took 13.9 ms there), 1.5 % of a 128² training step.
 /// Every element is computed alone, so the result does not depend on the
 /// thread count. Each operation rounds once (fused_sgd.cc is compiled with
 /// -ffp-contract=off): LibTorch's vectorised kernels fuse the multiply-adds
