@@ -33,6 +33,9 @@ device="${DBH_BENCH_DEVICE:-cpu}"
 reps="${DBH_BENCH_REPS:-5}"
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "bench: DBH_BENCH_REPS=$reps: expected a whole number of repetitions" >&2; exit 2; }
 [[ "${DBH_BENCH_QUICK:-0}" == 1 ]] && reps=1
+cache="${DBH_BENCH_CACHE:-empty}"
+[[ $cache == empty || $cache == user ]] ||
+  { echo "bench: DBH_BENCH_CACHE=$cache: expected empty or user" >&2; exit 2; }
 bin="${DBH_BENCH_BIN:-}"
 if [[ -z $bin ]]; then
   ./dev build --target dbh_benchmarks dbh >/dev/null || exit 2
@@ -79,9 +82,6 @@ json.dump({"cpu": cpu, "mhz": mhz, "cores": len(os.sched_getaffinity(0)), "isa":
            "gpu": ", ".join(gpus), "os": f"{os_name}, kernel {platform.release()}", "torch": torch.__version__},
           open(sys.argv[1], "w"), indent=1)
 PY
-cache="${DBH_BENCH_CACHE:-empty}"
-[[ $cache == empty || $cache == user ]] ||
-  { echo "bench: DBH_BENCH_CACHE=$cache: expected empty or user" >&2; exit 2; }
 if want steps || want paired; then
 # dbh's default layout and thread count for the benchmarks' step on this
 # machine, at each size the step benchmarks run: what `auto` chooses when
