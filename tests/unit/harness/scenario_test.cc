@@ -1,6 +1,8 @@
 // Scenario loading: includes and overrides, the error message contract
 // ("file:line:col: key: expected …, got …"), the resolved JSON round trip and
 // its hash, and byte sizes.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -686,10 +688,12 @@ TEST(ResolvedJson, ShippedScenariosRoundTripThroughTheWorkersPath) {
 
 // The smallest file the checkpoint check accepts, for scenarios that name
 // weights: a zip archive whose central directory names a LibTorch archive's
-// `version` and `data.pkl` (empty entries).
+// `version` and `data.pkl` (empty entries). One per process: ctest runs
+// these tests side by side, each removing its file when it exits.
 std::string archive_file() {
-  const std::string path =
-      dbh::testing::removed_at_exit(::testing::TempDir() + "/dbh-scenario-test-weights.pt").string();
+  const std::string path = dbh::testing::removed_at_exit(::testing::TempDir() + "/dbh-scenario-test-weights-" +
+                                                         std::to_string(::getpid()) + ".pt")
+                               .string();
   auto le16 = [](size_t v) { return std::string{static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff)}; };
   auto le32 = [&](size_t v) { return le16(v & 0xffff) + le16(v >> 16); };
   std::string local, central;
