@@ -13,6 +13,7 @@
 #include "harness/common/home.h"
 #include "harness/common/out_file.h"
 #include "harness/common/output_dir.h"
+#include "harness/common/text.h"
 #include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
@@ -61,7 +62,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       }
       if (o.kind == "modules") needs.emplace_back(capability::kMonitorsLocalise, what);
       if (o.kind == "data") needs.emplace_back(capability::kSubset, what);
-      for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << note << "\n";
+      for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << one_line(note) << "\n";
     }
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
     check_outside_datasets("dbh bisect", "--out", out.string(), datasets);

@@ -32,6 +32,12 @@ void flatten(const ojson& j, const std::string& prefix, std::map<std::string, st
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (prefix.empty() && kSkip.count(it.key())) continue;
+    if (key == DBH_SCENARIO_KEY(worker.overrides) && it->is_object()) {
+      // The user's own keys (Note [The user's own names]): each difference
+      // is the override as the user writes it.
+      for (auto u = it->begin(); u != it->end(); ++u) (*out)[u.key()] = u->is_string() ? u->get<std::string>() : u->dump();
+      continue;
+    }
     if (it->is_object()) {
       flatten(*it, key, out);
     } else if (it->is_string()) {
@@ -158,6 +164,10 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
       if (k.dbh_key != key) continue;
       text += " (your `" + k.user_key + "=" + k.value + "`)";
       as_passed.push_back(k.user_key + "=" + k.value);
+    }
+    if (bad.worker.overrides.count(key)) {
+      text += " (a key of your own configuration)";
+      as_passed.push_back(m);
     }
   }
   if (!as_passed.empty()) out.result["as_passed"] = as_passed;

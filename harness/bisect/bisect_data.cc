@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -85,28 +86,45 @@ struct RemoveOnExit {
 constexpr size_t kMaxDefects = 4;
 constexpr size_t kUnreachedSearched = 256;
 
-// A data bisection's ground: the scenario, the dataset as scanned, the
-// reproduced failure and the search over subsets of its samples.
+// A data bisection's ground: the scenario, the dataset as scanned (dbh's
+// worker) or as the worker's loader reported it (an external worker, Note
+// [Samples as the loader reads them]), the reproduced failure and the search
+// over subsets of its samples.
 struct DataSearch {
   Prober& prober;
   const BisectOptions& o;
   const Scenario& s;
-  const model::ScanResult& scan;
+  const model::ScanResult* scan;    // dbh's order of the dataset folder; null for an external worker
+  const TrialAnalysis* reported;    // what an external worker's loader read; null for dbh's worker
   Search& search;
   std::string base_repro;  // the command that reproduces the failure on the whole dataset
 
-  const std::vector<model::ImageAnnotation>& images() const { return scan.images; }
+  const std::vector<model::ImageAnnotation>& images() const { return scan->images; }
   ojson sample_json(int64_t i) const {
-    const auto& im = scan.images[static_cast<size_t>(i)];
+    if (scan == nullptr) {
+      ojson j = {{"index", i}};
+      if (const auto it = reported->sample_names.find(i); it != reported->sample_names.end()) j["name"] = it->second;
+      return j;
+    }
+    const auto& im = scan->images[static_cast<size_t>(i)];
     std::vector<std::string> ids;
     for (const auto& w : im.words) ids.push_back(w.id);
     return ojson{{"index", i}, {"file", im.file}, {"annotation_ids", ids}};
   }
-  // The dataset's samples at `indices`, as code spans: a file name is shown
-  // verbatim, never read as markup (`**`, `<img …>`) in bisect.md or its page.
+  // The dataset's samples at `indices`, as code spans: a file name (or the
+  // name a worker gave) is shown verbatim, never read as markup (`**`,
+  // `<img …>`) in bisect.md or its page.
   std::string names(const std::vector<int64_t>& indices) const {
     std::string text;
-    for (const int64_t i : indices) text += (text.empty() ? "" : ", ") + markdown_code(scan.images[static_cast<size_t>(i)].file);
+    for (const int64_t i : indices) {
+      std::string name;
+      if (scan != nullptr) {
+        name = scan->images[static_cast<size_t>(i)].file;
+      } else if (const auto it = reported->sample_names.find(i); it != reported->sample_names.end()) {
+        name = it->second;
+      }
+      text += (text.empty() ? "" : ", ") + (name.empty() ? "sample " + std::to_string(i) : markdown_code(name));
+    }
     return text;
   }
 };
@@ -157,7 +175,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   Search further(d.prober, out.rep, any_file);
   for (size_t round = 0; !others.empty() && round < kMaxDefects; ++round) {
     const std::string without =
-        write_dataset_copy(d.scan, others, copies.dir / ("without-named-" + std::to_string(round)));
+        write_dataset_copy(*d.scan, others, copies.dir / ("without-named-" + std::to_string(round)));
     ProbeResult last;
     const Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
                                       "re-check: data without the named sample(s)", /*fresh=*/true, &last);
@@ -179,7 +197,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   if (!others.empty() && !without_passes) {
     out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
   }
-  const std::string alone = write_dataset_copy(d.scan, named_files, copies.dir / "named-only");
+  const std::string alone = write_dataset_copy(*d.scan, named_files, copies.dir / "named-only");
   const bool alone_fails = d.search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
                                             "re-check: the named sample(s) alone", /*fresh=*/true) == Verdict::kFail;
   if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
@@ -310,6 +328,72 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
   return found;
 }
 
+
+// Note [Samples as the loader reads them]: dbh's worker reads its dataset in
+// dbh's order (model::batch_indices), so the samples a failing run consumed
+// are computed. An external worker's loader reads the worker's own dataset in
+// its own order (its sampler and generator, workers reading ahead, Lightning
+// one batch early): dbh never assumes its order there. The adapter's dataset
+// wrapper reports every index it reads (`sample_read`, from the loader's
+// processes too) and the one whose read raised, and data.subset holds the
+// worker's own indices. The search runs over the samples the failing run read
+// (a superset of what it trained on); a read that raised is tried alone first,
+// so one probe names it and is its confirmation; a worker that reports no
+// reads but its dataset's size gets every sample searched, and the answer says
+// so; one that reports neither cannot be bisected over its data.
+struct SamplePool {
+  std::vector<int64_t> consumed;   // the samples to search, sorted
+  std::vector<int64_t> unreached;  // the dataset's other samples
+  int64_t dataset_size = 0;
+  std::optional<int64_t> raised;  // the sample whose read raised (an external worker's report)
+  std::string how;                // how `consumed` is known, for the details
+};
+
+SamplePool pool_from_sampler(const Scenario& s, const model::ScanResult& scan, int64_t last_step) {
+  SamplePool p;
+  std::set<int64_t> seen;
+  p.dataset_size = static_cast<int64_t>(scan.images.size());
+  for (int64_t micro = 0; micro < (last_step + 1) * s.train.accumulation; ++micro) {
+    for (const int64_t i : model::batch_indices(p.dataset_size, s.data.batch_size, s.train.seed, micro)) {
+      if (seen.insert(i).second) p.consumed.push_back(i);
+    }
+  }
+  std::sort(p.consumed.begin(), p.consumed.end());
+  for (int64_t i = 0; i < p.dataset_size; ++i) {
+    if (!seen.count(i)) p.unreached.push_back(i);
+  }
+  p.how = "the failing run consumed " + std::to_string(p.consumed.size()) + " samples up to step " +
+          std::to_string(last_step);
+  return p;
+}
+
+SamplePool pool_from_worker(const TrialAnalysis& a) {
+  SamplePool p;
+  p.raised = a.failed_sample;
+  p.consumed = a.samples_read;
+  if (!p.consumed.empty()) {
+    p.dataset_size = a.dataset_size.value_or(p.consumed.back() + 1);
+    std::set<int64_t> seen(p.consumed.begin(), p.consumed.end());
+    for (int64_t i = 0; i < p.dataset_size; ++i) {
+      if (!seen.count(i)) p.unreached.push_back(i);
+    }
+    p.how = "the worker's loader read " + std::to_string(p.consumed.size()) + " of its " +
+            (a.dataset_size ? std::to_string(*a.dataset_size) + " " : "") + "samples in the failing run";
+    return p;
+  }
+  if (!a.dataset_size || *a.dataset_size <= 0) {
+    throw ScenarioError(
+        "bisect data: expected the worker to report the samples its loader reads (`sample_read` events, or its "
+        "dataset's size in a `dataset` event), got neither: wrap the training set with the adapter's "
+        "`dbh.dataset(...)` (docs/worker-protocol.md, \"subset\"); dbh does not assume its own order of the samples");
+  }
+  p.dataset_size = *a.dataset_size;
+  for (int64_t i = 0; i < p.dataset_size; ++i) p.consumed.push_back(i);
+  p.how = "the worker reported no sample its loader read (only its dataset's size): every one of its " +
+          std::to_string(p.dataset_size) + " samples is searched";
+  return p;
+}
+
 }  // namespace
 
 Outputs bisect_data(Prober& prober, const BisectOptions& o) {
@@ -320,8 +404,11 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +
                         to_string(s.data.source));
   }
+  const bool external = s.worker.external();
   ReproducePlan plan;
-  plan.first_may_be_cached = true;
+  // An external worker's reads are in its trial's events, not in a cached
+  // probe's summary: its first run is run.
+  plan.first_may_be_cached = !external;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
   out.doubts = out.rep.notes;
   const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
@@ -330,62 +417,82 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     out.repro = base_repro;
     return out;
   }
-  const auto scan = model::scan_dataset(s.data.path, s.data.on_invalid, {}, /*check_images=*/false);
   const auto& fail = out.rep.baseline.analysis;
+  std::optional<model::ScanResult> scan;
+  if (!external) scan = model::scan_dataset(s.data.path, s.data.on_invalid, {}, /*check_images=*/false);
   Search search(prober, out.rep, out.rep.sig);
-  DataSearch d{prober, o, s, scan, search, base_repro};
-  if (out.rep.sig.before_training) {
-    bisect_data_before_training(d, out);
+  DataSearch d{prober, o, s, scan ? &*scan : nullptr, external ? &fail : nullptr, search, base_repro};
+  if (out.rep.sig.before_training && !(external && fail.failed_sample)) {
+    if (!external) {
+      bisect_data_before_training(d, out);
+      return out;
+    }
+    out.repro = base_repro;
+    out.summary = "the failure happens before training and the worker's loader reported no sample whose read raised";
+    out.doubts.push_back("no subset can isolate a failure before the loader reads a sample");
+    out.result = {{"samples", ojson::array()}, {"before_training", true}, {"class", fail.failure.klass}};
     return out;
   }
 
   const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.last_step() - 1;
-  // The samples the failing run consumed, in order of first use.
-  std::vector<int64_t> consumed;
-  std::set<int64_t> seen;
-  const int64_t n = static_cast<int64_t>(scan.images.size());
-  for (int64_t micro = 0; micro < (last_step + 1) * s.train.accumulation; ++micro) {
-    for (const int64_t i : model::batch_indices(n, s.data.batch_size, s.train.seed, micro)) {
-      if (seen.insert(i).second) consumed.push_back(i);
+  const SamplePool pool = external ? pool_from_worker(fail) : pool_from_sampler(s, *scan, last_step);
+  const std::vector<int64_t>& consumed = pool.consumed;
+  const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(s, last_step, subset); };
+  out.details.push_back(pool.how);
+  std::vector<int64_t> minimal;
+  bool reproduced = false, minimal_fails = false;
+  std::string method = "ddmin";
+  if (pool.raised) {
+    // The sample whose read raised, alone: one probe names it and confirms it.
+    const std::vector<int64_t> alone{*pool.raised};
+    if (search.verdict(overrides(alone), "the sample whose read raised, alone", /*fresh=*/true) == Verdict::kFail) {
+      minimal = alone;
+      reproduced = minimal_fails = true;
+      method = "the read that raised";
+      out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) + " (" +
+                            one_line(fail.failed_sample_error) + "); trained on alone, it fails the same way");
+    } else {
+      out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) +
+                            ", but training on it alone does not fail the same way: searching the samples read");
     }
   }
-  std::sort(consumed.begin(), consumed.end());
-  const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(s, last_step, subset); };
-  const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
-    std::vector<int64_t> subset;
-    for (size_t k : idx) subset.push_back(consumed[k]);
-    return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
-  });
-  std::vector<int64_t> minimal;
-  for (size_t k : r.minimal) minimal.push_back(consumed[k]);
-  out.found = r.reproduced;
+  if (!reproduced) {
+    const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
+      std::vector<int64_t> subset;
+      for (size_t k : idx) subset.push_back(consumed[k]);
+      return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+    });
+    for (size_t k : r.minimal) minimal.push_back(consumed[k]);
+    reproduced = r.reproduced;
+  }
+  out.found = reproduced;
   ojson samples = ojson::array();
   for (const int64_t i : minimal) samples.push_back(d.sample_json(i));
   out.result = {{"samples", samples}, {"consumed", consumed.size()}, {"class", fail.failure.klass},
-                {"method", "ddmin"}};
-  out.details.push_back("the failing run consumed " + std::to_string(consumed.size()) + " samples up to step " +
-                        std::to_string(last_step));
+                {"method", method}};
+  if (external) out.result["order"] = pool.consumed.size() == static_cast<size_t>(pool.dataset_size) &&
+                                              fail.samples_read.empty()
+                                          ? "every sample (the worker reported none it read)"
+                                          : "as the worker's loader read them";
   out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), overrides(minimal)));
-  if (!r.reproduced) {
+  if (!reproduced) {
     out.summary = "training on the consumed samples alone does not fail the same way";
     return out;
   }
   // Confirm with fresh probes: the subset fails, the data without it passes.
-  const bool minimal_fails =
-      search.verdict(overrides(minimal), subset_label("re-check: ", minimal), /*fresh=*/true) == Verdict::kFail;
+  if (!minimal_fails) {
+    minimal_fails =
+        search.verdict(overrides(minimal), subset_label("re-check: ", minimal), /*fresh=*/true) == Verdict::kFail;
+  }
   if (!minimal_fails) out.doubts.push_back("re-check: the minimal subset did not fail the same way when run again");
   const bool data_defect = fail.failure.klass == "data_invalid";
   Signature any_file = out.rep.sig;
   any_file.files.clear();
   Search further(prober, out.rep, any_file);
-  std::vector<int64_t> unreached;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!seen.count(i)) unreached.push_back(i);
-  }
   const DefectSearch found =
-      search_further_defects(d, out, further, last_step, minimal, consumed, unreached, data_defect);
+      search_further_defects(d, out, further, last_step, minimal, consumed, pool.unreached, data_defect);
   if (!found.left_over.empty()) out.doubts.push_back(found.left_over);
-  const size_t unsearched = found.searched_unreached ? 0 : unreached.size();
+  const size_t unsearched = found.searched_unreached ? 0 : pool.unreached.size();
   out.confirmed = minimal_fails && found.rest_passes && found.left_over.empty();
   for (const auto& c : search.contradictions()) out.doubts.push_back(c);
   for (const auto& c : further.contradictions()) out.doubts.push_back(c);
@@ -411,20 +518,23 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   out.result["defects"] = groups;
   out.result["unsearched"] = unsearched;
   const std::string check_cmd = shell_command({self_command(), "data", "check", s.data.path});
+  const std::string of_what = external ? " samples the worker's loader read: " : " samples the run consumed: ";
   if (found.defects.size() == 1) {
-    out.summary = "a 1-minimal failing subset of the " + std::to_string(consumed.size()) +
-                  " samples the run consumed: " + d.names(minimal) + " (index " + list_yaml(minimal) + ")" +
+    out.summary = (method == "ddmin" ? "a 1-minimal failing subset of the " + std::to_string(consumed.size()) + of_what
+                                     : std::string("the sample whose read raised: ")) +
+                  d.names(minimal) + " (index " + list_yaml(minimal) + ")" +
                   (out.confirmed ? "; the data without it passes" : "");
   } else {
     out.summary = std::to_string(found.defects.size()) + " independent failing subsets, each failing alone: " +
                   group_names + (out.confirmed ? "; the data without them passes" : "");
   }
   if (unsearched > 0) {
-    out.details.push_back(std::to_string(unsearched) + " of the " + std::to_string(n) +
-                          " samples come after the failing step and were not searched; `" + check_cmd +
-                          "` reads every sample without training");
+    out.details.push_back(std::to_string(unsearched) + " of the " + std::to_string(pool.dataset_size) +
+                          (external ? " samples were not read by the failing run and were not searched"
+                                    : " samples come after the failing step and were not searched; `" + check_cmd +
+                                          "` reads every sample without training"));
   }
-  if (data_defect) {
+  if (data_defect && !external) {
     out.summary += ". A data defect: `" + check_cmd + "` lists every sample dbh cannot read, without training";
   }
   return out;

@@ -192,30 +192,17 @@ bool is_dbh_folder(const fs::path& dir) {
   return fs::exists(dir / ".dbh-owner", ec) || fs::exists(dir / "CACHEDIR.TAG", ec);
 }
 
-// The program the spawn runs for `program`, or "" when none is found.
+// The program the spawn runs for `program` (find_program, with the PATH the
+// worker gets), or "" when none is found.
 std::string resolve_program(const std::string& program, const fs::path& cwd, const Scenario& s) {
-  const auto runnable = [](const fs::path& p) {
-    return stamp_of(p.string()).regular && ::access(p.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos) {
-    const fs::path p = fs::path(program).is_absolute() ? fs::path(program) : cwd / program;
-    return p.string();
-  }
-  std::string path_var = "/bin:/usr/bin";  // glibc's default when PATH is unset
+  std::optional<std::string> path_var;
   if (const auto it = s.worker.env.find("PATH"); it != s.worker.env.end()) {
     path_var = it->second;
   } else if (const char* env = std::getenv("PATH")) {
     path_var = env;
   }
-  size_t start = 0;
-  while (start <= path_var.size()) {
-    const size_t end = std::min(path_var.find(':', start), path_var.size());
-    const std::string dir = path_var.substr(start, end - start);
-    const fs::path base = dir.empty() ? cwd : fs::path(dir).is_absolute() ? fs::path(dir) : cwd / dir;
-    if (runnable(base / program)) return (base / program).string();
-    start = end + 1;
-  }
-  return "";
+  const std::string found = find_program(program, path_var, cwd.string());
+  return found.empty() || !stamp_of(found).regular ? "" : found;
 }
 
 // Adds every code file below `root` to `files` (path → stamp); false when

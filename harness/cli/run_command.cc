@@ -57,6 +57,9 @@ void Printer::line(const std::string& s) const {
 
 namespace {
 
+// A progress line quotes at most this much of what the worker wrote.
+constexpr size_t kProgressQuoteBytes = 500;
+
 TrialRecord run_one_trial(const Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
@@ -80,20 +83,21 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
       }
     } else if (e.type == event::kFaultFired && p.verbose) {
       const auto fired = proto::fault_fired_from(e);
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault " << one_line(fired.fault)
+      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault "
+                << one_line(truncate_utf8(fired.fault, kProgressQuoteBytes))
                 << " fired at step " << fired.step << std::endl;
     } else if (e.type == event::kError) {
       // What this machine lacks (a CUDA device) is a skip, not an error.
       const auto err = proto::error_from(e);
       const bool unavailable = err.kind == proto::error_kind::kUnavailable;
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] "
-                << (unavailable ? std::string("not available here") : e.type) << ": " << one_line(err.message)
-                << std::endl;
+                << (unavailable ? std::string("not available here") : e.type) << ": "
+                << one_line(truncate_utf8(err.message, kProgressQuoteBytes)) << std::endl;
     } else if (e.type == event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.check != "finite") return;
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
-                << one_line("non-finite " + h.kind + " " + h.site) << std::endl;
+                << one_line(truncate_utf8("non-finite " + h.kind + " " + h.site, kProgressQuoteBytes)) << std::endl;
     }
   };
   TrialRecord t;
@@ -314,7 +318,7 @@ int run_command(const RunOptions& o) {
       return 0;
     }
     // An external worker that cannot serve the scenario is refused here.
-    for (const auto& note : check_worker(resolved)) std::cerr << "dbh run: note: " << note << "\n";
+    for (const auto& note : check_worker(resolved)) std::cerr << "dbh run: note: " << one_line(note) << "\n";
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});

@@ -117,6 +117,16 @@ SuitePlan plan_suite(const RunOptions& o) {
   }
   for (const auto& f : p.files) {  // all valid before anything runs
     const Scenario s = load_scenario(f, o.overrides, input_checks());
+    // An external worker is asked what it serves, as `dbh run` asks: a
+    // scenario it cannot serve is refused before anything runs, never run and
+    // blamed on the training.
+    try {
+      for (const auto& note : check_worker(s)) {
+        std::cerr << "dbh suite: note: " << one_line(f) << ": " << one_line(note) << "\n";
+      }
+    } catch (const UsageError& e) {
+      throw UsageError(f + ": " + e.what());
+    }
     for (const auto& d : dataset_folders(s)) p.data_paths.push_back(d);
     for (const auto& in : input_paths(s)) p.inputs.push_back(in);
     p.hash_of[f] = scenario_hash(s);

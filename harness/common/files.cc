@@ -432,4 +432,27 @@ std::string file_state(const std::string& path) {
          std::to_string(st.st_ino) + '\0' + std::to_string(S_ISDIR(st.st_mode) ? 0 : st.st_size);
 }
 
+std::string find_program(const std::string& program, const std::optional<std::string>& path_var,
+                         const std::string& cwd) {
+  namespace fs = std::filesystem;
+  const fs::path base_dir = cwd.empty() ? fs::current_path() : fs::path(cwd);
+  if (program.find('/') != std::string::npos) {
+    return (fs::path(program).is_absolute() ? fs::path(program) : base_dir / program).string();
+  }
+  const auto runnable = [](const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  const std::string dirs = path_var.value_or("/bin:/usr/bin");
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    const fs::path folder = dir.empty() ? base_dir : fs::path(dir).is_absolute() ? fs::path(dir) : base_dir / dir;
+    if (runnable(folder / program)) return (folder / program).string();
+    start = end + 1;
+  }
+  return "";
+}
+
 }  // namespace dbh::harness

@@ -89,6 +89,16 @@ int write_all(int fd, const char* data, size_t size);
 /// can write in, got a symlink (to …)" naming what is there instead.
 void make_directories_no_follow(const std::string& path);
 
+/// The program a spawn runs for `program`, as execvp would find it but with
+/// the PATH the program is started with (`path_var`; glibc's "/bin:/usr/bin"
+/// when it is unset) and relative names resolved against `cwd`, the
+/// program's working directory: a name with a slash is that file, a bare name
+/// the first regular executable file of that name in `path_var`'s folders.
+/// "" when none is found (Note [dbh owns its names]: the file dbh hashes and
+/// the file it starts are one).
+std::string find_program(const std::string& program, const std::optional<std::string>& path_var,
+                         const std::string& cwd);
+
 /// Writes `text` to `path` so that readers see the old file or the whole new
 /// one, never a torn one, and a full disk leaves no partial file: written to
 /// `<path>.tmp.<pid>` (same directory, so two processes writing the same file

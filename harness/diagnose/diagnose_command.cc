@@ -448,7 +448,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = ladder_rungs(s);
-    for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << note << "\n";
+    for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
     // A rung runs only as a scenario of its own that its worker can serve;
     // otherwise it is n/a with the reason, never the end of the diagnosis.
     auto run_rung = [&](Rung& r) {

@@ -58,6 +58,7 @@ json to_json(const Hello& e) {
   put(j, "worker", e.worker);
   put(j, "capabilities", e.capabilities);
   put(j, "modules", e.modules);
+  put(j, "environment", e.environment);
   return j;
 }
 
@@ -78,6 +79,7 @@ Hello hello_from(const Event& e) {
   read(e, "worker", h.worker);
   read(e, "capabilities", h.capabilities);
   read(e, "modules", h.modules);
+  if (const json env = raw(e, "environment"); env.is_object()) h.environment = env;
   return h;
 }
 
@@ -101,29 +103,29 @@ StepBegin step_begin_from(const Event& e) {
 
 json to_json(const StepEnd& e) {
   if (e.ops) return {{"run", e.run}, {"step", e.step}, {"loss", e.loss}, {"seconds", e.seconds}};
-  return {{"run", e.run},
-          {"step", e.step},
-          {"loss", e.loss},
-          {"bce", e.bce},
-          {"l1", e.l1},
-          {"dice", e.dice},
-          {"loss_bits", e.loss_bits},
-          {"micro_loss_bits", e.micro_loss_bits},
-          {"grad_norm_bits", e.grad_norm_bits},
-          {"lr", e.lr},
-          {"grad_norm", e.grad_norm},
-          {"skipped", e.skipped},
+  json j = {{"run", e.run}, {"step", e.step}, {"loss", e.loss}};
+  put(j, "bce", e.bce);
+  put(j, "l1", e.l1);
+  put(j, "dice", e.dice);
+  j["loss_bits"] = e.loss_bits;
+  j["micro_loss_bits"] = e.micro_loss_bits;
+  put(j, "grad_norm_bits", e.grad_norm_bits);
+  j["lr"] = e.lr;
+  put(j, "grad_norm", e.grad_norm);
+  json rest = {{"skipped", e.skipped},
           {"loss_scale", e.loss_scale},
           {"seconds", e.seconds},
           {"samples", e.samples},
           {"memory", e.memory},
           {"phases", e.phases},
           {"silent", e.silent}};
+  j.update(rest);
+  return j;
 }
 
 StepEnd step_end_from(const Event& e) {
   StepEnd s;
-  s.ops = !e.has("bce");
+  s.ops = !e.has("loss_bits");
   read(e, "run", s.run);
   read(e, "step", s.step);
   read(e, "loss", s.loss);
@@ -150,6 +152,29 @@ StepEnd step_end_from(const Event& e) {
 }
 
 json to_json(const Batch& e) { return {{"run", e.run}, {"step", e.step}, {"samples", e.samples}}; }
+
+json to_json(const DatasetInfo& e) { return {{"size", e.size}}; }
+
+DatasetInfo dataset_info_from(const Event& e) {
+  DatasetInfo d;
+  read(e, "size", d.size);
+  return d;
+}
+
+json to_json(const SampleRead& e) {
+  json j = {{"index", e.index}};
+  put(j, "name", e.name);
+  put(j, "error", e.error);
+  return j;
+}
+
+SampleRead sample_read_from(const Event& e) {
+  SampleRead r;
+  read(e, "index", r.index);
+  read(e, "name", r.name);
+  read(e, "error", r.error);
+  return r;
+}
 
 Batch batch_from(const Event& e) {
   Batch b;
@@ -314,7 +339,9 @@ Overlays overlays_from(const Event& e) {
 }
 
 json to_json(const RunEnd& e) {
-  return {{"run", e.run}, {"steps", e.steps}, {"checksum", e.checksum}, {"memory", e.memory}};
+  json j = {{"run", e.run}, {"steps", e.steps}, {"checksum", e.checksum}, {"memory", e.memory}};
+  put(j, "resources", e.resources);
+  return j;
 }
 
 RunEnd run_end_from(const Event& e) {
@@ -323,6 +350,7 @@ RunEnd run_end_from(const Event& e) {
   read(e, "steps", r.steps);
   read(e, "checksum", r.checksum);
   r.memory = raw(e, "memory");
+  if (const json res = raw(e, "resources"); res.is_object()) r.resources = res;
   return r;
 }
 

@@ -37,6 +37,10 @@ struct Hello {
   std::optional<std::string> worker;
   std::optional<std::vector<std::string>> capabilities;
   std::optional<std::vector<std::string>> modules;
+  /// An external worker's own stack (written when not null): `python`,
+  /// `torch`, `cuda`, `cudnn`, `lightning`, `device`, `device_name`; the
+  /// report's Environment shows it instead of dbh's LibTorch.
+  nlohmann::json environment;
 };
 nlohmann::json to_json(const Hello& e);
 Hello hello_from(const Event& e);
@@ -64,12 +68,16 @@ struct StepEnd {
   int64_t run = 0, step = 0;
   double loss = 0, seconds = 0;
   /// An `ops` mode step (no model): only run, step, loss and seconds are
-  /// written; the fields below are a trainer's.
+  /// written (no `loss_bits`); the fields below are a trainer's.
   bool ops = false;
-  double bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0;
+  /// DBNet's loss parts and the gradient norm: written when the worker
+  /// measured them (dbh's worker always; an external worker's loss need not
+  /// have the parts, and a value it did not measure is left out, never 0).
+  std::optional<double> bce, l1, dice, grad_norm;
+  std::optional<uint32_t> grad_norm_bits;
+  double lr = 0;
   uint32_t loss_bits = 0;                 // float32 bit pattern of the last micro-batch's loss
   std::vector<uint32_t> micro_loss_bits;  // every micro-batch's, in order
-  uint32_t grad_norm_bits = 0;
   bool skipped = false;  // optimizer step skipped (fp16 overflow)
   double loss_scale = 1;
   int64_t samples = 0;
@@ -88,6 +96,28 @@ struct Batch {
 };
 nlohmann::json to_json(const Batch& e);
 Batch batch_from(const Event& e);
+
+/// `dataset`: the training set an external worker's loader reads (the
+/// adapter's dataset wrapper), by its size. Its indices are the worker's own
+/// (Note [Samples as the loader reads them], bisect/bisect_data.cc).
+struct DatasetInfo {
+  static constexpr const char* kType = event::kDataset;
+  int64_t size = 0;
+};
+nlohmann::json to_json(const DatasetInfo& e);
+DatasetInfo dataset_info_from(const Event& e);
+
+/// `sample_read`: one sample the training's loader read (in its worker
+/// processes too), by its index in the worker's dataset; `error` when the
+/// read raised, `name` when the worker can name the sample (a file).
+struct SampleRead {
+  static constexpr const char* kType = event::kSampleRead;
+  int64_t index = -1;
+  std::optional<std::string> name;
+  std::optional<std::string> error;
+};
+nlohmann::json to_json(const SampleRead& e);
+SampleRead sample_read_from(const Event& e);
 
 /// `fault_fired`: an injected fault acted.
 struct FaultFired {
@@ -202,6 +232,9 @@ struct RunEnd {
   int64_t run = 0, steps = 0;
   std::string checksum;   // of the parameters, hex
   nlohmann::json memory;  // memory_json()
+  /// What else a run may leave behind (written when not null; an external
+  /// worker's): `open_files`, `threads`, `children` of the process.
+  nlohmann::json resources;
 };
 nlohmann::json to_json(const RunEnd& e);
 RunEnd run_end_from(const Event& e);

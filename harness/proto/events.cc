@@ -1,6 +1,7 @@
 #include "harness/proto/events.h"
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 
 namespace dbh::harness {
 
@@ -31,7 +32,7 @@ Event decode_event(const std::string& line, const std::string& where) {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {  // parse errors and number overflows
     throw ProtocolError(where + ": expected one JSON object per line, got invalid JSON (" +
-                        std::string(e.what()) + ")");
+                        truncate_utf8(e.what(), 300) + ")");
   }
   if (!j.is_object()) {
     throw ProtocolError(where + ": expected a JSON object, got " + std::string(j.type_name()));
@@ -39,7 +40,7 @@ Event decode_event(const std::string& line, const std::string& where) {
   const auto type = j.find("type");
   if (type == j.end() || !type->is_string() || type->get<std::string>().empty()) {
     throw ProtocolError(where + ": expected a string \"type\", got " +
-                        (type == j.end() ? std::string("none") : type->dump()));
+                        (type == j.end() ? std::string("none") : truncate_utf8(type->dump(), 100)));
   }
   Event e;
   e.type = type->get<std::string>();
@@ -49,23 +50,59 @@ Event decode_event(const std::string& line, const std::string& where) {
   return e;
 }
 
+void StreamDecoder::bad(std::string why, std::vector<std::string>& bad_lines) {
+  if (bad_lines.size() < kMaxBadLines) {
+    bad_lines.push_back(std::move(why));
+    return;
+  }
+  // The last kept entry says how many more there were.
+  ++bad_dropped_;
+  const std::string more = name_ + ": " + std::to_string(bad_dropped_) + " more bad line(s) not kept (at most " +
+                           std::to_string(kMaxBadLines) + " are)";
+  if (bad_dropped_ == 1) {
+    bad_lines.push_back(more);
+  } else {
+    bad_lines.back() = more;
+  }
+}
+
 void StreamDecoder::feed(std::string_view data, const std::function<void(Event&&)>& on_event,
                          std::vector<std::string>& bad_lines) {
-  pending_.append(data);
-  size_t start = 0;
-  for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1) {
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    const std::string_view piece = data.substr(0, nl == std::string_view::npos ? data.size() : nl);
+    if (skipping_ == 0 && pending_.size() + piece.size() > kMaxEventLineBytes) {
+      skipping_ = pending_.size();  // the line is too long: count it, hold none of it
+      pending_.clear();
+    }
+    if (skipping_ > 0) {
+      skipping_ += piece.size();
+    } else {
+      pending_.append(piece);
+    }
+    if (nl == std::string_view::npos) return;
+    data.remove_prefix(nl + 1);
     ++line_no_;
-    if (nl == start) continue;
+    const std::string where = name_ + ":" + std::to_string(line_no_);
+    if (skipping_ > 0) {
+      bad(where + ": expected an event line of at most " + std::to_string(kMaxEventLineBytes) + " bytes, got " +
+              std::to_string(skipping_) + " bytes (skipped)",
+          bad_lines);
+      skipping_ = 0;
+      continue;
+    }
+    std::string line;
+    line.swap(pending_);
+    if (line.empty()) continue;
     Event e;
     try {
-      e = decode_event(pending_.substr(start, nl - start), name_ + ":" + std::to_string(line_no_));
-    } catch (const ProtocolError& bad) {
-      bad_lines.push_back(bad.what());
+      e = decode_event(line, where);
+    } catch (const ProtocolError& error) {
+      bad(error.what(), bad_lines);
       continue;
     }
     on_event(std::move(e));
   }
-  pending_.erase(0, start);
 }
 
 DecodedStream decode_stream(const std::string& text, const std::string& name) {

@@ -27,9 +27,11 @@ namespace event {
 inline constexpr const char* kHello = "hello";            // schema_version, pid, seed, scenario_hash, git, …
 inline constexpr const char* kMemoryBudget = "memory_budget";  // applied, method, budget_bytes, …
 inline constexpr const char* kEvalCheck = "eval_check";   // hmean, images, words (the evaluator scoring the ground truth)
+inline constexpr const char* kDataset = "dataset";        // size (the training set an external worker's loader reads)
 inline constexpr const char* kRunBegin = "run_begin";     // run, memory
 inline constexpr const char* kStepBegin = "step_begin";   // run, step
 inline constexpr const char* kBatch = "batch";            // run, step, samples (ids of the batch)
+inline constexpr const char* kSampleRead = "sample_read"; // index, name, error (a sample the loader read)
 inline constexpr const char* kFaultFired = "fault_fired"; // fault, index, run, step, module, detail
 inline constexpr const char* kHealth = "health";          // run, step, check, site, kind, module, …
 inline constexpr const char* kHeartbeat = "heartbeat";    // run, step, module
@@ -47,10 +49,11 @@ inline constexpr const char* kTuning = "tuning";          // device, size, batch
 inline constexpr const char* kDone = "done";              // status, memory
 
 /// Every event type a worker writes, in the order above.
-inline constexpr std::array<const char*, 21> kAll = {
-    kHello,   kMemoryBudget, kEvalCheck, kRunBegin, kStepBegin,      kBatch,          kFaultFired,
-    kHealth,  kHeartbeat,    kStepEnd,   kCheckpoint, kEval,         kEvalOverlays,   kRunEnd,
-    kWarning, kError,        kOverlays,  kMemorySnapshot, kTuningProgress, kTuning, kDone};
+inline constexpr std::array<const char*, 23> kAll = {
+    kHello,      kMemoryBudget, kEvalCheck, kDataset,   kRunBegin,   kStepBegin,      kBatch,
+    kSampleRead, kFaultFired,   kHealth,    kHeartbeat, kStepEnd,    kCheckpoint,     kEval,
+    kEvalOverlays, kRunEnd,     kWarning,   kError,     kOverlays,   kMemorySnapshot, kTuningProgress,
+    kTuning,     kDone};
 
 /// Whether `type` is one of kAll. Readers skip events they do not know (a
 /// newer worker's), so this is for checks and tools, not for decoding.
@@ -83,6 +86,14 @@ std::string encode_event(const std::string& type, nlohmann::json fields, double 
 /// "events.jsonl:12") on invalid JSON, a non-object or a missing "type".
 Event decode_event(const std::string& line, const std::string& where);
 
+/// Note [A worker's stream is bounded]: what a worker writes is untrusted
+/// input of any size. A line longer than kMaxEventLineBytes is skipped as a
+/// bad line without being held (its bytes are counted, not kept), at most
+/// kMaxBadLines bad lines are kept (then one line saying how many more were
+/// dropped), and a bad line's text quotes at most a few hundred bytes of it.
+inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
+inline constexpr size_t kMaxBadLines = 100;
+
 /// Splits a stream read in pieces (the supervisor's pipe) into events, line
 /// by line as they complete; decode_stream is this over a whole text.
 class StreamDecoder {
@@ -94,13 +105,18 @@ class StreamDecoder {
   /// skipped, as are empty lines (which still count for line numbers).
   void feed(std::string_view data, const std::function<void(Event&&)>& on_event,
             std::vector<std::string>& bad_lines);
-  /// What follows the last '\n' so far: a torn write once the stream ended.
+  /// What follows the last '\n' so far: a torn write once the stream ended
+  /// (at most kMaxEventLineBytes of it).
   const std::string& pending() const { return pending_; }
 
  private:
+  void bad(std::string why, std::vector<std::string>& bad_lines);
+
   std::string name_;
   std::string pending_;
   int64_t line_no_ = 0;
+  size_t skipping_ = 0;        // bytes of an over-long line skipped so far (0: not skipping)
+  int64_t bad_dropped_ = 0;    // bad lines beyond kMaxBadLines
 };
 
 /// Splits a stream into events. A final line without '\n' is a torn write of

@@ -12,6 +12,12 @@ inline constexpr int kEventsFd = 3;
 /// The environment variable run_trial sets to the supervisor's pid.
 inline constexpr const char* kSupervisorPidEnv = "DBH_SUPERVISOR_PID";
 
+/// The environment variable run_trial sets to a token of its own per trial:
+/// every process that keeps it (a descendant that left the process group, a
+/// daemon that called setsid) is the trial's, and ends with it (Note [Every
+/// descendant ends with the trial], supervisor/trial.cc).
+inline constexpr const char* kTrialTokenEnv = "DBH_TRIAL_TOKEN";
+
 /// What a worker exits with when it finds its supervisor gone (the status
 /// the parent-death SIGKILL would have given it).
 inline constexpr int kSupervisorGoneExit = 128 + 9;

@@ -182,7 +182,7 @@ int qualify_command(const QualifyOptions& o) {
   return run_search(claim, [&]() -> int {
     const Scenario source = load_scenario(o.scenario, o.overrides, o.checks);
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
-      std::cerr << "dbh qualify: note: " << note << "\n";
+      std::cerr << "dbh qualify: note: " << one_line(note) << "\n";
     }
     Qualification q = qualification_asked(o, source);
     if (!q.estimate_note.empty()) std::cerr << "dbh qualify: note: " << q.estimate_note << "\n";

@@ -11,10 +11,24 @@ const std::string& metrics_csv_header() {
   return kHeader;
 }
 
+namespace {
+
+// A value the worker measured, or an empty cell (never a 0 it did not measure).
+struct Cell {
+  const std::optional<double>& v;
+};
+std::ostream& operator<<(std::ostream& os, Cell c) {
+  if (c.v) os << *c.v;
+  return os;
+}
+
+}  // namespace
+
 std::string metrics_csv_row(const StepRecord& s, const EvalRecord* eval) {
   std::ostringstream row;
-  row << std::setprecision(9) << s.run << "," << s.step << "," << s.loss << "," << s.bce << "," << s.l1 << ","
-      << s.dice << "," << s.lr << "," << s.grad_norm << "," << (s.skipped ? 1 : 0) << "," << s.loss_scale << ","
+  row << std::setprecision(9) << s.run << "," << s.step << "," << s.loss << "," << Cell{s.bce} << "," << Cell{s.l1}
+      << "," << Cell{s.dice} << "," << s.lr << "," << Cell{s.grad_norm} << "," << (s.skipped ? 1 : 0) << ","
+      << s.loss_scale << ","
       << s.seconds << "," << s.rss_bytes << "," << s.loss_bits;
   if (eval != nullptr) {
     row << "," << eval->hmean << "," << eval->precision << "," << eval->recall << "\n";

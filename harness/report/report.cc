@@ -2,6 +2,7 @@
 
 #include "harness/report/plot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +151,10 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                    {"timeline", steps}};
   }
   j["environment"] = env_json(r.env);
+  if (r.scenario.worker.external()) {
+    const auto& main = r.trials.front().analysis;
+    j["worker"] = {{"name", main.worker}, {"environment", main.worker_environment}};
+  }
   if (!r.inputs_manifest.empty()) {
     j["inputs"] = {{"manifest", r.inputs_manifest}, {"environment", r.outcome_environment}};
   }
@@ -221,10 +226,15 @@ std::string settings_text(const Scenario& s) {
   std::ostringstream o;
   if (s.worker.external()) {
     // The user's training: what dbh passes it, never dbh's own model.
+    // Its words are the user's: one line (a newline would start a line of its
+    // own on the terminal, where `::warning::` is a GitHub workflow command)
+    // and no backtick that would end the code span in report.md.
     std::string command;
     for (const auto& a : s.worker.command) command += (command.empty() ? "" : " ") + a;
+    command = one_line(command);
+    std::replace(command.begin(), command.end(), '`', '\'');
     o << "worker `" << command << "`, data " << to_string(s.data.source)
-      << (s.data.path.empty() ? "" : " (" + s.data.path + ")") << ", batch " << s.data.batch_size << "x"
+      << (s.data.path.empty() ? "" : " (" + one_line(s.data.path) + ")") << ", batch " << s.data.batch_size << "x"
       << s.train.accumulation << ", " << steps_text(s) << ", lr " << s.train.lr << ", "
       << model::to_string(s.train.precision) << " on " << s.hardware.device << ", seed " << s.train.seed;
     return o.str();
@@ -353,37 +363,74 @@ void md_summary(std::ostream& md, const RunReport& r, const std::string& title) 
   for (const auto& w : r.expectation_why) md << "- " << w << "\n";
 }
 
+// The words an external worker's `hello` environment holds, in the order
+// shown, with their labels; values are cut (the worker chose them).
+constexpr std::pair<const char*, const char*> kWorkerEnvironment[] = {
+    {"python", "Python"}, {"torch", "torch"},         {"cuda", "CUDA (torch build)"}, {"cudnn", "cuDNN"},
+    {"lightning", "Lightning"}, {"device", "Device"}, {"device_name", "Device name"}};
+constexpr size_t kWorkerEnvironmentValueBytes = 200;
+
+}  // namespace
+
+std::vector<EnvironmentLine> environment_lines(const RunReport& r) {
+  const auto& s = r.scenario;
+  const auto& e = r.env;
+  const auto& main = r.trials.front().analysis;
+  const bool external = s.worker.external();
+  std::vector<EnvironmentLine> out;
+  auto line = [&](std::string k, std::string v) { out.push_back({std::move(k), std::move(v), false}); };
+  if (external) {
+    out.push_back({"Training", main.worker.empty() ? "your command (it said nothing of itself)" : main.worker, true});
+    for (const auto& [key, label] : kWorkerEnvironment) {
+      const auto it = main.worker_environment.is_object() ? main.worker_environment.find(key)
+                                                          : main.worker_environment.end();
+      if (it == main.worker_environment.end() || !it->is_string() || it->get<std::string>().empty()) continue;
+      out.push_back({label, truncate_utf8(it->get<std::string>(), kWorkerEnvironmentValueBytes), true});
+    }
+  }
+  line("GPU", e.gpus.empty() ? "none (CPU run)" : e.gpus.front());
+  for (size_t i = 1; i < e.gpus.size(); ++i) line("GPU " + std::to_string(i), e.gpus[i]);
+  line("Driver", e.driver_version.empty() ? "none" : e.driver_version);
+  if (!external) {
+    line("CUDA (LibTorch build)", e.torch_cuda.empty() ? "none" : e.torch_cuda);
+    line("cuDNN", e.cudnn_version.empty() ? "unavailable" : e.cudnn_version);
+    line("LibTorch", e.torch_version);
+    line("OpenCV", e.opencv_version);
+  }
+  line("OS", e.os);
+  line("Kernel", e.kernel + (e.wsl ? " (WSL2)" : " (not WSL2)"));
+  line("CPU", e.cpu_model + " (" + std::to_string(e.cpu_cores) + " cores)");
+  line("RAM", format_bytes(e.ram_bytes));
+  line("dbh", e.dbh_version);
+  if (s.hardware.device.rfind("cuda", 0) == 0) {
+    line("Compute capability", e.compute_capability.empty() ? "unknown" : e.compute_capability);
+    if (!external) line("Fault kernels built for", e.kernel_archs.empty() ? "none (no nvcc at build time)" : e.kernel_archs);
+    line("CUDA allocator", e.alloc_conf.empty() ? "defaults (no PYTORCH_CUDA_ALLOC_CONF)" : e.alloc_conf);
+    if (!external) {
+      line("cuDNN settings", std::string(s.hardware.cudnn_enabled ? "enabled" : "disabled") + ", benchmark " +
+                                 (s.hardware.cudnn_benchmark ? "on" : "off") + ", deterministic " +
+                                 (s.hardware.cudnn_deterministic ? "on" : "off") + "; TF32 " +
+                                 (s.hardware.allow_tf32 ? "allowed" : "off"));
+    }
+  } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
+    out.push_back({"Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)", true});
+  }
+  if (const auto set = real_data_settings_unread(s); !set.empty()) {
+    out.push_back({"Not read",
+                   join(set) + " (read only with data.source=real; this run trained on " + to_string(s.data.source) + ")",
+                   true});
+  }
+  return out;
+}
+
+namespace {
+
 // Environment: the machine, libraries, settings and inputs.
 void md_environment(std::ostream& md, const RunReport& r) {
   const auto& s = r.scenario;
   md << "\n## Environment\n\n";
-  const auto& e = r.env;
-  md << "- GPU: " << (e.gpus.empty() ? "none (CPU run)" : e.gpus.front()) << "\n"
-     << "- Driver: " << (e.driver_version.empty() ? "none" : e.driver_version) << "\n"
-     << "- CUDA (LibTorch build): " << (e.torch_cuda.empty() ? "none" : e.torch_cuda) << "\n"
-     << "- cuDNN: " << (e.cudnn_version.empty() ? "unavailable" : e.cudnn_version) << "\n"
-     << "- LibTorch: " << e.torch_version << "\n"
-     << "- OpenCV: " << e.opencv_version << "\n"
-     << "- OS: " << e.os << "\n"
-     << "- Kernel: " << e.kernel << (e.wsl ? " (WSL2)" : " (not WSL2)") << "\n"
-     << "- CPU: " << e.cpu_model << " (" << e.cpu_cores << " cores)\n"
-     << "- RAM: " << format_bytes(e.ram_bytes) << "\n"
-     << "- dbh: " << e.dbh_version << "\n";
-  if (s.hardware.device.rfind("cuda", 0) == 0) {
-    md << "- Compute capability: " << (e.compute_capability.empty() ? "unknown" : e.compute_capability)
-       << "; dbh's fault kernels built for " << (e.kernel_archs.empty() ? "none (no nvcc at build time)" : e.kernel_archs)
-       << "\n"
-       << "- CUDA allocator: " << (e.alloc_conf.empty() ? "defaults (no PYTORCH_CUDA_ALLOC_CONF)" : e.alloc_conf) << "\n"
-       << "- cuDNN: " << (s.hardware.cudnn_enabled ? "enabled" : "disabled") << ", benchmark "
-       << (s.hardware.cudnn_benchmark ? "on" : "off") << ", deterministic " << (s.hardware.cudnn_deterministic ? "on" : "off")
-       << "; TF32 " << (s.hardware.allow_tf32 ? "allowed" : "off") << "\n";
-  } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-    md << "- Not tested on the CPU: " << markdown_inline(join(set))
-       << " (CUDA settings; only a run on a GPU shows their effect)\n";
-  }
-  if (const auto set = real_data_settings_unread(s); !set.empty()) {
-    md << "- Not read: " << markdown_inline(join(set)) << " (read only with data.source=real; this run trained on "
-       << markdown_inline(to_string(s.data.source)) << ")\n";
+  for (const auto& line : environment_lines(r)) {
+    md << "- " << line.key << ": " << (line.literal ? markdown_inline(line.value) : line.value) << "\n";
   }
   if (const auto& tuning = r.trials.front().analysis.tuning; !tuning.is_null()) {
     md << "- Layout and threads: " << measured_choices_line(tuning) << "\n";
@@ -436,7 +483,7 @@ void md_trials(std::ostream& md, const RunReport& r) {
     }() + ")")
        << " | " << to_string(a.outcome) << " | " << (a.failure.klass.empty() ? "-" : a.failure.klass) << " | "
        << (a.failure.step ? std::to_string(*a.failure.step) : "-") << " | "
-       << (a.failure.module.empty() ? "-" : a.failure.module) << " | " << a.steps_completed << " | "
+       << (a.failure.module.empty() ? "-" : markdown_inline(a.failure.module)) << " | " << a.steps_completed << " | "
        << fmt(a.seconds, 3) << " |\n";
   }
 }

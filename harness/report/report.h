@@ -88,6 +88,19 @@ std::string report_title(const RunReport& r);
 /// choices] in supervisor/tuning.h).
 std::string measured_choices_line(const nlohmann::json& tuning);
 
+/// One line of a report's Environment section; `literal` when its value must
+/// not be read as Markdown (what an external worker said of itself, key
+/// names): report.md escapes it (report.html escapes every value).
+struct EnvironmentLine {
+  std::string key, value;
+  bool literal = false;
+};
+/// The Environment section's machine and library lines, in order, for
+/// report.md and report.html alike. For an external worker the training's own
+/// stack comes from its `hello` (Python, torch, CUDA, cuDNN, Lightning,
+/// device), never dbh's LibTorch, which it does not run.
+std::vector<EnvironmentLine> environment_lines(const RunReport& r);
+
 nlohmann::ordered_json report_json(const RunReport& r);
 std::string report_markdown(const RunReport& r);
 

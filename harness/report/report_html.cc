@@ -75,7 +75,12 @@ std::string gap_row(size_t omitted, int columns, const std::string& where) {
          " rows not shown (all of them are in " + esc(where) + ") …</td></tr>\n";
 }
 
-std::string num_cell(double v, int precision = 4) {
+std::string num_cell(double v, int precision = 4);
+// A value the worker did not measure is an empty cell, never a 0.
+std::string num_cell(const std::optional<double>& v, int precision = 4) {
+  return v ? num_cell(*v, precision) : "<td class=\"num\"></td>";
+}
+std::string num_cell(double v, int precision) {
   if (!std::isfinite(v)) return "<td class=\"num nonfinite\">" + esc(fmt(v)) + "</td>";
   return "<td class=\"num\">" + esc(fmt(v, precision)) + "</td>";
 }
@@ -342,39 +347,8 @@ void html_environment(std::ostream& h, const RunPage& p) {
   const auto& s = r.scenario;
   // Environment: the lines of report.md's Environment section, then the settings.
   h << "<h2 id=\"environment\">Environment</h2>\n<table class=\"kv\">\n";
-  {
-    const auto& e = r.env;
-    auto row = [&](const std::string& k, const std::string& v) {
-      h << "<tr><th>" << esc(k) << "</th><td>" << esc(v) << "</td></tr>\n";
-    };
-    row("GPU", e.gpus.empty() ? "none (CPU run)" : e.gpus.front());
-    for (size_t i = 1; i < e.gpus.size(); ++i)
-      row("GPU " + std::to_string(i), e.gpus[i]);
-    row("Driver", e.driver_version.empty() ? "none" : e.driver_version);
-    row("CUDA (LibTorch build)", e.torch_cuda.empty() ? "none" : e.torch_cuda);
-    row("cuDNN", e.cudnn_version.empty() ? "unavailable" : e.cudnn_version);
-    row("LibTorch", e.torch_version);
-    row("OpenCV", e.opencv_version);
-    row("OS", e.os);
-    row("Kernel", e.kernel + (e.wsl ? " (WSL2)" : " (not WSL2)"));
-    row("CPU", e.cpu_model + " (" + std::to_string(e.cpu_cores) + " cores)");
-    row("RAM", format_bytes(e.ram_bytes));
-    row("dbh", e.dbh_version);
-    if (s.hardware.device.rfind("cuda", 0) == 0) {
-      row("Compute capability", e.compute_capability.empty() ? "unknown" : e.compute_capability);
-      row("Fault kernels built for", e.kernel_archs.empty() ? "none (no nvcc at build time)" : e.kernel_archs);
-      row("CUDA allocator", e.alloc_conf.empty() ? "defaults (no PYTORCH_CUDA_ALLOC_CONF)" : e.alloc_conf);
-      row("cuDNN settings", std::string(s.hardware.cudnn_enabled ? "enabled" : "disabled") + ", benchmark " +
-                                (s.hardware.cudnn_benchmark ? "on" : "off") + ", deterministic " +
-                                (s.hardware.cudnn_deterministic ? "on" : "off") + "; TF32 " +
-                                (s.hardware.allow_tf32 ? "allowed" : "off"));
-    } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-      row("Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)");
-    }
-    if (const auto set = real_data_settings_unread(s); !set.empty()) {
-      row("Not read", join(set) + " (read only with data.source=real; this run trained on " +
-                          to_string(s.data.source) + ")");
-    }
+  for (const auto& line : environment_lines(r)) {
+    h << "<tr><th>" << esc(line.key) << "</th><td>" << esc(line.value) << "</td></tr>\n";
   }
   if (!r.inputs_manifest.empty()) {
     std::string vars;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "harness/common/files.h"
@@ -44,7 +45,10 @@ void write_run_files(const RunReport& r, const fs::path& out, const std::vector<
   }
   std::vector<double> loss, bce, l1, dice, rss;
   for (const auto& st : main.steps) {
-    loss.push_back(st.loss), bce.push_back(st.bce), l1.push_back(st.l1), dice.push_back(st.dice);
+    // A part the worker did not measure is a gap in its line, never a 0.
+    const double gap = std::numeric_limits<double>::quiet_NaN();
+    loss.push_back(st.loss), bce.push_back(st.bce.value_or(gap)), l1.push_back(st.l1.value_or(gap)),
+        dice.push_back(st.dice.value_or(gap));
     rss.push_back(static_cast<double>(st.rss_bytes) / (1024.0 * 1024.0));
   }
   write_plot_png((out / "loss.png").string(), "loss parts per step: " + s.name, {"total", "bce", "l1", "dice"},

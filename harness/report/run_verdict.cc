@@ -46,8 +46,8 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
               << k + 1 << ")";
             if (a.micro_loss_bits.size() > 1) s << ", first in micro-batch " << micro;
           } else {
-            s << "the losses agree but the gradient norm differs, " << std::setprecision(9) << a.grad_norm
-              << " (process 1) vs " << b.grad_norm << " (process " << k + 1 << "): the backward pass diverged";
+            s << "the losses agree but the gradient norm differs, " << std::setprecision(9) << a.grad_norm.value_or(0)
+              << " (process 1) vs " << b.grad_norm.value_or(0) << " (process " << k + 1 << "): the backward pass diverged";
           }
           d.detail = s.str();
         }

@@ -118,11 +118,58 @@ void read_identity(MapReader& root, const std::string& file, Scenario& s) {
   root.get("include");  // consumed by the loader
 }
 
+// Note [dbh owns its names]: the worker's environment and the keys dbh
+// passes are dbh's to check. A variable name is a shell name
+// ([A-Za-z_][A-Za-z0-9_]*), and the `DBH_` names are dbh's own (the protocol's
+// DBH_EVENT_FD, DBH_SUPERVISOR_PID, …: a worker.env that set one would hand
+// the worker a pipe that is not dbh's). A worker.keys entry maps a key of
+// dbh's table to one word of the user's command (no space, no `=`): a
+// misspelt dbh key would pass an empty value under the user's name.
+void check_worker_names(const Value* worker, const Location& section_loc, const WorkerConfig& w) {
+  const auto entry_loc = [&](const char* map, const std::string& name) {
+    const Value* m = worker != nullptr ? worker->find(map) : nullptr;
+    const Value* v = m != nullptr ? m->find(name) : nullptr;
+    return v != nullptr ? v->key_loc : (m != nullptr ? m->loc : section_loc);
+  };
+  for (const auto& [name, value] : w.env) {
+    const bool shell_name = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                            std::all_of(name.begin(), name.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                            });
+    if (!shell_name) {
+      fail(entry_loc("env", name), std::string(DBH_SCENARIO_KEY(worker.env)) + "." + quoted_excerpt(name),
+           "a variable name ([A-Za-z_][A-Za-z0-9_]*)", quoted_excerpt(name));
+    }
+    if (name.rfind("DBH_", 0) == 0) {
+      fail(entry_loc("env", name), std::string(DBH_SCENARIO_KEY(worker.env)) + "." + name,
+           "a variable of the training's own (the DBH_ names are dbh's: it sets them for the worker)", name);
+    }
+  }
+  std::vector<std::string> known;
+  for (const auto& k : scenario_keys()) known.push_back(k.key);
+  for (const auto& [dbh_key, user_key] : w.keys) {
+    if (find_scenario_key(dbh_key) == nullptr) {
+      fail(entry_loc("keys", dbh_key), std::string(DBH_SCENARIO_KEY(worker.keys)) + "." + quoted_excerpt(dbh_key),
+           "a key of dbh's scenario (`dbh scenario keys`)" + did_you_mean(dbh_key, known), quoted_excerpt(dbh_key));
+    }
+    const bool one_word = std::none_of(user_key.begin(), user_key.end(), [](char c) {
+      return c == '=' || std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c));
+    });
+    if (!one_word) {
+      fail(entry_loc("keys", dbh_key), std::string(DBH_SCENARIO_KEY(worker.keys)) + "." + dbh_key,
+           "the key it reaches the command as, one word without `=` or spaces (\"\" = not passed)",
+           quoted_excerpt(user_key));
+    }
+  }
+}
+
 void read_worker(MapReader& root, const std::string& file, Scenario& s) {
   // Who trains comes first: the model's own module names and files are
   // checked only for dbh's built-in worker (an external one reports its
   // modules in `hello`, and its files are its own).
-  read_section(root.get("worker", false, kSectionForm), "worker", s);
+  const Value* worker = root.get("worker", false, kSectionForm);
+  read_section(worker, "worker", s);
+  check_worker_names(worker, worker != nullptr ? worker->loc : Location{file, 0, 0}, s.worker);
   if (s.worker.external() && s.worker.cwd.empty()) {
     s.worker.cwd = file.empty() || file == "scenario.resolved.json" ? fs::current_path().string()
                                                                      : fs::absolute(file).parent_path().string();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "harness/common/error.h"
@@ -87,9 +89,68 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
   return merged;
 }
 
+// Note [The user's own names]: for an external worker (worker.command set)
+// an override may name a key of the user's own configuration. A key that
+// worker.keys maps a dbh key to is that dbh key (`optim.step_size=50` is
+// train.lr=50 when worker.keys says `train.lr: optim.step_size`); a key of
+// the Lightning/Hydra alias table is translated as for any worker; any other
+// key outside dbh's own sections (model, data, train, …) is the user's,
+// passed through to the command unchanged in worker.overrides. A key inside
+// dbh's sections stays dbh's, so a misspelt one is still an error with its
+// "did you mean".
+bool dbh_section(const std::string& first) {
+  static const std::set<std::string> kTop = [] {
+    std::set<std::string> top = {"name", "description", "include", "faults", "expect", "controls"};
+    for (const auto& k : scenario_keys()) top.insert(k.key.substr(0, k.key.find('.')));
+    return top;
+  }();
+  return kTop.count(first) > 0;
+}
+
+bool external_worker(const Value& tree) {
+  const Value* w = tree.find("worker");
+  const Value* c = w != nullptr && w->is_map() ? w->find("command") : nullptr;
+  return c != nullptr && ((c->is_seq() && !c->seq.empty()) || (c->is_scalar() && !c->scalar.empty()));
+}
+
+// The override `text` in dbh's words when it names a user's key that
+// worker.keys maps, or passed through to worker.overrides; nullopt when it is
+// dbh's (or an alias) and applies as written.
+std::optional<std::string> user_key_override(Value& tree, const std::string& text) {
+  if (!external_worker(tree)) return std::nullopt;
+  const std::string key = override_key(text);
+  if (key.empty() || key.size() == text.size()) return std::nullopt;
+  const std::string value = text.substr(key.size() + 1);
+  const Value* w = tree.find("worker");
+  const Value* keys = w != nullptr ? w->find("keys") : nullptr;
+  if (keys != nullptr && keys->is_map()) {
+    for (const auto& [dbh_key, user_key] : keys->map) {
+      if (user_key.is_scalar() && user_key.scalar == key && dbh_key != key) return dbh_key + "=" + value;
+    }
+  }
+  const std::string first = key.substr(0, key.find('.'));
+  if (dbh_section(first) || first.rfind('+', 0) == 0 || first.rfind('-', 0) == 0) return std::nullopt;
+  if (translate_alias(key, value)) return std::nullopt;  // the alias table's
+  Value* worker = tree.find("worker");
+  Value* overrides = worker->find("overrides");
+  if (overrides == nullptr || !overrides->is_map()) {
+    Value m;
+    m.kind = Value::Kind::kMap;
+    worker->set("overrides", m);
+    overrides = worker->find("overrides");
+  }
+  Value v;
+  v.kind = Value::Kind::kScalar;
+  v.scalar = value;
+  v.loc = v.key_loc = Location{"<override> " + one_line(text), 0, 0};
+  overrides->set(key, v);
+  return std::string();  // applied
+}
+
 // Overrides may use the Lightning/Hydra keys of the user's training command
 // (Note [Lightning aliases] in aliases.h), translated here for the command
-// line and for controls alike. The value keeps the user's override as its
+// line and for controls alike, and the keys of the user's own configuration
+// (Note [The user's own names]). The value keeps the user's override as its
 // location, so a later error names what the user wrote.
 void apply_user_override(Value& tree, const std::string& text) {
   // Includes are merged before any override: one given as an override
@@ -99,6 +160,11 @@ void apply_user_override(Value& tree, const std::string& text) {
     throw ScenarioError("<override> " + one_line(text) +
                         ": include: expected includes in a scenario file (merged before any override), got an "
                         "override");
+  }
+  if (const auto user = user_key_override(tree, text)) {
+    if (user->empty()) return;  // the user's own key, passed through
+    apply_user_override(tree, *user);
+    return;
   }
   const std::optional<std::string> translated = translate_override(text);
   if (!translated) return;  // dbh already behaves so (trainer.devices=1)

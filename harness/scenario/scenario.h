@@ -211,6 +211,10 @@ struct WorkerConfig {
   /// as (`key=value`, Hydra's override form); "" = not passed. Entries here
   /// replace or extend the Lightning/Hydra alias table's (worker_contract.h).
   std::map<std::string, std::string> keys;
+  /// Keys of the user's own configuration that dbh does not know, set by an
+  /// override (`arch.width=64`), passed to the command as `key=value` after
+  /// dbh's keys (Note [The user's own names] in load.cc).
+  std::map<std::string, std::string> overrides;
   bool external() const { return !command.empty(); }
 };
 

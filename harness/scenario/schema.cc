@@ -315,10 +315,15 @@ std::vector<KeySpec> build_table() {
            "Your training command as a list (`[python, train.py, trainer.max_steps=10]`), speaking "
            "docs/worker-protocol.md; `[]` = dbh's built-in DBNet worker."),
       path(DBH_KEY(worker.cwd), "The command's working directory; empty = the folder of the scenario file."),
-      string_map(DBH_KEY(worker.env), "Variables added to the command's environment."),
+      string_map(DBH_KEY(worker.env),
+                 "Variables added to the command's environment (variable names; the `DBH_` names are dbh's)."),
       string_map(DBH_KEY(worker.keys),
-                 "dbh key → your configuration's key it is passed as (`key=value`); `\"\"` = not passed; unset "
-                 "entries come from the Lightning/Hydra alias table (README \"Your own training\")."),
+                 "dbh key (of this table) → your configuration's key it is passed as (`key=value`, one word); "
+                 "`\"\"` = not passed; unset entries come from the Lightning/Hydra alias table (README \"Your own "
+                 "training\")."),
+      string_map(DBH_KEY(worker.overrides),
+                 "Keys of your own configuration, passed to the command as `key=value` after dbh's keys; an "
+                 "override of a key outside dbh's sections (`arch.width=64`) lands here."),
   };
 }
 

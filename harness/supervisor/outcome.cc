@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "harness/common/error.h"
 #include "harness/common/text.h"
@@ -16,6 +18,7 @@
 #include "harness/scenario/schema.h"
 
 namespace dbh::harness {
+namespace fs = std::filesystem;
 
 bool is_failure(Outcome o) { return o != Outcome::kPassed && o != Outcome::kSkipped; }
 
@@ -38,6 +41,39 @@ std::string signal_name(int sig) {
 }
 
 namespace {
+
+// Note [A worker's stream is bounded]: every string the analysis quotes
+// from the worker (messages, modules, warnings, evidence) is cut, and lists
+// of them are bounded, so no report, terminal line or annotation carries a
+// worker's megabytes.
+constexpr size_t kMaxQuotedBytes = 2000;
+constexpr size_t kMaxQuotedNameBytes = 200;
+constexpr size_t kMaxQuotedItems = 100;
+std::string quoted(const std::string& s, size_t max = kMaxQuotedBytes) { return truncate_utf8(s, max); }
+// A name the worker chose (a module, a site, a kind): one line, cut.
+std::string quoted_name(const std::string& s) { return one_line(truncate_utf8(s, kMaxQuotedNameBytes)); }
+
+// A worker's JSON as kept for the reports (a health event's body): every
+// string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per
+// object or list, at most four levels deep.
+nlohmann::json bounded_json(const nlohmann::json& j, int depth = 0) {
+  if (j.is_string()) return truncate_utf8(j.get<std::string>(), kMaxQuotedNameBytes);
+  if (depth >= 4 && (j.is_object() || j.is_array())) return nullptr;
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end() && out.size() < kMaxQuotedItems; ++it) {
+      out[truncate_utf8(it.key(), kMaxQuotedNameBytes)] = bounded_json(*it, depth + 1);
+    }
+    return out;
+  }
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < j.size() && i < kMaxQuotedItems; ++i) out.push_back(bounded_json(j[i], depth + 1));
+    return out;
+  }
+  return j;
+}
+
 std::string class_for_health_kind(const std::string& kind) {
   if (kind == "input") return "nonfinite_input";
   if (kind == "label") return "nonfinite_label";
@@ -109,9 +145,13 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
     if (static_cast<int64_t>(steps.size()) < w) continue;
     const size_t half = static_cast<size_t>(w / 2), end = static_cast<size_t>(w);
     double first = 0, second = 0, grad = 0;
+    bool grad_measured = true;  // a worker that does not measure the norm: nothing said of it
     for (size_t i = 0; i < half; ++i) first += steps[i]->loss / static_cast<double>(half);
     for (size_t i = half; i < end; ++i) second += steps[i]->loss / static_cast<double>(end - half);
-    for (size_t i = 0; i < end; ++i) grad += steps[i]->grad_norm / static_cast<double>(end);
+    for (size_t i = 0; i < end; ++i) {
+      grad_measured = grad_measured && steps[i]->grad_norm.has_value();
+      grad += steps[i]->grad_norm.value_or(0) / static_cast<double>(end);
+    }
     if (!(first > 0) || !std::isfinite(first) || !std::isfinite(second)) continue;
     const double change = second / first - 1.0;
     const LearningNoise noise = learning_noise(steps, half, end, first, s.monitors.learning_min_drop);
@@ -136,8 +176,9 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
                          pct + ", " + expected + "): the mean of steps " + std::to_string(sh) + "–" +
                          std::to_string(s1) + " against the mean of steps " + std::to_string(s0) + "–" +
                          std::to_string(steps[half - 1]->step));
-    f.evidence.push_back("gradients were not zero (mean norm " + decimals(grad, 4) +
-                         ") and the scheduled learning rate went from " + decimals(steps.front()->lr, 6) + " to " +
+    f.evidence.push_back((grad_measured ? "gradients were not zero (mean norm " + decimals(grad, 4) + ") and t"
+                                        : std::string("t")) +
+                         "he scheduled learning rate went from " + decimals(steps.front()->lr, 6) + " to " +
                          decimals(steps[end - 1]->lr, 6) + ": the updates do not reduce the loss");
     f.evidence.push_back("window: " + std::string(DBH_SCENARIO_KEY(monitors.learning_window)) + " " +
                          (s.monitors.learning_window < 0 ? "auto (min(50, max_steps/2) = " + std::to_string(w) + ")"
@@ -193,6 +234,8 @@ struct EventDigest {
   const Event* silent_health = nullptr;   // the first primary silent-failure finding
   std::string done_status;
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
+  std::set<int64_t> samples_read;               // `sample_read` indices, each once
+  std::optional<int64_t> resumed_at;            // the step a `checkpoint` event (resumed) says
 };
 
 EvalRecord eval_record(const proto::Eval& v) {
@@ -264,7 +307,7 @@ void record_fault(const proto::FaultFired& fired, TrialAnalysis& a) {
   auto& f = a.faults[static_cast<size_t>(fired.index)];
   f.fired = true;
   f.steps.push_back(fired.step);
-  if (!fired.module.empty()) f.module = fired.module;
+  if (!fired.module.empty()) f.module = quoted_name(fired.module);
   const auto& d = fired.detail;
   if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
     f.real = d["real"].get<bool>();
@@ -289,8 +332,43 @@ void record_error(const Event& e, TrialAnalysis& a, EventDigest& d) {
   }
 }
 
+// An external worker's `hello` environment as kept: at most 16 string
+// values, names and values cut (the worker chose them, and any size).
+nlohmann::json bounded_environment(const nlohmann::json& env) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!env.is_object()) return out;
+  for (auto it = env.begin(); it != env.end() && out.size() < 16; ++it) {
+    if (it->is_string()) out[truncate_utf8(it.key(), 40)] = truncate_utf8(it->get<std::string>(), 200);
+  }
+  return out;
+}
+
+// Note [Samples as the loader reads them]: a `sample_read` joins the set of
+// indices read (bounded); its name is kept cut; the first that raised is the
+// failed sample.
+void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDigest& d) {
+  if (r.index < 0 || (a.dataset_size && r.index >= *a.dataset_size)) return;
+  if (d.samples_read.size() < kMaxSamplesRead) d.samples_read.insert(r.index);
+  if (r.name && a.sample_names.size() < kMaxSamplesRead) {
+    a.sample_names.emplace(r.index, truncate_utf8(*r.name, kMaxSampleNameBytes));
+  }
+  if (r.error && !a.failed_sample) {
+    a.failed_sample = r.index;
+    a.failed_sample_error = truncate_utf8(*r.error, kMaxSampleNameBytes * 2);
+  }
+}
+
 void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
   a.run_checksums.push_back(end.checksum);
+  if (end.resources.is_object()) {
+    const auto count = [&](const char* key) {
+      const auto it = end.resources.find(key);
+      return it != end.resources.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{-1};
+    };
+    a.run_end_open_files.push_back(count("open_files"));
+    a.run_end_threads.push_back(count("threads"));
+    a.run_end_children.push_back(count("children"));
+  }
   if (!end.memory.is_object()) return;
   const auto& m = end.memory;
   a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
@@ -306,9 +384,12 @@ EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions&
   EventDigest d;
   for (const auto& e : events) {
     if (e.type == event::kHello) {
-      a.scenario_hash = proto::hello_from(e).scenario_hash;
+      auto hello = proto::hello_from(e);
+      a.scenario_hash = hello.scenario_hash;
+      a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
+      a.worker_environment = bounded_environment(hello.environment);
     } else if (e.type == event::kWarning) {
-      a.warnings.push_back(proto::warning_from(e).message);
+      if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
     } else if (e.type == event::kEval) {
       a.evals.push_back(eval_record(proto::eval_from(e)));
     } else if (e.type == event::kEvalCheck) {
@@ -328,6 +409,9 @@ EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions&
       d.open_step.reset();
     } else if (e.type == event::kFaultFired) {
       if (!opts.withhold_fault_records) record_fault(proto::fault_fired_from(e), a);
+    } else if (e.type == event::kCheckpoint) {
+      const auto c = proto::checkpoint_from(e);
+      if (c.resumed && !d.resumed_at) d.resumed_at = c.step;
     } else if (e.type == event::kMemorySnapshot) {
       a.memory_snapshot = proto::memory_snapshot_from(e).file;
     } else if (e.type == event::kOverlays) {
@@ -337,6 +421,11 @@ EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions&
     } else if (e.type == event::kBatch) {
       auto b = proto::batch_from(e);
       a.batches.emplace_back(b.step, std::move(b.samples));
+    } else if (e.type == event::kDataset) {
+      const int64_t size = proto::dataset_info_from(e).size;
+      if (size >= 0) a.dataset_size = size;
+    } else if (e.type == event::kSampleRead) {
+      record_sample_read(proto::sample_read_from(e), a, d);
     } else if (e.type == event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.primary.value_or(false) && h.check == "finite" && d.primary_health == nullptr) {
@@ -361,6 +450,7 @@ EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions&
       }
     }
   }
+  a.samples_read.assign(d.samples_read.begin(), d.samples_read.end());
   return d;
 }
 
@@ -385,12 +475,12 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
   }
   const bool ended_by_itself = r.term_signal == 0 && !r.timed_out && !r.hung;
   if (d.unavailable != nullptr && ended_by_itself) {
-    mark_not_run_here(a, s, proto::error_from(*d.unavailable).message);
+    mark_not_run_here(a, s, quoted(proto::error_from(*d.unavailable).message));
     return true;
   }
   if (d.harness_error != nullptr && ended_by_itself) {
     a.outcome = Outcome::kUnresolved;
-    f.message = "the worker reported a harness error: " + proto::error_from(*d.harness_error).message;
+    f.message = "the worker reported a harness error: " + quoted(proto::error_from(*d.harness_error).message);
     f.evidence.push_back(f.message);
     return true;
   }
@@ -413,12 +503,14 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
 void judge_nonfinite(const Event& event, TrialAnalysis& a) {
   Failure& f = a.failure;
   a.outcome = Outcome::kDiverged;
-  a.primary_health = event.body;
-  const auto h = proto::health_from(event);
+  a.primary_health = bounded_json(event.body);
+  auto h = proto::health_from(event);
+  h.kind = quoted_name(h.kind);
+  h.site = quoted_name(h.site);
   f.klass = class_for_health_kind(h.kind);
   f.step = h.step;
   f.run = h.run;
-  f.module = h.module.value_or("");
+  f.module = quoted_name(h.module.value_or(""));
   f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
   f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" + h.site +
                        "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
@@ -433,7 +525,8 @@ void judge_nonfinite(const Event& event, TrialAnalysis& a) {
                          "skipped steps are its normal work)");
   }
   if (!h.nonfinite_sites.is_null()) {
-    f.evidence.push_back("non-finite sites that step (consequences included): " + h.nonfinite_sites.dump());
+    f.evidence.push_back("non-finite sites that step (consequences included): " +
+                         truncate_utf8(bounded_json(h.nonfinite_sites).dump(), kMaxQuotedBytes));
   }
 }
 
@@ -441,14 +534,16 @@ void judge_nonfinite(const Event& event, TrialAnalysis& a) {
 void judge_silent_finding(const Event& event, TrialAnalysis& a) {
   Failure& f = a.failure;
   a.outcome = Outcome::kFailed;
-  a.primary_health = event.body;
+  a.primary_health = bounded_json(event.body);
   const auto h = proto::health_from(event);
-  f.klass = h.check;
+  f.klass = quoted_name(h.check);
   f.step = h.step;
   f.run = h.run;
-  f.module = h.module.value_or("");
-  f.message = h.message.value_or("");
-  f.evidence = h.evidence.value_or(std::vector<std::string>{});
+  f.module = quoted_name(h.module.value_or(""));
+  f.message = quoted(h.message.value_or(""));
+  for (const auto& why : h.evidence.value_or(std::vector<std::string>{})) {
+    if (f.evidence.size() < kMaxQuotedItems) f.evidence.push_back(quoted(why));
+  }
   if (f.evidence.empty()) f.evidence.push_back(f.message);
 }
 
@@ -458,10 +553,10 @@ void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a
   Failure& f = a.failure;
   a.outcome = Outcome::kFailed;
   const auto e = proto::error_from(*d.first_error);
-  f.message = e.message;
+  f.message = quoted(e.message);
   f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
   f.run = e.run.value_or(0);
-  f.module = e.module.value_or("");
+  f.module = quoted_name(e.module.value_or(""));
   // Note [Memory a budget refused]: under a host budget applied as
   // RLIMIT_DATA, a library that reports an allocation the cap refused without
   // saying so (oneDNN, the dynamic loader) is read as host memory exhausted;
@@ -484,15 +579,40 @@ void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a
                          (own ? "" : " that holds under a host memory budget (RLIMIT_DATA)"));
   }
   for (const Event* other : d.errors) {
-    if (other != d.first_error) {
+    if (other != d.first_error && f.secondary.size() < kMaxQuotedItems) {
       const auto o = proto::error_from(*other);
-      f.secondary.push_back(o.phase.value_or("train") + ": " + o.message);
+      f.secondary.push_back(quoted(o.phase.value_or("train"), kMaxQuotedNameBytes) + ": " + quoted(o.message));
     }
   }
 }
 
 // Memory growth across in-process runs of a passed trial: host RSS, and on
 // CUDA the caching allocator's allocated and reserved memory.
+// Note [What a run leaves behind]: besides memory, a run that leaves open
+// files, threads or child processes behind grows them run after run. Judged
+// as resident memory is, from the second run's end on (the first opens what
+// a process opens once: thread pools, loader workers, caches), over three
+// runs at least: a count that rises at every run's end is a leak.
+void judge_resource_leaks(TrialAnalysis& a) {
+  const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
+      {"open files", &a.run_end_open_files}, {"threads", &a.run_end_threads}, {"child processes", &a.run_end_children}};
+  for (const auto& [what, values] : series) {
+    if (a.outcome != Outcome::kPassed || values->size() < 3) continue;
+    bool rises = true;
+    for (size_t i = 2; i < values->size(); ++i) rises = rises && (*values)[i - 1] >= 0 && (*values)[i] > (*values)[i - 1];
+    if (!rises) continue;
+    const int64_t per_run = (values->back() - (*values)[1]) / static_cast<int64_t>(values->size() - 2);
+    Failure& f = a.failure;
+    a.outcome = Outcome::kLeaked;
+    f.klass = "leak_across_runs";
+    f.message = std::string(what) + " grew by " + std::to_string(per_run) + " per run over " +
+                std::to_string(values->size()) + " in-process runs";
+    std::string counts;
+    for (size_t i = 0; i < values->size(); ++i) counts += (i ? ", " : "") + std::to_string((*values)[i]);
+    f.evidence.push_back(std::string(what) + " at each run's end: " + counts);
+  }
+}
+
 void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
   Failure& f = a.failure;
   const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
@@ -523,6 +643,52 @@ void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
       f.evidence.push_back(line);
     }
   }
+  judge_resource_leaks(a);
+}
+
+// Note [The schedule asked for]: a worker that says `done passed` is
+// believed only for the training the scenario asked for. Every run of
+// repeat.in_process trains the steps start … train.last_step() − 1, each
+// once and in order; start is 0, or with train.resume_from the step the
+// resume continues at (the checkpoint's name says it as dbh names
+// checkpoints; a worker's own format says it in its `checkpoint` event).
+// A pass of 0 of 4 steps, or of 7, is no answer: "" when the steps are the
+// schedule's, else why not.
+std::string schedule_mismatch(const TrialAnalysis& a, const Scenario& s, const EventDigest& d) {
+  if (s.train.mode == TrainMode::kOps) return "";
+  int64_t start = 0;
+  if (!s.train.resume_from.empty()) {
+    const auto named = proto::parse_checkpoint_file_name(fs::path(s.train.resume_from).filename().string());
+    if (named) {
+      start = named->step;
+    } else if (d.resumed_at) {
+      start = *d.resumed_at;
+    } else if (!a.steps.empty()) {
+      start = a.steps.front().step;
+    }
+  }
+  const int64_t last = s.train.last_step();
+  const int64_t want = std::max<int64_t>(0, last - start);
+  std::map<int64_t, std::vector<int64_t>> by_run;
+  for (const auto& st : a.steps) by_run[st.run].push_back(st.step);
+  for (int64_t run = 0; run < s.repeat.in_process; ++run) {
+    const auto& steps = by_run[run];
+    bool in_order = static_cast<int64_t>(steps.size()) == want;
+    for (size_t i = 0; in_order && i < steps.size(); ++i) in_order = steps[i] == start + static_cast<int64_t>(i);
+    if (in_order) continue;
+    std::string got = std::to_string(steps.size()) + " step(s)";
+    if (!steps.empty()) got += " (" + std::to_string(steps.front()) + " … " + std::to_string(steps.back()) + ")";
+    return "the worker reported `done passed` for run " + std::to_string(run) + " after " + got +
+           ", but the schedule asked for " + std::to_string(want) + " (steps " + std::to_string(start) + " … " +
+           std::to_string(last - 1) + "): a pass of another training is no answer";
+  }
+  for (const auto& [run, steps] : by_run) {
+    if (run < 0 || run >= s.repeat.in_process) {
+      return "the worker reported steps of run " + std::to_string(run) + ", but the scenario asked for " +
+             std::to_string(s.repeat.in_process) + " run(s)";
+    }
+  }
+  return "";
 }
 
 // How the trial ended, from the strongest evidence down: the supervisor's
@@ -576,6 +742,10 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
     a.outcome = Outcome::kUnresolved;
     f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
                 " undecodable line(s): " + r.bad_lines.front();
+  } else if (const std::string off = schedule_mismatch(a, s, d); !off.empty()) {
+    a.outcome = Outcome::kUnresolved;
+    f.message = off;
+    f.evidence.push_back(off);
   } else {
     a.outcome = Outcome::kPassed;
     judge_leaks(opts, a);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,10 +49,13 @@ struct FaultRecord {
 struct StepRecord {
   int64_t run = 0;
   int64_t step = 0;
-  double loss = 0, bce = 0, l1 = 0, dice = 0, lr = 0, grad_norm = 0, seconds = 0;
+  double loss = 0, lr = 0, seconds = 0;
+  /// DBNet's loss parts and the gradient norm, when the worker measured them
+  /// (an external worker may not: unset, never 0).
+  std::optional<double> bce, l1, dice, grad_norm;
   uint32_t loss_bits = 0;
   std::vector<uint32_t> micro_loss_bits;  // every micro-batch's loss, in order
-  uint32_t grad_norm_bits = 0;
+  std::optional<uint32_t> grad_norm_bits;
   int64_t rss_bytes = 0;
   int64_t peak_bytes = 0;  // step peak: CUDA allocated peak, else max RSS over the phases
   nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
@@ -96,7 +100,14 @@ struct TrialAnalysis {
 std::vector<int64_t> run_end_cuda_allocated;  // CUDA only: allocator memory at each run's end
 std::vector<int64_t> run_end_cuda_reserved;
   std::vector<int64_t> run_begin_rss;
+  /// Note [What a run leaves behind]: open files, threads and child
+  /// processes at each run's end, when the worker reported them.
+  std::vector<int64_t> run_end_open_files, run_end_threads, run_end_children;
   std::string scenario_hash;
+  /// An external worker's `hello`: what it is, and its own stack (Python,
+  /// torch, CUDA, cuDNN, Lightning, device), which the report shows.
+  std::string worker;
+  nlohmann::json worker_environment;
   /// The monitors' primary finding (a `health` event), when there was one.
   nlohmann::json primary_health;
   /// Memory when the worker reported its error, and the phases it reached.
@@ -126,7 +137,21 @@ std::vector<int64_t> run_end_cuda_reserved;
   nlohmann::json tuning;
   /// Sample ids per step, from `batch` events.
   std::vector<std::pair<int64_t, std::vector<std::string>>> batches;
+  /// Note [Samples as the loader reads them]: what an external worker's
+  /// dataset wrapper reported (`dataset`, `sample_read`): the training set's
+  /// size, every index its loader read (sorted, each once; at most
+  /// kMaxSamplesRead), names it gave (cut to kMaxSampleNameBytes, at most
+  /// kMaxSamplesRead), and the first read that raised.
+  std::optional<int64_t> dataset_size;
+  std::vector<int64_t> samples_read;
+  std::map<int64_t, std::string> sample_names;
+  std::optional<int64_t> failed_sample;
+  std::string failed_sample_error;
 };
+
+/// Bounds on what `sample_read` events may make the supervisor keep.
+inline constexpr size_t kMaxSamplesRead = size_t{1} << 22;
+inline constexpr size_t kMaxSampleNameBytes = 256;
 
 /// Marks `a` skipped, not run on this machine for `why` (a device it lacks),
 /// with the override that runs it on this machine's CPU.

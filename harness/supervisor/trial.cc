@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -175,9 +176,48 @@ namespace {
 
 // The worker's environment: ours, with spec.env and this process as its
 // supervisor set over it.
-std::vector<std::string> worker_environment(const TrialSpec& spec) {
+// Note [Every descendant ends with the trial]: the process group holds the
+// worker and the children it leaves in it; a descendant that calls setsid()
+// or double-forks leaves the group, and killpg no longer reaches it. Each
+// trial's processes therefore carry a token of the trial in their
+// environment (kTrialTokenEnv, inherited by every descendant that does not
+// wipe its environment), and when the trial ends every process of this user
+// whose environment holds it is killed.
+std::string new_trial_token() {
+  static std::atomic<uint64_t> counter{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(now);
+}
+
+// Kills every process (but this one) whose environment holds
+// kTrialTokenEnv=`token`; returns how many.
+int kill_token_holders(const std::string& token) {
+  const std::string needle = std::string(kTrialTokenEnv) + "=" + token;
+  int killed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == getpid()) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    if (!in) continue;  // gone, or another user's
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == needle) {
+        kill(pid, SIGKILL);
+        ++killed;
+        break;
+      }
+    }
+  }
+  return killed;
+}
+
+std::vector<std::string> worker_environment(const TrialSpec& spec, const std::string& token) {
   std::vector<std::pair<std::string, std::string>> set = spec.env;
   set.emplace_back(kSupervisorPidEnv, std::to_string(getpid()));
+  set.emplace_back(kTrialTokenEnv, token);
   std::vector<std::string> env_text;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) {
@@ -193,7 +233,7 @@ std::vector<std::string> worker_environment(const TrialSpec& spec) {
 // /dev/null, stdout and stderr to the given files, the events pipe at
 // kEventsFd, default signal handling and no blocked signals. Returns
 // posix_spawn's error (0: *pid is the worker).
-int spawn_worker(const TrialSpec& spec, int out_fd, int err_fd, int events_fd, pid_t* pid) {
+int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, int err_fd, int events_fd, pid_t* pid) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -217,15 +257,20 @@ int spawn_worker(const TrialSpec& spec, int out_fd, int err_fd, int events_fd, p
   std::vector<char*> args;
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  std::vector<std::string> env_text = worker_environment(spec);
+  std::vector<std::string> env_text = worker_environment(spec, token);
   std::vector<char*> envp;
   for (auto& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
-  // A program named without a slash ("python") is looked up in PATH, as a
-  // shell would; the built-in worker is always a path.
-  const bool lookup = spec.argv[0].find('/') == std::string::npos;
-  const int rc = lookup ? posix_spawnp(pid, args[0], &actions, &attr, args.data(), envp.data())
-                        : posix_spawn(pid, args[0], &actions, &attr, args.data(), envp.data());
+  // A program named without a slash ("python") is looked up in the PATH the
+  // worker is started with (worker.env's, else ours), as its shell would, and
+  // so is the file the input manifest hashes (find_program, Note [dbh owns
+  // its names]); the built-in worker is always a path.
+  std::optional<std::string> path_var;
+  for (const auto& e : env_text) {
+    if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
+  }
+  const std::string program = find_program(spec.argv[0], path_var, spec.cwd);
+  const int rc = program.empty() ? ENOENT : posix_spawn(pid, program.c_str(), &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   return rc;
@@ -255,7 +300,8 @@ TrialResult run_trial(const TrialSpec& spec) {
   }
   pid_t pid = 0;
   const auto start = Clock::now();
-  const int rc = spawn_worker(spec, out_log.fd, err_log.fd, fds[1], &pid);
+  const std::string token = new_trial_token();
+  const int rc = spawn_worker(spec, token, out_log.fd, err_log.fd, fds[1], &pid);
   close(fds[1]);
   close(out_log.fd);  // the worker has its own copies
   out_log.fd = -1;
@@ -275,16 +321,26 @@ TrialResult run_trial(const TrialSpec& spec) {
       result.bad_lines.push_back(x.what());
       return;
     }
+    // Note [A worker's stream is bounded]: a heartbeat says only that the
+    // worker is alive (the silence watchdog reads the bytes): it is
+    // journaled, not kept, however many a worker sends.
+    if (e.type == event::kHeartbeat) return;
     result.events.push_back(std::move(e));
   };
   auto last_event = Clock::now();
   bool exited = false;
   int status = 0;
   bool pipe_open = true;
+  size_t journaled = 0;
   auto handle_bytes = [&](const char* data, size_t n) {
     // The first failed write ends the journal (a torn record is not
     // continued), as a failed stream stays failed.
-    if (result.journal_error.empty()) {
+    // Note [A worker's stream is bounded]: the journal keeps at most
+    // kMaxJournalBytes; what follows is counted, not written.
+    if (result.journal_error.empty() && (result.journal_cut_bytes > 0 || journaled + n > kMaxJournalBytes)) {
+      result.journal_cut_bytes += static_cast<int64_t>(n);
+    } else if (result.journal_error.empty()) {
+      journaled += n;
       if (const int err = write_all(journal.fd, data, n); err != 0) {
         result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
                                std::strerror(err) + ")";
@@ -334,8 +390,11 @@ TrialResult run_trial(const TrialSpec& spec) {
       killpg(pid, SIGKILL);
     }
     if (exited && pipe_open) {
-      // Drain what is buffered without waiting for stray writers.
-      for (;;) {
+      // Drain what is buffered without waiting for stray writers, and for at
+      // most kDrainSeconds: a descendant that left the group and keeps writing
+      // into the pipe never holds the trial past its end.
+      const auto drain_start = Clock::now();
+      while (since(drain_start) < kDrainSeconds) {
         pollfd p{fds[0], POLLIN, 0};
         if (poll(&p, 1, 50) <= 0) break;
         const ssize_t got = read(fds[0], buf, sizeof buf);
@@ -361,6 +420,7 @@ TrialResult run_trial(const TrialSpec& spec) {
   }
   close(fds[0]);
   killpg(pid, SIGKILL);  // nothing of the trial outlives it
+  kill_token_holders(token);  // nor what left its group
   g_current_group = 0;
   // The stop handler TERMs the group itself, so the worker may be gone before
   // the loop above saw the request: a trial that ran into a stop request is
@@ -368,6 +428,11 @@ TrialResult run_trial(const TrialSpec& spec) {
   if (g_stop_signal != 0) result.interrupted = true;
   result.seconds = since(start);
   result.torn_tail = decoder.pending();
+  if (result.journal_cut_bytes > 0) {
+    result.bad_lines.push_back("events.jsonl: the stream's last " + std::to_string(result.journal_cut_bytes) +
+                               " bytes were read but not journaled (a trial's journal keeps at most " +
+                               std::to_string(kMaxJournalBytes) + " bytes)");
+  }
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
   result.stderr_tail = read_tail(dir / "stderr.log", 4096);

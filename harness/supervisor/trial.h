@@ -45,9 +45,16 @@ struct TrialResult {
   std::string stderr_tail;             // last ~4 KB of stderr
   std::string spawn_error;             // non-empty when the worker never started
   std::string journal_error;           // events.jsonl could not be written (disk full, …)
+  int64_t journal_cut_bytes = 0;       // bytes of the stream past kMaxJournalBytes, not journaled
   std::string stacks_tool;             // "eu-stack" | "gdb" when stacks were captured
   std::string stacks;                  // their text (bounded), also in run_dir/stacks.txt
 };
+
+/// Note [A worker's stream is bounded]: a trial's events.jsonl holds at most
+/// this many bytes of the worker's stream, and the pipe is drained for at
+/// most kDrainSeconds after the worker exits.
+inline constexpr size_t kMaxJournalBytes = size_t{256} << 20;
+inline constexpr double kDrainSeconds = 2.0;
 
 /// Spawns the worker in its own process group with the event stream on fd 3
 /// and this process's pid in kSupervisorPidEnv, enforces the deadline and the

@@ -1,5 +1,6 @@
 #include "harness/supervisor/worker_contract.h"
 
+#include <signal.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -29,7 +30,7 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
       {capability::kStopAfter, "`train.stop_after`: stop after that many steps, the schedule unchanged (`bisect steps`, `bisect modules`)"},
       {capability::kCheckpoint, "`train.checkpoint_every`: a checkpoint every K steps, each announced by a `checkpoint` event (`bisect steps`)"},
       {capability::kResume, "`train.resume_from`: continue from one of its own checkpoints at its step (`bisect steps`)"},
-      {capability::kSubset, "`data.subset`: train on those dataset indices only, in dbh's order of the dataset (`bisect data`)"},
+      {capability::kSubset, "`data.subset`: train on those indices of the worker's own dataset only; the samples its loader reads are reported in `sample_read` events (`bisect data`)"},
       {capability::kMonitorsFinite,
        "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite loss, gradient "
        "or activation; with an fp16 loss scaler, non-finite gradients are its skipped step (`health` of check "
@@ -74,6 +75,19 @@ WorkerNeeds worker_needs(const Scenario& s) {
 
 namespace {
 
+// Bounds on what a worker's `hello` makes dbh keep.
+constexpr size_t kMaxWorkerWordBytes = 200;
+constexpr size_t kMaxWorkerWords = 256;
+constexpr size_t kMaxWorkerModules = 100000;
+
+// The first `n` of `words` joined (each in `quote` marks), and how many more.
+std::string some_of(const std::vector<std::string>& words, size_t n, const std::string& quote = "") {
+  std::string out;
+  for (size_t i = 0; i < words.size() && i < n; ++i) out += (i ? ", " : "") + quote + words[i] + quote;
+  if (words.size() > n) out += " and " + std::to_string(words.size() - n) + " more";
+  return out;
+}
+
 // dbh's value of `key` as a Lightning/Hydra command line writes it.
 std::string user_value(const std::string& key, const Scenario& s) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
@@ -86,6 +100,28 @@ std::string user_value(const std::string& key, const Scenario& s) {
   if (k == nullptr) return "";
   const auto j = key_json(*k, s);
   return j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+}  // namespace
+
+std::vector<PassedKey> passed_keys(const Scenario& s);
+
+namespace {
+
+// Note [The user's own names]: a command that refused a key dbh passed under
+// the alias table's name (Hydra's "Could not override 'K'", a parser's
+// "unknown key K") is told which worker.keys line fixes it.
+std::string refused_key_hint(const Scenario& s, const std::string& stderr_tail) {
+  std::string hint;
+  for (const auto& k : passed_keys(s)) {
+    if (stderr_tail.find(k.user_key) == std::string::npos) continue;
+    const bool mapped = s.worker.keys.count(k.dbh_key) > 0;
+    hint += std::string(hint.empty() ? "" : ";") + " the command names `" + k.user_key + "`, which dbh passed for " +
+            k.dbh_key + (mapped ? " (worker.keys)" : " (the Lightning/Hydra alias table)") +
+            ": if your configuration holds it under another key, add `worker.keys: {" + k.dbh_key +
+            ": <your key>}` to the scenario, or `" + k.dbh_key + ": \"\"` to pass nothing";
+  }
+  return hint.empty() ? "" : " —" + hint;
 }
 
 }  // namespace
@@ -111,6 +147,7 @@ TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, co
   TrialSpec spec;
   spec.argv = s.worker.command;
   for (const auto& k : passed_keys(s)) spec.argv.push_back(k.user_key + "=" + k.value);
+  for (const auto& [key, value] : s.worker.overrides) spec.argv.push_back(key + "=" + value);
   spec.run_dir = dir;
   spec.cwd = s.worker.cwd;
   for (const auto& [name, value] : s.worker.env) spec.env.emplace_back(name, value);
@@ -167,6 +204,9 @@ WorkerDescription describe_worker(const Scenario& s) {
   spec.silence_s = std::min(s.limits.silence_s, 60.0);
   std::cerr << "dbh: asking the worker `" << one_line(command) << "` what it serves (describe mode)…" << std::endl;
   const TrialResult r = run_trial(spec);
+  // Ctrl-C while the worker describes itself ends the command as a stop
+  // does anywhere (128 + signal), never as the worker's fault.
+  if (r.interrupted || stop_requested() != 0) throw Interrupted(stop_requested() != 0 ? stop_requested() : SIGINT);
   const Event* hello = nullptr;
   for (const auto& e : r.events) {
     if (e.type == event::kHello) {
@@ -183,7 +223,8 @@ WorkerDescription describe_worker(const Scenario& s) {
     const std::string tail = one_line(r.stderr_tail.substr(r.stderr_tail.size() > 600 ? r.stderr_tail.size() - 600 : 0));
     throw UsageError(where + ": expected a worker that writes `hello` on fd 3 when " + worker_env::kDescribe +
                      "=1 (docs/worker-protocol.md; the Python adapter does), got " + got +
-                     " without one" + (tail.empty() ? "" : "; its stderr ends: " + tail));
+                     " without one" + (tail.empty() ? "" : "; its stderr ends: " + tail) +
+                     refused_key_hint(s, r.stderr_tail));
   }
   const auto h = proto::hello_from(*hello);
   if (h.schema_version != kEventSchemaVersion || !h.capabilities) {
@@ -192,10 +233,18 @@ WorkerDescription describe_worker(const Scenario& s) {
                      "), got schema " + std::to_string(h.schema_version) +
                      (h.capabilities ? "" : " without capabilities"));
   }
+  // Note [A worker's stream is bounded]: what the worker says of itself is
+  // kept cut: its name, each capability and module name, and their numbers.
   WorkerDescription d;
-  d.worker = h.worker.value_or("");
-  d.capabilities = *h.capabilities;
-  d.modules = h.modules.value_or(std::vector<std::string>{});
+  // One line each: a name is printed on the terminal, where a line of its
+  // own starting with "::" would be a GitHub workflow command.
+  d.worker = one_line(truncate_utf8(h.worker.value_or(""), kMaxWorkerWordBytes));
+  for (const auto& cap : *h.capabilities) {
+    if (d.capabilities.size() < kMaxWorkerWords) d.capabilities.push_back(one_line(truncate_utf8(cap, kMaxWorkerWordBytes)));
+  }
+  for (const auto& m : h.modules.value_or(std::vector<std::string>{})) {
+    if (d.modules.size() < kMaxWorkerModules) d.modules.push_back(truncate_utf8(m, kMaxWorkerWordBytes));
+  }
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = d;
   return d;
@@ -232,7 +281,7 @@ std::vector<std::string> check_worker(const Scenario& s,
   for (const auto& [cap, what] : all) {
     if (serves(cap)) continue;
     throw UsageError(what + ": expected a worker that serves the capability `" + cap + "`, got " + who +
-                     ", which serves " + (d.capabilities.empty() ? "none" : join(d.capabilities)) +
+                     ", which serves " + (d.capabilities.empty() ? "none" : some_of(d.capabilities, 24)) +
                      " (docs/worker-protocol.md)");
   }
   // Module names are the worker's: a fault or expectation naming another
@@ -243,11 +292,19 @@ std::vector<std::string> check_worker(const Scenario& s,
       return m == name || (prefix_ok && m.rfind(name + ".", 0) == 0);
     });
     if (!known) {
+      // A name as the model's class names it, without the attribute the
+      // training holds it under (`decoder.fusion` for `model.decoder.fusion`).
+      std::vector<std::string> under;
+      for (const auto& m : d.modules) {
+        if (m.size() > name.size() && m.compare(m.size() - name.size(), name.size(), name) == 0 &&
+            m[m.size() - name.size() - 1] == '.') {
+          under.push_back(m);
+        }
+      }
+      const std::string hint = !under.empty() ? " (did you mean " + some_of(under, 3, "\"") + "?)"
+                                              : did_you_mean(name, d.modules);
       throw UsageError(what + ": expected a module name of the worker's model (" + std::to_string(d.modules.size()) +
-                       " modules, e.g. " +
-                       join(std::vector<std::string>(d.modules.begin(),
-                                                     d.modules.begin() + std::min<size_t>(6, d.modules.size()))) +
-                       "), got \"" + name + "\"" + did_you_mean(name, d.modules));
+                       " modules, e.g. " + some_of(d.modules, 6) + "), got \"" + quoted_excerpt(name) + "\"" + hint);
     }
   };
   for (size_t i = 0; i < s.faults.size(); ++i) {

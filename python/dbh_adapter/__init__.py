@@ -6,7 +6,7 @@ contract (docs/worker-protocol.md in the dbh repository):
 
     import dbh_adapter
     dbh = dbh_adapter.connect()                 # inactive outside dbh: nothing changes
-    train_set = dbh.dataset(train_set)          # the sample subset dbh asks for
+    train_set = dbh.dataset(train_set)          # reads reported; the sample subset dbh asks for
     trainer = L.Trainer(..., callbacks=[*dbh.lightning_callbacks()])
     trainer.fit(module, datamodule=dm, ckpt_path=dbh.resume_path())
 
@@ -19,38 +19,42 @@ scaler: `dbh.watch(model, optimizer, scaler=torch.amp.GradScaler())`, and
         for step, batch in dbh.steps(loader):
             dbh.backward(loss_of(model, batch))
             dbh.optimizer_step()
+
+Nothing is printed: the session writes to the event pipe dbh opened, and
+outside dbh it writes nothing at all. What it raises: `Finding` (a
+non-finite value the monitors found; the run has diverged), `KeyNotApplied`
+(a key dbh passed did not reach the training's configuration) and
+`ProtocolError` (dbh's environment is not the protocol's), the last two
+`DbhAdapterError`s.
 """
 
-from . import _protocol
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ._bits import float_bits
+from ._errors import DbhAdapterError, KeyNotApplied, ProtocolError
 from ._monitors import Finding
-from ._protocol import ProtocolError, under_dbh
-from ._session import VERSION as __version__
-from ._session import Session, float_bits
+from ._protocol import Link, die_with_supervisor, env_rank, under_dbh
+from ._session import VERSION, Session
+
+__version__ = VERSION
 
 
-def connect(environ=None):
+def connect(environ: Mapping[str, str] | None = None) -> Session:
     """The session of this process: connected to dbh when dbh started it (the
-    event pipe, the resolved scenario, the trial folder), else inactive."""
+    event pipe, the resolved scenario, the trial folder), else inactive.
+
+    `environ` defaults to os.environ. The process's rank (`RANK`, else
+    `LOCAL_RANK`, when `WORLD_SIZE` is above 1) decides whether it writes
+    events: only rank 0 does. Raises ProtocolError when the environment says
+    dbh started the process but not as the protocol says.
+    """
     if not under_dbh(environ):
-        return _Inactive()
-    _protocol.die_with_supervisor(environ)
-    link = _protocol.Link(environ)
-    return _Connected(link)
+        return Session(None)
+    die_with_supervisor(environ)
+    return Session(Link(environ), rank=env_rank(environ))
 
 
-class _Connected(Session):
-    def lightning_callbacks(self):
-        from .lightning import DbhCallback
-        self.framework = "lightning"
-        return [DbhCallback(self)]
-
-
-class _Inactive(Session):
-    def __init__(self):
-        super().__init__(None)
-
-    def lightning_callbacks(self):
-        return []
-
-
-__all__ = ["connect", "Session", "Finding", "ProtocolError", "under_dbh", "float_bits", "__version__"]
+__all__ = ["connect", "Session", "Finding", "DbhAdapterError", "KeyNotApplied", "ProtocolError", "under_dbh",
+           "float_bits", "__version__"]

@@ -2,17 +2,25 @@
 
 Cheap mode (monitors.mode cheap) collects one float32 sum per module output
 (non-finite exactly when a value is, or when the sum leaves float32's range),
-the loss and each parameter's gradient without synchronising, and reads them
-all once per optimizer step; the first non-finite one in the order the step
-computed them (input, forward outputs, loss, gradients in the order autograd
-accumulated them) is the finding. Localise mode reads each flag as it is made
-and adds the tensor's statistics and the module that ran before it.
+the loss and each parameter's gradient norm without synchronising, and reads
+them all once per optimizer step; the first non-finite one in the order the
+step computed them (input, forward outputs, loss, gradients in the order
+autograd accumulated them) is the finding. The same read carries the step's
+total gradient norm. Localise mode reads each forward flag as it is made and
+adds the tensor's statistics and the module that ran before it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 
-def _tensors(value):
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The floating-point tensors in `value` (a tensor or nested containers)."""
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() or value.is_complex():
             yield value
@@ -24,14 +32,14 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def _all_finite(value):
+def _all_finite(value: Any) -> torch.Tensor | None:
     flags = [torch.isfinite(t).all() for t in _tensors(value)]
     if not flags:
         return None
     return flags[0] if len(flags) == 1 else torch.stack(flags).all()
 
 
-def _total(tensors):
+def _total(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One float32 sum over `tensors`: non-finite when any value is (or when
     the sum leaves float32's range, which only values near its limit do). One
     pass and no temporary of the tensor's size: the cheap check."""
@@ -39,14 +47,15 @@ def _total(tensors):
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
-def stats(value):
+def stats(value: Any) -> dict[str, float | int] | None:
     """min, max, mean over the finite values and the NaN/Inf counts."""
     ts = list(_tensors(value))
     if not ts:
         return None
     t = ts[0].detach().float()
     finite = t[torch.isfinite(t)]
-    out = {"numel": t.numel(), "nan": int(torch.isnan(t).sum()), "inf": int(torch.isinf(t).sum())}
+    out: dict[str, float | int] = {"numel": t.numel(), "nan": int(torch.isnan(t).sum()),
+                                   "inf": int(torch.isinf(t).sum())}
     if finite.numel():
         out.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()))
     return out
@@ -60,32 +69,55 @@ _FINITE_PRESERVING = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.LeakyReLU, torch.n
 
 
 class Finding(Exception):
-    """A non-finite value the monitors found: stops the step."""
+    """A non-finite value the monitors found: stops the step.
 
-    def __init__(self, kind, site, module, step, stats_=None, input_module=None, input_stats=None, sites=None,
-                 message=None, extra=None):
+    `kind` is input, activation, loss or gradient; `site` names the tensor
+    (`decoder.fusion output`, `head.weight.grad`), `module` the module that
+    made it ("" for the input and the loss), `step` the optimizer step.
+    """
+
+    def __init__(self, kind: str, site: str, module: str, step: int, stats_: dict[str, float | int] | None = None,
+                 input_module: str | None = None, input_stats: dict[str, float | int] | None = None,
+                 sites: dict[str, int] | None = None, message: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message or f"non-finite {kind} ({site}) at step {step}")
         self.kind, self.site, self.module, self.step = kind, site, module, step
         self.stats, self.input_module, self.input_stats = stats_, input_module, input_stats
         self.sites = sites  # non-finite sites per kind, consequences included
-        self.extra = extra or {}  # check-specific fields of its health event
+        self.extra: dict[str, Any] = extra or {}  # check-specific fields of its health event
+
+
+@dataclass
+class StepReading:
+    """What one read of a step's flags gives: the first non-finite site (or
+    None) and the total gradient norm (None when no gradient was checked)."""
+
+    finding: Finding | None
+    grad_norm: float | None
+
+
+# (kind, site, module, flag): a flag is a 0-d tensor, non-finite exactly when the site is.
+_Flag = tuple[str, str, str, torch.Tensor]
 
 
 class FiniteMonitor:
-    def __init__(self, mode):
-        self.mode = mode  # "cheap" | "localise" | "off"
+    """The finite checks of one model (monitors.mode: cheap, localise or off)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
         self.step = -1
-        self._flags = []  # (kind, site, module, flag tensor) in the order the step made them
-        self._grad_order = []
-        self._last_output = None  # (module name, output) of the last module that ran (localise)
-        self._last_checked = None  # the last output checked (cheap)
+        self._flags: list[_Flag] = []  # in the order the step made them
+        self._grad_order: list[tuple[str, torch.Tensor]] = []
+        self._grad_norm: torch.Tensor | None = None  # the step's total gradient norm, on the device
+        self._last_output: tuple[str, Any] | None = None  # (module name, output) of the last module that ran (localise)
+        self._last_checked: torch.Tensor | None = None  # the last output checked (cheap)
         self.last_module = ""
 
     @property
-    def on(self):
+    def on(self) -> bool:
         return self.mode in ("cheap", "localise")
 
-    def attach(self, model, always=()):
+    def attach(self, model: torch.nn.Module, always: Iterable[str] = ()) -> None:
         """Hooks on `model`. Localise mode checks every module. Cheap mode
         checks the model's blocks: the modules two levels below its first
         level with more than one child (`decoder.fusion`, `encoder.layer1`;
@@ -96,6 +128,7 @@ class FiniteMonitor:
         modules` replays the step in localise mode for the exact module."""
         if not self.on:
             return
+        always = set(always)
         top = 0
         node = model
         while len(list(node.children())) == 1:
@@ -110,90 +143,102 @@ class FiniteMonitor:
             module.register_forward_hook(self._forward_hook(name))
         for pname, p in model.named_parameters():
             if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
-                p.register_post_accumulate_grad_hook(self._grad_hook(pname))
+                p.register_post_accumulate_grad_hook(self._grad_hook(pname))  # type: ignore[no-untyped-call]  # torch
 
-    def begin_step(self, step):
+    def begin_step(self, step: int) -> None:
         self.step = step
         self._flags.clear()
         self._grad_order.clear()
+        self._grad_norm = None
         self._last_output = None
         self._last_checked = None
 
-    def _forward_hook(self, name):
-        def hook(module, args, output):
+    def _forward_hook(self, name: str) -> Callable[[torch.nn.Module, Any, Any], None]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
             if not torch.is_grad_enabled():
-                return None
+                return
             self.last_module = name
             if self.mode == "localise":
                 flag = _all_finite(output)
                 if flag is None:
-                    return None
+                    return
                 if not bool(flag):
                     before = self._last_output
                     raise Finding("activation", name + " output", name, self.step, stats(output),
                                   before[0] if before else None, stats(before[1]) if before else None)
                 self._last_output = (name, output)
-                return None
+                return
             tensors = list(_tensors(output))
             if not tensors:
-                return None
+                return
             # A container returning its last child's output: already checked.
             if len(tensors) == 1 and tensors[0] is self._last_checked:
-                return None
+                return
             self._last_checked = tensors[-1]
             self._flags.append(("activation", name + " output", name, _total(tensors)))
-            return None
         return hook
 
-    def _grad_hook(self, pname):
-        def hook(p):
+    def _grad_hook(self, pname: str) -> Callable[[torch.Tensor], None]:
+        def hook(p: torch.Tensor) -> None:
             self._grad_order.append((pname, p))
         return hook
 
-    def check_input(self, tensor):
+    def check_input(self, tensor: torch.Tensor | None) -> None:
         if tensor is None or not self.on:
             return
         if self.mode == "localise" and not bool(torch.isfinite(tensor).all()):
             raise Finding("input", "batch input", "", self.step, stats(tensor))
         self._flags.append(("input", "batch input", "", _total([tensor])))
 
-    def check_loss(self, loss):
+    def check_loss(self, loss: torch.Tensor) -> None:
         if not self.on:
             return
         if self.mode == "localise" and not bool(torch.isfinite(loss.detach()).all()):
             raise Finding("loss", "loss", "", self.step, stats(loss))
         self._flags.append(("loss", "loss", "", _total([loss])))
 
-    def check_gradients(self, model):
+    def check_gradients(self, model: torch.nn.Module) -> None:
         """After the step's backward (and accumulation): gradients in the order
-        autograd produced them, parameters without a hook after them."""
+        autograd produced them, parameters without a hook after them. One fused
+        norm per gradient (non-finite exactly when a value is, or on overflow)
+        is its flag, and their root sum of squares the step's total norm, both
+        read with the other flags."""
         if not self.on:
             return
         seen = {name for name, _ in self._grad_order}
         order = list(self._grad_order) + [(n, p) for n, p in model.named_parameters() if n not in seen]
-        order = [(n, p) for n, p in order if p.grad is not None]
-        if not order:
+        grads = [(n, p.grad) for n, p in order if p.grad is not None]
+        if not grads:
             return
-        # One fused norm per gradient (non-finite exactly when a value is, or
-        # on overflow), read with the other flags.
-        norms = torch._foreach_norm([p.grad.detach() for _, p in order])
-        for (pname, _), norm in zip(order, norms):
+        norms = torch._foreach_norm([g.detach() for _, g in grads])
+        for (pname, _), norm in zip(grads, norms):
             self._flags.append(("gradient", pname + ".grad", pname.rpartition(".")[0], norm))
+        self._grad_norm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
 
-    def first_finding(self):
-        """Reads the step's flags at once; the first non-finite, or None."""
+    def read(self) -> StepReading:
+        """Reads the step's flags and gradient norm at once (one copy to the
+        host): the first non-finite site, or None, and the total norm."""
         if not self._flags:
-            return None
-        flags = torch.isfinite(torch.stack([f[3].reshape(()).float() for f in self._flags])).cpu()
+            return StepReading(None, None)
+        values = [f[3].reshape(()).float() for f in self._flags]
+        if self._grad_norm is not None:
+            values.append(self._grad_norm.reshape(()))
+        host = torch.stack(values).cpu()
+        grad_norm = float(host[-1]) if self._grad_norm is not None else None
+        flags = torch.isfinite(host[:len(self._flags)])
         bad = (~flags).nonzero()
         if bad.numel() == 0:
-            return None
+            return StepReading(None, grad_norm)
         kind, site, module, _ = self._flags[int(bad[0])]
-        return Finding(kind, site, module, self.step)
+        return StepReading(Finding(kind, site, module, self.step), grad_norm)
 
-    def sites(self):
-        """Non-finite sites per kind, consequences included (after first_finding)."""
-        out = {}
+    def first_finding(self) -> Finding | None:
+        """The step's first non-finite site, or None (one read, as `read`)."""
+        return self.read().finding
+
+    def sites(self) -> dict[str, int]:
+        """Non-finite sites per kind, consequences included (after a finding)."""
+        out: dict[str, int] = {}
         for kind, _, _, flag in self._flags:
             if not bool(torch.isfinite(flag).all()):
                 out[kind] = out.get(kind, 0) + 1

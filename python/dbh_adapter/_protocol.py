@@ -1,22 +1,36 @@
 """The worker's end of the link to dbh (docs/worker-protocol.md).
 
 dbh starts the user's command with the event pipe on an inherited file
-descriptor and these variables in the environment; this module reads them,
-ties the process's life to its supervisor and writes the events, one JSON
-object per line.
+descriptor and the variables below in the environment. This module holds
+what the adapter shares with dbh's C++ side (each constant names its
+counterpart; python/tests/test_contract.py reads those sources and fails when
+they differ), reads the environment into a `Link` and ties the process's life
+to its supervisor. The events themselves are written by `EventWriter`
+(_events.py) on the link's descriptor.
 """
+
+from __future__ import annotations
 
 import ctypes
 import json
 import os
 import signal
 import sys
-import time
+from collections.abc import Mapping
+from typing import Any
 
+from ._errors import ProtocolError
+
+# --- Shared with dbh's C++ side ------------------------------------------------
+
+# The worker protocol's version (kWorkerProtocolVersion,
+# harness/supervisor/worker_contract.h) and the events' (kEventSchemaVersion,
+# harness/proto/events.h).
 PROTOCOL_VERSION = 1
 EVENT_SCHEMA_VERSION = 1
 
-# The variables dbh sets (harness/supervisor/worker_contract.h, worker_env).
+# The variables dbh sets (worker_env in harness/supervisor/worker_contract.h;
+# the supervisor's pid is kSupervisorPidEnv in harness/proto/worker_link.h).
 ENV_PROTOCOL = "DBH_WORKER_PROTOCOL"
 ENV_EVENT_FD = "DBH_EVENT_FD"
 ENV_SCENARIO = "DBH_SCENARIO"
@@ -26,23 +40,48 @@ ENV_TRIAL = "DBH_TRIAL"
 ENV_DESCRIBE = "DBH_WORKER_DESCRIBE"
 ENV_SUPERVISOR_PID = "DBH_SUPERVISOR_PID"
 
-# What a worker exits with when its supervisor is gone (kSupervisorGoneExit).
+# What a worker exits with when its supervisor is gone (kSupervisorGoneExit,
+# harness/proto/worker_link.h).
 SUPERVISOR_GONE_EXIT = 128 + 9
 
+# Note [Loss-scaler skips] (harness/monitors/monitors.cc): with fp16 only this
+# many optimizer steps in a row that the loss scaler skips are a failure
+# (kScalerSkipLimit, harness/proto/event_types.h).
+SCALER_SKIP_LIMIT = 8
 
-class ProtocolError(RuntimeError):
-    """The environment says dbh started this process, but not as the protocol says."""
+
+def checkpoint_file_name(run: int, step: int) -> str:
+    """The name dbh's bisections look for in the trial folder: the checkpoint to
+    resume run `run` at `step` (checkpoint_file_name, harness/proto/event_types.cc)."""
+    return f"checkpoint-r{run}-s{step}.pt"
 
 
-def under_dbh(environ=None):
+# --- The process's environment -------------------------------------------------
+
+
+def under_dbh(environ: Mapping[str, str] | None = None) -> bool:
     """Whether dbh started this process as a worker."""
     return (environ if environ is not None else os.environ).get(ENV_PROTOCOL, "") != ""
 
 
-def die_with_supervisor(environ=None):
+def env_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as a distributed launcher (torchrun, Slurm
+    via Lightning) states it: `RANK`, else `LOCAL_RANK`, when `WORLD_SIZE` is
+    above 1; 0 otherwise or when they do not parse."""
+    env = environ if environ is not None else os.environ
+    try:
+        if int(env.get("WORLD_SIZE", "1") or 1) <= 1:
+            return 0
+        return int(env.get("RANK", "") or env.get("LOCAL_RANK", "") or 0)
+    except ValueError:
+        return 0
+
+
+def die_with_supervisor(environ: Mapping[str, str] | None = None) -> None:
     """The kernel kills this process when the supervisor's thread ends
     (PR_SET_PDEATHSIG), and it exits at once when the supervisor is already
-    gone: no worker outlives its supervisor."""
+    gone: no worker outlives its supervisor. Does nothing without
+    DBH_SUPERVISOR_PID (a worker started by hand)."""
     env = environ if environ is not None else os.environ
     text = env.get(ENV_SUPERVISOR_PID, "")
     if not text:
@@ -50,51 +89,21 @@ def die_with_supervisor(environ=None):
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
         except OSError:
             pass
     if str(os.getppid()) != text:
         os._exit(SUPERVISOR_GONE_EXIT)
 
 
-class EventWriter:
-    """Writes events to the pipe: whole lines, flushed one by one, so that a
-    worker that dies leaves at most its last line torn. A write that fails
-    (the supervisor is gone) ends the process as the supervisor's death
-    would."""
-
-    def __init__(self, fd):
-        self._start = time.monotonic()
-        self._fd = fd
-
-    def emit(self, type_, **fields):
-        event = {"type": type_, "t": round(time.monotonic() - self._start, 6)}
-        for key, value in fields.items():
-            if value is not None:
-                event[key] = value
-        line = (json.dumps(event, allow_nan=True, separators=(",", ":"), default=_plain) + "\n").encode()
-        try:
-            view = memoryview(line)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-        except BrokenPipeError:
-            os._exit(SUPERVISOR_GONE_EXIT)
-
-
-def _plain(value):
-    """JSON for values json does not know (tensors' items, paths)."""
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
-
-
 class Link:
-    """Everything dbh gave this process: the scenario, the trial folder, the
-    event writer, and whether it only asks the worker to describe itself."""
+    """Everything dbh gave this process: the event pipe's descriptor, the
+    resolved scenario, the trial folder, and whether it only asks the worker to
+    describe itself. Raises ProtocolError when the environment is not the
+    protocol's."""
 
-    def __init__(self, environ=None):
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         env = environ if environ is not None else os.environ
         version = env.get(ENV_PROTOCOL, "")
         if version != str(PROTOCOL_VERSION):
@@ -104,20 +113,33 @@ class Link:
         try:
             self.fd = int(env[ENV_EVENT_FD])
         except (KeyError, ValueError) as e:
-            raise ProtocolError(f"{ENV_EVENT_FD}: expected the event pipe's descriptor, got {env.get(ENV_EVENT_FD)!r}") from e
+            raise ProtocolError(
+                f"{ENV_EVENT_FD}: expected the event pipe's descriptor, got {env.get(ENV_EVENT_FD)!r}") from e
         path = env.get(ENV_SCENARIO, "")
         try:
-            with open(path, "r", encoding="utf-8") as f:
-                self.scenario = json.load(f)
+            with open(path, encoding="utf-8") as f:
+                scenario = json.load(f)
         except (OSError, ValueError) as e:
-            raise ProtocolError(f"{ENV_SCENARIO}: expected the resolved scenario (a JSON file), got {path!r}: {e}") from e
+            raise ProtocolError(
+                f"{ENV_SCENARIO}: expected the resolved scenario (a JSON file), got {path!r}: {e}") from e
+        if not isinstance(scenario, dict):
+            raise ProtocolError(f"{ENV_SCENARIO}: expected a JSON object in {path!r}, got {type(scenario).__name__}")
+        self.scenario: dict[str, Any] = scenario
         self.scenario_hash = env.get(ENV_SCENARIO_HASH, "")
         self.trial_dir = env.get(ENV_TRIAL_DIR, "")
         if not self.trial_dir or not os.path.isdir(self.trial_dir):
             raise ProtocolError(f"{ENV_TRIAL_DIR}: expected the trial's folder, got {self.trial_dir!r}")
-        self.trial = int(env.get(ENV_TRIAL, "0") or 0)
+        try:
+            self.trial = int(env.get(ENV_TRIAL, "0") or 0)
+        except ValueError as e:
+            raise ProtocolError(f"{ENV_TRIAL}: expected the trial's index, got {env.get(ENV_TRIAL)!r}") from e
         self.describe = env.get(ENV_DESCRIBE, "") == "1"
-        self.events = EventWriter(self.fd)
+        try:
+            os.fstat(self.fd)
+        except OSError as e:
+            raise ProtocolError(f"{ENV_EVENT_FD}: expected an open descriptor, got {self.fd}: {e}") from e
 
-    def section(self, name):
-        return self.scenario.get(name) or {}
+    def section(self, name: str) -> dict[str, Any]:
+        """A top-level section of the scenario (`train`, `data`, …); {} when absent."""
+        value = self.scenario.get(name)
+        return value if isinstance(value, dict) else {}

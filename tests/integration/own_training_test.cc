@@ -348,5 +348,110 @@ TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndSta
   EXPECT_NE(md.find("in module `decoder.fusion`"), std::string::npos);
 }
 
+// --- The second training: examples/pytorch-regions --------------------------------------------------------------
+// A plain PyTorch loop with its own JSON config and key names (dataset.root, loader.per_step, optim.step_size,
+// run.seed, run.updates, arch.*, objective.*), its own module names (stem, body.<k>, bridge, readout), a loader of
+// its own order (last file first) shuffled by its own generator in two worker processes, tuple batches without
+// names, and its own loss (README "Your own training").
+
+const std::string kRegions = kSource + "/examples/pytorch-regions";
+
+// A copy of the bundled fixtures with `file` cut to half its bytes: PIL raises "image file is truncated" reading it.
+fs::path fixtures_with_truncated(const Dir& dir, const std::string& file) {
+  fs::copy(kSource + "/fixtures/real", dir / "data", fs::copy_options::recursive);
+  const fs::path bad = dir / "data" / "images" / file;
+  const std::string bytes = testing::read_text(bad);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  return dir / "data";
+}
+
+// Note [Samples as the loader reads them]: the broken image is named by the index the user's dataset gives it and
+// by the name it reported, after one probe on it alone, without dbh assuming its own order of the folder.
+TEST_F(OwnTrainingTest, RegionsBisectDataNamesTheTruncatedImageTheUsersLoaderRead) {
+  const Dir dir("dbh-regions-data");
+  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
+  const auto r = dbh({"bisect", "data", kRegions + "/scenarios/clean.yaml", "data.path=" + data.string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["name"], "img_006.jpg") << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["index"], 4);  // the training's own order: img_010 … img_001
+  EXPECT_EQ(j["result"]["method"], "the read that raised") << j.dump(2);
+  EXPECT_EQ(j["result"]["order"], "as the worker's loader read them");
+  EXPECT_EQ(j["verdict"], "confident") << j.dump(2);
+  // One probe named it: the first after the reproduction trains on it alone.
+  bool alone = false;
+  for (const auto& p : j["probes"]) alone = alone || p.dump().find("data.subset=[4]") != std::string::npos;
+  EXPECT_TRUE(alone) << j["probes"].dump(2);
+}
+
+// The worker's own stack, not dbh's LibTorch, in the report's Environment.
+TEST_F(OwnTrainingTest, RegionsReportDescribesTheUsersEnvironment) {
+  const Dir dir("dbh-regions-env");
+  const auto r = dbh({"run", kRegions + "/scenarios/clean.yaml", "train.max_steps=2", "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string md = testing::read_text(dir / "out" / "report.md");
+  const size_t env = md.find("## Environment");
+  ASSERT_NE(env, std::string::npos);
+  const std::string section = md.substr(env, md.find("\n## ", env + 5) - env);
+  EXPECT_NE(section.find("- Python: 3."), std::string::npos) << section;
+  EXPECT_NE(section.find("- torch: 2."), std::string::npos) << section;
+  EXPECT_NE(section.find("- Training: dbh-adapter"), std::string::npos) << section;
+  EXPECT_EQ(section.find("LibTorch"), std::string::npos) << section;
+  EXPECT_EQ(section.find("OpenCV"), std::string::npos) << section;
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["worker"]["environment"]["device"], "cpu") << j["worker"].dump();
+  // The loss parts it does not have are left out, never 0.
+  const std::string csv = testing::read_text(dir / "out" / "metrics.csv");
+  EXPECT_NE(csv.find("\n0,0,"), std::string::npos) << csv;
+  std::istringstream lines(csv);
+  std::string header, row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  EXPECT_NE(row.find(",,,,"), std::string::npos) << "bce, l1, dice empty: " << row;
+}
+
+// Note [The user's own names]: --bad in the training's own key names, one of them a key only its config has.
+TEST_F(OwnTrainingTest, RegionsBisectConfigSpeaksTheTrainingsOwnKeys) {
+  const Dir dir("dbh-regions-config");
+  const auto r = dbh({"bisect", "config", "--good", kRegions + "/scenarios/clean.yaml", "--bad",
+                      "optim.step_size=50 arch.width=6 objective.dice_weight=0.25 run.seed=5", "--reproductions", "1",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("train.lr=50", 0), 0u) << j.dump(2);
+  EXPECT_EQ(j["result"]["as_passed"][0].get<std::string>().rfind("optim.step_size=50", 0), 0u) << j.dump(2);
+  EXPECT_EQ(j["result"]["differing_keys"], 4);
+  // A key only its configuration has is the culprit found in its own name.
+  const auto own = dbh({"bisect", "config", "--good", kRegions + "/scenarios/clean.yaml", "--bad",
+                        "arch.width=6 objective.edge_weight=1e39", "--reproductions", "1", "--out",
+                        (dir / "own").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(own.exit_code, 0) << own.out << own.err;
+  const auto k = read_json(dir / "own" / "bisect.json");
+  ASSERT_EQ(k["result"]["difference"].size(), 1u) << k.dump(2);
+  EXPECT_EQ(k["result"]["difference"][0], "objective.edge_weight=1e39") << k.dump(2);
+  EXPECT_NE(own.out.find("a key of your own configuration"), std::string::npos) << own.out;
+}
+
+// Seed 004 on the user's training: three fits in one process (dbh.runs()), a leak of 96 MiB a run; the growth is
+// named per run, and the same training without the leak passes.
+TEST_F(OwnTrainingTest, RegionsSecondRunLeakIsNamedAsTheMemoryThatGrew) {
+  const Dir dir("dbh-regions-leak");
+  const auto r = dbh({"run", kRegions + "/scenarios/second-run-leak.yaml", "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // leaked, as the scenario expects
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["outcome"], "leaked") << j["failure"].dump();
+  EXPECT_EQ(j["failure"]["class"], "leak_across_runs");
+  const std::string message = j["failure"]["message"];
+  EXPECT_EQ(message.rfind("resident memory grew by ", 0), 0u) << message;
+  EXPECT_NE(message.find("per run over 3 in-process runs"), std::string::npos) << message;
+  const auto clean = dbh({"repeat", kRegions + "/scenarios/clean.yaml", "--in-process", "3", "train.max_steps=2",
+                          "--out", (dir / "clean").string()});
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_EQ(read_json(dir / "clean" / "report.json")["outcome"], "passed");
+}
+
 }  // namespace
 }  // namespace dbh

@@ -2,6 +2,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -29,6 +31,7 @@ struct ProcessResult {
   bool timed_out = false;
   std::string out;       // standard output
   std::string err;       // standard error
+  int64_t peak_rss_bytes = 0;  // run_process: the largest resident size of the process (getrusage's ru_maxrss)
 };
 
 /// Runs `argv` (argv[0] is a path) with the working directory `cwd`, waits up

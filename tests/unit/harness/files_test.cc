@@ -56,5 +56,28 @@ TEST(FileState, ChangesWhenAFileIsReplacedKeepingItsTimeAndSize) {
   EXPECT_NE(file_state(a.string()), before);
 }
 
+// Note [dbh owns its names]: a bare program name is found in the PATH the
+// program is started with, its relative folders in the program's working
+// directory; a name with a slash is that file.
+TEST(FindProgram, LooksInTheGivenPathRelativeToTheWorkingDirectory) {
+  const fs::path dir = fresh_dir("dbh-find-program");
+  removed_at_exit(dir);
+  fs::create_directories(dir / "own" / "bin");
+  fs::create_directories(dir / "other");
+  for (const auto& p : {dir / "own" / "bin" / "tool", dir / "other" / "tool"}) {
+    write_text(p, "#!/bin/sh\n");
+    fs::permissions(p, fs::perms::owner_all);
+  }
+  write_text(dir / "other" / "plain", "not executable");
+  EXPECT_EQ(find_program("tool", (dir / "own" / "bin").string() + ":" + (dir / "other").string(), "/"),
+            (dir / "own" / "bin" / "tool").string());
+  EXPECT_EQ(find_program("tool", std::string("/nonexistent:bin"), (dir / "own").string()),
+            (dir / "own" / "bin" / "tool").string());
+  EXPECT_EQ(find_program("plain", (dir / "other").string(), "/"), "");
+  EXPECT_EQ(find_program("tool", std::string("/nonexistent"), "/"), "");
+  EXPECT_EQ(find_program("sh", std::nullopt, "/"), "/bin/sh");  // glibc's default PATH when unset
+  EXPECT_EQ(find_program("./x", std::string("/bin"), dir.string()), (dir / "./x").string());
+}
+
 }  // namespace
 }  // namespace dbh::harness

@@ -67,6 +67,17 @@ TEST(MetricsCsvTest, EveryRowHasTheHeadersColumnsInItsOrder) {
   EXPECT_EQ(at(validated, "hmean"), "0.75");
   EXPECT_EQ(at(validated, "precision"), "0.8");
   EXPECT_EQ(at(validated, "recall"), "0.7");
+  EXPECT_EQ(at(plain, "bce"), "0.25");
+  EXPECT_EQ(at(plain, "grad_norm"), "3.5");
+  // What the worker did not measure (an external worker's loss parts) is an
+  // empty cell, never a 0.
+  s.bce = s.l1 = s.dice = s.grad_norm = std::nullopt;
+  const auto unmeasured = cells(metrics_csv_row(s, nullptr));
+  ASSERT_EQ(unmeasured.size(), header.size());
+  EXPECT_EQ(at(unmeasured, "bce"), "");
+  EXPECT_EQ(at(unmeasured, "dice"), "");
+  EXPECT_EQ(at(unmeasured, "grad_norm"), "");
+  EXPECT_EQ(at(unmeasured, "lr"), "0.007");
 }
 
 }  // namespace

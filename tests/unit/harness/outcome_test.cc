@@ -131,9 +131,25 @@ const KnowledgeBase& Kb() {
   return kb;
 }
 
+// `s` with the schedule the stream `r` trains (Note [The schedule asked
+// for]): train.max_steps the steps of its run 0, repeat.in_process its runs.
+// The tests of other judgements build short streams; the schedule's own
+// tests below classify with the scenario as given.
+Scenario WithStreamSchedule(Scenario s, const TrialResult& r) {
+  std::map<int64_t, int64_t> steps;
+  for (const auto& e : r.events) {
+    if (e.type == event::kStepEnd) ++steps[e.get<int64_t>("run", 0)];
+  }
+  if (!steps.empty()) {
+    s.train.max_steps = std::max<int64_t>(1, steps.begin()->second);
+    s.repeat.in_process = static_cast<int64_t>(steps.size());
+  }
+  return s;
+}
+
 TrialAnalysis Classify(const TrialResult& r, const Scenario& s = Scenario(),
                        const ClassifyOptions& o = {}) {
-  return classify(r, s, Kb(), o);
+  return classify(r, WithStreamSchedule(s, r), Kb(), o);
 }
 
 // Every event of `r` except the `fault_fired` ones.
@@ -232,6 +248,99 @@ TEST(Classify, CleanRunPasses) {
   ASSERT_EQ(a.faults.size(), 1u);  // scheduled, never fired
   EXPECT_EQ(a.faults[0].name, "slow_data");
   EXPECT_FALSE(a.faults[0].fired);
+}
+
+// Note [Samples as the loader reads them]: the indices an external worker's
+// loader read, each once and sorted, bounded by the dataset's size; the first
+// read that raised; names cut.
+TEST(Classify, TheSamplesTheLoaderReadAreKeptOnceWithTheFirstThatRaised) {
+  Stream st;
+  st.add(proto::DatasetInfo{10});
+  for (const int64_t i : {7, 3, 7, -1, 12, 0}) st.add(proto::SampleRead{i, std::nullopt, std::nullopt});
+  st.add(proto::SampleRead{5, std::string(5000, 'n'), std::string("OSError: image file is truncated")});
+  st.add(proto::SampleRead{9, std::nullopt, std::string("OSError: another")});
+  st.run_begin().step(0).done("error").exit(1);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.dataset_size, 10);
+  EXPECT_EQ(a.samples_read, (std::vector<int64_t>{0, 3, 5, 7, 9}));  // -1 and 12 are not indices of it
+  EXPECT_EQ(a.failed_sample, 5);
+  EXPECT_EQ(a.failed_sample_error, "OSError: image file is truncated");
+  ASSERT_EQ(a.sample_names.count(5), 1u);
+  EXPECT_LE(a.sample_names.at(5).size(), kMaxSampleNameBytes + 4);  // cut, with its "…"
+}
+
+// A value the worker did not measure stays unset (never 0), and a step_end
+// without DBNet's loss parts is still a trainer's step, not an ops step.
+TEST(Classify, AStepEndWithoutLossPartsOrGradientNormLeavesThemUnset) {
+  Stream st;
+  st.run_begin();
+  st.add(proto::StepBegin{0, 0});
+  st.add(event::kStepEnd, {{"run", 0}, {"step", 0}, {"loss", 0.5}, {"loss_bits", 1056964608u}, {"lr", 0.01},
+                           {"seconds", 0.1}});
+  st.run_end().done().exit(0);
+  const auto a = Classify(st.result());
+  ASSERT_EQ(a.steps.size(), 1u);
+  EXPECT_FALSE(a.steps[0].bce.has_value());
+  EXPECT_FALSE(a.steps[0].grad_norm.has_value());
+  EXPECT_FALSE(a.steps[0].grad_norm_bits.has_value());
+  EXPECT_DOUBLE_EQ(a.steps[0].lr, 0.01);
+  EXPECT_FALSE(proto::step_end_from(Ev(event::kStepEnd, {{"loss_bits", 1}})).ops);
+}
+
+// Note [What a run leaves behind]: open files (threads, children) that rise
+// at every run's end from the second on are a leak, named as such; a count
+// that settles is not.
+TEST(Classify, OpenFilesRisingAtEveryRunsEndAreALeak) {
+  const auto trial = [](std::vector<int64_t> files) {
+    Stream st;
+    for (size_t run = 0; run < files.size(); ++run) {
+      const auto r = static_cast<int64_t>(run);
+      st.run_begin(r).step(0, r);
+      proto::RunEnd end{r, 1, "c", {{"rss_bytes", 200 * kMiB}}};
+      end.resources = {{"open_files", files[run]}, {"threads", 4}, {"children", 0}};
+      st.add(end);
+    }
+    st.done().exit(0);
+    return Classify(st.result());
+  };
+  const auto leaked = trial({10, 13, 15, 17});
+  EXPECT_EQ(leaked.outcome, Outcome::kLeaked);
+  EXPECT_EQ(leaked.failure.klass, "leak_across_runs");
+  EXPECT_EQ(leaked.failure.message, "open files grew by 2 per run over 4 in-process runs");
+  EXPECT_EQ(trial({10, 13, 13, 13}).outcome, Outcome::kPassed);  // the first run's own, then steady
+  EXPECT_EQ(trial({10, 13}).outcome, Outcome::kPassed);          // two runs are not judged
+}
+
+// Note [The schedule asked for]: `done passed` is believed only for the
+// steps the scenario asked for.
+TEST(Classify, APassOfAnotherScheduleIsNoAnswer) {
+  Scenario four;
+  four.train.max_steps = 4;
+  const auto trial = [&](int64_t steps) {
+    Stream st;
+    st.run_begin();
+    for (int64_t i = 0; i < steps; ++i) st.step(i);
+    st.run_end().done().exit(0);
+    return classify(st.result(), four, Kb());
+  };
+  EXPECT_EQ(trial(4).outcome, Outcome::kPassed);
+  const auto none = trial(0);
+  EXPECT_EQ(none.outcome, Outcome::kUnresolved);
+  EXPECT_NE(none.failure.message.find("after 0 step(s), but the schedule asked for 4 (steps 0 … 3)"),
+            std::string::npos)
+      << none.failure.message;
+  EXPECT_EQ(trial(7).outcome, Outcome::kUnresolved);
+  // stop_after is the schedule's end; a resume starts where its checkpoint says.
+  four.train.stop_after = 2;
+  EXPECT_EQ(trial(2).outcome, Outcome::kPassed);
+  four.train.stop_after = 0;
+  four.train.resume_from = "/x/checkpoint-r0-s2.pt";
+  Stream resumed;
+  resumed.run_begin().step(2).step(3).run_end().done().exit(0);
+  EXPECT_EQ(classify(resumed.result(), four, Kb()).outcome, Outcome::kPassed);
+  Stream from_zero;
+  from_zero.run_begin().step(0).step(1).run_end().done().exit(0);
+  EXPECT_EQ(classify(from_zero.result(), four, Kb()).outcome, Outcome::kUnresolved);
 }
 
 TEST(Classify, SignalWithOpenStepIsACrashAtThatStep) {

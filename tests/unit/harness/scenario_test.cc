@@ -867,5 +867,31 @@ TEST(KnownModuleNames, DecodersDifferOnlyInTheirDecoderModules) {
   }
 }
 
+// Note [dbh owns its names]: a worker's environment may not set dbh's own
+// variables or names that are not variable names, and worker.keys maps keys
+// of dbh's table to one word of the user's command.
+TEST_F(ScenarioFiles, WorkerNamesAreDbhsToCheck) {
+  const std::string base = "worker:\n  command: [python, train.py]\n";
+  const auto error = [&](const std::string& name, const std::string& extra) {
+    return load_error(write(name, base + extra));
+  };
+  std::string e = error("fd.yaml", "  env: {DBH_EVENT_FD: \"7\"}\n");
+  EXPECT_NE(e.find("fd.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("worker.env.DBH_EVENT_FD: expected a variable of the training's own"), std::string::npos) << e;
+  e = error("pid.yaml", "  env: {DBH_SUPERVISOR_PID: \"1\"}\n");
+  EXPECT_NE(e.find("the DBH_ names are dbh's"), std::string::npos) << e;
+  e = error("eq.yaml", "  env: {\"A=B\": x}\n");
+  EXPECT_NE(e.find("expected a variable name ([A-Za-z_][A-Za-z0-9_]*), got \"A=B\""), std::string::npos) << e;
+  e = error("space.yaml", "  env: {\"MY VAR\": x}\n");
+  EXPECT_NE(e.find("expected a variable name"), std::string::npos) << e;
+  e = error("lrr.yaml", "  keys: {train.lrr: optimizer.lr}\n");
+  EXPECT_NE(e.find("worker.keys.\"train.lrr\": expected a key of dbh's scenario"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean \"train.lr\"?"), std::string::npos) << e;
+  e = error("word.yaml", "  keys: {train.lr: \"optimizer.lr=3\"}\n");
+  EXPECT_NE(e.find("worker.keys.train.lr: expected the key it reaches the command as"), std::string::npos) << e;
+  // What is fine stays fine: the user's own variables, flags, and "" for not passed.
+  EXPECT_EQ(error("ok.yaml", "  env: {OMP_NUM_THREADS: \"1\", _X1: y}\n  keys: {train.lr: --lr, train.seed: \"\"}\n"), "");
+}
+
 }  // namespace
 }  // namespace dbh::harness

@@ -301,7 +301,9 @@ TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
   st.add(proto::RunEnd{0, 12, "c", {}});
   st.add(proto::RunBegin{1, {}});
   st.steps(Flat(12), 1).finish(12, 1);
-  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  Scenario two_runs = Steps(12, 12);
+  two_runs.repeat.in_process = 2;
+  const TrialAnalysis a = classify(st.result(), two_runs, Kb());
   EXPECT_EQ(a.failure.klass, "not_learning");
   ASSERT_TRUE(a.failure.run.has_value());
   EXPECT_EQ(*a.failure.run, 1);

@@ -109,7 +109,7 @@ TEST_F(TrialTest, SilenceWatchdogKillsAQuietWorker) {
 
 TEST_F(TrialTest, DeadlineKillsAChattyWorker) {
   const auto start = std::chrono::steady_clock::now();
-  const auto r = Run("while :; do printf '{\"type\":\"heartbeat\"}\\n' >&3; sleep 0.05; done",
+  const auto r = Run("while :; do printf '{\"type\":\"warning\"}\\n' >&3; sleep 0.05; done",
                      /*deadline_s=*/1, 20, 0.5);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(r.timed_out);
@@ -134,6 +134,42 @@ TEST_F(TrialTest, NothingOfATrialOutlivesIt) {
   const auto child = static_cast<pid_t>(r.events[0].get<int64_t>("pid", 0));
   ASSERT_GT(child, 0);
   EXPECT_TRUE(GoneSoon(child)) << "grandchild " << child << " survived the trial";
+}
+
+// Note [A worker's stream is bounded]: a grandchild that left the process
+// group and keeps writing into the event pipe after the worker exited never
+// holds the trial: the pipe is drained for at most kDrainSeconds.
+TEST_F(TrialTest, AStrayWriterOfThePipeDoesNotHoldTheTrialPastItsEnd) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = Run("setsid sh -c 'while :; do echo \\{\\\"type\\\":\\\"warning\\\"\\} >&3; sleep 0.01; done' & "
+                     "printf '{\"type\":\"child\",\"pid\":%d}\\n' $! >&3; sleep 0.2; exit 0",
+                     /*deadline_s=*/60);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_LT(seconds, 30.0) << "the trial waited for a writer outside its group";
+  // Note [Every descendant ends with the trial]: the writer left the group
+  // (setsid) but kept the trial's token: it ended with the trial.
+  pid_t child = 0;
+  for (const auto& e : r.events) {
+    if (e.type == "child") child = static_cast<pid_t>(e.get<int64_t>("pid", 0));
+  }
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(GoneSoon(child)) << "the setsid writer " << child << " outlived the trial";
+  kill(-child, SIGKILL);
+  kill(child, SIGKILL);
+}
+
+// A line of megabytes is skipped as one bad line, never held whole, and the
+// lines after it decode.
+TEST_F(TrialTest, AnOverlongEventLineIsSkippedAndTheStreamGoesOn) {
+  const auto r = Run("printf '{\"type\":\"hello\"}\\n' >&3; head -c 3000000 /dev/zero | tr '\\0' x >&3; "
+                     "printf '\\n{\"type\":\"done\"}\\n' >&3");
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.events[1].type, "done");
+  ASSERT_EQ(r.bad_lines.size(), 1u);
+  EXPECT_NE(r.bad_lines[0].find("got 3000000 bytes (skipped)"), std::string::npos) << r.bad_lines[0].substr(0, 300);
+  EXPECT_LT(r.bad_lines[0].size(), 400u);
 }
 
 TEST_F(TrialTest, MissingProgramIsASpawnError) {

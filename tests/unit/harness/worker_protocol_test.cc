@@ -59,7 +59,7 @@ TEST(WorkerProtocol, DocListsEveryVariableDbhSets) {
   for (const auto& row : table_after(doc(), "| variable | value |")) documented.insert(unticked(row.at(0)));
   const std::set<std::string> declared = {worker_env::kProtocol, worker_env::kEventFd,    worker_env::kScenario,
                                           worker_env::kScenarioHash, worker_env::kTrialDir, worker_env::kTrial,
-                                          worker_env::kDescribe, "DBH_SUPERVISOR_PID"};
+                                          worker_env::kDescribe, "DBH_SUPERVISOR_PID", "DBH_TRIAL_TOKEN"};
   EXPECT_EQ(documented, declared);
   // The spec a trial is started with sets each of them but the describe flag.
   Scenario s;
@@ -69,7 +69,10 @@ TEST(WorkerProtocol, DocListsEveryVariableDbhSets) {
   std::set<std::string> set;
   for (const auto& [name, value] : spec.env) set.insert(name);
   for (const auto& name : declared) {
-    if (name == worker_env::kDescribe || name == std::string("DBH_SUPERVISOR_PID")) continue;
+    if (name == worker_env::kDescribe || name == std::string("DBH_SUPERVISOR_PID") ||
+        name == std::string("DBH_TRIAL_TOKEN")) {
+      continue;  // run_trial's own, set for every trial
+    }
     EXPECT_TRUE(set.count(name)) << name << " is documented but not set";
   }
   EXPECT_EQ(spec.cwd, "/tmp");
