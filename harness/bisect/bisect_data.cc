@@ -406,9 +406,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   }
   const bool external = s.worker.external();
   ReproducePlan plan;
-  // An external worker's reads are in its trial's events, not in a cached
-  // probe's summary: its first run is run.
-  plan.first_may_be_cached = !external;
+  plan.first_may_be_cached = true;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
   out.doubts = out.rep.notes;
   const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
@@ -416,6 +414,14 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
     out.summary = "the failure does not reproduce";
     out.repro = base_repro;
     return out;
+  }
+  // An external worker's reads are in its trial's events, which a probe
+  // cache's summary does not keep: a failing run answered from it is run
+  // again for them.
+  if (external && out.rep.baseline.cached && out.rep.baseline.analysis.samples_read.empty() &&
+      !out.rep.baseline.analysis.dataset_size) {
+    ProbeResult again = prober.probe_fresh({}, "the failing run again: the samples its loader reads");
+    if (again.verdict == Verdict::kFail) out.rep.baseline = std::move(again);
   }
   const auto& fail = out.rep.baseline.analysis;
   std::optional<model::ScanResult> scan;

@@ -131,6 +131,49 @@ LearningNoise learning_noise(const std::vector<const StepRecord*>& steps, size_t
   return n;
 }
 
+// Note [Updates that change nothing]: a run whose optimizer applied a
+// learning rate of 0 at every step, or whose every gradient was exactly 0,
+// never changed its weights, however short it is (the loss-falling check
+// below needs a window of steps). Judged from step_end for any worker that
+// measures the gradient norm (dbh's own always; the adapter with the finite
+// monitors on), over at least kFrozenSteps steps of a run; the class is
+// not_learning, its message says which.
+constexpr size_t kFrozenSteps = 3;
+
+void judge_frozen_updates(TrialAnalysis& a, const Scenario& s) {
+  if (!s.monitors.silent_check("learning")) return;
+  std::map<int64_t, std::vector<const StepRecord*>> runs;
+  for (const auto& st : a.steps) runs[st.run].push_back(&st);
+  for (const auto& [run, steps] : runs) {
+    if (steps.size() < kFrozenSteps) continue;
+    bool measured = true, lr_zero = true, grad_zero = true;
+    for (const StepRecord* st : steps) {
+      measured = measured && st->grad_norm.has_value();
+      lr_zero = lr_zero && st->lr == 0.0;
+      grad_zero = grad_zero && st->grad_norm.value_or(1.0) == 0.0;
+    }
+    if (!measured || (!lr_zero && !grad_zero)) continue;
+    Failure& f = a.failure;
+    a.outcome = Outcome::kFailed;
+    f.klass = "not_learning";
+    f.step = steps.front()->step;
+    f.run = run;
+    const std::string n = std::to_string(steps.size());
+    f.message = lr_zero ? "the learning rate was 0 at every one of the " + n + " steps of run " +
+                              std::to_string(run) + ": the weights never changed"
+                        : "every gradient was zero at each of the " + n + " steps of run " + std::to_string(run) +
+                              ": the loss does not depend on the weights, so they never changed";
+    f.evidence.push_back(f.message);
+    f.evidence.push_back(lr_zero ? "the lr column of metrics.csv is 0 from step " + std::to_string(steps.front()->step) +
+                                       " to step " + std::to_string(steps.back()->step) +
+                                       " (a schedule stuck at 0, a frozen optimizer, a parameter group without the "
+                                       "model's weights)"
+                                 : "the gradient norm the worker measured is 0 at every step (a detached or constant "
+                                   "loss, loss weights of 0, every parameter frozen)");
+    return;
+  }
+}
+
 // Loss not decreasing (`not_learning`): over the first W steps of each
 // in-process run, the mean loss of the second half must lie below the first
 // half's by monitors.learning_min_drop and by twice the drop's standard
@@ -750,6 +793,7 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
     a.outcome = Outcome::kPassed;
     judge_leaks(opts, a);
     if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
+    if (a.outcome == Outcome::kPassed) judge_frozen_updates(a, s);
     if (a.outcome == Outcome::kPassed) judge_learning(a, s);
   }
 }

@@ -18,6 +18,7 @@ lines from several processes never interleave. Such a child
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -77,9 +78,10 @@ class EventWriter:
             return
         event: dict[str, Any] = {"type": type_, "t": round(time.monotonic() - self._start, 6)}
         for key, value in fields.items():
+            value = _json_safe(value)
             if value is not None:
                 event[key] = value
-        line = (json.dumps(event, allow_nan=True, separators=(",", ":"), default=_plain) + "\n").encode()
+        line = (json.dumps(event, allow_nan=False, separators=(",", ":"), default=_plain) + "\n").encode()
         if os.getpid() == self._owner_pid:
             self._write_owner(line)
         else:
@@ -108,3 +110,17 @@ class EventWriter:
                 self._quiet_pid = pid  # a short write cannot happen below PIPE_BUF on a blocking pipe
         except OSError:
             self._quiet_pid = pid
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` as JSON can carry it: a NaN or infinite float becomes None
+    (null inside a list or object, left out at the top level, as dbh's own
+    worker writes it; a value's bits, such as `grad_norm_bits`, keep it), in
+    lists, tuples and dicts too."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -64,7 +64,7 @@ def test_an_event_is_one_line_without_its_none_fields() -> None:
     assert len(lines) == 1
     event = json.loads(lines[0])
     assert event["type"] == "step_end" and event["step"] == 3 and "grad_norm" not in event
-    assert event["loss"] != event["loss"] and event["memory"] == {"rss_bytes": 1} and event["t"] >= 0
+    assert "loss" not in event and event["memory"] == {"rss_bytes": 1} and event["t"] >= 0  # NaN: left out
 
 
 def _write_after_reader_gone(fd: int) -> None:
@@ -123,3 +123,15 @@ def test_a_process_whose_supervisor_is_gone_exits_at_once(supervisor: Any) -> No
     assert run_forked(_connect, {**sup.env, "DBH_SUPERVISOR_PID": str(os.getppid())}) == SUPERVISOR_GONE_EXIT
     assert run_forked(_connect, {**sup.env, "DBH_SUPERVISOR_PID": str(os.getpid())}) == 0  # its parent: it goes on
     assert sup.raw() == b""
+
+
+def test_non_finite_numbers_are_never_written_as_invalid_json(supervisor: Any) -> None:
+    sup = supervisor()
+    dbh = sup.connect()
+    frame = dbh.frame
+    assert frame is not None
+    frame.events.emit("step_end", run=0, step=0, loss=float("nan"), grad_norm=float("inf"), grad_norm_bits=2139095040,
+                      stats={"min": float("-inf"), "values": [1.0, float("nan")]})
+    (event,) = sup.events()  # json.loads of a line with NaN or Infinity would be another JSON than dbh reads
+    assert "loss" not in event and "grad_norm" not in event and event["grad_norm_bits"] == 2139095040
+    assert event["stats"] == {"min": None, "values": [1.0, None]}

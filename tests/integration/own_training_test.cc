@@ -453,5 +453,17 @@ TEST_F(OwnTrainingTest, RegionsSecondRunLeakIsNamedAsTheMemoryThatGrew) {
   EXPECT_EQ(read_json(dir / "clean" / "report.json")["outcome"], "passed");
 }
 
+// Note [Updates that change nothing] on the user's training: zero loss weights (its own keys) leave every gradient 0,
+// found as not learning in a 4-step run; a learning rate of 0 in its own key name, the same.
+TEST_F(OwnTrainingTest, RegionsFrozenLearningIsASilentFailure) {
+  const Dir dir("dbh-regions-frozen");
+  const auto r = dbh({"run", kRegions + "/scenarios/frozen-learning.yaml", "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // failed, as the scenario expects
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["failure"]["class"], "not_learning") << j["failure"].dump();
+  EXPECT_NE(j["failure"]["message"].get<std::string>().find("every gradient was zero"), std::string::npos)
+      << j["failure"].dump();
+}
+
 }  // namespace
 }  // namespace dbh

@@ -59,6 +59,7 @@ class Stream {
     end.step = s;
     end.loss = 1.0 / static_cast<double>(s + 1);
     end.loss_bits = 1065353216u + static_cast<uint32_t>(s);
+    end.lr = 0.01;
     end.grad_norm = 2.0;
     end.memory = {{"rss_bytes", 200 * kMiB}, {"peak_rss_bytes", 300 * kMiB + s}};
     return add(end);

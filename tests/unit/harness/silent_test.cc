@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -293,6 +294,37 @@ TEST(NotLearning, AutoJudgesLongRunsFromScratchOnly) {
   Scenario silent_off = Steps(40, -1);
   silent_off.monitors.silent = {"input", "labels", "predictions"};
   EXPECT_EQ(classify(st.result(), silent_off, Kb()).outcome, Outcome::kPassed);
+}
+
+// Note [Updates that change nothing]: a learning rate of 0, or gradients of
+// exactly 0, at every step of a run are not learning however short the run;
+// judged only where the worker measured the gradient norm.
+TEST(NotLearning, ALearningRateOfZeroOrZeroGradientsAtEveryStepChangeNothing) {
+  const auto trial = [](size_t steps, double lr, std::optional<double> grad) {
+    Stream st;
+    for (size_t i = 0; i < steps; ++i) {
+      const auto step = static_cast<int64_t>(i);
+      st.add(proto::StepBegin{0, step});
+      proto::StepEnd end;
+      end.step = step;
+      end.loss = 0.5;
+      end.lr = lr;
+      end.grad_norm = grad;
+      st.add(end);
+    }
+    st.finish(static_cast<int64_t>(steps));
+    return classify(st.result(), Steps(static_cast<int64_t>(steps), -1), Kb());
+  };
+  const auto lr_zero = trial(4, 0.0, 1.5);
+  EXPECT_EQ(lr_zero.failure.klass, "not_learning");
+  EXPECT_EQ(lr_zero.failure.message, "the learning rate was 0 at every one of the 4 steps of run 0: the weights never changed");
+  EXPECT_EQ(lr_zero.failure.step, 0);
+  const auto grad_zero = trial(4, 0.01, 0.0);
+  EXPECT_EQ(grad_zero.failure.klass, "not_learning");
+  EXPECT_NE(grad_zero.failure.message.find("every gradient was zero at each of the 4 steps"), std::string::npos);
+  EXPECT_EQ(trial(2, 0.0, 0.0).outcome, Outcome::kPassed);             // too short to say
+  EXPECT_EQ(trial(4, 0.0, std::nullopt).outcome, Outcome::kPassed);    // no gradient norm measured
+  EXPECT_EQ(trial(4, 0.01, 1.5).outcome, Outcome::kPassed);            // learning
 }
 
 TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
