@@ -311,7 +311,8 @@ class DBNetDataModule(L.LightningDataModule):
             resolve_dataset_path(data.path), target_size=pre.target_size, fmt=data.get("format", "auto"),
             shrink_ratio=pre.shrink_ratio, min_text_size=pre.min_text_size,
             thresh_min=pre.thresh_min, thresh_max=pre.thresh_max)
-        train_set = self.dbh.dataset(train_set)
+        # Each read reported by its file name (dbh.dataset's `names`): `bisect data` names the sample.
+        train_set = self.dbh.dataset(train_set, names=[str(s["id"]) for s in train_set.samples])
         self.train_set = train_set
 
     def train_dataloader(self) -> DataLoader:

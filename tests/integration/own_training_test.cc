@@ -280,7 +280,7 @@ TEST_F(OwnTrainingTest, BisectDataNamesThePlantedBadSampleReadThroughItsDataModu
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto j = read_json(dir / "out" / "bisect.json");
   ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
-  EXPECT_EQ(j["result"]["samples"][0]["file"], "img_004.png");
+  EXPECT_EQ(j["result"]["samples"][0]["name"], "img_004.png");  // the name the data module gave the sample it read
   EXPECT_EQ(j["verdict"], "confident");
 }
 
