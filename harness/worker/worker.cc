@@ -443,7 +443,7 @@ void train_one_run(WorkerState& w, const TrainingData& data) {
   // The loader's threads end before the run's memory is read.
   batches = nullptr;
   loader.reset();
-  w.events.emit(proto::RunEnd{w.run, trainer->next_step(), checksum.str(), memory_json(s.hardware.device)});
+  w.events.emit(proto::RunEnd{w.run, trainer->next_step(), checksum.str(), memory_json(s.hardware.device), {}});
 }
 
 // The overlays of the batch the failing step trained on, when they can be

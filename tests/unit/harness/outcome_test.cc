@@ -66,7 +66,7 @@ class Stream {
   }
   Stream& begin(int64_t s, int64_t run = 0) { return add(proto::StepBegin{run, s}); }
   Stream& run_end(int64_t run = 0, int64_t rss = 200 * kMiB) {
-    return add(proto::RunEnd{run, 2, "c" + std::to_string(run), {{"rss_bytes", rss}}});
+    return add(proto::RunEnd{run, 2, "c" + std::to_string(run), {{"rss_bytes", rss}}, {}});
   }
   Stream& fault(const std::string& name, int64_t index, int64_t s, const std::string& module = "") {
     proto::FaultFired f;
@@ -297,7 +297,7 @@ TEST(Classify, OpenFilesRisingAtEveryRunsEndAreALeak) {
     for (size_t run = 0; run < files.size(); ++run) {
       const auto r = static_cast<int64_t>(run);
       st.run_begin(r).step(0, r);
-      proto::RunEnd end{r, 1, "c", {{"rss_bytes", 200 * kMiB}}};
+      proto::RunEnd end{r, 1, "c", {{"rss_bytes", 200 * kMiB}}, {}};
       end.resources = {{"open_files", files[run]}, {"threads", 4}, {"children", 0}};
       st.add(end);
     }

@@ -69,7 +69,7 @@ class Stream {
     return *this;
   }
   Stream& finish(int64_t steps, int64_t run = 0) {
-    add(proto::RunEnd{run, steps, "c", {}});
+    add(proto::RunEnd{run, steps, "c", {}, {}});
     add(proto::Done{"passed", {}});
     r_.exit_code = 0;
     return *this;
@@ -330,7 +330,7 @@ TEST(NotLearning, ALearningRateOfZeroOrZeroGradientsAtEveryStepChangeNothing) {
 TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
   Stream st;
   st.steps(Falling(12), 0);
-  st.add(proto::RunEnd{0, 12, "c", {}});
+  st.add(proto::RunEnd{0, 12, "c", {}, {}});
   st.add(proto::RunBegin{1, {}});
   st.steps(Flat(12), 1).finish(12, 1);
   Scenario two_runs = Steps(12, 12);
