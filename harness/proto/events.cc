@@ -71,12 +71,13 @@ void StreamDecoder::feed(std::string_view data, const std::function<void(Event&&
   while (!data.empty()) {
     const size_t nl = data.find('\n');
     const std::string_view piece = data.substr(0, nl == std::string_view::npos ? data.size() : nl);
-    if (skipping_ == 0 && pending_.size() + piece.size() > kMaxEventLineBytes) {
-      skipping_ = pending_.size();  // the line is too long: count it, hold none of it
+    if (!skipping_ && pending_.size() + piece.size() > kMaxEventLineBytes) {
+      skipping_ = true;  // the line is too long: count it, hold none of it
+      skipped_bytes_ = pending_.size();
       pending_.clear();
     }
-    if (skipping_ > 0) {
-      skipping_ += piece.size();
+    if (skipping_) {
+      skipped_bytes_ += piece.size();
     } else {
       pending_.append(piece);
     }
@@ -84,11 +85,12 @@ void StreamDecoder::feed(std::string_view data, const std::function<void(Event&&
     data.remove_prefix(nl + 1);
     ++line_no_;
     const std::string where = name_ + ":" + std::to_string(line_no_);
-    if (skipping_ > 0) {
+    if (skipping_) {
       bad(where + ": expected an event line of at most " + std::to_string(kMaxEventLineBytes) + " bytes, got " +
-              std::to_string(skipping_) + " bytes (skipped)",
+              std::to_string(skipped_bytes_) + " bytes (skipped)",
           bad_lines);
-      skipping_ = 0;
+      skipping_ = false;
+      skipped_bytes_ = 0;
       continue;
     }
     std::string line;

@@ -115,7 +115,8 @@ class StreamDecoder {
   std::string name_;
   std::string pending_;
   int64_t line_no_ = 0;
-  size_t skipping_ = 0;        // bytes of an over-long line skipped so far (0: not skipping)
+  bool skipping_ = false;      // in a line longer than kMaxEventLineBytes
+  size_t skipped_bytes_ = 0;   // its bytes so far
   int64_t bad_dropped_ = 0;    // bad lines beyond kMaxBadLines
 };
 

@@ -204,6 +204,32 @@ TEST(DecodeStream, CrLfLineEndingsDecode) {
 namespace dbh::harness {
 namespace {
 
+// Note [A worker's stream is bounded]: a line over kMaxEventLineBytes is one
+// bad line whether it arrives whole or in pieces, and is never held; at most
+// kMaxBadLines bad lines are kept, the last saying how many more there were.
+TEST(DecodeStream, AnOverlongLineIsSkippedWholeOrInPiecesAndBadLinesAreBounded) {
+  const std::string huge(kMaxEventLineBytes + 10, 'x');
+  const std::string text = "{\"type\":\"hello\"}\n" + huge + "\n{\"type\":\"done\"}\n";
+  const auto whole = decode_stream(text, "e");
+  ASSERT_EQ(whole.events.size(), 2u);
+  ASSERT_EQ(whole.bad_lines.size(), 1u);
+  EXPECT_NE(whole.bad_lines[0].find("got " + std::to_string(huge.size()) + " bytes (skipped)"), std::string::npos);
+  StreamDecoder pieces("e");
+  std::vector<Event> events;
+  std::vector<std::string> bad;
+  for (size_t at = 0; at < text.size(); at += 4096) {
+    pieces.feed(std::string_view(text).substr(at, 4096), [&](Event&& e) { events.push_back(std::move(e)); }, bad);
+    EXPECT_LE(pieces.pending().size(), kMaxEventLineBytes);
+  }
+  EXPECT_EQ(events.size(), 2u);
+  EXPECT_EQ(bad, whole.bad_lines);
+  std::string garbage;
+  for (int i = 0; i < 250; ++i) garbage += "not json\n";
+  const auto many = decode_stream(garbage, "g");
+  ASSERT_EQ(many.bad_lines.size(), kMaxBadLines + 1);
+  EXPECT_EQ(many.bad_lines.back(), "g: 150 more bad line(s) not kept (at most 100 are)");
+}
+
 TEST(CheckpointNames, WrittenAndReadBackAsTheProtocolSays) {
   EXPECT_EQ(proto::checkpoint_file_name(0, 16), "checkpoint-r0-s16.pt");
   const auto n = proto::parse_checkpoint_file_name("checkpoint-r2-s128.pt");
