@@ -63,22 +63,10 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// An executable named `name` on PATH, or "".
+// An executable named `name` on this process's PATH, or "" (find_program).
 std::string find_on_path(const std::string& name) {
   const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = dirs.find(':', start);
-    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!dir.empty()) {
-      const std::string candidate = dir + "/" + name;
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return {};
+  return find_program(name, path != nullptr ? std::optional<std::string>(path) : std::nullopt, "/");
 }
 
 // Note [Stacks of a hung worker]: "hung at step 7" is only half an answer;
