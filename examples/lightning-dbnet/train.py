@@ -20,7 +20,7 @@ from dbnet_lite import DBNetLite  # noqa: E402
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
-    dbh = dbh_adapter.connect()
+    dbh = dbh_adapter.connect(config=cfg)  # cfg: what `dbh scenario from-command --external` maps its keys into
 
     L.seed_everything(cfg.seed, workers=True)
     torch.use_deterministic_algorithms(True)

@@ -9,7 +9,7 @@ RegionNet maps an image [N, 3, S, S] to region logits [N, 1, S, S]:
 
 The objective is its own: edge_weight * BCE on the logits + dice_weight * (1 - soft Dice) of the sigmoid.
 """
-from typing import List
+from typing import Dict, List
 
 import torch
 from torch import nn
@@ -59,6 +59,20 @@ class RegionNet(nn.Module):
             x = stage(x)
             levels.append(x)
         return self.readout(self.bridge(levels))
+
+
+@torch.no_grad()
+def region_scores(model: nn.Module, pixels: torch.Tensor, region: torch.Tensor, cutoff: float) -> Dict[str, float]:
+    """Pixel precision, recall and F1 of the regions predicted above `cutoff` (0 where nothing is predicted)."""
+    was_training = model.training
+    model.eval()
+    predicted = (torch.sigmoid(model(pixels)) > cutoff).float()
+    model.train(was_training)
+    hit = float((predicted * region).sum())
+    precision = hit / float(predicted.sum()) if float(predicted.sum()) > 0 else 0.0
+    recall = hit / float(region.sum()) if float(region.sum()) > 0 else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
 
 
 def objective(logits: torch.Tensor, region: torch.Tensor, edge_weight: float, dice_weight: float) -> torch.Tensor:

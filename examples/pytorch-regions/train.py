@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from folder import RegionFolder  # noqa: E402
-from regions import RegionNet, objective  # noqa: E402
+from regions import RegionNet, objective, region_scores  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -73,7 +73,7 @@ def main(argv: List[str]) -> int:
     folder = RegionFolder(root if root.is_absolute() else HERE / root, cfg["dataset"]["side"])
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(cfg["run"]["threads"])
-    with dbh_adapter.connect() as dbh:  # outside dbh: an inactive session, the same loop
+    with dbh_adapter.connect(config=cfg) as dbh:  # outside dbh: an inactive session, the same loop
         for _ in dbh.runs():  # once; under dbh, repeat.in_process times in this process
             fit(cfg, dbh, folder)
     return 0
@@ -89,7 +89,9 @@ def fit(cfg: Dict[str, Any], dbh: dbh_adapter.Session, folder: RegionFolder) -> 
     model = RegionNet(cfg["arch"]["width"], cfg["arch"]["depth"])
     optimizer = torch.optim.SGD(model.parameters(), lr=opt["step_size"], momentum=opt["momentum"])
     dbh.watch(model, optimizer)
-    weights = cfg["objective"]
+    weights, check = cfg["objective"], cfg["check"]
+    # Its own validation: the first check.images files, scored every check.every updates and after the last.
+    held = [folder[i] for i in range(min(check["images"], len(folder)))] if check["every"] > 0 else []
     for step, (pixels, region, _) in dbh.steps(loader, max_steps=run["updates"]):
         loss = objective(model(pixels), region, weights["edge_weight"], weights["dice_weight"])
         dbh.backward(loss)
@@ -97,6 +99,11 @@ def fit(cfg: Dict[str, Any], dbh: dbh_adapter.Session, folder: RegionFolder) -> 
             torch.nn.utils.clip_grad_norm_(model.parameters(), opt["clip"])
         dbh.optimizer_step(samples=int(pixels.shape[0]))
         print(f"update {step} objective {loss.item():.5f}", file=sys.stderr, flush=True)
+        if held and ((step + 1) % check["every"] == 0 or step + 1 == run["updates"]):
+            scores = region_scores(model, torch.stack([p for p, _, _ in held]), torch.stack([r for _, r, _ in held]),
+                                   check["cutoff"])
+            dbh.report_validation({f"val/{name}": value for name, value in scores.items()})
+            print(f"check after {step + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()), file=sys.stderr)
     return 0
 
 

@@ -220,9 +220,15 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
         auto trial_overrides = overrides;
         trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
         const Scenario rs = load_scenario(path, trial_overrides, input_checks());
+        // Note [Keys that never reach the worker]: not applicable, never
+        // refuted by a run that did not change.
+        if (const std::string why = overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
         const std::string number = std::to_string(check.resolution + 1);
+        // A resolution tried two ways has a folder per way.
+        bool again = false;
+        for (size_t e = 0; e < k; ++e) again = again || cls->checks[e].resolution == check.resolution;
         ResolutionRun result;
-        result.dir = "resolution-" + number;
+        result.dir = "resolution-" + number + (again ? "-" + std::to_string(k + 1) : "");
         const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
                                      200 + static_cast<int64_t>(k), o, p);
         result.outcome = t.analysis.outcome;

@@ -16,6 +16,8 @@
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/machine.h"
+#include "harness/supervisor/worker_contract.h"
+#include "harness/scenario/aliases.h"
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -88,6 +90,34 @@ void check_loads(const fs::path& file, const std::string& shown) {
   }
 }
 
+// Note [dbh's keys in your configuration]: the command's composed
+// configuration, as its `hello` reports it in describe mode, run as written
+// (dbh passes it nothing); nullopt, said on stderr, when it reports none or
+// does not answer.
+std::optional<std::vector<ConfigEntry>> composed_config(const ConvertedCommand& c, const std::string& cwd) {
+  Scenario probe;
+  probe.worker.command = c.worker_command;
+  probe.worker.cwd = cwd;
+  for (const auto& [name, value] : c.worker_env) probe.worker.env[name] = value;
+  for (const auto& key : worker_passed_keys()) probe.worker.keys[key] = "";
+  for (const auto& key : mappable_keys()) probe.worker.keys[key] = "";
+  probe.data.source = DataSource::kReal;
+  probe.hardware.device = "cpu";
+  const std::string then = "dbh passes its keys under the Lightning/Hydra alias names (worker.keys in the scenario "
+                           "maps them to yours)";
+  try {
+    WorkerDescription d = describe_worker(probe);
+    if (!d.config.empty()) return std::move(d.config);
+    std::cerr << kWhere << ": note: your command's `hello` carries no `config`, so " << then
+              << "; give the adapter your composed configuration (dbh_adapter.connect(config=cfg), or "
+                 "DbhCallback(config=cfg)) for dbh to find its keys in it\n";
+  } catch (const UsageError& e) {
+    std::cerr << kWhere << ": note: could not read your command's configuration (" << one_line(e.what()) << "), so "
+              << then << "\n";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
@@ -154,6 +184,15 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
     fo.include = rel.empty() ? base.string() : rel.string();
   }
+  if (o.external) {
+    // Note [dbh's keys in your configuration]: the command's own keys, read
+    // from the configuration it composes, run as written (its words alone:
+    // where --data goes is what the configuration tells).
+    FromCommandOptions as_written = fo;
+    as_written.data.clear();
+    as_written.data_key.clear();
+    fo.user_config = composed_config(scenario_from_command(command, as_written), fo.cwd);
+  }
   const ConvertedCommand c = scenario_from_command(command, fo);
 
   if (out.empty()) {
@@ -212,6 +251,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
                 << shell_command({self_command(), "run", written_at}) << " runs it as written, on a GPU machine)\n";
     }
   }
+  for (const auto& m : c.mapped) std::cerr << "your key: " << one_line(m) << "\n";
   for (const auto& u : c.unmapped)
     std::cerr << "unmapped: " << one_line(u) << "\n";
   return 0;

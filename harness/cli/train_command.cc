@@ -370,7 +370,8 @@ TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::
     if (v != nullptr) {
       eval = EvalRecord{};
       eval->run = 0, eval->step = r.step + 1;
-      eval->precision = v->eval.precision, eval->recall = v->eval.recall, eval->hmean = v->eval.hmean;
+      eval->precision = v->eval.precision.value_or(0), eval->recall = v->eval.recall.value_or(0);
+      eval->hmean = v->eval.hmean.value_or(0);
       eval->gt = v->eval.gt, eval->det = v->eval.det, eval->matched = v->eval.matched, eval->images = v->eval.images;
       eval->seconds = v->eval.seconds;
       trained.last_eval = eval;

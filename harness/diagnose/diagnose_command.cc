@@ -109,11 +109,21 @@ std::vector<Rung> ladder_rungs(const Scenario& s) {
   };
 }
 
+// A number as an override writes it, in as few digits as tell it.
+std::string number_text(double x) {
+  std::ostringstream t;
+  t << std::setprecision(6) << x;
+  return t.str();
+}
+
 // The variants a failing scenario is tried with: cuDNN settings, precision,
-// batch, memory, blocking launches.
-std::vector<Rung> variant_rungs(const Scenario& s) {
+// batch, memory, blocking launches, and for a run that diverged (its failure
+// `klass` a non-finite value) a tenth of its learning rate.
+std::vector<Rung> variant_rungs(const Scenario& s, const std::string& klass) {
   const bool cuda = s.hardware.device != "cpu";
   const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
+  const bool diverged = klass.rfind("nonfinite_", 0) == 0;
+  const std::string lower_lr = number_text(s.train.lr / 10);
   return {
       {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
        {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
@@ -144,6 +154,9 @@ std::vector<Rung> variant_rungs(const Scenario& s) {
       {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
        {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
        cuda ? "" : "CPU kernels are synchronous", {}, false},
+      {RungId::kLowerLearningRate, "A tenth of the learning rate (" + lower_lr + ")", "variant",
+       {override_text(DBH_SCENARIO_KEY(train.lr), lower_lr), "controls=[]"},
+       !diverged ? "not a divergence" : s.train.lr > 0 ? "" : "the learning rate is 0", {}, false},
   };
 }
 
@@ -415,6 +428,9 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
 std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scenario& s, Prober& prober,
                                                const fs::path& out) {
   const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
+    // Note [Keys that never reach the worker]: not applicable, never refuted
+    // by a run that did not change.
+    if (const std::string why = overrides_not_passed(s, check.overrides); !why.empty()) throw ScenarioError(why);
     std::string label = "resolution " + std::to_string(check.resolution + 1) + ":";
     for (const auto& o : check.overrides) label += " " + o;
     const auto p = prober.probe(with, one_line(label));
@@ -459,6 +475,12 @@ int diagnose_command(const DiagnoseOptions& o) {
           r.applies = "the worker does not serve `" + *cap + "`";
           return;
         }
+        // Note [Keys that never reach the worker]: a rung whose change the
+        // worker never receives would only run the scenario as given again.
+        if (std::string why = overrides_not_passed(rs, r.overrides); !why.empty()) {
+          r.applies = std::move(why);
+          return;
+        }
       } catch (const ScenarioError& e) {
         r.applies = "not a valid scenario here: " + one_line(e.what());
         return;
@@ -469,7 +491,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     for (auto& r : rungs) run_rung(r);
     const Rung& full = rungs.back();  // the scenario as given
     const bool fails = is_failure(full.probe.analysis.outcome);
-    std::vector<Rung> variants = variant_rungs(s);
+    std::vector<Rung> variants = variant_rungs(s, full.probe.analysis.failure.klass);
     if (fails) {
       for (auto& r : variants) run_rung(r);
     }

@@ -70,10 +70,12 @@ std::vector<Hypothesis> declared_hypotheses() {
       {HypothesisId::kKernel, "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
        "re-run with " + override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
            " under compute-sanitizer; `{dbh} bisect modules {scenario}`"},
-      {HypothesisId::kOptimizer, "The optimizer or its schedule: the weights learn nothing whatever the data", {}, {},
+      {HypothesisId::kOptimizer,
+       "The optimizer or its learning rate: updates too large to stay finite, or too small to learn anything", {},
+       {},
        "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
-       "model's parameters; `{dbh} bisect config {scenario} --good KEY=VALUE… --bad KEY=VALUE…` against a "
-       "configuration that learns"},
+       "model's parameters; train with a lower learning rate or gradient clipping when the run diverges; `{dbh} "
+       "bisect config {scenario} --good KEY=VALUE… --bad KEY=VALUE…` against a configuration that trains"},
       {HypothesisId::kLabels,
        "The labels or the input as the model sees them (off the words, another image's, black or saturated images)",
        {}, {},
@@ -92,6 +94,7 @@ HypothesisId variant_hypothesis(RungId id) {
     case RungId::kBf16: return HypothesisId::kAmp;
     case RungId::kSmallerBatch:
     case RungId::kMoreMemory: return HypothesisId::kMemory;
+    case RungId::kLowerLearningRate: return HypothesisId::kOptimizer;
     default: return HypothesisId::kDevice;
   }
 }
@@ -105,7 +108,8 @@ bool is_variant(RungId id) {
     case RungId::kBf16:
     case RungId::kSmallerBatch:
     case RungId::kMoreMemory:
-    case RungId::kBlockingLaunches: return true;
+    case RungId::kBlockingLaunches:
+    case RungId::kLowerLearningRate: return true;
     default: return false;
   }
 }
@@ -134,6 +138,7 @@ Judgement judge_ladder(const Ladder& ladder) {
   const auto& one_run = rung(RungId::kOneRunPerProcess);
   const auto& learns_synth = rung(RungId::kLearnsSynthetic);
   const auto& learns_real = rung(RungId::kLearnsReal);
+  const auto& lower_lr = rung(RungId::kLowerLearningRate);
 
   if (ops.failed()) H(HypothesisId::kDevice).support.push_back(ops.cite());
   if (ops.passed()) H(HypothesisId::kDevice).refute.push_back(ops.cite());
@@ -207,6 +212,12 @@ Judgement judge_ladder(const Ladder& ladder) {
     H(HypothesisId::kResources).refute.push_back(one_run.cite() + " (a run fails in a fresh process too)");
   }
   if (model_step.failed() && !resources) H(HypothesisId::kModel).support.push_back(model_step.cite());
+  // The same model, loss and data training through at a tenth of the
+  // learning rate: what failed without the real data failed by its updates.
+  if (lower_lr.passed() && (synth.failed() || model_step.failed())) {
+    H(HypothesisId::kModel).refute.push_back(lower_lr.cite() + " (the same model and loss train at a tenth of "
+                                             "the learning rate)");
+  }
   // Failing on the real data says something about the data only beside the
   // synthetic rung (a worker without synthetic data has none).
   if (real0.failed() && !silent && !resources && synth.ran) H(HypothesisId::kData).support.push_back(real0.cite());

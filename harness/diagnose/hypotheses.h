@@ -28,6 +28,7 @@ enum class RungId {
   kSmallerBatch,
   kMoreMemory,
   kBlockingLaunches,
+  kLowerLearningRate,  // a divergence: the same run at a tenth of the learning rate
   kLearnsSynthetic,    // silent failures: does the loss fall on synthetic boxes?
   kLearnsReal,         // … and on the real data?
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <iomanip>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -33,10 +34,11 @@ namespace {
 // express as overrides (reports/kb/failures.yaml, `verify:`) is applied to
 // the scenario and run as a control; it is *confirmed* when that run passes
 // and *refuted* when it still fails. `{key/N}` and `{key*N}` are computed from
-// the scenario's resolved value of `key` (integers, at least 1), and
+// the scenario's resolved value of `key` (an integer stays one, at least 1; a
+// real value is scaled, e.g. a tenth of train.lr), and
 // `faults[name=NAME].param=value` addresses the first fault named NAME (the
 // user's setup a planted fault stands for, e.g. the binarization's dtype).
-// Returns nullopt when the key has no integer value or no such fault exists.
+// Returns nullopt when the key has no numeric value or no such fault exists.
 std::optional<std::string> computed_override(std::string kv, const nlohmann::json& resolved) {
   const std::string selector = "faults[name=";
   if (kv.rfind(selector, 0) == 0) {
@@ -63,9 +65,16 @@ std::optional<std::string> computed_override(std::string kv, const nlohmann::jso
     if (!node->is_object() || !node->contains(part)) return std::nullopt;
     node = &(*node)[part];
   }
-  if (!node->is_number_integer()) return std::nullopt;
   const int64_t n = std::strtoll(expr.c_str() + op + 1, nullptr, 10);
   if (n < 1) return std::nullopt;
+  if (node->is_number_float()) {
+    // A real value (a learning rate): scaled, in as few digits as tell it.
+    const double x = node->get<double>();
+    std::ostringstream y;
+    y << std::setprecision(6) << (expr[op] == '*' ? x * static_cast<double>(n) : x / static_cast<double>(n));
+    return kv.substr(0, eq + 1) + y.str();
+  }
+  if (!node->is_number_integer()) return std::nullopt;
   const int64_t x = node->get<int64_t>();
   const int64_t y = expr[op] == '*' ? x * n : std::max<int64_t>(1, x / n);
   return kv.substr(0, eq + 1) + std::to_string(y);

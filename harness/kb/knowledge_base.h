@@ -58,7 +58,7 @@ class KnowledgeBase {
 
 /// The overrides that apply `check` to a scenario whose resolved JSON
 /// (resolved_json) is `resolved`, templates computed (Note [Resolutions that
-/// are tried]); nullopt when a template's key has no integer value, when the
+/// are tried]); nullopt when a template's key has no numeric value, when the
 /// check changes only CUDA/cuDNN settings of a scenario on the CPU, or only an
 /// injected fault's own parameters (Note [Resolutions that cannot tell here]).
 /// `*changes` says whether any of them changes the scenario.

@@ -59,6 +59,7 @@ json to_json(const Hello& e) {
   put(j, "capabilities", e.capabilities);
   put(j, "modules", e.modules);
   put(j, "environment", e.environment);
+  put(j, "config", e.config);
   return j;
 }
 
@@ -80,6 +81,7 @@ Hello hello_from(const Event& e) {
   read(e, "capabilities", h.capabilities);
   read(e, "modules", h.modules);
   if (const json env = raw(e, "environment"); env.is_object()) h.environment = env;
+  if (const json config = raw(e, "config"); config.is_object()) h.config = config;
   return h;
 }
 
@@ -277,9 +279,6 @@ Checkpoint checkpoint_from(const Event& e) {
 json to_json(const Eval& e) {
   json j = {{"run", e.run},
             {"step", e.step},
-            {"precision", e.precision},
-            {"recall", e.recall},
-            {"hmean", e.hmean},
             {"gt", e.gt},
             {"det", e.det},
             {"matched", e.matched},
@@ -287,7 +286,11 @@ json to_json(const Eval& e) {
             {"prob_mean", e.prob_mean},
             {"text_fraction", e.text_fraction},
             {"seconds", e.seconds}};
+  put(j, "precision", e.precision);
+  put(j, "recall", e.recall);
+  put(j, "hmean", e.hmean);
   put(j, "det_reference", e.det_reference);
+  put(j, "metrics", e.metrics);
   return j;
 }
 
@@ -306,6 +309,7 @@ Eval eval_from(const Event& e) {
   read(e, "text_fraction", v.text_fraction);
   read(e, "seconds", v.seconds);
   read(e, "det_reference", v.det_reference);
+  if (const json metrics = raw(e, "metrics"); metrics.is_object()) v.metrics = metrics;
   return v;
 }
 

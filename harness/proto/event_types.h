@@ -41,6 +41,11 @@ struct Hello {
   /// `torch`, `cuda`, `cudnn`, `lightning`, `device`, `device_name`; the
   /// report's Environment shows it instead of dbh's LibTorch.
   nlohmann::json environment;
+  /// An external worker's own composed configuration (written when not
+  /// null): an object of the user's dotted keys and their values, as the
+  /// training read them (`dbh scenario from-command --external` maps dbh's
+  /// keys to them by what they hold).
+  nlohmann::json config;
 };
 nlohmann::json to_json(const Hello& e);
 Hello hello_from(const Event& e);
@@ -190,13 +195,19 @@ std::optional<CheckpointName> parse_checkpoint_file_name(const std::string& name
 struct Eval {
   static constexpr const char* kType = event::kEval;
   int64_t run = 0, step = 0;
-  double precision = 0, recall = 0, hmean = 0;
+  /// dbh's three metrics; written when set (always by dbh's own worker; by
+  /// an external worker when one of its metrics is named so).
+  std::optional<double> precision, recall, hmean;
   int64_t gt = 0, det = 0, matched = 0, images = 0;
   double prob_mean = 0, text_fraction = 0;  // means over images of the probability map
   double seconds = 0;
   /// Detections of the reference post-processing settings, when the
   /// scenario's differ and found nothing; written when set.
   std::optional<int64_t> det_reference;
+  /// An external worker's own validation metrics by its own names (written
+  /// when not null): an object of names and finite numbers (Note [A worker's
+  /// own validation metrics] in harness/supervisor/outcome.cc).
+  nlohmann::json metrics;
 };
 nlohmann::json to_json(const Eval& e);
 Eval eval_from(const Event& e);

@@ -128,10 +128,13 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   if (main.evaluator_self_check || !main.evals.empty()) {
     ojson evals = ojson::array();
     for (const auto& e : main.evals) {
+      ojson own = ojson::object();
+      for (const auto& [name, value] : e.metrics) own[name] = value;
       evals.push_back({{"run", e.run}, {"step", e.step}, {"precision", e.precision}, {"recall", e.recall},
                        {"hmean", e.hmean}, {"gt", e.gt}, {"det", e.det}, {"matched", e.matched},
                        {"images", e.images}, {"prob_mean", e.prob_mean}, {"text_fraction", e.text_fraction},
                        {"seconds", e.seconds}});
+      if (!own.empty()) evals.back()["metrics"] = own;
     }
     j["evaluation"] = {{"evaluator_self_check", main.evaluator_self_check ? ojson(*main.evaluator_self_check) : ojson()},
                        {"evaluations", evals},
@@ -560,7 +563,27 @@ void md_main_evidence(std::ostream& md, const RunReport& r) {
     for (const auto& o : main.overlays) md << " [`" << o << "`](main/overlays/" << o << ")";
     md << "\n";
   }
-  if (!main.evals.empty() || main.evaluator_self_check) {
+  if (!main.evals.empty() && !main.evals.front().metrics.empty()) {
+    // Note [A worker's own validation metrics]: the training's own names.
+    const auto& names = main.evals.front().metrics;
+    const size_t shown = std::min<size_t>(names.size(), 8);
+    md << "\nValidation (the training's own metrics" << (names.size() > shown ? ", the first 8" : "") << "):\n\n| step |";
+    for (size_t i = 0; i < shown; ++i) md << " " << markdown_inline(names[i].first) << " |";
+    md << "\n|---|" << [&] {
+      std::string bars;
+      for (size_t i = 0; i < shown; ++i) bars += "---|";
+      return bars;
+    }() << "\n";
+    for (const auto& e : main.evals) {
+      md << "| " << e.step << " |";
+      for (size_t i = 0; i < shown; ++i) {
+        const auto it = std::find_if(e.metrics.begin(), e.metrics.end(),
+                                     [&](const auto& m) { return m.first == names[i].first; });
+        md << " " << (it == e.metrics.end() ? std::string("-") : fmt(it->second, 3)) << " |";
+      }
+      md << "\n";
+    }
+  } else if (!main.evals.empty() || main.evaluator_self_check) {
     md << "\nValidation (ICDAR 2015 protocol";
     if (main.evaluator_self_check) {
       md << "; evaluator self-check on the ground truth: h-mean " << fmt(*main.evaluator_self_check, 3);

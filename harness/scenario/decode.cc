@@ -210,7 +210,9 @@ void read_data(MapReader& root, const Value& tree, Scenario& s) {
 
 void read_train(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("train", false, kSectionForm), "train", s);
-  if (s.train.eval_every > 0 && !s.data.val.enabled()) {
+  // dbh's own worker validates on data.val; an external worker on its own
+  // validation data (Note [A worker's own validation metrics]).
+  if (s.train.eval_every > 0 && !s.data.val.enabled() && !s.worker.external()) {
     fail(where(tree, DBH_SCENARIO_KEY(train.eval_every)), DBH_SCENARIO_KEY(train.eval_every),
          "a validation source (" + std::string(DBH_SCENARIO_KEY(data.val.path)) + " or " +
              DBH_SCENARIO_KEY(data.val.holdout) + ") to evaluate on",

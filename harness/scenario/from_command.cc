@@ -304,6 +304,7 @@ void convert_environment(const std::vector<std::string>& env, const FromCommandO
     const std::string name = e.substr(0, e.find('=')), value = e.substr(e.find('=') + 1);
     if (options.external) {
       worker_env[name] = value;
+      out.worker_env.emplace_back(name, value);
       continue;
     }
     if (name == "CUDA_LAUNCH_BLOCKING" && (value == "0" || value == "1")) {
@@ -565,10 +566,58 @@ void set_scenario_identity(const FromCommandOptions& options, const std::string&
   }
 }
 
+// --external with the command's composed configuration: Note [dbh's keys in
+// your configuration]. Each dbh key a key of the user's holds takes that
+// key's value (a word of the command that set it leaves the command: dbh
+// passes it back); one nothing holds is passed as nothing. Returns
+// worker.keys.
+nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, WordsRead& read, Settings& settings,
+                                            ConvertedCommand& out) {
+  std::vector<std::string> command_keys;
+  for (const auto& w : read.kept) {
+    const size_t eq = w.find('=');
+    if (eq != std::string::npos && eq > 0 && w[0] != '-') command_keys.push_back(hydra_key(w.substr(0, eq)));
+  }
+  // A relative dataset path is the training's: from where it runs, or
+  // from its script's folder.
+  std::vector<std::string> folders = {options.cwd};
+  for (const auto& w : out.program) {
+    if (ends_with(w, ".py")) {
+      folders.push_back((std::filesystem::path(options.cwd) / w).parent_path().lexically_normal().string());
+      break;
+    }
+  }
+  nlohmann::ordered_json keys = nlohmann::ordered_json::object();
+  for (const auto& m : map_user_config(*options.user_config, command_keys, folders)) {
+    keys[m.dbh_key] = m.user_key;
+    if (m.user_key.empty()) {
+      out.unmapped.push_back(m.dbh_key + " (" + m.why + "; dbh passes nothing for it)");
+      continue;
+    }
+    const std::string value = m.value.dump();
+    read.kept.erase(std::remove_if(read.kept.begin(), read.kept.end(),
+                                   [&](const std::string& w) {
+                                     const size_t eq = w.find('=');
+                                     return eq != std::string::npos && hydra_key(w.substr(0, eq)) == m.user_key;
+                                   }),
+                    read.kept.end());
+    if (m.dbh_key == DBH_SCENARIO_KEY(data.path)) {
+      if (!options.data.empty()) continue;  // --data names the dataset
+      settings.set(DBH_SCENARIO_KEY(data.source), "real", "", "");
+    }
+    if (!settings.has(m.dbh_key)) {
+      settings.set(m.dbh_key, value, "your configuration's " + m.user_key, "passed back as " + m.user_key);
+    }
+    out.mapped.push_back(m.dbh_key + ": " + m.user_key + " (" + one_line(truncate_utf8(value, 120)) + ")");
+  }
+  return keys;
+}
+
 // --external: the worker keys (the command as written less the keys dbh
 // passes, where it runs, its environment, the key of the dataset folder).
 void set_external_worker(const FromCommandOptions& options, const WordsRead& read,
-                         const nlohmann::ordered_json& worker_env, Settings& settings, ConvertedCommand& out) {
+                         const nlohmann::ordered_json& worker_env, nlohmann::ordered_json keys, Settings& settings,
+                         ConvertedCommand& out) {
   if (options.data.empty()) {
     settings.set(DBH_SCENARIO_KEY(data.source), "real", "",
                  "the dataset your configuration names (--data DIR for dbh to pass one)");
@@ -579,17 +628,22 @@ void set_external_worker(const FromCommandOptions& options, const WordsRead& rea
     throw UsageError(std::string(kWhere) + "--external: expected a training program to run (python SCRIPT.py …), "
                      "got overrides alone");
   }
+  out.worker_command = command;
   settings.set(DBH_SCENARIO_KEY(worker.command), nlohmann::json(command).dump(), "",
                "run as written, less the keys dbh passes");
   settings.set(DBH_SCENARIO_KEY(worker.cwd), nlohmann::json(options.cwd).dump(), "", "where from-command ran");
   if (!worker_env.empty()) settings.set(DBH_SCENARIO_KEY(worker.env), worker_env.dump(), "", "");
   if (!options.data.empty()) {
-    if (options.data_key.empty()) {
+    const std::string mapped = keys.value(DBH_SCENARIO_KEY(data.path), std::string());
+    if (options.data_key.empty() && mapped.empty()) {
       throw UsageError(std::string(kWhere) + "--data with --external: expected --data-key KEY, the key of your "
                        "configuration that holds the dataset folder (e.g. datasets.train.path), got none");
     }
-    settings.set(DBH_SCENARIO_KEY(worker.keys),
-                 nlohmann::ordered_json{{DBH_SCENARIO_KEY(data.path), options.data_key}}.dump(), "--data-key", "");
+    keys[DBH_SCENARIO_KEY(data.path)] = options.data_key.empty() ? mapped : options.data_key;
+  }
+  if (!keys.empty()) {
+    settings.set(DBH_SCENARIO_KEY(worker.keys), keys.dump(), options.data_key.empty() ? "" : "--data-key",
+                 options.user_config ? "dbh's keys in your configuration" : "");
   }
   out.program.clear();  // it is in the scenario now
 }
@@ -609,7 +663,12 @@ std::string scenario_text(const std::string& one_line_command, const ConvertedCo
     for (const auto& s : out.satisfied)
       y << "#   " << one_line(s) << "\n";
   }
-  if (options.external) {
+  if (options.external && options.user_config) {
+    y << "# Your command runs under dbh as its worker (docs/worker-protocol.md). dbh's keys in your configuration, "
+      << "as your command composed it, by name and by what they hold (worker.keys passes each back in your name):"
+      << (out.mapped.empty() ? " none" : "") << "\n";
+    for (const auto& m : out.mapped) y << "#   " << one_line(m) << "\n";
+  } else if (options.external) {
     y << "# Your command runs under dbh as its worker (docs/worker-protocol.md): the keys dbh passes ("
       << join(worker_passed_keys()) << ") are dbh's below and reach it as key=value; the other words stay in "
       << "worker.command.\n";
@@ -675,11 +734,15 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   const size_t first = read_program(shell_words, words, env, out);
   nlohmann::ordered_json worker_env = nlohmann::ordered_json::object();
   convert_environment(env, options, settings, worker_env, out);
-  const WordsRead read = read_words(shell_words, words, first, options, settings, out);
+  WordsRead read = read_words(shell_words, words, first, options, settings, out);
   set_device_default(options, read, settings, out);
   const std::string one_line_command = one_line(join_quoted(words));
   set_scenario_identity(options, one_line_command, settings, out);
-  if (options.external) set_external_worker(options, read, worker_env, settings, out);
+  if (options.external) {
+    nlohmann::ordered_json keys = options.user_config ? map_into_user_config(options, read, settings, out)
+                                                      : nlohmann::ordered_json::object();
+    set_external_worker(options, read, worker_env, std::move(keys), settings, out);
+  }
   out.yaml = scenario_text(one_line_command, out, settings, options);
   return out;
 }

@@ -1,8 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "harness/scenario/user_config.h"
 
 namespace dbh::harness {
 
@@ -34,6 +38,11 @@ struct FromCommandOptions {
   std::string data;      // a dataset folder (absolute): data.source real, data.path
   std::string data_key;  // external: the key of the user's config that holds it
   bool has_gpu = false;  // external: this machine has an NVIDIA GPU (the device when the command says none)
+  /// external: the command's composed configuration (its `hello`'s `config`
+  /// in describe mode), flattened; dbh's keys are then mapped into it (Note
+  /// [dbh's keys in your configuration]). nullopt: passed under the
+  /// Lightning/Hydra alias table's names.
+  std::optional<std::vector<ConfigEntry>> user_config;
 };
 
 /// A Lightning/Hydra training command converted to a dbh scenario.
@@ -42,6 +51,9 @@ struct ConvertedCommand {
   std::vector<std::string> program;    // the words skipped as the program
   std::vector<std::string> unmapped;   // "key=value (why)", in command order
   std::vector<std::string> satisfied;  // "key=value (why)": dbh already behaves so
+  std::vector<std::string> mapped;     // external: "dbh.key: your.key (value)", from your configuration
+  std::vector<std::string> worker_command;  // external: the command as the worker runs it, less dbh's keys
+  std::vector<std::pair<std::string, std::string>> worker_env;  // external: its VAR=value words
 };
 
 /// Converts a training command line (`[VAR=… ] [uv run] python

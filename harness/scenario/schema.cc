@@ -268,7 +268,8 @@ std::vector<KeySpec> build_table() {
       one_of(DBH_KEY(train.mode), train_mode_names(),
              "The training loop, or basic tensor operations on the device only (`dbh diagnose`)."),
       integer(DBH_KEY(train.eval_every), 0, kMax,
-              "Evaluate on `data.val` every K steps and after the last; 0 = never."),
+              "Evaluate on `data.val` every K steps and after the last; 0 = never. An external worker validates on "
+              "its own data at its own cadence (`worker.keys` maps this key to it) and reports `eval` events."),
 
       text(DBH_KEY(hardware.device), "`cpu`, `cuda` or `cuda:N` (N a device index 0-63)."),
       cuda_only(boolean(DBH_KEY(hardware.cudnn_enabled), "Use cuDNN.")),

@@ -43,6 +43,12 @@ Miss module_mismatch(const Expectation& e, const Evidence& ev) {
 Miss hmean_mismatch(const Expectation& e, const Evidence& ev) {
   if (!e.min_hmean) return std::nullopt;
   if (!ev.last_eval) return "min_hmean: expected at least " + fixed(*e.min_hmean) + ", got no evaluation";
+  if (!ev.last_eval->has_hmean) {
+    std::string names;
+    for (const auto& [name, value] : ev.last_eval->metrics) names += (names.empty() ? "" : ", ") + name;
+    return "min_hmean: expected at least " + fixed(*e.min_hmean) + ", got an evaluation without an h-mean (" +
+           (names.empty() ? std::string("no metrics") : names) + ")";
+  }
   if (ev.last_eval->hmean >= *e.min_hmean) return std::nullopt;
   return "min_hmean: expected at least " + fixed(*e.min_hmean) + ", got " + fixed(ev.last_eval->hmean) +
          " after step " + std::to_string(ev.last_eval->step - 1);

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/kb/knowledge_base.h"
@@ -75,6 +76,11 @@ struct EvalRecord {
   /// Detections the reference post-processing settings give on the same
   /// maps, when the scenario's settings differ from them; −1 otherwise.
   int64_t det_reference = -1;
+  /// Note [A worker's own validation metrics]: whether the evaluation named
+  /// an h-mean (dbh's own worker always does), and an external worker's own
+  /// metrics by its names (at most 64, names cut to 200 bytes).
+  bool has_hmean = true;
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 /// A trial's result turned into values.

@@ -150,6 +150,73 @@ int create_trial_file(const fs::path& dir, const std::string& name) {
   return fd;
 }
 
+// Note [A worker's logs are bounded]: one of the worker's output streams
+// into its log: the head written as it comes, then a ring of the last
+// kLogTailBytes kept in memory and written, after a line saying what was
+// left out, when the stream ends.
+class BoundedLog {
+ public:
+  BoundedLog(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+  void write(const char* data, size_t n) {
+    if (written_ < kLogHeadBytes) {
+      const size_t head = std::min(n, kLogHeadBytes - written_);
+      if (error_ == 0) error_ = write_all(fd_, data, head);
+      written_ += head;
+      data += head;
+      n -= head;
+    }
+    if (n == 0) return;
+    // Past the head: the ring keeps the last kLogTailBytes.
+    if (n >= kLogTailBytes) {
+      cut_ += static_cast<int64_t>(tail_.size() + n - kLogTailBytes);
+      tail_.assign(data + n - kLogTailBytes, kLogTailBytes);
+      return;
+    }
+    tail_.append(data, n);
+    if (tail_.size() > kLogTailBytes) {
+      const size_t drop = tail_.size() - kLogTailBytes;
+      cut_ += static_cast<int64_t>(drop);
+      tail_.erase(0, drop);
+    }
+  }
+  // The tail, after the line that says what was cut; the bytes cut.
+  int64_t finish() {
+    if (cut_ > 0 && error_ == 0) {
+      const std::string line = "\n[dbh: " + std::to_string(cut_) + " bytes of the worker's " + name_ +
+                               " left out here; this log keeps its first " + std::to_string(kLogHeadBytes >> 20) +
+                               " MiB and its last " + std::to_string(kLogTailBytes >> 20) + " MiB]\n";
+      error_ = write_all(fd_, line.data(), line.size());
+    }
+    if (error_ == 0 && !tail_.empty()) error_ = write_all(fd_, tail_.data(), tail_.size());
+    tail_.clear();
+    return cut_;
+  }
+
+ private:
+  int fd_;
+  std::string name_;
+  size_t written_ = 0;
+  int64_t cut_ = 0;
+  std::string tail_;
+  int error_ = 0;
+};
+
+// A pipe whose both ends are numbered above stderr (the spawn's dup2 onto
+// 0..2 never meets them), close-on-exec; false when it cannot be made.
+bool pipe_above_stderr(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] > STDERR_FILENO) continue;
+    const int high = fcntl(fds[i], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    close(fds[i]);
+    fds[i] = high;
+  }
+  if (fds[0] >= 0 && fds[1] >= 0) return true;
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
+  return false;
+}
+
 // Closes a descriptor when it goes out of scope.
 struct FdCloser {
   int fd = -1;
@@ -281,21 +348,46 @@ TrialResult run_trial(const TrialSpec& spec) {
     result.spawn_error = e.what();
     return result;
   }
-  int fds[2];
+  int fds[2], out_pipe[2], err_pipe[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     result.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    return result;
+  }
+  if (!pipe_above_stderr(out_pipe)) {
+    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    close(fds[0]);
+    close(fds[1]);
+    return result;
+  }
+  if (!pipe_above_stderr(err_pipe)) {
+    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    for (int fd : {fds[0], fds[1], out_pipe[0], out_pipe[1]}) close(fd);
     return result;
   }
   pid_t pid = 0;
   const auto start = Clock::now();
   const std::string token = new_trial_token();
-  const int rc = spawn_worker(spec, token, out_log.fd, err_log.fd, fds[1], &pid);
+  const int rc = spawn_worker(spec, token, out_pipe[1], err_pipe[1], fds[1], &pid);
   close(fds[1]);
-  close(out_log.fd);  // the worker has its own copies
-  out_log.fd = -1;
-  close(err_log.fd);
-  err_log.fd = -1;
+  close(out_pipe[1]);  // the worker has its own copies
+  close(err_pipe[1]);
+  // Note [A worker's logs are bounded]: the logs are written here, cut.
+  BoundedLog logs[2] = {BoundedLog(out_log.fd, "stdout"), BoundedLog(err_log.fd, "stderr")};
+  int log_pipes[2] = {out_pipe[0], err_pipe[0]};
+  const auto close_logs = [&] {
+    for (int& fd : log_pipes) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+    result.stdout_cut_bytes = logs[0].finish();
+    result.stderr_cut_bytes = logs[1].finish();
+    close(out_log.fd);
+    out_log.fd = -1;
+    close(err_log.fd);
+    err_log.fd = -1;
+  };
   if (rc != 0) {
+    close_logs();
     close(fds[0]);
     result.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
     return result;
@@ -357,11 +449,21 @@ TrialResult run_trial(const TrialSpec& spec) {
     }
   };
   char buf[65536];
+  // One read of a log pipe that poll found ready: into its log; its end
+  // (or an error) closes it.
+  const auto read_log = [&](int which) {
+    const ssize_t got = read(log_pipes[which], buf, sizeof buf);
+    if (got > 0) {
+      logs[which].write(buf, static_cast<size_t>(got));
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      close(log_pipes[which]);
+      log_pipes[which] = -1;
+    }
+  };
   while (!exited || pipe_open) {
-    if (pipe_open) {
-      pollfd p{fds[0], POLLIN, 0};
-      const int n = poll(&p, 1, 100);
-      if (n > 0) {
+    pollfd p[3] = {{pipe_open ? fds[0] : -1, POLLIN, 0}, {log_pipes[0], POLLIN, 0}, {log_pipes[1], POLLIN, 0}};
+    if (poll(p, 3, 100) > 0) {
+      if (pipe_open && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
         const ssize_t got = read(fds[0], buf, sizeof buf);
         if (got > 0) {
           handle_bytes(buf, static_cast<size_t>(got));
@@ -369,8 +471,9 @@ TrialResult run_trial(const TrialSpec& spec) {
           pipe_open = false;
         }
       }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int which = 0; which < 2; ++which) {
+        if (log_pipes[which] >= 0 && (p[1 + which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
+      }
     }
     if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;
@@ -383,8 +486,8 @@ TrialResult run_trial(const TrialSpec& spec) {
       // into the pipe never holds the trial past its end.
       const auto drain_start = Clock::now();
       while (since(drain_start) < kDrainSeconds) {
-        pollfd p{fds[0], POLLIN, 0};
-        if (poll(&p, 1, 50) <= 0) break;
+        pollfd d{fds[0], POLLIN, 0};
+        if (poll(&d, 1, 50) <= 0) break;
         const ssize_t got = read(fds[0], buf, sizeof buf);
         if (got <= 0) break;
         handle_bytes(buf, static_cast<size_t>(got));
@@ -407,6 +510,17 @@ TrialResult run_trial(const TrialSpec& spec) {
     }
   }
   close(fds[0]);
+  // What the logs' pipes still hold, for at most kDrainSeconds: a
+  // descendant that keeps one open never holds the trial past its end.
+  const auto drain_logs = Clock::now();
+  while ((log_pipes[0] >= 0 || log_pipes[1] >= 0) && since(drain_logs) < kDrainSeconds) {
+    pollfd p[2] = {{log_pipes[0], POLLIN, 0}, {log_pipes[1], POLLIN, 0}};
+    if (poll(p, 2, 50) <= 0) break;
+    for (int which = 0; which < 2; ++which) {
+      if (log_pipes[which] >= 0 && (p[which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
+    }
+  }
+  close_logs();
   killpg(pid, SIGKILL);  // nothing of the trial outlives it
   kill_token_holders(token);  // nor what left its group
   g_current_group = 0;

@@ -46,6 +46,8 @@ struct TrialResult {
   std::string spawn_error;             // non-empty when the worker never started
   std::string journal_error;           // events.jsonl could not be written (disk full, …)
   int64_t journal_cut_bytes = 0;       // bytes of the stream past kMaxJournalBytes, not journaled
+  int64_t stdout_cut_bytes = 0;        // bytes of stdout left out of stdout.log (Note [A worker's logs are bounded])
+  int64_t stderr_cut_bytes = 0;        // the same of stderr
   std::string stacks_tool;             // "eu-stack" | "gdb" when stacks were captured
   std::string stacks;                  // their text (bounded), also in run_dir/stacks.txt
 };
@@ -55,6 +57,13 @@ struct TrialResult {
 /// most kDrainSeconds after the worker exits.
 inline constexpr size_t kMaxJournalBytes = size_t{256} << 20;
 inline constexpr double kDrainSeconds = 2.0;
+
+/// Note [A worker's logs are bounded]: the worker's stdout and stderr reach
+/// their logs (stdout.log, stderr.log) through pipes the supervisor reads:
+/// each log keeps the first kLogHeadBytes and the last kLogTailBytes of its
+/// stream, with a line between them saying how many bytes were left out.
+inline constexpr size_t kLogHeadBytes = size_t{4} << 20;
+inline constexpr size_t kLogTailBytes = size_t{4} << 20;
 
 /// Spawns the worker in its own process group with the event stream on fd 3
 /// and this process's pid in kSupervisorPidEnv, enforces the deadline and the

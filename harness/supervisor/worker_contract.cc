@@ -79,6 +79,28 @@ namespace {
 constexpr size_t kMaxWorkerWordBytes = 200;
 constexpr size_t kMaxWorkerWords = 256;
 constexpr size_t kMaxWorkerModules = 100000;
+constexpr size_t kMaxConfigKeys = 4096;
+constexpr size_t kMaxConfigValueBytes = 1000;
+
+// `value` under `key` flattened into `out`: nested objects as dotted keys,
+// scalars and lists whose text is short kept, the rest left out; at most
+// kMaxConfigKeys entries, each key cut as a word is.
+void flatten_config(const std::string& key, const nlohmann::json& value,
+                    std::vector<std::pair<std::string, nlohmann::json>>& out, int depth = 0) {
+  if (out.size() >= kMaxConfigKeys || depth > 32) return;
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      flatten_config(key.empty() ? it.key() : key + "." + it.key(), it.value(), out, depth + 1);
+    }
+    return;
+  }
+  if (key.empty() || key.size() > kMaxWorkerWordBytes || value.is_null()) return;
+  if (value.is_string()) {
+    out.emplace_back(one_line(key), truncate_utf8(value.get<std::string>(), kMaxConfigValueBytes));
+  } else if (!value.is_array() || value.dump().size() <= kMaxConfigValueBytes) {
+    out.emplace_back(one_line(key), value);
+  }
+}
 
 // The first `n` of `words` joined (each in `quote` marks), and how many more.
 std::string some_of(const std::vector<std::string>& words, size_t n, const std::string& quote = "") {
@@ -140,6 +162,41 @@ std::vector<PassedKey> passed_keys(const Scenario& s) {
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;
+}
+
+std::string key_not_passed(const Scenario& s, const std::string& key) {
+  if (!s.worker.external()) return "";
+  // dbh's own: read by the supervisor, or served through a capability
+  // (worker_needs), never a value of the worker's training.
+  static const std::vector<std::string> kSections = {"name", "description", "include", "limits", "expect",
+                                                     "monitors", "repeat", "worker", "faults", "controls"};
+  static const std::vector<std::string> kServed = {
+      DBH_SCENARIO_KEY(data.source),           DBH_SCENARIO_KEY(data.subset),
+      DBH_SCENARIO_KEY(train.checkpoint_every), DBH_SCENARIO_KEY(train.resume_from),
+      DBH_SCENARIO_KEY(train.stop_after),       DBH_SCENARIO_KEY(train.mode),
+      DBH_SCENARIO_KEY(train.eval_every),       DBH_SCENARIO_KEY(hardware.memory_budget),
+      DBH_SCENARIO_KEY(hardware.profile),       DBH_SCENARIO_KEY(hardware.launch_blocking)};
+  const std::string section = key.substr(0, key.find_first_of(".["));
+  if (std::find(kSections.begin(), kSections.end(), section) != kSections.end() ||
+      std::find(kServed.begin(), kServed.end(), key) != kServed.end()) {
+    return "";
+  }
+  for (const auto& k : passed_keys(s)) {
+    if (k.dbh_key == key) return "";
+  }
+  const auto it = s.worker.keys.find(key);
+  return key + " is not passed to the worker " + join(s.worker.command, " ") +
+         (it != s.worker.keys.end() ? " (worker.keys maps it to \"\", nothing)"
+                                    : " (add `worker.keys: {" + key + ": <your key>}` for it to reach your "
+                                      "configuration)");
+}
+
+std::string overrides_not_passed(const Scenario& s, const std::vector<std::string>& overrides) {
+  for (const auto& ov : overrides) {
+    std::string why = key_not_passed(s, override_key(ov));
+    if (!why.empty()) return why;
+  }
+  return "";
 }
 
 TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
@@ -245,6 +302,7 @@ WorkerDescription describe_worker(const Scenario& s) {
   for (const auto& m : h.modules.value_or(std::vector<std::string>{})) {
     if (d.modules.size() < kMaxWorkerModules) d.modules.push_back(truncate_utf8(m, kMaxWorkerWordBytes));
   }
+  flatten_config("", h.config, d.config);
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = d;
   return d;
@@ -317,6 +375,16 @@ std::vector<std::string> check_worker(const Scenario& s,
   std::vector<std::string> notes;
   for (const auto& [cap, what] : needs.optional) {
     if (!serves(cap)) notes.push_back(who + " does not serve `" + cap + "`: " + what + " is not checked in this run");
+  }
+  // Note [Keys that never reach the worker]: a training key set away from
+  // its default that the worker is never passed changes nothing; said, not
+  // silently believed.
+  const Scenario defaults;
+  for (const auto& k : scenario_keys()) {
+    if (key_json(k, s) == key_json(k, defaults)) continue;
+    const std::string why = key_not_passed(s, k.key);
+    if (!why.empty()) notes.push_back(why + ": its value here (" + one_line(key_json(k, s).dump()) +
+                                      ") changes nothing in this run");
   }
   return notes;
 }

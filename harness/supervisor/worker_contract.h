@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 
@@ -84,6 +86,18 @@ struct PassedKey {
 };
 std::vector<PassedKey> passed_keys(const Scenario& s);
 
+/// Note [Keys that never reach the worker]: an external worker receives the
+/// keys of passed_keys() on its command line and nothing else of dbh's
+/// training keys (train.grad_clip, model.*, …); dbh reads its own sections
+/// (limits, expect, monitors, repeat, faults) and the keys a capability
+/// serves itself. The first is the reason `key` set on `s` would change
+/// nothing in the worker's training ("" when it reaches it, dbh reads it, or
+/// the worker is dbh's own).
+std::string key_not_passed(const Scenario& s, const std::string& key);
+/// The first of `overrides` (key=value) that key_not_passed refuses, its
+/// reason; "" when every one reaches the worker or is dbh's.
+std::string overrides_not_passed(const Scenario& s, const std::vector<std::string>& overrides);
+
 /// The process spec of an external worker's trial of `s` in `dir`, whose
 /// resolved scenario is at `resolved`.
 TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
@@ -100,6 +114,10 @@ struct WorkerDescription {
   std::string worker;  // name and version
   std::vector<std::string> capabilities;
   std::vector<std::string> modules;
+  /// Its composed configuration (`hello`'s `config`), flattened to dotted
+  /// keys with scalar or short list values, bounded (Note [A worker's stream
+  /// is bounded]); empty when it sent none.
+  std::vector<std::pair<std::string, nlohmann::json>> config;
 };
 
 /// Starts `s`'s worker command once in describe mode (in a scratch folder

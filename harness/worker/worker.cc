@@ -1,5 +1,6 @@
 #include "harness/worker/worker.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -440,9 +441,12 @@ void train_one_run(WorkerState& w, const TrainingData& data) {
   w.step = -1;
   std::ostringstream checksum;
   checksum << std::hex << parameter_checksum(net);
-  // The loader's threads end before the run's memory is read.
+  // The loader's threads end before the run's memory is read, and the heap
+  // gives back what it holds free (Note [What a run leaves behind]): what
+  // the resident memory shows is then what the process still uses.
   batches = nullptr;
   loader.reset();
+  malloc_trim(0);
   w.events.emit(proto::RunEnd{w.run, trainer->next_step(), checksum.str(), memory_json(s.hardware.device), {}});
 }
 

@@ -31,6 +31,7 @@ non-finite value the monitors found; the run has diverged), `KeyNotApplied`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ._bits import float_bits
 from ._errors import DbhAdapterError, KeyNotApplied, ProtocolError
@@ -41,11 +42,14 @@ from ._session import VERSION, Session
 __version__ = VERSION
 
 
-def connect(environ: Mapping[str, str] | None = None) -> Session:
+def connect(environ: Mapping[str, str] | None = None, *, config: Mapping[str, Any] | None = None) -> Session:
     """The session of this process: connected to dbh when dbh started it (the
     event pipe, the resolved scenario, the trial folder), else inactive.
 
-    `environ` defaults to os.environ. The process's rank (`RANK`, else
+    `environ` defaults to os.environ. `config` is the training's own composed
+    configuration (a dict, a Hydra DictConfig): `hello` reports it, and `dbh
+    scenario from-command --external` finds dbh's keys in it, so that no
+    `worker.keys` needs writing by hand. The process's rank (`RANK`, else
     `LOCAL_RANK`, when `WORLD_SIZE` is above 1) decides whether it writes
     events: only rank 0 does. Raises ProtocolError when the environment says
     dbh started the process but not as the protocol says.
@@ -53,7 +57,10 @@ def connect(environ: Mapping[str, str] | None = None) -> Session:
     if not under_dbh(environ):
         return Session(None)
     die_with_supervisor(environ)
-    return Session(Link(environ), rank=env_rank(environ))
+    session = Session(Link(environ), rank=env_rank(environ))
+    if config is not None:
+        session.report_config(config)
+    return session
 
 
 __all__ = ["connect", "Session", "Finding", "DbhAdapterError", "KeyNotApplied", "ProtocolError", "under_dbh",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -93,6 +93,23 @@ def input_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
+_TARGET_KEYS = ("target", "targets", "mask", "masks", "label", "labels", "region", "gt")
+
+
+def batch_target(batch: Any) -> torch.Tensor | None:
+    """The batch's target where the adapter can read it: a tuple's second
+    item, or a dict's target/mask/label entry (a tensor)."""
+    if isinstance(batch, Mapping):
+        for key in _TARGET_KEYS:
+            value = batch.get(key)
+            if isinstance(value, torch.Tensor):
+                return value
+        return None
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2 and isinstance(batch[1], torch.Tensor):
+        return batch[1]
+    return None
+
+
 def _set_pixels(tensor: torch.Tensor, sample: int, count: int, value: float) -> None:
     """`count` values of sample `sample` set to `value`, spread over it."""
     with torch.no_grad():
@@ -106,7 +123,7 @@ class FaultSet:
     """The scenario's faults acting on one model through its hooks."""
 
     # The faults this adapter applies (its `fault:<name>` capabilities).
-    SUPPORTED = ("nan_activation", "nan_gradient", "nan_input", "inf_input", "lr_spike", "lr_freeze",
+    SUPPORTED = ("nan_activation", "nan_gradient", "nan_input", "inf_input", "nan_label", "lr_spike", "lr_freeze",
                  "crash", "hang", "slow_data", "leak")
 
     def __init__(self, specs: list[dict[str, Any]] | None, emit: Emit) -> None:
@@ -188,6 +205,19 @@ class FaultSet:
                                      f"(a dict with 'image', or a tuple starting with it), got {type(batch).__name__}")
                 _set_pixels(tensor, _int(fault.params, "sample", 0), _int(fault.params, "count", 16), value)
                 self._fired_now(fault)
+        for fault in self.active("nan_label"):
+            # The batch's own target: the entry `map` names in a dict batch,
+            # else a tuple's second item or a dict's target, mask, label….
+            wanted = str(fault.params.get("map", ""))
+            target = batch.get(wanted) if isinstance(batch, dict) and isinstance(batch.get(wanted), torch.Tensor) \
+                else batch_target(batch)
+            if target is None or not target.is_floating_point():
+                raise ValueError(f"faults.{fault.index}: nan_label: expected a batch holding a floating-point target "
+                                 f"(a tuple's second item, or a dict's {wanted!r}, target, mask, label or labels), "
+                                 f"got {type(batch).__name__}" +
+                                 ("" if target is None else f" whose target is {target.dtype}"))
+            _set_pixels(target, _int(fault.params, "sample", 0), _int(fault.params, "count", 16), float("nan"))
+            self._fired_now(fault, detail={"map": wanted} if isinstance(batch, dict) and wanted in batch else None)
 
     def after_backward(self, model: torch.nn.Module) -> None:
         """Gradient faults, on the accumulated gradients."""

@@ -36,7 +36,10 @@ from ._environment import environment, resources
 from ._errors import KeyNotApplied
 from ._events import EventWriter
 from ._faults import FaultSet, input_tensor
-from ._memory import apply_memory_budget, memory_figures
+from ._memory import apply_memory_budget, memory_figures, release_free_memory
+from ._ops import run_ops_check
+from ._silent import PredictionWatch, SilentFinding
+from ._validation import eval_fields
 from ._monitors import Finding, FiniteMonitor
 from ._protocol import EVENT_SCHEMA_VERSION, SCALER_SKIP_LIMIT, Link
 from ._scenario import ScenarioFacts
@@ -65,11 +68,16 @@ class StepFrame:
         self.worker = worker  # "dbh-adapter <version>"
         self.capabilities = capabilities
         self.framework = "pytorch"
+        self.config: dict[str, Any] = {}  # the training's own configuration, flattened (`hello`'s `config`)
         self.events = EventWriter(link.fd, muted=rank != 0)
         self.rank = rank
         self.samples = SampleReporter(self.events)
         self.faults = FaultSet(facts.faults, self.events.emit)
         self.monitor = FiniteMonitor(facts.monitor_mode)
+        self.predictions = PredictionWatch(facts.silent_check("predictions"),
+                                           int(facts.monitor_number("collapse_after", 10)),
+                                           int(facts.monitor_number("collapse_steps", 5)),
+                                           facts.monitor_number("collapse_margin", 0.02))
         self.step = -1
         self.run = 0  # the in-process run (repeat.in_process, Session.runs)
         self.total_runs = 1
@@ -115,12 +123,15 @@ class StepFrame:
                 dbh_version="", torch_version=torch.__version__, device=str(device),
                 threads=torch.get_num_threads(), worker=f"{self.worker} ({framework}, torch {torch.__version__})",
                 capabilities=self.capabilities, modules=[n for n, _ in model.named_modules() if n],
-                environment=environment(str(device), framework_version if self.framework == "lightning" else ""))
+                environment=environment(str(device), framework_version if self.framework == "lightning" else ""),
+                config=self.config or None)
         if self.link.describe:
             ev.emit("done", status="described")
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+        if self.facts.train_mode == "ops":
+            run_ops_check(ev, self.facts.device, self.facts.seed)  # ends the process
         budget = self.facts.memory_budget
         if budget > 0:
             ev.emit("memory_budget", **apply_memory_budget(self.facts.device, budget))
@@ -135,6 +146,7 @@ class StepFrame:
         self._model = model
         self.faults.attach(model)
         self.monitor.attach(model, always=self.faults.modules())
+        self.predictions.attach(model)
         self.events.emit("run_begin", run=self.run, memory=memory_figures())
         self.samples.on = True
 
@@ -155,6 +167,13 @@ class StepFrame:
         self._skip_streak = 0
         self._streak_first = None
         self._skipped = False
+
+    def evaluation(self, metrics: dict[str, float]) -> None:
+        """One validation's metrics (`eval`), after the steps trained so far."""
+        if self.finished or not metrics:
+            return
+        steps = self.step if self._step_open else self.step + 1
+        self.events.emit("eval", run=self.run, step=max(0, steps), **eval_fields(metrics))
 
     def announce_dataset(self, size: int) -> None:
         """The training dataset's size (`dataset`): after `hello`, before
@@ -198,6 +217,7 @@ class StepFrame:
         if ids:
             ev.emit("batch", run=self.run, step=step, samples=ids)
         self.monitor.begin_step(step)
+        self.predictions.batch(batch)
         self.faults.on_step_begin(step, batch, run=self.run)
         self.monitor.check_input(input_tensor(batch))
 
@@ -282,6 +302,7 @@ class StepFrame:
                          memory=memory_figures())
         if self.step + 1 >= self.facts.last_step:
             self.stop_requested = True
+        self.predictions.judge(self.step)  # raises SilentFinding: the training stops there
 
     def checkpoint_written(self, next_step: int, path: str, resumed: bool = False) -> None:
         """`checkpoint`: one written to resume at `next_step`, or (`resumed`)
@@ -303,12 +324,27 @@ class StepFrame:
                 module=finding.module or None, phase="train")
         self.done("diverged")
 
+    def silent(self, finding: SilentFinding) -> None:
+        """A silent failure the adapter found: the primary `health`, the
+        error (kind silent), done `failed`."""
+        if self.finished:
+            return
+        ev = self.events
+        ev.emit("health", run=self.run, step=finding.step, check=finding.check, kind=finding.kind, site=finding.site,
+                mode=self.monitor.mode, primary=True, message=str(finding), evidence=finding.evidence,
+                **finding.extra)
+        ev.emit("error", kind="silent", message=str(finding), run=self.run, step=finding.step, phase="train")
+        self.done("failed")
+
     def exception(self, exc: BaseException, phase: str = "train") -> None:
         """What stopped the run: a Finding (diverged), a KeyNotApplied
         (harness; already written when the adapter raised it), or any other
         exception: its `error` event (kind data for a dataset's read, with
         `sample` when the index is known; else exception), then done."""
         if self.finished:
+            return
+        if isinstance(exc, SilentFinding):
+            self.silent(exc)
             return
         if isinstance(exc, Finding):
             self.diverged(exc)
@@ -336,9 +372,11 @@ class StepFrame:
         ev = self.events
         if status == "passed":
             # Note [What a run leaves behind]: the memory and what else the
-            # run leaves open, measured after a garbage collection, so that
-            # only what is still referenced counts.
+            # run leaves open, measured after a garbage collection and with
+            # the heap's free memory given back, so that only what is still
+            # referenced counts.
             gc.collect()
+            release_free_memory()
             ev.emit("run_end", run=self.run, steps=self.step + 1, checksum=checksum(self._model),
                     memory=memory_figures(), resources=resources() or None)
             if self.run + 1 < self.total_runs:

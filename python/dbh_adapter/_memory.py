@@ -3,8 +3,10 @@ hardware.memory_budget applied as dbh's own worker applies it (docs/gpu.md)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
+import sys
 from typing import Any
 
 import torch
@@ -14,6 +16,20 @@ import torch
 # emulation of a smaller card, not the training's memory (on an H200 a 12 GiB
 # budget holds 129 GiB, which qualify read as the training's peak).
 _BALLAST: list[tuple[int, int]] = []
+
+
+def release_free_memory() -> None:
+    """Gives the heap's free memory back to the system (glibc's malloc_trim),
+    as dbh's own worker does before a run's end is measured: the resident
+    memory then shows what the process still uses, and two runs in one
+    process are enough to tell what the second kept (Note [What a run leaves
+    behind])."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the figure is read as it is
 
 
 def memory_figures() -> dict[str, int]:

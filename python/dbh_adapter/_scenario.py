@@ -92,6 +92,25 @@ class ScenarioFacts:
         """monitors.mode: cheap (the default), localise or off."""
         return str(self.monitors.get("mode", "cheap"))
 
+    def silent_check(self, check: str) -> bool:
+        """Whether monitors.silent has `check` on (and the monitors are)."""
+        checks = self.monitors.get("silent", ["input", "labels", "predictions", "learning"])
+        if isinstance(checks, bool):
+            checks = ["input", "labels", "predictions", "learning"] if checks else []
+        return self.monitor_mode != "off" and check in (checks or [])
+
+    def monitor_number(self, key: str, default: float) -> float:
+        """monitors.<key> as a number (collapse_after, collapse_steps,
+        collapse_margin)."""
+        value = self.monitors.get(key, default)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+    @property
+    def train_mode(self) -> str:
+        """train.mode: `train`, or `ops` (basic tensor operations only: the
+        diagnosis ladder's first rung)."""
+        return str(self.train.get("mode") or "train")
+
     @property
     def device(self) -> str:
         return str(self.hardware.get("device") or "cpu")

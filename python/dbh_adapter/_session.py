@@ -15,12 +15,13 @@ writes nothing, so the same script runs with and without dbh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from ._config import flatten_config
 from ._data import Names, ReportingDataset, restrict
 from ._faults import FaultSet
 from ._frame import LossScaler, StepFrame
@@ -28,6 +29,7 @@ from ._loop import GradScaler, PlainLoop
 from ._monitors import Finding
 from ._protocol import Link
 from ._scenario import ScenarioFacts
+from ._validation import validation_metrics
 
 if TYPE_CHECKING:
     from lightning.pytorch.callbacks import Callback
@@ -37,7 +39,7 @@ VERSION = "0.1.0"
 # What this adapter serves (docs/worker-protocol.md, "Capabilities"; the
 # faults' `fault:<name>` come from FaultSet.SUPPORTED).
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
-                     "monitors.localise", "memory_budget")
+                     "monitors.localise", "memory_budget", "validation", "ops", "monitors.silent")
 
 B = TypeVar("B")
 D = TypeVar("D")
@@ -79,6 +81,22 @@ class Session:
     @property
     def rank(self) -> int:
         return self.frame.rank if self.frame is not None else 0
+
+    def report_config(self, config: Mapping[str, Any]) -> None:
+        """The training's own composed configuration, reported in `hello`
+        (call before the model is seen): dbh's `scenario from-command
+        --external` maps its keys into it."""
+        if self.frame is not None:
+            self.frame.config = flatten_config(config)
+
+    def report_validation(self, metrics: Mapping[str, Any]) -> None:
+        """A validation's metrics, by the training's own names (`val/f1`,
+        `val_iou`, …), as an `eval` event after the steps trained so far; dbh
+        reads `hmean`, `precision` and `recall` from the ones named so (`f1` is
+        an h-mean) and judges metrics that stay at zero. Non-finite values are
+        left out. Outside dbh, nothing."""
+        if self.frame is not None:
+            self.frame.evaluation(validation_metrics(metrics))
 
     def set_rank(self, rank: int) -> None:
         """The process's global rank: events only from rank 0."""

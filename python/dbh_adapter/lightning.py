@@ -19,6 +19,7 @@ import torch
 from ._errors import KeyNotApplied
 from ._frame import LossScaler, StepFrame
 from ._monitors import Finding
+from ._validation import validation_metrics
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -128,6 +129,13 @@ class DbhCallback(Callback):
             f.checkpoint_written(next_step, path)
         if f.stop_requested:
             trainer.should_stop = True
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The metrics the module logged in its validation (`val/…`, or named
+        # as h-mean, precision, recall), as an `eval` event; never the
+        # sanity check's, which follows no training.
+        if not trainer.sanity_checking:
+            self.frame.evaluation(validation_metrics(trainer.callback_metrics, prefixed_only=True))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.frame.done("passed")

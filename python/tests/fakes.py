@@ -136,9 +136,10 @@ def batches(count: int = 4, size: int = 4, seed: int = 0) -> list[dict[str, Any]
 
 def train_plain(session: Any, *, steps: int | None = None, lr: float = 0.05, model: nn.Module | None = None,
                 data: list[dict[str, Any]] | None = None, scaler: Any = None,
-                on_step: Any = None) -> nn.Module:
+                on_step: Any = None, after_step: Any = None) -> nn.Module:
     """The plain loop of python/README.md on TinyNet, seeded: the adapter's
-    watch / steps / backward / optimizer_step."""
+    watch / steps / backward / optimizer_step; `on_step(step, model,
+    optimizer)` before the optimizer's step, `after_step(step)` after it."""
     torch.manual_seed(0)
     model = model or TinyNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -150,6 +151,8 @@ def train_plain(session: Any, *, steps: int | None = None, lr: float = 0.05, mod
             if on_step is not None:
                 on_step(step, model, optimizer)
             dbh.optimizer_step(samples=len(batch["id"]))
+            if after_step is not None:
+                after_step(step)
     return model
 
 

@@ -146,3 +146,21 @@ def test_leak_sizes_are_read_as_dbh_writes_them(text: Any, want: int) -> None:
 def test_a_size_that_is_not_one_is_refused() -> None:
     with pytest.raises(ValueError, match="expected a size such as 64MiB"):
         parse_bytes("lots")
+
+
+def test_nan_label_sets_nan_in_the_batchs_own_target_and_the_loss_diverges(supervisor: Any) -> None:
+    sup = supervisor(faults=[{"name": "nan_label", "at_step": 1, "sample": 0, "count": 1}], train={"max_steps": 3})
+    with pytest.raises(Finding) as raised:
+        train_plain(sup.connect(), steps=3)
+    assert raised.value.kind == "loss" and raised.value.step == 1
+    events = sup.events()
+    fired = of(events, "fault_fired")
+    assert [f["step"] for f in fired] == [1] and fired[0]["fault"] == "nan_label"
+    assert events[-1]["status"] == "diverged"
+
+
+def test_nan_label_without_a_readable_target_is_refused(supervisor: Any) -> None:
+    sup = supervisor(faults=[{"name": "nan_label", "at_step": 0}], train={"max_steps": 1})
+    images_only = [{"image": b["image"], "id": b["id"]} for b in batches(1)]
+    with pytest.raises(ValueError, match="nan_label: expected a batch holding a floating-point target"):
+        train_plain(sup.connect(), steps=1, data=images_only)

@@ -123,6 +123,10 @@ std::vector<TrustCase> cases() {
        "$(head -c 200000 /dev/zero | tr '\\0' m)'\"}'; e '{\"type\":\"error\",\"t\":0,\"kind\":\"diverged\",\"run\":0,"
        "\"step\":1,\"message\":\"nan\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"diverged\"}'; exit 1",
        "", "", 1, "diverged"});
+  add({"FortyMegabytesOnStdoutAndStderr", "bound",
+       "hello; begin; head -c 40000000 /dev/zero | tr '\\0' o; head -c 40000000 /dev/zero | tr '\\0' e >&2; steps 4; "
+       "finish 4",
+       "", "", 0, "more to stderr than stderr.log keeps"});
   add({"SampleReadsOutsideTheDataset", "bound",
        "hello; e '{\"type\":\"dataset\",\"t\":0,\"size\":3}'; begin; for i in -5 1 99999999999 2; do "
        "e '{\"type\":\"sample_read\",\"t\":0,\"index\":'$i'}'; done; steps 4; finish 4",

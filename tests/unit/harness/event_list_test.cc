@@ -92,6 +92,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   hello.capabilities = std::vector<std::string>{"loss_bits"};
   hello.modules = std::vector<std::string>{"decoder.fusion"};
   hello.environment = {{"python", "3.11.7"}};
+  hello.config = {{"optim.lr", 0.1}};
   ExpectDocumentedFields(hello);
   ExpectDocumentedFields(proto::RunBegin{});
   ExpectDocumentedFields(proto::StepBegin{});
@@ -122,6 +123,8 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   ExpectDocumentedFields(resumed);
   proto::Eval eval;
   eval.det_reference = 3;
+  eval.precision = eval.recall = eval.hmean = 0.5;
+  eval.metrics = {{"val/f1", 0.5}};
   ExpectDocumentedFields(eval);
   ExpectDocumentedFields(proto::EvalOverlays{});
   ExpectDocumentedFields(proto::Overlays{});

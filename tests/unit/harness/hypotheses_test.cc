@@ -103,6 +103,32 @@ TEST(HypothesesTest, NoEvidenceForAnyIsUnsureAndAPassIsAPass) {
   EXPECT_EQ(judge_ladder(pass).conclusion, "passes");
 }
 
+// A divergence on a training whose synthetic rungs cannot run (a user's
+// own): the run at a tenth of the learning rate training through is the
+// optimizer's evidence; the same run diverging again refutes it.
+TEST(HypothesesTest, ADivergenceThatATenthOfTheLearningRateEndsIsTheOptimizer) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "nonfinite_activation";
+  l.real_data = true;
+  l.rungs = {fails(RungId::kRealNoWorkers, "real, no workers", Outcome::kDiverged, "nonfinite_activation"),
+             fails(RungId::kAsGiven, "as given", Outcome::kDiverged, "nonfinite_activation"),
+             works(RungId::kLowerLearningRate, "a tenth of the learning rate")};
+  Judgement j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "optimizer");
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).support.size(), 1u);
+  // dbh's own worker: synthetic data diverges too, which alone would blame
+  // the model; the tenth of the learning rate says it is the updates.
+  Ladder own = l;
+  own.rungs.push_back(fails(RungId::kSynthetic, "synthetic", Outcome::kDiverged, "nonfinite_activation"));
+  EXPECT_EQ(judge_ladder(own).conclusion, "optimizer");
+  l.rungs[2] = fails(RungId::kLowerLearningRate, "a tenth of the learning rate", Outcome::kDiverged,
+                     "nonfinite_activation");
+  j = judge_ladder(l);
+  EXPECT_EQ(j.conclusion, "unsure");
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).refute.size(), 1u);
+}
+
 // Note [The learning rung]: flat on synthetic boxes too is the optimizer;
 // learning on synthetic boxes but not on the real data is the labels.
 TEST(HypothesesTest, SilentFailuresAreJudgedByTheLearningRungs) {

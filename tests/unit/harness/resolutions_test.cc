@@ -74,6 +74,25 @@ TEST(TryResolutions, RunsWhatChangesTheScenarioAndMarksEachCheck) {
   EXPECT_EQ(checks[3].resolution, 3u);
 }
 
+// `{key/N}` of a real value (the learning rate) is that value scaled, in as
+// few digits as tell it; of an integer it stays an integer of at least 1.
+TEST(TryResolutions, AComputedValueScalesRealsAndIntegers) {
+  Scenario s;
+  s.train.lr = 50;
+  s.data.batch_size = 1;
+  const auto resolved = nlohmann::json::parse(resolved_json(s));
+  FailureClass::Check lr{0, {"train.lr={train.lr/10}"}};
+  EXPECT_EQ(check_overrides(lr, resolved, nullptr), (std::vector<std::string>{"train.lr=5"}));
+  s.train.lr = 0.003;
+  lr.overrides = {"train.lr={train.lr*3}"};
+  EXPECT_EQ(check_overrides(lr, nlohmann::json::parse(resolved_json(s)), nullptr),
+            (std::vector<std::string>{"train.lr=0.009"}));
+  bool changes = true;
+  const FailureClass::Check half{0, {"data.batch_size={data.batch_size/2}"}};
+  EXPECT_EQ(check_overrides(half, resolved, &changes), (std::vector<std::string>{"data.batch_size=1"}));
+  EXPECT_FALSE(changes) << "a batch of 1 halved is still 1";
+}
+
 // A stop request ends the loop before the next run; what ran is kept.
 TEST(TryResolutions, AStopEndsTheLoopBeforeTheNextRun) {
   Scenario s;

@@ -19,6 +19,7 @@
 
 #include "harness/supervisor/trial.h"
 #include "harness/proto/event_writer.h"
+#include "tests/support/files.h"
 
 namespace dbh::harness {
 namespace {
@@ -170,6 +171,25 @@ TEST_F(TrialTest, AnOverlongEventLineIsSkippedAndTheStreamGoesOn) {
   ASSERT_EQ(r.bad_lines.size(), 1u);
   EXPECT_NE(r.bad_lines[0].find("got 3000000 bytes (skipped)"), std::string::npos) << r.bad_lines[0].substr(0, 300);
   EXPECT_LT(r.bad_lines[0].size(), 400u);
+}
+
+// Note [A worker's logs are bounded]: 12 MiB on stdout keep its first and
+// last 4 MiB in stdout.log, with the cut marked between them and counted;
+// stderr's tail still ends the log.
+TEST_F(TrialTest, AWorkersLogsKeepTheirHeadAndTailAndSaySoBetween) {
+  const auto r = Run("printf '{\"type\":\"hello\"}\\n' >&3; printf 'first'; head -c 12582912 /dev/zero | tr '\\0' o; "
+                     "printf 'last'; echo the-end >&2");
+  EXPECT_EQ(r.exit_code, 0);
+  const int64_t cut = 12582912 + 9 - int64_t{8} * 1024 * 1024;
+  EXPECT_EQ(r.stdout_cut_bytes, cut);
+  EXPECT_EQ(r.stderr_cut_bytes, 0);
+  const std::string log = testing::read_text(dir_ / "run" / "stdout.log");
+  EXPECT_LT(log.size(), size_t{8} * 1024 * 1024 + 200);
+  EXPECT_EQ(log.rfind("first", 0), 0u);
+  EXPECT_EQ(log.substr(log.size() - 4), "last");
+  EXPECT_NE(log.find("[dbh: " + std::to_string(cut) + " bytes of the worker's stdout left out here"),
+            std::string::npos);
+  EXPECT_NE(r.stderr_tail.find("the-end"), std::string::npos);
 }
 
 TEST_F(TrialTest, MissingProgramIsASpawnError) {

@@ -132,6 +132,30 @@ TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
   EXPECT_TRUE(std::none_of(spec.argv.begin(), spec.argv.end(), [](const std::string& a) { return a.find("path") != std::string::npos; }));
 }
 
+// Note [Keys that never reach the worker]: a training key the worker is not
+// passed changes nothing in its training, and says how to pass it; passed
+// keys, dbh's own sections and the keys a capability serves do reach it.
+TEST(WorkerProtocol, AKeyTheWorkerIsNeverPassedIsNamedWithTheLineThatPassesIt) {
+  Scenario s;
+  EXPECT_EQ(key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "") << "dbh's own worker reads every key";
+  s.worker.command = {"python", "train.py"};
+  s.worker.keys[DBH_SCENARIO_KEY(train.lr)] = "optim.step_size";
+  s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";
+  const std::string why = key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip));
+  EXPECT_NE(why.find("train.grad_clip is not passed to the worker python train.py"), std::string::npos) << why;
+  EXPECT_NE(why.find("worker.keys: {train.grad_clip: <your key>}"), std::string::npos) << why;
+  EXPECT_NE(key_not_passed(s, DBH_SCENARIO_KEY(train.seed)).find("maps it to \"\""), std::string::npos);
+  for (const char* reached : {DBH_SCENARIO_KEY(train.lr), DBH_SCENARIO_KEY(data.batch_size),
+                              DBH_SCENARIO_KEY(train.stop_after), DBH_SCENARIO_KEY(data.subset), "limits.deadline_s",
+                              "monitors.mode", "faults.0.step", "controls", "expect.outcome"}) {
+    EXPECT_EQ(key_not_passed(s, reached), "") << reached;
+  }
+  EXPECT_EQ(overrides_not_passed(s, {"train.lr=5", "controls=[]"}), "");
+  EXPECT_EQ(overrides_not_passed(s, {"train.lr=5", "train.grad_clip=1"}), why);
+  s.worker.keys[DBH_SCENARIO_KEY(train.grad_clip)] = "optim.clip";
+  EXPECT_EQ(key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "");
+}
+
 TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
   Scenario s;
   s.worker.command = {"python", "train.py"};

@@ -1,0 +1,119 @@
+// Note [dbh's keys in your configuration] (harness/scenario/user_config.h):
+// dbh's keys found in a training's own composed configuration by name and by
+// what they hold, on configurations written here. No process is started.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/scenario/from_command.h"
+#include "harness/scenario/user_config.h"
+#include "tests/support/files.h"
+
+namespace dbh::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+const KeyMapping& mapping(const std::vector<KeyMapping>& all, const std::string& dbh_key) {
+  for (const auto& m : all) {
+    if (m.dbh_key == dbh_key) return m;
+  }
+  ADD_FAILURE() << "no mapping for " << dbh_key;
+  return all.front();
+}
+
+// A plain training's own names: every key it has is found with its value,
+// the dataset's relative path read from the command's folder; the keys it
+// lacks are passed as nothing, saying why.
+TEST(MapUserConfig, FindsATrainingsOwnNamesByWhatTheyHold) {
+  const testing::ScratchDir dir("dbh-user-config");
+  fs::create_directories(dir.path() / "data" / "train");
+  const std::vector<ConfigEntry> config = {
+      {"dataset.root", "data/train"}, {"dataset.side", 64},        {"dataset.workers", 2},
+      {"loader.per_step", 2},         {"optim.step_size", 0.05},   {"optim.momentum", 0.9},
+      {"optim.clip", 0.0},            {"run.seed", 11},            {"run.updates", 8},
+      {"arch.width", 8},              {"objective.dice_weight", 0.5}};
+  const auto all = map_user_config(config, {}, {"/no/such/folder", dir.path().string()});
+  EXPECT_EQ(mapping(all, "data.path").user_key, "dataset.root");
+  EXPECT_EQ(mapping(all, "data.path").value, fs::absolute(dir.path() / "data" / "train").lexically_normal().string());
+  EXPECT_EQ(mapping(all, "data.size").user_key, "dataset.side");
+  EXPECT_EQ(mapping(all, "data.num_workers").user_key, "dataset.workers");
+  EXPECT_EQ(mapping(all, "data.batch_size").user_key, "loader.per_step");
+  EXPECT_EQ(mapping(all, "data.batch_size").value, 2);
+  EXPECT_EQ(mapping(all, "train.lr").user_key, "optim.step_size");
+  EXPECT_EQ(mapping(all, "train.lr").value, 0.05);
+  EXPECT_EQ(mapping(all, "train.grad_clip").user_key, "optim.clip");
+  EXPECT_EQ(mapping(all, "train.momentum").user_key, "optim.momentum");
+  EXPECT_EQ(mapping(all, "train.seed").user_key, "run.seed");
+  EXPECT_EQ(mapping(all, "train.max_steps").user_key, "run.updates");
+  for (const char* absent : {"train.accumulation", "train.precision", "hardware.device", "train.weight_decay"}) {
+    EXPECT_EQ(mapping(all, absent).user_key, "") << absent;
+    EXPECT_EQ(mapping(all, absent).why, "no key of your configuration holds it") << absent;
+  }
+}
+
+// What a key holds decides as much as its name: a scheduler's integer
+// step_size is no learning rate, a folder that does not exist no dataset, a
+// precision outside Lightning's values is not passed as Lightning's.
+TEST(MapUserConfig, ANameHoldingSomethingElseIsNotMatched) {
+  const std::vector<ConfigEntry> config = {{"scheduler.step_size", 30},
+                                           {"data.path", "/no/such/folder/anywhere"},
+                                           {"precision", "half"},
+                                           {"optimizer.lr", 0.001}};
+  const auto all = map_user_config(config, {}, {"/"});
+  EXPECT_EQ(mapping(all, "train.lr").user_key, "optimizer.lr");
+  EXPECT_EQ(mapping(all, "data.path").user_key, "");
+  EXPECT_NE(mapping(all, "data.path").why.find("data.path holds something else"), std::string::npos);
+  EXPECT_EQ(mapping(all, "train.precision").user_key, "");
+  const auto lightning = map_user_config({{"trainer.precision", "16-mixed"}, {"trainer.accelerator", "gpu"}}, {}, {"/"});
+  EXPECT_EQ(mapping(lightning, "train.precision").value, "fp16");
+  EXPECT_EQ(mapping(lightning, "hardware.device").value, "cuda");
+}
+
+// A validation or test section never stands for the training's; among
+// several training keys the one the command line sets wins, and with none
+// set the candidates are listed and nothing is chosen.
+TEST(MapUserConfig, ValidationKeysAreNeverTheTrainingsAndAmbiguityIsSaid) {
+  const std::vector<ConfigEntry> config = {{"datasets.val.batch_size", 8},
+                                           {"test_loader.batch_size", 8},
+                                           {"datasets.train.batch_size", 2},
+                                           {"model.lr", 0.01},
+                                           {"head.lr", 0.1}};
+  const auto all = map_user_config(config, {}, {"/"});
+  EXPECT_EQ(mapping(all, "data.batch_size").user_key, "datasets.train.batch_size");
+  EXPECT_EQ(mapping(all, "train.lr").user_key, "");
+  EXPECT_NE(mapping(all, "train.lr").why.find("several keys of your configuration could hold it (model.lr, head.lr)"),
+            std::string::npos)
+      << mapping(all, "train.lr").why;
+  const auto chosen = map_user_config(config, {"head.lr"}, {"/"});
+  EXPECT_EQ(mapping(chosen, "train.lr").user_key, "head.lr");
+  EXPECT_EQ(mapping(chosen, "train.lr").value, 0.1);
+}
+
+// The conversion with the command's configuration: the words that set a
+// mapped key leave the command (dbh passes them back under the same name),
+// the scenario holds the configuration's values, worker.keys says where each
+// dbh key lives, and the others are listed as passed as nothing.
+TEST(MapUserConfig, FromCommandExternalWritesTheMappingIntoTheScenario) {
+  FromCommandOptions o;
+  o.external = true;
+  o.cwd = "/";
+  o.user_config = std::vector<ConfigEntry>{{"optim.step_size", 0.02}, {"loader.per_step", 2}, {"run.updates", 3},
+                                          {"arch.width", 6}};
+  const ConvertedCommand c = scenario_from_command("python train.py optim.step_size=0.02 arch.width=6", o);
+  EXPECT_EQ(c.worker_command, (std::vector<std::string>{"python", "train.py", "arch.width=6"}));
+  EXPECT_NE(c.yaml.find("  lr: 0.02  # your configuration's optim.step_size"), std::string::npos) << c.yaml;
+  EXPECT_NE(c.yaml.find("  max_steps: 3  # your configuration's run.updates"), std::string::npos) << c.yaml;
+  EXPECT_NE(c.yaml.find("\"train.lr\":\"optim.step_size\""), std::string::npos) << c.yaml;
+  EXPECT_NE(c.yaml.find("\"train.precision\":\"\""), std::string::npos) << c.yaml;
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(), "data.batch_size: loader.per_step (2)"), c.mapped.end());
+  EXPECT_NE(std::find(c.unmapped.begin(), c.unmapped.end(),
+                      "train.seed (no key of your configuration holds it; dbh passes nothing for it)"),
+            c.unmapped.end());
+}
+
+}  // namespace
+}  // namespace dbh::harness
