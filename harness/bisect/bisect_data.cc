@@ -139,8 +139,11 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   const auto& fail = out.rep.baseline.analysis;
   out.repro = d.base_repro;
   std::vector<int64_t> named;
+  // The samples the message names, whatever its class (the failure's
+  // identity keeps a file only where the file is the cause).
+  const std::vector<std::string> files = files_named(fail.failure.message);
   for (size_t i = 0; i < images.size(); ++i) {
-    for (const auto& f : out.rep.sig.files) {
+    for (const auto& f : files) {
       if (images[i].file == f) named.push_back(static_cast<int64_t>(i));
     }
   }

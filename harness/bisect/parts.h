@@ -63,6 +63,10 @@ struct Signature {
   std::string text() const;
 };
 
+/// Note [One failure identity]: whether a file the message names is the
+/// failure's cause for class `klass` (data_invalid), rather than where a
+/// symptom showed first.
+bool file_is_the_cause(const std::string& klass);
 Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step);
 /// Why the failing probe `p` is not the failure `sig` ("" when it is).
 std::string difference(const ProbeResult& p, const Signature& sig);

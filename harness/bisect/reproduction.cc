@@ -124,6 +124,18 @@ std::string Signature::text() const {
   return t;
 }
 
+// Note [One failure identity]: a failure is what a user would call the same
+// failure, its class and the cause it names, for every search (steps,
+// modules, data, config, range, diagnose). The file a message names is the
+// cause only where the class says the file is broken (`data_invalid`: this
+// image cannot be read); elsewhere it is the sample where a symptom showed
+// first (a label fault that degrades every sample names whichever is judged
+// first, and the seed moves that), recorded as evidence, never a different
+// failure. The step is part of it only for a replay of one configuration
+// (check_step), and a divergence's site only there too (Note [One
+// divergence]).
+bool file_is_the_cause(const std::string& klass) { return klass == "data_invalid"; }
+
 Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step) {
   Signature s;
   const auto& f = p.analysis.failure;
@@ -131,7 +143,7 @@ Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool ch
   s.step = f.step;
   s.check_step = check_step;
   s.before_training = failed_before_training(p.analysis);
-  s.files = files_named(f.message);
+  if (file_is_the_cause(f.klass)) s.files = files_named(f.message);
   s.modules = modules_named(f.message, decoder);
   return s;
 }

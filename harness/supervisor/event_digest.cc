@@ -1,0 +1,271 @@
+#include "harness/supervisor/event_digest.h"
+
+#include <algorithm>
+#include <map>
+
+#include "harness/common/text.h"
+#include "harness/proto/event_types.h"
+
+namespace dbh::harness::internal {
+
+std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
+// A name the worker chose (a module, a site, a kind): one line, cut.
+std::string quoted_name(const std::string& s) { return one_line(truncate_utf8(s, kMaxQuotedNameBytes)); }
+
+// A worker's JSON as kept for the reports (a health event's body): every
+// string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per
+// object or list, at most four levels deep.
+nlohmann::json bounded_json(const nlohmann::json& j, int depth) {
+  if (j.is_string()) return truncate_utf8(j.get<std::string>(), kMaxQuotedNameBytes);
+  if (depth >= 4 && (j.is_object() || j.is_array())) return nullptr;
+  if (j.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = j.begin(); it != j.end() && out.size() < kMaxQuotedItems; ++it) {
+      out[truncate_utf8(it.key(), kMaxQuotedNameBytes)] = bounded_json(*it, depth + 1);
+    }
+    return out;
+  }
+  if (j.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 0; i < j.size() && i < kMaxQuotedItems; ++i) out.push_back(bounded_json(j[i], depth + 1));
+    return out;
+  }
+  return j;
+}
+
+// The checks of the silent-failure monitors, each also its failure class.
+bool is_silent_check(const std::string& check) {
+  return check == "input_denormalised" || check == "labels_degenerate" || check == "predictions_collapsed";
+}
+
+namespace {
+
+// Bound on the metrics of one evaluation an external worker reports.
+constexpr size_t kMaxOwnMetrics = 64;
+
+EvalRecord eval_record(const proto::Eval& v) {
+  EvalRecord ev;
+  ev.run = v.run;
+  ev.step = v.step;
+  ev.precision = v.precision.value_or(0);
+  ev.recall = v.recall.value_or(0);
+  ev.hmean = v.hmean.value_or(0);
+  ev.has_hmean = v.hmean.has_value();
+  if (v.metrics.is_object()) {
+    for (auto it = v.metrics.begin(); it != v.metrics.end() && ev.metrics.size() < kMaxOwnMetrics; ++it) {
+      if (it.value().is_number()) ev.metrics.emplace_back(quoted_name(it.key()), it.value().get<double>());
+    }
+  }
+  ev.gt = v.gt;
+  ev.det = v.det;
+  ev.matched = v.matched;
+  ev.images = v.images;
+  ev.prob_mean = v.prob_mean;
+  ev.text_fraction = v.text_fraction;
+  ev.seconds = v.seconds;
+  ev.det_reference = v.det_reference.value_or(-1);
+  return ev;
+}
+
+// A step's record; its memory raises the trial's peaks in `a`.
+StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
+  StepRecord st;
+  st.run = end.run;
+  st.step = end.step;
+  st.loss = end.loss;
+  st.bce = end.bce;
+  st.l1 = end.l1;
+  st.dice = end.dice;
+  st.lr = end.lr;
+  st.grad_norm = end.grad_norm;
+  st.seconds = end.seconds;
+  st.loss_bits = end.loss_bits;
+  st.grad_norm_bits = end.grad_norm_bits;
+  st.micro_loss_bits = end.micro_loss_bits;
+  st.skipped = end.skipped;
+  st.loss_scale = end.loss_scale;
+  if (end.memory.is_object()) {
+    const auto& m = end.memory;
+    st.rss_bytes = m.value("rss_bytes", int64_t{0});
+    if (m.contains("cuda_peak_allocated_bytes")) {
+      st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
+      a.cuda_memory_seen = true;
+    }
+    a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
+                                                            ? st.peak_bytes
+                                                            : m.value("peak_rss_bytes", int64_t{0}));
+  }
+  if (end.phases.is_object()) {
+    st.phases = end.phases;
+    if (st.peak_bytes == 0) {
+      for (const auto& [phase, m] : st.phases.items()) {
+        st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
+      }
+      st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
+    }
+  }
+  // getrusage's high-water mark and /proc's current RSS are read at
+  // different moments; the peak is at least every sample taken.
+  a.peak_memory_bytes = std::max({a.peak_memory_bytes, st.peak_bytes, st.rss_bytes});
+  a.max_step_peak_bytes = std::max(a.max_step_peak_bytes, st.peak_bytes);
+  return st;
+}
+
+// Fault records only fill the fault list; attribution never reads them
+// (ClassifyOptions::withhold_fault_records tests exactly that).
+void record_fault(const proto::FaultFired& fired, TrialAnalysis& a) {
+  if (fired.index < 0 || fired.index >= static_cast<int64_t>(a.faults.size())) return;
+  auto& f = a.faults[static_cast<size_t>(fired.index)];
+  f.fired = true;
+  f.steps.push_back(fired.step);
+  if (!fired.module.empty()) f.module = quoted_name(fired.module);
+  const auto& d = fired.detail;
+  if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
+    f.real = d["real"].get<bool>();
+    f.hardware_error = d.value("cuda_error", "");
+  }
+}
+
+void record_error(const Event& e, TrialAnalysis& a, EventDigest& d) {
+  const auto err = proto::error_from(e);
+  if (err.kind == proto::error_kind::kHarness) {
+    if (d.harness_error == nullptr) d.harness_error = &e;
+    return;
+  }
+  if (err.kind == proto::error_kind::kUnavailable && d.unavailable == nullptr) d.unavailable = &e;
+  d.errors.push_back(&e);
+  if (d.first_error == nullptr && err.kind != proto::error_kind::kDiverged) {
+    d.first_error = &e;
+    if (!err.memory.is_null()) {
+      a.memory_at_failure = {{"memory", err.memory},
+                             {"phases", err.phases.is_null() ? nlohmann::json::object() : err.phases}};
+    }
+  }
+}
+
+// An external worker's `hello` environment as kept: at most 16 string
+// values, names and values cut (the worker chose them, and any size).
+nlohmann::json bounded_environment(const nlohmann::json& env) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!env.is_object()) return out;
+  for (auto it = env.begin(); it != env.end() && out.size() < 16; ++it) {
+    if (it->is_string()) out[truncate_utf8(it.key(), 40)] = truncate_utf8(it->get<std::string>(), 200);
+  }
+  return out;
+}
+
+// Note [Samples as the loader reads them]: a `sample_read` joins the set of
+// indices read (bounded); its name is kept cut; the first that raised is the
+// failed sample.
+void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDigest& d) {
+  if (r.index < 0 || (a.dataset_size && r.index >= *a.dataset_size)) return;
+  if (d.samples_read.size() < kMaxSamplesRead) d.samples_read.insert(r.index);
+  if (r.name && a.sample_names.size() < kMaxSamplesRead) {
+    a.sample_names.emplace(r.index, truncate_utf8(*r.name, kMaxSampleNameBytes));
+  }
+  if (r.error && !a.failed_sample) {
+    a.failed_sample = r.index;
+    a.failed_sample_error = truncate_utf8(*r.error, kMaxSampleNameBytes * 2);
+  }
+}
+
+void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
+  a.run_checksums.push_back(end.checksum);
+  if (end.resources.is_object()) {
+    const auto count = [&](const char* key) {
+      const auto it = end.resources.find(key);
+      return it != end.resources.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{-1};
+    };
+    a.run_end_open_files.push_back(count("open_files"));
+    a.run_end_threads.push_back(count("threads"));
+    a.run_end_children.push_back(count("children"));
+  }
+  if (!end.memory.is_object()) return;
+  const auto& m = end.memory;
+  a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
+  if (m.contains("cuda_allocated_bytes")) {
+    a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
+    a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
+  }
+}
+
+}  // namespace
+
+
+// Reads the trial's events in order: fills `a`'s records (steps, evaluations,
+// runs, faults, memory, warnings) and returns what the verdict reads.
+EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions& opts, TrialAnalysis& a) {
+  EventDigest d;
+  for (const auto& e : events) {
+    if (e.type == event::kHello) {
+      auto hello = proto::hello_from(e);
+      a.scenario_hash = hello.scenario_hash;
+      a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
+      a.worker_environment = bounded_environment(hello.environment);
+    } else if (e.type == event::kWarning) {
+      if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
+    } else if (e.type == event::kEval) {
+      a.evals.push_back(eval_record(proto::eval_from(e)));
+    } else if (e.type == event::kEvalCheck) {
+      const proto::EvalCheck check = proto::eval_check_from(e);
+      a.evaluator_self_check = check.hmean;
+      a.validation_words = check.words;
+    } else if (e.type == event::kEvalOverlays) {
+      const auto files = proto::overlays_from(e).files;
+      a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
+    } else if (e.type == event::kStepBegin) {
+      const auto b = proto::step_begin_from(e);
+      d.open_step = b.step;
+      d.open_run = b.run;
+    } else if (e.type == event::kStepEnd) {
+      a.steps.push_back(step_record(proto::step_end_from(e), a));
+      ++a.steps_completed;
+      d.open_step.reset();
+    } else if (e.type == event::kFaultFired) {
+      if (!opts.withhold_fault_records) record_fault(proto::fault_fired_from(e), a);
+    } else if (e.type == event::kCheckpoint) {
+      const auto c = proto::checkpoint_from(e);
+      if (c.resumed && !d.resumed_at) d.resumed_at = c.step;
+    } else if (e.type == event::kMemorySnapshot) {
+      a.memory_snapshot = proto::memory_snapshot_from(e).file;
+    } else if (e.type == event::kOverlays) {
+      a.overlays = proto::overlays_from(e).files;
+    } else if (e.type == event::kMemoryBudget) {
+      a.budget = e.body;
+    } else if (e.type == event::kBatch) {
+      auto b = proto::batch_from(e);
+      a.batches.emplace_back(b.step, std::move(b.samples));
+    } else if (e.type == event::kDataset) {
+      const int64_t size = proto::dataset_info_from(e).size;
+      if (size >= 0) a.dataset_size = size;
+    } else if (e.type == event::kSampleRead) {
+      record_sample_read(proto::sample_read_from(e), a, d);
+    } else if (e.type == event::kHealth) {
+      const auto h = proto::health_from(e);
+      if (h.primary.value_or(false) && h.check == "finite" && d.primary_health == nullptr) {
+        d.primary_health = &e;
+      }
+      if (h.primary.value_or(false) && is_silent_check(h.check) && d.silent_health == nullptr) {
+        d.silent_health = &e;
+      }
+    } else if (e.type == event::kError) {
+      record_error(e, a, d);
+    } else if (e.type == event::kRunBegin) {
+      const auto b = proto::run_begin_from(e);
+      if (b.memory.is_object()) a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
+    } else if (e.type == event::kRunEnd) {
+      record_run_end(proto::run_end_from(e), a);
+    } else if (e.type == event::kDone) {
+      const auto done = proto::done_from(e);
+      a.done_seen = true;
+      d.done_status = done.status;
+      if (done.memory.is_object()) {
+        a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
+      }
+    }
+  }
+  a.samples_read.assign(d.samples_read.begin(), d.samples_read.end());
+  return d;
+}
+
+}  // namespace dbh::harness::internal

@@ -1,0 +1,16 @@
+#pragma once
+
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/outcome.h"
+
+namespace dbh::harness {
+
+/// What a trial that ended `done passed` on the schedule asked for is judged
+/// for, in this order: growth across its in-process runs (Note [What a run
+/// leaves behind]), its validations (Note [A worker's own validation
+/// metrics]), updates that change nothing (Note [Updates that change
+/// nothing]) and a loss that does not fall (the learning window). The first
+/// that fails sets `a`'s outcome and failure; a run none fails stays passed.
+void judge_passed_run(const ClassifyOptions& opts, const Scenario& s, TrialAnalysis& a);
+
+}  // namespace dbh::harness
