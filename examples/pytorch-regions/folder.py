@@ -25,6 +25,20 @@ class RegionFolder(Dataset):
     def __len__(self) -> int:
         return len(self.files)
 
+    def synthetic(self, index: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
+        """An easy sample of the same structure, made from the index: bright rectangles on a dark, noisy
+        background and their region (what dbh's synthetic-data rungs train on: dbh.dataset(..., synthetic=))."""
+        g = torch.Generator().manual_seed(1000 + index)
+        s = self.side
+        pixels = -0.8 + 0.1 * torch.randn(3, s, s, generator=g)
+        region = torch.zeros(1, s, s)
+        for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
+            h, w = (int(v) for v in torch.randint(s // 8, s // 3, (2,), generator=g))
+            y, x = int(torch.randint(0, s - h, (1,), generator=g)), int(torch.randint(0, s - w, (1,), generator=g))
+            pixels[:, y:y + h, x:x + w] = 0.8
+            region[:, y:y + h, x:x + w] = 1
+        return pixels, region, index
+
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor, int]:
         with Image.open(self.root / "images" / self.files[index]) as im:
             im.load()  # a truncated or corrupt file raises here

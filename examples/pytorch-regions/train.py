@@ -82,7 +82,7 @@ def main(argv: List[str]) -> int:
 def fit(cfg: Dict[str, Any], dbh: dbh_adapter.Session, folder: RegionFolder) -> None:
     run, data, opt = cfg["run"], cfg["dataset"], cfg["optim"]
     torch.manual_seed(run["seed"])
-    train_set = dbh.dataset(folder, names=folder.files)
+    train_set = dbh.dataset(folder, names=folder.files, synthetic=folder.synthetic)
     loader = DataLoader(train_set, batch_size=cfg["loader"]["per_step"], shuffle=True, drop_last=False,
                         generator=torch.Generator().manual_seed(run["seed"]), num_workers=data["workers"],
                         worker_init_fn=seed_worker)

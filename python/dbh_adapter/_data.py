@@ -41,6 +41,14 @@ _NAME_JSON_BYTES = 1200
 # names), or a function of the index (picklable, for spawned loader workers).
 Names = Union[Sequence[str], Callable[[int], str]]
 
+# Note [A training's own synthetic samples]: dbh's synthetic data cannot
+# stand for an arbitrary model's inputs, so a training that wants diagnose's
+# synthetic rungs gives the wrapper a function of the index that makes a
+# sample of its own structure, easy to learn (e.g. bright shapes and their
+# masks). Under data.source other than `real` every read is made by it, not
+# read from the dataset; the reads are reported as usual, without a name.
+Synthetic = Callable[[int], Any]
+
 # The attribute a failed read leaves on its exception: the user's index of the
 # sample, for the `error` event the session writes when the exception ends the
 # run (Session.exception: `sample`).
@@ -101,16 +109,21 @@ class ReportingDataset(torch.utils.data.Dataset[T_co]):
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset[T_co], reporter: SampleReporter,
-                 names: Names | None = None) -> None:
+                 names: Names | None = None, synthetic: Synthetic | None = None) -> None:
         self.dataset = dataset
         self.reporter = reporter
         self.names = names
+        self.synthetic = synthetic  # set: every read is a synthetic sample (data.source not real)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]  # a map-style dataset has a length
 
     def __getitem__(self, index: int) -> T_co:
         position = _position(index)
+        if self.synthetic is not None and position is not None:
+            made: T_co = self.synthetic(position)
+            self.reporter.read(position)
+            return made
         try:
             sample = self.dataset[index]
         except Exception as e:
@@ -139,7 +152,7 @@ class ReportingDataset(torch.utils.data.Dataset[T_co]):
         # Only reached for what the wrapper lacks. Dunders stay absent (no
         # __getitems__, and pickle's __setstate__ lookups before `dataset` is
         # set must not recurse).
-        if name.startswith("__") or name in ("dataset", "reporter", "names"):
+        if name.startswith("__") or name in ("dataset", "reporter", "names", "synthetic"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 

@@ -82,6 +82,12 @@ class ScenarioFacts:
         return str(value) if value else None
 
     @property
+    def data_source(self) -> str:
+        """data.source: `real`, or one of dbh's synthetic sources (the
+        training's own synthetic samples stand for every one of them)."""
+        return str(self.data.get("source") or "real")
+
+    @property
     def subset(self) -> list[int]:
         """data.subset: the indices of the user's dataset to train on (in the
         order its __getitem__ takes them); [] for the whole dataset."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from ._config import flatten_config
-from ._data import Names, ReportingDataset, restrict
+from ._data import Names, ReportingDataset, Synthetic, restrict
 from ._faults import FaultSet
 from ._frame import LossScaler, StepFrame
 from ._loop import GradScaler, PlainLoop
@@ -168,8 +168,9 @@ class Session:
         return self.facts.resume_from if self.facts is not None else None
 
     def capabilities(self) -> list[str]:
-        """What the adapter serves, as `hello` lists it."""
-        return capabilities()
+        """What the adapter serves, as `hello` lists it (with what this
+        training added: in_process_runs, synthetic_data)."""
+        return list(self.frame.capabilities) if self.frame is not None else capabilities()
 
     def checkpoint_due(self, next_step: int) -> bool:
         """Whether to write the checkpoint to resume at `next_step` now
@@ -207,15 +208,24 @@ class Session:
                 return
             frame.done("passed")  # this run's run_end (and after the last, done)
 
-    def dataset(self, dataset: torch.utils.data.Dataset[D], names: Names | None = None) -> torch.utils.data.Dataset[D]:
+    def dataset(self, dataset: torch.utils.data.Dataset[D], names: Names | None = None,
+                synthetic: Synthetic | None = None) -> torch.utils.data.Dataset[D]:
         """The training dataset as dbh asks for it: each read reported
         (`sample_read`, with the user's index and, with `names`, the sample's
         name: `names[i]` or `names(i)`), restricted to data.subset when dbh
         asks for it (indices of this dataset, the ones its __getitem__
-        takes). Outside dbh the dataset itself."""
+        takes). `synthetic(i)` makes an easy synthetic sample of the same
+        structure: given before the model is seen, `hello` lists
+        `synthetic_data`, and under a synthetic data.source every read is made
+        by it (Note [A training's own synthetic samples], _data.py). Outside
+        dbh the dataset itself."""
         if self.frame is None or self.facts is None:
             return dataset
-        wrapped = ReportingDataset(dataset, self.frame.samples, names)
+        frame = self.frame
+        if synthetic is not None and not frame.said_hello and "synthetic_data" not in frame.capabilities:
+            frame.capabilities.append("synthetic_data")
+        made = synthetic if synthetic is not None and self.facts.data_source != "real" else None
+        wrapped = ReportingDataset(dataset, frame.samples, names, synthetic=made)
         out = restrict(wrapped, self.facts.subset)
         self.frame.announce_dataset(len(wrapped))
         return out

@@ -190,3 +190,34 @@ def test_spawned_loader_workers_read_without_reporting(supervisor: Any) -> None:
 def test_inactive_sessions_return_the_dataset_itself() -> None:
     ds = Squares(3)
     assert dbh_adapter.connect({}).dataset(ds) is ds
+
+
+def _synthetic(i: int) -> torch.Tensor:
+    return torch.tensor([-1.0, float(i)])
+
+
+def test_a_trainings_own_synthetic_samples_stand_for_dbhs_synthetic_data(supervisor: Any) -> None:
+    sup = supervisor(data={"source": "synthetic_boxes"})
+    dbh = sup.connect()
+    data = dbh.dataset(Squares(4, bad=(2,)), names=["a", "b", "c", "d"], synthetic=_synthetic)
+    assert "synthetic_data" in dbh.capabilities()
+    dbh.hello(TinyNet())
+    assert [data[i].tolist() for i in range(4)] == [[-1.0, float(i)] for i in range(4)]  # the bad sample is never read
+    dbh.done()
+    reads = of(sup.events(), "sample_read")
+    assert [r["index"] for r in reads] == [0, 1, 2, 3] and all("name" not in r and "error" not in r for r in reads)
+    assert "synthetic_data" in of(sup.events(), "hello")[0]["capabilities"]
+
+
+def test_on_real_data_the_synthetic_maker_only_says_it_can(supervisor: Any) -> None:
+    sup = supervisor()
+    dbh = sup.connect()
+    data = dbh.dataset(Squares(3), synthetic=_synthetic)
+    dbh.hello(TinyNet())
+    assert data[1].tolist() == Squares(3)[1].tolist()
+    assert "synthetic_data" in of(sup.events(), "hello")[0]["capabilities"]
+    plain = supervisor()
+    other = plain.connect()
+    other.dataset(Squares(3))
+    other.hello(TinyNet())
+    assert "synthetic_data" not in of(plain.events(), "hello")[0]["capabilities"]

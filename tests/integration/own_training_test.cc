@@ -390,6 +390,24 @@ TEST_F(OwnTrainingTest, RegionsBisectDataNamesTheTruncatedImageTheUsersLoaderRea
   EXPECT_TRUE(alone) << j["probes"].dump(2);
 }
 
+// Seed 001's ladder with the training's own synthetic samples (dbh.dataset(..., synthetic=)): its synthetic rungs
+// run, the full trainer on them passes while its real data fails on a truncated image, so the diagnosis is
+// data-dependent, and its follow-up bisection names the image.
+TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
+  const Dir dir("dbh-regions-diagnose-data");
+  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
+  const auto r = dbh({"diagnose", kRegions + "/scenarios/clean.yaml", "data.path=" + data.string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "data-dependent") << j.dump(2);
+  for (const auto& row : j["rows"]) {
+    if (row["check"] == "Full trainer on synthetic data") EXPECT_EQ(row["outcome"], "passed") << row.dump();
+  }
+  EXPECT_EQ(j["bisect"]["kind"], "data") << j.dump(2);
+  EXPECT_NE(testing::read_text(dir / "out" / "diagnosis.md").find("img_006.jpg"), std::string::npos);
+}
+
 // The worker's own stack, not dbh's LibTorch, in the report's Environment.
 TEST_F(OwnTrainingTest, RegionsReportDescribesTheUsersEnvironment) {
   const Dir dir("dbh-regions-env");
