@@ -134,3 +134,26 @@ def test_a_rank_other_than_0_writes_nothing(supervisor: Any) -> None:
     assert dbh.rank == 1 and dbh.frame.said_hello
     dbh.done()
     assert sup.raw() == b""
+
+
+class Validated(Module):
+    """Module with a validation step that logs its own metrics (and a sanity check before training)."""
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        err = torch.nn.functional.mse_loss(self.net(batch["image"]), batch["target"])
+        self.log("val/f1", 0.0)
+        self.log("val_loss", err)
+
+
+def test_the_modules_validation_metrics_arrive_as_eval_events(supervisor: Any, tmp_path: Any) -> None:
+    sup = supervisor(train={"max_steps": 4})
+    dbh = sup.connect()
+    torch.manual_seed(0)
+    loader = DataLoader(dbh.dataset(Images()), batch_size=4, shuffle=False)
+    trainer = L.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=1,
+                        val_check_interval=2, default_root_dir=str(tmp_path), callbacks=[*dbh.lightning_callbacks()])
+    trainer.fit(Validated(), train_dataloaders=loader, val_dataloaders=DataLoader(Images(), batch_size=8))
+    evals = of(sup.events(), "eval")
+    assert [e["step"] for e in evals] == [2, 4]  # the sanity check's validation is not one
+    assert evals[0]["hmean"] == 0.0 and set(evals[0]["metrics"]) == {"val/f1", "val_loss"}
