@@ -16,6 +16,7 @@
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 #include "harness/supervisor/machine.h"
+#include "harness/supervisor/trial.h"
 #include "harness/supervisor/worker_contract.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/from_command.h"
@@ -185,6 +186,9 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     fo.include = rel.empty() ? base.string() : rel.string();
   }
   if (o.external) {
+    // The describe run is a trial: Ctrl-C or TERM ends it and this command
+    // with 128 + signal, the worker's process group with it.
+    install_stop_handlers();
     // Note [dbh's keys in your configuration]: the command's own keys, read
     // from the configuration it composes, run as written (its words alone:
     // where --data goes is what the configuration tells).
