@@ -39,32 +39,6 @@ void DbNetImpl::set_binarization(Binarization form, torch::Dtype dtype) {
   head->options.binarization(form).binarization_dtype(dtype);
 }
 
-std::string observed_module_of(const std::string& parameter) {
-  const auto dot = parameter.rfind('.');
-  std::string m = dot == std::string::npos ? parameter : parameter.substr(0, dot);
-  if (m.rfind("encoder.layer", 0) == 0) return m.substr(0, std::string("encoder.layerN").size());
-  if (m.rfind("encoder.", 0) == 0) return "encoder.stem";
-  if (m.rfind("decoder.fusion", 0) == 0) return "decoder.fusion";
-  if (m.rfind("decoder.", 0) == 0) {
-    const auto second = m.find('.', 8);
-    const std::string block = second == std::string::npos ? m : m.substr(0, second);
-    // PAN's stride-2 convolutions run inside the merge that follows them.
-    if (block.size() == std::string("decoder.downN").size() && block.rfind("decoder.down", 0) == 0 &&
-        block.back() >= '2' && block.back() <= '4') {
-      return "decoder.merge" + std::string(1, static_cast<char>(block.back() + 1));
-    }
-    return block;
-  }
-  if (m.rfind("head.", 0) == 0) {
-    // head.prob.bn → head.prob.conv (bn belongs to the conv stage), up1_bn → up1.
-    std::string h = m;
-    if (h.size() > 3 && h.compare(h.size() - 3, 3, ".bn") == 0) h = h.substr(0, h.size() - 3) + ".conv";
-    if (h.size() > 7 && h.compare(h.size() - 7, 7, ".up1_bn") == 0) h = h.substr(0, h.size() - 7) + ".up1";
-    return h;
-  }
-  return m;
-}
-
 std::vector<std::string> DbNetImpl::module_names() const {
   std::vector<std::string> names;
   for (const auto& item : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {

@@ -9,19 +9,10 @@
 #include "model/backbone/resnet.h"
 #include "model/choices.h"
 #include "model/head/db_head.h"
+#include "model/observed_modules.h"
 #include "model/neck/decoder.h"
 
 namespace dbh::model {
-
-/// The observed module (the name a forward pass reports to the module
-/// observer, model/nn/hooks.h) that owns parameter `parameter`:
-/// "head.prob.up2.weight" → "head.prob.up2"; encoder parameters map to their
-/// stage ("encoder.layer3.1.conv2.weight" → "encoder.layer3", "encoder.conv1.weight"
-/// → "encoder.stem"); a head's batch norm to its conv ("head.prob.bn.weight" →
-/// "head.prob.conv"); PAN's stride-2 convolutions to the merge they run in
-/// ("decoder.down3.conv.weight" → "decoder.merge4"). Every answer is one of
-/// observed_modules_with_parameters() (model/observed_modules.h).
-std::string observed_module_of(const std::string& parameter);
 
 /// Options for the whole detector. The head's input channels follow from the
 /// decoder and are filled in by the constructor.

@@ -22,4 +22,22 @@ const std::vector<std::string>& observed_modules(DecoderKind decoder);
 /// sigmoid(k(P - T))): where a gradient fault can act.
 const std::vector<std::string>& observed_modules_with_parameters(DecoderKind decoder);
 
+/// The observed module (the name a forward pass reports to the module
+/// observer, model/nn/hooks.h) that owns parameter `parameter`:
+/// "head.prob.up2.weight" → "head.prob.up2"; encoder parameters map to their
+/// stage ("encoder.layer3.1.conv2.weight" → "encoder.layer3", "encoder.conv1.weight"
+/// → "encoder.stem"); a head's batch norm to its conv ("head.prob.bn.weight" →
+/// "head.prob.conv"); PAN's stride-2 convolutions to the merge they run in
+/// ("decoder.down3.conv.weight" → "decoder.merge4"). Every answer is one of
+/// observed_modules_with_parameters() (model/observed_modules.h).
+std::string observed_module_of(const std::string& parameter);
+
+/// Whether `parameter` reads as one of the model's parameter names with
+/// decoder `decoder`: a weight or a bias whose observed module
+/// (observed_module_of) is one that owns parameters. Every name of
+/// named_parameters() passes (tests/unit/model/model_test.cc), so a scenario's
+/// `nan_gradient.parameter` is checked before training against the names the
+/// model itself gives ("head.prob.bn.weight" belongs to "head.prob.conv").
+bool is_parameter_name(DecoderKind decoder, const std::string& parameter);
+
 }  // namespace dbh::model

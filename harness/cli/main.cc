@@ -272,6 +272,9 @@ Command add_repeat(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--in-process", s->in_process, "Runs in the same process")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  cmd->add_option("--record", s->options.record,
+                  "Write a numerics reference here (every process's per-step loss, gradient norm and module "
+                  "numbers, and the machine) for `dbh qualify --reference` on another machine");
   add_run_options(cmd, s->options);
   return {cmd, [s] {
             auto& ro = s->options;
@@ -288,7 +291,17 @@ Command add_repeat(CLI::App& app) {
                 }
               }
             }
-            if (s->processes == 0 && s->in_process == 0) s->processes = 2;
+            // A reference measures the noise from its processes: 3 by default.
+            if (s->processes == 0 && s->in_process == 0) s->processes = ro.record.empty() ? 2 : 3;
+            if (!ro.record.empty()) {
+              if (s->in_process > 1) {
+                throw h::UsageError("dbh repeat: --record: expected fresh processes (--processes), got --in-process");
+              }
+              // The processes measure the noise (monitors.numerics_jitter):
+              // they differ on purpose, and are not compared bit for bit.
+              ro.overrides.push_back(h::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"));
+              ro.overrides.push_back(h::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"));
+            }
             if (s->processes > 0) {
               ro.overrides.push_back(
                   h::override_text(DBH_SCENARIO_KEY(repeat.processes), std::to_string(s->processes)));
@@ -397,15 +410,20 @@ Command add_qualify(CLI::App& app) {
   cmd->add_option("--margin", qo.margin, "Safety margin kept free")->capture_default_str();
   cmd->add_flag("--host-estimate", qo.host_estimate,
                 "A GPU profile on the CPU: measure host memory and label every page an estimate (else refused)");
+  cmd->add_option("--reference", qo.reference,
+                  "A numerics reference recorded on the source machine (dbh repeat --record): repeat its steps here "
+                  "and say whether the training departs from it beyond the noise");
   cmd->add_option("--out", qo.out, "Output folder");
   cmd->add_option("--cache", qo.cache_dir, "Probe cache folder");
   cmd->add_flag("-q,--quiet", qo.quiet, "Print only the verdict");
   return {cmd, [s] {
             auto& qo = s->options;
             one_scenario("qualify", s->args, &qo.scenario, &qo.overrides);
-            if (qo.profile.empty() == qo.budget.empty()) {
-              throw h::UsageError(std::string("dbh qualify: expected --profile NAME or --budget SIZE, got ") +
-                                  (qo.profile.empty() ? "neither" : "both"));
+            if (!qo.profile.empty() && !qo.budget.empty()) {
+              throw h::UsageError("dbh qualify: expected --profile NAME or --budget SIZE, got both");
+            }
+            if (qo.profile.empty() && qo.budget.empty() && qo.reference.empty()) {
+              throw h::UsageError("dbh qualify: expected --profile NAME, --budget SIZE or --reference FILE, got none");
             }
             qo.checks = h::input_checks();
             return h::qualify_command(qo);

@@ -31,6 +31,7 @@
 #include "harness/scenario/fault_catalog.h"
 #include "harness/report/ci_conventions.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/numerics/reference.h"
 #include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
@@ -306,6 +307,52 @@ void print_summary(const RunReport& r, const Printer& p) {
 }
 
 
+namespace {
+
+// The first bytes of a reference dbh wrote (record_reference): a file with
+// them and a closing brace may be replaced by the next --record.
+constexpr const char* kReferenceHead = "{\n \"format\": \"dbh-numerics-reference/1\",";
+
+bool is_numerics_reference(const std::string& path) {
+  return file_has_head_and_tail(path, kReferenceHead, "}\n");
+}
+
+// `--record`: checked before the run as --junit is (a new file, or one dbh
+// wrote, outside the output folder).
+void check_record(const RunOptions& o, const fs::path& out) {
+  if (o.record.empty()) return;
+  if (path_within(o.record, out.string())) {
+    throw UsageError("dbh repeat: --record: expected a file outside the output folder " + out.string() + ", got " +
+                     o.record);
+  }
+  check_output_file(o.record, OutputFileRule{"dbh repeat", "--record", is_numerics_reference,
+                                             "a numerics reference dbh wrote", ""});
+}
+
+// Note [A numerics reference]: the processes of a run that trained, as a
+// reference file; "" when written, else why not (nothing is written).
+std::string record_reference(const RunReport& r, const std::string& path) {
+  if (r.outcome != Outcome::kPassed && r.outcome != Outcome::kNondeterministic) {
+    return "expected a run whose processes trained to the end, got " + to_string(r.outcome) +
+           (r.failure.message.empty() ? "" : " (" + one_line(r.failure.message) + ")") + ": nothing recorded";
+  }
+  const size_t processes = std::min<size_t>(r.trials.size(), static_cast<size_t>(r.scenario.repeat.processes));
+  std::vector<const TrialAnalysis*> trials;
+  for (size_t i = 0; i < processes; ++i) trials.push_back(&r.trials[i].analysis);
+  numerics::Reference ref;
+  ref.scenario = r.scenario.name;
+  ref.scenario_hash = scenario_hash(r.scenario);
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  ref.recorded_at = when;
+  ref.side = numerics::side_of(trials, numerics::machine_of(r.trials.front().analysis));
+  write_file_atomically(path, numerics::to_json(ref).dump(1) + "\n");
+  return "";
+}
+
+}  // namespace
+
 int run_command(const RunOptions& o) {
   install_stop_handlers();
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
@@ -328,6 +375,7 @@ int run_command(const RunOptions& o) {
     const CiEnvironment ci = ci_environment(process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
+    check_record(o, out);
     check_outside_datasets("dbh run", "--out", out.string(), dataset_folders(resolved));
     check_outside_datasets("dbh run", "--junit", o.junit, dataset_folders(resolved));
     if (const int sig = stop_requested(); sig != 0) {
@@ -349,8 +397,17 @@ int run_command(const RunOptions& o) {
         junit_error = message(e);
       }
     }
+    const std::string not_recorded = o.record.empty() ? "" : record_reference(r, o.record);
     if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
+    if (!o.record.empty()) {
+      if (not_recorded.empty()) {
+        std::cerr << "dbh repeat: numerics reference of " << r.scenario.repeat.processes << " process(es): "
+                  << one_line(o.record) << "\n";
+      } else {
+        std::cerr << "dbh repeat: --record: " << not_recorded << "\n";
+      }
+    }
     // Annotations go to stderr when stdout carries JSON.
     std::vector<std::string> keep = input_paths(resolved);
     keep.push_back(o.scenarios.front());
@@ -368,6 +425,7 @@ int run_command(const RunOptions& o) {
       return 128 + sig;
     }
     if (r.not_run_here()) return kExitNotRunHere;
+    if (!not_recorded.empty()) return 1;
     return r.expectation_met ? 0 : 1;
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << message(e) << "\n";

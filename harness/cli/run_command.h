@@ -12,6 +12,7 @@ struct RunOptions {
   std::string device;                  // --device shortcut for hardware.device=
   std::string seed;                    // --seed shortcut for train.seed=
   std::string junit;                   // JUnit XML file
+  std::string record;                  // repeat: the numerics reference to write (Note [A numerics reference])
   bool json = false;                   // print report.json on stdout
   bool quiet = false;
   bool verbose = false;

@@ -69,10 +69,18 @@ void check_output_file(const std::string& path, const OutputFileRule& rule) {
     throw UsageError(rule.where + ": " + rule.flag + ": expected a file in an existing folder, got " +
                      describe_path(parent.string()) + " (" + parent.string() + ")");
   }
-  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+  // Whether the folder takes a file is asked of the folder itself, by
+  // creating one there (as the write will, its temporary file beside the
+  // target) and removing it: permission bits say nothing to root, and nothing
+  // of /proc, a read-only mount or a full quota.
+  std::string probe = (parent / ("." + fs::path(path).filename().string() + ".dbh-check-XXXXXX")).string();
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
+  if (fd < 0) {
     throw UsageError(rule.where + ": " + rule.flag + ": expected a file in a folder dbh may write, got an error (" +
                      std::strerror(errno) + ") (" + parent.string() + ")");
   }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 bool file_has_head_and_tail(const std::string& path, const std::string& head, const std::string& tail) {

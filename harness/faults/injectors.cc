@@ -258,6 +258,13 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       self.fired(i, module);
     };
 
+    r["perturb_activation"].on_output = [](Self& self, size_t i, const std::string& module, torch::Tensor& output) {
+      if (self.faults_[i].get("module") != module) return;
+      const double relative = self.faults_[i].get_double("relative");
+      output = output * (1.0 + relative);
+      self.fired(i, module, {{"relative", relative}});
+    };
+
     r["nan_input"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
       Hooks::poison(self, i, b, b.image, "image", std::numeric_limits<float>::quiet_NaN());
     };

@@ -1,5 +1,7 @@
 #include "harness/proto/event_types.h"
 
+#include <cmath>
+
 #include <charconv>
 #include <cstdint>
 #include <string_view>
@@ -122,6 +124,16 @@ json to_json(const StepEnd& e) {
           {"phases", e.phases},
           {"silent", e.silent}};
   j.update(rest);
+  if (!e.numerics.empty()) {
+    json modules = json::array();
+    for (const auto& m : e.numerics) {
+      json one = {{"module", m.module}};
+      put(one, "act", m.act);
+      put(one, "grad", m.grad);
+      modules.push_back(std::move(one));
+    }
+    j["numerics"] = std::move(modules);
+  }
   return j;
 }
 
@@ -150,6 +162,20 @@ StepEnd step_end_from(const Event& e) {
   s.memory = raw(e, "memory");
   s.phases = raw(e, "phases");
   s.silent = raw(e, "silent");
+  if (const auto it = e.body.find("numerics"); it != e.body.end() && it->is_array()) {
+    for (const auto& m : *it) {
+      if (s.numerics.size() >= kMaxNumericsModules) break;
+      if (!m.is_object() || !m.contains("module") || !m["module"].is_string()) continue;
+      ModuleNumbers n;
+      n.module = m["module"].get<std::string>().substr(0, kMaxModuleNameBytes);
+      for (auto [key, field] : {std::pair<const char*, std::optional<double>*>{"act", &n.act}, {"grad", &n.grad}}) {
+        if (const auto v = m.find(key); v != m.end() && v->is_number() && std::isfinite(v->get<double>())) {
+          *field = v->get<double>();
+        }
+      }
+      s.numerics.push_back(std::move(n));
+    }
+  }
   return s;
 }
 

@@ -67,6 +67,20 @@ struct StepBegin {
 nlohmann::json to_json(const StepBegin& e);
 StepBegin step_begin_from(const Event& e);
 
+/// One observed module's numbers at a step (`step_end.numerics`, written
+/// with monitors.numerics: Note [A numerics reference] in
+/// harness/numerics/reference.h): the mean absolute value of its forward
+/// output and the L2 norm of its parameters' gradients, each left out when
+/// not measured (a module without parameters has no gradient).
+struct ModuleNumbers {
+  std::string module;
+  std::optional<double> act, grad;
+};
+/// At most this many modules of one step are read; names are cut at
+/// kMaxModuleNameBytes.
+inline constexpr size_t kMaxNumericsModules = 512;
+inline constexpr size_t kMaxModuleNameBytes = 200;
+
 /// `step_end`: a step taken and its readings.
 struct StepEnd {
   static constexpr const char* kType = event::kStepEnd;
@@ -89,6 +103,9 @@ struct StepEnd {
   nlohmann::json memory;  // memory_json(): rss_bytes, peak_rss_bytes, cuda_peak_allocated_bytes, …
   nlohmann::json phases;  // memory per phase (data, forward, backward, optimizer)
   nlohmann::json silent;  // the silent-failure monitors' statistics
+  /// monitors.numerics: every observed module's numbers, in forward order
+  /// (empty: not measured).
+  std::vector<ModuleNumbers> numerics;
 };
 nlohmann::json to_json(const StepEnd& e);
 StepEnd step_end_from(const Event& e);

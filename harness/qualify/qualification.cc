@@ -38,12 +38,20 @@ QualificationVerdict judge_qualification(const Qualification& q) {
     for (const auto& t : r.measured) ran.push_back(&t);
   }
   for (const QualifyTrial* t : ran) {
+    if (!q.memory_asked()) break;
     if (!t->passed && !t->klass.empty() && !is_memory_exhaustion(t->klass)) {
       v.other_failure = t->klass + " at batch " + std::to_string(t->batch) + " (" + t->precision + ")";
       break;
     }
   }
+  v.memory_asked = q.memory_asked();
+  if (q.numerics) v.numerics_same = q.numerics->failed_here.empty() && q.numerics->comparison.same();
   return v;
+}
+
+std::string QualificationVerdict::failed_halves() const {
+  const bool memory = memory_asked && !best.has_value(), numbers = !numerics_same.value_or(true);
+  return memory && numbers ? "memory and numerics" : memory ? "memory" : numbers ? "numerics" : "";
 }
 
 int64_t qualification_headroom(const Qualification& q, const PrecisionSearchResult& r, int64_t peak) {
@@ -119,23 +127,127 @@ void write_memory_plot(const fs::path& file, const Qualification& q, const Quali
   write_plot(file.string(), plot, lines);
 }
 
+// The numerics half in one line (Note [A numerics reference]).
+std::string numerics_verdict(const Qualification::Numerics& n) {
+  if (!n.failed_here.empty()) return "not compared: the training did not train to the end here (" + n.failed_here + ")";
+  return numerics::verdict_line(n.comparison);
+}
+
+// A value of a side's machine, for the table; "-" when it has none.
+std::string machine_value(const nlohmann::json& m, const std::string& key) {
+  const nlohmann::json* v = &m;
+  std::string rest = key;
+  while (!rest.empty()) {
+    const auto dot = rest.find('.');
+    const std::string part = rest.substr(0, dot);
+    if (!v->is_object() || !v->contains(part)) return "-";
+    v = &(*v)[part];
+    rest = dot == std::string::npos ? "" : rest.substr(dot + 1);
+  }
+  if (v->is_string()) return v->get<std::string>().empty() ? "-" : v->get<std::string>();
+  if (v->is_array()) {
+    std::string out;
+    for (const auto& x : *v) out += (out.empty() ? "" : ", ") + (x.is_string() ? x.get<std::string>() : x.dump());
+    return out.empty() ? "-" : out;
+  }
+  return v->dump();
+}
+
+// Each side's per-step loss (its mean over the runs) and the band around the
+// reference the other side may lie in (Note [Plots that tell the truth]).
+void write_numerics_plot(const fs::path& file, const Qualification::Numerics& n) {
+  PlotOptions plot;
+  plot.title = "Loss per step: reference and this machine";
+  plot.y_label = "loss";
+  plot.integer_x = true;
+  PlotSeries reference{"reference (" + std::to_string(n.comparison.reference_runs) + " run(s), mean)", {}, {}, {}, false};
+  PlotSeries here{"this machine (" + std::to_string(n.comparison.here_runs) + " run(s), mean)", {}, {}, {}, false};
+  PlotSeries lo{"noise band", {}, {}, {}, true}, hi{"", {}, {}, {}, true};
+  for (const auto& p : n.comparison.loss) {
+    const double x = static_cast<double>(p.step);
+    reference.x.push_back(x);
+    reference.y.push_back((p.reference_lo + p.reference_hi) / 2);
+    here.x.push_back(x);
+    here.y.push_back((p.here_lo + p.here_hi) / 2);
+    lo.x.push_back(x);
+    lo.y.push_back(p.band_lo);
+    hi.x.push_back(x);
+    hi.y.push_back(p.band_hi);
+  }
+  std::vector<PlotSeries> lines = {reference, here, lo, hi};
+  if (n.comparison.departure) {
+    const auto& d = *n.comparison.departure;
+    for (const auto& p : n.comparison.loss) {
+      if (p.step == d.step) plot.highlight = std::make_pair(static_cast<double>(p.step), (p.here_lo + p.here_hi) / 2);
+    }
+    plot.highlight_label = "departs at step " + std::to_string(d.step) + " (" + d.quantity + ")";
+  }
+  write_plot(file.string(), plot, lines);
+}
+
+// The numerics half's section of qualification.md.
+std::string numerics_markdown(const Qualification& q, const Qualification::Numerics& n) {
+  const auto& c = n.comparison;
+  std::ostringstream md;
+  md << "## Numerics: does it train the same?\n\n" << numerics_verdict(n) << ".\n\n";
+  md << "The reference " << markdown_code(n.reference_file) << " was recorded on " << markdown_inline(n.reference.recorded_at.empty() ? "an unknown date" : n.reference.recorded_at)
+     << " from scenario " << markdown_code(n.reference.scenario)
+     << (n.reference.scenario_hash.empty() ? std::string() : " (" + n.reference.scenario_hash.substr(0, 12) + ")")
+     << "; the same first " << c.steps << " step(s) ran " << c.here_runs
+     << " time(s) here, each in a fresh process. The noise of a quantity is the spread its values showed across the "
+        "repeats on either side (times " << numerics::Tolerance{}.spread_factor << "), never less than "
+     << numerics::Tolerance{}.relative_floor << " relative: the widest was " << c.largest_noise << ".\n\n";
+  md << "| | reference | this machine |\n|---|---|---|\n";
+  for (const auto& [label, key] : std::vector<std::pair<std::string, std::string>>{
+           {"host", "host"}, {"CPU", "cpu"}, {"cores", "cores"}, {"GPUs", "gpus"}, {"worker", "worker"},
+           {"torch", "ran_with.torch"}, {"device", "ran_with.device"}, {"threads", "ran_with.threads"},
+           {"ATEN_CPU_CAPABILITY", "ATEN_CPU_CAPABILITY"}, {"OMP_NUM_THREADS", "OMP_NUM_THREADS"}}) {
+    md << "| " << label << " | " << markdown_inline(machine_value(n.reference.side.machine, key)) << " | "
+       << markdown_inline(machine_value(n.here.machine, key)) << " |\n";
+  }
+  md << "\n";
+  if (c.departure) {
+    const auto& d = *c.departure;
+    md << "First departure: step " << d.step << ", " << markdown_inline(d.quantity) << ": " << d.here
+       << " here against " << d.reference << " in the reference, apart by " << d.by
+       << " (relative) where the noise is " << d.noise << ". Everything before it, in the order the step computes "
+          "it (each module's output in forward order, the loss, each module's gradient in backward order, the "
+          "gradient norm), agreed within its noise.\n\n";
+  }
+  for (const auto& note : c.notes) md << "- " << markdown_inline(note) << "\n";
+  if (!c.notes.empty()) md << "\n";
+  md << "![Loss per step: reference and this machine (numerics_loss.png)](numerics_loss.png)\n\n"
+     << "Record a reference again on the source machine:\n\n```sh\n" << n.rerun_reference << "\n```\n\n";
+  (void)q;
+  return md.str();
+}
+
 std::string qualification_title(const Qualification& q) {
   return "Hardware Qualification Report: " + q.scenario_name + " on " +
          (q.profile.empty() ? format_bytes(q.budget) : q.target_name);
 }
 
 std::string qualification_markdown(const Qualification& q, const QualificationVerdict& v) {
-  const bool qualifies = v.qualifies();
+  const bool qualifies = v.memory_fits();
   const PrecisionSearchResult* best = v.best ? &q.searches[*v.best] : nullptr;
   const auto& src = q.source;
   const int margin_pct = static_cast<int>(q.margin * 100);
   std::ostringstream md;
   md << "---\ntitle: " << front_matter_string(qualification_title(q)) << "\ntype: \"qualification\"\nverdict: \""
-     << (qualifies ? "qualifies" : "does not qualify") << "\"\n---\n\n";
+     << (v.qualifies() ? "qualifies" : "does not qualify") << "\"\n---\n\n";
   md << "# Hardware Qualification Report\n\n";
   if (!q.estimate_note.empty()) md << "> **Estimate.** This is " << q.estimate_note << ".\n\n";
-  md << "**Verdict: " << (qualifies ? "QUALIFIES" : "DOES NOT QUALIFY")
-     << (q.estimate_note.empty() ? "" : " (host-memory estimate)") << ".** ";
+  md << "**Verdict: " << (v.qualifies() ? "QUALIFIES" : "DOES NOT QUALIFY")
+     << (q.estimate_note.empty() ? "" : " (host-memory estimate)")
+     << (v.qualifies() ? std::string() : " (" + v.failed_halves() + ")") << ".**\n\n";
+  if (q.numerics) md << "- Numerics: " << numerics_verdict(*q.numerics) << "\n";
+  if (!q.memory_asked()) {
+    md << "- Memory: not asked (no --profile or --budget)\n\n";
+    if (q.numerics) md << numerics_markdown(q, *q.numerics);
+    md << "## Commands\n\n```sh\n# re-run this qualification\n" << q.rerun_command << "\n```\n";
+    return md.str();
+  }
+  md << "- Memory: ";
   if (qualifies) {
     md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
        << best->precision << "), keeping the effective batch of " << q.effective << ": it trained " << q.steps
@@ -183,7 +295,9 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   md << " Largest batches come from the model when it was confirmed; peaks at them are measured where a trial ran "
         "there and predicted otherwise.\n";
   md << "\n![Peak memory by batch size (memory_vs_batch.png)](memory_vs_batch.png)\n\nEvery trial: "
-        "`qualification.json`.\n\n## Commands\n\n```sh\n";
+        "`qualification.json`.\n\n";
+  if (q.numerics) md << numerics_markdown(q, *q.numerics);
+  md << "## Commands\n\n```sh\n";
   if (qualifies) {
     md << "# recommended\n"
        << run_command(q, {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(best->confirm.batch)),
@@ -261,13 +375,42 @@ ojson qualification_json(const Qualification& q, const QualificationVerdict& v) 
   }
   j["seconds"] = q.seconds;
   j["failure_not_memory"] = v.other_failure.empty() ? ojson(nullptr) : ojson(v.other_failure);
+  j["memory_asked"] = q.memory_asked();
+  j["failed_halves"] = v.failed_halves();
+  if (q.numerics) {
+    const auto& n = *q.numerics;
+    const auto& c = n.comparison;
+    ojson num = {{"reference", n.reference_file},
+                 {"same", v.numerics_same.value_or(false)},
+                 {"verdict", numerics_verdict(n)},
+                 {"steps", c.steps},
+                 {"reference_runs", c.reference_runs},
+                 {"here_runs", c.here_runs},
+                 {"modules_compared", c.modules_compared},
+                 {"largest_noise", c.largest_noise},
+                 {"closest", c.closest},
+                 {"closest_at", c.closest_at},
+                 {"failed_here", n.failed_here.empty() ? ojson(nullptr) : ojson(n.failed_here)},
+                 {"notes", c.notes},
+                 {"machines", {{"reference", ojson::parse(n.reference.side.machine.dump())},
+                               {"here", ojson::parse(n.here.machine.dump())}}}};
+    if (c.departure) {
+      const auto& d = *c.departure;
+      num["departure"] = {{"step", d.step}, {"quantity", d.quantity}, {"module", d.module}, {"reference", d.reference},
+                          {"here", d.here}, {"by", d.by}, {"noise", d.noise}};
+    } else {
+      num["departure"] = nullptr;
+    }
+    j["numerics"] = std::move(num);
+  }
   return j;
 }
 
 }  // namespace
 
 void write_qualification(const fs::path& out, const Qualification& q, const QualificationVerdict& v) {
-  write_memory_plot(out / "memory_vs_batch.png", q, v);
+  if (q.memory_asked()) write_memory_plot(out / "memory_vs_batch.png", q, v);
+  if (q.numerics) write_numerics_plot(out / "numerics_loss.png", *q.numerics);
   const std::string md = qualification_markdown(q, v);
   write_file_atomically((out / "qualification.md").string(), md);
   write_file_atomically((out / "qualification.html").string(),
@@ -278,7 +421,12 @@ void write_qualification(const fs::path& out, const Qualification& q, const Qual
 
 std::string qualification_summary(const Qualification& q, const QualificationVerdict& v) {
   std::ostringstream s;
-  if (v.qualifies()) {
+  if (q.numerics) {
+    s << (v.qualifies() ? "QUALIFIES" : "DOES NOT QUALIFY (" + v.failed_halves() + ")") << "\n  numerics: "
+      << numerics_verdict(*q.numerics) << "\n  memory: ";
+    if (!q.memory_asked()) return s.str() + "not asked (no --profile or --budget)";
+  }
+  if (v.memory_fits()) {
     const auto& best = q.searches[*v.best];
     s << "QUALIFIES: batch " << best.confirm.batch << " x " << best.confirm.accumulation << " accumulation ("
       << best.precision << "), peak " << format_bytes(best.confirm.peak) << ", headroom "

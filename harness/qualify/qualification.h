@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/numerics/reference.h"
 #include "harness/qualify/search.h"
 
 namespace dbh::harness {
@@ -63,6 +64,22 @@ struct Qualification {
   double seconds = 0;  // the qualification's wall time
 
   bool cuda() const { return device != "cpu"; }
+  /// Whether a memory budget was asked (--profile or --budget); without one
+  /// only the numerics half is answered.
+  bool memory_asked() const { return budget > 0; }
+
+  /// The numerics half (--reference, Note [A numerics reference]): the
+  /// reference recorded on the machine the training came from, the same
+  /// steps repeated here, and how they compare.
+  struct Numerics {
+    std::string reference_file;        // as given
+    numerics::Reference reference;
+    numerics::Side here;
+    numerics::Comparison comparison;
+    std::string failed_here;           // a run here that did not train to the end: why; "" when none
+    std::string rerun_reference;       // the command that records a reference again, as pasted
+  };
+  std::optional<Numerics> numerics;
 };
 
 /// What a qualification concludes.
@@ -76,8 +93,16 @@ struct QualificationVerdict {
   /// crash), "CLASS at batch B (PRECISION)": whether a batch fits the budget
   /// was then not what was measured. "" when none did.
   std::string other_failure;
+  bool memory_asked = true;
+  /// The numerics half: none when not asked, else whether this machine
+  /// trains the same as the reference within the noise.
+  std::optional<bool> numerics_same;
 
-  bool qualifies() const { return best.has_value(); }
+  bool memory_fits() const { return best.has_value(); }
+  /// Both halves that were asked hold.
+  bool qualifies() const { return (!memory_asked || best.has_value()) && numerics_same.value_or(true); }
+  /// The halves that failed, in words ("memory", "numerics", "memory and numerics"); "" when none did.
+  std::string failed_halves() const;
 };
 
 QualificationVerdict judge_qualification(const Qualification& q);

@@ -19,6 +19,7 @@
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/out_file.h"
+#include "harness/numerics/reference.h"
 #include "harness/qualify/qualification.h"
 #include "harness/qualify/search.h"
 #include "harness/report/markdown_html.h"
@@ -41,7 +42,9 @@ namespace {
 std::vector<std::string> rerun_args(const QualifyOptions& o) {
   std::vector<std::string> args = {self_command(), "qualify", path_for_command(o.scenario)};
   args.insert(args.end(), o.overrides.begin(), o.overrides.end());
-  args.insert(args.end(), {o.profile.empty() ? "--budget" : "--profile", o.profile.empty() ? o.budget : o.profile});
+  if (!o.profile.empty() || !o.budget.empty()) {
+    args.insert(args.end(), {o.profile.empty() ? "--budget" : "--profile", o.profile.empty() ? o.budget : o.profile});
+  }
   if (o.steps != QualifyOptions{}.steps) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
   if (o.margin != QualifyOptions{}.margin) {
     std::ostringstream margin;
@@ -49,6 +52,7 @@ std::vector<std::string> rerun_args(const QualifyOptions& o) {
     args.insert(args.end(), {"--margin", margin.str()});
   }
   if (o.host_estimate) args.push_back("--host-estimate");
+  if (!o.reference.empty()) args.insert(args.end(), {"--reference", path_for_command(o.reference)});
   if (!o.cache_dir.empty()) args.insert(args.end(), {"--cache", o.cache_dir});
   return args;
 }
@@ -130,7 +134,9 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
     }
     q.budget = *b;
   }
-  if (q.budget <= 0) throw ScenarioError("qualify: expected --profile NAME or --budget SIZE");
+  if (q.budget <= 0 && o.reference.empty()) {
+    throw ScenarioError("qualify: expected --profile NAME, --budget SIZE or --reference FILE");
+  }
   // Note [A CPU answer to a GPU question]: host memory holds no CUDA
   // context, no cuDNN/cuBLAS workspace and no caching-allocator overhead,
   // so a GPU profile measured on the CPU answers another question.
@@ -174,6 +180,185 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
   return q;
 }
 
+// Note [A numerics reference]: reads the reference file; throws
+// ScenarioError naming the file and what is wrong with it.
+numerics::Reference read_reference(const std::string& path) {
+  constexpr size_t kMaxReferenceBytes = size_t{256} << 20;
+  const std::string text =
+      read_input_file(path, "qualify: --reference: a numerics reference (dbh repeat --record)", kMaxReferenceBytes);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    throw ScenarioError(path + ": expected a numerics reference (JSON written by dbh repeat --record), got text "
+                        "that is not JSON");
+  }
+  return numerics::reference_from_json(j, path);
+}
+
+// The numerics half: the reference's steps, as many runs as it holds (at
+// least 3, to measure the noise here), each in a fresh process with the
+// module numbers on, compared with the reference.
+Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& source, numerics::Reference ref,
+                                      const fs::path& out, const std::string& cache,
+                                      std::vector<Qualification::TrialRecord>& history) {
+  Qualification::Numerics n;
+  n.reference_file = o.reference;
+  int64_t steps = 0;
+  for (const auto& run : ref.side.runs) steps = std::max<int64_t>(steps, static_cast<int64_t>(run.steps.size()));
+  const int64_t runs = std::max<int64_t>(3, static_cast<int64_t>(ref.side.runs.size()));
+  std::vector<std::string> extra = {
+      override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
+      override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+      override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
+      "controls=[]",
+      override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
+      source.train.max_steps >= steps ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
+                                      : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
+  if (!o.quiet) {
+    std::cout << "dbh qualify " << source.name << " against the reference " << one_line(o.reference) << " ("
+              << ref.side.runs.size() << " run(s) of " << steps << " step(s)"
+              << (ref.recorded_at.empty() ? "" : ", recorded " + one_line(ref.recorded_at)) << "): " << runs
+              << " fresh run(s) here" << std::endl;
+  }
+  Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+  std::vector<ProbeResult> results;
+  for (int64_t i = 0; i < runs; ++i) {
+    results.push_back(prober.probe_fresh(extra, "numerics: run " + std::to_string(i + 1) + " of " +
+                                                    std::to_string(runs) + " (" + std::to_string(steps) + " steps)"));
+    const auto& a = results.back().analysis;
+    if (a.outcome != Outcome::kPassed && n.failed_here.empty()) {
+      n.failed_here = to_string(a.outcome) + (a.failure.klass.empty() ? "" : " " + a.failure.klass) +
+                      (a.failure.step ? " at step " + std::to_string(*a.failure.step) : "") +
+                      (a.failure.message.empty() ? "" : ": " + one_line(a.failure.message));
+    }
+  }
+  std::vector<const TrialAnalysis*> trials;
+  for (const auto& r : results) trials.push_back(&r.analysis);
+  for (const auto& p : prober.history()) {
+    history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass, p.analysis.peak_memory_bytes,
+                       p.seconds, p.cached});
+  }
+  n.here = numerics::side_of(trials, numerics::machine_of(results.front().analysis));
+  n.comparison = numerics::compare(ref.side, n.here);
+  if (!ref.scenario.empty() && ref.scenario != source.name) {
+    n.comparison.notes.push_back("the reference was recorded from scenario \"" + ref.scenario + "\", this is \"" +
+                                 source.name + "\"");
+  }
+  std::vector<std::string> record = {"dbh", "repeat", path_for_command(o.scenario)};
+  record.insert(record.end(), o.overrides.begin(), o.overrides.end());
+  record.insert(record.end(), {"--processes", std::to_string(runs), "--record", path_for_command(o.reference)});
+  n.rerun_reference = shell_command(record);
+  n.reference = std::move(ref);
+  return n;
+}
+
+// The memory half: the source setup under the budget, then the largest batch
+// per precision within the margined budget, confirmed (Note [Source first],
+// Note [Affine memory model]).
+void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path& out, const std::string& cache,
+                 Qualification& q) {
+  const int64_t budget = q.budget, margined = q.margined, effective = q.effective;
+  // The layout and threads are measured once, for the source setup, and
+  // pinned for every trial: the search compares batches, not layouts, and
+  // a measurement per batch would cost more than the trials.
+  Scenario measured = source;
+  const nlohmann::json choices = resolve_measured_choices(measured, (out / "tuning").string());
+  std::vector<std::string> base_overrides = o.overrides;
+  if (!choices.is_null()) {
+    base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.channels_last),
+                                           measured.train.channels_last.value_or(false) ? "true" : "false"));
+    base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
+                                           std::to_string(std::max<int64_t>(0, measured.train.threads))));
+  }
+  Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
+  const bool cuda = q.cuda();
+  if (!o.quiet) {
+    std::cout << "dbh qualify " << source.name << " for "
+              << (o.profile.empty() ? "a budget" : q.target_name) << ": " << format_bytes(budget)
+              << " (" << format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
+              << "% safety margin), source effective batch " << effective << " (" << source.data.batch_size << " x "
+              << source.train.accumulation << ")" << std::endl;
+  }
+  // Note [Affine memory model]: a step's peak memory is close to affine in
+  // the micro-batch (weights, optimizer state and workspaces, plus
+  // activations per sample). Two measured points predict the largest batch
+  // within the margined budget and one fresh run confirms it; when the
+  // prediction misses (an allocator that is not affine, a host limit on
+  // address space rather than on resident memory) a binary search over the
+  // batch is the fallback. The peak is the CUDA allocator's on a GPU (the
+  // budget's ballast and context are outside it) and the process's on a CPU.
+  auto peak_of = [&](const ProbeResult& p) -> int64_t {
+    return cuda ? p.analysis.max_step_peak_bytes : p.analysis.peak_memory_bytes;
+  };
+  // Note [Source first]: the source setup runs first, fresh, under the full
+  // budget, so whether it fits is measured, never predicted. When it fits,
+  // its peak is the upper point of its precision's line. When it runs out of
+  // memory (early: in its first step, before the trial's cost), its need
+  // exceeds the budget, which with batch 1 bounds the memory per sample from
+  // below; the largest divisor of the effective batch under that bound is
+  // the one to confirm. So the shipped CPU case takes three trials (source,
+  // batch 1, confirmation), the dearest of them the one at the answer.
+  const std::string src_label = std::to_string(source.data.batch_size) + "x" +
+                                std::to_string(source.train.accumulation) + " " +
+                                model::to_string(source.train.precision);
+  const ProbeResult source_probe =
+      prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation,
+                                         model::to_string(source.train.precision), budget),
+                         "source config " + src_label + " under the budget");
+  Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
+                                model::to_string(source.train.precision));
+  source_trial.peak = peak_of(source_probe);
+  int64_t trials = 1;
+  const bool source_out_of_memory = !source_trial.passed && is_memory_exhaustion(source_trial.klass);
+  // What the source needs: its peak when it fits, else predicted from its
+  // precision's line (set below) when that precision has one.
+  int64_t source_need = source_trial.passed ? source_trial.peak : 0;
+
+  using Rec = PrecisionSearchResult;
+  std::vector<Rec> recs;
+  for (const auto& precision : q.precisions) {
+    PrecisionSearchInput in;
+    in.precision = precision;
+    in.effective = effective;
+    in.source_batch = source.data.batch_size;
+    in.source_accumulation = source.train.accumulation;
+    in.source_precision = model::to_string(source.train.precision);
+    in.source = source_trial;
+    in.source_out_of_memory = source_out_of_memory;
+    in.budget = budget;
+    in.margined = margined;
+    PrecisionSearchTrials run;
+    run.measure = [&](int64_t b) {
+      const auto p = prober.probe(trial_overrides(source, o.steps, b, 1, precision, margined),
+                                  precision + " batch " + std::to_string(b) + " (margined budget)");
+      Trial t = to_trial(p, b, 1, precision);
+      t.peak = peak_of(p);
+      return t;
+    };
+    run.confirm = [&](int64_t batch, int64_t accumulation) {
+      // A confirmation runs fresh: never answered from a cache.
+      const auto p = prober.probe_fresh(trial_overrides(source, o.steps, batch, accumulation, precision, budget),
+                                        "confirm " + precision + " " + std::to_string(batch) + "x" +
+                                            std::to_string(accumulation));
+      Trial t = to_trial(p, batch, accumulation, precision);
+      t.peak = peak_of(p);
+      return t;
+    };
+    Rec rec = search_precision(in, run);
+    if (rec.source_need) source_need = *rec.source_need;
+    trials += rec.probes;
+    recs.push_back(std::move(rec));
+  }
+  q.choices = choices;
+  q.source = source_trial;
+  q.source_need = source_need;
+  q.searches = std::move(recs);
+  q.trial_count = trials;
+  for (const auto& p : prober.history()) {
+    q.history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass,
+                         p.analysis.peak_memory_bytes, p.seconds, p.cached});
+  }
+}
+
 }  // namespace
 
 int qualify_command(const QualifyOptions& o) {
@@ -184,9 +369,11 @@ int qualify_command(const QualifyOptions& o) {
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << one_line(note) << "\n";
     }
+    // The reference is read before anything runs: a bad file is exit 2.
+    std::optional<numerics::Reference> reference;
+    if (!o.reference.empty()) reference = read_reference(o.reference);
     Qualification q = qualification_asked(o, source);
     if (!q.estimate_note.empty()) std::cerr << "dbh qualify: note: " << q.estimate_note << "\n";
-    const int64_t budget = q.budget, margined = q.margined, effective = q.effective;
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(
                                              "qualify-" + fs::path(o.scenario).stem().string() + "-" +
                                              (o.profile.empty() ? "budget" : o.profile)))
@@ -197,105 +384,10 @@ int qualify_command(const QualifyOptions& o) {
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
-    // The layout and threads are measured once, for the source setup, and
-    // pinned for every trial: the search compares batches, not layouts, and
-    // a measurement per batch would cost more than the trials.
-    Scenario measured = source;
-    const nlohmann::json choices = resolve_measured_choices(measured, (out / "tuning").string());
-    std::vector<std::string> base_overrides = o.overrides;
-    if (!choices.is_null()) {
-      base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.channels_last),
-                                             measured.train.channels_last.value_or(false) ? "true" : "false"));
-      base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
-                                             std::to_string(std::max<int64_t>(0, measured.train.threads))));
-    }
-    Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
-    const bool cuda = q.cuda();
-    if (!o.quiet) {
-      std::cout << "dbh qualify " << source.name << " for "
-                << (o.profile.empty() ? "a budget" : q.target_name) << ": " << format_bytes(budget)
-                << " (" << format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
-                << "% safety margin), source effective batch " << effective << " (" << source.data.batch_size << " x "
-                << source.train.accumulation << ")" << std::endl;
-    }
-    // Note [Affine memory model]: a step's peak memory is close to affine in
-    // the micro-batch (weights, optimizer state and workspaces, plus
-    // activations per sample). Two measured points predict the largest batch
-    // within the margined budget and one fresh run confirms it; when the
-    // prediction misses (an allocator that is not affine, a host limit on
-    // address space rather than on resident memory) a binary search over the
-    // batch is the fallback. The peak is the CUDA allocator's on a GPU (the
-    // budget's ballast and context are outside it) and the process's on a CPU.
-    auto peak_of = [&](const ProbeResult& p) -> int64_t {
-      return cuda ? p.analysis.max_step_peak_bytes : p.analysis.peak_memory_bytes;
-    };
-    // Note [Source first]: the source setup runs first, fresh, under the full
-    // budget, so whether it fits is measured, never predicted. When it fits,
-    // its peak is the upper point of its precision's line. When it runs out of
-    // memory (early: in its first step, before the trial's cost), its need
-    // exceeds the budget, which with batch 1 bounds the memory per sample from
-    // below; the largest divisor of the effective batch under that bound is
-    // the one to confirm. So the shipped CPU case takes three trials (source,
-    // batch 1, confirmation), the dearest of them the one at the answer.
-    const std::string src_label = std::to_string(source.data.batch_size) + "x" +
-                                  std::to_string(source.train.accumulation) + " " +
-                                  model::to_string(source.train.precision);
-    const ProbeResult source_probe =
-        prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation,
-                                           model::to_string(source.train.precision), budget),
-                           "source config " + src_label + " under the budget");
-    Trial source_trial = to_trial(source_probe, source.data.batch_size, source.train.accumulation,
-                                  model::to_string(source.train.precision));
-    source_trial.peak = peak_of(source_probe);
-    int64_t trials = 1;
-    const bool source_out_of_memory = !source_trial.passed && is_memory_exhaustion(source_trial.klass);
-    // What the source needs: its peak when it fits, else predicted from its
-    // precision's line (set below) when that precision has one.
-    int64_t source_need = source_trial.passed ? source_trial.peak : 0;
-
-    using Rec = PrecisionSearchResult;
-    std::vector<Rec> recs;
-    for (const auto& precision : q.precisions) {
-      PrecisionSearchInput in;
-      in.precision = precision;
-      in.effective = effective;
-      in.source_batch = source.data.batch_size;
-      in.source_accumulation = source.train.accumulation;
-      in.source_precision = model::to_string(source.train.precision);
-      in.source = source_trial;
-      in.source_out_of_memory = source_out_of_memory;
-      in.budget = budget;
-      in.margined = margined;
-      PrecisionSearchTrials run;
-      run.measure = [&](int64_t b) {
-        const auto p = prober.probe(trial_overrides(source, o.steps, b, 1, precision, margined),
-                                    precision + " batch " + std::to_string(b) + " (margined budget)");
-        Trial t = to_trial(p, b, 1, precision);
-        t.peak = peak_of(p);
-        return t;
-      };
-      run.confirm = [&](int64_t batch, int64_t accumulation) {
-        // A confirmation runs fresh: never answered from a cache.
-        const auto p = prober.probe_fresh(trial_overrides(source, o.steps, batch, accumulation, precision, budget),
-                                          "confirm " + precision + " " + std::to_string(batch) + "x" +
-                                              std::to_string(accumulation));
-        Trial t = to_trial(p, batch, accumulation, precision);
-        t.peak = peak_of(p);
-        return t;
-      };
-      Rec rec = search_precision(in, run);
-      if (rec.source_need) source_need = *rec.source_need;
-      trials += rec.probes;
-      recs.push_back(std::move(rec));
-    }
-    q.choices = choices;
-    q.source = source_trial;
-    q.source_need = source_need;
-    q.searches = std::move(recs);
-    q.trial_count = trials;
-    for (const auto& p : prober.history()) {
-      q.history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass,
-                           p.analysis.peak_memory_bytes, p.seconds, p.cached});
+    if (q.memory_asked()) memory_half(o, source, out, cache, q);
+    if (reference) {
+      q.numerics = numerics_half(o, source, std::move(*reference), out, cache, q.history);
+      q.trial_count += static_cast<int64_t>(q.numerics->comparison.here_runs);
     }
     q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const QualificationVerdict verdict = judge_qualification(q);

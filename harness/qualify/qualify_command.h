@@ -20,6 +20,10 @@ struct QualifyOptions {
   /// A GPU profile qualified on the CPU: measure host memory and say on every
   /// page that it is an estimate (without it, refused).
   bool host_estimate = false;
+  /// A numerics reference recorded on the source machine (`dbh repeat
+  /// --record`): the same steps are repeated here and compared (Note [A
+  /// numerics reference]).
+  std::string reference;
   InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 
@@ -27,8 +31,9 @@ struct QualifyOptions {
 /// batch that trains `steps` steps stably within the profile's memory minus
 /// the margin; a recommendation keeping the source's effective batch
 /// (batch × accumulation), confirmed by its own run; a Hardware Qualification
-/// Report. Exit 0 when the recommended configuration qualifies, 1 when none
-/// does, 2 on bad input.
+/// Report. With `reference`, the numerics half too: the reference's steps
+/// repeated here and compared. Exit 0 when every half asked qualifies, 1
+/// when one does not, 2 on bad input.
 int qualify_command(const QualifyOptions& options);
 
 }  // namespace dbh::harness

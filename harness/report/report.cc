@@ -112,8 +112,8 @@ nlohmann::ordered_json report_json(const RunReport& r) {
     const auto& cfg = r.scenario.faults[static_cast<size_t>(f.index)];
     j["faults"].push_back({{"name", f.name},
                            {"step", cfg.at_step},
-                           {"module", cfg.get("module").empty() ? nlohmann::ordered_json(nullptr)
-                                                                : nlohmann::ordered_json(cfg.get("module"))},
+                           {"module", cfg.module().empty() ? nlohmann::ordered_json(nullptr)
+                                                                : nlohmann::ordered_json(cfg.module())},
                            {"fired", f.fired},
                            {"fired_at_steps", f.steps},
                            {"real", f.real ? nlohmann::ordered_json(*f.real) : nlohmann::ordered_json(nullptr)}});
@@ -553,7 +553,7 @@ void md_main_evidence(std::ostream& md, const RunReport& r) {
       const std::string how = !fr.real ? "-"
                               : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
                                          : "dbh (emulated: the error's text)";
-      md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.get("module").empty() ? "-" : cfg.get("module"))
+      md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.module().empty() ? "-" : cfg.module())
          << " | " << (fr.fired ? "yes" : "no") << " | " << how << " |\n";
     }
   }

@@ -515,7 +515,7 @@ void html_faults(std::ostream& h, const RunPage& p) {
                                   ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
                                   : "dbh (emulated: the error's text)";
       h << "<tr><td>" << esc(fr.name) << "</td><td class=\"num\">" << (cfg ? std::to_string(cfg->at_step) : "-")
-        << "</td><td>" << (cfg && !cfg->get("module").empty() ? esc(cfg->get("module")) : "-") << "</td><td>"
+        << "</td><td>" << (cfg && !cfg->module().empty() ? esc(cfg->module()) : "-") << "</td><td>"
         << (fr.fired ? "yes" : "no") << "</td><td>" << esc(steps.empty() ? "-" : steps) << "</td><td>" << esc(how)
         << "</td></tr>\n";
     }

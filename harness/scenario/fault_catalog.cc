@@ -1,6 +1,7 @@
 #include "harness/scenario/fault_catalog.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "harness/common/text.h"
@@ -69,9 +70,16 @@ void check_nan_gradient(const FaultPlacement& p) {
                  quoted_excerpt(m) + ", which has none");
   }
   const std::string& param = p.fault.get("parameter");
-  if (!param.empty() &&
-      !std::any_of(owners.begin(), owners.end(), [&](const std::string& n) { return param.rfind(n + ".", 0) == 0; })) {
-    p.fail_param("parameter", "a full parameter name such as decoder.fusion.0.weight", quoted_excerpt(param));
+  if (!param.empty() && !model::is_parameter_name(p.scenario.model.decoder, param)) {
+    p.fail_param("parameter", "a full parameter name of the model such as decoder.fusion.0.weight",
+                 quoted_excerpt(param));
+  }
+}
+
+void check_perturbation(const FaultPlacement& p) {
+  const double r = p.fault.get_double("relative");
+  if (!(std::abs(r) > 0 && std::abs(r) < 1)) {
+    p.fail_param("relative", "a relative change in (-1, 1) other than 0", p.fault.get("relative"));
   }
 }
 
@@ -234,6 +242,13 @@ const std::vector<FaultSpec>& fault_catalog() {
        false, false, check_batch_pixels},
       {"nan_activation", "replace a named module's forward output with NaN",
        {{"module", ParamType::kModule, true, "", {}, "module name, e.g. decoder.fusion"}}},
+      {"perturb_activation",
+       "multiply a named module's forward output by 1 + `relative`, as a kernel, instruction set or library that "
+       "rounds differently does, from at_step on: the run stays finite; a numerics reference (dbh qualify "
+       "--reference) finds the step and the module",
+       {{"module", ParamType::kModule, true, "", {}, "module name, e.g. decoder.fusion"},
+        {"relative", ParamType::kDouble, false, "0.01", {}, "relative change of every value (0.01: 1 %)"}},
+       true, false, check_perturbation},
       {"nan_gradient", "NaN gradients for a parameter or all parameters of a module",
        {{"module", ParamType::kModulePrefix, false, "", {}, "module name or prefix (e.g. head)"},
         {"parameter", ParamType::kString, false, "", {}, "full parameter name"}},

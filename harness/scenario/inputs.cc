@@ -95,16 +95,20 @@ std::optional<int64_t> training_samples(const Value& tree, const Scenario& s) {
 
 void check_scenario_inputs(const Scenario& s, const Value& tree, const InputChecks& checks) {
   if (s.worker.external()) check_folder(tree, DBH_SCENARIO_KEY(worker.cwd), s.worker.cwd, "an existing folder");
-  if (!s.model.weights.empty()) {
-    check_checkpoint_file(s.model.weights, where(tree, DBH_SCENARIO_KEY(model.weights)).str(),
-                          DBH_SCENARIO_KEY(model.weights));
-  }
+  // An external worker's weights and checkpoints are files in its own format
+  // (docs/worker-protocol.md: opaque to dbh), checked only as files it can
+  // read; dbh's worker's are LibTorch archives, checked whole.
+  const auto check_weights = [&](const std::string& path, const char* key) {
+    if (s.worker.external()) {
+      check_input_file(path, "a checkpoint file the worker can read", where(tree, key).str(), key);
+    } else {
+      check_checkpoint_file(path, where(tree, key).str(), key);
+    }
+  };
+  if (!s.model.weights.empty()) check_weights(s.model.weights, DBH_SCENARIO_KEY(model.weights));
   check_dataset(tree, s);
   check_folder(tree, DBH_SCENARIO_KEY(data.val.path), s.data.val.path, "an existing dataset folder");
-  if (!s.train.resume_from.empty()) {
-    check_checkpoint_file(s.train.resume_from, where(tree, DBH_SCENARIO_KEY(train.resume_from)).str(),
-                          DBH_SCENARIO_KEY(train.resume_from));
-  }
+  if (!s.train.resume_from.empty()) check_weights(s.train.resume_from, DBH_SCENARIO_KEY(train.resume_from));
   // Sample indices must exist in the dataset the run reads (synthetic data's
   // were checked with the scenario); the dataset is read once, and only
   // when an index needs it.

@@ -11,6 +11,7 @@
 #include "harness/common/hash.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/schema.h"
 
 namespace dbh::harness {
@@ -127,8 +128,20 @@ namespace {
 
 // The value of fault parameter `key` as T, or T{} when the fault does not set
 // it; a parameter of another type is a logic_error naming both.
+// A parameter name the fault's catalog entry does not declare is a mistake
+// in dbh's code (a misspelt "factr" would read as 0), never a value.
+void check_declared(const FaultConfig& f, const std::string& key) {
+  const FaultSpec* spec = find_fault(f.name);
+  if (spec == nullptr) return;  // a fault the catalog does not know was refused when decoded
+  for (const auto& p : spec->params) {
+    if (p.name == key) return;
+  }
+  throw std::logic_error("fault " + f.name + ": parameter " + key + " is not declared in its catalog entry");
+}
+
 template <typename T>
 T typed_param(const FaultConfig& f, const std::string& key) {
+  check_declared(f, key);
   const auto it = f.params.find(key);
   if (it == f.params.end()) return T{};
   if (const T* v = std::get_if<T>(&it->second.value)) return *v;
@@ -149,7 +162,13 @@ bool FaultConfig::get_bool(const std::string& key) const {
 }
 const std::string& FaultConfig::get(const std::string& key) const {
   static const std::string kEmpty;
+  check_declared(*this, key);
   const auto it = params.find(key);
+  return it == params.end() ? kEmpty : it->second.text;
+}
+const std::string& FaultConfig::module() const {
+  static const std::string kEmpty;
+  const auto it = params.find("module");
   return it == params.end() ? kEmpty : it->second.text;
 }
 bool FaultConfig::fires_at(int64_t step, int64_t run_index) const {

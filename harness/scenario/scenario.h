@@ -140,6 +140,17 @@ struct MonitorConfig {
   /// true` (the default) turns all on, `false` none, a list those named;
   /// none runs with mode off.
   std::vector<std::string> silent = {"input", "labels", "predictions", "learning"};
+  /// Every observed module's numbers at every step (`step_end.numerics`):
+  /// what a numerics reference records and compares (Note [A numerics
+  /// reference]). One more read from the device per step.
+  bool numerics = false;
+  /// With `numerics`: in trial k > 0 every observed module's output moves by
+  /// this, relative, in a normal pattern of its own (trial 0 trains
+  /// unchanged): a small difference between repeats, as rounding makes at
+  /// every layer, so that repeating measures how far such a difference grows
+  /// in this training, the noise a numerics reference is judged with
+  /// (NumericsMonitor).
+  double numerics_jitter = 1e-3;
   bool silent_check(const std::string& check) const {
     return mode != MonitorMode::kOff && std::find(silent.begin(), silent.end(), check) != silent.end();
   }
@@ -183,13 +194,16 @@ struct FaultConfig {
   std::map<std::string, FaultParam> params;
   Location loc;
   /// A parameter the fault does not set (no default, not written) reads as
-  /// 0, 0.0, false or "".
+  /// 0, 0.0, false or ""; a name its catalog entry does not declare (a
+  /// misspelt "factr") is a logic_error, never 0.
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   int64_t get_bytes(const std::string& key) const { return get_int(key); }
   /// The parameter's text as written, of any type ("" when not set).
   const std::string& get(const std::string& key) const;
+  /// The module the fault names; "" when it names none (or has no `module`).
+  const std::string& module() const;
   bool fires_at(int64_t step, int64_t run_index) const;
 };
 

@@ -292,6 +292,13 @@ std::vector<KeySpec> build_table() {
               "This many evaluations in a row with h-mean 0, up to the end of the run, fail it; 0 = off."),
       checks(DBH_KEY(monitors.silent), {"input", "labels", "predictions", "learning"},
              "Silent-failure checks that are on (README \"Silent failures\"): `true` all, `false` none."),
+      boolean(DBH_KEY(monitors.numerics),
+              "Report every module's mean absolute output and gradient norm at every step (`dbh repeat --record`, "
+              "`dbh qualify --reference`)."),
+      number(DBH_KEY(monitors.numerics_jitter), 0.0, 1.0,
+             "With `monitors.numerics`: in trial k > 0 every module's output moves by this, relative, in a normal "
+             "pattern of its own (trial 0 unchanged), so that repeating measures how far a small difference grows "
+             "(the noise); 0 = repeats as they are."),
       integer(DBH_KEY(monitors.collapse_after), 0, 100000000, "Predictions collapsed: warm-up steps before the check."),
       integer(DBH_KEY(monitors.collapse_steps), 1, 100000000,
               "Predictions collapsed: consecutive steps with text the map must stay collapsed."),

@@ -84,6 +84,7 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
   st.micro_loss_bits = end.micro_loss_bits;
   st.skipped = end.skipped;
   st.loss_scale = end.loss_scale;
+  if (a.steps.size() < kMaxNumericsSteps) st.modules = end.numerics;
   if (end.memory.is_object()) {
     const auto& m = end.memory;
     st.rss_bytes = m.value("rss_bytes", int64_t{0});
@@ -202,6 +203,10 @@ EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions&
       a.scenario_hash = hello.scenario_hash;
       a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
       a.worker_environment = bounded_environment(hello.environment);
+      d.config = std::move(hello.config);
+      a.worker_facts = {{"torch", truncate_utf8(hello.torch_version, kMaxSampleNameBytes)},
+                        {"device", truncate_utf8(hello.device, kMaxSampleNameBytes)},
+                        {"threads", hello.threads}};
     } else if (e.type == event::kWarning) {
       if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
     } else if (e.type == event::kEval) {

@@ -49,6 +49,7 @@ struct EventDigest {
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
   std::set<int64_t> samples_read;               // `sample_read` indices, each once
   std::optional<int64_t> resumed_at;            // the step a `checkpoint` event (resumed) says
+  nlohmann::json config;                        // `hello`'s composed configuration (Note [Keys a worker confirms])
 };
 
 /// Fills `a`'s records from the trial's `events` (steps, evaluations,

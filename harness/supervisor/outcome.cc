@@ -18,6 +18,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/event_digest.h"
 #include "harness/supervisor/passed_run.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
 namespace fs = std::filesystem;
@@ -332,6 +333,11 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
     a.outcome = Outcome::kUnresolved;
     f.message = off;
     f.evidence.push_back(off);
+  } else if (const std::string other = keys_not_applied(s, d.config); !other.empty()) {
+    // Note [Keys a worker confirms]: a pass of another configuration.
+    a.outcome = Outcome::kUnresolved;
+    f.message = other;
+    f.evidence.push_back(other);
   } else {
     a.outcome = Outcome::kPassed;
     judge_passed_run(opts, s, a);
@@ -363,6 +369,11 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
                            " and its last " + format_bytes(static_cast<int64_t>(kLogTailBytes)) +
                            "; a line in the log marks the cut)");
     }
+  }
+  // Note [dbh's files in a trial]: a worker's file in the way of dbh's.
+  for (const auto& name : r.displaced_files) {
+    a.warnings.push_back("the worker wrote a file named " + name + " into its trial folder, where dbh keeps its own " +
+                         name + ": the worker's is kept as worker-" + name);
   }
   if (settle_without_training(r, s, d, a)) return a;
   judge_ending(r, s, kb, opts, d, a);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/kb/knowledge_base.h"
+#include "harness/proto/event_types.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 
@@ -62,7 +63,11 @@ struct StepRecord {
   nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
   bool skipped = false;    // the fp16 loss scaler skipped the optimizer step (overflowed gradients)
   double loss_scale = 1;   // the scale its gradients were computed at
+  /// monitors.numerics: every observed module's numbers in forward order
+  /// (kept for a trial's first kMaxNumericsSteps steps; empty otherwise).
+  std::vector<proto::ModuleNumbers> modules;
 };
+inline constexpr size_t kMaxNumericsSteps = 2000;
 
 /// One validation during training (an `eval` event).
 struct EvalRecord {
@@ -114,6 +119,9 @@ std::vector<int64_t> run_end_cuda_reserved;
   /// torch, CUDA, cuDNN, Lightning, device), which the report shows.
   std::string worker;
   nlohmann::json worker_environment;
+  /// What `hello` says the training ran with: `torch` (its version),
+  /// `device`, `threads` (bounded strings), for a numerics reference's machine.
+  nlohmann::json worker_facts = nlohmann::json::object();
   /// The monitors' primary finding (a `health` event), when there was one.
   nlohmann::json primary_health;
   /// Memory when the worker reported its error, and the phases it reached.

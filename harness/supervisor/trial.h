@@ -14,7 +14,7 @@ namespace dbh::harness {
 /// How to run one worker process.
 struct TrialSpec {
   std::vector<std::string> argv;  // argv[0]: the program (a path, or a name looked up in PATH)
-  std::string run_dir;            // stdout.log, stderr.log, events.jsonl go here
+  std::string run_dir;            // the worker's folder; stdout.log, stderr.log, events.jsonl end there
   std::string cwd;                // the worker's working directory; "" = ours
   /// Variables set in the worker's environment over ours (kSupervisorPidEnv
   /// is always this process's pid).
@@ -50,6 +50,9 @@ struct TrialResult {
   int64_t stderr_cut_bytes = 0;        // the same of stderr
   std::string stacks_tool;             // "eu-stack" | "gdb" when stacks were captured
   std::string stacks;                  // their text (bounded), also in run_dir/stacks.txt
+  /// Files of the worker's own that bore the name of one of dbh's in the
+  /// trial's folder, kept as worker-<name> (Note [dbh's files in a trial]).
+  std::vector<std::string> displaced_files;
 };
 
 /// Note [A worker's stream is bounded]: a trial's events.jsonl holds at most

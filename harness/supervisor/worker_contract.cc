@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -38,6 +40,7 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
        "from the first, with `loss_scaler_skips`"},
       {capability::kMonitorsLocalise, "`monitors.mode: localise`: the first non-finite tensor in forward and backward order, with its module (`bisect modules`)"},
       {capability::kMonitorsSilent, "`monitors.silent`: the silent-failure checks (optional: a worker without them runs, and dbh says they were not checked)"},
+      {capability::kMonitorsNumerics, "`monitors.numerics`: `step_end` carries `numerics`, every observed module's mean absolute output and gradient norm (optional: without it a numerics reference compares the loss and the gradient norm only)"},
       {capability::kMemoryBudget, "`hardware.memory_budget` (or a profile): the budget applied as docs/gpu.md says, reported in a `memory_budget` event (`qualify`)"},
       {capability::kInProcessRuns, "`repeat.in_process` above 1: several runs in one process, each between `run_begin` and `run_end`"},
       {capability::kSyntheticData, "`data.source` other than `real`: train on generated data (`diagnose`'s synthetic-data rung)"},
@@ -66,6 +69,7 @@ WorkerNeeds worker_needs(const Scenario& s) {
   if (s.monitors.mode != MonitorMode::kOff && !s.monitors.silent.empty()) {
     n.optional.emplace_back(capability::kMonitorsSilent, DBH_SCENARIO_KEY(monitors.silent));
   }
+  if (s.monitors.numerics) n.optional.emplace_back(capability::kMonitorsNumerics, DBH_SCENARIO_KEY(monitors.numerics));
   if (s.hardware.memory_budget > 0) need(capability::kMemoryBudget, DBH_SCENARIO_KEY(hardware.memory_budget));
   if (s.repeat.in_process > 1) need(capability::kInProcessRuns, DBH_SCENARIO_KEY(repeat.in_process));
   if (s.expect.deterministic.value_or(false)) need(capability::kLossBits, "expect.deterministic");
@@ -162,6 +166,54 @@ std::vector<PassedKey> passed_keys(const Scenario& s) {
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;
+}
+
+namespace {
+
+// Whether the value text dbh passed and the value the worker's configuration
+// holds say the same (Note [Keys a worker confirms]); nullopt when the value
+// is of a kind that cannot be compared (a list, an object).
+std::optional<bool> same_value(const std::string& passed, const nlohmann::json& held, const std::string& cwd) {
+  if (held.is_number()) {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(passed.c_str(), &end);
+    if (passed.empty() || end != passed.c_str() + passed.size() || errno == ERANGE) return false;
+    const double h = held.get<double>();
+    return v == h || std::abs(v - h) <= 1e-9 * std::max(std::abs(v), std::abs(h));
+  }
+  if (held.is_boolean()) {
+    std::string t = passed;
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    const bool yes = t == "true" || t == "1" || t == "yes", no = t == "false" || t == "0" || t == "no";
+    return held.get<bool>() ? yes : no;
+  }
+  if (held.is_null()) return passed.empty() || passed == "null" || passed == "None" || passed == "~";
+  if (!held.is_string()) return std::nullopt;
+  const std::string h = held.get<std::string>();
+  if (h == passed) return true;
+  // A path the training made absolute is the path passed.
+  const auto as_path = [&](const std::string& p) {
+    const fs::path path(p);
+    return (path.is_absolute() ? path : fs::path(cwd.empty() ? "." : cwd) / path).lexically_normal();
+  };
+  return passed.find('/') != std::string::npos && fs::absolute(as_path(h)) == fs::absolute(as_path(passed));
+}
+
+}  // namespace
+
+std::string keys_not_applied(const Scenario& s, const nlohmann::json& config) {
+  if (!s.worker.external() || !config.is_object()) return "";
+  for (const auto& k : passed_keys(s)) {
+    const auto it = config.find(k.user_key);
+    if (it == config.end()) continue;
+    if (same_value(k.value, *it, s.worker.cwd).value_or(true)) continue;
+    return "dbh passed " + quoted_excerpt(k.user_key + "=" + k.value) + " (" + k.dbh_key +
+           "), but the worker's configuration holds " + quoted_excerpt(k.user_key + "=" + it->dump()) +
+           ": the training read another value than the one asked for (a key its command line does not override, or "
+           "one it sets again after parsing)";
+  }
+  return "";
 }
 
 std::string key_not_passed(const Scenario& s, const std::string& key) {

@@ -60,6 +60,7 @@ inline constexpr const char* kSubset = "subset";
 inline constexpr const char* kMonitorsFinite = "monitors.finite";
 inline constexpr const char* kMonitorsLocalise = "monitors.localise";
 inline constexpr const char* kMonitorsSilent = "monitors.silent";
+inline constexpr const char* kMonitorsNumerics = "monitors.numerics";
 inline constexpr const char* kMemoryBudget = "memory_budget";
 inline constexpr const char* kInProcessRuns = "in_process_runs";
 inline constexpr const char* kSyntheticData = "synthetic_data";
@@ -85,6 +86,17 @@ struct PassedKey {
   std::string dbh_key, user_key, value;
 };
 std::vector<PassedKey> passed_keys(const Scenario& s);
+
+/// Note [Keys a worker confirms]: a worker whose `hello` reports its composed
+/// configuration (`config`) says what its training read, and each key dbh
+/// passed (passed_keys) that the configuration holds must hold the value dbh
+/// passed: a number equal as a number, a flag as a flag, a text as the same
+/// text or the same path. A training that swallowed `optim.lr=0.5` and trained
+/// with 0.1 trained another configuration than the one asked for. The first
+/// key that does not hold its value, as "passed <user key>=<value> (<dbh
+/// key>), but the worker's configuration holds <value>"; "" when every key
+/// found holds its value, or there is no configuration to read.
+std::string keys_not_applied(const Scenario& s, const nlohmann::json& config);
 
 /// Note [Keys that never reach the worker]: an external worker receives the
 /// keys of passed_keys() on its command line and nothing else of dbh's

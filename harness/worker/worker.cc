@@ -24,6 +24,7 @@
 #include "harness/common/text.h"
 #include "harness/faults/injectors.h"
 #include "harness/monitors/monitors.h"
+#include "harness/monitors/numerics_monitor.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -346,6 +347,7 @@ struct WorkerState {
   EventWriter& events;
   Monitors& monitors;
   FaultInjector& faults;
+  NumericsMonitor* numerics = nullptr;  // monitors.numerics; null when off
   int64_t run = 0;
   int64_t step = -1;  // the step being trained, -1 between steps
 };
@@ -370,6 +372,7 @@ proto::StepEnd step_end_event(const WorkerState& w, const model::StepResult& r) 
   end.memory = memory_json(w.s.hardware.device);
   end.phases = w.monitors.phase_memory();
   end.silent = w.monitors.silent_stats();
+  if (w.numerics != nullptr) end.numerics = w.numerics->numbers();
   return end;
 }
 
@@ -400,6 +403,7 @@ std::unique_ptr<model::Trainer> start_run(WorkerState& w, model::DbNet& net) {
   }
   trainer->add_listener(w.faults);
   trainer->add_listener(w.monitors);
+  if (w.numerics != nullptr) trainer->add_listener(*w.numerics);
   return trainer;
 }
 
@@ -558,12 +562,16 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   FaultInjector faults(s.faults, events, s.hardware.device);
   // Monitors outside the injector: they know the module a fault throws from
   // and check the outputs faults replaced.
-  model::ObserverChain chain({&monitors, &faults});
+  // The numbers of monitors.numerics are read after the faults acted.
+  NumericsMonitor numerics(s.monitors.numerics_jitter, trial_index);
+  std::vector<model::ModuleObserver*> observers = {&monitors, &faults};
+  if (s.monitors.numerics) observers.insert(observers.begin(), &numerics);
+  model::ObserverChain chain(observers);
   model::set_module_observer(&chain);
 
   if (s.hardware.launch_blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
   if (s.train.mode == TrainMode::kOps) return run_ops_check(s, events);
-  WorkerState w{s, run_dir, events, monitors, faults};
+  WorkerState w{s, run_dir, events, monitors, faults, s.monitors.numerics ? &numerics : nullptr};
   std::string status = "passed";
   try {
     if (s.hardware.memory_budget > 0) apply_memory_budget(s, threads, events);

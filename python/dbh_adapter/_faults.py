@@ -123,8 +123,8 @@ class FaultSet:
     """The scenario's faults acting on one model through its hooks."""
 
     # The faults this adapter applies (its `fault:<name>` capabilities).
-    SUPPORTED = ("nan_activation", "nan_gradient", "nan_input", "inf_input", "nan_label", "lr_spike", "lr_freeze",
-                 "crash", "hang", "slow_data", "leak")
+    SUPPORTED = ("nan_activation", "perturb_activation", "nan_gradient", "nan_input", "inf_input", "nan_label",
+                 "lr_spike", "lr_freeze", "crash", "hang", "slow_data", "leak")
 
     def __init__(self, specs: list[dict[str, Any]] | None, emit: Emit) -> None:
         self.faults = [Fault(i, spec) for i, spec in enumerate(specs or [])]
@@ -163,7 +163,7 @@ class FaultSet:
             self._device = first.device
         modules = dict(model.named_modules())
         for fault in self.faults:
-            if fault.name != "nan_activation":
+            if fault.name not in ("nan_activation", "perturb_activation"):
                 continue
             name = str(fault.params.get("module", ""))
             if name not in modules:
@@ -171,11 +171,18 @@ class FaultSet:
             modules[name].register_forward_hook(self._activation_hook(fault, name))
 
     def _activation_hook(self, fault: Fault, name: str) -> Callable[[torch.nn.Module, Any, Any], Any]:
+        relative = _float(fault.params, "relative", 0.01)
+
         def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
             if not fault.fires_at(self._step, self._run) or not torch.is_grad_enabled():
                 return None
+            if fault.name == "perturb_activation":
+                # As another kernel or instruction set rounding differently:
+                # every value moved by `relative`, the run stays finite.
+                self._fired_now(fault, module=name, detail={"relative": relative})
+                return _map_floats(output, lambda t: t * (1.0 + relative))
             self._fired_now(fault, module=name)
-            return _replace_tensors(output, float("nan"))
+            return _map_floats(output, lambda t: torch.full_like(t, float("nan")))
         return hook
 
     def on_step_begin(self, step: int, batch: Any, run: int = 0) -> None:
@@ -261,14 +268,15 @@ class FaultSet:
         self._saved_lrs = None
 
 
-def _replace_tensors(output: Any, value: float) -> Any:
+def _map_floats(output: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`output` (a tensor or nested containers) with `fn` applied to every
+    floating-point tensor."""
     if isinstance(output, torch.Tensor):
-        return torch.full_like(output, value) if output.is_floating_point() else output
+        return fn(output) if output.is_floating_point() else output
     if isinstance(output, tuple):
-        return tuple(_replace_tensors(o, value) for o in output)
+        return tuple(_map_floats(o, fn) for o in output)
     if isinstance(output, list):
-        return [_replace_tensors(o, value) for o in output]
+        return [_map_floats(o, fn) for o in output]
     if isinstance(output, dict):
-        return {k: _replace_tensors(v, value) for k, v in output.items()}
+        return {k: _map_floats(v, fn) for k, v in output.items()}
     return output
-

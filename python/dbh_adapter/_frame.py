@@ -38,6 +38,7 @@ from ._events import EventWriter
 from ._faults import FaultSet, input_tensor
 from ._memory import apply_memory_budget, memory_figures, release_free_memory
 from ._ops import run_ops_check
+from ._numerics import NumericsWatch
 from ._silent import PredictionWatch, SilentFinding
 from ._validation import eval_fields
 from ._monitors import Finding, FiniteMonitor
@@ -74,6 +75,7 @@ class StepFrame:
         self.samples = SampleReporter(self.events)
         self.faults = FaultSet(facts.faults, self.events.emit)
         self.monitor = FiniteMonitor(facts.monitor_mode)
+        self.numerics = NumericsWatch(facts.numerics, facts.numerics_jitter, link.trial)
         self.predictions = PredictionWatch(facts.silent_check("predictions"),
                                            int(facts.monitor_number("collapse_after", 10)),
                                            int(facts.monitor_number("collapse_steps", 5)),
@@ -145,6 +147,7 @@ class StepFrame:
         self._run_pending = False
         self._model = model
         self.faults.attach(model)
+        self.numerics.attach(model)  # after the faults: it measures the outputs they changed
         self.monitor.attach(model, always=self.faults.modules())
         self.predictions.attach(model)
         self.events.emit("run_begin", run=self.run, memory=memory_figures())
@@ -217,6 +220,7 @@ class StepFrame:
         if ids:
             ev.emit("batch", run=self.run, step=step, samples=ids)
         self.monitor.begin_step(step)
+        self.numerics.begin_step()
         self.predictions.batch(batch)
         self.faults.on_step_begin(step, batch, run=self.run)
         self.monitor.check_input(input_tensor(batch))
@@ -250,6 +254,7 @@ class StepFrame:
         self._loss_scale = float(scaler.get_scale()) if scaler is not None and scaling else 1.0
         self._skipped = False
         self.monitor.check_gradients(model)
+        self.numerics.gradients()
         reading = self.monitor.read()
         self._grad_norm = reading.grad_norm
         finding = reading.finding
@@ -299,7 +304,7 @@ class StepFrame:
                          grad_norm_bits=float_bits(norm) if norm is not None else None,
                          skipped=self._skipped, loss_scale=self._loss_scale,
                          seconds=round(time.monotonic() - self._t0, 6), samples=int(samples),
-                         memory=memory_figures())
+                         memory=memory_figures(), numerics=self.numerics.read())
         if self.step + 1 >= self.facts.last_step:
             self.stop_requested = True
         self.predictions.judge(self.step)  # raises SilentFinding: the training stops there

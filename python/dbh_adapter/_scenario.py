@@ -105,6 +105,16 @@ class ScenarioFacts:
             checks = ["input", "labels", "predictions", "learning"] if checks else []
         return self.monitor_mode != "off" and check in (checks or [])
 
+    @property
+    def numerics(self) -> bool:
+        """monitors.numerics: every module's numbers in `step_end`."""
+        return self.monitors.get("numerics") is True
+
+    @property
+    def numerics_jitter(self) -> float:
+        """monitors.numerics_jitter: the scale of what a trial adds to its input."""
+        return self.monitor_number("numerics_jitter", 1e-3)
+
     def monitor_number(self, key: str, default: float) -> float:
         """monitors.<key> as a number (collapse_after, collapse_steps,
         collapse_margin)."""

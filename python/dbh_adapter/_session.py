@@ -39,7 +39,8 @@ VERSION = "0.1.0"
 # What this adapter serves (docs/worker-protocol.md, "Capabilities"; the
 # faults' `fault:<name>` come from FaultSet.SUPPORTED).
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
-                     "monitors.localise", "memory_budget", "validation", "ops", "monitors.silent")
+                     "monitors.localise", "memory_budget", "validation", "ops", "monitors.silent",
+                     "monitors.numerics")
 
 B = TypeVar("B")
 D = TypeVar("D")

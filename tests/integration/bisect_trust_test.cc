@@ -284,6 +284,36 @@ TEST(BisectTrustTest, OnlyTheReproductionsCheckpointsAndOnlyOnRequest) {
 }
 
 // The cache's cap comes from the environment and is checked before any probe.
+// Note [One failure identity]: a label fault that degrades every sample
+// names whichever sample is judged first, and the seed moves that. Between a
+// passing configuration and the same with another seed and the fault, the
+// failure is one failure under either seed: the answer is the fault alone,
+// never the seed beside it.
+TEST(BisectTrustTest, ConfigDoesNotKeepTheSeedThatMovedTheSampleAFailureNames) {
+  const TempDir dir("identity-seed");
+  const std::string src = DBH_SOURCE_DIR;
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ndata: {source: real, path: " + src +
+                                                 "/fixtures/real, size: 128, subset: [2, 3]}\ntrain: {max_steps: 2, "
+                                                 "seed: 1}\n");
+  const std::string fault = "faults=[{name: all_dont_care}]";
+  // The premise: under the two seeds the failure names different samples.
+  std::set<std::string> named;
+  for (const char* seed : {"train.seed=1", "train.seed=4"}) {
+    const auto r = dbh({"run", good.string(), seed, fault, "--out", (dir / seed).string()});
+    ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+    const auto j = read_json(dir / seed / "report.json");
+    named.insert(j.dump().find("img_003") < j.dump().find("img_004") ? "img_003" : "img_004");
+  }
+  ASSERT_EQ(named.size(), 2u) << "both seeds name the same sample first: the test plants nothing";
+  const auto r = dbh({"bisect", "config", "--good", good.string(), "--bad", "train.seed=4 " + fault,
+                      "--reproductions", "1", "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j["result"].dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind("faults", 0), 0u) << j["result"].dump(2);
+  EXPECT_EQ(j["verdict"], "confident");
+}
+
 TEST(BisectTrustTest, ProbeCacheCapMustBeAWholeNumberOfMiB) {
   const TempDir dir("cap");
   const auto s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: 2}\n");

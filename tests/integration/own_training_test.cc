@@ -402,7 +402,9 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "data-dependent") << j.dump(2);
   for (const auto& row : j["rows"]) {
-    if (row["check"] == "Full trainer on synthetic data") EXPECT_EQ(row["outcome"], "passed") << row.dump();
+    if (row["check"] == "Full trainer on synthetic data") {
+      EXPECT_EQ(row["outcome"], "passed") << row.dump();
+    }
   }
   EXPECT_EQ(j["bisect"]["kind"], "data") << j.dump(2);
   EXPECT_NE(testing::read_text(dir / "out" / "diagnosis.md").find("img_006.jpg"), std::string::npos);
@@ -573,6 +575,37 @@ TEST_F(OwnTrainingTest, RegionsFrozenLearningIsASilentFailure) {
   EXPECT_EQ(j["failure"]["class"], "not_learning") << j["failure"].dump();
   EXPECT_NE(j["failure"]["message"].get<std::string>().find("every gradient was zero"), std::string::npos)
       << j["failure"].dump();
+}
+
+// Note [A numerics reference] on the user's training through the adapter: a
+// reference recorded by `dbh repeat --record`, compared by `dbh qualify
+// --reference`: the same training is the same within the noise, and a 5 %
+// change planted in the training's own module `bridge` from step 3 on is
+// found there.
+TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndModule) {
+  const Dir dir("dbh-own-regions-numerics");
+  const std::string clean = kRegions + "/scenarios/clean.yaml";
+  const fs::path ref = dir / "reference.json";
+  const auto rec = dbh({"repeat", clean, "train.max_steps=5", "--record", ref.string(), "--out",
+                        (dir / "rec").string(), "-q"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const auto r = read_json(ref);
+  ASSERT_EQ(r["runs"].size(), 2u);
+  ASSERT_FALSE(r["runs"][0]["steps"][0]["modules"].empty()) << r.dump().substr(0, 2000);
+  const auto same = dbh({"qualify", clean, "train.max_steps=5", "--reference", ref.string(), "--out",
+                         (dir / "same").string(), "--cache", (dir / "cache").string()});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  const auto planted = dbh({"qualify", clean, "train.max_steps=5",
+                            "faults=[{name: perturb_activation, module: bridge, at_step: 3, relative: 0.05}]",
+                            "--reference", ref.string(), "--out", (dir / "planted").string(), "--cache",
+                            (dir / "cache").string()});
+  EXPECT_EQ(planted.exit_code, 1) << planted.out << planted.err;
+  const auto j = read_json(dir / "planted" / "qualification.json");
+  const auto& d = j["numerics"]["departure"];
+  ASSERT_FALSE(d.is_null()) << j["numerics"].dump(2);
+  EXPECT_EQ(d["step"], 3);
+  EXPECT_EQ(d["module"], "bridge");
+  EXPECT_EQ(d["quantity"], "output of bridge");
 }
 
 }  // namespace

@@ -288,5 +288,102 @@ TEST(QualifyTest, AGpuProfileOnTheCpuIsRefusedUnlessAHostEstimateIsAskedFor) {
   EXPECT_NE(r.err.find("--host-estimate: expected a GPU profile"), std::string::npos) << r.err;
 }
 
+// Note [A numerics reference], on dbh's own worker: a reference recorded by
+// `dbh repeat --record` is compared by `dbh qualify --reference` on "another
+// machine" (another instruction set: a real numeric difference on the CPU).
+fs::path numerics_scenario(const fs::path& dir) {
+  const fs::path p = dir / "numerics.yaml";
+  std::ofstream(p) << "include: " << DBH_SOURCE_DIR << "/scenarios/base/tiny-cpu.yaml\n"
+                   << "data: {size: 128}\ntrain: {max_steps: 5, lr: 0.0005}\n";
+  return p;
+}
+
+TEST(QualifyNumericsTest, AnotherInstructionSetTrainsTheSameWithinTheNoise) {
+  const Dir dir("dbh-qualify-numerics-same");
+  const auto s = numerics_scenario(dir);
+  const fs::path ref = dir / "reference.json";
+  const auto rec = dbh({"repeat", s.string(), "--record", ref.string(), "--out", (dir / "rec").string(), "-q"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const auto r = read_json(ref);
+  EXPECT_EQ(r["format"], "dbh-numerics-reference/1");
+  ASSERT_EQ(r["runs"].size(), 3u);  // a reference measures the noise from 3 processes by default
+  ASSERT_EQ(r["runs"][0]["steps"].size(), 5u);
+  EXPECT_EQ(r["runs"][0]["steps"][0]["modules"][0]["module"], "encoder.stem");
+  EXPECT_TRUE(r["runs"][0]["steps"][0]["modules"][0].contains("grad"));
+  // This machine, another instruction set: the same training.
+  const auto q = testing::run_process_with_env(
+      {DBH_BINARY, "qualify", s.string(), "--reference", ref.string(), "--out", (dir / "q").string(), "--cache",
+       (dir / "cache").string()},
+      {{"ATEN_CPU_CAPABILITY", "default"}}, DBH_SOURCE_DIR, 900);
+  ASSERT_EQ(q.exit_code, 0) << q.out << q.err;
+  EXPECT_NE(q.out.find("QUALIFIES"), std::string::npos) << q.out;
+  const auto j = read_json(dir / "q" / "qualification.json");
+  EXPECT_TRUE(j["numerics"]["same"].get<bool>()) << j["numerics"].dump(2);
+  EXPECT_EQ(j["numerics"]["steps"], 5);
+  EXPECT_TRUE(j["numerics"]["modules_compared"].get<bool>());
+  EXPECT_EQ(j["numerics"]["machines"]["here"]["ATEN_CPU_CAPABILITY"], "default");
+  EXPECT_FALSE(j["memory_asked"].get<bool>());
+  const std::string md = testing::read_text(dir / "q" / "qualification.md");
+  EXPECT_NE(md.find("## Numerics: does it train the same?"), std::string::npos);
+  EXPECT_NE(md.find("numerics_loss.png"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "q" / "numerics_loss.png"));
+}
+
+TEST(QualifyNumericsTest, APlantedPerturbationDepartsAtItsStepAndModule) {
+  const Dir dir("dbh-qualify-numerics-departs");
+  const auto s = numerics_scenario(dir);
+  const fs::path ref = dir / "reference.json";
+  const auto rec = dbh({"repeat", s.string(), "--record", ref.string(), "--out", (dir / "rec").string(), "-q"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const auto q = dbh({"qualify", s.string(),
+                      "faults=[{name: perturb_activation, module: decoder.fusion, at_step: 3, relative: 0.05}]",
+                      "--reference", ref.string(), "--out", (dir / "q").string(), "--cache", (dir / "cache").string()});
+  EXPECT_EQ(q.exit_code, 1) << q.out << q.err;
+  EXPECT_NE(q.out.find("DOES NOT QUALIFY (numerics)"), std::string::npos) << q.out;
+  const auto j = read_json(dir / "q" / "qualification.json");
+  const auto& d = j["numerics"]["departure"];
+  ASSERT_FALSE(d.is_null()) << j["numerics"].dump(2);
+  EXPECT_EQ(d["step"], 3);
+  EXPECT_EQ(d["module"], "decoder.fusion");
+  EXPECT_EQ(d["quantity"], "output of decoder.fusion");
+  EXPECT_GT(d["by"].get<double>(), d["noise"].get<double>());
+  EXPECT_LT(d["by"].get<double>(), 0.06);
+  EXPECT_EQ(j["failed_halves"], "numerics");
+}
+
+TEST(QualifyNumericsTest, ANondeterministicTrainingWidensTheNoiseInsteadOfDeparting) {
+  const Dir dir("dbh-qualify-numerics-noise");
+  const auto s = numerics_scenario(dir);
+  const fs::path ref = dir / "reference.json";
+  // Each process perturbs its input by a different amount: the runs of each
+  // side disagree among themselves, and by as much with the other side.
+  const std::string noisy = "faults=[{name: nondeterminism, scale: 0.05}]";
+  const auto rec = dbh({"repeat", s.string(), noisy, "--record", ref.string(), "--out", (dir / "rec").string(),
+                        "-q"});
+  ASSERT_EQ(rec.exit_code == 0 || rec.exit_code == 1, true) << rec.out << rec.err;
+  ASSERT_TRUE(fs::exists(ref)) << rec.err;
+  const auto q = dbh({"qualify", s.string(), noisy, "--reference", ref.string(), "--out", (dir / "q").string(),
+                      "--cache", (dir / "cache").string()});
+  EXPECT_EQ(q.exit_code, 0) << q.out << q.err;
+  const auto j = read_json(dir / "q" / "qualification.json");
+  EXPECT_TRUE(j["numerics"]["same"].get<bool>()) << j["numerics"].dump(2);
+  EXPECT_EQ(j["numerics"]["here_runs"], 3);
+  EXPECT_GT(j["numerics"]["largest_noise"].get<double>(), 0.1) << "the noise was not widened";
+}
+
+TEST(QualifyNumericsTest, ABadReferenceIsRefusedBeforeAnythingRuns) {
+  const Dir dir("dbh-qualify-numerics-bad");
+  const auto s = numerics_scenario(dir);
+  std::ofstream(dir / "bad.json") << R"({"format": "dbh-numerics-reference/1", "runs": [{"steps": [{"step": 0}]}]})";
+  const auto q = dbh({"qualify", s.string(), "--reference", (dir / "bad.json").string(), "--out",
+                      (dir / "q").string()});
+  EXPECT_EQ(q.exit_code, 2) << q.out << q.err;
+  EXPECT_NE(q.err.find("bad.json: runs.0.steps.0.loss: expected a finite number"), std::string::npos) << q.err;
+  EXPECT_FALSE(fs::exists(dir / "q"));
+  const auto none = dbh({"qualify", s.string(), "--out", (dir / "q").string()});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("expected --profile NAME, --budget SIZE or --reference FILE"), std::string::npos) << none.err;
+}
+
 }  // namespace
 }  // namespace dbh

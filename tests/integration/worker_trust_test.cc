@@ -43,7 +43,7 @@ e(){ printf '%s\n' "$1" >&3; }
 CAPS=${CAPS:-'["loss_bits","stop_after","checkpoint","resume","subset","monitors.finite","monitors.localise","fault:nan_activation"]'}
 MODULES=${MODULES:-'["stem","body","head"]'}
 NAME=${NAME:-fake 1}
-hello(){ e '{"type":"hello","t":0,"schema_version":1,"pid":'$$',"seed":0,"scenario_hash":"'"$DBH_SCENARIO_HASH"'","scenario":"x","trial":0,"git":"","dbh_version":"","torch_version":"none","device":"cpu","threads":1,"worker":"'"$NAME"'","capabilities":'"$CAPS"',"modules":'"$MODULES"'}'; [ "${DBH_WORKER_DESCRIBE:-}" = 1 ] && { e '{"type":"done","t":0,"status":"described"}'; exit 0; }; }
+hello(){ e '{"type":"hello","t":0,"schema_version":1,"pid":'$$',"seed":0,"scenario_hash":"'"$DBH_SCENARIO_HASH"'","scenario":"x","trial":0,"git":"","dbh_version":"","torch_version":"none","device":"cpu","threads":1,"worker":"'"$NAME"'","capabilities":'"$CAPS"',"modules":'"$MODULES${CONFIG:+,\"config\":$CONFIG}"'}'; [ "${DBH_WORKER_DESCRIBE:-}" = 1 ] && { e '{"type":"done","t":0,"status":"described"}'; exit 0; }; }
 step(){ e '{"type":"step_begin","t":0,"run":'${2:-0}',"step":'$1'}'; e '{"type":"step_end","t":0,"run":'${2:-0}',"step":'$1',"loss":0.5,"loss_bits":1056964608,"lr":0.1,"seconds":0.01}'; }
 begin(){ e '{"type":"run_begin","t":0,"run":0,"memory":{}}'; }
 finish(){ e '{"type":"run_end","t":0,"run":0,"steps":'${1:-4}',"checksum":"0","memory":{}}'; e '{"type":"done","t":0,"status":"passed"}'; exit 0; }
@@ -80,6 +80,11 @@ std::vector<TrustCase> cases() {
   add({"ARunNotAskedFor", "verify", "hello; begin; steps 4; step 0 1; finish 4", "", "", 1, "steps of run 1"});
   add({"StopAfterIgnored", "verify", "hello; passing 4", "train: {max_steps: 4, stop_after: 2}\n", "", 1,
        "the schedule asked for 2"});
+  add({"AKeyTheTrainingDidNotApply", "verify", "CONFIG='{\"optim.lr\":0.1,\"optim.name\":\"sgd\"}'; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 1,
+       "but the worker's configuration holds"});
+  add({"AKeyTheTrainingApplied", "verify", "CONFIG='{\"optim.lr\":5e-1}'; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 0, "PASS"});
   add({"ACapabilityItLacksRefusedByRun", "verify", "CAPS='[\"loss_bits\"]'; hello; passing", "", "", 2,
        "expected a worker that serves the capability `monitors.finite`"});
   add({"ACapabilityItLacksRefusedBySuite", "verify", "CAPS='[\"loss_bits\"]'; hello; passing", "", "", 2,
@@ -153,6 +158,10 @@ std::vector<TrustCase> cases() {
        "", "", 0, "PASS"});
   add({"AWorkerThatOverwritesTheScenarioFileItWasGiven", "own",
        "hello; echo '{}' > \"$DBH_SCENARIO\" 2>/dev/null; passing", "", "", 0, "PASS"});
+  add({"AWorkerThatWritesItsOwnJournalAndLog", "own",
+       "hello; begin; step 0; step 1; echo '{\"type\":\"done\",\"t\":0,\"status\":\"failed\"}' > "
+       "\"$DBH_TRIAL_DIR/events.jsonl\"; echo mine > \"$DBH_TRIAL_DIR/stdout.log\"; step 2; step 3; finish 4",
+       "", "", 0, "the worker's is kept as worker-events.jsonl"});
   // --- escape: names a worker chose never become markup or commands ------------------------------------------------
   add({"AModuleNameWithMarkup", "escape",
        "MODULES='[\"a|b\",\"<script>x</script>\"]'; hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,"
@@ -203,6 +212,28 @@ std::vector<TrustCase> cases() {
        "'loss_bits': 1056964608, 'lr': 0.1})\nw({'type': 'run_end', 't': 0, 'run': 0, 'steps': 4, 'checksum': '0', "
        "'memory': {}})\nw({'type': 'done', 't': 0, 'status': 'passed'})\n",
        "", "", 0, "PASS"});
+  add({"ACheckpointInTheWorkersOwnFormat", "contract",
+       "#!/usr/bin/env python3\nimport json, os, sys\nw = lambda e: os.write(3, (json.dumps(e) + '\\n').encode())\n"
+       "w({'type': 'hello', 't': 0, 'schema_version': 1, 'pid': os.getpid(), 'scenario_hash': "
+       "os.environ['DBH_SCENARIO_HASH'], 'capabilities': ['loss_bits', 'stop_after', 'checkpoint', 'resume', "
+       "'monitors.finite'], 'modules': ['m'], 'worker': 'own-format 1'})\n"
+       "if os.environ.get('DBH_WORKER_DESCRIBE') == '1':\n    w({'type': 'done', 't': 0, 'status': 'described'}); "
+       "sys.exit(0)\ntrain = json.load(open(os.environ['DBH_SCENARIO']))['train']\n"
+       "last = train.get('stop_after') or train['max_steps']; every = train.get('checkpoint_every') or 0\n"
+       "start = 0\nif train.get('resume_from'):\n    start = json.load(open(train['resume_from']))['next']  # its own "
+       "format: not a zip\nw({'type': 'run_begin', 't': 0, 'run': 0, 'memory': {}})\nif start:\n    w({'type': "
+       "'checkpoint', 't': 0, 'run': 0, 'step': start, 'path': train['resume_from'], 'resumed': True})\n"
+       "for s in range(start, last):\n    w({'type': 'step_begin', 't': 0, 'run': 0, 'step': s})\n    if s == 5:\n"
+       "        w({'type': 'error', 't': 0, 'kind': 'diverged', 'run': 0, 'step': s, 'message': 'loss is nan'})\n"
+       "        w({'type': 'done', 't': 0, 'status': 'diverged'}); sys.exit(1)\n"
+       "    w({'type': 'step_end', 't': 0, 'run': 0, 'step': s, 'loss': 0.5, 'loss_bits': 1056964608, 'lr': 0.1})\n"
+       "    if every and (s + 1) % every == 0 and s + 1 < last:\n"
+       "        path = os.path.join(os.environ['DBH_TRIAL_DIR'], 'checkpoint-r0-s%d.pt' % (s + 1))\n"
+       "        json.dump({'next': s + 1}, open(path, 'w'))\n"
+       "        w({'type': 'checkpoint', 't': 0, 'run': 0, 'step': s + 1, 'path': path})\n"
+       "w({'type': 'run_end', 't': 0, 'run': 0, 'steps': last, 'checksum': '0', 'memory': {}})\n"
+       "w({'type': 'done', 't': 0, 'status': 'passed'})\n",
+       "train: {max_steps: 8}\n", "", 0, "step 5", {"bisect", "steps"}});
   return c;
 }
 

@@ -98,6 +98,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   ExpectDocumentedFields(proto::StepBegin{});
   proto::StepEnd measured;
   measured.bce = measured.l1 = measured.dice = measured.grad_norm = 0.5;
+  measured.numerics = {{"decoder.fusion", 0.25, 0.125}};
   measured.grad_norm_bits = 7;
   ExpectDocumentedFields(measured);
   ExpectDocumentedFields(proto::Batch{});
@@ -198,8 +199,11 @@ TEST(TypedEvents, StepEndRoundTrips) {
   s.memory = {{"rss_bytes", 100}};
   s.phases = {{"data", {{"rss_bytes", 90}}}};
   s.silent = json::object();
+  s.numerics = {{"encoder.stem", 0.5, 0.25}, {"head.binarize", 0.75, std::nullopt}};
   const auto back = proto::step_end_from(Through(proto::encode(s, 1.5)));
   EXPECT_EQ(to_json(back), to_json(s));
+  ASSERT_EQ(back.numerics.size(), 2u);
+  EXPECT_FALSE(back.numerics[1].grad.has_value());
   EXPECT_FALSE(back.ops);
   EXPECT_EQ(back.micro_loss_bits, s.micro_loss_bits);
 }

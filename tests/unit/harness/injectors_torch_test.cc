@@ -55,6 +55,7 @@ const std::vector<TestedFault> kTested = {
     {"inf_input", "", true},
     {"nan_label", "", true},
     {"nan_activation", "module: decoder.fusion", true},
+    {"perturb_activation", "module: decoder.fusion", true},
     {"nan_gradient", "module: decoder.fusion", true},
     {"unstable_binarization", "", false},
     {"loss_scale_overflow", "", true},
@@ -268,7 +269,11 @@ INSTANTIATE_TEST_SUITE_P(Catalog, FaultScheduleTest, ::testing::ValuesIn(kTested
 TEST_F(FaultInjectorTest, SilentFaultsFireFromAtStepOn) {
   for (const auto& spec : fault_catalog()) {
     if (!spec.from_at_step_on) continue;
-    FaultInjector& inj = arm_one("name: " + spec.name + ", at_step: 3");
+    std::string required;
+    for (const auto& t : kTested) {
+      if (t.name == spec.name && *t.required != '\0') required = std::string(", ") + t.required;
+    }
+    FaultInjector& inj = arm_one("name: " + spec.name + ", at_step: 3" + required);
     torch::Tensor w = torch::zeros({1}, torch::requires_grad());
     torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.01));
     inj.set_optimizer(&opt);
@@ -534,6 +539,24 @@ TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
   ASSERT_EQ(fired().size(), 1u);
   EXPECT_EQ(fired()[0].module, "decoder.fusion");
   EXPECT_EQ(fired()[0].step, 1);
+}
+
+TEST_F(FaultInjectorTest, PerturbActivationScalesTheNamedModulesOutputFromItsStepOn) {
+  FaultInjector& inj = arm_one("name: perturb_activation, module: decoder.fusion, at_step: 2, relative: 0.01");
+  const auto forward = [&](int64_t step, const char* module) {
+    inj.on_step_begin(step);
+    inj.on_enter(module);
+    torch::Tensor out = torch::ones({2, 4, 8, 8});
+    inj.on_output(module, out);
+    return out;
+  };
+  EXPECT_TRUE(torch::equal(forward(1, "decoder.fusion"), torch::ones({2, 4, 8, 8})));
+  EXPECT_TRUE(torch::equal(forward(2, "decoder.smooth2"), torch::ones({2, 4, 8, 8})));
+  for (int64_t step : {2, 3, 9}) {
+    EXPECT_TRUE(torch::allclose(forward(step, "decoder.fusion"), torch::full({2, 4, 8, 8}, 1.01f))) << step;
+  }
+  ASSERT_EQ(fired().size(), 3u);
+  EXPECT_EQ(fired()[0].step, 2);
 }
 
 TEST_F(FaultInjectorTest, LossScaleOverflowScalesTheTotalOnly) {

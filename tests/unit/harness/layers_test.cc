@@ -23,7 +23,7 @@ const std::map<std::string, int>& layers() {
       {"model", 0},          {"harness/version", 0}, {"harness/step_code", 0}, {"harness/common", 1}, {"harness/gpu", 1},
       {"harness/kb", 2},     {"harness/proto", 2},   {"harness/env", 2},    {"harness/scenario", 3},
       {"harness/supervisor", 4}, {"harness/faults", 4}, {"harness/monitors", 4}, {"harness/worker", 5},
-      {"harness/report", 5}, {"harness/bisect", 6},  {"harness/diagnose", 7}, {"harness/qualify", 7},
+      {"harness/report", 5}, {"harness/bisect", 6},  {"harness/numerics", 6},  {"harness/diagnose", 7}, {"harness/qualify", 7},
       {"harness/cli", 8},
   };
   return l;

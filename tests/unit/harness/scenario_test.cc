@@ -154,7 +154,7 @@ TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
   EXPECT_FALSE(s.faults[1].fires_at(3, 0));  // only run 1
   EXPECT_FALSE(s.faults[1].fires_at(4, 1));
   EXPECT_DOUBLE_EQ(s.faults[2].get_double("seconds"), 0.25);
-  EXPECT_EQ(s.faults[2].get("nothing"), "");
+  EXPECT_THROW(s.faults[2].get("nothing"), std::logic_error);  // not declared: a bug, never ""
 }
 
 // A fault's parameters are decoded once, to their catalog types; the text as
@@ -175,9 +175,12 @@ TEST_F(ScenarioFiles, FaultParametersAreDecodedOnceToTheirTypesAndKeepTheirText)
   // A reader and the catalog disagreeing on a type is a bug, not a zero.
   EXPECT_THROW(s.faults[0].get_double("bytes"), std::logic_error);
   EXPECT_THROW(s.faults[1].get_int("seconds"), std::logic_error);
-  // A parameter the fault does not have reads as nothing.
-  EXPECT_EQ(s.faults[1].get_int("sample"), 0);
-  EXPECT_FALSE(s.faults[1].get_bool("sticky"));
+  // A parameter the fault does not declare (a misspelt name in dbh's code)
+  // is a bug, never a 0.
+  EXPECT_THROW(s.faults[1].get_int("sample"), std::logic_error);
+  EXPECT_THROW(s.faults[1].get_bool("sticky"), std::logic_error);
+  EXPECT_THROW(s.faults[1].get("second"), std::logic_error);
+  EXPECT_EQ(s.faults[1].module(), "");
   // The worker decodes the resolved JSON to the same values.
   const Scenario again = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
   EXPECT_EQ(again.faults[0].get_bytes("bytes"), 1536 * 1024);

@@ -145,6 +145,11 @@ TEST(DbNetTest, AForwardPassReportsTheDeclaredObservedModules) {
     for (const auto& p : net->named_parameters()) owners.insert(observed_module_of(p.key()));
     const auto& declared = observed_modules_with_parameters(decoder);
     EXPECT_EQ(owners, std::set<std::string>(declared.begin(), declared.end()));
+    // Every parameter the model has is a name a scenario may give.
+    for (const auto& p : net->named_parameters()) EXPECT_TRUE(is_parameter_name(decoder, p.key())) << p.key();
+  }
+  for (const char* wrong : {"head.prob.bn", "head.prob.bogus.weight", "decoder.fusion", "weight", "head.binarize.k"}) {
+    EXPECT_FALSE(is_parameter_name(DecoderKind::kFpn, wrong)) << wrong;
   }
 }
 

@@ -1,0 +1,126 @@
+// Note [A numerics reference]: the comparison of two sides is a pure function
+// of their numbers; these tests build the sides by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/common/error.h"
+#include "harness/numerics/reference.h"
+
+namespace dbh::harness::numerics {
+namespace {
+
+// A run of `steps` steps whose numbers are `base` scaled by (1 + eps) from
+// step `from` on, in module `module` (every module before it in forward order
+// and the loss otherwise untouched; from `module` on everything moves).
+RunNumbers run_of(int steps, double eps = 0, int from = 1 << 30, int module = 0) {
+  RunNumbers r;
+  for (int s = 0; s < steps; ++s) {
+    StepNumbers st;
+    st.step = s;
+    const double moved = s >= from ? 1 + eps : 1;
+    st.loss = (2.0 - 0.1 * s) * moved;
+    st.grad_norm = (0.5 + 0.01 * s) * moved;
+    for (int m = 0; m < 3; ++m) {
+      const double f = s >= from && m >= module ? 1 + eps : 1;
+      st.modules.push_back({"m" + std::to_string(m), (1.0 + m + 0.01 * s) * f, (0.1 * (m + 1)) * f});
+    }
+    r.steps.push_back(st);
+  }
+  return r;
+}
+
+Side side(std::vector<RunNumbers> runs) { return Side{std::move(runs), nlohmann::json::object()}; }
+
+TEST(NumericsReferenceTest, IdenticalSidesAreTheSame) {
+  const Comparison c = compare(side({run_of(5), run_of(5)}), side({run_of(5), run_of(5)}));
+  EXPECT_TRUE(c.same());
+  EXPECT_EQ(c.steps, 5);
+  EXPECT_TRUE(c.modules_compared);
+  EXPECT_EQ(c.closest, 0);
+  EXPECT_EQ(verdict_line(c).rfind("the same within the noise: 5 step(s)", 0), 0u) << verdict_line(c);
+}
+
+TEST(NumericsReferenceTest, ADifferenceBelowTheFloorIsTheSame) {
+  // Both sides bit-deterministic, apart by 1e-5 relative: another summation
+  // order, not another training.
+  const Comparison c = compare(side({run_of(5), run_of(5)}), side({run_of(5, 1e-5, 2), run_of(5, 1e-5, 2)}));
+  EXPECT_TRUE(c.same()) << verdict_line(c);
+  EXPECT_GT(c.closest, 0);
+  EXPECT_LT(c.closest, 1);
+}
+
+TEST(NumericsReferenceTest, APlantedChangeDepartsAtItsStepAndModule) {
+  const Comparison c = compare(side({run_of(6), run_of(6)}), side({run_of(6, 1e-2, 3, 1), run_of(6, 1e-2, 3, 1)}));
+  ASSERT_TRUE(c.departure.has_value()) << verdict_line(c);
+  EXPECT_EQ(c.departure->step, 3);
+  EXPECT_EQ(c.departure->module, "m1");
+  EXPECT_EQ(c.departure->quantity, "output of m1");
+  EXPECT_NEAR(c.departure->by, 1e-2, 1e-6);
+  EXPECT_NEAR(c.departure->noise, Tolerance{}.relative_floor, 1e-12);
+  EXPECT_NE(verdict_line(c).find("departs at step 3, first in the output of m1"), std::string::npos);
+}
+
+TEST(NumericsReferenceTest, ANondeterministicSideWidensTheNoise) {
+  // Here the runs disagree among themselves by 2 % and sit 1 % from the
+  // reference: that is inside what repeating here showed.
+  const Comparison c = compare(side({run_of(4), run_of(4)}), side({run_of(4, 1e-2, 0), run_of(4, 3e-2, 0)}));
+  EXPECT_TRUE(c.same()) << verdict_line(c);
+  EXPECT_GT(c.largest_noise, 0.05);
+}
+
+TEST(NumericsReferenceTest, WithoutModuleNumbersTheLossIsCompared) {
+  RunNumbers a = run_of(4), b = run_of(4, 0.05, 2);
+  for (auto* r : {&a, &b}) {
+    for (auto& s : r->steps) s.modules.clear();
+  }
+  const Comparison c = compare(side({a}), side({b}));
+  EXPECT_FALSE(c.modules_compared);
+  ASSERT_TRUE(c.departure.has_value());
+  EXPECT_EQ(c.departure->step, 2);
+  EXPECT_EQ(c.departure->quantity, "loss");
+  ASSERT_FALSE(c.notes.empty());
+  EXPECT_NE(c.notes.front().find("measured no module numbers"), std::string::npos);
+}
+
+TEST(NumericsReferenceTest, ShorterSideLimitsTheStepsAndSaysSo) {
+  const Comparison c = compare(side({run_of(6)}), side({run_of(3), run_of(3)}));
+  EXPECT_EQ(c.steps, 3);
+  EXPECT_TRUE(c.same());
+  ASSERT_FALSE(c.notes.empty());
+  EXPECT_NE(c.notes.front().find("compared the 3 step(s)"), std::string::npos) << c.notes.front();
+}
+
+TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
+  Reference r;
+  r.scenario = "tiny";
+  r.scenario_hash = "abc";
+  r.recorded_at = "2026-12-02T00:00:00Z";
+  r.side = side({run_of(2), run_of(2)});
+  r.side.machine = {{"cpu", "x"}};
+  const Reference back = reference_from_json(nlohmann::json::parse(to_json(r).dump()), "r.json");
+  EXPECT_EQ(back.scenario, "tiny");
+  ASSERT_EQ(back.side.runs.size(), 2u);
+  EXPECT_TRUE(compare(r.side, back.side).same());
+  EXPECT_EQ(back.side.runs[1].steps[1].modules[2].module, "m2");
+  const auto message = [](const std::string& text) {
+    try {
+      (void)reference_from_json(nlohmann::json::parse(text), "r.json");
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message(R"({"format": "other"})").find("r.json: format: expected \"dbh-numerics-reference/1\""),
+            std::string::npos);
+  EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "runs": []})").find("r.json: runs: expected"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "runs": [{"steps": [{"step": 0}]}]})")
+                .find("r.json: runs.0.steps.0.loss: expected a finite number"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace dbh::harness::numerics
