@@ -121,7 +121,7 @@ std::string scientific(double v) {
 
 std::string significant(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 

@@ -1,6 +1,7 @@
 #include "harness/qualify/qualification.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -162,7 +163,7 @@ void write_numerics_plot(const fs::path& file, const Qualification::Numerics& n)
   plot.integer_x = true;
   PlotSeries reference{"reference (" + std::to_string(n.comparison.reference_runs) + " run(s), mean)", {}, {}, {}, false};
   PlotSeries here{"this machine (" + std::to_string(n.comparison.here_runs) + " run(s), mean)", {}, {}, {}, false};
-  PlotSeries lo{"noise band", {}, {}, {}, true}, hi{"", {}, {}, {}, true};
+  PlotSeries lo{"noise band, lower edge", {}, {}, {}, true}, hi{"noise band, upper edge", {}, {}, {}, true};
   for (const auto& p : n.comparison.loss) {
     const double x = static_cast<double>(p.step);
     reference.x.push_back(x);
@@ -194,9 +195,11 @@ std::string numerics_markdown(const Qualification& q, const Qualification::Numer
      << " from scenario " << markdown_code(n.reference.scenario)
      << (n.reference.scenario_hash.empty() ? std::string() : " (" + n.reference.scenario_hash.substr(0, 12) + ")")
      << "; the same first " << c.steps << " step(s) ran " << c.here_runs
-     << " time(s) here, each in a fresh process. The noise of a quantity is the spread its values showed across the "
-        "repeats on either side (times " << numerics::Tolerance{}.spread_factor << "), never less than "
-     << numerics::Tolerance{}.relative_floor << " relative: the widest was " << c.largest_noise << ".\n\n";
+     << " time(s) here, each in a fresh process; on each side the processes after the first move every module's "
+        "output by `monitors.numerics_jitter` (relative, in a pattern of their own), as rounding that differs does. "
+        "The noise of a quantity is the spread its values showed across the repeats on either side (times "
+     << numerics::Tolerance{}.spread_factor << "), never less than " << numerics::Tolerance{}.relative_floor
+     << " relative: the widest was " << std::setprecision(3) << c.largest_noise << ".\n\n";
   md << "| | reference | this machine |\n|---|---|---|\n";
   for (const auto& [label, key] : std::vector<std::pair<std::string, std::string>>{
            {"host", "host"}, {"CPU", "cpu"}, {"cores", "cores"}, {"GPUs", "gpus"}, {"worker", "worker"},
@@ -224,7 +227,9 @@ std::string numerics_markdown(const Qualification& q, const Qualification::Numer
 
 std::string qualification_title(const Qualification& q) {
   return "Hardware Qualification Report: " + q.scenario_name + " on " +
-         (q.profile.empty() ? format_bytes(q.budget) : q.target_name);
+         (!q.profile.empty()  ? q.target_name
+          : q.memory_asked() ? format_bytes(q.budget)
+                             : "this machine against " + q.numerics->reference_file);
 }
 
 std::string qualification_markdown(const Qualification& q, const QualificationVerdict& v) {

@@ -243,7 +243,7 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& s
     n.comparison.notes.push_back("the reference was recorded from scenario \"" + ref.scenario + "\", this is \"" +
                                  source.name + "\"");
   }
-  std::vector<std::string> record = {"dbh", "repeat", path_for_command(o.scenario)};
+  std::vector<std::string> record = {self_command(), "repeat", path_for_command(o.scenario)};
   record.insert(record.end(), o.overrides.begin(), o.overrides.end());
   record.insert(record.end(), {"--processes", std::to_string(runs), "--record", path_for_command(o.reference)});
   n.rerun_reference = shell_command(record);

@@ -23,6 +23,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/trial_files.h"
 
 extern char** environ;
 
@@ -333,63 +334,11 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
 
 }  // namespace
 
-namespace {
-
-// Note [dbh's files in a trial]
-// The trial's folder is the worker's (DBH_TRIAL_DIR: its checkpoints, its own
-// files), and a training may well write a file named events.jsonl or
-// stdout.log there. dbh's journal and logs are therefore written in a folder
-// beside it that the worker is never told of, and moved into the trial's
-// folder once every process of the trial has ended: a file of the worker's
-// by one of those names is kept as worker-<name>, and the trial says so.
-// A worker that truncates or replaces a file in its folder never touches
-// dbh's record of what it said.
-class TrialFiles {
- public:
-  static constexpr const char* kNames[] = {"stdout.log", "stderr.log", "events.jsonl"};
-
-  explicit TrialFiles(const fs::path& dir) : dir_(dir.lexically_normal()) {
-    if (dir_.filename().empty()) dir_ = dir_.parent_path();
-    stage_ = dir_.parent_path() / ("." + dir_.filename().string() + ".dbh");
-  }
-  ~TrialFiles() {
-    std::error_code ec;
-    if (!published_) fs::remove_all(stage_, ec);
-  }
-  const fs::path& stage() const { return stage_; }
-
-  // Moves dbh's files into the trial's folder; the names of the worker's
-  // files that were in their way go to `displaced`.
-  void publish(std::vector<std::string>* displaced) {
-    if (published_) return;
-    published_ = true;
-    for (const char* name : kNames) {
-      const fs::path target = dir_ / name;
-      struct stat st {};
-      if (::lstat(target.c_str(), &st) == 0) {
-        const fs::path kept = dir_ / (std::string("worker-") + name);
-        std::error_code ec;
-        fs::remove_all(kept, ec);
-        if (::rename(target.c_str(), kept.c_str()) != 0) fs::remove_all(target, ec);
-        displaced->push_back(name);
-      }
-      ::rename((stage_ / name).c_str(), target.c_str());
-    }
-    std::error_code ec;
-    fs::remove_all(stage_, ec);
-  }
-
- private:
-  fs::path dir_, stage_;
-  bool published_ = false;
-};
-
-}  // namespace
 
 TrialResult run_trial(const TrialSpec& spec) {
   TrialResult result;
   const fs::path dir(spec.run_dir);
-  TrialFiles files(dir);
+  internal::TrialFiles files(dir);
   // The trial's folder and files: none of them is written through a link
   // someone left in a reused output folder.
   FdCloser out_log, err_log, journal;

@@ -590,7 +590,7 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
                         (dir / "rec").string(), "-q"});
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   const auto r = read_json(ref);
-  ASSERT_EQ(r["runs"].size(), 2u);
+  ASSERT_EQ(r["runs"].size(), 3u);
   ASSERT_FALSE(r["runs"][0]["steps"][0]["modules"].empty()) << r.dump().substr(0, 2000);
   const auto same = dbh({"qualify", clean, "train.max_steps=5", "--reference", ref.string(), "--out",
                          (dir / "same").string(), "--cache", (dir / "cache").string()});

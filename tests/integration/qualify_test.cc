@@ -337,9 +337,18 @@ TEST(QualifyNumericsTest, APlantedPerturbationDepartsAtItsStepAndModule) {
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   const auto q = dbh({"qualify", s.string(),
                       "faults=[{name: perturb_activation, module: decoder.fusion, at_step: 3, relative: 0.05}]",
-                      "--reference", ref.string(), "--out", (dir / "q").string(), "--cache", (dir / "cache").string()});
+                      "--budget", "6GiB", "--reference", ref.string(), "--out", (dir / "q").string(), "--cache",
+                      (dir / "cache").string()});
   EXPECT_EQ(q.exit_code, 1) << q.out << q.err;
+  // Both halves: the memory fits, the numerics depart, and the verdict says which failed.
   EXPECT_NE(q.out.find("DOES NOT QUALIFY (numerics)"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("memory: QUALIFIES: batch"), std::string::npos) << q.out;
+  const std::string md = testing::read_text(dir / "q" / "qualification.md");
+  EXPECT_NE(md.find("**Verdict: DOES NOT QUALIFY (numerics).**"), std::string::npos) << md.substr(0, 2000);
+  EXPECT_NE(md.find("- Memory: Train with batch"), std::string::npos) << md.substr(0, 2000);
+  EXPECT_NE(md.find("First departure: step 3, output of decoder.fusion"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "q" / "memory_vs_batch.png"));
+  EXPECT_TRUE(fs::exists(dir / "q" / "numerics_loss.png"));
   const auto j = read_json(dir / "q" / "qualification.json");
   const auto& d = j["numerics"]["departure"];
   ASSERT_FALSE(d.is_null()) << j["numerics"].dump(2);

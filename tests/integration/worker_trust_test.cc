@@ -233,7 +233,7 @@ std::vector<TrustCase> cases() {
        "        w({'type': 'checkpoint', 't': 0, 'run': 0, 'step': s + 1, 'path': path})\n"
        "w({'type': 'run_end', 't': 0, 'run': 0, 'steps': last, 'checksum': '0', 'memory': {}})\n"
        "w({'type': 'done', 't': 0, 'status': 'passed'})\n",
-       "train: {max_steps: 8}\n", "", 0, "step 5", {"bisect", "steps"}});
+       "train: {max_steps: 8}\n", "", 0, "the first failing step is 5", {"bisect", "steps"}});
   return c;
 }
 
