@@ -592,9 +592,16 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
   const auto r = read_json(ref);
   ASSERT_EQ(r["runs"].size(), 3u);
   ASSERT_FALSE(r["runs"][0]["steps"][0]["modules"].empty()) << r.dump().substr(0, 2000);
-  const auto same = dbh({"qualify", clean, "train.max_steps=5", "--reference", ref.string(), "--out",
-                         (dir / "same").string(), "--cache", (dir / "cache").string()});
+  // Another instruction set under the user's torch: a harmless difference.
+  testing::EnvChanges env = python_env();
+  env["ATEN_CPU_CAPABILITY"] = "default";
+  const auto same = testing::run_process_with_env(
+      {DBH_BINARY, "qualify", clean, "train.max_steps=5", "--reference", ref.string(), "--out",
+       (dir / "same").string(), "--cache", (dir / "cache").string()},
+      env, kSource, 900);
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_EQ(read_json(dir / "same" / "qualification.json")["numerics"]["machines"]["here"]["ATEN_CPU_CAPABILITY"],
+            "default");
   const auto planted = dbh({"qualify", clean, "train.max_steps=5",
                             "faults=[{name: perturb_activation, module: bridge, at_step: 3, relative: 0.05}]",
                             "--reference", ref.string(), "--out", (dir / "planted").string(), "--cache",
