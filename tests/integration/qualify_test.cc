@@ -298,12 +298,23 @@ fs::path numerics_scenario(const fs::path& dir) {
   return p;
 }
 
+// `dbh repeat --record` of `s` with `extra` overrides into dir/reference.json;
+// the path, or "" when nothing was recorded.
+fs::path recorded(const fs::path& dir, const fs::path& s, const std::vector<std::string>& extra = {}) {
+  const fs::path ref = dir / "reference.json";
+  std::vector<std::string> args = {"repeat", s.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--record", ref.string(), "--out", (dir / "rec").string(), "-q"});
+  const auto rec = dbh(args);
+  EXPECT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  return fs::exists(ref) ? ref : fs::path();
+}
+
 TEST(QualifyNumericsTest, AnotherInstructionSetTrainsTheSameWithinTheNoise) {
   const Dir dir("dbh-qualify-numerics-same");
   const auto s = numerics_scenario(dir);
-  const fs::path ref = dir / "reference.json";
-  const auto rec = dbh({"repeat", s.string(), "--record", ref.string(), "--out", (dir / "rec").string(), "-q"});
-  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const fs::path ref = recorded(dir, s);
+  ASSERT_FALSE(ref.empty());
   const auto r = read_json(ref);
   EXPECT_EQ(r["format"], "dbh-numerics-reference/1");
   ASSERT_EQ(r["runs"].size(), 3u);  // a reference measures the noise from 3 processes by default
@@ -332,9 +343,8 @@ TEST(QualifyNumericsTest, AnotherInstructionSetTrainsTheSameWithinTheNoise) {
 TEST(QualifyNumericsTest, APlantedPerturbationDepartsAtItsStepAndModule) {
   const Dir dir("dbh-qualify-numerics-departs");
   const auto s = numerics_scenario(dir);
-  const fs::path ref = dir / "reference.json";
-  const auto rec = dbh({"repeat", s.string(), "--record", ref.string(), "--out", (dir / "rec").string(), "-q"});
-  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  const fs::path ref = recorded(dir, s);
+  ASSERT_FALSE(ref.empty());
   const auto q = dbh({"qualify", s.string(),
                       "faults=[{name: perturb_activation, module: decoder.fusion, at_step: 3, relative: 0.05}]",
                       "--budget", "6GiB", "--reference", ref.string(), "--out", (dir / "q").string(), "--cache",
@@ -363,14 +373,11 @@ TEST(QualifyNumericsTest, APlantedPerturbationDepartsAtItsStepAndModule) {
 TEST(QualifyNumericsTest, ANondeterministicTrainingWidensTheNoiseInsteadOfDeparting) {
   const Dir dir("dbh-qualify-numerics-noise");
   const auto s = numerics_scenario(dir);
-  const fs::path ref = dir / "reference.json";
   // Each process perturbs its input by a different amount: the runs of each
   // side disagree among themselves, and by as much with the other side.
   const std::string noisy = "faults=[{name: nondeterminism, scale: 0.05}]";
-  const auto rec = dbh({"repeat", s.string(), noisy, "--record", ref.string(), "--out", (dir / "rec").string(),
-                        "-q"});
-  ASSERT_EQ(rec.exit_code == 0 || rec.exit_code == 1, true) << rec.out << rec.err;
-  ASSERT_TRUE(fs::exists(ref)) << rec.err;
+  const fs::path ref = recorded(dir, s, {noisy});
+  ASSERT_FALSE(ref.empty());
   const auto q = dbh({"qualify", s.string(), noisy, "--reference", ref.string(), "--out", (dir / "q").string(),
                       "--cache", (dir / "cache").string()});
   EXPECT_EQ(q.exit_code, 0) << q.out << q.err;

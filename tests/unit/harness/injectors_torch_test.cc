@@ -521,15 +521,18 @@ TEST_F(FaultInjectorTest, NondeterminismShiftsOneMicroBatchByAPerProcessAmount) 
 
 // ---- Module outputs, losses, gradients and the optimizer.
 
+// What module `module` hands on at `step` when its output is all ones.
+torch::Tensor module_output(FaultInjector& inj, int64_t step, const char* module) {
+  inj.on_step_begin(step);
+  inj.on_enter(module);
+  torch::Tensor out = torch::ones({2, 4, 8, 8});
+  inj.on_output(module, out);
+  return out;
+}
+
 TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
   FaultInjector& inj = arm_one("name: nan_activation, module: decoder.fusion, at_step: 1");
-  const auto forward = [&](int64_t step, const char* module) {
-    inj.on_step_begin(step);
-    inj.on_enter(module);
-    torch::Tensor out = torch::ones({2, 4, 8, 8});
-    inj.on_output(module, out);
-    return out;
-  };
+  const auto forward = [&](int64_t step, const char* module) { return module_output(inj, step, module); };
   EXPECT_EQ(count_nan(forward(0, "decoder.fusion")), 0);
   EXPECT_EQ(count_nan(forward(1, "decoder.smooth2")), 0);
   const auto out = forward(1, "decoder.fusion");
@@ -543,13 +546,7 @@ TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
 
 TEST_F(FaultInjectorTest, PerturbActivationScalesTheNamedModulesOutputFromItsStepOn) {
   FaultInjector& inj = arm_one("name: perturb_activation, module: decoder.fusion, at_step: 2, relative: 0.01");
-  const auto forward = [&](int64_t step, const char* module) {
-    inj.on_step_begin(step);
-    inj.on_enter(module);
-    torch::Tensor out = torch::ones({2, 4, 8, 8});
-    inj.on_output(module, out);
-    return out;
-  };
+  const auto forward = [&](int64_t step, const char* module) { return module_output(inj, step, module); };
   EXPECT_TRUE(torch::equal(forward(1, "decoder.fusion"), torch::ones({2, 4, 8, 8})));
   EXPECT_TRUE(torch::equal(forward(2, "decoder.smooth2"), torch::ones({2, 4, 8, 8})));
   for (int64_t step : {2, 3, 9}) {
