@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +33,28 @@ bool read_at(int fd, std::string* out, size_t n, off_t offset) {
     done += static_cast<size_t>(r);
   }
   return true;
+}
+
+// Why the file system holding `folder` takes no new file ("" when it may):
+// mounted read-only, or one of the kernel's own (proc, sysfs, cgroup, …).
+std::string takes_no_files(const std::string& folder) {
+  struct statvfs vfs {};
+  if (::statvfs(folder.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0) return "a read-only file system";
+  struct statfs fs_info {};
+  if (::statfs(folder.c_str(), &fs_info) != 0) return "";
+  switch (static_cast<unsigned long>(fs_info.f_type)) {
+    case 0x9fa0:      // PROC_SUPER_MAGIC
+      return "the kernel's proc file system, which takes no files";
+    case 0x62656572:  // SYSFS_MAGIC
+      return "the kernel's sysfs, which takes no files";
+    case 0x27e0eb:    // CGROUP_SUPER_MAGIC
+    case 0x63677270:  // CGROUP2_SUPER_MAGIC
+      return "a cgroup file system, which takes no files";
+    case 0x64626720:  // DEBUGFS_MAGIC
+      return "the kernel's debugfs, which takes no files";
+    default:
+      return "";
+  }
 }
 
 }  // namespace
@@ -69,18 +93,19 @@ void check_output_file(const std::string& path, const OutputFileRule& rule) {
     throw UsageError(rule.where + ": " + rule.flag + ": expected a file in an existing folder, got " +
                      describe_path(parent.string()) + " (" + parent.string() + ")");
   }
-  // Whether the folder takes a file is asked of the folder itself, by
-  // creating one there (as the write will, its temporary file beside the
-  // target) and removing it: permission bits say nothing to root, and nothing
-  // of /proc, a read-only mount or a full quota.
-  std::string probe = (parent / ("." + fs::path(path).filename().string() + ".dbh-check-XXXXXX")).string();
-  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
-  if (fd < 0) {
+  // Whether the folder takes a file is asked of the folder's file system
+  // too, not only of its permission bits (which say nothing to root): a
+  // read-only mount, or a file system of the kernel's own (/proc, /sys) that
+  // takes no file. The folder itself is left as it is (a file created and
+  // removed there would change its modification time: a dataset's, say).
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
     throw UsageError(rule.where + ": " + rule.flag + ": expected a file in a folder dbh may write, got an error (" +
                      std::strerror(errno) + ") (" + parent.string() + ")");
   }
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (const std::string why = takes_no_files(parent.string()); !why.empty()) {
+    throw UsageError(rule.where + ": " + rule.flag + ": expected a file in a folder dbh may write, got " + why +
+                     " (" + parent.string() + ")");
+  }
 }
 
 bool file_has_head_and_tail(const std::string& path, const std::string& head, const std::string& tail) {

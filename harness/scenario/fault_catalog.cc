@@ -243,12 +243,12 @@ const std::vector<FaultSpec>& fault_catalog() {
       {"nan_activation", "replace a named module's forward output with NaN",
        {{"module", ParamType::kModule, true, "", {}, "module name, e.g. decoder.fusion"}}},
       {"perturb_activation",
-       "multiply a named module's forward output by 1 + `relative`, as a kernel, instruction set or library that "
-       "rounds differently does, from at_step on: the run stays finite; a numerics reference (dbh qualify "
-       "--reference) finds the step and the module",
+       "multiply a named module's forward output by 1 + `relative` from at_step to until_step, as a kernel, "
+       "instruction set or library that computes differently does: the run stays finite; a numerics reference "
+       "(dbh qualify --reference) finds the step and the module",
        {{"module", ParamType::kModule, true, "", {}, "module name, e.g. decoder.fusion"},
         {"relative", ParamType::kDouble, false, "0.01", {}, "relative change of every value (0.01: 1 %)"}},
-       true, false, check_perturbation},
+       false, false, check_perturbation},
       {"nan_gradient", "NaN gradients for a parameter or all parameters of a module",
        {{"module", ParamType::kModulePrefix, false, "", {}, "module name or prefix (e.g. head)"},
         {"parameter", ParamType::kString, false, "", {}, "full parameter name"}},

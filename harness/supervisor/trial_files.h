@@ -8,7 +8,9 @@
 // folder once every process of the trial has ended: a file of the worker's
 // by one of those names is kept as worker-<name>, and the trial says so.
 // A worker that truncates or replaces a file in its folder never touches
-// dbh's record of what it said.
+// dbh's record of what it said. While the trial runs (and should dbh itself
+// be killed before it ends), they are in `.<trial>.dbh/` beside the trial's
+// folder (`out/.main.dbh/events.jsonl` for `out/main`).
 
 #include <filesystem>
 #include <string>

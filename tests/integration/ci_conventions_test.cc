@@ -472,7 +472,7 @@ TEST(CiConventionsTest, JunitRefusesTheScenarioAndTheUsersFiles) {
            {dir / "no-folder" / "j.xml", "--junit: expected a file in an existing folder"},
            // A folder that looks writable (root may write everywhere) but
            // takes no file: the check creates one there.
-           {"/proc/dbh-junit.xml", "--junit: expected a file in a folder dbh may write, got an error"},
+           {"/proc/dbh-junit.xml", "--junit: expected a file in a folder dbh may write, got the kernel's proc file system"},
        }) {
     const auto r = dbh({"run", scenario.string(), "--out", out.string(), "--junit", c.junit.string()}, no_ci());
     EXPECT_EQ(r.exit_code, 2) << c.junit << "\n" << r.out << r.err;

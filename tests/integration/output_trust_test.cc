@@ -49,10 +49,12 @@ TEST(OutputLockTest, ASecondWriterOfTheSameFolderIsRefusedWithTheHoldersPid) {
   testing::ProcessResult first;
   std::thread t([&] { first = dbh({"run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!fs::exists(out / "main" / "events.jsonl") && std::chrono::steady_clock::now() < deadline) {
+  // The trial's folder appears when its worker starts (its journal is moved
+  // in when it ends: Note [dbh's files in a trial]).
+  while (!fs::exists(out / "main") && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_TRUE(fs::exists(out / "main" / "events.jsonl")) << "the first run never started";
+  ASSERT_TRUE(fs::exists(out / "main")) << "the first run never started";
   const auto second = dbh({"run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir);
   t.join();
   EXPECT_EQ(second.exit_code, 2) << second.out << second.err;
@@ -440,12 +442,15 @@ TEST(OutputLockTest, ASecondRunIntoABusyFolderRemovesNothingOfTheFirst) {
   const pid_t first = testing::spawn_process(
       {DBH_BINARY, "run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir.string(),
       (dir / "first.log").string());
-  // In step 0 (its step_begin is journalled before the data is loaded).
-  const bool started = wait_for_text(out / "main" / "events.jsonl", "\"step_begin\"", 120);
+  // In step 0 (its step_begin is journalled before the data is loaded), in
+  // the journal beside the trial's folder until the trial ends (Note [dbh's
+  // files in a trial]).
+  const fs::path live = out / ".main.dbh" / "events.jsonl";
+  const bool started = wait_for_text(live, "\"step_begin\"", 120);
   if (!started) testing::wait_process(first, 1);
   ASSERT_TRUE(started) << read_text(dir / "first.log");
   const auto before = tree(out);
-  const ino_t journal = inode_of(out / "main" / "events.jsonl");
+  const ino_t journal = inode_of(live);
   ASSERT_TRUE(before.count(".dbh-owner") && before.count("scenario.resolved.json") && before.count("main"));
 
   const auto second = dbh({"run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir, 120);
@@ -457,7 +462,7 @@ TEST(OutputLockTest, ASecondRunIntoABusyFolderRemovesNothingOfTheFirst) {
   for (const auto& [name, what] : before) EXPECT_TRUE(during.count(name)) << name << " was removed";
   EXPECT_EQ(during.at(".dbh-owner"), before.at(".dbh-owner"));
   EXPECT_EQ(during.at("scenario.resolved.json"), before.at("scenario.resolved.json"));
-  EXPECT_EQ(inode_of(out / "main" / "events.jsonl"), journal);
+  EXPECT_EQ(inode_of(live), journal);
 
   const auto r = testing::wait_process(first, 240);
   EXPECT_FALSE(r.timed_out);

@@ -603,7 +603,7 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
   EXPECT_EQ(read_json(dir / "same" / "qualification.json")["numerics"]["machines"]["here"]["ATEN_CPU_CAPABILITY"],
             "default");
   const auto planted = dbh({"qualify", clean, "train.max_steps=5",
-                            "faults=[{name: perturb_activation, module: bridge, at_step: 3, relative: 0.05}]",
+                            "faults=[{name: perturb_activation, module: bridge, at_step: 3, until_step: 100, relative: 0.05}]",
                             "--reference", ref.string(), "--out", (dir / "planted").string(), "--cache",
                             (dir / "cache").string()});
   EXPECT_EQ(planted.exit_code, 1) << planted.out << planted.err;

@@ -346,7 +346,7 @@ TEST(QualifyNumericsTest, APlantedPerturbationDepartsAtItsStepAndModule) {
   const fs::path ref = recorded(dir, s);
   ASSERT_FALSE(ref.empty());
   const auto q = dbh({"qualify", s.string(),
-                      "faults=[{name: perturb_activation, module: decoder.fusion, at_step: 3, relative: 0.05}]",
+                      "faults=[{name: perturb_activation, module: decoder.fusion, at_step: 3, until_step: 100, relative: 0.05}]",
                       "--budget", "6GiB", "--reference", ref.string(), "--out", (dir / "q").string(), "--cache",
                       (dir / "cache").string()});
   EXPECT_EQ(q.exit_code, 1) << q.out << q.err;

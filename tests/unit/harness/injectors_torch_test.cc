@@ -545,7 +545,8 @@ TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
 }
 
 TEST_F(FaultInjectorTest, PerturbActivationScalesTheNamedModulesOutputFromItsStepOn) {
-  FaultInjector& inj = arm_one("name: perturb_activation, module: decoder.fusion, at_step: 2, relative: 0.01");
+  FaultInjector& inj =
+      arm_one("name: perturb_activation, module: decoder.fusion, at_step: 2, until_step: 100, relative: 0.01");
   const auto forward = [&](int64_t step, const char* module) { return module_output(inj, step, module); };
   EXPECT_TRUE(torch::equal(forward(1, "decoder.fusion"), torch::ones({2, 4, 8, 8})));
   EXPECT_TRUE(torch::equal(forward(2, "decoder.smooth2"), torch::ones({2, 4, 8, 8})));
