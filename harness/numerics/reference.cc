@@ -322,6 +322,11 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& t) 
     consider(i, "gradient norm", "", Values{gather(reference.runs, i, norm), gather(here.runs, i, norm)});
     // The loss plot: each side's range and the band the other may lie in.
     const Judged j = judge(losses, t);
+    if (j.noise > kMaxLossNoise && c.undecided.empty()) {
+      c.undecided = "at step " + std::to_string(reference.runs.front().steps[i].step) + " the loss's noise is " +
+                    scientific(j.noise) + " of the loss itself: the repeats of a side disagree too much for a "
+                    "comparison to say anything";
+    }
     const double m = mean(losses.reference), half = j.noise * std::abs(m);
     const auto [rlo, rhi] = std::minmax_element(losses.reference.begin(), losses.reference.end());
     const auto [hlo, hhi] = std::minmax_element(losses.here.begin(), losses.here.end());
@@ -335,6 +340,7 @@ std::string verdict_line(const Comparison& c) {
   const std::string runs = std::to_string(c.reference_runs) + " reference and " + std::to_string(c.here_runs) +
                            " run(s) here";
   if (c.steps == 0) return "not compared: " + (c.notes.empty() ? std::string("no steps") : c.notes.front());
+  if (!c.undecided.empty() && !c.departure) return "not decided: " + c.undecided + " (" + runs + ")";
   if (!c.departure) {
     return "the same within the noise: " + std::to_string(c.steps) + " step(s) of " + runs + ", " +
            (c.modules_compared ? "every module's output and gradient, " : "") +

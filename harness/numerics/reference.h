@@ -91,7 +91,7 @@ Side side_of(const std::vector<const TrialAnalysis*>& trials, nlohmann::json mac
 
 /// How far apart two sides may be and still be the same training.
 struct Tolerance {
-  double spread_factor = 3;      // the sides differ beyond this many times the larger measured spread
+  double spread_factor = 4;      // the sides differ beyond this many times the larger measured spread
   double relative_floor = 1e-3;  // and never by less than this, relative to the reference
 };
 
@@ -124,8 +124,16 @@ struct Comparison {
   double largest_noise = 0;  // the widest relative noise of any quantity compared
   std::vector<LossPoint> loss;
   std::vector<std::string> notes;  // what was not compared, and why
-  bool same() const { return !departure && steps > 0; }
+  /// Why no verdict can be given although both sides trained: the loss's
+  /// noise wider than kMaxLossNoise of the loss itself (repeats that disagree
+  /// that much, or a reference whose runs do, compare nothing); "" otherwise.
+  std::string undecided;
+  bool same() const { return !departure && steps > 0 && undecided.empty(); }
 };
+
+/// The widest relative noise of the loss at which two sides are still
+/// compared (Comparison::undecided).
+inline constexpr double kMaxLossNoise = 0.5;
 
 /// Compares `here` with `reference` (Note [A numerics reference]). Pure.
 Comparison compare(const Side& reference, const Side& here, const Tolerance& tolerance = {});

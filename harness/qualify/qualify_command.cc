@@ -185,7 +185,7 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
 numerics::Reference read_reference(const std::string& path) {
   constexpr size_t kMaxReferenceBytes = size_t{256} << 20;
   const std::string text =
-      read_input_file(path, "qualify: --reference: a numerics reference (dbh repeat --record)", kMaxReferenceBytes);
+      read_input_file(path, "a numerics reference for --reference (written by dbh repeat --record)", kMaxReferenceBytes);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) {
     throw ScenarioError(path + ": expected a numerics reference (JSON written by dbh repeat --record), got text "

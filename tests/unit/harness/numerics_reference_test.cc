@@ -71,6 +71,16 @@ TEST(NumericsReferenceTest, ANondeterministicSideWidensTheNoise) {
   EXPECT_GT(c.largest_noise, 0.05);
 }
 
+TEST(NumericsReferenceTest, RepeatsThatDisagreeWildlyDecideNothing) {
+  // One reference run with an absurd loss would otherwise widen the noise
+  // until everything is "the same".
+  RunNumbers wild = run_of(4);
+  wild.steps[1].loss = 1e30;
+  const Comparison c = compare(side({run_of(4), wild}), side({run_of(4, 0.2, 2), run_of(4, 0.2, 2)}));
+  EXPECT_FALSE(c.same());
+  EXPECT_EQ(verdict_line(c).rfind("not decided: at step 1 the loss's noise is", 0), 0u) << verdict_line(c);
+}
+
 TEST(NumericsReferenceTest, WithoutModuleNumbersTheLossIsCompared) {
   RunNumbers a = run_of(4), b = run_of(4, 0.05, 2);
   for (auto* r : {&a, &b}) {
