@@ -331,6 +331,7 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& t) 
     const auto [rlo, rhi] = std::minmax_element(losses.reference.begin(), losses.reference.end());
     const auto [hlo, hhi] = std::minmax_element(losses.here.begin(), losses.here.end());
     c.loss.push_back({reference.runs.front().steps[i].step, *rlo, *rhi, *hlo, *hhi, *rlo - half, *rhi + half});
+    if (!c.undecided.empty()) break;  // nothing after a step that decides nothing is compared
   }
   if (n == 0) c.notes.push_back("no step was trained on both sides");
   return c;
