@@ -4,8 +4,10 @@
 #   - LibTorch from the pinned torch wheel (requirements-torch.txt) in .venv/.
 # Safe to re-run: on a ready machine it finishes in about a second.
 # Arguments name the parts to run (default: all three): `apt`, `torch`,
-# `python`; ./dev runs `torch` beside the torch-free half of the build on a
-# machine that lacks it. DBH_SETUP_PLAIN=1: progress as plain lines even on a
+# `python`; `venv` makes .venv alone (apt-installing python3 and python3-venv
+# first when they are absent). On a machine without LibTorch, ./dev runs
+# `venv`, then `torch` beside the rest of the Debian packages and the
+# torch-free half of the build: the 4.6 GB download never waits for apt. DBH_SETUP_PLAIN=1: progress as plain lines even on a
 # terminal (a step running beside another command's output).
 # Extras: DBH_WITH_FUZZ=1 (clang-14 and libFuzzer), DBH_WITH_SLURM=1 (Slurm and
 # munge for the scheduler test), DBH_WITH_BROWSER=1 (Chromium, which renders
@@ -38,9 +40,9 @@ parts=("$@")
 ((${#parts[@]})) || parts=(apt torch python)
 for part in "${parts[@]}"; do
   case "$part" in
-    apt | torch | python) ;;
+    apt | venv | torch | python) ;;
     *)
-      echo "setup: unknown part \"$part\": expected apt, torch or python" >&2
+      echo "setup: unknown part \"$part\": expected apt, venv, torch or python" >&2
       exit 2
       ;;
   esac
@@ -74,6 +76,41 @@ long_step() {
   return "$rc"
 }
 
+# Installs the Debian packages named that are not installed yet.
+install_missing() {
+  missing=()
+  for p in "$@"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+  done
+  # python3 may come from elsewhere (pyenv); only ask apt for it when absent.
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    filtered=()
+    for p in "${missing[@]}"; do
+      [[ "$p" == python3 || "$p" == python3-venv ]] || filtered+=("$p")
+    done
+    missing=("${filtered[@]+"${filtered[@]}"}")
+  fi
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    log "Debian packages: all present"
+  fi
+}
+
+# --- Python and .venv (what the torch download needs, and no more) --------
+if wants venv; then
+  if ! { command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
+    install_missing python3 python3-venv
+  fi
+  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+fi
+
 # --- Debian packages -------------------------------------------------------
 if wants apt; then
   apt_packages=(
@@ -101,29 +138,7 @@ if wants apt; then
   if [[ "${DBH_WITH_SLURM:-0}" == 1 ]]; then
     apt_packages+=(slurmctld slurmd slurm-client munge)
   fi
-  missing=()
-  for p in "${apt_packages[@]}"; do
-    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-    [[ "$status" == "install ok installed" ]] || missing+=("$p")
-  done
-  # python3 may come from elsewhere (pyenv); only ask apt for it when absent.
-  if command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    filtered=()
-    for p in "${missing[@]}"; do
-      [[ "$p" == python3 || "$p" == python3-venv ]] || filtered+=("$p")
-    done
-    missing=("${filtered[@]+"${filtered[@]}"}")
-  fi
-  if ((${#missing[@]})); then
-    log "installing Debian packages: ${missing[*]}"
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    log "Debian packages: all present"
-  fi
+  install_missing "${apt_packages[@]}"
 fi
 
 # --- LibTorch from the pinned wheel ----------------------------------------

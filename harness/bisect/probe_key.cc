@@ -427,12 +427,10 @@ std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a)
   if (!r.spawn_error.empty()) return "expected a worker process, got: " + r.spawn_error;
   if (r.interrupted) return "the harness stopped the worker before it finished";
   if (!r.journal_error.empty()) return r.journal_error;
+  // The worker's errors (the failure and its secondary messages) and warnings.
   std::vector<std::string> texts = {r.stderr_tail, a.failure.message};
   texts.insert(texts.end(), a.failure.secondary.begin(), a.failure.secondary.end());
-  for (const auto& e : r.events) {
-    if (e.type == event::kError) texts.push_back(proto::error_from(e).message);
-    if (e.type == event::kWarning) texts.push_back(proto::warning_from(e).message);
-  }
+  texts.insert(texts.end(), a.warnings.begin(), a.warnings.end());
   return disk_full_evidence(texts);
 }
 

@@ -383,7 +383,7 @@ Command add_bisect(CLI::App& app) {
 }
 
 Command add_diagnose(CLI::App& app) {
-  auto s = std::make_shared<OptionsAndWords<h::DiagnoseOptions>>();
+  auto s = std::make_shared<OptionsAndWords<h::diagnose::DiagnoseOptions>>();
   auto* cmd = app.add_subcommand(
       "diagnose", "Run the diagnosis ladder on a failing scenario: what works, what fails, ranked hypotheses");
   cmd->add_option("ARGS", s->args, "SCENARIO [key=value …]")->required();
@@ -393,7 +393,7 @@ Command add_diagnose(CLI::App& app) {
   return {cmd, [s] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
             s->options.checks = h::input_checks();
-            return h::diagnose_command(s->options);
+            return h::diagnose::diagnose_command(s->options);
           }};
 }
 

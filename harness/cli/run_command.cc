@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <set>
 
 #include <algorithm>
@@ -60,13 +61,33 @@ namespace {
 
 // A progress line quotes at most this much of what the worker wrote.
 constexpr size_t kProgressQuoteBytes = 500;
+// At most this many error and health lines per trial (without --verbose):
+// a worker's flood of errors never floods the terminal or a CI log.
+constexpr int64_t kMaxProgressNotices = 20;
+
+// Off a terminal, a step line every 10 steps up to step 999, then every 100
+// up to 9,999, every 1,000 up to 99,999, and so on: about 90 lines a decade,
+// however many steps a trial (or a worker) reports.
+int64_t progress_interval(int64_t steps_done) {
+  int64_t interval = 10;
+  for (int64_t bound = 1000; steps_done >= bound && bound <= INT64_MAX / 10; bound *= 10) interval *= 10;
+  return interval;
+}
 
 TrialRecord run_one_trial(const Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
   const int64_t total = s.train.last_step();
+  int64_t notices = 0;  // error and health lines printed
   auto on_event = [&](const Event& e) {
     if (p.quiet) return;
+    if ((e.type == event::kError || e.type == event::kHealth) && !p.verbose && ++notices > kMaxProgressNotices) {
+      if (notices == kMaxProgressNotices + 1) {
+        std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] … more errors and findings are not "
+                  << "printed (the report lists them; --verbose prints every one)" << std::endl;
+      }
+      return;
+    }
     if (e.type == event::kStepEnd) {
       if (!p.progress) return;
       const auto end = proto::step_end_from(e);
@@ -79,7 +100,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
         << std::setprecision(2) << end.seconds << " s/step  ETA " << std::setprecision(0) << eta << " s";
       if (p.tty) {
         std::cout << "\r" << l.str() << "   " << std::flush;
-      } else if (p.verbose || step + 1 == total || (step + 1) % 10 == 0) {
+      } else if (p.verbose || step + 1 == total || (step + 1) % progress_interval(step + 1) == 0) {
         std::cout << l.str() << std::endl;
       }
     } else if (e.type == event::kFaultFired && p.verbose) {

@@ -28,7 +28,7 @@
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness {
+namespace dbh::harness::diagnose {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
@@ -585,4 +585,4 @@ int diagnose_command(const DiagnoseOptions& o) {
   });
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::diagnose

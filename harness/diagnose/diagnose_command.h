@@ -7,7 +7,7 @@
 
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::diagnose {
 
 struct DiagnoseOptions {
   std::string scenario;
@@ -22,4 +22,4 @@ struct DiagnoseOptions {
 /// table, ranked hypotheses, next steps and a minimal repro scenario.
 int diagnose_command(const DiagnoseOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::diagnose

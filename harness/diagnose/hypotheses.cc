@@ -4,7 +4,7 @@
 
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::diagnose {
 
 std::string to_string(HypothesisId id) {
   switch (id) {
@@ -252,4 +252,4 @@ Judgement judge_ladder(const Ladder& ladder) {
   return j;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::diagnose

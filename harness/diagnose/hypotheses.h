@@ -8,7 +8,7 @@
 
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::diagnose {
 
 /// The rungs of the ladder: the seeds' diagnosis steps, each a variant of the
 /// scenario run as a probe.
@@ -117,4 +117,4 @@ FailureKind failure_kind(const std::string& klass, bool silent_class, bool resou
 /// Judges the ladder. Pure.
 Judgement judge_ladder(const Ladder& ladder);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::diagnose

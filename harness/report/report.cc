@@ -142,8 +142,14 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                        {"overlays", main.eval_overlays}};
   }
   {
+    // Note [A trial's events are read as they arrive]: the timeline holds a
+    // trial's first and last kJsonTimelineEnds steps; metrics.csv has every
+    // kept step's memory.
     ojson steps = ojson::array();
-    for (const auto& st : main.steps) {
+    const size_t n = main.steps.size(), ends = kJsonTimelineEnds;
+    for (size_t i = 0; i < n; ++i) {
+      if (n > 2 * ends && i >= ends && i < n - ends) continue;
+      const auto& st = main.steps[i];
       steps.push_back({{"run", st.run}, {"step", st.step}, {"rss_bytes", st.rss_bytes}, {"peak_bytes", st.peak_bytes},
                        {"phases", ojson::parse(st.phases.is_null() ? "{}" : st.phases.dump())}});
     }
@@ -151,7 +157,8 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                    {"kind", peak_memory_kind(main)},
                    {"budget", ojson::parse(main.budget.is_null() ? "null" : main.budget.dump())},
                    {"at_failure", ojson::parse(main.memory_at_failure.is_null() ? "null" : main.memory_at_failure.dump())},
-                   {"timeline", steps}};
+                   {"timeline", steps},
+                   {"timeline_omitted", n > 2 * ends ? n - 2 * ends : 0}};
   }
   j["environment"] = env_json(r.env);
   if (r.scenario.worker.external()) {

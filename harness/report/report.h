@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct DeterminismCheck {
 };
 
 /// Everything a run produced, the input of every report.
+/// report.json's memory timeline holds a trial's first and last this many
+/// steps (`timeline_omitted` counts the rest; metrics.csv has them all).
+inline constexpr size_t kJsonTimelineEnds = 200;
+
 struct RunReport {
   Scenario scenario;
   std::string out_dir;

@@ -565,7 +565,7 @@ void html_memory(std::ostream& h, const RunPage& p) {
       h << "<tr><td class=\"num\">" << st.run << "</td><td class=\"num\">" << st.step << "</td>" << cell("data")
         << cell("forward") << cell("backward") << cell("optimizer") << "<td class=\"num\">"
         << esc(format_bytes(st.peak_bytes)) << "</td></tr>\n";
-      if (w.gap_after(i)) h << gap_row(w.omitted(), 7, "report.json");
+      if (w.gap_after(i)) h << gap_row(w.omitted(), 7, "metrics.csv");
     }
     h << "</table>\n";
   }

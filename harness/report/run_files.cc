@@ -4,7 +4,9 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <vector>
 
+#include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
 #include "harness/common/text.h"
@@ -30,6 +32,31 @@ void write_metrics(const fs::path& path, const TrialAnalysis& a) {
   write_file_atomically(path.string(), csv);
 }
 
+// The main trial's journal (up to kMaxJournalBytes) as `to`: a second name
+// of the same file where the file system allows it, else a copy made a
+// block at a time; neither holds the journal in memory, and `to` appears
+// whole or not at all.
+void publish_journal(const fs::path& from, const fs::path& to) {
+  const fs::path tmp = to.parent_path() / ("." + to.filename().string() + ".tmp");
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_hard_link(from, tmp, ec);
+  if (ec) {
+    std::ifstream in(from, std::ios::binary);
+    std::ofstream copy(tmp, std::ios::binary | std::ios::trunc);
+    std::vector<char> block(size_t{1} << 20);
+    while (in && copy) {
+      in.read(block.data(), static_cast<std::streamsize>(block.size()));
+      copy.write(block.data(), in.gcount());
+    }
+    if (!copy || in.bad()) {
+      fs::remove(tmp, ec);
+      throw ReportError(to.string() + ": expected a writable file, got a write error");
+    }
+  }
+  fs::rename(tmp, to);
+}
+
 }  // namespace
 
 void write_run_files(const RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
@@ -37,12 +64,7 @@ void write_run_files(const RunReport& r, const fs::path& out, const std::vector<
   const Scenario& s = r.scenario;
   const TrialAnalysis& main = r.trials.front().analysis;
   write_metrics(out / "metrics.csv", main);
-  {
-    std::ifstream in(fs::path(r.trials.front().dir) / "events.jsonl", std::ios::binary);
-    std::ostringstream events;
-    events << in.rdbuf();
-    write_file_atomically((out / "events.jsonl").string(), events.str());
-  }
+  publish_journal(fs::path(r.trials.front().dir) / "events.jsonl", out / "events.jsonl");
   std::vector<double> loss, bce, l1, dice, rss;
   for (const auto& st : main.steps) {
     // A part the worker did not measure is a gap in its line, never a 0.

@@ -84,7 +84,8 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
   st.micro_loss_bits = end.micro_loss_bits;
   st.skipped = end.skipped;
   st.loss_scale = end.loss_scale;
-  if (a.steps.size() < kMaxNumericsSteps) st.modules = end.numerics;
+  const bool detailed = a.steps.size() < kMaxDetailedSteps;
+  if (detailed) st.modules = end.numerics;
   if (end.memory.is_object()) {
     const auto& m = end.memory;
     st.rss_bytes = m.value("rss_bytes", int64_t{0});
@@ -97,10 +98,10 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
                                                             : m.value("peak_rss_bytes", int64_t{0}));
   }
   if (end.phases.is_object()) {
-    st.phases = end.phases;
+    if (detailed) st.phases = bounded_json(end.phases);
     if (st.peak_bytes == 0) {
-      for (const auto& [phase, m] : st.phases.items()) {
-        st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
+      for (const auto& [phase, m] : end.phases.items()) {
+        if (m.is_object()) st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
       }
       st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
     }
@@ -112,36 +113,55 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
   return st;
 }
 
-// Fault records only fill the fault list; attribution never reads them
-// (ClassifyOptions::withhold_fault_records tests exactly that).
-void record_fault(const proto::FaultFired& fired, TrialAnalysis& a) {
-  if (fired.index < 0 || fired.index >= static_cast<int64_t>(a.faults.size())) return;
-  auto& f = a.faults[static_cast<size_t>(fired.index)];
-  f.fired = true;
-  f.steps.push_back(fired.step);
+// A `fault_fired` event as the fault list reads it (Note [A trial's events
+// are read as they arrive]: its strings cut, at most kMaxFaultFirings).
+void record_firing(const proto::FaultFired& fired, EventDigest& d) {
+  if (d.firings.size() >= kMaxFaultFirings) return;
+  EventDigest::Firing f;
+  f.index = fired.index;
+  f.step = fired.step;
   if (!fired.module.empty()) f.module = quoted_name(fired.module);
-  const auto& d = fired.detail;
-  if (d.is_object() && d.contains("real") && d["real"].is_boolean()) {
-    f.real = d["real"].get<bool>();
-    f.hardware_error = d.value("cuda_error", "");
+  const auto& detail = fired.detail;
+  if (detail.is_object() && detail.contains("real") && detail["real"].is_boolean()) {
+    f.real = detail["real"].get<bool>();
+    const auto it = detail.find("cuda_error");
+    if (it != detail.end() && it->is_string()) f.hardware_error = quoted(it->get<std::string>());
   }
+  d.firings.push_back(std::move(f));
 }
 
 void record_error(const Event& e, TrialAnalysis& a, EventDigest& d) {
   const auto err = proto::error_from(e);
   if (err.kind == proto::error_kind::kHarness) {
-    if (d.harness_error == nullptr) d.harness_error = &e;
+    if (!d.harness_error) d.harness_error = e;
     return;
   }
-  if (err.kind == proto::error_kind::kUnavailable && d.unavailable == nullptr) d.unavailable = &e;
-  d.errors.push_back(&e);
-  if (d.first_error == nullptr && err.kind != proto::error_kind::kDiverged) {
-    d.first_error = &e;
+  if (err.kind == proto::error_kind::kUnavailable && !d.unavailable) d.unavailable = e;
+  if (!d.first_error && err.kind != proto::error_kind::kDiverged) {
+    d.first_error = e;
     if (!err.memory.is_null()) {
-      a.memory_at_failure = {{"memory", err.memory},
-                             {"phases", err.phases.is_null() ? nlohmann::json::object() : err.phases}};
+      a.memory_at_failure = {{"memory", bounded_json(err.memory)},
+                             {"phases", err.phases.is_null() ? nlohmann::json::object() : bounded_json(err.phases)}};
     }
+  } else if (d.other_errors.size() < kMaxQuotedItems) {
+    d.other_errors.push_back(quoted(err.phase.value_or("train"), kMaxQuotedNameBytes) + ": " + quoted(err.message));
   }
+}
+
+// Note [The schedule asked for]: a step joins its run's summary.
+void record_schedule(int64_t run, int64_t step, EventDigest& d) {
+  auto it = d.run_steps.find(run);
+  if (it == d.run_steps.end()) {
+    if (d.run_steps.size() >= kMaxScheduleRuns) {
+      d.too_many_runs = true;
+      return;
+    }
+    it = d.run_steps.emplace(run, EventDigest::RunSteps{0, step, step, true}).first;
+  } else {
+    it->second.in_order = it->second.in_order && step == it->second.last + 1;
+  }
+  ++it->second.count;
+  it->second.last = step;
 }
 
 // An external worker's `hello` environment as kept: at most 16 string
@@ -171,7 +191,8 @@ void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDiges
 }
 
 void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
-  a.run_checksums.push_back(end.checksum);
+  if (a.run_checksums.size() >= kMaxScheduleRuns) return;
+  a.run_checksums.push_back(quoted_name(end.checksum));
   if (end.resources.is_object()) {
     const auto count = [&](const char* key) {
       const auto it = end.resources.find(key);
@@ -193,84 +214,93 @@ void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
 }  // namespace
 
 
-// Reads the trial's events in order: fills `a`'s records (steps, evaluations,
-// runs, faults, memory, warnings) and returns what the verdict reads.
-EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions& opts, TrialAnalysis& a) {
-  EventDigest d;
-  for (const auto& e : events) {
-    if (e.type == event::kHello) {
-      auto hello = proto::hello_from(e);
-      a.scenario_hash = hello.scenario_hash;
-      a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
-      a.worker_environment = bounded_environment(hello.environment);
-      d.config = std::move(hello.config);
-      a.worker_facts = {{"torch", truncate_utf8(hello.torch_version, kMaxSampleNameBytes)},
-                        {"device", truncate_utf8(hello.device, kMaxSampleNameBytes)},
-                        {"threads", hello.threads}};
-    } else if (e.type == event::kWarning) {
-      if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
-    } else if (e.type == event::kEval) {
-      a.evals.push_back(eval_record(proto::eval_from(e)));
-    } else if (e.type == event::kEvalCheck) {
-      const proto::EvalCheck check = proto::eval_check_from(e);
-      a.evaluator_self_check = check.hmean;
-      a.validation_words = check.words;
-    } else if (e.type == event::kEvalOverlays) {
-      const auto files = proto::overlays_from(e).files;
-      a.eval_overlays.insert(a.eval_overlays.end(), files.begin(), files.end());
-    } else if (e.type == event::kStepBegin) {
-      const auto b = proto::step_begin_from(e);
-      d.open_step = b.step;
-      d.open_run = b.run;
-    } else if (e.type == event::kStepEnd) {
-      a.steps.push_back(step_record(proto::step_end_from(e), a));
-      ++a.steps_completed;
-      d.open_step.reset();
-    } else if (e.type == event::kFaultFired) {
-      if (!opts.withhold_fault_records) record_fault(proto::fault_fired_from(e), a);
-    } else if (e.type == event::kCheckpoint) {
-      const auto c = proto::checkpoint_from(e);
-      if (c.resumed && !d.resumed_at) d.resumed_at = c.step;
-    } else if (e.type == event::kMemorySnapshot) {
-      a.memory_snapshot = proto::memory_snapshot_from(e).file;
-    } else if (e.type == event::kOverlays) {
-      a.overlays = proto::overlays_from(e).files;
-    } else if (e.type == event::kMemoryBudget) {
-      a.budget = e.body;
-    } else if (e.type == event::kBatch) {
+}  // namespace dbh::harness::internal
+
+namespace dbh::harness {
+
+using namespace internal;
+
+void EventDigester::feed(const Event& e) {
+  TrialAnalysis& a = a_;
+  EventDigest& d = d_;
+  if (e.type == event::kHello) {
+    auto hello = proto::hello_from(e);
+    a.scenario_hash = quoted_name(hello.scenario_hash);
+    a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
+    a.worker_environment = bounded_environment(hello.environment);
+    d.config = std::move(hello.config);
+    a.worker_facts = {{"torch", truncate_utf8(hello.torch_version, kMaxSampleNameBytes)},
+                      {"device", truncate_utf8(hello.device, kMaxSampleNameBytes)},
+                      {"threads", hello.threads}};
+  } else if (e.type == event::kWarning) {
+    if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
+  } else if (e.type == event::kEval) {
+    if (a.evals.size() < kMaxStepRecords) a.evals.push_back(eval_record(proto::eval_from(e)));
+  } else if (e.type == event::kEvalCheck) {
+    const proto::EvalCheck check = proto::eval_check_from(e);
+    a.evaluator_self_check = check.hmean;
+    a.validation_words = check.words;
+  } else if (e.type == event::kEvalOverlays) {
+    for (const auto& file : proto::overlays_from(e).files) {
+      if (a.eval_overlays.size() < kMaxQuotedItems) a.eval_overlays.push_back(quoted_name(file));
+    }
+  } else if (e.type == event::kStepBegin) {
+    const auto b = proto::step_begin_from(e);
+    d.open_step = b.step;
+    d.open_run = b.run;
+  } else if (e.type == event::kStepEnd) {
+    StepRecord st = step_record(proto::step_end_from(e), a);
+    record_schedule(st.run, st.step, d);
+    if (a.steps.size() < kMaxStepRecords) a.steps.push_back(std::move(st));
+    ++a.steps_completed;
+    d.open_step.reset();
+  } else if (e.type == event::kFaultFired) {
+    record_firing(proto::fault_fired_from(e), d);
+  } else if (e.type == event::kCheckpoint) {
+    const auto c = proto::checkpoint_from(e);
+    if (c.resumed && !d.resumed_at) d.resumed_at = c.step;
+  } else if (e.type == event::kMemorySnapshot) {
+    a.memory_snapshot = quoted_name(proto::memory_snapshot_from(e).file);
+  } else if (e.type == event::kOverlays) {
+    a.overlays.clear();
+    for (const auto& file : proto::overlays_from(e).files) {
+      if (a.overlays.size() < kMaxQuotedItems) a.overlays.push_back(quoted_name(file));
+    }
+  } else if (e.type == event::kMemoryBudget) {
+    a.budget = bounded_json(e.body);
+  } else if (e.type == event::kBatch) {
+    if (a.batches.size() < kMaxStepRecords) {
       auto b = proto::batch_from(e);
+      if (b.samples.size() > kMaxQuotedItems * 10) b.samples.resize(kMaxQuotedItems * 10);
+      for (auto& sample : b.samples) sample = truncate_utf8(sample, kMaxSampleNameBytes);
       a.batches.emplace_back(b.step, std::move(b.samples));
-    } else if (e.type == event::kDataset) {
-      const int64_t size = proto::dataset_info_from(e).size;
-      if (size >= 0) a.dataset_size = size;
-    } else if (e.type == event::kSampleRead) {
-      record_sample_read(proto::sample_read_from(e), a, d);
-    } else if (e.type == event::kHealth) {
-      const auto h = proto::health_from(e);
-      if (h.primary.value_or(false) && h.check == "finite" && d.primary_health == nullptr) {
-        d.primary_health = &e;
-      }
-      if (h.primary.value_or(false) && is_silent_check(h.check) && d.silent_health == nullptr) {
-        d.silent_health = &e;
-      }
-    } else if (e.type == event::kError) {
-      record_error(e, a, d);
-    } else if (e.type == event::kRunBegin) {
-      const auto b = proto::run_begin_from(e);
-      if (b.memory.is_object()) a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
-    } else if (e.type == event::kRunEnd) {
-      record_run_end(proto::run_end_from(e), a);
-    } else if (e.type == event::kDone) {
-      const auto done = proto::done_from(e);
-      a.done_seen = true;
-      d.done_status = done.status;
-      if (done.memory.is_object()) {
-        a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
-      }
+    }
+  } else if (e.type == event::kDataset) {
+    const int64_t size = proto::dataset_info_from(e).size;
+    if (size >= 0) a.dataset_size = size;
+  } else if (e.type == event::kSampleRead) {
+    record_sample_read(proto::sample_read_from(e), a, d);
+  } else if (e.type == event::kHealth) {
+    const auto h = proto::health_from(e);
+    if (h.primary.value_or(false) && h.check == "finite" && !d.primary_health) d.primary_health = e;
+    if (h.primary.value_or(false) && is_silent_check(h.check) && !d.silent_health) d.silent_health = e;
+  } else if (e.type == event::kError) {
+    record_error(e, a, d);
+  } else if (e.type == event::kRunBegin) {
+    const auto b = proto::run_begin_from(e);
+    if (b.memory.is_object() && a.run_begin_rss.size() < kMaxScheduleRuns) {
+      a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
+    }
+  } else if (e.type == event::kRunEnd) {
+    record_run_end(proto::run_end_from(e), a);
+  } else if (e.type == event::kDone) {
+    const auto done = proto::done_from(e);
+    a.done_seen = true;
+    d.done_status = quoted_name(done.status);
+    if (done.memory.is_object()) {
+      a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
     }
   }
-  a.samples_read.assign(d.samples_read.begin(), d.samples_read.end());
-  return d;
 }
 
-}  // namespace dbh::harness::internal
+}  // namespace dbh::harness

@@ -1,11 +1,12 @@
 #pragma once
 
-// A trial's event stream read into its records (TrialAnalysis) and the
-// events its verdict reads (EventDigest), and how whatever is quoted from
-// the worker is bounded. Part of the supervisor's classification
-// (outcome.cc); not used outside it.
+// A trial's event stream read, as it arrives, into its records
+// (TrialAnalysis) and the events its verdict reads (EventDigest), and how
+// whatever is quoted from the worker is bounded. The trial feeds an
+// EventDigester (scenario_trial.cc); classify() reads it.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,23 +38,71 @@ nlohmann::json bounded_json(const nlohmann::json& j, int depth = 0);
 /// The checks of the silent-failure monitors, each also its failure class.
 bool is_silent_check(const std::string& check);
 
-// The events a verdict reads, found while the trial's records are filled.
+// The events a verdict reads, kept as they arrive: the few it needs whole,
+// the rest as the quoted messages the failure lists.
 struct EventDigest {
-  const Event* first_error = nullptr;    // the first error that is not a divergence
-  const Event* harness_error = nullptr;  // the worker's own failure
-  const Event* unavailable = nullptr;    // the first error of kind unavailable
-  std::vector<const Event*> errors;      // every error but harness errors
-  const Event* primary_health = nullptr;  // the first primary finite finding
-  const Event* silent_health = nullptr;   // the first primary silent-failure finding
+  std::optional<Event> first_error;     // the first error that is not a divergence
+  std::optional<Event> harness_error;   // the worker's own failure
+  std::optional<Event> unavailable;     // the first error of kind unavailable
+  /// Every other error but harness errors, in order, as "phase: message"
+  /// (at most kMaxQuotedItems).
+  std::vector<std::string> other_errors;
+  std::optional<Event> primary_health;  // the first primary finite finding
+  std::optional<Event> silent_health;   // the first primary silent-failure finding
   std::string done_status;
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
-  std::set<int64_t> samples_read;               // `sample_read` indices, each once
-  std::optional<int64_t> resumed_at;            // the step a `checkpoint` event (resumed) says
-  nlohmann::json config;                        // `hello`'s composed configuration (Note [Keys a worker confirms])
+  std::set<int64_t> samples_read;              // `sample_read` indices, each once
+  std::optional<int64_t> resumed_at;           // the step a `checkpoint` event (resumed) says
+  nlohmann::json config;                       // `hello`'s composed configuration (Note [Keys a worker confirms])
+  /// Note [The schedule asked for]: each run's steps as reported, in a
+  /// summary that stays the same size however many steps come (at most
+  /// kMaxScheduleRuns runs; more is `too_many_runs`).
+  struct RunSteps {
+    int64_t count = 0, first = 0, last = 0;
+    bool in_order = true;  // every step one more than the one before it
+  };
+  std::map<int64_t, RunSteps> run_steps;
+  bool too_many_runs = false;
+  /// A `fault_fired` event as the fault list reads it (at most
+  /// kMaxFaultFirings; ClassifyOptions::withhold_fault_records leaves them
+  /// out).
+  struct Firing {
+    int64_t index = 0, step = 0;
+    std::string module;
+    std::optional<bool> real;
+    std::string hardware_error;
+  };
+  std::vector<Firing> firings;
 };
-
-/// Fills `a`'s records from the trial's `events` (steps, evaluations,
-/// runs, faults, memory, warnings) and returns what the verdict reads.
-EventDigest read_events(const std::vector<Event>& events, const ClassifyOptions& opts, TrialAnalysis& a);
+inline constexpr size_t kMaxScheduleRuns = 1024;
+inline constexpr size_t kMaxFaultFirings = 10000;
 
 }  // namespace dbh::harness::internal
+
+namespace dbh::harness {
+
+/// Note [A trial's events are read as they arrive]: the supervisor keeps
+/// what a trial's events say, not the events. Each event, as it is decoded,
+/// fills the trial's records (steps, evaluations, runs, faults, memory,
+/// warnings, samples) and the few events the verdict reads; every list is
+/// bounded, so dbh's memory stays flat however long a trial runs and
+/// whatever a worker sends. Past kMaxStepRecords steps (and as many `batch`
+/// events) a step is counted, and its memory and schedule are read, but its
+/// record is not kept; a step's per-phase memory and per-module numbers are
+/// kept for the first kMaxDetailedSteps steps.
+class EventDigester {
+ public:
+  /// Reads the trial's next event.
+  void feed(const Event& e);
+  /// The trial's records read so far.
+  const TrialAnalysis& records() const { return a_; }
+  /// What the verdict reads.
+  const internal::EventDigest& digest() const { return d_; }
+
+ private:
+  TrialAnalysis a_;
+  internal::EventDigest d_;
+};
+inline constexpr size_t kMaxStepRecords = 50000;
+
+}  // namespace dbh::harness

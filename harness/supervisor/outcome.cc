@@ -27,9 +27,9 @@ using internal::EventDigest;
 using internal::kMaxQuotedBytes;
 using internal::kMaxQuotedItems;
 using internal::kMaxQuotedNameBytes;
+using internal::kMaxScheduleRuns;
 using internal::quoted;
 using internal::quoted_name;
-using internal::read_events;
 
 bool is_failure(Outcome o) { return o != Outcome::kPassed && o != Outcome::kSkipped; }
 
@@ -111,11 +111,11 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
     return true;
   }
   const bool ended_by_itself = r.term_signal == 0 && !r.timed_out && !r.hung;
-  if (d.unavailable != nullptr && ended_by_itself) {
+  if (d.unavailable && ended_by_itself) {
     mark_not_run_here(a, s, quoted(proto::error_from(*d.unavailable).message));
     return true;
   }
-  if (d.harness_error != nullptr && ended_by_itself) {
+  if (d.harness_error && ended_by_itself) {
     a.outcome = Outcome::kUnresolved;
     f.message = "the worker reported a harness error: " + quoted(proto::error_from(*d.harness_error).message);
     f.evidence.push_back(f.message);
@@ -215,12 +215,7 @@ void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a
     f.evidence.push_back("message matches the knowledge-base signature of `" + c->id + "`" +
                          (own ? "" : " that holds under a host memory budget (RLIMIT_DATA)"));
   }
-  for (const Event* other : d.errors) {
-    if (other != d.first_error && f.secondary.size() < kMaxQuotedItems) {
-      const auto o = proto::error_from(*other);
-      f.secondary.push_back(quoted(o.phase.value_or("train"), kMaxQuotedNameBytes) + ": " + quoted(o.message));
-    }
-  }
+  f.secondary.insert(f.secondary.end(), d.other_errors.begin(), d.other_errors.end());
 }
 
 // Note [The schedule asked for]: a worker that says `done passed` is
@@ -240,26 +235,27 @@ std::string schedule_mismatch(const TrialAnalysis& a, const Scenario& s, const E
       start = named->step;
     } else if (d.resumed_at) {
       start = *d.resumed_at;
-    } else if (!a.steps.empty()) {
-      start = a.steps.front().step;
+    } else if (!d.run_steps.empty()) {
+      start = d.run_steps.begin()->second.first;
     }
   }
   const int64_t last = s.train.last_step();
   const int64_t want = std::max<int64_t>(0, last - start);
-  std::map<int64_t, std::vector<int64_t>> by_run;
-  for (const auto& st : a.steps) by_run[st.run].push_back(st.step);
   for (int64_t run = 0; run < s.repeat.in_process; ++run) {
-    const auto& steps = by_run[run];
-    bool in_order = static_cast<int64_t>(steps.size()) == want;
-    for (size_t i = 0; in_order && i < steps.size(); ++i) in_order = steps[i] == start + static_cast<int64_t>(i);
-    if (in_order) continue;
-    std::string got = std::to_string(steps.size()) + " step(s)";
-    if (!steps.empty()) got += " (" + std::to_string(steps.front()) + " … " + std::to_string(steps.back()) + ")";
+    const auto it = d.run_steps.find(run);
+    const EventDigest::RunSteps steps = it == d.run_steps.end() ? EventDigest::RunSteps{} : it->second;
+    if (steps.count == want && (want == 0 || (steps.in_order && steps.first == start))) continue;
+    std::string got = std::to_string(steps.count) + " step(s)";
+    if (steps.count > 0) got += " (" + std::to_string(steps.first) + " … " + std::to_string(steps.last) + ")";
     return "the worker reported `done passed` for run " + std::to_string(run) + " after " + got +
            ", but the schedule asked for " + std::to_string(want) + " (steps " + std::to_string(start) + " … " +
            std::to_string(last - 1) + "): a pass of another training is no answer";
   }
-  for (const auto& [run, steps] : by_run) {
+  if (d.too_many_runs) {
+    return "the worker reported steps of more than " + std::to_string(kMaxScheduleRuns) +
+           " runs, but the scenario asked for " + std::to_string(s.repeat.in_process) + " run(s)";
+  }
+  for (const auto& [run, steps] : d.run_steps) {
     if (run < 0 || run >= s.repeat.in_process) {
       return "the worker reported steps of run " + std::to_string(run) + ", but the scenario asked for " +
              std::to_string(s.repeat.in_process) + " run(s)";
@@ -303,11 +299,11 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
     f.message = "worker killed by " + signal_name(r.term_signal);
     f.evidence.push_back("the process ended with " + signal_name(r.term_signal) + " and no `done` event");
     mark_crash_step(d, f);
-  } else if (d.primary_health != nullptr) {
+  } else if (d.primary_health) {
     judge_nonfinite(*d.primary_health, a);
-  } else if (d.silent_health != nullptr) {
+  } else if (d.silent_health) {
     judge_silent_finding(*d.silent_health, a);
-  } else if (d.first_error != nullptr) {
+  } else if (d.first_error) {
     judge_error(d, kb, a);
   } else if (!a.done_seen) {
     a.outcome = r.exit_code == 0 ? Outcome::kUnresolved : Outcome::kFailed;
@@ -346,9 +342,11 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
 
 }  // namespace
 
-TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb,
-                       const ClassifyOptions& opts) {
-  TrialAnalysis a;
+TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const Scenario& s,
+                       const KnowledgeBase& kb, const ClassifyOptions& opts) {
+  TrialAnalysis a = events.records();
+  const EventDigest& d = events.digest();
+  a.samples_read.assign(d.samples_read.begin(), d.samples_read.end());
   a.term_signal = r.term_signal;
   a.exit_code = r.exit_code;
   a.seconds = r.seconds;
@@ -359,7 +357,20 @@ TrialAnalysis classify(const TrialResult& r, const Scenario& s, const KnowledgeB
   for (size_t i = 0; i < s.faults.size(); ++i) {
     a.faults.push_back(FaultRecord{s.faults[i].name, static_cast<int64_t>(i), false, {}, "", std::nullopt, ""});
   }
-  const EventDigest d = read_events(r.events, opts, a);
+  // Fault records only fill the fault list; attribution never reads them
+  // (ClassifyOptions::withhold_fault_records tests exactly that).
+  for (const auto& fired : d.firings) {
+    if (opts.withhold_fault_records) break;
+    if (fired.index < 0 || fired.index >= static_cast<int64_t>(a.faults.size())) continue;
+    FaultRecord& f = a.faults[static_cast<size_t>(fired.index)];
+    f.fired = true;
+    f.steps.push_back(fired.step);
+    if (!fired.module.empty()) f.module = fired.module;
+    if (fired.real) {
+      f.real = fired.real;
+      f.hardware_error = fired.hardware_error;
+    }
+  }
   // Note [A worker's logs are bounded]: a log that was cut says so.
   for (const auto& [name, cut] : {std::pair<const char*, int64_t>{"stdout", r.stdout_cut_bytes},
                                   std::pair<const char*, int64_t>{"stderr", r.stderr_cut_bytes}}) {

@@ -60,14 +60,16 @@ struct StepRecord {
   std::optional<uint32_t> grad_norm_bits;
   int64_t rss_bytes = 0;
   int64_t peak_bytes = 0;  // step peak: CUDA allocated peak, else max RSS over the phases
-  nlohmann::json phases;   // memory per phase (data, forward, backward, optimizer)
+  /// Memory per phase (data, forward, backward, optimizer): kept for a
+  /// trial's first kMaxDetailedSteps steps; empty otherwise.
+  nlohmann::json phases;
   bool skipped = false;    // the fp16 loss scaler skipped the optimizer step (overflowed gradients)
   double loss_scale = 1;   // the scale its gradients were computed at
   /// monitors.numerics: every observed module's numbers in forward order
-  /// (kept for a trial's first kMaxNumericsSteps steps; empty otherwise).
+  /// (kept for a trial's first kMaxDetailedSteps steps; empty otherwise).
   std::vector<proto::ModuleNumbers> modules;
 };
-inline constexpr size_t kMaxNumericsSteps = 2000;
+inline constexpr size_t kMaxDetailedSteps = 2000;
 
 /// One validation during training (an `eval` event).
 struct EvalRecord {
@@ -186,7 +188,11 @@ struct ClassifyOptions {
   int64_t leak_threshold_bytes = 32 * 1024 * 1024;
 };
 
-TrialAnalysis classify(const TrialResult& result, const Scenario& scenario,
+class EventDigester;  // harness/supervisor/event_digest.h
+
+/// A trial's verdict: how its process ended (`result`) and what its events
+/// said (`events`, fed as they arrived), judged against the scenario.
+TrialAnalysis classify(const TrialResult& result, const EventDigester& events, const Scenario& scenario,
                        const KnowledgeBase& kb, const ClassifyOptions& options = {});
 
 std::string signal_name(int sig);

@@ -6,6 +6,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/kb/knowledge_base.h"
+#include "harness/supervisor/event_digest.h"
 #include "harness/supervisor/tuning.h"
 #include "harness/supervisor/worker_contract.h"
 
@@ -38,13 +39,18 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
     spec.silence_s = s.limits.silence_s;
     spec.grace_s = s.limits.grace_s;
   }
-  spec.on_event = on_event;
+  // Note [A trial's events are read as they arrive].
+  EventDigester events;
+  spec.on_event = [&events, &on_event](const Event& e) {
+    if (on_event) on_event(e);
+    events.feed(e);
+  };
   ScenarioTrial t;
   if (const auto why = external_device_unavailable(s)) {
     // The user's command would only fail to find the device (Lightning:
     // "No supported gpu backend found"): not started, skipped as dbh's own
     // worker's trial is when it reports the device unavailable.
-    t.analysis = classify(t.result, s, kb, {});
+    t.analysis = classify(t.result, events, s, kb, {});
     t.analysis.outcome = Outcome::kUnresolved;
     t.analysis.failure = Failure{};
     mark_not_run_here(t.analysis, s, *why);
@@ -54,7 +60,7 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   t.result = run_trial(spec);
   ClassifyOptions copts;
   copts.withhold_fault_records = withhold_fault_records;
-  t.analysis = classify(t.result, s, kb, copts);
+  t.analysis = classify(t.result, events, s, kb, copts);
   t.analysis.tuning = std::move(tuning);
   return t;
 }

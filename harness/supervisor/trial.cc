@@ -22,6 +22,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/text.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial_files.h"
 
@@ -405,14 +406,8 @@ TrialResult run_trial(const TrialSpec& spec) {
     try {
       if (spec.on_event) spec.on_event(e);
     } catch (const std::exception& x) {  // a listener's failure drops its event, as a bad line would
-      result.bad_lines.push_back(x.what());
-      return;
+      if (result.bad_lines.size() < kMaxBadLines) result.bad_lines.push_back(truncate_utf8(x.what(), 2000));
     }
-    // Note [A worker's stream is bounded]: a heartbeat says only that the
-    // worker is alive (the silence watchdog reads the bytes): it is
-    // journaled, not kept, however many a worker sends.
-    if (e.type == event::kHeartbeat) return;
-    result.events.push_back(std::move(e));
   };
   auto last_event = Clock::now();
   bool exited = false;

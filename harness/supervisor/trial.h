@@ -26,7 +26,9 @@ struct TrialSpec {
   /// stack is written to run_dir/stacks.txt with eu-stack or gdb where one is
   /// installed (Note [Stacks of a hung worker]); at most this long.
   double stacks_timeout_s = 30;
-  /// Called for every decoded event as it arrives (progress display).
+  /// Called for every decoded event as it arrives, heartbeats included; the
+  /// trial keeps no events (Note [A trial's events are read as they
+  /// arrive]): what a caller needs of them, it reads here.
   std::function<void(const Event&)> on_event;
 };
 
@@ -39,7 +41,6 @@ struct TrialResult {
   bool killed_by_supervisor = false;
   bool interrupted = false;  // stopped because the harness was asked to stop
   double seconds = 0;
-  std::vector<Event> events;
   std::vector<std::string> bad_lines;  // event lines that did not decode
   std::string torn_tail;               // a last line cut short
   std::string stderr_tail;             // last ~4 KB of stderr

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -248,19 +249,19 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
   spec.stacks_timeout_s = 0;  // a measurement that hangs is reported, not debugged
   // Note [No silent minute]: each timed step counted, with the time left.
   Progress progress("dbh: measuring layout and threads", "timed steps");
-  spec.on_event = [&progress](const Event& e) {
+  std::optional<proto::Tuning> measured;  // the first `tuning` event
+  spec.on_event = [&progress, &measured](const Event& e) {
+    if (e.type == event::kTuning && !measured) measured = proto::tuning_from(e);
     if (e.type != event::kTuningProgress) return;
     const proto::TuningProgress p = proto::tuning_progress_from(e);
     progress.update(p.done, p.total);
   };
   const TrialResult r = run_trial(spec);
   progress.finish();
-  for (const auto& e : r.events) {
-    if (e.type != event::kTuning) continue;
-    const proto::Tuning t = proto::tuning_from(e);
-    json j = proto::to_json(t);
-    if (!t.error && r.exit_code == 0) return j;
-    if (!t.error) j["error"] = "the measuring worker exited with status " + std::to_string(r.exit_code);
+  if (measured) {
+    json j = proto::to_json(*measured);
+    if (!measured->error && r.exit_code == 0) return j;
+    if (!measured->error) j["error"] = "the measuring worker exited with status " + std::to_string(r.exit_code);
     return j;
   }
   std::string why = !r.spawn_error.empty() ? r.spawn_error

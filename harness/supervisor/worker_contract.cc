@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -312,19 +313,16 @@ WorkerDescription describe_worker(const Scenario& s) {
   spec.deadline_s = std::min(s.limits.deadline_s, 120.0);
   spec.silence_s = std::min(s.limits.silence_s, 60.0);
   std::cerr << "dbh: asking the worker `" << one_line(command) << "` what it serves (describe mode)…" << std::endl;
+  std::optional<Event> hello;  // the first `hello`
+  spec.on_event = [&hello](const Event& e) {
+    if (e.type == event::kHello && !hello) hello = e;
+  };
   const TrialResult r = run_trial(spec);
   // Ctrl-C while the worker describes itself ends the command as a stop
   // does anywhere (128 + signal), never as the worker's fault.
   if (r.interrupted || stop_requested() != 0) throw Interrupted(stop_requested() != 0 ? stop_requested() : SIGINT);
-  const Event* hello = nullptr;
-  for (const auto& e : r.events) {
-    if (e.type == event::kHello) {
-      hello = &e;
-      break;
-    }
-  }
   const std::string where = DBH_SCENARIO_KEY(worker.command) + std::string(" (") + command + ")";
-  if (hello == nullptr) {
+  if (!hello) {
     std::string got = !r.spawn_error.empty() ? r.spawn_error
                       : r.timed_out || r.hung ? "no answer within " + std::to_string(static_cast<int>(spec.deadline_s)) + " s"
                       : r.term_signal != 0    ? "an end by signal " + std::to_string(r.term_signal)

@@ -43,7 +43,9 @@ def memory_figures() -> dict[str, int]:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"rss_bytes": rss, "peak_rss_bytes": max(peak, rss)}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+    # Initialised implies available, and is a flag read (the availability
+    # check asks the driver: measurable once a step).
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         held = sum(size for _, size in _BALLAST)
         out.update(cuda_allocated_bytes=max(0, torch.cuda.memory_allocated() - held),
                    cuda_reserved_bytes=max(0, torch.cuda.memory_reserved() - held),

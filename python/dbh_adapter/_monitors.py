@@ -12,6 +12,7 @@ adds the tensor's statistics and the module that ran before it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -106,11 +107,19 @@ class FiniteMonitor:
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.step = -1
-        self._flags: list[_Flag] = []  # in the order the step made them
+        self._flags: list[_Flag] = []  # in the order the step made them (input, outputs, loss)
+        # The gradients' flags, in the order autograd made them: their names,
+        # and their norms as one float32 tensor (one op for all of them).
+        self._grad_names: list[str] = []
+        self._grad_norms: torch.Tensor | None = None
         self._grad_order: list[tuple[str, torch.Tensor]] = []
         self._grad_norm: torch.Tensor | None = None  # the step's total gradient norm, on the device
         self._last_output: tuple[str, Any] | None = None  # (module name, output) of the last module that ran (localise)
-        self._last_checked: torch.Tensor | None = None  # the last output checked (cheap)
+        # Outputs already checked this step (cheap): a container returning its
+        # children's outputs (an encoder's feature maps, a head's dict) is not
+        # summed again. By id, each entry with a weak reference that tells a
+        # tensor from a later one at the same id, and keeps nothing alive.
+        self._checked: dict[int, weakref.ref[torch.Tensor]] = {}
         self.last_module = ""
 
     @property
@@ -148,10 +157,12 @@ class FiniteMonitor:
     def begin_step(self, step: int) -> None:
         self.step = step
         self._flags.clear()
+        self._grad_names = []
+        self._grad_norms = None
         self._grad_order.clear()
         self._grad_norm = None
         self._last_output = None
-        self._last_checked = None
+        self._checked.clear()
 
     def _forward_hook(self, name: str) -> Callable[[torch.nn.Module, Any, Any], None]:
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -168,15 +179,19 @@ class FiniteMonitor:
                                   before[0] if before else None, stats(before[1]) if before else None)
                 self._last_output = (name, output)
                 return
-            tensors = list(_tensors(output))
+            tensors = [t for t in _tensors(output) if not self._seen(t)]
             if not tensors:
                 return
-            # A container returning its last child's output: already checked.
-            if len(tensors) == 1 and tensors[0] is self._last_checked:
-                return
-            self._last_checked = tensors[-1]
             self._flags.append(("activation", name + " output", name, _total(tensors)))
         return hook
+
+    def _seen(self, t: torch.Tensor) -> bool:
+        """Whether `t` was checked this step; marks it checked."""
+        ref = self._checked.get(id(t))
+        if ref is not None and ref() is t:
+            return True
+        self._checked[id(t)] = weakref.ref(t)
+        return False
 
     def _grad_hook(self, pname: str) -> Callable[[torch.Tensor], None]:
         def hook(p: torch.Tensor) -> None:
@@ -210,27 +225,35 @@ class FiniteMonitor:
         grads = [(n, p.grad) for n, p in order if p.grad is not None]
         if not grads:
             return
-        norms = torch._foreach_norm([g.detach() for _, g in grads])
-        for (pname, _), norm in zip(grads, norms):
-            self._flags.append(("gradient", pname + ".grad", pname.rpartition(".")[0], norm))
-        self._grad_norm = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        norms = list(torch._foreach_norm([g.detach() for _, g in grads]))
+        if any(n.dtype != torch.float32 for n in norms):
+            norms = [n.float() for n in norms]
+        self._grad_names = [n for n, _ in grads]
+        self._grad_norms = torch.stack(norms)
+        self._grad_norm = torch.linalg.vector_norm(self._grad_norms)
 
     def read(self) -> StepReading:
         """Reads the step's flags and gradient norm at once (one copy to the
         host): the first non-finite site, or None, and the total norm."""
-        if not self._flags:
+        parts = []
+        if self._flags:
+            parts.append(torch.stack([f[3] for f in self._flags]).float())
+        if self._grad_norms is not None and self._grad_norm is not None:
+            parts += [self._grad_norms, self._grad_norm.reshape(1)]
+        if not parts:
             return StepReading(None, None)
-        values = [f[3].reshape(()).float() for f in self._flags]
-        if self._grad_norm is not None:
-            values.append(self._grad_norm.reshape(()))
-        host = torch.stack(values).cpu()
-        grad_norm = float(host[-1]) if self._grad_norm is not None else None
-        flags = torch.isfinite(host[:len(self._flags)])
-        bad = (~flags).nonzero()
+        host = torch.cat(parts).cpu() if len(parts) > 1 else parts[0].cpu()
+        grad_norm = float(host[-1]) if self._grad_norms is not None else None
+        checked = host[:-1] if self._grad_norms is not None else host
+        bad = (~torch.isfinite(checked)).nonzero()
         if bad.numel() == 0:
             return StepReading(None, grad_norm)
-        kind, site, module, _ = self._flags[int(bad[0])]
-        return StepReading(Finding(kind, site, module, self.step), grad_norm)
+        i = int(bad[0])
+        if i < len(self._flags):
+            kind, site, module, _ = self._flags[i]
+            return StepReading(Finding(kind, site, module, self.step), grad_norm)
+        pname = self._grad_names[i - len(self._flags)]
+        return StepReading(Finding("gradient", pname + ".grad", pname.rpartition(".")[0], self.step), grad_norm)
 
     def first_finding(self) -> Finding | None:
         """The step's first non-finite site, or None (one read, as `read`)."""
@@ -242,4 +265,8 @@ class FiniteMonitor:
         for kind, _, _, flag in self._flags:
             if not bool(torch.isfinite(flag).all()):
                 out[kind] = out.get(kind, 0) + 1
+        if self._grad_norms is not None:
+            bad = int((~torch.isfinite(self._grad_norms)).sum())
+            if bad:
+                out["gradient"] = out.get("gradient", 0) + bad
         return out

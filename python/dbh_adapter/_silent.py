@@ -15,6 +15,7 @@ dict's target, mask, label or labels). One read per step, with the step's end.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,14 @@ import torch
 
 from ._faults import batch_target
 from ._monitors import Finding
+
+def _sigmoid(v: float) -> float:
+    """The logistic function, without overflow at either end."""
+    if v >= 0:
+        return 1.0 / (1.0 + math.exp(-v))
+    e = math.exp(v)
+    return e / (1.0 + e)
+
 
 def first_tensor(value: Any) -> torch.Tensor | None:
     """The first floating-point tensor of a module's output."""
@@ -98,15 +107,16 @@ class PredictionWatch:
         if not self.on or output is None or step < self.collapse_after:
             return
         with torch.no_grad():
-            x = output.float()
-            lo, hi = x.amin(), x.amax()
-            # Probabilities as they are, logits through the sigmoid.
-            p = torch.where((lo >= 0) & (hi <= 1), x, torch.sigmoid(x))
-            parts = [p.amin(), p.amax(), p.mean()] + ([target.float().abs().sum()] if target is not None else [])
+            x = output.detach()
+            lo, hi = torch.aminmax(x)
+            parts = [lo.float(), hi.float()] + ([target.float().abs().sum()] if target is not None else [])
             values = torch.stack(parts).tolist()
-        p_min, p_max, p_mean = values[0], values[1], values[2]
-        if target is not None and values[3] == 0:
+        if target is not None and values[2] == 0:
             return  # nothing to find in this batch: neither collapsed nor not
+        # Probabilities as they are, logits through the sigmoid (monotonic:
+        # the extremes' sigmoids are the probabilities' extremes).
+        logits = not (values[0] >= 0 and values[1] <= 1)
+        p_min, p_max = (_sigmoid(values[0]), _sigmoid(values[1])) if logits else (values[0], values[1])
         low, high = p_max < self.margin, p_min > 1 - self.margin
         if not (low or high):
             self._run, self._since = 0, -1
@@ -116,6 +126,9 @@ class PredictionWatch:
         self._run += 1
         if self._run < self.collapse_steps:
             return
+        with torch.no_grad():
+            x = output.detach().float()
+            p_mean = float((torch.sigmoid(x) if logits else x).mean())
         where = f"steps {self._since}-{step}" if self._since != step else f"step {step}"
         side = f"entirely below {self.margin:.3f} (highest {p_max:.4f}" if low else \
             f"entirely above {1 - self.margin:.3f} (lowest {p_min:.4f}"

@@ -95,3 +95,49 @@ def test_one_read_gives_the_finding_and_the_total_gradient_norm() -> None:
     reading = monitor.read()
     assert reading.finding is not None and reading.finding.site == "head.bias.grad"
     assert reading.grad_norm == float("inf")
+
+
+class _Split(torch.nn.Module):
+    """A container whose output is its children's outputs, as an encoder's
+    feature maps are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.low = torch.nn.Conv2d(1, 2, 3, padding=1)
+        self.high = torch.nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        low = self.low(x)
+        return low, self.high(low)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = _Split()
+        self.head = torch.nn.Conv2d(2, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low, high = self.encoder(x)
+        out: torch.Tensor = self.head(low + high)
+        return out
+
+
+def test_a_containers_output_made_of_its_childrens_is_checked_once() -> None:
+    model = _Net()
+    monitor = FiniteMonitor("cheap")
+    monitor.attach(model)  # every module: none is deeper than two levels
+    monitor.begin_step(0)
+    model(torch.randn(2, 1, 8, 8))
+    # encoder.low, encoder.high and head: the encoder's tuple holds nothing new.
+    assert [site for _, site, _, _ in monitor._flags] == ["encoder.low output", "encoder.high output", "head output"]
+    with torch.no_grad():
+        model.encoder.high.weight.fill_(float("nan"))
+    monitor.begin_step(1)
+    model(torch.randn(2, 1, 8, 8)).sum().backward()
+    monitor.check_gradients(model)
+    reading = monitor.read()
+    assert reading.finding is not None
+    assert (reading.finding.site, reading.finding.step) == ("encoder.high output", 1)
+    assert monitor.sites()["gradient"] == sum(1 for p in model.parameters() if p.grad is not None
+                                              and not bool(torch.isfinite(p.grad).all()))

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -107,6 +108,21 @@ std::vector<TrustCase> cases() {
        "hello; begin; yes '{\"type\":\"heartbeat\",\"t\":0,\"run\":0,\"step\":0,\"module\":\"m\"}' | head -n 200000 >&3;"
        " steps 4; finish 4",
        "", "", 0, "PASS"});
+  // Note [A trial's events are read as they arrive]: dbh keeps what the
+  // events say, not the events; its memory stays flat however many come.
+  add({"TwoHundredThousandStepsOfAFourStepSchedule", "bound",
+       R"(hello; begin; seq 0 199999 | awk '{printf "{\"type\":\"step_end\",\"t\":0,\"run\":0,\"step\":%d,)"
+       R"(\"loss\":0.5,\"lr\":0.1,\"phases\":{\"forward\":{\"rss_bytes\":%d}}}\n", $1, $1}' >&3; finish 4)",
+       "", "", 1, "after 200000 step(s) (0 … 199999), but the schedule asked for 4"});
+  add({"SixtyThousandStepsOfASixtyThousandStepSchedule", "bound",
+       R"(hello; begin; seq 0 59999 | awk '{printf "{\"type\":\"step_end\",\"t\":0,\"run\":0,\"step\":%d,)"
+       R"(\"loss\":%g,\"lr\":0.1}\n", $1, 1 / ($1 + 1)}' >&3; finish 60000)",
+       "train: {max_steps: 60000}\n", "", 0, "PASS"});
+  add({"FiftyThousandErrorsAndWarnings", "bound",
+       R"(hello; begin; step 0; seq 50000 | awk '{printf "{\"type\":\"error\",\"t\":0,\"kind\":\"exception\",)"
+       R"(\"run\":0,\"step\":1,\"message\":\"boom %d\"}\n{\"type\":\"warning\",\"t\":0,\"message\":)"
+       R"(\"careful %d\"}\n", $1, $1}' >&3; e '{"type":"done","t":0,"status":"error"}'; exit 1)",
+       "", "", 1, "boom 1"});
   add({"TenThousandBadLines", "bound", "hello; begin; yes 'not json' | head -n 10000 >&3; steps 4; finish 4", "", "",
        1, "undecodable line"});
   add({"AMegabyteErrorMessage", "bound",
@@ -237,12 +253,15 @@ std::vector<TrustCase> cases() {
   return c;
 }
 
+// The disk `dir` takes: each file once, however many names it has.
 int64_t folder_bytes(const fs::path& dir) {
   int64_t bytes = 0;
+  std::set<std::pair<dev_t, ino_t>> seen;
   std::error_code ec;
   for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    std::error_code ec2;
-    if (e.is_regular_file(ec2)) bytes += static_cast<int64_t>(e.file_size(ec2));
+    struct stat st {};
+    if (lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (seen.emplace(st.st_dev, st.st_ino).second) bytes += static_cast<int64_t>(st.st_size);
   }
   return bytes;
 }

@@ -9,7 +9,7 @@
 #include "harness/diagnose/hypotheses.h"
 #include "harness/kb/knowledge_base.h"
 
-namespace dbh::harness {
+namespace dbh::harness::diagnose {
 namespace {
 
 RungEvidence works(RungId id, const std::string& name) {
@@ -180,4 +180,4 @@ TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
 }
 
 }  // namespace
-}  // namespace dbh::harness
+}  // namespace dbh::harness::diagnose

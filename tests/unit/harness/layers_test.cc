@@ -7,7 +7,9 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace dbh {
 namespace {
@@ -77,6 +79,85 @@ TEST(LayersTest, NoPartIncludesAHigherOne) {
   }
   EXPECT_GT(files, 100);
   EXPECT_GT(includes, 300);
+}
+
+// Every .h, .cc and .cu file under `top` (relative to the source root).
+std::vector<fs::path> source_files(const fs::path& top) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(DBH_SOURCE_DIR) / top)) {
+    const auto ext = e.path().extension();
+    if (e.is_regular_file() && (ext == ".h" || ext == ".cc" || ext == ".cu")) out.push_back(e.path());
+  }
+  return out;
+}
+
+// The parts that own a namespace of their own (dbh::harness::<part>): every
+// file of the part declares its code there. A part joins this list when it
+// moves into its namespace.
+TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
+  const std::map<std::string, std::string> own = {
+      {"harness/diagnose", "dbh::harness::diagnose"},
+      {"harness/numerics", "dbh::harness::numerics"},
+      {"harness/gpu", "dbh::harness::gpu"},
+  };
+  const std::regex opens(R"re(^namespace (dbh[a-z_:]*) \{)re");
+  for (const auto& [part, ns] : own) {
+    int64_t files = 0;
+    for (const auto& path : source_files(part)) {
+      ++files;
+      std::ifstream in(path);
+      std::string line;
+      int n = 0;
+      while (std::getline(in, line)) {
+        ++n;
+        std::smatch m;
+        if (!std::regex_search(line, m, opens)) continue;
+        EXPECT_EQ(m[1].str().rfind(ns, 0), 0u)
+            << fs::relative(path, DBH_SOURCE_DIR).string() << ":" << n << ": opens namespace " << m[1]
+            << ", but the part's code lives in " << ns;
+      }
+    }
+    EXPECT_GT(files, 0) << part;
+  }
+}
+
+// One declaration per concept: no two headers define a type of the same
+// name in the same namespace (two `dbh::harness::Judgement`s broke the
+// one-definition rule: a build could run one's destructor on the other).
+TEST(LayersTest, NoTypeIsDefinedTwiceInOneNamespace) {
+  const std::regex opens(R"re(^namespace( ([A-Za-z_:]+))? \{)re");
+  const std::regex closes(R"re(^\}  // namespace)re");
+  const std::regex defines(R"re(^(struct|class|enum class) ([A-Za-z_][A-Za-z0-9_]*)( final)?( *:[^;]*)? *\{)re");
+  std::map<std::string, std::string> where;  // qualified name → file:line
+  int64_t types = 0;
+  for (const char* top : {"harness", "model"}) {
+    for (const auto& path : source_files(top)) {
+      if (path.extension() != ".h") continue;
+      const std::string rel = fs::relative(path, DBH_SOURCE_DIR).string();
+      std::ifstream in(path);
+      std::vector<std::string> stack;
+      std::string line;
+      int n = 0;
+      while (std::getline(in, line)) {
+        ++n;
+        std::smatch m;
+        if (std::regex_search(line, m, opens)) {
+          stack.push_back(m[2].matched ? m[2].str() : "(anonymous in " + rel + ")");
+        } else if (std::regex_search(line, closes) && !stack.empty()) {
+          stack.pop_back();
+        } else if (std::regex_search(line, m, defines)) {
+          std::string name;
+          for (const auto& ns : stack) name += ns + "::";
+          name += m[2].str();
+          ++types;
+          const auto [it, fresh] = where.emplace(name, rel + ":" + std::to_string(n));
+          EXPECT_TRUE(fresh) << rel << ":" << n << ": defines " << name << ", which " << it->second
+                             << " defines too: one name per meaning (a namespace of the part, or another name)";
+        }
+      }
+    }
+  }
+  EXPECT_GT(types, 100);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
+#include "tests/support/recorded_trial.h"
 
 namespace dbh::harness {
 namespace {
@@ -102,18 +103,18 @@ class Stream {
     return add(proto::Done{status, {{"peak_rss_bytes", 400 * kMiB}}});
   }
   Stream& exit(int code) {
-    r_.exit_code = code;
+    r_.result.exit_code = code;
     return *this;
   }
   Stream& signal(int sig) {
-    r_.term_signal = sig;
-    r_.exit_code = -1;
+    r_.result.term_signal = sig;
+    r_.result.exit_code = -1;
     return *this;
   }
-  TrialResult& result() { return r_; }
+  testing::RecordedTrial& result() { return r_; }
 
  private:
-  TrialResult r_;
+  testing::RecordedTrial r_;
 };
 
 Scenario WithFaults(std::vector<std::string> names) {
@@ -136,7 +137,7 @@ const KnowledgeBase& Kb() {
 // for]): train.max_steps the steps of its run 0, repeat.in_process its runs.
 // The tests of other judgements build short streams; the schedule's own
 // tests below classify with the scenario as given.
-Scenario WithStreamSchedule(Scenario s, const TrialResult& r) {
+Scenario WithStreamSchedule(Scenario s, const testing::RecordedTrial& r) {
   std::map<int64_t, int64_t> steps;
   for (const auto& e : r.events) {
     if (e.type == event::kStepEnd) ++steps[e.get<int64_t>("run", 0)];
@@ -148,13 +149,13 @@ Scenario WithStreamSchedule(Scenario s, const TrialResult& r) {
   return s;
 }
 
-TrialAnalysis Classify(const TrialResult& r, const Scenario& s = Scenario(),
+TrialAnalysis Classify(const testing::RecordedTrial& r, const Scenario& s = Scenario(),
                        const ClassifyOptions& o = {}) {
   return classify(r, WithStreamSchedule(s, r), Kb(), o);
 }
 
 // Every event of `r` except the `fault_fired` ones.
-TrialResult WithoutFaultRecords(TrialResult r) {
+testing::RecordedTrial WithoutFaultRecords(testing::RecordedTrial r) {
   std::vector<Event> kept;
   for (auto& e : r.events) {
     if (e.type != event::kFaultFired) kept.push_back(std::move(e));
@@ -165,7 +166,7 @@ TrialResult WithoutFaultRecords(TrialResult r) {
 
 // Classifies `r` as given, without its fault_fired events, and with the
 // withhold option; all three must attribute the failure identically.
-void ExpectAttributionIgnoresFaultRecords(const TrialResult& r, const Scenario& s) {
+void ExpectAttributionIgnoresFaultRecords(const testing::RecordedTrial& r, const Scenario& s) {
   const TrialAnalysis with = Classify(r, s);
   for (const TrialAnalysis& without :
        {Classify(WithoutFaultRecords(r), s), Classify(r, s, ClassifyOptions{true, 32 * kMiB})}) {
@@ -465,8 +466,8 @@ TEST(Classify, APassUnderABudgetThatWasNotAppliedIsNoAnswer) {
 TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
   Stream st;
   st.run_begin().step(0).begin(1).fault("hang", 0, 1).signal(SIGTERM);
-  st.result().hung = true;
-  st.result().killed_by_supervisor = true;
+  st.result().result.hung = true;
+  st.result().result.killed_by_supervisor = true;
   Scenario s = WithFaults({"hang"});
   s.limits.silence_s = 2;
   const auto a = Classify(st.result(), s);
@@ -479,7 +480,7 @@ TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
 TEST(Classify, DeadlineKillIsTimedOut) {
   Stream st;
   st.run_begin().begin(0).signal(SIGKILL);
-  st.result().timed_out = true;
+  st.result().result.timed_out = true;
   Scenario s;
   s.limits.deadline_s = 3;
   s.hardware.memory_budget = kMiB;  // a deadline kill is not an OOM kill
@@ -491,11 +492,11 @@ TEST(Classify, DeadlineKillIsTimedOut) {
 }
 
 TEST(Classify, SpawnErrorIsUnresolved) {
-  TrialResult r;
-  r.spawn_error = "cannot start /nope: No such file or directory";
+  testing::RecordedTrial r;
+  r.result.spawn_error = "cannot start /nope: No such file or directory";
   const auto a = Classify(r);
   EXPECT_EQ(a.outcome, Outcome::kUnresolved);
-  EXPECT_EQ(a.failure.message, r.spawn_error);
+  EXPECT_EQ(a.failure.message, r.result.spawn_error);
 }
 
 struct HealthCase {
@@ -665,7 +666,7 @@ TEST(Classify, ExitWithoutDoneIsAPrematureExit) {
 TEST(Classify, AnInternalErrorOfDbhsOwnWorkerIsUnresolvedNeverAFailureOfTheTraining) {
   Stream st;
   st.run_begin().begin(0).exit(kInternalErrorExit);
-  st.result().stderr_tail = "dbh: internal error: Invalid device argument \n";
+  st.result().result.stderr_tail = "dbh: internal error: Invalid device argument \n";
   const auto a = Classify(st.result());
   EXPECT_EQ(a.outcome, Outcome::kUnresolved);
   EXPECT_EQ(a.failure.klass, "");
@@ -691,7 +692,7 @@ TEST(Classify, ExitZeroWithoutDoneIsUnresolved) {
 TEST(Classify, UndecodableLinesMakeAnOtherwiseCleanRunUnresolved) {
   Stream st;
   st.run_begin().step(0).run_end().done().exit(0);
-  st.result().bad_lines = {"events.jsonl:3: expected one JSON object per line, got invalid JSON"};
+  st.result().result.bad_lines = {"events.jsonl:3: expected one JSON object per line, got invalid JSON"};
   const auto a = Classify(st.result());
   EXPECT_EQ(a.outcome, Outcome::kUnresolved);
   EXPECT_NE(a.failure.message.find("events.jsonl:3"), std::string::npos);
@@ -823,7 +824,7 @@ TEST(Classify, AttributionWithoutFaultRecordsIsIdentical) {
     SCOPED_TRACE("hung");
     Stream st;
     st.run_begin().begin(0).fault("hang", 0, 0).signal(SIGTERM);
-    st.result().hung = true;
+    st.result().result.hung = true;
     ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"hang"}));
   }
   {

@@ -23,6 +23,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
+#include "tests/support/recorded_trial.h"
 
 namespace dbh::harness {
 namespace {
@@ -71,13 +72,13 @@ class Stream {
   Stream& finish(int64_t steps, int64_t run = 0) {
     add(proto::RunEnd{run, steps, "c", {}, {}});
     add(proto::Done{"passed", {}});
-    r_.exit_code = 0;
+    r_.result.exit_code = 0;
     return *this;
   }
-  TrialResult& result() { return r_; }
+  testing::RecordedTrial& result() { return r_; }
 
  private:
-  TrialResult r_;
+  testing::RecordedTrial r_;
 };
 
 const KnowledgeBase& Kb() {
@@ -145,7 +146,7 @@ TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
   error.module = "head.binarize";
   st.add(error);
   st.add(proto::Done{"failed", {}});
-  st.result().exit_code = 1;
+  st.result().result.exit_code = 1;
   const TrialAnalysis a = classify(st.result(), Steps(10, 0), Kb());
   EXPECT_EQ(a.outcome, Outcome::kFailed) << "a silent finding is a failure, not a divergence";
   EXPECT_EQ(a.failure.klass, "input_denormalised");
@@ -170,7 +171,7 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
     h.evidence = std::vector<std::string>{"e"};
     st.add(h);
     st.add(proto::Done{"failed", {}});
-    st.result().exit_code = 1;
+    st.result().result.exit_code = 1;
     const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
     EXPECT_EQ(a.outcome, Outcome::kFailed) << check;
     EXPECT_EQ(a.failure.klass, check);
@@ -196,7 +197,7 @@ TEST(SilentClassify, AFiniteFailureTakesPrecedence) {
   collapsed.message = "m";
   st.add(collapsed);
   st.add(proto::Done{"diverged", {}});
-  st.result().exit_code = 1;
+  st.result().result.exit_code = 1;
   const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
   EXPECT_EQ(a.outcome, Outcome::kDiverged);
   EXPECT_EQ(a.failure.klass, "nonfinite_activation");

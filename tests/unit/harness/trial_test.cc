@@ -16,6 +16,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/supervisor/trial.h"
 #include "harness/proto/event_writer.h"
@@ -25,6 +26,12 @@ namespace dbh::harness {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A trial's result with the events its listener saw, in order (the trial
+// itself keeps none: Note [A trial's events are read as they arrive]).
+struct Ran : TrialResult {
+  std::vector<Event> events;
+};
 
 class TrialTest : public ::testing::Test {
  protected:
@@ -39,16 +46,21 @@ class TrialTest : public ::testing::Test {
   }
 
   // Runs `script` under /bin/sh as the worker (events go to fd 3).
-  TrialResult Run(const std::string& script, double deadline_s = 20, double silence_s = 20,
-                  double grace_s = 1) {
+  Ran Run(const std::string& script, double deadline_s = 20, double silence_s = 20, double grace_s = 1) {
     TrialSpec spec;
     spec.argv = {"/bin/sh", "-c", script};
     spec.run_dir = (dir_ / "run").string();
     spec.deadline_s = deadline_s;
     spec.silence_s = silence_s;
     spec.grace_s = grace_s;
-    spec.on_event = [this](const Event& e) { seen_.push_back(e.type); };
-    return run_trial(spec);
+    std::vector<Event> events;
+    spec.on_event = [this, &events](const Event& e) {
+      seen_.push_back(e.type);
+      events.push_back(e);
+    };
+    Ran ran{run_trial(spec)};
+    ran.events = std::move(events);
+    return ran;
   }
 
   static bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <vector>
+
+#include "harness/kb/knowledge_base.h"
+#include "harness/proto/events.h"
+#include "harness/scenario/scenario.h"
+#include "harness/supervisor/event_digest.h"
+#include "harness/supervisor/outcome.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::testing {
+
+/// A trial as a unit test builds it: how its process ended and the events
+/// its worker sent, in order.
+struct RecordedTrial {
+  harness::TrialResult result;
+  std::vector<harness::Event> events;
+};
+
+/// harness::classify() of `t`, its events fed in order to an EventDigester
+/// as a running trial feeds them.
+inline harness::TrialAnalysis classify(const RecordedTrial& t, const harness::Scenario& s,
+                                       const harness::KnowledgeBase& kb, const harness::ClassifyOptions& o = {}) {
+  harness::EventDigester digester;
+  for (const auto& e : t.events) digester.feed(e);
+  return harness::classify(t.result, digester, s, kb, o);
+}
+
+}  // namespace dbh::testing
