@@ -32,13 +32,25 @@ def release_free_memory() -> None:
         pass  # not glibc: the figure is read as it is
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# /proc/self/statm opened once per process (pid, descriptor) and read again
+# with pread: a step's memory figure costs one system call, not an open.
+_STATM: list[int] = []
+
+
+def _statm() -> str:
+    pid = os.getpid()
+    if not _STATM or _STATM[0] != pid:
+        _STATM[:] = [pid, os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)]
+    return os.pread(_STATM[1], 256, 0).decode()
+
+
 def memory_figures() -> dict[str, int]:
     """The process's memory; on CUDA what the training holds, without the
     budget's ballast (held in the same caching allocator)."""
     rss = 0
     try:
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        rss = int(_statm().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -12,6 +12,7 @@ adds the tensor's statistics and the module that ran before it.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -113,6 +114,9 @@ class FiniteMonitor:
         self._grad_names: list[str] = []
         self._grad_norms: torch.Tensor | None = None
         self._grad_order: list[tuple[str, torch.Tensor]] = []
+        self._params: list[tuple[str, torch.nn.Parameter]] = []  # the model's, named, as attached
+        self._hooked = 0  # parameters whose gradient hook tells autograd's order
+        self._unhooked: list[tuple[str, torch.Tensor]] = []  # the others, in the model's order
         self._grad_norm: torch.Tensor | None = None  # the step's total gradient norm, on the device
         self._last_output: tuple[str, Any] | None = None  # (module name, output) of the last module that ran (localise)
         # Outputs already checked this step (cheap): a container returning its
@@ -150,9 +154,13 @@ class FiniteMonitor:
                 if name.count(".") + 1 > top + 2 or isinstance(module, _FINITE_PRESERVING):
                     continue
             module.register_forward_hook(self._forward_hook(name))
-        for pname, p in model.named_parameters():
+        self._params = list(model.named_parameters())
+        for pname, p in self._params:
             if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
                 p.register_post_accumulate_grad_hook(self._grad_hook(pname))  # type: ignore[no-untyped-call]  # torch
+                self._hooked += 1
+            else:
+                self._unhooked.append((pname, p))
 
     def begin_step(self, step: int) -> None:
         self.step = step
@@ -220,17 +228,21 @@ class FiniteMonitor:
         read with the other flags."""
         if not self.on:
             return
-        seen = {name for name, _ in self._grad_order}
-        order = list(self._grad_order) + [(n, p) for n, p in model.named_parameters() if n not in seen]
+        if self._params and len(self._grad_order) == self._hooked:  # every hook ran: autograd's order
+            order = self._grad_order + self._unhooked
+        else:
+            seen = {name for name, _ in self._grad_order}
+            order = self._grad_order + [(n, p) for n, p in self._params or model.named_parameters() if n not in seen]
         grads = [(n, p.grad) for n, p in order if p.grad is not None]
         if not grads:
             return
-        norms = list(torch._foreach_norm([g.detach() for _, g in grads]))
-        if any(n.dtype != torch.float32 for n in norms):
-            norms = [n.float() for n in norms]
-        self._grad_names = [n for n, _ in grads]
-        self._grad_norms = torch.stack(norms)
-        self._grad_norm = torch.linalg.vector_norm(self._grad_norms)
+        with torch.no_grad():
+            norms = list(torch._foreach_norm([g for _, g in grads]))
+            if any(n.dtype != torch.float32 for n in norms):
+                norms = [n.float() for n in norms]
+            self._grad_names = [n for n, _ in grads]
+            self._grad_norms = torch.stack(norms)
+            self._grad_norm = torch.linalg.vector_norm(self._grad_norms)
 
     def read(self) -> StepReading:
         """Reads the step's flags and gradient norm at once (one copy to the
@@ -242,13 +254,11 @@ class FiniteMonitor:
             parts += [self._grad_norms, self._grad_norm.reshape(1)]
         if not parts:
             return StepReading(None, None)
-        host = torch.cat(parts).cpu() if len(parts) > 1 else parts[0].cpu()
-        grad_norm = float(host[-1]) if self._grad_norms is not None else None
-        checked = host[:-1] if self._grad_norms is not None else host
-        bad = (~torch.isfinite(checked)).nonzero()
-        if bad.numel() == 0:
+        host: list[float] = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
+        grad_norm = host.pop() if self._grad_norms is not None else None
+        i = next((i for i, v in enumerate(host) if not math.isfinite(v)), None)
+        if i is None:
             return StepReading(None, grad_norm)
-        i = int(bad[0])
         if i < len(self._flags):
             kind, site, module, _ = self._flags[i]
             return StepReading(Finding(kind, site, module, self.step), grad_norm)

@@ -107,16 +107,16 @@ class PredictionWatch:
         if not self.on or output is None or step < self.collapse_after:
             return
         with torch.no_grad():
-            x = output.detach()
-            lo, hi = torch.aminmax(x)
-            parts = [lo.float(), hi.float()] + ([target.float().abs().sum()] if target is not None else [])
-            values = torch.stack(parts).tolist()
-        if target is not None and values[2] == 0:
-            return  # nothing to find in this batch: neither collapsed nor not
+            values = torch.stack(torch.aminmax(output.detach())).float().tolist()
         # Probabilities as they are, logits through the sigmoid (monotonic:
         # the extremes' sigmoids are the probabilities' extremes).
         logits = not (values[0] >= 0 and values[1] <= 1)
         p_min, p_max = (_sigmoid(values[0]), _sigmoid(values[1])) if logits else (values[0], values[1])
+        collapsed = p_max < self.margin or p_min > 1 - self.margin
+        if not collapsed and self._run == 0:
+            return  # nothing to count and nothing to reset, whatever the batch holds
+        if target is not None and float(target.float().abs().sum()) == 0:
+            return  # nothing to find in this batch: neither collapsed nor not
         low, high = p_max < self.margin, p_min > 1 - self.margin
         if not (low or high):
             self._run, self._since = 0, -1

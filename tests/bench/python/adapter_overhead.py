@@ -8,10 +8,12 @@ Each repetition trains a fresh model (same seed, same batches, held in memory
 so that data loading is not measured) once plain and once with the adapter,
 in an order drawn at random; a step is timed from Lightning's
 on_train_batch_start to on_train_batch_end (forward, backward, optimizer),
-the first two steps of every fit left out. The result is Google Benchmark's
+the first two steps of every fit left out. Every fit starts after a garbage
+collection and malloc_trim, as the adapter's run end makes them. The result is Google Benchmark's
 JSON (one median per configuration) for tests/bench/table.py.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -31,6 +33,7 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import dbh_adapter  # noqa: E402
+from dbh_adapter._memory import release_free_memory  # noqa: E402
 from data import DBNetDataModule  # noqa: E402
 from dbnet_lite import DBNetLite  # noqa: E402
 
@@ -70,6 +73,11 @@ def session(tmp, steps):
 
 
 def fit(cfg, data, steps, with_adapter, tmp):
+    # Every fit starts from the same heap: the adapter's run end collects
+    # garbage and gives free memory back to the system (Note [What a run
+    # leaves behind]), which would otherwise slow whichever fit follows it.
+    gc.collect()
+    release_free_memory()
     L.seed_everything(42, workers=False, verbose=False)
     module = DBNetLite(OmegaConf.to_container(cfg.model, resolve=True))
     timer = StepTimer()
