@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/parts.h"
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
@@ -26,7 +26,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
   // bisection created of it removed unless it ends with an answer (or an
   // interruption, whose interrupted.json stays).
   std::optional<OutputDir> claim;
-  return run_search(claim, [&]() -> int {
+  return probe::run_search(claim, [&]() -> int {
     if (o.replay_from_start && o.kind != "steps" && o.kind != "modules") {
       throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
     }
@@ -79,9 +79,9 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
     BisectOptions opts = o;
     opts.cache_dir = cache;
-    std::unique_ptr<Prober> prober;
+    std::unique_ptr<probe::Prober> prober;
     if (o.kind != "config") {
-      prober = std::make_unique<Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+      prober = std::make_unique<probe::Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
       prober->set_keep_checkpoints(o.keep_checkpoints);
       // A range or configuration can fail by learning too little as well as
       // by crashing (Note [Metric expectations in bisection]).

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/common/text.h"
@@ -50,7 +50,7 @@ void flatten(const ojson& j, const std::string& prefix, std::map<std::string, st
 
 // A reproduction made of single probes (config and range do not measure a
 // reproduction rate): deterministic unless a fresh re-check says otherwise.
-Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failures, model::DecoderKind decoder) {
+Reproduction single_run(const probe::ProbeResult& failing, int64_t runs, int64_t failures, model::DecoderKind decoder) {
   Reproduction r;
   r.baseline = failing;
   r.source = failing;
@@ -63,7 +63,7 @@ Reproduction single_run(const ProbeResult& failing, int64_t runs, int64_t failur
 
 }  // namespace
 
-Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, const fs::path& out_dir) {
+Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const fs::path& out_dir) {
   Outputs out;
   out.kind = "config";
   auto is_file = [](const std::vector<std::string>& v) { return v.size() == 1 && fs::is_regular_file(v[0]); };
@@ -97,14 +97,14 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
     const auto it = g.find(k);
     if (it == g.end() || it->second != v) diffs.push_back(k + "=" + v);
   }
-  prober = std::make_unique<Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
+  prober = std::make_unique<probe::Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
                                     o.cache_dir, o.quiet, o.checks);
   prober->set_keep_checkpoints(o.keep_checkpoints);
   prober->set_judge_metrics(true);
   const auto good_probe = prober->probe({}, "good configuration");
   const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
-  out.rep = single_run(bad_probe, 1, bad_probe.verdict == Verdict::kFail ? 1 : 0, bad.model.decoder);
-  if (good_probe.verdict != Verdict::kPass || bad_probe.verdict != Verdict::kFail || diffs.empty()) {
+  out.rep = single_run(bad_probe, 1, bad_probe.verdict == probe::Verdict::kFail ? 1 : 0, bad.model.decoder);
+  if (good_probe.verdict != probe::Verdict::kPass || bad_probe.verdict != probe::Verdict::kFail || diffs.empty()) {
     out.summary = "expected the good configuration to pass and the bad one to fail, got " +
                   to_string(good_probe.analysis.outcome) + " and " + to_string(bad_probe.analysis.outcome) +
                   (diffs.empty() ? " (no differing keys)" : "");
@@ -127,7 +127,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
       // data.path): a subset without its partner is no configuration, so it
       // is undecidable, as git bisect's "skip", never the end of the search.
       if (invalid_subsets.size() < 8) invalid_subsets.push_back(what_of(subset) + ": " + one_line(e.what()));
-      return Verdict::kUnknown;
+      return probe::Verdict::kUnknown;
     }
   });
   for (const auto& s : invalid_subsets) {
@@ -145,9 +145,9 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
   }
   // Confirm with fresh probes: the minimal difference fails, the good
   // configuration passes.
-  const bool minimal_fails = search.verdict(minimal, "re-check: " + what_of(minimal), /*fresh=*/true) == Verdict::kFail;
+  const bool minimal_fails = search.verdict(minimal, "re-check: " + what_of(minimal), /*fresh=*/true) == probe::Verdict::kFail;
   if (!minimal_fails) out.doubts.push_back("re-check: the minimal difference did not fail the same way");
-  const bool good_passes = search.verdict({}, "re-check: good configuration", /*fresh=*/true) == Verdict::kPass;
+  const bool good_passes = search.verdict({}, "re-check: good configuration", /*fresh=*/true) == probe::Verdict::kPass;
   if (!good_passes) out.doubts.push_back("re-check: the good configuration did not pass");
   out.confirmed = minimal_fails && good_passes;
   for (const auto& c : search.contradictions()) out.doubts.push_back(c);
@@ -175,7 +175,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, c
   return out;
 }
 
-Outputs bisect_range(Prober& prober, const BisectOptions& o) {
+Outputs bisect_range(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "range";
   auto as_int = [](const std::string& s, int64_t* v) {
@@ -213,10 +213,10 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   const auto lo_probe = prober.probe(at(o.lo), o.key + "=" + o.lo);
   const auto hi_probe = prober.probe(at(o.hi), o.key + "=" + o.hi);
   const model::DecoderKind decoder = prober.load({}).model.decoder;
-  out.rep = single_run(lo_probe.verdict == Verdict::kFail ? lo_probe : hi_probe, 2,
-                       (lo_probe.verdict == Verdict::kFail) + (hi_probe.verdict == Verdict::kFail), decoder);
-  if (lo_probe.verdict == hi_probe.verdict || lo_probe.verdict == Verdict::kUnknown ||
-      hi_probe.verdict == Verdict::kUnknown) {
+  out.rep = single_run(lo_probe.verdict == probe::Verdict::kFail ? lo_probe : hi_probe, 2,
+                       (lo_probe.verdict == probe::Verdict::kFail) + (hi_probe.verdict == probe::Verdict::kFail), decoder);
+  if (lo_probe.verdict == hi_probe.verdict || lo_probe.verdict == probe::Verdict::kUnknown ||
+      hi_probe.verdict == probe::Verdict::kUnknown) {
     out.summary = "both ends " + to_string(lo_probe.analysis.outcome) + "/" + to_string(hi_probe.analysis.outcome) +
                   ": no pass/fail boundary in [" + o.lo + ", " + o.hi + "]";
     out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), at(o.hi)));
@@ -227,7 +227,7 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   out.rep.rate = 1.0;
   out.rep.runs = 1;
   Search search(prober, out.rep, out.rep.sig);
-  const bool fail_high = hi_probe.verdict == Verdict::kFail;
+  const bool fail_high = hi_probe.verdict == probe::Verdict::kFail;
   std::string pass_value, fail_value;
   if (integral) {
     // Map so that failing values are the high end.
@@ -243,14 +243,14 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
     double pass = fail_high ? dlo : dhi, bad = fail_high ? dhi : dlo;
     for (int i = 0; i < 12 && std::fabs(bad - pass) > 1e-3 * std::max(std::fabs(bad), std::fabs(pass)); ++i) {
       const double mid = 0.5 * (pass + bad);
-      const Verdict v = search.verdict(at(fmt(mid)), o.key + "=" + fmt(mid), /*fresh=*/false);
-      if (v != Verdict::kPass && v != Verdict::kFail) {
+      const probe::Verdict v = search.verdict(at(fmt(mid)), o.key + "=" + fmt(mid), /*fresh=*/false);
+      if (v != probe::Verdict::kPass && v != probe::Verdict::kFail) {
         out.doubts.push_back(o.key + "=" + fmt(mid) + " could not be decided (" + to_string(v) +
                              "): the boundary lies in [" + fmt(std::min(pass, bad)) + ", " + fmt(std::max(pass, bad)) +
                              "]");
         break;
       }
-      (v == Verdict::kFail ? bad : pass) = mid;
+      (v == probe::Verdict::kFail ? bad : pass) = mid;
     }
     pass_value = fmt(pass);
     fail_value = fmt(bad);
@@ -258,10 +258,10 @@ Outputs bisect_range(Prober& prober, const BisectOptions& o) {
   out.found = true;
   // Confirm both sides of the boundary with fresh probes.
   const bool pass_ok =
-      search.verdict(at(pass_value), "re-check: " + o.key + "=" + pass_value, /*fresh=*/true) == Verdict::kPass;
+      search.verdict(at(pass_value), "re-check: " + o.key + "=" + pass_value, /*fresh=*/true) == probe::Verdict::kPass;
   if (!pass_ok) out.doubts.push_back("re-check: " + o.key + "=" + pass_value + " did not pass when run again");
   const bool fail_ok =
-      search.verdict(at(fail_value), "re-check: " + o.key + "=" + fail_value, /*fresh=*/true) == Verdict::kFail;
+      search.verdict(at(fail_value), "re-check: " + o.key + "=" + fail_value, /*fresh=*/true) == probe::Verdict::kFail;
   if (!fail_ok) {
     out.doubts.push_back("re-check: " + o.key + "=" + fail_value + " did not fail the same way when run again");
   }

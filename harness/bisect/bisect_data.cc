@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -91,7 +91,7 @@ constexpr size_t kUnreachedSearched = 256;
 // [Samples as the loader reads them]), the reproduced failure and the search
 // over subsets of its samples.
 struct DataSearch {
-  Prober& prober;
+  probe::Prober& prober;
   const BisectOptions& o;
   const Scenario& s;
   const model::ScanResult* scan;    // dbh's order of the dataset folder; null for an external worker
@@ -179,11 +179,11 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   for (size_t round = 0; !others.empty() && round < kMaxDefects; ++round) {
     const std::string without =
         write_dataset_copy(*d.scan, others, copies.dir / ("without-named-" + std::to_string(round)));
-    ProbeResult last;
-    const Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
+    probe::ProbeResult last;
+    const probe::Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
                                       "re-check: data without the named sample(s)", /*fresh=*/true, &last);
-    without_passes = v == Verdict::kPass;
-    if (v != Verdict::kFail) break;
+    without_passes = v == probe::Verdict::kPass;
+    if (v != probe::Verdict::kFail) break;
     size_t added = 0;
     for (const auto& f : files_named(last.analysis.failure.message)) {
       if (!others.count(f)) continue;
@@ -202,7 +202,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   }
   const std::string alone = write_dataset_copy(*d.scan, named_files, copies.dir / "named-only");
   const bool alone_fails = d.search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
-                                            "re-check: the named sample(s) alone", /*fresh=*/true) == Verdict::kFail;
+                                            "re-check: the named sample(s) alone", /*fresh=*/true) == probe::Verdict::kFail;
   if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
   out.confirmed = without_passes && alone_fails;
   for (const auto& c : d.search.contradictions()) out.doubts.push_back(c);
@@ -286,9 +286,9 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
     } else {
       const std::string what = "re-check: the data without " + std::string(found.defects.size() == 1 ? "it" : "them") +
                                (pool.size() == consumed.size() ? "" : " (samples the run never reached)");
-      const Verdict v = further.verdict(overrides(rest), what, /*fresh=*/true);
-      found.rest_passes = v == Verdict::kPass;
-      if (v == Verdict::kFail && found.defects.size() < kMaxDefects) {
+      const probe::Verdict v = further.verdict(overrides(rest), what, /*fresh=*/true);
+      found.rest_passes = v == probe::Verdict::kPass;
+      if (v == probe::Verdict::kFail && found.defects.size() < kMaxDefects) {
         if (!d.o.quiet) {
           std::cout << "the data without " << found_set.size() << " sample(s) still fails: searching " << rest.size()
                     << " samples for another" << std::endl;
@@ -301,7 +301,7 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
         if (again.reproduced && !again.minimal.empty()) {
           std::vector<int64_t> next;
           for (size_t k : again.minimal) next.push_back(rest[k]);
-          if (further.verdict(overrides(next), subset_label("re-check: ", next), /*fresh=*/true) != Verdict::kFail) {
+          if (further.verdict(overrides(next), subset_label("re-check: ", next), /*fresh=*/true) != probe::Verdict::kFail) {
             out.doubts.push_back("re-check: the subset " + list_yaml(next) + " did not fail again when run fresh");
           }
           found.defects.push_back(next);
@@ -310,12 +310,12 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
         }
         found.left_over = "the data without the " + std::to_string(found_set.size()) +
                           " sample(s) found still fails, but no subset of it fails alone";
-      } else if (v == Verdict::kFail) {
+      } else if (v == probe::Verdict::kFail) {
         found.left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found still fails (" +
                           std::to_string(kMaxDefects) + " subsets found; the search stops there)";
-      } else if (v != Verdict::kPass) {
+      } else if (v != probe::Verdict::kPass) {
         found.left_over = "the data without the " + std::to_string(found_set.size()) + " sample(s) found " +
-                          (v == Verdict::kDifferent ? "failed differently" : "could not be judged");
+                          (v == probe::Verdict::kDifferent ? "failed differently" : "could not be judged");
       }
     }
     // The consumed samples are clean: for a data defect, the samples the
@@ -399,7 +399,7 @@ SamplePool pool_from_worker(const TrialAnalysis& a) {
 
 }  // namespace
 
-Outputs bisect_data(Prober& prober, const BisectOptions& o) {
+Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "data";
   const Scenario s = prober.load({});
@@ -423,8 +423,8 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   // again for them.
   if (external && out.rep.baseline.cached && out.rep.baseline.analysis.samples_read.empty() &&
       !out.rep.baseline.analysis.dataset_size) {
-    ProbeResult again = prober.probe_fresh({}, "the failing run again: the samples its loader reads");
-    if (again.verdict == Verdict::kFail) out.rep.baseline = std::move(again);
+    probe::ProbeResult again = prober.probe_fresh({}, "the failing run again: the samples its loader reads");
+    if (again.verdict == probe::Verdict::kFail) out.rep.baseline = std::move(again);
   }
   const auto& fail = out.rep.baseline.analysis;
   std::optional<model::ScanResult> scan;
@@ -454,7 +454,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   if (pool.raised) {
     // The sample whose read raised, alone: one probe names it and confirms it.
     const std::vector<int64_t> alone{*pool.raised};
-    if (search.verdict(overrides(alone), "the sample whose read raised, alone", /*fresh=*/true) == Verdict::kFail) {
+    if (search.verdict(overrides(alone), "the sample whose read raised, alone", /*fresh=*/true) == probe::Verdict::kFail) {
       minimal = alone;
       reproduced = minimal_fails = true;
       method = "the read that raised";
@@ -491,7 +491,7 @@ Outputs bisect_data(Prober& prober, const BisectOptions& o) {
   // Confirm with fresh probes: the subset fails, the data without it passes.
   if (!minimal_fails) {
     minimal_fails =
-        search.verdict(overrides(minimal), subset_label("re-check: ", minimal), /*fresh=*/true) == Verdict::kFail;
+        search.verdict(overrides(minimal), subset_label("re-check: ", minimal), /*fresh=*/true) == probe::Verdict::kFail;
   }
   if (!minimal_fails) out.doubts.push_back("re-check: the minimal subset did not fail the same way when run again");
   const bool data_defect = fail.failure.klass == "data_invalid";

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/common/text.h"
@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Nearest checkpoint written by `probe` whose step count is <= limit.
-std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeResult& probe, int64_t limit) {
+std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const probe::ProbeResult& probe, int64_t limit) {
   std::error_code ec;
   if (probe.dir.empty() || !fs::exists(probe.dir, ec)) return std::nullopt;
   std::optional<std::pair<int64_t, std::string>> best;
@@ -44,7 +44,7 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const ProbeRes
 
 // A replay of the first `stop_after` steps, resuming from the nearest of the
 // reproduction's checkpoints when `resume`.
-std::vector<std::string> replay_overrides(const ProbeResult& source, int64_t stop_after, bool resume = true) {
+std::vector<std::string> replay_overrides(const probe::ProbeResult& source, int64_t stop_after, bool resume = true) {
   std::vector<std::string> o = {override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(stop_after)),
                                 override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
   if (resume) {
@@ -57,7 +57,7 @@ std::vector<std::string> replay_overrides(const ProbeResult& source, int64_t sto
 
 }  // namespace
 
-Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
+Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = "steps";
   const Scenario s = prober.load({});
@@ -98,9 +98,9 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   }
   const auto hint = fail.step;
   Search search(prober, out.rep, out.rep.sig);
-  std::map<int64_t, Verdict> seen;  // prefix length → verdict
+  std::map<int64_t, probe::Verdict> seen;  // prefix length → verdict
   auto fails = [&](int64_t m) {
-    const Verdict v = search.verdict(replay_overrides(out.rep.source, m, resume),
+    const probe::Verdict v = search.verdict(replay_overrides(out.rep.source, m, resume),
                                      "first " + std::to_string(m) + " step(s)", /*fresh=*/false);
     seen[m] = v;
     return v;
@@ -121,14 +121,14 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   if (step >= 1) {
     before_passes = search.verdict(replay_overrides(out.rep.source, step, resume),
                                    "re-check: first " + std::to_string(step) + " step(s)", /*fresh=*/true) ==
-                    Verdict::kPass;
+                    probe::Verdict::kPass;
     if (!before_passes) {
       out.doubts.push_back("re-check: the first " + std::to_string(step) + " step(s) did not pass when run again");
     }
   }
   const bool answer_fails = search.verdict(replay_overrides(out.rep.source, step + 1, resume),
                                            "re-check: first " + std::to_string(step + 1) + " step(s)",
-                                           /*fresh=*/true) == Verdict::kFail;
+                                           /*fresh=*/true) == probe::Verdict::kFail;
   if (!answer_fails) {
     out.doubts.push_back("re-check: the first " + std::to_string(step + 1) +
                          " step(s) did not fail the same way when run again");
@@ -140,9 +140,9 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
                          std::to_string(step));
   }
   for (const auto& [m, v] : seen) {
-    if (v != Verdict::kFail) continue;
+    if (v != probe::Verdict::kFail) continue;
     for (const auto& [m2, v2] : seen) {
-      if (m2 > m && v2 == Verdict::kPass) {
+      if (m2 > m && v2 == probe::Verdict::kPass) {
         out.doubts.push_back("the first " + std::to_string(m) + " step(s) failed but the first " +
                              std::to_string(m2) + " passed");
       }
@@ -172,7 +172,7 @@ Outputs bisect_steps(Prober& prober, const BisectOptions& o) {
   return out;
 }
 
-Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
+Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   Outputs steps = bisect_steps(prober, o);
   Outputs out;
   out.kind = "modules";
@@ -193,13 +193,13 @@ Outputs bisect_modules(Prober& prober, const BisectOptions& o) {
   Signature sig = steps.rep.sig;
   sig.modules.clear();
   Search search(prober, steps.rep, sig);
-  ProbeResult replay;
-  const Verdict v = search.verdict(extra, "localise replay of step " + std::to_string(step), /*fresh=*/false, &replay);
-  if (v != Verdict::kFail) {
+  probe::ProbeResult replay;
+  const probe::Verdict v = search.verdict(extra, "localise replay of step " + std::to_string(step), /*fresh=*/false, &replay);
+  if (v != probe::Verdict::kFail) {
     out.doubts.push_back("the localise replay of step " + std::to_string(step) + " did not fail the same way (" +
-                         to_string(v) + (v == Verdict::kDifferent ? ": " + difference(replay, sig) : "") + ")");
+                         to_string(v) + (v == probe::Verdict::kDifferent ? ": " + difference(replay, sig) : "") + ")");
   }
-  out.confirmed = steps.confirmed && v == Verdict::kFail;
+  out.confirmed = steps.confirmed && v == probe::Verdict::kFail;
   std::vector<std::string> repro_extra =
       replay_overrides(steps.rep.source, step + 1, !o.replay_from_start && prober.keep_checkpoints());
   repro_extra.push_back(override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));

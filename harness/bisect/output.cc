@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/files.h"
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
@@ -28,7 +28,7 @@ struct StepCost {
   int64_t from_start = 0;  // steps they would have executed from step 0
 };
 
-StepCost step_cost(const Prober& prober) {
+StepCost step_cost(const probe::Prober& prober) {
   StepCost c;
   for (const auto& p : prober.history()) {
     if (p.cached) continue;
@@ -39,7 +39,7 @@ StepCost step_cost(const Prober& prober) {
   return c;
 }
 
-ojson probes_json(const Prober& prober) {
+ojson probes_json(const probe::Prober& prober) {
   ojson a = ojson::array();
   for (const auto& p : prober.history()) {
     const auto resumed = resumed_from(p);
@@ -79,7 +79,7 @@ void conclude(Outputs& o, double base_confidence) {
   }
 }
 
-int finish(const Outputs& o, const Prober& prober, const fs::path& out, double seconds, int64_t removed_bytes) {
+int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, double seconds, int64_t removed_bytes) {
   const bool confident = o.confident();
   const std::string verdict = confident ? "confident" : "unsure";
   ojson j;

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/bisect_command.h"
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 
 namespace dbh::harness::bisection {
 
@@ -67,19 +67,19 @@ struct Signature {
 /// failure's cause for class `klass` (data_invalid), rather than where a
 /// symptom showed first.
 bool file_is_the_cause(const std::string& klass);
-Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step);
+Signature signature_of(const probe::ProbeResult& p, model::DecoderKind decoder, bool check_step);
 /// Why the failing probe `p` is not the failure `sig` ("" when it is).
-std::string difference(const ProbeResult& p, const Signature& sig);
+std::string difference(const probe::ProbeResult& p, const Signature& sig);
 /// `p`'s verdict against `sig`: a failure of another kind is kDifferent.
-Verdict judge(const ProbeResult& p, const Signature& sig);
+probe::Verdict judge(const probe::ProbeResult& p, const Signature& sig);
 
 // ---------------------------------------------------------------------------
 // Reproduction: how reliably the failure reproduces, and how many repetitions
 // each probe needs so that a passing verdict is wrong with probability <= alpha.
 
 struct Reproduction {
-  ProbeResult baseline;  // the failing run most reproduction runs agree with
-  ProbeResult source;    // the first run (steps: its checkpoints are replayed)
+  probe::ProbeResult baseline;  // the failing run most reproduction runs agree with
+  probe::ProbeResult source;    // the first run (steps: its checkpoints are replayed)
   Signature sig;
   int64_t runs = 0;
   int64_t failures = 0;   // runs that failed the same way as the baseline
@@ -98,7 +98,7 @@ struct ReproducePlan {
   bool check_step = false;
 };
 
-Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder);
+Reproduction reproduce(probe::Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder);
 /// Probability that no passing verdict hid a failure.
 double confidence(const Reproduction& r, int64_t pass_verdicts);
 
@@ -106,13 +106,13 @@ double confidence(const Reproduction& r, int64_t pass_verdicts);
 /// what they showed per configuration (for the mixed-evidence check).
 class Search {
  public:
-  Search(Prober& prober, const Reproduction& rep, Signature sig) : prober_(prober), rep_(rep), sig_(std::move(sig)) {}
+  Search(probe::Prober& prober, const Reproduction& rep, Signature sig) : prober_(prober), rep_(rep), sig_(std::move(sig)) {}
 
   /// The verdict for `extra`: one probe (cached unless `fresh`) for a
   /// deterministic failure; for a flaky one up to per_probe fresh
   /// repetitions, failing at the first that fails the same way.
-  Verdict verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
-                  ProbeResult* last = nullptr);
+  probe::Verdict verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
+                  probe::ProbeResult* last = nullptr);
   /// Configurations whose single runs both passed and failed the same way
   /// although the failure reproduced every time: evidence of flakiness the
   /// reproduction runs did not show.
@@ -126,7 +126,7 @@ class Search {
     std::string what;
     int64_t passes = 0, fails = 0;
   };
-  Prober& prober_;
+  probe::Prober& prober_;
   const Reproduction& rep_;
   Signature sig_;
   std::map<std::string, Seen> seen_;
@@ -139,11 +139,11 @@ class Search {
 std::optional<int64_t> checkpoint_step(const std::filesystem::path& file);
 /// The checkpoint step `p`'s trial resumed from; none when it started at
 /// step 0 or was answered from a cache (it ran nothing).
-std::optional<int64_t> resumed_from(const ProbeResult& p);
+std::optional<int64_t> resumed_from(const probe::ProbeResult& p);
 /// Optimizer steps `p`'s trial executed after it resumed (not the absolute
 /// step index): those that ended, and the one a failure cut short. 0 when
 /// cached.
-int64_t steps_run(const ProbeResult& p);
+int64_t steps_run(const probe::ProbeResult& p);
 
 // ---------------------------------------------------------------------------
 // The answer of one kind, and writing it.
@@ -170,17 +170,17 @@ struct Outputs {
 void conclude(Outputs& o, double base_confidence);
 /// Writes bisect.json, bisect.md and bisect.html under `out` and the summary
 /// on stdout; returns the exit code (0 for a confident answer, else 1).
-int finish(const Outputs& o, const Prober& prober, const std::filesystem::path& out, double seconds,
+int finish(const Outputs& o, const probe::Prober& prober, const std::filesystem::path& out, double seconds,
            int64_t removed_bytes);
 
 // ---------------------------------------------------------------------------
 // The kinds.
 
-Outputs bisect_steps(Prober& prober, const BisectOptions& o);
-Outputs bisect_modules(Prober& prober, const BisectOptions& o);
-Outputs bisect_data(Prober& prober, const BisectOptions& o);
+Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o);
+Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o);
+Outputs bisect_data(probe::Prober& prober, const BisectOptions& o);
 /// config builds its own prober (for the good configuration) into `prober`.
-Outputs bisect_config(const BisectOptions& o, std::unique_ptr<Prober>& prober, const std::filesystem::path& out_dir);
-Outputs bisect_range(Prober& prober, const BisectOptions& o);
+Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const std::filesystem::path& out_dir);
+Outputs bisect_range(probe::Prober& prober, const BisectOptions& o);
 
 }  // namespace dbh::harness::bisection

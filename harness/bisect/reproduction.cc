@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/proto/event_types.h"
@@ -136,13 +136,13 @@ std::string Signature::text() const {
 // divergence]).
 bool file_is_the_cause(const std::string& klass) { return klass == "data_invalid"; }
 
-Signature signature_of(const ProbeResult& p, model::DecoderKind decoder, bool check_step) {
+Signature signature_of(const probe::ProbeResult& p, model::DecoderKind decoder, bool check_step) {
   Signature s;
   const auto& f = p.analysis.failure;
   s.klass = f.klass;
   s.step = f.step;
   s.check_step = check_step;
-  s.before_training = failed_before_training(p.analysis);
+  s.before_training = probe::failed_before_training(p.analysis);
   if (file_is_the_cause(f.klass)) s.files = files_named(f.message);
   s.modules = modules_named(f.message, decoder);
   return s;
@@ -163,11 +163,11 @@ bool is_divergence(const std::string& klass) {
 }  // namespace
 
 // Why the failing probe `p` is not the failure `sig` ("" when it is).
-std::string difference(const ProbeResult& p, const Signature& sig) {
+std::string difference(const probe::ProbeResult& p, const Signature& sig) {
   const auto& f = p.analysis.failure;
   const bool one_divergence = !sig.check_step && is_divergence(sig.klass) && is_divergence(f.klass);
   if (f.klass != sig.klass && !one_divergence) return "class `" + f.klass + "` instead of `" + sig.klass + "`";
-  if (failed_before_training(p.analysis) != sig.before_training) {
+  if (probe::failed_before_training(p.analysis) != sig.before_training) {
     return sig.before_training ? "failed during training, not before" : "failed before training";
   }
   if (sig.check_step && sig.step && f.step != sig.step) {
@@ -184,18 +184,18 @@ std::string difference(const ProbeResult& p, const Signature& sig) {
   return "";
 }
 
-Verdict judge(const ProbeResult& p, const Signature& sig) {
-  if (p.verdict != Verdict::kFail) return p.verdict;
-  return difference(p, sig).empty() ? Verdict::kFail : Verdict::kDifferent;
+probe::Verdict judge(const probe::ProbeResult& p, const Signature& sig) {
+  if (p.verdict != probe::Verdict::kFail) return p.verdict;
+  return difference(p, sig).empty() ? probe::Verdict::kFail : probe::Verdict::kDifferent;
 }
 
 // ---------------------------------------------------------------------------
 // Reproduction: how reliably the failure reproduces, and how many repetitions
 // each probe needs so that a passing verdict is wrong with probability <= alpha.
 
-Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder) {
+Reproduction reproduce(probe::Prober& prober, const ReproducePlan& plan, const BisectOptions& o, model::DecoderKind decoder) {
   Reproduction r;
-  std::vector<ProbeResult> runs;
+  std::vector<probe::ProbeResult> runs;
   runs.push_back(plan.keep_checkpoints      ? prober.probe_keeping_checkpoints(plan.first, "reproduce the failure")
                  : plan.first_may_be_cached ? prober.probe(plan.first, "reproduce the failure")
                                             : prober.probe_fresh(plan.first, "reproduce the failure"));
@@ -209,10 +209,10 @@ Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOp
   // a busy machine.
   int64_t best = 0;
   for (const auto& candidate : runs) {
-    if (candidate.verdict != Verdict::kFail) continue;
+    if (candidate.verdict != probe::Verdict::kFail) continue;
     const Signature sig = signature_of(candidate, decoder, plan.check_step);
     int64_t same = 0;
-    for (const auto& p : runs) same += judge(p, sig) == Verdict::kFail ? 1 : 0;
+    for (const auto& p : runs) same += judge(p, sig) == probe::Verdict::kFail ? 1 : 0;
     if (same > best) {
       best = same;
       r.baseline = candidate;
@@ -221,9 +221,9 @@ Reproduction reproduce(Prober& prober, const ReproducePlan& plan, const BisectOp
   r.sig = signature_of(r.baseline, decoder, plan.check_step);
   r.runs = static_cast<int64_t>(runs.size());
   for (const auto& p : runs) {
-    const Verdict v = judge(p, r.sig);
-    if (v == Verdict::kFail) ++r.failures;
-    if (v == Verdict::kDifferent) {
+    const probe::Verdict v = judge(p, r.sig);
+    if (v == probe::Verdict::kFail) ++r.failures;
+    if (v == probe::Verdict::kDifferent) {
       ++r.different;
       r.notes.push_back("reproduction probe " + std::to_string(p.index) + " failed differently (" +
                         difference(p, r.sig) + ")");
@@ -242,33 +242,33 @@ double confidence(const Reproduction& r, int64_t pass_verdicts) {
   return std::pow(1.0 - miss, static_cast<double>(pass_verdicts));
 }
 
-Verdict Search::verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
-                       ProbeResult* last) {
+probe::Verdict Search::verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
+                       probe::ProbeResult* last) {
   const int64_t k = rep_.per_probe;
   bool unknown = false, different = false;
   for (int64_t i = 0; i < k; ++i) {
     const std::string label = what + (k > 1 ? " [" + std::to_string(i + 1) + "/" + std::to_string(k) + "]" : "");
-    const ProbeResult p = (fresh || k > 1) ? prober_.probe_fresh(extra, label) : prober_.probe(extra, label);
+    const probe::ProbeResult p = (fresh || k > 1) ? prober_.probe_fresh(extra, label) : prober_.probe(extra, label);
     if (last) *last = p;
-    const Verdict v = judge(p, sig_);
+    const probe::Verdict v = judge(p, sig_);
     auto& seen = seen_[join(extra, " ")];
     seen.what = what;
-    if (v == Verdict::kPass) ++seen.passes;
-    if (v == Verdict::kFail) ++seen.fails;
-    if (v == Verdict::kFail) return v;
-    if (v == Verdict::kDifferent) {
+    if (v == probe::Verdict::kPass) ++seen.passes;
+    if (v == probe::Verdict::kFail) ++seen.fails;
+    if (v == probe::Verdict::kFail) return v;
+    if (v == probe::Verdict::kDifferent) {
       different = true;
       if (notes_.size() < 8) {
         notes_.push_back("probe " + std::to_string(p.index) + " (" + what +
                          ") failed differently: " + difference(p, sig_));
       }
     }
-    unknown = unknown || v == Verdict::kUnknown;
+    unknown = unknown || v == probe::Verdict::kUnknown;
   }
-  if (different) return Verdict::kDifferent;
-  if (unknown) return Verdict::kUnknown;
+  if (different) return probe::Verdict::kDifferent;
+  if (unknown) return probe::Verdict::kUnknown;
   ++passes_;
-  return Verdict::kPass;
+  return probe::Verdict::kPass;
 }
 
 std::vector<std::string> Search::contradictions() const {
@@ -293,7 +293,7 @@ std::optional<int64_t> checkpoint_step(const fs::path& file) {
 
 // The checkpoint step `p`'s trial resumed from; none when it started at step
 // 0 or was answered from a cache (it ran nothing).
-std::optional<int64_t> resumed_from(const ProbeResult& p) {
+std::optional<int64_t> resumed_from(const probe::ProbeResult& p) {
   if (p.cached) return std::nullopt;
   std::optional<int64_t> step;
   for (const auto& o : p.overrides) {
@@ -305,7 +305,7 @@ std::optional<int64_t> resumed_from(const ProbeResult& p) {
 
 // Optimizer steps `p`'s trial executed after it resumed (not the absolute step
 // index): those that ended, and the one a failure cut short. 0 when cached.
-int64_t steps_run(const ProbeResult& p) {
+int64_t steps_run(const probe::ProbeResult& p) {
   if (p.cached) return 0;
   const auto& a = p.analysis;
   const bool cut_short = a.failure.step && (a.steps.empty() || *a.failure.step > a.steps.back().step);

@@ -5,18 +5,8 @@
 
 namespace dbh::harness {
 
-const char* to_string(Verdict v) {
-  switch (v) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kFail: return "fails";
-    case Verdict::kUnknown: return "unknown";
-    case Verdict::kDifferent: return "different failure";
-  }
-  return "unknown";
-}
-
 BoundaryResult find_first_failing(int64_t lo, int64_t hi,
-                                  const std::function<Verdict(int64_t)>& fails, bool check_ends) {
+                                  const std::function<probe::Verdict(int64_t)>& fails, bool check_ends) {
   BoundaryResult r;
   if (lo > hi) {
     r.note = "empty range";
@@ -27,11 +17,11 @@ BoundaryResult find_first_failing(int64_t lo, int64_t hi,
     return fails(x);
   };
   if (check_ends) {
-    if (probe(hi) != Verdict::kFail) {
+    if (probe(hi) != probe::Verdict::kFail) {
       r.note = "the upper end does not fail";
       return r;
     }
-    if (probe(lo) == Verdict::kFail) {
+    if (probe(lo) == probe::Verdict::kFail) {
       r.first_fail = lo;
       r.note = "the lower end already fails";
       return r;
@@ -42,19 +32,19 @@ BoundaryResult find_first_failing(int64_t lo, int64_t hi,
   int64_t bad = hi;
   while (bad - good > 1) {
     const int64_t mid = good + (bad - good) / 2;
-    const Verdict v = probe(mid);
-    if (v == Verdict::kFail) {
+    const probe::Verdict v = probe(mid);
+    if (v == probe::Verdict::kFail) {
       bad = mid;
-    } else if (v == Verdict::kPass) {
+    } else if (v == probe::Verdict::kPass) {
       good = mid;
     } else {
       // Undecidable: search the half below first, as git bisect skips a commit.
       int64_t alt = mid - 1;
-      Verdict va = Verdict::kUnknown;
-      while (alt > good && (va == Verdict::kUnknown || va == Verdict::kDifferent)) va = probe(alt--);
-      if (va == Verdict::kFail) {
+      probe::Verdict va = probe::Verdict::kUnknown;
+      while (alt > good && (va == probe::Verdict::kUnknown || va == probe::Verdict::kDifferent)) va = probe(alt--);
+      if (va == probe::Verdict::kFail) {
         bad = alt + 1;
-      } else if (va == Verdict::kPass) {
+      } else if (va == probe::Verdict::kPass) {
         good = alt + 1;
       } else {
         r.note = "probes between " + std::to_string(good) + " and " + std::to_string(bad) +
@@ -83,7 +73,7 @@ std::vector<std::vector<size_t>> split(const std::vector<size_t>& items, size_t 
 }
 }  // namespace
 
-DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t>&)>& test) {
+DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test) {
   DdminResult r;
   std::vector<size_t> current(n);
   for (size_t i = 0; i < n; ++i) current[i] = i;
@@ -91,7 +81,7 @@ DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t
     ++r.probes;
     return test(s);
   };
-  if (probe(current) != Verdict::kFail) {
+  if (probe(current) != probe::Verdict::kFail) {
     r.reproduced = false;
     r.minimal = current;
     return r;
@@ -103,7 +93,7 @@ DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t
     bool reduced = false;
     // Try each part alone.
     for (const auto& part : parts) {
-      if (!part.empty() && probe(part) == Verdict::kFail) {
+      if (!part.empty() && probe(part) == probe::Verdict::kFail) {
         current = part;
         granularity = 2;
         reduced = true;
@@ -117,7 +107,7 @@ DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t
         for (size_t j = 0; j < parts.size(); ++j) {
           if (j != i) complement.insert(complement.end(), parts[j].begin(), parts[j].end());
         }
-        if (probe(complement) == Verdict::kFail) {
+        if (probe(complement) == probe::Verdict::kFail) {
           current = complement;
           granularity = std::max<size_t>(granularity - 1, 2);
           reduced = true;
@@ -140,21 +130,21 @@ int64_t repetitions_for(double rate, double alpha) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::log(alpha) / std::log(1.0 - rate))));
 }
 
-Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* runs) {
+probe::Verdict repeat_probe(const std::function<probe::Verdict()>& probe, int64_t k, int64_t* runs) {
   bool unknown = false;
   bool different = false;
   int64_t i = 0;
   for (; i < k; ++i) {
-    const Verdict v = probe();
-    if (v == Verdict::kFail) {
+    const probe::Verdict v = probe();
+    if (v == probe::Verdict::kFail) {
       if (runs) *runs = i + 1;
-      return Verdict::kFail;
+      return probe::Verdict::kFail;
     }
-    unknown = unknown || v == Verdict::kUnknown;
-    different = different || v == Verdict::kDifferent;
+    unknown = unknown || v == probe::Verdict::kUnknown;
+    different = different || v == probe::Verdict::kDifferent;
   }
   if (runs) *runs = i;
-  return different ? Verdict::kDifferent : unknown ? Verdict::kUnknown : Verdict::kPass;
+  return different ? probe::Verdict::kDifferent : unknown ? probe::Verdict::kUnknown : probe::Verdict::kPass;
 }
 
 }  // namespace dbh::harness

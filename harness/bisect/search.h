@@ -6,16 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "harness/probe/verdict.h"
+
 namespace dbh::harness {
-
-/// The verdict of one probe. kUnknown: the probe could not decide (its trial
-/// was unresolved); kDifferent: it failed, but not with the failure being
-/// bisected (another class, step or file). Searches treat both like git
-/// bisect's "skip": neither counts as "fails".
-enum class Verdict { kPass, kFail, kUnknown, kDifferent };
-
-/// "pass", "fails", "unknown", "different failure".
-const char* to_string(Verdict v);
 
 /// Result of a boundary search over integers.
 struct BoundaryResult {
@@ -32,7 +25,7 @@ struct BoundaryResult {
 /// probes it only if `check_ends`). Uses at most ⌈log2(hi − lo + 1)⌉ probes
 /// after the ends.
 BoundaryResult find_first_failing(int64_t lo, int64_t hi,
-                                  const std::function<Verdict(int64_t)>& fails,
+                                  const std::function<probe::Verdict(int64_t)>& fails,
                                   bool check_ends = false);
 
 /// Delta debugging (Zeller's ddmin) over item indices 0..n-1. `test` returns
@@ -43,7 +36,7 @@ struct DdminResult {
   int64_t probes = 0;
   bool reproduced = true;  // false when the full set did not fail
 };
-DdminResult ddmin(size_t n, const std::function<Verdict(const std::vector<size_t>&)>& test);
+DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test);
 
 /// Repetitions a probe needs so that a failure reproducing with probability
 /// `rate` per trial is missed with probability at most `alpha`:
@@ -54,6 +47,6 @@ int64_t repetitions_for(double rate, double alpha);
 /// (a passing verdict needs k passes; a repetition that failed differently
 /// or could not decide makes it kDifferent or kUnknown instead). `runs`
 /// receives the repetitions used.
-Verdict repeat_probe(const std::function<Verdict()>& probe, int64_t k, int64_t* runs = nullptr);
+probe::Verdict repeat_probe(const std::function<probe::Verdict()>& probe, int64_t k, int64_t* runs = nullptr);
 
 }  // namespace dbh::harness

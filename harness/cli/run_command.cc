@@ -20,7 +20,7 @@
 #include <tuple>
 #include <utility>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
@@ -132,7 +132,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
   // an outcome (a scenario expecting a failure would pass on it).
   std::vector<std::string> texts = {t.stderr_tail, t.analysis.failure.message};
   texts.insert(texts.end(), t.analysis.failure.secondary.begin(), t.analysis.failure.secondary.end());
-  if (const std::string why = disk_full_evidence(texts); !why.empty()) throw ReportError(dir.string() + ": " + why);
+  if (const std::string why = probe::disk_full_evidence(texts); !why.empty()) throw ReportError(dir.string() + ": " + why);
   return t;
 }
 
@@ -291,7 +291,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // it can be printed, put in Markdown and a CI log, and pasted back into bash.
   r.repro_command = shell_command(repro);
   r.env = collect_environment();
-  r.inputs_manifest = input_manifest(s).hash();
+  r.inputs_manifest = probe::input_manifest(s).hash();
   for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_run_files(r, out, repro, stopped != 0);

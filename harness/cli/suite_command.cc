@@ -22,7 +22,7 @@
 #include <iostream>
 #include <utility>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
@@ -56,7 +56,7 @@ struct SuitePlan {
   std::vector<std::string> data_paths;             // each scenario's dataset folder, never written into
   std::vector<std::string> inputs;                 // every file and folder the scenarios read (input_paths)
   std::map<std::string, std::string> hash_of;      // file -> hash of its resolved scenario (overrides applied)
-  std::map<std::string, InputManifest> inputs_of;  // file -> what else decides its outcome, as now
+  std::map<std::string, probe::InputManifest> inputs_of;  // file -> what else decides its outcome, as now
   std::map<std::string, std::string> ids_of;       // file -> its id in the suite
   std::optional<Shard> shard;
   std::string suite_hash;  // every scenario's id and configuration, before sharding
@@ -130,7 +130,7 @@ SuitePlan plan_suite(const RunOptions& o) {
     for (const auto& d : dataset_folders(s)) p.data_paths.push_back(d);
     for (const auto& in : input_paths(s)) p.inputs.push_back(in);
     p.hash_of[f] = scenario_hash(s);
-    p.inputs_of[f] = input_manifest(s);
+    p.inputs_of[f] = probe::input_manifest(s);
   }
   if (o.shard_count > 0 && !o.shard.empty()) {
     throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "

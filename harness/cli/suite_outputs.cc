@@ -84,7 +84,7 @@ ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::
   return state;
 }
 
-std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const InputManifest& now) {
+std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const probe::InputManifest& now) {
   // Another configuration: its result answers a question nobody asks now.
   if (finished.contains("hash") && finished.value("hash", "") != hash) {
     return "its scenario or overrides changed since it finished";

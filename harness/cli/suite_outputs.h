@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/report/report.h"
 
 namespace dbh::harness {
@@ -38,7 +38,7 @@ ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::
 /// other inputs (Note [Input manifest]: a dataset or weights file, the
 /// training's code, the dbh build, an outcome variable; `now`), or inputs
 /// that cannot be compared.
-std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const InputManifest& now);
+std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const probe::InputManifest& now);
 
 /// The scenario files `inputs` name: files as given, folders' *.yaml and
 /// *.yml sorted. Throws ScenarioError for a path that does not exist or a

@@ -14,7 +14,7 @@
 #include "harness/diagnose/hypotheses.h"
 #include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/output_dir.h"
@@ -54,7 +54,7 @@ struct Rung {
   std::string group;      // ladder | variant
   std::vector<std::string> overrides;
   std::string applies;    // "" when it applies, else why not
-  ProbeResult probe;
+  probe::ProbeResult probe;
   bool ran = false;
 };
 
@@ -192,7 +192,7 @@ struct FollowUp {
 
 // `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
 FollowUp bisect_followup(const std::string& kind, const DiagnoseOptions& o, const Scenario& s, const fs::path& out,
-                         const std::string& cache, const std::vector<std::string>& scenario_words, Prober& prober) {
+                         const std::string& cache, const std::vector<std::string>& scenario_words, probe::Prober& prober) {
   FollowUp f;
   BisectOptions b;
   b.kind = kind;
@@ -425,7 +425,7 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
 // Note [Resolutions that are tried]: each resolution of the class that can
 // be expressed as overrides, probed; a cached result names the folder of the
 // run it reuses when that run belongs to this diagnosis.
-std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scenario& s, Prober& prober,
+std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scenario& s, probe::Prober& prober,
                                                const fs::path& out) {
   const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
     // Note [Keys that never reach the worker]: not applicable, never refuted
@@ -449,7 +449,7 @@ std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scen
 int diagnose_command(const DiagnoseOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
-  return run_search(claim, [&]() -> int {
+  return probe::run_search(claim, [&]() -> int {
     const Scenario s = load_scenario(o.scenario, o.overrides, o.checks);
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
@@ -459,7 +459,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
-    Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+    probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
     const bool real = s.data.source == DataSource::kReal;
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 

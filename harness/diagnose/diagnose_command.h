@@ -1,5 +1,5 @@
 #pragma once
-// `dbh diagnose`: the diagnosis ladder's rungs run as probes (bisect/probe.h),
+// `dbh diagnose`: the diagnosis ladder's rungs run as probes (probe/probe.h),
 // judged by diagnose/hypotheses.h, with the bisection called for its answer.
 
 #include <string>

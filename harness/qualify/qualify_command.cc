@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
 #include "harness/common/text.h"
@@ -60,12 +60,12 @@ std::vector<std::string> rerun_args(const QualifyOptions& o) {
 
 using Trial = QualifyTrial;
 
-Trial to_trial(const ProbeResult& p, int64_t batch, int64_t accumulation, const std::string& precision) {
+Trial to_trial(const probe::ProbeResult& p, int64_t batch, int64_t accumulation, const std::string& precision) {
   Trial t;
   t.batch = batch;
   t.accumulation = accumulation;
   t.precision = precision;
-  t.passed = p.verdict == Verdict::kPass;
+  t.passed = p.verdict == probe::Verdict::kPass;
   t.outcome = to_string(p.analysis.outcome);
   t.klass = p.analysis.failure.klass;
   t.peak = p.analysis.peak_memory_bytes;
@@ -219,8 +219,8 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& s
               << (ref.recorded_at.empty() ? "" : ", recorded " + one_line(ref.recorded_at)) << "): " << runs
               << " fresh run(s) here" << std::endl;
   }
-  Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
-  std::vector<ProbeResult> results;
+  probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+  std::vector<probe::ProbeResult> results;
   for (int64_t i = 0; i < runs; ++i) {
     results.push_back(prober.probe_fresh(extra, "numerics: run " + std::to_string(i + 1) + " of " +
                                                     std::to_string(runs) + " (" + std::to_string(steps) + " steps)"));
@@ -269,7 +269,7 @@ void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path
     base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
                                            std::to_string(std::max<int64_t>(0, measured.train.threads))));
   }
-  Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
+  probe::Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
   const bool cuda = q.cuda();
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " for "
@@ -286,7 +286,7 @@ void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path
   // address space rather than on resident memory) a binary search over the
   // batch is the fallback. The peak is the CUDA allocator's on a GPU (the
   // budget's ballast and context are outside it) and the process's on a CPU.
-  auto peak_of = [&](const ProbeResult& p) -> int64_t {
+  auto peak_of = [&](const probe::ProbeResult& p) -> int64_t {
     return cuda ? p.analysis.max_step_peak_bytes : p.analysis.peak_memory_bytes;
   };
   // Note [Source first]: the source setup runs first, fresh, under the full
@@ -300,7 +300,7 @@ void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path
   const std::string src_label = std::to_string(source.data.batch_size) + "x" +
                                 std::to_string(source.train.accumulation) + " " +
                                 model::to_string(source.train.precision);
-  const ProbeResult source_probe =
+  const probe::ProbeResult source_probe =
       prober.probe_fresh(trial_overrides(source, o.steps, source.data.batch_size, source.train.accumulation,
                                          model::to_string(source.train.precision), budget),
                          "source config " + src_label + " under the budget");
@@ -364,7 +364,7 @@ void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path
 int qualify_command(const QualifyOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
-  return run_search(claim, [&]() -> int {
+  return probe::run_search(claim, [&]() -> int {
     const Scenario source = load_scenario(o.scenario, o.overrides, o.checks);
     for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << one_line(note) << "\n";

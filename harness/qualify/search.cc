@@ -49,8 +49,8 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
     return seen[b];
   };
   auto fails = [&](int64_t b) {
-    if (const auto it = seen.find(b); it != seen.end()) return it->second.passed ? Verdict::kPass : Verdict::kFail;
-    return measure(b).passed ? Verdict::kPass : Verdict::kFail;
+    if (const auto it = seen.find(b); it != seen.end()) return it->second.passed ? probe::Verdict::kPass : probe::Verdict::kFail;
+    return measure(b).passed ? probe::Verdict::kPass : probe::Verdict::kFail;
   };
   // Note [The margin holds for the answer]: a confirmation runs under the
   // full budget, so that a batch the margined search predicted is known to
@@ -95,7 +95,7 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
              effective >= 2) {
     p_hi = {2, seen[2].peak};
   }
-  const bool small_fits = fails(1) == Verdict::kPass;
+  const bool small_fits = fails(1) == probe::Verdict::kPass;
   const double capacity = static_cast<double>(margined - context);
   // The line through batch 1 and a second point: memory per sample and fixed
   // memory, and the largest batch within the margined budget.

@@ -56,7 +56,7 @@ struct RunReport {
   bool expectation_met = false;
   std::vector<std::string> expectation_why;
   std::string repro_command;
-  /// Note [Input manifest] (bisect/probe.h): the hash of everything the run's
+  /// Note [Input manifest] (probe/probe.h): the hash of everything the run's
   /// outcome depends on, and the outcome variables that were set.
   std::string inputs_manifest;
   std::vector<std::string> outcome_environment;  // NAME=value

@@ -89,7 +89,7 @@ std::string machine_identity() {
     std::sort(gpus.begin(), gpus.end());
     for (const auto& g : gpus) d.add("gpu").add(g);
     // The variables that can change an outcome are the input manifest's
-    // (common/environment_vars.h, bisect/probe.h), not the machine's.
+    // (common/environment_vars.h, probe/probe.h), not the machine's.
     return d.hex();
   }();
   return identity;

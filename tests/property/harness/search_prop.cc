@@ -17,7 +17,7 @@ RC_GTEST_PROP(SearchProp, BinarySearchFindsTheBoundaryWithinLog2Probes, ()) {
   const auto boundary = *rc::gen::inRange<int64_t>(0, n);  // first failing value in [0, n-1]... or n-1
   const int64_t b = std::min(boundary, n - 1);
   const auto r = find_first_failing(0, n - 1, [&](int64_t x) {
-    return x >= b ? Verdict::kFail : Verdict::kPass;
+    return x >= b ? probe::Verdict::kFail : probe::Verdict::kPass;
   });
   RC_ASSERT(r.first_fail.has_value());
   RC_ASSERT(*r.first_fail == b);
@@ -30,7 +30,7 @@ RC_GTEST_PROP(SearchProp, BinarySearchWithCheckedEnds, ()) {
   const auto b = *rc::gen::inRange<int64_t>(1, n);  // lo = 0 passes, hi = n - 1 fails
   const int64_t boundary = std::min(b, n - 1);
   const auto r = find_first_failing(0, n - 1, [&](int64_t x) {
-    return x >= boundary ? Verdict::kFail : Verdict::kPass;
+    return x >= boundary ? probe::Verdict::kFail : probe::Verdict::kPass;
   }, /*check_ends=*/true);
   RC_ASSERT(r.first_fail == std::optional<int64_t>(boundary));
   RC_ASSERT(r.last_pass == std::optional<int64_t>(boundary - 1));
@@ -51,28 +51,28 @@ RC_GTEST_PROP(SearchProp, DdminResultFailsAndIsOneMinimal, ()) {
     auto all = [&](const std::vector<size_t>& c) {
       return std::all_of(c.begin(), c.end(), [&](size_t x) { return have.count(x) > 0; });
     };
-    return all(culprits) || all(other) ? Verdict::kFail : Verdict::kPass;
+    return all(culprits) || all(other) ? probe::Verdict::kFail : probe::Verdict::kPass;
   };
   const auto r = ddmin(n, fails);
   RC_ASSERT(r.reproduced);
-  RC_ASSERT(fails(r.minimal) == Verdict::kFail);
+  RC_ASSERT(fails(r.minimal) == probe::Verdict::kFail);
   for (size_t i = 0; i < r.minimal.size(); ++i) {
     auto smaller = r.minimal;
     smaller.erase(smaller.begin() + static_cast<std::ptrdiff_t>(i));
-    RC_ASSERT(fails(smaller) == Verdict::kPass);
+    RC_ASSERT(fails(smaller) == probe::Verdict::kPass);
   }
 }
 
 TEST(SearchTest, DdminFindsASingleCulpritInFewProbes) {
   const auto r = ddmin(64, [](const std::vector<size_t>& s) {
-    return std::find(s.begin(), s.end(), 37) != s.end() ? Verdict::kFail : Verdict::kPass;
+    return std::find(s.begin(), s.end(), 37) != s.end() ? probe::Verdict::kFail : probe::Verdict::kPass;
   });
   EXPECT_EQ(r.minimal, std::vector<size_t>{37});
   EXPECT_LE(r.probes, 2 * 6 + 1);  // one probe per half, log2(64) levels
 }
 
 TEST(SearchTest, DdminReportsANonReproducingFullSet) {
-  const auto r = ddmin(5, [](const std::vector<size_t>&) { return Verdict::kPass; });
+  const auto r = ddmin(5, [](const std::vector<size_t>&) { return probe::Verdict::kPass; });
   EXPECT_FALSE(r.reproduced);
 }
 
@@ -93,7 +93,7 @@ TEST(SearchTest, FlakyFailureIsCaughtAtTheStatedConfidence) {
   int missed = 0;
   const int trials = 2000;
   for (int i = 0; i < trials; ++i) {
-    if (repeat_probe([&] { return flaky(rng) ? Verdict::kFail : Verdict::kPass; }, k) != Verdict::kFail) {
+    if (repeat_probe([&] { return flaky(rng) ? probe::Verdict::kFail : probe::Verdict::kPass; }, k) != probe::Verdict::kFail) {
       ++missed;
     }
   }
@@ -103,8 +103,8 @@ TEST(SearchTest, FlakyFailureIsCaughtAtTheStatedConfidence) {
 TEST(SearchTest, UnknownProbesAreSkippedLikeGitBisectSkip) {
   // 50 is undecidable; the boundary 60 is still found.
   const auto r = find_first_failing(0, 99, [](int64_t x) {
-    if (x == 49 || x == 50) return Verdict::kUnknown;
-    return x >= 60 ? Verdict::kFail : Verdict::kPass;
+    if (x == 49 || x == 50) return probe::Verdict::kUnknown;
+    return x >= 60 ? probe::Verdict::kFail : probe::Verdict::kPass;
   });
   EXPECT_EQ(r.first_fail, std::optional<int64_t>(60));
 }

@@ -1,5 +1,5 @@
 // The probe cache's key and bounds, and what counts as an infrastructure
-// failure of a probe (harness/bisect/probe.h).
+// failure of a probe (harness/probe/probe.h).
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 
 namespace dbh::harness {
 namespace {
@@ -45,18 +45,18 @@ class BisectProbeTest : public ::testing::Test {
 
 TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
   const Scenario s = load_scenario(scenario().string());
-  const std::string f0 = input_fingerprint(s);
-  EXPECT_EQ(f0, input_fingerprint(s)) << "the fingerprint of unchanged files is stable";
+  const std::string f0 = probe::input_fingerprint(s);
+  EXPECT_EQ(f0, probe::input_fingerprint(s)) << "the fingerprint of unchanged files is stable";
 
   // An image repaired in place: new size.
   write(dir_ / "data" / "images" / "a.png", std::string(120, 'x'));
-  const std::string f1 = input_fingerprint(s);
+  const std::string f1 = probe::input_fingerprint(s);
   EXPECT_NE(f1, f0);
 
   // Only its mtime changes.
   const auto image = dir_ / "data" / "images" / "a.png";
   fs::last_write_time(image, fs::last_write_time(image) + std::chrono::seconds(5));
-  const std::string f2 = input_fingerprint(s);
+  const std::string f2 = probe::input_fingerprint(s);
   EXPECT_NE(f2, f1);
 
   // An annotation edited to the same size with its mtime put back: the
@@ -65,32 +65,32 @@ TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
   const auto mtime = fs::last_write_time(ann);
   write(ann, R"({"images": {"a.png": {"words": {}}}} )");
   fs::last_write_time(ann, mtime);
-  const std::string f3a = input_fingerprint(s);
+  const std::string f3a = probe::input_fingerprint(s);
   write(ann, R"({"images": {"a.png": {"words": {}}}}
 )");
   fs::last_write_time(ann, mtime);
-  EXPECT_NE(input_fingerprint(s), f3a);
+  EXPECT_NE(probe::input_fingerprint(s), f3a);
 
   // A new file in the dataset folder.
-  const std::string f4 = input_fingerprint(s);
+  const std::string f4 = probe::input_fingerprint(s);
   write(dir_ / "data" / "images" / "b.png", "y");
-  EXPECT_NE(input_fingerprint(s), f4);
+  EXPECT_NE(probe::input_fingerprint(s), f4);
 }
 
 TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
   Scenario s = load_scenario(scenario().string());
   s.data.source = DataSource::kSyntheticBoxes;
-  const std::string none = input_fingerprint(s);
+  const std::string none = probe::input_fingerprint(s);
   s.model.weights = (dir_ / "w.pt").string();
   write(s.model.weights, "weights v1");
-  const std::string w1 = input_fingerprint(s);
+  const std::string w1 = probe::input_fingerprint(s);
   EXPECT_NE(w1, none);
   write(s.model.weights, "weights v2 (longer)");
-  EXPECT_NE(input_fingerprint(s), w1);
+  EXPECT_NE(probe::input_fingerprint(s), w1);
   s.train.resume_from = (dir_ / "missing.pt").string();
-  const std::string missing = input_fingerprint(s);
+  const std::string missing = probe::input_fingerprint(s);
   write(s.train.resume_from, "checkpoint");
-  EXPECT_NE(input_fingerprint(s), missing);
+  EXPECT_NE(probe::input_fingerprint(s), missing);
 }
 
 // Note [Input manifest]: each input changed between two keys of the same
@@ -103,58 +103,58 @@ TEST_F(BisectProbeTest, EveryInputOnTheManifestChangesTheKey) {
   write(dir_ / "v.yaml", "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n" +
                               "data: {source: real, path: data, val: {path: val}}\n");
   const Scenario s = load_scenario((dir_ / "v.yaml").string());
-  const std::string k0 = probe_key(s);
+  const std::string k0 = probe::probe_key(s);
 
   // A variable that changes what a library does (here OpenCV's decoding limit).
   ASSERT_EQ(::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", "1024", 1), 0);
-  const std::string k_env = probe_key(s);
+  const std::string k_env = probe::probe_key(s);
   ::unsetenv("OPENCV_IO_MAX_IMAGE_PIXELS");
   EXPECT_NE(k_env, k0) << "an outcome variable is on the manifest";
-  EXPECT_EQ(probe_key(s), k0);
+  EXPECT_EQ(probe::probe_key(s), k0);
   // A variable that only says where to write is not.
   ASSERT_EQ(::setenv("GITHUB_STEP_SUMMARY", "/elsewhere", 1), 0);
-  EXPECT_EQ(probe_key(s), k0) << "a reporting variable changes no outcome";
+  EXPECT_EQ(probe::probe_key(s), k0) << "a reporting variable changes no outcome";
   ::unsetenv("GITHUB_STEP_SUMMARY");
 
   // The validation dataset, by content.
   write(dir_ / "val" / "annotations.json", R"({"images": {"a.png": {"words": {"w": {}}}}})");
-  const std::string k_val = probe_key(s);
+  const std::string k_val = probe::probe_key(s);
   EXPECT_NE(k_val, k0) << "the validation dataset is on the manifest";
 
   // The knowledge base that classifies failures (under DBH_HOME).
   fs::create_directories(dir_ / "home" / "reports" / "kb");
   fs::copy_file(std::string(DBH_SOURCE_DIR) + "/reports/kb/failures.yaml", dir_ / "home" / "reports" / "kb" / "failures.yaml");
   ASSERT_EQ(::setenv("DBH_HOME", (dir_ / "home").c_str(), 1), 0);
-  const std::string k_home = probe_key(s);
+  const std::string k_home = probe::probe_key(s);
   std::ofstream(dir_ / "home" / "reports" / "kb" / "failures.yaml", std::ios::app) << "# edited\n";
-  const std::string k_kb = probe_key(s);
+  const std::string k_kb = probe::probe_key(s);
   ::unsetenv("DBH_HOME");
   EXPECT_NE(k_kb, k_home) << "an edited knowledge base is on the manifest";
 
   // An external worker: the files its command names.
   write(dir_ / "w.yaml", "include: v.yaml\nworker: {command: [python3, train.py], cwd: " + dir_.string() + "}\n");
   const Scenario w = load_scenario((dir_ / "w.yaml").string());
-  const std::string k_w = probe_key(w);
+  const std::string k_w = probe::probe_key(w);
   write(dir_ / "train.py", "print('v2')\n");
-  EXPECT_NE(probe_key(w), k_w) << "the user's training script is on the manifest";
+  EXPECT_NE(probe::probe_key(w), k_w) << "the user's training script is on the manifest";
   bool listed = false;
-  for (const auto& [what, fingerprint] : input_manifest(w).entries) listed = listed || what.find("train.py") != std::string::npos;
+  for (const auto& [what, fingerprint] : probe::input_manifest(w).entries) listed = listed || what.find("train.py") != std::string::npos;
   EXPECT_TRUE(listed);
 }
 
 TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
   const Scenario s = load_scenario(scenario().string());
-  const std::string k0 = probe_key(s);
+  const std::string k0 = probe::probe_key(s);
   EXPECT_EQ(k0.size(), 32u);
-  EXPECT_EQ(k0, probe_key(s));
-  EXPECT_NE(probe_key(load_scenario(scenario().string(), {"train.max_steps=7"})), k0);
+  EXPECT_EQ(k0, probe::probe_key(s));
+  EXPECT_NE(probe::probe_key(load_scenario(scenario().string(), {"train.max_steps=7"})), k0);
   write(dir_ / "data" / "images" / "a.png", "repaired");
-  const std::string k1 = probe_key(s);
+  const std::string k1 = probe::probe_key(s);
   EXPECT_NE(k1, k0) << "a repaired dataset is a different probe";
-  EXPECT_NE(probe_key(s, "torch 2.11.0, CUDA 13.0, cuDNN 9.19, NVIDIA H100"), k1)
+  EXPECT_NE(probe::probe_key(s, "torch 2.11.0, CUDA 13.0, cuDNN 9.19, NVIDIA H100"), k1)
       << "another device or library is a different probe";
-  EXPECT_EQ(build_identity(), build_identity());
-  EXPECT_EQ(build_identity().size(), 32u);
+  EXPECT_EQ(probe::build_identity(), probe::build_identity());
+  EXPECT_EQ(probe::build_identity().size(), 32u);
   EXPECT_EQ(machine_identity().size(), 32u);
 }
 
@@ -184,11 +184,11 @@ TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
   const fs::path other_key = cache / (std::string(32, 'c') + ".json");
   write(other_key, "{\"key\": \"" + std::string(32, 'd') + "\", \"scenario_hash\": \"h\"}\n");
   for (const auto& p : {cache / "config.json", users, other_key}) fs::last_write_time(p, now - std::chrono::hours(1));
-  EXPECT_EQ(trim_probe_cache(cache.string(), 10000), 0);
-  EXPECT_EQ(trim_probe_cache(cache.string(), 4500), 6);
+  EXPECT_EQ(probe::trim_probe_cache(cache.string(), 10000), 0);
+  EXPECT_EQ(probe::trim_probe_cache(cache.string(), 4500), 6);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(fs::exists(entry(i)), i >= 6) << i;
   EXPECT_TRUE(fs::exists(cache / "notes.txt"));
-  EXPECT_EQ(trim_probe_cache(cache.string(), 0), 4);
+  EXPECT_EQ(probe::trim_probe_cache(cache.string(), 0), 4);
   EXPECT_TRUE(fs::exists(cache / "config.json"));
   EXPECT_TRUE(fs::exists(users));
   EXPECT_TRUE(fs::exists(other_key));
@@ -198,54 +198,54 @@ TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures
   TrialAnalysis failed;
   failed.outcome = Outcome::kFailed;
   failed.failure.message = "non-finite activation (decoder.smooth3) at step 7";
-  EXPECT_EQ(infrastructure_failure(TrialResult{}, failed), "") << "an ordinary failure is an answer";
+  EXPECT_EQ(probe::infrastructure_failure(TrialResult{}, failed), "") << "an ordinary failure is an answer";
 
   TrialResult disk;
   disk.term_signal = 6;
   disk.stderr_tail = "terminate called after throwing\nwrite /tmp/x/checkpoint-r0-s2.pt: No space left on device\n";
-  const std::string why = infrastructure_failure(disk, TrialAnalysis{});
+  const std::string why = probe::infrastructure_failure(disk, TrialAnalysis{});
   EXPECT_NE(why.find("full disk"), std::string::npos) << why;
   EXPECT_NE(why.find("No space left on device"), std::string::npos) << why;
 
   TrialAnalysis writer;
   writer.outcome = Outcome::kFailed;
   writer.failure.message = "[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file data/3";
-  EXPECT_NE(infrastructure_failure(TrialResult{}, writer), "");
+  EXPECT_NE(probe::infrastructure_failure(TrialResult{}, writer), "");
 
   TrialResult spawn;
   spawn.spawn_error = "cannot start /nonexistent/dbh: No such file or directory";
-  EXPECT_NE(infrastructure_failure(spawn, TrialAnalysis{}).find("expected a worker process"), std::string::npos);
+  EXPECT_NE(probe::infrastructure_failure(spawn, TrialAnalysis{}).find("expected a worker process"), std::string::npos);
 
   TrialResult journal;
   journal.journal_error = "/x/events.jsonl: expected a writable file, got a write error (No space left on device)";
-  EXPECT_NE(infrastructure_failure(journal, TrialAnalysis{}), "");
+  EXPECT_NE(probe::infrastructure_failure(journal, TrialAnalysis{}), "");
 
   TrialResult stopped;
   stopped.interrupted = true;
-  EXPECT_NE(infrastructure_failure(stopped, TrialAnalysis{}), "");
+  EXPECT_NE(probe::infrastructure_failure(stopped, TrialAnalysis{}), "");
 }
 
 TEST(BisectInfrastructureTest, FailedBeforeTrainingMeansNoStepAtAll) {
   TrialAnalysis a;
   a.outcome = Outcome::kFailed;
-  EXPECT_TRUE(failed_before_training(a));
+  EXPECT_TRUE(probe::failed_before_training(a));
   a.failure.step = 0;
-  EXPECT_FALSE(failed_before_training(a)) << "a failure at step 0 is a training failure";
+  EXPECT_FALSE(probe::failed_before_training(a)) << "a failure at step 0 is a training failure";
   a.failure.step.reset();
   a.steps_completed = 2;
-  EXPECT_FALSE(failed_before_training(a));
+  EXPECT_FALSE(probe::failed_before_training(a));
   TrialAnalysis passed;
   passed.outcome = Outcome::kPassed;
-  EXPECT_FALSE(failed_before_training(passed));
+  EXPECT_FALSE(probe::failed_before_training(passed));
 }
 
 TEST(ProbeProgressTest, SaysWhichProbeHowFarAndHowLong) {
-  EXPECT_EQ(probe_progress(3, "fp32 batch 2 (margined budget)", 4, 12, 23.7),
+  EXPECT_EQ(probe::probe_progress(3, "fp32 batch 2 (margined budget)", 4, 12, 23.7),
             "  probe  3  fp32 batch 2 (margined budget)  running: step 4/12, 23 s");
   // Before the first step ends: the time alone.
-  EXPECT_EQ(probe_progress(12, "the scenario as given", 0, 6, 1.2), "  probe 12  the scenario as given  running: 1 s");
+  EXPECT_EQ(probe::probe_progress(12, "the scenario as given", 0, 6, 1.2), "  probe 12  the scenario as given  running: 1 s");
   // A label is one line, whatever it holds.
-  EXPECT_EQ(probe_progress(1, "a\nb", 1, 1, 0), "  probe  1  a b  running: step 1/1, 0 s");
+  EXPECT_EQ(probe::probe_progress(1, "a\nb", 1, 1, 0), "  probe  1  a b  running: step 1/1, 0 s");
 }
 
 }  // namespace

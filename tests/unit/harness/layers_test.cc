@@ -19,19 +19,20 @@ namespace fs = std::filesystem;
 // Each part's layer: a file may include its own part and parts of a lower
 // layer only. The worker is a process the supervisor starts, never a header
 // it includes; reports are written from the supervisor's values, so report
-// sits above supervisor; diagnose and qualify call the bisection.
+// sits above supervisor; the probe service (an isolated, cached trial) is
+// below bisection, diagnose and qualify, which call it.
 const std::map<std::string, int>& layers() {
   static const std::map<std::string, int> l = {
       {"model", 0},          {"harness/version", 0}, {"harness/step_code", 0}, {"harness/common", 1}, {"harness/gpu", 1},
       {"harness/kb", 2},     {"harness/proto", 2},   {"harness/env", 2},    {"harness/scenario", 3},
       {"harness/supervisor", 4}, {"harness/faults", 4}, {"harness/monitors", 4}, {"harness/worker", 5},
-      {"harness/report", 5}, {"harness/bisect", 6},  {"harness/numerics", 6},  {"harness/diagnose", 7}, {"harness/qualify", 7},
-      {"harness/cli", 8},
+      {"harness/report", 5}, {"harness/probe", 6},   {"harness/numerics", 6}, {"harness/bisect", 7},
+      {"harness/diagnose", 8}, {"harness/qualify", 8}, {"harness/cli", 9},
   };
   return l;
 }
 
-// The part a path ("harness/bisect/probe.h", "model/data/scan.h") belongs to.
+// The part a path ("harness/probe/probe.h", "model/data/scan.h") belongs to.
 std::string part_of(const std::string& path) {
   if (path.rfind("model/", 0) == 0) return "model";
   const auto slash = path.find('/', std::string("harness/").size());
@@ -42,7 +43,7 @@ std::string part_of(const std::string& path) {
 }
 
 TEST(LayersTest, PartLayersAreKnown) {
-  EXPECT_EQ(part_of("harness/bisect/probe.h"), "harness/bisect");
+  EXPECT_EQ(part_of("harness/bisect/search.h"), "harness/bisect");
   EXPECT_EQ(part_of("model/data/scan.h"), "model");
   EXPECT_EQ(part_of("harness/version.h"), "harness/version");
   EXPECT_EQ(part_of("third_party/x.h"), "");
@@ -81,6 +82,24 @@ TEST(LayersTest, NoPartIncludesAHigherOne) {
   EXPECT_GT(includes, 300);
 }
 
+// `dbh run` and `dbh suite` run trials, never a search: they use the probe
+// service's input manifest and full-disk check, not bisection.
+TEST(LayersTest, RunAndSuiteDoNotIncludeBisection) {
+  const std::regex include(R"re(^\s*#\s*include\s*"(harness/bisect/[^"]+)")re");
+  for (const char* file : {"harness/cli/run_command.cc", "harness/cli/run_command.h", "harness/cli/run_scenario.h",
+                           "harness/cli/suite_command.cc", "harness/cli/suite_outputs.cc",
+                           "harness/cli/suite_outputs.h"}) {
+    std::ifstream in(fs::path(DBH_SOURCE_DIR) / file);
+    ASSERT_TRUE(in) << file;
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      std::smatch m;
+      EXPECT_FALSE(std::regex_search(line, m, include)) << file << ":" << n << ": includes " << m[1]
+                                                          << ": run and suite use harness/probe/, not bisection";
+    }
+  }
+}
+
 // Every .h, .cc and .cu file under `top` (relative to the source root).
 std::vector<fs::path> source_files(const fs::path& top) {
   std::vector<fs::path> out;
@@ -97,6 +116,7 @@ std::vector<fs::path> source_files(const fs::path& top) {
 TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
   const std::map<std::string, std::string> own = {
       {"harness/diagnose", "dbh::harness::diagnose"},
+      {"harness/probe", "dbh::harness::probe"},
       {"harness/numerics", "dbh::harness::numerics"},
       {"harness/gpu", "dbh::harness::gpu"},
   };

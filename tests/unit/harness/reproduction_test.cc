@@ -9,9 +9,9 @@
 namespace dbh::harness::bisection {
 namespace {
 
-ProbeResult failing(const std::string& klass, const std::string& message, int64_t step) {
-  ProbeResult p;
-  p.verdict = Verdict::kFail;
+probe::ProbeResult failing(const std::string& klass, const std::string& message, int64_t step) {
+  probe::ProbeResult p;
+  p.verdict = probe::Verdict::kFail;
   p.analysis.outcome = Outcome::kFailed;
   p.analysis.failure.klass = klass;
   p.analysis.failure.message = message;
@@ -29,8 +29,8 @@ TEST(FailureIdentity, TheSampleWhereASymptomShowedFirstIsEvidenceNotIdentity) {
   EXPECT_TRUE(sig.files.empty()) << sig.text();
   const auto other_seed = failing("labels_degenerate", "labels of img_002.jpg hold no positive pixel", 5);
   EXPECT_EQ(difference(other_seed, sig), "");
-  EXPECT_EQ(judge(other_seed, sig), Verdict::kFail);
-  EXPECT_EQ(judge(failing("not_learning", "the loss did not fall", 5), sig), Verdict::kDifferent);
+  EXPECT_EQ(judge(other_seed, sig), probe::Verdict::kFail);
+  EXPECT_EQ(judge(failing("not_learning", "the loss did not fall", 5), sig), probe::Verdict::kDifferent);
 }
 
 // An image that cannot be read is the failure itself: another file is

@@ -9,19 +9,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/cli/suite_outputs.h"
 
 namespace dbh::harness {
 namespace {
 
-InputManifest Inputs(const std::string& weights_digest) {
-  InputManifest m;
+probe::InputManifest Inputs(const std::string& weights_digest) {
+  probe::InputManifest m;
   m.entries = {{"scenario", "abc"}, {"weights.pt", weights_digest}};
   return m;
 }
 
-nlohmann::json Finished(const std::string& hash, const InputManifest& inputs) {
+nlohmann::json Finished(const std::string& hash, const probe::InputManifest& inputs) {
   return {{"type", "finished"}, {"scenario", "s"}, {"hash", hash}, {"inputs", inputs.hash()}};
 }
 
@@ -43,7 +43,7 @@ TEST(RerunReason, AnEarlierRecordWithoutADigestOrInputsThatCannotBeComparedRunAg
   nlohmann::json old = Finished("h1", Inputs("w1"));
   old.erase("inputs");
   EXPECT_EQ(rerun_reason(old, "h1", Inputs("w1")), "an earlier dbh recorded no digest of its inputs");
-  InputManifest uncomparable = Inputs("w1");
+  probe::InputManifest uncomparable = Inputs("w1");
   uncomparable.not_cacheable = "the training's source tree is too large to list";
   EXPECT_EQ(rerun_reason(Finished("h1", Inputs("w1")), "h1", uncomparable), uncomparable.not_cacheable);
 }

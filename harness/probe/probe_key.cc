@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 #include "harness/common/environment_vars.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace dbh::harness {
+namespace dbh::harness::probe {
 namespace fs = std::filesystem;
 
 bool failed_before_training(const TrialAnalysis& a) {
@@ -446,4 +446,4 @@ std::string disk_full_evidence(const std::vector<std::string>& texts) {
   return "";
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::probe

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "harness/common/output_dir.h"
-#include "harness/bisect/search.h"
+#include "harness/probe/verdict.h"
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/machine.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::probe {
 
 /// One probe: an isolated trial of a scenario with extra overrides.
 struct ProbeResult {
@@ -213,4 +213,4 @@ int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body
 std::string probe_progress(int64_t index, const std::string& what, int64_t steps_done, int64_t steps_total,
                            double seconds);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::probe

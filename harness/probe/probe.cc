@@ -1,4 +1,4 @@
-#include "harness/bisect/probe.h"
+#include "harness/probe/probe.h"
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -30,8 +30,18 @@
 #include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/trial.h"
 
-namespace dbh::harness {
+namespace dbh::harness::probe {
 namespace fs = std::filesystem;
+
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fails";
+    case Verdict::kUnknown: return "unknown";
+    case Verdict::kDifferent: return "different failure";
+  }
+  return "unknown";
+}
 
 namespace {
 
@@ -447,4 +457,4 @@ ProbeResult Prober::probe_keeping_checkpoints(const std::vector<std::string>& ex
   return run(extra, what, /*use_cache=*/false, /*keep_checkpoints=*/true);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::probe
