@@ -17,6 +17,9 @@
 #include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness {
+
+std::string to_string(BisectKind kind) { return kBisectKindNames[static_cast<size_t>(kind)]; }
+
 namespace fs = std::filesystem;
 
 int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
@@ -27,19 +30,19 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
   // interruption, whose interrupted.json stays).
   std::optional<OutputDir> claim;
   return probe::run_search(claim, [&]() -> int {
-    if (o.replay_from_start && o.kind != "steps" && o.kind != "modules") {
-      throw UsageError("bisect " + o.kind + ": --replay-from-start: expected kind steps or modules (only they replay)");
+    if (o.replay_from_start && o.kind != BisectKind::kSteps && o.kind != BisectKind::kModules) {
+      throw UsageError("bisect " + to_string(o.kind) + ": --replay-from-start: expected kind steps or modules (only they replay)");
     }
     // Flags another kind reads: given here they would be silently ignored.
     const auto refuse = [&](bool given, const char* flag, const char* kinds) {
-      if (given) throw UsageError("bisect " + o.kind + ": " + flag + ": expected kind " + kinds + " (only it reads " +
-                                  flag + "), got kind " + o.kind);
+      if (given) throw UsageError("bisect " + to_string(o.kind) + ": " + flag + ": expected kind " + kinds + " (only it reads " +
+                                  flag + "), got kind " + to_string(o.kind));
     };
-    if (o.kind != "config") {
+    if (o.kind != BisectKind::kConfig) {
       refuse(!o.good.empty(), "--good", "config");
       refuse(!o.bad.empty(), "--bad", "config");
     }
-    if (o.kind != "range") {
+    if (o.kind != BisectKind::kRange) {
       refuse(!o.key.empty(), "--key", "range");
       refuse(!o.lo.empty(), "--lo", "range");
       refuse(!o.hi.empty(), "--hi", "range");
@@ -52,19 +55,19 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.
       std::vector<std::pair<std::string, std::string>> needs;
-      const std::string what = "dbh bisect " + o.kind;
-      if (o.kind == "steps" || o.kind == "modules") {
+      const std::string what = "dbh bisect " + to_string(o.kind);
+      if (o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules) {
         needs.emplace_back(capability::kStopAfter, what);
         if (!o.replay_from_start) {
           needs.emplace_back(capability::kCheckpoint, what);
           needs.emplace_back(capability::kResume, what);
         }
       }
-      if (o.kind == "modules") needs.emplace_back(capability::kMonitorsLocalise, what);
-      if (o.kind == "data") needs.emplace_back(capability::kSubset, what);
+      if (o.kind == BisectKind::kModules) needs.emplace_back(capability::kMonitorsLocalise, what);
+      if (o.kind == BisectKind::kData) needs.emplace_back(capability::kSubset, what);
       for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << one_line(note) << "\n";
     }
-    const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + o.kind + "-" + name)) : fs::path(o.out);
+    const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + to_string(o.kind) + "-" + name)) : fs::path(o.out);
     check_outside_datasets("dbh bisect", "--out", out.string(), datasets);
     check_outside_datasets("dbh bisect", "--cache", o.cache_dir.empty() ? default_probe_cache() : o.cache_dir, datasets);
     // Continued, not replaced: each bisection keeps its probes in its own
@@ -72,7 +75,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     // checkpoints (--keep-checkpoints) stay for the repro commands that name
     // them; the top-level reports are the latest bisection's.
     claim.emplace(out,
-                  "bisect " + o.kind + " " +
+                  "bisect " + to_string(o.kind) + " " +
                       (o.scenario.empty() ? std::string("config")
                                           : fs::absolute(o.scenario).lexically_normal().string()),
                   OutputDir::Reuse::kContinue);
@@ -80,27 +83,27 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     BisectOptions opts = o;
     opts.cache_dir = cache;
     std::unique_ptr<probe::Prober> prober;
-    if (o.kind != "config") {
+    if (o.kind != BisectKind::kConfig) {
       prober = std::make_unique<probe::Prober>(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
       prober->set_keep_checkpoints(o.keep_checkpoints);
       // A range or configuration can fail by learning too little as well as
       // by crashing (Note [Metric expectations in bisection]).
-      prober->set_judge_metrics(o.kind == "range");
+      prober->set_judge_metrics(o.kind == BisectKind::kRange);
     }
-    if (!o.quiet) std::cout << "dbh bisect " << o.kind << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
+    if (!o.quiet) std::cout << "dbh bisect " << to_string(o.kind) << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
     Outputs result;
-    if (o.kind == "steps") {
+    if (o.kind == BisectKind::kSteps) {
       result = bisect_steps(*prober, opts);
-    } else if (o.kind == "modules") {
+    } else if (o.kind == BisectKind::kModules) {
       result = bisect_modules(*prober, opts);
-    } else if (o.kind == "data") {
+    } else if (o.kind == BisectKind::kData) {
       result = bisect_data(*prober, opts);
-    } else if (o.kind == "config") {
+    } else if (o.kind == BisectKind::kConfig) {
       result = bisect_config(opts, prober, out);
-    } else if (o.kind == "range") {
+    } else if (o.kind == BisectKind::kRange) {
       result = bisect_range(*prober, opts);
     } else {
-      throw ScenarioError("bisect: expected steps, modules, data, config or range, got " + o.kind);
+      throw ScenarioError("bisect: expected steps, modules, data, config or range, got " + to_string(o.kind));
     }
     // The search is done: only events and logs stay behind.
     const int64_t removed = prober->keep_checkpoints() ? 0 : prober->release_checkpoints();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,8 +9,15 @@
 
 namespace dbh::harness {
 
+/// What a bisection searches: the first failing step, the module in it, the
+/// samples, the configuration difference, or a numeric key's boundary.
+enum class BisectKind { kSteps, kModules, kData, kConfig, kRange };
+/// Each kind's name on the command line and in outputs, in the enum's order.
+inline constexpr std::array<const char*, 5> kBisectKindNames = {"steps", "modules", "data", "config", "range"};
+std::string to_string(BisectKind kind);
+
 struct BisectOptions {
-  std::string kind;                    // steps | modules | data | config | range
+  BisectKind kind = BisectKind::kSteps;
   std::string scenario;                // scenario file (optional for config)
   std::vector<std::string> overrides;  // key=value on top of the scenario
   std::vector<std::string> good, bad;  // config: scenario files or key=value sets
@@ -28,7 +36,7 @@ struct BisectOptions {
 /// A bisection's answer as a value, for a caller that acts on it (diagnose's
 /// follow-up) without reading bisect.json back.
 struct BisectAnswer {
-  std::string kind;
+  BisectKind kind = BisectKind::kSteps;
   bool confident = false;
   bool confirmed = false;
   double confidence = 0;

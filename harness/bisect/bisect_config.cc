@@ -65,7 +65,7 @@ Reproduction single_run(const probe::ProbeResult& failing, int64_t runs, int64_t
 
 Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const fs::path& out_dir) {
   Outputs out;
-  out.kind = "config";
+  out.kind = BisectKind::kConfig;
   auto is_file = [](const std::vector<std::string>& v) { return v.size() == 1 && fs::is_regular_file(v[0]); };
   auto split_words = [](const std::vector<std::string>& v) {
     std::vector<std::string> words;
@@ -177,7 +177,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
 
 Outputs bisect_range(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
-  out.kind = "range";
+  out.kind = BisectKind::kRange;
   auto as_int = [](const std::string& s, int64_t* v) {
     return !s.empty() && std::from_chars(s.data(), s.data() + s.size(), *v).ec == std::errc() &&
            std::from_chars(s.data(), s.data() + s.size(), *v).ptr == s.data() + s.size();

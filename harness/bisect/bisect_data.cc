@@ -401,7 +401,7 @@ SamplePool pool_from_worker(const TrialAnalysis& a) {
 
 Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
-  out.kind = "data";
+  out.kind = BisectKind::kData;
   const Scenario s = prober.load({});
   if (s.data.source != DataSource::kReal) {
     throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +

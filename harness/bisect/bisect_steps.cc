@@ -59,7 +59,7 @@ std::vector<std::string> replay_overrides(const probe::ProbeResult& source, int6
 
 Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
-  out.kind = "steps";
+  out.kind = BisectKind::kSteps;
   const Scenario s = prober.load({});
   if (s.repeat.in_process != 1) {
     throw ScenarioError("bisect steps: expected " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " 1, got " +
@@ -175,7 +175,7 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
 Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   Outputs steps = bisect_steps(prober, o);
   Outputs out;
-  out.kind = "modules";
+  out.kind = BisectKind::kModules;
   out.rep = steps.rep;
   out.doubts = steps.doubts;
   out.details = steps.details;

@@ -84,7 +84,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   const std::string verdict = confident ? "confident" : "unsure";
   ojson j;
   j["schema_version"] = 1;
-  j["kind"] = o.kind;
+  j["kind"] = to_string(o.kind);
   j["scenario"] = prober.scenario_path();
   j["overrides"] = prober.base_overrides();
   j["result"] = o.result;
@@ -105,7 +105,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   j["fresh_probes"] = fresh;
   // Note [Cheap probes]: replays resume from the reproduction's checkpoints.
   const StepCost cost = step_cost(prober);
-  const bool replays = o.kind == "steps" || o.kind == "modules";
+  const bool replays = o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules;
   j["steps_run_total"] = cost.steps;
   if (replays) j["steps_from_start"] = cost.from_start;
   j["seconds"] = seconds;
@@ -114,7 +114,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   j["repro"] = o.repro;
   write_file_atomically((out / "bisect.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::ostringstream md;
-  md << "## Bisection: " << o.kind << "\n\n" << o.summary << "\n\n";
+  md << "## Bisection: " << to_string(o.kind) << "\n\n" << o.summary << "\n\n";
   if (confident) {
     md << "**Verdict: confident.** Fresh re-checks confirmed the answer and no probe contradicts it.\n\n";
   } else if (o.found) {
@@ -157,7 +157,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
      << ". Probe folders keep their events and logs.\n";
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
-  write_file_atomically((out / "bisect.html").string(), markdown_page_html("Bisection: " + o.kind, md.str()));
+  write_file_atomically((out / "bisect.html").string(), markdown_page_html("Bisection: " + to_string(o.kind), md.str()));
   std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << terminal_text(o.summary) << "\n";
   if (!confident) {
     for (const auto& d : o.doubts) std::cout << "  - " << terminal_text(d) << "\n";

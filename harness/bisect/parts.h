@@ -149,7 +149,7 @@ int64_t steps_run(const probe::ProbeResult& p);
 // The answer of one kind, and writing it.
 
 struct Outputs {
-  std::string kind;
+  BisectKind kind = BisectKind::kSteps;
   ojson result;
   bool found = false;      // an answer was produced
   bool confirmed = false;  // fresh probes confirmed it

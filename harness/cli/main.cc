@@ -323,21 +323,21 @@ void read_bisect_words(const std::vector<std::string>& args, h::BisectOptions& b
     // A word of bisect config that names anything is its scenario (checked
     // as a file when it loads: a FIFO is refused, never opened).
     std::error_code exists_ec;
-    if (bo.scenario.empty() && (bo.kind != "config" || fs::exists(fs::symlink_status(a, exists_ec)))) {
+    if (bo.scenario.empty() && (bo.kind != h::BisectKind::kConfig || fs::exists(fs::symlink_status(a, exists_ec)))) {
       bo.scenario = a;
-    } else if (bo.kind == "range" && bo.key.empty()) {
+    } else if (bo.kind == h::BisectKind::kRange && bo.key.empty()) {
       bo.key = a;
     } else {
       throw h::UsageError("dbh bisect: unexpected argument \"" + a + "\"");
     }
   }
-  if (bo.kind != "config" && bo.scenario.empty()) {
-    throw h::UsageError("dbh bisect " + bo.kind + ": expected a scenario file");
+  if (bo.kind != h::BisectKind::kConfig && bo.scenario.empty()) {
+    throw h::UsageError("dbh bisect " + h::to_string(bo.kind) + ": expected a scenario file");
   }
-  if (bo.kind == "config" && (bo.good.empty() || bo.bad.empty())) {
+  if (bo.kind == h::BisectKind::kConfig && (bo.good.empty() || bo.bad.empty())) {
     throw h::UsageError("dbh bisect config: expected --good and --bad");
   }
-  if (bo.kind == "config") {
+  if (bo.kind == h::BisectKind::kConfig) {
     // Without '=' a side names a scenario file, which must be one.
     for (const auto* side : {&bo.good, &bo.bad}) {
       if (side->size() == 1 && !h::is_override(side->front())) {
@@ -346,7 +346,7 @@ void read_bisect_words(const std::vector<std::string>& args, h::BisectOptions& b
       }
     }
   }
-  if (bo.kind == "range" && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
+  if (bo.kind == h::BisectKind::kRange && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
     throw h::UsageError("dbh bisect range: expected KEY --lo X --hi Y");
   }
 }
@@ -356,8 +356,16 @@ Command add_bisect(CLI::App& app) {
   auto& bo = s->options;
   auto* cmd = app.add_subcommand(
       "bisect", "Bisect a failure to its step, module, samples, config difference or value boundary");
-  cmd->add_option("KIND", bo.kind, "steps | modules | data | config | range")->required()
-      ->check(CLI::IsMember({"steps", "modules", "data", "config", "range"}));
+  const std::vector<std::string> kinds(h::kBisectKindNames.begin(), h::kBisectKindNames.end());
+  cmd->add_option_function<std::string>(
+         "KIND",
+         [&bo, kinds](const std::string& kind) {
+           const auto it = std::find(kinds.begin(), kinds.end(), kind);
+           bo.kind = static_cast<h::BisectKind>(it - kinds.begin());
+         },
+         "steps | modules | data | config | range")
+      ->required()
+      ->check(CLI::IsMember(kinds));
   cmd->add_option("ARGS", s->args, "SCENARIO [KEY for range] [key=value …]");
   cmd->add_option("--good", bo.good, "config: the passing scenario file or key=value set");
   cmd->add_option("--bad", bo.bad, "config: the failing scenario file or key=value set");

@@ -191,19 +191,19 @@ struct FollowUp {
 };
 
 // `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
-FollowUp bisect_followup(const std::string& kind, const DiagnoseOptions& o, const Scenario& s, const fs::path& out,
+FollowUp bisect_followup(BisectKind kind, const DiagnoseOptions& o, const Scenario& s, const fs::path& out,
                          const std::string& cache, const std::vector<std::string>& scenario_words, probe::Prober& prober) {
   FollowUp f;
   BisectOptions b;
   b.kind = kind;
   b.scenario = o.scenario;
   b.overrides = concat_overrides(o.overrides, {"controls=[]"});
-  b.out = (out / ("bisect-" + b.kind)).string();
+  b.out = (out / ("bisect-" + to_string(b.kind))).string();
   b.cache_dir = cache;
   b.quiet = o.quiet;
   b.checks = o.checks;
   if (!o.quiet) {
-    std::vector<std::string> command = {self_command(), "bisect", b.kind};
+    std::vector<std::string> command = {self_command(), "bisect", to_string(b.kind)};
     command.insert(command.end(), scenario_words.begin(), scenario_words.end());
     std::cout << "follow-up: " << shell_command(command) << std::endl;
   }
@@ -216,22 +216,22 @@ FollowUp bisect_followup(const std::string& kind, const DiagnoseOptions& o, cons
   if (bisect_exit == 2) {
     // A probe of the follow-up hit an infrastructure failure (its message
     // is above): the diagnosis cannot stand on it either.
-    throw UsageError("diagnose: the follow-up `dbh bisect " + b.kind + "` stopped without an answer (" +
-                     (out / ("bisect-" + b.kind)).string() + ")");
+    throw UsageError("diagnose: the follow-up `dbh bisect " + to_string(b.kind) + "` stopped without an answer (" +
+                     (out / ("bisect-" + to_string(b.kind))).string() + ")");
   }
   // The follow-up's answer as a value (Note [One bisection, called]).
   const std::string verdict = answer.confident ? "confident" : "unsure";
   f.repro = answer.repro;
-  f.verdict = {{"kind", b.kind}, {"verdict", verdict}, {"confirmed", answer.confirmed},
+  f.verdict = {{"kind", to_string(b.kind)}, {"verdict", verdict}, {"confirmed", answer.confirmed},
                {"confidence", answer.confidence}, {"doubts", answer.doubts}};
   std::string doubts;
   for (const auto& d : answer.doubts) doubts += (doubts.empty() ? "" : "; ") + d;
-  f.lines.push_back("dbh bisect " + b.kind + " (" + verdict + ", confidence " +
+  f.lines.push_back("dbh bisect " + to_string(b.kind) + " (" + verdict + ", confidence " +
                     std::to_string(answer.confidence).substr(0, 5) + "): " + answer.summary +
                     (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
   // Only a confident, training-time answer becomes the minimal repro;
   // otherwise the scenario as given reproduces the failure.
-  if (b.kind == "data" && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
+  if (b.kind == BisectKind::kData && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
     std::string list = "[";
     for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
     f.repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
@@ -525,7 +525,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool data_dependent = judgement.data_dependent;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
-      FollowUp f = bisect_followup(data_dependent ? "data" : "modules", o, s, out, cache, scenario_words, prober);
+      FollowUp f = bisect_followup(data_dependent ? BisectKind::kData : BisectKind::kModules, o, s, out, cache, scenario_words, prober);
       followups = std::move(f.lines);
       bisect_summary = std::move(f.repro);
       bisect_verdict = std::move(f.verdict);
