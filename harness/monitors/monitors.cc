@@ -28,6 +28,18 @@ int64_t peak_rss_bytes() {
 Monitors::Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent)
     : mode_(mode), events_(events), spike_factor_(loss_spike_factor), silent_(silent) {}
 
+std::string Monitors::to_string(SiteKind kind) {
+  switch (kind) {
+    case SiteKind::kInput: return "input";
+    case SiteKind::kLabel: return "label";
+    case SiteKind::kActivation: return "activation";
+    case SiteKind::kLoss: return "loss";
+    case SiteKind::kGradient:
+    case SiteKind::kAllGradients: return "gradient";
+  }
+  return "gradient";
+}
+
 void Monitors::on_enter(const std::string& name) {
   last_module_ = name;
   // Progress heartbeats: a long step still shows it is moving, module by
@@ -76,7 +88,7 @@ proto::Health Monitors::finite_failure(const Site& site, int64_t step, const cha
   h.run = run_;
   h.step = step;
   h.check = "finite";
-  h.kind = site.kind;
+  h.kind = to_string(site.kind);
   h.site = site.name;
   h.module = site.module;
   h.mode = mode;
@@ -97,24 +109,24 @@ void Monitors::check(const Site& site, const torch::Tensor& t) {
     return;
   }
   const bool bad = !torch::isfinite(t.detach()).all().item<bool>();
-  if (site.kind == "activation" && !bad) {
+  if (site.kind == SiteKind::kActivation && !bad) {
     last_good_output_ = stats(t);
     last_good_module_ = site.module;
   }
   if (!bad) return;
   proto::Health h = finite_failure(site, step_, "localise");
   h.stats = stats(t);
-  if (site.kind == "activation" && !last_good_module_.empty()) {
+  if (site.kind == SiteKind::kActivation && !last_good_module_.empty()) {
     h.extra["input_module"] = last_good_module_;
     h.extra["input_stats"] = last_good_output_;
   }
   events_.emit(h);
-  throw DivergedError("non-finite " + site.kind + " in " + site.name + " at step " +
+  throw DivergedError("non-finite " + to_string(site.kind) + " in " + site.name + " at step " +
                       std::to_string(step_));
 }
 
 void Monitors::on_output(const std::string& name, torch::Tensor& output) {
-  check(Site{"activation", name, name}, output);
+  check(Site{SiteKind::kActivation, name, name}, output);
 }
 
 void Monitors::sample(const char* phase) {
@@ -160,11 +172,11 @@ void Monitors::on_batch(int64_t step, model::Batch& b) {
   events_.emit(proto::Batch{run_, step, b.sample_ids});
   last_batch_ = b;
   sample("data");
-  check(Site{"input", "image", ""}, b.image);
-  check(Site{"label", "gt_shrink", ""}, b.targets.gt_shrink);
-  check(Site{"label", "gt_shrink_mask", ""}, b.targets.gt_shrink_mask);
-  check(Site{"label", "gt_thresh", ""}, b.targets.gt_thresh);
-  check(Site{"label", "gt_thresh_mask", ""}, b.targets.gt_thresh_mask);
+  check(Site{SiteKind::kInput, "image", ""}, b.image);
+  check(Site{SiteKind::kLabel, "gt_shrink", ""}, b.targets.gt_shrink);
+  check(Site{SiteKind::kLabel, "gt_shrink_mask", ""}, b.targets.gt_shrink_mask);
+  check(Site{SiteKind::kLabel, "gt_thresh", ""}, b.targets.gt_thresh);
+  check(Site{SiteKind::kLabel, "gt_thresh_mask", ""}, b.targets.gt_thresh_mask);
   if (!silent_on() || !b.image.defined() || !b.targets.gt_shrink.defined()) return;
   // Note [Silent-failure monitors]: reductions only, read with the flags.
   torch::NoGradGuard no_grad;
@@ -204,10 +216,10 @@ void Monitors::on_batch(int64_t step, model::Batch& b) {
 }
 
 void Monitors::on_loss(int64_t step, model::DbLossParts& loss) {
-  check(Site{"loss", "bce", ""}, loss.bce);
-  check(Site{"loss", "l1", ""}, loss.l1);
-  check(Site{"loss", "dice", ""}, loss.dice);
-  check(Site{"loss", "total", ""}, loss.total);
+  check(Site{SiteKind::kLoss, "bce", ""}, loss.bce);
+  check(Site{SiteKind::kLoss, "l1", ""}, loss.l1);
+  check(Site{SiteKind::kLoss, "dice", ""}, loss.dice);
+  check(Site{SiteKind::kLoss, "total", ""}, loss.total);
 }
 
 
@@ -222,7 +234,7 @@ void Monitors::on_before_optimizer(int64_t step, model::DbNet& model) {
     if (mode_ == Mode::kCheap || scaler_) {
       grads_.emplace_back(it->key(), g);  // checked through their norms
     } else {
-      check(Site{"gradient", it->key(), model::observed_module_of(it->key())}, g);
+      check(Site{SiteKind::kGradient, it->key(), model::observed_module_of(it->key())}, g);
     }
   }
 }
@@ -232,7 +244,7 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
     if (scaler_ && norms.defined() && norms.numel() > 0) {
       // Gradients are judged after the scaler's verdict, as in cheap mode.
       torch::NoGradGuard no_grad;
-      sites_.push_back(Site{"gradients", "", ""});
+      sites_.push_back(Site{SiteKind::kAllGradients, "", ""});
       sums_.push_back(norms.sum(torch::kFloat32));
       flush(step);
     }
@@ -249,7 +261,7 @@ void Monitors::on_grad_norms(int64_t step, const torch::Tensor& norms) {
     torch::NoGradGuard no_grad;
     // The norms' sum is non-finite when a norm is (or when finite norms
     // overflow it: flush() then finds no gradient to blame).
-    sites_.push_back(Site{"gradients", "", ""});  // expanded in flush when flagged
+    sites_.push_back(Site{SiteKind::kAllGradients, "", ""});  // expanded in flush when flagged
     sums_.push_back(norms.sum(torch::kFloat32));
   }
   flush(step);
@@ -267,7 +279,7 @@ void Monitors::flush(int64_t step) {
   std::vector<Site> bad;
   for (size_t i = 0; i < sites_.size(); ++i) {
     if (f[i] == 0.0f) continue;
-    if (sites_[i].kind != "gradients") {
+    if (sites_[i].kind != SiteKind::kAllGradients) {
       bad.push_back(sites_[i]);
       continue;
     }
@@ -275,10 +287,10 @@ void Monitors::flush(int64_t step) {
     // gradient's norm merely overflowed).
     torch::NoGradGuard no_grad;
     for (const auto& [name, g] : grads_) {
-      if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{"gradient", name, model::observed_module_of(name)});
+      if (!torch::isfinite(g).all().item<bool>()) bad.push_back(Site{SiteKind::kGradient, name, model::observed_module_of(name)});
     }
   }
-  if (!bad.empty() && scaler_ && std::all_of(bad.begin(), bad.end(), [](const Site& b) { return b.kind == "gradient"; })) {
+  if (!bad.empty() && scaler_ && std::all_of(bad.begin(), bad.end(), [](const Site& b) { return b.kind == SiteKind::kGradient; })) {
     // Note [Loss-scaler skips]: with fp16 a dynamic loss scaler multiplies the
     // loss by up to 2^16 and skips the optimizer step when the gradients
     // overflow, halving the scale; a few skips (at the start, or after a
@@ -331,11 +343,11 @@ void Monitors::flush(int64_t step) {
   // consequences, reported as a count per kind.
   const Site first = bad.front();
   nlohmann::json counts = nlohmann::json::object();
-  for (const auto& b : bad) counts[b.kind] = counts.value(b.kind, 0) + 1;
+  for (const auto& b : bad) counts[to_string(b.kind)] = counts.value(to_string(b.kind), 0) + 1;
   proto::Health h = finite_failure(first, step, "cheap");
   h.nonfinite_sites = counts;
   events_.emit(h);
-  throw DivergedError("non-finite " + first.kind + " in " + first.name + " at step " +
+  throw DivergedError("non-finite " + to_string(first.kind) + " in " + first.name + " at step " +
                       std::to_string(step));
 }
 

@@ -124,8 +124,14 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   void on_step_end(int64_t step, const model::StepResult& result) override;
 
  private:
+  /// What a finite check looked at. kAllGradients stands for every gradient
+  /// at once (cheap mode's one norm per step), expanded to the gradient sites
+  /// when it is flagged.
+  enum class SiteKind { kInput, kLabel, kActivation, kLoss, kGradient, kAllGradients };
+  /// The kind as a `health` event names it (kAllGradients is "gradient").
+  static std::string to_string(SiteKind kind);
   struct Site {
-    std::string kind;  // input | label | activation | loss | gradient
+    SiteKind kind = SiteKind::kActivation;
     std::string name;  // tensor, module or parameter name
     std::string module;
   };

@@ -67,8 +67,23 @@ EvalRecord eval_record(const proto::Eval& v) {
   return ev;
 }
 
+// A step's memory per phase as kept: at most kMaxPhases phases (names cut),
+// each at most kMaxPhaseFigures numbers.
+nlohmann::json bounded_phases(const nlohmann::json& phases) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto it = phases.begin(); it != phases.end() && out.size() < kMaxPhases; ++it) {
+    if (!it->is_object()) continue;
+    nlohmann::json figures = nlohmann::json::object();
+    for (auto f = it->begin(); f != it->end() && figures.size() < kMaxPhaseFigures; ++f) {
+      if (f->is_number()) figures[truncate_utf8(f.key(), 64)] = *f;
+    }
+    out[truncate_utf8(it.key(), 64)] = std::move(figures);
+  }
+  return out;
+}
+
 // A step's record; its memory raises the trial's peaks in `a`.
-StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
+StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a, EventDigest& d) {
   StepRecord st;
   st.run = end.run;
   st.step = end.step;
@@ -81,11 +96,19 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
   st.seconds = end.seconds;
   st.loss_bits = end.loss_bits;
   st.grad_norm_bits = end.grad_norm_bits;
-  st.micro_loss_bits = end.micro_loss_bits;
+  const size_t micro = std::min(end.micro_loss_bits.size(), kMaxMicroBatchBits);
+  if (d.micro_bits + micro <= kMaxMicroBatchBitsKept) {
+    st.micro_loss_bits.assign(end.micro_loss_bits.begin(),
+                              end.micro_loss_bits.begin() + static_cast<std::ptrdiff_t>(micro));
+    d.micro_bits += micro;
+  }
   st.skipped = end.skipped;
   st.loss_scale = end.loss_scale;
   const bool detailed = a.steps.size() < kMaxDetailedSteps;
-  if (detailed) st.modules = end.numerics;
+  if (detailed && d.module_records + end.numerics.size() <= kMaxModuleRecords) {
+    st.modules = end.numerics;
+    d.module_records += end.numerics.size();
+  }
   if (end.memory.is_object()) {
     const auto& m = end.memory;
     st.rss_bytes = m.value("rss_bytes", int64_t{0});
@@ -98,7 +121,7 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a) {
                                                             : m.value("peak_rss_bytes", int64_t{0}));
   }
   if (end.phases.is_object()) {
-    if (detailed) st.phases = bounded_json(end.phases);
+    if (detailed) st.phases = bounded_phases(end.phases);
     if (st.peak_bytes == 0) {
       for (const auto& [phase, m] : end.phases.items()) {
         if (m.is_object()) st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
@@ -125,7 +148,7 @@ void record_firing(const proto::FaultFired& fired, EventDigest& d) {
   if (detail.is_object() && detail.contains("real") && detail["real"].is_boolean()) {
     f.real = detail["real"].get<bool>();
     const auto it = detail.find("cuda_error");
-    if (it != detail.end() && it->is_string()) f.hardware_error = quoted(it->get<std::string>());
+    if (it != detail.end() && it->is_string()) f.hardware_error = quoted_name(it->get<std::string>());
   }
   d.firings.push_back(std::move(f));
 }
@@ -181,8 +204,11 @@ nlohmann::json bounded_environment(const nlohmann::json& env) {
 void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDigest& d) {
   if (r.index < 0 || (a.dataset_size && r.index >= *a.dataset_size)) return;
   if (d.samples_read.size() < kMaxSamplesRead) d.samples_read.insert(r.index);
-  if (r.name && a.sample_names.size() < kMaxSamplesRead) {
-    a.sample_names.emplace(r.index, truncate_utf8(*r.name, kMaxSampleNameBytes));
+  if (r.name && a.sample_names.size() < kMaxSamplesRead && d.sample_name_bytes < kMaxSampleTextBytes &&
+      !a.sample_names.count(r.index)) {
+    std::string name = truncate_utf8(*r.name, kMaxSampleNameBytes);
+    d.sample_name_bytes += name.size();
+    a.sample_names.emplace(r.index, std::move(name));
   }
   if (r.error && !a.failed_sample) {
     a.failed_sample = r.index;
@@ -235,7 +261,7 @@ void EventDigester::feed(const Event& e) {
   } else if (e.type == event::kWarning) {
     if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
   } else if (e.type == event::kEval) {
-    if (a.evals.size() < kMaxStepRecords) a.evals.push_back(eval_record(proto::eval_from(e)));
+    if (a.evals.size() < kMaxEvalRecords) a.evals.push_back(eval_record(proto::eval_from(e)));
   } else if (e.type == event::kEvalCheck) {
     const proto::EvalCheck check = proto::eval_check_from(e);
     a.evaluator_self_check = check.hmean;
@@ -249,7 +275,7 @@ void EventDigester::feed(const Event& e) {
     d.open_step = b.step;
     d.open_run = b.run;
   } else if (e.type == event::kStepEnd) {
-    StepRecord st = step_record(proto::step_end_from(e), a);
+    StepRecord st = step_record(proto::step_end_from(e), a, d);
     record_schedule(st.run, st.step, d);
     if (a.steps.size() < kMaxStepRecords) a.steps.push_back(std::move(st));
     ++a.steps_completed;
@@ -269,10 +295,13 @@ void EventDigester::feed(const Event& e) {
   } else if (e.type == event::kMemoryBudget) {
     a.budget = bounded_json(e.body);
   } else if (e.type == event::kBatch) {
-    if (a.batches.size() < kMaxStepRecords) {
+    if (a.batches.size() < kMaxStepRecords && d.batch_text_bytes < kMaxSampleTextBytes) {
       auto b = proto::batch_from(e);
       if (b.samples.size() > kMaxQuotedItems * 10) b.samples.resize(kMaxQuotedItems * 10);
-      for (auto& sample : b.samples) sample = truncate_utf8(sample, kMaxSampleNameBytes);
+      for (auto& sample : b.samples) {
+        sample = truncate_utf8(sample, kMaxSampleNameBytes);
+        d.batch_text_bytes += sample.size() + sizeof(std::string);
+      }
       a.batches.emplace_back(b.step, std::move(b.samples));
     }
   } else if (e.type == event::kDataset) {

@@ -17,6 +17,29 @@
 #include "harness/proto/events.h"
 #include "harness/supervisor/outcome.h"
 
+namespace dbh::harness {
+
+/// Note [A trial's events are read as they arrive]: the step records kept
+/// (EventDigester).
+inline constexpr size_t kMaxStepRecords = 50000;
+/// Note [A trial's events are read as they arrive]: what the records keep of
+/// the worker's lists, each within a budget whatever a worker sends (about
+/// 100 MiB in all, at most): micro-batch losses, at most kMaxMicroBatchBits
+/// a step and kMaxMicroBatchBitsKept in all; a step's memory record of at
+/// most kMaxPhases phases of kMaxPhaseFigures numbers each; the module
+/// numbers of a trial, at most kMaxModuleRecords entries; the sample ids of
+/// its batches and the names of the samples read, at most
+/// kMaxSampleTextBytes each; at most kMaxEvalRecords validations.
+inline constexpr size_t kMaxMicroBatchBits = 1024;
+inline constexpr size_t kMaxMicroBatchBitsKept = size_t{1} << 20;
+inline constexpr size_t kMaxPhases = 8;
+inline constexpr size_t kMaxPhaseFigures = 8;
+inline constexpr size_t kMaxModuleRecords = 50000;
+inline constexpr size_t kMaxSampleTextBytes = size_t{16} << 20;
+inline constexpr size_t kMaxEvalRecords = 1000;
+
+}  // namespace dbh::harness
+
 namespace dbh::harness::internal {
 
 // Note [A worker's stream is bounded]: every string the analysis quotes
@@ -73,6 +96,11 @@ struct EventDigest {
     std::string hardware_error;
   };
   std::vector<Firing> firings;
+  // What the budgets above have used so far.
+  size_t module_records = 0;
+  size_t micro_bits = 0;
+  size_t batch_text_bytes = 0;
+  size_t sample_name_bytes = 0;
 };
 inline constexpr size_t kMaxScheduleRuns = 1024;
 inline constexpr size_t kMaxFaultFirings = 10000;
@@ -103,6 +131,5 @@ class EventDigester {
   TrialAnalysis a_;
   internal::EventDigest d_;
 };
-inline constexpr size_t kMaxStepRecords = 50000;
 
 }  // namespace dbh::harness

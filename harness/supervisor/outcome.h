@@ -166,7 +166,7 @@ std::vector<int64_t> run_end_cuda_reserved;
 };
 
 /// Bounds on what `sample_read` events may make the supervisor keep.
-inline constexpr size_t kMaxSamplesRead = size_t{1} << 22;
+inline constexpr size_t kMaxSamplesRead = size_t{1} << 19;
 inline constexpr size_t kMaxSampleNameBytes = 256;
 
 /// Marks `a` skipped, not run on this machine for `why` (a device it lacks),
