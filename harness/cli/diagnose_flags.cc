@@ -1,0 +1,31 @@
+// `dbh diagnose`: its flags (Note [The command table]).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/cli/command.h"
+#include "harness/diagnose/diagnose_command.h"
+#include "harness/worker/worker.h"
+
+namespace dbh::harness::cli {
+namespace h = dbh::harness;
+
+Command add_diagnose(CLI::App& app) {
+  auto s = std::make_shared<OptionsAndWords<h::diagnose::DiagnoseOptions>>();
+  auto* cmd = app.add_subcommand(
+      "diagnose", "Run the diagnosis ladder on a failing scenario: what works, what fails, ranked hypotheses");
+  cmd->add_option("ARGS", s->args, "SCENARIO [key=value …]")->required();
+  cmd->add_option("--out", s->options.out, "Output folder");
+  cmd->add_option("--cache", s->options.cache_dir, "Probe cache folder");
+  cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
+  return {cmd, [s] {
+            one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
+            s->options.checks = h::input_checks();
+            return h::diagnose::diagnose_command(s->options);
+          }};
+}
+
+}  // namespace dbh::harness::cli

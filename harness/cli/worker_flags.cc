@@ -1,0 +1,34 @@
+// The hidden worker process `__worker`: its flags (Note [The command table]).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/cli/command.h"
+#include "harness/common/files.h"
+#include "harness/proto/worker_link.h"
+#include "harness/worker/worker.h"
+
+namespace dbh::harness::cli {
+namespace h = dbh::harness;
+
+// The processes dbh starts itself (hidden): a trial's worker and a tuning run.
+Command add_worker(CLI::App& app) {
+  struct State {
+    std::string scenario, dir;
+    int64_t trial = 0;
+  };
+  auto s = std::make_shared<State>();
+  auto* cmd = app.add_subcommand("__worker", "")->group("");
+  cmd->add_option("--scenario", s->scenario)->required();
+  cmd->add_option("--run-dir", s->dir)->required();
+  cmd->add_option("--trial", s->trial);
+  return {cmd, [s] {
+            return h::worker_main(h::read_input_file(s->scenario, "a resolved scenario"), s->dir, h::kEventsFd,
+                                  s->trial);
+          }};
+}
+
+}  // namespace dbh::harness::cli
