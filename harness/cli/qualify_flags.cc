@@ -15,7 +15,7 @@ namespace dbh::harness::cli {
 namespace h = dbh::harness;
 
 Command add_qualify(CLI::App& app) {
-  auto s = std::make_shared<OptionsAndWords<h::QualifyOptions>>();
+  auto s = std::make_shared<OptionsAndWords<h::qualify::QualifyOptions>>();
   auto& qo = s->options;
   auto* cmd = app.add_subcommand(
       "qualify", "Will training fit and stay stable on a target card? Largest batch per precision, recommendation");
@@ -43,7 +43,7 @@ Command add_qualify(CLI::App& app) {
               throw h::UsageError("dbh qualify: expected --profile NAME, --budget SIZE or --reference FILE, got none");
             }
             qo.checks = h::input_checks();
-            return h::qualify_command(qo);
+            return h::qualify::qualify_command(qo);
           }};
 }
 

@@ -16,7 +16,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
@@ -445,4 +445,4 @@ std::string qualification_summary(const Qualification& q, const QualificationVer
   return s.str();
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

@@ -17,7 +17,7 @@
 #include "harness/numerics/reference.h"
 #include "harness/qualify/search.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 
 /// Everything a qualification measured and was asked.
 struct Qualification {
@@ -118,4 +118,4 @@ void write_qualification(const std::filesystem::path& out, const Qualification& 
 /// The verdict's line on the terminal ("QUALIFIES: batch 5 x 3 ...").
 std::string qualification_summary(const Qualification& q, const QualificationVerdict& v);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

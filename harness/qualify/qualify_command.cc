@@ -31,7 +31,7 @@
 #include "harness/supervisor/tuning.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
@@ -399,4 +399,4 @@ int qualify_command(const QualifyOptions& o) {
   });
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

@@ -5,7 +5,7 @@
 
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 
 struct QualifyOptions {
   std::string scenario;
@@ -36,4 +36,4 @@ struct QualifyOptions {
 /// when one does not, 2 on bad input.
 int qualify_command(const QualifyOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

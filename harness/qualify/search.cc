@@ -7,7 +7,7 @@
 #include "harness/bisect/search.h"
 #include "harness/scenario/scenario.h"  // format_bytes
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 
 namespace {
 
@@ -176,4 +176,4 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
   return rec;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 
 /// One qualification trial as the search sees it: a setup and what it did.
 struct QualifyTrial {
@@ -71,4 +71,4 @@ struct PrecisionSearchResult {
 /// once, and the answer is never above a confirmation that broke the margin.
 PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const PrecisionSearchTrials& trials);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

@@ -12,7 +12,7 @@
 
 #include "harness/qualify/search.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 namespace {
 
 constexpr int64_t kMiB = 1 << 20;
@@ -134,4 +134,4 @@ RC_GTEST_PROP(QualifySearchProp, OnAnAffineCardTheAnswerIsTheLargestBatchThatKee
 }
 
 }  // namespace
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify

@@ -117,6 +117,7 @@ TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
   const std::map<std::string, std::string> own = {
       {"harness/diagnose", "dbh::harness::diagnose"},
       {"harness/probe", "dbh::harness::probe"},
+      {"harness/qualify", "dbh::harness::qualify"},
       {"harness/numerics", "dbh::harness::numerics"},
       {"harness/gpu", "dbh::harness::gpu"},
   };

@@ -5,7 +5,7 @@
 
 #include "harness/qualify/qualification.h"
 
-namespace dbh::harness {
+namespace dbh::harness::qualify {
 namespace {
 
 QualifyTrial trial(int64_t batch, int64_t accumulation, const std::string& precision, bool passed,
@@ -113,4 +113,4 @@ TEST(QualificationVerdictTest, TheHeadroomLeavesOutWhatWasInUseBeforeTheAllocato
 }
 
 }  // namespace
-}  // namespace dbh::harness
+}  // namespace dbh::harness::qualify
