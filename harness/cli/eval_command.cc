@@ -455,7 +455,7 @@ json eval_json(const EvalPage& p) {
     images.push_back(image_json(p.result.images[i], p.scan.images[i].words));
   }
   j["images"] = std::move(images);
-  j["environment"] = json::parse(environment_json(collect_environment()));
+  j["environment"] = json::parse(env::environment_json(env::collect_environment()));
   j["reading"] = json::array();
   for (const auto& f : p.reading) j["reading"].push_back({{"id", f.id}, {"meaning", f.meaning}, {"next", f.next}});
   return j;

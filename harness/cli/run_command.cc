@@ -290,7 +290,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // One line, every word quoted (`$'…'` for a line break in a file name), so
   // it can be printed, put in Markdown and a CI log, and pasted back into bash.
   r.repro_command = shell_command(repro);
-  r.env = collect_environment();
+  r.env = env::collect_environment();
   r.inputs_manifest = probe::input_manifest(s).hash();
   for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -48,8 +48,8 @@ namespace dbh::harness {
 namespace fs = std::filesystem;
 
 int run_env_command(bool json) {
-  const auto env = collect_environment();
-  std::cout << (json ? environment_json(env) + "\n" : format_environment(env));
+  const auto env = env::collect_environment();
+  std::cout << (json ? env::environment_json(env) + "\n" : env::format_environment(env));
   return 0;
 }
 
@@ -418,7 +418,7 @@ nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_
   }
   summary["scenario"] = nlohmann::json::parse(resolved_json(s));
   if (!choices.is_null()) summary["measured_choices"] = choices;
-  summary["environment"] = nlohmann::json::parse(environment_json(collect_environment()));
+  summary["environment"] = nlohmann::json::parse(env::environment_json(env::collect_environment()));
   return summary;
 }
 

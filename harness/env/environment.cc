@@ -19,7 +19,7 @@
 #include "harness/gpu/fault_kernels.h"
 #include "harness/version.h"
 
-namespace dbh::harness {
+namespace dbh::harness::env {
 namespace {
 
 std::string read_first_line_with(const std::string& path, const std::string& key) {
@@ -126,4 +126,4 @@ Environment collect_environment() {
   return env;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::env

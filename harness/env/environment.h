@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::env {
 
 /// What a report needs to know about the machine and the libraries.
 struct Environment {
@@ -40,4 +40,4 @@ std::string format_environment(const Environment& env);
 /// The same as a JSON object text (stable keys).
 std::string environment_json(const Environment& env);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::env

@@ -6,7 +6,7 @@
 
 #include "harness/env/environment.h"
 
-namespace dbh::harness {
+namespace dbh::harness::env {
 
 std::string format_environment(const Environment& e) {
   std::ostringstream out;
@@ -63,4 +63,4 @@ std::string environment_json(const Environment& e) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::env

@@ -54,8 +54,8 @@ nlohmann::ordered_json failure_json(const Failure& f) {
   return j;
 }
 
-nlohmann::ordered_json env_json(const Environment& e) {
-  return nlohmann::ordered_json::parse(environment_json(e));
+nlohmann::ordered_json env_json(const env::Environment& e) {
+  return nlohmann::ordered_json::parse(env::environment_json(e));
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ struct RunReport {
   std::string out_dir;
   std::string started_at;  // ISO 8601
   double seconds = 0;
-  Environment env;
+  env::Environment env;
   std::vector<TrialRecord> trials;  // trials[0] is the main trial
   Outcome outcome = Outcome::kUnresolved;
   Failure failure;

@@ -116,6 +116,7 @@ std::vector<fs::path> source_files(const fs::path& top) {
 TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
   const std::map<std::string, std::string> own = {
       {"harness/diagnose", "dbh::harness::diagnose"},
+      {"harness/env", "dbh::harness::env"},
       {"harness/probe", "dbh::harness::probe"},
       {"harness/qualify", "dbh::harness::qualify"},
       {"harness/numerics", "dbh::harness::numerics"},

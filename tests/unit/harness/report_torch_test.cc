@@ -255,7 +255,7 @@ TEST_F(ReportTest, JsonNamesTheClassStepAndModuleAndTheEnvironment) {
   EXPECT_EQ(j.at("failure").at("step"), 7);
   EXPECT_EQ(j.at("failure").at("module"), "decoder.fusion");
   EXPECT_EQ(j.at("faults").at(0).at("fired_at_steps"), nlohmann::ordered_json::array({7}));
-  EXPECT_EQ(j.at("environment"), nlohmann::ordered_json::parse(environment_json(r.env)));
+  EXPECT_EQ(j.at("environment"), nlohmann::ordered_json::parse(env::environment_json(r.env)));
   EXPECT_EQ(j.at("repro").at("command"), r.repro_command);
 }
 
