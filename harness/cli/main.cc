@@ -192,9 +192,9 @@ int exit_status_of_exception() {
     // is the user's to change, as `dbh run` makes it an outcome; it is exit
     // 2 with the knowledge base's class, not exit 3.
     const std::string what = e.what();
-    const h::FailureClass* c = nullptr;
+    const h::kb::FailureClass* c = nullptr;
     try {
-      c = h::KnowledgeBase::shipped().match_message(what);
+      c = h::kb::KnowledgeBase::shipped().match_message(what);
     } catch (const std::exception&) {
       c = nullptr;  // no knowledge base: the message alone
     }

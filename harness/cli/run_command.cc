@@ -236,7 +236,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   }
   // Resolutions of the main trial's failure, tried as controls.
   if (o.verify_resolutions && stop_requested() == 0 && is_failure(r.trials.front().analysis.outcome)) {
-    const FailureClass* cls = KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
+    const kb::FailureClass* cls = kb::KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
     if (cls != nullptr) {
       const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
         auto trial_overrides = overrides;

@@ -259,7 +259,7 @@ struct Diagnosis {
   std::vector<std::string> followups;
   std::string bisect_summary;
   ojson bisect_verdict;
-  const FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
+  const kb::FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
   std::vector<ResolutionCheck> resolution_checks;
   std::string emulated;  // why the ranking is an emulation's, "" for a real failure
   size_t probe_count = 0;
@@ -394,7 +394,7 @@ Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const s
     }
   }
   const bool fails = !klass.empty();
-  const FailureClass* kb = fails ? KnowledgeBase::shipped().find(klass) : nullptr;
+  const kb::FailureClass* kb = fails ? kb::KnowledgeBase::shipped().find(klass) : nullptr;
   ladder.klass = klass;
   ladder.kind = failure_kind(ladder.klass, silent, kb != nullptr && grows_across_runs(*kb));
   ladder.real_data = real_data;
@@ -425,7 +425,7 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
 // Note [Resolutions that are tried]: each resolution of the class that can
 // be expressed as overrides, probed; a cached result names the folder of the
 // run it reuses when that run belongs to this diagnosis.
-std::vector<ResolutionCheck> probe_resolutions(const FailureClass& c, const Scenario& s, probe::Prober& prober,
+std::vector<ResolutionCheck> probe_resolutions(const kb::FailureClass& c, const Scenario& s, probe::Prober& prober,
                                                const fs::path& out) {
   const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
     // Note [Keys that never reach the worker]: not applicable, never refuted
@@ -503,7 +503,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // labels or inputs that give it nothing to learn (falls on synthetic
     // data only).
     const std::string& full_class = full.probe.analysis.failure.klass;
-    const FailureClass* full_kb = KnowledgeBase::shipped().find(full_class);
+    const kb::FailureClass* full_kb = kb::KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
     for (auto& r : learning) run_rung(r);
@@ -539,7 +539,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // Note [Resolutions that are tried]: the failure's resolutions that the
     // knowledge base can express as overrides, each probed and marked
     // confirmed or refuted among the next steps.
-    const FailureClass* resolution_class = fails ? KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
+    const kb::FailureClass* resolution_class = fails ? kb::KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
                                                  : nullptr;
     const std::vector<ResolutionCheck> resolution_checks =
         resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out)

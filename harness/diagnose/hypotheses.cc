@@ -30,7 +30,7 @@ const RungEvidence* Ladder::find(RungId id) const {
   return nullptr;
 }
 
-bool grows_across_runs(const FailureClass& c) {
+bool grows_across_runs(const kb::FailureClass& c) {
   return std::find(c.events.begin(), c.events.end(), "leaked") != c.events.end();
 }
 

@@ -109,7 +109,7 @@ struct Judgement {
 
 /// Whether `c` is growth across the runs of one process (its events include
 /// `leaked`): "works on the first run, fails on the second".
-bool grows_across_runs(const FailureClass& c);
+bool grows_across_runs(const kb::FailureClass& c);
 
 /// The kind of failure class `klass` is (kNone for "").
 FailureKind failure_kind(const std::string& klass, bool silent_class, bool resource_class);

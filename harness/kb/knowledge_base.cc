@@ -13,7 +13,7 @@
 #include "harness/common/home.h"
 #include "harness/common/value.h"
 
-namespace dbh::harness {
+namespace dbh::harness::kb {
 
 namespace {
 std::vector<std::string> strings(const Value* v, const std::string& where) {
@@ -216,4 +216,4 @@ const FailureClass* KnowledgeBase::find(const std::string& id) const {
   return nullptr;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::kb

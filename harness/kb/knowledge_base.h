@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dbh::harness {
+namespace dbh::harness::kb {
 
 /// One failure class of the knowledge base (reports/kb/failures.yaml).
 struct FailureClass {
@@ -66,4 +66,4 @@ class KnowledgeBase {
 std::optional<std::vector<std::string>> check_overrides(const FailureClass::Check& check, const nlohmann::json& resolved,
                                                         bool* changes, std::string* why_not = nullptr);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::kb

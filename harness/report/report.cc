@@ -287,7 +287,7 @@ std::string report_title(const RunReport& r) {
   const auto& f = r.failure;
   const std::string name = one_line(r.scenario.name);
   if (is_failure(r.outcome)) {
-    const FailureClass* cls = f.klass.empty() ? nullptr : KnowledgeBase::shipped().find(f.klass);
+    const kb::FailureClass* cls = f.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(f.klass);
     return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
            (f.step ? " at step " + std::to_string(*f.step) : "");
   }
@@ -644,7 +644,7 @@ void md_logs(std::ostream& md, const RunReport& r) {
 void md_analysis(std::ostream& md, const RunReport& r) {
   const auto& f = r.failure;
   const bool failed = is_failure(r.outcome);
-  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
+  const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
   md << "## Root Cause Analysis\n\n";
   if (failed) {
     md << "Evidence gathered by dbh:\n\n" << bullet_list(f.evidence);

@@ -254,7 +254,7 @@ void html_summary(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& s = r.scenario;
   const auto& f = r.failure;
-  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
+  const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
   const bool failed = is_failure(r.outcome);
   const TrialAnalysis& main = p.main_trial.analysis;
   const std::string title = report_title(r);
@@ -303,7 +303,7 @@ void html_summary(std::ostream& h, const RunPage& p) {
 void html_analysis(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& f = r.failure;
-  const FailureClass* cls = r.failure.klass.empty() ? nullptr : KnowledgeBase::shipped().find(r.failure.klass);
+  const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
   const bool failed = is_failure(r.outcome);
   // Failure analysis, from the same Failure and knowledge base as report.md.
   h << "<h2 id=\"analysis\">Root cause analysis</h2>\n";

@@ -119,7 +119,7 @@ std::string format_bytes(int64_t bytes) {
 
 std::vector<std::string> known_failure_classes() {
   std::vector<std::string> out;
-  for (const auto& c : KnowledgeBase::shipped().classes()) out.push_back(c.id);
+  for (const auto& c : kb::KnowledgeBase::shipped().classes()) out.push_back(c.id);
   if (!out.empty()) out.push_back("exception");  // an error no signature matches
   return out;
 }

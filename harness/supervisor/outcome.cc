@@ -186,7 +186,7 @@ void judge_silent_finding(const Event& event, TrialAnalysis& a) {
 
 // The first error event, classified by the knowledge base; later errors are
 // kept as secondary.
-void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a) {
+void judge_error(const EventDigest& d, const kb::KnowledgeBase& kb, TrialAnalysis& a) {
   Failure& f = a.failure;
   a.outcome = Outcome::kFailed;
   const auto e = proto::error_from(*d.first_error);
@@ -200,8 +200,8 @@ void judge_error(const EventDigest& d, const KnowledgeBase& kb, TrialAnalysis& a
   // and memory exhausted while reading a sample is not the sample's defect.
   const bool under_host_budget = a.budget.is_object() && a.budget.value("applied", true) &&
                                  a.budget.value("method", std::string()) == "RLIMIT_DATA";
-  const FailureClass* const matched = kb.match_message(f.message, under_host_budget);
-  const FailureClass* c = matched;
+  const kb::FailureClass* const matched = kb.match_message(f.message, under_host_budget);
+  const kb::FailureClass* c = matched;
   const bool exhausted = c != nullptr && is_memory_exhaustion(c->id);
   if (e.kind == proto::error_kind::kData && !exhausted && (c == nullptr || c->id != "data_invalid")) {
     c = kb.find("data_invalid");
@@ -278,7 +278,7 @@ std::string schedule_mismatch(const TrialAnalysis& a, const Scenario& s, const E
 // kills, the monitors' findings, error events, the `done` event, the stream
 // itself; a trial that passed is then judged for leaks, evaluation and
 // learning.
-void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& kb, const ClassifyOptions& opts,
+void judge_ending(const TrialResult& r, const Scenario& s, const kb::KnowledgeBase& kb, const ClassifyOptions& opts,
                   const EventDigest& d, TrialAnalysis& a) {
   Failure& f = a.failure;
   if (r.timed_out) {
@@ -343,7 +343,7 @@ void judge_ending(const TrialResult& r, const Scenario& s, const KnowledgeBase& 
 }  // namespace
 
 TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const Scenario& s,
-                       const KnowledgeBase& kb, const ClassifyOptions& opts) {
+                       const kb::KnowledgeBase& kb, const ClassifyOptions& opts) {
   TrialAnalysis a = events.records();
   const EventDigest& d = events.digest();
   a.samples_read.assign(d.samples_read.begin(), d.samples_read.end());

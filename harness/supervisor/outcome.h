@@ -193,7 +193,7 @@ class EventDigester;  // harness/supervisor/event_digest.h
 /// A trial's verdict: how its process ended (`result`) and what its events
 /// said (`events`, fed as they arrived), judged against the scenario.
 TrialAnalysis classify(const TrialResult& result, const EventDigester& events, const Scenario& scenario,
-                       const KnowledgeBase& kb, const ClassifyOptions& options = {});
+                       const kb::KnowledgeBase& kb, const ClassifyOptions& options = {});
 
 std::string signal_name(int sig);
 

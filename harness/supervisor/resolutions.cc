@@ -21,7 +21,7 @@ ResolutionVerdict resolution_verdict(Outcome o) {
   return is_failure(o) ? ResolutionVerdict::kRefuted : ResolutionVerdict::kConfirmed;
 }
 
-std::vector<ResolutionCheck> try_resolutions(const FailureClass& cls, const nlohmann::json& resolved,
+std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const nlohmann::json& resolved,
                                              const RunResolution& run, const std::function<bool()>& stop) {
   std::vector<ResolutionCheck> checks;
   for (size_t k = 0; k < cls.checks.size(); ++k) {
@@ -29,7 +29,7 @@ std::vector<ResolutionCheck> try_resolutions(const FailureClass& cls, const nloh
     ResolutionCheck check;
     check.resolution = cls.checks[k].resolution;
     bool changes = false;
-    const auto applied = check_overrides(cls.checks[k], resolved, &changes, &check.why_not);
+    const auto applied = kb::check_overrides(cls.checks[k], resolved, &changes, &check.why_not);
     if (applied) check.overrides = *applied;
     if (!applied || !changes) {
       checks.push_back(check);  // not applicable: it changes nothing here, or cannot tell

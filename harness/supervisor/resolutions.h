@@ -61,7 +61,7 @@ using RunResolution =
 /// `resolved`: a check that changes nothing or cannot tell here is marked
 /// not applicable without a run; the others run through `run`. Stops before
 /// the next run once `stop()` says so (a stop request); what ran is kept.
-std::vector<ResolutionCheck> try_resolutions(const FailureClass& cls, const nlohmann::json& resolved,
+std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const nlohmann::json& resolved,
                                              const RunResolution& run,
                                              const std::function<bool()>& stop = [] { return false; });
 

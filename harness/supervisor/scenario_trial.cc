@@ -17,7 +17,7 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
                                    bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
   // Loaded before the worker runs: a missing knowledge base fails the trial
   // at once, not after a training run.
-  const KnowledgeBase& kb = KnowledgeBase::shipped();
+  const kb::KnowledgeBase& kb = kb::KnowledgeBase::shipped();
   const fs::path dir(dir_text);
   make_directories_no_follow(dir_text);  // never a link out of the output folder
   // `auto` settings become measured values before the worker starts (Note

@@ -21,7 +21,7 @@ struct RecordedTrial {
 /// harness::classify() of `t`, its events fed in order to an EventDigester
 /// as a running trial feeds them.
 inline harness::TrialAnalysis classify(const RecordedTrial& t, const harness::Scenario& s,
-                                       const harness::KnowledgeBase& kb, const harness::ClassifyOptions& o = {}) {
+                                       const harness::kb::KnowledgeBase& kb, const harness::ClassifyOptions& o = {}) {
   harness::EventDigester digester;
   for (const auto& e : t.events) digester.feed(e);
   return harness::classify(t.result, digester, s, kb, o);

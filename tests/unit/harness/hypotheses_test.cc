@@ -62,7 +62,7 @@ TEST(HypothesesTest, GrowthAcrossRunsConcludesResourcesNotTheModel) {
 // The class decides the kind: the shipped knowledge base's leak class grows
 // across runs, a NaN class does not.
 TEST(HypothesesTest, TheKnowledgeBaseSaysWhichClassesGrowAcrossRuns) {
-  const auto& kb = KnowledgeBase::shipped();
+  const auto& kb = kb::KnowledgeBase::shipped();
   ASSERT_NE(kb.find("leak_across_runs"), nullptr);
   EXPECT_TRUE(grows_across_runs(*kb.find("leak_across_runs")));
   EXPECT_FALSE(grows_across_runs(*kb.find("nonfinite_gradient")));

@@ -750,7 +750,7 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
       EXPECT_EQ(fired().back().detail, (json{{"kind", kind}, {"sticky", false}, {"real", false}}));
       // Each kind has its own text, which the knowledge base classifies.
       EXPECT_EQ(FaultInjector::cuda_error_text(kind).find("unknown error"), std::string::npos) << kind;
-      EXPECT_NE(KnowledgeBase::shipped().match_message(FaultInjector::cuda_error_text(kind)), nullptr) << kind;
+      EXPECT_NE(kb::KnowledgeBase::shipped().match_message(FaultInjector::cuda_error_text(kind)), nullptr) << kind;
     }
   }
 }

@@ -121,6 +121,7 @@ TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
       {"harness/qualify", "dbh::harness::qualify"},
       {"harness/numerics", "dbh::harness::numerics"},
       {"harness/gpu", "dbh::harness::gpu"},
+      {"harness/kb", "dbh::harness::kb"},
   };
   const std::regex opens(R"re(^namespace (dbh[a-z_:]*) \{)re");
   for (const auto& [part, ns] : own) {

@@ -127,8 +127,8 @@ Scenario WithFaults(std::vector<std::string> names) {
   return s;
 }
 
-const KnowledgeBase& Kb() {
-  const KnowledgeBase& kb = KnowledgeBase::shipped();
+const kb::KnowledgeBase& Kb() {
+  const kb::KnowledgeBase& kb = kb::KnowledgeBase::shipped();
   EXPECT_FALSE(kb.classes().empty()) << "reports/kb/failures.yaml was not found (DBH_HOME?)";
   return kb;
 }
@@ -894,7 +894,7 @@ TEST(KnowledgeBase, ShippedClassesCoverEveryClassTheClassifierNames) {
                          "nonfinite_loss", "data_invalid", "cuda_oom", "host_oom", "cudnn_no_engine",
                          "cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
                          "crash_signal", "hang", "nondeterminism", "leak_across_runs", "premature_exit"}) {
-    const FailureClass* c = kb.find(id);
+    const kb::FailureClass* c = kb.find(id);
     ASSERT_NE(c, nullptr) << id;
     EXPECT_FALSE(c->title.empty()) << id;
   }
@@ -908,8 +908,8 @@ TEST(KnowledgeBase, ShippedClassesCoverEveryClassTheClassifierNames) {
 // --verify-resolutions first tries the resolution on a failing run.
 TEST(KnowledgeBase, ResolutionOverridesNameScenarioKeysOrFaultParameters) {
   size_t overrides = 0;
-  for (const FailureClass& c : Kb().classes()) {
-    for (const FailureClass::Check& check : c.checks) {
+  for (const kb::FailureClass& c : Kb().classes()) {
+    for (const kb::FailureClass::Check& check : c.checks) {
       for (const std::string& kv : check.overrides) {
         ++overrides;
         SCOPED_TRACE(c.id + ": " + kv);

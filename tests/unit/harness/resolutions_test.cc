@@ -16,8 +16,8 @@
 namespace dbh::harness {
 namespace {
 
-FailureClass WithChecks(std::vector<FailureClass::Check> checks) {
-  FailureClass cls;
+kb::FailureClass WithChecks(std::vector<kb::FailureClass::Check> checks) {
+  kb::FailureClass cls;
   cls.id = "data_invalid";
   cls.resolutions = {"first", "second", "third", "fourth"};
   cls.checks = std::move(checks);
@@ -41,7 +41,7 @@ TEST(TryResolutions, RunsWhatChangesTheScenarioAndMarksEachCheck) {
   Scenario s;
   s.data.on_invalid = model::OnInvalid::kError;
   const auto resolved = nlohmann::json::parse(resolved_json(s));
-  const FailureClass cls = WithChecks({{0, {"data.on_invalid=skip"}},
+  const kb::FailureClass cls = WithChecks({{0, {"data.on_invalid=skip"}},
                                        {1, {"data.on_invalid=error"}},  // the scenario's own value
                                        {2, {"train.lr=0.5"}},
                                        {3, {"data.preflight=false"}}});
@@ -81,15 +81,15 @@ TEST(TryResolutions, AComputedValueScalesRealsAndIntegers) {
   s.train.lr = 50;
   s.data.batch_size = 1;
   const auto resolved = nlohmann::json::parse(resolved_json(s));
-  FailureClass::Check lr{0, {"train.lr={train.lr/10}"}};
-  EXPECT_EQ(check_overrides(lr, resolved, nullptr), (std::vector<std::string>{"train.lr=5"}));
+  kb::FailureClass::Check lr{0, {"train.lr={train.lr/10}"}};
+  EXPECT_EQ(kb::check_overrides(lr, resolved, nullptr), (std::vector<std::string>{"train.lr=5"}));
   s.train.lr = 0.003;
   lr.overrides = {"train.lr={train.lr*3}"};
-  EXPECT_EQ(check_overrides(lr, nlohmann::json::parse(resolved_json(s)), nullptr),
+  EXPECT_EQ(kb::check_overrides(lr, nlohmann::json::parse(resolved_json(s)), nullptr),
             (std::vector<std::string>{"train.lr=0.009"}));
   bool changes = true;
-  const FailureClass::Check half{0, {"data.batch_size={data.batch_size/2}"}};
-  EXPECT_EQ(check_overrides(half, resolved, &changes), (std::vector<std::string>{"data.batch_size=1"}));
+  const kb::FailureClass::Check half{0, {"data.batch_size={data.batch_size/2}"}};
+  EXPECT_EQ(kb::check_overrides(half, resolved, &changes), (std::vector<std::string>{"data.batch_size=1"}));
   EXPECT_FALSE(changes) << "a batch of 1 halved is still 1";
 }
 
@@ -97,7 +97,7 @@ TEST(TryResolutions, AComputedValueScalesRealsAndIntegers) {
 TEST(TryResolutions, AStopEndsTheLoopBeforeTheNextRun) {
   Scenario s;
   const auto resolved = nlohmann::json::parse(resolved_json(s));
-  const FailureClass cls = WithChecks({{0, {"train.lr=0.001"}}, {1, {"train.lr=0.0001"}}});
+  const kb::FailureClass cls = WithChecks({{0, {"train.lr=0.001"}}, {1, {"train.lr=0.0001"}}});
   int runs = 0;
   const RunResolution run = [&](const ResolutionCheck&, const std::vector<std::string>&, size_t) {
     ++runs;

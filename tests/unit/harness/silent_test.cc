@@ -81,8 +81,8 @@ class Stream {
   testing::RecordedTrial r_;
 };
 
-const KnowledgeBase& Kb() {
-  const KnowledgeBase& kb = KnowledgeBase::shipped();
+const kb::KnowledgeBase& Kb() {
+  const kb::KnowledgeBase& kb = kb::KnowledgeBase::shipped();
   EXPECT_FALSE(kb.classes().empty()) << "reports/kb/failures.yaml was not found";
   return kb;
 }
@@ -109,7 +109,7 @@ std::vector<double> Falling(size_t n) {
 
 TEST(SilentKnowledgeBase, HasEveryNewClassWithCausesAndResolutions) {
   for (const char* id : {"input_denormalised", "labels_degenerate", "predictions_collapsed", "not_learning"}) {
-    const FailureClass* c = Kb().find(id);
+    const kb::FailureClass* c = Kb().find(id);
     ASSERT_NE(c, nullptr) << id << " is missing from reports/kb/failures.yaml";
     EXPECT_FALSE(c->title.empty()) << id;
     EXPECT_FALSE(c->events.empty()) << id;
