@@ -312,7 +312,7 @@ class MetricsCsv {
     step.lr = r.lr, step.grad_norm = r.grad_norm, step.seconds = r.seconds;
     step.skipped = r.skipped, step.loss_scale = r.loss_scale;
     step.loss_bits = r.loss_bits;
-    step.rss_bytes = current_rss_bytes();
+    step.rss_bytes = monitors::current_rss_bytes();
     write(metrics_csv_row(step, eval));
   }
   // Closes the file; throws ReportError when a write failed.

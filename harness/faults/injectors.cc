@@ -25,7 +25,7 @@
 #include "model/eval/overlay.h"
 #include "model/label/label_maps.h"
 
-namespace dbh::harness {
+namespace dbh::harness::faults {
 namespace fs = std::filesystem;
 
 std::vector<torch::Tensor>& leaked_tensors() {
@@ -589,4 +589,4 @@ std::string corrupt_dataset_copy(const std::string& src, const std::string& dst,
   return file;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::faults

@@ -13,7 +13,7 @@
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::faults {
 
 /// Applies a scenario's faults to a training run. Each fault fires according
 /// to its schedule (step range, run) and emits `fault_fired` when it does;
@@ -98,4 +98,4 @@ std::vector<torch::Tensor>& leaked_tensors();
 /// Sets a memory budget on this process (RLIMIT_DATA on the host).
 bool apply_host_memory_cap(int64_t bytes);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::faults

@@ -10,7 +10,7 @@
 
 #include "model/eval/overlay.h"
 
-namespace dbh::harness {
+namespace dbh::harness::monitors {
 
 int64_t current_rss_bytes() {
   std::ifstream in("/proc/self/statm");
@@ -666,4 +666,4 @@ void Monitors::on_step_end(int64_t step, const model::StepResult& r) {
   if (std::isfinite(r.loss)) losses_.add(r.loss);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::monitors

@@ -13,7 +13,7 @@
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::monitors {
 
 /// Thrown by the monitors to stop a run whose tensors turned non-finite; the
 /// health events describing it have been emitted already.
@@ -198,4 +198,4 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
 int64_t current_rss_bytes();
 int64_t peak_rss_bytes();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::monitors

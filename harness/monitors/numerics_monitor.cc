@@ -7,7 +7,7 @@
 
 #include "model/dbnet.h"
 
-namespace dbh::harness {
+namespace dbh::harness::monitors {
 
 namespace {
 
@@ -78,4 +78,4 @@ void NumericsMonitor::on_step_end(int64_t, const model::StepResult&) {
   grads_.clear();
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::monitors

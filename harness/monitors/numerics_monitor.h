@@ -11,7 +11,7 @@
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::monitors {
 
 /// monitors.numerics (Note [A numerics reference] in
 /// harness/numerics/reference.h): every observed module's mean absolute
@@ -50,4 +50,4 @@ class NumericsMonitor : public model::TrainerListener, public model::ModuleObser
   at::Generator generator_;
 };
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::monitors

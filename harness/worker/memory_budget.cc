@@ -104,7 +104,7 @@ bool cuda_allocator_started(const std::string& device) {
 #endif
 
 nlohmann::json memory_sample(const std::string& device) {
-  nlohmann::json m = {{"rss_bytes", current_rss_bytes()}, {"peak_rss_bytes", peak_rss_bytes()}};
+  nlohmann::json m = {{"rss_bytes", monitors::current_rss_bytes()}, {"peak_rss_bytes", monitors::peak_rss_bytes()}};
   // Note [Keeping freed host memory]: part of the resident size may be blocks
   // kept for reuse; what training itself held at most is said beside it.
   if (const HostAllocatorStats h = host_allocator_stats(); h.installed) {

@@ -107,7 +107,7 @@ struct StepHooks {
 struct SessionSite {
   int64_t run = 0;
   std::string dir;
-  FaultInjector* faults = nullptr;
+  faults::FaultInjector* faults = nullptr;
 };
 
 /// A checkpoint that could not be written: "PATH: expected a writable file,

@@ -24,7 +24,7 @@ namespace {
 // defaults) when `reference_postprocess`, else the scenario's as a fault may
 // have changed them (FaultInjector::on_validation after step `step_taken`).
 model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess,
-                                          FaultInjector* faults = nullptr, int64_t step_taken = -1) {
+                                          faults::FaultInjector* faults = nullptr, int64_t step_taken = -1) {
   model::PostprocessOptions pp;
   if (!reference_postprocess) {
     pp.binarize_thresh = s.data.val.binarize_thresh;
@@ -64,7 +64,7 @@ bool validates_after(const Scenario& s, const Validation& v, int64_t next) {
 }
 
 ValidationResult validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step,
-                          bool last, const fs::path& dir, FaultInjector* faults) {
+                          bool last, const fs::path& dir, faults::FaultInjector* faults) {
   const auto t0 = std::chrono::steady_clock::now();
   const model::InferenceOptions options = inference_options(s, false, faults, step - 1);
   const auto result = model::evaluate(net, v.root, v.images, options);

@@ -10,9 +10,11 @@
 #include "model/data/annotation.h"
 #include "model/dbnet.h"
 
-namespace dbh::harness {
-
+namespace dbh::harness::faults {
 class FaultInjector;
+}  // namespace dbh::harness::faults
+
+namespace dbh::harness {
 
 // Note [One validation]: validation during training (train.eval_every) is
 // one piece of code for the worker, which emits each as an `eval` event, and
@@ -50,6 +52,6 @@ struct ValidationResult {
 /// the worst images under `dir`/eval-overlays. `faults` (may be null) may
 /// change the post-processing settings (on_validation).
 ValidationResult validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step,
-                          bool last, const std::filesystem::path& dir, FaultInjector* faults);
+                          bool last, const std::filesystem::path& dir, faults::FaultInjector* faults);
 
 }  // namespace dbh::harness

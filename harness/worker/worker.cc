@@ -245,8 +245,8 @@ proto::Hello hello_event(const Scenario& s, int64_t trial_index, int64_t threads
   return hello;
 }
 
-SilentOptions silent_options(const Scenario& s) {
-  SilentOptions silent;
+monitors::SilentOptions silent_options(const Scenario& s) {
+  monitors::SilentOptions silent;
   silent.input = s.monitors.silent_check("input");
   silent.labels = s.monitors.silent_check("labels");
   silent.predictions = s.monitors.silent_check("predictions");
@@ -345,9 +345,9 @@ struct WorkerState {
   const Scenario& s;
   const std::string& run_dir;
   EventWriter& events;
-  Monitors& monitors;
-  FaultInjector& faults;
-  NumericsMonitor* numerics = nullptr;  // monitors.numerics; null when off
+  monitors::Monitors& monitors;
+  faults::FaultInjector& faults;
+  monitors::NumericsMonitor* numerics = nullptr;  // monitors.numerics; null when off
   int64_t run = 0;
   int64_t step = -1;  // the step being trained, -1 between steps
 };
@@ -556,14 +556,14 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   const int64_t threads = training_threads(s);
   events.emit(hello_event(s, trial_index, threads));
 
-  Monitors monitors(s.monitors.mode, events, s.monitors.loss_spike_factor, silent_options(s));
+  monitors::Monitors monitors(s.monitors.mode, events, s.monitors.loss_spike_factor, silent_options(s));
   monitors.set_memory_probe([device = s.hardware.device] { return memory_sample(device); });
   monitors.set_loss_scaler(s.train.precision == model::Precision::kFp16);
-  FaultInjector faults(s.faults, events, s.hardware.device);
+  faults::FaultInjector faults(s.faults, events, s.hardware.device);
   // Monitors outside the injector: they know the module a fault throws from
   // and check the outputs faults replaced.
   // The numbers of monitors.numerics are read after the faults acted.
-  NumericsMonitor numerics(s.monitors.numerics_jitter, trial_index);
+  monitors::NumericsMonitor numerics(s.monitors.numerics_jitter, trial_index);
   std::vector<model::ModuleObserver*> observers = {&monitors, &faults};
   if (s.monitors.numerics) observers.insert(observers.begin(), &numerics);
   model::ObserverChain chain(observers);
@@ -578,10 +578,10 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
     // Data: a private corrupted copy when a fault (corrupt_sample) asks for one.
     const TrainingData data = open_training_data(s, faults.on_dataset(s.data.path, s.data.source, run_dir), events);
     for (w.run = 0; w.run < s.repeat.in_process; ++w.run) train_one_run(w, data);
-  } catch (const DivergedError& e) {
+  } catch (const monitors::DivergedError& e) {
     status = "diverged";
     report_stopped_by_monitors(w, proto::error_kind::kDiverged, e.what());
-  } catch (const SilentFailureError& e) {
+  } catch (const monitors::SilentFailureError& e) {
     // Finite but unable to learn: the monitors' health event says why.
     status = "failed";
     report_stopped_by_monitors(w, proto::error_kind::kSilent, e.what());

@@ -64,11 +64,11 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(channels_last).device(bench_device()));
   harness::EventWriter writer(-1);  // discards events
-  std::unique_ptr<harness::Monitors> monitors;
+  std::unique_ptr<harness::monitors::Monitors> monitors;
   if (mode >= 0) {
-    harness::SilentOptions checks;
+    harness::monitors::SilentOptions checks;
     checks.input = checks.labels = checks.predictions = silent;
-    monitors = std::make_unique<harness::Monitors>(static_cast<harness::Monitors::Mode>(mode),
+    monitors = std::make_unique<harness::monitors::Monitors>(static_cast<harness::monitors::Monitors::Mode>(mode),
                                                    writer, 0.0, checks);
     trainer.add_listener(*monitors);
     model::set_module_observer(monitors.get());
@@ -102,12 +102,12 @@ void BM_StepPlain(benchmark::State& state) { run_step_bench(state, -1); }
 // The plain step with PyTorch's default (NCHW) layout instead of channels-last.
 void BM_StepPlainNchw(benchmark::State& state) { run_step_bench(state, -1, false); }
 void BM_StepMonitorsCheap(benchmark::State& state) {
-  run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap));
+  run_step_bench(state, static_cast<int>(harness::monitors::Monitors::Mode::kCheap));
 }
 // Cheap mode with the finite checks only: the silent-failure checks' share of
 // BM_StepMonitorsCheap.
 void BM_StepMonitorsCheapFinite(benchmark::State& state) {
-  run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap), true, false);
+  run_step_bench(state, static_cast<int>(harness::monitors::Monitors::Mode::kCheap), true, false);
 }
 // dbh's default step: the layout and thread count `auto` chose on this
 // machine for this step (Note [Measured choices]), which scripts/bench.sh
@@ -151,10 +151,10 @@ void run_default_step_bench(benchmark::State& state, int mode) {
 }
 void BM_StepDbhDefault(benchmark::State& state) { run_default_step_bench(state, -1); }
 void BM_StepDbhDefaultMonitors(benchmark::State& state) {
-  run_default_step_bench(state, static_cast<int>(harness::Monitors::Mode::kCheap));
+  run_default_step_bench(state, static_cast<int>(harness::monitors::Monitors::Mode::kCheap));
 }
 void BM_StepMonitorsLocalise(benchmark::State& state) {
-  run_step_bench(state, static_cast<int>(harness::Monitors::Mode::kLocalise));
+  run_step_bench(state, static_cast<int>(harness::monitors::Monitors::Mode::kLocalise));
 }
 // Note [Paired monitor steps]: the cheap monitors cost a few milliseconds of
 // a 130–300 ms step at 128², while separate benchmarks of the plain and the
@@ -167,7 +167,7 @@ void BM_StepMonitorsLocalise(benchmark::State& state) {
 // that is their whole cost; on a GPU it is launch time only).
 class SwitchedMonitors : public model::TrainerListener, public model::ModuleObserver {
  public:
-  explicit SwitchedMonitors(harness::Monitors& m) : m_(m) {}
+  explicit SwitchedMonitors(harness::monitors::Monitors& m) : m_(m) {}
   void set_on(bool on) {
     on_ = on;
     model::set_module_observer(on ? this : nullptr);  // off: the one pointer test of a plain step
@@ -195,7 +195,7 @@ class SwitchedMonitors : public model::TrainerListener, public model::ModuleObse
     fn();
     inside_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  harness::Monitors& m_;
+  harness::monitors::Monitors& m_;
   bool on_ = false;
   double inside_ = 0;
 };
@@ -236,7 +236,7 @@ void BM_StepMonitorsPaired(benchmark::State& state) {
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(c.channels_last).device(bench_device()));
   harness::EventWriter writer(-1);
-  harness::Monitors monitors(harness::Monitors::Mode::kCheap, writer, 0.0);
+  harness::monitors::Monitors monitors(harness::monitors::Monitors::Mode::kCheap, writer, 0.0);
   SwitchedMonitors switched(monitors);
   trainer.add_listener(switched);
   const model::Batch batch =
@@ -298,9 +298,9 @@ DBH_PAIRED_BENCH(BM_StepMonitorsPaired);
 void BM_MonitorsPerStep(benchmark::State& state) {
   torch::set_num_threads(1);
   harness::EventWriter writer(-1);
-  harness::SilentOptions checks;
+  harness::monitors::SilentOptions checks;
   checks.input = checks.labels = checks.predictions = state.range(1) != 0;
-  harness::Monitors monitors(harness::Monitors::Mode::kCheap, writer, 0.0, checks);
+  harness::monitors::Monitors monitors(harness::monitors::Monitors::Mode::kCheap, writer, 0.0, checks);
   const int64_t size = state.range(0);
   model::Batch batch = model::synthetic_boxes_batch(kBatch, size, size, 1);
   model::DbNetOutput out;

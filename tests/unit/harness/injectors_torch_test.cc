@@ -87,12 +87,12 @@ const std::set<std::string> kOutOfScope = {
 // entry of the injector's registry, and the injector refuses a name it has no
 // entry for rather than doing nothing.
 TEST(FaultCatalogTest, EveryCatalogFaultHasAnInjectorEntry) {
-  for (const auto& spec : fault_catalog()) EXPECT_TRUE(FaultInjector::has_injector(spec.name)) << spec.name;
-  EXPECT_FALSE(FaultInjector::has_injector("no_such_fault"));
+  for (const auto& spec : fault_catalog()) EXPECT_TRUE(faults::FaultInjector::has_injector(spec.name)) << spec.name;
+  EXPECT_FALSE(faults::FaultInjector::has_injector("no_such_fault"));
   FaultConfig unknown;
   unknown.name = "no_such_fault";
   testing::EventCapture events;
-  EXPECT_THROW(FaultInjector({unknown}, events.writer(), "cpu"), std::logic_error);
+  EXPECT_THROW(faults::FaultInjector({unknown}, events.writer(), "cpu"), std::logic_error);
 }
 
 TEST(FaultCatalogTest, EveryFaultIsTestedOrOutOfScope) {
@@ -179,12 +179,12 @@ class FaultInjectorTest : public ::testing::Test {
   }
 
   // An injector for `faults_yaml` (the entries of a scenario's `faults:`).
-  FaultInjector& arm(const std::string& faults_yaml, const std::string& settings = kSettings) {
+  faults::FaultInjector& arm(const std::string& faults_yaml, const std::string& settings = kSettings) {
     faults_ = load_faults(faults_yaml, settings);
-    injector_ = std::make_unique<FaultInjector>(faults_, events_.writer(), "cpu");
+    injector_ = std::make_unique<faults::FaultInjector>(faults_, events_.writer(), "cpu");
     return *injector_;
   }
-  FaultInjector& arm_one(const std::string& entries, const std::string& settings = kSettings) {
+  faults::FaultInjector& arm_one(const std::string& entries, const std::string& settings = kSettings) {
     return arm("  - {" + entries + "}\n", settings);
   }
 
@@ -199,7 +199,7 @@ class FaultInjectorTest : public ::testing::Test {
 
   testing::EventCapture events_;
   std::vector<FaultConfig> faults_;
-  std::unique_ptr<FaultInjector> injector_;
+  std::unique_ptr<faults::FaultInjector> injector_;
 };
 
 // ---- Schedules: at_step, until_step and run, for every tested fault.
@@ -208,7 +208,7 @@ class FaultScheduleTest : public FaultInjectorTest, public ::testing::WithParamI
 
 // Every hook of one step, as the worker and the trainer call them; a
 // `cuda_error` thrown from on_enter ends the step, as it ends a real one.
-void run_step(FaultInjector& inj, int64_t step, torch::optim::Optimizer& opt) {
+void run_step(faults::FaultInjector& inj, int64_t step, torch::optim::Optimizer& opt) {
   auto& net = testing::shared_dbnet();
   inj.on_step_begin(step);
   model::Batch b = tiny_batch(2);
@@ -236,8 +236,8 @@ TEST_P(FaultScheduleTest, FiresInItsStepWindowOfItsRunOnly) {
   const TestedFault& t = GetParam();
   std::string entries = std::string("name: ") + t.name + ", at_step: 2, until_step: 3, run: 1";
   if (*t.required) entries += std::string(", ") + t.required;
-  FaultInjector& inj = arm_one(entries);
-  const size_t leaked_before = leaked_tensors().size();
+  faults::FaultInjector& inj = arm_one(entries);
+  const size_t leaked_before = faults::leaked_tensors().size();
   torch::Tensor w = torch::zeros({1}, torch::requires_grad());
   torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.01));
   inj.set_optimizer(&opt);
@@ -249,7 +249,7 @@ TEST_P(FaultScheduleTest, FiresInItsStepWindowOfItsRunOnly) {
     for (int64_t step = 0; step < 6; ++step)
       run_step(inj, step, opt);
   }
-  leaked_tensors().resize(leaked_before);
+  faults::leaked_tensors().resize(leaked_before);
   for (const auto& f : fired()) {
     EXPECT_EQ(f.fault, t.name);
     EXPECT_EQ(f.index, 0);
@@ -273,7 +273,7 @@ TEST_F(FaultInjectorTest, SilentFaultsFireFromAtStepOn) {
     for (const auto& t : kTested) {
       if (t.name == spec.name && *t.required != '\0') required = std::string(", ") + t.required;
     }
-    FaultInjector& inj = arm_one("name: " + spec.name + ", at_step: 3" + required);
+    faults::FaultInjector& inj = arm_one("name: " + spec.name + ", at_step: 3" + required);
     torch::Tensor w = torch::zeros({1}, torch::requires_grad());
     torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.01));
     inj.set_optimizer(&opt);
@@ -292,7 +292,7 @@ TEST_F(FaultInjectorTest, SilentFaultsFireFromAtStepOn) {
 
 TEST_F(FaultInjectorTest, BrokenPostprocessChangesTheValidationsFromAtStepOn) {
   const std::string real = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
-  FaultInjector& inj =
+  faults::FaultInjector& inj =
       arm_one("name: broken_postprocess, at_step: 2, box_thresh: 0.97, run: 1",
               "data: {source: real, path: " + real + ", val: {holdout: 1}}\ntrain: {max_steps: 10, eval_every: 1}\n"
               "repeat: {in_process: 2}\n");
@@ -320,7 +320,7 @@ TEST_F(FaultInjectorTest, CorruptSampleBreaksAPrivateCopyOfARealDatasetOnly) {
   testing::RemoveOnExit cleanup(run_dir);
   const std::string data = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
   const std::string before = testing::read_text(std::filesystem::path(data) / "annotations.json");
-  FaultInjector& inj = arm_one("name: corrupt_sample, sample: 1, kind: nan_coordinate",
+  faults::FaultInjector& inj = arm_one("name: corrupt_sample, sample: 1, kind: nan_coordinate",
                                "data: {source: real, path: " + data + "}\n");
   // Synthetic data has no files: nothing to break, nothing fired.
   EXPECT_EQ(inj.on_dataset(data, DataSource::kSyntheticBoxes, run_dir.string()), data);
@@ -495,7 +495,7 @@ TEST_F(FaultInjectorTest, AllDontCareMasksEveryWord) {
 }
 
 TEST_F(FaultInjectorTest, NondeterminismShiftsOneMicroBatchByAPerProcessAmount) {
-  FaultInjector& inj = arm_one("name: nondeterminism, until_step: 1, micro_batch: 1, scale: 0.01");
+  faults::FaultInjector& inj = arm_one("name: nondeterminism, until_step: 1, micro_batch: 1, scale: 0.01");
   const model::Batch in = tiny_batch(2);
   std::vector<double> added;
   for (int64_t step : {0, 1}) {
@@ -522,7 +522,7 @@ TEST_F(FaultInjectorTest, NondeterminismShiftsOneMicroBatchByAPerProcessAmount) 
 // ---- Module outputs, losses, gradients and the optimizer.
 
 // What module `module` hands on at `step` when its output is all ones.
-torch::Tensor module_output(FaultInjector& inj, int64_t step, const char* module) {
+torch::Tensor module_output(faults::FaultInjector& inj, int64_t step, const char* module) {
   inj.on_step_begin(step);
   inj.on_enter(module);
   torch::Tensor out = torch::ones({2, 4, 8, 8});
@@ -531,7 +531,7 @@ torch::Tensor module_output(FaultInjector& inj, int64_t step, const char* module
 }
 
 TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
-  FaultInjector& inj = arm_one("name: nan_activation, module: decoder.fusion, at_step: 1");
+  faults::FaultInjector& inj = arm_one("name: nan_activation, module: decoder.fusion, at_step: 1");
   const auto forward = [&](int64_t step, const char* module) { return module_output(inj, step, module); };
   EXPECT_EQ(count_nan(forward(0, "decoder.fusion")), 0);
   EXPECT_EQ(count_nan(forward(1, "decoder.smooth2")), 0);
@@ -545,7 +545,7 @@ TEST_F(FaultInjectorTest, NanActivationReplacesTheNamedModulesOutput) {
 }
 
 TEST_F(FaultInjectorTest, PerturbActivationScalesTheNamedModulesOutputFromItsStepOn) {
-  FaultInjector& inj =
+  faults::FaultInjector& inj =
       arm_one("name: perturb_activation, module: decoder.fusion, at_step: 2, until_step: 100, relative: 0.01");
   const auto forward = [&](int64_t step, const char* module) { return module_output(inj, step, module); };
   EXPECT_TRUE(torch::equal(forward(1, "decoder.fusion"), torch::ones({2, 4, 8, 8})));
@@ -558,7 +558,7 @@ TEST_F(FaultInjectorTest, PerturbActivationScalesTheNamedModulesOutputFromItsSte
 }
 
 TEST_F(FaultInjectorTest, LossScaleOverflowScalesTheTotalOnly) {
-  FaultInjector& inj = arm_one("name: loss_scale_overflow, at_step: 1");  // factor 1e39
+  faults::FaultInjector& inj = arm_one("name: loss_scale_overflow, at_step: 1");  // factor 1e39
   const auto loss_at = [&](int64_t step) {
     inj.on_step_begin(step);
     model::DbLossParts loss{torch::tensor(0.5f), torch::tensor(0.2f), torch::tensor(0.03f), torch::tensor(0.4f)};
@@ -573,7 +573,7 @@ TEST_F(FaultInjectorTest, LossScaleOverflowScalesTheTotalOnly) {
   EXPECT_EQ(hit.dice.item<float>(), 0.4f);
   EXPECT_EQ(loss_at(2).total.item<float>(), 0.5f);
 
-  FaultInjector& small = arm_one("name: loss_scale_overflow, factor: 8");
+  faults::FaultInjector& small = arm_one("name: loss_scale_overflow, factor: 8");
   small.on_step_begin(0);
   model::DbLossParts loss{torch::tensor(0.5f), torch::tensor(0.2f), torch::tensor(0.03f), torch::tensor(0.4f)};
   small.on_loss(0, loss);
@@ -583,7 +583,7 @@ TEST_F(FaultInjectorTest, LossScaleOverflowScalesTheTotalOnly) {
 
 // The optimizer's learning rate after on_before_optimizer at `step`, the
 // trainer having set the scheduled `lr` first.
-double lr_after(FaultInjector& inj, torch::optim::Optimizer& opt, int64_t step, double lr) {
+double lr_after(faults::FaultInjector& inj, torch::optim::Optimizer& opt, int64_t step, double lr) {
   inj.on_step_begin(step);
   for (auto& g : opt.param_groups())
     g.options().set_lr(lr);
@@ -592,7 +592,7 @@ double lr_after(FaultInjector& inj, torch::optim::Optimizer& opt, int64_t step, 
 }
 
 TEST_F(FaultInjectorTest, LrSpikeMultipliesTheScheduledRate) {
-  FaultInjector& inj = arm_one("name: lr_spike, at_step: 2");  // factor 10000
+  faults::FaultInjector& inj = arm_one("name: lr_spike, at_step: 2");  // factor 10000
   torch::Tensor w = torch::zeros({3}, torch::requires_grad());
   torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.01));
   inj.set_optimizer(&opt);
@@ -604,7 +604,7 @@ TEST_F(FaultInjectorTest, LrSpikeMultipliesTheScheduledRate) {
 }
 
 TEST_F(FaultInjectorTest, LrFreezeZeroesTheRateFromAtStepOn) {
-  FaultInjector& inj = arm_one("name: lr_freeze, at_step: 2");
+  faults::FaultInjector& inj = arm_one("name: lr_freeze, at_step: 2");
   torch::Tensor w = torch::zeros({3}, torch::requires_grad());
   torch::optim::Adam opt({w}, torch::optim::AdamOptions(0.001));
   inj.set_optimizer(&opt);
@@ -642,7 +642,7 @@ TEST_F(FaultInjectorTest, NanGradientFillsAModulesOrOneParametersGradients) {
   }
   ASSERT_FALSE(fusion.empty());
   testing::fill_gradients(net, 0.0f);
-  FaultInjector& inj = arm_one("name: nan_gradient, module: decoder.fusion, at_step: 1");
+  faults::FaultInjector& inj = arm_one("name: nan_gradient, module: decoder.fusion, at_step: 1");
   inj.on_step_begin(0);
   inj.on_before_optimizer(0, net);
   EXPECT_TRUE(nan_gradients(net).empty());
@@ -658,7 +658,7 @@ TEST_F(FaultInjectorTest, NanGradientFillsAModulesOrOneParametersGradients) {
 
   repair_gradients(net);
   ASSERT_TRUE(nan_gradients(net).empty());
-  FaultInjector& one = arm_one("name: nan_gradient, parameter: head.prob.up2.weight");
+  faults::FaultInjector& one = arm_one("name: nan_gradient, parameter: head.prob.up2.weight");
   one.on_step_begin(0);
   one.on_before_optimizer(0, net);
   EXPECT_EQ(nan_gradients(net), (std::vector<std::string>{"head.prob.up2.weight"}));
@@ -672,12 +672,12 @@ void expect_nan_gradient_attributed_to(const std::string& module) {
   auto& net = testing::shared_dbnet();
   testing::EventCapture events;
   const auto faults = load_faults("  - {name: nan_gradient, module: " + module + "}\n");
-  FaultInjector inj(faults, events.writer(), "cpu");
-  Monitors monitors(Monitors::Mode::kLocalise, events.writer(), 0);
+  faults::FaultInjector inj(faults, events.writer(), "cpu");
+  monitors::Monitors monitors(monitors::Monitors::Mode::kLocalise, events.writer(), 0);
   inj.on_step_begin(0);
   monitors.on_step_begin(0);
   inj.on_before_optimizer(0, net);
-  EXPECT_THROW(monitors.on_before_optimizer(0, net), DivergedError) << module;
+  EXPECT_THROW(monitors.on_before_optimizer(0, net), monitors::DivergedError) << module;
   repair_gradients(net);
   const auto fired = events.all(proto::fault_fired_from);
   ASSERT_EQ(fired.size(), 1u);
@@ -704,7 +704,7 @@ TEST_F(FaultInjectorTest, NanGradientOnTheEncoderStemHitsItsParameters) {
 
 TEST_F(FaultInjectorTest, UnstableBinarizationSwitchesTheHead) {
   auto& net = testing::shared_dbnet();
-  FaultInjector& inj = arm_one("name: unstable_binarization");  // at step 0, float16
+  faults::FaultInjector& inj = arm_one("name: unstable_binarization");  // at step 0, float16
   inj.on_model(net);
   EXPECT_EQ(net->head->options.binarization(), model::Binarization::kExp);
   EXPECT_EQ(net->head->options.binarization_dtype(), torch::kFloat16);
@@ -713,7 +713,7 @@ TEST_F(FaultInjectorTest, UnstableBinarizationSwitchesTheHead) {
   EXPECT_EQ(fired()[0].step, 0);
 
   net->set_binarization(model::Binarization::kSigmoid, torch::kFloat32);
-  FaultInjector& later = arm_one("name: unstable_binarization, at_step: 3, dtype: float32");
+  faults::FaultInjector& later = arm_one("name: unstable_binarization, at_step: 3, dtype: float32");
   later.on_model(net);
   for (int64_t step = 0; step < 3; ++step)
     later.on_step_begin(step);
@@ -730,7 +730,7 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
   for (const auto& p : find_fault("cuda_error")->params) {
     if (p.name != "kind") continue;
     for (const auto& kind : p.allowed) {
-      FaultInjector& inj = arm_one("name: cuda_error, at_step: 1, kind: " + kind);  // in decoder.fusion
+      faults::FaultInjector& inj = arm_one("name: cuda_error, at_step: 1, kind: " + kind);  // in decoder.fusion
       inj.on_step_begin(0);
       EXPECT_NO_THROW(inj.on_enter("decoder.fusion"));
       inj.on_step_begin(1);
@@ -739,7 +739,7 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
         inj.on_enter("decoder.fusion");
         ADD_FAILURE() << kind << ": no error";
       } catch (const std::runtime_error& e) {
-        EXPECT_EQ(std::string(e.what()), FaultInjector::cuda_error_text(kind));
+        EXPECT_EQ(std::string(e.what()), faults::FaultInjector::cuda_error_text(kind));
       }
       // Not sticky: the next module, and the teardown, work.
       EXPECT_NO_THROW(inj.on_enter("head.prob.conv")) << kind;
@@ -749,14 +749,14 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
       EXPECT_EQ(fired().back().module, "decoder.fusion");
       EXPECT_EQ(fired().back().detail, (json{{"kind", kind}, {"sticky", false}, {"real", false}}));
       // Each kind has its own text, which the knowledge base classifies.
-      EXPECT_EQ(FaultInjector::cuda_error_text(kind).find("unknown error"), std::string::npos) << kind;
-      EXPECT_NE(kb::KnowledgeBase::shipped().match_message(FaultInjector::cuda_error_text(kind)), nullptr) << kind;
+      EXPECT_EQ(faults::FaultInjector::cuda_error_text(kind).find("unknown error"), std::string::npos) << kind;
+      EXPECT_NE(kb::KnowledgeBase::shipped().match_message(faults::FaultInjector::cuda_error_text(kind)), nullptr) << kind;
     }
   }
 }
 
 TEST_F(FaultInjectorTest, StickyCudaErrorPoisonsEveryLaterModuleAndTheTeardown) {
-  FaultInjector& inj = arm_one("name: cuda_error, kind: illegal_memory_access, module: encoder.layer2, sticky: true");
+  faults::FaultInjector& inj = arm_one("name: cuda_error, kind: illegal_memory_access, module: encoder.layer2, sticky: true");
   inj.on_step_begin(0);
   EXPECT_THROW(inj.on_enter("encoder.layer2"), std::runtime_error);
   EXPECT_TRUE(inj.context_poisoned());
@@ -772,16 +772,16 @@ TEST_F(FaultInjectorTest, StickyCudaErrorPoisonsEveryLaterModuleAndTheTeardown) 
 }
 
 TEST_F(FaultInjectorTest, LeakRetainsItsBytesInEveryRun) {
-  FaultInjector& inj = arm_one("name: leak, at_step: 1, bytes: 1MiB");
-  const size_t before = leaked_tensors().size();
+  faults::FaultInjector& inj = arm_one("name: leak, at_step: 1, bytes: 1MiB");
+  const size_t before = faults::leaked_tensors().size();
   for (int64_t run = 0; run < 2; ++run) {
     inj.set_run(run);
     for (int64_t step = 0; step < 3; ++step)
       inj.on_step_begin(step);
-    ASSERT_EQ(leaked_tensors().size(), before + static_cast<size_t>(run) + 1) << "run " << run;
-    EXPECT_EQ(leaked_tensors().back().nbytes(), 1u << 20);
+    ASSERT_EQ(faults::leaked_tensors().size(), before + static_cast<size_t>(run) + 1) << "run " << run;
+    EXPECT_EQ(faults::leaked_tensors().back().nbytes(), 1u << 20);
   }
-  leaked_tensors().resize(before);
+  faults::leaked_tensors().resize(before);
   const auto f = fired();
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[1].run, 1);
@@ -799,7 +799,7 @@ int64_t malloc_held_bytes() {
 
 TEST_F(FaultInjectorTest, MemoryBallastHoldsHostMemoryFromTheStart) {
   constexpr int64_t kBytes = int64_t{16} << 20;
-  FaultInjector& inj = arm_one("name: memory_ballast, bytes: 16MiB, on: host");
+  faults::FaultInjector& inj = arm_one("name: memory_ballast, bytes: 16MiB, on: host");
   const int64_t held = malloc_held_bytes();
   inj.on_model(testing::shared_dbnet());
   inj.on_start();
@@ -810,7 +810,7 @@ TEST_F(FaultInjectorTest, MemoryBallastHoldsHostMemoryFromTheStart) {
   inj.on_step_begin(0);
   EXPECT_EQ(fired().size(), 1u);  // once
 
-  FaultInjector& later = arm_one("name: memory_ballast, bytes: 4KiB, at_step: 2");  // on the device: the CPU
+  faults::FaultInjector& later = arm_one("name: memory_ballast, bytes: 4KiB, at_step: 2");  // on the device: the CPU
   later.on_start();
   later.on_step_begin(1);
   EXPECT_EQ(fired().size(), 1u);

@@ -121,6 +121,8 @@ TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
       {"harness/qualify", "dbh::harness::qualify"},
       {"harness/numerics", "dbh::harness::numerics"},
       {"harness/gpu", "dbh::harness::gpu"},
+      {"harness/monitors", "dbh::harness::monitors"},
+      {"harness/faults", "dbh::harness::faults"},
       {"harness/kb", "dbh::harness::kb"},
   };
   const std::regex opens(R"re(^namespace (dbh[a-z_:]*) \{)re");

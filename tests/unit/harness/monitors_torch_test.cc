@@ -79,7 +79,7 @@ void set_gradient_value(StepFeed& f, const std::string& parameter, float value) 
 
 // Feeds `feed` through every hook in the order the trainer calls them;
 // `reached` names the last hook called (the one that threw, if one did).
-void run_step(Monitors& m, int64_t step, StepFeed& feed, std::string* reached) {
+void run_step(monitors::Monitors& m, int64_t step, StepFeed& feed, std::string* reached) {
   auto& net = testing::shared_dbnet();
   testing::clear_gradients(net);
   *reached = "on_step_begin";
@@ -117,14 +117,14 @@ class MonitorsTest : public ::testing::Test {
  protected:
   void TearDown() override { testing::clear_gradients(testing::shared_dbnet()); }
 
-  Monitors make(Monitors::Mode mode) {
-    Monitors m(mode, events_.writer(), /*loss_spike_factor=*/0);
+  monitors::Monitors make(monitors::Monitors::Mode mode) {
+    monitors::Monitors m(mode, events_.writer(), /*loss_spike_factor=*/0);
     m.set_run(kRun);
     return m;
   }
   // Runs healthy steps 0..last-1, then `bad` at step `last`; returns the hook
   // the divergence stopped in ("done" when none did).
-  std::string run_until(Monitors& m, int64_t last, StepFeed bad) {
+  std::string run_until(monitors::Monitors& m, int64_t last, StepFeed bad) {
     std::string reached;
     for (int64_t step = 0; step < last; ++step) {
       StepFeed ok = finite_feed();
@@ -132,7 +132,7 @@ class MonitorsTest : public ::testing::Test {
     }
     try {
       run_step(m, last, bad, &reached);
-    } catch (const DivergedError& e) {
+    } catch (const monitors::DivergedError& e) {
       error_ = e.what();
       return reached;
     }
@@ -161,7 +161,7 @@ void expect_finite_failure(const std::vector<proto::Health>& h, const char* mode
 // ---- Cheap mode: flags queued, read once per step before the optimizer.
 
 TEST_F(MonitorsTest, CheapFiniteStepsReportNothing) {
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   StepFeed last = finite_feed();
   EXPECT_EQ(run_until(m, 3, last), "done") << error_;
   EXPECT_TRUE(health().empty());
@@ -183,7 +183,7 @@ TEST_F(MonitorsTest, CheapAttributesToTheFirstModuleOutputInForwardOrder) {
   output_of(bad, "decoder.fusion").fill_(kInf);
   bad.loss.total = torch::tensor(kNaN);
   set_gradient_value(bad, "head.prob.up2.weight", kNaN);
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   // One synchronisation per step: nothing stops before the flags are read.
   EXPECT_EQ(run_until(m, 4, bad), "on_grad_norms");
   const auto h = health();
@@ -201,7 +201,7 @@ TEST_F(MonitorsTest, CheapAttributesTheBatchBeforeTheModules) {
   bad.batch.targets.gt_thresh_mask[0][0][1][1] = kNaN;
   bad.batch.targets.gt_thresh[1][0][5][5] = kNaN;
   output_of(bad, "encoder.stem").fill_(kNaN);
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   EXPECT_EQ(run_until(m, 1, bad), "on_grad_norms");
   const auto h = health();
   expect_finite_failure(h, "cheap", 1, "label", "gt_thresh", "");
@@ -213,7 +213,7 @@ TEST_F(MonitorsTest, CheapAttributesTheInputBeforeItsLabels) {
   StepFeed bad = finite_feed();
   bad.batch.targets.gt_shrink[0][0][0][0] = kNaN;
   bad.batch.image[1][2][31][31] = -kInf;
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   EXPECT_EQ(run_until(m, 0, bad), "on_grad_norms");
   expect_finite_failure(health(), "cheap", 0, "input", "image", "");
 }
@@ -224,7 +224,7 @@ TEST_F(MonitorsTest, CheapAttributesLossPartsInTheirOrder) {
   bad.loss.dice = torch::tensor(kNaN);
   bad.loss.l1 = torch::tensor(kInf);
   set_gradient_value(bad, "decoder.fusion.conv.weight", kNaN);
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   EXPECT_EQ(run_until(m, 2, bad), "on_grad_norms");
   const auto h = health();
   expect_finite_failure(h, "cheap", 2, "loss", "l1", "");
@@ -239,7 +239,7 @@ TEST_F(MonitorsTest, CheapAttributesGradientsInBackwardOrder) {
   set_gradient_value(bad, "encoder.layer3.1.conv2.weight", kNaN);
   set_gradient_value(bad, "head.prob.up2.weight", kNaN);
   set_gradient_value(bad, "encoder.conv1.weight", kInf);
-  Monitors m = make(Monitors::Mode::kCheap);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kCheap);
   EXPECT_EQ(run_until(m, 3, bad), "on_grad_norms");
   const auto h = health();
   expect_finite_failure(h, "cheap", 3, "gradient", "head.prob.up2.weight", "head.prob.up2");
@@ -250,7 +250,7 @@ TEST_F(MonitorsTest, CheapAttributesGradientsInBackwardOrder) {
 // ---- Localise mode: every check synchronises and stops at the first.
 
 TEST_F(MonitorsTest, LocaliseFiniteStepsReportNothing) {
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 2, finite_feed()), "done") << error_;
   EXPECT_TRUE(health().empty());
   EXPECT_EQ(events_.all(proto::batch_from).size(), 3u);
@@ -260,7 +260,7 @@ TEST_F(MonitorsTest, LocaliseStopsAtTheFirstModuleOutputWithItsStatistics) {
   StepFeed bad = finite_feed();
   output_of(bad, "encoder.layer3")[1][2][3][4] = kNaN;
   output_of(bad, "decoder.fusion").fill_(kNaN);
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 4, bad), "on_output encoder.layer3");
   const auto h = health();
   expect_finite_failure(h, "localise", 4, "activation", "encoder.layer3", "encoder.layer3");
@@ -279,7 +279,7 @@ TEST_F(MonitorsTest, LocaliseStopsAtTheFirstModuleOutputWithItsStatistics) {
 TEST_F(MonitorsTest, LocaliseNamesNoInputModuleForTheFirstModule) {
   StepFeed bad = finite_feed();
   output_of(bad, "encoder.stem").fill_(kNaN);
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 2, bad), "on_output encoder.stem");
   const auto h = health();
   expect_finite_failure(h, "localise", 2, "activation", "encoder.stem", "encoder.stem");
@@ -291,7 +291,7 @@ TEST_F(MonitorsTest, LocaliseStopsAtTheFirstLabelMap) {
   StepFeed bad = finite_feed();
   bad.batch.targets.gt_thresh_mask[0][0][1][1] = kNaN;
   bad.batch.targets.gt_shrink_mask[1][0][2][3] = kInf;
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 1, bad), "on_batch");
   const auto h = health();
   expect_finite_failure(h, "localise", 1, "label", "gt_shrink_mask", "");
@@ -303,7 +303,7 @@ TEST_F(MonitorsTest, LocaliseStopsAtTheFirstLossPart) {
   StepFeed bad = finite_feed();
   bad.loss.dice = torch::tensor(kNaN);
   bad.loss.total = torch::tensor(kNaN);
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 0, bad), "on_loss");
   expect_finite_failure(health(), "localise", 0, "loss", "dice", "");
 }
@@ -312,7 +312,7 @@ TEST_F(MonitorsTest, LocaliseStopsAtTheFirstGradientInBackwardOrder) {
   StepFeed bad = finite_feed();
   set_gradient_value(bad, "encoder.layer3.1.conv2.weight", kNaN);
   set_gradient_value(bad, "head.prob.up2.weight", kInf);
-  Monitors m = make(Monitors::Mode::kLocalise);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kLocalise);
   EXPECT_EQ(run_until(m, 3, bad), "on_before_optimizer");
   const auto h = health();
   expect_finite_failure(h, "localise", 3, "gradient", "head.prob.up2.weight", "head.prob.up2");
@@ -326,7 +326,7 @@ TEST_F(MonitorsTest, OffReportsNothing) {
   output_of(bad, "encoder.layer3").fill_(kNaN);
   bad.loss.total = torch::tensor(kNaN);
   set_gradient_value(bad, "head.prob.up2.weight", kNaN);
-  Monitors m = make(Monitors::Mode::kOff);
+  monitors::Monitors m = make(monitors::Monitors::Mode::kOff);
   EXPECT_EQ(run_until(m, 1, bad), "done");
   EXPECT_TRUE(health().empty());
 }
@@ -336,7 +336,7 @@ TEST_F(MonitorsTest, OffReportsNothing) {
 // the upper one of an even count, and a non-finite loss is neither judged
 // here nor counted.
 TEST_F(MonitorsTest, ALossOverTheFactorTimesTheMedianOfEarlierLossesIsASpike) {
-  Monitors m(Monitors::Mode::kCheap, events_.writer(), /*loss_spike_factor=*/3.0);
+  monitors::Monitors m(monitors::Monitors::Mode::kCheap, events_.writer(), /*loss_spike_factor=*/3.0);
   m.set_run(kRun);
   const double losses[] = {1, 100, 2, 3, 8, kNaN, 10};
   int64_t step = 0;
