@@ -16,9 +16,13 @@
 #                                  (examples/lightning-dbnet) under dbh run, repeat and qualify,
 #                                  with a fault, the RTX 3060 profile and a budget it exceeds
 #                                  (DBH_GPU_OWN picks: nan budget oom repeat qualify)
+#   scripts/gpu-check.sh numerics  a numerics reference recorded on this machine's CPU (dbh repeat
+#                                  --record) compared on its GPU (dbh qualify --reference): does the
+#                                  training depart beyond the noise, and where? (Note [A numerics
+#                                  reference])
 #   scripts/gpu-check.sh noengine  seed 003's setup under tighter budgets: does cuDNN's "unable to
 #                                  find an engine" appear for real? (about 2 min per budget)
-#   scripts/gpu-check.sh all       build, pack, qualify, diagnose, sanitize, bench (each part's
+#   scripts/gpu-check.sh all       build, pack, qualify, numerics, diagnose, sanitize, bench (each part's
 #                                  time in the summary; the dry run checks every verb)
 #   scripts/gpu-check.sh VERB VERB…  several parts in one call, in that order
 #
@@ -78,7 +82,8 @@ dry_dbh() {
     shift
     case "$a" in
       --profile) profile=$1; shift ;;
-      --out|--junit|--cache|--budget|--steps) shift ;;
+      --out|--junit|--cache|--budget|--steps|--record) shift ;;
+      --reference) check "reference flag has a path" test -n "$1"; shift ;;
       -*) ;;
       *=*) overrides+=("$a") ;;
       *)
@@ -210,6 +215,30 @@ qualify() {
     [[ $dry == 1 ]] && continue
     note "qualify $p: exit $rc in $((SECONDS - t0)) s"
     grep -iE 'trials|largest|recommend' "$logs/qualify-$p.log" | head -8 | tee -a "$summary"
+  done
+}
+
+# Note [A numerics reference] across devices: the same first steps of the
+# tiny DBNet recorded on the CPU (3 processes, the noise measured there) and
+# repeated on the GPU (TF32 off, then on: a real numeric difference).
+numerics() {
+  deps
+  local t0=$SECONDS rc tf32
+  rm -rf "$work/numerics"
+  mkdir -p "$work/numerics"
+  dbh repeat scenarios/base/tiny-cpu.yaml data.size=128 train.max_steps=5 train.lr=0.0005 hardware.device=cpu \
+    --record "$work/numerics/cpu.json" --out "$work/numerics/record" >"$logs/numerics-record.log" 2>&1
+  rc=$?
+  [[ $dry == 1 ]] || note "numerics: recorded on the CPU: exit $rc in $((SECONDS - t0)) s"
+  for tf32 in false true; do
+    t0=$SECONDS
+    dbh qualify scenarios/base/tiny-cpu.yaml data.size=128 train.max_steps=5 train.lr=0.0005 hardware.device=cuda \
+      hardware.allow_tf32="$tf32" --reference "$work/numerics/cpu.json" --out "$work/numerics/qualify-tf32-$tf32" \
+      >"$logs/numerics-qualify-tf32-$tf32.log" 2>&1
+    rc=$?
+    [[ $dry == 1 ]] && continue
+    note "numerics: GPU (tf32 $tf32) against the CPU reference: exit $rc in $((SECONDS - t0)) s"
+    grep -iE 'numerics|departs|the same|not decided' "$logs/numerics-qualify-tf32-$tf32.log" | head -4 | tee -a "$summary"
   done
 }
 
@@ -448,7 +477,7 @@ part() {
   note "time: $1 $((SECONDS - t0)) s"
 }
 
-all_verbs=" build pack qualify tests probe diagnose sanitize bench noengine own "
+all_verbs=" build pack qualify numerics tests probe diagnose sanitize bench noengine own "
 usage() {
   echo "usage: scripts/gpu-check.sh {build [TARGET…]|VERB [VERB…]|all}; verbs:$all_verbs" >&2
   exit 2
@@ -494,7 +523,7 @@ for v in "${verbs[@]}"; do
     # The GPU integration tests run the same scenarios as the pack with more
     # checks: `tests` on its own, when the time is there.
     all)
-      for p in build pack qualify diagnose sanitize bench; do run_part "$p"; done
+      for p in build pack qualify numerics diagnose sanitize bench; do run_part "$p"; done
       # The dry run checks the verbs `all` leaves out too.
       [[ $dry == 1 ]] && { tests; probe; noengine; own; }
       packed=1 ;;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -97,6 +98,49 @@ TEST(LayersTest, RunAndSuiteDoNotIncludeBisection) {
       EXPECT_FALSE(std::regex_search(line, m, include)) << file << ":" << n << ": includes " << m[1]
                                                           << ": run and suite use harness/probe/, not bisection";
     }
+  }
+}
+
+// docs/architecture.md says where each part and decision lives: every file
+// it names exists (a move that leaves the page pointing at the old place
+// fails here), and every part of layers() has its row.
+TEST(LayersTest, TheArchitecturePageNamesOnlyFilesThatExist) {
+  const fs::path root = DBH_SOURCE_DIR;
+  std::ifstream in(root / "docs/architecture.md");
+  ASSERT_TRUE(in);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Where a name without a folder, or relative to a library's root, may be.
+  std::set<std::string> names;
+  for (const char* top : {"harness", "model", "python", "docs", "tests", "reports"}) {
+    for (const auto& e : fs::recursive_directory_iterator(root / top)) names.insert(e.path().filename().string());
+  }
+  const std::regex quoted("`([A-Za-z0-9_./{},-]+\\.(h|cc|cu|py|yaml|md|\\{h,cc\\}))`");
+  int64_t checked = 0;
+  for (auto it = std::sregex_iterator(page.begin(), page.end(), quoted); it != std::sregex_iterator(); ++it) {
+    std::string path = (*it)[1].str();
+    if (path.rfind("generated/", 0) == 0) continue;  // written by the build
+    std::vector<std::string> paths;
+    if (const auto brace = path.find(".{h,cc}"); brace != std::string::npos) {
+      paths = {path.substr(0, brace) + ".h", path.substr(0, brace) + ".cc"};
+    } else {
+      paths = {path};
+    }
+    for (const auto& p : paths) {
+      const bool bare = p.find('/') == std::string::npos;
+      // A bare page name (report.md, qualification.md) is a file dbh writes.
+      if (bare && fs::path(p).extension() == ".md") continue;
+      ++checked;
+      const bool found = bare ? names.count(p) > 0
+                              : fs::exists(root / p) || fs::exists(root / "harness" / p) ||
+                                    fs::exists(root / "model" / p) || fs::exists(root / "python" / p);
+      EXPECT_TRUE(found) << "docs/architecture.md names `" << p << "`, which is not in the source tree";
+    }
+  }
+  EXPECT_GT(checked, 40);
+  for (const auto& [part, layer] : layers()) {
+    if (part.rfind("harness/", 0) != 0 || part == "harness/version" || part == "harness/step_code") continue;
+    EXPECT_NE(page.find("`" + part + "/`"), std::string::npos)
+        << "docs/architecture.md has no row for `" << part << "/`";
   }
 }
 
