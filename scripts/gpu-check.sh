@@ -200,21 +200,28 @@ for rep in sorted(root.rglob("report.json")):
 PY
 }
 
+# One `dbh qualify` run, timed: its log as LOG, then (not in a dry run) a
+# summary line saying WHAT and the log's lines matching PATTERN.
+#   qualify_one WHAT LOG PATTERN ARGS…
+qualify_one() {
+  local what=$1 log=$2 pattern=$3 t0=$SECONDS rc
+  shift 3
+  dbh qualify "$@" >"$log" 2>&1
+  rc=$?
+  [[ $dry == 1 ]] && return 0
+  note "$what: exit $rc in $((SECONDS - t0)) s"
+  grep -iE "$pattern" "$log" | head -8 | tee -a "$summary"
+}
+
 qualify() {
   deps
-  local p t0 rc
+  local p
   for p in ${DBH_GPU_PROFILES:-rtx3060-12gb t4-16gb}; do
-    t0=$SECONDS
     rm -rf "$work/qualify-$p"
     # cuDNN benchmark off: its first-step autotuning at 640 px costs about a
     # minute per trial and does not change the memory a step needs.
-    dbh qualify scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" \
-      --out "$work/qualify-$p" \
-      >"$logs/qualify-$p.log" 2>&1
-    rc=$?
-    [[ $dry == 1 ]] && continue
-    note "qualify $p: exit $rc in $((SECONDS - t0)) s"
-    grep -iE 'trials|largest|recommend' "$logs/qualify-$p.log" | head -8 | tee -a "$summary"
+    qualify_one "qualify $p" "$logs/qualify-$p.log" 'trials|largest|recommend' \
+      scenarios/gpu/seed-003-rtx3060.yaml hardware.cudnn_benchmark=false --profile "$p" --out "$work/qualify-$p"
   done
 }
 
@@ -231,14 +238,10 @@ numerics() {
   rc=$?
   [[ $dry == 1 ]] || note "numerics: recorded on the CPU: exit $rc in $((SECONDS - t0)) s"
   for tf32 in false true; do
-    t0=$SECONDS
-    dbh qualify scenarios/base/tiny-cpu.yaml data.size=128 train.max_steps=5 train.lr=0.0005 hardware.device=cuda \
-      hardware.allow_tf32="$tf32" --reference "$work/numerics/cpu.json" --out "$work/numerics/qualify-tf32-$tf32" \
-      >"$logs/numerics-qualify-tf32-$tf32.log" 2>&1
-    rc=$?
-    [[ $dry == 1 ]] && continue
-    note "numerics: GPU (tf32 $tf32) against the CPU reference: exit $rc in $((SECONDS - t0)) s"
-    grep -iE 'numerics|departs|the same|not decided' "$logs/numerics-qualify-tf32-$tf32.log" | head -4 | tee -a "$summary"
+    qualify_one "numerics: GPU (tf32 $tf32) against the CPU reference" "$logs/numerics-qualify-tf32-$tf32.log" \
+      'numerics|departs|the same|not decided' scenarios/base/tiny-cpu.yaml data.size=128 train.max_steps=5 \
+      train.lr=0.0005 hardware.device=cuda hardware.allow_tf32="$tf32" --reference "$work/numerics/cpu.json" \
+      --out "$work/numerics/qualify-tf32-$tf32"
   done
 }
 
