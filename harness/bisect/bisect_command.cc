@@ -16,14 +16,13 @@
 #include "harness/common/text.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness {
+namespace dbh::harness::bisect {
 
 std::string to_string(BisectKind kind) { return kBisectKindNames[static_cast<size_t>(kind)]; }
 
 namespace fs = std::filesystem;
 
 int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
-  using namespace bisection;
   const auto t0 = std::chrono::steady_clock::now();
   // The output folder: locked while the bisection writes it, and what the
   // bisection created of it removed unless it ends with an answer (or an
@@ -50,22 +49,22 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     const std::string name = o.scenario.empty() ? "config" : fs::path(o.scenario).stem().string();
     std::vector<std::string> datasets;  // the scenario's dataset folders, never written into
     if (!o.scenario.empty()) {
-      const Scenario s = load_scenario(o.scenario, o.overrides, o.checks);  // validate first
-      datasets = dataset_folders(s);
+      const scenario::Scenario s = scenario::load_scenario(o.scenario, o.overrides, o.checks);  // validate first
+      datasets = scenario::dataset_folders(s);
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.
       std::vector<std::pair<std::string, std::string>> needs;
       const std::string what = "dbh bisect " + to_string(o.kind);
       if (o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules) {
-        needs.emplace_back(capability::kStopAfter, what);
+        needs.emplace_back(supervisor::capability::kStopAfter, what);
         if (!o.replay_from_start) {
-          needs.emplace_back(capability::kCheckpoint, what);
-          needs.emplace_back(capability::kResume, what);
+          needs.emplace_back(supervisor::capability::kCheckpoint, what);
+          needs.emplace_back(supervisor::capability::kResume, what);
         }
       }
-      if (o.kind == BisectKind::kModules) needs.emplace_back(capability::kMonitorsLocalise, what);
-      if (o.kind == BisectKind::kData) needs.emplace_back(capability::kSubset, what);
-      for (const auto& note : check_worker(s, needs)) std::cerr << what << ": note: " << one_line(note) << "\n";
+      if (o.kind == BisectKind::kModules) needs.emplace_back(supervisor::capability::kMonitorsLocalise, what);
+      if (o.kind == BisectKind::kData) needs.emplace_back(supervisor::capability::kSubset, what);
+      for (const auto& note : supervisor::check_worker(s, needs)) std::cerr << what << ": note: " << one_line(note) << "\n";
     }
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("bisect-" + to_string(o.kind) + "-" + name)) : fs::path(o.out);
     check_outside_datasets("dbh bisect", "--out", out.string(), datasets);
@@ -127,4 +126,4 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
   });
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::bisect

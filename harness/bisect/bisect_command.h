@@ -7,7 +7,7 @@
 
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::bisect {
 
 /// What a bisection searches: the first failing step, the module in it, the
 /// samples, the configuration difference, or a numeric key's boundary.
@@ -30,7 +30,7 @@ struct BisectOptions {
   bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search
   bool replay_from_start = false;      // steps, modules: write no checkpoints, replay every prefix from step 0
   bool quiet = false;
-  InputChecks checks;                  // what loading the scenario checks beyond its keys
+  scenario::InputChecks checks;                  // what loading the scenario checks beyond its keys
 };
 
 /// A bisection's answer as a value, for a caller that acts on it (diagnose's
@@ -59,4 +59,4 @@ struct BisectAnswer {
 /// one (exit 0 or 1).
 int bisect_command(const BisectOptions& options, BisectAnswer* answer = nullptr);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::bisect

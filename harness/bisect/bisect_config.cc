@@ -21,7 +21,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,13 +85,13 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     base = o.scenario;
     good_overrides = split_words(o.good);
   }
-  const Scenario good = load_scenario(base, concat(o.overrides, good_overrides), o.checks);
-  const Scenario bad =
-      is_file(o.bad) ? load_scenario(o.bad[0], o.overrides, o.checks)
-                     : load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)), o.checks);
+  const scenario::Scenario good = scenario::load_scenario(base, concat(o.overrides, good_overrides), o.checks);
+  const scenario::Scenario bad =
+      is_file(o.bad) ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)
+                     : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)), o.checks);
   std::map<std::string, std::string> g, b;
-  flatten(ojson::parse(resolved_json(good)), "", &g);
-  flatten(ojson::parse(resolved_json(bad)), "", &b);
+  flatten(ojson::parse(scenario::resolved_json(good)), "", &g);
+  flatten(ojson::parse(scenario::resolved_json(bad)), "", &b);
   std::vector<std::string> diffs;
   for (const auto& [k, v] : b) {
     const auto it = g.find(k);
@@ -154,7 +154,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
   for (const auto& note : search.notes()) out.details.push_back(note);
   conclude(out, 1.0);
   // An external worker received each difference as its own key: say which.
-  const auto passed = bad.worker.external() ? passed_keys(bad) : std::vector<PassedKey>{};
+  const auto passed = bad.worker.external() ? supervisor::passed_keys(bad) : std::vector<supervisor::PassedKey>{};
   std::string text;
   nlohmann::ordered_json as_passed = nlohmann::ordered_json::array();
   for (const auto& m : minimal) {
@@ -276,4 +276,4 @@ Outputs bisect_range(probe::Prober& prober, const BisectOptions& o) {
   return out;
 }
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

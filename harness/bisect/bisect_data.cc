@@ -20,7 +20,7 @@
 #include "harness/scenario/schema.h"
 #include "model/data/scan.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
 
 namespace {
@@ -93,9 +93,9 @@ constexpr size_t kUnreachedSearched = 256;
 struct DataSearch {
   probe::Prober& prober;
   const BisectOptions& o;
-  const Scenario& s;
+  const scenario::Scenario& s;
   const model::ScanResult* scan;    // dbh's order of the dataset folder; null for an external worker
-  const TrialAnalysis* reported;    // what an external worker's loader read; null for dbh's worker
+  const supervisor::TrialAnalysis* reported;    // what an external worker's loader read; null for dbh's worker
   Search& search;
   std::string base_repro;  // the command that reproduces the failure on the whole dataset
 
@@ -134,7 +134,7 @@ struct DataSearch {
 // cannot isolate anything. A sample the message names is the answer, once
 // the data without it passes and it alone fails.
 void bisect_data_before_training(DataSearch& d, Outputs& out) {
-  const Scenario& s = d.s;
+  const scenario::Scenario& s = d.s;
   const auto& images = d.images();
   const auto& fail = out.rep.baseline.analysis;
   out.repro = d.base_repro;
@@ -166,7 +166,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
   }
   RemoveOnExit copies{fs::path(d.prober.session_dir()) / "datasets"};
   std::vector<std::string> extra_base;
-  if (!s.data.subset.empty()) extra_base.push_back(override_text(DBH_SCENARIO_KEY(data.subset), "[]"));
+  if (!s.data.subset.empty()) extra_base.push_back(scenario::override_text(DBH_SCENARIO_KEY(data.subset), "[]"));
   bool without_passes = false;
   if (others.empty()) {
     out.doubts.push_back("the dataset holds only the named sample(s): there is no data without them to compare");
@@ -180,7 +180,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
     const std::string without =
         write_dataset_copy(*d.scan, others, copies.dir / ("without-named-" + std::to_string(round)));
     probe::ProbeResult last;
-    const probe::Verdict v = further.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), without)}),
+    const probe::Verdict v = further.verdict(concat(extra_base, {scenario::override_text(DBH_SCENARIO_KEY(data.path), without)}),
                                       "re-check: data without the named sample(s)", /*fresh=*/true, &last);
     without_passes = v == probe::Verdict::kPass;
     if (v != probe::Verdict::kFail) break;
@@ -201,7 +201,7 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
     out.doubts.push_back("re-check: the data without the named sample(s) did not pass");
   }
   const std::string alone = write_dataset_copy(*d.scan, named_files, copies.dir / "named-only");
-  const bool alone_fails = d.search.verdict(concat(extra_base, {override_text(DBH_SCENARIO_KEY(data.path), alone)}),
+  const bool alone_fails = d.search.verdict(concat(extra_base, {scenario::override_text(DBH_SCENARIO_KEY(data.path), alone)}),
                                             "re-check: the named sample(s) alone", /*fresh=*/true) == probe::Verdict::kFail;
   if (!alone_fails) out.doubts.push_back("re-check: the named sample(s) alone did not fail the same way");
   out.confirmed = without_passes && alone_fails;
@@ -231,12 +231,12 @@ void bisect_data_before_training(DataSearch& d, Outputs& out) {
 // The overrides that train on `subset` alone: enough steps to consume every
 // sample once, and at least up to the failing step so the scenario's fault
 // schedule stays valid.
-std::vector<std::string> subset_overrides(const Scenario& s, int64_t last_step, const std::vector<int64_t>& subset) {
+std::vector<std::string> subset_overrides(const scenario::Scenario& s, int64_t last_step, const std::vector<int64_t>& subset) {
   const int64_t steps =
       std::max<int64_t>({int64_t{1}, (static_cast<int64_t>(subset.size()) + s.data.batch_size - 1) / s.data.batch_size,
                          std::min(last_step + 1, s.train.last_step())});
-  return std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.subset), list_yaml(subset)),
-                                  override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
+  return std::vector<std::string>{scenario::override_text(DBH_SCENARIO_KEY(data.subset), list_yaml(subset)),
+                                  scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
                                   "controls=[]"};
 }
 
@@ -352,7 +352,7 @@ struct SamplePool {
   std::string how;                // how `consumed` is known, for the details
 };
 
-SamplePool pool_from_sampler(const Scenario& s, const model::ScanResult& scan, int64_t last_step) {
+SamplePool pool_from_sampler(const scenario::Scenario& s, const model::ScanResult& scan, int64_t last_step) {
   SamplePool p;
   std::set<int64_t> seen;
   p.dataset_size = static_cast<int64_t>(scan.images.size());
@@ -370,7 +370,7 @@ SamplePool pool_from_sampler(const Scenario& s, const model::ScanResult& scan, i
   return p;
 }
 
-SamplePool pool_from_worker(const TrialAnalysis& a) {
+SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
   SamplePool p;
   p.raised = a.failed_sample;
   p.consumed = a.samples_read;
@@ -402,8 +402,8 @@ SamplePool pool_from_worker(const TrialAnalysis& a) {
 Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = BisectKind::kData;
-  const Scenario s = prober.load({});
-  if (s.data.source != DataSource::kReal) {
+  const scenario::Scenario s = prober.load({});
+  if (s.data.source != scenario::DataSource::kReal) {
     throw ScenarioError("bisect data: expected " + std::string(DBH_SCENARIO_KEY(data.source)) + " real, got " +
                         to_string(s.data.source));
   }
@@ -549,4 +549,4 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   return out;
 }
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

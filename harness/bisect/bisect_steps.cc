@@ -13,7 +13,7 @@
 #include "harness/common/text.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
 
 namespace {
@@ -45,11 +45,11 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const probe::P
 // A replay of the first `stop_after` steps, resuming from the nearest of the
 // reproduction's checkpoints when `resume`.
 std::vector<std::string> replay_overrides(const probe::ProbeResult& source, int64_t stop_after, bool resume = true) {
-  std::vector<std::string> o = {override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(stop_after)),
-                                override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
+  std::vector<std::string> o = {scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(stop_after)),
+                                scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
   if (resume) {
     if (const auto ck = nearest_checkpoint(source, stop_after - 1)) {
-      o.push_back(override_text(DBH_SCENARIO_KEY(train.resume_from), ck->second));
+      o.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.resume_from), ck->second));
     }
   }
   return o;
@@ -60,7 +60,7 @@ std::vector<std::string> replay_overrides(const probe::ProbeResult& source, int6
 Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   Outputs out;
   out.kind = BisectKind::kSteps;
-  const Scenario s = prober.load({});
+  const scenario::Scenario s = prober.load({});
   if (s.repeat.in_process != 1) {
     throw ScenarioError("bisect steps: expected " + std::string(DBH_SCENARIO_KEY(repeat.in_process)) + " 1, got " +
                         std::to_string(s.repeat.in_process));
@@ -73,8 +73,8 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   const bool resume = !o.replay_from_start;  // Note [Cheap probes]
   out.replay_from_start = o.replay_from_start;
   ReproducePlan plan;
-  plan.first = {override_text(DBH_SCENARIO_KEY(train.checkpoint_every), std::to_string(resume ? every : 0))};
-  plan.rest = {override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
+  plan.first = {scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every), std::to_string(resume ? every : 0))};
+  plan.rest = {scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
   plan.keep_checkpoints = resume;
   plan.check_step = true;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
@@ -187,7 +187,7 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   }
   const int64_t step = steps.answer_step;
   auto extra = replay_overrides(steps.rep.source, step + 1, !o.replay_from_start);
-  extra.push_back(override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
+  extra.push_back(scenario::override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
   // Localise mode names sites more precisely: the same class at the same
   // step is the same failure.
   Signature sig = steps.rep.sig;
@@ -202,7 +202,7 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   out.confirmed = steps.confirmed && v == probe::Verdict::kFail;
   std::vector<std::string> repro_extra =
       replay_overrides(steps.rep.source, step + 1, !o.replay_from_start && prober.keep_checkpoints());
-  repro_extra.push_back(override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
+  repro_extra.push_back(scenario::override_text(DBH_SCENARIO_KEY(monitors.mode), "localise"));
   out.repro = command_line(prober.scenario_path(), concat(prober.base_overrides(), repro_extra));
   const auto& h = replay.analysis.primary_health;
   if (h.is_null() || h.empty()) {
@@ -236,4 +236,4 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   return out;
 }
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

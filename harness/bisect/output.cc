@@ -17,7 +17,7 @@
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
 
 namespace {
@@ -153,11 +153,11 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   md << "\nCheckpoints: "
      << (o.replay_from_start ? std::string("none written (--replay-from-start)")
          : prober.keep_checkpoints() ? "kept (--keep-checkpoints)"
-                                     : "removed after the search (" + format_bytes(removed_bytes) + ")")
+                                     : "removed after the search (" + scenario::format_bytes(removed_bytes) + ")")
      << ". Probe folders keep their events and logs.\n";
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
-  write_file_atomically((out / "bisect.html").string(), markdown_page_html("Bisection: " + to_string(o.kind), md.str()));
+  write_file_atomically((out / "bisect.html").string(), report::markdown_page_html("Bisection: " + to_string(o.kind), md.str()));
   std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << terminal_text(o.summary) << "\n";
   if (!confident) {
     for (const auto& d : o.doubts) std::cout << "  - " << terminal_text(d) << "\n";
@@ -170,4 +170,4 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   return confident ? 0 : 1;
 }
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

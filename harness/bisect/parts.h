@@ -25,7 +25,7 @@
 #include "harness/bisect/bisect_command.h"
 #include "harness/probe/probe.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 
 using ojson = nlohmann::ordered_json;
 
@@ -183,4 +183,4 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o);
 Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const std::filesystem::path& out_dir);
 Outputs bisect_range(probe::Prober& prober, const BisectOptions& o);
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

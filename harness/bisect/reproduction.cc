@@ -21,7 +21,7 @@
 #include "harness/scenario/schema.h"
 #include "model/observed_modules.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
 
 std::string command_line(const std::string& scenario, const std::vector<std::string>& overrides) {
@@ -297,7 +297,7 @@ std::optional<int64_t> resumed_from(const probe::ProbeResult& p) {
   if (p.cached) return std::nullopt;
   std::optional<int64_t> step;
   for (const auto& o : p.overrides) {
-    const std::string key = override_text(DBH_SCENARIO_KEY(train.resume_from), "");
+    const std::string key = scenario::override_text(DBH_SCENARIO_KEY(train.resume_from), "");
     if (o.rfind(key, 0) == 0) step = checkpoint_step(o.substr(key.size()));
   }
   return step;
@@ -317,4 +317,4 @@ int64_t steps_run(const probe::ProbeResult& p) {
 // before its checkpoint as well (a replay stopped early by the failure stops
 // there from step 0 too, so this is not always its train.stop_after).
 
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace dbh::harness {
+namespace dbh::harness::bisect {
 
 BoundaryResult find_first_failing(int64_t lo, int64_t hi,
                                   const std::function<probe::Verdict(int64_t)>& fails, bool check_ends) {
@@ -147,4 +147,4 @@ probe::Verdict repeat_probe(const std::function<probe::Verdict()>& probe, int64_
   return different ? probe::Verdict::kDifferent : unknown ? probe::Verdict::kUnknown : probe::Verdict::kPass;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::bisect

@@ -8,7 +8,7 @@
 
 #include "harness/probe/verdict.h"
 
-namespace dbh::harness {
+namespace dbh::harness::bisect {
 
 /// Result of a boundary search over integers.
 struct BoundaryResult {
@@ -49,4 +49,4 @@ int64_t repetitions_for(double rate, double alpha);
 /// receives the repetitions used.
 probe::Verdict repeat_probe(const std::function<probe::Verdict()>& probe, int64_t k, int64_t* runs = nullptr);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::bisect

@@ -22,28 +22,28 @@ namespace h = dbh::harness;
 
 // bisect's positional words: the scenario, range's key, the overrides; the
 // combinations each kind needs.
-void read_bisect_words(const std::vector<std::string>& args, h::BisectOptions& bo) {
+void read_bisect_words(const std::vector<std::string>& args, h::bisect::BisectOptions& bo) {
   std::vector<std::string> plain;
   split_words(args, &plain, &bo.overrides);
   for (const auto& a : plain) {
     // A word of bisect config that names anything is its scenario (checked
     // as a file when it loads: a FIFO is refused, never opened).
     std::error_code exists_ec;
-    if (bo.scenario.empty() && (bo.kind != h::BisectKind::kConfig || fs::exists(fs::symlink_status(a, exists_ec)))) {
+    if (bo.scenario.empty() && (bo.kind != h::bisect::BisectKind::kConfig || fs::exists(fs::symlink_status(a, exists_ec)))) {
       bo.scenario = a;
-    } else if (bo.kind == h::BisectKind::kRange && bo.key.empty()) {
+    } else if (bo.kind == h::bisect::BisectKind::kRange && bo.key.empty()) {
       bo.key = a;
     } else {
       throw h::UsageError("dbh bisect: unexpected argument \"" + a + "\"");
     }
   }
-  if (bo.kind != h::BisectKind::kConfig && bo.scenario.empty()) {
-    throw h::UsageError("dbh bisect " + h::to_string(bo.kind) + ": expected a scenario file");
+  if (bo.kind != h::bisect::BisectKind::kConfig && bo.scenario.empty()) {
+    throw h::UsageError("dbh bisect " + to_string(bo.kind) + ": expected a scenario file");
   }
-  if (bo.kind == h::BisectKind::kConfig && (bo.good.empty() || bo.bad.empty())) {
+  if (bo.kind == h::bisect::BisectKind::kConfig && (bo.good.empty() || bo.bad.empty())) {
     throw h::UsageError("dbh bisect config: expected --good and --bad");
   }
-  if (bo.kind == h::BisectKind::kConfig) {
+  if (bo.kind == h::bisect::BisectKind::kConfig) {
     // Without '=' a side names a scenario file, which must be one.
     for (const auto* side : {&bo.good, &bo.bad}) {
       if (side->size() == 1 && !h::is_override(side->front())) {
@@ -52,22 +52,22 @@ void read_bisect_words(const std::vector<std::string>& args, h::BisectOptions& b
       }
     }
   }
-  if (bo.kind == h::BisectKind::kRange && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
+  if (bo.kind == h::bisect::BisectKind::kRange && (bo.key.empty() || bo.lo.empty() || bo.hi.empty())) {
     throw h::UsageError("dbh bisect range: expected KEY --lo X --hi Y");
   }
 }
 
 Command add_bisect(CLI::App& app) {
-  auto s = std::make_shared<OptionsAndWords<h::BisectOptions>>();
+  auto s = std::make_shared<OptionsAndWords<h::bisect::BisectOptions>>();
   auto& bo = s->options;
   auto* cmd = app.add_subcommand(
       "bisect", "Bisect a failure to its step, module, samples, config difference or value boundary");
-  const std::vector<std::string> kinds(h::kBisectKindNames.begin(), h::kBisectKindNames.end());
+  const std::vector<std::string> kinds(h::bisect::kBisectKindNames.begin(), h::bisect::kBisectKindNames.end());
   cmd->add_option_function<std::string>(
          "KIND",
          [&bo, kinds](const std::string& kind) {
            const auto it = std::find(kinds.begin(), kinds.end(), kind);
-           bo.kind = static_cast<h::BisectKind>(it - kinds.begin());
+           bo.kind = static_cast<h::bisect::BisectKind>(it - kinds.begin());
          },
          "steps | modules | data | config | range")
       ->required()
@@ -91,8 +91,8 @@ Command add_bisect(CLI::App& app) {
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   return {cmd, [s] {
             read_bisect_words(s->args, s->options);
-            s->options.checks = h::input_checks();
-            return h::bisect_command(s->options);
+            s->options.checks = h::worker::input_checks();
+            return h::bisect::bisect_command(s->options);
           }};
 }
 

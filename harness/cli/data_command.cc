@@ -19,7 +19,7 @@
 #include "model/data/scan.h"
 #include "model/eval/overlay.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -221,4 +221,4 @@ int run_data_show(const DataShowOptions& o) {
   return 0;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

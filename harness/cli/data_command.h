@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 struct DataCheckOptions {
   std::string dir;
@@ -29,4 +29,4 @@ struct DataShowOptions {
 /// label maps (.npy float32 and .png) and an overlay for one sample.
 int run_data_show(const DataShowOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

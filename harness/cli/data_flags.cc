@@ -20,8 +20,8 @@ namespace h = dbh::harness;
 
 Command add_data(CLI::App& app) {
   struct State {
-    h::DataCheckOptions check;
-    h::DataShowOptions show;
+    DataCheckOptions check;
+    DataShowOptions show;
   };
   auto s = std::make_shared<State>();
   auto* data = app.add_subcommand("data", "Inspect a dataset the way training reads it");
@@ -58,12 +58,12 @@ Command add_data(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
   show->add_option("--out", s->show.out, "Output folder")->required();
   return {data, [s, check] {
-            if (*check) return h::run_data_check(s->check);
+            if (*check) return run_data_check(s->check);
             if (s->show.size % 32 != 0) {
               throw h::UsageError("dbh data show --size: expected a multiple of 32, got " +
                                   std::to_string(s->show.size));
             }
-            return h::run_data_show(s->show);
+            return run_data_show(s->show);
           }};
 }
 

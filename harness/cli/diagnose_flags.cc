@@ -23,7 +23,7 @@ Command add_diagnose(CLI::App& app) {
   cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
   return {cmd, [s] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
-            s->options.checks = h::input_checks();
+            s->options.checks = h::worker::input_checks();
             return h::diagnose::diagnose_command(s->options);
           }};
 }

@@ -16,7 +16,7 @@ Command add_env(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("env", "Print LibTorch/CUDA/cuDNN/OpenCV versions, device, CPU, RAM, OS and kernel");
   cmd->add_flag("--json", *json, "Print JSON");
-  return {cmd, [json] { return h::run_env_command(*json); }};
+  return {cmd, [json] { return run_env_command(*json); }};
 }
 
 }  // namespace dbh::harness::cli

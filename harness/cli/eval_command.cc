@@ -38,7 +38,7 @@
 #include "model/eval/overlay.h"
 #include "model/train/determinism.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
@@ -152,7 +152,7 @@ void write_png(const fs::path& path, const cv::Mat& image) {
 }
 
 void throw_if_stopped() {
-  if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+  if (const int signal_number = supervisor::stop_requested()) throw supervisor::Interrupted(signal_number);
 }
 
 // --save-weights names a new file, or a weights file to replace; never the
@@ -306,9 +306,9 @@ model::ModelStateReport load_eval_weights(model::DbNet& net, const EvalCommandOp
 }
 
 // What the reading of an evaluation starts from (Note [Reading an evaluation]).
-EvalFacts eval_facts(const model::DatasetEvaluation& result, const model::PostprocessOptions& post) {
+report::EvalFacts eval_facts(const model::DatasetEvaluation& result, const model::PostprocessOptions& post) {
   const auto n = static_cast<int64_t>(result.images.size());
-  EvalFacts facts;
+  report::EvalFacts facts;
   facts.images = n;
   facts.gt = result.overall.counts.gt;
   facts.det = result.overall.counts.det;
@@ -396,7 +396,7 @@ struct EvalPage {
   model::PostprocessOptions post;
   double wall = 0;
   json overlays;  // write_overlays' index
-  std::vector<EvalFinding> reading;
+  std::vector<report::EvalFinding> reading;
 
   int64_t n() const { return static_cast<int64_t>(result.images.size()); }
   double inference_per_s() const {
@@ -532,7 +532,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   // evaluation between images, and what it wrote is removed (Interrupted
   // unwinds through the claim), so an interrupted evaluation leaves nothing
   // half-written.
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   check_outside_dataset("dbh eval", "--out", out.string(), o.data);
   check_outside_dataset("dbh eval", "--save-weights", o.save_weights, o.data);
   OutputDir claim(out, "eval " + weights_abs, OutputDir::Reuse::kReplace, {o.weights});
@@ -612,7 +612,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   // measured above.
   const EvalPage page{o,    arch, depth, decoder_kind,        weights_abs,
                       loaded, total, scan, result, post, wall, std::move(overlays),
-                      read_evaluation(eval_facts(result, post))};
+                      report::read_evaluation(eval_facts(result, post))};
   const auto& reading = page.reading;
   write_file_atomically((out / "eval.json").string(),
                         eval_json(page).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -620,7 +620,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   write_file_atomically((out / "eval.md").string(), md);
   // The same page for a browser, its overlays embedded.
   write_file_atomically((out / "eval.html").string(),
-                        markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md,
+                        report::markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md,
                                            out.string()));
   throw_if_stopped();
   if (!save_tmp.empty()) {
@@ -643,4 +643,4 @@ int run_eval_command(const EvalCommandOptions& o) {
   return 0;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 /// Settings of `dbh eval`: score a checkpoint on a dataset with the ICDAR
 /// 2015 protocol.
@@ -35,4 +35,4 @@ struct EvalCommandOptions {
 /// throws UsageError for bad input (exit 2).
 int run_eval_command(const EvalCommandOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -14,7 +14,7 @@ namespace dbh::harness::cli {
 namespace h = dbh::harness;
 
 Command add_eval(CLI::App& app) {
-  auto ev = std::make_shared<h::EvalCommandOptions>();
+  auto ev = std::make_shared<EvalCommandOptions>();
   auto* cmd = app.add_subcommand(
       "eval", "Score a checkpoint on a dataset (ICDAR 2015 P/R/H), with overlays of the worst images. "
               "Exit 0 when the evaluation ran, 2 bad input");
@@ -49,7 +49,7 @@ Command add_eval(CLI::App& app) {
                   std::string("Also write the loaded model as a plain weights file (for ") +
                       DBH_SCENARIO_KEY(model.weights) + ", train --weights)");
   cmd->add_flag("-q,--quiet", ev->quiet, "Print only the overall result");
-  return {cmd, [ev] { return h::run_eval_command(*ev); }};
+  return {cmd, [ev] { return run_eval_command(*ev); }};
 }
 
 }  // namespace dbh::harness::cli

@@ -14,14 +14,14 @@
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
-int list_command(const std::string& what, const std::string& dir, const InputChecks& checks) {
+int list_command(const std::string& what, const std::string& dir, const scenario::InputChecks& checks) {
   if (what == "faults") {
-    for (const auto& f : fault_catalog()) {
+    for (const auto& f : scenario::fault_catalog()) {
       std::cout << f.name << "\n    " << f.help << "\n";
-      auto print = [](const ParamSpec& p) {
+      auto print = [](const scenario::ParamSpec& p) {
         std::cout << "    " << p.name << " (" << to_string(p.type)
                   << (p.required ? ", required" : p.default_value.empty() ? "" : ", default " + p.default_value) << ")";
         if (!p.allowed.empty()) {
@@ -34,16 +34,16 @@ int list_command(const std::string& what, const std::string& dir, const InputChe
       for (const auto& p : f.params) print(p);
     }
     std::cout << "every fault also takes:\n";
-    for (const auto& p : schedule_params()) {
+    for (const auto& p : scenario::schedule_params()) {
       std::cout << "    " << p.name << " (" << to_string(p.type) << "): " << p.help << "\n";
     }
     return 0;
   }
   if (what == "profiles") {
     try {
-      for (const auto& p : list_profiles()) {
+      for (const auto& p : scenario::list_profiles()) {
         std::cout << std::left << std::setw(16) << p.name << std::setw(32) << p.display_name << std::setw(10)
-                  << format_bytes(p.memory_bytes) << std::setw(14) << p.architecture << p.notes << "\n";
+                  << scenario::format_bytes(p.memory_bytes) << std::setw(14) << p.architecture << p.notes << "\n";
       }
     } catch (const ScenarioError& e) {
       std::cerr << "dbh: " << one_line(e.what()) << "\n";
@@ -73,7 +73,7 @@ int list_command(const std::string& what, const std::string& dir, const InputChe
     };
     for (const auto& f : files) {
       try {
-        const auto s = load_scenario(f, {}, checks);
+        const auto s = scenario::load_scenario(f, {}, checks);
         std::cout << std::left << std::setw(36) << line_start(s.name) << " expect " << to_string(s.expect.outcome)
                   << (s.expect.failure_class ? "/" + *s.expect.failure_class : "") << "  "
                   << one_line(s.description.size() > 90 ? s.description.substr(0, 87) + "..." : s.description) << "\n";
@@ -88,4 +88,4 @@ int list_command(const std::string& what, const std::string& dir, const InputChe
   return 2;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -22,7 +22,7 @@ Command add_list(CLI::App& app) {
   cmd->add_option("WHAT", s->what, "faults | scenarios | profiles")->required()
       ->check(CLI::IsMember({"faults", "scenarios", "profiles"}));
   cmd->add_option("DIR", s->dir, "Scenario folder (default: scenarios/)");
-  return {cmd, [s] { return h::list_command(s->what, s->dir, h::input_checks()); }};
+  return {cmd, [s] { return list_command(s->what, s->dir, h::worker::input_checks()); }};
 }
 
 }  // namespace dbh::harness::cli

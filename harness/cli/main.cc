@@ -172,7 +172,7 @@ int exit_status_of_exception() {
     // its own (a CI runner reads `::command` lines from the output).
     std::cerr << "dbh: " << h::one_line(e.what()) << "\n";
     return 2;
-  } catch (const h::Interrupted& e) {
+  } catch (const h::supervisor::Interrupted& e) {
     // `train`, `eval` and `data show` stop between steps or images and
     // remove what they wrote (their output folder is claimed, not committed).
     std::cerr << "dbh: " << h::one_line(e.what()) << "; nothing was kept\n";
@@ -198,7 +198,7 @@ int exit_status_of_exception() {
     } catch (const std::exception&) {
       c = nullptr;  // no knowledge base: the message alone
     }
-    if (c != nullptr && h::is_memory_exhaustion(c->id)) {
+    if (c != nullptr && h::supervisor::is_memory_exhaustion(c->id)) {
       std::cerr << "dbh: " << kOutOfMemory << " (" << h::truncate_utf8(h::one_line(what), 300) << ")\n";
       return 2;
     }
@@ -212,7 +212,7 @@ int exit_status_of_exception() {
 int main(int argc, char** argv) {
   // A worker dies with its supervisor: armed before anything else runs.
   if (argc > 1 && (std::string(argv[1]) == "__worker" || std::string(argv[1]) == "__tune")) {
-    h::die_with_supervisor();
+    h::proto::die_with_supervisor();
   }
   // OpenCV's own pixel limit, for the formats whose headers dbh does not read
   // itself (model::kMaxImagePixels); read once, at the first decode.
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     check_arguments(&app);
     // Note [Keeping freed host memory]: every command that allocates tensors
     // (a worker, train, eval, data show) steps with the caching allocator.
-    h::install_host_allocator();
+    h::worker::install_host_allocator();
     for (const cli::Command& c : commands) {
       if (c.app->parsed()) return c.run();
     }

@@ -20,7 +20,7 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/shard.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -181,9 +181,9 @@ std::vector<std::string> merge_problems(const Journals& j) {
 // The merged suite's reports and their ids: each finished scenario's
 // report.json (one that cannot be read is a problem), then one unresolved
 // report per interrupted scenario, which the JUnit shows as an error.
-std::vector<RunReport> merged_reports(const Journals& j, std::vector<std::string>& order,
+std::vector<report::RunReport> merged_reports(const Journals& j, std::vector<std::string>& order,
                                       std::vector<std::string>& problems) {
-  std::vector<RunReport> reports;
+  std::vector<report::RunReport> reports;
   for (const auto& [id, rec] : j.finished) {
     order.push_back(id);
     const fs::path report = fs::path(rec.value("dir", "")) / "report.json";
@@ -192,7 +192,7 @@ std::vector<RunReport> merged_reports(const Journals& j, std::vector<std::string
     try {
       if (!text) throw ProtocolError("expected a report, got " + describe_path(report.string()));
       if (parsed.is_discarded()) throw ProtocolError("expected a report, got text that is not JSON");
-      RunReport r = report_from_json(parsed);
+      report::RunReport r = report_from_json(parsed);
       r.out_dir = rec.value("dir", "");
       reports.push_back(r);
     } catch (const std::exception& e) {
@@ -201,9 +201,9 @@ std::vector<RunReport> merged_reports(const Journals& j, std::vector<std::string
   }
   for (const auto& id : j.started) {
     if (j.finished.count(id)) continue;
-    RunReport r;
+    report::RunReport r;
     r.scenario.name = id;
-    r.outcome = Outcome::kUnresolved;
+    r.outcome = scenario::Outcome::kUnresolved;
     r.expectation_met = false;
     r.expectation_why.push_back("started but never finished (interrupted)");
     r.failure.message = "the suite was interrupted while this scenario ran; re-run it with dbh suite --resume";
@@ -218,7 +218,7 @@ std::vector<RunReport> merged_reports(const Journals& j, std::vector<std::string
 int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
   const fs::path root = out.empty() ? fs::path(default_output_folder("merged")) : fs::path(out);
   std::vector<std::string> problems, order;
-  std::vector<RunReport> reports;
+  std::vector<report::RunReport> reports;
   try {
     check_junit(junit, "dbh merge", root.string(), {}, dirs, true);
     const Journals journals = read_journals(dirs);
@@ -234,7 +234,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     std::cerr << "dbh: " << one_line(e.what()) << "\n";
     return 2;
   }
-  const VerdictCounts c = count_verdicts(reports);
+  const report::VerdictCounts c = report::count_verdicts(reports);
   std::cout << "merged " << dirs.size() << " folder(s): " << c.met << " passed, " << c.not_met
             << " failed" << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run there)" : "")
             << "\nsuite: " << one_line((root / "suite.json").string())
@@ -247,4 +247,4 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
   return c.not_met == 0 ? 0 : 1;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

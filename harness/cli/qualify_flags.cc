@@ -42,7 +42,7 @@ Command add_qualify(CLI::App& app) {
             if (qo.profile.empty() && qo.budget.empty() && qo.reference.empty()) {
               throw h::UsageError("dbh qualify: expected --profile NAME, --budget SIZE or --reference FILE, got none");
             }
-            qo.checks = h::input_checks();
+            qo.checks = h::worker::input_checks();
             return h::qualify::qualify_command(qo);
           }};
 }

@@ -50,7 +50,7 @@
 #include "harness/supervisor/worker_contract.h"
 #include "harness/worker/worker.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 void Printer::line(const std::string& s) const {
@@ -74,21 +74,21 @@ int64_t progress_interval(int64_t steps_done) {
   return interval;
 }
 
-TrialRecord run_one_trial(const Scenario& s, const std::string& label,
+report::TrialRecord run_one_trial(const scenario::Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
   const int64_t total = s.train.last_step();
   int64_t notices = 0;  // error and health lines printed
-  auto on_event = [&](const Event& e) {
+  auto on_event = [&](const proto::Event& e) {
     if (p.quiet) return;
-    if ((e.type == event::kError || e.type == event::kHealth) && !p.verbose && ++notices > kMaxProgressNotices) {
+    if ((e.type == proto::event::kError || e.type == proto::event::kHealth) && !p.verbose && ++notices > kMaxProgressNotices) {
       if (notices == kMaxProgressNotices + 1) {
         std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] … more errors and findings are not "
                   << "printed (the report lists them; --verbose prints every one)" << std::endl;
       }
       return;
     }
-    if (e.type == event::kStepEnd) {
+    if (e.type == proto::event::kStepEnd) {
       if (!p.progress) return;
       const auto end = proto::step_end_from(e);
       const int64_t step = end.step;
@@ -103,30 +103,30 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
       } else if (p.verbose || step + 1 == total || (step + 1) % progress_interval(step + 1) == 0) {
         std::cout << l.str() << std::endl;
       }
-    } else if (e.type == event::kFaultFired && p.verbose) {
+    } else if (e.type == proto::event::kFaultFired && p.verbose) {
       const auto fired = proto::fault_fired_from(e);
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault "
                 << one_line(truncate_utf8(fired.fault, kProgressQuoteBytes))
                 << " fired at step " << fired.step << std::endl;
-    } else if (e.type == event::kError) {
+    } else if (e.type == proto::event::kError) {
       // What this machine lacks (a CUDA device) is a skip, not an error.
       const auto err = proto::error_from(e);
       const bool unavailable = err.kind == proto::error_kind::kUnavailable;
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] "
                 << (unavailable ? std::string("not available here") : e.type) << ": "
                 << one_line(truncate_utf8(err.message, kProgressQuoteBytes)) << std::endl;
-    } else if (e.type == event::kHealth) {
+    } else if (e.type == proto::event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.check != "finite") return;
       std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
                 << one_line(truncate_utf8("non-finite " + h.kind + " " + h.site, kProgressQuoteBytes)) << std::endl;
     }
   };
-  TrialRecord t;
+  report::TrialRecord t;
   t.label = label;
   t.overrides = overrides;
   t.dir = dir.string();
-  t.analysis = run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
+  t.analysis = supervisor::run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
   if (p.tty && p.progress && !p.quiet) std::cout << std::endl;
   // A trial the disk could not hold says nothing about the training: never
   // an outcome (a scenario expecting a failure would pass on it).
@@ -138,7 +138,7 @@ TrialRecord run_one_trial(const Scenario& s, const std::string& label,
 
 
 // The words of the command that reproduces a run of `s` from `scenario_path`.
-std::vector<std::string> repro_args(const Scenario& s, const std::string& scenario_path) {
+std::vector<std::string> repro_args(const scenario::Scenario& s, const std::string& scenario_path) {
   std::vector<std::string> args = {self_command(), "run", path_for_command(scenario_path)};
   args.insert(args.end(), s.overrides.begin(), s.overrides.end());
   return args;
@@ -156,23 +156,23 @@ std::vector<std::string> run_overrides(const RunOptions& o) {
                                          {"--seed", !o.seed.empty(), DBH_SCENARIO_KEY(train.seed)}}) {
     if (!given) continue;
     for (const auto& x : o.overrides) {
-      if (override_sets(x, key)) {
+      if (scenario::override_sets(x, key)) {
         throw ScenarioError(std::string(flag) + ": expected either " + flag + " or the override " + key +
                             "=…, got both (" + flag + " " + (flag == std::string("--seed") ? o.seed : o.device) +
                             " and " + one_line(x) + ")");
       }
     }
   }
-  if (!o.device.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), o.device));
-  if (!o.seed.empty()) overrides.push_back(override_text(DBH_SCENARIO_KEY(train.seed), o.seed));
+  if (!o.device.empty()) overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), o.device));
+  if (!o.seed.empty()) overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.seed), o.seed));
   return overrides;
 }
 
-RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
+report::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
   const std::vector<std::string> overrides = run_overrides(o);
   const auto t0 = std::chrono::steady_clock::now();
-  RunReport r;
-  r.scenario = load_scenario(path, overrides, input_checks());
+  report::RunReport r;
+  r.scenario = scenario::load_scenario(path, overrides, worker::input_checks());
   r.started_at = now_iso();
   r.out_dir = fs::absolute(out).string();
   {
@@ -182,12 +182,12 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
       throw ReportError(out.string() + ": expected a writable output folder, got: " + ec.message());
     }
   }
-  write_file_atomically((out / "scenario.resolved.json").string(), resolved_json(r.scenario) + "\n");
-  const Scenario& s = r.scenario;
+  write_file_atomically((out / "scenario.resolved.json").string(), scenario::resolved_json(r.scenario) + "\n");
+  const scenario::Scenario& s = r.scenario;
   p.line("dbh run " + one_line(s.name) + ": " + [&] {
     std::ostringstream d;
     if (s.worker.external()) {
-      d << settings_text(s);
+      d << report::settings_text(s);
     } else {
       d << "resnet" << s.model.encoder << "+" << model::to_string(s.model.decoder) << ", " << to_string(s.data.source)
         << ", batch " << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on "
@@ -205,14 +205,14 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   }());
   // A CUDA setting on a CPU run changes nothing: say so, so a pass is not
   // read as "cudnn_benchmark=true works".
-  if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-    p.line("  note: " + join(set, " ") + (set.size() == 1 ? " configures" : " configure") + " CUDA; this run on " +
+  if (const auto set = scenario::cuda_only_settings_on_cpu(s); !set.empty()) {
+    p.line("  note: " + scenario::join(set, " ") + (set.size() == 1 ? " configures" : " configure") + " CUDA; this run on " +
            s.hardware.device + " does not test " + (set.size() == 1 ? "it" : "them"));
   }
   // So is a dataset setting on synthetic data (a control that swaps the data
   // keeps the path): a pass is not "the dataset trains".
-  if (const auto set = real_data_settings_unread(s); !set.empty()) {
-    p.line("  note: " + join(set, " ") + (set.size() == 1 ? " is" : " are") +
+  if (const auto set = scenario::real_data_settings_unread(s); !set.empty()) {
+    p.line("  note: " + scenario::join(set, " ") + (set.size() == 1 ? " is" : " are") +
            " read only with data.source=real; this run trains on " + to_string(s.data.source) +
            " and does not read " + (set.size() == 1 ? "it" : "them"));
   }
@@ -220,36 +220,36 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   // SIGTERM) no further trial starts; the main trial always exists.
   const int64_t processes = s.repeat.processes;
   for (int64_t i = 0; i < processes; ++i) {
-    if (i > 0 && stop_requested() != 0) break;
+    if (i > 0 && supervisor::stop_requested() != 0) break;
     const std::string label = processes == 1 ? "main" : "process " + std::to_string(i + 1);
     const fs::path dir = out / (processes == 1 ? std::string("main") : "process-" + std::to_string(i + 1));
     r.trials.push_back(run_one_trial(s, label, {}, dir, i, o, p));
   }
   // Controls: the same scenario with a few keys changed.
   for (size_t c = 0; c < s.controls.size(); ++c) {
-    if (stop_requested() != 0) break;
+    if (supervisor::stop_requested() != 0) break;
     auto control_overrides = overrides;
     control_overrides.insert(control_overrides.end(), s.controls[c].begin(), s.controls[c].end());
-    Scenario cs = load_scenario(path, control_overrides, input_checks());
+    scenario::Scenario cs = scenario::load_scenario(path, control_overrides, worker::input_checks());
     r.trials.push_back(run_one_trial(cs, "control " + std::to_string(c + 1), s.controls[c],
                                      out / ("control-" + std::to_string(c + 1)), 100 + static_cast<int64_t>(c), o, p));
   }
   // Resolutions of the main trial's failure, tried as controls.
-  if (o.verify_resolutions && stop_requested() == 0 && is_failure(r.trials.front().analysis.outcome)) {
+  if (o.verify_resolutions && supervisor::stop_requested() == 0 && supervisor::is_failure(r.trials.front().analysis.outcome)) {
     const kb::FailureClass* cls = kb::KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
     if (cls != nullptr) {
-      const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
+      const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
         auto trial_overrides = overrides;
         trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
-        const Scenario rs = load_scenario(path, trial_overrides, input_checks());
+        const scenario::Scenario rs = scenario::load_scenario(path, trial_overrides, worker::input_checks());
         // Note [Keys that never reach the worker]: not applicable, never
         // refuted by a run that did not change.
-        if (const std::string why = overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
+        if (const std::string why = supervisor::overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
         const std::string number = std::to_string(check.resolution + 1);
         // A resolution tried two ways has a folder per way.
         bool again = false;
         for (size_t e = 0; e < k; ++e) again = again || cls->checks[e].resolution == check.resolution;
-        ResolutionRun result;
+        supervisor::ResolutionRun result;
         result.dir = "resolution-" + number + (again ? "-" + std::to_string(k + 1) : "");
         const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
                                      200 + static_cast<int64_t>(k), o, p);
@@ -257,21 +257,21 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
         result.klass = t.analysis.failure.klass;
         return result;
       };
-      r.resolution_checks = try_resolutions(*cls, nlohmann::json::parse(resolved_json(s)), run,
-                                            [] { return stop_requested() != 0; });
+      r.resolution_checks = supervisor::try_resolutions(*cls, nlohmann::json::parse(scenario::resolved_json(s)), run,
+                                            [] { return supervisor::stop_requested() != 0; });
     }
   }
   // What the trials mean (Note [The run's verdicts]).
-  const int stopped = stop_requested();
-  decide_run(r, processes, stopped);
+  const int stopped = supervisor::stop_requested();
+  report::decide_run(r, processes, stopped);
   const auto& main = r.trials.front().analysis;
   std::vector<std::string> repro = repro_args(s, path);
   if (r.not_run_here() && s.hardware.device != "cpu") {
     // How to run it here instead, as a command that runs as pasted.
     std::vector<std::string> on_cpu = repro;
-    on_cpu.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
+    on_cpu.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
     if (s.train.precision != model::Precision::kFp32)
-      on_cpu.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+      on_cpu.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
     r.expectation_why.push_back("on this machine's CPU: " + shell_command(on_cpu));
   }
   // The layout and threads this run measured or found in the cache, pinned:
@@ -284,7 +284,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
     for (const auto& [choice, key] : pinned) {
       const auto& v = t[choice];
       if (v.value("source", std::string()) == "explicit") continue;
-      repro.push_back(override_text(key, v["value"].dump()));
+      repro.push_back(scenario::override_text(key, v["value"].dump()));
     }
   }
   // One line, every word quoted (`$'…'` for a line break in a file name), so
@@ -294,7 +294,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
   r.inputs_manifest = probe::input_manifest(s).hash();
   for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_run_files(r, out, repro, stopped != 0);
+  report::write_run_files(r, out, repro, stopped != 0);
   return r;
 }
 
@@ -302,7 +302,7 @@ RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::p
 // a device this machine lacks); `--bisect-exit` makes it git bisect's 125.
 constexpr int kExitNotRunHere = kNotRunHereExit;
 
-void print_summary(const RunReport& r, const Printer& p) {
+void print_summary(const report::RunReport& r, const Printer& p) {
   std::ostringstream s;
   // Every value on its own line: a name, path or message with a line break
   // would start a line of its own (under GitHub Actions, a "::" line is a
@@ -316,8 +316,8 @@ void print_summary(const RunReport& r, const Printer& p) {
   if (!r.failure.klass.empty()) s << ")";
   s << ", expectation " << (r.expectation_met ? "met" : skipped ? "not judged" : "NOT met");
   // Note [An injected failure says so].
-  if (is_failure(r.outcome) && !r.trials.empty()) {
-    if (const std::string injected = injected_faults(r.trials.front().analysis); !injected.empty()) {
+  if (supervisor::is_failure(r.outcome) && !r.trials.empty()) {
+    if (const std::string injected = supervisor::injected_faults(r.trials.front().analysis); !injected.empty()) {
       s << "\n      injected: " << one_line(injected);
     }
   }
@@ -352,17 +352,17 @@ void check_record(const RunOptions& o, const fs::path& out) {
 
 // Note [A numerics reference]: the processes of a run that trained, as a
 // reference file; "" when written, else why not (nothing is written).
-std::string record_reference(const RunReport& r, const std::string& path) {
-  if (r.outcome != Outcome::kPassed && r.outcome != Outcome::kNondeterministic) {
+std::string record_reference(const report::RunReport& r, const std::string& path) {
+  if (r.outcome != scenario::Outcome::kPassed && r.outcome != scenario::Outcome::kNondeterministic) {
     return "expected a run whose processes trained to the end, got " + to_string(r.outcome) +
            (r.failure.message.empty() ? "" : " (" + one_line(r.failure.message) + ")") + ": nothing recorded";
   }
   const size_t processes = std::min<size_t>(r.trials.size(), static_cast<size_t>(r.scenario.repeat.processes));
-  std::vector<const TrialAnalysis*> trials;
+  std::vector<const supervisor::TrialAnalysis*> trials;
   for (size_t i = 0; i < processes; ++i) trials.push_back(&r.trials[i].analysis);
   numerics::Reference ref;
   ref.scenario = r.scenario.name;
-  ref.scenario_hash = scenario_hash(r.scenario);
+  ref.scenario_hash = scenario::scenario_hash(r.scenario);
   const std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -375,7 +375,7 @@ std::string record_reference(const RunReport& r, const std::string& path) {
 }  // namespace
 
 int run_command(const RunOptions& o) {
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   try {
     if (o.scenarios.empty()) throw ScenarioError("dbh run: expected a scenario file, got none");
@@ -385,41 +385,41 @@ int run_command(const RunOptions& o) {
     }
     const std::string name = safe_file_name(fs::path(o.scenarios.front()).stem().string());
     // Validate before creating anything, so bad input leaves nothing behind.
-    const Scenario resolved = load_scenario(o.scenarios.front(), run_overrides(o), input_checks());
+    const scenario::Scenario resolved = scenario::load_scenario(o.scenarios.front(), run_overrides(o), worker::input_checks());
     if (o.print_config) {
       // As Hydra's --cfg job: the scenario.resolved.json the run would write.
-      std::cout << resolved_json(resolved) << std::endl;
+      std::cout << scenario::resolved_json(resolved) << std::endl;
       return 0;
     }
     // An external worker that cannot serve the scenario is refused here.
-    for (const auto& note : check_worker(resolved)) std::cerr << "dbh run: note: " << one_line(note) << "\n";
-    const CiEnvironment ci = ci_environment(process_environment());
+    for (const auto& note : supervisor::check_worker(resolved)) std::cerr << "dbh run: note: " << one_line(note) << "\n";
+    const report::CiEnvironment ci = report::ci_environment(supervisor::process_environment());
     const fs::path out = o.out.empty() ? fs::path(default_output_folder(name)) : fs::path(o.out);
     check_junit(o.junit, "dbh run", out.string(), {o.scenarios.front()});
     check_record(o, out);
-    check_outside_datasets("dbh run", "--out", out.string(), dataset_folders(resolved));
-    check_outside_datasets("dbh run", "--junit", o.junit, dataset_folders(resolved));
-    if (const int sig = stop_requested(); sig != 0) {
-      std::cerr << "dbh run: interrupted by " << signal_name(sig) << " before the run started; nothing written\n";
+    check_outside_datasets("dbh run", "--out", out.string(), scenario::dataset_folders(resolved));
+    check_outside_datasets("dbh run", "--junit", o.junit, scenario::dataset_folders(resolved));
+    if (const int sig = supervisor::stop_requested(); sig != 0) {
+      std::cerr << "dbh run: interrupted by " << supervisor::signal_name(sig) << " before the run started; nothing written\n";
       return 128 + sig;
     }
     // The folder is ours until the run ends: locked against a second writer,
     // and removed (what this run created of it) unless the run completes.
     OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string(),
                     OutputDir::Reuse::kReplace, {resolved.model.weights, resolved.train.resume_from});
-    RunReport r = run_scenario(o.scenarios.front(), o, out, p);
+    report::RunReport r = run_scenario(o.scenarios.front(), o, out, p);
     claim.commit();
     // The run is complete and kept whatever becomes of --junit.
     std::string junit_error;
     if (!o.junit.empty()) {
       try {
-        write_junit(o.junit, "dbh run", junit_xml({r}, "dbh.run", ci));
+        write_junit(o.junit, "dbh run", report::junit_xml({r}, "dbh.run", ci));
       } catch (const UsageError& e) {
         junit_error = message(e);
       }
     }
     const std::string not_recorded = o.record.empty() ? "" : record_reference(r, o.record);
-    if (o.json) std::cout << report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    if (o.json) std::cout << report::report_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     print_summary(r, p);
     if (!o.record.empty()) {
       if (not_recorded.empty()) {
@@ -430,18 +430,18 @@ int run_command(const RunOptions& o) {
       }
     }
     // Annotations go to stderr when stdout carries JSON.
-    std::vector<std::string> keep = input_paths(resolved);
+    std::vector<std::string> keep = scenario::input_paths(resolved);
     keep.push_back(o.scenarios.front());
     keep.push_back(r.out_dir);
-    publish_to_github(ci, "dbh run " + r.scenario.name, {ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr,
+    report::publish_to_github(ci, "dbh run " + r.scenario.name, {report::ci_result(r)}, o.json ? std::cerr : std::cout, std::cerr,
                       keep);
     if (!junit_error.empty()) {
       std::cerr << "dbh: " << junit_error << "; the run's reports are in " << one_line(r.out_dir) << "\n";
       return 2;
     }
-    if (const int sig = stop_requested(); sig != 0) {
+    if (const int sig = supervisor::stop_requested(); sig != 0) {
       // As `dbh suite`: what ran is written (outcome unresolved), exit 128 + signal.
-      std::cerr << "dbh run: interrupted by " << signal_name(sig) << "; the unfinished run is in "
+      std::cerr << "dbh run: interrupted by " << supervisor::signal_name(sig) << "; the unfinished run is in "
                 << one_line(r.out_dir) << "\n";
       return 128 + sig;
     }
@@ -454,4 +454,4 @@ int run_command(const RunOptions& o) {
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

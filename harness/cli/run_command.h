@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 struct RunOptions {
   std::vector<std::string> scenarios;  // files (run: one; suite: many / a folder)
@@ -31,4 +31,4 @@ int run_command(const RunOptions& options);
 /// `dbh suite DIR|FILES…`: runs every scenario; 0 when all expectations hold.
 int suite_command(const RunOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -17,10 +17,10 @@ namespace dbh::harness::cli {
 namespace h = dbh::harness;
 
 // The options run, repeat and suite share.
-void add_run_options(CLI::App* cmd, h::RunOptions& ro) {
+void add_run_options(CLI::App* cmd, RunOptions& ro) {
   cmd->add_option("--out", ro.out, "Output folder (default reports/runs/<name>-<time>)");
-  cmd->add_option("--device", ro.device, "Shortcut for " + h::override_text(DBH_SCENARIO_KEY(hardware.device), "…"));
-  cmd->add_option("--seed", ro.seed, "Shortcut for " + h::override_text(DBH_SCENARIO_KEY(train.seed), "…"));
+  cmd->add_option("--device", ro.device, "Shortcut for " + h::scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "…"));
+  cmd->add_option("--seed", ro.seed, "Shortcut for " + h::scenario::override_text(DBH_SCENARIO_KEY(train.seed), "…"));
   cmd->add_option("--junit", ro.junit, "Write JUnit XML here");
   cmd->add_flag("--json", ro.json, "Print report.json on stdout");
   cmd->add_flag("-q,--quiet", ro.quiet, "Print only the result line");
@@ -35,14 +35,14 @@ void add_run_options(CLI::App* cmd, h::RunOptions& ro) {
 }
 
 Command add_run(CLI::App& app) {
-  struct State : OptionsAndWords<h::RunOptions> {
+  struct State : OptionsAndWords<RunOptions> {
     bool bisect_exit = false;
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("run", "Run one scenario: dbh run SCENARIO [key=value …]");
   cmd->add_option("ARGS", s->args,
                   "Scenario file, then dotted overrides (" +
-                      h::override_text(DBH_SCENARIO_KEY(model.encoder), "resnet18") + " …)")
+                      h::scenario::override_text(DBH_SCENARIO_KEY(model.encoder), "resnet18") + " …)")
       ->required();
   add_run_options(cmd, s->options);
   cmd->add_flag("--withhold-fault-records", s->options.withhold_fault_records)->group("");
@@ -50,7 +50,7 @@ Command add_run(CLI::App& app) {
                 "Exit codes for git bisect run: 0 expectation met, 1 not met, 125 cannot test");
   return {cmd, [s] {
             split_words(s->args, &s->options.scenarios, &s->options.overrides);
-            const int code = h::run_command(s->options);
+            const int code = run_command(s->options);
             if (!s->bisect_exit) return code;
             // git bisect: 0 good, 1 bad, 125 skip; never a code > 127 (git would abort).
             return code == 0 ? 0 : code == 1 ? 1 : 125;
@@ -58,7 +58,7 @@ Command add_run(CLI::App& app) {
 }
 
 Command add_repeat(CLI::App& app) {
-  struct State : OptionsAndWords<h::RunOptions> {
+  struct State : OptionsAndWords<RunOptions> {
     int64_t processes = 0, in_process = 0;
   };
   auto s = std::make_shared<State>();
@@ -82,7 +82,7 @@ Command add_repeat(CLI::App& app) {
                                                              DBH_SCENARIO_KEY(repeat.processes)},
                   {"--in-process", s->in_process > 0, DBH_SCENARIO_KEY(repeat.in_process)}}) {
               for (const auto& x : ro.overrides) {
-                if (given && h::override_sets(x, key)) {
+                if (given && h::scenario::override_sets(x, key)) {
                   throw h::UsageError("dbh repeat: " + std::string(flag) + ": expected either " + flag +
                                       " or the override " + key + "=…, got both");
                 }
@@ -96,23 +96,23 @@ Command add_repeat(CLI::App& app) {
               }
               // The processes measure the noise (monitors.numerics_jitter):
               // they differ on purpose, and are not compared bit for bit.
-              ro.overrides.push_back(h::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"));
-              ro.overrides.push_back(h::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"));
+              ro.overrides.push_back(h::scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"));
+              ro.overrides.push_back(h::scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"));
             }
             if (s->processes > 0) {
               ro.overrides.push_back(
-                  h::override_text(DBH_SCENARIO_KEY(repeat.processes), std::to_string(s->processes)));
+                  h::scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), std::to_string(s->processes)));
             }
             if (s->in_process > 0) {
               ro.overrides.push_back(
-                  h::override_text(DBH_SCENARIO_KEY(repeat.in_process), std::to_string(s->in_process)));
+                  h::scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), std::to_string(s->in_process)));
             }
-            return h::run_command(ro);
+            return run_command(ro);
           }};
 }
 
 Command add_suite(CLI::App& app) {
-  auto s = std::make_shared<OptionsAndWords<h::RunOptions>>();
+  auto s = std::make_shared<OptionsAndWords<RunOptions>>();
   auto& ro = s->options;
   auto* cmd = app.add_subcommand("suite", "Run every scenario of folders or files; exit 0 when all hold");
   cmd->add_option("ARGS", s->args, "Folders / scenario files, then key=value overrides for all")->required();
@@ -125,7 +125,7 @@ Command add_suite(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   return {cmd, [s] {
             split_words(s->args, &s->options.scenarios, &s->options.overrides);
-            return h::suite_command(s->options);
+            return suite_command(s->options);
           }};
 }
 
@@ -139,7 +139,7 @@ Command add_merge(CLI::App& app) {
   cmd->add_option("DIRS", s->dirs, "Suite output folders")->required();
   cmd->add_option("--out", s->out, "Output folder");
   cmd->add_option("--junit", s->junit, "Also write the JUnit XML here");
-  return {cmd, [s] { return h::merge_command(s->dirs, s->out, s->junit); }};
+  return {cmd, [s] { return merge_command(s->dirs, s->out, s->junit); }};
 }
 
 }  // namespace dbh::harness::cli

@@ -10,7 +10,7 @@
 #include "harness/cli/run_command.h"
 #include "harness/report/report.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 /// How much a run prints: -q, -v, a terminal or not, --json, progress lines.
 struct Printer {
@@ -31,11 +31,11 @@ std::vector<std::string> run_overrides(const RunOptions& o);
 
 /// Runs the scenario at `path` (its main trials, controls and resolutions)
 /// and writes its reports into `out`. Throws ScenarioError.
-RunReport run_scenario(const std::string& path, const RunOptions& o, const std::filesystem::path& out,
+report::RunReport run_scenario(const std::string& path, const RunOptions& o, const std::filesystem::path& out,
                        const Printer& p);
 
 /// The run's verdict on stdout (unless --json): PASS/FAIL/SKIP, the outcome,
 /// why, the report and the repro command.
-void print_summary(const RunReport& r, const Printer& p);
+void print_summary(const report::RunReport& r, const Printer& p);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

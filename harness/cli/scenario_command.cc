@@ -24,7 +24,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/worker/worker.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -84,7 +84,7 @@ std::string command_text(const std::vector<std::string>& args) {
 // does not load is bad input, named as `shown`.
 void check_loads(const fs::path& file, const std::string& shown) {
   try {
-    (void)load_scenario(file.string(), {}, input_checks());
+    (void)scenario::load_scenario(file.string(), {}, worker::input_checks());
   } catch (const ScenarioError& e) {
     throw UsageError(std::string(kWhere) + ": expected a scenario dbh loads, got one that does not: " +
                      replace_all(e.what(), file.string(), shown));
@@ -95,19 +95,19 @@ void check_loads(const fs::path& file, const std::string& shown) {
 // configuration, as its `hello` reports it in describe mode, run as written
 // (dbh passes it nothing); nullopt, said on stderr, when it reports none or
 // does not answer.
-std::optional<std::vector<ConfigEntry>> composed_config(const ConvertedCommand& c, const std::string& cwd) {
-  Scenario probe;
+std::optional<std::vector<scenario::ConfigEntry>> composed_config(const scenario::ConvertedCommand& c, const std::string& cwd) {
+  scenario::Scenario probe;
   probe.worker.command = c.worker_command;
   probe.worker.cwd = cwd;
   for (const auto& [name, value] : c.worker_env) probe.worker.env[name] = value;
-  for (const auto& key : worker_passed_keys()) probe.worker.keys[key] = "";
-  for (const auto& key : mappable_keys()) probe.worker.keys[key] = "";
-  probe.data.source = DataSource::kReal;
+  for (const auto& key : scenario::worker_passed_keys()) probe.worker.keys[key] = "";
+  for (const auto& key : scenario::mappable_keys()) probe.worker.keys[key] = "";
+  probe.data.source = scenario::DataSource::kReal;
   probe.hardware.device = "cpu";
   const std::string then = "dbh passes its keys under the Lightning/Hydra alias names (worker.keys in the scenario "
                            "maps them to yours)";
   try {
-    WorkerDescription d = describe_worker(probe);
+    supervisor::WorkerDescription d = supervisor::describe_worker(probe);
     if (!d.config.empty()) return std::move(d.config);
     std::cerr << kWhere << ": note: your command's `hello` carries no `config`, so " << then
               << "; give the adapter your composed configuration (dbh_adapter.connect(config=cfg), or "
@@ -123,7 +123,7 @@ std::optional<std::vector<ConfigEntry>> composed_config(const ConvertedCommand& 
 
 int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   const std::string command = command_text(o.command);
-  FromCommandOptions fo;
+  scenario::FromCommandOptions fo;
   fo.name = o.name;
   fo.external = o.external;
   fo.cwd = fs::current_path().string();
@@ -139,7 +139,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     throw UsageError(std::string(kWhere) + " --data-key: expected --external (only your own command reads your keys)");
   }
   // Lightning's auto device on this machine: an NVIDIA GPU.
-  fo.has_gpu = nvidia_gpu_present();
+  fo.has_gpu = supervisor::nvidia_gpu_present();
   fs::path out;
   if (!o.out.empty()) {
     out = fs::absolute(o.out).lexically_normal();
@@ -168,7 +168,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     if (!out.empty()) {
       std::vector<std::string> included;
       try {
-        included = scenario_files(o.base);
+        included = scenario::scenario_files(o.base);
       } catch (const ScenarioError& e) {
         throw UsageError(std::string(kWhere) + " --base: expected a scenario dbh loads, got one that does not: " +
                          e.what());
@@ -188,16 +188,16 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
   if (o.external) {
     // The describe run is a trial: Ctrl-C or TERM ends it and this command
     // with 128 + signal, the worker's process group with it.
-    install_stop_handlers();
+    supervisor::install_stop_handlers();
     // Note [dbh's keys in your configuration]: the command's own keys, read
     // from the configuration it composes, run as written (its words alone:
     // where --data goes is what the configuration tells).
-    FromCommandOptions as_written = fo;
+    scenario::FromCommandOptions as_written = fo;
     as_written.data.clear();
     as_written.data_key.clear();
-    fo.user_config = composed_config(scenario_from_command(command, as_written), fo.cwd);
+    fo.user_config = composed_config(scenario::scenario_from_command(command, as_written), fo.cwd);
   }
-  const ConvertedCommand c = scenario_from_command(command, fo);
+  const scenario::ConvertedCommand c = scenario::scenario_from_command(command, fo);
 
   if (out.empty()) {
     std::string templ = (fs::temp_directory_path() / "dbh-from-command-XXXXXX").string();
@@ -231,10 +231,10 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     }
     std::cout << "wrote " << o.out << "\n";
     // What running it here does, and the command that does it.
-    const Scenario written = load_scenario(out.string(), {}, input_checks());
+    const scenario::Scenario written = scenario::load_scenario(out.string(), {}, worker::input_checks());
     std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
               << written.hardware.device
-              << (written.data.source == DataSource::kReal
+              << (written.data.source == scenario::DataSource::kReal
                       ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
                                                    : " with " + written.data.path)
                       : " on " + to_string(written.data.source) + " (pass --data DIR for your dataset)")
@@ -245,9 +245,9 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     std::vector<std::string> next = {self_command(), "run", written_at};
     const bool gpu_elsewhere = written.hardware.device.rfind("cuda", 0) == 0 && !fo.has_gpu;
     if (gpu_elsewhere) {
-      next.push_back(override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
+      next.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
       if (written.train.precision != model::Precision::kFp32)
-        next.push_back(override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+        next.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
     }
     std::cout << "next:   " << shell_command(next) << "\n";
     if (gpu_elsewhere) {
@@ -262,8 +262,8 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
 }
 
 int scenario_keys_command() {
-  std::cout << scenario_keys_markdown() << std::flush;
+  std::cout << scenario::scenario_keys_markdown() << std::flush;
   return 0;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 struct ScenarioFromCommandOptions {
   /// The training command: one argument holding the whole command line, "-"
@@ -30,4 +30,4 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& options);
 /// (harness/scenario/schema.h; docs/scenario-keys.md is its output). 0.
 int scenario_keys_command();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -13,7 +13,7 @@ namespace dbh::harness::cli {
 namespace h = dbh::harness;
 
 Command add_scenario(CLI::App& app) {
-  auto fc = std::make_shared<h::ScenarioFromCommandOptions>();
+  auto fc = std::make_shared<ScenarioFromCommandOptions>();
   auto* scenario = app.add_subcommand("scenario", "Make scenarios");
   scenario->require_subcommand(1);
   auto* from_command = scenario->add_subcommand(
@@ -38,8 +38,8 @@ Command add_scenario(CLI::App& app) {
       "keys", "Print every scenario key under model, data, train, hardware, monitors, repeat and limits as a "
               "Markdown table: how it is written, its default and what it does (docs/scenario-keys.md)");
   return {scenario, [fc, from_command] {
-            if (*from_command) return h::scenario_from_command_command(*fc);
-            return h::scenario_keys_command();
+            if (*from_command) return scenario_from_command_command(*fc);
+            return scenario_keys_command();
           }};
 }
 

@@ -45,7 +45,7 @@
 #include "harness/supervisor/worker_contract.h"
 #include "harness/worker/worker.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -58,7 +58,7 @@ struct SuitePlan {
   std::map<std::string, std::string> hash_of;      // file -> hash of its resolved scenario (overrides applied)
   std::map<std::string, probe::InputManifest> inputs_of;  // file -> what else decides its outcome, as now
   std::map<std::string, std::string> ids_of;       // file -> its id in the suite
-  std::optional<Shard> shard;
+  std::optional<supervisor::Shard> shard;
   std::string suite_hash;  // every scenario's id and configuration, before sharding
 };
 
@@ -92,7 +92,7 @@ SuitePlan plan_suite(const RunOptions& o) {
       const fs::path self = fs::weakly_canonical(f, ec);
       std::vector<std::string> closure;
       try {
-        closure = scenario_files(f);
+        closure = scenario::scenario_files(f);
       } catch (const ScenarioError&) {
         continue;  // load_scenario below says what is wrong with it
       }
@@ -116,34 +116,34 @@ SuitePlan plan_suite(const RunOptions& o) {
     if (p.files.empty()) throw ScenarioError("dbh suite: expected at least one scenario, got only include files");
   }
   for (const auto& f : p.files) {  // all valid before anything runs
-    const Scenario s = load_scenario(f, o.overrides, input_checks());
+    const scenario::Scenario s = scenario::load_scenario(f, o.overrides, worker::input_checks());
     // An external worker is asked what it serves, as `dbh run` asks: a
     // scenario it cannot serve is refused before anything runs, never run and
     // blamed on the training.
     try {
-      for (const auto& note : check_worker(s)) {
+      for (const auto& note : supervisor::check_worker(s)) {
         std::cerr << "dbh suite: note: " << one_line(f) << ": " << one_line(note) << "\n";
       }
     } catch (const UsageError& e) {
       throw UsageError(f + ": " + e.what());
     }
-    for (const auto& d : dataset_folders(s)) p.data_paths.push_back(d);
-    for (const auto& in : input_paths(s)) p.inputs.push_back(in);
-    p.hash_of[f] = scenario_hash(s);
+    for (const auto& d : scenario::dataset_folders(s)) p.data_paths.push_back(d);
+    for (const auto& in : scenario::input_paths(s)) p.inputs.push_back(in);
+    p.hash_of[f] = scenario::scenario_hash(s);
     p.inputs_of[f] = probe::input_manifest(s);
   }
   if (o.shard_count > 0 && !o.shard.empty()) {
     throw ScenarioError("--shard-count: expected either --shard K/N or --shard-count (with JOB_COMPLETION_INDEX), "
                         "got both");
   }
-  const auto env = process_environment();
+  const auto env = supervisor::process_environment();
   if (o.shard_count > 0 && env.count("JOB_COMPLETION_INDEX") == 0) {
     // Without the index the count names no shard: running the whole suite
     // where a part was meant would be silently wrong.
     throw ScenarioError("--shard-count: expected JOB_COMPLETION_INDEX set (a Kubernetes indexed Job), got it "
                         "unset; use --shard K/N elsewhere");
   }
-  p.shard = o.shard.empty() ? detect_shard(env, o.shard_count) : parse_shard(o.shard);
+  p.shard = o.shard.empty() ? supervisor::detect_shard(env, o.shard_count) : supervisor::parse_shard(o.shard);
   p.ids_of = scenario_ids(p.files);
   // The whole suite (every scenario's id and resolved configuration, before
   // sharding): merge checks that its shards all ran the same one.
@@ -158,7 +158,7 @@ SuitePlan plan_suite(const RunOptions& o) {
   if (p.shard) {
     std::vector<std::string> mine;
     for (const auto& f : p.files) {
-      if (in_shard(p.ids_of.at(f), *p.shard)) mine.push_back(f);
+      if (supervisor::in_shard(p.ids_of.at(f), *p.shard)) mine.push_back(f);
     }
     p.files = mine;
   }
@@ -175,7 +175,7 @@ int print_suite_config(const RunOptions& o, const SuitePlan& plan) {
   nlohmann::ordered_json all = nlohmann::ordered_json::object();
   for (const auto& f : plan.files) {
     all[plan.ids_of.at(f)] =
-        nlohmann::ordered_json::parse(resolved_json(load_scenario(f, run_overrides(o), input_checks())));
+        nlohmann::ordered_json::parse(scenario::resolved_json(scenario::load_scenario(f, run_overrides(o), worker::input_checks())));
   }
   std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
@@ -219,7 +219,7 @@ SuiteResume resume_suite(const fs::path& root, const SuiteJournal& journal, cons
 // The suite's reports, in order, with the ids of the scenarios a stop left
 // unrun.
 struct SuiteRun {
-  std::vector<RunReport> reports;
+  std::vector<report::RunReport> reports;
   std::vector<std::string> ids, interrupted;
 };
 
@@ -245,7 +245,7 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
                                           size_t{64} << 20);
       const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
       if (!j.is_discarded()) {
-        RunReport r = report_from_json(j);
+        report::RunReport r = report_from_json(j);
         r.out_dir = it->second.value("dir", "");
         p.line("skip  " + id + ": finished in an earlier run (" + to_string(r.outcome) + ")");
         run.reports.push_back(r);
@@ -254,15 +254,15 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
     }
     if (earlier.started.count(id) && !earlier.finished.count(id)) p.line("rerun " + id + ": interrupted in an earlier run");
     earlier.finished.erase(id);  // whatever an earlier run says, this one runs it
-    if (stop_requested() != 0) {
+    if (supervisor::stop_requested() != 0) {
       run.interrupted.push_back(id);
       continue;
     }
     const fs::path dir = root / id;
     try {
       journal.append({{"type", "started"}, {"scenario", id}, {"file", f}, {"time", now_iso()}});
-      RunReport r = run_scenario(f, o, dir, p);
-      if (stop_requested() != 0) {
+      report::RunReport r = run_scenario(f, o, dir, p);
+      if (supervisor::stop_requested() != 0) {
         // Stopped mid-scenario: its result is not a result.
         run.interrupted.push_back(id);
         continue;
@@ -287,10 +287,10 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
 // interrupted scenarios included.
 void publish_suite_results(const RunOptions& o, const SuitePlan& plan, const fs::path& root, const SuiteRun& run,
                            const std::string& shard_text) {
-  std::vector<CiResult> results;
-  for (const auto& r : run.reports) results.push_back(ci_result(r));
+  std::vector<report::CiResult> results;
+  for (const auto& r : run.reports) results.push_back(report::ci_result(r));
   for (const auto& id : run.interrupted) {
-    CiResult c;
+    report::CiResult c;
     c.scenario = id;
     c.outcome = "interrupted";
     c.message = "the suite was stopped before this scenario finished; continue it with --resume";
@@ -299,7 +299,7 @@ void publish_suite_results(const RunOptions& o, const SuitePlan& plan, const fs:
   std::vector<std::string> keep = plan.files;
   keep.insert(keep.end(), plan.inputs.begin(), plan.inputs.end());
   keep.push_back(root.string());
-  publish_to_github(ci_environment(process_environment()),
+  report::publish_to_github(report::ci_environment(supervisor::process_environment()),
                     "dbh suite" + (shard_text.empty() ? std::string() : " shard " + shard_text), results,
                     o.json ? std::cerr : std::cout, std::cerr, keep);
 }
@@ -339,7 +339,7 @@ int suite_command(const RunOptions& o) {
   const Printer p{o.quiet || o.json, o.verbose, isatty(STDOUT_FILENO) != 0, o.json, !o.no_progress};
   // From the start: a stop requested while the scenarios are being validated
   // still ends in written outputs (every scenario interrupted) and 128 + signal.
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   SuitePlan plan;
   fs::path root;
   std::string shard_text;
@@ -365,18 +365,18 @@ int suite_command(const RunOptions& o) {
   // With --json stdout is exactly the JSON document: the closing lines go to
   // stderr.
   std::ostream& human = o.json ? std::cerr : std::cout;
-  if (stop_requested() != 0) {
-    human << "interrupted by signal " << stop_requested() << ": " << run.interrupted.size()
+  if (supervisor::stop_requested() != 0) {
+    human << "interrupted by signal " << supervisor::stop_requested() << ": " << run.interrupted.size()
           << " scenario(s) not run; resume with --resume --out "
           << shell_quote(o.out.empty() ? root.string() : o.out) << std::endl;
-    return 128 + stop_requested();
+    return 128 + supervisor::stop_requested();
   }
   // As pytest and ctest: a scenario this machine cannot run (its device) is
   // skipped, said, and fails nothing.
-  const VerdictCounts c = count_verdicts(run.reports);
+  const report::VerdictCounts c = report::count_verdicts(run.reports);
   human << c.met << " passed, " << c.not_met << " failed"
         << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run on this machine)" : "") << std::endl;
   return c.not_met == 0 ? 0 : 1;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -21,7 +21,7 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/shard.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -196,13 +196,13 @@ std::vector<nlohmann::json> SuiteJournal::read(std::vector<std::string>* bad) co
   return out;
 }
 
-RunReport report_from_json(const nlohmann::json& j) {
+report::RunReport report_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("expectation") || !j["expectation"].is_object()) {
     throw ProtocolError("expected a report.json object with an expectation");
   }
-  RunReport r;
+  report::RunReport r;
   r.scenario.name = j.value("scenario_name", "");
-  r.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
+  r.outcome = scenario::outcome_from_string(j.value("outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
   r.expectation_met = j["expectation"].value("met", false);
   for (const auto& w : j["expectation"].value("mismatches", std::vector<std::string>{})) r.expectation_why.push_back(w);
   r.failure.klass = j["failure"]["class"].is_string() ? j["failure"]["class"].get<std::string>() : "";
@@ -236,10 +236,10 @@ std::string host_name() {
   return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string();
 }
 
-void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& reports,
+void write_suite_outputs(const fs::path& root, const std::vector<report::RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
                          const std::string& junit, const std::string& shard_text, const std::string& where) {
-  const VerdictCounts counts = count_verdicts(reports);
+  const report::VerdictCounts counts = report::count_verdicts(reports);
   nlohmann::ordered_json summary;
   summary["schema_version"] = 1;
   summary["shard"] = shard_text;
@@ -251,15 +251,15 @@ void write_suite_outputs(const fs::path& root, const std::vector<RunReport>& rep
   summary["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : reports) {
     summary["runs"].push_back({{"scenario", r.scenario.name}, {"outcome", to_string(r.outcome)},
-                               {"expectation_met", r.expectation_met}, {"verdict", to_string(verdict_of(r))},
+                               {"expectation_met", r.expectation_met}, {"verdict", to_string(report::verdict_of(r))},
                                {"report", r.out_dir + "/report.md"}});
   }
   write_file_atomically((root / "suite.json").string(), summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  const std::string xml = junit_xml(reports, "dbh.suite", ci_environment(process_environment()));
+  const std::string xml = report::junit_xml(reports, "dbh.suite", report::ci_environment(supervisor::process_environment()));
   write_file_atomically((root / "junit.xml").string(), xml);
-  write_file_atomically((root / "index.html").string(), suite_index_html(root.string(), reports, interrupted, shard_text));
+  write_file_atomically((root / "index.html").string(), report::suite_index_html(root.string(), reports, interrupted, shard_text));
   // --junit naming the junit.xml just written is that file.
   if (!junit.empty() && !same_path(junit, (root / "junit.xml").string())) write_junit(junit, where, xml);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

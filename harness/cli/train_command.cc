@@ -44,7 +44,7 @@
 #include "model/eval/infer.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 int run_env_command(bool json) {
@@ -106,7 +106,7 @@ const TrainFlag& flag_named(const std::string& flag) {
 std::string in_flag_terms(const std::string& message, const std::vector<std::pair<std::string, std::string>>& given) {
   for (const auto& [flag, value] : given) {
     const std::string& key = flag_named(flag).key;
-    const std::string prefix = "<override> " + override_text(key, value);
+    const std::string prefix = "<override> " + scenario::override_text(key, value);
     if (message.rfind(prefix, 0) != 0) continue;
     std::string rest = message.substr(prefix.size());
     if (rest.rfind(":0:0", 0) == 0) rest = rest.substr(4);
@@ -121,8 +121,8 @@ std::string in_flag_terms(const std::string& message, const std::vector<std::pai
 
 std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
   std::vector<std::string> out = {
-      override_text(DBH_SCENARIO_KEY(data.augment), o.augment ? "true" : "false"),
-      override_text(DBH_SCENARIO_KEY(data.validate), o.validate_batches ? "true" : "false")};
+      scenario::override_text(DBH_SCENARIO_KEY(data.augment), o.augment ? "true" : "false"),
+      scenario::override_text(DBH_SCENARIO_KEY(data.validate), o.validate_batches ? "true" : "false")};
   bool data = false;
   std::string source;
   for (const auto& [flag, value] : o.given) {
@@ -140,11 +140,11 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& o) {
     throw UsageError("dbh train: --weights: expected either --weights (initial weights) or --resume (a checkpoint "
                      "to continue), got both");
   }
-  if (data && !source.empty() && source != to_string(DataSource::kReal)) {
+  if (data && !source.empty() && source != to_string(scenario::DataSource::kReal)) {
     throw UsageError("dbh train: --source " + source + ": expected no --source with --data (a dataset is real data), got both");
   }
-  if (data && source.empty()) out.push_back(override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kReal)));
-  for (const auto& [flag, value] : o.given) out.push_back(override_text(flag_named(flag).key, value));
+  if (data && source.empty()) out.push_back(scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kReal)));
+  for (const auto& [flag, value] : o.given) out.push_back(scenario::override_text(flag_named(flag).key, value));
   return out;
 }
 
@@ -157,14 +157,14 @@ namespace {
 // The scenario the flags describe: they are scenario overrides (Note [One
 // training builder]), one set of bounds and defaults for `dbh train` and
 // `dbh run`. Errors speak of the flags. Throws UsageError.
-Scenario train_scenario(const TrainCommandOptions& o) {
-  Scenario s;
+scenario::Scenario train_scenario(const TrainCommandOptions& o) {
+  scenario::Scenario s;
   try {
     // dbh's own keys: no file, no includes, no aliases to translate.
     Value tree;
     for (const auto& kv : train_overrides(o)) apply_override(tree, kv);
-    s = decode_scenario(tree, "");
-    check_scenario_inputs(s, tree);
+    s = scenario::decode_scenario(tree, "");
+    scenario::check_scenario_inputs(s, tree);
   } catch (const ScenarioError& e) {
     throw UsageError(in_flag_terms(e.what(), o.given));
   }
@@ -183,7 +183,7 @@ Scenario train_scenario(const TrainCommandOptions& o) {
 
 // --weights: a weights file or a dbh checkpoint (its model part), as `dbh
 // eval` reads them: DbNet::load_weights finds nothing in a checkpoint.
-void load_train_weights(model::DbNet& dbnet, const Scenario& s, const TrainCommandOptions& o, const std::string& arch) {
+void load_train_weights(model::DbNet& dbnet, const scenario::Scenario& s, const TrainCommandOptions& o, const std::string& arch) {
   model::ModelStateReport state;
   try {
     state = model::load_model_state(dbnet, s.model.weights);
@@ -218,14 +218,14 @@ void load_train_weights(model::DbNet& dbnet, const Scenario& s, const TrainComma
 // --resume: the trainer continues from the checkpoint, which must leave
 // something to train ("0 steps, loss 0 -> 0" would be a result nobody
 // measured).
-void resume_training(model::Trainer& trainer, const Scenario& s, const std::string& arch) {
+void resume_training(model::Trainer& trainer, const scenario::Scenario& s, const std::string& arch) {
   try {
     trainer.load_checkpoint(s.train.resume_from);
   } catch (const std::exception& e) {
     load_error("--resume", s.train.resume_from, arch, e);
   }
   // Note [Nothing left to train], said in the flags' terms.
-  if (const auto last = nothing_left_to_train(s, trainer.next_step())) {
+  if (const auto last = worker::nothing_left_to_train(s, trainer.next_step())) {
     train_usage("--steps", "more than the " + std::to_string(trainer.next_step()) + " steps --resume " +
                                s.train.resume_from + " has already trained",
                 std::to_string(last->step));
@@ -240,13 +240,13 @@ struct TrainData {
 
 // The dataset's loader (a dataset with defects its policy cannot help is
 // the user's to fix, listed), or synthetic batches.
-TrainData open_train_data(const Scenario& s) {
+TrainData open_train_data(const scenario::Scenario& s) {
   TrainData data{{}, to_string(s.data.source)};
   std::shared_ptr<model::Loader> loader;
-  if (uses_dataset(s)) {
+  if (worker::uses_dataset(s)) {
     std::shared_ptr<model::Dataset> dataset;
     try {
-      dataset = std::make_shared<model::Dataset>(dataset_options(s, s.data.path));
+      dataset = std::make_shared<model::Dataset>(worker::dataset_options(s, s.data.path));
     } catch (const model::DataError& e) {
       for (const auto& d : e.defects()) std::cerr << "  " << one_line(d.message) << "\n";
       // A policy only helps with defects of single words or images: not an
@@ -259,24 +259,24 @@ TrainData open_train_data(const Scenario& s) {
                   std::to_string(e.defects().size()) + " defect(s), listed above");
     }
     for (const auto& d : dataset->defects()) std::cerr << "warning: " << one_line(d.message) << "\n";
-    loader = std::make_shared<model::Loader>(dataset, loader_options(s));
-    data.description = s.data.source == DataSource::kSyntheticRender
+    loader = std::make_shared<model::Loader>(dataset, worker::loader_options(s));
+    data.description = s.data.source == scenario::DataSource::kSyntheticRender
                            ? "synthetic_render (" + std::to_string(dataset->size()) + " rendered images)"
                            : "real (" + s.data.path + ", " + std::to_string(dataset->size()) + " images, " +
                                  dataset->format() + ")";
   }
-  data.source = make_batch_source(s, loader);  // the source owns the loader
+  data.source = worker::make_batch_source(s, loader);  // the source owns the loader
   return data;
 }
 
 // --val-data: its images, read as the worker reads them (Note [One
 // validation]); a set the policy cannot help is the user's to fix.
-Validation open_train_validation(const Scenario& s) {
+worker::Validation open_train_validation(const scenario::Scenario& s) {
   if (s.data.val.path.empty()) return {};
   std::vector<std::string> warnings;
-  Validation v;
+  worker::Validation v;
   try {
-    v = open_validation_set(s, warnings);
+    v = worker::open_validation_set(s, warnings);
   } catch (const model::DataError& e) {
     for (const auto& d : e.defects()) std::cerr << "  " << one_line(d.message) << "\n";
     train_usage("--val-data " + s.data.val.path, "a validation dataset with annotated, readable images",
@@ -296,7 +296,7 @@ class MetricsCsv {
       throw ReportError(path_.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) +
                         ")");
     }
-    write(metrics_csv_header());
+    write(report::metrics_csv_header());
   }
   MetricsCsv(const MetricsCsv&) = delete;
   MetricsCsv& operator=(const MetricsCsv&) = delete;
@@ -305,15 +305,15 @@ class MetricsCsv {
   }
   // The row of step `r` and the validation after it (Note [One metrics.csv]:
   // the columns `dbh run` writes).
-  void add(const model::StepResult& r, const EvalRecord* eval) {
-    StepRecord step;
+  void add(const model::StepResult& r, const supervisor::EvalRecord* eval) {
+    supervisor::StepRecord step;
     step.step = r.step;
     step.loss = r.loss, step.bce = r.bce, step.l1 = r.l1, step.dice = r.dice;
     step.lr = r.lr, step.grad_norm = r.grad_norm, step.seconds = r.seconds;
     step.skipped = r.skipped, step.loss_scale = r.loss_scale;
     step.loss_bits = r.loss_bits;
     step.rss_bytes = monitors::current_rss_bytes();
-    write(metrics_csv_row(step, eval));
+    write(report::metrics_csv_row(step, eval));
   }
   // Closes the file; throws ReportError when a write failed.
   void close() {
@@ -335,14 +335,14 @@ class MetricsCsv {
 };
 
 void stop_check() {
-  if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+  if (const int signal_number = supervisor::stop_requested()) throw supervisor::Interrupted(signal_number);
 }
 
 // What run_steps trained, and the last validation (none without
 // --val-data and --eval-every).
 struct TrainedSteps {
   std::vector<model::StepResult> steps;
-  std::optional<EvalRecord> last_eval;
+  std::optional<supervisor::EvalRecord> last_eval;
 };
 
 // The steps up to the last (Note [One training session]: the worker's
@@ -350,11 +350,11 @@ struct TrainedSteps {
 // metrics.csv each. Stops between steps when a stop is requested
 // (Interrupted); a batch the data policy refuses is bad input.
 TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& source,
-                       const Validation& validation, const Scenario& s, const TrainCommandOptions& o,
+                       const worker::Validation& validation, const scenario::Scenario& s, const TrainCommandOptions& o,
                        const fs::path& out, MetricsCsv& csv) {
   TrainedSteps trained;
   const int64_t steps = s.train.last_step();
-  StepHooks hooks;
+  worker::StepHooks hooks;
   hooks.before_step = [](int64_t) { stop_check(); };
   hooks.after_step = [&](const model::StepResult& r) {
     trained.steps.push_back(r);
@@ -365,10 +365,10 @@ TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::
               << "  " << std::setprecision(2) << r.seconds << " s" << std::defaultfloat
               << std::endl;  // flushed: logs show progress
   };
-  hooks.step_done = [&](const model::StepResult& r, const ValidationResult* v) {
-    std::optional<EvalRecord> eval;
+  hooks.step_done = [&](const model::StepResult& r, const worker::ValidationResult* v) {
+    std::optional<supervisor::EvalRecord> eval;
     if (v != nullptr) {
-      eval = EvalRecord{};
+      eval = supervisor::EvalRecord{};
       eval->run = 0, eval->step = r.step + 1;
       eval->precision = v->eval.precision.value_or(0), eval->recall = v->eval.recall.value_or(0);
       eval->hmean = v->eval.hmean.value_or(0);
@@ -385,10 +385,10 @@ TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::
     csv.add(r, eval ? &*eval : nullptr);
   };
   try {
-    train_steps(net, trainer, source, validation, s, SessionSite{0, out.string(), nullptr}, hooks);
+    worker::train_steps(net, trainer, source, validation, s, worker::SessionSite{0, out.string(), nullptr}, hooks);
   } catch (const model::DataError& e) {
     throw UsageError("dbh train: step " + std::to_string(trainer.next_step()) + ": " + e.what());
-  } catch (const CheckpointWriteError& e) {
+  } catch (const worker::CheckpointWriteError& e) {
     throw ReportError(e.what());
   }
   return trained;
@@ -396,7 +396,7 @@ TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::
 
 // summary.json: what trained (as a scenario: `dbh run` with these keys
 // trains the same), on what, and how the losses went.
-nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_desc, const TrainedSteps& trained,
+nlohmann::ordered_json train_summary(const scenario::Scenario& s, const std::string& data_desc, const TrainedSteps& trained,
                                      double wall, const nlohmann::json& choices) {
   const std::vector<model::StepResult>& results = trained.steps;
   bool finite = true;
@@ -411,12 +411,12 @@ nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_
   summary["all_losses_finite"] = finite;
   summary["wall_seconds"] = wall;
   if (trained.last_eval) {
-    const EvalRecord& e = *trained.last_eval;
+    const supervisor::EvalRecord& e = *trained.last_eval;
     summary["last_validation"] = {{"step", e.step},          {"hmean", e.hmean},   {"precision", e.precision},
                                   {"recall", e.recall},      {"images", e.images}, {"gt", e.gt},
                                   {"det", e.det},            {"matched", e.matched}};
   }
-  summary["scenario"] = nlohmann::json::parse(resolved_json(s));
+  summary["scenario"] = nlohmann::json::parse(scenario::resolved_json(s));
   if (!choices.is_null()) summary["measured_choices"] = choices;
   summary["environment"] = nlohmann::json::parse(env::environment_json(env::collect_environment()));
   return summary;
@@ -426,33 +426,33 @@ nlohmann::ordered_json train_summary(const Scenario& s, const std::string& data_
 
 int run_train_command(const TrainCommandOptions& o) {
   // Input checks first: bad input leaves nothing behind.
-  Scenario s = train_scenario(o);
+  scenario::Scenario s = train_scenario(o);
   const fs::path out = o.out.empty() ? fs::path(default_output_folder("train")) : fs::path(o.out);
   // The output folder is claimed as every command's is: a user's folder (a
   // dataset, another command's results) is refused, a second dbh on it is
   // locked out, and on any error or interruption (SIGINT, SIGTERM: checked
   // between steps) what this command wrote is removed.
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   // The training dataset when it is read (not for synthetic data), the validation one always.
   check_outside_datasets("dbh train", "--out", out.string(),
-                         uses_dataset(s) ? dataset_folders(s) : std::vector<std::string>{s.data.val.path});
+                         worker::uses_dataset(s) ? scenario::dataset_folders(s) : std::vector<std::string>{s.data.val.path});
   // Weights or a checkpoint read from this folder stay where they are.
   OutputDir claim(out, "train", OutputDir::Reuse::kReplace, {s.model.weights, s.train.resume_from});
   // `auto` layout and threads: measured once per machine and setup, as for
   // `dbh run` (Note [Measured choices]).
-  const nlohmann::json choices = resolve_measured_choices(s, (out / "tuning").string());
+  const nlohmann::json choices = supervisor::resolve_measured_choices(s, (out / "tuning").string());
   stop_check();
   if (!o.quiet && !choices.is_null()) {
-    std::cout << terminal_text(measured_choices_line(choices)) << "\n";
+    std::cout << terminal_text(report::measured_choices_line(choices)) << "\n";
   }
 
-  model::DbNet dbnet = make_net(s);
+  model::DbNet dbnet = worker::make_net(s);
   const std::string arch = "resnet" + std::to_string(s.model.encoder) + " + " + model::to_string(s.model.decoder);
   if (!s.model.weights.empty()) load_train_weights(dbnet, s, o, arch);
-  model::Trainer trainer(dbnet, train_options(s));
+  model::Trainer trainer(dbnet, worker::train_options(s));
   if (!s.train.resume_from.empty()) resume_training(trainer, s, arch);
   const TrainData data = open_train_data(s);
-  const Validation validation = open_train_validation(s);
+  const worker::Validation validation = open_train_validation(s);
 
   if (!o.quiet) {
     std::cout << "dbh train: " << arch << ", data " << data.description << ", batch " << s.data.batch_size << "x"
@@ -468,8 +468,8 @@ int run_train_command(const TrainCommandOptions& o) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop_check();
   try {
-    save_checkpoint_file(trainer, (out / "checkpoint-final.pt").string());
-  } catch (const CheckpointWriteError& e) {
+    worker::save_checkpoint_file(trainer, (out / "checkpoint-final.pt").string());
+  } catch (const worker::CheckpointWriteError& e) {
     throw ReportError(e.what());
   }
   csv.close();
@@ -490,4 +490,4 @@ int run_train_command(const TrainCommandOptions& o) {
   return summary["all_losses_finite"].get<bool>() ? 0 : 1;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 /// A flag of `dbh train` and the scenario key it sets (Note [One training
 /// builder]): the schema checks its value, with the scenario's bounds and
@@ -39,4 +39,4 @@ std::vector<std::string> train_overrides(const TrainCommandOptions& options);
 /// checkpoint into the output folder. Returns the process exit code.
 int run_train_command(const TrainCommandOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

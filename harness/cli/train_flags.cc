@@ -14,14 +14,14 @@ namespace h = dbh::harness;
 
 Command add_train(CLI::App& app) {
   struct State {
-    h::TrainCommandOptions t;
+    TrainCommandOptions t;
     std::map<std::string, std::string> values;
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("train", "Train DBNet for a few steps, without a scenario");
   // Note [One training builder]: each value flag sets a scenario key, checked
   // by the scenario schema (values are read as text here).
-  for (const auto& f : h::train_flags()) {
+  for (const auto& f : train_flags()) {
     cmd->add_option(f.flag, s->values[f.flag], f.help + " (" + f.key + ")");
   }
   cmd->add_flag("--augment,!--no-augment", s->t.augment,
@@ -35,10 +35,10 @@ Command add_train(CLI::App& app) {
   cmd->add_option("--out", s->t.out, "Output folder (default reports/runs/train-<time>)");
   cmd->add_flag("-q,--quiet", s->t.quiet, "Print only the summary");
   return {cmd, [s, cmd] {
-            for (const auto& f : h::train_flags()) {
+            for (const auto& f : train_flags()) {
               if (cmd->count(f.flag) > 0) s->t.given.emplace_back(f.flag, s->values[f.flag]);
             }
-            return h::run_train_command(s->t);
+            return run_train_command(s->t);
           }};
 }
 

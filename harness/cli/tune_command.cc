@@ -16,7 +16,7 @@
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 namespace fs = std::filesystem;
 
 std::string to_string(TuneVerdict v) {
@@ -88,26 +88,26 @@ class MeasuringFolder {
 int run_tune_command(const TuneCommandOptions& o) {
   if (o.scenarios.empty()) throw UsageError("dbh tune: expected at least one scenario file, got none");
   // Compute: every scenario valid before anything is measured.
-  std::vector<Scenario> scenarios;
-  for (const auto& path : o.scenarios) scenarios.push_back(load_scenario(path, o.overrides, o.checks));
+  std::vector<scenario::Scenario> scenarios;
+  for (const auto& path : o.scenarios) scenarios.push_back(scenario::load_scenario(path, o.overrides, o.checks));
   // dbh never writes into your data: a cache folder inside a scenario's
   // dataset is refused before any folder is made there.
   if (const std::string root = cache_root(); !root.empty()) {
     for (const auto& s : scenarios) {
       check_outside_datasets("dbh tune", "cache folder (from " + cache_root_origin() + ")", root,
-                             dataset_folders(s));
+                             scenario::dataset_folders(s));
     }
   }
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   std::vector<TuneVerdict> verdicts;
   for (size_t i = 0; i < scenarios.size(); ++i) {
-    Scenario& s = scenarios[i];
+    scenario::Scenario& s = scenarios[i];
     nlohmann::json record;
     {
       const MeasuringFolder work(i);
-      record = resolve_measured_choices(s, work.str(), MeasureBudget::kIgnore);
+      record = supervisor::resolve_measured_choices(s, work.str(), supervisor::MeasureBudget::kIgnore);
     }
-    if (const int signal_number = stop_requested()) throw Interrupted(signal_number);
+    if (const int signal_number = supervisor::stop_requested()) throw supervisor::Interrupted(signal_number);
     // Decide, then write.
     const TuneVerdict verdict = judge_tuning(record);
     verdicts.push_back(verdict);
@@ -117,7 +117,7 @@ int run_tune_command(const TuneCommandOptions& o) {
                                                  : "train.channels_last and train.threads are set, or it does not train")
                 << ")";
     } else {
-      std::cout << ": " << terminal_text(measured_choices_line(record));
+      std::cout << ": " << terminal_text(report::measured_choices_line(record));
     }
     std::cout << "\n";
   }
@@ -133,4 +133,4 @@ int run_tune_command(const TuneCommandOptions& o) {
   return code;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dbh::harness {
+namespace dbh::harness::cli {
 
 struct TuneCommandOptions {
   std::vector<std::string> scenarios;  // scenario files
   std::vector<std::string> overrides;  // key=value, for every scenario
-  InputChecks checks;                  // what loading a scenario checks beyond its keys
+  scenario::InputChecks checks;                  // what loading a scenario checks beyond its keys
 };
 
 /// What a scenario's measured choices came to.
@@ -42,4 +42,4 @@ int tune_exit_code(const std::vector<TuneVerdict>& verdicts);
 /// Returns the process exit code.
 int run_tune_command(const TuneCommandOptions& options);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::cli

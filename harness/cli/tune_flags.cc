@@ -23,10 +23,10 @@ Command add_tune(CLI::App& app) {
               "a new machine): exit 0 when each has a trusted answer");
   cmd->add_option("ARGS", *args, "Scenario files, then key=value overrides for all")->required();
   return {cmd, [args] {
-            h::TuneCommandOptions to;
+            TuneCommandOptions to;
             split_words(*args, &to.scenarios, &to.overrides);
-            to.checks = h::input_checks();
-            return h::run_tune_command(to);
+            to.checks = h::worker::input_checks();
+            return run_tune_command(to);
           }};
 }
 
@@ -37,7 +37,7 @@ Command add_tune_worker(CLI::App& app) {
   cmd->add_option("--scenario", *scenario)->required();
   cmd->add_option("--budget-s", *budget)->check(CLI::NonNegativeNumber);
   return {cmd, [scenario, budget] {
-            return h::tune_main(h::read_input_file(*scenario, "a resolved scenario"), h::kEventsFd, *budget);
+            return h::worker::tune_main(h::read_input_file(*scenario, "a resolved scenario"), h::proto::kEventsFd, *budget);
           }};
 }
 

@@ -26,7 +26,7 @@ Command add_worker(CLI::App& app) {
   cmd->add_option("--run-dir", s->dir)->required();
   cmd->add_option("--trial", s->trial);
   return {cmd, [s] {
-            return h::worker_main(h::read_input_file(s->scenario, "a resolved scenario"), s->dir, h::kEventsFd,
+            return h::worker::worker_main(h::read_input_file(s->scenario, "a resolved scenario"), s->dir, h::proto::kEventsFd,
                                   s->trial);
           }};
 }

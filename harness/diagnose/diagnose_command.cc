@@ -61,8 +61,8 @@ struct Rung {
 std::string row_result(const Rung& r) {
   if (!r.applies.empty()) return "n/a (" + r.applies + ")";
   const auto& a = r.probe.analysis;
-  if (a.outcome == Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
-  std::string s = is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
+  if (a.outcome == scenario::Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
+  std::string s = supervisor::is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
   if (!a.failure.klass.empty()) s += " `" + a.failure.klass + "`";
   if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
   return s;
@@ -82,28 +82,28 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 
 // The diagnosis ladder for `s`, from the device up to the scenario as given
 // (the last rung); a rung that cannot tell anything here says why.
-std::vector<Rung> ladder_rungs(const Scenario& s) {
-  const bool real = s.data.source == DataSource::kReal;
+std::vector<Rung> ladder_rungs(const scenario::Scenario& s) {
+  const bool real = s.data.source == scenario::DataSource::kReal;
   return {
       {RungId::kOps, "Basic tensor ops on the device", "ladder",
-       {override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
+       {scenario::override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
       {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticRandom)),
-        override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticRandom)),
+        scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
        "", {}, false},
       {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticBoxes)), "controls=[]"}, "", {},
+       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes)), "controls=[]"}, "", {},
        false},
       {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
+       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
        false},
       {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
-       {override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
+       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
        false},
       {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
-       {override_text(DBH_SCENARIO_KEY(repeat.processes),
+       {scenario::override_text(DBH_SCENARIO_KEY(repeat.processes),
                       std::to_string(s.repeat.processes * s.repeat.in_process)),
-        override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
+        scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
        s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
       {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
   };
@@ -119,61 +119,61 @@ std::string number_text(double x) {
 // The variants a failing scenario is tried with: cuDNN settings, precision,
 // batch, memory, blocking launches, and for a run that diverged (its failure
 // `klass` a non-finite value) a tenth of its learning rate.
-std::vector<Rung> variant_rungs(const Scenario& s, const std::string& klass) {
+std::vector<Rung> variant_rungs(const scenario::Scenario& s, const std::string& klass) {
   const bool cuda = s.hardware.device != "cpu";
   const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
   const bool diverged = klass.rfind("nonfinite_", 0) == 0;
   const std::string lower_lr = number_text(s.train.lr / 10);
   return {
       {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
-       {override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
        cuda ? "" : "no cuDNN on cpu", {}, false},
       {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
-       {override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
        cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
       {RungId::kCudnnDisabled, "cuDNN disabled", "variant",
-       {override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
        cuda ? "" : "no cuDNN on cpu", {}, false},
       {RungId::kFp32, "AMP off (fp32)", "variant",
-       {override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
        s.train.precision == model::Precision::kFp32 ? "already fp32" : "", {}, false},
       {RungId::kBf16, "AMP on (bf16)", "variant",
-       {override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
        cuda ? (s.train.precision == model::Precision::kFp32 ? "" : "already AMP") : "AMP needs CUDA", {}, false},
       {RungId::kSmallerBatch,
        "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
        "variant",
-       {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
-        override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
+       {scenario::override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
+        scenario::override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
         "controls=[]"},
        s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
       {RungId::kMoreMemory, "More memory headroom", "variant",
-       {override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
         "controls=[]"},
        s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
       {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
-       {override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
        cuda ? "" : "CPU kernels are synchronous", {}, false},
       {RungId::kLowerLearningRate, "A tenth of the learning rate (" + lower_lr + ")", "variant",
-       {override_text(DBH_SCENARIO_KEY(train.lr), lower_lr), "controls=[]"},
+       {scenario::override_text(DBH_SCENARIO_KEY(train.lr), lower_lr), "controls=[]"},
        !diverged ? "not a divergence" : s.train.lr > 0 ? "" : "the learning rate is 0", {}, false},
   };
 }
 
 // Note [The learning rung]: whether the model learns at all, on synthetic
 // boxes and on the real data, for a silent failure.
-std::vector<Rung> learning_rungs(const Scenario& s, bool silent) {
-  const bool real = s.data.source == DataSource::kReal;
+std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent) {
+  const bool real = s.data.source == scenario::DataSource::kReal;
   const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
                                                         : std::clamp<int64_t>(s.train.max_steps, 4, 50);
   const std::vector<std::string> judged = {
-      override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
-      override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
+      scenario::override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
+      scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
       "controls=[]"};
   return {
       {RungId::kLearnsSynthetic,
        "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
-       concat_overrides({override_text(DBH_SCENARIO_KEY(data.source), to_string(DataSource::kSyntheticBoxes))}, judged),
+       concat_overrides({scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes))}, judged),
        silent ? "" : "not a silent failure", {}, false},
       {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)",
        "learning", judged,
@@ -191,10 +191,10 @@ struct FollowUp {
 };
 
 // `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
-FollowUp bisect_followup(BisectKind kind, const DiagnoseOptions& o, const Scenario& s, const fs::path& out,
+FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, const scenario::Scenario& s, const fs::path& out,
                          const std::string& cache, const std::vector<std::string>& scenario_words, probe::Prober& prober) {
   FollowUp f;
-  BisectOptions b;
+  bisect::BisectOptions b;
   b.kind = kind;
   b.scenario = o.scenario;
   b.overrides = concat_overrides(o.overrides, {"controls=[]"});
@@ -210,8 +210,8 @@ FollowUp bisect_followup(BisectKind kind, const DiagnoseOptions& o, const Scenar
   // Note [One bisection, called]: the follow-up is the bisection itself,
   // its folder and pages beside the diagnosis, its answer returned as a
   // value (never read back from its bisect.json).
-  BisectAnswer answer;
-  const int bisect_exit = bisect_command(b, &answer);
+  bisect::BisectAnswer answer;
+  const int bisect_exit = bisect::bisect_command(b, &answer);
   prober.stop_if_requested();  // a stop ended the follow-up: end here too
   if (bisect_exit == 2) {
     // A probe of the follow-up hit an infrastructure failure (its message
@@ -231,11 +231,11 @@ FollowUp bisect_followup(BisectKind kind, const DiagnoseOptions& o, const Scenar
                     (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
   // Only a confident, training-time answer becomes the minimal repro;
   // otherwise the scenario as given reproduces the failure.
-  if (b.kind == BisectKind::kData && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
+  if (b.kind == bisect::BisectKind::kData && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
     std::string list = "[";
     for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
-    f.repro_overrides.push_back(override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
-    f.repro_overrides.push_back(override_text(
+    f.repro_overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
+    f.repro_overrides.push_back(scenario::override_text(
         DBH_SCENARIO_KEY(train.max_steps),
         std::to_string(std::max<int64_t>(
             1, (static_cast<int64_t>(answer.samples.size()) + s.data.batch_size - 1) / s.data.batch_size))));
@@ -251,7 +251,7 @@ struct Diagnosis {
   fs::path out;
   bool fails = false;
   bool silent = false;  // a silent failure: the learning rungs are shown
-  Outcome outcome = Outcome::kPassed;  // the scenario as given
+  scenario::Outcome outcome = scenario::Outcome::kPassed;  // the scenario as given
   std::string klass;
   std::vector<Rung> rows;  // the ladder, the variants, the learning rungs, in that order
   Judgement judgement;
@@ -260,7 +260,7 @@ struct Diagnosis {
   std::string bisect_summary;
   ojson bisect_verdict;
   const kb::FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
-  std::vector<ResolutionCheck> resolution_checks;
+  std::vector<supervisor::ResolutionCheck> resolution_checks;
   std::string emulated;  // why the ranking is an emulation's, "" for a real failure
   size_t probe_count = 0;
   double seconds = 0;
@@ -311,7 +311,7 @@ std::string diagnosis_markdown(const Diagnosis& d) {
   }
   for (const auto& f : d.followups) md << ++step_no << ". Done already: " << f << "\n";
   if (d.fails && d.resolution_class != nullptr) {
-    for (const auto& res : resolutions_with_checks(d.resolution_class->resolutions, d.resolution_checks, true)) {
+    for (const auto& res : report::resolutions_with_checks(d.resolution_class->resolutions, d.resolution_checks, true)) {
       md << ++step_no << ". " << res << "\n";
     }
   }
@@ -347,7 +347,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["tied"] = ojson::array();
   for (const auto id : d.judgement.tied) j["tied"].push_back(to_string(id));
   j["followups"] = d.followups;
-  j["resolutions_tried"] = resolution_checks_json(d.resolution_checks);
+  j["resolutions_tried"] = report::resolution_checks_json(d.resolution_checks);
   j["bisect"] = d.bisect_verdict;
   j["probe_count"] = d.probe_count;
   j["seconds"] = d.seconds;
@@ -398,7 +398,7 @@ Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const s
   ladder.klass = klass;
   ladder.kind = failure_kind(ladder.klass, silent, kb != nullptr && grows_across_runs(*kb));
   ladder.real_data = real_data;
-  ladder.memory_exhaustion = fails && is_memory_exhaustion(klass);
+  ladder.memory_exhaustion = fails && supervisor::is_memory_exhaustion(klass);
   ladder.data_invalid = fails && klass == "data_invalid";
   return ladder;
 }
@@ -415,7 +415,7 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
   auto all = o.overrides;
   all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
   for (const auto& ov : all) {
-    if (const auto translated = translate_override(ov)) apply_override(tree, *translated);
+    if (const auto translated = scenario::translate_override(ov)) apply_override(tree, *translated);
   }
   const auto j = nlohmann::ordered_json::parse(to_json(tree));
   for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
@@ -425,23 +425,23 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
 // Note [Resolutions that are tried]: each resolution of the class that can
 // be expressed as overrides, probed; a cached result names the folder of the
 // run it reuses when that run belongs to this diagnosis.
-std::vector<ResolutionCheck> probe_resolutions(const kb::FailureClass& c, const Scenario& s, probe::Prober& prober,
+std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClass& c, const scenario::Scenario& s, probe::Prober& prober,
                                                const fs::path& out) {
-  const RunResolution run = [&](const ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
+  const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
     // Note [Keys that never reach the worker]: not applicable, never refuted
     // by a run that did not change.
-    if (const std::string why = overrides_not_passed(s, check.overrides); !why.empty()) throw ScenarioError(why);
+    if (const std::string why = supervisor::overrides_not_passed(s, check.overrides); !why.empty()) throw ScenarioError(why);
     std::string label = "resolution " + std::to_string(check.resolution + 1) + ":";
     for (const auto& o : check.overrides) label += " " + o;
     const auto p = prober.probe(with, one_line(label));
-    ResolutionRun result;
+    supervisor::ResolutionRun result;
     result.outcome = p.analysis.outcome;
     result.klass = p.analysis.failure.klass;
     const std::string& dir = p.dir.empty() ? p.cached_from : p.dir;
     result.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
     return result;
   };
-  return try_resolutions(c, nlohmann::json::parse(resolved_json(s)), run);
+  return supervisor::try_resolutions(c, nlohmann::json::parse(scenario::resolved_json(s)), run);
 }
 
 }  // namespace
@@ -450,34 +450,34 @@ int diagnose_command(const DiagnoseOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   return probe::run_search(claim, [&]() -> int {
-    const Scenario s = load_scenario(o.scenario, o.overrides, o.checks);
+    const scenario::Scenario s = scenario::load_scenario(o.scenario, o.overrides, o.checks);
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
-    check_outside_datasets("dbh diagnose", "--out", out.string(), dataset_folders(s));
-    check_outside_datasets("dbh diagnose", "--cache", cache, dataset_folders(s));
+    check_outside_datasets("dbh diagnose", "--out", out.string(), scenario::dataset_folders(s));
+    check_outside_datasets("dbh diagnose", "--cache", cache, scenario::dataset_folders(s));
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
     probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
-    const bool real = s.data.source == DataSource::kReal;
+    const bool real = s.data.source == scenario::DataSource::kReal;
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = ladder_rungs(s);
-    for (const auto& note : check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
+    for (const auto& note : supervisor::check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
     // A rung runs only as a scenario of its own that its worker can serve;
     // otherwise it is n/a with the reason, never the end of the diagnosis.
     auto run_rung = [&](Rung& r) {
       if (!r.applies.empty()) return;
       try {
-        const Scenario rs = prober.load(r.overrides);
-        if (const auto cap = missing_capability(rs)) {
+        const scenario::Scenario rs = prober.load(r.overrides);
+        if (const auto cap = supervisor::missing_capability(rs)) {
           r.applies = "the worker does not serve `" + *cap + "`";
           return;
         }
         // Note [Keys that never reach the worker]: a rung whose change the
         // worker never receives would only run the scenario as given again.
-        if (std::string why = overrides_not_passed(rs, r.overrides); !why.empty()) {
+        if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
           r.applies = std::move(why);
           return;
         }
@@ -490,7 +490,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     };
     for (auto& r : rungs) run_rung(r);
     const Rung& full = rungs.back();  // the scenario as given
-    const bool fails = is_failure(full.probe.analysis.outcome);
+    const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
     std::vector<Rung> variants = variant_rungs(s, full.probe.analysis.failure.klass);
     if (fails) {
       for (auto& r : variants) run_rung(r);
@@ -525,7 +525,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool data_dependent = judgement.data_dependent;
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
-      FollowUp f = bisect_followup(data_dependent ? BisectKind::kData : BisectKind::kModules, o, s, out, cache, scenario_words, prober);
+      FollowUp f = bisect_followup(data_dependent ? bisect::BisectKind::kData : bisect::BisectKind::kModules, o, s, out, cache, scenario_words, prober);
       followups = std::move(f.lines);
       bisect_summary = std::move(f.repro);
       bisect_verdict = std::move(f.verdict);
@@ -541,15 +541,15 @@ int diagnose_command(const DiagnoseOptions& o) {
     // confirmed or refuted among the next steps.
     const kb::FailureClass* resolution_class = fails ? kb::KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
                                                  : nullptr;
-    const std::vector<ResolutionCheck> resolution_checks =
+    const std::vector<supervisor::ResolutionCheck> resolution_checks =
         resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out)
-                                    : std::vector<ResolutionCheck>{};
+                                    : std::vector<supervisor::ResolutionCheck>{};
 
     // Note [An injected failure says so]: a failure an emulated GPU fault
     // raised (dbh threw the error's text) ranks the hypotheses by how the
     // emulation behaves; what a real kernel or allocator does only a GPU shows.
-    const std::string emulated = fails && emulated_gpu_fault(full.probe.analysis)
-                                     ? "the failure was raised by " + injected_faults(full.probe.analysis) +
+    const std::string emulated = fails && supervisor::emulated_gpu_fault(full.probe.analysis)
+                                     ? "the failure was raised by " + supervisor::injected_faults(full.probe.analysis) +
                                            "; the hypotheses are ranked by how that emulation behaved on " +
                                            s.hardware.device + ", and only a run on a GPU shows what a real kernel "
                                            "does"
@@ -576,7 +576,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string md = diagnosis_markdown(d);
     write_file_atomically((out / "diagnosis.md").string(), md);
-    write_file_atomically((out / "diagnosis.html").string(), markdown_page_html("Diagnosis: " + s.name, md));
+    write_file_atomically((out / "diagnosis.html").string(), report::markdown_page_html("Diagnosis: " + s.name, md));
     write_file_atomically((out / "diagnosis.json").string(),
                           diagnosis_json(d).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cout << diagnosis_summary(d) << std::flush;

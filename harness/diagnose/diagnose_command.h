@@ -15,7 +15,7 @@ struct DiagnoseOptions {
   std::string out;
   std::string cache_dir;
   bool quiet = false;
-  InputChecks checks;  // what loading the scenario checks beyond its keys
+  scenario::InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 
 /// `dbh diagnose SCENARIO`: the diagnosis ladder, a what-works/what-fails

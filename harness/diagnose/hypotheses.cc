@@ -51,13 +51,13 @@ std::vector<Hypothesis> declared_hypotheses() {
   return {
       {HypothesisId::kData, "The real data: an invalid or unusual sample breaks training", {}, {}, "`{dbh} bisect data {scenario}`"},
       {HypothesisId::kLoader, "Data loading with worker threads", {}, {},
-       "train with " + override_text(DBH_SCENARIO_KEY(data.num_workers), "0")},
+       "train with " + scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "0")},
       {HypothesisId::kModel, "The model, loss or trainer numerics, independent of the data", {}, {},
        "`{dbh} bisect steps {scenario}`, then `{dbh} bisect modules {scenario}`"},
       {HypothesisId::kDevice, "The device, driver or CUDA/cuDNN libraries", {}, {},
        "check `{dbh} env`; update driver/cuDNN"},
       {HypothesisId::kCudnn, "A cuDNN algorithm choice", {}, {},
-       "set " + override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true") + " or benchmark off"},
+       "set " + scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true") + " or benchmark off"},
       {HypothesisId::kAmp, "Mixed-precision numerics", {}, {}, "keep the head and losses in fp32, or train fp32"},
       {HypothesisId::kMemory, "Memory exhaustion (batch too large for the budget)", {}, {},
        "`{dbh} qualify {scenario} --profile NAME` (`{dbh} list profiles`), or a smaller batch with accumulation"},
@@ -65,10 +65,10 @@ std::vector<Hypothesis> declared_hypotheses() {
        "Resources that grow from one run to the next in one process (memory, handles, threads, files)", {}, {},
        "release models, optimizers and cached tensors between runs (and close files and loader workers), or run "
        "each training in a fresh process (" +
-           override_text(DBH_SCENARIO_KEY(repeat.in_process), "1") +
+           scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1") +
            "); `{dbh} repeat {scenario}` measures the growth per run"},
       {HypothesisId::kKernel, "A CUDA kernel that faults (a sticky error that no setting avoids)", {}, {},
-       "re-run with " + override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
+       "re-run with " + scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
            " under compute-sanitizer; `{dbh} bisect modules {scenario}`"},
       {HypothesisId::kOptimizer,
        "The optimizer or its learning rate: updates too large to stay finite, or too small to learn anything", {},

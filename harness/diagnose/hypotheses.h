@@ -39,12 +39,12 @@ struct RungEvidence {
   std::string name;    // the row's label
   std::string result;  // the row's result text ("works", "FAILS: …", "n/a (…)")
   bool ran = false;
-  Outcome outcome = Outcome::kPassed;
+  scenario::Outcome outcome = scenario::Outcome::kPassed;
   std::string klass;   // its failure class, "" when it passed
 
   /// A failure the harness could tell (an unresolved rung is evidence of nothing).
-  bool failed() const { return ran && is_failure(outcome) && outcome != Outcome::kUnresolved; }
-  bool passed() const { return ran && !is_failure(outcome); }
+  bool failed() const { return ran && supervisor::is_failure(outcome) && outcome != scenario::Outcome::kUnresolved; }
+  bool passed() const { return ran && !supervisor::is_failure(outcome); }
   std::string cite() const { return name + ": " + result; }
 };
 

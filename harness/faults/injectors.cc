@@ -391,7 +391,7 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
     // Outside the training step (see the Note).
     r["corrupt_sample"].on_dataset = [](Self& self, size_t i, DatasetSite& site) {
       const auto& f = self.faults_[i];
-      if (site.source != DataSource::kReal) return;  // synthetic data has no files to break
+      if (site.source != scenario::DataSource::kReal) return;  // synthetic data has no files to break
       const std::string copy = (fs::path(site.run_dir) / "data").string();
       const std::string file = corrupt_dataset_copy(site.path, copy, f.get_int("sample"), f.get("kind"));
       site.path = copy;
@@ -429,7 +429,7 @@ void FaultInjector::Hooks::poison(FaultInjector& self, size_t i, model::Batch& b
               {"count", n}});
 }
 
-FaultInjector::FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
+FaultInjector::FaultInjector(const std::vector<scenario::FaultConfig>& faults, proto::EventWriter& events,
                              const std::string& device)
     : faults_(faults), events_(events), device_(device) {
   // Note [Fault registry]: every fault the scenario names acts through its entry.
@@ -452,7 +452,7 @@ void FaultInjector::on_model(model::DbNet& net) {
   }
 }
 
-std::string FaultInjector::on_dataset(const std::string& path, DataSource source,
+std::string FaultInjector::on_dataset(const std::string& path, scenario::DataSource source,
                                       const std::string& run_dir) {
   DatasetSite site{path, source, run_dir};
   for (size_t i = 0; i < faults_.size(); ++i) {

@@ -20,7 +20,7 @@ namespace dbh::harness::faults {
 /// the report lists every fault with whether it fired.
 class FaultInjector : public model::TrainerListener, public model::ModuleObserver {
  public:
-  FaultInjector(const std::vector<FaultConfig>& faults, EventWriter& events,
+  FaultInjector(const std::vector<scenario::FaultConfig>& faults, proto::EventWriter& events,
                 const std::string& device);
 
   void set_run(int64_t run) { run_ = run; }
@@ -32,7 +32,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   /// Before the dataset at `path` (of data.source `source`) is opened: the
   /// folder to read instead, `path` unless a fault (corrupt_sample) made a
   /// private broken copy of it under `run_dir`.
-  std::string on_dataset(const std::string& path, DataSource source, const std::string& run_dir);
+  std::string on_dataset(const std::string& path, scenario::DataSource source, const std::string& run_dir);
   /// Before the validation after step `step_taken`: a fault
   /// (broken_postprocess) may change the post-processing in `pp`.
   void on_validation(int64_t step_taken, model::PostprocessOptions& pp);
@@ -60,7 +60,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   struct Hooks;  // what one fault does, at the hooks it acts at
   struct DatasetSite {  // what on_dataset's hooks may change
     std::string path;
-    DataSource source;
+    scenario::DataSource source;
     std::string run_dir;
   };
   bool fires(size_t i) const;
@@ -72,9 +72,9 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   [[noreturn]] void raise_cuda_error(size_t i, const std::string& module, const std::string& kind,
                                      bool sticky);
 
-  std::vector<FaultConfig> faults_;
+  std::vector<scenario::FaultConfig> faults_;
   std::vector<const Hooks*> hooks_;  // faults_[i]'s entry
-  EventWriter& events_;
+  proto::EventWriter& events_;
   std::string device_;
   int64_t run_ = 0;
   int64_t step_ = -1;

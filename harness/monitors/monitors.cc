@@ -25,7 +25,7 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
-Monitors::Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent)
+Monitors::Monitors(Mode mode, proto::EventWriter& events, double loss_spike_factor, SilentOptions silent)
     : mode_(mode), events_(events), spike_factor_(loss_spike_factor), silent_(silent) {}
 
 std::string Monitors::to_string(SiteKind kind) {

@@ -79,8 +79,8 @@ struct SilentReadings;  // monitors.cc: one step's silent-failure readings
 
 class Monitors : public model::TrainerListener, public model::ModuleObserver {
  public:
-  using Mode = MonitorMode;  // monitors.mode
-  Monitors(Mode mode, EventWriter& events, double loss_spike_factor, SilentOptions silent = {});
+  using Mode = scenario::MonitorMode;  // monitors.mode
+  Monitors(Mode mode, proto::EventWriter& events, double loss_spike_factor, SilentOptions silent = {});
 
   void set_run(int64_t run) {
     run_ = run;
@@ -154,7 +154,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   nlohmann::json stats(const torch::Tensor& t) const;
 
   Mode mode_;
-  EventWriter& events_;
+  proto::EventWriter& events_;
   double spike_factor_;
   int64_t run_ = 0;
   int64_t step_ = 0;

@@ -201,7 +201,7 @@ Reference reference_from_json(const json& j, const std::string& file) {
   return r;
 }
 
-json machine_of(const TrialAnalysis& a) {
+json machine_of(const supervisor::TrialAnalysis& a) {
   json m = json::object();
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) m["host"] = host;
@@ -233,10 +233,10 @@ json machine_of(const TrialAnalysis& a) {
   return m;
 }
 
-Side side_of(const std::vector<const TrialAnalysis*>& trials, json machine) {
+Side side_of(const std::vector<const supervisor::TrialAnalysis*>& trials, json machine) {
   Side side;
   side.machine = std::move(machine);
-  for (const TrialAnalysis* a : trials) {
+  for (const supervisor::TrialAnalysis* a : trials) {
     RunNumbers run;
     for (const auto& s : a->steps) {
       if (s.run != 0) continue;

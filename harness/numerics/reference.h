@@ -83,11 +83,11 @@ Reference reference_from_json(const nlohmann::json& j, const std::string& file);
 /// GPUs the driver lists, the variables that steer kernels
 /// (ATEN_CPU_CAPABILITY, OMP_NUM_THREADS) and what `a`'s worker said it ran
 /// with (its torch, device, threads, an external worker's own stack).
-nlohmann::json machine_of(const TrialAnalysis& a);
+nlohmann::json machine_of(const supervisor::TrialAnalysis& a);
 
 /// The side of `trials` (fresh processes of one scenario: each one's run 0),
 /// with `machine` as what it ran on.
-Side side_of(const std::vector<const TrialAnalysis*>& trials, nlohmann::json machine);
+Side side_of(const std::vector<const supervisor::TrialAnalysis*>& trials, nlohmann::json machine);
 
 /// How far apart two sides may be and still be the same training.
 struct Tolerance {

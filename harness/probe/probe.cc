@@ -55,7 +55,7 @@ int64_t remove_weights(const fs::path& dir);
 // ---------------------------------------------------------------------------
 
 Prober::Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
-               std::string cache_dir, bool quiet, InputChecks checks)
+               std::string cache_dir, bool quiet, scenario::InputChecks checks)
     : scenario_path_(std::move(scenario_path)),
       base_overrides_(std::move(base_overrides)),
       checks_(std::move(checks)),
@@ -136,12 +136,12 @@ const std::string& Prober::session_dir() {
   throw ReportError(parent.string() + ": expected a free name for this bisection's probe folder, found none");
 }
 
-std::string Prober::cache_key(const Scenario& s) const { return probe_key(s); }
+std::string Prober::cache_key(const scenario::Scenario& s) const { return probe_key(s); }
 
-Scenario Prober::load(const std::vector<std::string>& extra) const {
+scenario::Scenario Prober::load(const std::vector<std::string>& extra) const {
   auto all = base_overrides_;
   all.insert(all.end(), extra.begin(), extra.end());
-  return load_scenario(scenario_path_, all, checks_);
+  return scenario::load_scenario(scenario_path_, all, checks_);
 }
 
 namespace {
@@ -151,12 +151,12 @@ namespace {
 // from rising, which configuration difference costs 20 % of the loss drop,
 // which change raised the peak memory). A trial that passed but misses the
 // scenario's metric expectations becomes a failure of its own class.
-void judge_metric_expectations(const Expectation& e, TrialAnalysis* a) {
-  if (a->outcome != Outcome::kPassed) return;
-  const Judgement j = judge(e, evidence_of(*a), ExpectScope::kMetrics);
+void judge_metric_expectations(const scenario::Expectation& e, supervisor::TrialAnalysis* a) {
+  if (a->outcome != scenario::Outcome::kPassed) return;
+  const supervisor::Judgement j = supervisor::judge(e, supervisor::evidence_of(*a), supervisor::ExpectScope::kMetrics);
   if (j.met()) return;
   const std::vector<std::string>& why = j.why;
-  a->outcome = Outcome::kFailed;
+  a->outcome = scenario::Outcome::kFailed;
   a->failure.klass = "metric_expectation_unmet";
   std::string message;
   for (const auto& w : why) message += (message.empty() ? "" : "; ") + w;
@@ -164,11 +164,11 @@ void judge_metric_expectations(const Expectation& e, TrialAnalysis* a) {
   a->failure.evidence = why;
 }
 
-Verdict verdict_of(const TrialAnalysis& a) {
+Verdict verdict_of(const supervisor::TrialAnalysis& a) {
   // Not a result: a trial cut short, or one this machine could not run (a
   // device it lacks) says nothing about the failure.
-  if (a.outcome == Outcome::kUnresolved || a.outcome == Outcome::kSkipped) return Verdict::kUnknown;
-  return is_failure(a.outcome) ? Verdict::kFail : Verdict::kPass;
+  if (a.outcome == scenario::Outcome::kUnresolved || a.outcome == scenario::Outcome::kSkipped) return Verdict::kUnknown;
+  return supervisor::is_failure(a.outcome) ? Verdict::kFail : Verdict::kPass;
 }
 
 nlohmann::json summary_json(const ProbeResult& p) {
@@ -199,7 +199,7 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
       return false;
     }
     auto& a = p->analysis;
-    a.outcome = outcome_from_string(j.value("outcome", "unresolved")).value_or(Outcome::kUnresolved);
+    a.outcome = scenario::outcome_from_string(j.value("outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
     a.failure.klass = j.value("class", "");
     if (!j["step"].is_null()) a.failure.step = j["step"].get<int64_t>();
     a.failure.module = j.value("module", "");
@@ -221,7 +221,7 @@ std::string disk_full(const std::string& dir) {
   if (::statvfs(dir.c_str(), &st) != 0) return "";
   const auto free_bytes = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
   if (free_bytes >= kDiskFullBelowBytes) return "";
-  return "expected a trial the disk could hold, got a full disk (" + format_bytes(free_bytes) + " free on the file "
+  return "expected a trial the disk could hold, got a full disk (" + scenario::format_bytes(free_bytes) + " free on the file "
          "system of " + dir + " after the worker failed); free some space and run again";
 }
 
@@ -266,12 +266,12 @@ int64_t Prober::release_checkpoints() {
 }
 
 void Prober::stop_if_requested(const ProbeResult* in_flight) {
-  const int sig = stop_requested();
+  const int sig = supervisor::stop_requested();
   if (sig == 0) return;
-  const Interrupted stop(sig);
+  const supervisor::Interrupted stop(sig);
   nlohmann::ordered_json j;
   j["schema_version"] = 1;
-  j["interrupted"] = signal_name(sig);
+  j["interrupted"] = supervisor::signal_name(sig);
   j["exit_code"] = stop.exit_code();
   j["scenario"] = scenario_path_;
   j["overrides"] = base_overrides_;
@@ -292,10 +292,10 @@ void Prober::stop_if_requested(const ProbeResult* in_flight) {
   const fs::path record = fs::path(out_dir_) / "interrupted.json";
   try {
     write_file_atomically(record.string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    std::cerr << "interrupted by " << signal_name(sig) << " after " << history_.size()
+    std::cerr << "interrupted by " << supervisor::signal_name(sig) << " after " << history_.size()
               << " probe(s): " << record.string() << std::endl;
   } catch (const std::exception& e) {
-    std::cerr << "interrupted by " << signal_name(sig) << " after " << history_.size()
+    std::cerr << "interrupted by " << supervisor::signal_name(sig) << " after " << history_.size()
               << " probe(s); cannot write " << record.string() << ": " << e.what() << std::endl;
   }
   throw stop;
@@ -326,10 +326,10 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
 }
 
 int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body) {
-  install_stop_handlers();
+  supervisor::install_stop_handlers();
   try {
     return body();
-  } catch (const Interrupted& e) {
+  } catch (const supervisor::Interrupted& e) {
     if (claim) claim->commit();
     return e.exit_code();
   } catch (const UsageError& e) {
@@ -354,12 +354,12 @@ std::string probe_progress(int64_t index, const std::string& what, int64_t steps
 ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
                         bool keep_checkpoints) {
   stop_if_requested(nullptr);
-  const Scenario s = load(extra);
+  const scenario::Scenario s = load(extra);
   ProbeResult p;
   p.index = static_cast<int64_t>(history_.size()) + 1;
   p.what = what;
   p.overrides = extra;
-  p.hash = scenario_hash(s);
+  p.hash = scenario::scenario_hash(s);
   const InputManifest inputs = input_manifest(s);
   p.key = probe_key(inputs) + (judge_metrics_ ? "-metrics" : "");
   // Note [The training's code is an input]: inputs that could not all be
@@ -390,12 +390,12 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
     int64_t steps_done = 0;
     std::optional<ProgressLine> line;
     if (!quiet_) line.emplace(std::cout, isatty(STDOUT_FILENO) != 0, 0.0);
-    auto on_event = [&](const Event& e) {
+    auto on_event = [&](const proto::Event& e) {
       if (!line) return;
-      if (e.type == event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
+      if (e.type == proto::event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
       line->show(probe_progress(p.index, what, steps_done, steps_total, line->seconds()));
     };
-    ScenarioTrial t = run_classified_trial(s, p.dir, 1000 + p.index, false, on_event);
+    supervisor::ScenarioTrial t = supervisor::run_classified_trial(s, p.dir, 1000 + p.index, false, on_event);
     if (line) line->finish();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A worker that filled the disk may have had no room left to say so
@@ -441,7 +441,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   // The search's first trial is its question (the reproduction, the full
   // run, the source setup): when this machine cannot run it, every answer
   // built on it would be made of trials that never ran.
-  if (history_.size() == 1 && p.analysis.outcome == Outcome::kSkipped) throw NotRunHere(p.analysis.failure.message);
+  if (history_.size() == 1 && p.analysis.outcome == scenario::Outcome::kSkipped) throw NotRunHere(p.analysis.failure.message);
   return p;
 }
 

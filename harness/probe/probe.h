@@ -22,7 +22,7 @@ struct ProbeResult {
   std::string what;                    // human description ("max_steps=5")
   std::vector<std::string> overrides;  // the probe's own overrides
   Verdict verdict = Verdict::kUnknown;
-  TrialAnalysis analysis;
+  supervisor::TrialAnalysis analysis;
   double seconds = 0;
   bool cached = false;
   bool fresh = false;  // run on request, both caches bypassed (re-checks, confirmations)
@@ -35,7 +35,7 @@ struct ProbeResult {
 
 /// Whether a failed probe failed before training: no step ended and no step
 /// was named (data validation, preflight, model or checkpoint loading).
-bool failed_before_training(const TrialAnalysis& a);
+bool failed_before_training(const supervisor::TrialAnalysis& a);
 
 /// A probe that could not be run or whose trial was ended by the
 /// infrastructure rather than by the training: the worker could not start,
@@ -51,7 +51,7 @@ class ProbeInfrastructureError : public ReportError {
 /// trained ("" when it did not): the worker could not start, the harness
 /// stopped it, its events could not be written, or its stderr, error or
 /// warnings show a full disk (ENOSPC, EDQUOT, a checkpoint write that failed).
-std::string infrastructure_failure(const TrialResult& result, const TrialAnalysis& analysis);
+std::string infrastructure_failure(const supervisor::TrialResult& result, const supervisor::TrialAnalysis& analysis);
 
 /// Why `texts` (a worker's stderr, errors, warnings) show a trial stopped by
 /// a full disk or quota ("" when they do not): then it is no result.
@@ -70,7 +70,7 @@ inline constexpr int64_t kDefaultProbeCacheBytes = int64_t{32} << 20;
 /// folder with its path, size, mtime_ns, ctime_ns and inode, annotation files
 /// also by content; model.weights and train.resume_from likewise), missing
 /// ones as missing.
-std::string input_fingerprint(const Scenario& s);
+std::string input_fingerprint(const scenario::Scenario& s);
 /// The dbh build: the running binary and every shared library it mapped
 /// (path, size, mtime_ns, ctime_ns, inode), which pins the LibTorch, CUDA and cuDNN it
 /// links. Computed once per process.
@@ -94,11 +94,11 @@ struct InputManifest {
   /// A digest of every entry, in order.
   std::string hash() const;
 };
-InputManifest input_manifest(const Scenario& s);
+InputManifest input_manifest(const scenario::Scenario& s);
 
 /// The probe cache key of `s`: a digest of input_manifest(s) and
 /// `environment` (text a caller may add: versions, device).
-std::string probe_key(const Scenario& s, const std::string& environment = "");
+std::string probe_key(const scenario::Scenario& s, const std::string& environment = "");
 /// The same key from inputs already listed.
 std::string probe_key(const InputManifest& inputs, const std::string& environment = "");
 
@@ -119,7 +119,7 @@ class Prober {
   /// `checks`: what loading each probe's scenario checks beyond its own
   /// keys (Note [Decode, then check]).
   Prober(std::string scenario_path, std::vector<std::string> base_overrides, std::string out_dir,
-         std::string cache_dir, bool quiet, InputChecks checks);
+         std::string cache_dir, bool quiet, scenario::InputChecks checks);
   ~Prober();
   Prober(const Prober&) = delete;
   Prober& operator=(const Prober&) = delete;
@@ -159,9 +159,9 @@ class Prober {
   const std::vector<std::string>& base_overrides() const { return base_overrides_; }
   /// This Prober's own folder (created on first use).
   const std::string& session_dir();
-  Scenario load(const std::vector<std::string>& extra) const;
+  scenario::Scenario load(const std::vector<std::string>& extra) const;
   /// The cache key of `s` now (the files it reads are looked at again).
-  std::string cache_key(const Scenario& s) const;
+  std::string cache_key(const scenario::Scenario& s) const;
 
  private:
   ProbeResult run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
@@ -170,7 +170,7 @@ class Prober {
 
   std::string scenario_path_;
   std::vector<std::string> base_overrides_;
-  InputChecks checks_;
+  scenario::InputChecks checks_;
   std::string out_dir_;
   std::string cache_dir_;
   std::string session_dir_;

@@ -33,8 +33,8 @@ extern char** environ;
 namespace dbh::harness::probe {
 namespace fs = std::filesystem;
 
-bool failed_before_training(const TrialAnalysis& a) {
-  return is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;
+bool failed_before_training(const supervisor::TrialAnalysis& a) {
+  return supervisor::is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -194,7 +194,7 @@ bool is_dbh_folder(const fs::path& dir) {
 
 // The program the spawn runs for `program` (find_program, with the PATH the
 // worker gets), or "" when none is found.
-std::string resolve_program(const std::string& program, const fs::path& cwd, const Scenario& s) {
+std::string resolve_program(const std::string& program, const fs::path& cwd, const scenario::Scenario& s) {
   std::optional<std::string> path_var;
   if (const auto it = s.worker.env.find("PATH"); it != s.worker.env.end()) {
     path_var = it->second;
@@ -231,7 +231,7 @@ bool add_code_tree(const fs::path& root, DirSet* seen, std::map<std::string, std
   return true;
 }
 
-void add_training_code(const Scenario& s, InputManifest* m) {
+void add_training_code(const scenario::Scenario& s, InputManifest* m) {
   const fs::path cwd = s.worker.cwd;  // load_scenario fills it in (the scenario file's folder by default)
   const auto by_content = [](const std::string& path, const Stamp& st) {
     return stamp_text(st) + (st.size <= kContentDigestMaxBytes ? " " + content_digest(path, st) : std::string());
@@ -277,9 +277,9 @@ void add_training_code(const Scenario& s, InputManifest* m) {
 
 }  // namespace
 
-std::string input_fingerprint(const Scenario& s) {
+std::string input_fingerprint(const scenario::Scenario& s) {
   Digest d;
-  if (s.data.source == DataSource::kReal && !s.data.path.empty()) add_dataset(d, s.data.path);
+  if (s.data.source == scenario::DataSource::kReal && !s.data.path.empty()) add_dataset(d, s.data.path);
   if (!s.data.val.path.empty()) {
     d.add("validation");
     add_dataset(d, s.data.val.path);
@@ -297,7 +297,7 @@ std::string build_identity() {
     d.add("exe").add(self_exe()).add(stamp_text(stamp_of("/proc/self/exe")));
     // Every shared library the process mapped: LibTorch, CUDA, cuDNN,
     // OpenCV as this binary found them.
-    for (const auto& lib : mapped_libraries()) add_file(d, "lib", lib);
+    for (const auto& lib : supervisor::mapped_libraries()) add_file(d, "lib", lib);
     return d.hex();
   }();
   return identity;
@@ -310,14 +310,14 @@ std::string InputManifest::hash() const {
   return d.hex();
 }
 
-InputManifest input_manifest(const Scenario& s) {
+InputManifest input_manifest(const scenario::Scenario& s) {
   InputManifest m;
   const auto digest_of = [](const std::string& text) {
     Digest d;
     d.add(text);
     return d.hex();
   };
-  m.entries.emplace_back("scenario (resolved, includes merged)", digest_of(resolved_json(s)));
+  m.entries.emplace_back("scenario (resolved, includes merged)", digest_of(scenario::resolved_json(s)));
   m.entries.emplace_back("files: datasets, weights, checkpoint", input_fingerprint(s));
   {
     const std::string kb = (fs::path(dbh_home()) / "reports" / "kb" / "failures.yaml").string();
@@ -328,7 +328,7 @@ InputManifest input_manifest(const Scenario& s) {
   if (s.worker.external()) add_training_code(s, &m);
   for (const auto& [name, value] : outcome_environment()) m.entries.emplace_back("env " + name, value);
   m.entries.emplace_back("build", build_identity());
-  m.entries.emplace_back("machine", machine_identity());
+  m.entries.emplace_back("machine", supervisor::machine_identity());
   return m;
 }
 
@@ -338,7 +338,7 @@ std::string probe_key(const InputManifest& inputs, const std::string& environmen
   return d.hex();
 }
 
-std::string probe_key(const Scenario& s, const std::string& environment) {
+std::string probe_key(const scenario::Scenario& s, const std::string& environment) {
   return probe_key(input_manifest(s), environment);
 }
 
@@ -423,7 +423,7 @@ std::string excerpt_around(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-std::string infrastructure_failure(const TrialResult& r, const TrialAnalysis& a) {
+std::string infrastructure_failure(const supervisor::TrialResult& r, const supervisor::TrialAnalysis& a) {
   if (!r.spawn_error.empty()) return "expected a worker process, got: " + r.spawn_error;
   if (r.interrupted) return "the harness stopped the worker before it finished";
   if (!r.journal_error.empty()) return r.journal_error;

@@ -7,7 +7,7 @@
 #include "harness/proto/events.h"
 #include "harness/proto/worker_link.h"
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 EventWriter::EventWriter(int fd) : fd_(fd), start_(std::chrono::steady_clock::now()) {}
 
@@ -33,4 +33,4 @@ void EventWriter::emit(const std::string& type, nlohmann::json fields) {
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

@@ -8,7 +8,7 @@
 
 #include "harness/proto/event_types.h"
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 /// Writes the worker's event stream: one JSON line per event, written with a
 /// single write(2) each so an event is on the pipe before the code that
@@ -33,4 +33,4 @@ class EventWriter {
   std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

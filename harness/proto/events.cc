@@ -3,7 +3,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 bool event::is_known(std::string_view type) {
   for (const char* known : kAll) {
@@ -115,4 +115,4 @@ DecodedStream decode_stream(const std::string& text, const std::string& name) {
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 /// Version of the worker → supervisor event stream. Event names and the keys
 /// listed here are frozen once released; new keys may be added.
@@ -130,4 +130,4 @@ struct DecodedStream {
 };
 DecodedStream decode_stream(const std::string& text, const std::string& name);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

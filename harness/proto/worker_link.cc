@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 void die_with_supervisor() {
   const char* text = std::getenv(kSupervisorPidEnv);
@@ -26,4 +26,4 @@ void die_with_supervisor() {
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

@@ -4,7 +4,7 @@
 // the events on fd 3 (event_writer.h, events.h), the supervisor's pid in the
 // environment, the exit status of a worker that finds its supervisor gone.
 
-namespace dbh::harness {
+namespace dbh::harness::proto {
 
 /// The file descriptor number workers write events to.
 inline constexpr int kEventsFd = 3;
@@ -30,4 +30,4 @@ inline constexpr int kSupervisorGoneExit = 128 + 9;
 /// hand).
 void die_with_supervisor();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::proto

@@ -40,7 +40,7 @@ QualificationVerdict judge_qualification(const Qualification& q) {
   }
   for (const QualifyTrial* t : ran) {
     if (!q.memory_asked()) break;
-    if (!t->passed && !t->klass.empty() && !is_memory_exhaustion(t->klass)) {
+    if (!t->passed && !t->klass.empty() && !supervisor::is_memory_exhaustion(t->klass)) {
       v.other_failure = t->klass + " at batch " + std::to_string(t->batch) + " (" + t->precision + ")";
       break;
     }
@@ -73,13 +73,13 @@ std::string run_command(const Qualification& q, const std::vector<std::string>& 
 // failed trials marked where they ran; the recommended setup ringed (Note
 // [Plots that tell the truth]).
 void write_memory_plot(const fs::path& file, const Qualification& q, const QualificationVerdict& v) {
-  PlotOptions plot;
+  report::PlotOptions plot;
   plot.title = "Peak memory by batch size";
   plot.x_label = "batch size (per step; accumulation makes up the effective batch of " + std::to_string(q.effective) +
                  ")";
   plot.y_label = "MiB";
   plot.integer_x = true;
-  std::vector<PlotSeries> lines;
+  std::vector<report::PlotSeries> lines;
   for (const auto& precision : q.precisions) {
     std::map<int64_t, const QualifyTrial*> ran;  // the last trial at each batch
     if (q.source.precision == precision) ran[q.source.batch] = &q.source;
@@ -93,7 +93,7 @@ void write_memory_plot(const fs::path& file, const Qualification& q, const Quali
         ran[r.confirm.batch] = &r.confirm;
       }
     }
-    PlotSeries line;
+    report::PlotSeries line;
     line.name = precision + " peak";
     for (const auto& [batch, t] : ran) {
       if (t->passed && t->peak > 0) {
@@ -110,8 +110,8 @@ void write_memory_plot(const fs::path& file, const Qualification& q, const Quali
     for (const double x : l.x) max_batch_ran = std::max(max_batch_ran, x);
     for (const double x : l.failed_x) max_batch_ran = std::max(max_batch_ran, x);
   }
-  PlotSeries budget_line;
-  budget_line.name = "budget " + format_bytes(q.budget);
+  report::PlotSeries budget_line;
+  budget_line.name = "budget " + scenario::format_bytes(q.budget);
   budget_line.reference = true;
   budget_line.x = {1.0, max_batch_ran};
   budget_line.y = {static_cast<double>(q.budget) / 1048576.0, static_cast<double>(q.budget) / 1048576.0};
@@ -125,7 +125,7 @@ void write_memory_plot(const fs::path& file, const Qualification& q, const Quali
                              std::to_string(best.confirm.accumulation) + " accumulation, " + best.precision;
     }
   }
-  write_plot(file.string(), plot, lines);
+  report::write_plot(file.string(), plot, lines);
 }
 
 // The numerics half in one line (Note [A numerics reference]).
@@ -157,13 +157,13 @@ std::string machine_value(const nlohmann::json& m, const std::string& key) {
 // Each side's per-step loss (its mean over the runs) and the band around the
 // reference the other side may lie in (Note [Plots that tell the truth]).
 void write_numerics_plot(const fs::path& file, const Qualification::Numerics& n) {
-  PlotOptions plot;
+  report::PlotOptions plot;
   plot.title = "Loss per step: reference and this machine";
   plot.y_label = "loss";
   plot.integer_x = true;
-  PlotSeries reference{"reference (" + std::to_string(n.comparison.reference_runs) + " run(s), mean)", {}, {}, {}, false};
-  PlotSeries here{"this machine (" + std::to_string(n.comparison.here_runs) + " run(s), mean)", {}, {}, {}, false};
-  PlotSeries lo{"noise band, lower edge", {}, {}, {}, true}, hi{"noise band, upper edge", {}, {}, {}, true};
+  report::PlotSeries reference{"reference (" + std::to_string(n.comparison.reference_runs) + " run(s), mean)", {}, {}, {}, false};
+  report::PlotSeries here{"this machine (" + std::to_string(n.comparison.here_runs) + " run(s), mean)", {}, {}, {}, false};
+  report::PlotSeries lo{"noise band, lower edge", {}, {}, {}, true}, hi{"noise band, upper edge", {}, {}, {}, true};
   for (const auto& p : n.comparison.loss) {
     const double x = static_cast<double>(p.step);
     reference.x.push_back(x);
@@ -175,7 +175,7 @@ void write_numerics_plot(const fs::path& file, const Qualification::Numerics& n)
     hi.x.push_back(x);
     hi.y.push_back(p.band_hi);
   }
-  std::vector<PlotSeries> lines = {reference, here, lo, hi};
+  std::vector<report::PlotSeries> lines = {reference, here, lo, hi};
   if (n.comparison.departure) {
     const auto& d = *n.comparison.departure;
     for (const auto& p : n.comparison.loss) {
@@ -183,7 +183,7 @@ void write_numerics_plot(const fs::path& file, const Qualification::Numerics& n)
     }
     plot.highlight_label = "departs at step " + std::to_string(d.step) + " (" + d.quantity + ")";
   }
-  write_plot(file.string(), plot, lines);
+  report::write_plot(file.string(), plot, lines);
 }
 
 // The numerics half's section of qualification.md.
@@ -228,7 +228,7 @@ std::string numerics_markdown(const Qualification& q, const Qualification::Numer
 std::string qualification_title(const Qualification& q) {
   return "Hardware Qualification Report: " + q.scenario_name + " on " +
          (!q.profile.empty()  ? q.target_name
-          : q.memory_asked() ? format_bytes(q.budget)
+          : q.memory_asked() ? scenario::format_bytes(q.budget)
                              : "this machine against " + q.numerics->reference_file);
 }
 
@@ -238,7 +238,7 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   const auto& src = q.source;
   const int margin_pct = static_cast<int>(q.margin * 100);
   std::ostringstream md;
-  md << "---\ntitle: " << front_matter_string(qualification_title(q)) << "\ntype: \"qualification\"\nverdict: \""
+  md << "---\ntitle: " << report::front_matter_string(qualification_title(q)) << "\ntype: \"qualification\"\nverdict: \""
      << (v.qualifies() ? "qualifies" : "does not qualify") << "\"\n---\n\n";
   md << "# Hardware Qualification Report\n\n";
   if (!q.estimate_note.empty()) md << "> **Estimate.** This is " << q.estimate_note << ".\n\n";
@@ -256,8 +256,8 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   if (qualifies) {
     md << "Train with batch " << best->confirm.batch << " × " << best->confirm.accumulation << " accumulation ("
        << best->precision << "), keeping the effective batch of " << q.effective << ": it trained " << q.steps
-       << " steps with a peak of " << format_bytes(best->confirm.peak) << ", leaving "
-       << format_bytes(qualification_headroom(q, *best, best->confirm.peak)) << " of headroom.\n\n";
+       << " steps with a peak of " << scenario::format_bytes(best->confirm.peak) << ", leaving "
+       << scenario::format_bytes(qualification_headroom(q, *best, best->confirm.peak)) << " of headroom.\n\n";
   } else if (!v.other_failure.empty()) {
     md << "Not answered: training fails for a reason other than memory (`" << v.other_failure
        << "`), so whether a batch fits the budget was not measured. Fix that first (`dbh diagnose`).\n\n";
@@ -265,12 +265,12 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
     md << "No batch size trains within the budget even with accumulation.\n\n";
   }
   md << "- Target: " << (q.profile.empty() ? "explicit budget" : q.target_name + " (" + q.profile + ")") << ", "
-     << format_bytes(q.budget) << (q.target_notes.empty() ? "" : "; " + q.target_notes) << "\n"
-     << "- Safety margin: " << margin_pct << "% (searches run within " << format_bytes(q.margined) << ")\n"
+     << scenario::format_bytes(q.budget) << (q.target_notes.empty() ? "" : "; " + q.target_notes) << "\n"
+     << "- Safety margin: " << margin_pct << "% (searches run within " << scenario::format_bytes(q.margined) << ")\n"
      << (q.not_searched.empty() ? std::string() : "- Not searched: " + q.not_searched + "\n")
      << "- Step times are this machine's; memory is what the target would need\n"
      << (q.choices.is_null() ? std::string()
-                             : "- Layout and threads (for every trial): " + measured_choices_line(q.choices) + "\n")
+                             : "- Layout and threads (for every trial): " + report::measured_choices_line(q.choices) + "\n")
      << "- Device: " << q.device
      << (q.cuda() ? " (budget enforced with a ballast outside the allocator plus the allocator limit)"
                   : " (budget enforced as a host memory limit, RLIMIT_DATA)")
@@ -281,8 +281,8 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
      << "|---|---|---|---|---|---|---|\n";
   for (const auto& r : q.searches) {
     md << "| " << r.precision << " | " << r.max_batch << (r.max_batch && !r.max_measured ? " (predicted)" : "")
-       << " | " << (r.max_batch ? format_bytes(r.at_max.peak) : "-") << " | "
-       << (r.max_batch ? format_bytes(qualification_headroom(q, r, r.at_max.peak)) : "-") << " | "
+       << " | " << (r.max_batch ? scenario::format_bytes(r.at_max.peak) : "-") << " | "
+       << (r.max_batch ? scenario::format_bytes(qualification_headroom(q, r, r.at_max.peak)) : "-") << " | "
        << (r.max_batch ? std::to_string(static_cast<int>(r.at_max.step_seconds * 1000)) + " ms" : "-") << " | "
        << (r.max_batch ? std::to_string(r.confirm.batch) + " × " + std::to_string(r.confirm.accumulation) : "-")
        << " | " << (r.confirmed ? "yes" : "no") << " |\n";
@@ -291,7 +291,7 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   for (const auto& r : q.searches) {
     md << " " << r.precision << ": " << (r.method.empty() ? "nothing fits" : r.method);
     if (r.bytes_per_sample > 0) {
-      md << " (" << format_bytes(r.fixed_bytes) << " + " << format_bytes(static_cast<int64_t>(r.bytes_per_sample))
+      md << " (" << scenario::format_bytes(r.fixed_bytes) << " + " << scenario::format_bytes(static_cast<int64_t>(r.bytes_per_sample))
          << " per sample)";
     }
     if (!r.how.empty()) md << "; " << r.how;
@@ -305,10 +305,10 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   md << "## Commands\n\n```sh\n";
   if (qualifies) {
     md << "# recommended\n"
-       << run_command(q, {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(best->confirm.batch)),
-                          override_text(DBH_SCENARIO_KEY(train.accumulation),
+       << run_command(q, {scenario::override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(best->confirm.batch)),
+                          scenario::override_text(DBH_SCENARIO_KEY(train.accumulation),
                                         std::to_string(best->confirm.accumulation)),
-                          override_text(DBH_SCENARIO_KEY(train.precision), best->precision)})
+                          scenario::override_text(DBH_SCENARIO_KEY(train.precision), best->precision)})
        << "\n";
   }
   md << "# re-run this qualification\n" << q.rerun_command << "\n```\n\n";
@@ -317,14 +317,14 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
   const PrecisionSearchResult* adjusted = qualifies ? best : (q.searches.empty() ? nullptr : &q.searches.front());
   md << "## Migration checklist (measured)\n\n"
      << "1. **Profile memory on the source setup:** batch " << src.batch << " × " << src.accumulation
-     << (src.passed ? " peaks at " + format_bytes(q.source_need) + " on this machine (it fits)"
+     << (src.passed ? " peaks at " + scenario::format_bytes(q.source_need) + " on this machine (it fits)"
          : q.source_need > 0
-             ? " needs about " + format_bytes(q.source_need) + " (predicted by the line above; under the budget it " +
+             ? " needs about " + scenario::format_bytes(q.source_need) + " (predicted by the line above; under the budget it " +
                    src.outcome + " " + src.klass + ")"
              : " " + src.outcome + (src.klass.empty() ? "" : " " + src.klass) + " under the budget")
      << ".\n"
-     << "2. **Target capacity:** " << format_bytes(q.budget) << "; with a " << margin_pct << "% margin "
-     << format_bytes(q.margined) << " is usable.\n"
+     << "2. **Target capacity:** " << scenario::format_bytes(q.budget) << "; with a " << margin_pct << "% margin "
+     << scenario::format_bytes(q.margined) << " is usable.\n"
      << "3. **Adjust the batch:** largest stable batch " << (adjusted ? adjusted->max_batch : 0) << " ("
      << (adjusted ? adjusted->precision : "") << ")"
      << (qualifies ? "; use " + std::to_string(best->confirm.batch) + " × " +
@@ -419,7 +419,7 @@ void write_qualification(const fs::path& out, const Qualification& q, const Qual
   const std::string md = qualification_markdown(q, v);
   write_file_atomically((out / "qualification.md").string(), md);
   write_file_atomically((out / "qualification.html").string(),
-                        markdown_page_html(qualification_title(q), md, out.string()));
+                        report::markdown_page_html(qualification_title(q), md, out.string()));
   write_file_atomically((out / "qualification.json").string(),
                         qualification_json(q, v).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
@@ -434,8 +434,8 @@ std::string qualification_summary(const Qualification& q, const QualificationVer
   if (v.memory_fits()) {
     const auto& best = q.searches[*v.best];
     s << "QUALIFIES: batch " << best.confirm.batch << " x " << best.confirm.accumulation << " accumulation ("
-      << best.precision << "), peak " << format_bytes(best.confirm.peak) << ", headroom "
-      << format_bytes(qualification_headroom(q, best, best.confirm.peak));
+      << best.precision << "), peak " << scenario::format_bytes(best.confirm.peak) << ", headroom "
+      << scenario::format_bytes(qualification_headroom(q, best, best.confirm.peak));
   } else if (!v.other_failure.empty()) {
     s << "DOES NOT QUALIFY (not answered: training fails for another reason than memory, " << v.other_failure << ")";
   } else {

@@ -91,25 +91,25 @@ constexpr int64_t kContextBytesH100 = 554500096;
 // The overrides of one trial: `batch` × `accumulation` in `precision` for
 // `steps` steps under a memory budget of `mem` bytes, in one process, without
 // controls.
-std::vector<std::string> trial_overrides(const Scenario& source, int64_t steps, int64_t batch, int64_t accumulation,
+std::vector<std::string> trial_overrides(const scenario::Scenario& source, int64_t steps, int64_t batch, int64_t accumulation,
                                          const std::string& precision, int64_t mem) {
-  return {override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(batch)),
-          override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(accumulation)),
-          override_text(DBH_SCENARIO_KEY(train.precision), precision),
-          source.train.max_steps >= steps ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
-                                          : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
-          override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(mem)),
+  return {scenario::override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(batch)),
+          scenario::override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(accumulation)),
+          scenario::override_text(DBH_SCENARIO_KEY(train.precision), precision),
+          source.train.max_steps >= steps ? scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
+                                          : scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps)),
+          scenario::override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(mem)),
           "controls=[]",
-          override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
-          override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
+          scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+          scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
           // one process compares nothing: no determinism to expect
-          override_text(DBH_SCENARIO_KEY(expect.deterministic), "null")};
+          scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null")};
 }
 
 // What `o` asks of `source`: the target, its budget and margin, the
 // precisions to search; throws UsageError / ScenarioError for what cannot be
 // asked (Note [A CPU answer to a GPU question]).
-Qualification qualification_asked(const QualifyOptions& o, const Scenario& source) {
+Qualification qualification_asked(const QualifyOptions& o, const scenario::Scenario& source) {
   Qualification q;
   q.scenario = o.scenario;
   q.overrides = o.overrides;
@@ -122,13 +122,13 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
   q.encoder = source.model.encoder;
   q.decoder = model::to_string(source.model.decoder);
   q.effective = source.data.batch_size * source.train.accumulation;
-  HardwareProfile profile;
-  if (!o.profile.empty()) profile = load_profile(o.profile);
+  scenario::HardwareProfile profile;
+  if (!o.profile.empty()) profile = scenario::load_profile(o.profile);
   q.target_name = profile.display_name;
   q.target_notes = profile.notes;
   q.budget = profile.memory_bytes;
   if (!o.budget.empty()) {
-    const auto b = parse_bytes(o.budget);
+    const auto b = scenario::parse_bytes(o.budget);
     if (!b || *b <= 0) {
       throw ScenarioError("qualify: --budget: expected a size such as 12GiB, got \"" + o.budget + "\"");
     }
@@ -146,10 +146,10 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
     throw UsageError(
         "qualify --profile " + o.profile + ": expected a CUDA device to qualify a GPU (" + profile.display_name +
         "), got a scenario that trains on the CPU. Host memory holds no CUDA context, no cuDNN workspace and no "
-        "allocator overhead (the CUDA context and libraries alone took " + format_bytes(kContextBytesH100) +
+        "allocator overhead (the CUDA context and libraries alone took " + scenario::format_bytes(kContextBytesH100) +
         " on the H100 of reports/examples/gpu/h100-2026-11-22), so the CPU cannot say whether it fits. On a GPU "
         "machine: " + shell_command({"dbh", "qualify", o.scenario, "--profile", o.profile,
-                                     override_text(DBH_SCENARIO_KEY(hardware.device), "cuda")}) +
+                                     scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cuda")}) +
         "; here, for a host-memory estimate only: add --host-estimate");
   }
   if (o.host_estimate && !(gpu_profile && on_cpu)) {
@@ -160,7 +160,7 @@ Qualification qualification_asked(const QualifyOptions& o, const Scenario& sourc
     q.estimate_note =
         "a host-memory estimate, not a GPU answer: measured on the CPU, without the CUDA context, the "
         "cuDNN/cuBLAS workspaces and the caching allocator's overhead (the context and libraries alone took " +
-        format_bytes(kContextBytesH100) + " on the H100 of reports/examples/gpu/h100-2026-11-22; the "
+        scenario::format_bytes(kContextBytesH100) + " on the H100 of reports/examples/gpu/h100-2026-11-22; the "
         "workspaces depend on the algorithms cuDNN picks on the card)";
   }
   if (!(o.margin >= 0 && o.margin < 0.9)) {  // NaN fails too
@@ -197,7 +197,7 @@ numerics::Reference read_reference(const std::string& path) {
 // The numerics half: the reference's steps, as many runs as it holds (at
 // least 3, to measure the noise here), each in a fresh process with the
 // module numbers on, compared with the reference.
-Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& source, numerics::Reference ref,
+Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::Scenario& source, numerics::Reference ref,
                                       const fs::path& out, const std::string& cache,
                                       std::vector<Qualification::TrialRecord>& history) {
   Qualification::Numerics n;
@@ -206,13 +206,13 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& s
   for (const auto& run : ref.side.runs) steps = std::max<int64_t>(steps, static_cast<int64_t>(run.steps.size()));
   const int64_t runs = std::max<int64_t>(3, static_cast<int64_t>(ref.side.runs.size()));
   std::vector<std::string> extra = {
-      override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
-      override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
-      override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
+      scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
+      scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+      scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
       "controls=[]",
-      override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
-      source.train.max_steps >= steps ? override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
-                                      : override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
+      scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
+      source.train.max_steps >= steps ? scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
+                                      : scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " against the reference " << one_line(o.reference) << " ("
               << ref.side.runs.size() << " run(s) of " << steps << " step(s)"
@@ -225,13 +225,13 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& s
     results.push_back(prober.probe_fresh(extra, "numerics: run " + std::to_string(i + 1) + " of " +
                                                     std::to_string(runs) + " (" + std::to_string(steps) + " steps)"));
     const auto& a = results.back().analysis;
-    if (a.outcome != Outcome::kPassed && n.failed_here.empty()) {
+    if (a.outcome != scenario::Outcome::kPassed && n.failed_here.empty()) {
       n.failed_here = to_string(a.outcome) + (a.failure.klass.empty() ? "" : " " + a.failure.klass) +
                       (a.failure.step ? " at step " + std::to_string(*a.failure.step) : "") +
                       (a.failure.message.empty() ? "" : ": " + one_line(a.failure.message));
     }
   }
-  std::vector<const TrialAnalysis*> trials;
+  std::vector<const supervisor::TrialAnalysis*> trials;
   for (const auto& r : results) trials.push_back(&r.analysis);
   for (const auto& p : prober.history()) {
     history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass, p.analysis.peak_memory_bytes,
@@ -254,27 +254,27 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const Scenario& s
 // The memory half: the source setup under the budget, then the largest batch
 // per precision within the margined budget, confirmed (Note [Source first],
 // Note [Affine memory model]).
-void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path& out, const std::string& cache,
+void memory_half(const QualifyOptions& o, const scenario::Scenario& source, const fs::path& out, const std::string& cache,
                  Qualification& q) {
   const int64_t budget = q.budget, margined = q.margined, effective = q.effective;
   // The layout and threads are measured once, for the source setup, and
   // pinned for every trial: the search compares batches, not layouts, and
   // a measurement per batch would cost more than the trials.
-  Scenario measured = source;
-  const nlohmann::json choices = resolve_measured_choices(measured, (out / "tuning").string());
+  scenario::Scenario measured = source;
+  const nlohmann::json choices = supervisor::resolve_measured_choices(measured, (out / "tuning").string());
   std::vector<std::string> base_overrides = o.overrides;
   if (!choices.is_null()) {
-    base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.channels_last),
+    base_overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.channels_last),
                                            measured.train.channels_last.value_or(false) ? "true" : "false"));
-    base_overrides.push_back(override_text(DBH_SCENARIO_KEY(train.threads),
+    base_overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.threads),
                                            std::to_string(std::max<int64_t>(0, measured.train.threads))));
   }
   probe::Prober prober(o.scenario, base_overrides, out.string(), cache, o.quiet, o.checks);
   const bool cuda = q.cuda();
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " for "
-              << (o.profile.empty() ? "a budget" : q.target_name) << ": " << format_bytes(budget)
-              << " (" << format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
+              << (o.profile.empty() ? "a budget" : q.target_name) << ": " << scenario::format_bytes(budget)
+              << " (" << scenario::format_bytes(margined) << " with a " << static_cast<int>(o.margin * 100)
               << "% safety margin), source effective batch " << effective << " (" << source.data.batch_size << " x "
               << source.train.accumulation << ")" << std::endl;
   }
@@ -308,7 +308,7 @@ void memory_half(const QualifyOptions& o, const Scenario& source, const fs::path
                                 model::to_string(source.train.precision));
   source_trial.peak = peak_of(source_probe);
   int64_t trials = 1;
-  const bool source_out_of_memory = !source_trial.passed && is_memory_exhaustion(source_trial.klass);
+  const bool source_out_of_memory = !source_trial.passed && supervisor::is_memory_exhaustion(source_trial.klass);
   // What the source needs: its peak when it fits, else predicted from its
   // precision's line (set below) when that precision has one.
   int64_t source_need = source_trial.passed ? source_trial.peak : 0;
@@ -365,8 +365,8 @@ int qualify_command(const QualifyOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   return probe::run_search(claim, [&]() -> int {
-    const Scenario source = load_scenario(o.scenario, o.overrides, o.checks);
-    for (const auto& note : check_worker(source, {{capability::kMemoryBudget, "dbh qualify"}})) {
+    const scenario::Scenario source = scenario::load_scenario(o.scenario, o.overrides, o.checks);
+    for (const auto& note : supervisor::check_worker(source, {{supervisor::capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << one_line(note) << "\n";
     }
     // The reference is read before anything runs: a bad file is exit 2.
@@ -379,8 +379,8 @@ int qualify_command(const QualifyOptions& o) {
                                              (o.profile.empty() ? "budget" : o.profile)))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
-    check_outside_datasets("dbh qualify", "--out", out.string(), dataset_folders(source));
-    check_outside_datasets("dbh qualify", "--cache", cache, dataset_folders(source));
+    check_outside_datasets("dbh qualify", "--out", out.string(), scenario::dataset_folders(source));
+    check_outside_datasets("dbh qualify", "--cache", cache, scenario::dataset_folders(source));
     // Continued as a bisection's folder is: probes keep their sessions.
     claim.emplace(out, "qualify " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);

@@ -24,7 +24,7 @@ struct QualifyOptions {
   /// --record`): the same steps are repeated here and compared (Note [A
   /// numerics reference]).
   std::string reference;
-  InputChecks checks;  // what loading the scenario checks beyond its keys
+  scenario::InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 
 /// `dbh qualify SCENARIO --profile NAME`: for each precision, the largest

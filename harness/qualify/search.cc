@@ -61,9 +61,9 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
   auto keeps_margin = [&](const QualifyTrial& t) {
     if (t.peak + context <= margined) return true;
     rec.how += std::string(rec.how.empty() ? "" : "; ") + std::to_string(t.batch) + " × " +
-               std::to_string(t.accumulation) + " trained, but its peak of " + format_bytes(t.peak) +
-               (context > 0 ? " (plus " + format_bytes(context) + " in use before the allocator)" : "") +
-               " left less than the margin free (" + format_bytes(margined) + " usable)";
+               std::to_string(t.accumulation) + " trained, but its peak of " + scenario::format_bytes(t.peak) +
+               (context > 0 ? " (plus " + scenario::format_bytes(context) + " in use before the allocator)" : "") +
+               " left less than the margin free (" + scenario::format_bytes(margined) + " usable)";
     return false;
   };
   // Confirmations that trained past the margin, by batch: the binary search
@@ -119,8 +119,8 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
         1, in.source_batch - 1);
     const int64_t candidate = divisor_up_to(bound);
     rec.method = "affine model";
-    rec.how = "the source ran out of memory under the budget, so it needs more than " + format_bytes(budget) +
-              ": with batch 1's " + format_bytes(seen[1].peak) + ", at most batch " + std::to_string(bound) +
+    rec.how = "the source ran out of memory under the budget, so it needs more than " + scenario::format_bytes(budget) +
+              ": with batch 1's " + scenario::format_bytes(seen[1].peak) + ", at most batch " + std::to_string(bound) +
               " fits the margined budget, and the largest divisor of " + std::to_string(effective) +
               " up to it, " + std::to_string(candidate) + ", was confirmed first";
     if (confirm(candidate)) {
@@ -155,7 +155,7 @@ PrecisionSearchResult search_precision(const PrecisionSearchInput& in, const Pre
     rec.method = predicted > 0 ? "affine model missed; binary search" : "binary search";
     // Both ends measured: the top may pass too (batch 1 is the whole range
     // when the effective batch is 1), and is then the answer.
-    const auto r = find_first_failing(1, effective, fails, /*check_ends=*/true);
+    const auto r = bisect::find_first_failing(1, effective, fails, /*check_ends=*/true);
     max_batch = r.first_fail ? *r.first_fail - 1 : effective;
     if (max_batch > 0) {
       // A confirmation that trained past the margin tries the next smaller

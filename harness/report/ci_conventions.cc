@@ -15,7 +15,7 @@
 #include "harness/common/text.h"
 #include "harness/report/report.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace fs = std::filesystem;
 
 namespace {
@@ -163,7 +163,7 @@ CiResult ci_result(const RunReport& r) {
   c.module = r.failure.module;
   c.expectation_met = r.expectation_met;
   c.skipped = verdict_of(r) == RunVerdict::kSkipped;
-  c.unsure = r.outcome == Outcome::kNondeterministic ||
+  c.unsure = r.outcome == scenario::Outcome::kNondeterministic ||
              (r.determinism.checked && r.determinism.pass_rate > 0.0 && r.determinism.pass_rate < 1.0);
   c.report = r.out_dir.empty() ? std::string() : r.out_dir + "/report.md";
   c.why = r.expectation_why;
@@ -397,4 +397,4 @@ std::string gitlab_attachments(const std::string& run_dir, const std::string& pr
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 struct RunReport;
 
@@ -98,4 +98,4 @@ void publish_to_github(const CiEnvironment& ci, const std::string& title, const 
 /// carry (with "]]", '|' or a line break) are left out. "" for an empty dir.
 std::string gitlab_attachments(const std::string& run_dir, const std::string& project_dir);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace {
 
 // Thresholds and probabilities with two decimals; scores with three.
@@ -77,4 +77,4 @@ std::vector<EvalFinding> read_evaluation(const EvalFacts& f) {
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

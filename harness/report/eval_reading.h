@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// What an evaluation measured, over the whole dataset.
 struct EvalFacts {
@@ -35,4 +35,4 @@ struct EvalFinding {
 /// The findings for `f`, most telling first; never empty.
 std::vector<EvalFinding> read_evaluation(const EvalFacts& f);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -9,7 +9,7 @@
 #include "harness/common/text.h"
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace fs = std::filesystem;
 namespace {
 
@@ -113,12 +113,12 @@ std::string ImageEmbedder::figure(const std::string& rel, const std::string& cap
   }
   uintmax_t size = fs::file_size(file, ec);
   if (ec || size > kHtmlMaxImageBytes) {
-    return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " not embedded: " + xml_escape(format_bytes(int64_t(size))) +
-           " is over the " + xml_escape(format_bytes(int64_t(kHtmlMaxImageBytes))) + " limit for one image.</p>\n";
+    return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " not embedded: " + xml_escape(scenario::format_bytes(int64_t(size))) +
+           " is over the " + xml_escape(scenario::format_bytes(int64_t(kHtmlMaxImageBytes))) + " limit for one image.</p>\n";
   }
   if (used_ + size > kHtmlMaxEmbeddedBytes) {
     return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " not embedded: the page already holds " +
-           xml_escape(format_bytes(int64_t(used_))) + " of images.</p>\n";
+           xml_escape(scenario::format_bytes(int64_t(used_))) + " of images.</p>\n";
   }
   const auto data = read_small_file(file.string(), kHtmlMaxImageBytes, &size);
   if (!data) return "<p class=\"note\">" + xml_escape(caption) + ": " + link + " could not be read.</p>\n";
@@ -135,4 +135,4 @@ std::string ImageEmbedder::figure(const std::string& rel, const std::string& cap
          ";base64," + base64(*data) + "\"><figcaption>" + xml_escape(caption) + "</figcaption></figure>\n";
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

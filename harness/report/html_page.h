@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// Note [Self-contained pages]: every HTML page dbh writes (report.html, a
 /// suite's index.html, bisect.html, diagnosis.html, qualification.html) opens
@@ -55,4 +55,4 @@ class ImageEmbedder {
   size_t used_ = 0;
 };
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -12,7 +12,7 @@
 #include "harness/report/html_page.h"
 #include "harness/version.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace {
 
 // Note [Self-contained pages] (html_page.h): the parser below works on the raw
@@ -585,4 +585,4 @@ std::string front_matter_string(const std::string& value) {
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// `markdown` as one self-contained HTML page titled `title`, with
 /// report.html's style and safety (Note [Self-contained pages] in
@@ -31,4 +31,4 @@ std::string markdown_page_html(const std::string& title, const std::string& mark
 /// renderer that shows front matter as text never meets markup in it.
 std::string front_matter_string(const std::string& value);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -3,7 +3,7 @@
 #include <iomanip>
 #include <sstream>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 const std::string& metrics_csv_header() {
   static const std::string kHeader =
@@ -24,7 +24,7 @@ std::ostream& operator<<(std::ostream& os, Cell c) {
 
 }  // namespace
 
-std::string metrics_csv_row(const StepRecord& s, const EvalRecord* eval) {
+std::string metrics_csv_row(const supervisor::StepRecord& s, const supervisor::EvalRecord* eval) {
   std::ostringstream row;
   row << std::setprecision(9) << s.run << "," << s.step << "," << s.loss << "," << Cell{s.bce} << "," << Cell{s.l1}
       << "," << Cell{s.dice} << "," << s.lr << "," << Cell{s.grad_norm} << "," << (s.skipped ? 1 : 0) << ","
@@ -38,4 +38,4 @@ std::string metrics_csv_row(const StepRecord& s, const EvalRecord* eval) {
   return row.str();
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

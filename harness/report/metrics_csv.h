@@ -4,7 +4,7 @@
 
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 // Note [One metrics.csv]: `dbh run` (from the trial's events, after it ends)
 // and `dbh train` (a row as each step ends, to follow while it trains) write
@@ -18,6 +18,6 @@ namespace dbh::harness {
 /// The header line, with its newline.
 const std::string& metrics_csv_header();
 /// The row of `step`, with `eval` the validation taken after it (or none).
-std::string metrics_csv_row(const StepRecord& step, const EvalRecord* eval);
+std::string metrics_csv_row(const supervisor::StepRecord& step, const supervisor::EvalRecord* eval);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

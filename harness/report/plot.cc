@@ -12,7 +12,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace {
 
 std::string tick_text(double v, double step) {
@@ -164,4 +164,4 @@ void write_plot(const std::string& path, const PlotOptions& o, const std::vector
   write_file_atomically(path, std::string(png.begin(), png.end()));
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

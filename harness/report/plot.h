@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// One line of a plot.
 struct PlotSeries {
@@ -43,4 +43,4 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks, bool integer
 /// it cannot be written.
 void write_plot(const std::string& path, const PlotOptions& options, const std::vector<PlotSeries>& series);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -20,7 +20,7 @@
 #include "harness/report/markdown_html.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 using ojson = nlohmann::ordered_json;
 
@@ -42,7 +42,7 @@ std::string fenced(std::string text) {
 
 namespace {
 
-nlohmann::ordered_json failure_json(const Failure& f) {
+nlohmann::ordered_json failure_json(const supervisor::Failure& f) {
   nlohmann::ordered_json j;
   j["class"] = f.klass.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.klass);
   j["step"] = f.step ? nlohmann::ordered_json(*f.step) : nlohmann::ordered_json(nullptr);
@@ -103,10 +103,10 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["outcome"] = to_string(r.outcome);
   j["expectation"] = {{"met", r.expectation_met},
                       {"verdict", to_string(verdict_of(r))},
-                      {"expected", nlohmann::ordered_json::parse(resolved_json(r.scenario))["expect"]},
+                      {"expected", nlohmann::ordered_json::parse(scenario::resolved_json(r.scenario))["expect"]},
                       {"mismatches", r.expectation_why}};
   j["failure"] = failure_json(r.failure);
-  const auto& main = r.trials.empty() ? TrialAnalysis{} : r.trials.front().analysis;
+  const auto& main = r.trials.empty() ? supervisor::TrialAnalysis{} : r.trials.front().analysis;
   j["faults"] = nlohmann::ordered_json::array();
   for (const auto& f : main.faults) {
     const auto& cfg = r.scenario.faults[static_cast<size_t>(f.index)];
@@ -120,7 +120,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
     if (!f.hardware_error.empty()) j["faults"].back()["hardware_error"] = f.hardware_error;
   }
   j["steps_completed"] = main.steps_completed;
-  j["scaler_skipped_steps"] = scaler_skipped_steps(main);
+  j["scaler_skipped_steps"] = supervisor::scaler_skipped_steps(main);
   j["overlays"] = main.overlays;
   if (!main.memory_snapshot.empty()) j["memory_snapshot"] = main.memory_snapshot;
   if (!r.resolution_checks.empty()) j["resolutions_tried"] = resolution_checks_json(r.resolution_checks);
@@ -154,7 +154,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                        {"phases", ojson::parse(st.phases.is_null() ? "{}" : st.phases.dump())}});
     }
     j["memory"] = {{"peak_bytes", main.peak_memory_bytes},
-                   {"kind", peak_memory_kind(main)},
+                   {"kind", supervisor::peak_memory_kind(main)},
                    {"budget", ojson::parse(main.budget.is_null() ? "null" : main.budget.dump())},
                    {"at_failure", ojson::parse(main.memory_at_failure.is_null() ? "null" : main.memory_at_failure.dump())},
                    {"timeline", steps},
@@ -191,14 +191,14 @@ nlohmann::ordered_json report_json(const RunReport& r) {
                            {"steps_completed", t.analysis.steps_completed},
                            {"seconds", t.analysis.seconds},
                            {"exit_code", t.analysis.exit_code},
-                           {"signal", t.analysis.term_signal ? nlohmann::ordered_json(signal_name(t.analysis.term_signal))
+                           {"signal", t.analysis.term_signal ? nlohmann::ordered_json(supervisor::signal_name(t.analysis.term_signal))
                                                              : nlohmann::ordered_json(nullptr)},
                            {"run_checksums", t.analysis.run_checksums}});
   }
   j["scenario"] = {{"file", r.scenario.file},
                    {"overrides", r.scenario.overrides},
-                   {"hash", scenario_hash(r.scenario)},
-                   {"resolved", nlohmann::ordered_json::parse(resolved_json(r.scenario))}};
+                   {"hash", scenario::scenario_hash(r.scenario)},
+                   {"resolved", nlohmann::ordered_json::parse(scenario::resolved_json(r.scenario))}};
   return j;
 }
 
@@ -225,14 +225,14 @@ std::string numbered(const std::vector<std::string>& items) {
 
 // How many steps a run trains, in words: "20 steps", or "6 of 20 steps"
 // when it stops before the end of its schedule (train.stop_after).
-std::string steps_text(const Scenario& s) {
+std::string steps_text(const scenario::Scenario& s) {
   const int64_t last = s.train.last_step(), all = s.train.max_steps;
   return last < all ? std::to_string(last) + " of " + std::to_string(all) + " steps" : std::to_string(all) + " steps";
 }
 
 }  // namespace
 
-std::string settings_text(const Scenario& s) {
+std::string settings_text(const scenario::Scenario& s) {
   std::ostringstream o;
   if (s.worker.external()) {
     // The user's training: what dbh passes it, never dbh's own model.
@@ -286,7 +286,7 @@ VerdictCounts count_verdicts(const std::vector<RunReport>& runs) {
 std::string report_title(const RunReport& r) {
   const auto& f = r.failure;
   const std::string name = one_line(r.scenario.name);
-  if (is_failure(r.outcome)) {
+  if (supervisor::is_failure(r.outcome)) {
     const kb::FailureClass* cls = f.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(f.klass);
     return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
            (f.step ? " at step " + std::to_string(*f.step) : "");
@@ -305,8 +305,8 @@ namespace {
 void md_front_matter(std::ostream& md, const RunReport& r, const std::string& title) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
-  const bool failed = is_failure(r.outcome);
-  const bool skipped = r.outcome == Outcome::kSkipped;
+  const bool failed = supervisor::is_failure(r.outcome);
+  const bool skipped = r.outcome == scenario::Outcome::kSkipped;
   // Front matter values are JSON strings, which YAML reads as they are.
   const auto yaml_string = [](const std::string& v) { return front_matter_string(v); };
   md << "---\n"
@@ -326,8 +326,8 @@ void md_front_matter(std::ostream& md, const RunReport& r, const std::string& ti
 void md_summary(std::ostream& md, const RunReport& r, const std::string& title) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
-  const bool failed = is_failure(r.outcome);
-  const bool skipped = r.outcome == Outcome::kSkipped;
+  const bool failed = supervisor::is_failure(r.outcome);
+  const bool skipped = r.outcome == scenario::Outcome::kSkipped;
   const std::string name_md = markdown_inline(r.scenario.name);
   md << "# " << markdown_inline(title) << "\n\n";
   md << "## Summary\n\n";
@@ -338,7 +338,7 @@ void md_summary(std::ostream& md, const RunReport& r, const std::string& title) 
     if (!f.module.empty()) md << " in module `" << f.module << "`";
     md << ": " << markdown_inline(f.message) << "\n\n";
     // Note [An injected failure says so].
-    if (const std::string injected = injected_faults(r.trials.front().analysis); !injected.empty()) {
+    if (const std::string injected = supervisor::injected_faults(r.trials.front().analysis); !injected.empty()) {
       md << "**Injected by the scenario:** " << markdown_inline(injected)
          << ". The causes and resolutions below are those of the failure class it stands for, not a diagnosis of "
             "this training.\n\n";
@@ -350,7 +350,7 @@ void md_summary(std::ostream& md, const RunReport& r, const std::string& title) 
     md << "Training under scenario " << name_md << " completed " << r.trials.front().analysis.steps_completed
        << " steps with every health check passing.\n\n";
   }
-  if (const std::string skips = scaler_skips_text(r.trials.front().analysis); !skips.empty() && !skipped) {
+  if (const std::string skips = supervisor::scaler_skips_text(r.trials.front().analysis); !skips.empty() && !skipped) {
     md << "**Loss scaler (fp16):** " << markdown_inline(skips) << ".\n\n";
   }
   if (r.data_dependent) {
@@ -410,7 +410,7 @@ std::vector<EnvironmentLine> environment_lines(const RunReport& r) {
   line("OS", e.os);
   line("Kernel", e.kernel + (e.wsl ? " (WSL2)" : " (not WSL2)"));
   line("CPU", e.cpu_model + " (" + std::to_string(e.cpu_cores) + " cores)");
-  line("RAM", format_bytes(e.ram_bytes));
+  line("RAM", scenario::format_bytes(e.ram_bytes));
   line("dbh", e.dbh_version);
   if (s.hardware.device.rfind("cuda", 0) == 0) {
     line("Compute capability", e.compute_capability.empty() ? "unknown" : e.compute_capability);
@@ -422,12 +422,12 @@ std::vector<EnvironmentLine> environment_lines(const RunReport& r) {
                                  (s.hardware.cudnn_deterministic ? "on" : "off") + "; TF32 " +
                                  (s.hardware.allow_tf32 ? "allowed" : "off"));
     }
-  } else if (const auto set = cuda_only_settings_on_cpu(s); !set.empty()) {
-    out.push_back({"Not tested on the CPU", join(set) + " (CUDA settings; only a run on a GPU shows their effect)", true});
+  } else if (const auto set = scenario::cuda_only_settings_on_cpu(s); !set.empty()) {
+    out.push_back({"Not tested on the CPU", scenario::join(set) + " (CUDA settings; only a run on a GPU shows their effect)", true});
   }
-  if (const auto set = real_data_settings_unread(s); !set.empty()) {
+  if (const auto set = scenario::real_data_settings_unread(s); !set.empty()) {
     out.push_back({"Not read",
-                   join(set) + " (read only with data.source=real; this run trained on " + to_string(s.data.source) + ")",
+                   scenario::join(set) + " (read only with data.source=real; this run trained on " + to_string(s.data.source) + ")",
                    true});
   }
   return out;
@@ -472,7 +472,7 @@ void md_reproduce(std::ostream& md, const RunReport& r) {
              : std::string())
      << (s.repeat.in_process > 1 ? " in each of " + std::to_string(s.repeat.in_process) + " in-process runs" : "")
      << " with finite batches, activations, losses and gradients";
-  if (s.expect.outcome != Outcome::kPassed) {
+  if (s.expect.outcome != scenario::Outcome::kPassed) {
     md << ". This scenario injects faults and expects dbh to catch them: outcome `" << to_string(s.expect.outcome)
        << "`" << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
   }
@@ -504,26 +504,26 @@ void md_main_memory(std::ostream& md, const RunReport& r) {
   if (!main.steps.empty()) {
     md << "\nLoss per step (main trial): ";
     for (size_t i = 0; i < main.steps.size() && i < 20; ++i) md << (i ? ", " : "") << fmt(main.steps[i].loss);
-    md << (main.steps.size() > 20 ? ", …" : "") << ". Peak memory " << format_bytes(main.peak_memory_bytes)
+    md << (main.steps.size() > 20 ? ", …" : "") << ". Peak memory " << scenario::format_bytes(main.peak_memory_bytes)
        << " (host RSS). Plots: `loss.png`, `memory.png`; per-step numbers: `metrics.csv`.\n";
   }
   if (!main.budget.is_null() && !main.budget.empty()) {
-    md << "\nMemory budget: " << format_bytes(main.budget.value("budget_bytes", int64_t{0})) << ", enforced by "
+    md << "\nMemory budget: " << scenario::format_bytes(main.budget.value("budget_bytes", int64_t{0})) << ", enforced by "
        << main.budget.value("method", std::string("nothing")) << ". " << main.budget.value("detail", std::string()) << "\n";
   }
   if (!main.memory_at_failure.is_null() && !main.memory_at_failure.empty()) {
     const auto& m = main.memory_at_failure["memory"];
-    md << "\nMemory at the failing moment: RSS " << format_bytes(m.value("rss_bytes", int64_t{0})) << ", process peak "
-       << format_bytes(m.value("peak_rss_bytes", int64_t{0}));
+    md << "\nMemory at the failing moment: RSS " << scenario::format_bytes(m.value("rss_bytes", int64_t{0})) << ", process peak "
+       << scenario::format_bytes(m.value("peak_rss_bytes", int64_t{0}));
     if (m.contains("cuda_allocated_bytes")) {
-      md << ", CUDA allocated " << format_bytes(m.value("cuda_allocated_bytes", int64_t{0})) << ", reserved "
-         << format_bytes(m.value("cuda_reserved_bytes", int64_t{0}));
+      md << ", CUDA allocated " << scenario::format_bytes(m.value("cuda_allocated_bytes", int64_t{0})) << ", reserved "
+         << scenario::format_bytes(m.value("cuda_reserved_bytes", int64_t{0}));
     }
     const auto& phases = main.memory_at_failure["phases"];
     if (phases.is_object() && !phases.empty()) {
       md << "; phases reached in that step:";
       for (const auto& [phase, pm] : phases.items()) {
-        md << " " << phase << " " << format_bytes(pm.value("rss_bytes", int64_t{0}));
+        md << " " << phase << " " << scenario::format_bytes(pm.value("rss_bytes", int64_t{0}));
       }
     }
     md << ".\n";
@@ -535,10 +535,10 @@ void md_main_memory(std::ostream& md, const RunReport& r) {
     for (size_t i = 0; i < main.steps.size() && i < 12; ++i) {
       const auto& st = main.steps[i];
       auto cell = [&](const char* phase) {
-        return st.phases.contains(phase) ? format_bytes(st.phases[phase].value(key, int64_t{0})) : std::string("-");
+        return st.phases.contains(phase) ? scenario::format_bytes(st.phases[phase].value(key, int64_t{0})) : std::string("-");
       };
       md << "| " << st.run << " | " << st.step << " | " << cell("data") << " | " << cell("forward") << " | "
-         << cell("backward") << " | " << cell("optimizer") << " | " << format_bytes(st.peak_bytes) << " |\n";
+         << cell("backward") << " | " << cell("optimizer") << " | " << scenario::format_bytes(st.peak_bytes) << " |\n";
     }
   }
 }
@@ -614,7 +614,7 @@ void md_main_evidence(std::ostream& md, const RunReport& r) {
 // Logs / Stack Trace, and the worker's warnings.
 void md_logs(std::ostream& md, const RunReport& r) {
   const auto& f = r.failure;
-  const bool failed = is_failure(r.outcome);
+  const bool failed = supervisor::is_failure(r.outcome);
   md << "\n## Logs / Stack Trace\n\n";
   if (failed) {
     md << "```\n" << fenced(f.message) << "\n";
@@ -643,7 +643,7 @@ void md_logs(std::ostream& md, const RunReport& r) {
 // Root Cause Analysis, Resolution, Testing, Prevention.
 void md_analysis(std::ostream& md, const RunReport& r) {
   const auto& f = r.failure;
-  const bool failed = is_failure(r.outcome);
+  const bool failed = supervisor::is_failure(r.outcome);
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
   md << "## Root Cause Analysis\n\n";
   if (failed) {
@@ -702,8 +702,8 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
     total += r.seconds;
     if (r.not_run_here()) ++skipped;
     if (r.expectation_met || r.not_run_here()) continue;
-    const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
-                       r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
+    const bool error = r.outcome == scenario::Outcome::kCrashed || r.outcome == scenario::Outcome::kTimedOut ||
+                       r.outcome == scenario::Outcome::kHung || r.outcome == scenario::Outcome::kUnresolved;
     (error ? errors : failures)++;
   }
   std::ostringstream x;
@@ -719,8 +719,8 @@ std::string junit_xml(const std::vector<RunReport>& runs, const std::string& sui
     if (r.not_run_here()) {
       x << "      <skipped message=\"" << esc(r.failure.message) << "\"/>\n";
     } else if (!r.expectation_met) {
-      const bool error = r.outcome == Outcome::kCrashed || r.outcome == Outcome::kTimedOut ||
-                         r.outcome == Outcome::kHung || r.outcome == Outcome::kUnresolved;
+      const bool error = r.outcome == scenario::Outcome::kCrashed || r.outcome == scenario::Outcome::kTimedOut ||
+                         r.outcome == scenario::Outcome::kHung || r.outcome == scenario::Outcome::kUnresolved;
       std::string why;
       for (const auto& w : r.expectation_why) why += w + "; ";
       x << "      <" << (error ? "error" : "failure") << " type=\"" << to_string(r.outcome)
@@ -762,4 +762,4 @@ void write_plot_png(const std::string& path, const std::string& title,
   write_plot(path, o, lines);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

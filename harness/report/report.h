@@ -12,14 +12,14 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/resolutions.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// One trial of a run: the main trial, a repeat or a control.
 struct TrialRecord {
   std::string label;                   // "main", "process 2", "control 1"
   std::vector<std::string> overrides;  // for controls
   std::string dir;                     // its folder under the run folder
-  TrialAnalysis analysis;
+  supervisor::TrialAnalysis analysis;
   std::string stderr_tail;
 };
 
@@ -39,18 +39,18 @@ struct DeterminismCheck {
 inline constexpr size_t kJsonTimelineEnds = 200;
 
 struct RunReport {
-  Scenario scenario;
+  scenario::Scenario scenario;
   std::string out_dir;
   std::string started_at;  // ISO 8601
   double seconds = 0;
   env::Environment env;
   std::vector<TrialRecord> trials;  // trials[0] is the main trial
-  Outcome outcome = Outcome::kUnresolved;
-  Failure failure;
+  scenario::Outcome outcome = scenario::Outcome::kUnresolved;
+  supervisor::Failure failure;
   DeterminismCheck determinism;
   /// A resolution of the failure's class tried as a control run.
-  using ResolutionCheck = ::dbh::harness::ResolutionCheck;  // supervisor/resolutions.h
-  std::vector<ResolutionCheck> resolution_checks;
+  using ResolutionCheck = ::dbh::harness::supervisor::ResolutionCheck;  // supervisor/resolutions.h
+  std::vector<supervisor::ResolutionCheck> resolution_checks;
   std::optional<bool> data_dependent;  // decided from the controls
   std::string data_dependent_reason;
   bool expectation_met = false;
@@ -63,7 +63,7 @@ struct RunReport {
 
   /// Not tried on this machine (Outcome::kSkipped: a device it lacks) and
   /// not expected to be: neither a pass nor a failure, as a skipped test.
-  bool not_run_here() const { return outcome == Outcome::kSkipped && !expectation_met; }
+  bool not_run_here() const { return outcome == scenario::Outcome::kSkipped && !expectation_met; }
 };
 
 /// Note [One verdict]: what every output of a run says of it, from one
@@ -112,7 +112,7 @@ std::string report_markdown(const RunReport& r);
 /// The scenario's settings on one line, as report.md, report.html and the
 /// run's first line show them: dbh's model and keys, or for an external
 /// worker its command and the keys dbh passes it.
-std::string settings_text(const Scenario& s);
+std::string settings_text(const scenario::Scenario& s);
 /// JUnit XML for a list of runs: `failure` for unmet expectations, `error`
 /// for crashes, timeouts and kills, `skipped` for runs not run here. Under GitLab CI (`ci.gitlab_ci`) each
 /// testcase's system-out also carries `[[ATTACHMENT|…]]` lines for its
@@ -134,4 +134,4 @@ void write_plot_png(const std::string& path, const std::string& title,
                     const std::vector<std::string>& names,
                     const std::vector<std::vector<double>>& series, const std::string& y_label);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

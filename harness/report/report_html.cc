@@ -19,7 +19,7 @@
 #include "harness/report/html_page.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace fs = std::filesystem;
 
 namespace {
@@ -47,13 +47,13 @@ std::string dump(const ojson& j) {
 }
 
 
-std::string outcome_class(Outcome o) {
-  if (o == Outcome::kPassed) return "ok";
-  if (is_failure(o)) return "bad";
+std::string outcome_class(scenario::Outcome o) {
+  if (o == scenario::Outcome::kPassed) return "ok";
+  if (supervisor::is_failure(o)) return "bad";
   return "warn";
 }
 
-std::string badge(Outcome o) {
+std::string badge(scenario::Outcome o) {
   return "<span class=\"badge " + outcome_class(o) + "\">" + esc(to_string(o)) + "</span>";
 }
 
@@ -175,8 +175,8 @@ void events_section(std::ostream& h, const fs::path& events_file) {
     nlohmann::json rest = j;
     for (const char* k : {"t", "type", "run", "step"})
       rest.erase(k);
-    const bool hl = type == event::kError || type == event::kHealth || type == event::kFaultFired ||
-                    type == event::kWarning;
+    const bool hl = type == proto::event::kError || type == proto::event::kHealth || type == proto::event::kFaultFired ||
+                    type == proto::event::kWarning;
     auto field = [&](const char* k) { return j.contains(k) ? esc(dump(j[k])) : std::string(); };
     h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">"
       << (j.contains("t") && j["t"].is_number() ? esc(fmt(j["t"].get<double>(), 6)) : "") << "</td><td>" << esc(type)
@@ -209,12 +209,12 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
     std::string applied;
     for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
     std::string& line = lines[c.resolution];
-    if (c.verdict == ResolutionVerdict::kConfirmed) {
+    if (c.verdict == supervisor::ResolutionVerdict::kConfirmed) {
       line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + where(c.dir) + ")";
-    } else if (c.verdict == ResolutionVerdict::kRefuted) {
+    } else if (c.verdict == supervisor::ResolutionVerdict::kRefuted) {
       line += " — " + strong("refuted") + ": a run with " + code(applied) + " still " + c.outcome +
               (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + where(c.dir) + ")";
-    } else if (c.verdict == ResolutionVerdict::kUnresolved) {
+    } else if (c.verdict == supervisor::ResolutionVerdict::kUnresolved) {
       line += " — tried with " + code(applied) + ": the run could not tell (" + where(c.dir) + ")";
     } else if (!c.why_not.empty()) {
       line += " — not tried: " + c.why_not;
@@ -255,11 +255,11 @@ void html_summary(std::ostream& h, const RunPage& p) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
-  const bool failed = is_failure(r.outcome);
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const bool failed = supervisor::is_failure(r.outcome);
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   const std::string title = report_title(r);
   // Summary.
-  const ojson expected = ojson::parse(resolved_json(s))["expect"];
+  const ojson expected = ojson::parse(scenario::resolved_json(s))["expect"];
   h << "<h2 id=\"summary\">Summary</h2>\n<table class=\"kv\">\n"
     << "<tr><th>Outcome</th><td>" << badge(r.outcome) << "</td></tr>\n"
     << "<tr><th>Class</th><td>"
@@ -269,7 +269,7 @@ void html_summary(std::ostream& h, const RunPage& p) {
     << "<tr><th>Module</th><td>" << (f.module.empty() ? "-" : "<code>" + esc(f.module) + "</code>") << "</td></tr>\n";
   if (!f.message.empty()) h << "<tr><th>Message</th><td>" << esc(f.message) << "</td></tr>\n";
   // Note [An injected failure says so].
-  if (const std::string injected = injected_faults(main); failed && !injected.empty()) {
+  if (const std::string injected = supervisor::injected_faults(main); failed && !injected.empty()) {
     h << "<tr><th>Injected</th><td>" << esc(injected)
       << ": the causes and resolutions below are those of the failure class it stands for</td></tr>\n";
   }
@@ -281,9 +281,9 @@ void html_summary(std::ostream& h, const RunPage& p) {
   if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
   h << "</td></tr>\n"
     << "<tr><th>Steps completed</th><td>" << main.steps_completed << " of " << s.train.last_step() << "</td></tr>\n"
-    << "<tr><th>Peak memory</th><td>" << esc(format_bytes(main.peak_memory_bytes)) << " ("
-    << esc(peak_memory_kind(main)) << ")</td></tr>\n";
-  if (const std::string skips = scaler_skips_text(main); !skips.empty()) {
+    << "<tr><th>Peak memory</th><td>" << esc(scenario::format_bytes(main.peak_memory_bytes)) << " ("
+    << esc(supervisor::peak_memory_kind(main)) << ")</td></tr>\n";
+  if (const std::string skips = supervisor::scaler_skips_text(main); !skips.empty()) {
     h << "<tr><th>Loss scaler (fp16)</th><td>" << esc(skips) << "</td></tr>\n";
   }
   if (r.data_dependent) {
@@ -304,7 +304,7 @@ void html_analysis(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& f = r.failure;
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
-  const bool failed = is_failure(r.outcome);
+  const bool failed = supervisor::is_failure(r.outcome);
   // Failure analysis, from the same Failure and knowledge base as report.md.
   h << "<h2 id=\"analysis\">Root cause analysis</h2>\n";
   if (failed) {
@@ -394,7 +394,7 @@ void html_trials(std::ostream& h, const RunPage& p) {
 void html_steps(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& f = r.failure;
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Steps of the main trial.
   h << "<h2 id=\"steps\">Steps</h2>\n";
   if (main.steps.empty()) {
@@ -410,7 +410,7 @@ void html_steps(std::ostream& h, const RunPage& p) {
       h << "<tr" << (hl ? " class=\"hl\"" : "") << "><td class=\"num\">" << st.run << "</td><td class=\"num\">"
         << st.step << "</td>" << num_cell(st.loss) << num_cell(st.bce) << num_cell(st.l1) << num_cell(st.dice)
         << num_cell(st.lr) << num_cell(st.grad_norm) << num_cell(st.seconds, 3) << "<td class=\"num\">"
-        << esc(format_bytes(st.rss_bytes)) << "</td></tr>\n";
+        << esc(scenario::format_bytes(st.rss_bytes)) << "</td></tr>\n";
       if (w.gap_after(i)) h << gap_row(w.omitted(), 10, "metrics.csv");
     }
     h << "</table>\n";
@@ -434,7 +434,7 @@ void html_plots(std::ostream& h, const RunPage& p) {
 
 // Overlays: the failing batch, then the last validation's worst images.
 void html_overlays(std::ostream& h, const RunPage& p) {
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   const std::string& trial_rel = p.trial_rel;
   ImageEmbedder& images = p.images;
   // Overlays: the failing batch, then the last validation's worst images.
@@ -470,7 +470,7 @@ void html_overlays(std::ostream& h, const RunPage& p) {
 
 // Validation.
 void html_validation(std::ostream& h, const RunPage& p) {
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Validation.
   if (!main.evals.empty() || main.evaluator_self_check) {
     h << "<h2 id=\"validation\">Validation</h2>\n<p>ICDAR 2015 protocol";
@@ -498,14 +498,14 @@ void html_validation(std::ostream& h, const RunPage& p) {
 void html_faults(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& s = r.scenario;
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Faults.
   if (!main.faults.empty()) {
     h << "<h2 id=\"faults\">Injected faults</h2>\n<table><tr><th>fault</th><th>scheduled step</th><th>module</th>"
          "<th>fired</th><th>fired at steps</th><th>raised by</th></tr>\n";
     for (const auto& fr : main.faults) {
       const bool known = fr.index >= 0 && static_cast<size_t>(fr.index) < s.faults.size();
-      const FaultConfig* cfg = known ? &s.faults[static_cast<size_t>(fr.index)] : nullptr;
+      const scenario::FaultConfig* cfg = known ? &s.faults[static_cast<size_t>(fr.index)] : nullptr;
       std::string steps;
       for (size_t i = 0; i < fr.steps.size() && i < 20; ++i)
         steps += (i ? ", " : "") + std::to_string(fr.steps[i]);
@@ -528,12 +528,12 @@ void html_faults(std::ostream& h, const RunPage& p) {
 void html_memory(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
   const auto& s = r.scenario;
-  const TrialAnalysis& main = p.main_trial.analysis;
+  const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Memory.
-  h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(format_bytes(main.peak_memory_bytes)) << " ("
-    << esc(peak_memory_kind(main)) << ").";
+  h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(scenario::format_bytes(main.peak_memory_bytes)) << " ("
+    << esc(supervisor::peak_memory_kind(main)) << ").";
   if (!main.budget.is_null() && !main.budget.empty()) {
-    h << " Budget " << esc(format_bytes(main.budget.value("budget_bytes", int64_t{0}))) << ", enforced by "
+    h << " Budget " << esc(scenario::format_bytes(main.budget.value("budget_bytes", int64_t{0}))) << ", enforced by "
       << esc(main.budget.value("method", std::string("nothing"))) << ". "
       << esc(main.budget.value("detail", std::string()));
   }
@@ -541,11 +541,11 @@ void html_memory(std::ostream& h, const RunPage& p) {
   if (!main.memory_at_failure.is_null() && main.memory_at_failure.is_object() &&
       main.memory_at_failure.contains("memory") && main.memory_at_failure["memory"].is_object()) {
     const auto& m = main.memory_at_failure["memory"];
-    h << "<p>At the failing moment: RSS " << esc(format_bytes(m.value("rss_bytes", int64_t{0}))) << ", process peak "
-      << esc(format_bytes(m.value("peak_rss_bytes", int64_t{0})));
+    h << "<p>At the failing moment: RSS " << esc(scenario::format_bytes(m.value("rss_bytes", int64_t{0}))) << ", process peak "
+      << esc(scenario::format_bytes(m.value("peak_rss_bytes", int64_t{0})));
     if (m.contains("cuda_allocated_bytes")) {
-      h << ", CUDA allocated " << esc(format_bytes(m.value("cuda_allocated_bytes", int64_t{0}))) << ", reserved "
-        << esc(format_bytes(m.value("cuda_reserved_bytes", int64_t{0})));
+      h << ", CUDA allocated " << esc(scenario::format_bytes(m.value("cuda_allocated_bytes", int64_t{0}))) << ", reserved "
+        << esc(scenario::format_bytes(m.value("cuda_reserved_bytes", int64_t{0})));
     }
     h << ".</p>\n";
   }
@@ -559,12 +559,12 @@ void html_memory(std::ostream& h, const RunPage& p) {
       const auto& st = main.steps[i];
       auto cell = [&](const char* phase) {
         const bool has = st.phases.is_object() && st.phases.contains(phase) && st.phases[phase].is_object();
-        return "<td class=\"num\">" + (has ? esc(format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") +
+        return "<td class=\"num\">" + (has ? esc(scenario::format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") +
                "</td>";
       };
       h << "<tr><td class=\"num\">" << st.run << "</td><td class=\"num\">" << st.step << "</td>" << cell("data")
         << cell("forward") << cell("backward") << cell("optimizer") << "<td class=\"num\">"
-        << esc(format_bytes(st.peak_bytes)) << "</td></tr>\n";
+        << esc(scenario::format_bytes(st.peak_bytes)) << "</td></tr>\n";
       if (w.gap_after(i)) h << gap_row(w.omitted(), 7, "metrics.csv");
     }
     h << "</table>\n";
@@ -579,7 +579,7 @@ void html_memory(std::ostream& h, const RunPage& p) {
 // The event stream, and the worker's last stderr lines of a failed run.
 void html_events_and_logs(std::ostream& h, const RunPage& p) {
   const RunReport& r = p.r;
-  const bool failed = is_failure(r.outcome);
+  const bool failed = supervisor::is_failure(r.outcome);
   const fs::path& root = p.root;
   const TrialRecord& main_trial = p.main_trial;
   const std::string& trial_rel = p.trial_rel;
@@ -608,7 +608,7 @@ std::string report_html(const RunReport& r) {
   const RunPage page{r, main_trial, root, trial_rel, images};
   const auto& s = r.scenario;
   std::ostringstream h;
-  h << html_page_head(is_failure(r.outcome) ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
+  h << html_page_head(supervisor::is_failure(r.outcome) ? title + " — " + one_line(s.name) + " — dbh" : title + " — dbh");
   h << "<h1>" << esc(title) << "</h1>\n"
     << "<p class=\"sub\">Scenario <strong>" << esc(s.name) << "</strong> · started " << esc(r.started_at) << " · "
     << esc(fmt(r.seconds, 3)) << " s · " << esc(r.out_dir) << "</p>\n";
@@ -641,7 +641,7 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   for (size_t i = 0; i < runs.size(); ++i)
     order[i] = i;
   auto rank = [&](const RunReport& r) {
-    return verdict_of(r) == RunVerdict::kNotMet ? 0 : is_failure(r.outcome) ? 1 : verdict_of(r) == RunVerdict::kSkipped ? 3 : 2;
+    return verdict_of(r) == RunVerdict::kNotMet ? 0 : supervisor::is_failure(r.outcome) ? 1 : verdict_of(r) == RunVerdict::kSkipped ? 3 : 2;
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(runs[a]) < rank(runs[b]); });
   const VerdictCounts counts = count_verdicts(runs);
@@ -710,4 +710,4 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   return valid_utf8(h.str());
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -6,7 +6,7 @@
 #include "harness/report/html_page.h"
 #include "harness/report/report.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// Limits of what report.html shows (images: kHtmlMaxImageBytes and
 /// kHtmlMaxEmbeddedBytes in html_page.h).
@@ -35,4 +35,4 @@ std::string report_html(const RunReport& r);
 std::string suite_index_html(const std::string& root, const std::vector<RunReport>& runs,
                              const std::vector<std::string>& interrupted, const std::string& shard_text);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -14,17 +14,17 @@
 #include "harness/report/report_html.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 namespace fs = std::filesystem;
 namespace {
 
 // metrics.csv (Note [One metrics.csv]): a row per step, with the validation
 // taken after it.
-void write_metrics(const fs::path& path, const TrialAnalysis& a) {
+void write_metrics(const fs::path& path, const supervisor::TrialAnalysis& a) {
   std::string csv = metrics_csv_header();
   for (const auto& s : a.steps) {
     // A validation after this step (taken with step + 1 steps done).
-    const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const EvalRecord& r) {
+    const auto e = std::find_if(a.evals.begin(), a.evals.end(), [&](const supervisor::EvalRecord& r) {
       return r.run == s.run && r.step == s.step + 1;
     });
     csv += metrics_csv_row(s, e != a.evals.end() ? &*e : nullptr);
@@ -61,8 +61,8 @@ void publish_journal(const fs::path& from, const fs::path& to) {
 
 void write_run_files(const RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
                      bool interrupted) {
-  const Scenario& s = r.scenario;
-  const TrialAnalysis& main = r.trials.front().analysis;
+  const scenario::Scenario& s = r.scenario;
+  const supervisor::TrialAnalysis& main = r.trials.front().analysis;
   write_metrics(out / "metrics.csv", main);
   publish_journal(fs::path(r.trials.front().dir) / "events.jsonl", out / "events.jsonl");
   std::vector<double> loss, bce, l1, dice, rss;
@@ -103,7 +103,7 @@ void write_run_files(const RunReport& r, const fs::path& out, const std::vector<
   write_file_atomically((out / "report.md").string(), report_markdown(r));
   write_file_atomically((out / "report.html").string(), report_html(r));  // reads the files above
   const fs::path sentinel = out / ".FAILURE";
-  if (is_failure(r.outcome) && !interrupted) {
+  if (supervisor::is_failure(r.outcome) && !interrupted) {
     write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
                                                  r.failure.message + "\n");
   } else {
@@ -111,4 +111,4 @@ void write_run_files(const RunReport& r, const fs::path& out, const std::vector<
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

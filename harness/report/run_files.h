@@ -8,7 +8,7 @@
 
 #include "harness/report/report.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// Writes a run's files into `out` (which exists): metrics.csv (the main
 /// trial's steps and validations), events.jsonl (the main trial's), the
@@ -20,4 +20,4 @@ namespace dbh::harness {
 void write_run_files(const RunReport& r, const std::filesystem::path& out, const std::vector<std::string>& repro,
                      bool interrupted);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -9,14 +9,14 @@
 #include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
   DeterminismCheck d;
   d.checked = true;
   d.processes = static_cast<int64_t>(trials.size());
   int passed = 0;
-  for (const auto& t : trials) passed += t.analysis.outcome == Outcome::kPassed ? 1 : 0;
+  for (const auto& t : trials) passed += t.analysis.outcome == scenario::Outcome::kPassed ? 1 : 0;
   d.pass_rate = static_cast<double>(passed) / static_cast<double>(trials.size());
   const auto& ref = trials.front().analysis;
   for (size_t k = 1; k < trials.size(); ++k) {
@@ -85,45 +85,45 @@ void decide_run(RunReport& r, int64_t processes, int stopped) {
   if (process_count > 1 && stopped == 0 && !jittered) {
     const std::vector<TrialRecord> procs(r.trials.begin(), r.trials.begin() + static_cast<std::ptrdiff_t>(process_count));
     r.determinism = compare_processes(procs);
-    if (!r.determinism.identical && r.outcome == Outcome::kPassed) {
-      r.outcome = Outcome::kNondeterministic;
+    if (!r.determinism.identical && r.outcome == scenario::Outcome::kPassed) {
+      r.outcome = scenario::Outcome::kNondeterministic;
       r.failure.klass = "nondeterminism";
       r.failure.step = r.determinism.first_divergent_step;
       r.failure.message = r.determinism.detail;
       r.failure.evidence.push_back(r.determinism.detail);
     }
   }
-  const Scenario& s = r.scenario;
+  const scenario::Scenario& s = r.scenario;
   if (!s.controls.empty() && stopped == 0 && r.trials.size() >= process_count + s.controls.size()) {
-    std::vector<Outcome> controls;
+    std::vector<scenario::Outcome> controls;
     for (size_t c = 0; c < s.controls.size(); ++c) controls.push_back(r.trials[process_count + c].analysis.outcome);
     const std::string data = to_string(s.data.source) + (s.data.path.empty() ? "" : " " + s.data.path);
-    const ControlsAnswer answer = controls_answer(r.outcome, controls, s.controls, data);
+    const supervisor::ControlsAnswer answer = supervisor::controls_answer(r.outcome, controls, s.controls, data);
     r.data_dependent = answer.data_dependent;
     r.data_dependent_reason = answer.reason;
     if (!answer.evidence.empty()) r.failure.evidence.push_back(answer.evidence);
   }
   // Expectation (Note [One judge]): the main trial's evidence with the run's
   // outcome and failure, the processes' comparison and the controls' answer.
-  Evidence evidence = evidence_of(main);
+  supervisor::Evidence evidence = supervisor::evidence_of(main);
   evidence.outcome = r.outcome;
   evidence.failure_class = r.failure.klass;
   evidence.failure_step = r.failure.step;
   evidence.failure_module = r.failure.module;
   if (r.determinism.checked) evidence.identical = r.determinism.identical;
   evidence.data_dependent = r.data_dependent;
-  if (stopped != 0) evidence.interrupted_by = signal_name(stopped);
-  const Judgement judgement = judge(s.expect, evidence);
+  if (stopped != 0) evidence.interrupted_by = supervisor::signal_name(stopped);
+  const supervisor::Judgement judgement = supervisor::judge(s.expect, evidence);
   r.expectation_met = judgement.met();
   r.expectation_why = judgement.why;
   if (stopped != 0) {
     // Stopped by a signal: what ran is written, but it is not a result.
-    r.outcome = Outcome::kUnresolved;
-    r.failure = Failure{};
-    r.failure.message = "interrupted by " + signal_name(stopped) + " before the run finished (" +
+    r.outcome = scenario::Outcome::kUnresolved;
+    r.failure = supervisor::Failure{};
+    r.failure.message = "interrupted by " + supervisor::signal_name(stopped) + " before the run finished (" +
                         std::to_string(r.trials.size()) + " trial(s) started)";
     r.failure.evidence.push_back(r.failure.message);
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

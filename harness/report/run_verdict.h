@@ -8,7 +8,7 @@
 
 #include "harness/report/report.h"
 
-namespace dbh::harness {
+namespace dbh::harness::report {
 
 /// The repeated processes of a run compared bit for bit: every step's total
 /// and micro-batch losses and gradient norm, then the final parameter
@@ -30,4 +30,4 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials);
 ///   of trials that may be missing.
 void decide_run(RunReport& r, int64_t processes, int stopped);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::report

@@ -15,7 +15,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace {
 
 using Kind = AliasTranslation::Kind;
@@ -469,4 +469,4 @@ ImageSize parse_image_size(const std::string& where, const std::string& text) {
 }
 
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 // Note [Lightning aliases]: users train DBNet with Lightning + Hydra and
 // think in that command line's keys (`trainer.precision=16-mixed`,
@@ -87,4 +87,4 @@ std::optional<std::string> translate_override(const std::string& override_text);
 /// <key>): expected …, got "…" (reason)".
 std::string describe_unmappable(const AliasTranslation& t, const std::string& value);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

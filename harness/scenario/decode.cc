@@ -13,7 +13,7 @@
 #include "harness/scenario/reader.h"
 #include "model/observed_modules.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 namespace {
@@ -480,4 +480,4 @@ Scenario decode_scenario(const Value& tree, const std::string& file) {
   return s;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -10,7 +10,7 @@
 #include "model/data/dataset_copy.h"
 #include "model/observed_modules.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 namespace {
 
@@ -354,4 +354,4 @@ const FaultSpec* find_fault(const std::string& name) {
   return nullptr;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

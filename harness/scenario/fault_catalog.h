@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 struct FaultConfig;
 struct FaultParam;
@@ -87,4 +87,4 @@ std::string to_string(ParamType t);
 /// Allowed values and module names are checked by the loader.
 std::optional<FaultParam> decode_fault_param(const ParamSpec& spec, const std::string& text);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -14,7 +14,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace {
 
 constexpr const char* kWhere = "scenario from-command: ";
@@ -747,4 +747,4 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -8,7 +8,7 @@
 
 #include "harness/scenario/user_config.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 /// One word of a shell command line and where it starts (1-based).
 struct ShellWord {
@@ -70,4 +70,4 @@ struct ConvertedCommand {
 /// The result is not yet validated by the scenario loader.
 ConvertedCommand scenario_from_command(const std::string& command, const FromCommandOptions& options = {});
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -16,7 +16,7 @@
 #include "harness/scenario/schema.h"
 #include "model/data/scan.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 namespace {
@@ -130,4 +130,4 @@ void check_scenario_inputs(const Scenario& s, const Value& tree, const InputChec
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

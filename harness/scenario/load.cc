@@ -13,7 +13,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/scenario/reader.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 namespace {
@@ -264,4 +264,4 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   return s;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

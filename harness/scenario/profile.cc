@@ -9,7 +9,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 namespace {
@@ -70,4 +70,4 @@ std::vector<HardwareProfile> list_profiles() {
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

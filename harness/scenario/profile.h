@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 /// A device a user trains on or migrates to (scenarios/hardware/*.yaml).
 struct HardwareProfile {
@@ -24,4 +24,4 @@ struct HardwareProfile {
 HardwareProfile load_profile(const std::string& name);
 std::vector<HardwareProfile> list_profiles();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

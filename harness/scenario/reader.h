@@ -19,7 +19,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 // A section written with nothing after it ("train:") would replace what the
 // included files set with the defaults: refused like an empty key.
@@ -179,4 +179,4 @@ void check_subset_indices(const Value& tree, const Scenario& s, int64_t samples)
 void check_fault_placements(const Value& tree, const Scenario& s,
                             const std::function<std::optional<int64_t>()>& samples, bool reads_inputs);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -14,7 +14,7 @@
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -236,4 +236,4 @@ std::string scenario_hash(const Scenario& s) {
   return Fnv1a64().update(resolved_json(s)).hex();
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -12,7 +12,7 @@
 #include "harness/common/value.h"
 #include "model/choices.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 // Note [Fixed choices are enums]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -378,4 +378,4 @@ std::vector<std::string> known_failure_classes();
 /// Levenshtein distance, for "did you mean".
 size_t edit_distance(const std::string& a, const std::string& b);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -13,7 +13,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace fs = std::filesystem;
 
 bool parse_int(const std::string& s, int64_t* out) {
@@ -782,4 +782,4 @@ std::vector<std::string> real_data_settings_unread(const Scenario& s) {
   return flagged_settings(s, &KeySpec::real_data_only);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

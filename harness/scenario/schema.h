@@ -13,7 +13,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/common/value.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 /// The scenario key of the Scenario member `path`, as a `const char*`:
 /// DBH_SCENARIO_KEY(train.max_steps) is "train.max_steps". A key's name is
@@ -22,7 +22,7 @@ namespace dbh::harness {
 /// table of flags or aliases, a message — stops compiling when the key is
 /// renamed or removed, where a string would name a key the loader rejects at
 /// run time, or a message would name a key that no longer exists.
-#define DBH_SCENARIO_KEY(path) (static_cast<void>(sizeof(std::declval<::dbh::harness::Scenario&>().path)), #path)
+#define DBH_SCENARIO_KEY(path) (static_cast<void>(sizeof(std::declval<::dbh::harness::scenario::Scenario&>().path)), #path)
 
 /// How a scenario key is written, and so how it is checked.
 enum class KeyType {
@@ -149,4 +149,4 @@ std::string join(const std::vector<std::string>& words, const char* sep = ", ");
 /// key where it is written.
 [[noreturn]] void fail_empty(const Value& x, const std::string& key, const std::string& expected);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

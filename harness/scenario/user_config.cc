@@ -8,7 +8,7 @@
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 namespace {
 
 namespace fs = std::filesystem;
@@ -198,4 +198,4 @@ std::vector<KeyMapping> map_user_config(const std::vector<ConfigEntry>& config,
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dbh::harness {
+namespace dbh::harness::scenario {
 
 // Note [dbh's keys in your configuration]: `dbh scenario from-command
 // --external` asks the user's command for its composed configuration (the
@@ -46,4 +46,4 @@ std::vector<KeyMapping> map_user_config(const std::vector<ConfigEntry>& config,
                                         const std::vector<std::string>& command_keys,
                                         const std::vector<std::string>& folders);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::scenario

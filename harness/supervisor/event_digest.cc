@@ -6,7 +6,7 @@
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 
-namespace dbh::harness::internal {
+namespace dbh::harness::supervisor::internal {
 
 std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
 // A name the worker chose (a module, a site, a kind): one line, cut.
@@ -153,7 +153,7 @@ void record_firing(const proto::FaultFired& fired, EventDigest& d) {
   d.firings.push_back(std::move(f));
 }
 
-void record_error(const Event& e, TrialAnalysis& a, EventDigest& d) {
+void record_error(const proto::Event& e, TrialAnalysis& a, EventDigest& d) {
   const auto err = proto::error_from(e);
   if (err.kind == proto::error_kind::kHarness) {
     if (!d.harness_error) d.harness_error = e;
@@ -240,16 +240,16 @@ void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
 }  // namespace
 
 
-}  // namespace dbh::harness::internal
+}  // namespace dbh::harness::supervisor::internal
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 using namespace internal;
 
-void EventDigester::feed(const Event& e) {
+void EventDigester::feed(const proto::Event& e) {
   TrialAnalysis& a = a_;
   EventDigest& d = d_;
-  if (e.type == event::kHello) {
+  if (e.type == proto::event::kHello) {
     auto hello = proto::hello_from(e);
     a.scenario_hash = quoted_name(hello.scenario_hash);
     a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
@@ -258,43 +258,43 @@ void EventDigester::feed(const Event& e) {
     a.worker_facts = {{"torch", truncate_utf8(hello.torch_version, kMaxSampleNameBytes)},
                       {"device", truncate_utf8(hello.device, kMaxSampleNameBytes)},
                       {"threads", hello.threads}};
-  } else if (e.type == event::kWarning) {
+  } else if (e.type == proto::event::kWarning) {
     if (a.warnings.size() < kMaxQuotedItems) a.warnings.push_back(quoted(proto::warning_from(e).message));
-  } else if (e.type == event::kEval) {
+  } else if (e.type == proto::event::kEval) {
     if (a.evals.size() < kMaxEvalRecords) a.evals.push_back(eval_record(proto::eval_from(e)));
-  } else if (e.type == event::kEvalCheck) {
+  } else if (e.type == proto::event::kEvalCheck) {
     const proto::EvalCheck check = proto::eval_check_from(e);
     a.evaluator_self_check = check.hmean;
     a.validation_words = check.words;
-  } else if (e.type == event::kEvalOverlays) {
+  } else if (e.type == proto::event::kEvalOverlays) {
     for (const auto& file : proto::overlays_from(e).files) {
       if (a.eval_overlays.size() < kMaxQuotedItems) a.eval_overlays.push_back(quoted_name(file));
     }
-  } else if (e.type == event::kStepBegin) {
+  } else if (e.type == proto::event::kStepBegin) {
     const auto b = proto::step_begin_from(e);
     d.open_step = b.step;
     d.open_run = b.run;
-  } else if (e.type == event::kStepEnd) {
+  } else if (e.type == proto::event::kStepEnd) {
     StepRecord st = step_record(proto::step_end_from(e), a, d);
     record_schedule(st.run, st.step, d);
     if (a.steps.size() < kMaxStepRecords) a.steps.push_back(std::move(st));
     ++a.steps_completed;
     d.open_step.reset();
-  } else if (e.type == event::kFaultFired) {
+  } else if (e.type == proto::event::kFaultFired) {
     record_firing(proto::fault_fired_from(e), d);
-  } else if (e.type == event::kCheckpoint) {
+  } else if (e.type == proto::event::kCheckpoint) {
     const auto c = proto::checkpoint_from(e);
     if (c.resumed && !d.resumed_at) d.resumed_at = c.step;
-  } else if (e.type == event::kMemorySnapshot) {
+  } else if (e.type == proto::event::kMemorySnapshot) {
     a.memory_snapshot = quoted_name(proto::memory_snapshot_from(e).file);
-  } else if (e.type == event::kOverlays) {
+  } else if (e.type == proto::event::kOverlays) {
     a.overlays.clear();
     for (const auto& file : proto::overlays_from(e).files) {
       if (a.overlays.size() < kMaxQuotedItems) a.overlays.push_back(quoted_name(file));
     }
-  } else if (e.type == event::kMemoryBudget) {
+  } else if (e.type == proto::event::kMemoryBudget) {
     a.budget = bounded_json(e.body);
-  } else if (e.type == event::kBatch) {
+  } else if (e.type == proto::event::kBatch) {
     if (a.batches.size() < kMaxStepRecords && d.batch_text_bytes < kMaxSampleTextBytes) {
       auto b = proto::batch_from(e);
       if (b.samples.size() > kMaxQuotedItems * 10) b.samples.resize(kMaxQuotedItems * 10);
@@ -304,25 +304,25 @@ void EventDigester::feed(const Event& e) {
       }
       a.batches.emplace_back(b.step, std::move(b.samples));
     }
-  } else if (e.type == event::kDataset) {
+  } else if (e.type == proto::event::kDataset) {
     const int64_t size = proto::dataset_info_from(e).size;
     if (size >= 0) a.dataset_size = size;
-  } else if (e.type == event::kSampleRead) {
+  } else if (e.type == proto::event::kSampleRead) {
     record_sample_read(proto::sample_read_from(e), a, d);
-  } else if (e.type == event::kHealth) {
+  } else if (e.type == proto::event::kHealth) {
     const auto h = proto::health_from(e);
     if (h.primary.value_or(false) && h.check == "finite" && !d.primary_health) d.primary_health = e;
     if (h.primary.value_or(false) && is_silent_check(h.check) && !d.silent_health) d.silent_health = e;
-  } else if (e.type == event::kError) {
+  } else if (e.type == proto::event::kError) {
     record_error(e, a, d);
-  } else if (e.type == event::kRunBegin) {
+  } else if (e.type == proto::event::kRunBegin) {
     const auto b = proto::run_begin_from(e);
     if (b.memory.is_object() && a.run_begin_rss.size() < kMaxScheduleRuns) {
       a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
     }
-  } else if (e.type == event::kRunEnd) {
+  } else if (e.type == proto::event::kRunEnd) {
     record_run_end(proto::run_end_from(e), a);
-  } else if (e.type == event::kDone) {
+  } else if (e.type == proto::event::kDone) {
     const auto done = proto::done_from(e);
     a.done_seen = true;
     d.done_status = quoted_name(done.status);
@@ -332,4 +332,4 @@ void EventDigester::feed(const Event& e) {
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -17,7 +17,7 @@
 #include "harness/proto/events.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// Note [A trial's events are read as they arrive]: the step records kept
 /// (EventDigester).
@@ -38,9 +38,9 @@ inline constexpr size_t kMaxModuleRecords = 50000;
 inline constexpr size_t kMaxSampleTextBytes = size_t{16} << 20;
 inline constexpr size_t kMaxEvalRecords = 1000;
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor
 
-namespace dbh::harness::internal {
+namespace dbh::harness::supervisor::internal {
 
 // Note [A worker's stream is bounded]: every string the analysis quotes
 // from the worker (messages, modules, warnings, evidence) is cut, and lists
@@ -64,14 +64,14 @@ bool is_silent_check(const std::string& check);
 // The events a verdict reads, kept as they arrive: the few it needs whole,
 // the rest as the quoted messages the failure lists.
 struct EventDigest {
-  std::optional<Event> first_error;     // the first error that is not a divergence
-  std::optional<Event> harness_error;   // the worker's own failure
-  std::optional<Event> unavailable;     // the first error of kind unavailable
+  std::optional<proto::Event> first_error;     // the first error that is not a divergence
+  std::optional<proto::Event> harness_error;   // the worker's own failure
+  std::optional<proto::Event> unavailable;     // the first error of kind unavailable
   /// Every other error but harness errors, in order, as "phase: message"
   /// (at most kMaxQuotedItems).
   std::vector<std::string> other_errors;
-  std::optional<Event> primary_health;  // the first primary finite finding
-  std::optional<Event> silent_health;   // the first primary silent-failure finding
+  std::optional<proto::Event> primary_health;  // the first primary finite finding
+  std::optional<proto::Event> silent_health;   // the first primary silent-failure finding
   std::string done_status;
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
   std::set<int64_t> samples_read;              // `sample_read` indices, each once
@@ -105,9 +105,9 @@ struct EventDigest {
 inline constexpr size_t kMaxScheduleRuns = 1024;
 inline constexpr size_t kMaxFaultFirings = 10000;
 
-}  // namespace dbh::harness::internal
+}  // namespace dbh::harness::supervisor::internal
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// Note [A trial's events are read as they arrive]: the supervisor keeps
 /// what a trial's events say, not the events. Each event, as it is decoded,
@@ -121,7 +121,7 @@ namespace dbh::harness {
 class EventDigester {
  public:
   /// Reads the trial's next event.
-  void feed(const Event& e);
+  void feed(const proto::Event& e);
   /// The trial's records read so far.
   const TrialAnalysis& records() const { return a_; }
   /// What the verdict reads.
@@ -132,4 +132,4 @@ class EventDigester {
   internal::EventDigest d_;
 };
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

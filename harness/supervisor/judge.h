@@ -8,7 +8,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 // Note [One judge]: a scenario's `expect` keys are judged here and nowhere
 // else. Each key is one row of expect_keys() (its name, whether a bisection
@@ -24,7 +24,7 @@ std::string to_string(ExpectVerdict v);
 
 /// What a run showed, as the judge reads it: values only, no process.
 struct Evidence {
-  Outcome outcome = Outcome::kUnresolved;
+  scenario::Outcome outcome = scenario::Outcome::kUnresolved;
   /// The failure's class, step and module ("" and nullopt when it passed).
   std::string failure_class;
   std::optional<int64_t> failure_step;
@@ -66,7 +66,7 @@ enum class ExpectScope { kAll, kMetrics };
 struct ExpectKey {
   const char* name;
   bool metric;
-  std::optional<std::string> (*mismatch)(const Expectation& e, const Evidence& ev);
+  std::optional<std::string> (*mismatch)(const scenario::Expectation& e, const Evidence& ev);
 };
 /// Every expect key, in the order of their mismatch lines.
 const std::vector<ExpectKey>& expect_keys();
@@ -81,7 +81,7 @@ struct Judgement {
 
 /// Judges `ev` against `e`. A skipped run (unless skipped was expected) is
 /// not judged; an interrupted run is not met, whatever it showed.
-Judgement judge(const Expectation& e, const Evidence& ev, ExpectScope scope = ExpectScope::kAll);
+Judgement judge(const scenario::Expectation& e, const Evidence& ev, ExpectScope scope = ExpectScope::kAll);
 
 /// What a run's controls say about its failure (the `controls` of a scenario: the same
 /// training with a few keys changed, e.g. on synthetic data).
@@ -101,8 +101,8 @@ struct ControlsAnswer {
 /// holds each control's outcome and `control_overrides` its overrides
 /// ("data.source=synthetic_boxes"); `data` names the scenario's data ("real
 /// /data/icdar"), as the reason says it.
-ControlsAnswer controls_answer(Outcome main, const std::vector<Outcome>& controls,
+ControlsAnswer controls_answer(scenario::Outcome main, const std::vector<scenario::Outcome>& controls,
                                const std::vector<std::vector<std::string>>& control_overrides,
                                const std::string& data);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

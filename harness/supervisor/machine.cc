@@ -16,7 +16,7 @@
 #include "harness/supervisor/trial.h"
 
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 
 namespace {
@@ -117,4 +117,4 @@ bool nvidia_gpu_present() {
   return false;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -5,7 +5,7 @@
 
 #include "harness/common/home.h"  // cache_root(), kCacheDirEnv
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 
 /// The shared libraries this process mapped (LibTorch, CUDA, cuDNN, OpenCV as
@@ -30,4 +30,4 @@ std::string machine_identity();
 /// started for it.
 bool nvidia_gpu_present();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -20,7 +20,7 @@
 #include "harness/supervisor/passed_run.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 using internal::bounded_json;
 using internal::EventDigest;
@@ -31,7 +31,7 @@ using internal::kMaxScheduleRuns;
 using internal::quoted;
 using internal::quoted_name;
 
-bool is_failure(Outcome o) { return o != Outcome::kPassed && o != Outcome::kSkipped; }
+bool is_failure(scenario::Outcome o) { return o != scenario::Outcome::kPassed && o != scenario::Outcome::kSkipped; }
 
 bool is_memory_exhaustion(const std::string& klass) {
   return klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine";
@@ -103,10 +103,10 @@ void mark_crash_step(const EventDigest& d, Failure& f) {
 
 // A trial that says nothing about the training: not spawned, not runnable
 // here, or ended by a failure of dbh's own. True when `a` is decided.
-bool settle_without_training(const TrialResult& r, const Scenario& s, const EventDigest& d, TrialAnalysis& a) {
+bool settle_without_training(const TrialResult& r, const scenario::Scenario& s, const EventDigest& d, TrialAnalysis& a) {
   Failure& f = a.failure;
   if (!r.spawn_error.empty()) {
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = r.spawn_error;
     return true;
   }
@@ -116,7 +116,7 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
     return true;
   }
   if (d.harness_error && ended_by_itself) {
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = "the worker reported a harness error: " + quoted(proto::error_from(*d.harness_error).message);
     f.evidence.push_back(f.message);
     return true;
@@ -126,7 +126,7 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
     // internal error (a bug in dbh, as when it read the CUDA allocator before
     // its first tensor): the trial says nothing about the training, so no
     // verdict, bisection or diagnosis may count it as a failure of it.
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = "dbh's worker failed inside dbh (exit " + std::to_string(r.exit_code) +
                 "), not in the training: " + last_line(r.stderr_tail) + "; please report it with this trial's stderr.log";
     f.evidence.push_back(f.message);
@@ -137,9 +137,9 @@ bool settle_without_training(const TrialResult& r, const Scenario& s, const Even
 }
 
 // The finite checks' first primary finding: a divergence.
-void judge_nonfinite(const Event& event, TrialAnalysis& a) {
+void judge_nonfinite(const proto::Event& event, TrialAnalysis& a) {
   Failure& f = a.failure;
-  a.outcome = Outcome::kDiverged;
+  a.outcome = scenario::Outcome::kDiverged;
   a.primary_health = bounded_json(event.body);
   auto h = proto::health_from(event);
   h.kind = quoted_name(h.kind);
@@ -168,9 +168,9 @@ void judge_nonfinite(const Event& event, TrialAnalysis& a) {
 }
 
 // Finite but unable to learn: the silent-failure monitors' finding.
-void judge_silent_finding(const Event& event, TrialAnalysis& a) {
+void judge_silent_finding(const proto::Event& event, TrialAnalysis& a) {
   Failure& f = a.failure;
-  a.outcome = Outcome::kFailed;
+  a.outcome = scenario::Outcome::kFailed;
   a.primary_health = bounded_json(event.body);
   const auto h = proto::health_from(event);
   f.klass = quoted_name(h.check);
@@ -188,7 +188,7 @@ void judge_silent_finding(const Event& event, TrialAnalysis& a) {
 // kept as secondary.
 void judge_error(const EventDigest& d, const kb::KnowledgeBase& kb, TrialAnalysis& a) {
   Failure& f = a.failure;
-  a.outcome = Outcome::kFailed;
+  a.outcome = scenario::Outcome::kFailed;
   const auto e = proto::error_from(*d.first_error);
   f.message = quoted(e.message);
   f.step = e.step.value_or(-1) >= 0 ? e.step : std::nullopt;
@@ -226,8 +226,8 @@ void judge_error(const EventDigest& d, const kb::KnowledgeBase& kb, TrialAnalysi
 // checkpoints; a worker's own format says it in its `checkpoint` event).
 // A pass of 0 of 4 steps, or of 7, is no answer: "" when the steps are the
 // schedule's, else why not.
-std::string schedule_mismatch(const TrialAnalysis& a, const Scenario& s, const EventDigest& d) {
-  if (s.train.mode == TrainMode::kOps) return "";
+std::string schedule_mismatch(const TrialAnalysis& a, const scenario::Scenario& s, const EventDigest& d) {
+  if (s.train.mode == scenario::TrainMode::kOps) return "";
   int64_t start = 0;
   if (!s.train.resume_from.empty()) {
     const auto named = proto::parse_checkpoint_file_name(fs::path(s.train.resume_from).filename().string());
@@ -278,22 +278,22 @@ std::string schedule_mismatch(const TrialAnalysis& a, const Scenario& s, const E
 // kills, the monitors' findings, error events, the `done` event, the stream
 // itself; a trial that passed is then judged for leaks, evaluation and
 // learning.
-void judge_ending(const TrialResult& r, const Scenario& s, const kb::KnowledgeBase& kb, const ClassifyOptions& opts,
+void judge_ending(const TrialResult& r, const scenario::Scenario& s, const kb::KnowledgeBase& kb, const ClassifyOptions& opts,
                   const EventDigest& d, TrialAnalysis& a) {
   Failure& f = a.failure;
   if (r.timed_out) {
-    a.outcome = Outcome::kTimedOut;
+    a.outcome = scenario::Outcome::kTimedOut;
     f.klass = "hang";
     f.message = "killed at the wall-clock deadline of " + std::to_string(s.limits.deadline_s) + " s";
     mark_crash_step(d, f);
   } else if (r.hung) {
-    a.outcome = Outcome::kHung;
+    a.outcome = scenario::Outcome::kHung;
     f.klass = "hang";
     f.message = "no event for " + std::to_string(static_cast<int>(s.limits.silence_s)) +
                 " s: killed by the silence watchdog";
     mark_crash_step(d, f);
   } else if (r.term_signal != 0) {
-    a.outcome = Outcome::kCrashed;
+    a.outcome = scenario::Outcome::kCrashed;
     const bool oom_kill = r.term_signal == SIGKILL && s.hardware.memory_budget > 0;
     f.klass = oom_kill ? "host_oom" : "crash_signal";
     f.message = "worker killed by " + signal_name(r.term_signal);
@@ -306,43 +306,43 @@ void judge_ending(const TrialResult& r, const Scenario& s, const kb::KnowledgeBa
   } else if (d.first_error) {
     judge_error(d, kb, a);
   } else if (!a.done_seen) {
-    a.outcome = r.exit_code == 0 ? Outcome::kUnresolved : Outcome::kFailed;
+    a.outcome = r.exit_code == 0 ? scenario::Outcome::kUnresolved : scenario::Outcome::kFailed;
     f.klass = "premature_exit";
     f.message = "worker exited with status " + std::to_string(r.exit_code) + " without a `done` event";
     mark_crash_step(d, f);
   } else if (d.done_status == "diverged") {
-    a.outcome = Outcome::kDiverged;
+    a.outcome = scenario::Outcome::kDiverged;
     f.klass = "nonfinite_loss";
     f.message = "the worker stopped a diverged run without a monitor finding";
     f.evidence.push_back("done status \"diverged\" without a primary health event");
   } else if (r.exit_code != 0 || (!d.done_status.empty() && d.done_status != "passed")) {
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "premature_exit";
     f.message = "worker finished with status \"" + d.done_status + "\" and exit code " +
                 std::to_string(r.exit_code) + " but reported no error";
     f.evidence.push_back(f.message);
   } else if (!r.bad_lines.empty()) {
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
                 " undecodable line(s): " + r.bad_lines.front();
   } else if (const std::string off = schedule_mismatch(a, s, d); !off.empty()) {
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = off;
     f.evidence.push_back(off);
   } else if (const std::string other = keys_not_applied(s, d.config); !other.empty()) {
     // Note [Keys a worker confirms]: a pass of another configuration.
-    a.outcome = Outcome::kUnresolved;
+    a.outcome = scenario::Outcome::kUnresolved;
     f.message = other;
     f.evidence.push_back(other);
   } else {
-    a.outcome = Outcome::kPassed;
+    a.outcome = scenario::Outcome::kPassed;
     judge_passed_run(opts, s, a);
   }
 }
 
 }  // namespace
 
-TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const Scenario& s,
+TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const scenario::Scenario& s,
                        const kb::KnowledgeBase& kb, const ClassifyOptions& opts) {
   TrialAnalysis a = events.records();
   const EventDigest& d = events.digest();
@@ -375,9 +375,9 @@ TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const 
   for (const auto& [name, cut] : {std::pair<const char*, int64_t>{"stdout", r.stdout_cut_bytes},
                                   std::pair<const char*, int64_t>{"stderr", r.stderr_cut_bytes}}) {
     if (cut > 0) {
-      a.warnings.push_back("the worker wrote " + format_bytes(cut) + " more to " + name + " than " + name +
-                           ".log keeps (its first " + format_bytes(static_cast<int64_t>(kLogHeadBytes)) +
-                           " and its last " + format_bytes(static_cast<int64_t>(kLogTailBytes)) +
+      a.warnings.push_back("the worker wrote " + scenario::format_bytes(cut) + " more to " + name + " than " + name +
+                           ".log keeps (its first " + scenario::format_bytes(static_cast<int64_t>(kLogHeadBytes)) +
+                           " and its last " + scenario::format_bytes(static_cast<int64_t>(kLogTailBytes)) +
                            "; a line in the log marks the cut)");
     }
   }
@@ -392,10 +392,10 @@ TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const 
   // that its worker could not apply (a budget below what the CUDA context
   // alone takes, say) trained without it; its pass says nothing about the
   // budget, so it is no answer, never "fits". A failure stays what it is.
-  if (a.outcome == Outcome::kPassed && s.hardware.memory_budget > 0 && a.budget.is_object() &&
+  if (a.outcome == scenario::Outcome::kPassed && s.hardware.memory_budget > 0 && a.budget.is_object() &&
       !a.budget.value("applied", true)) {
-    a.outcome = Outcome::kUnresolved;
-    a.failure.message = "the memory budget of " + format_bytes(s.hardware.memory_budget) +
+    a.outcome = scenario::Outcome::kUnresolved;
+    a.failure.message = "the memory budget of " + scenario::format_bytes(s.hardware.memory_budget) +
                         " was not applied, so the run did not test it: " +
                         a.budget.value("detail", std::string("the worker gave no reason"));
     a.failure.evidence.push_back(a.failure.message);
@@ -423,18 +423,18 @@ std::string injected_faults(const TrialAnalysis& a) {
   return out;
 }
 
-void mark_not_run_here(TrialAnalysis& a, const Scenario& s, const std::string& why) {
+void mark_not_run_here(TrialAnalysis& a, const scenario::Scenario& s, const std::string& why) {
   // Not tried: this machine lacks what the scenario needs. Neither a pass
   // nor a failure of the training (git bisect's "cannot test").
-  a.outcome = Outcome::kSkipped;
+  a.outcome = scenario::Outcome::kSkipped;
   Failure& f = a.failure;
   f.message = why;
   // What a user can do about it here, with the override that does it.
   if (s.hardware.device != "cpu") {
     f.message += "; to run it on this machine's CPU instead, add " +
-                 override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
+                 scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu") +
                  (s.train.precision != model::Precision::kFp32 && !s.worker.external()
-                      ? " " + override_text(DBH_SCENARIO_KEY(train.precision), "fp32") + " (AMP runs on CUDA only)"
+                      ? " " + scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32") + " (AMP runs on CUDA only)"
                       : std::string());
   }
   f.evidence.push_back(f.message);
@@ -469,4 +469,4 @@ bool emulated_gpu_fault(const TrialAnalysis& a) {
                      [](const FaultRecord& f) { return f.fired && f.real && !*f.real; });
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -12,13 +12,13 @@
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 // Outcome, its names and outcome_from_string are declared with the
 // scenario's expectation (scenario/scenario.h), which names one.
 
 /// Whether the outcome is a failure of the training (lit's isFailure).
-bool is_failure(Outcome o);
+bool is_failure(scenario::Outcome o);
 
 /// What went wrong and where, from what the monitors and the event stream
 /// observed (never from the fault schedule).
@@ -92,7 +92,7 @@ struct EvalRecord {
 
 /// A trial's result turned into values.
 struct TrialAnalysis {
-  Outcome outcome = Outcome::kUnresolved;
+  scenario::Outcome outcome = scenario::Outcome::kUnresolved;
   Failure failure;
   int64_t steps_completed = 0;
   int64_t peak_memory_bytes = 0;
@@ -171,7 +171,7 @@ inline constexpr size_t kMaxSampleNameBytes = 256;
 
 /// Marks `a` skipped, not run on this machine for `why` (a device it lacks),
 /// with the override that runs it on this machine's CPU.
-void mark_not_run_here(TrialAnalysis& a, const Scenario& s, const std::string& why);
+void mark_not_run_here(TrialAnalysis& a, const scenario::Scenario& s, const std::string& why);
 
 /// The steps of run 0 whose optimizer step the fp16 loss scaler skipped
 /// (Note [Loss-scaler skips]: a few are its normal work), in order.
@@ -192,7 +192,7 @@ class EventDigester;  // harness/supervisor/event_digest.h
 
 /// A trial's verdict: how its process ended (`result`) and what its events
 /// said (`events`, fed as they arrived), judged against the scenario.
-TrialAnalysis classify(const TrialResult& result, const EventDigester& events, const Scenario& scenario,
+TrialAnalysis classify(const TrialResult& result, const EventDigester& events, const scenario::Scenario& scenario,
                        const kb::KnowledgeBase& kb, const ClassifyOptions& options = {});
 
 std::string signal_name(int sig);
@@ -214,4 +214,4 @@ std::string peak_memory_kind(const TrialAnalysis& a);
 /// Note [Real GPU faults]): what followed says nothing about a GPU.
 bool emulated_gpu_fault(const TrialAnalysis& a);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

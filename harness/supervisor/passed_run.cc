@@ -14,11 +14,11 @@
 #include "harness/common/text.h"
 #include "harness/scenario/schema.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace {
 
 // The window monitors.learning_window resolves to for `s`; 0: not judged.
-int64_t learning_window(const Scenario& s) {
+int64_t learning_window(const scenario::Scenario& s) {
   if (!s.monitors.silent_check("learning")) return 0;
   if (s.monitors.learning_window >= 0) return s.monitors.learning_window;
   // auto: runs long enough to judge, from scratch (a loss that starts from
@@ -64,7 +64,7 @@ LearningNoise learning_noise(const std::vector<const StepRecord*>& steps, size_t
 // not_learning, its message says which.
 constexpr size_t kFrozenSteps = 3;
 
-void judge_frozen_updates(TrialAnalysis& a, const Scenario& s) {
+void judge_frozen_updates(TrialAnalysis& a, const scenario::Scenario& s) {
   if (!s.monitors.silent_check("learning")) return;
   std::map<int64_t, std::vector<const StepRecord*>> runs;
   for (const auto& st : a.steps) runs[st.run].push_back(&st);
@@ -78,7 +78,7 @@ void judge_frozen_updates(TrialAnalysis& a, const Scenario& s) {
     }
     if (!measured || (!lr_zero && !grad_zero)) continue;
     Failure& f = a.failure;
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "not_learning";
     f.step = steps.front()->step;
     f.run = run;
@@ -103,7 +103,7 @@ void judge_frozen_updates(TrialAnalysis& a, const Scenario& s) {
 // half's by monitors.learning_min_drop and by twice the drop's standard
 // error (Note [Learning judged with its noise]). Runs shorter than W are not
 // judged.
-void judge_learning(TrialAnalysis& a, const Scenario& s) {
+void judge_learning(TrialAnalysis& a, const scenario::Scenario& s) {
   const int64_t w = learning_window(s);
   if (w <= 0) return;
   std::map<int64_t, std::vector<const StepRecord*>> runs;
@@ -133,7 +133,7 @@ void judge_learning(TrialAnalysis& a, const Scenario& s) {
                      fixed(100 * noise.spread / first, 1) + " %"
                : "");
     Failure& f = a.failure;
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "not_learning";
     f.step = s1;
     f.run = run;
@@ -170,13 +170,13 @@ void judge_resource_leaks(TrialAnalysis& a) {
   const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
       {"open files", &a.run_end_open_files}, {"threads", &a.run_end_threads}, {"child processes", &a.run_end_children}};
   for (const auto& [what, values] : series) {
-    if (a.outcome != Outcome::kPassed || values->size() < 3) continue;
+    if (a.outcome != scenario::Outcome::kPassed || values->size() < 3) continue;
     bool rises = true;
     for (size_t i = 2; i < values->size(); ++i) rises = rises && (*values)[i - 1] >= 0 && (*values)[i] > (*values)[i - 1];
     if (!rises) continue;
     const int64_t per_run = (values->back() - (*values)[1]) / static_cast<int64_t>(values->size() - 2);
     Failure& f = a.failure;
-    a.outcome = Outcome::kLeaked;
+    a.outcome = scenario::Outcome::kLeaked;
     f.klass = "leak_across_runs";
     f.message = std::string(what) + " grew by " + std::to_string(per_run) + " per run over " +
                 std::to_string(values->size()) + " in-process runs";
@@ -204,19 +204,19 @@ void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
     const bool exact = values == &a.run_end_cuda_allocated;
     const bool two_runs = values->size() == 2;
     const size_t from = exact || two_runs ? 0 : 1;
-    if (values->size() < from + 2 || a.outcome != Outcome::kPassed) continue;
+    if (values->size() < from + 2 || a.outcome != scenario::Outcome::kPassed) continue;
     const int64_t growth = values->back() - (*values)[from];
     const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1 - from);
     if (per_run <= (two_runs && !exact ? 2 : 1) * opts.leak_threshold_bytes) continue;
-    a.outcome = Outcome::kLeaked;
+    a.outcome = scenario::Outcome::kLeaked;
     f.klass = "leak_across_runs";
-    f.message = std::string(what) + " grew by " + format_bytes(per_run) + " per run over " +
+    f.message = std::string(what) + " grew by " + scenario::format_bytes(per_run) + " per run over " +
                 std::to_string(values->size()) + " in-process runs";
     for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
-      std::string line = "run " + std::to_string(i) + " ended at " + format_bytes(a.run_end_rss[i]) + " RSS";
+      std::string line = "run " + std::to_string(i) + " ended at " + scenario::format_bytes(a.run_end_rss[i]) + " RSS";
       if (i < a.run_end_cuda_allocated.size()) {
-        line += ", CUDA allocated " + format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
-                format_bytes(a.run_end_cuda_reserved[i]);
+        line += ", CUDA allocated " + scenario::format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
+                scenario::format_bytes(a.run_end_cuda_reserved[i]);
       }
       f.evidence.push_back(line);
     }
@@ -227,12 +227,12 @@ void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
 
 // A run that trained without an error but whose validation says it learned
 // nothing, or forgot what it learned, or whose evaluator cannot be trusted.
-void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
+void judge_evaluation(TrialAnalysis& a, const scenario::Scenario& s) {
   Failure& f = a.failure;
   // Nothing to score is not a broken evaluator: a validation set without a
   // scorable word gives every metric 0 by construction, the self-check too.
   if (a.validation_words && *a.validation_words == 0) {
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "validation_unscorable";
     f.message = "the validation set holds no scorable word (every image without a legible annotated word): "
                 "there is nothing to score, so its precision, recall and h-mean are 0 whatever the model learns";
@@ -244,7 +244,7 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
     return;
   }
   if (a.evaluator_self_check && *a.evaluator_self_check < 0.999) {
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "evaluator_broken";
     f.message = "the evaluator scored the ground truth itself at h-mean " + fixed(*a.evaluator_self_check) +
                 " (expected 1.000): its metrics cannot be trusted";
@@ -261,7 +261,7 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
       return x.det_reference < y.det_reference;
     });
     if (!any_boxes && ref->det_reference > 0) {
-      a.outcome = Outcome::kFailed;
+      a.outcome = scenario::Outcome::kFailed;
       f.klass = "postprocess_drops_all";
       f.step = ref->step - 1;  // the 0-based step the evaluation followed
       f.message = "post-processing kept no box at any of " + std::to_string(a.evals.size()) +
@@ -280,7 +280,7 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
     if (e.hmean > best) best = e.hmean, best_step = e.step;
   }
   if (s.monitors.hmean_collapse_ratio > 0 && best >= 0.1 && last.hmean < s.monitors.hmean_collapse_ratio * best) {
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "hmean_collapse";
     f.step = last.step - 1;
     f.message = "validation h-mean collapsed from " + fixed(best) + " after step " + std::to_string(best_step - 1) +
@@ -302,7 +302,7 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
   const int64_t zeros_needed = s.monitors.hmean_zero_after;
   if (zeros_needed > 0 && static_cast<int64_t>(a.evals.size()) >= zeros_needed &&
       std::all_of(a.evals.end() - zeros_needed, a.evals.end(), zero)) {
-    a.outcome = Outcome::kFailed;
+    a.outcome = scenario::Outcome::kFailed;
     f.klass = "hmean_zero";
     f.step = last.step - 1;
     const std::string through = " for the last " + std::to_string(zeros_needed) + " evaluations (through step " +
@@ -325,11 +325,11 @@ void judge_evaluation(TrialAnalysis& a, const Scenario& s) {
 
 }  // namespace
 
-void judge_passed_run(const ClassifyOptions& opts, const Scenario& s, TrialAnalysis& a) {
+void judge_passed_run(const ClassifyOptions& opts, const scenario::Scenario& s, TrialAnalysis& a) {
   judge_leaks(opts, a);
-  if (a.outcome == Outcome::kPassed) judge_evaluation(a, s);
-  if (a.outcome == Outcome::kPassed) judge_frozen_updates(a, s);
-  if (a.outcome == Outcome::kPassed) judge_learning(a, s);
+  if (a.outcome == scenario::Outcome::kPassed) judge_evaluation(a, s);
+  if (a.outcome == scenario::Outcome::kPassed) judge_frozen_updates(a, s);
+  if (a.outcome == scenario::Outcome::kPassed) judge_learning(a, s);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

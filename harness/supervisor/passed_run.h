@@ -3,7 +3,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// What a trial that ended `done passed` on the schedule asked for is judged
 /// for, in this order: growth across its in-process runs (Note [What a run
@@ -11,6 +11,6 @@ namespace dbh::harness {
 /// metrics]), updates that change nothing (Note [Updates that change
 /// nothing]) and a loss that does not fall (the learning window). The first
 /// that fails sets `a`'s outcome and failure; a run none fails stays passed.
-void judge_passed_run(const ClassifyOptions& opts, const Scenario& s, TrialAnalysis& a);
+void judge_passed_run(const ClassifyOptions& opts, const scenario::Scenario& s, TrialAnalysis& a);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -3,7 +3,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 std::string to_string(ResolutionVerdict v) {
   switch (v) {
@@ -15,9 +15,9 @@ std::string to_string(ResolutionVerdict v) {
   return "not applicable";
 }
 
-ResolutionVerdict resolution_verdict(Outcome o) {
+ResolutionVerdict resolution_verdict(scenario::Outcome o) {
   // A run cut short, or one this machine could not run, says nothing.
-  if (o == Outcome::kUnresolved || o == Outcome::kSkipped) return ResolutionVerdict::kUnresolved;
+  if (o == scenario::Outcome::kUnresolved || o == scenario::Outcome::kSkipped) return ResolutionVerdict::kUnresolved;
   return is_failure(o) ? ResolutionVerdict::kRefuted : ResolutionVerdict::kConfirmed;
 }
 
@@ -51,4 +51,4 @@ std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const 
   return checks;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -10,7 +10,7 @@
 #include "harness/kb/knowledge_base.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 // Note [Resolutions that are tried]: the resolutions of a failure's class
 // that the knowledge base can express as overrides (its `verify:` entries)
@@ -29,7 +29,7 @@ enum class ResolutionVerdict {
 /// `resolutions_tried[].verdict`).
 std::string to_string(ResolutionVerdict v);
 /// The verdict of a trial that ended with `o`.
-ResolutionVerdict resolution_verdict(Outcome o);
+ResolutionVerdict resolution_verdict(scenario::Outcome o);
 
 /// One resolution, tried or not.
 struct ResolutionCheck {
@@ -44,7 +44,7 @@ struct ResolutionCheck {
 
 /// What one resolution's run gave.
 struct ResolutionRun {
-  Outcome outcome = Outcome::kUnresolved;
+  scenario::Outcome outcome = scenario::Outcome::kUnresolved;
   std::string klass;  // its failure class ("" when it passed)
   std::string dir;    // its folder, relative to the command's output ("" when none)
 };
@@ -65,4 +65,4 @@ std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const 
                                              const RunResolution& run,
                                              const std::function<bool()>& stop = [] { return false; });
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -10,11 +10,11 @@
 #include "harness/supervisor/tuning.h"
 #include "harness/supervisor/worker_contract.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 
-ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& dir_text, int64_t index,
-                                   bool withhold_fault_records, const std::function<void(const Event&)>& on_event) {
+ScenarioTrial run_classified_trial(const scenario::Scenario& scenario, const std::string& dir_text, int64_t index,
+                                   bool withhold_fault_records, const std::function<void(const proto::Event&)>& on_event) {
   // Loaded before the worker runs: a missing knowledge base fails the trial
   // at once, not after a training run.
   const kb::KnowledgeBase& kb = kb::KnowledgeBase::shipped();
@@ -22,10 +22,10 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   make_directories_no_follow(dir_text);  // never a link out of the output folder
   // `auto` settings become measured values before the worker starts (Note
   // [Measured choices]); the worker sees only the values.
-  Scenario s = scenario;
+  scenario::Scenario s = scenario;
   nlohmann::json tuning = resolve_measured_choices(s, (dir / "tuning").string());
   const fs::path resolved = dir / "scenario.resolved.json";
-  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
+  write_file_atomically(resolved.string(), scenario::resolved_json(s) + "\n");
   TrialSpec spec;
   if (s.worker.external()) {
     spec = external_trial_spec(s, resolved.string(), dir.string(), index);
@@ -41,7 +41,7 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   }
   // Note [A trial's events are read as they arrive].
   EventDigester events;
-  spec.on_event = [&events, &on_event](const Event& e) {
+  spec.on_event = [&events, &on_event](const proto::Event& e) {
     if (on_event) on_event(e);
     events.feed(e);
   };
@@ -51,7 +51,7 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
     // "No supported gpu backend found"): not started, skipped as dbh's own
     // worker's trial is when it reports the device unavailable.
     t.analysis = classify(t.result, events, s, kb, {});
-    t.analysis.outcome = Outcome::kUnresolved;
+    t.analysis.outcome = scenario::Outcome::kUnresolved;
     t.analysis.failure = Failure{};
     mark_not_run_here(t.analysis, s, *why);
     t.analysis.tuning = std::move(tuning);
@@ -65,9 +65,9 @@ ScenarioTrial run_classified_trial(const Scenario& scenario, const std::string& 
   return t;
 }
 
-TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text, int64_t index,
+TrialAnalysis run_scenario_trial(const scenario::Scenario& s, const std::string& dir_text, int64_t index,
                                  bool withhold_fault_records, std::string* stderr_tail,
-                                 const std::function<void(const Event&)>& on_event) {
+                                 const std::function<void(const proto::Event&)>& on_event) {
   ScenarioTrial t = run_classified_trial(s, dir_text, index, withhold_fault_records, on_event);
   // The trial's own outcome stands, but a run whose raw record is torn is not
   // one to report on.
@@ -76,4 +76,4 @@ TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir_text,
   return std::move(t.analysis);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -9,7 +9,7 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// What a supervised trial of a scenario returned, and its classification.
 struct ScenarioTrial {
@@ -23,15 +23,15 @@ struct ScenarioTrial {
 /// the scenario's limits and classifies the result with the shipped
 /// knowledge base. Does not judge the infrastructure (a torn journal, a spawn
 /// failure): the callers do. `on_event` sees every event as it arrives.
-ScenarioTrial run_classified_trial(const Scenario& s, const std::string& dir, int64_t index,
-                                   bool withhold_fault_records, const std::function<void(const Event&)>& on_event);
+ScenarioTrial run_classified_trial(const scenario::Scenario& s, const std::string& dir, int64_t index,
+                                   bool withhold_fault_records, const std::function<void(const proto::Event&)>& on_event);
 
 /// Runs one supervised trial of `s` in `dir` as run_classified_trial does
 /// (shared by `dbh run` and the probes of bisect). `stderr_tail` receives the
 /// end of the worker's stderr. Throws ReportError when the trial's events
 /// could not be written.
-TrialAnalysis run_scenario_trial(const Scenario& s, const std::string& dir, int64_t index,
+TrialAnalysis run_scenario_trial(const scenario::Scenario& s, const std::string& dir, int64_t index,
                                  bool withhold_fault_records, std::string* stderr_tail,
-                                 const std::function<void(const Event&)>& on_event);
+                                 const std::function<void(const proto::Event&)>& on_event);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

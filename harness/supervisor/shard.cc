@@ -10,7 +10,7 @@
 
 extern char** environ;
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 namespace {
 bool to_int(const std::string& s, int64_t* v) {
@@ -143,4 +143,4 @@ bool in_shard(const std::string& id, const Shard& shard) {
   return static_cast<int64_t>(fnv1a64(id) % static_cast<uint64_t>(shard.count)) == shard.index;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// Which part of a suite this process runs: index in [0, count).
 struct Shard {
@@ -34,4 +34,4 @@ std::map<std::string, std::string> process_environment();
 /// shard.
 bool in_shard(const std::string& scenario_id, const Shard& shard);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

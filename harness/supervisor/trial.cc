@@ -28,7 +28,7 @@
 
 extern char** environ;
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -249,7 +249,7 @@ std::string new_trial_token() {
 // Kills every process (but this one) whose environment holds
 // kTrialTokenEnv=`token`; returns how many.
 int kill_token_holders(const std::string& token) {
-  const std::string needle = std::string(kTrialTokenEnv) + "=" + token;
+  const std::string needle = std::string(proto::kTrialTokenEnv) + "=" + token;
   int killed = 0;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
@@ -273,8 +273,8 @@ int kill_token_holders(const std::string& token) {
 
 std::vector<std::string> worker_environment(const TrialSpec& spec, const std::string& token) {
   std::vector<std::pair<std::string, std::string>> set = spec.env;
-  set.emplace_back(kSupervisorPidEnv, std::to_string(getpid()));
-  set.emplace_back(kTrialTokenEnv, token);
+  set.emplace_back(proto::kSupervisorPidEnv, std::to_string(getpid()));
+  set.emplace_back(proto::kTrialTokenEnv, token);
   std::vector<std::string> env_text;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& kv) {
@@ -296,7 +296,7 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, events_fd, kEventsFd);
+  posix_spawn_file_actions_adddup2(&actions, events_fd, proto::kEventsFd);
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -401,12 +401,12 @@ TrialResult run_trial(const TrialSpec& spec) {
     return result;
   }
   g_current_group = pid;
-  StreamDecoder decoder("events.jsonl");
-  const auto on_decoded = [&](Event&& e) {
+  proto::StreamDecoder decoder("events.jsonl");
+  const auto on_decoded = [&](proto::Event&& e) {
     try {
       if (spec.on_event) spec.on_event(e);
     } catch (const std::exception& x) {  // a listener's failure drops its event, as a bad line would
-      if (result.bad_lines.size() < kMaxBadLines) result.bad_lines.push_back(truncate_utf8(x.what(), 2000));
+      if (result.bad_lines.size() < proto::kMaxBadLines) result.bad_lines.push_back(truncate_utf8(x.what(), 2000));
     }
   };
   auto last_event = Clock::now();
@@ -546,4 +546,4 @@ TrialResult run_trial(const TrialSpec& spec) {
   return result;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

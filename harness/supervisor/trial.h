@@ -9,7 +9,7 @@
 #include "harness/proto/events.h"
 #include "harness/proto/worker_link.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 /// How to run one worker process.
 struct TrialSpec {
@@ -29,7 +29,7 @@ struct TrialSpec {
   /// Called for every decoded event as it arrives, heartbeats included; the
   /// trial keeps no events (Note [A trial's events are read as they
   /// arrive]): what a caller needs of them, it reads here.
-  std::function<void(const Event&)> on_event;
+  std::function<void(const proto::Event&)> on_event;
 };
 
 /// What happened to the process, as the supervisor saw it.
@@ -102,4 +102,4 @@ class Interrupted : public Error {
   int signal_;
 };
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

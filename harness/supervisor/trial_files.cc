@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-namespace dbh::harness::internal {
+namespace dbh::harness::supervisor::internal {
 namespace fs = std::filesystem;
 
 TrialFiles::TrialFiles(const fs::path& dir) : dir_(dir.lexically_normal()) {
@@ -35,4 +35,4 @@ void TrialFiles::publish(std::vector<std::string>* displaced) {
   fs::remove_all(stage_, ec);
 }
 
-}  // namespace dbh::harness::internal
+}  // namespace dbh::harness::supervisor::internal

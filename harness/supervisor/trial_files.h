@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness::internal {
+namespace dbh::harness::supervisor::internal {
 
 /// dbh's files of one trial (stdout.log, stderr.log, events.jsonl): written
 /// in stage() while the trial runs, moved into the trial's folder by
@@ -43,4 +43,4 @@ class TrialFiles {
   bool published_ = false;
 };
 
-}  // namespace dbh::harness::internal
+}  // namespace dbh::harness::supervisor::internal

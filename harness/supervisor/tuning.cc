@@ -37,7 +37,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/step_code.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -72,7 +72,7 @@ double spread_of(const json& c) {
   return hi >= lo ? hi - lo : 0.0;
 }
 
-std::string tuning_key(const Scenario& s) {
+std::string tuning_key(const scenario::Scenario& s) {
   Digest d;
   d.add("dbh measured choices 1")
       .add(machine_identity())
@@ -229,11 +229,11 @@ void trim_cache(const fs::path& dir) {
 
 // Runs `dbh __tune` as a supervised trial; the `tuning` event's fields, or
 // an object with `error`.
-json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
+json measure(const scenario::Scenario& s, const fs::path& dir, double budget_seconds) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   const fs::path resolved = dir / "scenario.resolved.json";
-  write_file_atomically(resolved.string(), resolved_json(s) + "\n");
+  write_file_atomically(resolved.string(), scenario::resolved_json(s) + "\n");
   TrialSpec spec;
   spec.argv = {"/proc/self/exe", "__tune", "--scenario", resolved.string()};
   if (budget_seconds > 0) {
@@ -250,9 +250,9 @@ json measure(const Scenario& s, const fs::path& dir, double budget_seconds) {
   // Note [No silent minute]: each timed step counted, with the time left.
   Progress progress("dbh: measuring layout and threads", "timed steps");
   std::optional<proto::Tuning> measured;  // the first `tuning` event
-  spec.on_event = [&progress, &measured](const Event& e) {
-    if (e.type == event::kTuning && !measured) measured = proto::tuning_from(e);
-    if (e.type != event::kTuningProgress) return;
+  spec.on_event = [&progress, &measured](const proto::Event& e) {
+    if (e.type == proto::event::kTuning && !measured) measured = proto::tuning_from(e);
+    if (e.type != proto::event::kTuningProgress) return;
     const proto::TuningProgress p = proto::tuning_progress_from(e);
     progress.update(p.done, p.total);
   };
@@ -281,7 +281,7 @@ double non_negative_env(const char* name, double fallback, const char* what) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   double x = 0;  // decimal only: strtod would also read "0x10" and "1p3"
-  if (parse_double(v, &x) && x >= 0) return x;
+  if (scenario::parse_double(v, &x) && x >= 0) return x;
   throw UsageError(std::string(name) + ": expected " + what + ", got \"" + one_line(v) + "\"");
 }
 
@@ -354,18 +354,18 @@ int64_t choose_candidate(const json& candidates, bool default_channels_last, int
 namespace {
 
 // Applies a resolved record's values to `s` (the settings it left to auto).
-void apply_record(const json& record, Scenario& s) {
+void apply_record(const json& record, scenario::Scenario& s) {
   if (!s.train.channels_last.has_value()) s.train.channels_last = record["channels_last"].value("value", false);
-  if (s.train.threads == TrainConfig::kAutoThreads) {
+  if (s.train.threads == scenario::TrainConfig::kAutoThreads) {
     s.train.threads = record["threads"].value("value", available_cores());
   }
 }
 
 // The record of PyTorch's defaults for what `s` leaves to auto, and its
 // explicit settings.
-json default_record(const Scenario& s) {
+json default_record(const scenario::Scenario& s) {
   const bool auto_layout = !s.train.channels_last.has_value();
-  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  const bool auto_threads = s.train.threads == scenario::TrainConfig::kAutoThreads;
   const int64_t cores = available_cores();
   json record = {{"channels_last", {{"value", false}, {"source", auto_layout ? "default" : "explicit"}}},
                  {"threads", {{"value", cores}, {"source", auto_threads ? "default" : "explicit"}}}};
@@ -388,7 +388,7 @@ void write_entry(const fs::path& file, const json& entry, json& record) {
 
 // The record's account of a measurement over its budget (Note [A
 // measurement's budget]), from the verdict `v` (measured now or cached).
-void note_over_budget(json& record, const json& v, const Scenario& s) {
+void note_over_budget(json& record, const json& v, const scenario::Scenario& s) {
   const double step = v.value("over_budget_step_seconds", 0.0), least = v.value("least_seconds", 0.0);
   // The command that measures this very setup, to paste.
   std::vector<std::string> tune = {self_command(), "tune"};
@@ -429,7 +429,7 @@ json timings_of(const json& candidates) {
 
 // Note [A measurement's budget]: the cache entry that says a measurement of
 // `s` would take longer than `budget`, from the measuring worker's answer.
-json over_budget_verdict(const json& measured, const Scenario& s, double budget, int64_t cores) {
+json over_budget_verdict(const json& measured, const scenario::Scenario& s, double budget, int64_t cores) {
   const double step = measured["over_budget_step_seconds"].get<double>();
   const auto n = static_cast<double>(measured.contains("candidates") && measured["candidates"].is_array()
                                          ? measured["candidates"].size()
@@ -447,10 +447,10 @@ json over_budget_verdict(const json& measured, const Scenario& s, double budget,
   return verdict;
 }
 
-json resolve_uncached_in_process(const Scenario& s, const std::string& key, const std::string& work_dir,
+json resolve_uncached_in_process(const scenario::Scenario& s, const std::string& key, const std::string& work_dir,
                                  double budget) {
   const bool auto_layout = !s.train.channels_last.has_value();
-  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  const bool auto_threads = s.train.threads == scenario::TrainConfig::kAutoThreads;
   const int64_t cores = available_cores();
   json record = default_record(s);
 
@@ -596,12 +596,12 @@ json resolve_uncached_in_process(const Scenario& s, const std::string& key, cons
 
 }  // namespace
 
-json resolve_measured_choices(Scenario& s, const std::string& work_dir, MeasureBudget budget) {
+json resolve_measured_choices(scenario::Scenario& s, const std::string& work_dir, MeasureBudget budget) {
   const bool auto_layout = !s.train.channels_last.has_value();
-  const bool auto_threads = s.train.threads == TrainConfig::kAutoThreads;
+  const bool auto_threads = s.train.threads == scenario::TrainConfig::kAutoThreads;
   // An external worker (Note [The worker contract]) trains the user's own
   // model with its own settings: dbh's layout and threads do not apply.
-  if ((!auto_layout && !auto_threads) || s.train.mode != TrainMode::kTrain || s.worker.external()) return nullptr;
+  if ((!auto_layout && !auto_threads) || s.train.mode != scenario::TrainMode::kTrain || s.worker.external()) return nullptr;
   // A CUDA scenario on a machine without an NVIDIA GPU is skipped: nothing
   // to measure, and no "measuring" line before the skip.
   if (s.hardware.device.rfind("cuda", 0) == 0 && !nvidia_gpu_present()) {
@@ -630,4 +630,4 @@ json resolve_measured_choices(Scenario& s, const std::string& work_dir, MeasureB
   return record;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

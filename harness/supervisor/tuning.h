@@ -6,7 +6,7 @@
 
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 // Note [Measured choices]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -106,7 +106,7 @@ inline constexpr double kDefaultMargin = 0.03;
 /// (`reused_in_process` in the record). A measurement over its budget
 /// (`budget`; Note [A measurement's budget]) leaves PyTorch's defaults, with
 /// `over_budget` in the record.
-nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir,
+nlohmann::json resolve_measured_choices(scenario::Scenario& s, const std::string& work_dir,
                                         MeasureBudget budget = MeasureBudget::kKeep);
 
 /// The choice among measured candidates (the `candidates` of a `tuning`
@@ -117,4 +117,4 @@ nlohmann::json resolve_measured_choices(Scenario& s, const std::string& work_dir
 /// Returns the index into `candidates`, or -1 when none has a timing.
 int64_t choose_candidate(const nlohmann::json& candidates, bool default_channels_last, int64_t default_threads);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -24,7 +24,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/machine.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
 
 const std::vector<CapabilityDoc>& worker_capabilities() {
@@ -52,22 +52,22 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
   return kCapabilities;
 }
 
-WorkerNeeds worker_needs(const Scenario& s) {
+WorkerNeeds worker_needs(const scenario::Scenario& s) {
   WorkerNeeds n;
   auto need = [&](const char* cap, const char* key) { n.required.emplace_back(cap, key); };
   for (size_t i = 0; i < s.faults.size(); ++i) {
     n.required.emplace_back(capability::kFaultPrefix + s.faults[i].name, "faults." + std::to_string(i));
   }
   if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
-  if (s.data.source != DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
+  if (s.data.source != scenario::DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
   if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
   if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));
-  if (s.train.mode == TrainMode::kOps) need(capability::kOps, DBH_SCENARIO_KEY(train.mode));
+  if (s.train.mode == scenario::TrainMode::kOps) need(capability::kOps, DBH_SCENARIO_KEY(train.mode));
   if (s.train.eval_every > 0) need(capability::kValidation, DBH_SCENARIO_KEY(train.eval_every));
-  if (s.monitors.mode == MonitorMode::kCheap) need(capability::kMonitorsFinite, DBH_SCENARIO_KEY(monitors.mode));
-  if (s.monitors.mode == MonitorMode::kLocalise) need(capability::kMonitorsLocalise, DBH_SCENARIO_KEY(monitors.mode));
-  if (s.monitors.mode != MonitorMode::kOff && !s.monitors.silent.empty()) {
+  if (s.monitors.mode == scenario::MonitorMode::kCheap) need(capability::kMonitorsFinite, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode == scenario::MonitorMode::kLocalise) need(capability::kMonitorsLocalise, DBH_SCENARIO_KEY(monitors.mode));
+  if (s.monitors.mode != scenario::MonitorMode::kOff && !s.monitors.silent.empty()) {
     n.optional.emplace_back(capability::kMonitorsSilent, DBH_SCENARIO_KEY(monitors.silent));
   }
   if (s.monitors.numerics) n.optional.emplace_back(capability::kMonitorsNumerics, DBH_SCENARIO_KEY(monitors.numerics));
@@ -116,29 +116,29 @@ std::string some_of(const std::vector<std::string>& words, size_t n, const std::
 }
 
 // dbh's value of `key` as a Lightning/Hydra command line writes it.
-std::string user_value(const std::string& key, const Scenario& s) {
+std::string user_value(const std::string& key, const scenario::Scenario& s) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
     if (s.train.precision == model::Precision::kFp16) return "16-mixed";
     if (s.train.precision == model::Precision::kBf16) return "bf16-mixed";
     return "32-true";
   }
   if (key == DBH_SCENARIO_KEY(hardware.device)) return s.hardware.device.rfind("cuda", 0) == 0 ? "gpu" : "cpu";
-  const KeySpec* k = find_scenario_key(key);
+  const scenario::KeySpec* k = scenario::find_scenario_key(key);
   if (k == nullptr) return "";
-  const auto j = key_json(*k, s);
+  const auto j = scenario::key_json(*k, s);
   return j.is_string() ? j.get<std::string>() : j.dump();
 }
 
 }  // namespace
 
-std::vector<PassedKey> passed_keys(const Scenario& s);
+std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 
 namespace {
 
 // Note [The user's own names]: a command that refused a key dbh passed under
 // the alias table's name (Hydra's "Could not override 'K'", a parser's
 // "unknown key K") is told which worker.keys line fixes it.
-std::string refused_key_hint(const Scenario& s, const std::string& stderr_tail) {
+std::string refused_key_hint(const scenario::Scenario& s, const std::string& stderr_tail) {
   std::string hint;
   for (const auto& k : passed_keys(s)) {
     if (stderr_tail.find(k.user_key) == std::string::npos) continue;
@@ -153,17 +153,17 @@ std::string refused_key_hint(const Scenario& s, const std::string& stderr_tail) 
 
 }  // namespace
 
-std::vector<PassedKey> passed_keys(const Scenario& s) {
-  std::vector<std::string> keys = worker_passed_keys();
+std::vector<PassedKey> passed_keys(const scenario::Scenario& s) {
+  std::vector<std::string> keys = scenario::worker_passed_keys();
   for (const auto& [dbh_key, user_key] : s.worker.keys) {
     if (std::find(keys.begin(), keys.end(), dbh_key) == keys.end()) keys.push_back(dbh_key);
   }
   std::vector<PassedKey> out;
   for (const auto& key : keys) {
     const auto it = s.worker.keys.find(key);
-    const std::string user_key = it != s.worker.keys.end() ? it->second : first_alias_of(key);
+    const std::string user_key = it != s.worker.keys.end() ? it->second : scenario::first_alias_of(key);
     if (user_key.empty()) continue;
-    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != DataSource::kReal || s.data.path.empty())) continue;
+    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != scenario::DataSource::kReal || s.data.path.empty())) continue;
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;
@@ -203,7 +203,7 @@ std::optional<bool> same_value(const std::string& passed, const nlohmann::json& 
 
 }  // namespace
 
-std::string keys_not_applied(const Scenario& s, const nlohmann::json& config) {
+std::string keys_not_applied(const scenario::Scenario& s, const nlohmann::json& config) {
   if (!s.worker.external() || !config.is_object()) return "";
   for (const auto& k : passed_keys(s)) {
     const auto it = config.find(k.user_key);
@@ -217,7 +217,7 @@ std::string keys_not_applied(const Scenario& s, const nlohmann::json& config) {
   return "";
 }
 
-std::string key_not_passed(const Scenario& s, const std::string& key) {
+std::string key_not_passed(const scenario::Scenario& s, const std::string& key) {
   if (!s.worker.external()) return "";
   // dbh's own: read by the supervisor, or served through a capability
   // (worker_needs), never a value of the worker's training.
@@ -238,13 +238,13 @@ std::string key_not_passed(const Scenario& s, const std::string& key) {
     if (k.dbh_key == key) return "";
   }
   const auto it = s.worker.keys.find(key);
-  return key + " is not passed to the worker " + join(s.worker.command, " ") +
+  return key + " is not passed to the worker " + scenario::join(s.worker.command, " ") +
          (it != s.worker.keys.end() ? " (worker.keys maps it to \"\", nothing)"
                                     : " (add `worker.keys: {" + key + ": <your key>}` for it to reach your "
                                       "configuration)");
 }
 
-std::string overrides_not_passed(const Scenario& s, const std::vector<std::string>& overrides) {
+std::string overrides_not_passed(const scenario::Scenario& s, const std::vector<std::string>& overrides) {
   for (const auto& ov : overrides) {
     std::string why = key_not_passed(s, override_key(ov));
     if (!why.empty()) return why;
@@ -252,7 +252,7 @@ std::string overrides_not_passed(const Scenario& s, const std::vector<std::strin
   return "";
 }
 
-TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
+TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& resolved, const std::string& dir,
                               int64_t index) {
   TrialSpec spec;
   spec.argv = s.worker.command;
@@ -263,9 +263,9 @@ TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, co
   for (const auto& [name, value] : s.worker.env) spec.env.emplace_back(name, value);
   const std::string abs_dir = fs::absolute(dir).lexically_normal().string();
   spec.env.emplace_back(worker_env::kProtocol, std::to_string(kWorkerProtocolVersion));
-  spec.env.emplace_back(worker_env::kEventFd, std::to_string(kEventsFd));
+  spec.env.emplace_back(worker_env::kEventFd, std::to_string(proto::kEventsFd));
   spec.env.emplace_back(worker_env::kScenario, fs::absolute(resolved).lexically_normal().string());
-  spec.env.emplace_back(worker_env::kScenarioHash, scenario_hash(s));
+  spec.env.emplace_back(worker_env::kScenarioHash, scenario::scenario_hash(s));
   spec.env.emplace_back(worker_env::kTrialDir, abs_dir);
   spec.env.emplace_back(worker_env::kTrial, std::to_string(index));
   if (s.hardware.launch_blocking) spec.env.emplace_back("CUDA_LAUNCH_BLOCKING", "1");
@@ -275,7 +275,7 @@ TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, co
   return spec;
 }
 
-WorkerDescription describe_worker(const Scenario& s) {
+WorkerDescription describe_worker(const scenario::Scenario& s) {
   std::string key = s.worker.cwd;
   for (const auto& a : s.worker.command) key += '\0' + a;
   for (const auto& [n, v] : s.worker.env) key += '\0' + n + '=' + v;
@@ -285,7 +285,7 @@ WorkerDescription describe_worker(const Scenario& s) {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  const std::string command = join(s.worker.command, " ");
+  const std::string command = scenario::join(s.worker.command, " ");
   // A scratch folder of its own in dbh's cache folder (the system's
   // temporary folder when there is none), removed when the description is read.
   const std::string root = cache_root();
@@ -305,7 +305,7 @@ WorkerDescription describe_worker(const Scenario& s) {
     }
   } remove{pattern};
   const std::string resolved = (fs::path(pattern) / "scenario.resolved.json").string();
-  write_file_atomically(resolved, resolved_json(s) + "\n");
+  write_file_atomically(resolved, scenario::resolved_json(s) + "\n");
   TrialSpec spec = external_trial_spec(s, resolved, (fs::path(pattern) / "describe").string(), -1);
   spec.env.emplace_back(worker_env::kDescribe, "1");
   // Starting Python and Lightning takes seconds; a command that says nothing
@@ -313,9 +313,9 @@ WorkerDescription describe_worker(const Scenario& s) {
   spec.deadline_s = std::min(s.limits.deadline_s, 120.0);
   spec.silence_s = std::min(s.limits.silence_s, 60.0);
   std::cerr << "dbh: asking the worker `" << one_line(command) << "` what it serves (describe mode)…" << std::endl;
-  std::optional<Event> hello;  // the first `hello`
-  spec.on_event = [&hello](const Event& e) {
-    if (e.type == event::kHello && !hello) hello = e;
+  std::optional<proto::Event> hello;  // the first `hello`
+  spec.on_event = [&hello](const proto::Event& e) {
+    if (e.type == proto::event::kHello && !hello) hello = e;
   };
   const TrialResult r = run_trial(spec);
   // Ctrl-C while the worker describes itself ends the command as a stop
@@ -334,8 +334,8 @@ WorkerDescription describe_worker(const Scenario& s) {
                      refused_key_hint(s, r.stderr_tail));
   }
   const auto h = proto::hello_from(*hello);
-  if (h.schema_version != kEventSchemaVersion || !h.capabilities) {
-    throw UsageError(where + ": expected a `hello` of event schema " + std::to_string(kEventSchemaVersion) +
+  if (h.schema_version != proto::kEventSchemaVersion || !h.capabilities) {
+    throw UsageError(where + ": expected a `hello` of event schema " + std::to_string(proto::kEventSchemaVersion) +
                      " with `capabilities` (worker protocol " + std::to_string(kWorkerProtocolVersion) +
                      "), got schema " + std::to_string(h.schema_version) +
                      (h.capabilities ? "" : " without capabilities"));
@@ -358,14 +358,14 @@ WorkerDescription describe_worker(const Scenario& s) {
   return d;
 }
 
-std::optional<std::string> external_device_unavailable(const Scenario& s) {
+std::optional<std::string> external_device_unavailable(const scenario::Scenario& s) {
   if (!s.worker.external() || s.hardware.device.rfind("cuda", 0) != 0 || nvidia_gpu_present()) return std::nullopt;
   return "device \"" + s.hardware.device + "\" requested, but this machine shows no NVIDIA GPU (no " +
-         "/proc/driver/nvidia/gpus, /dev/nvidiaN or WSL2 GPU), so the worker `" + join(s.worker.command, " ") +
+         "/proc/driver/nvidia/gpus, /dev/nvidiaN or WSL2 GPU), so the worker `" + scenario::join(s.worker.command, " ") +
          "` was not started";
 }
 
-std::optional<std::string> missing_capability(const Scenario& s) {
+std::optional<std::string> missing_capability(const scenario::Scenario& s) {
   if (!s.worker.external() || external_device_unavailable(s)) return std::nullopt;
   const WorkerDescription d = describe_worker(s);
   for (const auto& [cap, what] : worker_needs(s).required) {
@@ -374,7 +374,7 @@ std::optional<std::string> missing_capability(const Scenario& s) {
   return std::nullopt;
 }
 
-std::vector<std::string> check_worker(const Scenario& s,
+std::vector<std::string> check_worker(const scenario::Scenario& s,
                                       const std::vector<std::pair<std::string, std::string>>& command_needs) {
   // Not run here: nothing to check (its trials are skipped).
   if (!s.worker.external() || external_device_unavailable(s)) return {};
@@ -382,7 +382,7 @@ std::vector<std::string> check_worker(const Scenario& s,
   const auto serves = [&](const std::string& cap) {
     return std::find(d.capabilities.begin(), d.capabilities.end(), cap) != d.capabilities.end();
   };
-  const std::string who = "the worker " + (d.worker.empty() ? join(s.worker.command, " ") : d.worker);
+  const std::string who = "the worker " + (d.worker.empty() ? scenario::join(s.worker.command, " ") : d.worker);
   WorkerNeeds needs = worker_needs(s);
   std::vector<std::pair<std::string, std::string>> all = command_needs;
   all.insert(all.end(), needs.required.begin(), needs.required.end());
@@ -410,7 +410,7 @@ std::vector<std::string> check_worker(const Scenario& s,
         }
       }
       const std::string hint = !under.empty() ? " (did you mean " + some_of(under, 3, "\"") + "?)"
-                                              : did_you_mean(name, d.modules);
+                                              : scenario::did_you_mean(name, d.modules);
       throw UsageError(what + ": expected a module name of the worker's model (" + std::to_string(d.modules.size()) +
                        " modules, e.g. " + some_of(d.modules, 6) + "), got \"" + quoted_excerpt(name) + "\"" + hint);
     }
@@ -429,14 +429,14 @@ std::vector<std::string> check_worker(const Scenario& s,
   // Note [Keys that never reach the worker]: a training key set away from
   // its default that the worker is never passed changes nothing; said, not
   // silently believed.
-  const Scenario defaults;
-  for (const auto& k : scenario_keys()) {
-    if (key_json(k, s) == key_json(k, defaults)) continue;
+  const scenario::Scenario defaults;
+  for (const auto& k : scenario::scenario_keys()) {
+    if (scenario::key_json(k, s) == scenario::key_json(k, defaults)) continue;
     const std::string why = key_not_passed(s, k.key);
-    if (!why.empty()) notes.push_back(why + ": its value here (" + one_line(key_json(k, s).dump()) +
+    if (!why.empty()) notes.push_back(why + ": its value here (" + one_line(scenario::key_json(k, s).dump()) +
                                       ") changes nothing in this run");
   }
   return notes;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -11,7 +11,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 
-namespace dbh::harness {
+namespace dbh::harness::supervisor {
 
 // Note [The worker contract]: every command of dbh reads one thing from a
 // training, its event stream (docs/events.md). The built-in worker is one
@@ -77,7 +77,7 @@ struct WorkerNeeds {
   std::vector<std::pair<std::string, std::string>> required;
   std::vector<std::pair<std::string, std::string>> optional;
 };
-WorkerNeeds worker_needs(const Scenario& s);
+WorkerNeeds worker_needs(const scenario::Scenario& s);
 
 /// The dbh keys an external worker receives as `key=value` arguments after
 /// its command, with the user's key and dbh's value as the command line
@@ -85,7 +85,7 @@ WorkerNeeds worker_needs(const Scenario& s);
 struct PassedKey {
   std::string dbh_key, user_key, value;
 };
-std::vector<PassedKey> passed_keys(const Scenario& s);
+std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 
 /// Note [Keys a worker confirms]: a worker whose `hello` reports its composed
 /// configuration (`config`) says what its training read, and each key dbh
@@ -96,7 +96,7 @@ std::vector<PassedKey> passed_keys(const Scenario& s);
 /// key that does not hold its value, as "passed <user key>=<value> (<dbh
 /// key>), but the worker's configuration holds <value>"; "" when every key
 /// found holds its value, or there is no configuration to read.
-std::string keys_not_applied(const Scenario& s, const nlohmann::json& config);
+std::string keys_not_applied(const scenario::Scenario& s, const nlohmann::json& config);
 
 /// Note [Keys that never reach the worker]: an external worker receives the
 /// keys of passed_keys() on its command line and nothing else of dbh's
@@ -105,21 +105,21 @@ std::string keys_not_applied(const Scenario& s, const nlohmann::json& config);
 /// serves itself. The first is the reason `key` set on `s` would change
 /// nothing in the worker's training ("" when it reaches it, dbh reads it, or
 /// the worker is dbh's own).
-std::string key_not_passed(const Scenario& s, const std::string& key);
+std::string key_not_passed(const scenario::Scenario& s, const std::string& key);
 /// The first of `overrides` (key=value) that key_not_passed refuses, its
 /// reason; "" when every one reaches the worker or is dbh's.
-std::string overrides_not_passed(const Scenario& s, const std::vector<std::string>& overrides);
+std::string overrides_not_passed(const scenario::Scenario& s, const std::vector<std::string>& overrides);
 
 /// The process spec of an external worker's trial of `s` in `dir`, whose
 /// resolved scenario is at `resolved`.
-TrialSpec external_trial_spec(const Scenario& s, const std::string& resolved, const std::string& dir,
+TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& resolved, const std::string& dir,
                               int64_t index);
 
 /// Why `s`'s external worker cannot run on this machine, or nullopt: a CUDA
 /// device asked of a machine that shows no NVIDIA GPU (machine.h). Such a
 /// trial is not started (its outcome is `skipped`, as dbh's own worker's is)
 /// and the worker is not described.
-std::optional<std::string> external_device_unavailable(const Scenario& s);
+std::optional<std::string> external_device_unavailable(const scenario::Scenario& s);
 
 /// What an external worker says of itself in describe mode.
 struct WorkerDescription {
@@ -137,12 +137,12 @@ struct WorkerDescription {
 /// same command, folder and environment. Throws UsageError naming the
 /// command and what it printed when it does not answer with a `hello` of
 /// this protocol.
-WorkerDescription describe_worker(const Scenario& s);
+WorkerDescription describe_worker(const scenario::Scenario& s);
 
 /// The first capability running `s` needs that its external worker does not
 /// serve, or nullopt (also for dbh's built-in worker). Throws as
 /// describe_worker does.
-std::optional<std::string> missing_capability(const Scenario& s);
+std::optional<std::string> missing_capability(const scenario::Scenario& s);
 
 /// For a scenario with an external worker: checks that the worker serves
 /// every capability running `s` needs, plus `command_needs` (what the
@@ -151,7 +151,7 @@ std::optional<std::string> missing_capability(const Scenario& s);
 /// 2) naming the first capability missing, what needs it and the worker's
 /// list. Returns notes for what it will run without (optional checks the
 /// worker does not serve). Does nothing for dbh's built-in worker.
-std::vector<std::string> check_worker(const Scenario& s,
+std::vector<std::string> check_worker(const scenario::Scenario& s,
                                       const std::vector<std::pair<std::string, std::string>>& command_needs = {});
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::supervisor

@@ -13,7 +13,7 @@
 
 #include "harness/common/error.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 namespace {
 
 // Note [Keeping freed host memory] (host_allocator.h).
@@ -178,4 +178,4 @@ void keep_freed_host_memory(bool keep) {
   if (g_installed) CachingHostAllocator::instance().set_keep(keep);
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 /// Note [Keeping freed host memory]: LibTorch's CPU allocator hands every
 /// block to glibc, which gives blocks of 32 MiB and more (and, when the top
@@ -59,4 +59,4 @@ void release_cached_host_memory();
 /// shows).
 void keep_freed_host_memory(bool keep);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

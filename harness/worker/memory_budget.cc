@@ -18,7 +18,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/worker/host_allocator.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 nlohmann::json BudgetEnforcement::to_json() const {
   return {{"applied", applied},         {"method", method},
@@ -39,7 +39,7 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
     e.applied = setrlimit(RLIMIT_DATA, &lim) == 0;
     e.method = "RLIMIT_DATA";
     e.detail = "The worker's data segment and anonymous mappings (heap, tensors, thread stacks) are capped at " +
-               format_bytes(budget) + "; shared libraries' code is not counted; freed memory is not kept for reuse";
+               scenario::format_bytes(budget) + "; shared libraries' code is not counted; freed memory is not kept for reuse";
     return e;
   }
 #ifdef DBH_TORCH_HAS_CUDA
@@ -60,14 +60,14 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
   e.used_before = static_cast<int64_t>(total_bytes - free_bytes);
   const int64_t available = budget - e.used_before;
   if (available <= 0) {
-    e.detail = "the budget is smaller than what the context already uses (" + format_bytes(e.used_before) + ")";
+    e.detail = "the budget is smaller than what the context already uses (" + scenario::format_bytes(e.used_before) + ")";
     return e;
   }
   e.ballast_bytes = std::max<int64_t>(0, static_cast<int64_t>(free_bytes) - available);
   if (e.ballast_bytes > 0) {
     void* ballast = nullptr;
     if (cudaMalloc(&ballast, static_cast<size_t>(e.ballast_bytes)) != cudaSuccess) {
-      e.detail = "the ballast of " + format_bytes(e.ballast_bytes) + " could not be allocated";
+      e.detail = "the ballast of " + scenario::format_bytes(e.ballast_bytes) + " could not be allocated";
       return e;
     }
     // Held for the life of the worker on purpose.
@@ -76,10 +76,10 @@ BudgetEnforcement enforce_memory_budget(const std::string& device, int64_t budge
   c10::cuda::CUDACachingAllocator::setMemoryFraction(e.allocator_fraction, static_cast<c10::DeviceIndex>(index));
   e.applied = true;
   e.method = "cuda ballast + allocator limit";
-  e.detail = "card " + format_bytes(e.device_total) + ", already used " + format_bytes(e.used_before) +
-             " (context, libraries, other processes), ballast " + format_bytes(e.ballast_bytes) +
-             " outside the allocator, allocator capped at " + format_bytes(available) +
-             "; cuDNN/cuBLAS workspaces and later library loads compete for the same " + format_bytes(budget);
+  e.detail = "card " + scenario::format_bytes(e.device_total) + ", already used " + scenario::format_bytes(e.used_before) +
+             " (context, libraries, other processes), ballast " + scenario::format_bytes(e.ballast_bytes) +
+             " outside the allocator, allocator capped at " + scenario::format_bytes(available) +
+             "; cuDNN/cuBLAS workspaces and later library loads compete for the same " + scenario::format_bytes(budget);
 #else
   e.detail = "this build has no CUDA";
 #endif
@@ -187,4 +187,4 @@ bool write_memory_snapshot(const std::string& device, const std::string& path) {
   return false;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 /// How a memory budget was put in force, for the report.
 struct BudgetEnforcement {
@@ -44,4 +44,4 @@ bool write_memory_snapshot(const std::string& device, const std::string& path);
 /// Resets the CUDA allocator's peak counters (per-step peaks).
 void reset_memory_peaks(const std::string& device);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

@@ -11,20 +11,20 @@
 #include "harness/scenario/schema.h"
 #include "model/data/batch.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
-std::optional<LastStep> nothing_left_to_train(const Scenario& s, int64_t checkpoint_step) {
+std::optional<LastStep> nothing_left_to_train(const scenario::Scenario& s, int64_t checkpoint_step) {
   const int64_t last = s.train.last_step();
   if (checkpoint_step < last) return std::nullopt;
   return LastStep{last < s.train.max_steps ? DBH_SCENARIO_KEY(train.stop_after) : DBH_SCENARIO_KEY(train.max_steps),
                   last};
 }
 
-int64_t training_threads(const Scenario& s) {
+int64_t training_threads(const scenario::Scenario& s) {
   return s.train.threads > 0 ? s.train.threads : available_cores();
 }
 
-model::DeterminismOptions determinism_options(const Scenario& s) {
+model::DeterminismOptions determinism_options(const scenario::Scenario& s) {
   return model::DeterminismOptions()
       .seed(s.train.seed)
       .threads(training_threads(s))
@@ -34,19 +34,19 @@ model::DeterminismOptions determinism_options(const Scenario& s) {
       .allow_tf32(s.hardware.allow_tf32);
 }
 
-model::DbNetOptions net_options(const Scenario& s) {
+model::DbNetOptions net_options(const scenario::Scenario& s) {
   return model::DbNetOptions()
       .encoder(model::ResNetOptions().depth(s.model.encoder))
       .decoder(s.model.decoder)
       .k(s.model.k);
 }
 
-model::DbNet make_net(const Scenario& s) {
+model::DbNet make_net(const scenario::Scenario& s) {
   model::apply_determinism(determinism_options(s));
   return model::DbNet(net_options(s));
 }
 
-model::TrainOptions train_options(const Scenario& s) {
+model::TrainOptions train_options(const scenario::Scenario& s) {
   return model::TrainOptions()
       .optimizer(s.train.optimizer)
       .lr(s.train.lr)
@@ -63,13 +63,13 @@ model::TrainOptions train_options(const Scenario& s) {
       .determinism(determinism_options(s));
 }
 
-bool uses_dataset(const Scenario& s) {
-  return s.data.source == DataSource::kReal || s.data.source == DataSource::kSyntheticRender;
+bool uses_dataset(const scenario::Scenario& s) {
+  return s.data.source == scenario::DataSource::kReal || s.data.source == scenario::DataSource::kSyntheticRender;
 }
 
-model::DatasetOptions dataset_options(const Scenario& s, const std::string& root) {
+model::DatasetOptions dataset_options(const scenario::Scenario& s, const std::string& root) {
   model::DatasetOptions d;
-  if (s.data.source == DataSource::kSyntheticRender) d.synthetic_samples = s.data.samples;
+  if (s.data.source == scenario::DataSource::kSyntheticRender) d.synthetic_samples = s.data.samples;
   d.root = root;
   d.size = s.data.size;
   d.augment = s.data.augment;
@@ -80,7 +80,7 @@ model::DatasetOptions dataset_options(const Scenario& s, const std::string& root
   return d;
 }
 
-model::LoaderOptions loader_options(const Scenario& s) {
+model::LoaderOptions loader_options(const scenario::Scenario& s) {
   model::LoaderOptions lo;
   lo.batch_size = s.data.batch_size;
   lo.num_workers = s.data.num_workers;
@@ -89,11 +89,11 @@ model::LoaderOptions loader_options(const Scenario& s) {
   return lo;
 }
 
-model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::Loader> loader) {
+model::BatchSource make_batch_source(const scenario::Scenario& s, std::shared_ptr<model::Loader> loader) {
   if (loader) return [loader](int64_t micro) { return loader->get(micro); };
   const int64_t n = s.data.batch_size, size = s.data.size;
   const uint64_t seed = s.train.seed;
-  const bool random = s.data.source == DataSource::kSyntheticRandom;
+  const bool random = s.data.source == scenario::DataSource::kSyntheticRandom;
   return [n, size, seed, random](int64_t micro) {
     const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
     return random ? model::synthetic_random_batch(n, size, size, k) : model::synthetic_boxes_batch(n, size, size, k);
@@ -118,7 +118,7 @@ void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
 }
 
 void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
-                 const Validation& validation, const Scenario& s, const SessionSite& site, const StepHooks& hooks) {
+                 const Validation& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks) {
   const int64_t last = s.train.last_step();
   while (trainer.next_step() < last) {
     if (hooks.before_step) hooks.before_step(trainer.next_step());
@@ -139,4 +139,4 @@ void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchS
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

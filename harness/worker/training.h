@@ -14,7 +14,7 @@
 #include "model/train/determinism.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 // Note [One training builder]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -39,41 +39,41 @@ struct LastStep {
   const char* key;
   int64_t step;
 };
-std::optional<LastStep> nothing_left_to_train(const Scenario& s, int64_t checkpoint_step);
+std::optional<LastStep> nothing_left_to_train(const scenario::Scenario& s, int64_t checkpoint_step);
 
 /// The intra-op threads a scenario trains with: train.threads when set, else
 /// every usable core (what `auto` falls back to when nothing measured it).
-int64_t training_threads(const Scenario& s);
+int64_t training_threads(const scenario::Scenario& s);
 
 /// Seed, threads and cuDNN switches of the scenario.
-model::DeterminismOptions determinism_options(const Scenario& s);
+model::DeterminismOptions determinism_options(const scenario::Scenario& s);
 
 /// The model of `model.*`, unbuilt.
-model::DbNetOptions net_options(const Scenario& s);
+model::DbNetOptions net_options(const scenario::Scenario& s);
 
 /// Applies determinism_options(s) (the seed first, so the initial weights
 /// follow from train.seed) and builds the model of `model.*`.
-model::DbNet make_net(const Scenario& s);
+model::DbNet make_net(const scenario::Scenario& s);
 
 /// The trainer's settings: optimizer, schedule, accumulation, clipping,
 /// precision, layout, device and determinism.
-model::TrainOptions train_options(const Scenario& s);
+model::TrainOptions train_options(const scenario::Scenario& s);
 
 /// What `data.*` trains on, for `root` (data.path, or a private corrupted
 /// copy of it). Only for the `real` and `synthetic_render` sources.
-model::DatasetOptions dataset_options(const Scenario& s, const std::string& root);
+model::DatasetOptions dataset_options(const scenario::Scenario& s, const std::string& root);
 
 /// The loader over `dataset` with the scenario's batch size, workers, seed
 /// and per-batch validation.
-model::LoaderOptions loader_options(const Scenario& s);
+model::LoaderOptions loader_options(const scenario::Scenario& s);
 
 /// Whether data.source reads a Dataset (real files or rendered images)
 /// rather than generating synthetic batches itself.
-bool uses_dataset(const Scenario& s);
+bool uses_dataset(const scenario::Scenario& s);
 
 /// Batches for the trainer: from `loader` when given, else the synthetic
 /// source's batch for (train.seed, micro-batch index).
-model::BatchSource make_batch_source(const Scenario& s, std::shared_ptr<model::Loader> loader);
+model::BatchSource make_batch_source(const scenario::Scenario& s, std::shared_ptr<model::Loader> loader);
 
 // Note [One training session]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -126,6 +126,6 @@ void save_checkpoint_file(model::Trainer& trainer, const std::string& path);
 /// s.train.last_step() (Note [One training session]). Throws what a step,
 /// a hook or validation throws, and CheckpointWriteError.
 void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
-                 const Validation& validation, const Scenario& s, const SessionSite& site, const StepHooks& hooks);
+                 const Validation& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

@@ -28,7 +28,7 @@
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 namespace {
 
@@ -39,9 +39,9 @@ constexpr int kMaxRounds = 3;
 // available core (PyTorch's own default), and half of them, which wins where
 // hyper-threads or a noisy neighbour share the cores. A GPU step hardly
 // depends on the host's intra-op threads: every core, not timed.
-std::vector<int64_t> thread_candidates(const Scenario& s, bool cuda) {
+std::vector<int64_t> thread_candidates(const scenario::Scenario& s, bool cuda) {
   const int64_t n = available_cores();
-  if (s.train.threads != TrainConfig::kAutoThreads) return {s.train.threads > 0 ? s.train.threads : n};
+  if (s.train.threads != scenario::TrainConfig::kAutoThreads) return {s.train.threads > 0 ? s.train.threads : n};
   if (cuda || n < 2) return {n};
   return {n, n / 2};
 }
@@ -101,10 +101,10 @@ double own_cpu_seconds() {
 }  // namespace
 
 int tune_main(const std::string& scenario_json, int events_fd, double budget_seconds) {
-  EventWriter events(events_fd);
+  proto::EventWriter events(events_fd);
   proto::Tuning result;
   try {
-    const Scenario s = decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+    const scenario::Scenario s = scenario::decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
     const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
     result.device = s.hardware.device;
     result.size = s.data.size;
@@ -244,4 +244,4 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
   }
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 /// Entry point of the hidden `dbh __tune` subcommand (Note [Measured choices]
 /// in supervisor/tuning.h): times training steps of the scenario's model at
@@ -18,4 +18,4 @@ namespace dbh::harness {
 /// why).
 int tune_main(const std::string& scenario_json, int events_fd, double budget_seconds);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

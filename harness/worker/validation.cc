@@ -15,7 +15,7 @@
 #include "model/eval/infer.h"
 #include "model/eval/overlay.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,7 +23,7 @@ namespace {
 // The evaluation settings of `s`; the reference post-processing (the
 // defaults) when `reference_postprocess`, else the scenario's as a fault may
 // have changed them (FaultInjector::on_validation after step `step_taken`).
-model::InferenceOptions inference_options(const Scenario& s, bool reference_postprocess,
+model::InferenceOptions inference_options(const scenario::Scenario& s, bool reference_postprocess,
                                           faults::FaultInjector* faults = nullptr, int64_t step_taken = -1) {
   model::PostprocessOptions pp;
   if (!reference_postprocess) {
@@ -43,7 +43,7 @@ model::InferenceOptions inference_options(const Scenario& s, bool reference_post
 
 }  // namespace
 
-Validation open_validation_set(const Scenario& s, std::vector<std::string>& warnings) {
+Validation open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings) {
   const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
   const auto scan = model::scan_dataset(s.data.val.path, policy);
   if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
@@ -59,11 +59,11 @@ Validation open_validation_set(const Scenario& s, std::vector<std::string>& warn
   return Validation{s.data.val.path, scan.images};
 }
 
-bool validates_after(const Scenario& s, const Validation& v, int64_t next) {
+bool validates_after(const scenario::Scenario& s, const Validation& v, int64_t next) {
   return s.train.eval_every > 0 && !v.images.empty() && (next % s.train.eval_every == 0 || next == s.train.last_step());
 }
 
-ValidationResult validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step,
+ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const Validation& v, int64_t run, int64_t step,
                           bool last, const fs::path& dir, faults::FaultInjector* faults) {
   const auto t0 = std::chrono::steady_clock::now();
   const model::InferenceOptions options = inference_options(s, false, faults, step - 1);
@@ -113,4 +113,4 @@ ValidationResult validate(model::DbNet& net, const Scenario& s, const Validation
   return out;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

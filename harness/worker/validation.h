@@ -5,16 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "harness/faults/injectors.h"
 #include "harness/proto/event_types.h"
 #include "harness/scenario/scenario.h"
 #include "model/data/annotation.h"
 #include "model/dbnet.h"
 
-namespace dbh::harness::faults {
-class FaultInjector;
-}  // namespace dbh::harness::faults
-
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 // Note [One validation]: validation during training (train.eval_every) is
 // one piece of code for the worker, which emits each as an `eval` event, and
@@ -32,12 +29,12 @@ struct Validation {
 /// (data.on_invalid): an image it cannot read (a FIFO, a device, a cut file)
 /// fails the run under `error` (model::DataError), and is a warning under
 /// skip or clip (appended to `warnings`), never dropped in silence.
-Validation open_validation_set(const Scenario& s, std::vector<std::string>& warnings);
+Validation open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings);
 
 /// Whether a validation follows the step that made `next` steps done: every
 /// train.eval_every steps and after the last step (train.last_step()), when
 /// there are images to validate on.
-bool validates_after(const Scenario& s, const Validation& v, int64_t next);
+bool validates_after(const scenario::Scenario& s, const Validation& v, int64_t next);
 
 struct ValidationResult {
   proto::Eval eval;                    // the `eval` event's fields
@@ -51,7 +48,7 @@ struct ValidationResult {
 /// At the last validation (`last`) with data.val.overlays, writes overlays of
 /// the worst images under `dir`/eval-overlays. `faults` (may be null) may
 /// change the post-processing settings (on_validation).
-ValidationResult validate(model::DbNet& net, const Scenario& s, const Validation& v, int64_t run, int64_t step,
+ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const Validation& v, int64_t run, int64_t step,
                           bool last, const std::filesystem::path& dir, faults::FaultInjector* faults);
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

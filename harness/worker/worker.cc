@@ -41,7 +41,7 @@
 #include "model/dbnet.h"
 #include "model/train/trainer.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 namespace fs = std::filesystem;
 
 namespace {
@@ -157,7 +157,7 @@ namespace {
 
 // What identifies a check's answer: the files as they are now (size and
 // modification time) and what the scenario asks of them.
-std::string model_files_key(const Scenario& s) {
+std::string model_files_key(const scenario::Scenario& s) {
   std::ostringstream key;
   for (const std::string* path : {&s.model.weights, &s.train.resume_from}) key << file_state(*path) << '\0';
   key << s.model.encoder << '\0' << model::to_string(s.model.decoder) << '\0' << s.model.k << '\0' << s.train.max_steps
@@ -165,14 +165,14 @@ std::string model_files_key(const Scenario& s) {
   return key.str();
 }
 
-std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s);
+std::optional<scenario::InputFileProblem> check_model_files_uncached(const scenario::Scenario& s);
 
 }  // namespace
 
 // A bisection loads its scenario once per probe: the files are read once.
-std::optional<InputFileProblem> check_model_files(const Scenario& s) {
+std::optional<scenario::InputFileProblem> check_model_files(const scenario::Scenario& s) {
   if (s.model.weights.empty() && s.train.resume_from.empty()) return std::nullopt;
-  static std::map<std::string, std::optional<InputFileProblem>> answers;
+  static std::map<std::string, std::optional<scenario::InputFileProblem>> answers;
   const std::string key = model_files_key(s);
   if (const auto it = answers.find(key); it != answers.end()) return it->second;
   auto answer = check_model_files_uncached(s);
@@ -180,23 +180,23 @@ std::optional<InputFileProblem> check_model_files(const Scenario& s) {
   return answer;
 }
 
-InputChecks input_checks() { return InputChecks{&check_model_files}; }
+scenario::InputChecks input_checks() { return scenario::InputChecks{&check_model_files}; }
 
 namespace {
 
-std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
+std::optional<scenario::InputFileProblem> check_model_files_uncached(const scenario::Scenario& s) {
   const std::string model_name =
       "resnet" + std::to_string(s.model.encoder) + " with the " + model::to_string(s.model.decoder) + " decoder";
   // Reads `path` into a fresh model of the scenario; an unreadable file is the problem.
   auto read = [&](const char* key, const std::string& path,
-                  model::ModelStateReport& state) -> std::optional<InputFileProblem> {
+                  model::ModelStateReport& state) -> std::optional<scenario::InputFileProblem> {
     try {
       model::DbNet net(net_options(s));
       state = model::load_model_state(net, path);
       return std::nullopt;
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      return InputFileProblem{key, "a checkpoint or weights file written by dbh",
+      return scenario::InputFileProblem{key, "a checkpoint or weights file written by dbh",
                               quoted_excerpt(what.substr(0, what.find('\n')))};
     }
   };
@@ -204,7 +204,7 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
   if (!s.model.weights.empty()) {
     if (auto p = read(DBH_SCENARIO_KEY(model.weights), s.model.weights, state)) return p;
     if (!state.fits_as_initial_weights()) {
-      return InputFileProblem{DBH_SCENARIO_KEY(model.weights),
+      return scenario::InputFileProblem{DBH_SCENARIO_KEY(model.weights),
                               "parameters of the scenario's model (" + model_name + ")",
                               "a " + state.format + " file of another model (" + state.summary() + ")"};
     }
@@ -212,13 +212,13 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
   if (!s.train.resume_from.empty()) {
     if (auto p = read(DBH_SCENARIO_KEY(train.resume_from), s.train.resume_from, state)) return p;
     const std::string expected = "a checkpoint of the scenario's model (" + model_name + ")";
-    if (state.format != "checkpoint") return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected, "a weights file (no step or optimizer state to resume)"};
+    if (state.format != "checkpoint") return scenario::InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected, "a weights file (no step or optimizer state to resume)"};
     if (!state.complete()) {
-      return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected,
+      return scenario::InputFileProblem{DBH_SCENARIO_KEY(train.resume_from), expected,
                               "one of another model (" + state.summary() + ")"};
     }
     if (const auto last = nothing_left_to_train(s, state.step)) {
-      return InputFileProblem{DBH_SCENARIO_KEY(train.resume_from),
+      return scenario::InputFileProblem{DBH_SCENARIO_KEY(train.resume_from),
                               "a checkpoint before step " + std::to_string(last->step) + " (" + last->key + ")",
                               "one after step " + std::to_string(state.step) + ": nothing is left to train"};
     }
@@ -230,11 +230,11 @@ std::optional<InputFileProblem> check_model_files_uncached(const Scenario& s) {
 
 namespace {
 
-proto::Hello hello_event(const Scenario& s, int64_t trial_index, int64_t threads) {
+proto::Hello hello_event(const scenario::Scenario& s, int64_t trial_index, int64_t threads) {
   proto::Hello hello;
   hello.pid = static_cast<int64_t>(getpid());
   hello.seed = s.train.seed;
-  hello.scenario_hash = scenario_hash(s);
+  hello.scenario_hash = scenario::scenario_hash(s);
   hello.scenario = s.name;
   hello.trial = trial_index;
   hello.git = kGitRevision;
@@ -245,7 +245,7 @@ proto::Hello hello_event(const Scenario& s, int64_t trial_index, int64_t threads
   return hello;
 }
 
-monitors::SilentOptions silent_options(const Scenario& s) {
+monitors::SilentOptions silent_options(const scenario::Scenario& s) {
   monitors::SilentOptions silent;
   silent.input = s.monitors.silent_check("input");
   silent.labels = s.monitors.silent_check("labels");
@@ -259,7 +259,7 @@ monitors::SilentOptions silent_options(const Scenario& s) {
 // train.mode: ops. Basic tensor operations on the device: matmul,
 // convolution forward and backward, reductions. No model, no data. Emits
 // the steps and `done`; returns the worker's exit status.
-int run_ops_check(const Scenario& s, EventWriter& events) {
+int run_ops_check(const scenario::Scenario& s, proto::EventWriter& events) {
   int64_t step = -1;
   try {
     torch::manual_seed(s.train.seed);
@@ -306,7 +306,7 @@ struct TrainingData {
 // corrupted copy) and the validation images: data.val.path, or the last
 // data.val.holdout samples, which training then never sees. Emits the
 // datasets' warnings and the evaluator's self-check.
-TrainingData open_training_data(const Scenario& s, const std::string& data_path, EventWriter& events) {
+TrainingData open_training_data(const scenario::Scenario& s, const std::string& data_path, proto::EventWriter& events) {
   TrainingData data;
   if (!s.data.val.path.empty()) {
     std::vector<std::string> warnings;
@@ -342,9 +342,9 @@ TrainingData open_training_data(const Scenario& s, const std::string& data_path,
 
 // A training worker's state: what its events and error reports name.
 struct WorkerState {
-  const Scenario& s;
+  const scenario::Scenario& s;
   const std::string& run_dir;
-  EventWriter& events;
+  proto::EventWriter& events;
   monitors::Monitors& monitors;
   faults::FaultInjector& faults;
   monitors::NumericsMonitor* numerics = nullptr;  // monitors.numerics; null when off
@@ -380,7 +380,7 @@ proto::StepEnd step_end_event(const WorkerState& w, const model::StepResult& r) 
 // builder]), initial weights loaded, faults attached, resumed from
 // train.resume_from.
 std::unique_ptr<model::Trainer> start_run(WorkerState& w, model::DbNet& net) {
-  const Scenario& s = w.s;
+  const scenario::Scenario& s = w.s;
   if (!s.model.weights.empty()) {
     if (const auto partial = load_initial_weights(net, s.model.weights); !partial.empty()) {
       w.events.emit(proto::Warning{partial});
@@ -410,7 +410,7 @@ std::unique_ptr<model::Trainer> start_run(WorkerState& w, model::DbNet& net) {
 // One in-process run, from run_begin to run_end: the steps, with the
 // checkpoints and validations their cadence asks for.
 void train_one_run(WorkerState& w, const TrainingData& data) {
-  const Scenario& s = w.s;
+  const scenario::Scenario& s = w.s;
   w.monitors.set_run(w.run);
   w.faults.set_run(w.run);
   w.events.emit(proto::RunBegin{w.run, memory_json(s.hardware.device)});
@@ -481,7 +481,7 @@ void report_stopped_by_monitors(WorkerState& w, const char* kind, const std::str
 // after memory exhaustion on CUDA, the failing batch's overlays, and the
 // teardown a training framework runs after a failure.
 void report_training_error(WorkerState& w, const std::exception& e) {
-  const Scenario& s = w.s;
+  const scenario::Scenario& s = w.s;
   proto::Error error;
   error.kind = error_kind_of(e);
   error.run = w.run;
@@ -526,11 +526,11 @@ void report_training_error(WorkerState& w, const std::exception& e) {
 // Applies hardware.memory_budget. The intra-op thread pool starts before
 // the cap: thread stacks count against it, and a pool that cannot start its
 // threads hangs instead of failing.
-void apply_memory_budget(const Scenario& s, int64_t threads, EventWriter& events) {
+void apply_memory_budget(const scenario::Scenario& s, int64_t threads, proto::EventWriter& events) {
   torch::set_num_threads(static_cast<int>(threads));
   (void)torch::ones({1 << 16}).mul(2).sum().item<float>();
   const auto b = enforce_memory_budget(s.hardware.device, s.hardware.memory_budget);
-  events.emit(event::kMemoryBudget, b.to_json());
+  events.emit(proto::event::kMemoryBudget, b.to_json());
   // The allocator's recent history, for the snapshot written on OOM.
   record_memory_history(s.hardware.device, kMemoryHistoryEntries);
 }
@@ -539,10 +539,10 @@ void apply_memory_budget(const Scenario& s, int64_t threads, EventWriter& events
 
 int worker_main(const std::string& scenario_json, const std::string& run_dir, int events_fd,
                 int64_t trial_index) {
-  EventWriter events(events_fd);
-  Scenario s;
+  proto::EventWriter events(events_fd);
+  scenario::Scenario s;
   try {
-    s = decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
+    s = scenario::decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
   } catch (const std::exception& e) {
     proto::Error error;
     error.kind = proto::error_kind::kHarness;
@@ -570,7 +570,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   model::set_module_observer(&chain);
 
   if (s.hardware.launch_blocking) setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
-  if (s.train.mode == TrainMode::kOps) return run_ops_check(s, events);
+  if (s.train.mode == scenario::TrainMode::kOps) return run_ops_check(s, events);
   WorkerState w{s, run_dir, events, monitors, faults, s.monitors.numerics ? &numerics : nullptr};
   std::string status = "passed";
   try {
@@ -594,4 +594,4 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   return status == "passed" ? 0 : 1;
 }
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

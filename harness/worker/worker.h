@@ -5,7 +5,7 @@
 
 #include "harness/scenario/scenario.h"
 
-namespace dbh::harness {
+namespace dbh::harness::worker {
 
 /// Entry point of the hidden `dbh __worker` subcommand: runs one trial of the
 /// resolved scenario in `scenario_json`, writing events to `events_fd` and
@@ -20,11 +20,11 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
 /// and a train.resume_from that is not a checkpoint of this model before its
 /// last step are bad input, refused (exit 2) before anything runs; the worker
 /// keeps its own checks for a scenario given to it directly.
-std::optional<InputFileProblem> check_model_files(const Scenario& s);
+std::optional<scenario::InputFileProblem> check_model_files(const scenario::Scenario& s);
 
 /// The checks of a scenario's inputs that need dbh's model
 /// (check_model_files), for load_scenario: every command that loads a
 /// user's scenario passes them (Note [Decode, then check]).
-InputChecks input_checks();
+scenario::InputChecks input_checks();
 
-}  // namespace dbh::harness
+}  // namespace dbh::harness::worker

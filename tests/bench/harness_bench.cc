@@ -63,7 +63,7 @@ void run_step_bench(benchmark::State& state, int mode, bool channels_last = true
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(channels_last).device(bench_device()));
-  harness::EventWriter writer(-1);  // discards events
+  harness::proto::EventWriter writer(-1);  // discards events
   std::unique_ptr<harness::monitors::Monitors> monitors;
   if (mode >= 0) {
     harness::monitors::SilentOptions checks;
@@ -235,7 +235,7 @@ void BM_StepMonitorsPaired(benchmark::State& state) {
   model::Trainer trainer(
       model::DbNet(model::DbNetOptions().encoder(model::ResNetOptions().depth(18))),
       model::TrainOptions().max_steps(1 << 20).channels_last(c.channels_last).device(bench_device()));
-  harness::EventWriter writer(-1);
+  harness::proto::EventWriter writer(-1);
   harness::monitors::Monitors monitors(harness::monitors::Monitors::Mode::kCheap, writer, 0.0);
   SwitchedMonitors switched(monitors);
   trainer.add_listener(switched);
@@ -297,7 +297,7 @@ DBH_PAIRED_BENCH(BM_StepMonitorsPaired);
 // divided by a step's time (BM_StepPlain) is their share of the step.
 void BM_MonitorsPerStep(benchmark::State& state) {
   torch::set_num_threads(1);
-  harness::EventWriter writer(-1);
+  harness::proto::EventWriter writer(-1);
   harness::monitors::SilentOptions checks;
   checks.input = checks.labels = checks.predictions = state.range(1) != 0;
   harness::monitors::Monitors monitors(harness::monitors::Monitors::Mode::kCheap, writer, 0.0, checks);
@@ -583,24 +583,24 @@ DBH_PY_BENCH(users);
 void BM_TrialSpawnToFirstStep(benchmark::State& state) {
   const auto dir = std::filesystem::temp_directory_path() / ("dbh_bench_trial_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const harness::Scenario s = harness::load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml",
+  const harness::scenario::Scenario s = harness::scenario::load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml",
                                                      {"train.max_steps=1"});
   const std::string resolved = (dir / "scenario.resolved.json").string();
-  std::ofstream(resolved) << harness::resolved_json(s) << "\n";
+  std::ofstream(resolved) << harness::scenario::resolved_json(s) << "\n";
   double hello_s = 0, first_s = 0;
   for (auto _ : state) {
     using Clock = std::chrono::steady_clock;
     Clock::time_point t0, t_hello, t_first;
     bool seen_hello = false, seen_step = false;
-    harness::TrialSpec spec;
+    harness::supervisor::TrialSpec spec;
     spec.argv = {testing::dbh_binary(), "__worker", "--scenario", resolved, "--run-dir", dir.string(), "--trial", "0"};
     spec.run_dir = dir.string();
-    spec.on_event = [&](const harness::Event& e) {
-      if (e.type == harness::event::kHello && !seen_hello) seen_hello = true, t_hello = Clock::now();
-      if (e.type == harness::event::kStepEnd && !seen_step) seen_step = true, t_first = Clock::now();
+    spec.on_event = [&](const harness::proto::Event& e) {
+      if (e.type == harness::proto::event::kHello && !seen_hello) seen_hello = true, t_hello = Clock::now();
+      if (e.type == harness::proto::event::kStepEnd && !seen_step) seen_step = true, t_first = Clock::now();
     };
     t0 = Clock::now();
-    const harness::TrialResult r = harness::run_trial(spec);
+    const harness::supervisor::TrialResult r = harness::supervisor::run_trial(spec);
     if (!seen_step || r.exit_code != 0) {
       state.SkipWithError(("worker failed: " + r.stderr_tail + r.spawn_error).c_str());
       break;

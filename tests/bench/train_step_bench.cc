@@ -209,7 +209,7 @@ BENCHMARK(BM_StepThroughput)
 // [Keeping freed host memory]) unless $DBH_HOST_ALLOCATOR=system. The
 // reference Python processes keep PyTorch's allocator.
 int main(int argc, char** argv) {
-  dbh::harness::install_host_allocator();
+  dbh::harness::worker::install_host_allocator();
   const char* choice = std::getenv("DBH_HOST_ALLOCATOR");
   benchmark::AddCustomContext("host_allocator",
                               choice != nullptr && std::string(choice) == "system" ? "system" : "caching");

@@ -8,6 +8,6 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  (void)dbh::harness::decode_stream(text, "events.jsonl");
+  (void)dbh::harness::proto::decode_stream(text, "events.jsonl");
   return 0;
 }

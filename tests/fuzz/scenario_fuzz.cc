@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const dbh::harness::Value tree = dbh::harness::parse_yaml(text, "<fuzz>");
-    (void)dbh::harness::decode_scenario(tree, "<fuzz>");
+    (void)dbh::harness::scenario::decode_scenario(tree, "<fuzz>");
   } catch (const dbh::harness::ScenarioError&) {
   }
   return 0;

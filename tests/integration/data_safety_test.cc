@@ -153,7 +153,7 @@ json corrupt_sample_event(const fs::path& out) {
   std::string line;
   while (std::getline(lines, line)) {
     const json e = json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("type", "") == harness::event::kFaultFired && e.value("fault", "") == "corrupt_sample") return e;
+    if (e.is_object() && e.value("type", "") == harness::proto::event::kFaultFired && e.value("fault", "") == "corrupt_sample") return e;
   }
   return json();
 }

@@ -91,7 +91,7 @@ class DeathTest : public ::testing::Test {
     std::string first;
     std::getline(in, first);
     const json hello = json::parse(first);
-    EXPECT_EQ(hello.at("type"), harness::event::kHello);
+    EXPECT_EQ(hello.at("type"), harness::proto::event::kHello);
     return hello.at("pid").get<int64_t>();
   }
 

@@ -356,10 +356,10 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   const fs::path dir = testing::fresh_dir("dbh-html-limits");
   testing::RemoveOnExit remove(dir);
   write_text(dir / "s.yaml", tiny("limits <b>"));
-  harness::RunReport r;
-  r.scenario = harness::load_scenario((dir / "s.yaml").string());
+  harness::report::RunReport r;
+  r.scenario = harness::scenario::load_scenario((dir / "s.yaml").string());
   r.out_dir = (dir / "out").string();
-  r.outcome = harness::Outcome::kDiverged;
+  r.outcome = harness::scenario::Outcome::kDiverged;
   r.failure.klass = "nonfinite_loss";
   r.failure.step = 7;
   r.failure.message = "loss </pre><script>alert(1)</script>";
@@ -370,7 +370,7 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   write_text(dir / "out" / "loss.png", small);
   // Over the per-image limit: a PNG signature and 3 MiB of bytes.
   write_text(dir / "out" / "memory.png", small.substr(0, 8) + std::string(3 * 1024 * 1024, '\x01'));
-  harness::TrialRecord t;
+  harness::report::TrialRecord t;
   t.label = "main";
   t.dir = (dir / "out" / "main").string();
   const std::string odd = "x\"><script>alert(1)</script>#?.png";
@@ -380,7 +380,7 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   for (const auto& o : t.analysis.overlays)
     write_text(dir / "out" / "main" / "overlays" / o, small);
   for (int i = 0; i < 500; ++i) {
-    harness::StepRecord st;
+    harness::supervisor::StepRecord st;
     st.step = i;
     st.loss = i == 7 ? std::nan("") : 1.0 / (i + 1);
     t.analysis.steps.push_back(st);
@@ -397,10 +397,10 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   for (const char* f : {"scenario.resolved.json", "repro.sh", "report.md", "report.json", "metrics.csv"}) {
     write_text(dir / "out" / f, "");
   }
-  const std::string html = harness::report_html(r);
+  const std::string html = harness::report::report_html(r);
   write_text(dir / "out" / "report.html", html);
   const auto images = check_page(dir / "out" / "report.html");
-  EXPECT_EQ(images.size(), 1u + harness::kHtmlMaxOverlays) << "loss.png and 12 overlays";
+  EXPECT_EQ(images.size(), 1u + harness::report::kHtmlMaxOverlays) << "loss.png and 12 overlays";
   EXPECT_NE(html.find("memory.png</code></a> not embedded"), std::string::npos);
   EXPECT_NE(html.find("8 more overlays are not embedded"), std::string::npos);
   EXPECT_NE(html.find("x&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;#?.png"), std::string::npos);

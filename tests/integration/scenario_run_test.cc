@@ -103,7 +103,7 @@ std::vector<json> fired_faults(const fs::path& out) {
   std::ifstream in(out / "events.jsonl");
   for (std::string line; std::getline(in, line);) {
     const json e = json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("type", "") == harness::event::kFaultFired) fired.push_back(e);
+    if (e.is_object() && e.value("type", "") == harness::proto::event::kFaultFired) fired.push_back(e);
   }
   return fired;
 }
@@ -112,8 +112,8 @@ class ShippedScenarioTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   const std::string rel = "scenarios/" + GetParam() + ".yaml";
-  const harness::Scenario s = harness::load_scenario(std::string(DBH_SOURCE_DIR) + "/" + rel);
-  if (s.data.source == harness::DataSource::kReal && s.data.path.find("fixtures/real") != std::string::npos &&
+  const harness::scenario::Scenario s = harness::scenario::load_scenario(std::string(DBH_SOURCE_DIR) + "/" + rel);
+  if (s.data.source == harness::scenario::DataSource::kReal && s.data.path.find("fixtures/real") != std::string::npos &&
       !fs::exists(fs::path(DBH_SOURCE_DIR) / "fixtures" / "real" / "annotations.json")) {
     GTEST_SKIP() << rel << " trains on fixtures/real, which is absent (no fixtures/real/annotations.json)";
   }
@@ -160,7 +160,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   EXPECT_EQ(j.at("schema_version"), 1);
   EXPECT_EQ(j.at("scenario_name"), s.name);
   const std::string outcome = j.at("outcome");
-  EXPECT_EQ(outcome, harness::to_string(s.expect.outcome));
+  EXPECT_EQ(outcome, harness::scenario::to_string(s.expect.outcome));
   EXPECT_TRUE(j.at("expectation").at("met").get<bool>()) << j.at("expectation").dump();
   EXPECT_TRUE(j.at("expectation").at("mismatches").empty());
   const json& f = j.at("failure");
@@ -225,7 +225,7 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   ASSERT_TRUE(resolved.is_object());
   EXPECT_EQ(resolved.at("name"), s.name);
   EXPECT_EQ(resolved.at("train").at("max_steps"), s.train.max_steps);
-  EXPECT_EQ(j.at("scenario").at("hash"), harness::scenario_hash(s));
+  EXPECT_EQ(j.at("scenario").at("hash"), harness::scenario::scenario_hash(s));
   const std::string repro = j.at("repro").at("command");
   EXPECT_FALSE(repro.empty());
   EXPECT_NE(repro.find(rel), std::string::npos) << repro;
@@ -244,15 +244,15 @@ TEST_P(ShippedScenarioTest, RunsAndMeetsItsExpectation) {
   std::string first;
   ASSERT_TRUE(std::getline(events, first));
   const json hello = json::parse(first);
-  EXPECT_EQ(hello.at("type"), harness::event::kHello);
+  EXPECT_EQ(hello.at("type"), harness::proto::event::kHello);
   // The hash of what the worker ran: the scenario with its `auto` layout and
   // threads measured (Note [Measured choices]), as its trial folder keeps it.
   const fs::path trial = fs::exists(out / "main") ? out / "main" : out / "process-1";
-  const harness::Scenario ran = harness::decode_scenario(
+  const harness::scenario::Scenario ran = harness::scenario::decode_scenario(
       harness::parse_yaml(read_text(trial / "scenario.resolved.json"), "scenario.resolved.json"), "");
-  EXPECT_EQ(hello.at("scenario_hash"), harness::scenario_hash(ran));
-  if (s.train.channels_last.has_value() && s.train.threads != harness::TrainConfig::kAutoThreads) {
-    EXPECT_EQ(hello.at("scenario_hash"), harness::scenario_hash(s));
+  EXPECT_EQ(hello.at("scenario_hash"), harness::scenario::scenario_hash(ran));
+  if (s.train.channels_last.has_value() && s.train.threads != harness::scenario::TrainConfig::kAutoThreads) {
+    EXPECT_EQ(hello.at("scenario_hash"), harness::scenario::scenario_hash(s));
   }
   fs::remove_all(out.parent_path());
 }
@@ -656,7 +656,7 @@ TEST(ListCommandTest, ListsEveryFault) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Every registered fault, in registry order; the seeds' faults among them.
   std::vector<std::string> names;
-  for (const auto& f : harness::fault_catalog()) names.push_back(f.name);
+  for (const auto& f : harness::scenario::fault_catalog()) names.push_back(f.name);
   ASSERT_GE(names.size(), 18u);
   for (const char* seed : {"nan_input", "unstable_binarization", "corrupt_sample", "memory_cap", "cuda_error", "leak",
                            "nondeterminism", "broken_postprocess"}) {

@@ -66,14 +66,14 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 TEST(SilentScenarios, CoverEverySilentFaultAndClass) {
   std::set<std::string> faults, classes;
   for (const auto& name : silent_scenarios()) {
-    const harness::Scenario s = harness::load_scenario((kSilentDir / (name + ".yaml")).string());
-    EXPECT_EQ(s.expect.outcome, harness::Outcome::kFailed) << name;
+    const harness::scenario::Scenario s = harness::scenario::load_scenario((kSilentDir / (name + ".yaml")).string());
+    EXPECT_EQ(s.expect.outcome, harness::scenario::Outcome::kFailed) << name;
     ASSERT_TRUE(s.expect.failure_class.has_value()) << name;
     classes.insert(*s.expect.failure_class);
     for (const auto& f : s.faults)
       faults.insert(f.name);
   }
-  for (const auto& spec : harness::fault_catalog()) {
+  for (const auto& spec : harness::scenario::fault_catalog()) {
     if (spec.from_at_step_on) {
       EXPECT_TRUE(faults.count(spec.name)) << spec.name << " has no scenario under scenarios/silent";
     }
@@ -89,8 +89,8 @@ class SilentSuiteTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SilentSuiteTest, MeetsItsExpectationWithEvidence) {
   const fs::path file = kSilentDir / (GetParam() + ".yaml");
-  const harness::Scenario s = harness::load_scenario(file.string());
-  if (s.data.source == harness::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
+  const harness::scenario::Scenario s = harness::scenario::load_scenario(file.string());
+  if (s.data.source == harness::scenario::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
   const fs::path dir = fresh_dir("silent-suite-" + GetParam());
   RemoveOnExit cleanup(dir);
   const auto r = dbh({"suite", file.string(), "--out", (dir / "out").string(), "-q"});
@@ -137,8 +137,8 @@ class SilentControlTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SilentControlTest, WithoutTheFaultItPasses) {
   const fs::path file = kSilentDir / (GetParam() + ".yaml");
-  const harness::Scenario s = harness::load_scenario(file.string());
-  if (s.data.source == harness::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
+  const harness::scenario::Scenario s = harness::scenario::load_scenario(file.string());
+  if (s.data.source == harness::scenario::DataSource::kReal && !real_fixtures_present()) GTEST_SKIP() << "fixtures/real is absent";
   const fs::path dir = fresh_dir("silent-control-" + GetParam());
   RemoveOnExit cleanup(dir);
   const auto r = dbh({"run", file.string(), "faults=[]", "expect.outcome=passed", "expect.failure_class=null",
@@ -153,7 +153,7 @@ TEST_P(SilentControlTest, WithoutTheFaultItPasses) {
   int with_readings = 0;
   for (std::string line; std::getline(events, line);) {
     const json e = json::parse(line);
-    if (e.at("type") != harness::event::kStepEnd) continue;
+    if (e.at("type") != harness::proto::event::kStepEnd) continue;
     const json& silent = e.at("silent");
     if (silent.contains("text_pixels") && silent.contains("prob_max")) ++with_readings;
   }
@@ -220,7 +220,7 @@ TEST(SilentFaultTest, LocaliseModeFindsTheSame) {
   bool localise = false;
   for (std::string line; std::getline(events, line);) {
     const json e = json::parse(line);
-    if (e.at("type") == harness::event::kHealth && e.value("check", "") == "input_denormalised")
+    if (e.at("type") == harness::proto::event::kHealth && e.value("check", "") == "input_denormalised")
       localise = e.value("mode", "") == "localise";
   }
   EXPECT_TRUE(localise) << "the health event says which mode found it";

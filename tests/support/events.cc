@@ -27,7 +27,7 @@ EventCapture::~EventCapture() {
   ::close(fd_);
 }
 
-std::vector<harness::Event> EventCapture::events() const {
+std::vector<harness::proto::Event> EventCapture::events() const {
   std::string text;
   char buf[4096];
   for (off_t off = 0;;) {
@@ -37,7 +37,7 @@ std::vector<harness::Event> EventCapture::events() const {
     text.append(buf, static_cast<size_t>(n));
     off += n;
   }
-  auto decoded = harness::decode_stream(text, "captured events");
+  auto decoded = harness::proto::decode_stream(text, "captured events");
   for (const auto& bad : decoded.bad_lines)
     ADD_FAILURE() << "undecodable event line: " << bad;
   if (!decoded.torn_tail.empty()) ADD_FAILURE() << "torn event line: " << decoded.torn_tail;

@@ -19,16 +19,16 @@ class EventCapture {
   EventCapture(const EventCapture&) = delete;
   EventCapture& operator=(const EventCapture&) = delete;
 
-  harness::EventWriter& writer() { return writer_; }
+  harness::proto::EventWriter& writer() { return writer_; }
 
   /// Every event written so far, in order. A line that does not decode, or a
   /// torn last line, fails the current test.
-  std::vector<harness::Event> events() const;
+  std::vector<harness::proto::Event> events() const;
 
   /// The events of one type, decoded with the protocol's typed reader:
   /// `capture.all(harness::proto::health_from)`.
   template <typename E>
-  std::vector<E> all(E (*from)(const harness::Event&)) const {
+  std::vector<E> all(E (*from)(const harness::proto::Event&)) const {
     std::vector<E> out;
     for (const auto& e : events()) {
       if (e.type == E::kType) out.push_back(from(e));
@@ -38,7 +38,7 @@ class EventCapture {
 
  private:
   int fd_;
-  harness::EventWriter writer_;
+  harness::proto::EventWriter writer_;
 };
 
 }  // namespace dbh::testing

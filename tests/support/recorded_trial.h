@@ -14,17 +14,17 @@ namespace dbh::testing {
 /// A trial as a unit test builds it: how its process ended and the events
 /// its worker sent, in order.
 struct RecordedTrial {
-  harness::TrialResult result;
-  std::vector<harness::Event> events;
+  harness::supervisor::TrialResult result;
+  std::vector<harness::proto::Event> events;
 };
 
 /// harness::classify() of `t`, its events fed in order to an EventDigester
 /// as a running trial feeds them.
-inline harness::TrialAnalysis classify(const RecordedTrial& t, const harness::Scenario& s,
-                                       const harness::kb::KnowledgeBase& kb, const harness::ClassifyOptions& o = {}) {
-  harness::EventDigester digester;
+inline harness::supervisor::TrialAnalysis classify(const RecordedTrial& t, const harness::scenario::Scenario& s,
+                                       const harness::kb::KnowledgeBase& kb, const harness::supervisor::ClassifyOptions& o = {}) {
+  harness::supervisor::EventDigester digester;
   for (const auto& e : t.events) digester.feed(e);
-  return harness::classify(t.result, digester, s, kb, o);
+  return harness::supervisor::classify(t.result, digester, s, kb, o);
 }
 
 }  // namespace dbh::testing

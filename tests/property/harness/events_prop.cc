@@ -85,16 +85,16 @@ RC_GTEST_PROP(EventCodecProp, AnyObjectWithAStringTypeRoundTrips, ()) {
   }
   const double t = *rc::gen::suchThat(rc::gen::arbitrary<double>(), [](double d) { return std::isfinite(d); });
 
-  const std::string line = encode_event(type, fields, t);
+  const std::string line = proto::encode_event(type, fields, t);
   RC_ASSERT(!line.empty());
   RC_ASSERT(line.back() == '\n');
   RC_ASSERT(line.find('\n') == line.size() - 1);
 
-  const DecodedStream s = decode_stream(line, "events.jsonl");
+  const proto::DecodedStream s = proto::decode_stream(line, "events.jsonl");
   RC_ASSERT(s.bad_lines.empty());
   RC_ASSERT(s.torn_tail.empty());
   RC_ASSERT(s.events.size() == 1u);
-  const Event& e = s.events[0];
+  const proto::Event& e = s.events[0];
   RC_ASSERT(e.type == type);
   RC_ASSERT(e.t == t);
   json expected = fields;
@@ -112,18 +112,18 @@ RC_GTEST_PROP(EventCodecProp, StreamCutAnywhereDecodesToAPrefixAndATornTail, ())
   std::vector<json> bodies;
   for (int i = 0; i < count; ++i) {
     // Every declared type, and one that is not (the codec carries any).
-    std::vector<std::string> types(event::kAll.begin(), event::kAll.end());
+    std::vector<std::string> types(proto::event::kAll.begin(), proto::event::kAll.end());
     types.push_back("x\n\xff");
     const std::string type = *rc::gen::elementOf(types);
     const std::string message = *rc::gen::arbitrary<std::string>();
     const std::string line =
-        encode_event(type, {{"message", message}, {"step", i}, {"detail", AnyJson(1)}}, 0.25 * i);
+        proto::encode_event(type, {{"message", message}, {"step", i}, {"detail", AnyJson(1)}}, 0.25 * i);
     text += line;
     line_ends.push_back(text.size());
     bodies.push_back(json::parse(line));
   }
   const auto cut = *rc::gen::inRange<size_t>(0, text.size() + 1);
-  const DecodedStream s = decode_stream(text.substr(0, cut), "events.jsonl");
+  const proto::DecodedStream s = proto::decode_stream(text.substr(0, cut), "events.jsonl");
 
   RC_ASSERT(s.bad_lines.empty());
   size_t complete = 0;
@@ -138,7 +138,7 @@ RC_GTEST_PROP(EventCodecProp, GarbageNeverThrowsAndIsAccountedFor, ()) {
   // decode_stream on arbitrary bytes: no exception; every non-empty complete
   // line is either an event or a bad line.
   const std::string text = *rc::gen::arbitrary<std::string>();
-  const DecodedStream s = decode_stream(text, "garbage");
+  const proto::DecodedStream s = proto::decode_stream(text, "garbage");
   size_t lines = 0;
   size_t start = 0;
   for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {

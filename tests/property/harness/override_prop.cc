@@ -171,12 +171,12 @@ RC_GTEST_PROP(OverrideProp, ValidOverridesSurviveTheResolvedJsonRoundTrip, ()) {
     const auto& knob = knobs[*rc::gen::inRange<size_t>(0, knobs.size())];
     overrides.push_back(knob.key + "=" + *knob.value);
   }
-  const Scenario s =
-      load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml", overrides);
-  const std::string json = resolved_json(s);
-  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
-  RC_ASSERT(resolved_json(back) == json);
-  RC_ASSERT(scenario_hash(back) == scenario_hash(s));
+  const scenario::Scenario s =
+      scenario::load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml", overrides);
+  const std::string json = scenario::resolved_json(s);
+  const scenario::Scenario back = scenario::decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
+  RC_ASSERT(scenario::resolved_json(back) == json);
+  RC_ASSERT(scenario::scenario_hash(back) == scenario::scenario_hash(s));
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ RC_GTEST_PROP(SearchProp, BinarySearchFindsTheBoundaryWithinLog2Probes, ()) {
   const auto n = *rc::gen::inRange<int64_t>(1, 5000);
   const auto boundary = *rc::gen::inRange<int64_t>(0, n);  // first failing value in [0, n-1]... or n-1
   const int64_t b = std::min(boundary, n - 1);
-  const auto r = find_first_failing(0, n - 1, [&](int64_t x) {
+  const auto r = bisect::find_first_failing(0, n - 1, [&](int64_t x) {
     return x >= b ? probe::Verdict::kFail : probe::Verdict::kPass;
   });
   RC_ASSERT(r.first_fail.has_value());
@@ -29,7 +29,7 @@ RC_GTEST_PROP(SearchProp, BinarySearchWithCheckedEnds, ()) {
   const auto n = *rc::gen::inRange<int64_t>(2, 3000);
   const auto b = *rc::gen::inRange<int64_t>(1, n);  // lo = 0 passes, hi = n - 1 fails
   const int64_t boundary = std::min(b, n - 1);
-  const auto r = find_first_failing(0, n - 1, [&](int64_t x) {
+  const auto r = bisect::find_first_failing(0, n - 1, [&](int64_t x) {
     return x >= boundary ? probe::Verdict::kFail : probe::Verdict::kPass;
   }, /*check_ends=*/true);
   RC_ASSERT(r.first_fail == std::optional<int64_t>(boundary));
@@ -53,7 +53,7 @@ RC_GTEST_PROP(SearchProp, DdminResultFailsAndIsOneMinimal, ()) {
     };
     return all(culprits) || all(other) ? probe::Verdict::kFail : probe::Verdict::kPass;
   };
-  const auto r = ddmin(n, fails);
+  const auto r = bisect::ddmin(n, fails);
   RC_ASSERT(r.reproduced);
   RC_ASSERT(fails(r.minimal) == probe::Verdict::kFail);
   for (size_t i = 0; i < r.minimal.size(); ++i) {
@@ -64,7 +64,7 @@ RC_GTEST_PROP(SearchProp, DdminResultFailsAndIsOneMinimal, ()) {
 }
 
 TEST(SearchTest, DdminFindsASingleCulpritInFewProbes) {
-  const auto r = ddmin(64, [](const std::vector<size_t>& s) {
+  const auto r = bisect::ddmin(64, [](const std::vector<size_t>& s) {
     return std::find(s.begin(), s.end(), 37) != s.end() ? probe::Verdict::kFail : probe::Verdict::kPass;
   });
   EXPECT_EQ(r.minimal, std::vector<size_t>{37});
@@ -72,14 +72,14 @@ TEST(SearchTest, DdminFindsASingleCulpritInFewProbes) {
 }
 
 TEST(SearchTest, DdminReportsANonReproducingFullSet) {
-  const auto r = ddmin(5, [](const std::vector<size_t>&) { return probe::Verdict::kPass; });
+  const auto r = bisect::ddmin(5, [](const std::vector<size_t>&) { return probe::Verdict::kPass; });
   EXPECT_FALSE(r.reproduced);
 }
 
 RC_GTEST_PROP(SearchProp, RepetitionsBoundTheMissProbability, ()) {
   const double rate = *rc::gen::inRange(1, 100) / 100.0;
   const double alpha = *rc::gen::element(0.01, 0.05, 0.1);
-  const int64_t k = repetitions_for(rate, alpha);
+  const int64_t k = bisect::repetitions_for(rate, alpha);
   RC_ASSERT(std::pow(1.0 - rate, static_cast<double>(k)) <= alpha + 1e-12);
   if (k > 1) RC_ASSERT(std::pow(1.0 - rate, static_cast<double>(k - 1)) > alpha);
 }
@@ -89,11 +89,11 @@ TEST(SearchTest, FlakyFailureIsCaughtAtTheStatedConfidence) {
   // repetitions per probe, at most ~5% of probes miss it.
   std::mt19937 rng(7);
   std::bernoulli_distribution flaky(0.3);
-  const int64_t k = repetitions_for(0.3, 0.05);
+  const int64_t k = bisect::repetitions_for(0.3, 0.05);
   int missed = 0;
   const int trials = 2000;
   for (int i = 0; i < trials; ++i) {
-    if (repeat_probe([&] { return flaky(rng) ? probe::Verdict::kFail : probe::Verdict::kPass; }, k) != probe::Verdict::kFail) {
+    if (bisect::repeat_probe([&] { return flaky(rng) ? probe::Verdict::kFail : probe::Verdict::kPass; }, k) != probe::Verdict::kFail) {
       ++missed;
     }
   }
@@ -102,7 +102,7 @@ TEST(SearchTest, FlakyFailureIsCaughtAtTheStatedConfidence) {
 
 TEST(SearchTest, UnknownProbesAreSkippedLikeGitBisectSkip) {
   // 50 is undecidable; the boundary 60 is still found.
-  const auto r = find_first_failing(0, 99, [](int64_t x) {
+  const auto r = bisect::find_first_failing(0, 99, [](int64_t x) {
     if (x == 49 || x == 50) return probe::Verdict::kUnknown;
     return x >= 60 ? probe::Verdict::kFail : probe::Verdict::kPass;
   });

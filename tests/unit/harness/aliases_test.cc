@@ -23,17 +23,17 @@ namespace dbh::harness {
 namespace {
 
 namespace fs = std::filesystem;
-using Kind = AliasTranslation::Kind;
+using Kind = scenario::AliasTranslation::Kind;
 
-AliasTranslation alias(const std::string& key, const std::string& value) {
-  const auto t = translate_alias(key, value);
+scenario::AliasTranslation alias(const std::string& key, const std::string& value) {
+  const auto t = scenario::translate_alias(key, value);
   EXPECT_TRUE(t.has_value()) << key << " is no alias";
-  return t.value_or(AliasTranslation{});
+  return t.value_or(scenario::AliasTranslation{});
 }
 
 std::string override_error(const std::string& text) {
   try {
-    (void)translate_override(text);
+    (void)scenario::translate_override(text);
   } catch (const ScenarioError& e) {
     return e.what();
   }
@@ -42,7 +42,7 @@ std::string override_error(const std::string& text) {
 
 std::string convert_error(const std::string& command) {
   try {
-    (void)scenario_from_command(command);
+    (void)scenario::scenario_from_command(command);
   } catch (const UsageError& e) {
     return e.what();
   }
@@ -64,7 +64,7 @@ TEST(AliasTest, PrecisionMapsLightningsNamesToDbhs) {
                                                                                        {"16-mixed", "fp16"},
                                                                                        {"bf16", "bf16"},
                                                                                        {"bf16-mixed", "bf16"}}) {
-    const AliasTranslation t = alias("trainer.precision", lightning);
+    const scenario::AliasTranslation t = alias("trainer.precision", lightning);
     EXPECT_EQ(t.kind, Kind::kMapped) << lightning;
     EXPECT_EQ(t.key, "train.precision");
     EXPECT_EQ(t.value, dbh) << lightning;
@@ -96,7 +96,7 @@ TEST(AliasTest, ModelDataAndTrainerKeys) {
   EXPECT_EQ(alias("trainer.max_steps", "10").value, "10");
   EXPECT_EQ(alias("trainer.max_steps", "-1").kind, Kind::kUnmapped);  // Lightning: no limit
   EXPECT_EQ(alias("trainer.max_steps", "0").kind, Kind::kInvalid);
-  const AliasTranslation epochs = alias("trainer.max_epochs", "50");
+  const scenario::AliasTranslation epochs = alias("trainer.max_epochs", "50");
   EXPECT_EQ(epochs.kind, Kind::kUnmapped);
   EXPECT_TRUE(contains(epochs.reason, "train.max_steps")) << epochs.reason;
 
@@ -108,7 +108,7 @@ TEST(AliasTest, ModelDataAndTrainerKeys) {
   EXPECT_EQ(alias("trainer.accelerator", "cpu").value, "cpu");
   EXPECT_EQ(alias("trainer.accelerator", "auto").kind, Kind::kUnmapped);
   EXPECT_EQ(alias("trainer.accelerator", "gpus").kind, Kind::kInvalid);
-  const AliasTranslation strategy = alias("trainer.strategy", "auto");
+  const scenario::AliasTranslation strategy = alias("trainer.strategy", "auto");
   EXPECT_EQ(strategy.kind, Kind::kUnmapped);
   EXPECT_EQ(strategy.reason, "dbh runs one process per trial; distributed strategies do not apply");
 
@@ -136,28 +136,28 @@ TEST(AliasTest, ValuesThatCannotBeWrittenAsTheyAreAreInvalid) {
   EXPECT_EQ(alias("model.optimizer.lr", " 0.1").kind, Kind::kInvalid);
   EXPECT_EQ(alias("model.optimizer.lr", "1e400").kind, Kind::kInvalid);
   EXPECT_EQ(alias("model.optimizer.lr", "nan").kind, Kind::kInvalid);
-  EXPECT_THROW(translate_override("exp_name=\xff"), ScenarioError);
-  FromCommandOptions o;
+  EXPECT_THROW(scenario::translate_override("exp_name=\xff"), ScenarioError);
+  scenario::FromCommandOptions o;
   o.name = "a\xff";
-  EXPECT_THROW(scenario_from_command("python t.py", o), UsageError);
+  EXPECT_THROW(scenario::scenario_from_command("python t.py", o), UsageError);
   o.name = "";
   o.include = "base-\xff.yaml";
-  EXPECT_THROW(scenario_from_command("python t.py", o), UsageError);
+  EXPECT_THROW(scenario::scenario_from_command("python t.py", o), UsageError);
 }
 
 TEST(AliasTest, HydraHardwareConfigNamesTheProfileItBeginsWith) {
-  const AliasTranslation t = alias("+hardware", "rtx3060_12gb_i5_16core");
+  const scenario::AliasTranslation t = alias("+hardware", "rtx3060_12gb_i5_16core");
   EXPECT_EQ(t.kind, Kind::kMapped);
   EXPECT_EQ(t.key, "hardware.profile");
   EXPECT_EQ(t.value, "rtx3060-12gb");
   EXPECT_EQ(alias("hardware", "gtx1080_8gb").kind, Kind::kUnmapped);
   // dbh's own hardware section is left alone.
-  EXPECT_FALSE(translate_alias("hardware", "{device: cpu}").has_value());
+  EXPECT_FALSE(scenario::translate_alias("hardware", "{device: cpu}").has_value());
 }
 
 TEST(AliasTest, DbhKeysAreNoAliasesAndUnknownLightningKeysAreUnmapped) {
   for (const char* key : {"train.precision", "model.encoder", "data.batch_size", "faults.0.at_step"}) {
-    EXPECT_FALSE(translate_alias(key, "1").has_value()) << key;
+    EXPECT_FALSE(scenario::translate_alias(key, "1").has_value()) << key;
   }
   EXPECT_EQ(alias("trainer.log_every_n_steps", "10").kind, Kind::kUnmapped);
   EXPECT_EQ(alias("dataloaders.train_dataloader.pin_memory", "true").kind, Kind::kUnmapped);
@@ -166,8 +166,8 @@ TEST(AliasTest, DbhKeysAreNoAliasesAndUnknownLightningKeysAreUnmapped) {
 
 // Every alias names a key dbh's resolved scenario has.
 TEST(AliasTest, EveryDbhKeyOfTheTableIsAScenarioKey) {
-  const nlohmann::json resolved = nlohmann::json::parse(resolved_json(Scenario{}));
-  for (const auto& doc : alias_docs()) {
+  const nlohmann::json resolved = nlohmann::json::parse(scenario::resolved_json(scenario::Scenario{}));
+  for (const auto& doc : scenario::alias_docs()) {
     if (doc.dbh_key.empty()) continue;
     const nlohmann::json* at = &resolved;
     std::stringstream parts(doc.dbh_key);
@@ -179,14 +179,14 @@ TEST(AliasTest, EveryDbhKeyOfTheTableIsAScenarioKey) {
 }
 
 TEST(TranslateOverrideTest, AliasesBecomeDbhOverridesAndOthersPassUnchanged) {
-  EXPECT_EQ(translate_override("trainer.precision=16-mixed"), "train.precision=fp16");
-  EXPECT_EQ(translate_override("dataloaders.train_dataloader.batch_size=4"), "data.batch_size=4");
-  EXPECT_EQ(translate_override("+hardware=rtx3060_12gb_i5_16core"), "hardware.profile=rtx3060-12gb");
-  EXPECT_EQ(translate_override("trainer.devices=1"), std::nullopt);  // dbh already trains on one device
-  EXPECT_EQ(translate_override("train.precision=fp16"), "train.precision=fp16");
-  EXPECT_EQ(translate_override("++train.lr=0.1"), "train.lr=0.1");
-  EXPECT_EQ(translate_override("faults.0.at_step=3"), "faults.0.at_step=3");
-  EXPECT_EQ(translate_override("no-equals-sign"), "no-equals-sign");  // apply_override names it
+  EXPECT_EQ(scenario::translate_override("trainer.precision=16-mixed"), "train.precision=fp16");
+  EXPECT_EQ(scenario::translate_override("dataloaders.train_dataloader.batch_size=4"), "data.batch_size=4");
+  EXPECT_EQ(scenario::translate_override("+hardware=rtx3060_12gb_i5_16core"), "hardware.profile=rtx3060-12gb");
+  EXPECT_EQ(scenario::translate_override("trainer.devices=1"), std::nullopt);  // dbh already trains on one device
+  EXPECT_EQ(scenario::translate_override("train.precision=fp16"), "train.precision=fp16");
+  EXPECT_EQ(scenario::translate_override("++train.lr=0.1"), "train.lr=0.1");
+  EXPECT_EQ(scenario::translate_override("faults.0.at_step=3"), "faults.0.at_step=3");
+  EXPECT_EQ(scenario::translate_override("no-equals-sign"), "no-equals-sign");  // apply_override names it
 }
 
 TEST(TranslateOverrideTest, AnAliasThatCannotBeMappedNamesTheOverrideTheAliasAndTheExpectedValues) {
@@ -224,8 +224,8 @@ class AliasScenarioTest : public ::testing::Test {
 
 TEST_F(AliasScenarioTest, OverridesTakeAliasesAsTheirDbhKeys) {
   const std::string file = write("s.yaml", "name: s\ntrain:\n  max_steps: 4\n");
-  const Scenario s =
-      load_scenario(file, {"trainer.accelerator=gpu", "trainer.precision=16-mixed", "model.encoder.model_name=resnet34",
+  const scenario::Scenario s =
+      scenario::load_scenario(file, {"trainer.accelerator=gpu", "trainer.precision=16-mixed", "model.encoder.model_name=resnet34",
                            "trainer.devices=1", "model.component_overrides.decoder.name=pan_decoder",
                            "trainer.accumulate_grad_batches=3", "seed=7", "trainer.max_steps=9"});
   EXPECT_EQ(s.hardware.device, "cuda");
@@ -242,7 +242,7 @@ TEST_F(AliasScenarioTest, OverridesTakeAliasesAsTheirDbhKeys) {
 TEST_F(AliasScenarioTest, ALaterErrorNamesTheOverrideAsTheUserWroteIt) {
   const std::string file = write("s.yaml", "name: s\n");
   try {
-    (void)load_scenario(file, {"dataloaders.train_dataloader.batch_size=5000"});
+    (void)scenario::load_scenario(file, {"dataloaders.train_dataloader.batch_size=5000"});
     FAIL() << "no error";
   } catch (const ScenarioError& e) {
     EXPECT_TRUE(contains(e.what(),
@@ -258,7 +258,7 @@ TEST_F(AliasScenarioTest, ControlsMayUseAliases) {
             "name: s\ndata:\n  batch_size: 4\ncontrols:\n  - [dataloaders.train_dataloader.batch_size=2, "
             "trainer.accumulate_grad_batches=2]\n  - [trainer.precision=bogus]\n");
   try {
-    (void)load_scenario(file);
+    (void)scenario::load_scenario(file);
     FAIL() << "no error";
   } catch (const ScenarioError& e) {
     // The first control is valid; the second names its bad alias.
@@ -267,7 +267,7 @@ TEST_F(AliasScenarioTest, ControlsMayUseAliases) {
 }
 
 TEST(SplitShellWordsTest, QuotesEscapesContinuationsAndComments) {
-  const auto words = split_shell_words(
+  const auto words = scenario::split_shell_words(
       "uv run python runners/train.py \\\n  exp_name='a b' \\\r\n  x=\"c \\\"d\\\" \\$\" y=e\\ f # a comment\n");
   std::vector<std::string> texts;
   for (const auto& w : words)
@@ -278,13 +278,13 @@ TEST(SplitShellWordsTest, QuotesEscapesContinuationsAndComments) {
   EXPECT_EQ(words[4].line, 2);
   EXPECT_EQ(words[4].column, 3);
   // A comment line inside a continued command ends it, as in the shell.
-  EXPECT_EQ(split_shell_words("a=1 \\\n  # ... other args\n").size(), 1u);
+  EXPECT_EQ(scenario::split_shell_words("a=1 \\\n  # ... other args\n").size(), 1u);
 }
 
 TEST(SplitShellWordsTest, WhatAShellWouldRejectOrExpandIsAnErrorWithItsPlace) {
   auto error = [](const std::string& text) {
     try {
-      (void)split_shell_words(text);
+      (void)scenario::split_shell_words(text);
     } catch (const UsageError& e) {
       return std::string(e.what());
     }
@@ -304,7 +304,7 @@ constexpr const char* kSeed000 =
     "trainer.devices=1 trainer.strategy=auto trainer.max_steps=10";
 
 TEST(FromCommandTest, MapsWhatItCanAndListsEverythingElseWithItsReason) {
-  const ConvertedCommand c = scenario_from_command(kSeed000);
+  const scenario::ConvertedCommand c = scenario::scenario_from_command(kSeed000);
   EXPECT_EQ(c.program, (std::vector<std::string>{"python", "runners/train.py"}));
   EXPECT_EQ(c.unmapped, (std::vector<std::string>{
                             "trainer.strategy=auto (dbh runs one process per trial; distributed strategies do "
@@ -322,10 +322,10 @@ TEST(FromCommandTest, MapsWhatItCanAndListsEverythingElseWithItsReason) {
 }
 
 TEST(FromCommandTest, ProgramForms) {
-  EXPECT_EQ(scenario_from_command("python -m runners.train seed=3").program,
+  EXPECT_EQ(scenario::scenario_from_command("python -m runners.train seed=3").program,
             (std::vector<std::string>{"python", "-m", "runners.train"}));
-  EXPECT_TRUE(scenario_from_command("seed=3 trainer.precision=bf16").program.empty());  // the overrides alone
-  const ConvertedCommand env = scenario_from_command(
+  EXPECT_TRUE(scenario::scenario_from_command("seed=3 trainer.precision=bf16").program.empty());  // the overrides alone
+  const scenario::ConvertedCommand env = scenario::scenario_from_command(
       "CUDA_LAUNCH_BLOCKING=1 HYDRA_FULL_ERROR=1 uv run --no-sync python -u runners/train.py --config-name "
       "train -m seed=1");
   EXPECT_EQ(env.program, (std::vector<std::string>{"uv", "run", "--no-sync", "python", "-u", "runners/train.py"}));
@@ -347,7 +347,7 @@ TEST(FromCommandTest, BadInputIsAUsageErrorThatNamesIt) {
 }
 
 TEST_F(AliasScenarioTest, TheGeneratedScenarioLoadsWithTheMappedValues) {
-  const ConvertedCommand c = scenario_from_command(
+  const scenario::ConvertedCommand c = scenario::scenario_from_command(
       "uv run python runners/train.py \\\n"
       "  +hardware=rtx3060_12gb_i5_16core \\\n"
       "  exp_name=ocr_training-dbnet-resnet50-fp16 \\\n"
@@ -363,7 +363,7 @@ TEST_F(AliasScenarioTest, TheGeneratedScenarioLoadsWithTheMappedValues) {
       "  seed=42");
   EXPECT_TRUE(any_starts_with(c.unmapped, "trainer.max_epochs=50 (dbh counts optimizer steps"));
   EXPECT_TRUE(contains(c.yaml, "#   trainer.max_epochs=50 (")) << c.yaml;
-  const Scenario s = load_scenario(write("g.yaml", c.yaml));
+  const scenario::Scenario s = scenario::load_scenario(write("g.yaml", c.yaml));
   EXPECT_EQ(s.name, "ocr_training-dbnet-resnet50-fp16");
   EXPECT_EQ(s.model.encoder, 50);
   EXPECT_EQ(s.model.decoder, model::DecoderKind::kPan);
@@ -375,19 +375,19 @@ TEST_F(AliasScenarioTest, TheGeneratedScenarioLoadsWithTheMappedValues) {
   EXPECT_EQ(s.train.seed, 42u);
   EXPECT_EQ(s.hardware.device, "cuda");
   EXPECT_EQ(s.hardware.profile, "rtx3060-12gb");
-  EXPECT_EQ(s.train.max_steps, TrainConfig{}.max_steps);  // epochs are not steps
+  EXPECT_EQ(s.train.max_steps, scenario::TrainConfig{}.max_steps);  // epochs are not steps
 }
 
 TEST_F(AliasScenarioTest, ABaseIsIncludedAndNameWinsOverExpName) {
   write("base.yaml", "data:\n  size: 64\nhardware:\n  device: cpu\ntrain:\n  max_steps: 2\n");
-  FromCommandOptions o;
+  scenario::FromCommandOptions o;
   o.name = "mine";
   o.include = "base.yaml";
-  const ConvertedCommand c =
-      scenario_from_command("python t.py exp_name=theirs trainer.max_steps=3 trainer.accelerator=auto", o);
+  const scenario::ConvertedCommand c =
+      scenario::scenario_from_command("python t.py exp_name=theirs trainer.max_steps=3 trainer.accelerator=auto", o);
   EXPECT_TRUE(any_starts_with(c.unmapped, "exp_name=theirs (--name mine"));
   EXPECT_TRUE(any_starts_with(c.unmapped, "trainer.accelerator=auto ("));
-  const Scenario s = load_scenario(write("g.yaml", c.yaml));
+  const scenario::Scenario s = scenario::load_scenario(write("g.yaml", c.yaml));
   EXPECT_EQ(s.name, "mine");
   EXPECT_EQ(s.data.size, 64);
   EXPECT_EQ(s.hardware.device, "cpu");  // the base's: auto names no device

@@ -44,7 +44,7 @@ class BisectProbeTest : public ::testing::Test {
 };
 
 TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
-  const Scenario s = load_scenario(scenario().string());
+  const scenario::Scenario s = scenario::load_scenario(scenario().string());
   const std::string f0 = probe::input_fingerprint(s);
   EXPECT_EQ(f0, probe::input_fingerprint(s)) << "the fingerprint of unchanged files is stable";
 
@@ -78,8 +78,8 @@ TEST_F(BisectProbeTest, EveryDatasetChangeChangesTheInputFingerprint) {
 }
 
 TEST_F(BisectProbeTest, WeightsAndCheckpointsAreFingerprinted) {
-  Scenario s = load_scenario(scenario().string());
-  s.data.source = DataSource::kSyntheticBoxes;
+  scenario::Scenario s = scenario::load_scenario(scenario().string());
+  s.data.source = scenario::DataSource::kSyntheticBoxes;
   const std::string none = probe::input_fingerprint(s);
   s.model.weights = (dir_ / "w.pt").string();
   write(s.model.weights, "weights v1");
@@ -102,7 +102,7 @@ TEST_F(BisectProbeTest, EveryInputOnTheManifestChangesTheKey) {
   write(dir_ / "train.py", "print('v1')\n");
   write(dir_ / "v.yaml", "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n" +
                               "data: {source: real, path: data, val: {path: val}}\n");
-  const Scenario s = load_scenario((dir_ / "v.yaml").string());
+  const scenario::Scenario s = scenario::load_scenario((dir_ / "v.yaml").string());
   const std::string k0 = probe::probe_key(s);
 
   // A variable that changes what a library does (here OpenCV's decoding limit).
@@ -133,7 +133,7 @@ TEST_F(BisectProbeTest, EveryInputOnTheManifestChangesTheKey) {
 
   // An external worker: the files its command names.
   write(dir_ / "w.yaml", "include: v.yaml\nworker: {command: [python3, train.py], cwd: " + dir_.string() + "}\n");
-  const Scenario w = load_scenario((dir_ / "w.yaml").string());
+  const scenario::Scenario w = scenario::load_scenario((dir_ / "w.yaml").string());
   const std::string k_w = probe::probe_key(w);
   write(dir_ / "train.py", "print('v2')\n");
   EXPECT_NE(probe::probe_key(w), k_w) << "the user's training script is on the manifest";
@@ -143,11 +143,11 @@ TEST_F(BisectProbeTest, EveryInputOnTheManifestChangesTheKey) {
 }
 
 TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
-  const Scenario s = load_scenario(scenario().string());
+  const scenario::Scenario s = scenario::load_scenario(scenario().string());
   const std::string k0 = probe::probe_key(s);
   EXPECT_EQ(k0.size(), 32u);
   EXPECT_EQ(k0, probe::probe_key(s));
-  EXPECT_NE(probe::probe_key(load_scenario(scenario().string(), {"train.max_steps=7"})), k0);
+  EXPECT_NE(probe::probe_key(scenario::load_scenario(scenario().string(), {"train.max_steps=7"})), k0);
   write(dir_ / "data" / "images" / "a.png", "repaired");
   const std::string k1 = probe::probe_key(s);
   EXPECT_NE(k1, k0) << "a repaired dataset is a different probe";
@@ -155,7 +155,7 @@ TEST_F(BisectProbeTest, CacheKeyCoversScenarioInputsAndEnvironment) {
       << "another device or library is a different probe";
   EXPECT_EQ(probe::build_identity(), probe::build_identity());
   EXPECT_EQ(probe::build_identity().size(), 32u);
-  EXPECT_EQ(machine_identity().size(), 32u);
+  EXPECT_EQ(supervisor::machine_identity().size(), 32u);
 }
 
 TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
@@ -195,47 +195,47 @@ TEST_F(BisectProbeTest, CacheTrimRemovesTheOldestResultsBeyondTheCap) {
 }
 
 TEST(BisectInfrastructureTest, FullDiskStopAndSpawnFailureAreNotTrainingFailures) {
-  TrialAnalysis failed;
-  failed.outcome = Outcome::kFailed;
+  supervisor::TrialAnalysis failed;
+  failed.outcome = scenario::Outcome::kFailed;
   failed.failure.message = "non-finite activation (decoder.smooth3) at step 7";
-  EXPECT_EQ(probe::infrastructure_failure(TrialResult{}, failed), "") << "an ordinary failure is an answer";
+  EXPECT_EQ(probe::infrastructure_failure(supervisor::TrialResult{}, failed), "") << "an ordinary failure is an answer";
 
-  TrialResult disk;
+  supervisor::TrialResult disk;
   disk.term_signal = 6;
   disk.stderr_tail = "terminate called after throwing\nwrite /tmp/x/checkpoint-r0-s2.pt: No space left on device\n";
-  const std::string why = probe::infrastructure_failure(disk, TrialAnalysis{});
+  const std::string why = probe::infrastructure_failure(disk, supervisor::TrialAnalysis{});
   EXPECT_NE(why.find("full disk"), std::string::npos) << why;
   EXPECT_NE(why.find("No space left on device"), std::string::npos) << why;
 
-  TrialAnalysis writer;
-  writer.outcome = Outcome::kFailed;
+  supervisor::TrialAnalysis writer;
+  writer.outcome = scenario::Outcome::kFailed;
   writer.failure.message = "[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file data/3";
-  EXPECT_NE(probe::infrastructure_failure(TrialResult{}, writer), "");
+  EXPECT_NE(probe::infrastructure_failure(supervisor::TrialResult{}, writer), "");
 
-  TrialResult spawn;
+  supervisor::TrialResult spawn;
   spawn.spawn_error = "cannot start /nonexistent/dbh: No such file or directory";
-  EXPECT_NE(probe::infrastructure_failure(spawn, TrialAnalysis{}).find("expected a worker process"), std::string::npos);
+  EXPECT_NE(probe::infrastructure_failure(spawn, supervisor::TrialAnalysis{}).find("expected a worker process"), std::string::npos);
 
-  TrialResult journal;
+  supervisor::TrialResult journal;
   journal.journal_error = "/x/events.jsonl: expected a writable file, got a write error (No space left on device)";
-  EXPECT_NE(probe::infrastructure_failure(journal, TrialAnalysis{}), "");
+  EXPECT_NE(probe::infrastructure_failure(journal, supervisor::TrialAnalysis{}), "");
 
-  TrialResult stopped;
+  supervisor::TrialResult stopped;
   stopped.interrupted = true;
-  EXPECT_NE(probe::infrastructure_failure(stopped, TrialAnalysis{}), "");
+  EXPECT_NE(probe::infrastructure_failure(stopped, supervisor::TrialAnalysis{}), "");
 }
 
 TEST(BisectInfrastructureTest, FailedBeforeTrainingMeansNoStepAtAll) {
-  TrialAnalysis a;
-  a.outcome = Outcome::kFailed;
+  supervisor::TrialAnalysis a;
+  a.outcome = scenario::Outcome::kFailed;
   EXPECT_TRUE(probe::failed_before_training(a));
   a.failure.step = 0;
   EXPECT_FALSE(probe::failed_before_training(a)) << "a failure at step 0 is a training failure";
   a.failure.step.reset();
   a.steps_completed = 2;
   EXPECT_FALSE(probe::failed_before_training(a));
-  TrialAnalysis passed;
-  passed.outcome = Outcome::kPassed;
+  supervisor::TrialAnalysis passed;
+  passed.outcome = scenario::Outcome::kPassed;
   EXPECT_FALSE(probe::failed_before_training(passed));
 }
 

@@ -6,57 +6,57 @@
 namespace dbh::harness {
 namespace {
 
-EvalFacts base() {
-  EvalFacts f;
+report::EvalFacts base() {
+  report::EvalFacts f;
   f.images = 10;
   f.gt = 40;
   return f;
 }
 
 TEST(EvalReadingTest, NoDetectionsOnASaturatedMapNamesUntrainedWeightsAndNormalisation) {
-  EvalFacts f = base();
+  report::EvalFacts f = base();
   f.max_probability = 1.0;
   f.mean_text_fraction = 0.97;
-  const auto r = read_evaluation(f);
+  const auto r = report::read_evaluation(f);
   ASSERT_FALSE(r.empty());
   EXPECT_EQ(r[0].id, "saturated_map");
   EXPECT_NE(r[0].meaning.find("97 %"), std::string::npos) << r[0].meaning;
   EXPECT_NE(r[0].next.find("normalised"), std::string::npos) << r[0].next;
   // A few image-sized regions kept as boxes are the same reading.
   f.det = 8;
-  EXPECT_EQ(read_evaluation(f)[0].id, "saturated_map");
-  EXPECT_NE(read_evaluation(f)[0].meaning.find("no detection matches a word"), std::string::npos);
+  EXPECT_EQ(report::read_evaluation(f)[0].id, "saturated_map");
+  EXPECT_NE(report::read_evaluation(f)[0].meaning.find("no detection matches a word"), std::string::npos);
 }
 
 TEST(EvalReadingTest, EachCaseOfNumbersHasItsOwnReading) {
-  EvalFacts below = base();
+  report::EvalFacts below = base();
   below.max_probability = 0.1;
-  EXPECT_EQ(read_evaluation(below)[0].id, "map_below_threshold");
-  EvalFacts dropped = base();
+  EXPECT_EQ(report::read_evaluation(below)[0].id, "map_below_threshold");
+  report::EvalFacts dropped = base();
   dropped.max_probability = 0.8;
   dropped.mean_text_fraction = 0.05;
-  EXPECT_EQ(read_evaluation(dropped)[0].id, "boxes_dropped");
-  EvalFacts off = base();
+  EXPECT_EQ(report::read_evaluation(dropped)[0].id, "boxes_dropped");
+  report::EvalFacts off = base();
   off.det = 12;
-  EXPECT_EQ(read_evaluation(off)[0].id, "nothing_matches");
-  EvalFacts fp = base();
+  EXPECT_EQ(report::read_evaluation(off)[0].id, "nothing_matches");
+  report::EvalFacts fp = base();
   fp.det = 100;
   fp.matched = 30;
   fp.precision = 0.3;
   fp.recall = 0.75;
-  EXPECT_EQ(read_evaluation(fp)[0].id, "false_positives");
-  EvalFacts missed = fp;
+  EXPECT_EQ(report::read_evaluation(fp)[0].id, "false_positives");
+  report::EvalFacts missed = fp;
   missed.precision = 0.9;
   missed.recall = 0.2;
-  EXPECT_EQ(read_evaluation(missed)[0].id, "missed_words");
-  EvalFacts good = fp;
+  EXPECT_EQ(report::read_evaluation(missed)[0].id, "missed_words");
+  report::EvalFacts good = fp;
   good.precision = 0.85;
   good.recall = 0.8;
   good.hmean = 0.82;
-  EXPECT_EQ(read_evaluation(good)[0].id, "scored");
-  EvalFacts empty = base();
+  EXPECT_EQ(report::read_evaluation(good)[0].id, "scored");
+  report::EvalFacts empty = base();
   empty.gt = 0;
-  EXPECT_EQ(read_evaluation(empty)[0].id, "nothing_to_score");
+  EXPECT_EQ(report::read_evaluation(empty)[0].id, "nothing_to_score");
 }
 
 }  // namespace

@@ -19,19 +19,19 @@ namespace {
 
 using nlohmann::json;
 
-Event Ev(const std::string& type, json fields) {
-  return decode_event(encode_event(type, std::move(fields), 0.5), "test");
+proto::Event Ev(const std::string& type, json fields) {
+  return proto::decode_event(proto::encode_event(type, std::move(fields), 0.5), "test");
 }
 
 // The bytes a record's variable parts hold (strings, lists, JSON as text).
-size_t held_bytes(const TrialAnalysis& a) {
+size_t held_bytes(const supervisor::TrialAnalysis& a) {
   size_t bytes = 0;
   for (const auto& st : a.steps) {
-    bytes += sizeof(StepRecord) + st.micro_loss_bits.size() * 4 + st.phases.dump().size();
+    bytes += sizeof(supervisor::StepRecord) + st.micro_loss_bits.size() * 4 + st.phases.dump().size();
     for (const auto& m : st.modules) bytes += sizeof(m) + m.module.size();
   }
   for (const auto& e : a.evals) {
-    bytes += sizeof(EvalRecord);
+    bytes += sizeof(supervisor::EvalRecord);
     for (const auto& [name, v] : e.metrics) bytes += name.size() + sizeof(v) + sizeof(name);
   }
   for (const auto& [step, ids] : a.batches) {
@@ -44,7 +44,7 @@ size_t held_bytes(const TrialAnalysis& a) {
 }
 
 TEST(EventDigesterTest, KeepsBoundedRecordsWhateverTheStream) {
-  EventDigester d;
+  supervisor::EventDigester d;
   const std::string long_name(250, 'n');
   json micro = json::array();
   for (int i = 0; i < 2000; ++i) micro.push_back(1056964608);
@@ -63,37 +63,37 @@ TEST(EventDigesterTest, KeepsBoundedRecordsWhateverTheStream) {
   for (int s = 0; s < 500; ++s) samples.push_back(long_name + std::to_string(s));
   // Each event decoded once, as the worker's stream would carry it, then fed
   // again at every step with only its step changed.
-  Event end = Ev(event::kStepEnd, {{"run", 0}, {"step", 0}, {"loss", 0.5}, {"lr", 0.1}, {"micro_loss_bits", micro},
+  proto::Event end = Ev(proto::event::kStepEnd, {{"run", 0}, {"step", 0}, {"loss", 0.5}, {"lr", 0.1}, {"micro_loss_bits", micro},
                                    {"phases", phases}, {"numerics", numerics}});
-  Event eval = Ev(event::kEval, {{"run", 0}, {"step", 0}, {"metrics", metrics}});
-  Event batch = Ev(event::kBatch, {{"run", 0}, {"step", 0}, {"samples", samples}});
-  Event read = Ev(event::kSampleRead, {{"index", 0}, {"name", long_name}});
-  const Event warning = Ev(event::kWarning, {{"message", long_name}});
-  Event error = Ev(event::kError, {{"kind", "exception"}, {"run", 0}, {"step", 0}, {"message", long_name}});
+  proto::Event eval = Ev(proto::event::kEval, {{"run", 0}, {"step", 0}, {"metrics", metrics}});
+  proto::Event batch = Ev(proto::event::kBatch, {{"run", 0}, {"step", 0}, {"samples", samples}});
+  proto::Event read = Ev(proto::event::kSampleRead, {{"index", 0}, {"name", long_name}});
+  const proto::Event warning = Ev(proto::event::kWarning, {{"message", long_name}});
+  proto::Event error = Ev(proto::event::kError, {{"kind", "exception"}, {"run", 0}, {"step", 0}, {"message", long_name}});
   const int64_t steps = 1200;
   for (int64_t step = 0; step < steps; ++step) {
-    for (Event* e : {&end, &eval, &batch, &error}) e->body["step"] = step;
+    for (proto::Event* e : {&end, &eval, &batch, &error}) e->body["step"] = step;
     read.body["index"] = step;
-    for (const Event* e : std::initializer_list<const Event*>{&end, &eval, &batch, &read, &warning, &error}) {
+    for (const proto::Event* e : std::initializer_list<const proto::Event*>{&end, &eval, &batch, &read, &warning, &error}) {
       d.feed(*e);
     }
   }
-  const TrialAnalysis& a = d.records();
+  const supervisor::TrialAnalysis& a = d.records();
   EXPECT_EQ(a.steps_completed, steps);
   ASSERT_EQ(a.steps.size(), static_cast<size_t>(steps));
-  EXPECT_EQ(a.steps[0].micro_loss_bits.size(), kMaxMicroBatchBits);
-  EXPECT_LE(a.steps[0].phases.size(), kMaxPhases);
-  EXPECT_LE(a.steps[0].phases.begin()->size(), kMaxPhaseFigures);
+  EXPECT_EQ(a.steps[0].micro_loss_bits.size(), supervisor::kMaxMicroBatchBits);
+  EXPECT_LE(a.steps[0].phases.size(), supervisor::kMaxPhases);
+  EXPECT_LE(a.steps[0].phases.begin()->size(), supervisor::kMaxPhaseFigures);
   size_t modules = 0;
   for (const auto& st : a.steps) modules += st.modules.size();
-  EXPECT_LE(modules, kMaxModuleRecords);
-  EXPECT_LE(a.evals.size(), kMaxEvalRecords);
-  EXPECT_LE(a.warnings.size(), internal::kMaxQuotedItems);
-  EXPECT_LE(d.digest().other_errors.size(), internal::kMaxQuotedItems);
+  EXPECT_LE(modules, supervisor::kMaxModuleRecords);
+  EXPECT_LE(a.evals.size(), supervisor::kMaxEvalRecords);
+  EXPECT_LE(a.warnings.size(), supervisor::internal::kMaxQuotedItems);
+  EXPECT_LE(d.digest().other_errors.size(), supervisor::internal::kMaxQuotedItems);
   size_t micro_kept = 0;
   for (const auto& st : a.steps) micro_kept += st.micro_loss_bits.size();
-  EXPECT_LE(micro_kept, kMaxMicroBatchBitsKept);
-  EXPECT_LE(a.batches.size(), kMaxSampleTextBytes / (500 * 250) + 1);
+  EXPECT_LE(micro_kept, supervisor::kMaxMicroBatchBitsKept);
+  EXPECT_LE(a.batches.size(), supervisor::kMaxSampleTextBytes / (500 * 250) + 1);
   // The stream carried about 1.2 GB as JSON; the records keep under 100 MB.
   EXPECT_LT(held_bytes(a), size_t{100} << 20) << held_bytes(a);
   // The schedule is still read from every step.
@@ -105,12 +105,12 @@ TEST(EventDigesterTest, KeepsBoundedRecordsWhateverTheStream) {
 // Past kMaxStepRecords steps a step is counted and checked against the
 // schedule, but not kept.
 TEST(EventDigesterTest, CountsStepsPastTheRecordsItKeeps) {
-  EventDigester d;
-  const auto n = static_cast<int64_t>(kMaxStepRecords) + 10;
+  supervisor::EventDigester d;
+  const auto n = static_cast<int64_t>(supervisor::kMaxStepRecords) + 10;
   for (int64_t step = 0; step < n; ++step) {
-    d.feed(Ev(event::kStepEnd, {{"run", 0}, {"step", step == 40000 ? step + 1 : step}, {"loss", 0.5}, {"lr", 0.1}}));
+    d.feed(Ev(proto::event::kStepEnd, {{"run", 0}, {"step", step == 40000 ? step + 1 : step}, {"loss", 0.5}, {"lr", 0.1}}));
   }
-  EXPECT_EQ(d.records().steps.size(), kMaxStepRecords);
+  EXPECT_EQ(d.records().steps.size(), supervisor::kMaxStepRecords);
   EXPECT_EQ(d.records().steps_completed, n);
   EXPECT_EQ(d.digest().run_steps.at(0).count, n);
   EXPECT_FALSE(d.digest().run_steps.at(0).in_order) << "step 40000 was reported as 40001";

@@ -59,7 +59,7 @@ std::set<std::string> keys(const json& j) {
 }
 
 TEST(EventList, DocsListEveryDeclaredEventInOrder) {
-  std::vector<std::string> declared(event::kAll.begin(), event::kAll.end());
+  std::vector<std::string> declared(proto::event::kAll.begin(), proto::event::kAll.end());
   std::vector<std::string> listed;
   for (const auto& e : documented_events()) listed.push_back(e.name);
   EXPECT_EQ(listed, declared) << "docs/events.md's table and event::kAll (harness/proto/events.h) differ";
@@ -172,17 +172,17 @@ TEST(EventList, ReadmeAndArchitectureNameOnlyDeclaredEvents) {
     ASSERT_NE(to, std::string::npos) << p.file << ": the event list does not point at " << p.to;
     const auto names = backticked(text.substr(from, to - from));
     EXPECT_GE(names.size(), 5u) << p.file;
-    for (const auto& n : names) EXPECT_TRUE(event::is_known(n)) << p.file << " names `" << n << "`, not declared";
+    for (const auto& n : names) EXPECT_TRUE(proto::event::is_known(n)) << p.file << " names `" << n << "`, not declared";
   }
 }
 
 TEST(EventList, UnknownTypesAreNotKnown) {
-  EXPECT_TRUE(event::is_known("step_end"));
-  EXPECT_FALSE(event::is_known("step_ended"));
-  EXPECT_FALSE(event::is_known(""));
+  EXPECT_TRUE(proto::event::is_known("step_end"));
+  EXPECT_FALSE(proto::event::is_known("step_ended"));
+  EXPECT_FALSE(proto::event::is_known(""));
 }
 
-Event Through(const std::string& line) { return decode_event(line, "test"); }
+proto::Event Through(const std::string& line) { return proto::decode_event(line, "test"); }
 
 TEST(TypedEvents, StepEndRoundTrips) {
   proto::StepEnd s;
@@ -225,7 +225,7 @@ TEST(TypedEvents, HealthKeepsCheckSpecificFieldsInExtra) {
   h.kind = "loss";
   h.site = "total";
   h.extra = {{"median", 1.5}, {"factor", 12.0}};
-  const Event e = Through(proto::encode(h, 0));
+  const proto::Event e = Through(proto::encode(h, 0));
   EXPECT_DOUBLE_EQ(e.get<double>("median", 0), 1.5);
   EXPECT_FALSE(e.has("primary"));
   const auto back = proto::health_from(e);
@@ -257,7 +257,7 @@ TEST(TypedEvents, FaultFiredOmitsEmptyModuleAndDetail) {
 }
 
 TEST(TypedEvents, MistypedAndUnknownFieldsReadAsDefaults) {
-  const Event e = Through(R"({"type":"step_end","run":"zero","step":null,"loss":0.5,"micro_loss_bits":[1,-2,"x"],)"
+  const proto::Event e = Through(R"({"type":"step_end","run":"zero","step":null,"loss":0.5,"micro_loss_bits":[1,-2,"x"],)"
                           R"("novel":{"a":1}})");
   const auto s = proto::step_end_from(e);
   EXPECT_EQ(s.run, 0);

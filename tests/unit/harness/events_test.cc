@@ -29,25 +29,25 @@ using nlohmann::json;
 }
 
 TEST(EncodeEvent, OneLineWithTypeAndTime) {
-  const std::string line = encode_event(event::kStepEnd, {{"run", 0}, {"step", 3}, {"loss", 0.5}}, 1.25);
+  const std::string line = proto::encode_event(proto::event::kStepEnd, {{"run", 0}, {"step", 3}, {"loss", 0.5}}, 1.25);
   EXPECT_TRUE(IsOneFrame(line));
   const json j = json::parse(line);
-  EXPECT_EQ(j.at("type"), event::kStepEnd);
+  EXPECT_EQ(j.at("type"), proto::event::kStepEnd);
   EXPECT_DOUBLE_EQ(j.at("t").get<double>(), 1.25);
   EXPECT_EQ(j.at("step"), 3);
   EXPECT_DOUBLE_EQ(j.at("loss").get<double>(), 0.5);
 }
 
 TEST(EncodeEvent, TheTypeArgumentAndTimeWinOverFields) {
-  const json j = json::parse(encode_event(event::kHello, {{"type", "spoof"}, {"t", 99}, {"pid", 7}}, 2));
-  EXPECT_EQ(j.at("type"), event::kHello);
+  const json j = json::parse(proto::encode_event(proto::event::kHello, {{"type", "spoof"}, {"t", 99}, {"pid", 7}}, 2));
+  EXPECT_EQ(j.at("type"), proto::event::kHello);
   EXPECT_EQ(j.at("t"), 2);
   EXPECT_EQ(j.at("pid"), 7);
 }
 
 TEST(EncodeEvent, NonObjectFieldsAreDropped) {
   for (const json& fields : {json(nullptr), json(3), json("x"), json::array({1, 2})}) {
-    const std::string line = encode_event(event::kHeartbeat, fields, 0);
+    const std::string line = proto::encode_event(proto::event::kHeartbeat, fields, 0);
     EXPECT_TRUE(IsOneFrame(line));
     const json j = json::parse(line);
     EXPECT_EQ(j.size(), 2u) << line;
@@ -64,8 +64,8 @@ TEST(EncodeEvent, RoundTripsThroughDecodeEvent) {
                        {"ok", true},
                        {"nothing", nullptr},
                        {"negative", -17}};
-  const Event e = decode_event(encode_event(event::kStepEnd, fields, 3.5), "x:1");
-  EXPECT_EQ(e.type, event::kStepEnd);
+  const proto::Event e = proto::decode_event(proto::encode_event(proto::event::kStepEnd, fields, 3.5), "x:1");
+  EXPECT_EQ(e.type, proto::event::kStepEnd);
   EXPECT_DOUBLE_EQ(e.t, 3.5);
   for (const auto& [k, v] : fields.items()) EXPECT_EQ(e.body.at(k), v) << k;
   EXPECT_EQ(e.get<int64_t>("step", -1), 42);
@@ -81,9 +81,9 @@ TEST(EncodeEvent, NewlinesAndControlCharactersStayInsideTheLine) {
   std::string message = "line one\nline two\r\nthree\ttab\x01\x02\x1f end\0mid";
   message += std::string("\0after nul", 10);
   message += "\xe2\x80\xa8 (U+2028) \xc3\xa9";
-  const std::string line = encode_event(event::kError, {{"message", message}, {"back\ntrace", "k\n"}}, 0);
+  const std::string line = proto::encode_event(proto::event::kError, {{"message", message}, {"back\ntrace", "k\n"}}, 0);
   EXPECT_TRUE(IsOneFrame(line));
-  const auto stream = decode_stream(line + line, "events.jsonl");
+  const auto stream = proto::decode_stream(line + line, "events.jsonl");
   ASSERT_EQ(stream.events.size(), 2u);
   EXPECT_TRUE(stream.bad_lines.empty());
   EXPECT_TRUE(stream.torn_tail.empty());
@@ -94,9 +94,9 @@ TEST(EncodeEvent, NewlinesAndControlCharactersStayInsideTheLine) {
 TEST(EncodeEvent, InvalidUtf8IsReplacedNotThrown) {
   const std::string bad = std::string("cuDNN \xff\xfe error \xc3 at \x80 end");
   std::string line;
-  ASSERT_NO_THROW(line = encode_event(event::kError, {{"message", bad}, {std::string("k\xff"), 1}}, 0));
+  ASSERT_NO_THROW(line = proto::encode_event(proto::event::kError, {{"message", bad}, {std::string("k\xff"), 1}}, 0));
   EXPECT_TRUE(IsOneFrame(line));
-  const auto stream = decode_stream(line, "events.jsonl");
+  const auto stream = proto::decode_stream(line, "events.jsonl");
   ASSERT_EQ(stream.events.size(), 1u);
   EXPECT_TRUE(stream.bad_lines.empty());
   const std::string m = stream.events[0].get<std::string>("message", "");
@@ -104,16 +104,16 @@ TEST(EncodeEvent, InvalidUtf8IsReplacedNotThrown) {
   EXPECT_NE(m.find(" end"), std::string::npos);
   EXPECT_NE(m.find("\xef\xbf\xbd"), std::string::npos) << "U+FFFD replacement expected: " << m;
   // The type itself may be malformed too.
-  const std::string typed = encode_event("warn\xffing\n", {}, 0);
+  const std::string typed = proto::encode_event("warn\xffing\n", {}, 0);
   EXPECT_TRUE(IsOneFrame(typed));
-  EXPECT_EQ(decode_stream(typed, "e").events.size(), 1u);
+  EXPECT_EQ(proto::decode_stream(typed, "e").events.size(), 1u);
 }
 
 // --- decode_event ------------------------------------------------------------
 
 std::string DecodeError(const std::string& line, const std::string& where) {
   try {
-    (void)decode_event(line, where);
+    (void)proto::decode_event(line, where);
   } catch (const ProtocolError& e) {
     return e.what();
   }
@@ -136,45 +136,45 @@ TEST(DecodeEvent, ErrorsNameTheLocation) {
 }
 
 TEST(DecodeEvent, ToleratesWhitespaceAndMissingTime) {
-  const Event e = decode_event("  {\"type\":\"heartbeat\"}\r", "f:1");
-  EXPECT_EQ(e.type, event::kHeartbeat);
+  const proto::Event e = proto::decode_event("  {\"type\":\"heartbeat\"}\r", "f:1");
+  EXPECT_EQ(e.type, proto::event::kHeartbeat);
   EXPECT_EQ(e.t, 0);
-  EXPECT_EQ(decode_event("{\"type\":\"x\",\"t\":\"soon\"}", "f:1").t, 0);
+  EXPECT_EQ(proto::decode_event("{\"type\":\"x\",\"t\":\"soon\"}", "f:1").t, 0);
 }
 
 // --- decode_stream -----------------------------------------------------------
 
 TEST(DecodeStream, EmptyTextHasNoEvents) {
-  const auto s = decode_stream("", "events.jsonl");
+  const auto s = proto::decode_stream("", "events.jsonl");
   EXPECT_TRUE(s.events.empty());
   EXPECT_TRUE(s.bad_lines.empty());
   EXPECT_TRUE(s.torn_tail.empty());
 }
 
 TEST(DecodeStream, TornLastLineIsKeptApartAndNotDecoded) {
-  const std::string a = encode_event(event::kStepBegin, {{"step", 0}}, 0.1);
-  const std::string b = encode_event(event::kStepEnd, {{"step", 0}}, 0.2);
+  const std::string a = proto::encode_event(proto::event::kStepBegin, {{"step", 0}}, 0.1);
+  const std::string b = proto::encode_event(proto::event::kStepEnd, {{"step", 0}}, 0.2);
   const std::string torn = b.substr(0, b.size() / 2);
-  const auto s = decode_stream(a + torn, "events.jsonl");
+  const auto s = proto::decode_stream(a + torn, "events.jsonl");
   ASSERT_EQ(s.events.size(), 1u);
-  EXPECT_EQ(s.events[0].type, event::kStepBegin);
+  EXPECT_EQ(s.events[0].type, proto::event::kStepBegin);
   EXPECT_EQ(s.torn_tail, torn);
   EXPECT_TRUE(s.bad_lines.empty());
   // A complete object without its '\n' is still a torn write.
-  const auto whole = decode_stream(a + b.substr(0, b.size() - 1), "events.jsonl");
+  const auto whole = proto::decode_stream(a + b.substr(0, b.size() - 1), "events.jsonl");
   EXPECT_EQ(whole.events.size(), 1u);
   EXPECT_EQ(whole.torn_tail, b.substr(0, b.size() - 1));
 }
 
 TEST(DecodeStream, BadLinesAreSkippedAndReportedWithTheirLineNumber) {
-  const std::string text = encode_event(event::kHello, {}, 0) + "not json\n" + "\n" +
-                           encode_event(event::kRunBegin, {}, 0) + "[1]\n" + "{\"no\":\"type\"}\n" +
-                           encode_event(event::kDone, {}, 0);
-  const auto s = decode_stream(text, "events.jsonl");
+  const std::string text = proto::encode_event(proto::event::kHello, {}, 0) + "not json\n" + "\n" +
+                           proto::encode_event(proto::event::kRunBegin, {}, 0) + "[1]\n" + "{\"no\":\"type\"}\n" +
+                           proto::encode_event(proto::event::kDone, {}, 0);
+  const auto s = proto::decode_stream(text, "events.jsonl");
   ASSERT_EQ(s.events.size(), 3u);
-  EXPECT_EQ(s.events[0].type, event::kHello);
-  EXPECT_EQ(s.events[1].type, event::kRunBegin);
-  EXPECT_EQ(s.events[2].type, event::kDone);
+  EXPECT_EQ(s.events[0].type, proto::event::kHello);
+  EXPECT_EQ(s.events[1].type, proto::event::kRunBegin);
+  EXPECT_EQ(s.events[2].type, proto::event::kDone);
   ASSERT_EQ(s.bad_lines.size(), 3u);
   EXPECT_EQ(s.bad_lines[0].rfind("events.jsonl:2: ", 0), 0u) << s.bad_lines[0];
   EXPECT_EQ(s.bad_lines[1].rfind("events.jsonl:5: ", 0), 0u) << s.bad_lines[1];
@@ -183,16 +183,16 @@ TEST(DecodeStream, BadLinesAreSkippedAndReportedWithTheirLineNumber) {
 }
 
 TEST(DecodeStream, EmptyLinesAreSkippedSilently) {
-  const std::string e = encode_event(event::kHeartbeat, {}, 0);
-  const auto s = decode_stream("\n\n" + e + "\n\n" + e + "\n", "events.jsonl");
+  const std::string e = proto::encode_event(proto::event::kHeartbeat, {}, 0);
+  const auto s = proto::decode_stream("\n\n" + e + "\n\n" + e + "\n", "events.jsonl");
   EXPECT_EQ(s.events.size(), 2u);
   EXPECT_TRUE(s.bad_lines.empty());
   EXPECT_TRUE(s.torn_tail.empty());
 }
 
 TEST(DecodeStream, CrLfLineEndingsDecode) {
-  const std::string e = encode_event(event::kHeartbeat, {}, 0);
-  const auto s = decode_stream(e.substr(0, e.size() - 1) + "\r\n" + e, "events.jsonl");
+  const std::string e = proto::encode_event(proto::event::kHeartbeat, {}, 0);
+  const auto s = proto::decode_stream(e.substr(0, e.size() - 1) + "\r\n" + e, "events.jsonl");
   EXPECT_EQ(s.events.size(), 2u);
   EXPECT_TRUE(s.bad_lines.empty());
 }
@@ -204,29 +204,29 @@ TEST(DecodeStream, CrLfLineEndingsDecode) {
 namespace dbh::harness {
 namespace {
 
-// Note [A worker's stream is bounded]: a line over kMaxEventLineBytes is one
+// Note [A worker's stream is bounded]: a line over proto::kMaxEventLineBytes is one
 // bad line whether it arrives whole or in pieces, and is never held; at most
 // kMaxBadLines bad lines are kept, the last saying how many more there were.
 TEST(DecodeStream, AnOverlongLineIsSkippedWholeOrInPiecesAndBadLinesAreBounded) {
-  const std::string huge(kMaxEventLineBytes + 10, 'x');
+  const std::string huge(proto::kMaxEventLineBytes + 10, 'x');
   const std::string text = "{\"type\":\"hello\"}\n" + huge + "\n{\"type\":\"done\"}\n";
-  const auto whole = decode_stream(text, "e");
+  const auto whole = proto::decode_stream(text, "e");
   ASSERT_EQ(whole.events.size(), 2u);
   ASSERT_EQ(whole.bad_lines.size(), 1u);
   EXPECT_NE(whole.bad_lines[0].find("got " + std::to_string(huge.size()) + " bytes (skipped)"), std::string::npos);
-  StreamDecoder pieces("e");
-  std::vector<Event> events;
+  proto::StreamDecoder pieces("e");
+  std::vector<proto::Event> events;
   std::vector<std::string> bad;
   for (size_t at = 0; at < text.size(); at += 4096) {
-    pieces.feed(std::string_view(text).substr(at, 4096), [&](Event&& e) { events.push_back(std::move(e)); }, bad);
-    EXPECT_LE(pieces.pending().size(), kMaxEventLineBytes);
+    pieces.feed(std::string_view(text).substr(at, 4096), [&](proto::Event&& e) { events.push_back(std::move(e)); }, bad);
+    EXPECT_LE(pieces.pending().size(), proto::kMaxEventLineBytes);
   }
   EXPECT_EQ(events.size(), 2u);
   EXPECT_EQ(bad, whole.bad_lines);
   std::string garbage;
   for (int i = 0; i < 250; ++i) garbage += "not json\n";
-  const auto many = decode_stream(garbage, "g");
-  ASSERT_EQ(many.bad_lines.size(), kMaxBadLines + 1);
+  const auto many = proto::decode_stream(garbage, "g");
+  ASSERT_EQ(many.bad_lines.size(), proto::kMaxBadLines + 1);
   EXPECT_EQ(many.bad_lines.back(), "g: 150 more bad line(s) not kept (at most 100 are)");
 }
 

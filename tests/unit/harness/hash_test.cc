@@ -53,8 +53,8 @@ TEST(HashTest, ShardAssignmentIsUnchanged) {
   } cases[] = {{"ci-smoke", 1, 3}, {"seed-002-unstable-binarization", 0, 1}, {"kill", 2, 3}, {"x-1a2b3c4d", 0, 0}};
   for (const auto& c : cases) {
     for (int64_t i = 0; i < 4; ++i) {
-      EXPECT_EQ(in_shard(c.id, Shard{i, 3, "test"}), i == c.of3) << c.id << " " << i << "/3";
-      EXPECT_EQ(in_shard(c.id, Shard{i, 4, "test"}), i == c.of4) << c.id << " " << i << "/4";
+      EXPECT_EQ(supervisor::in_shard(c.id, supervisor::Shard{i, 3, "test"}), i == c.of3) << c.id << " " << i << "/3";
+      EXPECT_EQ(supervisor::in_shard(c.id, supervisor::Shard{i, 4, "test"}), i == c.of4) << c.id << " " << i << "/4";
     }
   }
 }

@@ -33,24 +33,24 @@ class HostAllocatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(std::getenv("DBH_HOST_ALLOCATOR"), nullptr) << "the tests need the default choice";
-    install_host_allocator();
-    release_cached_host_memory();
+    worker::install_host_allocator();
+    worker::release_cached_host_memory();
   }
 };
 
 TEST_F(HostAllocatorTest, AFreedBlockIsHandedOutAgainForTheSameSize) {
-  const HostAllocatorStats before = host_allocator_stats();
+  const worker::HostAllocatorStats before = worker::host_allocator_stats();
   ASSERT_TRUE(before.installed);
   const void* first = nullptr;
   {
     const torch::Tensor t = bytes(4 * kMiB);
     first = t.data_ptr();
-    EXPECT_EQ(host_allocator_stats().allocated_bytes, before.allocated_bytes + 4 * kMiB);
+    EXPECT_EQ(worker::host_allocator_stats().allocated_bytes, before.allocated_bytes + 4 * kMiB);
   }
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 4 * kMiB);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, 4 * kMiB);
   const torch::Tensor again = bytes(4 * kMiB);
   EXPECT_EQ(again.data_ptr(), first);
-  const HostAllocatorStats after = host_allocator_stats();
+  const worker::HostAllocatorStats after = worker::host_allocator_stats();
   EXPECT_EQ(after.hits, before.hits + 1);
   EXPECT_EQ(after.misses, before.misses + 1);
   EXPECT_EQ(after.cached_bytes, 0);
@@ -62,21 +62,21 @@ TEST_F(HostAllocatorTest, ASmallerRequestTakesAKeptBlockOnlyWithinAnEighth) {
     // nothing below is released.
     const torch::Tensor room = bytes(64 * kMiB), block = bytes(8 * kMiB);
   }
-  const HostAllocatorStats before = host_allocator_stats();
+  const worker::HostAllocatorStats before = worker::host_allocator_stats();
   {
     const torch::Tensor near = bytes(15 * kMiB / 2);  // 8 MiB ≤ 7.5 MiB + 1/8
-    EXPECT_EQ(host_allocator_stats().hits, before.hits + 1);
+    EXPECT_EQ(worker::host_allocator_stats().hits, before.hits + 1);
   }
   const torch::Tensor far = bytes(6 * kMiB);  // 8 MiB > 6 MiB + 1/8
-  EXPECT_EQ(host_allocator_stats().hits, before.hits + 1);
-  EXPECT_EQ(host_allocator_stats().misses, before.misses + 1);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 72 * kMiB);
+  EXPECT_EQ(worker::host_allocator_stats().hits, before.hits + 1);
+  EXPECT_EQ(worker::host_allocator_stats().misses, before.misses + 1);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, 72 * kMiB);
 }
 
 TEST_F(HostAllocatorTest, SmallTensorsAreNotKept) {
-  const HostAllocatorStats before = host_allocator_stats();
-  for (int i = 0; i < 10; ++i) bytes(kMinCachedBytes - 1);
-  const HostAllocatorStats after = host_allocator_stats();
+  const worker::HostAllocatorStats before = worker::host_allocator_stats();
+  for (int i = 0; i < 10; ++i) bytes(worker::kMinCachedBytes - 1);
+  const worker::HostAllocatorStats after = worker::host_allocator_stats();
   EXPECT_EQ(after.hits + after.misses, before.hits + before.misses);
   EXPECT_EQ(after.cached_bytes, 0);
 }
@@ -84,20 +84,20 @@ TEST_F(HostAllocatorTest, SmallTensorsAreNotKept) {
 TEST_F(HostAllocatorTest, HandedOutPlusKeptStaysWithinAnEighthOfThePeak) {
   // A peak of its own, above whatever this process handed out before (the
   // block is never touched: no memory is used).
-  const int64_t big = std::max<int64_t>(256 * kMiB, 2 * host_allocator_stats().peak_allocated_bytes / kMiB * kMiB);
+  const int64_t big = std::max<int64_t>(256 * kMiB, 2 * worker::host_allocator_stats().peak_allocated_bytes / kMiB * kMiB);
   bytes(big);
-  const int64_t peak = host_allocator_stats().peak_allocated_bytes;
+  const int64_t peak = worker::host_allocator_stats().peak_allocated_bytes;
   ASSERT_EQ(peak, big);
-  ASSERT_EQ(host_allocator_stats().cached_bytes, big);
+  ASSERT_EQ(worker::host_allocator_stats().cached_bytes, big);
   // Blocks no kept one serves: the big block goes once they need its room
   // (after big / 8 of them).
   std::vector<torch::Tensor> held;
   for (int64_t i = 0; i < big / (16 * kMiB) + 4; ++i) {
     held.push_back(bytes(2 * kMiB));
-    const HostAllocatorStats s = host_allocator_stats();
+    const worker::HostAllocatorStats s = worker::host_allocator_stats();
     ASSERT_LE(s.allocated_bytes + s.cached_bytes, s.peak_allocated_bytes + s.peak_allocated_bytes / 8) << "block " << i;
   }
-  const HostAllocatorStats s = host_allocator_stats();
+  const worker::HostAllocatorStats s = worker::host_allocator_stats();
   EXPECT_EQ(s.peak_allocated_bytes, peak);
   EXPECT_EQ(s.cached_bytes, 0) << "the big block is freed once an eighth of it more is needed";
   EXPECT_GE(s.releases, 1);
@@ -105,24 +105,24 @@ TEST_F(HostAllocatorTest, HandedOutPlusKeptStaysWithinAnEighthOfThePeak) {
 
 TEST_F(HostAllocatorTest, UnderABudgetNothingIsKept) {
   bytes(4 * kMiB);
-  ASSERT_EQ(host_allocator_stats().cached_bytes, 4 * kMiB);
-  keep_freed_host_memory(false);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 0) << "what was kept is freed";
+  ASSERT_EQ(worker::host_allocator_stats().cached_bytes, 4 * kMiB);
+  worker::keep_freed_host_memory(false);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, 0) << "what was kept is freed";
   bytes(4 * kMiB);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 0) << "a freed block goes back at once";
-  keep_freed_host_memory(true);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, 0) << "a freed block goes back at once";
+  worker::keep_freed_host_memory(true);
   bytes(4 * kMiB);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 4 * kMiB);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, 4 * kMiB);
 }
 
 TEST_F(HostAllocatorTest, OneDnnScratchMemoryGoesThroughTheRawPath) {
   c10::Allocator* a = c10::GetCPUAllocator();
-  const HostAllocatorStats before = host_allocator_stats();
+  const worker::HostAllocatorStats before = worker::host_allocator_stats();
   void* big = a->raw_allocate(2 * kMiB);
   void* small = a->raw_allocate(1024);
   a->raw_deallocate(small);
   a->raw_deallocate(big);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, before.cached_bytes + 2 * kMiB);
+  EXPECT_EQ(worker::host_allocator_stats().cached_bytes, before.cached_bytes + 2 * kMiB);
 }
 
 // VmData of this process (brk heap and private anonymous mappings: what
@@ -140,12 +140,12 @@ int64_t vm_data_bytes() {
 // lets through. Exit 0 when it is granted and the kept blocks were freed.
 [[noreturn]] void budget_child() {
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // every block here is mapped: freeing unmaps
-  install_host_allocator();
+  worker::install_host_allocator();
   {
     const torch::Tensor a = bytes(32 * kMiB), b = bytes(8 * kMiB);
   }
-  if (host_allocator_stats().cached_bytes != 40 * kMiB) {
-    std::cerr << "expected 40 MiB kept, got " << host_allocator_stats().cached_bytes << "\n";
+  if (worker::host_allocator_stats().cached_bytes != 40 * kMiB) {
+    std::cerr << "expected 40 MiB kept, got " << worker::host_allocator_stats().cached_bytes << "\n";
     std::exit(3);
   }
   const rlimit limit{static_cast<rlim_t>(vm_data_bytes() + 4 * kMiB), static_cast<rlim_t>(vm_data_bytes() + 4 * kMiB)};
@@ -154,7 +154,7 @@ int64_t vm_data_bytes() {
   try {
     const torch::Tensor c = bytes(5 * kMiB);
     c.fill_(1);
-    kept = host_allocator_stats().cached_bytes;
+    kept = worker::host_allocator_stats().cached_bytes;
   } catch (const std::exception& e) {
     std::cerr << "refused: " << e.what() << "\n";
     std::exit(1);
@@ -174,7 +174,7 @@ TEST(HostAllocatorChoiceTest, AnUnknownChoiceIsRefusedNamingTheVariable) {
       {
         ::setenv("DBH_HOST_ALLOCATOR", "jemalloc", 1);
         try {
-          install_host_allocator();
+          worker::install_host_allocator();
         } catch (const std::exception& e) {
           std::cerr << e.what() << "\n";
           std::exit(0);

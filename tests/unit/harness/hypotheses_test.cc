@@ -17,12 +17,12 @@ RungEvidence works(RungId id, const std::string& name) {
   r.id = id;
   r.name = name;
   r.ran = true;
-  r.outcome = Outcome::kPassed;
+  r.outcome = scenario::Outcome::kPassed;
   r.result = "works";
   return r;
 }
 
-RungEvidence fails(RungId id, const std::string& name, Outcome o, const std::string& klass) {
+RungEvidence fails(RungId id, const std::string& name, scenario::Outcome o, const std::string& klass) {
   RungEvidence r = works(id, name);
   r.outcome = o;
   r.klass = klass;
@@ -46,11 +46,11 @@ TEST(HypothesesTest, GrowthAcrossRunsConcludesResourcesNotTheModel) {
   l.kind = FailureKind::kResources;
   l.klass = "leak_across_runs";
   l.rungs = {works(RungId::kOps, "ops"),
-             fails(RungId::kModelStep, "model step", Outcome::kLeaked, "leak_across_runs"),
-             fails(RungId::kSynthetic, "synthetic", Outcome::kLeaked, "leak_across_runs"),
+             fails(RungId::kModelStep, "model step", scenario::Outcome::kLeaked, "leak_across_runs"),
+             fails(RungId::kSynthetic, "synthetic", scenario::Outcome::kLeaked, "leak_across_runs"),
              works(RungId::kOneRunPerProcess, "each run in a fresh process"),
-             fails(RungId::kAsGiven, "as given", Outcome::kLeaked, "leak_across_runs"),
-             fails(RungId::kSmallerBatch, "smaller batch", Outcome::kLeaked, "leak_across_runs")};
+             fails(RungId::kAsGiven, "as given", scenario::Outcome::kLeaked, "leak_across_runs"),
+             fails(RungId::kSmallerBatch, "smaller batch", scenario::Outcome::kLeaked, "leak_across_runs")};
   const Judgement j = judge_ladder(l);
   EXPECT_EQ(j.conclusion, "resources");
   EXPECT_EQ(j.ranked.front().id, HypothesisId::kResources);
@@ -78,7 +78,7 @@ TEST(HypothesesTest, ATieAtTheTopIsUnsure) {
   Ladder l;
   l.kind = FailureKind::kCrashOrError;
   l.klass = "cuda_oom";
-  l.rungs = {fails(RungId::kAsGiven, "as given", Outcome::kFailed, "cuda_oom"),
+  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "cuda_oom"),
              works(RungId::kCudnnDeterministic, "cuDNN deterministic"),
              works(RungId::kSmallerBatch, "smaller batch")};
   const Judgement j = judge_ladder(l);
@@ -96,7 +96,7 @@ TEST(HypothesesTest, NoEvidenceForAnyIsUnsureAndAPassIsAPass) {
   Ladder l;
   l.kind = FailureKind::kCrashOrError;
   l.klass = "crash_signal";
-  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kAsGiven, "as given", Outcome::kCrashed, "crash_signal")};
+  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kAsGiven, "as given", scenario::Outcome::kCrashed, "crash_signal")};
   EXPECT_EQ(judge_ladder(l).conclusion, "unsure");
   Ladder pass;
   pass.rungs = {works(RungId::kOps, "ops"), works(RungId::kAsGiven, "as given")};
@@ -111,8 +111,8 @@ TEST(HypothesesTest, ADivergenceThatATenthOfTheLearningRateEndsIsTheOptimizer) {
   l.kind = FailureKind::kCrashOrError;
   l.klass = "nonfinite_activation";
   l.real_data = true;
-  l.rungs = {fails(RungId::kRealNoWorkers, "real, no workers", Outcome::kDiverged, "nonfinite_activation"),
-             fails(RungId::kAsGiven, "as given", Outcome::kDiverged, "nonfinite_activation"),
+  l.rungs = {fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kDiverged, "nonfinite_activation"),
+             fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_activation"),
              works(RungId::kLowerLearningRate, "a tenth of the learning rate")};
   Judgement j = judge_ladder(l);
   EXPECT_EQ(j.conclusion, "optimizer");
@@ -120,9 +120,9 @@ TEST(HypothesesTest, ADivergenceThatATenthOfTheLearningRateEndsIsTheOptimizer) {
   // dbh's own worker: synthetic data diverges too, which alone would blame
   // the model; the tenth of the learning rate says it is the updates.
   Ladder own = l;
-  own.rungs.push_back(fails(RungId::kSynthetic, "synthetic", Outcome::kDiverged, "nonfinite_activation"));
+  own.rungs.push_back(fails(RungId::kSynthetic, "synthetic", scenario::Outcome::kDiverged, "nonfinite_activation"));
   EXPECT_EQ(judge_ladder(own).conclusion, "optimizer");
-  l.rungs[2] = fails(RungId::kLowerLearningRate, "a tenth of the learning rate", Outcome::kDiverged,
+  l.rungs[2] = fails(RungId::kLowerLearningRate, "a tenth of the learning rate", scenario::Outcome::kDiverged,
                      "nonfinite_activation");
   j = judge_ladder(l);
   EXPECT_EQ(j.conclusion, "unsure");
@@ -136,10 +136,10 @@ TEST(HypothesesTest, SilentFailuresAreJudgedByTheLearningRungs) {
   l.kind = FailureKind::kSilent;
   l.klass = "not_learning";
   l.real_data = true;
-  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kSynthetic, "synthetic", Outcome::kFailed, "not_learning"),
-             fails(RungId::kAsGiven, "as given", Outcome::kFailed, "not_learning"),
-             fails(RungId::kLearnsSynthetic, "learns on synthetic", Outcome::kFailed, "not_learning"),
-             fails(RungId::kLearnsReal, "learns on real", Outcome::kFailed, "not_learning")};
+  l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kSynthetic, "synthetic", scenario::Outcome::kFailed, "not_learning"),
+             fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "not_learning"),
+             fails(RungId::kLearnsSynthetic, "learns on synthetic", scenario::Outcome::kFailed, "not_learning"),
+             fails(RungId::kLearnsReal, "learns on real", scenario::Outcome::kFailed, "not_learning")};
   EXPECT_EQ(judge_ladder(l).conclusion, "optimizer");
   l.rungs[3] = works(RungId::kLearnsSynthetic, "learns on synthetic");
   l.rungs[1] = works(RungId::kSynthetic, "synthetic");
@@ -155,8 +155,8 @@ TEST(HypothesesTest, SyntheticPassingRealFailingIsDataDependent) {
   l.real_data = true;
   l.data_invalid = true;
   l.rungs = {works(RungId::kSynthetic, "synthetic"),
-             fails(RungId::kRealNoWorkers, "real, no workers", Outcome::kFailed, "data_invalid"),
-             fails(RungId::kAsGiven, "as given", Outcome::kFailed, "data_invalid")};
+             fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kFailed, "data_invalid"),
+             fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "data_invalid")};
   const Judgement j = judge_ladder(l);
   EXPECT_EQ(j.conclusion, "data-dependent");
   EXPECT_EQ(j.ranked.front().id, HypothesisId::kData);
@@ -169,10 +169,10 @@ TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
   l.kind = FailureKind::kKernel;
   l.klass = "illegal_memory_access";
   l.rungs = {works(RungId::kOps, "ops"),
-             fails(RungId::kSynthetic, "synthetic", Outcome::kCrashed, "illegal_memory_access"),
-             fails(RungId::kAsGiven, "as given", Outcome::kCrashed, "illegal_memory_access"),
-             fails(RungId::kCudnnDisabled, "cuDNN disabled", Outcome::kCrashed, "illegal_memory_access"),
-             fails(RungId::kRealNoWorkers, "real", Outcome::kUnresolved, "")};
+             fails(RungId::kSynthetic, "synthetic", scenario::Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kAsGiven, "as given", scenario::Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kCudnnDisabled, "cuDNN disabled", scenario::Outcome::kCrashed, "illegal_memory_access"),
+             fails(RungId::kRealNoWorkers, "real", scenario::Outcome::kUnresolved, "")};
   const Judgement j = judge_ladder(l);
   EXPECT_EQ(j.conclusion, "kernel");
   EXPECT_TRUE(find(j, HypothesisId::kModel).support.empty());

@@ -87,9 +87,9 @@ const std::set<std::string> kOutOfScope = {
 // entry of the injector's registry, and the injector refuses a name it has no
 // entry for rather than doing nothing.
 TEST(FaultCatalogTest, EveryCatalogFaultHasAnInjectorEntry) {
-  for (const auto& spec : fault_catalog()) EXPECT_TRUE(faults::FaultInjector::has_injector(spec.name)) << spec.name;
+  for (const auto& spec : scenario::fault_catalog()) EXPECT_TRUE(faults::FaultInjector::has_injector(spec.name)) << spec.name;
   EXPECT_FALSE(faults::FaultInjector::has_injector("no_such_fault"));
-  FaultConfig unknown;
+  scenario::FaultConfig unknown;
   unknown.name = "no_such_fault";
   testing::EventCapture events;
   EXPECT_THROW(faults::FaultInjector({unknown}, events.writer(), "cpu"), std::logic_error);
@@ -102,7 +102,7 @@ TEST(FaultCatalogTest, EveryFaultIsTestedOrOutOfScope) {
     EXPECT_EQ(kOutOfScope.count(t.name), 0u) << t.name << " is both tested and out of scope";
   }
   std::set<std::string> catalog;
-  for (const auto& spec : fault_catalog()) {
+  for (const auto& spec : scenario::fault_catalog()) {
     catalog.insert(spec.name);
     EXPECT_TRUE(tested.count(spec.name) + kOutOfScope.count(spec.name) == 1)
         << "fault " << spec.name << " of fault_catalog() is neither tested in " << __FILE__
@@ -121,9 +121,9 @@ TEST(FaultCatalogTest, EveryFaultIsTestedOrOutOfScope) {
 // The faults of a scenario with `settings` (its other sections) and the
 // entries `faults_yaml`, as the loader reads them.
 const std::string kSettings = "train: {max_steps: 100, accumulation: 2}\nrepeat: {in_process: 2}\n";
-std::vector<FaultConfig> load_faults(const std::string& faults_yaml, const std::string& settings = kSettings) {
+std::vector<scenario::FaultConfig> load_faults(const std::string& faults_yaml, const std::string& settings = kSettings) {
   const std::string text = settings + "faults:\n" + faults_yaml;
-  return decode_scenario(parse_yaml(text, "test.yaml"), "test.yaml").faults;
+  return scenario::decode_scenario(parse_yaml(text, "test.yaml"), "test.yaml").faults;
 }
 
 // Four 8×8 label maps per sample with one 2×2 text kernel (sample 0: rows
@@ -198,7 +198,7 @@ class FaultInjectorTest : public ::testing::Test {
   std::vector<proto::FaultFired> fired() const { return events_.all(proto::fault_fired_from); }
 
   testing::EventCapture events_;
-  std::vector<FaultConfig> faults_;
+  std::vector<scenario::FaultConfig> faults_;
   std::unique_ptr<faults::FaultInjector> injector_;
 };
 
@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Catalog, FaultScheduleTest, ::testing::ValuesIn(kTested
 
 // Faults marked "from at_step on" keep firing without an until_step.
 TEST_F(FaultInjectorTest, SilentFaultsFireFromAtStepOn) {
-  for (const auto& spec : fault_catalog()) {
+  for (const auto& spec : scenario::fault_catalog()) {
     if (!spec.from_at_step_on) continue;
     std::string required;
     for (const auto& t : kTested) {
@@ -323,9 +323,9 @@ TEST_F(FaultInjectorTest, CorruptSampleBreaksAPrivateCopyOfARealDatasetOnly) {
   faults::FaultInjector& inj = arm_one("name: corrupt_sample, sample: 1, kind: nan_coordinate",
                                "data: {source: real, path: " + data + "}\n");
   // Synthetic data has no files: nothing to break, nothing fired.
-  EXPECT_EQ(inj.on_dataset(data, DataSource::kSyntheticBoxes, run_dir.string()), data);
+  EXPECT_EQ(inj.on_dataset(data, scenario::DataSource::kSyntheticBoxes, run_dir.string()), data);
   EXPECT_TRUE(fired().empty());
-  const std::string read = inj.on_dataset(data, DataSource::kReal, run_dir.string());
+  const std::string read = inj.on_dataset(data, scenario::DataSource::kReal, run_dir.string());
   EXPECT_EQ(read, (run_dir / "data").string());
   ASSERT_EQ(fired().size(), 1u);
   const auto f = fired().front();
@@ -727,7 +727,7 @@ TEST_F(FaultInjectorTest, UnstableBinarizationSwitchesTheHead) {
 // ---- Errors and memory.
 
 TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
-  for (const auto& p : find_fault("cuda_error")->params) {
+  for (const auto& p : scenario::find_fault("cuda_error")->params) {
     if (p.name != "kind") continue;
     for (const auto& kind : p.allowed) {
       faults::FaultInjector& inj = arm_one("name: cuda_error, at_step: 1, kind: " + kind);  // in decoder.fusion

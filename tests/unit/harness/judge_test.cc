@@ -18,9 +18,9 @@ namespace {
 
 constexpr int64_t kMiB = 1024 * 1024;
 
-Evidence Diverged(const std::string& module, int64_t step) {
-  Evidence ev;
-  ev.outcome = Outcome::kDiverged;
+supervisor::Evidence Diverged(const std::string& module, int64_t step) {
+  supervisor::Evidence ev;
+  ev.outcome = scenario::Outcome::kDiverged;
   ev.failure_class = "nonfinite_gradient";
   ev.failure_step = step;
   ev.failure_module = module;
@@ -28,28 +28,28 @@ Evidence Diverged(const std::string& module, int64_t step) {
   return ev;
 }
 
-Evidence Passed() {
-  Evidence ev;
-  ev.outcome = Outcome::kPassed;
+supervisor::Evidence Passed() {
+  supervisor::Evidence ev;
+  ev.outcome = scenario::Outcome::kPassed;
   return ev;
 }
 
 TEST(Judge, MatchingExpectationHasNoMismatches) {
-  Expectation e;
-  e.outcome = Outcome::kDiverged;
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kDiverged;
   e.failure_class = "nonfinite_gradient";
   e.step = 0;
   e.module = "head.thresh.up2";
   e.max_peak_memory = 1024 * kMiB;
-  const Judgement j = judge(e, Diverged("head.thresh.up2", 0));
-  EXPECT_EQ(j.verdict, ExpectVerdict::kMet);
+  const supervisor::Judgement j = judge(e, Diverged("head.thresh.up2", 0));
+  EXPECT_EQ(j.verdict, supervisor::ExpectVerdict::kMet);
   EXPECT_TRUE(j.met());
   EXPECT_TRUE(j.why.empty());
 }
 
 TEST(Judge, ModuleMatchesByDottedPrefix) {
-  Expectation e;
-  e.outcome = Outcome::kDiverged;
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kDiverged;
   e.module = "head";
   EXPECT_TRUE(judge(e, Diverged("head", 0)).met());
   EXPECT_TRUE(judge(e, Diverged("head.thresh.up2", 0)).met());
@@ -62,18 +62,18 @@ TEST(Judge, ModuleMatchesByDottedPrefix) {
 }
 
 TEST(Judge, EachMismatchHasItsOwnLineInTheTablesOrder) {
-  Expectation e;
-  e.outcome = Outcome::kFailed;
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kFailed;
   e.failure_class = "cudnn_execution_failed";
   e.step = 2;
   e.module = "decoder.fusion";
   e.max_peak_memory = 256 * kMiB;
   e.deterministic = true;
   e.data_dependent = true;
-  Evidence ev = Diverged("head.binarize", 1);
+  supervisor::Evidence ev = Diverged("head.binarize", 1);
   ev.identical = false;
-  const Judgement j = judge(e, ev);
-  EXPECT_EQ(j.verdict, ExpectVerdict::kNotMet);
+  const supervisor::Judgement j = judge(e, ev);
+  EXPECT_EQ(j.verdict, supervisor::ExpectVerdict::kNotMet);
   EXPECT_EQ(j.why, (std::vector<std::string>{
                        "outcome: expected failed, got diverged",
                        "failure_class: expected cudnn_execution_failed, got nonfinite_gradient",
@@ -95,22 +95,22 @@ TEST(Judge, EachMismatchHasItsOwnLineInTheTablesOrder) {
 }
 
 TEST(Judge, UnsetKeysAreNotChecked) {
-  Expectation e;
-  e.outcome = Outcome::kDiverged;
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kDiverged;
   EXPECT_TRUE(judge(e, Diverged("anything", 99)).met());
-  EXPECT_TRUE(judge(Expectation{}, Passed()).met());  // outcome defaults to passed
+  EXPECT_TRUE(judge(scenario::Expectation{}, Passed()).met());  // outcome defaults to passed
 }
 
 TEST(Judge, MetricsAgainstValidationLossAndMemory) {
-  Expectation e;
+  scenario::Expectation e;
   e.min_hmean = 0.5;
   e.loss_drop = 0.25;
-  Evidence ev = Passed();
+  supervisor::Evidence ev = Passed();
   EXPECT_EQ(judge(e, ev).why, (std::vector<std::string>{
                                   "min_hmean: expected at least 0.500, got no evaluation",
                                   "loss_drop: expected the loss to fall by at least 25.0 %, got too few steps to tell",
                               }));
-  EvalRecord last;
+  supervisor::EvalRecord last;
   last.step = 8;
   last.hmean = 0.25;
   ev.last_eval = last;
@@ -125,14 +125,14 @@ TEST(Judge, MetricsAgainstValidationLossAndMemory) {
 }
 
 TEST(Judge, DeterminismAndDataDependence) {
-  Expectation e;
+  scenario::Expectation e;
   e.deterministic = false;
-  Evidence ev = Passed();
+  supervisor::Evidence ev = Passed();
   EXPECT_EQ(judge(e, ev).why,
             std::vector<std::string>{"deterministic: expected a comparison of fresh processes, got none"});
   ev.identical = false;
   EXPECT_TRUE(judge(e, ev).met());
-  e = Expectation{};
+  e = scenario::Expectation{};
   e.data_dependent = false;
   ev.data_dependent = true;
   EXPECT_EQ(judge(e, ev).why, std::vector<std::string>{"data_dependent: expected false, got true"});
@@ -143,43 +143,43 @@ TEST(Judge, DeterminismAndDataDependence) {
 // A run this machine could not run is neither met nor refuted, unless the
 // scenario expected the skip; an interrupted run is never met.
 TEST(Judge, ASkipIsNotJudgedAndAnInterruptionIsNotMet) {
-  Expectation e;
+  scenario::Expectation e;
   e.min_hmean = 0.9;
-  Evidence ev;
-  ev.outcome = Outcome::kSkipped;
+  supervisor::Evidence ev;
+  ev.outcome = scenario::Outcome::kSkipped;
   ev.skip_reason = "device \"cuda\" requested, but no CUDA device is available";
-  const Judgement skipped = judge(e, ev);
-  EXPECT_EQ(skipped.verdict, ExpectVerdict::kNotJudged);
+  const supervisor::Judgement skipped = judge(e, ev);
+  EXPECT_EQ(skipped.verdict, supervisor::ExpectVerdict::kNotJudged);
   EXPECT_FALSE(skipped.met());
   EXPECT_EQ(skipped.why, std::vector<std::string>{"not judged: " + ev.skip_reason});
-  Expectation skip;
-  skip.outcome = Outcome::kSkipped;
+  scenario::Expectation skip;
+  skip.outcome = scenario::Outcome::kSkipped;
   EXPECT_TRUE(judge(skip, ev).met());
 
-  Evidence stopped = Passed();
+  supervisor::Evidence stopped = Passed();
   stopped.interrupted_by = "SIGINT";
-  const Judgement j = judge(Expectation{}, stopped);
-  EXPECT_EQ(j.verdict, ExpectVerdict::kNotMet);
+  const supervisor::Judgement j = judge(scenario::Expectation{}, stopped);
+  EXPECT_EQ(j.verdict, supervisor::ExpectVerdict::kNotMet);
   EXPECT_EQ(j.why, std::vector<std::string>{"interrupted by SIGINT: the run did not finish"});
-  EXPECT_EQ(to_string(ExpectVerdict::kNotJudged), "not judged");
+  EXPECT_EQ(to_string(supervisor::ExpectVerdict::kNotJudged), "not judged");
 }
 
 // A bisection probe judges the metric keys only: the outcome and the
 // failure's place are what it searches for, not what it judges.
 TEST(Judge, TheMetricScopeJudgesOnlyMetricKeys) {
-  Expectation e;
-  e.outcome = Outcome::kDiverged;
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kDiverged;
   e.step = 3;
   e.max_peak_memory = 256 * kMiB;
-  Evidence ev = Passed();
+  supervisor::Evidence ev = Passed();
   ev.peak_memory_bytes = 512 * kMiB;
-  EXPECT_EQ(judge(e, ev, ExpectScope::kMetrics).why,
+  EXPECT_EQ(judge(e, ev, supervisor::ExpectScope::kMetrics).why,
             std::vector<std::string>{"max_peak_memory: expected at most 256.0 MiB, got 512.0 MiB"});
   ev.peak_memory_bytes = 128 * kMiB;
-  EXPECT_TRUE(judge(e, ev, ExpectScope::kMetrics).met());
+  EXPECT_TRUE(judge(e, ev, supervisor::ExpectScope::kMetrics).met());
   EXPECT_FALSE(judge(e, ev).met());
   std::set<std::string> metrics;
-  for (const auto& k : expect_keys()) {
+  for (const auto& k : supervisor::expect_keys()) {
     if (k.metric) metrics.insert(k.name);
   }
   EXPECT_EQ(metrics, (std::set<std::string>{"min_hmean", "loss_drop", "max_peak_memory"}));
@@ -189,7 +189,7 @@ TEST(Judge, TheMetricScopeJudgesOnlyMetricKeys) {
 // row is a key the loader reads (a key judged nowhere, or a row nobody can
 // set, fails here).
 TEST(Judge, EveryExpectKeyHasOneRow) {
-  Scenario s;
+  scenario::Scenario s;
   s.expect.failure_class = "x";
   s.expect.step = 1;
   s.expect.module = "m";
@@ -199,10 +199,10 @@ TEST(Judge, EveryExpectKeyHasOneRow) {
   s.expect.min_hmean = 0.5;
   s.expect.loss_drop = 0.5;
   std::set<std::string> written;
-  const auto resolved = nlohmann::json::parse(resolved_json(s));
+  const auto resolved = nlohmann::json::parse(scenario::resolved_json(s));
   for (const auto& [k, v] : resolved.at("expect").items()) written.insert(k);
   std::set<std::string> rows;
-  for (const auto& k : expect_keys()) EXPECT_TRUE(rows.insert(k.name).second) << "two rows for " << k.name;
+  for (const auto& k : supervisor::expect_keys()) EXPECT_TRUE(rows.insert(k.name).second) << "two rows for " << k.name;
   EXPECT_EQ(rows, written);
 }
 
@@ -218,20 +218,20 @@ const std::vector<std::vector<std::string>> kSynthetic = {{"data.source=syntheti
 // data; one that a control shares does not; one that passes with other keys
 // depends on those keys; a passed run needs no answer.
 TEST(ControlsAnswer, DataDependenceFromTheControlsOutcomes) {
-  const ControlsAnswer data = controls_answer(Outcome::kCrashed, {Outcome::kPassed}, kSynthetic, "real /d");
+  const supervisor::ControlsAnswer data = supervisor::controls_answer(scenario::Outcome::kCrashed, {scenario::Outcome::kPassed}, kSynthetic, "real /d");
   EXPECT_EQ(data.data_dependent, true);
   EXPECT_EQ(data.reason,
             "The same training passed with data.source=synthetic_boxes and failed with the scenario's data (real /d): "
             "the failure depends on the data, not on the model, trainer or device.");
   EXPECT_EQ(data.evidence, data.reason);
 
-  const ControlsAnswer both = controls_answer(Outcome::kCrashed, {Outcome::kCrashed}, kSynthetic, "real /d");
+  const supervisor::ControlsAnswer both = supervisor::controls_answer(scenario::Outcome::kCrashed, {scenario::Outcome::kCrashed}, kSynthetic, "real /d");
   EXPECT_EQ(both.data_dependent, false);
   EXPECT_EQ(both.reason,
             "The control run with data.source=synthetic_boxes failed too: the failure does not depend on it.");
 
-  const ControlsAnswer keys =
-      controls_answer(Outcome::kDiverged, {Outcome::kPassed, Outcome::kPassed},
+  const supervisor::ControlsAnswer keys =
+      supervisor::controls_answer(scenario::Outcome::kDiverged, {scenario::Outcome::kPassed, scenario::Outcome::kPassed},
                       {{"train.lr=0.001"}, {"train.precision=fp32", "train.grad_clip=1"}}, "real /d");
   EXPECT_EQ(keys.data_dependent, false);
   EXPECT_EQ(keys.reason, "");
@@ -240,17 +240,17 @@ TEST(ControlsAnswer, DataDependenceFromTheControlsOutcomes) {
             "on these settings");
 
   // One failing control of two: not data-dependent.
-  EXPECT_EQ(controls_answer(Outcome::kCrashed, {Outcome::kPassed, Outcome::kFailed},
+  EXPECT_EQ(supervisor::controls_answer(scenario::Outcome::kCrashed, {scenario::Outcome::kPassed, scenario::Outcome::kFailed},
                             {{"data.path=/other"}, {"train.lr=0.1"}}, "real /d")
                 .data_dependent,
             false);
   // A passed run, or no control: nothing decided, nothing said.
-  const ControlsAnswer passed = controls_answer(Outcome::kPassed, {Outcome::kCrashed}, kSynthetic, "real /d");
+  const supervisor::ControlsAnswer passed = supervisor::controls_answer(scenario::Outcome::kPassed, {scenario::Outcome::kCrashed}, kSynthetic, "real /d");
   EXPECT_FALSE(passed.data_dependent.has_value());
   EXPECT_TRUE(passed.reason.empty() && passed.evidence.empty());
-  EXPECT_FALSE(controls_answer(Outcome::kCrashed, {}, {}, "real /d").data_dependent.has_value());
+  EXPECT_FALSE(supervisor::controls_answer(scenario::Outcome::kCrashed, {}, {}, "real /d").data_dependent.has_value());
   // A skipped control is no failure (it says nothing against the data).
-  EXPECT_EQ(controls_answer(Outcome::kCrashed, {Outcome::kSkipped}, kSynthetic, "real /d").data_dependent, true);
+  EXPECT_EQ(supervisor::controls_answer(scenario::Outcome::kCrashed, {scenario::Outcome::kSkipped}, kSynthetic, "real /d").data_dependent, true);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ std::string body_of(const std::string& page) {
 }
 
 std::string render(const std::string& md) {
-  return body_of(markdown_page_html("t", md));
+  return body_of(report::markdown_page_html("t", md));
 }
 
 bool contains(const std::string& s, const std::string& part) {
@@ -26,7 +26,7 @@ bool contains(const std::string& s, const std::string& part) {
 }
 
 TEST(MarkdownHtmlTest, PageIsSelfContainedWithTheTitleAndNoScript) {
-  const std::string page = markdown_page_html("Diagnosis: <b>x</b> & \"y\"", "# Diagnosis\n\nText.\n");
+  const std::string page = report::markdown_page_html("Diagnosis: <b>x</b> & \"y\"", "# Diagnosis\n\nText.\n");
   EXPECT_EQ(page.rfind("<!DOCTYPE html>\n", 0), 0u);
   EXPECT_TRUE(contains(page,
                        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -133,7 +133,7 @@ TEST(MarkdownHtmlTest, HostileTextNeverOpensMarkup) {
       "- **<iframe src=javascript:alert(1)>**\n\n"
       "[<script>](x\"onmouseover=alert(1))\n\n"
       "bad bytes \xff\xfe\xc0 and \x01 control\n";
-  const std::string page = markdown_page_html("<script>alert(1)</script>", hostile);
+  const std::string page = report::markdown_page_html("<script>alert(1)</script>", hostile);
   EXPECT_FALSE(contains(page, "<script")) << page;
   EXPECT_FALSE(contains(page, "<img")) << page;
   EXPECT_FALSE(contains(page, "<svg")) << page;

@@ -22,11 +22,11 @@ std::vector<std::string> cells(std::string line) {
 }
 
 TEST(MetricsCsvTest, EveryRowHasTheHeadersColumnsInItsOrder) {
-  const auto header = cells(metrics_csv_header());
+  const auto header = cells(report::metrics_csv_header());
   ASSERT_EQ(header.size(), 16u);
   EXPECT_EQ(header.front(), "run");
   EXPECT_EQ(header.back(), "recall");
-  StepRecord s;
+  supervisor::StepRecord s;
   s.run = 1;
   s.step = 7;
   s.loss = 0.5;
@@ -40,8 +40,8 @@ TEST(MetricsCsvTest, EveryRowHasTheHeadersColumnsInItsOrder) {
   s.seconds = 0.75;
   s.rss_bytes = int64_t{3} << 30;
   s.loss_bits = 1056964608;
-  const auto plain = cells(metrics_csv_row(s, nullptr));
-  ASSERT_EQ(plain.size(), header.size()) << metrics_csv_row(s, nullptr);
+  const auto plain = cells(report::metrics_csv_row(s, nullptr));
+  ASSERT_EQ(plain.size(), header.size()) << report::metrics_csv_row(s, nullptr);
   auto at = [&](const std::vector<std::string>& row, const std::string& column) {
     for (size_t i = 0; i < header.size(); ++i) {
       if (header[i] == column) return row[i];
@@ -58,11 +58,11 @@ TEST(MetricsCsvTest, EveryRowHasTheHeadersColumnsInItsOrder) {
   EXPECT_EQ(at(plain, "loss_bits"), "1056964608");
   EXPECT_EQ(at(plain, "hmean"), "");
   EXPECT_EQ(at(plain, "recall"), "");
-  EvalRecord e;
+  supervisor::EvalRecord e;
   e.hmean = 0.75;
   e.precision = 0.8;
   e.recall = 0.7;
-  const auto validated = cells(metrics_csv_row(s, &e));
+  const auto validated = cells(report::metrics_csv_row(s, &e));
   ASSERT_EQ(validated.size(), header.size());
   EXPECT_EQ(at(validated, "hmean"), "0.75");
   EXPECT_EQ(at(validated, "precision"), "0.8");
@@ -72,7 +72,7 @@ TEST(MetricsCsvTest, EveryRowHasTheHeadersColumnsInItsOrder) {
   // What the worker did not measure (an external worker's loss parts) is an
   // empty cell, never a 0.
   s.bce = s.l1 = s.dice = s.grad_norm = std::nullopt;
-  const auto unmeasured = cells(metrics_csv_row(s, nullptr));
+  const auto unmeasured = cells(report::metrics_csv_row(s, nullptr));
   ASSERT_EQ(unmeasured.size(), header.size());
   EXPECT_EQ(at(unmeasured, "bce"), "");
   EXPECT_EQ(at(unmeasured, "dice"), "");

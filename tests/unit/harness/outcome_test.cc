@@ -26,9 +26,9 @@ using nlohmann::json;
 
 constexpr int64_t kMiB = 1024 * 1024;
 
-Event Ev(const std::string& type, json fields = json::object()) {
+proto::Event Ev(const std::string& type, json fields = json::object()) {
   // Through the codec, so the events look exactly like a worker's.
-  return decode_event(encode_event(type, std::move(fields), 0.5), "test");
+  return proto::decode_event(proto::encode_event(type, std::move(fields), 0.5), "test");
 }
 
 // A builder for a worker's event stream and its exit, from the worker's own
@@ -117,10 +117,10 @@ class Stream {
   testing::RecordedTrial r_;
 };
 
-Scenario WithFaults(std::vector<std::string> names) {
-  Scenario s;
+scenario::Scenario WithFaults(std::vector<std::string> names) {
+  scenario::Scenario s;
   for (auto& n : names) {
-    FaultConfig f;
+    scenario::FaultConfig f;
     f.name = std::move(n);
     s.faults.push_back(f);
   }
@@ -137,10 +137,10 @@ const kb::KnowledgeBase& Kb() {
 // for]): train.max_steps the steps of its run 0, repeat.in_process its runs.
 // The tests of other judgements build short streams; the schedule's own
 // tests below classify with the scenario as given.
-Scenario WithStreamSchedule(Scenario s, const testing::RecordedTrial& r) {
+scenario::Scenario WithStreamSchedule(scenario::Scenario s, const testing::RecordedTrial& r) {
   std::map<int64_t, int64_t> steps;
   for (const auto& e : r.events) {
-    if (e.type == event::kStepEnd) ++steps[e.get<int64_t>("run", 0)];
+    if (e.type == proto::event::kStepEnd) ++steps[e.get<int64_t>("run", 0)];
   }
   if (!steps.empty()) {
     s.train.max_steps = std::max<int64_t>(1, steps.begin()->second);
@@ -149,16 +149,16 @@ Scenario WithStreamSchedule(Scenario s, const testing::RecordedTrial& r) {
   return s;
 }
 
-TrialAnalysis Classify(const testing::RecordedTrial& r, const Scenario& s = Scenario(),
-                       const ClassifyOptions& o = {}) {
-  return classify(r, WithStreamSchedule(s, r), Kb(), o);
+supervisor::TrialAnalysis Classify(const testing::RecordedTrial& r, const scenario::Scenario& s = scenario::Scenario(),
+                       const supervisor::ClassifyOptions& o = {}) {
+  return testing::classify(r, WithStreamSchedule(s, r), Kb(), o);
 }
 
 // Every event of `r` except the `fault_fired` ones.
 testing::RecordedTrial WithoutFaultRecords(testing::RecordedTrial r) {
-  std::vector<Event> kept;
+  std::vector<proto::Event> kept;
   for (auto& e : r.events) {
-    if (e.type != event::kFaultFired) kept.push_back(std::move(e));
+    if (e.type != proto::event::kFaultFired) kept.push_back(std::move(e));
   }
   r.events = std::move(kept);
   return r;
@@ -166,10 +166,10 @@ testing::RecordedTrial WithoutFaultRecords(testing::RecordedTrial r) {
 
 // Classifies `r` as given, without its fault_fired events, and with the
 // withhold option; all three must attribute the failure identically.
-void ExpectAttributionIgnoresFaultRecords(const testing::RecordedTrial& r, const Scenario& s) {
-  const TrialAnalysis with = Classify(r, s);
-  for (const TrialAnalysis& without :
-       {Classify(WithoutFaultRecords(r), s), Classify(r, s, ClassifyOptions{true, 32 * kMiB})}) {
+void ExpectAttributionIgnoresFaultRecords(const testing::RecordedTrial& r, const scenario::Scenario& s) {
+  const supervisor::TrialAnalysis with = Classify(r, s);
+  for (const supervisor::TrialAnalysis& without :
+       {Classify(WithoutFaultRecords(r), s), Classify(r, s, supervisor::ClassifyOptions{true, 32 * kMiB})}) {
     EXPECT_EQ(to_string(without.outcome), to_string(with.outcome));
     EXPECT_EQ(without.failure.klass, with.failure.klass);
     EXPECT_EQ(without.failure.step, with.failure.step);
@@ -186,56 +186,56 @@ void ExpectAttributionIgnoresFaultRecords(const testing::RecordedTrial& r, const
 // Note [An injected failure says so]: what fired, where, and whether a GPU
 // fault was real or only its text; nothing for faults that never fired.
 TEST(InjectedFaults, NameWhatFiredAndWhetherAGpuRaisedIt) {
-  TrialAnalysis a;
-  EXPECT_EQ(injected_faults(a), "");
-  EXPECT_FALSE(emulated_gpu_fault(a));
-  FaultRecord nan;
+  supervisor::TrialAnalysis a;
+  EXPECT_EQ(supervisor::injected_faults(a), "");
+  EXPECT_FALSE(supervisor::emulated_gpu_fault(a));
+  supervisor::FaultRecord nan;
   nan.name = "nan_gradient";
   nan.fired = true;
   nan.steps = {2};
   nan.module = "head";
-  FaultRecord unfired;
+  supervisor::FaultRecord unfired;
   unfired.name = "corrupt_sample";
   a.faults = {nan, unfired};
-  EXPECT_EQ(injected_faults(a), "the fault nan_gradient at step 2 in head");
-  EXPECT_FALSE(emulated_gpu_fault(a));
-  FaultRecord oom;
+  EXPECT_EQ(supervisor::injected_faults(a), "the fault nan_gradient at step 2 in head");
+  EXPECT_FALSE(supervisor::emulated_gpu_fault(a));
+  supervisor::FaultRecord oom;
   oom.name = "cuda_oom";
   oom.fired = true;
   oom.steps = {1};
   oom.real = false;
   a.faults.push_back(oom);
-  EXPECT_EQ(injected_faults(a), "the fault nan_gradient at step 2 in head; the fault cuda_oom at step 1 (emulated: "
+  EXPECT_EQ(supervisor::injected_faults(a), "the fault nan_gradient at step 2 in head; the fault cuda_oom at step 1 (emulated: "
                                 "dbh raised the error's text; no GPU kernel or allocator failed)");
-  EXPECT_TRUE(emulated_gpu_fault(a));
+  EXPECT_TRUE(supervisor::emulated_gpu_fault(a));
   a.faults.back().real = true;
   a.faults.back().hardware_error = "cudaErrorMemoryAllocation";
-  EXPECT_NE(injected_faults(a).find("(real: raised by the GPU, cudaErrorMemoryAllocation)"), std::string::npos);
-  EXPECT_FALSE(emulated_gpu_fault(a));
+  EXPECT_NE(supervisor::injected_faults(a).find("(real: raised by the GPU, cudaErrorMemoryAllocation)"), std::string::npos);
+  EXPECT_FALSE(supervisor::emulated_gpu_fault(a));
   // A fault on the dataset acts before the first step (its step is -1).
-  FaultRecord corrupt;
+  supervisor::FaultRecord corrupt;
   corrupt.name = "corrupt_sample";
   corrupt.fired = true;
   corrupt.steps = {-1};
   a.faults = {corrupt};
-  EXPECT_EQ(injected_faults(a), "the fault corrupt_sample before training");
+  EXPECT_EQ(supervisor::injected_faults(a), "the fault corrupt_sample before training");
 }
 
 // A run that never reached a GPU (a skipped one) is never labelled with the
 // CUDA allocator.
 TEST(PeakMemoryKind, CudaOnlyWhenTheWorkerReportedCudaMemory) {
-  TrialAnalysis a;
-  EXPECT_EQ(peak_memory_kind(a), "host RSS");
+  supervisor::TrialAnalysis a;
+  EXPECT_EQ(supervisor::peak_memory_kind(a), "host RSS");
   a.cuda_memory_seen = true;
-  EXPECT_EQ(peak_memory_kind(a), "the larger of the CUDA allocator peak and host RSS");
+  EXPECT_EQ(supervisor::peak_memory_kind(a), "the larger of the CUDA allocator peak and host RSS");
 }
 
 TEST(Classify, CleanRunPasses) {
   Stream st;
   st.run_begin().step(0).step(1).run_end().done().exit(0);
   const auto a = Classify(st.result(), WithFaults({"slow_data"}));
-  EXPECT_EQ(a.outcome, Outcome::kPassed);
-  EXPECT_FALSE(is_failure(a.outcome));
+  EXPECT_EQ(a.outcome, scenario::Outcome::kPassed);
+  EXPECT_FALSE(supervisor::is_failure(a.outcome));
   EXPECT_EQ(a.failure.klass, "");
   EXPECT_EQ(a.steps_completed, 2);
   ASSERT_EQ(a.steps.size(), 2u);
@@ -268,7 +268,7 @@ TEST(Classify, TheSamplesTheLoaderReadAreKeptOnceWithTheFirstThatRaised) {
   EXPECT_EQ(a.failed_sample, 5);
   EXPECT_EQ(a.failed_sample_error, "OSError: image file is truncated");
   ASSERT_EQ(a.sample_names.count(5), 1u);
-  EXPECT_LE(a.sample_names.at(5).size(), kMaxSampleNameBytes + 4);  // cut, with its "…"
+  EXPECT_LE(a.sample_names.at(5).size(), supervisor::kMaxSampleNameBytes + 4);  // cut, with its "…"
 }
 
 // A value the worker did not measure stays unset (never 0), and a step_end
@@ -277,7 +277,7 @@ TEST(Classify, AStepEndWithoutLossPartsOrGradientNormLeavesThemUnset) {
   Stream st;
   st.run_begin();
   st.add(proto::StepBegin{0, 0});
-  st.add(event::kStepEnd, {{"run", 0}, {"step", 0}, {"loss", 0.5}, {"loss_bits", 1056964608u}, {"lr", 0.01},
+  st.add(proto::event::kStepEnd, {{"run", 0}, {"step", 0}, {"loss", 0.5}, {"loss_bits", 1056964608u}, {"lr", 0.01},
                            {"seconds", 0.1}});
   st.run_end().done().exit(0);
   const auto a = Classify(st.result());
@@ -286,7 +286,7 @@ TEST(Classify, AStepEndWithoutLossPartsOrGradientNormLeavesThemUnset) {
   EXPECT_FALSE(a.steps[0].grad_norm.has_value());
   EXPECT_FALSE(a.steps[0].grad_norm_bits.has_value());
   EXPECT_DOUBLE_EQ(a.steps[0].lr, 0.01);
-  EXPECT_FALSE(proto::step_end_from(Ev(event::kStepEnd, {{"loss_bits", 1}})).ops);
+  EXPECT_FALSE(proto::step_end_from(Ev(proto::event::kStepEnd, {{"loss_bits", 1}})).ops);
 }
 
 // Note [What a run leaves behind]: open files (threads, children) that rise
@@ -306,56 +306,56 @@ TEST(Classify, OpenFilesRisingAtEveryRunsEndAreALeak) {
     return Classify(st.result());
   };
   const auto leaked = trial({10, 13, 15, 17});
-  EXPECT_EQ(leaked.outcome, Outcome::kLeaked);
+  EXPECT_EQ(leaked.outcome, scenario::Outcome::kLeaked);
   EXPECT_EQ(leaked.failure.klass, "leak_across_runs");
   EXPECT_EQ(leaked.failure.message, "open files grew by 2 per run over 4 in-process runs");
-  EXPECT_EQ(trial({10, 13, 13, 13}).outcome, Outcome::kPassed);  // the first run's own, then steady
-  EXPECT_EQ(trial({10, 13}).outcome, Outcome::kPassed);          // two runs are not judged
+  EXPECT_EQ(trial({10, 13, 13, 13}).outcome, scenario::Outcome::kPassed);  // the first run's own, then steady
+  EXPECT_EQ(trial({10, 13}).outcome, scenario::Outcome::kPassed);          // two runs are not judged
 }
 
 // Note [The schedule asked for]: `done passed` is believed only for the
 // steps the scenario asked for.
 TEST(Classify, APassOfAnotherScheduleIsNoAnswer) {
-  Scenario four;
+  scenario::Scenario four;
   four.train.max_steps = 4;
   const auto trial = [&](int64_t steps) {
     Stream st;
     st.run_begin();
     for (int64_t i = 0; i < steps; ++i) st.step(i);
     st.run_end().done().exit(0);
-    return classify(st.result(), four, Kb());
+    return testing::classify(st.result(), four, Kb());
   };
-  EXPECT_EQ(trial(4).outcome, Outcome::kPassed);
+  EXPECT_EQ(trial(4).outcome, scenario::Outcome::kPassed);
   const auto none = trial(0);
-  EXPECT_EQ(none.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(none.outcome, scenario::Outcome::kUnresolved);
   EXPECT_NE(none.failure.message.find("after 0 step(s), but the schedule asked for 4 (steps 0 … 3)"),
             std::string::npos)
       << none.failure.message;
-  EXPECT_EQ(trial(7).outcome, Outcome::kUnresolved);
+  EXPECT_EQ(trial(7).outcome, scenario::Outcome::kUnresolved);
   // stop_after is the schedule's end; a resume starts where its checkpoint says.
   four.train.stop_after = 2;
-  EXPECT_EQ(trial(2).outcome, Outcome::kPassed);
+  EXPECT_EQ(trial(2).outcome, scenario::Outcome::kPassed);
   four.train.stop_after = 0;
   four.train.resume_from = "/x/checkpoint-r0-s2.pt";
   Stream resumed;
   resumed.run_begin().step(2).step(3).run_end().done().exit(0);
-  EXPECT_EQ(classify(resumed.result(), four, Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(resumed.result(), four, Kb()).outcome, scenario::Outcome::kPassed);
   Stream from_zero;
   from_zero.run_begin().step(0).step(1).run_end().done().exit(0);
-  EXPECT_EQ(classify(from_zero.result(), four, Kb()).outcome, Outcome::kUnresolved);
+  EXPECT_EQ(testing::classify(from_zero.result(), four, Kb()).outcome, scenario::Outcome::kUnresolved);
 }
 
 // Validations asked of an external worker and none reported: the validation
 // was never checked, so the pass is no answer; one reported, a pass.
 TEST(Classify, ValidationsAskedOfAnExternalWorkerMustArrive) {
-  Scenario s;
+  scenario::Scenario s;
   s.train.max_steps = 4;
   s.train.eval_every = 2;
   s.worker.command = {"python", "train.py"};
   Stream none;
   none.run_begin().step(0).step(1).step(2).step(3).run_end().done().exit(0);
-  const auto a = classify(none.result(), s, Kb());
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  const auto a = testing::classify(none.result(), s, Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_NE(a.failure.message.find("train.eval_every 2 asked for a validation every 2 step(s), but the worker "
                                    "reported none"),
             std::string::npos)
@@ -365,8 +365,8 @@ TEST(Classify, ValidationsAskedOfAnExternalWorkerMustArrive) {
   eval.metrics = {{"val/iou", 0.4}};
   Stream one;
   one.run_begin().step(0).step(1).add(eval).step(2).step(3).run_end().done().exit(0);
-  const auto b = classify(one.result(), s, Kb());
-  EXPECT_EQ(b.outcome, Outcome::kPassed) << b.failure.message;
+  const auto b = testing::classify(one.result(), s, Kb());
+  EXPECT_EQ(b.outcome, scenario::Outcome::kPassed) << b.failure.message;
   ASSERT_EQ(b.evals.size(), 1u);
   EXPECT_FALSE(b.evals[0].has_hmean);
   EXPECT_EQ(b.evals[0].metrics, (std::vector<std::pair<std::string, double>>{{"val/iou", 0.4}}));
@@ -375,7 +375,7 @@ TEST(Classify, ValidationsAskedOfAnExternalWorkerMustArrive) {
 // Note [A worker's own validation metrics]: with no h-mean named, every
 // metric at zero is the symptom; an h-mean named is judged by itself.
 TEST(Classify, AWorkersOwnValidationMetricsAllZeroAreNamed) {
-  Scenario s;
+  scenario::Scenario s;
   s.train.max_steps = 4;
   s.train.eval_every = 2;
   s.monitors.hmean_zero_after = 2;
@@ -394,15 +394,15 @@ TEST(Classify, AWorkersOwnValidationMetricsAllZeroAreNamed) {
       }
     }
     st.run_end().done().exit(0);
-    return classify(st.result(), s, Kb());
+    return testing::classify(st.result(), s, Kb());
   };
   const auto zero = run(0, -1);
   EXPECT_EQ(zero.failure.klass, "hmean_zero");
   EXPECT_EQ(zero.failure.message,
             "validation metrics stayed all 0 for the last 2 evaluations (through step 3): the training's own metrics "
             "val/dice 0.000, val/iou 0.000");
-  EXPECT_EQ(run(0, 1.5).outcome, Outcome::kPassed) << "a metric that is not 0 (its loss) is not all zero";
-  EXPECT_EQ(run(0.3, -1).outcome, Outcome::kPassed);
+  EXPECT_EQ(run(0, 1.5).outcome, scenario::Outcome::kPassed) << "a metric that is not 0 (its loss) is not all zero";
+  EXPECT_EQ(run(0.3, -1).outcome, scenario::Outcome::kPassed);
 }
 
 TEST(Classify, SignalWithOpenStepIsACrashAtThatStep) {
@@ -410,14 +410,14 @@ TEST(Classify, SignalWithOpenStepIsACrashAtThatStep) {
     Stream st;
     st.run_begin().step(0).begin(1).fault("crash", 0, 1).signal(sig);
     const auto a = Classify(st.result(), WithFaults({"crash"}));
-    SCOPED_TRACE(signal_name(sig));
-    EXPECT_EQ(a.outcome, Outcome::kCrashed);
-    EXPECT_TRUE(is_failure(a.outcome));
+    SCOPED_TRACE(supervisor::signal_name(sig));
+    EXPECT_EQ(a.outcome, scenario::Outcome::kCrashed);
+    EXPECT_TRUE(supervisor::is_failure(a.outcome));
     EXPECT_EQ(a.failure.klass, "crash_signal");
     EXPECT_EQ(a.failure.step, 1);
     EXPECT_EQ(a.failure.run, 0);
     EXPECT_EQ(a.term_signal, sig);
-    EXPECT_NE(a.failure.message.find(signal_name(sig)), std::string::npos) << a.failure.message;
+    EXPECT_NE(a.failure.message.find(supervisor::signal_name(sig)), std::string::npos) << a.failure.message;
     EXPECT_EQ(a.steps_completed, 1);
     EXPECT_TRUE(a.faults.at(0).fired);
     EXPECT_EQ(a.faults.at(0).steps, std::vector<int64_t>{1});
@@ -428,23 +428,23 @@ TEST(Classify, SignalBetweenStepsHasNoStep) {
   Stream st;
   st.run_begin().step(0).step(1).signal(SIGSEGV);
   const auto a = Classify(st.result());
-  EXPECT_EQ(a.outcome, Outcome::kCrashed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kCrashed);
   EXPECT_FALSE(a.failure.step.has_value());
 }
 
 TEST(Classify, SigkillUnderAMemoryBudgetIsHostOom) {
   Stream st;
   st.run_begin().begin(0).signal(SIGKILL);
-  Scenario s;
+  scenario::Scenario s;
   s.hardware.memory_budget = 512 * kMiB;
   const auto a = Classify(st.result(), s);
-  EXPECT_EQ(a.outcome, Outcome::kCrashed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kCrashed);
   EXPECT_EQ(a.failure.klass, "host_oom");
   EXPECT_EQ(a.failure.step, 0);
 }
 
 TEST(Classify, APassUnderABudgetThatWasNotAppliedIsNoAnswer) {
-  Scenario s;
+  scenario::Scenario s;
   s.hardware.memory_budget = 384 * kMiB;
   auto with_budget = [](bool applied) {
     Stream st;
@@ -456,11 +456,11 @@ TEST(Classify, APassUnderABudgetThatWasNotAppliedIsNoAnswer) {
   };
   auto not_applied = with_budget(false);
   const auto a = Classify(not_applied.result(), s);
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_NE(a.failure.message.find("was not applied"), std::string::npos) << a.failure.message;
   EXPECT_NE(a.failure.message.find("context already uses"), std::string::npos) << a.failure.message;
   auto applied = with_budget(true);
-  EXPECT_EQ(Classify(applied.result(), s).outcome, Outcome::kPassed);
+  EXPECT_EQ(Classify(applied.result(), s).outcome, scenario::Outcome::kPassed);
 }
 
 TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
@@ -468,10 +468,10 @@ TEST(Classify, SilenceWatchdogKillIsHungAtTheOpenStep) {
   st.run_begin().step(0).begin(1).fault("hang", 0, 1).signal(SIGTERM);
   st.result().result.hung = true;
   st.result().result.killed_by_supervisor = true;
-  Scenario s = WithFaults({"hang"});
+  scenario::Scenario s = WithFaults({"hang"});
   s.limits.silence_s = 2;
   const auto a = Classify(st.result(), s);
-  EXPECT_EQ(a.outcome, Outcome::kHung);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kHung);
   EXPECT_EQ(a.failure.klass, "hang");
   EXPECT_EQ(a.failure.step, 1);
   EXPECT_NE(a.failure.message.find("silence watchdog"), std::string::npos) << a.failure.message;
@@ -481,11 +481,11 @@ TEST(Classify, DeadlineKillIsTimedOut) {
   Stream st;
   st.run_begin().begin(0).signal(SIGKILL);
   st.result().result.timed_out = true;
-  Scenario s;
+  scenario::Scenario s;
   s.limits.deadline_s = 3;
   s.hardware.memory_budget = kMiB;  // a deadline kill is not an OOM kill
   const auto a = Classify(st.result(), s);
-  EXPECT_EQ(a.outcome, Outcome::kTimedOut);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kTimedOut);
   EXPECT_EQ(a.failure.klass, "hang");
   EXPECT_EQ(a.failure.step, 0);
   EXPECT_NE(a.failure.message.find("deadline"), std::string::npos) << a.failure.message;
@@ -495,7 +495,7 @@ TEST(Classify, SpawnErrorIsUnresolved) {
   testing::RecordedTrial r;
   r.result.spawn_error = "cannot start /nope: No such file or directory";
   const auto a = Classify(r);
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_EQ(a.failure.message, r.result.spawn_error);
 }
 
@@ -522,7 +522,7 @@ TEST(Classify, PrimaryHealthFindingIsDivergedWithItsClassStepAndModule) {
         .done("diverged")
         .exit(1);
     const auto a = Classify(st.result());
-    EXPECT_EQ(a.outcome, Outcome::kDiverged);
+    EXPECT_EQ(a.outcome, scenario::Outcome::kDiverged);
     EXPECT_EQ(a.failure.klass, c.klass);
     EXPECT_EQ(a.failure.step, c.step);
     EXPECT_EQ(a.failure.module, c.module);
@@ -545,7 +545,7 @@ TEST(Classify, NonPrimaryOrNonFiniteHealthAloneIsNotADivergence) {
   spike.primary = true;
   st.add(spike);
   st.run_end().done().exit(0);
-  EXPECT_EQ(Classify(st.result()).outcome, Outcome::kPassed);
+  EXPECT_EQ(Classify(st.result()).outcome, scenario::Outcome::kPassed);
 }
 
 struct MessageCase {
@@ -571,7 +571,7 @@ TEST(Classify, ErrorMessageIsClassifiedByTheKnowledgeBase) {
     Stream st;
     st.run_begin().step(0).step(1).begin(2).error(c.message, 2, "decoder.fusion").done("error").exit(1);
     const auto a = Classify(st.result());
-    EXPECT_EQ(a.outcome, Outcome::kFailed);
+    EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
     EXPECT_EQ(a.failure.klass, c.klass);
     EXPECT_EQ(a.failure.step, 2);
     EXPECT_EQ(a.failure.module, "decoder.fusion");
@@ -581,7 +581,7 @@ TEST(Classify, ErrorMessageIsClassifiedByTheKnowledgeBase) {
 
 // Note [Memory a budget refused]
 TEST(Classify, UnderAHostBudgetAnUnexplainedLibraryFailureIsHostMemoryExhausted) {
-  Scenario s;
+  scenario::Scenario s;
   s.hardware.memory_budget = 512 * kMiB;
   auto under = [](const std::string& method, bool applied, const std::string& message) {
     Stream st;
@@ -628,7 +628,7 @@ TEST(Classify, DataErrorIsDataInvalidWhateverItsMessage) {
   Stream st3;
   st3.error("img_1.jpg: expected a decodable image", -1, "", "data").done("error").exit(1);
   const auto a = Classify(st3.result());
-  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
   EXPECT_EQ(a.failure.klass, "data_invalid");
   EXPECT_FALSE(a.failure.step.has_value());
 }
@@ -642,7 +642,7 @@ TEST(Classify, TeardownErrorsAreKeptAsSecondary) {
       .done("error")
       .exit(1);
   const auto a = Classify(st.result(), WithFaults({"cuda_error"}));
-  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
   EXPECT_EQ(a.failure.klass, "cudnn_execution_failed");  // the first error, not the teardown one
   EXPECT_EQ(a.failure.step, 2);
   EXPECT_EQ(a.failure.module, "decoder.fusion");
@@ -656,7 +656,7 @@ TEST(Classify, ExitWithoutDoneIsAPrematureExit) {
   Stream st;
   st.run_begin().step(0).begin(1).exit(1);
   const auto a = Classify(st.result());
-  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
   EXPECT_EQ(a.failure.klass, "premature_exit");
   EXPECT_EQ(a.failure.step, 1);
   EXPECT_FALSE(a.done_seen);
@@ -668,15 +668,15 @@ TEST(Classify, AnInternalErrorOfDbhsOwnWorkerIsUnresolvedNeverAFailureOfTheTrain
   st.run_begin().begin(0).exit(kInternalErrorExit);
   st.result().result.stderr_tail = "dbh: internal error: Invalid device argument \n";
   const auto a = Classify(st.result());
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_EQ(a.failure.klass, "");
   EXPECT_NE(a.failure.message.find("inside dbh"), std::string::npos) << a.failure.message;
   EXPECT_NE(a.failure.message.find("Invalid device argument"), std::string::npos) << a.failure.message;
   // The user's own worker: its exit status 3 is its own, a premature exit.
-  Scenario external;
+  scenario::Scenario external;
   external.worker.command = {"python", "train.py"};
   const auto b = Classify(st.result(), external);
-  EXPECT_EQ(b.outcome, Outcome::kFailed);
+  EXPECT_EQ(b.outcome, scenario::Outcome::kFailed);
   EXPECT_EQ(b.failure.klass, "premature_exit");
 }
 
@@ -684,9 +684,9 @@ TEST(Classify, ExitZeroWithoutDoneIsUnresolved) {
   Stream st;
   st.run_begin().step(0).step(1).run_end().exit(0);
   const auto a = Classify(st.result());
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_EQ(a.failure.klass, "premature_exit");
-  EXPECT_TRUE(is_failure(a.outcome));
+  EXPECT_TRUE(supervisor::is_failure(a.outcome));
 }
 
 TEST(Classify, UndecodableLinesMakeAnOtherwiseCleanRunUnresolved) {
@@ -694,7 +694,7 @@ TEST(Classify, UndecodableLinesMakeAnOtherwiseCleanRunUnresolved) {
   st.run_begin().step(0).run_end().done().exit(0);
   st.result().result.bad_lines = {"events.jsonl:3: expected one JSON object per line, got invalid JSON"};
   const auto a = Classify(st.result());
-  EXPECT_EQ(a.outcome, Outcome::kUnresolved);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
   EXPECT_NE(a.failure.message.find("events.jsonl:3"), std::string::npos);
 }
 
@@ -706,8 +706,8 @@ TEST(Classify, MemoryGrowthAcrossInProcessRunsIsALeak) {
   }
   st.done().exit(0);
   const auto a = Classify(st.result(), WithFaults({"leak"}));
-  EXPECT_EQ(a.outcome, Outcome::kLeaked);
-  EXPECT_TRUE(is_failure(a.outcome));
+  EXPECT_EQ(a.outcome, scenario::Outcome::kLeaked);
+  EXPECT_TRUE(supervisor::is_failure(a.outcome));
   EXPECT_EQ(a.failure.klass, "leak_across_runs");
   EXPECT_NE(a.failure.message.find("96.0 MiB per run"), std::string::npos) << a.failure.message;
   EXPECT_EQ(a.failure.evidence.size(), 3u);
@@ -721,42 +721,42 @@ TEST(Classify, GrowthBelowTheThresholdIsNotALeak) {
   Stream st;
   for (int64_t run = 0; run < 3; ++run) st.run_begin(run).step(0, run).run_end(run, (300 + 8 * run) * kMiB);
   st.done().exit(0);
-  EXPECT_EQ(Classify(st.result()).outcome, Outcome::kPassed);
-  ClassifyOptions strict;
+  EXPECT_EQ(Classify(st.result()).outcome, scenario::Outcome::kPassed);
+  supervisor::ClassifyOptions strict;
   strict.leak_threshold_bytes = 4 * kMiB;
-  EXPECT_EQ(Classify(st.result(), Scenario(), strict).outcome, Outcome::kLeaked);
+  EXPECT_EQ(Classify(st.result(), scenario::Scenario(), strict).outcome, scenario::Outcome::kLeaked);
   // The first run's end holds one-time caches: two runs whose second ends
   // 42 MiB higher (warm-up, seen on CPU) stay under two runs' doubled bar;
   // 96 MiB more is a leak that two runs tell (`repeat --in-process 2`).
   Stream two;
   for (int64_t run = 0; run < 2; ++run) two.run_begin(run).step(0, run).run_end(run, (300 + 42 * run) * kMiB);
   two.done().exit(0);
-  EXPECT_EQ(Classify(two.result()).outcome, Outcome::kPassed);
+  EXPECT_EQ(Classify(two.result()).outcome, scenario::Outcome::kPassed);
   Stream two_leaking;
   for (int64_t run = 0; run < 2; ++run) {
     two_leaking.run_begin(run).step(0, run).run_end(run, (300 + 96 * run) * kMiB);
   }
   two_leaking.done().exit(0);
   const auto leaked = Classify(two_leaking.result());
-  EXPECT_EQ(leaked.outcome, Outcome::kLeaked);
+  EXPECT_EQ(leaked.outcome, scenario::Outcome::kLeaked);
   EXPECT_EQ(leaked.failure.message, "resident memory grew by 96.0 MiB per run over 2 in-process runs");
   Stream warm;
   for (int64_t run = 0; run < 3; ++run) {
     warm.run_begin(run).step(0, run).run_end(run, (run == 0 ? 300 : 342 + 2 * run) * kMiB);
   }
   warm.done().exit(0);
-  EXPECT_EQ(Classify(warm.result()).outcome, Outcome::kPassed);
+  EXPECT_EQ(Classify(warm.result()).outcome, scenario::Outcome::kPassed);
   // One run cannot leak across runs.
   Stream one;
   one.run_begin().step(0).run_end(0, 4096 * kMiB).done().exit(0);
-  EXPECT_EQ(Classify(one.result()).outcome, Outcome::kPassed);
+  EXPECT_EQ(Classify(one.result()).outcome, scenario::Outcome::kPassed);
 }
 
 TEST(Classify, FaultRecordsWithBadIndicesAreIgnored) {
   Stream st;
   st.run_begin().step(0).fault("crash", 7, 0).fault("crash", -1, 0).run_end().done().exit(0);
   const auto a = Classify(st.result(), WithFaults({"crash"}));
-  EXPECT_EQ(a.outcome, Outcome::kPassed);
+  EXPECT_EQ(a.outcome, scenario::Outcome::kPassed);
   EXPECT_FALSE(a.faults.at(0).fired);
 }
 
@@ -771,8 +771,8 @@ TEST(Classify, WorkerThatSaysItFailedIsNeverPassed) {
       .done("diverged")
       .exit(1);
   const auto a = Classify(st.result());
-  EXPECT_NE(a.outcome, Outcome::kPassed);
-  EXPECT_TRUE(is_failure(a.outcome));
+  EXPECT_NE(a.outcome, scenario::Outcome::kPassed);
+  EXPECT_TRUE(supervisor::is_failure(a.outcome));
 }
 
 // BUG (harness/supervisor/outcome.cc, classify): the worker reports its own
@@ -854,38 +854,38 @@ TEST(Classify, AttributionComesFromMonitorsNotFromWhereTheFaultSaysItFired) {
 
 // Note [Loss-scaler skips]: the report names run 0's skipped steps.
 TEST(ScalerSkips, TheReportNamesRunZerosSkippedStepsOnly) {
-  TrialAnalysis a;
-  EXPECT_TRUE(scaler_skipped_steps(a).empty());
-  EXPECT_EQ(scaler_skips_text(a), "");
+  supervisor::TrialAnalysis a;
+  EXPECT_TRUE(supervisor::scaler_skipped_steps(a).empty());
+  EXPECT_EQ(supervisor::scaler_skips_text(a), "");
   for (int64_t step = 0; step < 12; ++step) {
-    StepRecord st;
+    supervisor::StepRecord st;
     st.step = step;
     st.skipped = step < 2 || (step >= 3 && step < 11);
     a.steps.push_back(st);
   }
-  StepRecord other_run;
+  supervisor::StepRecord other_run;
   other_run.run = 1;
   other_run.step = 2;
   other_run.skipped = true;
   a.steps.push_back(other_run);
   a.steps_completed = 12;
-  EXPECT_EQ(scaler_skipped_steps(a), (std::vector<int64_t>{0, 1, 3, 4, 5, 6, 7, 8, 9, 10}));
-  const std::string text = scaler_skips_text(a);
+  EXPECT_EQ(supervisor::scaler_skipped_steps(a), (std::vector<int64_t>{0, 1, 3, 4, 5, 6, 7, 8, 9, 10}));
+  const std::string text = supervisor::scaler_skips_text(a);
   EXPECT_EQ(text.rfind("skipped 10 of 12 optimizer steps (steps 0, 1, 3, 4, 5, 6, 7, 8, …)", 0), 0u) << text;
   EXPECT_NE(text.find("8 in a row a divergence"), std::string::npos) << text;
 }
 
 TEST(OutcomeNames, RoundTripAndFailureSet) {
-  for (Outcome o : {Outcome::kPassed, Outcome::kFailed, Outcome::kCrashed, Outcome::kTimedOut,
-                    Outcome::kHung, Outcome::kDiverged, Outcome::kNondeterministic, Outcome::kLeaked,
-                    Outcome::kSkipped, Outcome::kUnresolved}) {
-    EXPECT_EQ(outcome_from_string(to_string(o)), o);
-    EXPECT_EQ(is_failure(o), o != Outcome::kPassed && o != Outcome::kSkipped) << to_string(o);
+  for (scenario::Outcome o : {scenario::Outcome::kPassed, scenario::Outcome::kFailed, scenario::Outcome::kCrashed, scenario::Outcome::kTimedOut,
+                    scenario::Outcome::kHung, scenario::Outcome::kDiverged, scenario::Outcome::kNondeterministic, scenario::Outcome::kLeaked,
+                    scenario::Outcome::kSkipped, scenario::Outcome::kUnresolved}) {
+    EXPECT_EQ(scenario::outcome_from_string(to_string(o)), o);
+    EXPECT_EQ(supervisor::is_failure(o), o != scenario::Outcome::kPassed && o != scenario::Outcome::kSkipped) << to_string(o);
   }
-  EXPECT_FALSE(outcome_from_string("exploded").has_value());
-  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
-  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
-  EXPECT_EQ(signal_name(64), "signal 64");
+  EXPECT_FALSE(scenario::outcome_from_string("exploded").has_value());
+  EXPECT_EQ(supervisor::signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(supervisor::signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(supervisor::signal_name(64), "signal 64");
 }
 
 TEST(KnowledgeBase, ShippedClassesCoverEveryClassTheClassifierNames) {
@@ -923,20 +923,20 @@ TEST(KnowledgeBase, ResolutionOverridesNameScenarioKeysOrFaultParameters) {
         ASSERT_NE(eq, std::string::npos);
         const std::string key = kv.substr(0, eq);
         if (selects) {
-          const FaultSpec* fault = find_fault(key.substr(selector.size(), close - selector.size()));
+          const scenario::FaultSpec* fault = scenario::find_fault(key.substr(selector.size(), close - selector.size()));
           ASSERT_NE(fault, nullptr);
           const std::string param = key.substr(close + 2);
           EXPECT_TRUE(std::any_of(fault->params.begin(), fault->params.end(),
-                                  [&](const ParamSpec& p) { return p.name == param; }));
+                                  [&](const scenario::ParamSpec& p) { return p.name == param; }));
         } else {
-          EXPECT_NE(find_scenario_key(key), nullptr);
+          EXPECT_NE(scenario::find_scenario_key(key), nullptr);
         }
         const std::string value = kv.substr(eq + 1);
         if (value.size() >= 2 && value.front() == '{' && value.back() == '}') {
           const std::string from = value.substr(1, value.find_first_of("*/") - 1);
-          const KeySpec* k = find_scenario_key(from);
+          const scenario::KeySpec* k = scenario::find_scenario_key(from);
           ASSERT_NE(k, nullptr) << from;
-          EXPECT_TRUE(k->type == KeyType::kInt || k->type == KeyType::kNumber)
+          EXPECT_TRUE(k->type == scenario::KeyType::kInt || k->type == scenario::KeyType::kNumber)
               << from << ": a template computes from a numeric key";
         }
       }

@@ -18,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(PlotTest, NiceTicksAreRoundCoverTheRangeAndAreFew) {
-  const auto t = nice_ticks(0.0, 2200.0, 6, false);
+  const auto t = report::nice_ticks(0.0, 2200.0, 6, false);
   ASSERT_GE(t.size(), 3u);
   EXPECT_LE(t.size(), 7u);
   const double step = t[1] - t[0];
@@ -28,8 +28,8 @@ TEST(PlotTest, NiceTicksAreRoundCoverTheRangeAndAreFew) {
   EXPECT_GE(t.front(), 0.0);
   EXPECT_LE(t.back(), 2200.0);
   // Batch sizes: whole numbers only, never 2.5.
-  for (const double x : nice_ticks(0.6, 4.4, 10, true)) EXPECT_EQ(x, std::round(x)) << x;
-  EXPECT_EQ(nice_ticks(0.6, 4.4, 10, true), (std::vector<double>{1, 2, 3, 4}));
+  for (const double x : report::nice_ticks(0.6, 4.4, 10, true)) EXPECT_EQ(x, std::round(x)) << x;
+  EXPECT_EQ(report::nice_ticks(0.6, 4.4, 10, true), (std::vector<double>{1, 2, 3, 4}));
 }
 
 // Red pixels (BGR) in the top band of the plot area: the failed-trial crosses.
@@ -46,17 +46,17 @@ int red_pixels(const cv::Mat& img, int y0, int y1) {
 
 TEST(PlotTest, AFailedTrialIsMarkedWhereItRanAndNowhereElse) {
   const testing::ScratchDir dir("dbh-plot");
-  PlotOptions o;
+  report::PlotOptions o;
   o.title = "peak";
   o.x_label = "batch size";
   o.integer_x = true;
-  PlotSeries s;
+  report::PlotSeries s;
   s.name = "fp32";
   s.x = {1, 4};
   s.y = {700, 1500};
-  write_plot((dir.path() / "clean.png").string(), o, {s});
+  report::write_plot((dir.path() / "clean.png").string(), o, {s});
   s.failed_x = {8};
-  write_plot((dir.path() / "failed.png").string(), o, {s});
+  report::write_plot((dir.path() / "failed.png").string(), o, {s});
   const cv::Mat clean = cv::imread((dir.path() / "clean.png").string());
   const cv::Mat failed = cv::imread((dir.path() / "failed.png").string());
   ASSERT_FALSE(clean.empty());

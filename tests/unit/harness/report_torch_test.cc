@@ -155,9 +155,9 @@ class ReportTest : public ::testing::Test {
 
   // A run that diverged in decoder.fusion at step 7 (class
   // nonfinite_activation) where the scenario expected it to pass.
-  RunReport failing_run(const std::string& name) const {
-    RunReport r;
-    r.scenario = decode_scenario(
+  report::RunReport failing_run(const std::string& name) const {
+    report::RunReport r;
+    r.scenario = scenario::decode_scenario(
         parse_yaml("train: {max_steps: 10}\nfaults:\n  - {name: nan_activation, module: decoder.fusion, at_step: 7}\n",
                    "failing.yaml"),
         "failing.yaml");
@@ -170,21 +170,21 @@ class ReportTest : public ::testing::Test {
     r.env.opencv_version = "4.6.0";
     r.env.cpu_model = "test CPU";
     r.env.cpu_cores = 2;
-    r.outcome = Outcome::kDiverged;
+    r.outcome = scenario::Outcome::kDiverged;
     r.failure.klass = "nonfinite_activation";
     r.failure.step = 7;
     r.failure.run = 0;
     r.failure.module = "decoder.fusion";
     r.failure.message = "non-finite activation in decoder.fusion at step 7";
     r.failure.evidence = {"health: activation decoder.fusion non-finite at step 7 (cheap mode)"};
-    TrialRecord main;
+    report::TrialRecord main;
     main.label = "main";
     main.dir = (dir_ / "main").string();
-    main.analysis.outcome = Outcome::kDiverged;
+    main.analysis.outcome = scenario::Outcome::kDiverged;
     main.analysis.failure = r.failure;
     main.analysis.steps_completed = 7;
     main.analysis.seconds = 12.0;
-    FaultRecord fault;
+    supervisor::FaultRecord fault;
     fault.name = "nan_activation";
     fault.fired = true;
     fault.steps = {7};
@@ -203,7 +203,7 @@ class ReportTest : public ::testing::Test {
 // ---- A failing run names its class, step and module.
 
 TEST_F(ReportTest, MarkdownNamesTheClassStepAndModule) {
-  const std::string md = report_markdown(failing_run("fail-in-fusion"));
+  const std::string md = report::report_markdown(failing_run("fail-in-fusion"));
   EXPECT_TRUE(contains(md, "# A module's forward output became non-finite in decoder.fusion at step 7\n")) << md;
   EXPECT_TRUE(contains(md, "ended **diverged** (class `nonfinite_activation`) at step 7 in module `decoder.fusion`"))
       << md;
@@ -216,7 +216,7 @@ TEST_F(ReportTest, MarkdownNamesTheClassStepAndModule) {
 }
 
 TEST_F(ReportTest, HtmlNamesTheClassStepAndModule) {
-  const std::string html = report_html(failing_run("fail-in-fusion"));
+  const std::string html = report::report_html(failing_run("fail-in-fusion"));
   EXPECT_TRUE(contains(html, "<h1>A module&apos;s forward output became non-finite in decoder.fusion at step 7</h1>"))
       << html.substr(0, 3000);
   EXPECT_TRUE(contains(html, "<tr><th>Class</th><td><code>nonfinite_activation</code>"));
@@ -226,12 +226,12 @@ TEST_F(ReportTest, HtmlNamesTheClassStepAndModule) {
 }
 
 TEST_F(ReportTest, JUnitReportsTheUnmetExpectationAsAFailure) {
-  const RunReport failing = failing_run("fail-in-fusion");
-  RunReport passing = failing_run("passes");
-  passing.outcome = Outcome::kPassed;
-  passing.failure = Failure{};
+  const report::RunReport failing = failing_run("fail-in-fusion");
+  report::RunReport passing = failing_run("passes");
+  passing.outcome = scenario::Outcome::kPassed;
+  passing.failure = supervisor::Failure{};
   passing.expectation_met = true;
-  const std::string xml = junit_xml({failing, passing}, "suite");
+  const std::string xml = report::junit_xml({failing, passing}, "suite");
   EXPECT_TRUE(contains(xml, "<testsuites name=\"dbh\" tests=\"2\" failures=\"1\" errors=\"0\"")) << xml;
   EXPECT_TRUE(contains(xml,
                        "<failure type=\"diverged\" message=\"outcome: expected passed, got diverged; \">"
@@ -247,8 +247,8 @@ TEST_F(ReportTest, JUnitReportsTheUnmetExpectationAsAFailure) {
 // report.json, the machine report: the same failure, and the environment as
 // environment_json writes it.
 TEST_F(ReportTest, JsonNamesTheClassStepAndModuleAndTheEnvironment) {
-  const RunReport r = failing_run("fail-in-fusion");
-  const auto j = report_json(r);
+  const report::RunReport r = failing_run("fail-in-fusion");
+  const auto j = report::report_json(r);
   EXPECT_EQ(j.at("schema_version"), 1);
   EXPECT_EQ(j.at("outcome"), "diverged");
   EXPECT_EQ(j.at("failure").at("class"), "nonfinite_activation");
@@ -261,9 +261,9 @@ TEST_F(ReportTest, JsonNamesTheClassStepAndModuleAndTheEnvironment) {
 
 // A crash, a timeout, a hang or an unresolved run is an `error`, not a `failure`.
 TEST_F(ReportTest, JUnitReportsACrashAsAnError) {
-  RunReport r = failing_run("crash");
-  r.outcome = Outcome::kCrashed;
-  const std::string xml = junit_xml({r}, "suite");
+  report::RunReport r = failing_run("crash");
+  r.outcome = scenario::Outcome::kCrashed;
+  const std::string xml = report::junit_xml({r}, "suite");
   EXPECT_TRUE(contains(xml, "failures=\"0\" errors=\"1\"")) << xml;
   EXPECT_TRUE(contains(xml, "<error type=\"crashed\"")) << xml;
   EXPECT_FALSE(contains(xml, "<failure"));
@@ -273,12 +273,12 @@ TEST_F(ReportTest, JUnitReportsACrashAsAnError) {
 // They are escaped text there, not a code span, in which GitHub would still
 // end the cell at a `|` (and a backtick would end the span).
 TEST_F(ReportTest, MarkdownKeepsAControlsOverridesInOneCell) {
-  RunReport r = failing_run("with-control");
-  TrialRecord control = r.trials.front();
+  report::RunReport r = failing_run("with-control");
+  report::TrialRecord control = r.trials.front();
   control.label = "control 1";
   control.overrides = {"data.path=/data/a|b`c"};
   r.trials.push_back(control);
-  const std::string md = report_markdown(r);
+  const std::string md = report::report_markdown(r);
   EXPECT_TRUE(TablesAreIntact(md)) << md;
 }
 
@@ -287,10 +287,10 @@ TEST_F(ReportTest, MarkdownKeepsAControlsOverridesInOneCell) {
 // The Summary carries the message as one escaped line; the code blocks carry
 // it, the secondary errors and the stderr tail through fenced().
 TEST_F(ReportTest, MarkdownCodeBlocksHoldAnyText) {
-  RunReport r = failing_run("fences");
+  report::RunReport r = failing_run("fences");
   r.failure.message = "boom\n```\n## Injected heading";
   r.trials.front().stderr_tail = "log\n```\n# Injected from stderr\n";
-  const std::string md = report_markdown(r);
+  const std::string md = report::report_markdown(r);
   bool in_block = false;
   std::vector<std::string> misplaced;  // headings on the wrong side of a fence
   for (const auto& line : lines_of(md)) {
@@ -306,7 +306,7 @@ TEST_F(ReportTest, MarkdownCodeBlocksHoldAnyText) {
 // ---- A hostile scenario name stays text.
 
 TEST_F(ReportTest, MarkdownEscapesAHostileScenarioName) {
-  const std::string md = report_markdown(failing_run(kHostile));
+  const std::string md = report::report_markdown(failing_run(kHostile));
   EXPECT_TRUE(IsValidUtf8(md));
   EXPECT_FALSE(has_raw_script(body_of(md))) << md;
   EXPECT_TRUE(TablesAreIntact(md));
@@ -318,11 +318,11 @@ TEST_F(ReportTest, MarkdownEscapesAHostileScenarioName) {
 }
 
 TEST_F(ReportTest, MarkdownTitleOfAPassingRunEscapesTheName) {
-  RunReport r = failing_run(kHostile);
-  r.outcome = Outcome::kPassed;
-  r.failure = Failure{};
+  report::RunReport r = failing_run(kHostile);
+  r.outcome = scenario::Outcome::kPassed;
+  r.failure = supervisor::Failure{};
   r.expectation_met = true;
-  const std::string md = report_markdown(r);
+  const std::string md = report::report_markdown(r);
   EXPECT_TRUE(IsValidUtf8(md));
   EXPECT_TRUE(contains(md, "\n# Scenario evil\\`tick\\` \\| pipe \\<script\\>")) << md;
   EXPECT_FALSE(has_raw_script(body_of(md))) << md;
@@ -332,7 +332,7 @@ TEST_F(ReportTest, MarkdownTitleOfAPassingRunEscapesTheName) {
 // The YAML front matter holds the name as a one-line JSON string (valid
 // YAML), in valid UTF-8.
 TEST_F(ReportTest, MarkdownFrontMatterQuotesAHostileScenarioName) {
-  const std::string md = report_markdown(failing_run(kHostile));
+  const std::string md = report::report_markdown(failing_run(kHostile));
   const std::string front = front_matter_of(md);
   ASSERT_FALSE(front.empty()) << md;
   EXPECT_TRUE(IsValidUtf8(front));
@@ -345,12 +345,12 @@ TEST_F(ReportTest, MarkdownFrontMatterQuotesAHostileScenarioName) {
 // No markup in the front matter either (a renderer that does not know front
 // matter shows it as a paragraph): `<` and `>` as YAML's \u escapes.
 TEST_F(ReportTest, MarkdownFrontMatterHasNoRawMarkup) {
-  const std::string front = front_matter_of(report_markdown(failing_run(kHostile)));
+  const std::string front = front_matter_of(report::report_markdown(failing_run(kHostile)));
   EXPECT_FALSE(contains(front, "<")) << front;
 }
 
 TEST_F(ReportTest, HtmlEscapesAHostileScenarioName) {
-  const std::string html = report_html(failing_run(kHostile));
+  const std::string html = report::report_html(failing_run(kHostile));
   EXPECT_TRUE(IsValidUtf8(html));
   EXPECT_FALSE(contains(html, "<script"));
   EXPECT_TRUE(contains(html,
@@ -362,10 +362,10 @@ TEST_F(ReportTest, HtmlEscapesAHostileScenarioName) {
 }
 
 TEST_F(ReportTest, JUnitEscapesAHostileScenarioName) {
-  RunReport r = failing_run(kHostile);
+  report::RunReport r = failing_run(kHostile);
   r.failure.message = kHostile;
   r.expectation_why = {kHostile};
-  const std::string xml = junit_xml({r}, kHostile);
+  const std::string xml = report::junit_xml({r}, kHostile);
   EXPECT_TRUE(IsValidUtf8(xml));
   EXPECT_FALSE(contains(xml, "<script"));
   EXPECT_TRUE(IsJUnitMarkupOnly(xml)) << xml;

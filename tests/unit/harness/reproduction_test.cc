@@ -6,13 +6,13 @@
 
 #include "harness/bisect/parts.h"
 
-namespace dbh::harness::bisection {
+namespace dbh::harness::bisect {
 namespace {
 
 probe::ProbeResult failing(const std::string& klass, const std::string& message, int64_t step) {
   probe::ProbeResult p;
   p.verdict = probe::Verdict::kFail;
-  p.analysis.outcome = Outcome::kFailed;
+  p.analysis.outcome = scenario::Outcome::kFailed;
   p.analysis.failure.klass = klass;
   p.analysis.failure.message = message;
   p.analysis.failure.step = step;
@@ -54,4 +54,4 @@ TEST(FailureIdentity, TheStepCountsOnlyForAReplay) {
 }
 
 }  // namespace
-}  // namespace dbh::harness::bisection
+}  // namespace dbh::harness::bisect

@@ -17,12 +17,12 @@ namespace dbh::harness {
 namespace {
 
 // A trial of `steps` steps whose loss bits are `bits` + the step.
-TrialRecord Trial(Outcome outcome, int64_t steps, uint32_t bits, const std::string& label = "main") {
-  TrialRecord t;
+report::TrialRecord Trial(scenario::Outcome outcome, int64_t steps, uint32_t bits, const std::string& label = "main") {
+  report::TrialRecord t;
   t.label = label;
   t.analysis.outcome = outcome;
   for (int64_t i = 0; i < steps; ++i) {
-    StepRecord st;
+    supervisor::StepRecord st;
     st.step = i;
     st.loss = 1.0 / static_cast<double>(i + 1);
     st.loss_bits = bits + static_cast<uint32_t>(i);
@@ -34,17 +34,17 @@ TrialRecord Trial(Outcome outcome, int64_t steps, uint32_t bits, const std::stri
   return t;
 }
 
-RunReport Report(std::vector<TrialRecord> trials) {
-  RunReport r;
+report::RunReport Report(std::vector<report::TrialRecord> trials) {
+  report::RunReport r;
   r.trials = std::move(trials);
   return r;
 }
 
 TEST(RunVerdict, IdenticalProcessesMeetADeterminismExpectation) {
-  RunReport r = Report({Trial(Outcome::kPassed, 3, 100), Trial(Outcome::kPassed, 3, 100, "process 2")});
+  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 3, 100), Trial(scenario::Outcome::kPassed, 3, 100, "process 2")});
   r.scenario.expect.deterministic = true;
-  decide_run(r, 2, 0);
-  EXPECT_EQ(r.outcome, Outcome::kPassed);
+  report::decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, scenario::Outcome::kPassed);
   EXPECT_TRUE(r.determinism.checked);
   EXPECT_TRUE(r.determinism.identical);
   EXPECT_NE(r.determinism.detail.find("identical across 2 processes (checksum abc)"), std::string::npos)
@@ -53,14 +53,14 @@ TEST(RunVerdict, IdenticalProcessesMeetADeterminismExpectation) {
 }
 
 TEST(RunVerdict, PassingProcessesThatPartAreNondeterministicAtTheFirstStepThatDiffers) {
-  TrialRecord other = Trial(Outcome::kPassed, 4, 100, "process 2");
+  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 4, 100, "process 2");
   other.analysis.steps[2].loss_bits += 1;
   other.analysis.steps[2].micro_loss_bits = {other.analysis.steps[2].loss_bits};
   other.analysis.steps[3].loss_bits += 1;
-  RunReport r = Report({Trial(Outcome::kPassed, 4, 100), other});
+  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 4, 100), other});
   r.scenario.expect.deterministic = true;
-  decide_run(r, 2, 0);
-  EXPECT_EQ(r.outcome, Outcome::kNondeterministic);
+  report::decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, scenario::Outcome::kNondeterministic);
   EXPECT_EQ(r.failure.klass, "nondeterminism");
   ASSERT_TRUE(r.failure.step.has_value());
   EXPECT_EQ(*r.failure.step, 2);
@@ -69,42 +69,42 @@ TEST(RunVerdict, PassingProcessesThatPartAreNondeterministicAtTheFirstStepThatDi
 }
 
 TEST(RunVerdict, TheSameLossesWithAnotherGradientNormSayTheBackwardPassDiverged) {
-  TrialRecord other = Trial(Outcome::kPassed, 2, 100, "process 2");
+  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
   other.analysis.steps[1].grad_norm_bits = 8;
-  RunReport r = Report({Trial(Outcome::kPassed, 2, 100), other});
-  decide_run(r, 2, 0);
-  EXPECT_EQ(r.outcome, Outcome::kNondeterministic);
+  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
+  report::decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, scenario::Outcome::kNondeterministic);
   EXPECT_NE(r.determinism.detail.find("the backward pass diverged"), std::string::npos) << r.determinism.detail;
 }
 
 TEST(RunVerdict, DifferentChecksumsAloneAreNondeterminism) {
-  TrialRecord other = Trial(Outcome::kPassed, 2, 100, "process 2");
+  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
   other.analysis.run_checksums = {"abd"};
-  RunReport r = Report({Trial(Outcome::kPassed, 2, 100), other});
-  decide_run(r, 2, 0);
+  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
+  report::decide_run(r, 2, 0);
   EXPECT_FALSE(r.determinism.identical);
   EXPECT_NE(r.determinism.detail.find("final parameter checksums differ"), std::string::npos);
 }
 
 TEST(RunVerdict, AFailingRunStaysItsFailureWhateverTheProcessesSay) {
-  TrialRecord main = Trial(Outcome::kDiverged, 2, 100);
+  report::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
   main.analysis.failure.klass = "nonfinite_gradient";
-  RunReport r = Report({main, Trial(Outcome::kDiverged, 2, 200, "process 2")});
-  decide_run(r, 2, 0);
-  EXPECT_EQ(r.outcome, Outcome::kDiverged);
+  report::RunReport r = Report({main, Trial(scenario::Outcome::kDiverged, 2, 200, "process 2")});
+  report::decide_run(r, 2, 0);
+  EXPECT_EQ(r.outcome, scenario::Outcome::kDiverged);
   EXPECT_EQ(r.failure.klass, "nonfinite_gradient");
   EXPECT_FALSE(r.determinism.identical);  // compared, and said so
 }
 
 TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
-  TrialRecord main = Trial(Outcome::kDiverged, 2, 100);
+  report::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
   main.analysis.failure.klass = "nonfinite_loss";
-  RunReport r = Report({main, Trial(Outcome::kPassed, 2, 100, "control 1")});
-  r.scenario.data.source = DataSource::kReal;
+  report::RunReport r = Report({main, Trial(scenario::Outcome::kPassed, 2, 100, "control 1")});
+  r.scenario.data.source = scenario::DataSource::kReal;
   r.scenario.controls = {{"data.source=synthetic_boxes"}};
-  r.scenario.expect.outcome = Outcome::kDiverged;
+  r.scenario.expect.outcome = scenario::Outcome::kDiverged;
   r.scenario.expect.data_dependent = true;
-  decide_run(r, 1, 0);
+  report::decide_run(r, 1, 0);
   ASSERT_TRUE(r.data_dependent.has_value());
   EXPECT_TRUE(*r.data_dependent) << r.data_dependent_reason;
   EXPECT_TRUE(r.expectation_met);
@@ -112,10 +112,10 @@ TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
 
 TEST(RunVerdict, AnInterruptedRunIsUnresolvedAndComparesNothing) {
   // Stopped after the first of two processes: only the main trial exists.
-  RunReport r = Report({Trial(Outcome::kPassed, 1, 100)});
+  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 1, 100)});
   r.scenario.expect.deterministic = true;
-  decide_run(r, 2, SIGINT);
-  EXPECT_EQ(r.outcome, Outcome::kUnresolved);
+  report::decide_run(r, 2, SIGINT);
+  EXPECT_EQ(r.outcome, scenario::Outcome::kUnresolved);
   EXPECT_FALSE(r.determinism.checked);
   EXPECT_NE(r.failure.message.find("interrupted by SIGINT before the run finished (1 trial(s) started)"),
             std::string::npos)
@@ -124,20 +124,20 @@ TEST(RunVerdict, AnInterruptedRunIsUnresolvedAndComparesNothing) {
 }
 
 TEST(RunVerdict, NoTrialIsABugInTheCaller) {
-  RunReport r;
-  EXPECT_THROW(decide_run(r, 1, 0), std::logic_error);
+  report::RunReport r;
+  EXPECT_THROW(report::decide_run(r, 1, 0), std::logic_error);
 }
 
 // The settings line says how many steps run: a replay that stops early
 // (train.stop_after) says so, never the schedule's length alone.
 TEST(SettingsText, SaysHowManyStepsRunOfTheSchedule) {
-  Scenario s;
+  scenario::Scenario s;
   s.train.max_steps = 20;
-  EXPECT_NE(settings_text(s).find(", 20 steps, "), std::string::npos) << settings_text(s);
+  EXPECT_NE(report::settings_text(s).find(", 20 steps, "), std::string::npos) << report::settings_text(s);
   s.train.stop_after = 6;
-  EXPECT_NE(settings_text(s).find(", 6 of 20 steps, "), std::string::npos) << settings_text(s);
+  EXPECT_NE(report::settings_text(s).find(", 6 of 20 steps, "), std::string::npos) << report::settings_text(s);
   s.train.stop_after = 20;
-  EXPECT_NE(settings_text(s).find(", 20 steps, "), std::string::npos) << settings_text(s);
+  EXPECT_NE(report::settings_text(s).find(", 20 steps, "), std::string::npos) << report::settings_text(s);
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ class ScenarioFiles : public ::testing::Test {
   static std::string load_error(const std::string& path,
                                 const std::vector<std::string>& overrides = {}) {
     try {
-      (void)load_scenario(path, overrides);
+      (void)scenario::load_scenario(path, overrides);
     } catch (const ScenarioError& e) {
       return e.what();
     }
@@ -90,7 +90,7 @@ TEST_F(ScenarioFiles, IncludesMergeWithLaterFilesAndTheIncludingFileWinning) {
   write("c.yaml", "train:\n  seed: 9\n  momentum: 0.5\n");
   const auto top = write("top.yaml",
                          "name: top\ninclude: [base/b.yaml, c.yaml]\ndata:\n  size: 96\n");
-  const Scenario s = load_scenario(top);
+  const scenario::Scenario s = scenario::load_scenario(top);
   EXPECT_EQ(s.name, "top");
   EXPECT_EQ(s.data.size, 96);             // own value beats every include
   EXPECT_EQ(s.data.batch_size, 3);        // from the innermost include
@@ -107,7 +107,7 @@ TEST_F(ScenarioFiles, OverridesBeatFilesAndAreRecorded) {
                                          "    module: decoder.fusion\n    at_step: 1\n");
   const std::vector<std::string> overrides = {"model.encoder=resnet50", "data.batch_size=2",
                                               "faults.0.at_step=3", "train.max_steps=9"};
-  const Scenario s = load_scenario(top, overrides);
+  const scenario::Scenario s = scenario::load_scenario(top, overrides);
   EXPECT_EQ(s.model.encoder, 50);
   EXPECT_EQ(s.data.batch_size, 2);
   ASSERT_EQ(s.faults.size(), 1u);
@@ -118,19 +118,19 @@ TEST_F(ScenarioFiles, OverridesBeatFilesAndAreRecorded) {
   EXPECT_EQ(s.data.size, 64);  // untouched values still come from the include
   EXPECT_EQ(s.overrides, overrides);
   // The last of two overrides of one key wins.
-  EXPECT_EQ(load_scenario(top, {"data.size=96", "data.size=128"}).data.size, 128);
+  EXPECT_EQ(scenario::load_scenario(top, {"data.size=96", "data.size=128"}).data.size, 128);
 }
 
 TEST_F(ScenarioFiles, ShippedBaseAndDefaultsAreFilledIn) {
-  const Scenario s = load_scenario(write("s.yaml", "include: " + base_path() + "\n"));
+  const scenario::Scenario s = scenario::load_scenario(write("s.yaml", "include: " + base_path() + "\n"));
   EXPECT_EQ(s.name, "s");  // the file's stem when no name is given
   EXPECT_EQ(s.model.encoder, 18);
   EXPECT_EQ(s.model.decoder, model::DecoderKind::kFpn);
   EXPECT_DOUBLE_EQ(s.model.k, 50.0);
   EXPECT_EQ(s.train.threads, 2);
   EXPECT_EQ(s.train.optimizer, model::OptimizerKind::kSgd);
-  EXPECT_EQ(s.monitors.mode, MonitorMode::kCheap);
-  EXPECT_EQ(s.expect.outcome, Outcome::kPassed);
+  EXPECT_EQ(s.monitors.mode, scenario::MonitorMode::kCheap);
+  EXPECT_EQ(s.expect.outcome, scenario::Outcome::kPassed);
   EXPECT_FALSE(s.expect.step.has_value());
   EXPECT_DOUBLE_EQ(s.limits.silence_s, 60);
   EXPECT_DOUBLE_EQ(s.limits.grace_s, 5);
@@ -138,7 +138,7 @@ TEST_F(ScenarioFiles, ShippedBaseAndDefaultsAreFilledIn) {
 }
 
 TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
-  const Scenario s = load_scenario(write("f.yaml",
+  const scenario::Scenario s = scenario::load_scenario(write("f.yaml",
                                          "faults:\n  - name: crash\n    at_step: 2\n"
                                          "  - name: leak\n    until_step: 3\n    run: 1\n"
                                          "  - name: slow_data\n    seconds: 0.25\n"
@@ -160,7 +160,7 @@ TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
 // A fault's parameters are decoded once, to their catalog types; the text as
 // written is what the resolved JSON (and so a worker) receives.
 TEST_F(ScenarioFiles, FaultParametersAreDecodedOnceToTheirTypesAndKeepTheirText) {
-  const Scenario s = load_scenario(write("f.yaml",
+  const scenario::Scenario s = scenario::load_scenario(write("f.yaml",
                                          "faults:\n  - name: leak\n    bytes: 1.5MiB\n"
                                          "  - name: slow_data\n    seconds: 2.5e-1\n"
                                          "repeat: {in_process: 2}\n"));
@@ -169,7 +169,7 @@ TEST_F(ScenarioFiles, FaultParametersAreDecodedOnceToTheirTypesAndKeepTheirText)
   EXPECT_EQ(s.faults[0].get("bytes"), "1.5MiB");
   EXPECT_DOUBLE_EQ(s.faults[1].get_double("seconds"), 0.25);
   EXPECT_EQ(s.faults[1].get("seconds"), "2.5e-1");
-  const std::string json = resolved_json(s);
+  const std::string json = scenario::resolved_json(s);
   EXPECT_NE(json.find("\"bytes\": \"1.5MiB\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"seconds\": \"2.5e-1\""), std::string::npos) << json;
   // A reader and the catalog disagreeing on a type is a bug, not a zero.
@@ -182,7 +182,7 @@ TEST_F(ScenarioFiles, FaultParametersAreDecodedOnceToTheirTypesAndKeepTheirText)
   EXPECT_THROW(s.faults[1].get("second"), std::logic_error);
   EXPECT_EQ(s.faults[1].module(), "");
   // The worker decodes the resolved JSON to the same values.
-  const Scenario again = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
+  const scenario::Scenario again = scenario::decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
   EXPECT_EQ(again.faults[0].get_bytes("bytes"), 1536 * 1024);
   EXPECT_DOUBLE_EQ(again.faults[1].get_double("seconds"), 0.25);
 }
@@ -458,7 +458,7 @@ TEST_F(ScenarioFiles, OverrideWithTrailingDotIsRejected) {
 TEST_F(ScenarioFiles, ControlsAreListsOfKeyValueStrings) {
   const auto p = write("s.yaml", "controls:\n  - [data.source=synthetic_random, train.lr=0.5]\n"
                                  "  - data.size=32\n");
-  const Scenario s = load_scenario(p);
+  const scenario::Scenario s = scenario::load_scenario(p);
   ASSERT_EQ(s.controls.size(), 2u);
   EXPECT_EQ(s.controls[0], (std::vector<std::string>{"data.source=synthetic_random", "train.lr=0.5"}));
   EXPECT_EQ(s.controls[1], std::vector<std::string>{"data.size=32"});
@@ -489,12 +489,12 @@ TEST_F(ScenarioFiles, DecodingReadsNoFileTheScenarioNamesAndCheckingItsInputsDoe
   const std::string text = "name: t\ndata:\n  source: real\n  path: " + dataset + "\n  subset: [7]\nmodel:\n  weights: " +
                            weights + "\n";
   const Value tree = parse_yaml(text, "t.yaml");
-  const Scenario s = decode_scenario(tree, "t.yaml");
+  const scenario::Scenario s = scenario::decode_scenario(tree, "t.yaml");
   EXPECT_EQ(s.data.path, dataset);
   EXPECT_EQ(s.model.weights, weights);
-  auto check_error = [](const Scenario& sc, const Value& t, const InputChecks& checks = {}) -> std::string {
+  auto check_error = [](const scenario::Scenario& sc, const Value& t, const scenario::InputChecks& checks = {}) -> std::string {
     try {
-      check_scenario_inputs(sc, t, checks);
+      scenario::check_scenario_inputs(sc, t, checks);
     } catch (const ScenarioError& e) {
       return e.what();
     }
@@ -505,7 +505,7 @@ TEST_F(ScenarioFiles, DecodingReadsNoFileTheScenarioNamesAndCheckingItsInputsDoe
   EXPECT_NE(weights_error.find("model.weights"), std::string::npos) << weights_error;
 
   const Value no_weights = parse_yaml("name: t\ndata:\n  source: real\n  path: " + dataset + "\n", "t.yaml");
-  const std::string data_error = check_error(decode_scenario(no_weights, "t.yaml"), no_weights);
+  const std::string data_error = check_error(scenario::decode_scenario(no_weights, "t.yaml"), no_weights);
   EXPECT_NE(data_error.find("t.yaml:4:"), std::string::npos) << data_error;
   EXPECT_NE(data_error.find("data.path: expected an existing dataset folder"), std::string::npos) << data_error;
 }
@@ -513,10 +513,10 @@ TEST_F(ScenarioFiles, DecodingReadsNoFileTheScenarioNamesAndCheckingItsInputsDoe
 TEST_F(ScenarioFiles, SampleIndicesAreCheckedAgainstTheDatasetWithTheInputs) {
   const std::string real = std::string(DBH_SOURCE_DIR) + "/fixtures/real";
   const Value tree = parse_yaml("name: t\ndata:\n  source: real\n  path: " + real + "\n  subset: [1, 12]\n", "t.yaml");
-  const Scenario s = decode_scenario(tree, "t.yaml");  // the dataset's size is not the decoder's to know
+  const scenario::Scenario s = scenario::decode_scenario(tree, "t.yaml");  // the dataset's size is not the decoder's to know
   EXPECT_EQ(s.data.subset, (std::vector<int64_t>{1, 12}));
   try {
-    check_scenario_inputs(s, tree);
+    scenario::check_scenario_inputs(s, tree);
     FAIL() << "expected the index 12 refused in a dataset of 10 images";
   } catch (const ScenarioError& e) {
     EXPECT_NE(std::string(e.what()).find("data.subset: expected sample indices below the dataset's 10 samples, got 12"),
@@ -525,22 +525,22 @@ TEST_F(ScenarioFiles, SampleIndicesAreCheckedAgainstTheDatasetWithTheInputs) {
   }
   // Synthetic data says its size itself: refused while decoding.
   const Value synthetic = parse_yaml("name: t\ndata:\n  samples: 4\n  subset: [5]\n", "t.yaml");
-  EXPECT_THROW((void)decode_scenario(synthetic, "t.yaml"), ScenarioError);
+  EXPECT_THROW((void)scenario::decode_scenario(synthetic, "t.yaml"), ScenarioError);
 }
 
 TEST_F(ScenarioFiles, TheChecksACallerPassesInRunLastAndOnlyWhenPassed) {
   const auto p = write("s.yaml", "name: s\nmodel:\n  weights: " + archive_file() + "\n");
   int calls = 0;
-  InputChecks refuse;
-  refuse.model_files = [&calls](const Scenario& s) -> std::optional<InputFileProblem> {
+  scenario::InputChecks refuse;
+  refuse.model_files = [&calls](const scenario::Scenario& s) -> std::optional<scenario::InputFileProblem> {
     ++calls;
     EXPECT_FALSE(s.model.weights.empty());
-    return InputFileProblem{"model.weights", "weights of this model", "weights of another"};
+    return scenario::InputFileProblem{"model.weights", "weights of this model", "weights of another"};
   };
-  EXPECT_NO_THROW((void)load_scenario(p));  // no checks passed: none run
+  EXPECT_NO_THROW((void)scenario::load_scenario(p));  // no checks passed: none run
   EXPECT_EQ(calls, 0);
   try {
-    (void)load_scenario(p, {}, refuse);
+    (void)scenario::load_scenario(p, {}, refuse);
     FAIL() << "expected the passed-in check's problem";
   } catch (const ScenarioError& e) {
     EXPECT_NE(std::string(e.what()).find("s.yaml:3:"), std::string::npos) << e.what();
@@ -551,7 +551,7 @@ TEST_F(ScenarioFiles, TheChecksACallerPassesInRunLastAndOnlyWhenPassed) {
   EXPECT_EQ(calls, 1);
   // A user's own worker reads its own files: dbh's model check is not for it.
   const auto ext = write("e.yaml", "name: e\nworker:\n  command: [\"true\"]\nmodel:\n  weights: " + archive_file() + "\n");
-  EXPECT_NO_THROW((void)load_scenario(ext, {}, refuse));
+  EXPECT_NO_THROW((void)scenario::load_scenario(ext, {}, refuse));
   EXPECT_EQ(calls, 1);
 }
 
@@ -627,10 +627,10 @@ TEST(ParseYaml, AQuotedStringThatIsNeverClosedIsASyntaxError) {
 // Numbers are decimal, as integers are: strtod would take hex floats.
 TEST(ParseNumbers, DecimalOnly) {
   double v = 0;
-  for (const char* ok : {"0.5", "+0.5", "1e-3", ".5", "5.", "-2", "1E3"}) EXPECT_TRUE(parse_double(ok, &v)) << ok;
-  EXPECT_TRUE(parse_double("1e-3", &v) && v == 1e-3);
+  for (const char* ok : {"0.5", "+0.5", "1e-3", ".5", "5.", "-2", "1E3"}) EXPECT_TRUE(scenario::parse_double(ok, &v)) << ok;
+  EXPECT_TRUE(scenario::parse_double("1e-3", &v) && v == 1e-3);
   for (const char* bad : {"0x1p3", "0x10", " 1", "1 ", "+-1", "nan", "inf", "1e400", "", "+", "1,5"}) {
-    EXPECT_FALSE(parse_double(bad, &v)) << bad;
+    EXPECT_FALSE(scenario::parse_double(bad, &v)) << bad;
   }
 }
 
@@ -672,11 +672,11 @@ std::vector<std::string> shipped_scenarios() {
   return out;
 }
 
-void ExpectRoundTrip(const Scenario& s) {
-  const std::string json = resolved_json(s);
-  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
-  EXPECT_EQ(resolved_json(back), json);
-  EXPECT_EQ(scenario_hash(back), scenario_hash(s));
+void ExpectRoundTrip(const scenario::Scenario& s) {
+  const std::string json = scenario::resolved_json(s);
+  const scenario::Scenario back = scenario::decode_scenario(parse_yaml(json, "scenario.resolved.json"), "");
+  EXPECT_EQ(scenario::resolved_json(back), json);
+  EXPECT_EQ(scenario::scenario_hash(back), scenario::scenario_hash(s));
   EXPECT_EQ(to_json(back.resolved), to_json(s.resolved));
 }
 
@@ -685,7 +685,7 @@ TEST(ResolvedJson, ShippedScenariosRoundTripThroughTheWorkersPath) {
   ASSERT_GE(files.size(), 5u);
   for (const auto& f : files) {
     SCOPED_TRACE(f);
-    ExpectRoundTrip(load_scenario(f));
+    ExpectRoundTrip(scenario::load_scenario(f));
   }
 }
 
@@ -733,29 +733,29 @@ TEST_F(ScenarioFiles, EverySectionRoundTrips) {
       "expect: {outcome: failed, failure_class: cuda_oom, step: 2, module: decoder,"
       " deterministic: false, max_peak_memory: 2GiB, data_dependent: true}\n"
       "controls:\n  - [data.source=synthetic_boxes, 'train.lr=0.5']\n  - hardware.device=cuda:0\n");
-  const Scenario s = load_scenario(p);
+  const scenario::Scenario s = scenario::load_scenario(p);
   EXPECT_EQ(s.hardware.memory_budget, 1610612736);
   EXPECT_EQ(s.expect.max_peak_memory, int64_t{2} << 30);
   ASSERT_EQ(s.controls.size(), 2u);
   EXPECT_EQ(s.controls[0].size(), 2u);
   ExpectRoundTrip(s);
   // The resolved tree is the resolved JSON, parsed.
-  EXPECT_EQ(to_json(s.resolved), to_json(parse_yaml(resolved_json(s), "x")));
+  EXPECT_EQ(to_json(s.resolved), to_json(parse_yaml(scenario::resolved_json(s), "x")));
 }
 
 TEST(ResolvedJson, HashIsSixteenHexDigitsAndIgnoresTheFileName) {
-  const Scenario a = load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml");
-  const std::string h = scenario_hash(a);
+  const scenario::Scenario a = scenario::load_scenario(std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml");
+  const std::string h = scenario::scenario_hash(a);
   EXPECT_TRUE(std::regex_match(h, std::regex("[0-9a-f]{16}"))) << h;
-  Scenario b = a;
+  scenario::Scenario b = a;
   b.file = "elsewhere.yaml";
   b.overrides = {"x=1"};
-  EXPECT_EQ(scenario_hash(b), h);
+  EXPECT_EQ(scenario::scenario_hash(b), h);
 }
 
 TEST(ResolvedJson, HashChangesWhenAnyValueChanges) {
   const std::string path = std::string(DBH_SOURCE_DIR) + "/scenarios/nan-activation.yaml";
-  const std::string base = scenario_hash(load_scenario(path));
+  const std::string base = scenario::scenario_hash(scenario::load_scenario(path));
   const std::vector<std::string> changes = {
       "name=other",
       "description=other",
@@ -811,51 +811,51 @@ TEST(ResolvedJson, HashChangesWhenAnyValueChanges) {
   std::set<std::string> seen = {base};
   for (const auto& c : changes) {
     SCOPED_TRACE(c);
-    const std::string h = scenario_hash(load_scenario(path, {c}));
+    const std::string h = scenario::scenario_hash(scenario::load_scenario(path, {c}));
     EXPECT_NE(h, base);
     EXPECT_TRUE(seen.insert(h).second) << "two different changes gave the same hash";
   }
   // The same values written differently hash the same.
-  EXPECT_EQ(scenario_hash(load_scenario(path, {"model.encoder=18", "train.lr=7e-3"})), base);
+  EXPECT_EQ(scenario::scenario_hash(scenario::load_scenario(path, {"model.encoder=18", "train.lr=7e-3"})), base);
 }
 
 // --- sizes -----------------------------------------------------------------
 
 TEST(ParseBytes, UnitsAndPlainNumbers) {
-  EXPECT_EQ(parse_bytes("512MiB"), int64_t{512} * 1024 * 1024);
-  EXPECT_EQ(parse_bytes("12GB"), int64_t{12} * 1000 * 1000 * 1000);
-  EXPECT_EQ(parse_bytes("1.5GiB"), int64_t{3} << 29);
-  EXPECT_EQ(parse_bytes("4096"), 4096);
-  EXPECT_EQ(parse_bytes("0"), 0);
-  EXPECT_EQ(parse_bytes("64KiB"), 65536);
-  EXPECT_EQ(parse_bytes("2KB"), 2000);
-  EXPECT_EQ(parse_bytes("3B"), 3);
-  EXPECT_EQ(parse_bytes("1 GiB"), int64_t{1} << 30);
-  EXPECT_EQ(parse_bytes("1_000"), 1000);
-  EXPECT_EQ(parse_bytes("2G"), int64_t{2} << 30);
+  EXPECT_EQ(scenario::parse_bytes("512MiB"), int64_t{512} * 1024 * 1024);
+  EXPECT_EQ(scenario::parse_bytes("12GB"), int64_t{12} * 1000 * 1000 * 1000);
+  EXPECT_EQ(scenario::parse_bytes("1.5GiB"), int64_t{3} << 29);
+  EXPECT_EQ(scenario::parse_bytes("4096"), 4096);
+  EXPECT_EQ(scenario::parse_bytes("0"), 0);
+  EXPECT_EQ(scenario::parse_bytes("64KiB"), 65536);
+  EXPECT_EQ(scenario::parse_bytes("2KB"), 2000);
+  EXPECT_EQ(scenario::parse_bytes("3B"), 3);
+  EXPECT_EQ(scenario::parse_bytes("1 GiB"), int64_t{1} << 30);
+  EXPECT_EQ(scenario::parse_bytes("1_000"), 1000);
+  EXPECT_EQ(scenario::parse_bytes("2G"), int64_t{2} << 30);
 }
 
 TEST(ParseBytes, RejectsWhatIsNotASize) {
   for (const char* bad : {"", " ", "abc", "12XB", "MiB", "-1", "-5MiB", "1e30TiB", "12 parsecs",
                           "nan", "inf", "1.5.5GiB", "12gb", "0x10", "0x1p30", "0X10GiB"}) {
-    EXPECT_FALSE(parse_bytes(bad).has_value()) << "\"" << bad << "\"";
+    EXPECT_FALSE(scenario::parse_bytes(bad).has_value()) << "\"" << bad << "\"";
   }
 }
 
 TEST(FormatBytes, PicksTheLargestBinaryUnit) {
-  EXPECT_EQ(format_bytes(0), "0 B");
-  EXPECT_EQ(format_bytes(1023), "1023 B");
-  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
-  EXPECT_EQ(format_bytes(int64_t{96} << 20), "96.0 MiB");
-  EXPECT_EQ(parse_bytes(format_bytes(int64_t{3} << 30)), int64_t{3} << 30);
+  EXPECT_EQ(scenario::format_bytes(0), "0 B");
+  EXPECT_EQ(scenario::format_bytes(1023), "1023 B");
+  EXPECT_EQ(scenario::format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(scenario::format_bytes(int64_t{96} << 20), "96.0 MiB");
+  EXPECT_EQ(scenario::parse_bytes(scenario::format_bytes(int64_t{3} << 30)), int64_t{3} << 30);
 }
 
 TEST(EditDistance, CountsEdits) {
-  EXPECT_EQ(edit_distance("", ""), 0u);
-  EXPECT_EQ(edit_distance("abc", ""), 3u);
-  EXPECT_EQ(edit_distance("encodr", "encoder"), 1u);
-  EXPECT_EQ(edit_distance("fnp", "fpn"), 2u);
-  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(scenario::edit_distance("", ""), 0u);
+  EXPECT_EQ(scenario::edit_distance("abc", ""), 3u);
+  EXPECT_EQ(scenario::edit_distance("encodr", "encoder"), 1u);
+  EXPECT_EQ(scenario::edit_distance("fnp", "fpn"), 2u);
+  EXPECT_EQ(scenario::edit_distance("kitten", "sitting"), 3u);
 }
 
 TEST(KnownModuleNames, DecodersDifferOnlyInTheirDecoderModules) {

@@ -19,10 +19,10 @@ namespace dbh::harness {
 namespace {
 
 // A scenario of the defaults with `overrides` applied, as `dbh run` reads it.
-Scenario with(const std::vector<std::string>& overrides) {
+scenario::Scenario with(const std::vector<std::string>& overrides) {
   Value tree;
   for (const auto& o : overrides) apply_override(tree, o);
-  return decode_scenario(tree, "");
+  return scenario::decode_scenario(tree, "");
 }
 
 // The ScenarioError's message for `overrides` ("" when they load).
@@ -65,15 +65,15 @@ const std::vector<std::string> kSections = {"model",  "data",   "train", "hardwa
 
 TEST(ScenarioKeys, AreUniqueAndUnderTheTableSections) {
   std::set<std::string> seen;
-  for (const KeySpec& k : scenario_keys()) {
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
     EXPECT_TRUE(seen.insert(k.key).second) << k.key << " twice";
     const std::string top = k.key.substr(0, k.key.find('.'));
     EXPECT_NE(std::find(kSections.begin(), kSections.end(), top), kSections.end()) << k.key;
     EXPECT_FALSE(k.help.empty()) << k.key << " has no help";
     EXPECT_EQ(k.help.find('\n'), std::string::npos) << k.key << ": help is one line";
-    EXPECT_EQ(find_scenario_key(k.key), &k);
+    EXPECT_EQ(scenario::find_scenario_key(k.key), &k);
   }
-  EXPECT_EQ(find_scenario_key("train.nonexistent"), nullptr);
+  EXPECT_EQ(scenario::find_scenario_key("train.nonexistent"), nullptr);
 }
 
 // Code outside the table names a key through DBH_SCENARIO_KEY, which stops
@@ -85,43 +85,43 @@ TEST(ScenarioKeys, TheMacroNamesTheTableKeys) {
                           DBH_SCENARIO_KEY(data.val.size), DBH_SCENARIO_KEY(train.max_steps),
                           DBH_SCENARIO_KEY(hardware.memory_budget), DBH_SCENARIO_KEY(monitors.learning_window),
                           DBH_SCENARIO_KEY(repeat.in_process), DBH_SCENARIO_KEY(limits.deadline_s)}) {
-    const KeySpec* k = find_scenario_key(key);
+    const scenario::KeySpec* k = scenario::find_scenario_key(key);
     ASSERT_NE(k, nullptr) << key;
     EXPECT_EQ(k->key, key);
   }
-  EXPECT_EQ(override_text(DBH_SCENARIO_KEY(train.seed), "3"), "train.seed=3");
-  EXPECT_EQ(with({override_text(DBH_SCENARIO_KEY(train.seed), "3")}).train.seed, 3);
+  EXPECT_EQ(scenario::override_text(DBH_SCENARIO_KEY(train.seed), "3"), "train.seed=3");
+  EXPECT_EQ(with({scenario::override_text(DBH_SCENARIO_KEY(train.seed), "3")}).train.seed, 3);
 }
 
 TEST(ScenarioKeys, EachDefaultTextReadsBackAsTheDefault) {
-  const Scenario defaults;
-  for (const KeySpec& k : scenario_keys()) {
-    const std::string text = default_text(k);
+  const scenario::Scenario defaults;
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
+    const std::string text = scenario::default_text(k);
     SCOPED_TRACE(k.key + "=" + text);
-    const Scenario s = with({k.key + "=" + text});
-    EXPECT_EQ(key_json(k, s), key_json(k, defaults));
+    const scenario::Scenario s = with({k.key + "=" + text});
+    EXPECT_EQ(scenario::key_json(k, s), scenario::key_json(k, defaults));
   }
 }
 
 TEST(ScenarioKeys, NothingWrittenGivesTheStructDefaults) {
-  const Scenario defaults;
-  const Scenario s = with({});
-  for (const KeySpec& k : scenario_keys()) EXPECT_EQ(key_json(k, s), key_json(k, defaults)) << k.key;
+  const scenario::Scenario defaults;
+  const scenario::Scenario s = with({});
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) EXPECT_EQ(scenario::key_json(k, s), scenario::key_json(k, defaults)) << k.key;
 }
 
 TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
   // The worker section is written for an external worker only: the built-in
   // worker's resolved scenarios (and their hashes) stay as they were.
-  const auto j = nlohmann::json::parse(resolved_json(with({})));
+  const auto j = nlohmann::json::parse(scenario::resolved_json(with({})));
   EXPECT_FALSE(j.contains("worker"));
-  for (const KeySpec& k : scenario_keys()) {
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
     if (k.key.rfind("worker.", 0) == 0) continue;
     const nlohmann::json* v = at(j, k.key);
     ASSERT_NE(v, nullptr) << k.key << " is not in the resolved JSON";
-    EXPECT_EQ(*v, nlohmann::json::parse(key_json(k, Scenario{}).dump())) << k.key;
+    EXPECT_EQ(*v, nlohmann::json::parse(scenario::key_json(k, scenario::Scenario{}).dump())) << k.key;
   }
-  const auto external = nlohmann::json::parse(resolved_json(with({"worker.command=[python, train.py]"})));
-  for (const KeySpec& k : scenario_keys()) {
+  const auto external = nlohmann::json::parse(scenario::resolved_json(with({"worker.command=[python, train.py]"})));
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
     if (k.key.rfind("worker.", 0) == 0) {
       EXPECT_NE(at(external, k.key), nullptr) << k.key;
     }
@@ -131,18 +131,18 @@ TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
     if (!j.contains(section)) continue;
     std::vector<std::string> keys;
     leaves(j.at(section), section + ".", &keys);
-    for (const auto& key : keys) EXPECT_NE(find_scenario_key(key), nullptr) << key << " is not in the table";
+    for (const auto& key : keys) EXPECT_NE(scenario::find_scenario_key(key), nullptr) << key << " is not in the table";
   }
 }
 
 TEST(ScenarioKeys, ResolvedJsonRoundTripsThroughTheTable) {
   // The worker reads the resolved JSON back (scenario.resolved.json).
-  const Scenario s = with({"model.encoder=resnet50", "train.channels_last=true", "train.threads=4",
+  const scenario::Scenario s = with({"model.encoder=resnet50", "train.channels_last=true", "train.threads=4",
                            "monitors.learning_window=20", "monitors.silent=[input, learning]",
                            "data.subset=[1, 3]", "hardware.memory_budget=1GiB", "train.seed=123456789012"});
-  const std::string json = resolved_json(s);
-  const Scenario back = decode_scenario(parse_yaml(json, "scenario.resolved.json"), "scenario.resolved.json");
-  EXPECT_EQ(resolved_json(back), json);
+  const std::string json = scenario::resolved_json(s);
+  const scenario::Scenario back = scenario::decode_scenario(parse_yaml(json, "scenario.resolved.json"), "scenario.resolved.json");
+  EXPECT_EQ(scenario::resolved_json(back), json);
   EXPECT_EQ(back.model.encoder, 50);
   EXPECT_EQ(back.train.channels_last, std::optional<bool>(true));
   EXPECT_EQ(back.train.threads, 4);
@@ -154,55 +154,55 @@ TEST(ScenarioKeys, ResolvedJsonRoundTripsThroughTheTable) {
 }
 
 TEST(ScenarioKeys, AutoFormsReadAndWriteAuto) {
-  const auto j = nlohmann::json::parse(resolved_json(with({})));
+  const auto j = nlohmann::json::parse(scenario::resolved_json(with({})));
   EXPECT_EQ(j["train"]["channels_last"], "auto");
   EXPECT_EQ(j["train"]["threads"], "auto");
   EXPECT_EQ(j["monitors"]["learning_window"], "auto");
-  const Scenario s = with({"train.channels_last=false", "train.threads=0", "monitors.learning_window=0"});
+  const scenario::Scenario s = with({"train.channels_last=false", "train.threads=0", "monitors.learning_window=0"});
   EXPECT_EQ(s.train.channels_last, std::optional<bool>(false));
   EXPECT_EQ(s.train.threads, 0);
   EXPECT_EQ(s.monitors.learning_window, 0);
-  const Scenario a = with({"train.channels_last=auto", "train.threads=auto", "monitors.learning_window=auto"});
+  const scenario::Scenario a = with({"train.channels_last=auto", "train.threads=auto", "monitors.learning_window=auto"});
   EXPECT_FALSE(a.train.channels_last.has_value());
-  EXPECT_EQ(a.train.threads, TrainConfig::kAutoThreads);
-  EXPECT_EQ(a.monitors.learning_window, MonitorConfig::kAutoLearningWindow);
+  EXPECT_EQ(a.train.threads, scenario::TrainConfig::kAutoThreads);
+  EXPECT_EQ(a.monitors.learning_window, scenario::MonitorConfig::kAutoLearningWindow);
 }
 
 // A value of the wrong type for each key's form.
-std::vector<std::string> wrong_values(const KeySpec& k) {
+std::vector<std::string> wrong_values(const scenario::KeySpec& k) {
   std::vector<std::string> out;
-  if (k.type != KeyType::kStringMap) out.push_back("{x: 1}");  // a map is no other key's value
+  if (k.type != scenario::KeyType::kStringMap) out.push_back("{x: 1}");  // a map is no other key's value
   switch (k.type) {
-    case KeyType::kStringMap:
+    case scenario::KeyType::kStringMap:
       out.push_back("abc");
       out.push_back("[a]");
       break;
-    case KeyType::kArgs:
+    case scenario::KeyType::kArgs:
       out.push_back("abc");
       break;
-    case KeyType::kInt:
-    case KeyType::kNumber:
-    case KeyType::kBytes:
-    case KeyType::kAutoInt:
-    case KeyType::kEncoder:
+    case scenario::KeyType::kInt:
+    case scenario::KeyType::kNumber:
+    case scenario::KeyType::kBytes:
+    case scenario::KeyType::kAutoInt:
+    case scenario::KeyType::kEncoder:
       out.push_back("abc");
       out.push_back("[1]");
       break;
-    case KeyType::kIndices:
+    case scenario::KeyType::kIndices:
       out.push_back("abc");
       out.push_back("7");
       break;
-    case KeyType::kBool:
-    case KeyType::kAutoBool:
-    case KeyType::kChecks:
+    case scenario::KeyType::kBool:
+    case scenario::KeyType::kAutoBool:
+    case scenario::KeyType::kChecks:
       out.push_back("maybe");
       break;
-    case KeyType::kEnum:
+    case scenario::KeyType::kEnum:
       out.push_back("zzz");
       out.push_back("[" + k.allowed.front() + "]");
       break;
-    case KeyType::kString:
-    case KeyType::kPath:
+    case scenario::KeyType::kString:
+    case scenario::KeyType::kPath:
       out.push_back("[a]");
       break;
   }
@@ -210,7 +210,7 @@ std::vector<std::string> wrong_values(const KeySpec& k) {
 }
 
 TEST(ScenarioKeys, AWrongTypeIsRejectedNamingTheKey) {
-  for (const KeySpec& k : scenario_keys()) {
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
     for (const auto& value : wrong_values(k)) {
       const std::string o = k.key + "=" + value;
       const std::string m = error_of({o});
@@ -245,13 +245,13 @@ TEST(ScenarioKeys, MessagesSayTheFormAndRange) {
 }
 
 TEST(ScenarioKeys, UnknownKeysListTheSectionsKeysOnce) {
-  EXPECT_EQ(section_keys("data").back(), "val");
-  EXPECT_EQ(section_keys("repeat"), (std::vector<std::string>{"in_process", "processes"}));
+  EXPECT_EQ(scenario::section_keys("data").back(), "val");
+  EXPECT_EQ(scenario::section_keys("repeat"), (std::vector<std::string>{"in_process", "processes"}));
   for (const std::string section : {"model", "data", "data.val", "train", "hardware", "monitors", "repeat", "limits"}) {
-    const auto known = section_keys(section);
+    const auto known = scenario::section_keys(section);
     EXPECT_EQ(std::set<std::string>(known.begin(), known.end()).size(), known.size()) << section;
     const std::string m = error_of({section + ".zzz=1"});
-    EXPECT_EQ(m, "<override> " + section + ".zzz=1: " + section + ".zzz: expected one of " + join(known) +
+    EXPECT_EQ(m, "<override> " + section + ".zzz=1: " + section + ".zzz: expected one of " + scenario::join(known) +
                      ", got an unknown key")
         << m;
   }
@@ -266,15 +266,15 @@ TEST(ScenarioKeys, ASectionMustBeAMap) {
 TEST(ScenarioKeys, DocsScenarioKeysIsWhatTheTableGenerates) {
   const std::string doc = testing::read_text(std::string(DBH_SOURCE_DIR) + "/docs/scenario-keys.md");
   ASSERT_FALSE(doc.empty()) << "docs/scenario-keys.md was not found";
-  EXPECT_EQ(doc, scenario_keys_markdown())
+  EXPECT_EQ(doc, scenario::scenario_keys_markdown())
       << "docs/scenario-keys.md differs from the key table (harness/scenario/schema.cc); regenerate it with "
          "`build/dev/bin/dbh scenario keys > docs/scenario-keys.md`";
 }
 
 TEST(ScenarioKeys, ReferenceHasOneRowPerKey) {
-  const std::string md = scenario_keys_markdown();
-  for (const KeySpec& k : scenario_keys()) {
-    EXPECT_NE(md.find("| `" + k.key + "` | " + key_form(k) + " | `" + default_text(k) + "` |"), std::string::npos)
+  const std::string md = scenario::scenario_keys_markdown();
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
+    EXPECT_NE(md.find("| `" + k.key + "` | " + scenario::key_form(k) + " | `" + scenario::default_text(k) + "` |"), std::string::npos)
         << k.key;
   }
 }
@@ -288,41 +288,41 @@ namespace {
 // A CUDA setting on a CPU run is named as untested; on CUDA, or left at its
 // default, nothing is named.
 TEST(ScenarioKeys, CudaOnlySettingsOnTheCpuAreNamed) {
-  Scenario s;
+  scenario::Scenario s;
   s.hardware.device = "cpu";
-  EXPECT_TRUE(cuda_only_settings_on_cpu(s).empty());
-  s.hardware.cudnn_benchmark = !Scenario{}.hardware.cudnn_benchmark;
-  s.hardware.launch_blocking = !Scenario{}.hardware.launch_blocking;
+  EXPECT_TRUE(scenario::cuda_only_settings_on_cpu(s).empty());
+  s.hardware.cudnn_benchmark = !scenario::Scenario{}.hardware.cudnn_benchmark;
+  s.hardware.launch_blocking = !scenario::Scenario{}.hardware.launch_blocking;
   const std::vector<std::string> want = {
-      override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), s.hardware.cudnn_benchmark ? "true" : "false"),
-      override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), s.hardware.launch_blocking ? "true" : "false")};
-  EXPECT_EQ(cuda_only_settings_on_cpu(s), want);
+      scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), s.hardware.cudnn_benchmark ? "true" : "false"),
+      scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), s.hardware.launch_blocking ? "true" : "false")};
+  EXPECT_EQ(scenario::cuda_only_settings_on_cpu(s), want);
   s.hardware.device = "cuda:1";
-  EXPECT_TRUE(cuda_only_settings_on_cpu(s).empty());
+  EXPECT_TRUE(scenario::cuda_only_settings_on_cpu(s).empty());
   // Every CUDA-only key is a hardware key, and the device itself is not one.
-  for (const KeySpec& k : scenario_keys()) {
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
     if (k.cuda_only) {
       EXPECT_EQ(k.key.rfind("hardware.", 0), 0u) << k.key;
     }
   }
-  EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(hardware.device))->cuda_only);
+  EXPECT_FALSE(scenario::find_scenario_key(DBH_SCENARIO_KEY(hardware.device))->cuda_only);
 }
 
 // A dataset setting on synthetic data is named as not read; with real data,
 // an external worker (which reads what it will), or at its default, nothing.
 TEST(ScenarioKeys, DatasetSettingsOnSyntheticDataAreNamed) {
-  Scenario s;
-  s.data.source = DataSource::kSyntheticBoxes;
-  EXPECT_TRUE(real_data_settings_unread(s).empty());
+  scenario::Scenario s;
+  s.data.source = scenario::DataSource::kSyntheticBoxes;
+  EXPECT_TRUE(scenario::real_data_settings_unread(s).empty());
   s.data.path = "/data/icdar";
-  EXPECT_EQ(real_data_settings_unread(s),
-            std::vector<std::string>{override_text(DBH_SCENARIO_KEY(data.path), "/data/icdar")});
-  s.data.source = DataSource::kReal;
-  EXPECT_TRUE(real_data_settings_unread(s).empty());
-  s.data.source = DataSource::kSyntheticRender;
+  EXPECT_EQ(scenario::real_data_settings_unread(s),
+            std::vector<std::string>{scenario::override_text(DBH_SCENARIO_KEY(data.path), "/data/icdar")});
+  s.data.source = scenario::DataSource::kReal;
+  EXPECT_TRUE(scenario::real_data_settings_unread(s).empty());
+  s.data.source = scenario::DataSource::kSyntheticRender;
   s.worker.command = {"python3", "train.py"};
-  EXPECT_TRUE(real_data_settings_unread(s).empty());
-  EXPECT_FALSE(find_scenario_key(DBH_SCENARIO_KEY(data.source))->real_data_only);
+  EXPECT_TRUE(scenario::real_data_settings_unread(s).empty());
+  EXPECT_FALSE(scenario::find_scenario_key(DBH_SCENARIO_KEY(data.source))->real_data_only);
 }
 
 }  // namespace
@@ -333,7 +333,7 @@ namespace {
 
 // The step training stops after: stop_after when it cuts the schedule short.
 TEST(TrainConfig, LastStepIsStopAfterOrMaxSteps) {
-  TrainConfig t;
+  scenario::TrainConfig t;
   t.max_steps = 6;
   EXPECT_EQ(t.last_step(), 6);
   t.stop_after = 3;
@@ -345,17 +345,17 @@ TEST(TrainConfig, LastStepIsStopAfterOrMaxSteps) {
 // A fixed-choice key stored as an enum reads, writes and documents every
 // name of its table row, and a name outside it is refused with its choices.
 TEST(ScenarioKeys, AFixedChoiceKeyStoredAsAnEnumRoundTripsEveryName) {
-  const KeySpec* k = find_scenario_key(DBH_SCENARIO_KEY(data.source));
+  const scenario::KeySpec* k = scenario::find_scenario_key(DBH_SCENARIO_KEY(data.source));
   ASSERT_NE(k, nullptr);
-  EXPECT_EQ(k->allowed, data_source_names());
-  for (const std::string& name : data_source_names()) {
+  EXPECT_EQ(k->allowed, scenario::data_source_names());
+  for (const std::string& name : scenario::data_source_names()) {
     SCOPED_TRACE(name);
-    const Scenario s = with({"data.source=" + name, "data.path=/data/icdar"});
+    const scenario::Scenario s = with({"data.source=" + name, "data.path=/data/icdar"});
     EXPECT_EQ(to_string(s.data.source), name);
-    EXPECT_EQ(key_json(*k, s), name);
+    EXPECT_EQ(scenario::key_json(*k, s), name);
   }
-  EXPECT_EQ(with({"data.source=synthetic_render"}).data.source, DataSource::kSyntheticRender);
-  EXPECT_EQ(default_text(*k), "synthetic_boxes");
+  EXPECT_EQ(with({"data.source=synthetic_render"}).data.source, scenario::DataSource::kSyntheticRender);
+  EXPECT_EQ(scenario::default_text(*k), "synthetic_boxes");
   const std::string error = error_of({"data.source=synthetic_box"});
   EXPECT_NE(error.find("data.source: expected one of real, synthetic_random, synthetic_boxes, synthetic_render"),
             std::string::npos)

@@ -12,49 +12,49 @@ namespace dbh::harness {
 namespace {
 
 TEST(ShardTest, ParsesKOverN) {
-  const Shard s = parse_shard("2/4");
+  const supervisor::Shard s = supervisor::parse_shard("2/4");
   EXPECT_EQ(s.index, 2);
   EXPECT_EQ(s.count, 4);
-  EXPECT_THROW(parse_shard("4/4"), ScenarioError);
-  EXPECT_THROW(parse_shard("x/4"), ScenarioError);
-  EXPECT_THROW(parse_shard("1"), ScenarioError);
+  EXPECT_THROW(supervisor::parse_shard("4/4"), ScenarioError);
+  EXPECT_THROW(supervisor::parse_shard("x/4"), ScenarioError);
+  EXPECT_THROW(supervisor::parse_shard("1"), ScenarioError);
 }
 
 TEST(ShardTest, DetectsSchedulersFromTheEnvironment) {
-  auto slurm = detect_shard({{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_COUNT", "4"},
+  auto slurm = supervisor::detect_shard({{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_COUNT", "4"},
                              {"SLURM_ARRAY_TASK_MIN", "3"}});
   ASSERT_TRUE(slurm);
   EXPECT_EQ(slurm->index, 2);
   EXPECT_EQ(slurm->count, 4);
-  auto k8s = detect_shard({{"JOB_COMPLETION_INDEX", "1"}, {"DBH_SHARD_COUNT", "3"}});
+  auto k8s = supervisor::detect_shard({{"JOB_COMPLETION_INDEX", "1"}, {"DBH_SHARD_COUNT", "3"}});
   ASSERT_TRUE(k8s);
   EXPECT_EQ(k8s->index, 1);
   EXPECT_EQ(k8s->count, 3);
-  EXPECT_EQ(detect_shard({{"JOB_COMPLETION_INDEX", "1"}}, 2)->count, 2);
-  EXPECT_THROW(detect_shard({{"JOB_COMPLETION_INDEX", "1"}}), ScenarioError);
-  EXPECT_THROW(detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}}), ScenarioError);  // an index without its count
-  auto gitlab = detect_shard({{"CI_NODE_INDEX", "1"}, {"CI_NODE_TOTAL", "2"}});  // 1-based
+  EXPECT_EQ(supervisor::detect_shard({{"JOB_COMPLETION_INDEX", "1"}}, 2)->count, 2);
+  EXPECT_THROW(supervisor::detect_shard({{"JOB_COMPLETION_INDEX", "1"}}), ScenarioError);
+  EXPECT_THROW(supervisor::detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}}), ScenarioError);  // an index without its count
+  auto gitlab = supervisor::detect_shard({{"CI_NODE_INDEX", "1"}, {"CI_NODE_TOTAL", "2"}});  // 1-based
   ASSERT_TRUE(gitlab);
   EXPECT_EQ(gitlab->index, 0);
-  EXPECT_EQ(detect_shard({{"GTEST_SHARD_INDEX", "1"}, {"GTEST_TOTAL_SHARDS", "2"}})->index, 1);
-  EXPECT_EQ(detect_shard({{"TEST_SHARD_INDEX", "0"}, {"TEST_TOTAL_SHARDS", "3"}})->count, 3);
-  EXPECT_FALSE(detect_shard({}));
-  EXPECT_THROW(detect_shard({{"CI_NODE_INDEX", "3"}, {"CI_NODE_TOTAL", "2"}}), ScenarioError);
+  EXPECT_EQ(supervisor::detect_shard({{"GTEST_SHARD_INDEX", "1"}, {"GTEST_TOTAL_SHARDS", "2"}})->index, 1);
+  EXPECT_EQ(supervisor::detect_shard({{"TEST_SHARD_INDEX", "0"}, {"TEST_TOTAL_SHARDS", "3"}})->count, 3);
+  EXPECT_FALSE(supervisor::detect_shard({}));
+  EXPECT_THROW(supervisor::detect_shard({{"CI_NODE_INDEX", "3"}, {"CI_NODE_TOTAL", "2"}}), ScenarioError);
   // --array=0-4:2: tasks 0, 2 and 4 are shards 0, 1 and 2 of 3.
   for (int64_t task = 0; task <= 4; task += 2) {
-    auto stepped = detect_shard({{"SLURM_ARRAY_TASK_ID", std::to_string(task)}, {"SLURM_ARRAY_TASK_COUNT", "3"},
+    auto stepped = supervisor::detect_shard({{"SLURM_ARRAY_TASK_ID", std::to_string(task)}, {"SLURM_ARRAY_TASK_COUNT", "3"},
                                  {"SLURM_ARRAY_TASK_MIN", "0"}, {"SLURM_ARRAY_TASK_STEP", "2"}});
     ASSERT_TRUE(stepped);
     EXPECT_EQ(stepped->index, task / 2);
     EXPECT_EQ(stepped->count, 3);
   }
-  EXPECT_THROW(detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "3"},
+  EXPECT_THROW(supervisor::detect_shard({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "3"},
                              {"SLURM_ARRAY_TASK_STEP", "2"}}),
                ScenarioError);
   // A count without its index names no shard; more shards than --shard-count allows is refused.
-  EXPECT_THROW(detect_shard({{"DBH_SHARD_COUNT", "3"}}), ScenarioError);
-  EXPECT_THROW(parse_shard("0/1000001"), ScenarioError);
-  EXPECT_EQ(parse_shard("0/1000000").count, 1000000);
+  EXPECT_THROW(supervisor::detect_shard({{"DBH_SHARD_COUNT", "3"}}), ScenarioError);
+  EXPECT_THROW(supervisor::parse_shard("0/1000001"), ScenarioError);
+  EXPECT_EQ(supervisor::parse_shard("0/1000000").count, 1000000);
 }
 
 // A scheduler variable that is set but not a number stops the suite, naming
@@ -62,7 +62,7 @@ TEST(ShardTest, DetectsSchedulersFromTheEnvironment) {
 TEST(ShardTest, RefusesSchedulerVariablesThatAreNotNumbers) {
   const auto error = [](const std::map<std::string, std::string>& env) -> std::string {
     try {
-      detect_shard(env);
+      supervisor::detect_shard(env);
       return "";
     } catch (const ScenarioError& e) {
       return e.what();
@@ -93,7 +93,7 @@ TEST(ShardTest, RefusesSchedulerVariablesThatAreNotNumbers) {
             "SLURM_ARRAY_TASK_ID: expected a task id in [3, 7) (SLURM_ARRAY_TASK_MIN 3, SLURM_ARRAY_TASK_COUNT 4), "
             "got 9");
   // Valid values still shard; GitLab's last job is the last shard.
-  const auto last = detect_shard({{"CI_NODE_INDEX", "2"}, {"CI_NODE_TOTAL", "2"}});
+  const auto last = supervisor::detect_shard({{"CI_NODE_INDEX", "2"}, {"CI_NODE_TOTAL", "2"}});
   ASSERT_TRUE(last);
   EXPECT_EQ(last->index, 1);
 }
@@ -104,7 +104,7 @@ TEST(ShardTest, EveryScenarioInExactlyOneShardAndAddingOneMovesNoOther) {
   for (int64_t n : {1, 2, 3, 7}) {
     for (const auto& id : ids) {
       int hits = 0;
-      for (int64_t k = 0; k < n; ++k) hits += in_shard(id, Shard{k, n, ""}) ? 1 : 0;
+      for (int64_t k = 0; k < n; ++k) hits += supervisor::in_shard(id, supervisor::Shard{k, n, ""}) ? 1 : 0;
       EXPECT_EQ(hits, 1) << id;
     }
   }
@@ -112,7 +112,7 @@ TEST(ShardTest, EveryScenarioInExactlyOneShardAndAddingOneMovesNoOther) {
   std::set<int64_t> used;
   for (const auto& id : ids) {
     for (int64_t k = 0; k < 4; ++k) {
-      if (in_shard(id, Shard{k, 4, ""})) used.insert(k);
+      if (supervisor::in_shard(id, supervisor::Shard{k, 4, ""})) used.insert(k);
     }
   }
   EXPECT_EQ(used.size(), 4u);

@@ -31,8 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Event Ev(const std::string& type, json fields = json::object()) {
-  return decode_event(encode_event(type, std::move(fields), 0.5), "test");
+proto::Event Ev(const std::string& type, json fields = json::object()) {
+  return proto::decode_event(proto::encode_event(type, std::move(fields), 0.5), "test");
 }
 
 // A worker's event stream: hello, run_begin, steps with the given losses,
@@ -87,8 +87,8 @@ const kb::KnowledgeBase& Kb() {
   return kb;
 }
 
-Scenario Steps(int64_t max_steps, int64_t window = -1) {
-  Scenario s;
+scenario::Scenario Steps(int64_t max_steps, int64_t window = -1) {
+  scenario::Scenario s;
   s.train.max_steps = max_steps;
   s.monitors.learning_window = window;
   return s;
@@ -116,7 +116,7 @@ TEST(SilentKnowledgeBase, HasEveryNewClassWithCausesAndResolutions) {
     EXPECT_GE(c->causes.size(), 2u) << id;
     EXPECT_GE(c->resolutions.size(), 2u) << id;
   }
-  const auto classes = known_failure_classes();
+  const auto classes = scenario::known_failure_classes();
   EXPECT_NE(std::find(classes.begin(), classes.end(), "not_learning"), classes.end());
 }
 
@@ -147,8 +147,8 @@ TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
   st.add(error);
   st.add(proto::Done{"failed", {}});
   st.result().result.exit_code = 1;
-  const TrialAnalysis a = classify(st.result(), Steps(10, 0), Kb());
-  EXPECT_EQ(a.outcome, Outcome::kFailed) << "a silent finding is a failure, not a divergence";
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(10, 0), Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed) << "a silent finding is a failure, not a divergence";
   EXPECT_EQ(a.failure.klass, "input_denormalised");
   ASSERT_TRUE(a.failure.step.has_value());
   EXPECT_EQ(*a.failure.step, 3);
@@ -172,8 +172,8 @@ TEST(SilentClassify, EachSilentCheckIsItsOwnClass) {
     st.add(h);
     st.add(proto::Done{"failed", {}});
     st.result().result.exit_code = 1;
-    const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
-    EXPECT_EQ(a.outcome, Outcome::kFailed) << check;
+    const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(5, 0), Kb());
+    EXPECT_EQ(a.outcome, scenario::Outcome::kFailed) << check;
     EXPECT_EQ(a.failure.klass, check);
   }
 }
@@ -198,8 +198,8 @@ TEST(SilentClassify, AFiniteFailureTakesPrecedence) {
   st.add(collapsed);
   st.add(proto::Done{"diverged", {}});
   st.result().result.exit_code = 1;
-  const TrialAnalysis a = classify(st.result(), Steps(5, 0), Kb());
-  EXPECT_EQ(a.outcome, Outcome::kDiverged);
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(5, 0), Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kDiverged);
   EXPECT_EQ(a.failure.klass, "nonfinite_activation");
 }
 
@@ -210,8 +210,8 @@ TEST(NotLearning, FlatLossOverTheWindowFailsWithEvidence) {
   auto losses = Flat(12, 0.512);
   losses[7] = 0.511;
   st.steps(losses).finish(12);
-  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
-  EXPECT_EQ(a.outcome, Outcome::kFailed);
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
   EXPECT_EQ(a.failure.klass, "not_learning");
   ASSERT_TRUE(a.failure.step.has_value());
   EXPECT_EQ(*a.failure.step, 11) << "the window's last step";
@@ -225,8 +225,8 @@ TEST(NotLearning, FlatLossOverTheWindowFailsWithEvidence) {
 TEST(NotLearning, FallingLossPasses) {
   Stream st;
   st.steps(Falling(12)).finish(12);
-  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
-  EXPECT_EQ(a.outcome, Outcome::kPassed) << a.failure.message;
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(12, 12), Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kPassed) << a.failure.message;
 }
 
 TEST(NotLearning, TheMarginDecides) {
@@ -236,10 +236,10 @@ TEST(NotLearning, TheMarginDecides) {
     losses.push_back(x);
   Stream st;
   st.steps(losses).finish(12);
-  Scenario s = Steps(12, 12);
-  EXPECT_EQ(classify(st.result(), s, Kb()).failure.klass, "not_learning");
+  scenario::Scenario s = Steps(12, 12);
+  EXPECT_EQ(testing::classify(st.result(), s, Kb()).failure.klass, "not_learning");
   s.monitors.learning_min_drop = 0.03;
-  EXPECT_EQ(classify(st.result(), s, Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(st.result(), s, Kb()).outcome, scenario::Outcome::kPassed);
 }
 
 // Note [Learning judged with its noise]: a 6 % fall of a loss that jumps
@@ -250,7 +250,7 @@ TEST(NotLearning, AFallInsideTheStepToStepSpreadIsNotLearning) {
   for (int i = 0; i < 12; ++i) noisy.push_back((i < 6 ? 1.0 : 0.94) + (i % 2 == 0 ? 0.15 : -0.15));
   Stream st;
   st.steps(noisy).finish(12);
-  const TrialAnalysis a = classify(st.result(), Steps(12, 12), Kb());
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(12, 12), Kb());
   EXPECT_EQ(a.failure.klass, "not_learning") << a.failure.message;
   ASSERT_GE(a.failure.evidence.size(), 3u);
   EXPECT_NE(a.failure.message.find("step-to-step spread"), std::string::npos) << a.failure.message;
@@ -260,41 +260,41 @@ TEST(NotLearning, AFallInsideTheStepToStepSpreadIsNotLearning) {
   for (int i = 0; i < 12; ++i) steady.push_back((i < 6 ? 1.0 : 0.94) + (i % 2 == 0 ? 0.001 : -0.001));
   Stream st2;
   st2.steps(steady).finish(12);
-  EXPECT_EQ(classify(st2.result(), Steps(12, 12), Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(st2.result(), Steps(12, 12), Kb()).outcome, scenario::Outcome::kPassed);
 }
 
 TEST(NotLearning, ShortRunsAreNotJudged) {
   // A flat loss over fewer steps than the window: not judged.
   Stream st;
   st.steps(Flat(8)).finish(8);
-  EXPECT_EQ(classify(st.result(), Steps(8, 12), Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(st.result(), Steps(8, 12), Kb()).outcome, scenario::Outcome::kPassed);
   // auto: off below 40 steps (the shipped scenarios run 4–20).
   Stream st2;
   st2.steps(Flat(20)).finish(20);
-  EXPECT_EQ(classify(st2.result(), Steps(20, -1), Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(st2.result(), Steps(20, -1), Kb()).outcome, scenario::Outcome::kPassed);
 }
 
 TEST(NotLearning, AutoJudgesLongRunsFromScratchOnly) {
   Stream st;
   st.steps(Flat(40)).finish(40);
-  const TrialAnalysis a = classify(st.result(), Steps(40, -1), Kb());
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), Steps(40, -1), Kb());
   EXPECT_EQ(a.failure.klass, "not_learning");
   ASSERT_TRUE(a.failure.step.has_value());
   EXPECT_EQ(*a.failure.step, 19) << "auto window: min(50, max_steps/2) = 20 steps";
   ASSERT_GE(a.failure.evidence.size(), 3u);
   EXPECT_NE(a.failure.evidence[2].find("auto"), std::string::npos) << a.failure.evidence[2];
 
-  Scenario from_weights = Steps(40, -1);
+  scenario::Scenario from_weights = Steps(40, -1);
   from_weights.model.weights = "/some/trained.pt";
-  EXPECT_EQ(classify(st.result(), from_weights, Kb()).outcome, Outcome::kPassed);
-  Scenario resumed = Steps(40, -1);
+  EXPECT_EQ(testing::classify(st.result(), from_weights, Kb()).outcome, scenario::Outcome::kPassed);
+  scenario::Scenario resumed = Steps(40, -1);
   resumed.train.resume_from = "/some/checkpoint.pt";
-  EXPECT_EQ(classify(st.result(), resumed, Kb()).outcome, Outcome::kPassed);
-  Scenario off = Steps(40, 0);
-  EXPECT_EQ(classify(st.result(), off, Kb()).outcome, Outcome::kPassed);
-  Scenario silent_off = Steps(40, -1);
+  EXPECT_EQ(testing::classify(st.result(), resumed, Kb()).outcome, scenario::Outcome::kPassed);
+  scenario::Scenario off = Steps(40, 0);
+  EXPECT_EQ(testing::classify(st.result(), off, Kb()).outcome, scenario::Outcome::kPassed);
+  scenario::Scenario silent_off = Steps(40, -1);
   silent_off.monitors.silent = {"input", "labels", "predictions"};
-  EXPECT_EQ(classify(st.result(), silent_off, Kb()).outcome, Outcome::kPassed);
+  EXPECT_EQ(testing::classify(st.result(), silent_off, Kb()).outcome, scenario::Outcome::kPassed);
 }
 
 // Note [Updates that change nothing]: a learning rate of 0, or gradients of
@@ -314,7 +314,7 @@ TEST(NotLearning, ALearningRateOfZeroOrZeroGradientsAtEveryStepChangeNothing) {
       st.add(end);
     }
     st.finish(static_cast<int64_t>(steps));
-    return classify(st.result(), Steps(static_cast<int64_t>(steps), -1), Kb());
+    return testing::classify(st.result(), Steps(static_cast<int64_t>(steps), -1), Kb());
   };
   const auto lr_zero = trial(4, 0.0, 1.5);
   EXPECT_EQ(lr_zero.failure.klass, "not_learning");
@@ -323,9 +323,9 @@ TEST(NotLearning, ALearningRateOfZeroOrZeroGradientsAtEveryStepChangeNothing) {
   const auto grad_zero = trial(4, 0.01, 0.0);
   EXPECT_EQ(grad_zero.failure.klass, "not_learning");
   EXPECT_NE(grad_zero.failure.message.find("every gradient was zero at each of the 4 steps"), std::string::npos);
-  EXPECT_EQ(trial(2, 0.0, 0.0).outcome, Outcome::kPassed);             // too short to say
-  EXPECT_EQ(trial(4, 0.0, std::nullopt).outcome, Outcome::kPassed);    // no gradient norm measured
-  EXPECT_EQ(trial(4, 0.01, 1.5).outcome, Outcome::kPassed);            // learning
+  EXPECT_EQ(trial(2, 0.0, 0.0).outcome, scenario::Outcome::kPassed);             // too short to say
+  EXPECT_EQ(trial(4, 0.0, std::nullopt).outcome, scenario::Outcome::kPassed);    // no gradient norm measured
+  EXPECT_EQ(trial(4, 0.01, 1.5).outcome, scenario::Outcome::kPassed);            // learning
 }
 
 TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
@@ -334,9 +334,9 @@ TEST(NotLearning, EachInProcessRunIsJudgedOnItsOwn) {
   st.add(proto::RunEnd{0, 12, "c", {}, {}});
   st.add(proto::RunBegin{1, {}});
   st.steps(Flat(12), 1).finish(12, 1);
-  Scenario two_runs = Steps(12, 12);
+  scenario::Scenario two_runs = Steps(12, 12);
   two_runs.repeat.in_process = 2;
-  const TrialAnalysis a = classify(st.result(), two_runs, Kb());
+  const supervisor::TrialAnalysis a = testing::classify(st.result(), two_runs, Kb());
   EXPECT_EQ(a.failure.klass, "not_learning");
   ASSERT_TRUE(a.failure.run.has_value());
   EXPECT_EQ(*a.failure.run, 1);
@@ -362,7 +362,7 @@ class SilentScenario : public ::testing::Test {
   }
   std::string error(const std::string& text) {
     try {
-      (void)load_scenario(write(text));
+      (void)scenario::load_scenario(write(text));
     } catch (const ScenarioError& e) {
       return e.what();
     }
@@ -373,7 +373,7 @@ class SilentScenario : public ::testing::Test {
 };
 
 TEST_F(SilentScenario, MonitorKeysHaveDocumentedDefaults) {
-  const Scenario s = load_scenario(write(""));
+  const scenario::Scenario s = scenario::load_scenario(write(""));
   EXPECT_EQ(s.monitors.silent, (std::vector<std::string>{"input", "labels", "predictions", "learning"}));
   EXPECT_TRUE(s.monitors.silent_check("learning"));
   EXPECT_EQ(s.monitors.collapse_after, 10);
@@ -384,10 +384,10 @@ TEST_F(SilentScenario, MonitorKeysHaveDocumentedDefaults) {
 }
 
 TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
-  const Scenario s =
-      load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
+  const scenario::Scenario s =
+      scenario::load_scenario(write("monitors:\n  silent: false\n  collapse_after: 3\n  collapse_steps: 2\n"
                           "  collapse_margin: 0.1\n  learning_window: 8\n  learning_min_drop: 0.2\n"));
-  const Scenario back = decode_scenario(parse_yaml(resolved_json(s), "scenario.resolved.json"), "");
+  const scenario::Scenario back = scenario::decode_scenario(parse_yaml(scenario::resolved_json(s), "scenario.resolved.json"), "");
   EXPECT_TRUE(back.monitors.silent.empty());
   EXPECT_FALSE(back.monitors.silent_check("input"));
   EXPECT_EQ(back.monitors.collapse_after, 3);
@@ -395,16 +395,16 @@ TEST_F(SilentScenario, MonitorKeysRoundTripThroughTheResolvedTree) {
   EXPECT_DOUBLE_EQ(back.monitors.collapse_margin, 0.1);
   EXPECT_EQ(back.monitors.learning_window, 8);
   EXPECT_DOUBLE_EQ(back.monitors.learning_min_drop, 0.2);
-  const Scenario some = load_scenario(write("monitors:\n  silent: [labels, learning]\n"));
+  const scenario::Scenario some = scenario::load_scenario(write("monitors:\n  silent: [labels, learning]\n"));
   EXPECT_EQ(some.monitors.silent, (std::vector<std::string>{"labels", "learning"}));
-  EXPECT_EQ(decode_scenario(parse_yaml(resolved_json(some), "scenario.resolved.json"), "").monitors.silent,
+  EXPECT_EQ(scenario::decode_scenario(parse_yaml(scenario::resolved_json(some), "scenario.resolved.json"), "").monitors.silent,
             some.monitors.silent);
-  const Scenario off = load_scenario(write("monitors:\n  mode: off\n"));
+  const scenario::Scenario off = scenario::load_scenario(write("monitors:\n  mode: off\n"));
   EXPECT_FALSE(off.monitors.silent_check("labels")) << "mode off turns every check off";
-  const Scenario autow = load_scenario(write("monitors:\n  learning_window: auto\n"));
+  const scenario::Scenario autow = scenario::load_scenario(write("monitors:\n  learning_window: auto\n"));
   EXPECT_EQ(autow.monitors.learning_window, -1);
-  EXPECT_NE(resolved_json(autow).find("\"learning_window\": \"auto\""), std::string::npos) << resolved_json(autow);
-  EXPECT_EQ(decode_scenario(parse_yaml(resolved_json(autow), "scenario.resolved.json"), "").monitors.learning_window,
+  EXPECT_NE(scenario::resolved_json(autow).find("\"learning_window\": \"auto\""), std::string::npos) << scenario::resolved_json(autow);
+  EXPECT_EQ(scenario::decode_scenario(parse_yaml(scenario::resolved_json(autow), "scenario.resolved.json"), "").monitors.learning_window,
             -1);
 }
 
@@ -427,13 +427,13 @@ TEST_F(SilentScenario, BadMonitorValuesSayWhatWasExpected) {
 TEST_F(SilentScenario, SilentFaultsAreCataloguedAndFireFromAtStepOn) {
   for (const char* name :
        {"label_shift", "label_scale", "wrong_normalisation", "lr_freeze", "label_swap", "all_dont_care"}) {
-    const FaultSpec* spec = find_fault(name);
+    const scenario::FaultSpec* spec = scenario::find_fault(name);
     ASSERT_NE(spec, nullptr) << name;
     EXPECT_TRUE(spec->from_at_step_on) << name;
     EXPECT_FALSE(spec->help.empty()) << name;
   }
-  const Scenario s =
-      load_scenario(write("faults:\n  - name: lr_freeze\n    at_step: 2\n"
+  const scenario::Scenario s =
+      scenario::load_scenario(write("faults:\n  - name: lr_freeze\n    at_step: 2\n"
                           "  - name: wrong_normalisation\n    kind: saturated\n    at_step: 1\n"
                           "    until_step: 3\n  - name: lr_spike\n    at_step: 2\n"));
   EXPECT_FALSE(s.faults[0].fires_at(1, 0));

@@ -26,26 +26,26 @@ nlohmann::json Finished(const std::string& hash, const probe::InputManifest& inp
 }
 
 TEST(RerunReason, TheSameConfigurationOnTheSameInputsIsNotRunAgain) {
-  EXPECT_EQ(rerun_reason(Finished("h1", Inputs("w1")), "h1", Inputs("w1")), "");
+  EXPECT_EQ(cli::rerun_reason(Finished("h1", Inputs("w1")), "h1", Inputs("w1")), "");
 }
 
 TEST(RerunReason, AnEditedScenarioOrOtherOverridesRunAgain) {
-  EXPECT_EQ(rerun_reason(Finished("h1", Inputs("w1")), "h2", Inputs("w1")),
+  EXPECT_EQ(cli::rerun_reason(Finished("h1", Inputs("w1")), "h2", Inputs("w1")),
             "its scenario or overrides changed since it finished");
 }
 
 TEST(RerunReason, OtherInputsRunAgain) {
-  EXPECT_NE(rerun_reason(Finished("h1", Inputs("w1")), "h1", Inputs("w2")).find("its inputs changed"),
+  EXPECT_NE(cli::rerun_reason(Finished("h1", Inputs("w1")), "h1", Inputs("w2")).find("its inputs changed"),
             std::string::npos);
 }
 
 TEST(RerunReason, AnEarlierRecordWithoutADigestOrInputsThatCannotBeComparedRunAgain) {
   nlohmann::json old = Finished("h1", Inputs("w1"));
   old.erase("inputs");
-  EXPECT_EQ(rerun_reason(old, "h1", Inputs("w1")), "an earlier dbh recorded no digest of its inputs");
+  EXPECT_EQ(cli::rerun_reason(old, "h1", Inputs("w1")), "an earlier dbh recorded no digest of its inputs");
   probe::InputManifest uncomparable = Inputs("w1");
   uncomparable.not_cacheable = "the training's source tree is too large to list";
-  EXPECT_EQ(rerun_reason(Finished("h1", Inputs("w1")), "h1", uncomparable), uncomparable.not_cacheable);
+  EXPECT_EQ(cli::rerun_reason(Finished("h1", Inputs("w1")), "h1", uncomparable), uncomparable.not_cacheable);
 }
 
 }  // namespace
@@ -61,7 +61,7 @@ TEST(ResumeState, TheJournalOfThisSuiteGivesWhatStartedAndFinished) {
       {{"type", "finished"}, {"scenario", "a"}, {"outcome", "passed"}},
       {{"type", "started"}, {"scenario", "b"}},
   };
-  const ResumeState s = resume_state(records, {"a", "b", "c"}, "0/2");
+  const cli::ResumeState s = cli::resume_state(records, {"a", "b", "c"}, "0/2");
   EXPECT_EQ(s.foreign, "");
   EXPECT_EQ(s.started, (std::set<std::string>{"a", "b"}));
   ASSERT_EQ(s.finished.count("a"), 1u);
@@ -70,14 +70,14 @@ TEST(ResumeState, TheJournalOfThisSuiteGivesWhatStartedAndFinished) {
 }
 
 TEST(ResumeState, AnotherShardsJournalIsForeign) {
-  const ResumeState s = resume_state({{{"type", "suite"}, {"shard", "1/2 (SLURM_ARRAY_TASK_ID)"}}}, {"a"}, "0/2");
+  const cli::ResumeState s = cli::resume_state({{{"type", "suite"}, {"shard", "1/2 (SLURM_ARRAY_TASK_ID)"}}}, {"a"}, "0/2");
   EXPECT_EQ(s.foreign, "a journal of shard 1/2, not of shard 0/2");
-  EXPECT_EQ(resume_state({{{"type", "suite"}, {"shard", ""}}}, {"a"}, "0/2").foreign,
+  EXPECT_EQ(cli::resume_state({{{"type", "suite"}, {"shard", ""}}}, {"a"}, "0/2").foreign,
             "a journal of a whole suite, not of shard 0/2");
 }
 
 TEST(ResumeState, AJournalNamingAScenarioThisSuiteDoesNotHoldIsForeign) {
-  const ResumeState s = resume_state({{{"type", "finished"}, {"scenario", "zz"}}}, {"a"}, "");
+  const cli::ResumeState s = cli::resume_state({{{"type", "finished"}, {"scenario", "zz"}}}, {"a"}, "");
   EXPECT_NE(s.foreign.find("naming scenario"), std::string::npos) << s.foreign;
   EXPECT_NE(s.foreign.find("which this suite does not hold"), std::string::npos) << s.foreign;
 }

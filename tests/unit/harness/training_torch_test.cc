@@ -15,37 +15,37 @@ namespace dbh::harness {
 namespace {
 
 TEST(NothingLeftToTrain, ACheckpointAtOrAfterTheLastStepLeavesNothing) {
-  Scenario s;
+  scenario::Scenario s;
   s.train.max_steps = 10;
-  EXPECT_FALSE(nothing_left_to_train(s, 0).has_value());
-  EXPECT_FALSE(nothing_left_to_train(s, 9).has_value());
-  const auto at_last = nothing_left_to_train(s, 10);
+  EXPECT_FALSE(worker::nothing_left_to_train(s, 0).has_value());
+  EXPECT_FALSE(worker::nothing_left_to_train(s, 9).has_value());
+  const auto at_last = worker::nothing_left_to_train(s, 10);
   ASSERT_TRUE(at_last.has_value());
   EXPECT_EQ(at_last->step, 10);
   EXPECT_EQ(std::string(at_last->key), "train.max_steps");
-  ASSERT_TRUE(nothing_left_to_train(s, 12).has_value());
+  ASSERT_TRUE(worker::nothing_left_to_train(s, 12).has_value());
 }
 
 TEST(NothingLeftToTrain, AReplayThatStopsEarlierEndsAtItsStopAndSaysSo) {
-  Scenario s;
+  scenario::Scenario s;
   s.train.max_steps = 10;
   s.train.stop_after = 4;
-  EXPECT_FALSE(nothing_left_to_train(s, 3).has_value());
-  const auto last = nothing_left_to_train(s, 4);
+  EXPECT_FALSE(worker::nothing_left_to_train(s, 3).has_value());
+  const auto last = worker::nothing_left_to_train(s, 4);
   ASSERT_TRUE(last.has_value());
   EXPECT_EQ(last->step, 4);
   EXPECT_EQ(std::string(last->key), "train.stop_after");
   // A stop at or after the last step changes nothing: max_steps decides.
   s.train.stop_after = 10;
-  ASSERT_TRUE(nothing_left_to_train(s, 10).has_value());
-  EXPECT_EQ(std::string(nothing_left_to_train(s, 10)->key), "train.max_steps");
+  ASSERT_TRUE(worker::nothing_left_to_train(s, 10).has_value());
+  EXPECT_EQ(std::string(worker::nothing_left_to_train(s, 10)->key), "train.max_steps");
 }
 
 namespace fs = std::filesystem;
 
 // A small, fast training on synthetic boxes.
-Scenario small_training() {
-  Scenario s;
+scenario::Scenario small_training() {
+  scenario::Scenario s;
   s.data.size = 64;
   s.data.batch_size = 1;
   s.train.threads = 1;
@@ -63,25 +63,25 @@ std::set<std::string> files_in(const fs::path& dir) {
 // hears of it, decided in one place for the worker and dbh train.
 TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
   const testing::ScratchDir dir("dbh-session");
-  Scenario s = small_training();
+  scenario::Scenario s = small_training();
   s.train.stop_after = 4;  // a replay: the last step is the stop's
   s.train.checkpoint_every = 2;
-  model::DbNet net = make_net(s);
-  model::Trainer trainer(net, train_options(s));
-  const model::BatchSource batches = make_batch_source(s, nullptr);
+  model::DbNet net = worker::make_net(s);
+  model::Trainer trainer(net, worker::train_options(s));
+  const model::BatchSource batches = worker::make_batch_source(s, nullptr);
   std::vector<std::string> heard;
-  StepHooks hooks;
+  worker::StepHooks hooks;
   hooks.before_step = [&](int64_t step) { heard.push_back("begin " + std::to_string(step)); };
   hooks.after_step = [&](const model::StepResult& r) { heard.push_back("end " + std::to_string(r.step)); };
   hooks.checkpointed = [&](int64_t next, const std::string& path) {
     EXPECT_TRUE(fs::is_regular_file(path)) << path;
     heard.push_back("checkpoint " + std::to_string(next) + " " + fs::path(path).filename().string());
   };
-  hooks.step_done = [&](const model::StepResult& r, const ValidationResult* v) {
+  hooks.step_done = [&](const model::StepResult& r, const worker::ValidationResult* v) {
     EXPECT_EQ(v, nullptr);  // no validation set: none
     heard.push_back("done " + std::to_string(r.step));
   };
-  train_steps(net, trainer, batches, Validation{}, s, SessionSite{1, dir.string(), nullptr}, hooks);
+  worker::train_steps(net, trainer, batches, worker::Validation{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
   EXPECT_EQ(trainer.next_step(), 4);
   EXPECT_EQ(heard, (std::vector<std::string>{"begin 0", "end 0", "done 0", "begin 1", "end 1",
                                              "checkpoint 2 checkpoint-r1-s2.pt", "done 1", "begin 2", "end 2",
@@ -90,24 +90,24 @@ TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
   // Complete checkpoints only: no temporary is left beside them.
   EXPECT_EQ(files_in(dir), (std::set<std::string>{"checkpoint-r1-s2.pt", "checkpoint-r1-s4.pt"}));
   // Resumed from its last checkpoint, nothing is left to train.
-  model::Trainer again(net, train_options(s));
+  model::Trainer again(net, worker::train_options(s));
   again.load_checkpoint((dir / "checkpoint-r1-s4.pt").string());
   heard.clear();
-  train_steps(net, again, batches, Validation{}, s, SessionSite{1, dir.string(), nullptr}, hooks);
+  worker::train_steps(net, again, batches, worker::Validation{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
   EXPECT_TRUE(heard.empty());
 }
 
 TEST(TrainSteps, ACheckpointThatCannotBeWrittenSaysWhereAndLeavesNothing) {
   const testing::ScratchDir dir("dbh-session");
-  Scenario s = small_training();
+  scenario::Scenario s = small_training();
   s.train.checkpoint_every = 1;
-  model::DbNet net = make_net(s);
-  model::Trainer trainer(net, train_options(s));
+  model::DbNet net = worker::make_net(s);
+  model::Trainer trainer(net, worker::train_options(s));
   const std::string missing = (dir / "no-such-folder").string();
   try {
-    train_steps(net, trainer, make_batch_source(s, nullptr), Validation{}, s, SessionSite{0, missing, nullptr}, {});
+    worker::train_steps(net, trainer, worker::make_batch_source(s, nullptr), worker::Validation{}, s, worker::SessionSite{0, missing, nullptr}, {});
     FAIL() << "expected a CheckpointWriteError";
-  } catch (const CheckpointWriteError& e) {
+  } catch (const worker::CheckpointWriteError& e) {
     const std::string what = e.what();
     EXPECT_EQ(what.rfind(missing + "/checkpoint-r0-s1.pt: expected a writable file, got an error (", 0), 0u) << what;
   }

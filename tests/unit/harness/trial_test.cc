@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 
 // A trial's result with the events its listener saw, in order (the trial
 // itself keeps none: Note [A trial's events are read as they arrive]).
-struct Ran : TrialResult {
-  std::vector<Event> events;
+struct Ran : supervisor::TrialResult {
+  std::vector<proto::Event> events;
 };
 
 class TrialTest : public ::testing::Test {
@@ -47,18 +47,18 @@ class TrialTest : public ::testing::Test {
 
   // Runs `script` under /bin/sh as the worker (events go to fd 3).
   Ran Run(const std::string& script, double deadline_s = 20, double silence_s = 20, double grace_s = 1) {
-    TrialSpec spec;
+    supervisor::TrialSpec spec;
     spec.argv = {"/bin/sh", "-c", script};
     spec.run_dir = (dir_ / "run").string();
     spec.deadline_s = deadline_s;
     spec.silence_s = silence_s;
     spec.grace_s = grace_s;
-    std::vector<Event> events;
-    spec.on_event = [this, &events](const Event& e) {
+    std::vector<proto::Event> events;
+    spec.on_event = [this, &events](const proto::Event& e) {
       seen_.push_back(e.type);
       events.push_back(e);
     };
-    Ran ran{run_trial(spec)};
+    Ran ran{supervisor::run_trial(spec)};
     ran.events = std::move(events);
     return ran;
   }
@@ -85,9 +85,9 @@ TEST_F(TrialTest, ExitStatusEventsAndLogsAreCollected) {
   EXPECT_FALSE(r.hung);
   EXPECT_TRUE(r.spawn_error.empty());
   ASSERT_EQ(r.events.size(), 2u);
-  EXPECT_EQ(r.events[0].type, event::kHello);
-  EXPECT_EQ(r.events[1].type, event::kDone);
-  EXPECT_EQ(seen_, (std::vector<std::string>{event::kHello, event::kDone}));
+  EXPECT_EQ(r.events[0].type, proto::event::kHello);
+  EXPECT_EQ(r.events[1].type, proto::event::kDone);
+  EXPECT_EQ(seen_, (std::vector<std::string>{proto::event::kHello, proto::event::kDone}));
   EXPECT_NE(r.stderr_tail.find("to-stderr"), std::string::npos);
   std::ifstream out(dir_ / "run" / "stdout.log");
   std::string line;
@@ -205,10 +205,10 @@ TEST_F(TrialTest, AWorkersLogsKeepTheirHeadAndTailAndSaySoBetween) {
 }
 
 TEST_F(TrialTest, MissingProgramIsASpawnError) {
-  TrialSpec spec;
+  supervisor::TrialSpec spec;
   spec.argv = {(dir_ / "no-such-binary").string()};
   spec.run_dir = (dir_ / "run").string();
-  const auto r = run_trial(spec);
+  const auto r = supervisor::run_trial(spec);
   EXPECT_FALSE(r.spawn_error.empty());
   EXPECT_NE(r.spawn_error.find("no-such-binary"), std::string::npos) << r.spawn_error;
 }
@@ -234,14 +234,14 @@ TEST_F(TrialTest, BadLinesNameTheirLineInTheJournal) {
 
 TEST_F(TrialTest, WorkerIsToldItsSupervisorPid) {
   // A value inherited from a supervisor further up is replaced, not kept.
-  const char* inherited = getenv(kSupervisorPidEnv);
+  const char* inherited = getenv(proto::kSupervisorPidEnv);
   const std::string saved = inherited != nullptr ? inherited : "";
-  ASSERT_EQ(setenv(kSupervisorPidEnv, "1", 1), 0);
+  ASSERT_EQ(setenv(proto::kSupervisorPidEnv, "1", 1), 0);
   const auto r = Run("printf '{\"type\":\"env\",\"pid\":%s}\\n' \"$DBH_SUPERVISOR_PID\" >&3");
   if (inherited != nullptr) {
-    setenv(kSupervisorPidEnv, saved.c_str(), 1);
+    setenv(proto::kSupervisorPidEnv, saved.c_str(), 1);
   } else {
-    unsetenv(kSupervisorPidEnv);
+    unsetenv(proto::kSupervisorPidEnv);
   }
   ASSERT_EQ(r.events.size(), 1u) << r.stderr_tail;
   EXPECT_EQ(r.events[0].get<int64_t>("pid", 0), static_cast<int64_t>(getpid()));
@@ -252,21 +252,21 @@ TEST_F(TrialTest, WorkerIsToldItsSupervisorPid) {
 // own and reports through its exit status, with the details on stderr.
 
 [[noreturn]] void StopRequestChild(const std::string& run_dir) {
-  install_stop_handlers();
-  TrialSpec spec;
+  supervisor::install_stop_handlers();
+  supervisor::TrialSpec spec;
   spec.argv = {"/bin/sh", "-c", "printf '{\"type\":\"hello\"}\\n' >&3; sleep 30"};
   spec.run_dir = run_dir;
   spec.grace_s = 1;
   // SIGINT as soon as the worker runs: the handler TERMs its group.
-  spec.on_event = [](const Event& e) {
-    if (e.type == event::kHello) raise(SIGINT);
+  spec.on_event = [](const proto::Event& e) {
+    if (e.type == proto::event::kHello) raise(SIGINT);
   };
   const auto start = std::chrono::steady_clock::now();
-  const TrialResult r = run_trial(spec);
+  const supervisor::TrialResult r = supervisor::run_trial(spec);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const bool ok = r.interrupted && r.term_signal == SIGTERM && stop_requested() == SIGINT && took < 5;
+  const bool ok = r.interrupted && r.term_signal == SIGTERM && supervisor::stop_requested() == SIGINT && took < 5;
   fprintf(stderr, "interrupted=%d term_signal=%d stop_requested=%d seconds=%.1f\n", r.interrupted ? 1 : 0,
-          r.term_signal, stop_requested(), took);
+          r.term_signal, supervisor::stop_requested(), took);
   _exit(ok ? 0 : 1);
 }
 
@@ -275,7 +275,7 @@ TEST_F(TrialTest, StopSignalTermsTheTrialAndMarksItInterrupted) {
 }
 
 TEST_F(TrialTest, InterruptedCarriesTheExitCode) {
-  const Interrupted e(SIGTERM);
+  const supervisor::Interrupted e(SIGTERM);
   EXPECT_EQ(e.exit_code(), 143);
   EXPECT_EQ(e.signal_number(), SIGTERM);
   EXPECT_STREQ(e.what(), "interrupted by SIGTERM");
@@ -283,11 +283,11 @@ TEST_F(TrialTest, InterruptedCarriesTheExitCode) {
 
 [[noreturn]] void ArmChild(const char* supervisor_pid) {
   if (supervisor_pid == nullptr) {
-    unsetenv(kSupervisorPidEnv);
+    unsetenv(proto::kSupervisorPidEnv);
   } else {
-    setenv(kSupervisorPidEnv, supervisor_pid, 1);
+    setenv(proto::kSupervisorPidEnv, supervisor_pid, 1);
   }
-  die_with_supervisor();
+  proto::die_with_supervisor();
   int sig = -1;
   prctl(PR_GET_PDEATHSIG, &sig);
   fprintf(stderr, "returned; parent-death signal %d\n", sig);
@@ -306,7 +306,7 @@ TEST_F(TrialTest, WorkerOfALiveSupervisorArmsTheParentDeathSignal) {
 TEST_F(TrialTest, WorkerWhoseSupervisorIsAlreadyGoneExits) {
   // Not the parent: the supervisor died and the worker was handed on.
   const std::string other = std::to_string(getpid() == 1 ? 2 : 1);
-  EXPECT_EXIT(ArmChild(other.c_str()), ::testing::ExitedWithCode(kSupervisorGoneExit), "");
+  EXPECT_EXIT(ArmChild(other.c_str()), ::testing::ExitedWithCode(proto::kSupervisorGoneExit), "");
 }
 
 [[noreturn]] void SupervisorKilledChild() {
@@ -318,8 +318,8 @@ TEST_F(TrialTest, WorkerWhoseSupervisorIsAlreadyGoneExits) {
   if (supervisor == 0) {
     const pid_t worker = fork();
     if (worker == 0) {
-      setenv(kSupervisorPidEnv, std::to_string(getppid()).c_str(), 1);
-      die_with_supervisor();
+      setenv(proto::kSupervisorPidEnv, std::to_string(getppid()).c_str(), 1);
+      proto::die_with_supervisor();
       const pid_t self = getpid();
       if (write(ready[1], &self, sizeof self) != sizeof self) _exit(2);
       for (;;) pause();  // a hung worker: it never writes again
@@ -357,8 +357,8 @@ TEST_F(TrialTest, WorkerDiesWhenItsSupervisorIsKilled) {
   int fds[2];
   if (pipe(fds) != 0) _exit(2);
   close(fds[0]);  // the supervisor is gone
-  EventWriter events(fds[1]);
-  events.emit(event::kHello);
+  proto::EventWriter events(fds[1]);
+  events.emit(proto::event::kHello);
   fprintf(stderr, "emit returned\n");
   _exit(0);
 }
@@ -367,7 +367,7 @@ TEST_F(TrialTest, WorkerEndsWhenItsEventPipeIsClosed) {
   // As spawned (SIGPIPE default), the write kills it; with SIGPIPE ignored,
   // the writer sees EPIPE and exits.
   EXPECT_EXIT(ClosedEventPipeChild(false), ::testing::KilledBySignal(SIGPIPE), "");
-  EXPECT_EXIT(ClosedEventPipeChild(true), ::testing::ExitedWithCode(kSupervisorGoneExit), "");
+  EXPECT_EXIT(ClosedEventPipeChild(true), ::testing::ExitedWithCode(proto::kSupervisorGoneExit), "");
 }
 
 }  // namespace

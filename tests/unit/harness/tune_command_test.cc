@@ -18,27 +18,27 @@ json Record(const char* source) {
 }
 
 TEST(TuneVerdictTest, EachRecordGetsItsVerdict) {
-  EXPECT_EQ(judge_tuning(nullptr), TuneVerdict::kNothingToChoose);
-  EXPECT_EQ(judge_tuning(Record("measured")), TuneVerdict::kMeasured);
-  EXPECT_EQ(judge_tuning(Record("cached")), TuneVerdict::kCached);
+  EXPECT_EQ(cli::judge_tuning(nullptr), cli::TuneVerdict::kNothingToChoose);
+  EXPECT_EQ(cli::judge_tuning(Record("measured")), cli::TuneVerdict::kMeasured);
+  EXPECT_EQ(cli::judge_tuning(Record("cached")), cli::TuneVerdict::kCached);
   json untrusted = Record("default");
   untrusted["untrusted"] = "other processes kept 1.2 cores busy";
-  EXPECT_EQ(judge_tuning(untrusted), TuneVerdict::kUntrusted);
+  EXPECT_EQ(cli::judge_tuning(untrusted), cli::TuneVerdict::kUntrusted);
   json failed = Record("default");
   failed["error"] = "the measuring worker ran past its deadline";
-  EXPECT_EQ(judge_tuning(failed), TuneVerdict::kFailed);
+  EXPECT_EQ(cli::judge_tuning(failed), cli::TuneVerdict::kFailed);
   // Only one setting left to `auto`, measured now.
   json one = {{"threads", {{"value", 1}, {"source", "measured"}}}};
-  EXPECT_EQ(judge_tuning(one), TuneVerdict::kMeasured);
+  EXPECT_EQ(cli::judge_tuning(one), cli::TuneVerdict::kMeasured);
 }
 
 TEST(TuneVerdictTest, ExitsOneWhenAScenarioWillRunWithPyTorchsDefaults) {
-  EXPECT_EQ(tune_exit_code({}), 0);
-  EXPECT_EQ(tune_exit_code({TuneVerdict::kMeasured, TuneVerdict::kCached, TuneVerdict::kNothingToChoose}), 0);
-  EXPECT_EQ(tune_exit_code({TuneVerdict::kMeasured, TuneVerdict::kUntrusted}), 1);
-  EXPECT_EQ(tune_exit_code({TuneVerdict::kFailed}), 1);
-  for (const auto v : {TuneVerdict::kNothingToChoose, TuneVerdict::kCached, TuneVerdict::kMeasured,
-                       TuneVerdict::kUntrusted, TuneVerdict::kFailed}) {
+  EXPECT_EQ(cli::tune_exit_code({}), 0);
+  EXPECT_EQ(cli::tune_exit_code({cli::TuneVerdict::kMeasured, cli::TuneVerdict::kCached, cli::TuneVerdict::kNothingToChoose}), 0);
+  EXPECT_EQ(cli::tune_exit_code({cli::TuneVerdict::kMeasured, cli::TuneVerdict::kUntrusted}), 1);
+  EXPECT_EQ(cli::tune_exit_code({cli::TuneVerdict::kFailed}), 1);
+  for (const auto v : {cli::TuneVerdict::kNothingToChoose, cli::TuneVerdict::kCached, cli::TuneVerdict::kMeasured,
+                       cli::TuneVerdict::kUntrusted, cli::TuneVerdict::kFailed}) {
     EXPECT_NE(to_string(v), "?");
   }
 }

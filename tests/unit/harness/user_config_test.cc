@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const KeyMapping& mapping(const std::vector<KeyMapping>& all, const std::string& dbh_key) {
+const scenario::KeyMapping& mapping(const std::vector<scenario::KeyMapping>& all, const std::string& dbh_key) {
   for (const auto& m : all) {
     if (m.dbh_key == dbh_key) return m;
   }
@@ -31,12 +31,12 @@ const KeyMapping& mapping(const std::vector<KeyMapping>& all, const std::string&
 TEST(MapUserConfig, FindsATrainingsOwnNamesByWhatTheyHold) {
   const testing::ScratchDir dir("dbh-user-config");
   fs::create_directories(dir.path() / "data" / "train");
-  const std::vector<ConfigEntry> config = {
+  const std::vector<scenario::ConfigEntry> config = {
       {"dataset.root", "data/train"}, {"dataset.side", 64},        {"dataset.workers", 2},
       {"loader.per_step", 2},         {"optim.step_size", 0.05},   {"optim.momentum", 0.9},
       {"optim.clip", 0.0},            {"run.seed", 11},            {"run.updates", 8},
       {"arch.width", 8},              {"objective.dice_weight", 0.5}};
-  const auto all = map_user_config(config, {}, {"/no/such/folder", dir.path().string()});
+  const auto all = scenario::map_user_config(config, {}, {"/no/such/folder", dir.path().string()});
   EXPECT_EQ(mapping(all, "data.path").user_key, "dataset.root");
   EXPECT_EQ(mapping(all, "data.path").value, fs::absolute(dir.path() / "data" / "train").lexically_normal().string());
   EXPECT_EQ(mapping(all, "data.size").user_key, "dataset.side");
@@ -59,16 +59,16 @@ TEST(MapUserConfig, FindsATrainingsOwnNamesByWhatTheyHold) {
 // step_size is no learning rate, a folder that does not exist no dataset, a
 // precision outside Lightning's values is not passed as Lightning's.
 TEST(MapUserConfig, ANameHoldingSomethingElseIsNotMatched) {
-  const std::vector<ConfigEntry> config = {{"scheduler.step_size", 30},
+  const std::vector<scenario::ConfigEntry> config = {{"scheduler.step_size", 30},
                                            {"data.path", "/no/such/folder/anywhere"},
                                            {"precision", "half"},
                                            {"optimizer.lr", 0.001}};
-  const auto all = map_user_config(config, {}, {"/"});
+  const auto all = scenario::map_user_config(config, {}, {"/"});
   EXPECT_EQ(mapping(all, "train.lr").user_key, "optimizer.lr");
   EXPECT_EQ(mapping(all, "data.path").user_key, "");
   EXPECT_NE(mapping(all, "data.path").why.find("data.path holds something else"), std::string::npos);
   EXPECT_EQ(mapping(all, "train.precision").user_key, "");
-  const auto lightning = map_user_config({{"trainer.precision", "16-mixed"}, {"trainer.accelerator", "gpu"}}, {}, {"/"});
+  const auto lightning = scenario::map_user_config({{"trainer.precision", "16-mixed"}, {"trainer.accelerator", "gpu"}}, {}, {"/"});
   EXPECT_EQ(mapping(lightning, "train.precision").value, "fp16");
   EXPECT_EQ(mapping(lightning, "hardware.device").value, "cuda");
 }
@@ -77,18 +77,18 @@ TEST(MapUserConfig, ANameHoldingSomethingElseIsNotMatched) {
 // several training keys the one the command line sets wins, and with none
 // set the candidates are listed and nothing is chosen.
 TEST(MapUserConfig, ValidationKeysAreNeverTheTrainingsAndAmbiguityIsSaid) {
-  const std::vector<ConfigEntry> config = {{"datasets.val.batch_size", 8},
+  const std::vector<scenario::ConfigEntry> config = {{"datasets.val.batch_size", 8},
                                            {"test_loader.batch_size", 8},
                                            {"datasets.train.batch_size", 2},
                                            {"model.lr", 0.01},
                                            {"head.lr", 0.1}};
-  const auto all = map_user_config(config, {}, {"/"});
+  const auto all = scenario::map_user_config(config, {}, {"/"});
   EXPECT_EQ(mapping(all, "data.batch_size").user_key, "datasets.train.batch_size");
   EXPECT_EQ(mapping(all, "train.lr").user_key, "");
   EXPECT_NE(mapping(all, "train.lr").why.find("several keys of your configuration could hold it (model.lr, head.lr)"),
             std::string::npos)
       << mapping(all, "train.lr").why;
-  const auto chosen = map_user_config(config, {"head.lr"}, {"/"});
+  const auto chosen = scenario::map_user_config(config, {"head.lr"}, {"/"});
   EXPECT_EQ(mapping(chosen, "train.lr").user_key, "head.lr");
   EXPECT_EQ(mapping(chosen, "train.lr").value, 0.1);
 }
@@ -98,12 +98,12 @@ TEST(MapUserConfig, ValidationKeysAreNeverTheTrainingsAndAmbiguityIsSaid) {
 // the scenario holds the configuration's values, worker.keys says where each
 // dbh key lives, and the others are listed as passed as nothing.
 TEST(MapUserConfig, FromCommandExternalWritesTheMappingIntoTheScenario) {
-  FromCommandOptions o;
+  scenario::FromCommandOptions o;
   o.external = true;
   o.cwd = "/";
-  o.user_config = std::vector<ConfigEntry>{{"optim.step_size", 0.02}, {"loader.per_step", 2}, {"run.updates", 3},
+  o.user_config = std::vector<scenario::ConfigEntry>{{"optim.step_size", 0.02}, {"loader.per_step", 2}, {"run.updates", 3},
                                           {"arch.width", 6}};
-  const ConvertedCommand c = scenario_from_command("python train.py optim.step_size=0.02 arch.width=6", o);
+  const scenario::ConvertedCommand c = scenario::scenario_from_command("python train.py optim.step_size=0.02 arch.width=6", o);
   EXPECT_EQ(c.worker_command, (std::vector<std::string>{"python", "train.py", "arch.width=6"}));
   EXPECT_NE(c.yaml.find("  lr: 0.02  # your configuration's optim.step_size"), std::string::npos) << c.yaml;
   EXPECT_NE(c.yaml.find("  max_steps: 3  # your configuration's run.updates"), std::string::npos) << c.yaml;

@@ -57,19 +57,19 @@ std::string unticked(std::string s) {
 TEST(WorkerProtocol, DocListsEveryVariableDbhSets) {
   std::set<std::string> documented;
   for (const auto& row : table_after(doc(), "| variable | value |")) documented.insert(unticked(row.at(0)));
-  const std::set<std::string> declared = {worker_env::kProtocol, worker_env::kEventFd,    worker_env::kScenario,
-                                          worker_env::kScenarioHash, worker_env::kTrialDir, worker_env::kTrial,
-                                          worker_env::kDescribe, "DBH_SUPERVISOR_PID", "DBH_TRIAL_TOKEN"};
+  const std::set<std::string> declared = {supervisor::worker_env::kProtocol, supervisor::worker_env::kEventFd,    supervisor::worker_env::kScenario,
+                                          supervisor::worker_env::kScenarioHash, supervisor::worker_env::kTrialDir, supervisor::worker_env::kTrial,
+                                          supervisor::worker_env::kDescribe, "DBH_SUPERVISOR_PID", "DBH_TRIAL_TOKEN"};
   EXPECT_EQ(documented, declared);
   // The spec a trial is started with sets each of them but the describe flag.
-  Scenario s;
+  scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
   s.worker.cwd = "/tmp";
-  const TrialSpec spec = external_trial_spec(s, "/tmp/x/scenario.resolved.json", "/tmp/x", 3);
+  const supervisor::TrialSpec spec = supervisor::external_trial_spec(s, "/tmp/x/scenario.resolved.json", "/tmp/x", 3);
   std::set<std::string> set;
   for (const auto& [name, value] : spec.env) set.insert(name);
   for (const auto& name : declared) {
-    if (name == worker_env::kDescribe || name == std::string("DBH_SUPERVISOR_PID") ||
+    if (name == supervisor::worker_env::kDescribe || name == std::string("DBH_SUPERVISOR_PID") ||
         name == std::string("DBH_TRIAL_TOKEN")) {
       continue;  // run_trial's own, set for every trial
     }
@@ -87,14 +87,14 @@ TEST(WorkerProtocol, DocListsEveryCapabilityWithItsMeaning) {
     EXPECT_FALSE(row.at(2).empty()) << row.at(0) << ": the table does not say how the adapter serves it";
   }
   std::vector<std::pair<std::string, std::string>> declared;
-  for (const auto& c : worker_capabilities()) declared.emplace_back(c.name, c.needed_for);
+  for (const auto& c : supervisor::worker_capabilities()) declared.emplace_back(c.name, c.needed_for);
   EXPECT_EQ(documented, declared) << "docs/worker-protocol.md's capability table and worker_capabilities() differ";
 }
 
 TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
-  Scenario s;
+  scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
-  s.data.source = DataSource::kReal;
+  s.data.source = scenario::DataSource::kReal;
   s.data.path = "/data";
   s.worker.keys[DBH_SCENARIO_KEY(data.path)] = "datasets.train.path";
   std::vector<std::string> documented_keys;
@@ -102,12 +102,12 @@ TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
     documented_keys.push_back(unticked(row.at(0)));
   }
   std::vector<std::string> passed;
-  for (const auto& k : passed_keys(s)) passed.push_back(k.dbh_key);
+  for (const auto& k : supervisor::passed_keys(s)) passed.push_back(k.dbh_key);
   EXPECT_EQ(documented_keys, passed);
   for (const auto& row : table_after(doc(), "| dbh key | your key (default) | value |")) {
     const std::string key = unticked(row.at(0));
     if (key == DBH_SCENARIO_KEY(data.path)) continue;
-    for (const auto& k : passed_keys(s)) {
+    for (const auto& k : supervisor::passed_keys(s)) {
       if (k.dbh_key == key) {
         EXPECT_EQ(unticked(row.at(1)), k.user_key) << key;
       }
@@ -116,14 +116,14 @@ TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
 }
 
 TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
-  Scenario s;
+  scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
   s.train.precision = model::Precision::kBf16;
   s.hardware.device = "cuda:1";
   s.data.batch_size = 4;
   s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";           // not passed
   s.worker.keys[DBH_SCENARIO_KEY(data.size)] = "img_size";    // passed under the user's name
-  const TrialSpec spec = external_trial_spec(s, "/r.json", "/tmp/t", 0);
+  const supervisor::TrialSpec spec = supervisor::external_trial_spec(s, "/r.json", "/tmp/t", 0);
   const auto has = [&](const std::string& a) { return std::count(spec.argv.begin(), spec.argv.end(), a) == 1; };
   EXPECT_TRUE(has("trainer.precision=bf16-mixed"));
   EXPECT_TRUE(has("trainer.accelerator=gpu"));
@@ -138,67 +138,67 @@ TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
 // passed changes nothing in its training, and says how to pass it; passed
 // keys, dbh's own sections and the keys a capability serves do reach it.
 TEST(WorkerProtocol, AKeyTheWorkerIsNeverPassedIsNamedWithTheLineThatPassesIt) {
-  Scenario s;
-  EXPECT_EQ(key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "") << "dbh's own worker reads every key";
+  scenario::Scenario s;
+  EXPECT_EQ(supervisor::key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "") << "dbh's own worker reads every key";
   s.worker.command = {"python", "train.py"};
   s.worker.keys[DBH_SCENARIO_KEY(train.lr)] = "optim.step_size";
   s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";
-  const std::string why = key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip));
+  const std::string why = supervisor::key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip));
   EXPECT_NE(why.find("train.grad_clip is not passed to the worker python train.py"), std::string::npos) << why;
   EXPECT_NE(why.find("worker.keys: {train.grad_clip: <your key>}"), std::string::npos) << why;
-  EXPECT_NE(key_not_passed(s, DBH_SCENARIO_KEY(train.seed)).find("maps it to \"\""), std::string::npos);
+  EXPECT_NE(supervisor::key_not_passed(s, DBH_SCENARIO_KEY(train.seed)).find("maps it to \"\""), std::string::npos);
   for (const char* reached : {DBH_SCENARIO_KEY(train.lr), DBH_SCENARIO_KEY(data.batch_size),
                               DBH_SCENARIO_KEY(train.stop_after), DBH_SCENARIO_KEY(data.subset), "limits.deadline_s",
                               "monitors.mode", "faults.0.step", "controls", "expect.outcome"}) {
-    EXPECT_EQ(key_not_passed(s, reached), "") << reached;
+    EXPECT_EQ(supervisor::key_not_passed(s, reached), "") << reached;
   }
-  EXPECT_EQ(overrides_not_passed(s, {"train.lr=5", "controls=[]"}), "");
-  EXPECT_EQ(overrides_not_passed(s, {"train.lr=5", "train.grad_clip=1"}), why);
+  EXPECT_EQ(supervisor::overrides_not_passed(s, {"train.lr=5", "controls=[]"}), "");
+  EXPECT_EQ(supervisor::overrides_not_passed(s, {"train.lr=5", "train.grad_clip=1"}), why);
   s.worker.keys[DBH_SCENARIO_KEY(train.grad_clip)] = "optim.clip";
-  EXPECT_EQ(key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "");
+  EXPECT_EQ(supervisor::key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "");
 }
 
 TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
-  Scenario s;
+  scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
-  s.data.source = DataSource::kReal;
-  s.monitors.mode = MonitorMode::kOff;
-  EXPECT_TRUE(worker_needs(s).required.empty());
+  s.data.source = scenario::DataSource::kReal;
+  s.monitors.mode = scenario::MonitorMode::kOff;
+  EXPECT_TRUE(supervisor::worker_needs(s).required.empty());
   s.data.subset = {1, 2};
   s.train.stop_after = 3;
   s.train.checkpoint_every = 1;
   s.train.resume_from = "/x.pt";
   s.hardware.memory_budget = 1 << 30;
   s.repeat.processes = 2;
-  FaultConfig f;
+  scenario::FaultConfig f;
   f.name = "nan_activation";
   s.faults.push_back(f);
   std::set<std::string> caps;
-  for (const auto& [cap, what] : worker_needs(s).required) caps.insert(cap);
-  EXPECT_EQ(caps, (std::set<std::string>{"fault:nan_activation", capability::kSubset, capability::kStopAfter,
-                                         capability::kCheckpoint, capability::kResume, capability::kMemoryBudget,
-                                         capability::kLossBits}));
-  s.monitors.mode = MonitorMode::kLocalise;
+  for (const auto& [cap, what] : supervisor::worker_needs(s).required) caps.insert(cap);
+  EXPECT_EQ(caps, (std::set<std::string>{"fault:nan_activation", supervisor::capability::kSubset, supervisor::capability::kStopAfter,
+                                         supervisor::capability::kCheckpoint, supervisor::capability::kResume, supervisor::capability::kMemoryBudget,
+                                         supervisor::capability::kLossBits}));
+  s.monitors.mode = scenario::MonitorMode::kLocalise;
   caps.clear();
-  for (const auto& [cap, what] : worker_needs(s).required) caps.insert(cap);
-  EXPECT_TRUE(caps.count(capability::kMonitorsLocalise));
-  EXPECT_FALSE(worker_needs(s).optional.empty()) << "the silent checks are optional";
+  for (const auto& [cap, what] : supervisor::worker_needs(s).required) caps.insert(cap);
+  EXPECT_TRUE(caps.count(supervisor::capability::kMonitorsLocalise));
+  EXPECT_FALSE(supervisor::worker_needs(s).optional.empty()) << "the silent checks are optional";
 }
 
 TEST(WorkerProtocol, ThePythonAdapterSpellsTheSameNames) {
   const std::string root = std::string(DBH_SOURCE_DIR) + "/python/dbh_adapter/";
   const std::string protocol = testing::read_text(root + "_protocol.py");
-  for (const char* name : {worker_env::kProtocol, worker_env::kEventFd, worker_env::kScenario,
-                           worker_env::kScenarioHash, worker_env::kTrialDir, worker_env::kTrial,
-                           worker_env::kDescribe}) {
+  for (const char* name : {supervisor::worker_env::kProtocol, supervisor::worker_env::kEventFd, supervisor::worker_env::kScenario,
+                           supervisor::worker_env::kScenarioHash, supervisor::worker_env::kTrialDir, supervisor::worker_env::kTrial,
+                           supervisor::worker_env::kDescribe}) {
     EXPECT_NE(protocol.find(std::string("\"") + name + "\""), std::string::npos) << name << " not in _protocol.py";
   }
-  EXPECT_NE(protocol.find("PROTOCOL_VERSION = " + std::to_string(kWorkerProtocolVersion)), std::string::npos);
+  EXPECT_NE(protocol.find("PROTOCOL_VERSION = " + std::to_string(supervisor::kWorkerProtocolVersion)), std::string::npos);
   // Every capability and fault the adapter claims is one dbh knows.
   const std::string session = testing::read_text(root + "_session.py");
   const std::string faults = testing::read_text(root + "_faults.py");
   std::vector<std::string> known;
-  for (const auto& c : worker_capabilities()) known.push_back(c.name);
+  for (const auto& c : supervisor::worker_capabilities()) known.push_back(c.name);
   const size_t at = session.find("BASE_CAPABILITIES = (");
   ASSERT_NE(at, std::string::npos);
   const std::string list = session.substr(at, session.find(')', at) - at);
@@ -212,7 +212,7 @@ TEST(WorkerProtocol, ThePythonAdapterSpellsTheSameNames) {
   int n = 0;
   for (size_t q = flist.find('"'); q != std::string::npos; q = flist.find('"', flist.find('"', q + 1) + 1)) {
     const std::string name = flist.substr(q + 1, flist.find('"', q + 1) - q - 1);
-    EXPECT_NE(find_fault(name), nullptr) << name << " is not a dbh fault";
+    EXPECT_NE(scenario::find_fault(name), nullptr) << name << " is not a dbh fault";
     EXPECT_NE(doc().find("`" + name + "`"), std::string::npos) << name << ": the doc's adapter list misses it";
     ++n;
   }
