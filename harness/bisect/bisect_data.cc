@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -397,6 +398,102 @@ SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
   return p;
 }
 
+struct MinimalSubset {
+  std::vector<int64_t> samples;
+  bool reproduced = false;  // ddmin's subset fails the same way
+  bool fails = false;       // confirmed by a fresh probe
+  std::string method = "ddmin";
+};
+
+using SubsetOverrides = std::function<std::vector<std::string>(const std::vector<int64_t>&)>;
+
+struct DataAnswer {
+  const std::vector<int64_t>& minimal;
+  const std::string& method;
+  size_t consumed = 0;
+  size_t unsearched = 0;
+  int64_t dataset_size = 0;
+  bool external = false;
+  bool data_defect = false;
+};
+
+// The smallest failing subset of the pool: the sample whose read raised
+// when training on it alone fails the same way (one probe names and confirms
+// it), else ddmin over the samples read.
+MinimalSubset minimal_subset(Search& search, const SamplePool& pool, const supervisor::TrialAnalysis& fail,
+                             const SubsetOverrides& overrides, Outputs& out) {
+  MinimalSubset m;
+  if (pool.raised) {
+    const std::vector<int64_t> alone{*pool.raised};
+    if (search.verdict(overrides(alone), "the sample whose read raised, alone", /*fresh=*/true) == probe::Verdict::kFail) {
+      m.samples = alone;
+      m.reproduced = m.fails = true;
+      m.method = "the read that raised";
+      out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) + " (" +
+                            one_line(fail.failed_sample_error) + "); trained on alone, it fails the same way");
+      return m;
+    }
+    out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) +
+                          ", but training on it alone does not fail the same way: searching the samples read");
+  }
+  const std::vector<int64_t>& consumed = pool.consumed;
+  const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<int64_t> subset;
+    for (size_t k : idx) subset.push_back(consumed[k]);
+    return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+  });
+  for (size_t k : r.minimal) m.samples.push_back(consumed[k]);
+  m.reproduced = r.reproduced;
+  return m;
+}
+
+// The answer of a search that reproduced: every defect's samples, the
+// summary and what was left unsearched.
+void write_data_answer(const DataSearch& d, const DataAnswer& a, const DefectSearch& found, ojson samples,
+                       Outputs& out) {
+  const std::vector<int64_t>& minimal = a.minimal;
+  const bool external = a.external;
+  const scenario::Scenario& s = d.s;
+  std::vector<int64_t> all_found;
+  ojson groups = ojson::array();
+  std::string group_names;
+  for (const auto& defect : found.defects) {
+    ojson g = ojson::array();
+    for (const int64_t i : defect) {
+      if (std::find(all_found.begin(), all_found.end(), i) == all_found.end()) {
+        all_found.push_back(i);
+        if (all_found.size() > minimal.size()) samples.push_back(d.sample_json(i));
+      }
+      g.push_back(i);
+    }
+    groups.push_back(g);
+    group_names += (group_names.empty() ? "" : "; ") + d.names(defect) + " (index " + list_yaml(defect) + ")";
+  }
+  out.result["samples"] = samples;
+  out.result["defects"] = groups;
+  out.result["unsearched"] = a.unsearched;
+  const std::string check_cmd = shell_command({self_command(), "data", "check", s.data.path});
+  const std::string of_what = external ? " samples the worker's loader read: " : " samples the run consumed: ";
+  if (found.defects.size() == 1) {
+    out.summary = (a.method == "ddmin" ? "a 1-minimal failing subset of the " + std::to_string(a.consumed) + of_what
+                                     : std::string("the sample whose read raised: ")) +
+                  d.names(minimal) + " (index " + list_yaml(minimal) + ")" +
+                  (out.confirmed ? "; the data without it passes" : "");
+  } else {
+    out.summary = std::to_string(found.defects.size()) + " independent failing subsets, each failing alone: " +
+                  group_names + (out.confirmed ? "; the data without them passes" : "");
+  }
+  if (a.unsearched > 0) {
+    out.details.push_back(std::to_string(a.unsearched) + " of the " + std::to_string(a.dataset_size) +
+                          (external ? " samples were not read by the failing run and were not searched"
+                                    : " samples come after the failing step and were not searched; `" + check_cmd +
+                                          "` reads every sample without training"));
+  }
+  if (a.data_defect && !external) {
+    out.summary += ". A data defect: `" + check_cmd + "` lists every sample dbh cannot read, without training";
+  }
+}
+
 }  // namespace
 
 Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
@@ -446,34 +543,15 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   const int64_t last_step = fail.failure.step ? *fail.failure.step : s.train.last_step() - 1;
   const SamplePool pool = external ? pool_from_worker(fail) : pool_from_sampler(s, *scan, last_step);
   const std::vector<int64_t>& consumed = pool.consumed;
-  const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(s, last_step, subset); };
+  const SubsetOverrides overrides = [&](const std::vector<int64_t>& subset) {
+    return subset_overrides(s, last_step, subset);
+  };
   out.details.push_back(pool.how);
-  std::vector<int64_t> minimal;
-  bool reproduced = false, minimal_fails = false;
-  std::string method = "ddmin";
-  if (pool.raised) {
-    // The sample whose read raised, alone: one probe names it and confirms it.
-    const std::vector<int64_t> alone{*pool.raised};
-    if (search.verdict(overrides(alone), "the sample whose read raised, alone", /*fresh=*/true) == probe::Verdict::kFail) {
-      minimal = alone;
-      reproduced = minimal_fails = true;
-      method = "the read that raised";
-      out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) + " (" +
-                            one_line(fail.failed_sample_error) + "); trained on alone, it fails the same way");
-    } else {
-      out.details.push_back("the worker's loader raised reading sample " + std::to_string(*pool.raised) +
-                            ", but training on it alone does not fail the same way: searching the samples read");
-    }
-  }
-  if (!reproduced) {
-    const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
-      std::vector<int64_t> subset;
-      for (size_t k : idx) subset.push_back(consumed[k]);
-      return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
-    });
-    for (size_t k : r.minimal) minimal.push_back(consumed[k]);
-    reproduced = r.reproduced;
-  }
+  const MinimalSubset m = minimal_subset(search, pool, fail, overrides, out);
+  const std::vector<int64_t>& minimal = m.samples;
+  const bool reproduced = m.reproduced;
+  bool minimal_fails = m.fails;
+  const std::string& method = m.method;
   out.found = reproduced;
   ojson samples = ojson::array();
   for (const int64_t i : minimal) samples.push_back(d.sample_json(i));
@@ -508,44 +586,9 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   for (const auto& note : search.notes()) out.details.push_back(note);
   for (const auto& note : further.notes()) out.details.push_back(note);
   conclude(out, confidence(out.rep, search.passes() + further.passes()));
-  std::vector<int64_t> all_found;
-  ojson groups = ojson::array();
-  std::string group_names;
-  for (const auto& defect : found.defects) {
-    ojson g = ojson::array();
-    for (const int64_t i : defect) {
-      if (std::find(all_found.begin(), all_found.end(), i) == all_found.end()) {
-        all_found.push_back(i);
-        if (all_found.size() > minimal.size()) samples.push_back(d.sample_json(i));
-      }
-      g.push_back(i);
-    }
-    groups.push_back(g);
-    group_names += (group_names.empty() ? "" : "; ") + d.names(defect) + " (index " + list_yaml(defect) + ")";
-  }
-  out.result["samples"] = samples;
-  out.result["defects"] = groups;
-  out.result["unsearched"] = unsearched;
-  const std::string check_cmd = shell_command({self_command(), "data", "check", s.data.path});
-  const std::string of_what = external ? " samples the worker's loader read: " : " samples the run consumed: ";
-  if (found.defects.size() == 1) {
-    out.summary = (method == "ddmin" ? "a 1-minimal failing subset of the " + std::to_string(consumed.size()) + of_what
-                                     : std::string("the sample whose read raised: ")) +
-                  d.names(minimal) + " (index " + list_yaml(minimal) + ")" +
-                  (out.confirmed ? "; the data without it passes" : "");
-  } else {
-    out.summary = std::to_string(found.defects.size()) + " independent failing subsets, each failing alone: " +
-                  group_names + (out.confirmed ? "; the data without them passes" : "");
-  }
-  if (unsearched > 0) {
-    out.details.push_back(std::to_string(unsearched) + " of the " + std::to_string(pool.dataset_size) +
-                          (external ? " samples were not read by the failing run and were not searched"
-                                    : " samples come after the failing step and were not searched; `" + check_cmd +
-                                          "` reads every sample without training"));
-  }
-  if (data_defect && !external) {
-    out.summary += ". A data defect: `" + check_cmd + "` lists every sample dbh cannot read, without training";
-  }
+  DataAnswer a{minimal, method, consumed.size(), unsearched, pool.dataset_size, external,
+               fail.failure.klass == "data_invalid"};
+  write_data_answer(d, a, found, samples, out);
   return out;
 }
 

@@ -30,6 +30,7 @@
 #include "harness/report/eval_reading.h"
 #include "harness/report/markdown_html.h"
 #include "harness/report/report.h"
+#include "harness/scenario/schema.h"
 #include "harness/supervisor/trial.h"
 #include "model/data/image_decode.h"
 #include "model/data/scan.h"
@@ -202,8 +203,21 @@ struct EvalChoices {
   int64_t depth = 18;
   model::DecoderKind decoder{};
   model::ResizeSide side{};
+  model::OnInvalid on_invalid{};
   torch::Device device{torch::kCPU};
 };
+
+// `value` as one of a fixed choice's names (model/choices.h), else a usage
+// error naming the flag and the names.
+template <typename Choice>
+Choice parse_choice(Choice (*from_string)(const std::string&), const std::vector<std::string>& names,
+                    const char* flag, const std::string& value) {
+  try {
+    return from_string(value);
+  } catch (const std::invalid_argument&) {
+    usage(flag, "one of " + scenario::join(names), quoted_excerpt(value));
+  }
+}
 
 EvalChoices check_eval_options(const EvalCommandOptions& o) {
   if (o.size <= 0 || o.size % 32 != 0) usage("--size", "a positive multiple of 32", std::to_string(o.size));
@@ -234,13 +248,9 @@ EvalChoices check_eval_options(const EvalCommandOptions& o) {
   }
   EvalChoices c;
   c.depth = encoder_depth(o.encoder);
-  try {
-    c.decoder = model::decoder_kind_from_string(o.decoder);
-  } catch (const std::invalid_argument&) {
-    usage("--decoder", "fpn or pan", quoted_excerpt(o.decoder));
-  }
-  if (o.side != "short" && o.side != "long") usage("--side", "short or long", quoted_excerpt(o.side));
-  c.side = model::resize_side_from_string(o.side);
+  c.decoder = parse_choice(model::decoder_kind_from_string, model::decoder_kind_names(), "--decoder", o.decoder);
+  c.side = parse_choice(model::resize_side_from_string, model::resize_side_names(), "--side", o.side);
+  c.on_invalid = parse_choice(model::on_invalid_from_string, model::on_invalid_names(), "--on-invalid", o.on_invalid);
   try {
     c.device = model::parse_device(o.device);
   } catch (const std::exception& e) {
@@ -355,14 +365,11 @@ json write_overlays(const fs::path& out, const std::string& data, const model::D
 
 // The dataset, checked as training checks it: every image decoded (with
 // progress), defects refused unless --on-invalid skips or clips them.
-model::ScanResult scan_eval_data(const EvalCommandOptions& o) {
+model::ScanResult scan_eval_data(const EvalCommandOptions& o, model::OnInvalid policy) {
   if (!fs::is_directory(o.data)) {
     usage("--data", "a dataset folder (images/ plus annotations.json or icdar/)",
           describe_path(o.data) + " at " + o.data);
   }
-  const auto policy = o.on_invalid == "skip"   ? model::OnInvalid::kSkip
-                      : o.on_invalid == "clip" ? model::OnInvalid::kClip
-                                               : model::OnInvalid::kError;
   // Note [No silent minute]: every image is decoded.
   Progress progress(std::string(kWhere) + ": decoding the images of " + o.data, "images");
   model::ScanResult scan = model::scan_dataset(
@@ -506,6 +513,65 @@ std::string eval_markdown(const EvalPage& p) {
   return md.str();
 }
 
+namespace {
+
+// Channels-last weights, as the trainer keeps them: oneDNN and cuDNN pick
+// their NHWC kernels.
+void to_channels_last(model::DbNet& net) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : net->parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
+model::PostprocessOptions postprocess_options(const EvalCommandOptions& o) {
+  model::PostprocessOptions post;
+  post.binarize_thresh = o.binarize_thresh;
+  post.box_thresh = o.box_thresh;
+  post.unclip_ratio = o.unclip_ratio;
+  post.max_candidates = static_cast<int>(o.max_candidates);
+  return post;
+}
+
+// Every image of `scan` scored, a progress line each (unless --quiet); a stop
+// request ends it between images.
+model::DatasetEvaluation evaluate_with_progress(model::DbNet& net, const EvalCommandOptions& o,
+                                                const model::ScanResult& scan, model::ResizeSide side,
+                                                const model::PostprocessOptions& post) {
+  const auto options = model::InferenceOptions()
+                           .size(o.size)
+                           .side(side)
+                           .batch_size(o.batch_size)
+                           .device(o.device)
+                           .postprocess(post)
+                           .iou_thresh(o.iou_thresh);
+  try {
+    return model::evaluate(net, o.data, scan.images, options,
+                           [&](const model::ImageEvaluation& e, int64_t done, int64_t n) {
+                             throw_if_stopped();
+                             if (o.quiet) return;
+                             std::cout << "[" << std::setw(static_cast<int>(std::to_string(n).size())) << done
+                                       << "/" << n << "] " << one_line(e.file) << "  " << metrics_line(e.metrics)
+                                       << "  max P " << fixed(e.probability.max, 2) << std::endl;
+                           });
+  } catch (const model::DataError& e) {
+    throw UsageError(std::string(kWhere) + ": --data: " + e.what());
+  }
+}
+
+// eval.json, eval.md and the same page for a browser, its overlays embedded.
+void write_eval_pages(const fs::path& out, const EvalPage& page) {
+  write_file_atomically((out / "eval.json").string(),
+                        eval_json(page).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  const std::string md = eval_markdown(page);
+  write_file_atomically((out / "eval.md").string(), md);
+  write_file_atomically((out / "eval.html").string(),
+                        report::markdown_page_html("Evaluation of " + fs::path(page.o.weights).filename().string(),
+                                                   md, out.string()));
+}
+
+}  // namespace
+
 int run_eval_command(const EvalCommandOptions& o) {
   // Input checks first: bad input leaves nothing behind.
   const EvalChoices c = check_eval_options(o);
@@ -515,7 +581,7 @@ int run_eval_command(const EvalCommandOptions& o) {
   const torch::Device device = c.device;
   check_checkpoint_file(o.weights, kWhere, "--weights");
   const std::string weights_abs = fs::absolute(o.weights).lexically_normal().string();
-  const model::ScanResult scan = scan_eval_data(o);
+  const model::ScanResult scan = scan_eval_data(o, c.on_invalid);
   model::apply_determinism(model::DeterminismOptions().seed(0).threads(
       o.threads > 0 ? o.threads : static_cast<int64_t>(std::thread::hardware_concurrency())));
 
@@ -557,28 +623,8 @@ int run_eval_command(const EvalCommandOptions& o) {
     }
   }
   net->to(device);
-  {
-    // Channels-last weights, as the trainer keeps them: oneDNN and cuDNN pick
-    // their NHWC kernels.
-    torch::NoGradGuard no_grad;
-    for (auto& p : net->parameters()) {
-      if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
-    }
-  }
-
-  model::PostprocessOptions post;
-  post.binarize_thresh = o.binarize_thresh;
-  post.box_thresh = o.box_thresh;
-  post.unclip_ratio = o.unclip_ratio;
-  post.max_candidates = static_cast<int>(o.max_candidates);
-  const auto options = model::InferenceOptions()
-                           .size(o.size)
-                           .side(side)
-                           .batch_size(o.batch_size)
-                           .device(o.device)
-                           .postprocess(post)
-                           .iou_thresh(o.iou_thresh);
-
+  to_channels_last(net);
+  const model::PostprocessOptions post = postprocess_options(o);
   if (!o.quiet) {
     std::cout << "dbh eval: " << arch << " from " << o.weights << " (" << loaded.format
               << (loaded.step >= 0 ? ", step " + std::to_string(loaded.step) : std::string()) << ", "
@@ -588,20 +634,7 @@ int run_eval_command(const EvalCommandOptions& o) {
               << o.device << "\n";
   }
   const auto t0 = std::chrono::steady_clock::now();
-  model::DatasetEvaluation result;
-  try {
-    result = model::evaluate(net, o.data, scan.images, options,
-                             [&](const model::ImageEvaluation& e, int64_t done, int64_t n) {
-                               throw_if_stopped();
-                               if (o.quiet) return;
-                               std::cout << "[" << std::setw(static_cast<int>(std::to_string(n).size()))
-                                         << done << "/" << n << "] " << one_line(e.file) << "  "
-                                         << metrics_line(e.metrics) << "  max P "
-                                         << fixed(e.probability.max, 2) << std::endl;
-                             });
-  } catch (const model::DataError& e) {
-    throw UsageError(std::string(kWhere) + ": --data: " + e.what());
-  }
+  const model::DatasetEvaluation result = evaluate_with_progress(net, o, scan, side, post);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // The K worst images: lowest H-mean, then most errors, then dataset order.
@@ -614,14 +647,7 @@ int run_eval_command(const EvalCommandOptions& o) {
                       loaded, total, scan, result, post, wall, std::move(overlays),
                       report::read_evaluation(eval_facts(result, post))};
   const auto& reading = page.reading;
-  write_file_atomically((out / "eval.json").string(),
-                        eval_json(page).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  const std::string md = eval_markdown(page);
-  write_file_atomically((out / "eval.md").string(), md);
-  // The same page for a browser, its overlays embedded.
-  write_file_atomically((out / "eval.html").string(),
-                        report::markdown_page_html("Evaluation of " + fs::path(o.weights).filename().string(), md,
-                                           out.string()));
+  write_eval_pages(out, page);
   throw_if_stopped();
   if (!save_tmp.empty()) {
     try {

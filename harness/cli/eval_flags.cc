@@ -9,6 +9,7 @@
 #include "harness/cli/command.h"
 #include "harness/cli/eval_command.h"
 #include "harness/scenario/schema.h"
+#include "model/choices.h"
 
 namespace dbh::harness::cli {
 namespace h = dbh::harness;
@@ -24,10 +25,10 @@ Command add_eval(CLI::App& app) {
   cmd->add_option("--encoder", ev->encoder, "Encoder the weights were trained with")
       ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "18", "34", "50"}))->capture_default_str();
   cmd->add_option("--decoder", ev->decoder, "Decoder the weights were trained with")
-      ->check(CLI::IsMember({"fpn", "pan"}))->capture_default_str();
+      ->check(CLI::IsMember(model::decoder_kind_names()))->capture_default_str();
   cmd->add_option("--size", ev->size, "Test-time size of the --side side (multiple of 32)")->capture_default_str();
   cmd->add_option("--side", ev->side, "Side resized to --size (aspect kept, padded to multiples of 32)")
-      ->check(CLI::IsMember({"short", "long"}))->capture_default_str();
+      ->check(CLI::IsMember(model::resize_side_names()))->capture_default_str();
   cmd->add_option("--batch-size", ev->batch_size, "Images per forward pass (images of one input size)")
       ->capture_default_str();
   cmd->add_option("--thresh", ev->binarize_thresh, "Probability threshold of the text bitmap")->capture_default_str();
@@ -37,7 +38,7 @@ Command add_eval(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--iou-thresh", ev->iou_thresh, "IoU a match must exceed")->capture_default_str();
   cmd->add_option("--on-invalid", ev->on_invalid, "What to do with invalid annotations")
-      ->check(CLI::IsMember({"error", "skip", "clip"}))->capture_default_str();
+      ->check(CLI::IsMember(model::on_invalid_names()))->capture_default_str();
   cmd->add_option("--threads", ev->threads, "Intra-op threads; 0 = all cores")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--device", ev->device, "cpu, cuda or cuda:N")->capture_default_str();

@@ -168,41 +168,32 @@ std::vector<std::string> run_overrides(const RunOptions& o) {
   return overrides;
 }
 
-report::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
-  const std::vector<std::string> overrides = run_overrides(o);
-  const auto t0 = std::chrono::steady_clock::now();
-  report::RunReport r;
-  r.scenario = scenario::load_scenario(path, overrides, worker::input_checks());
-  r.started_at = now_iso();
-  r.out_dir = fs::absolute(out).string();
-  {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec) {
-      throw ReportError(out.string() + ": expected a writable output folder, got: " + ec.message());
-    }
+namespace {
+
+// The line a run starts with: what it trains, its faults and overrides.
+std::string scenario_line(const scenario::Scenario& s) {
+  std::ostringstream d;
+  if (s.worker.external()) {
+    d << report::settings_text(s);
+  } else {
+    d << "resnet" << s.model.encoder << "+" << model::to_string(s.model.decoder) << ", " << to_string(s.data.source)
+      << ", batch " << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on "
+      << s.hardware.device;
   }
-  write_file_atomically((out / "scenario.resolved.json").string(), scenario::resolved_json(r.scenario) + "\n");
-  const scenario::Scenario& s = r.scenario;
-  p.line("dbh run " + one_line(s.name) + ": " + [&] {
-    std::ostringstream d;
-    if (s.worker.external()) {
-      d << report::settings_text(s);
-    } else {
-      d << "resnet" << s.model.encoder << "+" << model::to_string(s.model.decoder) << ", " << to_string(s.data.source)
-        << ", batch " << s.data.batch_size << ", " << s.data.size << "px, " << s.train.max_steps << " steps on "
-        << s.hardware.device;
-    }
-    if (!s.faults.empty()) {
-      d << ", faults:";
-      for (const auto& f : s.faults) d << " " << f.name << "@" << f.at_step;
-    }
-    if (!s.overrides.empty()) {
-      d << ", overrides:";
-      for (const auto& x : s.overrides) d << " " << one_line(x);
-    }
-    return d.str();
-  }());
+  if (!s.faults.empty()) {
+    d << ", faults:";
+    for (const auto& f : s.faults) d << " " << f.name << "@" << f.at_step;
+  }
+  if (!s.overrides.empty()) {
+    d << ", overrides:";
+    for (const auto& x : s.overrides) d << " " << one_line(x);
+  }
+  return d.str();
+}
+
+// Settings this run cannot test, said before it starts, so that a pass is
+// not read as their success.
+void note_untested_settings(const scenario::Scenario& s, const Printer& p) {
   // A CUDA setting on a CPU run changes nothing: say so, so a pass is not
   // read as "cudnn_benchmark=true works".
   if (const auto set = scenario::cuda_only_settings_on_cpu(s); !set.empty()) {
@@ -216,54 +207,47 @@ report::RunReport run_scenario(const std::string& path, const RunOptions& o, con
            " read only with data.source=real; this run trains on " + to_string(s.data.source) +
            " and does not read " + (set.size() == 1 ? "it" : "them"));
   }
-  // Main trial (and repeated processes). After a stop request (SIGINT,
-  // SIGTERM) no further trial starts; the main trial always exists.
-  const int64_t processes = s.repeat.processes;
-  for (int64_t i = 0; i < processes; ++i) {
-    if (i > 0 && supervisor::stop_requested() != 0) break;
-    const std::string label = processes == 1 ? "main" : "process " + std::to_string(i + 1);
-    const fs::path dir = out / (processes == 1 ? std::string("main") : "process-" + std::to_string(i + 1));
-    r.trials.push_back(run_one_trial(s, label, {}, dir, i, o, p));
+}
+
+// Resolutions of the main trial's failure, tried as controls (each a trial
+// of the scenario with the resolution's overrides).
+void try_resolutions_of_failure(report::RunReport& r, const std::string& path, const std::vector<std::string>& overrides,
+                                const fs::path& out, const RunOptions& o, const Printer& p) {
+  const scenario::Scenario& s = r.scenario;
+  if (!o.verify_resolutions || supervisor::stop_requested() != 0 ||
+      !supervisor::is_failure(r.trials.front().analysis.outcome)) {
+    return;
   }
-  // Controls: the same scenario with a few keys changed.
-  for (size_t c = 0; c < s.controls.size(); ++c) {
-    if (supervisor::stop_requested() != 0) break;
-    auto control_overrides = overrides;
-    control_overrides.insert(control_overrides.end(), s.controls[c].begin(), s.controls[c].end());
-    scenario::Scenario cs = scenario::load_scenario(path, control_overrides, worker::input_checks());
-    r.trials.push_back(run_one_trial(cs, "control " + std::to_string(c + 1), s.controls[c],
-                                     out / ("control-" + std::to_string(c + 1)), 100 + static_cast<int64_t>(c), o, p));
-  }
-  // Resolutions of the main trial's failure, tried as controls.
-  if (o.verify_resolutions && supervisor::stop_requested() == 0 && supervisor::is_failure(r.trials.front().analysis.outcome)) {
-    const kb::FailureClass* cls = kb::KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
-    if (cls != nullptr) {
-      const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
-        auto trial_overrides = overrides;
-        trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
-        const scenario::Scenario rs = scenario::load_scenario(path, trial_overrides, worker::input_checks());
-        // Note [Keys that never reach the worker]: not applicable, never
-        // refuted by a run that did not change.
-        if (const std::string why = supervisor::overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
-        const std::string number = std::to_string(check.resolution + 1);
-        // A resolution tried two ways has a folder per way.
-        bool again = false;
-        for (size_t e = 0; e < k; ++e) again = again || cls->checks[e].resolution == check.resolution;
-        supervisor::ResolutionRun result;
-        result.dir = "resolution-" + number + (again ? "-" + std::to_string(k + 1) : "");
-        const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
-                                     200 + static_cast<int64_t>(k), o, p);
-        result.outcome = t.analysis.outcome;
-        result.klass = t.analysis.failure.klass;
-        return result;
-      };
-      r.resolution_checks = supervisor::try_resolutions(*cls, nlohmann::json::parse(scenario::resolved_json(s)), run,
-                                            [] { return supervisor::stop_requested() != 0; });
-    }
-  }
-  // What the trials mean (Note [The run's verdicts]).
-  const int stopped = supervisor::stop_requested();
-  report::decide_run(r, processes, stopped);
+  const kb::FailureClass* cls = kb::KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
+  if (cls == nullptr) return;
+  const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
+    auto trial_overrides = overrides;
+    trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
+    const scenario::Scenario rs = scenario::load_scenario(path, trial_overrides, worker::input_checks());
+    // Note [Keys that never reach the worker]: not applicable, never
+    // refuted by a run that did not change.
+    if (const std::string why = supervisor::overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
+    const std::string number = std::to_string(check.resolution + 1);
+    // A resolution tried two ways has a folder per way.
+    bool again = false;
+    for (size_t e = 0; e < k; ++e) again = again || cls->checks[e].resolution == check.resolution;
+    supervisor::ResolutionRun result;
+    result.dir = "resolution-" + number + (again ? "-" + std::to_string(k + 1) : "");
+    const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
+                                 200 + static_cast<int64_t>(k), o, p);
+    result.outcome = t.analysis.outcome;
+    result.klass = t.analysis.failure.klass;
+    return result;
+  };
+  r.resolution_checks = supervisor::try_resolutions(*cls, nlohmann::json::parse(scenario::resolved_json(s)), run,
+                                        [] { return supervisor::stop_requested() != 0; });
+}
+
+// The command that reproduces the run: the scenario, its overrides and the
+// measured choices pinned (Note [Measured choices]). A run not tried here
+// also says how to run it on this machine's CPU.
+std::vector<std::string> repro_words(report::RunReport& r, const std::string& path) {
+  const scenario::Scenario& s = r.scenario;
   const auto& main = r.trials.front().analysis;
   std::vector<std::string> repro = repro_args(s, path);
   if (r.not_run_here() && s.hardware.device != "cpu") {
@@ -287,6 +271,52 @@ report::RunReport run_scenario(const std::string& path, const RunOptions& o, con
       repro.push_back(scenario::override_text(key, v["value"].dump()));
     }
   }
+  return repro;
+}
+
+}  // namespace
+
+report::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
+  const std::vector<std::string> overrides = run_overrides(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  report::RunReport r;
+  r.scenario = scenario::load_scenario(path, overrides, worker::input_checks());
+  r.started_at = now_iso();
+  r.out_dir = fs::absolute(out).string();
+  {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) {
+      throw ReportError(out.string() + ": expected a writable output folder, got: " + ec.message());
+    }
+  }
+  write_file_atomically((out / "scenario.resolved.json").string(), scenario::resolved_json(r.scenario) + "\n");
+  const scenario::Scenario& s = r.scenario;
+  p.line("dbh run " + one_line(s.name) + ": " + scenario_line(s));
+  note_untested_settings(s, p);
+  // Main trial (and repeated processes). After a stop request (SIGINT,
+  // SIGTERM) no further trial starts; the main trial always exists.
+  const int64_t processes = s.repeat.processes;
+  for (int64_t i = 0; i < processes; ++i) {
+    if (i > 0 && supervisor::stop_requested() != 0) break;
+    const std::string label = processes == 1 ? "main" : "process " + std::to_string(i + 1);
+    const fs::path dir = out / (processes == 1 ? std::string("main") : "process-" + std::to_string(i + 1));
+    r.trials.push_back(run_one_trial(s, label, {}, dir, i, o, p));
+  }
+  // Controls: the same scenario with a few keys changed.
+  for (size_t c = 0; c < s.controls.size(); ++c) {
+    if (supervisor::stop_requested() != 0) break;
+    auto control_overrides = overrides;
+    control_overrides.insert(control_overrides.end(), s.controls[c].begin(), s.controls[c].end());
+    scenario::Scenario cs = scenario::load_scenario(path, control_overrides, worker::input_checks());
+    r.trials.push_back(run_one_trial(cs, "control " + std::to_string(c + 1), s.controls[c],
+                                     out / ("control-" + std::to_string(c + 1)), 100 + static_cast<int64_t>(c), o, p));
+  }
+  try_resolutions_of_failure(r, path, overrides, out, o, p);
+  // What the trials mean (Note [The run's verdicts]).
+  const int stopped = supervisor::stop_requested();
+  report::decide_run(r, processes, stopped);
+  const std::vector<std::string> repro = repro_words(r, path);
   // One line, every word quoted (`$'…'` for a line break in a file name), so
   // it can be printed, put in Markdown and a CI log, and pasted back into bash.
   r.repro_command = shell_command(repro);

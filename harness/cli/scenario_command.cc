@@ -119,6 +119,72 @@ std::optional<std::vector<scenario::ConfigEntry>> composed_config(const scenario
   return std::nullopt;
 }
 
+// --base: the scenario the new one includes, named relative to --out (on
+// stdout, where the text has no place yet, absolute). Never --out itself,
+// nor a file --base includes: replaced, the new scenario would include
+// itself, and neither it nor --base would load again.
+void set_base(const ScenarioFromCommandOptions& o, const fs::path& out, scenario::FromCommandOptions& fo) {
+  check_input_file(o.base, "a scenario file", kWhere, "--base");
+  const fs::path base = fs::absolute(o.base).lexically_normal();
+  std::error_code ec;
+  if (!out.empty() && fs::equivalent(base, out, ec)) {
+    // With --force the base would be replaced by a scenario that includes
+    // itself: the user's scenario is lost.
+    throw UsageError(std::string(kWhere) + " --out: expected a file other than --base, got the --base file (" +
+                     o.out + ")");
+  }
+  // Nor a file --base includes: replaced, the new scenario would include
+  // itself, and neither it nor --base would load again.
+  if (!out.empty()) {
+    std::vector<std::string> included;
+    try {
+      included = scenario::scenario_files(o.base);
+    } catch (const ScenarioError& e) {
+      throw UsageError(std::string(kWhere) + " --base: expected a scenario dbh loads, got one that does not: " +
+                       e.what());
+    }
+    for (const auto& f : included) {
+      if (fs::equivalent(f, out, ec)) {
+        throw UsageError(std::string(kWhere) + " --out: expected a file --base does not include, got " + o.out +
+                         ", which it includes (replaced, it would include itself)");
+      }
+    }
+  }
+  // Relative to the file that names it (README "Scenarios"); on stdout the
+  // text has no place yet, so the path is absolute.
+  const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
+  fo.include = rel.empty() ? base.string() : rel.string();
+}
+
+// After --out is written: what running it here does, and the command that
+// does it, runnable here as pasted.
+void print_next_steps(const ScenarioFromCommandOptions& o, const fs::path& out, bool has_gpu) {
+  // What running it here does, and the command that does it.
+  const scenario::Scenario written = scenario::load_scenario(out.string(), {}, worker::input_checks());
+  std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
+            << written.hardware.device
+            << (written.data.source == scenario::DataSource::kReal
+                    ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
+                                                 : " with " + written.data.path)
+                    : " on " + to_string(written.data.source) + " (pass --data DIR for your dataset)")
+            << "\n";
+  // The next command runs here as pasted: a GPU scenario on a machine
+  // without one gets the overrides that run it on the CPU (and says so).
+  const std::string written_at = fs::absolute(o.out).lexically_normal().string();
+  std::vector<std::string> next = {self_command(), "run", written_at};
+  const bool gpu_elsewhere = written.hardware.device.rfind("cuda", 0) == 0 && !has_gpu;
+  if (gpu_elsewhere) {
+    next.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
+    if (written.train.precision != model::Precision::kFp32)
+      next.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
+  }
+  std::cout << "next:   " << shell_command(next) << "\n";
+  if (gpu_elsewhere) {
+    std::cout << "        (this machine has no NVIDIA GPU: that runs it on the CPU; "
+              << shell_command({self_command(), "run", written_at}) << " runs it as written, on a GPU machine)\n";
+  }
+}
+
 }  // namespace
 
 int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
@@ -153,38 +219,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
                        one_line(fo.data) + ", got one inside it (dbh never writes into your data)");
     }
   }
-  if (!o.base.empty()) {
-    check_input_file(o.base, "a scenario file", kWhere, "--base");
-    const fs::path base = fs::absolute(o.base).lexically_normal();
-    std::error_code ec;
-    if (!out.empty() && fs::equivalent(base, out, ec)) {
-      // With --force the base would be replaced by a scenario that includes
-      // itself: the user's scenario is lost.
-      throw UsageError(std::string(kWhere) + " --out: expected a file other than --base, got the --base file (" +
-                       o.out + ")");
-    }
-    // Nor a file --base includes: replaced, the new scenario would include
-    // itself, and neither it nor --base would load again.
-    if (!out.empty()) {
-      std::vector<std::string> included;
-      try {
-        included = scenario::scenario_files(o.base);
-      } catch (const ScenarioError& e) {
-        throw UsageError(std::string(kWhere) + " --base: expected a scenario dbh loads, got one that does not: " +
-                         e.what());
-      }
-      for (const auto& f : included) {
-        if (fs::equivalent(f, out, ec)) {
-          throw UsageError(std::string(kWhere) + " --out: expected a file --base does not include, got " + o.out +
-                           ", which it includes (replaced, it would include itself)");
-        }
-      }
-    }
-    // Relative to the file that names it (README "Scenarios"); on stdout the
-    // text has no place yet, so the path is absolute.
-    const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
-    fo.include = rel.empty() ? base.string() : rel.string();
-  }
+  if (!o.base.empty()) set_base(o, out, fo);
   if (o.external) {
     // The describe run is a trial: Ctrl-C or TERM ends it and this command
     // with 128 + signal, the worker's process group with it.
@@ -230,30 +265,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
           " (" + o.out + ")");
     }
     std::cout << "wrote " << o.out << "\n";
-    // What running it here does, and the command that does it.
-    const scenario::Scenario written = scenario::load_scenario(out.string(), {}, worker::input_checks());
-    std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
-              << written.hardware.device
-              << (written.data.source == scenario::DataSource::kReal
-                      ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
-                                                   : " with " + written.data.path)
-                      : " on " + to_string(written.data.source) + " (pass --data DIR for your dataset)")
-              << "\n";
-    // The next command runs here as pasted: a GPU scenario on a machine
-    // without one gets the overrides that run it on the CPU (and says so).
-    const std::string written_at = fs::absolute(o.out).lexically_normal().string();
-    std::vector<std::string> next = {self_command(), "run", written_at};
-    const bool gpu_elsewhere = written.hardware.device.rfind("cuda", 0) == 0 && !fo.has_gpu;
-    if (gpu_elsewhere) {
-      next.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
-      if (written.train.precision != model::Precision::kFp32)
-        next.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
-    }
-    std::cout << "next:   " << shell_command(next) << "\n";
-    if (gpu_elsewhere) {
-      std::cout << "        (this machine has no NVIDIA GPU: that runs it on the CPU; "
-                << shell_command({self_command(), "run", written_at}) << " runs it as written, on a GPU machine)\n";
-    }
+    print_next_steps(o, out, fo.has_gpu);
   }
   for (const auto& m : c.mapped) std::cerr << "your key: " << one_line(m) << "\n";
   for (const auto& u : c.unmapped)

@@ -444,6 +444,50 @@ std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClas
   return supervisor::try_resolutions(c, nlohmann::json::parse(scenario::resolved_json(s)), run);
 }
 
+// A rung runs only as a scenario of its own that its worker can serve;
+// otherwise it is n/a with the reason, never the end of the diagnosis.
+void run_rung(probe::Prober& prober, Rung& r) {
+  if (!r.applies.empty()) return;
+  try {
+    const scenario::Scenario rs = prober.load(r.overrides);
+    if (const auto cap = supervisor::missing_capability(rs)) {
+      r.applies = "the worker does not serve `" + *cap + "`";
+      return;
+    }
+    // Note [Keys that never reach the worker]: a rung whose change the
+    // worker never receives would only run the scenario as given again.
+    if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
+      r.applies = std::move(why);
+      return;
+    }
+  } catch (const ScenarioError& e) {
+    r.applies = "not a valid scenario here: " + one_line(e.what());
+    return;
+  }
+  r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
+  r.ran = true;
+}
+
+// Note [An injected failure says so]: a failure an emulated GPU fault raised
+// (dbh threw the error's text) ranks the hypotheses by how the emulation
+// behaves; what a real kernel or allocator does only a GPU shows. "" for any
+// other failure.
+std::string emulation_note(const supervisor::TrialAnalysis& a, const scenario::Scenario& s) {
+  if (!supervisor::emulated_gpu_fault(a)) return "";
+  return "the failure was raised by " + supervisor::injected_faults(a) +
+         "; the hypotheses are ranked by how that emulation behaved on " + s.hardware.device +
+         ", and only a run on a GPU shows what a real kernel does";
+}
+
+// diagnosis.md, diagnosis.html and diagnosis.json in `d.out`.
+void write_diagnosis(const Diagnosis& d) {
+  const std::string md = diagnosis_markdown(d);
+  write_file_atomically((d.out / "diagnosis.md").string(), md);
+  write_file_atomically((d.out / "diagnosis.html").string(), report::markdown_page_html("Diagnosis: " + d.name, md));
+  write_file_atomically((d.out / "diagnosis.json").string(),
+                        diagnosis_json(d).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
 }  // namespace
 
 int diagnose_command(const DiagnoseOptions& o) {
@@ -465,35 +509,12 @@ int diagnose_command(const DiagnoseOptions& o) {
 
     std::vector<Rung> rungs = ladder_rungs(s);
     for (const auto& note : supervisor::check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
-    // A rung runs only as a scenario of its own that its worker can serve;
-    // otherwise it is n/a with the reason, never the end of the diagnosis.
-    auto run_rung = [&](Rung& r) {
-      if (!r.applies.empty()) return;
-      try {
-        const scenario::Scenario rs = prober.load(r.overrides);
-        if (const auto cap = supervisor::missing_capability(rs)) {
-          r.applies = "the worker does not serve `" + *cap + "`";
-          return;
-        }
-        // Note [Keys that never reach the worker]: a rung whose change the
-        // worker never receives would only run the scenario as given again.
-        if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
-          r.applies = std::move(why);
-          return;
-        }
-      } catch (const ScenarioError& e) {
-        r.applies = "not a valid scenario here: " + one_line(e.what());
-        return;
-      }
-      r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
-      r.ran = true;
-    };
-    for (auto& r : rungs) run_rung(r);
+    for (auto& r : rungs) run_rung(prober, r);
     const Rung& full = rungs.back();  // the scenario as given
     const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
     std::vector<Rung> variants = variant_rungs(s, full.probe.analysis.failure.klass);
     if (fails) {
-      for (auto& r : variants) run_rung(r);
+      for (auto& r : variants) run_rung(prober, r);
     }
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:
@@ -506,7 +527,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const kb::FailureClass* full_kb = kb::KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
-    for (auto& r : learning) run_rung(r);
+    for (auto& r : learning) run_rung(prober, r);
     // Compute is done: what the rungs showed, judged by one pure function.
     const Judgement judgement =
         judge_ladder(ladder_of({&rungs, &variants, &learning}, fails ? full_class : "", silent, real));
@@ -545,15 +566,7 @@ int diagnose_command(const DiagnoseOptions& o) {
         resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out)
                                     : std::vector<supervisor::ResolutionCheck>{};
 
-    // Note [An injected failure says so]: a failure an emulated GPU fault
-    // raised (dbh threw the error's text) ranks the hypotheses by how the
-    // emulation behaves; what a real kernel or allocator does only a GPU shows.
-    const std::string emulated = fails && supervisor::emulated_gpu_fault(full.probe.analysis)
-                                     ? "the failure was raised by " + supervisor::injected_faults(full.probe.analysis) +
-                                           "; the hypotheses are ranked by how that emulation behaved on " +
-                                           s.hardware.device + ", and only a run on a GPU shows what a real kernel "
-                                           "does"
-                                     : "";
+    const std::string emulated = fails ? emulation_note(full.probe.analysis, s) : "";
     Diagnosis d;
     d.scenario = o.scenario;
     d.name = s.name;
@@ -574,11 +587,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.emulated = emulated;
     d.probe_count = prober.history().size();
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string md = diagnosis_markdown(d);
-    write_file_atomically((out / "diagnosis.md").string(), md);
-    write_file_atomically((out / "diagnosis.html").string(), report::markdown_page_html("Diagnosis: " + s.name, md));
-    write_file_atomically((out / "diagnosis.json").string(),
-                          diagnosis_json(d).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_diagnosis(d);
     std::cout << diagnosis_summary(d) << std::flush;
     claim->commit();
     return fails ? 1 : 0;

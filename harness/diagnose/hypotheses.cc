@@ -116,140 +116,202 @@ bool is_variant(RungId id) {
 
 }  // namespace
 
-Judgement judge_ladder(const Ladder& ladder) {
-  std::vector<Hypothesis> hyps = declared_hypotheses();
-  auto H = [&](HypothesisId id) -> Hypothesis& {
-    return *std::find_if(hyps.begin(), hyps.end(), [&](const Hypothesis& h) { return h.id == id; });
-  };
-  const RungEvidence none;
-  auto rung = [&](RungId id) -> const RungEvidence& {
-    const RungEvidence* r = ladder.find(id);
-    return r != nullptr ? *r : none;
-  };
-  const bool fails = ladder.kind != FailureKind::kNone;
-  const bool silent = ladder.kind == FailureKind::kSilent;
-  const bool kernel = ladder.kind == FailureKind::kKernel;
-  const bool resources = ladder.kind == FailureKind::kResources;
-  const auto& ops = rung(RungId::kOps);
-  const auto& model_step = rung(RungId::kModelStep);
-  const auto& synth = rung(RungId::kSynthetic);
-  const auto& real0 = rung(RungId::kRealNoWorkers);
-  const auto& realw = rung(RungId::kRealWorkers);
-  const auto& one_run = rung(RungId::kOneRunPerProcess);
-  const auto& learns_synth = rung(RungId::kLearnsSynthetic);
-  const auto& learns_real = rung(RungId::kLearnsReal);
-  const auto& lower_lr = rung(RungId::kLowerLearningRate);
+namespace {
 
-  if (ops.failed()) H(HypothesisId::kDevice).support.push_back(ops.cite());
-  if (ops.passed()) H(HypothesisId::kDevice).refute.push_back(ops.cite());
-  if (synth.passed() && fails) {
-    H(HypothesisId::kData).support.push_back(synth.cite() + " while the scenario fails");
-    H(HypothesisId::kModel).refute.push_back(synth.cite());
+// What each rung and the failure's class say for and against each
+// hypothesis, weighed in a fixed order (the order of the evidence lines).
+class Weighing {
+ public:
+  explicit Weighing(const Ladder& l)
+      : l_(l),
+        hyps_(declared_hypotheses()),
+        fails_(l.kind != FailureKind::kNone),
+        silent_(l.kind == FailureKind::kSilent),
+        kernel_(l.kind == FailureKind::kKernel),
+        resources_(l.kind == FailureKind::kResources) {}
+
+  // The device rung, and the model without the real data.
+  void device_and_synthetic() {
+    const bool fails = fails_, silent = silent_, kernel = kernel_, resources = resources_;
+    const auto& ops = rung(RungId::kOps);
+    const auto& synth = rung(RungId::kSynthetic);
+    if (ops.failed()) H(HypothesisId::kDevice).support.push_back(ops.cite());
+    if (ops.passed()) H(HypothesisId::kDevice).refute.push_back(ops.cite());
+    if (synth.passed() && fails) {
+      H(HypothesisId::kData).support.push_back(synth.cite() + " while the scenario fails");
+      H(HypothesisId::kModel).refute.push_back(synth.cite());
+    }
+    if (synth.failed()) {
+      // A silent failure on synthetic data is a learning question (the
+      // learning rungs), growth across runs is a resource question (the
+      // one-run rung): neither is evidence about the numerics. A sticky CUDA
+      // error whatever the data points at the kernel.
+      if (kernel) {
+        H(HypothesisId::kKernel).support.push_back(synth.cite());
+      } else if (!silent && !resources) {
+        H(HypothesisId::kModel).support.push_back(synth.cite());
+      }
+      H(HypothesisId::kData).refute.push_back(synth.cite() + " (fails without real data)");
+    }
   }
-  if (synth.failed()) {
-    // A silent failure on synthetic data is a learning question (the
-    // learning rungs), growth across runs is a resource question (the
-    // one-run rung): neither is evidence about the numerics. A sticky CUDA
-    // error whatever the data points at the kernel.
+
+  // Note [The learning rung]: a run that stays finite but learns nothing.
+  void silent_failure() {
+    const bool silent = silent_;
+    const auto& learns_synth = rung(RungId::kLearnsSynthetic);
+    const auto& learns_real = rung(RungId::kLearnsReal);
+    if (silent) {
+      H(HypothesisId::kModel).refute.push_back("the run stays finite: the failure class is `" + l_.klass + "`");
+      if (l_.klass == "labels_degenerate" || l_.klass == "input_denormalised") {
+        H(HypothesisId::kLabels).support.push_back("the failure class is `" + l_.klass + "`");
+      }
+      // Flat on synthetic boxes too: the optimizer. Failing there by another
+      // silent check (labels, input, predictions): the label or input
+      // pipeline, whatever the dataset.
+      const bool flat_synth = learns_synth.failed() && learns_synth.klass == "not_learning";
+      if (flat_synth) {
+        H(HypothesisId::kOptimizer).support.push_back(learns_synth.cite());
+        H(HypothesisId::kLabels)
+            .refute.push_back(learns_synth.cite() + " (nothing is learnt without the real labels either)");
+      } else if (learns_synth.failed()) {
+        H(HypothesisId::kLabels)
+            .support.push_back(learns_synth.cite() + " (the pipeline fails the same way without the real data)");
+        H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite() + " (not a flat loss)");
+      }
+      if (learns_synth.passed()) {
+        H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite());
+        if (learns_real.failed() || !l_.real_data) {
+          H(HypothesisId::kLabels).support.push_back(learns_synth.cite() + " while the scenario fails");
+        }
+      }
+      if (learns_real.failed() && learns_synth.passed()) H(HypothesisId::kLabels).support.push_back(learns_real.cite());
+      if (learns_real.passed() && learns_synth.passed()) {
+        H(HypothesisId::kLabels).refute.push_back(learns_real.cite() + " (the loss falls: what fails comes later)");
+      }
+    }
+  }
+
+  // A sticky CUDA error, and the variants that fail with it.
+  void kernel_error() {
+    const bool kernel = kernel_;
     if (kernel) {
-      H(HypothesisId::kKernel).support.push_back(synth.cite());
-    } else if (!silent && !resources) {
-      H(HypothesisId::kModel).support.push_back(synth.cite());
-    }
-    H(HypothesisId::kData).refute.push_back(synth.cite() + " (fails without real data)");
-  }
-  if (silent) {
-    H(HypothesisId::kModel).refute.push_back("the run stays finite: the failure class is `" + ladder.klass + "`");
-    if (ladder.klass == "labels_degenerate" || ladder.klass == "input_denormalised") {
-      H(HypothesisId::kLabels).support.push_back("the failure class is `" + ladder.klass + "`");
-    }
-    // Flat on synthetic boxes too: the optimizer. Failing there by another
-    // silent check (labels, input, predictions): the label or input
-    // pipeline, whatever the dataset.
-    const bool flat_synth = learns_synth.failed() && learns_synth.klass == "not_learning";
-    if (flat_synth) {
-      H(HypothesisId::kOptimizer).support.push_back(learns_synth.cite());
-      H(HypothesisId::kLabels)
-          .refute.push_back(learns_synth.cite() + " (nothing is learnt without the real labels either)");
-    } else if (learns_synth.failed()) {
-      H(HypothesisId::kLabels)
-          .support.push_back(learns_synth.cite() + " (the pipeline fails the same way without the real data)");
-      H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite() + " (not a flat loss)");
-    }
-    if (learns_synth.passed()) {
-      H(HypothesisId::kOptimizer).refute.push_back(learns_synth.cite());
-      if (learns_real.failed() || !ladder.real_data) {
-        H(HypothesisId::kLabels).support.push_back(learns_synth.cite() + " while the scenario fails");
-      }
-    }
-    if (learns_real.failed() && learns_synth.passed()) H(HypothesisId::kLabels).support.push_back(learns_real.cite());
-    if (learns_real.passed() && learns_synth.passed()) {
-      H(HypothesisId::kLabels).refute.push_back(learns_real.cite() + " (the loss falls: what fails comes later)");
-    }
-  }
-  if (kernel) {
-    H(HypothesisId::kKernel).support.push_back("the failure class is `" + ladder.klass + "`, a sticky CUDA error");
-    for (const auto& v : ladder.rungs) {
-      if (is_variant(v.id) && v.failed() && v.klass == ladder.klass) {
-        H(HypothesisId::kKernel).support.push_back(v.cite() + " (the same error)");
+      H(HypothesisId::kKernel).support.push_back("the failure class is `" + l_.klass + "`, a sticky CUDA error");
+      for (const auto& v : l_.rungs) {
+        if (is_variant(v.id) && v.failed() && v.klass == l_.klass) {
+          H(HypothesisId::kKernel).support.push_back(v.cite() + " (the same error)");
+        }
       }
     }
   }
-  // Note [Resources across runs]: "works on the first run, fails on the
-  // second". Each run passing in a fresh process while the runs of one
-  // process fail puts the cause in what the runs leave behind, not in any
-  // one run's values.
-  if (resources) {
-    H(HypothesisId::kResources)
-        .support.push_back("the failure class is `" + ladder.klass + "`: something grows from one run to the next");
-    H(HypothesisId::kModel).refute.push_back("the failure is growth across runs, not a value of one run (`" +
-                                             ladder.klass + "`)");
-  }
-  if (fails && one_run.passed()) {
-    H(HypothesisId::kResources).support.push_back(one_run.cite() + " while the runs together fail");
-  }
-  if (one_run.failed()) {
-    H(HypothesisId::kResources).refute.push_back(one_run.cite() + " (a run fails in a fresh process too)");
-  }
-  if (model_step.failed() && !resources) H(HypothesisId::kModel).support.push_back(model_step.cite());
-  // The same model, loss and data training through at a tenth of the
-  // learning rate: what failed without the real data failed by its updates.
-  if (lower_lr.passed() && (synth.failed() || model_step.failed())) {
-    H(HypothesisId::kModel).refute.push_back(lower_lr.cite() + " (the same model and loss train at a tenth of "
-                                             "the learning rate)");
-  }
-  // Failing on the real data says something about the data only beside the
-  // synthetic rung (a worker without synthetic data has none).
-  if (real0.failed() && !silent && !resources && synth.ran) H(HypothesisId::kData).support.push_back(real0.cite());
-  if (real0.passed() && realw.failed()) {
-    H(HypothesisId::kLoader).support.push_back(real0.cite() + "; " + realw.cite());
-  }
-  if (real0.failed()) H(HypothesisId::kLoader).refute.push_back(real0.cite() + " (fails without workers)");
-  for (const auto& v : ladder.rungs) {
-    if (!is_variant(v.id) || !v.ran) continue;
-    auto& h = H(variant_hypothesis(v.id));
-    (v.passed() ? h.support : h.refute).push_back(v.cite());
-  }
-  if (fails && ladder.memory_exhaustion) {
-    H(HypothesisId::kMemory).support.push_back("the failure class is `" + ladder.klass + "`");
-  }
-  if (fails && ladder.data_invalid) H(HypothesisId::kData).support.push_back("the failure class is `data_invalid`");
-  std::stable_sort(hyps.begin(), hyps.end(),
-                   [](const Hypothesis& a, const Hypothesis& b) { return a.score() > b.score(); });
 
-  Judgement j;
-  j.data_dependent = fails && synth.passed() && ladder.real_data && !silent && !resources;
-  const int top = hyps.front().score();
-  for (const auto& h : hyps) {
-    if (top > 0 && h.score() == top) j.tied.push_back(h.id);
+  // What the runs of one process leave behind.
+  void resources_across_runs() {
+    const bool fails = fails_, resources = resources_;
+    const auto& one_run = rung(RungId::kOneRunPerProcess);
+    // Note [Resources across runs]: "works on the first run, fails on the
+    // second". Each run passing in a fresh process while the runs of one
+    // process fail puts the cause in what the runs leave behind, not in any
+    // one run's values.
+    if (resources) {
+      H(HypothesisId::kResources)
+          .support.push_back("the failure class is `" + l_.klass + "`: something grows from one run to the next");
+      H(HypothesisId::kModel).refute.push_back("the failure is growth across runs, not a value of one run (`" +
+                                               l_.klass + "`)");
+    }
+    if (fails && one_run.passed()) {
+      H(HypothesisId::kResources).support.push_back(one_run.cite() + " while the runs together fail");
+    }
+    if (one_run.failed()) {
+      H(HypothesisId::kResources).refute.push_back(one_run.cite() + " (a run fails in a fresh process too)");
+    }
   }
-  if (j.tied.size() < 2) j.tied.clear();
-  j.conclusion = j.data_dependent            ? "data-dependent"
-                 : !fails                    ? "passes"
-                 : top > 0 && j.tied.empty() ? to_string(hyps.front().id)
-                                             : "unsure";
-  j.ranked = std::move(hyps);
-  return j;
+
+  // The model step, a lower learning rate, the real data with and without workers.
+  void model_data_loader() {
+    const bool silent = silent_, resources = resources_;
+    const auto& model_step = rung(RungId::kModelStep);
+    const auto& synth = rung(RungId::kSynthetic);
+    const auto& real0 = rung(RungId::kRealNoWorkers);
+    const auto& realw = rung(RungId::kRealWorkers);
+    const auto& lower_lr = rung(RungId::kLowerLearningRate);
+    if (model_step.failed() && !resources) H(HypothesisId::kModel).support.push_back(model_step.cite());
+    // The same model, loss and data training through at a tenth of the
+    // learning rate: what failed without the real data failed by its updates.
+    if (lower_lr.passed() && (synth.failed() || model_step.failed())) {
+      H(HypothesisId::kModel).refute.push_back(lower_lr.cite() + " (the same model and loss train at a tenth of "
+                                               "the learning rate)");
+    }
+    // Failing on the real data says something about the data only beside the
+    // synthetic rung (a worker without synthetic data has none).
+    if (real0.failed() && !silent && !resources && synth.ran) H(HypothesisId::kData).support.push_back(real0.cite());
+    if (real0.passed() && realw.failed()) {
+      H(HypothesisId::kLoader).support.push_back(real0.cite() + "; " + realw.cite());
+    }
+    if (real0.failed()) H(HypothesisId::kLoader).refute.push_back(real0.cite() + " (fails without workers)");
+  }
+
+  // Each variant that ran, and what the failure's class says by itself.
+  void variants_and_classes() {
+    const bool fails = fails_;
+    for (const auto& v : l_.rungs) {
+      if (!is_variant(v.id) || !v.ran) continue;
+      auto& h = H(variant_hypothesis(v.id));
+      (v.passed() ? h.support : h.refute).push_back(v.cite());
+    }
+    if (fails && l_.memory_exhaustion) {
+      H(HypothesisId::kMemory).support.push_back("the failure class is `" + l_.klass + "`");
+    }
+    if (fails && l_.data_invalid) H(HypothesisId::kData).support.push_back("the failure class is `data_invalid`");
+  }
+
+  // The ranking and the one conclusion (ties and no evidence are `unsure`).
+  Judgement conclude() {
+    const bool fails = fails_, silent = silent_, resources = resources_;
+    const auto& synth = rung(RungId::kSynthetic);
+    std::stable_sort(hyps_.begin(), hyps_.end(),
+                     [](const Hypothesis& a, const Hypothesis& b) { return a.score() > b.score(); });
+
+    Judgement j;
+    j.data_dependent = fails && synth.passed() && l_.real_data && !silent && !resources;
+    const int top = hyps_.front().score();
+    for (const auto& h : hyps_) {
+      if (top > 0 && h.score() == top) j.tied.push_back(h.id);
+    }
+    if (j.tied.size() < 2) j.tied.clear();
+    j.conclusion = j.data_dependent            ? "data-dependent"
+                   : !fails                    ? "passes"
+                   : top > 0 && j.tied.empty() ? to_string(hyps_.front().id)
+                                               : "unsure";
+    j.ranked = std::move(hyps_);
+    return j;
+  }
+
+ private:
+  Hypothesis& H(HypothesisId id) {
+    return *std::find_if(hyps_.begin(), hyps_.end(), [&](const Hypothesis& h) { return h.id == id; });
+  }
+  const RungEvidence& rung(RungId id) const {
+    const RungEvidence* r = l_.find(id);
+    return r != nullptr ? *r : none_;
+  }
+
+  const Ladder& l_;
+  std::vector<Hypothesis> hyps_;
+  const RungEvidence none_{};
+  const bool fails_, silent_, kernel_, resources_;
+};
+
+}  // namespace
+
+Judgement judge_ladder(const Ladder& ladder) {
+  Weighing w(ladder);
+  w.device_and_synthetic();
+  w.silent_failure();
+  w.kernel_error();
+  w.resources_across_runs();
+  w.model_data_loader();
+  w.variants_and_classes();
+  return w.conclude();
 }
 
 }  // namespace dbh::harness::diagnose

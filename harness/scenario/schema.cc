@@ -406,145 +406,188 @@ std::string resolve_path(const std::string& value, const Value& v) {
   return fs::absolute(fs::path(file).parent_path() / value).lexically_normal().string();
 }
 
-// Checks `x` (written, not null) as `k` says and sets k's member of `s`.
-void read_key(const KeySpec& k, const Value& x, Scenario& s) {
+// The readers of read_key, one per key type: each checks `x` and sets
+// k's member of `s`, or fails naming the key, the place and what was
+// expected.
+void read_int(const KeySpec& k, const Value& x, Scenario& s) {
   const std::string& key = k.key;
+  const int64_t hi = k.hi_key.empty() ? k.hi : member<int64_t>(*find_scenario_key(k.hi_key), s);
+  int64_t v = 0;
+  if (!x.is_scalar() || !parse_int(x.scalar, &v) || v < k.lo || v > hi) {
+    fail(x.loc, key, int_range(k.lo, hi), x.describe());
+  }
+  if (std::holds_alternative<KeyField<uint64_t>>(k.field)) {
+    member<uint64_t>(k, s) = static_cast<uint64_t>(v);
+  } else {
+    member<int64_t>(k, s) = v;
+  }
+}
+
+void read_number(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  double v = 0;
+  if (!x.is_scalar() || !parse_double(x.scalar, &v) || v < k.min || (k.min_open && v == k.min) || v > k.max) {
+    fail(x.loc, key, key_form(k), x.describe());
+  }
+  member<double>(k, s) = v;
+}
+
+void read_bool(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  bool v = false;
+  if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
+  member<bool>(k, s) = v;
+}
+
+void read_string(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_scalar()) fail(x.loc, key, "a string", x.describe());
+  member<std::string>(k, s) = k.type == KeyType::kPath ? resolve_path(x.scalar, x) : x.scalar;
+}
+
+void read_enum(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
+  const auto it = std::find(k.allowed.begin(), k.allowed.end(), x.scalar);
+  if (it == k.allowed.end()) fail(x.loc, key, key_form(k), x.describe() + did_you_mean(x.scalar, k.allowed));
+  set_enum(k, s, static_cast<size_t>(it - k.allowed.begin()));
+}
+
+void read_bytes(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_scalar()) fail(x.loc, key, "a size such as 512MiB", x.describe());
+  const auto b = parse_bytes(x.scalar);
+  if (!b) fail(x.loc, key, key_form(k), x.describe());
+  member<int64_t>(k, s) = *b;
+}
+
+void read_auto_bool(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  auto& m = member<std::optional<bool>>(k, s);
+  if (x.is_scalar() && x.scalar == "auto") {
+    m = std::nullopt;
+    return;
+  }
+  bool v = false;
+  if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
+  m = v;
+}
+
+void read_auto_int(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  auto& m = member<int64_t>(k, s);
+  if (x.is_scalar() && x.scalar == "auto") {
+    m = k.auto_value;
+    return;
+  }
+  int64_t v = 0;
+  if (!x.is_scalar() || !parse_int(x.scalar, &v) || (v != 0 && (v < k.lo || v > k.hi))) {
+    fail(x.loc, key, key_form(k), x.describe());
+  }
+  m = v;
+}
+
+void read_encoder(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
+  // "resnet50" or the bare depth "50".
+  const std::string depth = x.scalar.rfind("resnet", 0) == 0 ? x.scalar.substr(6) : x.scalar;
+  int64_t d = 0;
+  if (!parse_int(depth, &d) ||
+      std::find(k.allowed.begin(), k.allowed.end(), "resnet" + std::to_string(d)) == k.allowed.end()) {
+    fail(x.loc, key, key_form(k), x.describe());
+  }
+  member<int64_t>(k, s) = d;
+}
+
+void read_checks(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  auto& m = member<std::vector<std::string>>(k, s);
+  bool all = false;
+  if (x.is_scalar() && parse_bool(x.scalar, &all)) {
+    m = all ? k.allowed : std::vector<std::string>{};
+    return;
+  }
+  if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+  m.clear();
+  for (const auto& item : x.seq) {
+    if (!item.is_scalar() || std::find(k.allowed.begin(), k.allowed.end(), item.scalar) == k.allowed.end()) {
+      fail(item.loc, key, "one of " + join(k.allowed),
+           item.describe() + (item.is_scalar() ? did_you_mean(item.scalar, k.allowed) : ""));
+    }
+    m.push_back(item.scalar);
+  }
+}
+
+void read_args(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+  auto& m = member<std::vector<std::string>>(k, s);
+  m.clear();
+  for (const auto& item : x.seq) {
+    if (!item.is_scalar() || item.scalar.empty() || item.scalar.find('\0') != std::string::npos) {
+      fail(item.loc, key, "a non-empty string", item.describe());
+    }
+    m.push_back(item.scalar);
+  }
+}
+
+void read_string_map(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_map()) fail(x.loc, key, key_form(k), x.describe());
+  auto& m = member<std::map<std::string, std::string>>(k, s);
+  m.clear();
+  for (const auto& [name, item] : x.map) {
+    if (!item.is_scalar()) fail(item.loc, key + "." + name, "a string", item.describe());
+    m[name] = item.scalar;
+  }
+}
+
+void read_indices(const KeySpec& k, const Value& x, Scenario& s) {
+  const std::string& key = k.key;
+  if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
+  auto& m = member<std::vector<int64_t>>(k, s);
+  m.clear();
+  for (const auto& item : x.seq) {
+    int64_t v = 0;
+    if (!item.is_scalar() || !parse_int(item.scalar, &v) || v < 0) {
+      fail(item.loc, key, "non-negative sample indices", item.describe());
+    }
+    m.push_back(v);
+  }
+}
+
+// Checks `x` (written, not null) as `k` says and sets k's member of `s`:
+// one reader per key type.
+void read_key(const KeySpec& k, const Value& x, Scenario& s) {
   switch (k.type) {
-    case KeyType::kInt: {
-      const int64_t hi = k.hi_key.empty() ? k.hi : member<int64_t>(*find_scenario_key(k.hi_key), s);
-      int64_t v = 0;
-      if (!x.is_scalar() || !parse_int(x.scalar, &v) || v < k.lo || v > hi) {
-        fail(x.loc, key, int_range(k.lo, hi), x.describe());
-      }
-      if (std::holds_alternative<KeyField<uint64_t>>(k.field)) {
-        member<uint64_t>(k, s) = static_cast<uint64_t>(v);
-      } else {
-        member<int64_t>(k, s) = v;
-      }
-      return;
-    }
-    case KeyType::kNumber: {
-      double v = 0;
-      if (!x.is_scalar() || !parse_double(x.scalar, &v) || v < k.min || (k.min_open && v == k.min) || v > k.max) {
-        fail(x.loc, key, key_form(k), x.describe());
-      }
-      member<double>(k, s) = v;
-      return;
-    }
-    case KeyType::kBool: {
-      bool v = false;
-      if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
-      member<bool>(k, s) = v;
-      return;
-    }
+    case KeyType::kInt:
+      return read_int(k, x, s);
+    case KeyType::kNumber:
+      return read_number(k, x, s);
+    case KeyType::kBool:
+      return read_bool(k, x, s);
     case KeyType::kString:
     case KeyType::kPath:
-      if (!x.is_scalar()) fail(x.loc, key, "a string", x.describe());
-      member<std::string>(k, s) = k.type == KeyType::kPath ? resolve_path(x.scalar, x) : x.scalar;
-      return;
-    case KeyType::kEnum: {
-      if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
-      const auto it = std::find(k.allowed.begin(), k.allowed.end(), x.scalar);
-      if (it == k.allowed.end()) fail(x.loc, key, key_form(k), x.describe() + did_you_mean(x.scalar, k.allowed));
-      set_enum(k, s, static_cast<size_t>(it - k.allowed.begin()));
-      return;
-    }
-    case KeyType::kBytes: {
-      if (!x.is_scalar()) fail(x.loc, key, "a size such as 512MiB", x.describe());
-      const auto b = parse_bytes(x.scalar);
-      if (!b) fail(x.loc, key, key_form(k), x.describe());
-      member<int64_t>(k, s) = *b;
-      return;
-    }
-    case KeyType::kAutoBool: {
-      auto& m = member<std::optional<bool>>(k, s);
-      if (x.is_scalar() && x.scalar == "auto") {
-        m = std::nullopt;
-        return;
-      }
-      bool v = false;
-      if (!x.is_scalar() || !parse_bool(x.scalar, &v)) fail(x.loc, key, key_form(k), x.describe());
-      m = v;
-      return;
-    }
-    case KeyType::kAutoInt: {
-      auto& m = member<int64_t>(k, s);
-      if (x.is_scalar() && x.scalar == "auto") {
-        m = k.auto_value;
-        return;
-      }
-      int64_t v = 0;
-      if (!x.is_scalar() || !parse_int(x.scalar, &v) || (v != 0 && (v < k.lo || v > k.hi))) {
-        fail(x.loc, key, key_form(k), x.describe());
-      }
-      m = v;
-      return;
-    }
-    case KeyType::kEncoder: {
-      if (!x.is_scalar()) fail(x.loc, key, key_form(k), x.describe());
-      // "resnet50" or the bare depth "50".
-      const std::string depth = x.scalar.rfind("resnet", 0) == 0 ? x.scalar.substr(6) : x.scalar;
-      int64_t d = 0;
-      if (!parse_int(depth, &d) ||
-          std::find(k.allowed.begin(), k.allowed.end(), "resnet" + std::to_string(d)) == k.allowed.end()) {
-        fail(x.loc, key, key_form(k), x.describe());
-      }
-      member<int64_t>(k, s) = d;
-      return;
-    }
-    case KeyType::kChecks: {
-      auto& m = member<std::vector<std::string>>(k, s);
-      bool all = false;
-      if (x.is_scalar() && parse_bool(x.scalar, &all)) {
-        m = all ? k.allowed : std::vector<std::string>{};
-        return;
-      }
-      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
-      m.clear();
-      for (const auto& item : x.seq) {
-        if (!item.is_scalar() || std::find(k.allowed.begin(), k.allowed.end(), item.scalar) == k.allowed.end()) {
-          fail(item.loc, key, "one of " + join(k.allowed),
-               item.describe() + (item.is_scalar() ? did_you_mean(item.scalar, k.allowed) : ""));
-        }
-        m.push_back(item.scalar);
-      }
-      return;
-    }
-    case KeyType::kArgs: {
-      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
-      auto& m = member<std::vector<std::string>>(k, s);
-      m.clear();
-      for (const auto& item : x.seq) {
-        if (!item.is_scalar() || item.scalar.empty() || item.scalar.find('\0') != std::string::npos) {
-          fail(item.loc, key, "a non-empty string", item.describe());
-        }
-        m.push_back(item.scalar);
-      }
-      return;
-    }
-    case KeyType::kStringMap: {
-      if (!x.is_map()) fail(x.loc, key, key_form(k), x.describe());
-      auto& m = member<std::map<std::string, std::string>>(k, s);
-      m.clear();
-      for (const auto& [name, item] : x.map) {
-        if (!item.is_scalar()) fail(item.loc, key + "." + name, "a string", item.describe());
-        m[name] = item.scalar;
-      }
-      return;
-    }
-    case KeyType::kIndices: {
-      if (!x.is_seq()) fail(x.loc, key, key_form(k), x.describe());
-      auto& m = member<std::vector<int64_t>>(k, s);
-      m.clear();
-      for (const auto& item : x.seq) {
-        int64_t v = 0;
-        if (!item.is_scalar() || !parse_int(item.scalar, &v) || v < 0) {
-          fail(item.loc, key, "non-negative sample indices", item.describe());
-        }
-        m.push_back(v);
-      }
-      return;
-    }
+      return read_string(k, x, s);
+    case KeyType::kEnum:
+      return read_enum(k, x, s);
+    case KeyType::kBytes:
+      return read_bytes(k, x, s);
+    case KeyType::kAutoBool:
+      return read_auto_bool(k, x, s);
+    case KeyType::kAutoInt:
+      return read_auto_int(k, x, s);
+    case KeyType::kEncoder:
+      return read_encoder(k, x, s);
+    case KeyType::kChecks:
+      return read_checks(k, x, s);
+    case KeyType::kArgs:
+      return read_args(k, x, s);
+    case KeyType::kStringMap:
+      return read_string_map(k, x, s);
+    case KeyType::kIndices:
+      return read_indices(k, x, s);
   }
 }
 

@@ -336,213 +336,282 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
 }  // namespace
 
 
-TrialResult run_trial(const TrialSpec& spec) {
-  TrialResult result;
-  const fs::path dir(spec.run_dir);
-  internal::TrialFiles files(dir);
+namespace {
+
+// One trial under supervision (Note [A worker's logs are bounded], Note [A
+// worker's stream is bounded]): the worker's three pipes read as they fill,
+// its deadlines and the stop request checked between reads, and its group
+// ended with it. run_trial drives the steps in order.
+class Supervision {
+ public:
+  Supervision(const TrialSpec& spec, TrialResult& result) : spec_(spec), result_(result), dir_(spec.run_dir), files_(dir_) {}
+
   // The trial's folder and files: none of them is written through a link
-  // someone left in a reused output folder.
-  FdCloser out_log, err_log, journal;
-  try {
-    make_directories_no_follow(spec.run_dir);
-    make_directories_no_follow(files.stage().string());
-    out_log.fd = create_trial_file(files.stage(), "stdout.log");
-    err_log.fd = create_trial_file(files.stage(), "stderr.log");
-    journal.fd = create_trial_file(files.stage(), "events.jsonl");
-  } catch (const Error& e) {
-    result.spawn_error = e.what();
-    return result;
+  // someone left in a reused output folder. False (spawn_error set) when
+  // they cannot be made.
+  bool open_files() {
+    try {
+      make_directories_no_follow(spec_.run_dir);
+      make_directories_no_follow(files_.stage().string());
+      out_log_.fd = create_trial_file(files_.stage(), "stdout.log");
+      err_log_.fd = create_trial_file(files_.stage(), "stderr.log");
+      journal_.fd = create_trial_file(files_.stage(), "events.jsonl");
+    } catch (const Error& e) {
+      result_.spawn_error = e.what();
+      return false;
+    }
+    return true;
   }
-  int fds[2], out_pipe[2], err_pipe[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
-    return result;
+
+  // The event pipe and the two log pipes. False (spawn_error set, nothing
+  // left open) when the system refuses one.
+  bool open_pipes() {
+    if (pipe2(events_, O_CLOEXEC) != 0) {
+      result_.spawn_error = std::string("pipe: ") + std::strerror(errno);
+      return false;
+    }
+    if (!pipe_above_stderr(out_pipe_)) {
+      result_.spawn_error = std::string("pipe: ") + std::strerror(errno);
+      for (int fd : events_) close(fd);
+      return false;
+    }
+    if (!pipe_above_stderr(err_pipe_)) {
+      result_.spawn_error = std::string("pipe: ") + std::strerror(errno);
+      for (int fd : {events_[0], events_[1], out_pipe_[0], out_pipe_[1]}) close(fd);
+      return false;
+    }
+    return true;
   }
-  if (!pipe_above_stderr(out_pipe)) {
-    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
-    close(fds[0]);
-    close(fds[1]);
-    return result;
+
+  // Starts the worker; false (spawn_error set, the trial's files published)
+  // when it could not start.
+  bool spawn() {
+    start_ = Clock::now();
+    token_ = new_trial_token();
+    const int rc = spawn_worker(spec_, token_, out_pipe_[1], err_pipe_[1], events_[1], &pid_);
+    last_event_ = Clock::now();
+    close(events_[1]);
+    close(out_pipe_[1]);  // the worker has its own copies
+    close(err_pipe_[1]);
+    log_pipes_[0] = out_pipe_[0];
+    log_pipes_[1] = err_pipe_[0];
+    logs_[0] = BoundedLog(out_log_.fd, "stdout");
+    logs_[1] = BoundedLog(err_log_.fd, "stderr");
+    if (rc == 0) {
+      g_current_group = pid_;
+      return true;
+    }
+    close_logs();
+    close(events_[0]);
+    close(journal_.fd);
+    journal_.fd = -1;
+    files_.publish(&result_.displaced_files);
+    result_.spawn_error = "cannot start " + spec_.argv[0] + ": " + std::strerror(rc);
+    return false;
   }
-  if (!pipe_above_stderr(err_pipe)) {
-    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
-    for (int fd : {fds[0], fds[1], out_pipe[0], out_pipe[1]}) close(fd);
-    return result;
+
+  // Until the worker has exited and its event pipe is closed: reads what
+  // arrives, then checks the stop request and the deadlines.
+  void watch() {
+    while (!exited_ || pipe_open_) {
+      poll_pipes();
+      if (!exited_ && waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        // Descendants may still hold the pipe: give them a moment, then stop.
+        killpg(pid_, SIGKILL);
+      }
+      if (exited_ && pipe_open_) drain_events();
+      if (!exited_) check_limits();
+    }
+    close(events_[0]);
   }
-  pid_t pid = 0;
-  const auto start = Clock::now();
-  const std::string token = new_trial_token();
-  const int rc = spawn_worker(spec, token, out_pipe[1], err_pipe[1], fds[1], &pid);
-  close(fds[1]);
-  close(out_pipe[1]);  // the worker has its own copies
-  close(err_pipe[1]);
-  // Note [A worker's logs are bounded]: the logs are written here, cut.
-  BoundedLog logs[2] = {BoundedLog(out_log.fd, "stdout"), BoundedLog(err_log.fd, "stderr")};
-  int log_pipes[2] = {out_pipe[0], err_pipe[0]};
-  const auto close_logs = [&] {
-    for (int& fd : log_pipes) {
+
+  // Ends the trial: the logs' last bytes, the group and what left it, the
+  // journal published, and the result's fields read from the exit status.
+  void finish() {
+    drain_logs();
+    close_logs();
+    killpg(pid_, SIGKILL);       // nothing of the trial outlives it
+    kill_token_holders(token_);  // nor what left its group
+    g_current_group = 0;
+    close(journal_.fd);
+    journal_.fd = -1;
+    files_.publish(&result_.displaced_files);
+    // The stop handler TERMs the group itself, so the worker may be gone
+    // before watch() saw the request: a trial that ran into a stop request
+    // is interrupted either way.
+    if (g_stop_signal != 0) result_.interrupted = true;
+    result_.seconds = since(start_);
+    result_.torn_tail = decoder_.pending();
+    if (result_.journal_cut_bytes > 0) {
+      result_.bad_lines.push_back("events.jsonl: the stream's last " + std::to_string(result_.journal_cut_bytes) +
+                                  " bytes were read but not journaled (a trial's journal keeps at most " +
+                                  std::to_string(kMaxJournalBytes) + " bytes)");
+    }
+    if (WIFEXITED(status_)) result_.exit_code = WEXITSTATUS(status_);
+    if (WIFSIGNALED(status_)) result_.term_signal = WTERMSIG(status_);
+    result_.stderr_tail = read_tail(dir_ / "stderr.log", 4096);
+  }
+
+ private:
+  void close_logs() {
+    for (int& fd : log_pipes_) {
       if (fd >= 0) close(fd);
       fd = -1;
     }
-    result.stdout_cut_bytes = logs[0].finish();
-    result.stderr_cut_bytes = logs[1].finish();
-    close(out_log.fd);
-    out_log.fd = -1;
-    close(err_log.fd);
-    err_log.fd = -1;
-  };
-  if (rc != 0) {
-    close_logs();
-    close(fds[0]);
-    close(journal.fd);
-    journal.fd = -1;
-    files.publish(&result.displaced_files);
-    result.spawn_error = "cannot start " + spec.argv[0] + ": " + std::strerror(rc);
-    return result;
+    result_.stdout_cut_bytes = logs_[0].finish();
+    result_.stderr_cut_bytes = logs_[1].finish();
+    close(out_log_.fd);
+    out_log_.fd = -1;
+    close(err_log_.fd);
+    err_log_.fd = -1;
   }
-  g_current_group = pid;
-  proto::StreamDecoder decoder("events.jsonl");
-  const auto on_decoded = [&](proto::Event&& e) {
+
+  void on_decoded(proto::Event&& e) {
     try {
-      if (spec.on_event) spec.on_event(e);
+      if (spec_.on_event) spec_.on_event(e);
     } catch (const std::exception& x) {  // a listener's failure drops its event, as a bad line would
-      if (result.bad_lines.size() < proto::kMaxBadLines) result.bad_lines.push_back(truncate_utf8(x.what(), 2000));
-    }
-  };
-  auto last_event = Clock::now();
-  bool exited = false;
-  int status = 0;
-  bool pipe_open = true;
-  size_t journaled = 0;
-  auto handle_bytes = [&](const char* data, size_t n) {
-    // The first failed write ends the journal (a torn record is not
-    // continued), as a failed stream stays failed.
-    // Note [A worker's stream is bounded]: the journal keeps at most
-    // kMaxJournalBytes; what follows is counted, not written.
-    if (result.journal_error.empty() && (result.journal_cut_bytes > 0 || journaled + n > kMaxJournalBytes)) {
-      result.journal_cut_bytes += static_cast<int64_t>(n);
-    } else if (result.journal_error.empty()) {
-      journaled += n;
-      if (const int err = write_all(journal.fd, data, n); err != 0) {
-        result.journal_error = (dir / "events.jsonl").string() + ": expected a writable file, got a write error (" +
-                               std::strerror(err) + ")";
-      }
-    }
-    decoder.feed(std::string_view(data, n), on_decoded, result.bad_lines);
-    last_event = Clock::now();
-  };
-  auto kill_group = [&](bool graceful) {
-    result.killed_by_supervisor = true;
-    if (graceful) {
-      killpg(pid, SIGTERM);
-      const auto term_at = Clock::now();
-      while (since(term_at) < spec.grace_s) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-          exited = true;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    killpg(pid, SIGKILL);
-    if (!exited) {
-      waitpid(pid, &status, 0);
-      exited = true;
-    }
-  };
-  char buf[65536];
-  // One read of a log pipe that poll found ready: into its log; its end
-  // (or an error) closes it.
-  const auto read_log = [&](int which) {
-    const ssize_t got = read(log_pipes[which], buf, sizeof buf);
-    if (got > 0) {
-      logs[which].write(buf, static_cast<size_t>(got));
-    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-      close(log_pipes[which]);
-      log_pipes[which] = -1;
-    }
-  };
-  while (!exited || pipe_open) {
-    pollfd p[3] = {{pipe_open ? fds[0] : -1, POLLIN, 0}, {log_pipes[0], POLLIN, 0}, {log_pipes[1], POLLIN, 0}};
-    if (poll(p, 3, 100) > 0) {
-      if (pipe_open && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        const ssize_t got = read(fds[0], buf, sizeof buf);
-        if (got > 0) {
-          handle_bytes(buf, static_cast<size_t>(got));
-        } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
-          pipe_open = false;
-        }
-      }
-      for (int which = 0; which < 2; ++which) {
-        if (log_pipes[which] >= 0 && (p[1 + which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
-      }
-    }
-    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      // Descendants may still hold the pipe: give them a moment, then stop.
-      killpg(pid, SIGKILL);
-    }
-    if (exited && pipe_open) {
-      // Drain what is buffered without waiting for stray writers, and for at
-      // most kDrainSeconds: a descendant that left the group and keeps writing
-      // into the pipe never holds the trial past its end.
-      const auto drain_start = Clock::now();
-      while (since(drain_start) < kDrainSeconds) {
-        pollfd d{fds[0], POLLIN, 0};
-        if (poll(&d, 1, 50) <= 0) break;
-        const ssize_t got = read(fds[0], buf, sizeof buf);
-        if (got <= 0) break;
-        handle_bytes(buf, static_cast<size_t>(got));
-      }
-      pipe_open = false;
-    }
-    if (!exited) {
-      if (g_stop_signal != 0) {
-        result.interrupted = true;
-        kill_group(true);
-      } else if (since(start) > spec.deadline_s || since(last_event) > spec.silence_s) {
-        (since(start) > spec.deadline_s ? result.timed_out : result.hung) = true;
-        if (spec.stacks_timeout_s > 0) {
-          const fs::path stacks = dir / "stacks.txt";
-          result.stacks_tool = capture_stacks(pid, stacks, spec.stacks_timeout_s);
-          if (!result.stacks_tool.empty()) result.stacks = read_tail(stacks, 256 * 1024);
-        }
-        kill_group(true);
-      }
+      if (result_.bad_lines.size() < proto::kMaxBadLines) result_.bad_lines.push_back(truncate_utf8(x.what(), 2000));
     }
   }
-  close(fds[0]);
+
+  // Bytes of the event pipe: journaled (at most kMaxJournalBytes; the first
+  // failed write ends the journal, as a failed stream stays failed), then
+  // decoded into events.
+  void handle_bytes(const char* data, size_t n) {
+    if (result_.journal_error.empty() && (result_.journal_cut_bytes > 0 || journaled_ + n > kMaxJournalBytes)) {
+      result_.journal_cut_bytes += static_cast<int64_t>(n);
+    } else if (result_.journal_error.empty()) {
+      journaled_ += n;
+      if (const int err = write_all(journal_.fd, data, n); err != 0) {
+        result_.journal_error = (dir_ / "events.jsonl").string() + ": expected a writable file, got a write error (" +
+                                std::strerror(err) + ")";
+      }
+    }
+    decoder_.feed(std::string_view(data, n), [this](proto::Event&& e) { on_decoded(std::move(e)); },
+                  result_.bad_lines);
+    last_event_ = Clock::now();
+  }
+
+  // One read of a log pipe that poll found ready: into its log; its end (or
+  // an error) closes it.
+  void read_log(int which) {
+    const ssize_t got = read(log_pipes_[which], buf_, sizeof buf_);
+    if (got > 0) {
+      logs_[which].write(buf_, static_cast<size_t>(got));
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      close(log_pipes_[which]);
+      log_pipes_[which] = -1;
+    }
+  }
+
+  void poll_pipes() {
+    pollfd p[3] = {{pipe_open_ ? events_[0] : -1, POLLIN, 0}, {log_pipes_[0], POLLIN, 0}, {log_pipes_[1], POLLIN, 0}};
+    if (poll(p, 3, 100) <= 0) return;
+    if (pipe_open_ && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      const ssize_t got = read(events_[0], buf_, sizeof buf_);
+      if (got > 0) {
+        handle_bytes(buf_, static_cast<size_t>(got));
+      } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+        pipe_open_ = false;
+      }
+    }
+    for (int which = 0; which < 2; ++which) {
+      if (log_pipes_[which] >= 0 && (p[1 + which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
+    }
+  }
+
+  // After the worker exited: what the event pipe holds, without waiting for
+  // stray writers and for at most kDrainSeconds (a descendant that left the
+  // group and keeps writing never holds the trial past its end).
+  void drain_events() {
+    const auto drain_start = Clock::now();
+    while (since(drain_start) < kDrainSeconds) {
+      pollfd d{events_[0], POLLIN, 0};
+      if (poll(&d, 1, 50) <= 0) break;
+      const ssize_t got = read(events_[0], buf_, sizeof buf_);
+      if (got <= 0) break;
+      handle_bytes(buf_, static_cast<size_t>(got));
+    }
+    pipe_open_ = false;
+  }
+
+  // The stop request, the deadline and the silence limit: each ends the
+  // group (TERM, then KILL after the grace period); a hung or late worker's
+  // stacks are taken first.
+  void check_limits() {
+    if (g_stop_signal != 0) {
+      result_.interrupted = true;
+      kill_group();
+    } else if (since(start_) > spec_.deadline_s || since(last_event_) > spec_.silence_s) {
+      (since(start_) > spec_.deadline_s ? result_.timed_out : result_.hung) = true;
+      if (spec_.stacks_timeout_s > 0) {
+        const fs::path stacks = dir_ / "stacks.txt";
+        result_.stacks_tool = capture_stacks(pid_, stacks, spec_.stacks_timeout_s);
+        if (!result_.stacks_tool.empty()) result_.stacks = read_tail(stacks, 256 * 1024);
+      }
+      kill_group();
+    }
+  }
+
+  void kill_group() {
+    result_.killed_by_supervisor = true;
+    killpg(pid_, SIGTERM);
+    const auto term_at = Clock::now();
+    while (since(term_at) < spec_.grace_s) {
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    killpg(pid_, SIGKILL);
+    if (!exited_) {
+      waitpid(pid_, &status_, 0);
+      exited_ = true;
+    }
+  }
+
   // What the logs' pipes still hold, for at most kDrainSeconds: a
   // descendant that keeps one open never holds the trial past its end.
-  const auto drain_logs = Clock::now();
-  while ((log_pipes[0] >= 0 || log_pipes[1] >= 0) && since(drain_logs) < kDrainSeconds) {
-    pollfd p[2] = {{log_pipes[0], POLLIN, 0}, {log_pipes[1], POLLIN, 0}};
-    if (poll(p, 2, 50) <= 0) break;
-    for (int which = 0; which < 2; ++which) {
-      if (log_pipes[which] >= 0 && (p[which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
+  void drain_logs() {
+    const auto drain_start = Clock::now();
+    while ((log_pipes_[0] >= 0 || log_pipes_[1] >= 0) && since(drain_start) < kDrainSeconds) {
+      pollfd p[2] = {{log_pipes_[0], POLLIN, 0}, {log_pipes_[1], POLLIN, 0}};
+      if (poll(p, 2, 50) <= 0) break;
+      for (int which = 0; which < 2; ++which) {
+        if (log_pipes_[which] >= 0 && (p[which].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_log(which);
+      }
     }
   }
-  close_logs();
-  killpg(pid, SIGKILL);  // nothing of the trial outlives it
-  kill_token_holders(token);  // nor what left its group
-  g_current_group = 0;
-  close(journal.fd);
-  journal.fd = -1;
-  files.publish(&result.displaced_files);
-  // The stop handler TERMs the group itself, so the worker may be gone before
-  // the loop above saw the request: a trial that ran into a stop request is
-  // interrupted either way.
-  if (g_stop_signal != 0) result.interrupted = true;
-  result.seconds = since(start);
-  result.torn_tail = decoder.pending();
-  if (result.journal_cut_bytes > 0) {
-    result.bad_lines.push_back("events.jsonl: the stream's last " + std::to_string(result.journal_cut_bytes) +
-                               " bytes were read but not journaled (a trial's journal keeps at most " +
-                               std::to_string(kMaxJournalBytes) + " bytes)");
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
-  result.stderr_tail = read_tail(dir / "stderr.log", 4096);
+
+  const TrialSpec& spec_;
+  TrialResult& result_;
+  const fs::path dir_;
+  internal::TrialFiles files_;
+  FdCloser out_log_, err_log_, journal_;
+  int events_[2] = {-1, -1}, out_pipe_[2] = {-1, -1}, err_pipe_[2] = {-1, -1};
+  int log_pipes_[2] = {-1, -1};
+  BoundedLog logs_[2] = {BoundedLog(-1, "stdout"), BoundedLog(-1, "stderr")};
+  proto::StreamDecoder decoder_{"events.jsonl"};
+  pid_t pid_ = 0;
+  int status_ = 0;
+  bool exited_ = false;
+  bool pipe_open_ = true;
+  size_t journaled_ = 0;
+  std::string token_;
+  Clock::time_point start_, last_event_;
+  char buf_[65536];
+};
+
+}  // namespace
+
+TrialResult run_trial(const TrialSpec& spec) {
+  TrialResult result;
+  Supervision trial(spec, result);
+  if (!trial.open_files() || !trial.open_pipes() || !trial.spawn()) return result;
+  trial.watch();
+  trial.finish();
   return result;
 }
 

@@ -98,11 +98,116 @@ double own_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+// Note [A measurement to trust]: what other processes did to the cores
+// since a reading, from the machine's busy time less this process's own.
+// Others' load competes only beyond the CPUs the candidates left free (a
+// 2-thread candidate on 16 CPUs leaves 14): what is left over is what the
+// timings felt.
+struct LoadReading {
+  double busy, own;
+  int64_t cpus;
+  std::chrono::steady_clock::time_point wall;
+};
+
+LoadReading read_load() {
+  const auto [busy, cpus] = busy_seconds_on_my_cpus();
+  return LoadReading{busy, own_cpu_seconds(), cpus, std::chrono::steady_clock::now()};
+}
+
+std::optional<double> others_since(const LoadReading& start, const proto::Tuning& t) {
+  const LoadReading now = read_load();
+  const double wall = std::chrono::duration<double>(now.wall - start.wall).count();
+  if (start.busy < 0 || now.busy < 0 || start.own < 0 || now.own < 0 || wall <= 0) return std::nullopt;
+  int64_t most_threads = 1;
+  for (const auto& c : t.candidates) most_threads = std::max(most_threads, c.threads);
+  const double spare = static_cast<double>(std::max<int64_t>(0, start.cpus - most_threads));
+  const double others = std::max(0.0, ((now.busy - start.busy) - (now.own - start.own)) / wall);
+  return std::max(0.0, others - spare);
+}
+
+// The candidates of a measurement: one trainer per layout, both built from
+// the same initial weights (Note [One training builder]), and a slot per
+// layout and thread count, in the order of `result.candidates`. A timed step
+// is one micro-batch of a fixed synthetic batch.
+class Candidates {
+ public:
+  Candidates(const scenario::Scenario& s, bool cuda, proto::Tuning& result)
+      : s_(s), cuda_(cuda) {
+    std::vector<bool> layouts = {false, true};
+    if (s.train.channels_last) layouts = {*s.train.channels_last};
+    const auto threads = thread_candidates(s, cuda);
+    for (const bool cl : layouts) {
+      model::DbNet net = make_net(s);
+      trainers_.push_back(std::make_unique<model::Trainer>(
+          net, train_options(s).max_steps(1 << 20).accumulation(1).channels_last(cl)));
+    }
+    batch_ = model::synthetic_boxes_batch(s.data.batch_size, s.data.size, s.data.size, s.train.seed);
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      for (const int64_t t : threads) {
+        slots_.push_back({i, t});
+        proto::Tuning::Candidate c;
+        c.channels_last = layouts[i];
+        c.threads = t;
+        result.candidates.push_back(c);
+      }
+    }
+  }
+
+  int64_t size() const { return static_cast<int64_t>(slots_.size()); }
+
+  // Seconds of one step of candidate `i`.
+  double time_step(size_t i) {
+    const model::BatchSource source = [&](int64_t) { return batch_; };
+    return timed(slots_[i], source);
+  }
+
+  // Note [A measurement's budget]: the full step's seconds estimated from
+  // two batch-1 steps of the first candidate at side `probe` (the first
+  // warms up), the second scaled by pixels; 0 for a setup the probe does not
+  // suit (the full step decides).
+  double estimate_from_probe(int64_t probe) {
+    const model::Batch small = model::synthetic_boxes_batch(1, probe, probe, s_.train.seed);
+    const model::BatchSource source = [&](int64_t) { return small; };
+    double seconds = 0;
+    try {
+      for (int i = 0; i < 2; ++i) seconds = timed(slots_.front(), source);
+    } catch (const std::exception&) {
+      return 0;
+    }
+    return seconds * static_cast<double>(s_.data.size * s_.data.size * s_.data.batch_size) /
+           static_cast<double>(probe * probe);
+  }
+
+ private:
+  struct Slot {
+    size_t trainer;
+    int64_t threads;
+  };
+
+  double timed(const Slot& slot, const model::BatchSource& source) {
+    torch::set_num_threads(static_cast<int>(slot.threads));
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)trainers_[slot.trainer]->step(source);
+    if (cuda_) torch::cuda::synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const scenario::Scenario& s_;
+  const bool cuda_;
+  model::Batch batch_;
+  std::vector<std::unique_ptr<model::Trainer>> trainers_;
+  std::vector<Slot> slots_;
+};
+
 }  // namespace
 
 int tune_main(const std::string& scenario_json, int events_fd, double budget_seconds) {
   proto::EventWriter events(events_fd);
   proto::Tuning result;
+  const auto finish = [&](const char* status) {
+    events.emit(result);
+    events.emit(proto::Done{status, {}});
+  };
   try {
     const scenario::Scenario s = scenario::decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
     const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
@@ -110,104 +215,29 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     result.size = s.data.size;
     result.batch = s.data.batch_size;
     result.precision = model::to_string(s.train.precision);
-    std::vector<bool> layouts = {false, true};
-    if (s.train.channels_last) layouts = {*s.train.channels_last};
-    const auto threads = thread_candidates(s, cuda);
-    // One trainer per layout, both built from the same initial weights
-    // (Note [One training builder]); a timed step is one micro-batch.
-    std::vector<std::unique_ptr<model::Trainer>> trainers;
-    for (const bool cl : layouts) {
-      model::DbNet net = make_net(s);
-      trainers.push_back(std::make_unique<model::Trainer>(
-          net, train_options(s).max_steps(1 << 20).accumulation(1).channels_last(cl)));
-    }
-    const model::Batch batch = model::synthetic_boxes_batch(s.data.batch_size, s.data.size, s.data.size, s.train.seed);
-    const model::BatchSource source = [&](int64_t) { return batch; };
-    struct Slot {
-      size_t trainer;
-      int64_t threads;
-    };
-    std::vector<Slot> slots;
-    for (size_t i = 0; i < layouts.size(); ++i) {
-      for (const int64_t t : threads) {
-        slots.push_back({i, t});
-        proto::Tuning::Candidate c;
-        c.channels_last = layouts[i];
-        c.threads = t;
-        result.candidates.push_back(c);
-      }
-    }
-    auto timed_step = [&](const Slot& slot) {
-      torch::set_num_threads(static_cast<int>(slot.threads));
-      const auto t0 = std::chrono::steady_clock::now();
-      const auto r = trainers[slot.trainer]->step(source);
-      (void)r;
-      if (cuda) torch::cuda::synchronize();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
-    // Warm-up: allocator, oneDNN primitives, cuDNN plans, optimizer state.
+    Candidates candidates(s, cuda, result);
     // Each timed step is reported with the total so far expected (Note [No
     // silent minute]): the most rounds until the warm-up tells how many.
-    const auto n = static_cast<int64_t>(slots.size());
-    // Note [A measurement to trust]: what other processes did to the cores
-    // since `start`, from the machine's busy time less this process's own.
-    // Others' load competes only beyond the CPUs the candidates left free
-    // (a 2-thread candidate on 16 CPUs leaves 14): what is left over is what
-    // the timings felt.
-    struct Reading {
-      double busy, own;
-      int64_t cpus;
-      std::chrono::steady_clock::time_point wall;
-    };
-    auto read_load = [] {
-      const auto [busy, cpus] = busy_seconds_on_my_cpus();
-      return Reading{busy, own_cpu_seconds(), cpus, std::chrono::steady_clock::now()};
-    };
-    auto others_since = [&](const Reading& start) -> std::optional<double> {
-      const Reading now = read_load();
-      const double wall = std::chrono::duration<double>(now.wall - start.wall).count();
-      if (start.busy < 0 || now.busy < 0 || start.own < 0 || now.own < 0 || wall <= 0) return std::nullopt;
-      int64_t most_threads = 1;
-      for (const auto& c : result.candidates) most_threads = std::max(most_threads, c.threads);
-      const double spare = static_cast<double>(std::max<int64_t>(0, start.cpus - most_threads));
-      const double others = std::max(0.0, ((now.busy - start.busy) - (now.own - start.own)) / wall);
-      return std::max(0.0, others - spare);
-    };
-    int64_t done = 0;
-    double warm = 0;
-    const Reading before_warm_up = read_load();
+    const int64_t n = candidates.size();
+    const LoadReading before_warm_up = read_load();
     // Note [A measurement's budget]: a step too long for the budget is seen
-    // at a fraction of its cost: two batch-1 steps at a quarter of the side
-    // (the first warms up), the second scaled by pixels. A step cheaper at
-    // full size than that estimate is still caught after the first one.
+    // at a fraction of its cost; a step cheaper at full size than that
+    // estimate is still caught after the first one.
     if (const int64_t probe = probe_size(s.data.size, s.data.batch_size); probe > 0 && budget_seconds > 0) {
-      const model::Batch small = model::synthetic_boxes_batch(1, probe, probe, s.train.seed);
-      const model::BatchSource small_source = [&](int64_t) { return small; };
-      torch::set_num_threads(static_cast<int>(slots.front().threads));
-      double seconds = 0;
-      try {
-        for (int i = 0; i < 2; ++i) {
-          const auto t0 = std::chrono::steady_clock::now();
-          (void)trainers[slots.front().trainer]->step(small_source);
-          if (cuda) torch::cuda::synchronize();
-          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
-      } catch (const std::exception&) {
-        seconds = 0;  // a setup the probe does not suit: the full step decides
-      }
-      const double estimate = seconds * static_cast<double>(s.data.size * s.data.size * s.data.batch_size) /
-                              static_cast<double>(probe * probe);
+      const double estimate = candidates.estimate_from_probe(probe);
       if (2.0 * static_cast<double>(n) * estimate > kProbeMargin * budget_seconds) {
         result.over_budget_step_seconds = estimate;
         result.over_budget_probe_size = probe;
-        result.others_cores = others_since(before_warm_up);
-        events.emit(result);
-        events.emit(proto::Done{"passed", {}});
+        result.others_cores = others_since(before_warm_up, result);
+        finish("passed");
         return 0;
       }
     }
-    for (const auto& slot : slots) {
-      warm = std::max(warm, timed_step(slot));
+    // Warm-up: allocator, oneDNN primitives, cuDNN plans, optimizer state.
+    int64_t done = 0;
+    double warm = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      warm = std::max(warm, candidates.time_step(static_cast<size_t>(i)));
       ++done;
       // Note [A measurement's budget]: the least measurement warms up and
       // times every candidate once; when the first step says that costs more
@@ -215,9 +245,8 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
       // progress line announcing the rest of a measurement that stops).
       if (done == 1 && budget_seconds > 0 && 2.0 * static_cast<double>(n) * warm > budget_seconds) {
         result.over_budget_step_seconds = warm;
-        result.others_cores = others_since(before_warm_up);
-        events.emit(result);
-        events.emit(proto::Done{"passed", {}});
+        result.others_cores = others_since(before_warm_up, result);
+        finish("passed");
         return 0;
       }
       events.emit(proto::TuningProgress{done, n * (1 + kMaxRounds)});
@@ -225,21 +254,19 @@ int tune_main(const std::string& scenario_json, int events_fd, double budget_sec
     // Interleaved rounds, so that a slower moment of the machine hits every
     // candidate alike; fewer rounds when a step is long.
     const int rounds = warm > 20 ? 1 : warm > 2 ? 2 : kMaxRounds;
-    const Reading before_rounds = read_load();
+    const LoadReading before_rounds = read_load();
     for (int round = 0; round < rounds; ++round) {
-      for (size_t i = 0; i < slots.size(); ++i) {
-        result.candidates[i].seconds.push_back(timed_step(slots[i]));
+      for (int64_t i = 0; i < n; ++i) {
+        result.candidates[static_cast<size_t>(i)].seconds.push_back(candidates.time_step(static_cast<size_t>(i)));
         events.emit(proto::TuningProgress{++done, n * (1 + rounds)});
       }
     }
-    result.others_cores = others_since(before_rounds);
-    events.emit(result);
-    events.emit(proto::Done{"passed", {}});
+    result.others_cores = others_since(before_rounds, result);
+    finish("passed");
     return 0;
   } catch (const std::exception& e) {
     result.error = one_line(message_of(e));
-    events.emit(result);
-    events.emit(proto::Done{"error", {}});
+    finish("error");
     return 1;
   }
 }

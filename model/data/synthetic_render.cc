@@ -226,6 +226,47 @@ void validate(const RenderOptions& o) {
   if (o.max_place_tries < 1) fail("max_place_tries must be >= 1");
 }
 
+// The word's mask, moved by `m` into `roi` of `image`, blended in `colour`.
+void blend_word(cv::Mat& image, const cv::Rect& roi, const cv::Mat& mask, const cv::Matx23d& m,
+                const cv::Scalar& colour) {
+  cv::Matx23d m_roi = m;
+  m_roi(0, 2) -= roi.x;
+  m_roi(1, 2) -= roi.y;
+  cv::Mat alpha;
+  cv::warpAffine(mask, alpha, cv::Mat(m_roi), roi.size(), cv::INTER_LINEAR, cv::BORDER_CONSTANT, cv::Scalar(0));
+  cv::Mat dst = image(roi);
+  for (int y = 0; y < roi.height; ++y) {
+    const uchar* a_row = alpha.ptr<uchar>(y);
+    auto* d_row = dst.ptr<cv::Vec3b>(y);
+    for (int x = 0; x < roi.width; ++x) {
+      if (a_row[x] == 0) continue;
+      const double a = a_row[x] / 255.0;
+      for (int c = 0; c < 3; ++c) {
+        d_row[x][c] = cv::saturate_cast<uchar>(d_row[x][c] * (1.0 - a) + colour[c] * a);
+      }
+    }
+  }
+}
+
+// Sensor noise (a random sigma up to noise_sigma_max) and, with blur_prob,
+// a Gaussian blur, after every word is drawn.
+void add_noise_and_blur(cv::Mat& image, const RenderOptions& options, SampleRng& rng) {
+  if (options.noise_sigma_max > 0) {
+    const double sigma = rng.uniform(0, options.noise_sigma_max);
+    for (int y = 0; y < image.rows; ++y) {
+      uchar* row = image.ptr<uchar>(y);
+      for (int x = 0; x < image.cols * 3; ++x) {
+        row[x] = cv::saturate_cast<uchar>(row[x] + sigma * gaussian(rng));
+      }
+    }
+  }
+  if (options.blur_prob > 0 && rng.uniform(0, 1) < options.blur_prob) {
+    const int k = rng.uniform(0, 1) < 0.5 ? 3 : 5;
+    const double sigma = rng.uniform(0.6, 1.4);
+    cv::GaussianBlur(image, image, cv::Size(k, k), sigma, sigma, cv::BORDER_REFLECT_101);
+  }
+}
+
 }  // namespace
 
 AnnotatedImage render_synthetic_text(uint64_t seed, int64_t index, const RenderOptions& options) {
@@ -305,24 +346,7 @@ AnnotatedImage render_synthetic_text(uint64_t seed, int64_t index, const RenderO
       if (roi.area() == 0) continue;
 
       const cv::Scalar colour = contrasting_colour(cv::mean(out.image(roi)), faint, rng);
-      cv::Matx23d m_roi = m;
-      m_roi(0, 2) -= roi.x;
-      m_roi(1, 2) -= roi.y;
-      cv::Mat alpha;
-      cv::warpAffine(canvas.mask, alpha, cv::Mat(m_roi), roi.size(), cv::INTER_LINEAR,
-                     cv::BORDER_CONSTANT, cv::Scalar(0));
-      cv::Mat dst = out.image(roi);
-      for (int y = 0; y < roi.height; ++y) {
-        const uchar* a_row = alpha.ptr<uchar>(y);
-        auto* d_row = dst.ptr<cv::Vec3b>(y);
-        for (int x = 0; x < roi.width; ++x) {
-          if (a_row[x] == 0) continue;
-          const double a = a_row[x] / 255.0;
-          for (int c = 0; c < 3; ++c) {
-            d_row[x][c] = cv::saturate_cast<uchar>(d_row[x][c] * (1.0 - a) + colour[c] * a);
-          }
-        }
-      }
+      blend_word(out.image, roi, canvas.mask, m, colour);
 
       const double box_thin = std::min(canvas.x1 - canvas.x0, canvas.y1 - canvas.y0);
       TextInstance t;
@@ -334,20 +358,7 @@ AnnotatedImage render_synthetic_text(uint64_t seed, int64_t index, const RenderO
     }
   }
 
-  if (options.noise_sigma_max > 0) {
-    const double sigma = rng.uniform(0, options.noise_sigma_max);
-    for (int y = 0; y < height; ++y) {
-      uchar* row = out.image.ptr<uchar>(y);
-      for (int x = 0; x < width * 3; ++x) {
-        row[x] = cv::saturate_cast<uchar>(row[x] + sigma * gaussian(rng));
-      }
-    }
-  }
-  if (options.blur_prob > 0 && rng.uniform(0, 1) < options.blur_prob) {
-    const int k = rng.uniform(0, 1) < 0.5 ? 3 : 5;
-    const double sigma = rng.uniform(0.6, 1.4);
-    cv::GaussianBlur(out.image, out.image, cv::Size(k, k), sigma, sigma, cv::BORDER_REFLECT_101);
-  }
+  add_noise_and_blur(out.image, options, rng);
   return out;
 }
 
