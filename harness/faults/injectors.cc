@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/faults/dataset_corruption.h"
 #include "harness/gpu/fault_kernels.h"
 #include "model/data/dataset_copy.h"
 #include "model/data/scan.h"
@@ -38,14 +39,19 @@ bool apply_host_memory_cap(int64_t bytes) {
   return setrlimit(RLIMIT_DATA, &lim) == 0;
 }
 
-std::string FaultInjector::cuda_error_text(const std::string& kind) {
-  if (kind == "cudnn_execution_failed") return "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED";
-  if (kind == "illegal_instruction") return "CUDA error: an illegal instruction was encountered";
-  if (kind == "illegal_memory_access") return "CUDA error: an illegal memory access was encountered";
-  if (kind == "cudnn_no_engine") return "FIND was unable to find an engine to execute this computation";
-  if (kind == "cuda_oom") {
-    return "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 11.76 GiB "
-           "of which 1.12 GiB is free.";
+std::string FaultInjector::cuda_error_text(scenario::CudaErrorKind kind) {
+  switch (kind) {
+    case scenario::CudaErrorKind::kCudnnExecutionFailed:
+      return "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED";
+    case scenario::CudaErrorKind::kIllegalInstruction:
+      return "CUDA error: an illegal instruction was encountered";
+    case scenario::CudaErrorKind::kIllegalMemoryAccess:
+      return "CUDA error: an illegal memory access was encountered";
+    case scenario::CudaErrorKind::kCudnnNoEngine:
+      return "FIND was unable to find an engine to execute this computation";
+    case scenario::CudaErrorKind::kCudaOom:
+      return "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 11.76 GiB "
+             "of which 1.12 GiB is free.";
   }
   return "CUDA error: unknown error";
 }
@@ -79,37 +85,39 @@ void FaultInjector::on_teardown() {
   // A framework syncs the device when it tears down; after a real fault the
   // driver answers with the lost context's error itself.
   if (context_lost_) torch::cuda::synchronize();
-  if (poisoned_) throw std::runtime_error(cuda_error_text("illegal_instruction"));
+  if (poisoned_) throw std::runtime_error(cuda_error_text(scenario::CudaErrorKind::kIllegalInstruction));
 }
 
 // See Note [Real GPU faults].
-void FaultInjector::raise_cuda_error(size_t i, const std::string& module, const std::string& kind,
+void FaultInjector::raise_cuda_error(size_t i, const std::string& module, scenario::CudaErrorKind kind,
                                      bool sticky) {
+  using scenario::CudaErrorKind;
   const int index = device_.size() > 5 ? std::stoi(device_.substr(5)) : 0;
-  const bool kernel_kind = kind == "illegal_instruction" || kind == "illegal_memory_access";
+  const std::string& name = scenario::choice_name(kind);
+  const bool kernel_kind = kind == CudaErrorKind::kIllegalInstruction || kind == CudaErrorKind::kIllegalMemoryAccess;
   if (on_cuda() && kernel_kind && gpu::kernels_built()) {
-    const auto r = gpu::launch_fault_kernel(kind == "illegal_instruction"
+    const auto r = gpu::launch_fault_kernel(kind == CudaErrorKind::kIllegalInstruction
                                                 ? gpu::KernelFault::illegal_instruction
                                                 : gpu::KernelFault::illegal_memory_access,
                                             index);
     context_lost_ = r.error_code != 0;
-    fired(i, module, {{"kind", kind}, {"sticky", true}, {"real", true}, {"launched", r.launched},
+    fired(i, module, {{"kind", name}, {"sticky", true}, {"real", true}, {"launched", r.launched},
                       {"cuda_error", r.error_name}, {"cuda_error_text", r.error_text}});
     throw std::runtime_error("CUDA error: " + r.error_text + " (" + r.error_name +
                              ", from dbh's fault kernel launched in " + module + ")");
   }
-  if (on_cuda() && kind == "cuda_oom") {
+  if (on_cuda() && kind == CudaErrorKind::kCudaOom) {
     // Real exhaustion: ask the caching allocator for more than the card has.
     int64_t total = int64_t{1} << 40;
 #ifdef DBH_TORCH_HAS_CUDA
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) total = static_cast<int64_t>(total_b);
 #endif
-    fired(i, module, {{"kind", kind}, {"sticky", false}, {"real", true}, {"bytes", total}});
+    fired(i, module, {{"kind", name}, {"sticky", false}, {"real", true}, {"bytes", total}});
     held_.push_back(torch::empty({total}, torch::TensorOptions().dtype(torch::kUInt8).device(device_)));
     throw std::runtime_error("cuda_oom: an allocation of the card's whole memory succeeded");
   }
-  fired(i, module, {{"kind", kind}, {"sticky", sticky}, {"real", false}});
+  fired(i, module, {{"kind", name}, {"sticky", sticky}, {"real", false}});
   if (sticky) poisoned_ = true;
   throw std::runtime_error(cuda_error_text(kind));
 }
@@ -198,9 +206,11 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
     std::map<std::string, Hooks> r;
     const auto exp_binarization = [](Self& self, size_t i) {
       const auto& f = self.faults_[i];
-      (*self.net_)->set_binarization(model::Binarization::kExp,
-                                     f.get("dtype") == "float32" ? torch::kFloat32 : torch::kFloat16);
-      self.fired(i, "head.binarize", {{"form", "exp"}, {"dtype", f.get("dtype")}});
+      const auto dtype = scenario::choice_param<scenario::BinarizationDtype>(f, "dtype");
+      (*self.net_)->set_binarization(model::Binarization::kExp, dtype == scenario::BinarizationDtype::kFloat32
+                                                                    ? torch::kFloat32
+                                                                    : torch::kFloat16);
+      self.fired(i, "head.binarize", {{"form", "exp"}, {"dtype", scenario::choice_name(dtype)}});
     };
     r["unstable_binarization"].on_model = [exp_binarization](Self& self, size_t i) {
       const auto& f = self.faults_[i];
@@ -218,13 +228,15 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
     };
     r["memory_ballast"].on_start = [](Self& self, size_t i) {
       const auto& f = self.faults_[i];
-      self.hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
-      self.fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"on", f.get("on")}});
+      const auto side = scenario::choice_param<scenario::MemorySide>(f, "on");
+      self.hold_memory(f.get_bytes("bytes"), side == scenario::MemorySide::kHost);
+      self.fired(i, "", {{"bytes", f.get_bytes("bytes")}, {"on", scenario::choice_name(side)}});
     };
     r["memory_ballast"].on_step_begin = [](Self& self, size_t i) {
       const auto& f = self.faults_[i];
       if (!(self.step_ > 0 && self.step_ == f.at_step)) return;
-      self.hold_memory(f.get_bytes("bytes"), f.get("on") == "host");
+      self.hold_memory(f.get_bytes("bytes"),
+                       scenario::choice_param<scenario::MemorySide>(f, "on") == scenario::MemorySide::kHost);
       self.fired(i, "", {{"bytes", f.get_bytes("bytes")}});
     };
     r["leak"].on_step_begin = [](Self& self, size_t i) {
@@ -237,9 +249,15 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       self.fired(i, "", {{"bytes", bytes}, {"retained_total", static_cast<int64_t>(leaked_tensors().size()) * bytes}});
     };
     r["crash"].on_step_begin = [](Self& self, size_t i) {
-      const std::string s = self.faults_[i].get("signal");
-      self.fired(i, "", {{"signal", s}});
-      const int sig = s == "SIGABRT" ? SIGABRT : s == "SIGKILL" ? SIGKILL : s == "SIGBUS" ? SIGBUS : SIGSEGV;
+      const auto which = scenario::choice_param<scenario::CrashSignal>(self.faults_[i], "signal");
+      self.fired(i, "", {{"signal", scenario::choice_name(which)}});
+      int sig = SIGSEGV;
+      switch (which) {
+        case scenario::CrashSignal::kSegv: sig = SIGSEGV; break;
+        case scenario::CrashSignal::kAbrt: sig = SIGABRT; break;
+        case scenario::CrashSignal::kKill: sig = SIGKILL; break;
+        case scenario::CrashSignal::kBus: sig = SIGBUS; break;
+      }
       signal(sig, SIG_DFL);
       raise(sig);
     };
@@ -250,7 +268,10 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
 
     r["cuda_error"].on_enter = [](Self& self, size_t i, const std::string& module) {
       const auto& f = self.faults_[i];
-      if (f.get("module") == module) self.raise_cuda_error(i, module, f.get("kind"), f.get_bool("sticky"));
+      if (f.get("module") == module) {
+        self.raise_cuda_error(i, module, scenario::choice_param<scenario::CudaErrorKind>(f, "kind"),
+                              f.get_bool("sticky"));
+      }
     };
     r["nan_activation"].on_output = [](Self& self, size_t i, const std::string& module, torch::Tensor& output) {
       if (self.faults_[i].get("module") != module) return;
@@ -272,11 +293,15 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       Hooks::poison(self, i, b, b.image, "image", std::numeric_limits<float>::infinity());
     };
     r["nan_label"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
-      const std::string m = self.faults_[i].get("map");
-      const torch::Tensor target = m == "gt_shrink"        ? b.targets.gt_shrink
-                                   : m == "gt_shrink_mask" ? b.targets.gt_shrink_mask
-                                   : m == "gt_thresh_mask" ? b.targets.gt_thresh_mask
-                                                           : b.targets.gt_thresh;
+      const auto map = scenario::choice_param<scenario::LabelMap>(self.faults_[i], "map");
+      torch::Tensor target;
+      switch (map) {
+        case scenario::LabelMap::kGtShrink: target = b.targets.gt_shrink; break;
+        case scenario::LabelMap::kGtShrinkMask: target = b.targets.gt_shrink_mask; break;
+        case scenario::LabelMap::kGtThresh: target = b.targets.gt_thresh; break;
+        case scenario::LabelMap::kGtThreshMask: target = b.targets.gt_thresh_mask; break;
+      }
+      const std::string& m = scenario::choice_name(map);
       Hooks::poison(self, i, b, target, m, std::numeric_limits<float>::quiet_NaN());
     };
     r["nondeterminism"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t micro) {
@@ -298,19 +323,23 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       self.fired(i, "", {{"seconds", seconds}});
     };
     r["wrong_normalisation"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
-      const std::string kind = self.faults_[i].get("kind");
+      const auto kind = scenario::choice_param<scenario::Normalisation>(self.faults_[i], "kind");
       for (int64_t c = 0; c < 3 && c < b.image.size(1); ++c) {
         auto channel = b.image.select(1, c);
         const double mean = model::kImageNetMean[c], std = model::kImageNetStd[c];
-        if (kind == "black") {
-          channel.fill_((0.0 - mean) / std);
-        } else if (kind == "saturated") {
-          channel.fill_((1.0 - mean) / std);
-        } else {  // unnormalised: the 8-bit pixel values, neither scaled to [0, 1] nor normalised
-          channel.mul_(std).add_(mean).mul_(255.0);
+        switch (kind) {
+          case scenario::Normalisation::kBlack:
+            channel.fill_((0.0 - mean) / std);
+            break;
+          case scenario::Normalisation::kSaturated:
+            channel.fill_((1.0 - mean) / std);
+            break;
+          case scenario::Normalisation::kUnnormalised:  // the 8-bit pixel values, neither scaled nor normalised
+            channel.mul_(std).add_(mean).mul_(255.0);
+            break;
         }
       }
-      self.fired(i, "", {{"kind", kind}});
+      self.fired(i, "", {{"kind", scenario::choice_name(kind)}});
     };
     r["label_shift"].on_batch = [](Self& self, size_t i, model::Batch& b, int64_t) {
       auto& t = b.targets;
@@ -393,9 +422,11 @@ const std::map<std::string, FaultInjector::Hooks>& FaultInjector::Hooks::registr
       const auto& f = self.faults_[i];
       if (site.source != scenario::DataSource::kReal) return;  // synthetic data has no files to break
       const std::string copy = (fs::path(site.run_dir) / "data").string();
-      const std::string file = corrupt_dataset_copy(site.path, copy, f.get_int("sample"), f.get("kind"));
+      const auto kind = scenario::choice_param<scenario::SampleCorruption>(f, "kind");
+      const std::string file = corrupt_dataset_copy(site.path, copy, f.get_int("sample"), kind);
       site.path = copy;
-      self.fired(i, "", {{"sample", f.get_int("sample")}, {"file", file}, {"kind", f.get("kind")}, {"copy", copy}});
+      self.fired(i, "", {{"sample", f.get_int("sample")}, {"file", file}, {"kind", scenario::choice_name(kind)},
+                         {"copy", copy}});
     };
     r["broken_postprocess"].on_validation = [](Self& self, size_t i, int64_t step_taken,
                                                model::PostprocessOptions& pp) {
@@ -477,7 +508,7 @@ void FaultInjector::on_start() {
 
 void FaultInjector::on_enter(const std::string& name) {
   if (poisoned_) {
-    throw std::runtime_error(cuda_error_text("illegal_instruction") +
+    throw std::runtime_error(cuda_error_text(scenario::CudaErrorKind::kIllegalInstruction) +
                              " (CUDA context unusable after an earlier error)");
   }
   for (size_t i = 0; i < faults_.size(); ++i) {
@@ -518,75 +549,6 @@ void FaultInjector::on_before_optimizer(int64_t step, model::DbNet& net) {
   for (size_t i = 0; i < faults_.size(); ++i) {
     if (hooks_[i]->on_before_optimizer && fires(i)) hooks_[i]->on_before_optimizer(*this, i, net);
   }
-}
-
-namespace {
-
-// `path` as a file corrupt_sample may change: a plain file (no link) whose
-// real location is inside `copy_root` (canonical), made writable. Anything
-// else is refused before a byte is written.
-fs::path writable_copy_file(const fs::path& path, const fs::path& copy_root) {
-  std::error_code ec;
-  const fs::file_status own = fs::symlink_status(path, ec);
-  const fs::path real = fs::canonical(path, ec);
-  std::string got;
-  if (ec) {
-    got = "none";
-  } else if (!fs::is_regular_file(own)) {
-    got = fs::is_symlink(own) ? "a link to " + real.string() : std::string("something that is not a plain file");
-  } else if (!model::is_inside(real, copy_root)) {
-    got = "a file outside it, at " + real.string();
-  }
-  if (!got.empty()) {
-    throw std::runtime_error("corrupt_sample: " + path.string() + ": expected a file inside the copy " +
-                             copy_root.string() + ", got " + got);
-  }
-  fs::permissions(real, fs::perms::owner_write, fs::perm_options::add, ec);
-  return real;
-}
-
-}  // namespace
-
-std::string corrupt_dataset_copy(const std::string& src, const std::string& dst, int64_t index,
-                                 const std::string& kind) {
-  model::copy_dataset(src, dst);
-  const fs::path root = fs::canonical(dst);
-  // Indices as the scenario and data.subset count them: every listed image.
-  const auto scan = model::scan_dataset(dst, model::OnInvalid::kError, {}, /*check_images=*/false);
-  if (index < 0 || index >= static_cast<int64_t>(scan.images.size())) {
-    throw std::runtime_error("corrupt_sample: sample " + std::to_string(index) +
-                             " does not exist (the dataset has " +
-                             std::to_string(scan.images.size()) + " samples)");
-  }
-  const std::string file = scan.images[static_cast<size_t>(index)].file;
-  if (kind == "truncate_image" || kind == "zero_byte_image") {
-    const fs::path image = writable_copy_file(model::image_path(dst, file), root);
-    const auto size = fs::file_size(image);
-    fs::resize_file(image, kind == "zero_byte_image" ? 0 : size / 3);
-    return file;
-  }
-  // Annotation corruptions edit the UFO JSON of that image.
-  const fs::path ann = fs::path(dst) / "annotations.json";
-  if (!fs::exists(ann)) throw std::runtime_error("corrupt_sample: " + kind + " needs UFO annotations");
-  const fs::path writable = writable_copy_file(ann, root);
-  nlohmann::json j;
-  {
-    std::ifstream in(writable);
-    j = nlohmann::json::parse(in);
-  }
-  auto& words = j["images"][file]["words"];
-  if (words.empty()) throw std::runtime_error("corrupt_sample: " + file + " has no words to corrupt");
-  auto& points = words.begin().value()["points"];
-  if (kind == "nan_coordinate") {
-    points[0][0] = "NaN";
-  } else {  // duplicate_vertices: every vertex the same point
-    for (auto& p : points) p = points[0];
-  }
-  std::ofstream out(writable);
-  out << j.dump(1);
-  out.close();
-  if (!out) throw std::runtime_error("corrupt_sample: " + writable.string() + ": cannot write");
-  return file;
 }
 
 }  // namespace dbh::harness::faults

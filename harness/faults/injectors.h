@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "harness/scenario/fault_choices.h"
 #include "harness/scenario/scenario.h"
 #include "harness/proto/event_writer.h"
 #include "model/eval/postprocess.h"
@@ -50,7 +51,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   void on_before_optimizer(int64_t step, model::DbNet& net) override;
 
   /// The error text CUDA/cuDNN print for `kind`.
-  static std::string cuda_error_text(const std::string& kind);
+  static std::string cuda_error_text(scenario::CudaErrorKind kind);
   /// Whether fault `name` has an entry in the registry (Note [Fault registry]
   /// in injectors.cc); the constructor throws std::logic_error for a fault
   /// without one.
@@ -69,7 +70,7 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   bool on_cuda() const;
   /// The `cuda_error` fault: real on a CUDA device where it can be, else the
   /// error's text (Note [Real GPU faults] in harness/gpu/fault_kernels.h).
-  [[noreturn]] void raise_cuda_error(size_t i, const std::string& module, const std::string& kind,
+  [[noreturn]] void raise_cuda_error(size_t i, const std::string& module, scenario::CudaErrorKind kind,
                                      bool sticky);
 
   std::vector<scenario::FaultConfig> faults_;
@@ -86,11 +87,6 @@ class FaultInjector : public model::TrainerListener, public model::ModuleObserve
   std::vector<torch::Tensor> held_;
   std::vector<std::vector<char>> host_held_;
 };
-
-/// Applies a corrupt_sample fault: copies the dataset at `src` to `dst` and
-/// breaks sample `index` (in scan order). Returns the file it broke.
-std::string corrupt_dataset_copy(const std::string& src, const std::string& dst, int64_t index,
-                                 const std::string& kind);
 
 /// Tensors retained across in-process runs by the `leak` fault.
 std::vector<torch::Tensor>& leaked_tensors();

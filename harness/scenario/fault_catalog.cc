@@ -1,8 +1,11 @@
 #include "harness/scenario/fault_catalog.h"
 
+#include "harness/scenario/fault_choices.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "harness/common/text.h"
 #include "harness/scenario/scenario.h"
@@ -223,9 +226,57 @@ const std::vector<ParamSpec>& schedule_params() {
   return kParams;
 }
 
+const std::vector<std::string>& choice_names(BinarizationDtype) {
+  static const std::vector<std::string> n = {"float16", "float32"};
+  return n;
+}
+const std::vector<std::string>& choice_names(MemorySide) {
+  static const std::vector<std::string> n = {"device", "host"};
+  return n;
+}
+const std::vector<std::string>& choice_names(CudaErrorKind) {
+  static const std::vector<std::string> n = {"cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
+                                             "cudnn_no_engine", "cuda_oom"};
+  return n;
+}
+const std::vector<std::string>& choice_names(CrashSignal) {
+  static const std::vector<std::string> n = {"SIGSEGV", "SIGABRT", "SIGKILL", "SIGBUS"};
+  return n;
+}
+const std::vector<std::string>& choice_names(SampleCorruption) {
+  static const std::vector<std::string> n = {"truncate_image", "zero_byte_image", "nan_coordinate",
+                                             "duplicate_vertices"};
+  return n;
+}
+const std::vector<std::string>& choice_names(Normalisation) {
+  static const std::vector<std::string> n = {"black", "saturated", "unnormalised"};
+  return n;
+}
+const std::vector<std::string>& choice_names(LabelMap) {
+  static const std::vector<std::string> n = {"gt_shrink", "gt_shrink_mask", "gt_thresh", "gt_thresh_mask"};
+  return n;
+}
+
+size_t internal::choice_index(const FaultConfig& f, const std::string& key, const std::vector<std::string>& names) {
+  const FaultSpec* spec = find_fault(f.name);
+  const ParamSpec* param = nullptr;
+  if (spec != nullptr) {
+    for (const auto& q : spec->params) {
+      if (q.name == key) param = &q;
+    }
+  }
+  if (param == nullptr || param->allowed != names) {
+    throw std::logic_error("fault " + f.name + ": parameter " + key + " is not a choice its catalog entry declares");
+  }
+  const std::string& text = f.get(key);
+  const auto it = std::find(names.begin(), names.end(), text);
+  if (it == names.end()) {
+    throw std::logic_error("fault " + f.name + ": parameter " + key + " (\"" + text + "\") is none of its choices");
+  }
+  return static_cast<size_t>(it - names.begin());
+}
+
 const std::vector<FaultSpec>& fault_catalog() {
-  const std::vector<std::string> kMaps = {"gt_shrink", "gt_shrink_mask", "gt_thresh",
-                                          "gt_thresh_mask"};
   static const std::vector<FaultSpec> kCatalog = {
       {"nan_input", "NaN pixels in the input batch",
        {{"sample", ParamType::kInt, false, "0", {}, "sample of the batch"},
@@ -237,7 +288,7 @@ const std::vector<FaultSpec>& fault_catalog() {
        false, false, check_batch_pixels},
       {"nan_label", "NaN in a label map of the batch",
        {{"sample", ParamType::kInt, false, "0", {}, "sample of the batch"},
-        {"map", ParamType::kString, false, "gt_thresh", kMaps, "which map"},
+        {"map", ParamType::kString, false, "gt_thresh", choice_names(LabelMap{}), "which map"},
         {"count", ParamType::kInt, false, "16", {}, "pixels set"}},
        false, false, check_batch_pixels},
       {"nan_activation", "replace a named module's forward output with NaN",
@@ -255,7 +306,7 @@ const std::vector<FaultSpec>& fault_catalog() {
        false, false, check_nan_gradient},
       {"unstable_binarization",
        "switch the head to the exp form 1/(1+exp(-k(P-T))), evaluated in the given dtype",
-       {{"dtype", ParamType::kString, false, "float16", {"float16", "float32"}, ""}}},
+       {{"dtype", ParamType::kString, false, "float16", choice_names(BinarizationDtype{}), ""}}},
       {"loss_scale_overflow", "multiply the loss by a factor that overflows it, as an fp16 "
                               "loss scale does",
        {{"factor", ParamType::kDouble, false, "1e39", {}, ""}},
@@ -268,13 +319,13 @@ const std::vector<FaultSpec>& fault_catalog() {
        "(the dataset itself is never written; a link out of the dataset folder stops the copy)",
        {{"sample", ParamType::kInt, true, "", {}, "dataset index"},
         {"kind", ParamType::kString, false, "truncate_image",
-         {"truncate_image", "zero_byte_image", "nan_coordinate", "duplicate_vertices"},
+         choice_names(SampleCorruption{}),
          "what to break: keep the first third of the image file, empty it, or set the first "
          "word's first x to NaN / all its vertices to its first (UFO annotations)"}},
        false, /*before_training=*/true, check_corrupt_sample},
       {"memory_ballast", "hold extra memory on the device or host",
        {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 512MiB"},
-        {"on", ParamType::kString, false, "device", {"device", "host"}, ""}}},
+        {"on", ParamType::kString, false, "device", choice_names(MemorySide{}), ""}}},
       {"memory_cap", "a memory budget for the worker (host address space on CPU, the "
                      "allocator's limit on CUDA)",
        {{"bytes", ParamType::kBytes, true, "", {}, "e.g. 2GiB"}},
@@ -283,14 +334,13 @@ const std::vector<FaultSpec>& fault_catalog() {
                      "illegal_memory_access launch a kernel that really faults and cuda_oom really "
                      "exhausts the allocator; otherwise the error's text is raised (reported as emulated)",
        {{"kind", ParamType::kString, true, "",
-         {"cudnn_execution_failed", "illegal_instruction", "illegal_memory_access",
-          "cudnn_no_engine", "cuda_oom"},
+         choice_names(CudaErrorKind{}),
          ""},
         {"module", ParamType::kModule, false, "decoder.fusion", {}, ""},
         {"sticky", ParamType::kBool, false, "false", {},
          "every later CUDA call in the process fails, as with a corrupted context"}}},
       {"crash", "kill the worker with a signal at a step",
-       {{"signal", ParamType::kString, false, "SIGSEGV", {"SIGSEGV", "SIGABRT", "SIGKILL", "SIGBUS"},
+       {{"signal", ParamType::kString, false, "SIGSEGV", choice_names(CrashSignal{}),
          ""}}},
       {"hang", "stop making progress at a step (no events, no exit)", {}},
       {"broken_postprocess",
@@ -330,7 +380,7 @@ const std::vector<FaultSpec>& fault_catalog() {
        "the image reaches the model wrongly normalised: black (every pixel 0 before the ImageNet "
        "normalisation), saturated (every pixel 255), or unnormalised (the raw 0-255 pixel values) "
        "(from at_step on)",
-       {{"kind", ParamType::kString, false, "black", {"black", "saturated", "unnormalised"}, ""}},
+       {{"kind", ParamType::kString, false, "black", choice_names(Normalisation{}), ""}},
        true},
       {"lr_freeze", "set the learning rate to 0 (through the optimizer hook lr_spike uses; from at_step on)", {}, true},
       {"label_swap",

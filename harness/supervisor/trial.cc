@@ -24,6 +24,7 @@
 #include "harness/common/files.h"
 #include "harness/common/text.h"
 #include "harness/supervisor/outcome.h"
+#include "harness/supervisor/stacks.h"
 #include "harness/supervisor/trial_files.h"
 
 extern char** environ;
@@ -63,62 +64,6 @@ namespace {
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// An executable named `name` on this process's PATH, or "" (find_program).
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  return find_program(name, path != nullptr ? std::optional<std::string>(path) : std::nullopt, "/");
-}
-
-// Note [Stacks of a hung worker]: "hung at step 7" is only half an answer;
-// where it hung is the other half. Before the watchdog stops a worker, every
-// thread's stack is taken with eu-stack (elfutils) or gdb, whichever is
-// installed, into `file`, in a process group of its own with a time limit.
-// The worker allowed it with PR_SET_PTRACER (die_with_supervisor). Returns
-// the tool used ("" when none is installed or it could not attach).
-std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
-  std::vector<std::string> argv;
-  std::string tool;
-  if (const auto eu = find_on_path("eu-stack"); !eu.empty()) {
-    tool = "eu-stack";
-    argv = {eu, "-p", std::to_string(pid)};
-  } else if (const auto gdb = find_on_path("gdb"); !gdb.empty()) {
-    tool = "gdb";
-    argv = {gdb, "-p", std::to_string(pid), "-batch", "-nx", "-q", "-ex", "set pagination off",
-            "-ex", "thread apply all bt 40"};
-  } else {
-    return {};
-  }
-  const int fd = create_file_no_follow(file.string());
-  if (fd < 0) return {};
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    setpgid(0, 0);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    const int null_in = open("/dev/null", O_RDONLY);
-    if (null_in >= 0) dup2(null_in, STDIN_FILENO);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fd);
-  if (child < 0) return {};
-  const auto t0 = Clock::now();
-  int status = 0;
-  while (waitpid(child, &status, WNOHANG) == 0) {
-    if (since(t0) > timeout_s || g_stop_signal != 0) {
-      killpg(child, SIGKILL);
-      waitpid(child, &status, 0);
-      return {};
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? tool : std::string();
 }
 
 std::string read_tail(const fs::path& path, size_t max_bytes) {
@@ -547,7 +492,7 @@ class Supervision {
       (since(start_) > spec_.deadline_s ? result_.timed_out : result_.hung) = true;
       if (spec_.stacks_timeout_s > 0) {
         const fs::path stacks = dir_ / "stacks.txt";
-        result_.stacks_tool = capture_stacks(pid_, stacks, spec_.stacks_timeout_s);
+        result_.stacks_tool = internal::capture_stacks(pid_, stacks, spec_.stacks_timeout_s);
         if (!result_.stacks_tool.empty()) result_.stacks = read_tail(stacks, 256 * 1024);
       }
       kill_group();

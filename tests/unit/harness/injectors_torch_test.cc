@@ -729,7 +729,10 @@ TEST_F(FaultInjectorTest, UnstableBinarizationSwitchesTheHead) {
 TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
   for (const auto& p : scenario::find_fault("cuda_error")->params) {
     if (p.name != "kind") continue;
-    for (const auto& kind : p.allowed) {
+    for (size_t k = 0; k < p.allowed.size(); ++k) {
+      const std::string& kind = p.allowed[k];
+      const auto value = static_cast<scenario::CudaErrorKind>(k);
+      EXPECT_EQ(scenario::choice_name(value), kind);
       faults::FaultInjector& inj = arm_one("name: cuda_error, at_step: 1, kind: " + kind);  // in decoder.fusion
       inj.on_step_begin(0);
       EXPECT_NO_THROW(inj.on_enter("decoder.fusion"));
@@ -739,7 +742,7 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
         inj.on_enter("decoder.fusion");
         ADD_FAILURE() << kind << ": no error";
       } catch (const std::runtime_error& e) {
-        EXPECT_EQ(std::string(e.what()), faults::FaultInjector::cuda_error_text(kind));
+        EXPECT_EQ(std::string(e.what()), faults::FaultInjector::cuda_error_text(value));
       }
       // Not sticky: the next module, and the teardown, work.
       EXPECT_NO_THROW(inj.on_enter("head.prob.conv")) << kind;
@@ -749,8 +752,8 @@ TEST_F(FaultInjectorTest, CudaErrorOnTheCpuRaisesTheErrorsText) {
       EXPECT_EQ(fired().back().module, "decoder.fusion");
       EXPECT_EQ(fired().back().detail, (json{{"kind", kind}, {"sticky", false}, {"real", false}}));
       // Each kind has its own text, which the knowledge base classifies.
-      EXPECT_EQ(faults::FaultInjector::cuda_error_text(kind).find("unknown error"), std::string::npos) << kind;
-      EXPECT_NE(kb::KnowledgeBase::shipped().match_message(faults::FaultInjector::cuda_error_text(kind)), nullptr) << kind;
+      EXPECT_EQ(faults::FaultInjector::cuda_error_text(value).find("unknown error"), std::string::npos) << kind;
+      EXPECT_NE(kb::KnowledgeBase::shipped().match_message(faults::FaultInjector::cuda_error_text(value)), nullptr) << kind;
     }
   }
 }

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "harness/common/error.h"
+#include "harness/scenario/fault_catalog.h"
+#include "harness/scenario/fault_choices.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "harness/common/value.h"
@@ -155,6 +157,50 @@ TEST_F(ScenarioFiles, FaultParametersGetTheirCatalogDefaults) {
   EXPECT_FALSE(s.faults[1].fires_at(4, 1));
   EXPECT_DOUBLE_EQ(s.faults[2].get_double("seconds"), 0.25);
   EXPECT_THROW(s.faults[2].get("nothing"), std::logic_error);  // not declared: a bug, never ""
+}
+
+// A choice parameter reads as its enum; the enum's names are the catalog's
+// allowed values, in order, for every choice; a parameter that is not that
+// choice is a bug, never a default.
+TEST_F(ScenarioFiles, FaultChoiceParametersReadAsTheirEnums) {
+  const scenario::Scenario s = scenario::load_scenario(write("f.yaml",
+                                         "faults:\n  - name: crash\n    signal: SIGBUS\n"
+                                         "  - name: memory_ballast\n    bytes: 1MiB\n    on: host\n"
+                                         "  - name: wrong_normalisation\n"));
+  ASSERT_EQ(s.faults.size(), 3u);
+  EXPECT_EQ(scenario::choice_param<scenario::CrashSignal>(s.faults[0], "signal"), scenario::CrashSignal::kBus);
+  EXPECT_EQ(scenario::choice_param<scenario::MemorySide>(s.faults[1], "on"), scenario::MemorySide::kHost);
+  EXPECT_EQ(scenario::choice_param<scenario::Normalisation>(s.faults[2], "kind"), scenario::Normalisation::kBlack);
+  EXPECT_EQ(scenario::choice_name(scenario::MemorySide::kHost), "host");
+  // Read as another choice, or as a parameter that is no choice: a bug.
+  EXPECT_THROW(scenario::choice_param<scenario::MemorySide>(s.faults[0], "signal"), std::logic_error);
+  EXPECT_THROW(scenario::choice_param<scenario::MemorySide>(s.faults[1], "bytes"), std::logic_error);
+  EXPECT_THROW(scenario::choice_param<scenario::MemorySide>(s.faults[1], "of"), std::logic_error);
+  const auto allowed = [](const char* fault, const char* param) {
+    for (const auto& p : scenario::find_fault(fault)->params) {
+      if (p.name == param) return p.allowed;
+    }
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(allowed("unstable_binarization", "dtype"), scenario::choice_names(scenario::BinarizationDtype{}));
+  EXPECT_EQ(allowed("memory_ballast", "on"), scenario::choice_names(scenario::MemorySide{}));
+  EXPECT_EQ(allowed("cuda_error", "kind"), scenario::choice_names(scenario::CudaErrorKind{}));
+  EXPECT_EQ(allowed("crash", "signal"), scenario::choice_names(scenario::CrashSignal{}));
+  EXPECT_EQ(allowed("corrupt_sample", "kind"), scenario::choice_names(scenario::SampleCorruption{}));
+  EXPECT_EQ(allowed("wrong_normalisation", "kind"), scenario::choice_names(scenario::Normalisation{}));
+  EXPECT_EQ(allowed("nan_label", "map"), scenario::choice_names(scenario::LabelMap{}));
+  // Every string parameter with a fixed set of values is one of these choices.
+  std::set<std::vector<std::string>> choices = {
+      scenario::choice_names(scenario::BinarizationDtype{}), scenario::choice_names(scenario::MemorySide{}),
+      scenario::choice_names(scenario::CudaErrorKind{}),     scenario::choice_names(scenario::CrashSignal{}),
+      scenario::choice_names(scenario::SampleCorruption{}),  scenario::choice_names(scenario::Normalisation{}),
+      scenario::choice_names(scenario::LabelMap{})};
+  for (const auto& f : scenario::fault_catalog()) {
+    for (const auto& p : f.params) {
+      if (p.allowed.empty()) continue;
+      EXPECT_EQ(choices.count(p.allowed), 1u) << f.name << "." << p.name;
+    }
+  }
 }
 
 // A fault's parameters are decoded once, to their catalog types; the text as
