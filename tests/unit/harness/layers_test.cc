@@ -407,7 +407,6 @@ TEST(LayersTest, NoHarnessFileIsOver600LinesUnlessOneTableOrPage) {
       {"harness/report/report_html.cc", 760},   // one page: report.html
   };
   const std::map<std::string, size_t> to_split = {
-      {"harness/scenario/from_command.cc", 640},
       {"harness/cli/eval_command.cc", 680},
       {"harness/monitors/monitors.cc", 670},
   };
