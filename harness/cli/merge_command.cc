@@ -181,9 +181,9 @@ std::vector<std::string> merge_problems(const Journals& j) {
 // The merged suite's reports and their ids: each finished scenario's
 // report.json (one that cannot be read is a problem), then one unresolved
 // report per interrupted scenario, which the JUnit shows as an error.
-std::vector<report::RunReport> merged_reports(const Journals& j, std::vector<std::string>& order,
+std::vector<run::RunReport> merged_reports(const Journals& j, std::vector<std::string>& order,
                                       std::vector<std::string>& problems) {
-  std::vector<report::RunReport> reports;
+  std::vector<run::RunReport> reports;
   for (const auto& [id, rec] : j.finished) {
     order.push_back(id);
     const fs::path report = fs::path(rec.value("dir", "")) / "report.json";
@@ -192,7 +192,7 @@ std::vector<report::RunReport> merged_reports(const Journals& j, std::vector<std
     try {
       if (!text) throw ProtocolError("expected a report, got " + describe_path(report.string()));
       if (parsed.is_discarded()) throw ProtocolError("expected a report, got text that is not JSON");
-      report::RunReport r = report_from_json(parsed);
+      run::RunReport r = report_from_json(parsed);
       r.out_dir = rec.value("dir", "");
       reports.push_back(r);
     } catch (const std::exception& e) {
@@ -201,7 +201,7 @@ std::vector<report::RunReport> merged_reports(const Journals& j, std::vector<std
   }
   for (const auto& id : j.started) {
     if (j.finished.count(id)) continue;
-    report::RunReport r;
+    run::RunReport r;
     r.scenario.name = id;
     r.outcome = scenario::Outcome::kUnresolved;
     r.expectation_met = false;
@@ -218,7 +218,7 @@ std::vector<report::RunReport> merged_reports(const Journals& j, std::vector<std
 int merge_command(const std::vector<std::string>& dirs, const std::string& out, const std::string& junit) {
   const fs::path root = out.empty() ? fs::path(default_output_folder("merged")) : fs::path(out);
   std::vector<std::string> problems, order;
-  std::vector<report::RunReport> reports;
+  std::vector<run::RunReport> reports;
   try {
     check_junit(junit, "dbh merge", root.string(), {}, dirs, true);
     const Journals journals = read_journals(dirs);
@@ -234,7 +234,7 @@ int merge_command(const std::vector<std::string>& dirs, const std::string& out, 
     std::cerr << "dbh: " << one_line(e.what()) << "\n";
     return 2;
   }
-  const report::VerdictCounts c = report::count_verdicts(reports);
+  const run::VerdictCounts c = run::count_verdicts(reports);
   std::cout << "merged " << dirs.size() << " folder(s): " << c.met << " passed, " << c.not_met
             << " failed" << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run there)" : "")
             << "\nsuite: " << one_line((root / "suite.json").string())

@@ -37,7 +37,7 @@
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
 #include "harness/report/run_files.h"
-#include "harness/report/run_verdict.h"
+#include "harness/run/run_verdict.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -74,7 +74,7 @@ int64_t progress_interval(int64_t steps_done) {
   return interval;
 }
 
-report::TrialRecord run_one_trial(const scenario::Scenario& s, const std::string& label,
+run::TrialRecord run_one_trial(const scenario::Scenario& s, const std::string& label,
                           const std::vector<std::string>& overrides, const fs::path& dir,
                           int64_t index, const RunOptions& o, const Printer& p) {
   const int64_t total = s.train.last_step();
@@ -122,7 +122,7 @@ report::TrialRecord run_one_trial(const scenario::Scenario& s, const std::string
                 << one_line(truncate_utf8("non-finite " + h.kind + " " + h.site, kProgressQuoteBytes)) << std::endl;
     }
   };
-  report::TrialRecord t;
+  run::TrialRecord t;
   t.label = label;
   t.overrides = overrides;
   t.dir = dir.string();
@@ -211,7 +211,7 @@ void note_untested_settings(const scenario::Scenario& s, const Printer& p) {
 
 // Resolutions of the main trial's failure, tried as controls (each a trial
 // of the scenario with the resolution's overrides).
-void try_resolutions_of_failure(report::RunReport& r, const std::string& path, const std::vector<std::string>& overrides,
+void try_resolutions_of_failure(run::RunReport& r, const std::string& path, const std::vector<std::string>& overrides,
                                 const fs::path& out, const RunOptions& o, const Printer& p) {
   const scenario::Scenario& s = r.scenario;
   if (!o.verify_resolutions || supervisor::stop_requested() != 0 ||
@@ -246,7 +246,7 @@ void try_resolutions_of_failure(report::RunReport& r, const std::string& path, c
 // The command that reproduces the run: the scenario, its overrides and the
 // measured choices pinned (Note [Measured choices]). A run not tried here
 // also says how to run it on this machine's CPU.
-std::vector<std::string> repro_words(report::RunReport& r, const std::string& path) {
+std::vector<std::string> repro_words(run::RunReport& r, const std::string& path) {
   const scenario::Scenario& s = r.scenario;
   const auto& main = r.trials.front().analysis;
   std::vector<std::string> repro = repro_args(s, path);
@@ -276,10 +276,10 @@ std::vector<std::string> repro_words(report::RunReport& r, const std::string& pa
 
 }  // namespace
 
-report::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
+run::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
   const std::vector<std::string> overrides = run_overrides(o);
   const auto t0 = std::chrono::steady_clock::now();
-  report::RunReport r;
+  run::RunReport r;
   r.scenario = scenario::load_scenario(path, overrides, worker::input_checks());
   r.started_at = now_iso();
   r.out_dir = fs::absolute(out).string();
@@ -315,7 +315,7 @@ report::RunReport run_scenario(const std::string& path, const RunOptions& o, con
   try_resolutions_of_failure(r, path, overrides, out, o, p);
   // What the trials mean (Note [The run's verdicts]).
   const int stopped = supervisor::stop_requested();
-  report::decide_run(r, processes, stopped);
+  run::decide_run(r, processes, stopped);
   const std::vector<std::string> repro = repro_words(r, path);
   // One line, every word quoted (`$'…'` for a line break in a file name), so
   // it can be printed, put in Markdown and a CI log, and pasted back into bash.
@@ -332,7 +332,7 @@ report::RunReport run_scenario(const std::string& path, const RunOptions& o, con
 // a device this machine lacks); `--bisect-exit` makes it git bisect's 125.
 constexpr int kExitNotRunHere = kNotRunHereExit;
 
-void print_summary(const report::RunReport& r, const Printer& p) {
+void print_summary(const run::RunReport& r, const Printer& p) {
   std::ostringstream s;
   // Every value on its own line: a name, path or message with a line break
   // would start a line of its own (under GitHub Actions, a "::" line is a
@@ -382,7 +382,7 @@ void check_record(const RunOptions& o, const fs::path& out) {
 
 // Note [A numerics reference]: the processes of a run that trained, as a
 // reference file; "" when written, else why not (nothing is written).
-std::string record_reference(const report::RunReport& r, const std::string& path) {
+std::string record_reference(const run::RunReport& r, const std::string& path) {
   if (r.outcome != scenario::Outcome::kPassed && r.outcome != scenario::Outcome::kNondeterministic) {
     return "expected a run whose processes trained to the end, got " + to_string(r.outcome) +
            (r.failure.message.empty() ? "" : " (" + one_line(r.failure.message) + ")") + ": nothing recorded";
@@ -437,7 +437,7 @@ int run_command(const RunOptions& o) {
     // and removed (what this run created of it) unless the run completes.
     OutputDir claim(out, "run " + fs::absolute(o.scenarios.front()).lexically_normal().string(),
                     OutputDir::Reuse::kReplace, {resolved.model.weights, resolved.train.resume_from});
-    report::RunReport r = run_scenario(o.scenarios.front(), o, out, p);
+    run::RunReport r = run_scenario(o.scenarios.front(), o, out, p);
     claim.commit();
     // The run is complete and kept whatever becomes of --junit.
     std::string junit_error;

@@ -31,11 +31,11 @@ std::vector<std::string> run_overrides(const RunOptions& o);
 
 /// Runs the scenario at `path` (its main trials, controls and resolutions)
 /// and writes its reports into `out`. Throws ScenarioError.
-report::RunReport run_scenario(const std::string& path, const RunOptions& o, const std::filesystem::path& out,
+run::RunReport run_scenario(const std::string& path, const RunOptions& o, const std::filesystem::path& out,
                        const Printer& p);
 
 /// The run's verdict on stdout (unless --json): PASS/FAIL/SKIP, the outcome,
 /// why, the report and the repro command.
-void print_summary(const report::RunReport& r, const Printer& p);
+void print_summary(const run::RunReport& r, const Printer& p);
 
 }  // namespace dbh::harness::cli

@@ -36,7 +36,7 @@
 #include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/run_files.h"
-#include "harness/report/run_verdict.h"
+#include "harness/run/run_verdict.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
@@ -219,7 +219,7 @@ SuiteResume resume_suite(const fs::path& root, const SuiteJournal& journal, cons
 // The suite's reports, in order, with the ids of the scenarios a stop left
 // unrun.
 struct SuiteRun {
-  std::vector<report::RunReport> reports;
+  std::vector<run::RunReport> reports;
   std::vector<std::string> ids, interrupted;
 };
 
@@ -245,7 +245,7 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
                                           size_t{64} << 20);
       const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
       if (!j.is_discarded()) {
-        report::RunReport r = report_from_json(j);
+        run::RunReport r = report_from_json(j);
         r.out_dir = it->second.value("dir", "");
         p.line("skip  " + id + ": finished in an earlier run (" + to_string(r.outcome) + ")");
         run.reports.push_back(r);
@@ -261,7 +261,7 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
     const fs::path dir = root / id;
     try {
       journal.append({{"type", "started"}, {"scenario", id}, {"file", f}, {"time", now_iso()}});
-      report::RunReport r = run_scenario(f, o, dir, p);
+      run::RunReport r = run_scenario(f, o, dir, p);
       if (supervisor::stop_requested() != 0) {
         // Stopped mid-scenario: its result is not a result.
         run.interrupted.push_back(id);
@@ -373,7 +373,7 @@ int suite_command(const RunOptions& o) {
   }
   // As pytest and ctest: a scenario this machine cannot run (its device) is
   // skipped, said, and fails nothing.
-  const report::VerdictCounts c = report::count_verdicts(run.reports);
+  const run::VerdictCounts c = run::count_verdicts(run.reports);
   human << c.met << " passed, " << c.not_met << " failed"
         << (c.skipped > 0 ? ", " + std::to_string(c.skipped) + " skipped (not run on this machine)" : "") << std::endl;
   return c.not_met == 0 ? 0 : 1;

@@ -196,11 +196,11 @@ std::vector<nlohmann::json> SuiteJournal::read(std::vector<std::string>* bad) co
   return out;
 }
 
-report::RunReport report_from_json(const nlohmann::json& j) {
+run::RunReport report_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("expectation") || !j["expectation"].is_object()) {
     throw ProtocolError("expected a report.json object with an expectation");
   }
-  report::RunReport r;
+  run::RunReport r;
   r.scenario.name = j.value("scenario_name", "");
   r.outcome = scenario::outcome_from_string(j.value("outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
   r.expectation_met = j["expectation"].value("met", false);
@@ -236,10 +236,10 @@ std::string host_name() {
   return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string();
 }
 
-void write_suite_outputs(const fs::path& root, const std::vector<report::RunReport>& reports,
+void write_suite_outputs(const fs::path& root, const std::vector<run::RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
                          const std::string& junit, const std::string& shard_text, const std::string& where) {
-  const report::VerdictCounts counts = report::count_verdicts(reports);
+  const run::VerdictCounts counts = run::count_verdicts(reports);
   nlohmann::ordered_json summary;
   summary["schema_version"] = 1;
   summary["shard"] = shard_text;
@@ -251,7 +251,7 @@ void write_suite_outputs(const fs::path& root, const std::vector<report::RunRepo
   summary["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : reports) {
     summary["runs"].push_back({{"scenario", r.scenario.name}, {"outcome", to_string(r.outcome)},
-                               {"expectation_met", r.expectation_met}, {"verdict", to_string(report::verdict_of(r))},
+                               {"expectation_met", r.expectation_met}, {"verdict", to_string(run::verdict_of(r))},
                                {"report", r.out_dir + "/report.md"}});
   }
   write_file_atomically((root / "suite.json").string(), summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

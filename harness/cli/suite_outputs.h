@@ -92,7 +92,7 @@ class SuiteJournal {
 
 /// The parts of a report.json a suite's summaries need. Throws
 /// ProtocolError when `j` is not a report.
-report::RunReport report_from_json(const nlohmann::json& j);
+run::RunReport report_from_json(const nlohmann::json& j);
 
 /// Suite ids name each scenario's folder and journal records: the file's
 /// stem as a portable name, made unique with a hash of the path when two
@@ -104,7 +104,7 @@ std::map<std::string, std::string> scenario_ids(const std::vector<std::string>& 
 std::string host_name();
 
 /// suite.json, junit.xml and index.html in `root` (and --junit when given).
-void write_suite_outputs(const std::filesystem::path& root, const std::vector<report::RunReport>& reports,
+void write_suite_outputs(const std::filesystem::path& root, const std::vector<run::RunReport>& reports,
                          const std::vector<std::string>& ids, const std::vector<std::string>& interrupted,
                          const std::string& junit, const std::string& shard_text, const std::string& where);
 

@@ -154,7 +154,7 @@ CiEnvironment ci_environment(const std::map<std::string, std::string>& env) {
   return ci;
 }
 
-CiResult ci_result(const RunReport& r) {
+CiResult ci_result(const run::RunReport& r) {
   CiResult c;
   c.scenario = r.scenario.name;
   c.outcome = to_string(r.outcome);
@@ -162,7 +162,7 @@ CiResult ci_result(const RunReport& r) {
   c.step = r.failure.step;
   c.module = r.failure.module;
   c.expectation_met = r.expectation_met;
-  c.skipped = verdict_of(r) == RunVerdict::kSkipped;
+  c.skipped = run::verdict_of(r) == run::RunVerdict::kSkipped;
   c.unsure = r.outcome == scenario::Outcome::kNondeterministic ||
              (r.determinism.checked && r.determinism.pass_rate > 0.0 && r.determinism.pass_rate < 1.0);
   c.report = r.out_dir.empty() ? std::string() : r.out_dir + "/report.md";

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace dbh::harness::report {
+#include "harness/run/run_report.h"
 
-struct RunReport;
+namespace dbh::harness::report {
 
 /// GitHub's limit on a step's job summary file ($GITHUB_STEP_SUMMARY).
 inline constexpr size_t kGithubSummaryLimit = 1024 * 1024;
@@ -56,7 +56,7 @@ struct CiResult {
 };
 
 /// The CI view of a finished run.
-CiResult ci_result(const RunReport& r);
+CiResult ci_result(const run::RunReport& r);
 
 /// `s` escaped as the message of a GitHub workflow command: valid UTF-8, with
 /// '%', '\r' and '\n' as %25, %0D and %0A.

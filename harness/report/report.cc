@@ -79,7 +79,7 @@ std::string measured_choices_line(const nlohmann::json& t) {
   return o.str();
 }
 
-nlohmann::ordered_json report_json(const RunReport& r) {
+nlohmann::ordered_json report_json(const run::RunReport& r) {
   nlohmann::ordered_json j;
   j["schema_version"] = 1;
   j["scenario_name"] = r.scenario.name;
@@ -87,7 +87,7 @@ nlohmann::ordered_json report_json(const RunReport& r) {
   j["seconds"] = r.seconds;
   j["outcome"] = to_string(r.outcome);
   j["expectation"] = {{"met", r.expectation_met},
-                      {"verdict", to_string(verdict_of(r))},
+                      {"verdict", to_string(run::verdict_of(r))},
                       {"expected", nlohmann::ordered_json::parse(scenario::resolved_json(r.scenario))["expect"]},
                       {"mismatches", r.expectation_why}};
   j["failure"] = failure_json(r.failure);
@@ -223,33 +223,7 @@ std::string settings_text(const scenario::Scenario& s) {
   return o.str();
 }
 
-RunVerdict verdict_of(const RunReport& r) {
-  if (r.expectation_met) return RunVerdict::kMet;
-  return r.not_run_here() ? RunVerdict::kSkipped : RunVerdict::kNotMet;
-}
-
-std::string to_string(RunVerdict v) {
-  switch (v) {
-    case RunVerdict::kMet: return "met";
-    case RunVerdict::kNotMet: return "not met";
-    case RunVerdict::kSkipped: return "skipped";
-  }
-  return "not met";
-}
-
-VerdictCounts count_verdicts(const std::vector<RunReport>& runs) {
-  VerdictCounts c;
-  for (const auto& r : runs) {
-    switch (verdict_of(r)) {
-      case RunVerdict::kMet: ++c.met; break;
-      case RunVerdict::kNotMet: ++c.not_met; break;
-      case RunVerdict::kSkipped: ++c.skipped; break;
-    }
-  }
-  return c;
-}
-
-std::string report_title(const RunReport& r) {
+std::string report_title(const run::RunReport& r) {
   const auto& f = r.failure;
   const std::string name = one_line(r.scenario.name);
   if (supervisor::is_failure(r.outcome)) {
@@ -257,10 +231,10 @@ std::string report_title(const RunReport& r) {
     return (cls ? cls->title : "Training " + to_string(r.outcome)) + (f.module.empty() ? "" : " in " + f.module) +
            (f.step ? " at step " + std::to_string(*f.step) : "");
   }
-  switch (verdict_of(r)) {
-    case RunVerdict::kSkipped: return "Scenario " + name + " not run on this machine";
-    case RunVerdict::kNotMet: return "Scenario " + name + ": expectation not met (training " + to_string(r.outcome) + ")";
-    case RunVerdict::kMet: break;
+  switch (run::verdict_of(r)) {
+    case run::RunVerdict::kSkipped: return "Scenario " + name + " not run on this machine";
+    case run::RunVerdict::kNotMet: return "Scenario " + name + ": expectation not met (training " + to_string(r.outcome) + ")";
+    case run::RunVerdict::kMet: break;
   }
   return "Scenario " + name + " " + to_string(r.outcome);
 }
@@ -276,7 +250,7 @@ constexpr size_t kWorkerEnvironmentValueBytes = 200;
 
 }  // namespace
 
-std::vector<EnvironmentLine> environment_lines(const RunReport& r) {
+std::vector<EnvironmentLine> environment_lines(const run::RunReport& r) {
   const auto& s = r.scenario;
   const auto& e = r.env;
   const auto& main = r.trials.front().analysis;
@@ -327,7 +301,7 @@ std::vector<EnvironmentLine> environment_lines(const RunReport& r) {
   return out;
 }
 
-std::string junit_xml(const std::vector<RunReport>& runs, const std::string& suite_name, const CiEnvironment& ci) {
+std::string junit_xml(const std::vector<run::RunReport>& runs, const std::string& suite_name, const CiEnvironment& ci) {
   const auto esc = [](const std::string& s) { return xml_escape(s); };
   int failures = 0, errors = 0, skipped = 0;
   double total = 0;

@@ -194,7 +194,7 @@ void events_section(std::ostream& h, const fs::path& events_file) {
 }  // namespace
 
 std::vector<std::string> resolutions_with_checks(const std::vector<std::string>& resolutions,
-                                                 const std::vector<RunReport::ResolutionCheck>& checks, bool markdown) {
+                                                 const std::vector<run::RunReport::ResolutionCheck>& checks, bool markdown) {
   // Note [Resolutions that are tried]: each tried one says how it went.
   std::vector<std::string> lines = resolutions;
   auto strong = [&](const std::string& w) { return markdown ? "**" + w + "**" : w; };
@@ -228,7 +228,7 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
   return lines;
 }
 
-nlohmann::ordered_json resolution_checks_json(const std::vector<RunReport::ResolutionCheck>& checks) {
+nlohmann::ordered_json resolution_checks_json(const std::vector<run::RunReport::ResolutionCheck>& checks) {
   auto out = nlohmann::ordered_json::array();
   for (const auto& c : checks) {
     out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", to_string(c.verdict)},
@@ -242,8 +242,8 @@ namespace {
 
 // What the run page's sections read.
 struct RunPage {
-  const RunReport& r;
-  const TrialRecord& main_trial;  // the first trial, or an empty one
+  const run::RunReport& r;
+  const run::TrialRecord& main_trial;  // the first trial, or an empty one
   fs::path root;                  // the run folder
   std::string trial_rel;          // the main trial's folder, relative to the page
   ImageEmbedder& images;          // embeds the plots and overlays
@@ -251,7 +251,7 @@ struct RunPage {
 
 // Summary: outcome, class, message, the expectation and how it was judged.
 void html_summary(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& s = r.scenario;
   const auto& f = r.failure;
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
@@ -275,8 +275,8 @@ void html_summary(std::ostream& h, const RunPage& p) {
   }
   h << "<tr><th>Expectation</th><td><code>" << esc(expectation_text(expected))
     << "</code>: "
-    << (verdict_of(r) == RunVerdict::kMet       ? "<span class=\"met\">met</span>"
-        : verdict_of(r) == RunVerdict::kSkipped ? "<span class=\"note\">not judged (skipped: not run on this machine)</span>"
+    << (run::verdict_of(r) == run::RunVerdict::kMet       ? "<span class=\"met\">met</span>"
+        : run::verdict_of(r) == run::RunVerdict::kSkipped ? "<span class=\"note\">not judged (skipped: not run on this machine)</span>"
                                              : "<span class=\"unmet\">not met</span>");
   if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
   h << "</td></tr>\n"
@@ -301,7 +301,7 @@ void html_summary(std::ostream& h, const RunPage& p) {
 
 // Root cause analysis, from the same Failure and knowledge base as report.md.
 void html_analysis(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& f = r.failure;
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
   const bool failed = supervisor::is_failure(r.outcome);
@@ -332,7 +332,7 @@ void html_analysis(std::ostream& h, const RunPage& p) {
 
 // Steps to reproduce.
 void html_reproduce(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   h << "<h2 id=\"repro\">Steps to reproduce</h2>\n<pre><code>" << esc(r.repro_command) << "</code></pre>\n"
     << "<p>The resolved scenario: <a href=\"./scenario.resolved.json\"><code>scenario.resolved.json</code></a>; "
        "<a href=\"./repro.sh\"><code>repro.sh</code></a> runs the command above. Other files: "
@@ -343,7 +343,7 @@ void html_reproduce(std::ostream& h, const RunPage& p) {
 
 // Environment: the lines of report.md's Environment section, then the settings.
 void html_environment(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& s = r.scenario;
   // Environment: the lines of report.md's Environment section, then the settings.
   h << "<h2 id=\"environment\">Environment</h2>\n<table class=\"kv\">\n";
@@ -371,7 +371,7 @@ void html_environment(std::ostream& h, const RunPage& p) {
 
 // Trials: one row each.
 void html_trials(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   // Trials.
   h << "<h2 id=\"trials\">Trials</h2>\n<table><tr><th>trial</th><th>outcome</th><th>class</th><th>step</th>"
        "<th>module</th><th>steps done</th><th>seconds</th></tr>\n";
@@ -392,7 +392,7 @@ void html_trials(std::ostream& h, const RunPage& p) {
 
 // Steps of the main trial.
 void html_steps(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& f = r.failure;
   const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Steps of the main trial.
@@ -496,7 +496,7 @@ void html_validation(std::ostream& h, const RunPage& p) {
 
 // Faults.
 void html_faults(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& s = r.scenario;
   const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Faults.
@@ -526,7 +526,7 @@ void html_faults(std::ostream& h, const RunPage& p) {
 
 // Memory.
 void html_memory(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const auto& s = r.scenario;
   const supervisor::TrialAnalysis& main = p.main_trial.analysis;
   // Memory.
@@ -578,10 +578,10 @@ void html_memory(std::ostream& h, const RunPage& p) {
 
 // The event stream, and the worker's last stderr lines of a failed run.
 void html_events_and_logs(std::ostream& h, const RunPage& p) {
-  const RunReport& r = p.r;
+  const run::RunReport& r = p.r;
   const bool failed = supervisor::is_failure(r.outcome);
   const fs::path& root = p.root;
-  const TrialRecord& main_trial = p.main_trial;
+  const run::TrialRecord& main_trial = p.main_trial;
   const std::string& trial_rel = p.trial_rel;
   events_section(h, root / "events.jsonl");
 
@@ -597,10 +597,10 @@ void html_events_and_logs(std::ostream& h, const RunPage& p) {
 
 }  // namespace
 
-std::string report_html(const RunReport& r) {
+std::string report_html(const run::RunReport& r) {
   const fs::path root(r.out_dir);
-  const TrialRecord empty_trial;
-  const TrialRecord& main_trial = r.trials.empty() ? empty_trial : r.trials.front();
+  const run::TrialRecord empty_trial;
+  const run::TrialRecord& main_trial = r.trials.empty() ? empty_trial : r.trials.front();
   // Trial folders are children of the run folder; the page links them relative to itself.
   const std::string trial_rel = main_trial.dir.empty() ? "main" : fs::path(main_trial.dir).filename().string();
   const std::string title = report_title(r);
@@ -631,7 +631,7 @@ std::string report_html(const RunReport& r) {
   return valid_utf8(h.str());
 }
 
-std::string suite_index_html(const std::string& root, const std::vector<RunReport>& runs,
+std::string suite_index_html(const std::string& root, const std::vector<run::RunReport>& runs,
                              const std::vector<std::string>& interrupted, const std::string& shard_text) {
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(fs::absolute(root, ec), ec);
@@ -640,11 +640,11 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
   std::vector<size_t> order(runs.size());
   for (size_t i = 0; i < runs.size(); ++i)
     order[i] = i;
-  auto rank = [&](const RunReport& r) {
-    return verdict_of(r) == RunVerdict::kNotMet ? 0 : supervisor::is_failure(r.outcome) ? 1 : verdict_of(r) == RunVerdict::kSkipped ? 3 : 2;
+  auto rank = [&](const run::RunReport& r) {
+    return run::verdict_of(r) == run::RunVerdict::kNotMet ? 0 : supervisor::is_failure(r.outcome) ? 1 : run::verdict_of(r) == run::RunVerdict::kSkipped ? 3 : 2;
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(runs[a]) < rank(runs[b]); });
-  const VerdictCounts counts = count_verdicts(runs);
+  const run::VerdictCounts counts = run::count_verdicts(runs);
   std::map<std::string, int> by_outcome;
   for (const auto& r : runs) ++by_outcome[to_string(r.outcome)];
   const std::string title = "dbh suite" + (shard_text.empty() ? "" : ", shard " + shard_text) + ": " +
@@ -687,16 +687,16 @@ std::string suite_index_html(const std::string& root, const std::vector<RunRepor
       }
     }
     const std::string name = r.scenario.name.empty() ? "(unnamed)" : r.scenario.name;
-    const RunVerdict verdict = verdict_of(r);
-    h << "<tr" << (verdict == RunVerdict::kNotMet ? " class=\"hl\"" : "") << "><td>"
+    const run::RunVerdict verdict = run::verdict_of(r);
+    h << "<tr" << (verdict == run::RunVerdict::kNotMet ? " class=\"hl\"" : "") << "><td>"
       << (link.empty() ? esc(name) : "<a href=\"" + esc(html_url_path(link)) + "\">" + esc(name) + "</a>") << "</td><td>"
       << badge(r.outcome) << "</td><td>"
       << (r.failure.klass.empty() ? "-" : "<code>" + esc(r.failure.klass) + "</code>")
       << (r.failure.step ? " at step " + std::to_string(*r.failure.step) : "")
       << (r.failure.module.empty() ? "" : " in <code>" + esc(r.failure.module) + "</code>") << "</td><td><code>"
       << esc(expected.empty() ? "-" : expected) << "</code></td><td>"
-      << (verdict == RunVerdict::kMet       ? "<span class=\"met\">met</span>"
-          : verdict == RunVerdict::kSkipped ? "<span class=\"note\">skipped: not run on this machine</span>"
+      << (verdict == run::RunVerdict::kMet       ? "<span class=\"met\">met</span>"
+          : verdict == run::RunVerdict::kSkipped ? "<span class=\"note\">skipped: not run on this machine</span>"
                                          : "<span class=\"unmet\">not met</span>");
     if (!r.expectation_why.empty()) h << list_items(r.expectation_why, "ul");
     h << "</td>" << num_cell(r.seconds, 3) << "</tr>\n";

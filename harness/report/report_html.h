@@ -24,7 +24,7 @@ inline constexpr size_t kHtmlMaxMemoryRows = 100;
 /// Every string from a scenario, a message or a path is HTML-escaped; the page
 /// loads nothing from elsewhere (inline CSS, no script, a Content-Security-
 /// Policy forbidding both) and links only to files of its own folder.
-std::string report_html(const RunReport& r);
+std::string report_html(const run::RunReport& r);
 
 /// A suite's `index.html` in `root`: every run with its outcome, class and
 /// expectation, linked by a relative path to its report.html (report.md for a
@@ -32,7 +32,7 @@ std::string report_html(const RunReport& r);
 /// met first, then the other failures, then the rest; totals on top;
 /// `interrupted` scenario ids at the end. Reads each run's report.json for
 /// its expectation.
-std::string suite_index_html(const std::string& root, const std::vector<RunReport>& runs,
+std::string suite_index_html(const std::string& root, const std::vector<run::RunReport>& runs,
                              const std::vector<std::string>& interrupted, const std::string& shard_text);
 
 }  // namespace dbh::harness::report

@@ -42,7 +42,7 @@ std::string numbered(const std::vector<std::string>& items) {
 }
 
 // The YAML front matter.
-void md_front_matter(std::ostream& md, const RunReport& r, const std::string& title) {
+void md_front_matter(std::ostream& md, const run::RunReport& r, const std::string& title) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
   const bool failed = supervisor::is_failure(r.outcome);
@@ -63,7 +63,7 @@ void md_front_matter(std::ostream& md, const RunReport& r, const std::string& ti
 }
 
 // "# title" and Summary: the outcome, how it was judged, the expectation.
-void md_summary(std::ostream& md, const RunReport& r, const std::string& title) {
+void md_summary(std::ostream& md, const run::RunReport& r, const std::string& title) {
   const auto& s = r.scenario;
   const auto& f = r.failure;
   const bool failed = supervisor::is_failure(r.outcome);
@@ -114,7 +114,7 @@ void md_summary(std::ostream& md, const RunReport& r, const std::string& title) 
 }
 
 // Environment: the machine, libraries, settings and inputs.
-void md_environment(std::ostream& md, const RunReport& r) {
+void md_environment(std::ostream& md, const run::RunReport& r) {
   const auto& s = r.scenario;
   md << "\n## Environment\n\n";
   for (const auto& line : environment_lines(r)) {
@@ -136,7 +136,7 @@ void md_environment(std::ostream& md, const RunReport& r) {
 
 // Steps to Reproduce and Expected Behavior (its last sentence ends in
 // md_trials).
-void md_reproduce(std::ostream& md, const RunReport& r) {
+void md_reproduce(std::ostream& md, const run::RunReport& r) {
   const auto& s = r.scenario;
   // One line (shell_quote'd words): no line of it can close the fence.
   md << "## Steps to Reproduce\n\n```sh\n" << one_line(r.repro_command) << "\n```\n\n"
@@ -157,7 +157,7 @@ void md_reproduce(std::ostream& md, const RunReport& r) {
 }
 
 // Actual Behavior: one row per trial.
-void md_trials(std::ostream& md, const RunReport& r) {
+void md_trials(std::ostream& md, const run::RunReport& r) {
   md << ".\n\n## Actual Behavior\n\n";
   md << "| trial | outcome | class | step | module | steps done | seconds |\n|---|---|---|---|---|---|---|\n";
   for (const auto& t : r.trials) {
@@ -177,7 +177,7 @@ void md_trials(std::ostream& md, const RunReport& r) {
 }
 
 // The main trial's losses and memory: budget, the failing moment, phases.
-void md_main_memory(std::ostream& md, const RunReport& r) {
+void md_main_memory(std::ostream& md, const run::RunReport& r) {
   const auto& main = r.trials.front().analysis;
   if (!main.steps.empty()) {
     md << "\nLoss per step (main trial): ";
@@ -223,7 +223,7 @@ void md_main_memory(std::ostream& md, const RunReport& r) {
 
 // The main trial's allocator snapshot, injected faults, overlays and
 // validation.
-void md_main_evidence(std::ostream& md, const RunReport& r) {
+void md_main_evidence(std::ostream& md, const run::RunReport& r) {
   const auto& main = r.trials.front().analysis;
   const auto& s = r.scenario;
   if (!main.memory_snapshot.empty()) {
@@ -290,7 +290,7 @@ void md_main_evidence(std::ostream& md, const RunReport& r) {
 }
 
 // Logs / Stack Trace, and the worker's warnings.
-void md_logs(std::ostream& md, const RunReport& r) {
+void md_logs(std::ostream& md, const run::RunReport& r) {
   const auto& f = r.failure;
   const bool failed = supervisor::is_failure(r.outcome);
   md << "\n## Logs / Stack Trace\n\n";
@@ -319,7 +319,7 @@ void md_logs(std::ostream& md, const RunReport& r) {
 }
 
 // Root Cause Analysis, Resolution, Testing, Prevention.
-void md_analysis(std::ostream& md, const RunReport& r) {
+void md_analysis(std::ostream& md, const run::RunReport& r) {
   const auto& f = r.failure;
   const bool failed = supervisor::is_failure(r.outcome);
   const kb::FailureClass* cls = r.failure.klass.empty() ? nullptr : kb::KnowledgeBase::shipped().find(r.failure.klass);
@@ -357,7 +357,7 @@ void md_analysis(std::ostream& md, const RunReport& r) {
 
 }  // namespace
 
-std::string report_markdown(const RunReport& r) {
+std::string report_markdown(const run::RunReport& r) {
   std::ostringstream md;
   const std::string title = report_title(r);
   md_front_matter(md, r, title);

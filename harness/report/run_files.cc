@@ -59,7 +59,7 @@ void publish_journal(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-void write_run_files(const RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
+void write_run_files(const run::RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
                      bool interrupted) {
   const scenario::Scenario& s = r.scenario;
   const supervisor::TrialAnalysis& main = r.trials.front().analysis;

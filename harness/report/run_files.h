@@ -17,7 +17,7 @@ namespace dbh::harness::report {
 /// report.md, report.html (which reads the files before it), and the
 /// .FAILURE sentinel when the run failed and was not `interrupted` (removed
 /// otherwise). Each file is written atomically.
-void write_run_files(const RunReport& r, const std::filesystem::path& out, const std::vector<std::string>& repro,
+void write_run_files(const run::RunReport& r, const std::filesystem::path& out, const std::vector<std::string>& repro,
                      bool interrupted);
 
 }  // namespace dbh::harness::report

@@ -356,7 +356,7 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   const fs::path dir = testing::fresh_dir("dbh-html-limits");
   testing::RemoveOnExit remove(dir);
   write_text(dir / "s.yaml", tiny("limits <b>"));
-  harness::report::RunReport r;
+  harness::run::RunReport r;
   r.scenario = harness::scenario::load_scenario((dir / "s.yaml").string());
   r.out_dir = (dir / "out").string();
   r.outcome = harness::scenario::Outcome::kDiverged;
@@ -370,7 +370,7 @@ TEST(HtmlReportLimitsTest, BoundsWhatItEmbedsAndEscapesFileNames) {
   write_text(dir / "out" / "loss.png", small);
   // Over the per-image limit: a PNG signature and 3 MiB of bytes.
   write_text(dir / "out" / "memory.png", small.substr(0, 8) + std::string(3 * 1024 * 1024, '\x01'));
-  harness::report::TrialRecord t;
+  harness::run::TrialRecord t;
   t.label = "main";
   t.dir = (dir / "out" / "main").string();
   const std::string odd = "x\"><script>alert(1)</script>#?.png";

@@ -20,16 +20,17 @@ namespace fs = std::filesystem;
 
 // Each part's layer: a file may include its own part and parts of a lower
 // layer only. The worker is a process the supervisor starts, never a header
-// it includes; reports are written from the supervisor's values, so report
-// sits above supervisor; the probe service (an isolated, cached trial) is
-// below bisection, diagnose and qualify, which call it.
+// it includes; a run's value and verdicts (run) are made from the
+// supervisor's trials, and reports written from that value, so report sits
+// above run; the probe service (an isolated, cached trial) is below
+// bisection, diagnose and qualify, which call it.
 const std::map<std::string, int>& layers() {
   static const std::map<std::string, int> l = {
       {"model", 0},          {"harness/version", 0}, {"harness/step_code", 0}, {"harness/common", 1}, {"harness/gpu", 1},
       {"harness/kb", 2},     {"harness/proto", 2},   {"harness/env", 2},    {"harness/scenario", 3},
       {"harness/supervisor", 4}, {"harness/faults", 4}, {"harness/monitors", 4}, {"harness/worker", 5},
-      {"harness/report", 5}, {"harness/probe", 6},   {"harness/numerics", 6}, {"harness/bisect", 7},
-      {"harness/diagnose", 8}, {"harness/qualify", 8}, {"harness/cli", 9},
+      {"harness/run", 5},    {"harness/report", 6},  {"harness/numerics", 6}, {"harness/probe", 7},
+      {"harness/bisect", 8}, {"harness/diagnose", 9}, {"harness/qualify", 9}, {"harness/cli", 10},
   };
   return l;
 }
@@ -175,6 +176,7 @@ const std::map<std::string, std::string>& part_namespaces() {
       {"harness/faults", "dbh::harness::faults"},
       {"harness/monitors", "dbh::harness::monitors"},
       {"harness/worker", "dbh::harness::worker"},
+      {"harness/run", "dbh::harness::run"},
       {"harness/report", "dbh::harness::report"},
       {"harness/probe", "dbh::harness::probe"},
       {"harness/numerics", "dbh::harness::numerics"},

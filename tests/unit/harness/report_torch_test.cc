@@ -155,8 +155,8 @@ class ReportTest : public ::testing::Test {
 
   // A run that diverged in decoder.fusion at step 7 (class
   // nonfinite_activation) where the scenario expected it to pass.
-  report::RunReport failing_run(const std::string& name) const {
-    report::RunReport r;
+  run::RunReport failing_run(const std::string& name) const {
+    run::RunReport r;
     r.scenario = scenario::decode_scenario(
         parse_yaml("train: {max_steps: 10}\nfaults:\n  - {name: nan_activation, module: decoder.fusion, at_step: 7}\n",
                    "failing.yaml"),
@@ -177,7 +177,7 @@ class ReportTest : public ::testing::Test {
     r.failure.module = "decoder.fusion";
     r.failure.message = "non-finite activation in decoder.fusion at step 7";
     r.failure.evidence = {"health: activation decoder.fusion non-finite at step 7 (cheap mode)"};
-    report::TrialRecord main;
+    run::TrialRecord main;
     main.label = "main";
     main.dir = (dir_ / "main").string();
     main.analysis.outcome = scenario::Outcome::kDiverged;
@@ -226,8 +226,8 @@ TEST_F(ReportTest, HtmlNamesTheClassStepAndModule) {
 }
 
 TEST_F(ReportTest, JUnitReportsTheUnmetExpectationAsAFailure) {
-  const report::RunReport failing = failing_run("fail-in-fusion");
-  report::RunReport passing = failing_run("passes");
+  const run::RunReport failing = failing_run("fail-in-fusion");
+  run::RunReport passing = failing_run("passes");
   passing.outcome = scenario::Outcome::kPassed;
   passing.failure = supervisor::Failure{};
   passing.expectation_met = true;
@@ -247,7 +247,7 @@ TEST_F(ReportTest, JUnitReportsTheUnmetExpectationAsAFailure) {
 // report.json, the machine report: the same failure, and the environment as
 // environment_json writes it.
 TEST_F(ReportTest, JsonNamesTheClassStepAndModuleAndTheEnvironment) {
-  const report::RunReport r = failing_run("fail-in-fusion");
+  const run::RunReport r = failing_run("fail-in-fusion");
   const auto j = report::report_json(r);
   EXPECT_EQ(j.at("schema_version"), 1);
   EXPECT_EQ(j.at("outcome"), "diverged");
@@ -261,7 +261,7 @@ TEST_F(ReportTest, JsonNamesTheClassStepAndModuleAndTheEnvironment) {
 
 // A crash, a timeout, a hang or an unresolved run is an `error`, not a `failure`.
 TEST_F(ReportTest, JUnitReportsACrashAsAnError) {
-  report::RunReport r = failing_run("crash");
+  run::RunReport r = failing_run("crash");
   r.outcome = scenario::Outcome::kCrashed;
   const std::string xml = report::junit_xml({r}, "suite");
   EXPECT_TRUE(contains(xml, "failures=\"0\" errors=\"1\"")) << xml;
@@ -273,8 +273,8 @@ TEST_F(ReportTest, JUnitReportsACrashAsAnError) {
 // They are escaped text there, not a code span, in which GitHub would still
 // end the cell at a `|` (and a backtick would end the span).
 TEST_F(ReportTest, MarkdownKeepsAControlsOverridesInOneCell) {
-  report::RunReport r = failing_run("with-control");
-  report::TrialRecord control = r.trials.front();
+  run::RunReport r = failing_run("with-control");
+  run::TrialRecord control = r.trials.front();
   control.label = "control 1";
   control.overrides = {"data.path=/data/a|b`c"};
   r.trials.push_back(control);
@@ -287,7 +287,7 @@ TEST_F(ReportTest, MarkdownKeepsAControlsOverridesInOneCell) {
 // The Summary carries the message as one escaped line; the code blocks carry
 // it, the secondary errors and the stderr tail through fenced().
 TEST_F(ReportTest, MarkdownCodeBlocksHoldAnyText) {
-  report::RunReport r = failing_run("fences");
+  run::RunReport r = failing_run("fences");
   r.failure.message = "boom\n```\n## Injected heading";
   r.trials.front().stderr_tail = "log\n```\n# Injected from stderr\n";
   const std::string md = report::report_markdown(r);
@@ -318,7 +318,7 @@ TEST_F(ReportTest, MarkdownEscapesAHostileScenarioName) {
 }
 
 TEST_F(ReportTest, MarkdownTitleOfAPassingRunEscapesTheName) {
-  report::RunReport r = failing_run(kHostile);
+  run::RunReport r = failing_run(kHostile);
   r.outcome = scenario::Outcome::kPassed;
   r.failure = supervisor::Failure{};
   r.expectation_met = true;
@@ -362,7 +362,7 @@ TEST_F(ReportTest, HtmlEscapesAHostileScenarioName) {
 }
 
 TEST_F(ReportTest, JUnitEscapesAHostileScenarioName) {
-  report::RunReport r = failing_run(kHostile);
+  run::RunReport r = failing_run(kHostile);
   r.failure.message = kHostile;
   r.expectation_why = {kHostile};
   const std::string xml = report::junit_xml({r}, kHostile);

@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "harness/report/report.h"
-#include "harness/report/run_verdict.h"
+#include "harness/run/run_verdict.h"
 #include "harness/supervisor/outcome.h"
 
 namespace dbh::harness {
 namespace {
 
 // A trial of `steps` steps whose loss bits are `bits` + the step.
-report::TrialRecord Trial(scenario::Outcome outcome, int64_t steps, uint32_t bits, const std::string& label = "main") {
-  report::TrialRecord t;
+run::TrialRecord Trial(scenario::Outcome outcome, int64_t steps, uint32_t bits, const std::string& label = "main") {
+  run::TrialRecord t;
   t.label = label;
   t.analysis.outcome = outcome;
   for (int64_t i = 0; i < steps; ++i) {
@@ -34,16 +34,16 @@ report::TrialRecord Trial(scenario::Outcome outcome, int64_t steps, uint32_t bit
   return t;
 }
 
-report::RunReport Report(std::vector<report::TrialRecord> trials) {
-  report::RunReport r;
+run::RunReport Report(std::vector<run::TrialRecord> trials) {
+  run::RunReport r;
   r.trials = std::move(trials);
   return r;
 }
 
 TEST(RunVerdict, IdenticalProcessesMeetADeterminismExpectation) {
-  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 3, 100), Trial(scenario::Outcome::kPassed, 3, 100, "process 2")});
+  run::RunReport r = Report({Trial(scenario::Outcome::kPassed, 3, 100), Trial(scenario::Outcome::kPassed, 3, 100, "process 2")});
   r.scenario.expect.deterministic = true;
-  report::decide_run(r, 2, 0);
+  run::decide_run(r, 2, 0);
   EXPECT_EQ(r.outcome, scenario::Outcome::kPassed);
   EXPECT_TRUE(r.determinism.checked);
   EXPECT_TRUE(r.determinism.identical);
@@ -53,13 +53,13 @@ TEST(RunVerdict, IdenticalProcessesMeetADeterminismExpectation) {
 }
 
 TEST(RunVerdict, PassingProcessesThatPartAreNondeterministicAtTheFirstStepThatDiffers) {
-  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 4, 100, "process 2");
+  run::TrialRecord other = Trial(scenario::Outcome::kPassed, 4, 100, "process 2");
   other.analysis.steps[2].loss_bits += 1;
   other.analysis.steps[2].micro_loss_bits = {other.analysis.steps[2].loss_bits};
   other.analysis.steps[3].loss_bits += 1;
-  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 4, 100), other});
+  run::RunReport r = Report({Trial(scenario::Outcome::kPassed, 4, 100), other});
   r.scenario.expect.deterministic = true;
-  report::decide_run(r, 2, 0);
+  run::decide_run(r, 2, 0);
   EXPECT_EQ(r.outcome, scenario::Outcome::kNondeterministic);
   EXPECT_EQ(r.failure.klass, "nondeterminism");
   ASSERT_TRUE(r.failure.step.has_value());
@@ -69,42 +69,42 @@ TEST(RunVerdict, PassingProcessesThatPartAreNondeterministicAtTheFirstStepThatDi
 }
 
 TEST(RunVerdict, TheSameLossesWithAnotherGradientNormSayTheBackwardPassDiverged) {
-  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
+  run::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
   other.analysis.steps[1].grad_norm_bits = 8;
-  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
-  report::decide_run(r, 2, 0);
+  run::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
+  run::decide_run(r, 2, 0);
   EXPECT_EQ(r.outcome, scenario::Outcome::kNondeterministic);
   EXPECT_NE(r.determinism.detail.find("the backward pass diverged"), std::string::npos) << r.determinism.detail;
 }
 
 TEST(RunVerdict, DifferentChecksumsAloneAreNondeterminism) {
-  report::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
+  run::TrialRecord other = Trial(scenario::Outcome::kPassed, 2, 100, "process 2");
   other.analysis.run_checksums = {"abd"};
-  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
-  report::decide_run(r, 2, 0);
+  run::RunReport r = Report({Trial(scenario::Outcome::kPassed, 2, 100), other});
+  run::decide_run(r, 2, 0);
   EXPECT_FALSE(r.determinism.identical);
   EXPECT_NE(r.determinism.detail.find("final parameter checksums differ"), std::string::npos);
 }
 
 TEST(RunVerdict, AFailingRunStaysItsFailureWhateverTheProcessesSay) {
-  report::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
+  run::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
   main.analysis.failure.klass = "nonfinite_gradient";
-  report::RunReport r = Report({main, Trial(scenario::Outcome::kDiverged, 2, 200, "process 2")});
-  report::decide_run(r, 2, 0);
+  run::RunReport r = Report({main, Trial(scenario::Outcome::kDiverged, 2, 200, "process 2")});
+  run::decide_run(r, 2, 0);
   EXPECT_EQ(r.outcome, scenario::Outcome::kDiverged);
   EXPECT_EQ(r.failure.klass, "nonfinite_gradient");
   EXPECT_FALSE(r.determinism.identical);  // compared, and said so
 }
 
 TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
-  report::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
+  run::TrialRecord main = Trial(scenario::Outcome::kDiverged, 2, 100);
   main.analysis.failure.klass = "nonfinite_loss";
-  report::RunReport r = Report({main, Trial(scenario::Outcome::kPassed, 2, 100, "control 1")});
+  run::RunReport r = Report({main, Trial(scenario::Outcome::kPassed, 2, 100, "control 1")});
   r.scenario.data.source = scenario::DataSource::kReal;
   r.scenario.controls = {{"data.source=synthetic_boxes"}};
   r.scenario.expect.outcome = scenario::Outcome::kDiverged;
   r.scenario.expect.data_dependent = true;
-  report::decide_run(r, 1, 0);
+  run::decide_run(r, 1, 0);
   ASSERT_TRUE(r.data_dependent.has_value());
   EXPECT_TRUE(*r.data_dependent) << r.data_dependent_reason;
   EXPECT_TRUE(r.expectation_met);
@@ -112,9 +112,9 @@ TEST(RunVerdict, AControlThatPassesWithOtherDataMakesTheFailureDataDependent) {
 
 TEST(RunVerdict, AnInterruptedRunIsUnresolvedAndComparesNothing) {
   // Stopped after the first of two processes: only the main trial exists.
-  report::RunReport r = Report({Trial(scenario::Outcome::kPassed, 1, 100)});
+  run::RunReport r = Report({Trial(scenario::Outcome::kPassed, 1, 100)});
   r.scenario.expect.deterministic = true;
-  report::decide_run(r, 2, SIGINT);
+  run::decide_run(r, 2, SIGINT);
   EXPECT_EQ(r.outcome, scenario::Outcome::kUnresolved);
   EXPECT_FALSE(r.determinism.checked);
   EXPECT_NE(r.failure.message.find("interrupted by SIGINT before the run finished (1 trial(s) started)"),
@@ -124,8 +124,8 @@ TEST(RunVerdict, AnInterruptedRunIsUnresolvedAndComparesNothing) {
 }
 
 TEST(RunVerdict, NoTrialIsABugInTheCaller) {
-  report::RunReport r;
-  EXPECT_THROW(report::decide_run(r, 1, 0), std::logic_error);
+  run::RunReport r;
+  EXPECT_THROW(run::decide_run(r, 1, 0), std::logic_error);
 }
 
 // The settings line says how many steps run: a replay that stops early

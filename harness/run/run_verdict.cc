@@ -1,4 +1,4 @@
-#include "harness/report/run_verdict.h"
+#include "harness/run/run_verdict.h"
 
 #include <algorithm>
 #include <iomanip>
@@ -9,7 +9,7 @@
 #include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
 
-namespace dbh::harness::report {
+namespace dbh::harness::run {
 
 DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials) {
   DeterminismCheck d;
@@ -126,4 +126,4 @@ void decide_run(RunReport& r, int64_t processes, int stopped) {
   }
 }
 
-}  // namespace dbh::harness::report
+}  // namespace dbh::harness::run

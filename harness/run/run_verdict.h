@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/report/report.h"
+#include "harness/run/run_report.h"
 
-namespace dbh::harness::report {
+namespace dbh::harness::run {
 
 /// The repeated processes of a run compared bit for bit: every step's total
 /// and micro-batch losses and gradient norm, then the final parameter
@@ -30,4 +30,4 @@ DeterminismCheck compare_processes(const std::vector<TrialRecord>& trials);
 ///   of trials that may be missing.
 void decide_run(RunReport& r, int64_t processes, int stopped);
 
-}  // namespace dbh::harness::report
+}  // namespace dbh::harness::run
