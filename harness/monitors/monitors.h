@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "harness/common/running_median.h"
+#include "harness/monitors/silent_judge.h"
 #include "harness/proto/event_writer.h"
 #include "harness/scenario/scenario.h"
 #include "model/nn/hooks.h"
@@ -28,16 +29,6 @@ class DivergedError : public std::runtime_error {
 class SilentFailureError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-/// Thresholds of the silent-failure monitors (scenario `monitors:` keys).
-struct SilentOptions {
-  bool input = true;              // input black or saturated
-  bool labels = true;             // labels without text, or off the words
-  bool predictions = true;        // predictions collapsed
-  int64_t collapse_after = 10;    // warm-up steps before predictions are judged
-  int64_t collapse_steps = 5;     // consecutive collapsed steps that fail the run
-  double collapse_margin = 0.02;  // all probabilities below it, or all above 1 − it
 };
 
 /// Finite checks on the batch, every named module's forward output, every
@@ -75,8 +66,6 @@ struct SilentOptions {
 /// (`predictions_collapsed`). Each emits one primary `health` event with its
 /// evidence and stops the run with SilentFailureError. A finite failure in
 /// the same step takes precedence.
-struct SilentReadings;  // monitors.cc: one step's silent-failure readings
-
 class Monitors : public model::TrainerListener, public model::ModuleObserver {
  public:
   using Mode = scenario::MonitorMode;  // monitors.mode
@@ -84,8 +73,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
 
   void set_run(int64_t run) {
     run_ = run;
-    collapsed_run_ = 0;  // every in-process run is judged on its own
-    collapsed_since_ = -1;
+    judge_.new_run();  // every in-process run is judged on its own
     skip_streak_ = 0;
   }
   const std::string& last_module() const { return last_module_; }
@@ -108,7 +96,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   /// What the silent-failure monitors read in the last step (de-normalised
   /// input mean/min/max, positive kernel pixels inside the training mask,
   /// probability min/max/mean); empty when they are off.
-  const nlohmann::json& silent_stats() const { return silent_stats_; }
+  const nlohmann::json& silent_stats() const { return judge_.stats(); }
   void on_forward(int64_t step, model::DbNetOutput& out) override;
 
   // ModuleObserver
@@ -145,12 +133,8 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   /// Judges this step's silent reductions (`values` as read on the host,
   /// laid out as silent_parts); throws SilentFailureError on a finding.
   void judge_silent(int64_t step, const float* values);
-  void judge_silent_input(int64_t step, const SilentReadings& r);
-  void judge_silent_labels(int64_t step, const SilentReadings& r);
-  void judge_silent_predictions(int64_t step, const SilentReadings& r);
-  [[noreturn]] void silent_failure(int64_t step, const std::string& check, const std::string& kind,
-                                   const std::string& site, const std::string& message,
-                                   const std::vector<std::string>& evidence, nlohmann::json detail);
+  /// Emits `finding` as the primary `health` event and throws SilentFailureError.
+  [[noreturn]] void silent_failure(int64_t step, SilentFinding finding);
   nlohmann::json stats(const torch::Tensor& t) const;
 
   Mode mode_;
@@ -189,9 +173,7 @@ class Monitors : public model::TrainerListener, public model::ModuleObserver {
   std::vector<torch::Tensor> silent_probs_;   // [3]: probability min, max, mean
   std::vector<int64_t> words_;                // per sample of the step; -1 when unknown
   std::vector<std::string> ids_;              // per sample of the step
-  int64_t collapsed_run_ = 0;                 // consecutive collapsed steps with text
-  int64_t collapsed_since_ = -1;              // first step of that run
-  nlohmann::json silent_stats_ = nlohmann::json::object();
+  SilentJudge judge_;                         // judges the silent reductions, step by step
 };
 
 /// Resident set size of this process, and its peak, in bytes.

@@ -200,20 +200,6 @@ ProbabilityStats probability_stats(const torch::Tensor& prob, const TestResize& 
   return s;
 }
 
-std::string to_string(MatchStatus status) {
-  switch (status) {
-    case MatchStatus::kMatched:
-      return "matched";
-    case MatchStatus::kUnmatched:
-      return "unmatched";
-    case MatchStatus::kDontCare:
-      return "dont_care";
-    case MatchStatus::kInvalid:
-      return "invalid";
-  }
-  return "invalid";
-}
-
 ImageMatch match_image_detailed(const std::vector<Polygon>& gt,
                                 const std::vector<bool>& gt_ignore,
                                 const std::vector<Polygon>& det, double iou_thresh) {
@@ -417,19 +403,6 @@ double evaluator_self_check(const std::vector<ImageAnnotation>& images) {
 
 double evaluator_self_check(const Dataset& dataset) {
   return evaluator_self_check(dataset.images());
-}
-
-std::string ModelStateReport::summary() const {
-  auto first = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
-    return out + (names.size() > 3 ? ", … (" + std::to_string(names.size()) + " in all)" : "");
-  };
-  std::string out = std::to_string(loaded) + " tensors loaded";
-  if (!missing.empty()) out += "; missing: " + first(missing);
-  if (!mismatched.empty()) out += "; another shape: " + first(mismatched);
-  if (!unexpected_model.empty()) out += "; tensors of a larger model: " + first(unexpected_model);
-  return out;
 }
 
 ModelStateReport load_model_state(DbNet& model, const std::string& path) {
