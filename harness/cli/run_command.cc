@@ -31,20 +31,16 @@
 #include "harness/env/environment.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/report/ci_conventions.h"
-#include "harness/kb/knowledge_base.h"
 #include "harness/numerics/reference.h"
 #include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
 #include "harness/report/run_files.h"
-#include "harness/run/run_verdict.h"
+#include "harness/run/trials.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
-#include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
-#include "harness/supervisor/resolutions.h"
-#include "harness/supervisor/scenario_trial.h"
 #include "harness/supervisor/shard.h"  // process_environment
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/worker_contract.h"
@@ -74,75 +70,82 @@ int64_t progress_interval(int64_t steps_done) {
   return interval;
 }
 
-run::TrialRecord run_one_trial(const scenario::Scenario& s, const std::string& label,
-                          const std::vector<std::string>& overrides, const fs::path& dir,
-                          int64_t index, const RunOptions& o, const Printer& p) {
-  const int64_t total = s.train.last_step();
-  int64_t notices = 0;  // error and health lines printed
-  auto on_event = [&](const proto::Event& e) {
-    if (p.quiet) return;
-    if ((e.type == proto::event::kError || e.type == proto::event::kHealth) && !p.verbose && ++notices > kMaxProgressNotices) {
-      if (notices == kMaxProgressNotices + 1) {
-        std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] … more errors and findings are not "
+// Note [The trial sequence]'s progress on the command line: a step line
+// (rewritten in place on a terminal, thinned out off one), each error and
+// non-finite finding up to kMaxProgressNotices, fault firings with -v.
+class TrialProgress : public run::TrialObserver {
+ public:
+  explicit TrialProgress(const Printer& p) : p_(p) {}
+
+  void trial_started(const std::string& label, const scenario::Scenario& s) override {
+    label_ = label;
+    total_ = s.train.last_step();
+    notices_ = 0;
+  }
+
+  void trial_event(const proto::Event& e) override {
+    if (p_.quiet) return;
+    if ((e.type == proto::event::kError || e.type == proto::event::kHealth) && !p_.verbose &&
+        ++notices_ > kMaxProgressNotices) {
+      if (notices_ == kMaxProgressNotices + 1) {
+        std::cout << break_line() << "  [" << label_ << "] … more errors and findings are not "
                   << "printed (the report lists them; --verbose prints every one)" << std::endl;
       }
       return;
     }
     if (e.type == proto::event::kStepEnd) {
-      if (!p.progress) return;
-      const auto end = proto::step_end_from(e);
-      const int64_t step = end.step;
-      std::ostringstream l;
-      const double elapsed = e.t;
-      const double eta = step + 1 < total ? elapsed / static_cast<double>(step + 1) * static_cast<double>(total - step - 1) : 0.0;
-      l << "  [" << label << "] run " << end.run << " step " << std::setw(3) << step + 1 << "/"
-        << total << "  loss " << std::fixed << std::setprecision(4) << end.loss << "  "
-        << std::setprecision(2) << end.seconds << " s/step  ETA " << std::setprecision(0) << eta << " s";
-      if (p.tty) {
-        std::cout << "\r" << l.str() << "   " << std::flush;
-      } else if (p.verbose || step + 1 == total || (step + 1) % progress_interval(step + 1) == 0) {
-        std::cout << l.str() << std::endl;
-      }
-    } else if (e.type == proto::event::kFaultFired && p.verbose) {
+      step_line(e);
+    } else if (e.type == proto::event::kFaultFired && p_.verbose) {
       const auto fired = proto::fault_fired_from(e);
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] fault "
-                << one_line(truncate_utf8(fired.fault, kProgressQuoteBytes))
-                << " fired at step " << fired.step << std::endl;
+      std::cout << break_line() << "  [" << label_ << "] fault "
+                << one_line(truncate_utf8(fired.fault, kProgressQuoteBytes)) << " fired at step " << fired.step
+                << std::endl;
     } else if (e.type == proto::event::kError) {
       // What this machine lacks (a CUDA device) is a skip, not an error.
       const auto err = proto::error_from(e);
       const bool unavailable = err.kind == proto::error_kind::kUnavailable;
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] "
+      std::cout << break_line() << "  [" << label_ << "] "
                 << (unavailable ? std::string("not available here") : e.type) << ": "
                 << one_line(truncate_utf8(err.message, kProgressQuoteBytes)) << std::endl;
     } else if (e.type == proto::event::kHealth) {
       const auto h = proto::health_from(e);
       if (h.check != "finite") return;
-      std::cout << (p.tty && p.progress ? "\n" : "") << "  [" << label << "] " << e.type << ": "
+      std::cout << break_line() << "  [" << label_ << "] " << e.type << ": "
                 << one_line(truncate_utf8("non-finite " + h.kind + " " + h.site, kProgressQuoteBytes)) << std::endl;
     }
-  };
-  run::TrialRecord t;
-  t.label = label;
-  t.overrides = overrides;
-  t.dir = dir.string();
-  t.analysis = supervisor::run_scenario_trial(s, dir.string(), index, o.withhold_fault_records, &t.stderr_tail, on_event);
-  if (p.tty && p.progress && !p.quiet) std::cout << std::endl;
-  // A trial the disk could not hold says nothing about the training: never
-  // an outcome (a scenario expecting a failure would pass on it).
-  std::vector<std::string> texts = {t.stderr_tail, t.analysis.failure.message};
-  texts.insert(texts.end(), t.analysis.failure.secondary.begin(), t.analysis.failure.secondary.end());
-  if (const std::string why = probe::disk_full_evidence(texts); !why.empty()) throw ReportError(dir.string() + ": " + why);
-  return t;
-}
+  }
 
+  void trial_finished(const run::TrialRecord&) override {
+    if (p_.tty && p_.progress && !p_.quiet) std::cout << std::endl;
+  }
 
-// The words of the command that reproduces a run of `s` from `scenario_path`.
-std::vector<std::string> repro_args(const scenario::Scenario& s, const std::string& scenario_path) {
-  std::vector<std::string> args = {self_command(), "run", path_for_command(scenario_path)};
-  args.insert(args.end(), s.overrides.begin(), s.overrides.end());
-  return args;
-}
+ private:
+  // A line printed while a step line is being rewritten starts on its own.
+  const char* break_line() const { return p_.tty && p_.progress ? "\n" : ""; }
+
+  void step_line(const proto::Event& e) const {
+    if (!p_.progress) return;
+    const auto end = proto::step_end_from(e);
+    const int64_t step = end.step;
+    std::ostringstream l;
+    const double elapsed = e.t;
+    const double eta =
+        step + 1 < total_ ? elapsed / static_cast<double>(step + 1) * static_cast<double>(total_ - step - 1) : 0.0;
+    l << "  [" << label_ << "] run " << end.run << " step " << std::setw(3) << step + 1 << "/" << total_ << "  loss "
+      << std::fixed << std::setprecision(4) << end.loss << "  " << std::setprecision(2) << end.seconds
+      << " s/step  ETA " << std::setprecision(0) << eta << " s";
+    if (p_.tty) {
+      std::cout << "\r" << l.str() << "   " << std::flush;
+    } else if (p_.verbose || step + 1 == total_ || (step + 1) % progress_interval(step + 1) == 0) {
+      std::cout << l.str() << std::endl;
+    }
+  }
+
+  const Printer& p_;
+  std::string label_;
+  int64_t total_ = 0;
+  int64_t notices_ = 0;  // error and health lines printed in this trial
+};
 
 }  // namespace
 
@@ -209,80 +212,12 @@ void note_untested_settings(const scenario::Scenario& s, const Printer& p) {
   }
 }
 
-// Resolutions of the main trial's failure, tried as controls (each a trial
-// of the scenario with the resolution's overrides).
-void try_resolutions_of_failure(run::RunReport& r, const std::string& path, const std::vector<std::string>& overrides,
-                                const fs::path& out, const RunOptions& o, const Printer& p) {
-  const scenario::Scenario& s = r.scenario;
-  if (!o.verify_resolutions || supervisor::stop_requested() != 0 ||
-      !supervisor::is_failure(r.trials.front().analysis.outcome)) {
-    return;
-  }
-  const kb::FailureClass* cls = kb::KnowledgeBase::shipped().find(r.trials.front().analysis.failure.klass);
-  if (cls == nullptr) return;
-  const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t k) {
-    auto trial_overrides = overrides;
-    trial_overrides.insert(trial_overrides.end(), with.begin(), with.end());
-    const scenario::Scenario rs = scenario::load_scenario(path, trial_overrides, worker::input_checks());
-    // Note [Keys that never reach the worker]: not applicable, never
-    // refuted by a run that did not change.
-    if (const std::string why = supervisor::overrides_not_passed(rs, check.overrides); !why.empty()) throw ScenarioError(why);
-    const std::string number = std::to_string(check.resolution + 1);
-    // A resolution tried two ways has a folder per way.
-    bool again = false;
-    for (size_t e = 0; e < k; ++e) again = again || cls->checks[e].resolution == check.resolution;
-    supervisor::ResolutionRun result;
-    result.dir = "resolution-" + number + (again ? "-" + std::to_string(k + 1) : "");
-    const auto t = run_one_trial(rs, "resolution " + number, check.overrides, out / result.dir,
-                                 200 + static_cast<int64_t>(k), o, p);
-    result.outcome = t.analysis.outcome;
-    result.klass = t.analysis.failure.klass;
-    return result;
-  };
-  r.resolution_checks = supervisor::try_resolutions(*cls, nlohmann::json::parse(scenario::resolved_json(s)), run,
-                                        [] { return supervisor::stop_requested() != 0; });
-}
-
-// The command that reproduces the run: the scenario, its overrides and the
-// measured choices pinned (Note [Measured choices]). A run not tried here
-// also says how to run it on this machine's CPU.
-std::vector<std::string> repro_words(run::RunReport& r, const std::string& path) {
-  const scenario::Scenario& s = r.scenario;
-  const auto& main = r.trials.front().analysis;
-  std::vector<std::string> repro = repro_args(s, path);
-  if (r.not_run_here() && s.hardware.device != "cpu") {
-    // How to run it here instead, as a command that runs as pasted.
-    std::vector<std::string> on_cpu = repro;
-    on_cpu.push_back(scenario::override_text(DBH_SCENARIO_KEY(hardware.device), "cpu"));
-    if (s.train.precision != model::Precision::kFp32)
-      on_cpu.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"));
-    r.expectation_why.push_back("on this machine's CPU: " + shell_command(on_cpu));
-  }
-  // The layout and threads this run measured or found in the cache, pinned:
-  // the repro runs with them even where the cache says otherwise (Note
-  // [Measured choices]).
-  if (const auto& t = main.tuning; t.is_object() && !t.contains("error")) {
-    // (the tuning's name of a choice, the key that pins it)
-    const std::pair<const char*, const char*> pinned[] = {{"channels_last", DBH_SCENARIO_KEY(train.channels_last)},
-                                                          {"threads", DBH_SCENARIO_KEY(train.threads)}};
-    for (const auto& [choice, key] : pinned) {
-      const auto& v = t[choice];
-      if (v.value("source", std::string()) == "explicit") continue;
-      repro.push_back(scenario::override_text(key, v["value"].dump()));
-    }
-  }
-  return repro;
-}
-
 }  // namespace
 
 run::RunReport run_scenario(const std::string& path, const RunOptions& o, const fs::path& out, const Printer& p) {
   const std::vector<std::string> overrides = run_overrides(o);
   const auto t0 = std::chrono::steady_clock::now();
-  run::RunReport r;
-  r.scenario = scenario::load_scenario(path, overrides, worker::input_checks());
-  r.started_at = now_iso();
-  r.out_dir = fs::absolute(out).string();
+  scenario::Scenario s = scenario::load_scenario(path, overrides, worker::input_checks());
   {
     std::error_code ec;
     fs::create_directories(out, ec);
@@ -290,41 +225,20 @@ run::RunReport run_scenario(const std::string& path, const RunOptions& o, const 
       throw ReportError(out.string() + ": expected a writable output folder, got: " + ec.message());
     }
   }
-  write_file_atomically((out / "scenario.resolved.json").string(), scenario::resolved_json(r.scenario) + "\n");
-  const scenario::Scenario& s = r.scenario;
+  write_file_atomically((out / "scenario.resolved.json").string(), scenario::resolved_json(s) + "\n");
   p.line("dbh run " + one_line(s.name) + ": " + scenario_line(s));
   note_untested_settings(s, p);
-  // Main trial (and repeated processes). After a stop request (SIGINT,
-  // SIGTERM) no further trial starts; the main trial always exists.
-  const int64_t processes = s.repeat.processes;
-  for (int64_t i = 0; i < processes; ++i) {
-    if (i > 0 && supervisor::stop_requested() != 0) break;
-    const std::string label = processes == 1 ? "main" : "process " + std::to_string(i + 1);
-    const fs::path dir = out / (processes == 1 ? std::string("main") : "process-" + std::to_string(i + 1));
-    r.trials.push_back(run_one_trial(s, label, {}, dir, i, o, p));
-  }
-  // Controls: the same scenario with a few keys changed.
-  for (size_t c = 0; c < s.controls.size(); ++c) {
-    if (supervisor::stop_requested() != 0) break;
-    auto control_overrides = overrides;
-    control_overrides.insert(control_overrides.end(), s.controls[c].begin(), s.controls[c].end());
-    scenario::Scenario cs = scenario::load_scenario(path, control_overrides, worker::input_checks());
-    r.trials.push_back(run_one_trial(cs, "control " + std::to_string(c + 1), s.controls[c],
-                                     out / ("control-" + std::to_string(c + 1)), 100 + static_cast<int64_t>(c), o, p));
-  }
-  try_resolutions_of_failure(r, path, overrides, out, o, p);
-  // What the trials mean (Note [The run's verdicts]).
-  const int stopped = supervisor::stop_requested();
-  run::decide_run(r, processes, stopped);
-  const std::vector<std::string> repro = repro_words(r, path);
-  // One line, every word quoted (`$'…'` for a line break in a file name), so
-  // it can be printed, put in Markdown and a CI log, and pasted back into bash.
-  r.repro_command = shell_command(repro);
+  run::TrialSettings settings;
+  settings.input_checks = worker::input_checks();
+  settings.verify_resolutions = o.verify_resolutions;
+  settings.withhold_fault_records = o.withhold_fault_records;
+  settings.infrastructure_failure = probe::disk_full_evidence;
+  TrialProgress progress(p);
+  run::RunReport r = run::run_trials(std::move(s), path, overrides, out.string(), settings, progress);
   r.env = env::collect_environment();
-  r.inputs_manifest = probe::input_manifest(s).hash();
-  for (const auto& [name, value] : outcome_environment()) r.outcome_environment.push_back(name + "=" + value);
+  r.inputs_manifest = probe::input_manifest(r.scenario).hash();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  report::write_run_files(r, out, repro, stopped != 0);
+  report::write_run_files(r, out);
   return r;
 }
 

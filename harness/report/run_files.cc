@@ -59,8 +59,8 @@ void publish_journal(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-void write_run_files(const run::RunReport& r, const fs::path& out, const std::vector<std::string>& repro,
-                     bool interrupted) {
+void write_run_files(const run::RunReport& r, const fs::path& out) {
+  const std::vector<std::string>& repro = r.repro_words;
   const scenario::Scenario& s = r.scenario;
   const supervisor::TrialAnalysis& main = r.trials.front().analysis;
   write_metrics(out / "metrics.csv", main);
@@ -103,7 +103,7 @@ void write_run_files(const run::RunReport& r, const fs::path& out, const std::ve
   write_file_atomically((out / "report.md").string(), report_markdown(r));
   write_file_atomically((out / "report.html").string(), report_html(r));  // reads the files above
   const fs::path sentinel = out / ".FAILURE";
-  if (supervisor::is_failure(r.outcome) && !interrupted) {
+  if (supervisor::is_failure(r.outcome) && r.stopped == 0) {
     write_file_atomically(sentinel.string(), to_string(r.outcome) + " " + r.failure.klass + "\n" +
                                                  r.failure.message + "\n");
   } else {

@@ -13,11 +13,10 @@ namespace dbh::harness::report {
 /// Writes a run's files into `out` (which exists): metrics.csv (the main
 /// trial's steps and validations), events.jsonl (the main trial's), the
 /// plots (loss.png, memory.png, hmean.png when it validated), repro.sh (the
-/// words of `repro`, run by /bin/sh with the dbh that wrote it), report.json,
-/// report.md, report.html (which reads the files before it), and the
-/// .FAILURE sentinel when the run failed and was not `interrupted` (removed
-/// otherwise). Each file is written atomically.
-void write_run_files(const run::RunReport& r, const std::filesystem::path& out, const std::vector<std::string>& repro,
-                     bool interrupted);
+/// words of `r.repro_words`, run by /bin/sh with the dbh that wrote it),
+/// report.json, report.md, report.html (which reads the files before it),
+/// and the .FAILURE sentinel when the run failed and was not stopped
+/// (removed otherwise). Each file is written atomically.
+void write_run_files(const run::RunReport& r, const std::filesystem::path& out);
 
 }  // namespace dbh::harness::report

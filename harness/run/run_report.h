@@ -53,7 +53,12 @@ struct RunReport {
   std::string data_dependent_reason;
   bool expectation_met = false;
   std::vector<std::string> expectation_why;
+  /// The command that reproduces the run (Note [The trial sequence]): its
+  /// words, as repro.sh runs them, and the same as one line for bash.
+  std::vector<std::string> repro_words;
   std::string repro_command;
+  /// The signal that stopped the run (SIGINT, SIGTERM), else 0.
+  int stopped = 0;
   /// Note [Input manifest] (probe/probe.h): the hash of everything the run's
   /// outcome depends on, and the outcome variables that were set.
   std::string inputs_manifest;
