@@ -271,10 +271,10 @@ TrainData open_train_data(const scenario::Scenario& s) {
 
 // --val-data: its images, read as the worker reads them (Note [One
 // validation]); a set the policy cannot help is the user's to fix.
-worker::Validation open_train_validation(const scenario::Scenario& s) {
+worker::ValidationSet open_train_validation(const scenario::Scenario& s) {
   if (s.data.val.path.empty()) return {};
   std::vector<std::string> warnings;
-  worker::Validation v;
+  worker::ValidationSet v;
   try {
     v = worker::open_validation_set(s, warnings);
   } catch (const model::DataError& e) {
@@ -350,7 +350,7 @@ struct TrainedSteps {
 // metrics.csv each. Stops between steps when a stop is requested
 // (Interrupted); a batch the data policy refuses is bad input.
 TrainedSteps run_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& source,
-                       const worker::Validation& validation, const scenario::Scenario& s, const TrainCommandOptions& o,
+                       const worker::ValidationSet& validation, const scenario::Scenario& s, const TrainCommandOptions& o,
                        const fs::path& out, MetricsCsv& csv) {
   TrainedSteps trained;
   const int64_t steps = s.train.last_step();
@@ -452,7 +452,7 @@ int run_train_command(const TrainCommandOptions& o) {
   model::Trainer trainer(dbnet, worker::train_options(s));
   if (!s.train.resume_from.empty()) resume_training(trainer, s, arch);
   const TrainData data = open_train_data(s);
-  const worker::Validation validation = open_train_validation(s);
+  const worker::ValidationSet validation = open_train_validation(s);
 
   if (!o.quiet) {
     std::cout << "dbh train: " << arch << ", data " << data.description << ", batch " << s.data.batch_size << "x"

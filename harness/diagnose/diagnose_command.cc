@@ -69,7 +69,7 @@ std::string row_result(const Rung& r) {
 }
 
 // "optimizer, data": the tied hypotheses' ids.
-std::string tied_text(const Judgement& j) {
+std::string tied_text(const LadderConclusion& j) {
   std::string t;
   for (const auto id : j.tied) t += (t.empty() ? "" : ", ") + to_string(id);
   return t;
@@ -254,7 +254,7 @@ struct Diagnosis {
   scenario::Outcome outcome = scenario::Outcome::kPassed;  // the scenario as given
   std::string klass;
   std::vector<Rung> rows;  // the ladder, the variants, the learning rungs, in that order
-  Judgement judgement;
+  LadderConclusion judgement;
   std::vector<std::string> scenario_words;  // the diagnosed scenario as a command's words
   std::vector<std::string> followups;
   std::string bisect_summary;
@@ -376,7 +376,7 @@ std::string diagnosis_summary(const Diagnosis& d) {
 
 namespace {
 
-// The rungs' evidence for judge_ladder: every rung of the groups, in order,
+// The rungs' evidence for conclude_ladder: every rung of the groups, in order,
 // and what the full scenario's failure (`klass`, "" when it passed) is.
 Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const std::string& klass, bool silent,
                  bool real_data) {
@@ -529,8 +529,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::vector<Rung> learning = learning_rungs(s, silent);
     for (auto& r : learning) run_rung(prober, r);
     // Compute is done: what the rungs showed, judged by one pure function.
-    const Judgement judgement =
-        judge_ladder(ladder_of({&rungs, &variants, &learning}, fails ? full_class : "", silent, real));
+    const LadderConclusion judgement =
+        conclude_ladder(ladder_of({&rungs, &variants, &learning}, fails ? full_class : "", silent, real));
 
     // The diagnosed scenario as the words of a command: its absolute path
     // and the overrides it was diagnosed with.

@@ -265,13 +265,13 @@ class Weighing {
   }
 
   // The ranking and the one conclusion (ties and no evidence are `unsure`).
-  Judgement conclude() {
+  LadderConclusion conclude() {
     const bool fails = fails_, silent = silent_, resources = resources_;
     const auto& synth = rung(RungId::kSynthetic);
     std::stable_sort(hyps_.begin(), hyps_.end(),
                      [](const Hypothesis& a, const Hypothesis& b) { return a.score() > b.score(); });
 
-    Judgement j;
+    LadderConclusion j;
     j.data_dependent = fails && synth.passed() && l_.real_data && !silent && !resources;
     const int top = hyps_.front().score();
     for (const auto& h : hyps_) {
@@ -303,7 +303,7 @@ class Weighing {
 
 }  // namespace
 
-Judgement judge_ladder(const Ladder& ladder) {
+LadderConclusion conclude_ladder(const Ladder& ladder) {
   Weighing w(ladder);
   w.device_and_synthetic();
   w.silent_failure();

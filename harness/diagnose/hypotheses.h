@@ -100,7 +100,7 @@ struct Ladder {
 /// against, stable in the declared order), and the conclusion: "passes",
 /// "data-dependent", a hypothesis id, or "unsure" when none has more for it
 /// than against it or when the best are tied (list order decides nothing).
-struct Judgement {
+struct LadderConclusion {
   std::vector<Hypothesis> ranked;
   std::string conclusion;
   std::vector<HypothesisId> tied;  // the best, when more than one shares the top score
@@ -115,6 +115,6 @@ bool grows_across_runs(const kb::FailureClass& c);
 FailureKind failure_kind(const std::string& klass, bool silent_class, bool resource_class);
 
 /// Judges the ladder. Pure.
-Judgement judge_ladder(const Ladder& ladder);
+LadderConclusion conclude_ladder(const Ladder& ladder);
 
 }  // namespace dbh::harness::diagnose

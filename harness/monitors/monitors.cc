@@ -169,7 +169,7 @@ void Monitors::clear_last_good() {
 void Monitors::on_batch(int64_t step, model::Batch& b) {
   clear_last_good();
   // Which samples this step trains on, so a failure can name them.
-  events_.emit(proto::Batch{run_, step, b.sample_ids});
+  events_.emit(proto::BatchSamples{run_, step, b.sample_ids});
   last_batch_ = b;
   sample("data");
   check(Site{SiteKind::kInput, "image", ""}, b.image);

@@ -179,7 +179,7 @@ StepEnd step_end_from(const Event& e) {
   return s;
 }
 
-json to_json(const Batch& e) { return {{"run", e.run}, {"step", e.step}, {"samples", e.samples}}; }
+json to_json(const BatchSamples& e) { return {{"run", e.run}, {"step", e.step}, {"samples", e.samples}}; }
 
 json to_json(const DatasetInfo& e) { return {{"size", e.size}}; }
 
@@ -204,8 +204,8 @@ SampleRead sample_read_from(const Event& e) {
   return r;
 }
 
-Batch batch_from(const Event& e) {
-  Batch b;
+BatchSamples batch_from(const Event& e) {
+  BatchSamples b;
   read(e, "run", b.run);
   read(e, "step", b.step);
   read(e, "samples", b.samples);
@@ -392,7 +392,7 @@ Warning warning_from(const Event& e) {
   return w;
 }
 
-json to_json(const Error& e) {
+json to_json(const WorkerError& e) {
   json j = {{"kind", e.kind}, {"message", e.message}};
   put(j, "run", e.run);
   put(j, "step", e.step);
@@ -404,8 +404,8 @@ json to_json(const Error& e) {
   return j;
 }
 
-Error error_from(const Event& e) {
-  Error r;
+WorkerError error_from(const Event& e) {
+  WorkerError r;
   read(e, "kind", r.kind);
   read(e, "message", r.message);
   read(e, "run", r.run);

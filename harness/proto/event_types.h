@@ -111,13 +111,13 @@ nlohmann::json to_json(const StepEnd& e);
 StepEnd step_end_from(const Event& e);
 
 /// `batch`: the sample ids a step trains on.
-struct Batch {
+struct BatchSamples {
   static constexpr const char* kType = event::kBatch;
   int64_t run = 0, step = 0;
   std::vector<std::string> samples;
 };
-nlohmann::json to_json(const Batch& e);
-Batch batch_from(const Event& e);
+nlohmann::json to_json(const BatchSamples& e);
+BatchSamples batch_from(const Event& e);
 
 /// `dataset`: the training set an external worker's loader reads (the
 /// adapter's dataset wrapper), by its size. Its indices are the worker's own
@@ -288,15 +288,15 @@ inline constexpr const char* kUnavailable = "unavailable";
 
 /// `error`: what stopped the run. `kind` is one of error_kind; a harness
 /// error (bad resolved scenario) has no run or step.
-struct Error {
+struct WorkerError {
   static constexpr const char* kType = event::kError;
   std::string kind, message;
   std::optional<int64_t> run, step;  // step −1: before training
   std::optional<std::string> phase, backtrace, module;
   nlohmann::json memory, phases;  // written when not null
 };
-nlohmann::json to_json(const Error& e);
-Error error_from(const Event& e);
+nlohmann::json to_json(const WorkerError& e);
+WorkerError error_from(const Event& e);
 
 /// `memory_snapshot`: the CUDA allocator's snapshot written on OOM.
 struct MemorySnapshot {

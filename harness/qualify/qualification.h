@@ -52,7 +52,7 @@ struct Qualification {
   int64_t trial_count = 0;
 
   /// Every trial the prober ran or answered from its cache, in order.
-  struct TrialRecord {
+  struct ProbeRecord {
     std::string what;
     std::string outcome;
     std::string klass;
@@ -60,7 +60,7 @@ struct Qualification {
     double seconds = 0;
     bool cached = false;
   };
-  std::vector<TrialRecord> history;
+  std::vector<ProbeRecord> history;
   double seconds = 0;  // the qualification's wall time
 
   bool cuda() const { return device != "cpu"; }

@@ -199,7 +199,7 @@ numerics::Reference read_reference(const std::string& path) {
 // module numbers on, compared with the reference.
 Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::Scenario& source, numerics::Reference ref,
                                       const fs::path& out, const std::string& cache,
-                                      std::vector<Qualification::TrialRecord>& history) {
+                                      std::vector<Qualification::ProbeRecord>& history) {
   Qualification::Numerics n;
   n.reference_file = o.reference;
   int64_t steps = 0;

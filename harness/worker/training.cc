@@ -118,7 +118,7 @@ void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
 }
 
 void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
-                 const Validation& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks) {
+                 const ValidationSet& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks) {
   const int64_t last = s.train.last_step();
   while (trainer.next_step() < last) {
     if (hooks.before_step) hooks.before_step(trainer.next_step());

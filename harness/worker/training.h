@@ -126,6 +126,6 @@ void save_checkpoint_file(model::Trainer& trainer, const std::string& path);
 /// s.train.last_step() (Note [One training session]). Throws what a step,
 /// a hook or validation throws, and CheckpointWriteError.
 void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
-                 const Validation& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks);
+                 const ValidationSet& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks);
 
 }  // namespace dbh::harness::worker

@@ -43,7 +43,7 @@ model::InferenceOptions inference_options(const scenario::Scenario& s, bool refe
 
 }  // namespace
 
-Validation open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings) {
+ValidationSet open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings) {
   const model::OnInvalid policy = dataset_options(s, s.data.val.path).on_invalid;
   const auto scan = model::scan_dataset(s.data.val.path, policy);
   if (!scan.readable || scan.images.empty() || (policy == model::OnInvalid::kError && !scan.defects.empty())) {
@@ -56,14 +56,14 @@ Validation open_validation_set(const scenario::Scenario& s, std::vector<std::str
     throw model::DataError(defects);
   }
   for (const auto& defect : scan.defects) warnings.push_back("validation set: " + defect.message);
-  return Validation{s.data.val.path, scan.images};
+  return ValidationSet{s.data.val.path, scan.images};
 }
 
-bool validates_after(const scenario::Scenario& s, const Validation& v, int64_t next) {
+bool validates_after(const scenario::Scenario& s, const ValidationSet& v, int64_t next) {
   return s.train.eval_every > 0 && !v.images.empty() && (next % s.train.eval_every == 0 || next == s.train.last_step());
 }
 
-ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const Validation& v, int64_t run, int64_t step,
+ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const ValidationSet& v, int64_t run, int64_t step,
                           bool last, const fs::path& dir, faults::FaultInjector* faults) {
   const auto t0 = std::chrono::steady_clock::now();
   const model::InferenceOptions options = inference_options(s, false, faults, step - 1);

@@ -20,7 +20,7 @@ namespace dbh::harness::worker {
 
 /// The images validated: those of data.val.path, or the samples held out
 /// of the training dataset (data.val.holdout, which the worker opens).
-struct Validation {
+struct ValidationSet {
   std::string root;
   std::vector<model::ImageAnnotation> images;
 };
@@ -29,12 +29,12 @@ struct Validation {
 /// (data.on_invalid): an image it cannot read (a FIFO, a device, a cut file)
 /// fails the run under `error` (model::DataError), and is a warning under
 /// skip or clip (appended to `warnings`), never dropped in silence.
-Validation open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings);
+ValidationSet open_validation_set(const scenario::Scenario& s, std::vector<std::string>& warnings);
 
 /// Whether a validation follows the step that made `next` steps done: every
 /// train.eval_every steps and after the last step (train.last_step()), when
 /// there are images to validate on.
-bool validates_after(const scenario::Scenario& s, const Validation& v, int64_t next);
+bool validates_after(const scenario::Scenario& s, const ValidationSet& v, int64_t next);
 
 struct ValidationResult {
   proto::Eval eval;                    // the `eval` event's fields
@@ -48,7 +48,7 @@ struct ValidationResult {
 /// At the last validation (`last`) with data.val.overlays, writes overlays of
 /// the worst images under `dir`/eval-overlays. `faults` (may be null) may
 /// change the post-processing settings (on_validation).
-ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const Validation& v, int64_t run, int64_t step,
+ValidationResult validate(model::DbNet& net, const scenario::Scenario& s, const ValidationSet& v, int64_t run, int64_t step,
                           bool last, const std::filesystem::path& dir, faults::FaultInjector* faults);
 
 }  // namespace dbh::harness::worker

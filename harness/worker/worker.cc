@@ -282,7 +282,7 @@ int run_ops_check(const scenario::Scenario& s, proto::EventWriter& events) {
       events.emit(end);
     }
   } catch (const std::exception& e) {
-    proto::Error error;
+    proto::WorkerError error;
     error.kind = error_kind_of(e);
     error.run = 0;
     error.step = step;
@@ -299,7 +299,7 @@ int run_ops_check(const scenario::Scenario& s, proto::EventWriter& events) {
 // The data a worker trains and validates on.
 struct TrainingData {
   std::shared_ptr<model::Dataset> dataset;  // null for synthetic data
-  Validation validation;                    // no images: no validation
+  ValidationSet validation;                    // no images: no validation
 };
 
 // The training dataset at `data_path` (the scenario's, or a fault's
@@ -467,7 +467,7 @@ void write_failing_batch_overlays(WorkerState& w) {
 // A run the monitors stopped (diverged, or finite but silent): its error
 // event and the overlays of the failing batch.
 void report_stopped_by_monitors(WorkerState& w, const char* kind, const std::string& message) {
-  proto::Error error;
+  proto::WorkerError error;
   error.kind = kind;
   error.run = w.run;
   error.step = w.step;
@@ -482,7 +482,7 @@ void report_stopped_by_monitors(WorkerState& w, const char* kind, const std::str
 // teardown a training framework runs after a failure.
 void report_training_error(WorkerState& w, const std::exception& e) {
   const scenario::Scenario& s = w.s;
-  proto::Error error;
+  proto::WorkerError error;
   error.kind = error_kind_of(e);
   error.run = w.run;
   error.step = w.step;
@@ -512,7 +512,7 @@ void report_training_error(WorkerState& w, const std::exception& e) {
   try {
     w.faults.on_teardown();
   } catch (const std::exception& t) {
-    proto::Error teardown;
+    proto::WorkerError teardown;
     teardown.kind = proto::error_kind::kException;
     teardown.run = w.run;
     teardown.step = w.step;
@@ -544,7 +544,7 @@ int worker_main(const std::string& scenario_json, const std::string& run_dir, in
   try {
     s = scenario::decode_scenario(parse_yaml(scenario_json, "scenario.resolved.json"), "");
   } catch (const std::exception& e) {
-    proto::Error error;
+    proto::WorkerError error;
     error.kind = proto::error_kind::kHarness;
     error.message = e.what();
     events.emit(error);

@@ -101,7 +101,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   measured.numerics = {{"decoder.fusion", 0.25, 0.125}};
   measured.grad_norm_bits = 7;
   ExpectDocumentedFields(measured);
-  ExpectDocumentedFields(proto::Batch{});
+  ExpectDocumentedFields(proto::BatchSamples{});
   ExpectDocumentedFields(proto::DatasetInfo{});
   proto::SampleRead read;
   read.name = "img_004.png";
@@ -143,7 +143,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   run_end.resources = {{"open_files", 5}};
   ExpectDocumentedFields(run_end);
   ExpectDocumentedFields(proto::Warning{});
-  proto::Error error;
+  proto::WorkerError error;
   error.run = error.step = 1;
   error.phase = error.backtrace = error.module = "x";
   error.memory = error.phases = json::object();
@@ -235,7 +235,7 @@ TEST(TypedEvents, HealthKeepsCheckSpecificFieldsInExtra) {
 }
 
 TEST(TypedEvents, ErrorWritesOnlyTheFieldsSet) {
-  proto::Error harness_error;
+  proto::WorkerError harness_error;
   harness_error.kind = "harness";
   harness_error.message = "bad scenario";
   EXPECT_EQ(keys(to_json(harness_error)), (std::set<std::string>{"kind", "message"}));

@@ -30,7 +30,7 @@ RungEvidence fails(RungId id, const std::string& name, scenario::Outcome o, cons
   return r;
 }
 
-const Hypothesis& find(const Judgement& j, HypothesisId id) {
+const Hypothesis& find(const LadderConclusion& j, HypothesisId id) {
   for (const auto& h : j.ranked) {
     if (h.id == id) return h;
   }
@@ -51,7 +51,7 @@ TEST(HypothesesTest, GrowthAcrossRunsConcludesResourcesNotTheModel) {
              works(RungId::kOneRunPerProcess, "each run in a fresh process"),
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kLeaked, "leak_across_runs"),
              fails(RungId::kSmallerBatch, "smaller batch", scenario::Outcome::kLeaked, "leak_across_runs")};
-  const Judgement j = judge_ladder(l);
+  const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "resources");
   EXPECT_EQ(j.ranked.front().id, HypothesisId::kResources);
   EXPECT_EQ(j.ranked.front().support.size(), 2u);
@@ -81,13 +81,13 @@ TEST(HypothesesTest, ATieAtTheTopIsUnsure) {
   l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "cuda_oom"),
              works(RungId::kCudnnDeterministic, "cuDNN deterministic"),
              works(RungId::kSmallerBatch, "smaller batch")};
-  const Judgement j = judge_ladder(l);
+  const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "unsure");
   ASSERT_EQ(j.tied.size(), 2u);
   EXPECT_EQ(j.ranked[0].score(), j.ranked[1].score());
   // One more piece of evidence breaks the tie.
   l.memory_exhaustion = true;
-  const Judgement k = judge_ladder(l);
+  const LadderConclusion k = conclude_ladder(l);
   EXPECT_EQ(k.conclusion, "memory");
   EXPECT_TRUE(k.tied.empty());
 }
@@ -97,10 +97,10 @@ TEST(HypothesesTest, NoEvidenceForAnyIsUnsureAndAPassIsAPass) {
   l.kind = FailureKind::kCrashOrError;
   l.klass = "crash_signal";
   l.rungs = {works(RungId::kOps, "ops"), fails(RungId::kAsGiven, "as given", scenario::Outcome::kCrashed, "crash_signal")};
-  EXPECT_EQ(judge_ladder(l).conclusion, "unsure");
+  EXPECT_EQ(conclude_ladder(l).conclusion, "unsure");
   Ladder pass;
   pass.rungs = {works(RungId::kOps, "ops"), works(RungId::kAsGiven, "as given")};
-  EXPECT_EQ(judge_ladder(pass).conclusion, "passes");
+  EXPECT_EQ(conclude_ladder(pass).conclusion, "passes");
 }
 
 // A divergence on a training whose synthetic rungs cannot run (a user's
@@ -114,17 +114,17 @@ TEST(HypothesesTest, ADivergenceThatATenthOfTheLearningRateEndsIsTheOptimizer) {
   l.rungs = {fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kDiverged, "nonfinite_activation"),
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_activation"),
              works(RungId::kLowerLearningRate, "a tenth of the learning rate")};
-  Judgement j = judge_ladder(l);
+  LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "optimizer");
   EXPECT_EQ(find(j, HypothesisId::kOptimizer).support.size(), 1u);
   // dbh's own worker: synthetic data diverges too, which alone would blame
   // the model; the tenth of the learning rate says it is the updates.
   Ladder own = l;
   own.rungs.push_back(fails(RungId::kSynthetic, "synthetic", scenario::Outcome::kDiverged, "nonfinite_activation"));
-  EXPECT_EQ(judge_ladder(own).conclusion, "optimizer");
+  EXPECT_EQ(conclude_ladder(own).conclusion, "optimizer");
   l.rungs[2] = fails(RungId::kLowerLearningRate, "a tenth of the learning rate", scenario::Outcome::kDiverged,
                      "nonfinite_activation");
-  j = judge_ladder(l);
+  j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "unsure");
   EXPECT_EQ(find(j, HypothesisId::kOptimizer).refute.size(), 1u);
 }
@@ -140,10 +140,10 @@ TEST(HypothesesTest, SilentFailuresAreJudgedByTheLearningRungs) {
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "not_learning"),
              fails(RungId::kLearnsSynthetic, "learns on synthetic", scenario::Outcome::kFailed, "not_learning"),
              fails(RungId::kLearnsReal, "learns on real", scenario::Outcome::kFailed, "not_learning")};
-  EXPECT_EQ(judge_ladder(l).conclusion, "optimizer");
+  EXPECT_EQ(conclude_ladder(l).conclusion, "optimizer");
   l.rungs[3] = works(RungId::kLearnsSynthetic, "learns on synthetic");
   l.rungs[1] = works(RungId::kSynthetic, "synthetic");
-  const Judgement j = judge_ladder(l);
+  const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "labels");
   EXPECT_FALSE(j.data_dependent);  // a silent failure has no bad sample to find
 }
@@ -157,7 +157,7 @@ TEST(HypothesesTest, SyntheticPassingRealFailingIsDataDependent) {
   l.rungs = {works(RungId::kSynthetic, "synthetic"),
              fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kFailed, "data_invalid"),
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "data_invalid")};
-  const Judgement j = judge_ladder(l);
+  const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "data-dependent");
   EXPECT_EQ(j.ranked.front().id, HypothesisId::kData);
 }
@@ -173,7 +173,7 @@ TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kCrashed, "illegal_memory_access"),
              fails(RungId::kCudnnDisabled, "cuDNN disabled", scenario::Outcome::kCrashed, "illegal_memory_access"),
              fails(RungId::kRealNoWorkers, "real", scenario::Outcome::kUnresolved, "")};
-  const Judgement j = judge_ladder(l);
+  const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "kernel");
   EXPECT_TRUE(find(j, HypothesisId::kModel).support.empty());
   EXPECT_TRUE(find(j, HypothesisId::kLoader).refute.empty());

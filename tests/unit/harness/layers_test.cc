@@ -222,14 +222,17 @@ TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
   }
 }
 
-// One declaration per concept: no two headers define a type of the same
-// name in the same namespace (two `dbh::harness::Judgement`s broke the
-// one-definition rule: a build could run one's destructor on the other).
+// One declaration per concept, one name per meaning: no two headers define
+// a type of the same name in the same namespace (two `dbh::harness::Judgement`s
+// broke the one-definition rule: a build could run one's destructor on the
+// other), nor, at namespace scope, in two namespaces (`supervisor::Judgement`
+// and `diagnose::Judgement` were two meanings of one name).
 TEST(LayersTest, NoTypeIsDefinedTwiceInOneNamespace) {
   const std::regex opens(R"re(^namespace( ([A-Za-z_:]+))? \{)re");
   const std::regex closes(R"re(^\}  // namespace)re");
   const std::regex defines(R"re(^(struct|class|enum class) ([A-Za-z_][A-Za-z0-9_]*)( final)?( *:[^;]*)? *\{)re");
   std::map<std::string, std::string> where;  // qualified name → file:line
+  std::map<std::string, std::string> named;  // unqualified name → qualified name
   int64_t types = 0;
   for (const char* top : {"harness", "model"}) {
     for (const auto& path : source_files(top)) {
@@ -254,6 +257,10 @@ TEST(LayersTest, NoTypeIsDefinedTwiceInOneNamespace) {
           const auto [it, fresh] = where.emplace(name, rel + ":" + std::to_string(n));
           EXPECT_TRUE(fresh) << rel << ":" << n << ": defines " << name << ", which " << it->second
                              << " defines too: one name per meaning (a namespace of the part, or another name)";
+          const auto [other, first] = named.emplace(m[2].str(), name);
+          EXPECT_TRUE(first || other->second == name)
+              << rel << ":" << n << ": defines " << name << ", and " << other->second << " ("
+              << where.at(other->second) << ") has the same name: one name per meaning";
         }
       }
     }

@@ -90,7 +90,7 @@ class Stream {
   }
   Stream& error(const std::string& message, int64_t s, const std::string& module,
                 const std::string& kind = "exception", const std::string& phase = "train") {
-    proto::Error e;
+    proto::WorkerError e;
     e.kind = kind;
     e.run = 0;
     e.step = s;
@@ -782,7 +782,7 @@ TEST(Classify, WorkerThatSaysItFailedIsNeverPassed) {
 // class "exception").
 TEST(Classify, HarnessErrorInTheWorkerIsUnresolved) {
   Stream st;
-  proto::Error harness_error;
+  proto::WorkerError harness_error;
   harness_error.kind = "harness";
   harness_error.message = "scenario.resolved.json:3:1: expected valid YAML";
   st.add(harness_error);

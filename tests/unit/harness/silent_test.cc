@@ -138,7 +138,7 @@ TEST(SilentClassify, HealthFindingIsAFailureWithItsClassStepAndEvidence) {
   h.message = "input black after de-normalisation at step 3";
   h.evidence = evidence;
   st.add(h);
-  proto::Error error;
+  proto::WorkerError error;
   error.kind = "silent";
   error.run = 0;
   error.step = 3;

@@ -81,7 +81,7 @@ TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
     EXPECT_EQ(v, nullptr);  // no validation set: none
     heard.push_back("done " + std::to_string(r.step));
   };
-  worker::train_steps(net, trainer, batches, worker::Validation{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
+  worker::train_steps(net, trainer, batches, worker::ValidationSet{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
   EXPECT_EQ(trainer.next_step(), 4);
   EXPECT_EQ(heard, (std::vector<std::string>{"begin 0", "end 0", "done 0", "begin 1", "end 1",
                                              "checkpoint 2 checkpoint-r1-s2.pt", "done 1", "begin 2", "end 2",
@@ -93,7 +93,7 @@ TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
   model::Trainer again(net, worker::train_options(s));
   again.load_checkpoint((dir / "checkpoint-r1-s4.pt").string());
   heard.clear();
-  worker::train_steps(net, again, batches, worker::Validation{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
+  worker::train_steps(net, again, batches, worker::ValidationSet{}, s, worker::SessionSite{1, dir.string(), nullptr}, hooks);
   EXPECT_TRUE(heard.empty());
 }
 
@@ -105,7 +105,7 @@ TEST(TrainSteps, ACheckpointThatCannotBeWrittenSaysWhereAndLeavesNothing) {
   model::Trainer trainer(net, worker::train_options(s));
   const std::string missing = (dir / "no-such-folder").string();
   try {
-    worker::train_steps(net, trainer, worker::make_batch_source(s, nullptr), worker::Validation{}, s, worker::SessionSite{0, missing, nullptr}, {});
+    worker::train_steps(net, trainer, worker::make_batch_source(s, nullptr), worker::ValidationSet{}, s, worker::SessionSite{0, missing, nullptr}, {});
     FAIL() << "expected a CheckpointWriteError";
   } catch (const worker::CheckpointWriteError& e) {
     const std::string what = e.what();
