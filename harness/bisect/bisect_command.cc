@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/parts.h"
+#include "harness/common/json_fields.h"
 #include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -117,9 +118,9 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       answer->doubts = result.doubts;
       answer->summary = result.summary;
       answer->repro = result.repro;
-      answer->method = result.result.is_object() ? result.result.value("method", std::string()) : std::string();
+      answer->method = result.result.is_object() ? field_or(result.result, "method", std::string()) : std::string();
       if (result.result.is_object() && result.result.contains("samples") && result.result["samples"].is_array()) {
-        for (const auto& smp : result.result["samples"]) answer->samples.push_back(smp.value("index", int64_t{0}));
+        for (const auto& smp : result.result["samples"]) answer->samples.push_back(field_or(smp, "index", int64_t{0}));
       }
     }
     return code;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/json_fields.h"
 #include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
@@ -213,24 +214,24 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
     conclude(out, steps.confidence);
     return out;
   }
-  const std::string kind = h.value("kind", "");
+  const std::string kind = field_or(h, "kind", "");
   const std::string direction = kind == "gradient" ? "backward" : kind == "activation" ? "forward" : "inputs";
   out.found = true;
   conclude(out, steps.confidence);
   out.result = {{"step", step},
                 {"direction", direction},
                 {"kind", kind},
-                {"module", h.value("module", "")},
-                {"tensor", h.value("site", "")},
+                {"module", field_or(h, "module", "")},
+                {"tensor", field_or(h, "site", "")},
                 {"stats", h.contains("stats") ? ojson::parse(h["stats"].dump()) : ojson(nullptr)},
-                {"input_module", h.value("input_module", "")},
+                {"input_module", field_or(h, "input_module", "")},
                 {"input_stats", h.contains("input_stats") ? ojson::parse(h["input_stats"].dump()) : ojson(nullptr)}};
   out.summary = "at step " + std::to_string(step) + " the first non-finite " + kind + " in " + direction +
-                " order is `" + h.value("site", "") + "`" +
-                (h.value("module", "").empty() ? "" : " in module `" + h.value("module", "") + "`");
+                " order is `" + field_or(h, "site", "") + "`" +
+                (field_or(h, "module", "").empty() ? "" : " in module `" + field_or(h, "module", "") + "`");
   if (h.contains("stats")) out.details.push_back("its statistics: " + h["stats"].dump());
   if (h.contains("input_module")) {
-    out.details.push_back("the module that ran before it, `" + h.value("input_module", "") +
+    out.details.push_back("the module that ran before it, `" + field_or(h, "input_module", "") +
                           "`, produced finite output: " + h["input_stats"].dump());
   }
   return out;

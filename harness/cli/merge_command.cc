@@ -12,6 +12,7 @@
 #include "harness/cli/suite_outputs.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/out_file.h"
 #include "harness/common/output_dir.h"
 #include "harness/common/text.h"
@@ -57,7 +58,7 @@ void read_journal(const fs::path& jp, Journals& j) {
     throw MergeInputError(e.what());
   }
   for (const auto& rec : records) {
-    const std::string type = rec.value("type", "");
+    const std::string type = field_or(rec, "type", "");
     opened = opened || type == "suite";
     if (type == "suite" && rec.contains("scenarios") && rec["scenarios"].is_number_integer()) {
       expected = rec["scenarios"].get<int64_t>();
@@ -70,7 +71,7 @@ void read_journal(const fs::path& jp, Journals& j) {
       // the folders hold is read from the journals, whatever the
       // folders are named or however deep they were passed.
       long long k = -1, n = 0;
-      const std::string text = rec.value("shard", "");
+      const std::string text = field_or(rec, "shard", "");
       const std::string folder = jp.parent_path().filename().string();
       const bool named = std::sscanf(text.c_str(), "%lld/%lld", &k, &n) == 2 ||
                          // a journal without the field: its folder's name
@@ -81,9 +82,9 @@ void read_journal(const fs::path& jp, Journals& j) {
         j.whole_suites.push_back(jp.string());
       }
     }
-    if (type == "started") j.started.insert(rec.value("scenario", ""));
+    if (type == "started") j.started.insert(field_or(rec, "scenario", ""));
     if (type != "finished") continue;
-    const std::string id = rec.value("scenario", "");
+    const std::string id = field_or(rec, "scenario", "");
     j.finished[id] = rec;
     // The scenario's folder beside its journal: shard folders may have
     // been moved or copied since the journal recorded an absolute path
@@ -186,14 +187,14 @@ std::vector<run::RunReport> merged_reports(const Journals& j, std::vector<std::s
   std::vector<run::RunReport> reports;
   for (const auto& [id, rec] : j.finished) {
     order.push_back(id);
-    const fs::path report = fs::path(rec.value("dir", "")) / "report.json";
+    const fs::path report = fs::path(field_or(rec, "dir", "")) / "report.json";
     const auto text = read_regular_file(report.string(), size_t{64} << 20);
     const auto parsed = nlohmann::json::parse(text.value_or(""), nullptr, false);
     try {
       if (!text) throw ProtocolError("expected a report, got " + describe_path(report.string()));
       if (parsed.is_discarded()) throw ProtocolError("expected a report, got text that is not JSON");
       run::RunReport r = report_from_json(parsed);
-      r.out_dir = rec.value("dir", "");
+      r.out_dir = field_or(rec, "dir", "");
       reports.push_back(r);
     } catch (const std::exception& e) {
       problems.push_back(report.string() + ": " + e.what());

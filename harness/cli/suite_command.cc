@@ -22,6 +22,7 @@
 #include <iostream>
 #include <utility>
 
+#include "harness/common/json_fields.h"
 #include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -241,12 +242,12 @@ SuiteRun run_suite_scenarios(const RunOptions& o, const SuitePlan& plan, const f
       }
     }
     if (it != earlier.finished.end()) {
-      const auto text = read_regular_file((fs::path(it->second.value("dir", "")) / "report.json").string(),
+      const auto text = read_regular_file((fs::path(field_or(it->second, "dir", "")) / "report.json").string(),
                                           size_t{64} << 20);
       const auto j = nlohmann::json::parse(text.value_or(""), nullptr, false);
       if (!j.is_discarded()) {
         run::RunReport r = report_from_json(j);
-        r.out_dir = it->second.value("dir", "");
+        r.out_dir = field_or(it->second, "dir", "");
         p.line("skip  " + id + ": finished in an earlier run (" + to_string(r.outcome) + ")");
         run.reports.push_back(r);
         continue;

@@ -13,6 +13,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/hash.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/ci_conventions.h"
@@ -65,8 +66,8 @@ ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::
   ResumeState state;
   const auto suite_of = [](const std::string& k) { return k.empty() ? std::string("a whole suite") : "shard " + k; };
   for (const auto& rec : records) {
-    const std::string type = rec.value("type", "");
-    const std::string id = rec.value("scenario", "");
+    const std::string type = field_or(rec, "type", "");
+    const std::string id = field_or(rec, "scenario", "");
     if (type == "suite" && rec.contains("shard") && rec["shard"].is_string()) {
       const std::string text = rec["shard"].get<std::string>();
       const std::string theirs = text.substr(0, text.find(' '));
@@ -86,13 +87,13 @@ ResumeState resume_state(const std::vector<nlohmann::json>& records, const std::
 
 std::string rerun_reason(const nlohmann::json& finished, const std::string& hash, const probe::InputManifest& now) {
   // Another configuration: its result answers a question nobody asks now.
-  if (finished.contains("hash") && finished.value("hash", "") != hash) {
+  if (finished.contains("hash") && field_or(finished, "hash", "") != hash) {
     return "its scenario or overrides changed since it finished";
   }
   // The same configuration on other inputs is another question too.
   if (!now.not_cacheable.empty()) return now.not_cacheable;
   if (!finished.contains("inputs")) return "an earlier dbh recorded no digest of its inputs";
-  if (finished.value("inputs", "") != now.hash()) {
+  if (field_or(finished, "inputs", "") != now.hash()) {
     return "its inputs changed since it finished (a dataset or weights file, the training's code, the dbh build or "
            "an outcome variable)";
   }
@@ -201,14 +202,14 @@ run::RunReport report_from_json(const nlohmann::json& j) {
     throw ProtocolError("expected a report.json object with an expectation");
   }
   run::RunReport r;
-  r.scenario.name = j.value("scenario_name", "");
-  r.outcome = scenario::outcome_from_string(j.value("outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
-  r.expectation_met = j["expectation"].value("met", false);
-  for (const auto& w : j["expectation"].value("mismatches", std::vector<std::string>{})) r.expectation_why.push_back(w);
+  r.scenario.name = field_or(j, "scenario_name", "");
+  r.outcome = scenario::outcome_from_string(field_or(j, "outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
+  r.expectation_met = field_or(j["expectation"], "met", false);
+  for (const auto& w : field_or(j["expectation"], "mismatches", std::vector<std::string>{})) r.expectation_why.push_back(w);
   r.failure.klass = j["failure"]["class"].is_string() ? j["failure"]["class"].get<std::string>() : "";
-  r.failure.message = j["failure"].value("message", "");
-  r.seconds = j.value("seconds", 0.0);
-  r.repro_command = j["repro"].value("command", "");
+  r.failure.message = field_or(j["failure"], "message", "");
+  r.seconds = field_or(j, "seconds", 0.0);
+  r.repro_command = field_or(j["repro"], "command", "");
   return r;
 }
 

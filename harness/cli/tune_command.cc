@@ -9,6 +9,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/report.h"
@@ -35,7 +36,7 @@ TuneVerdict judge_tuning(const nlohmann::json& record) {
   if (record.contains("error")) return TuneVerdict::kFailed;
   if (record.contains("untrusted")) return TuneVerdict::kUntrusted;
   for (const char* key : {"channels_last", "threads"}) {
-    if (record.contains(key) && record[key].is_object() && record[key].value("source", std::string()) == "measured") {
+    if (record.contains(key) && record[key].is_object() && field_or(record[key], "source", std::string()) == "measured") {
       return TuneVerdict::kMeasured;
     }
   }

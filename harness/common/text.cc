@@ -225,9 +225,15 @@ std::string xml_escape(const std::string& s) {
 
 std::string markdown_inline(const std::string& s) {
   std::string out;
+  char previous = 0;
   for (char c : one_line(s)) {
-    if (std::string_view("|`*_[]<>#\\").find(c) != std::string_view::npos) out += '\\';
+    // A "(" after a "]" too: "\\](javascript:…)" reads as no link, but a
+    // reader scanning for "](" should not find one either.
+    if (std::string_view("|`*_[]<>#\\").find(c) != std::string_view::npos || (c == '(' && previous == ']')) {
+      out += '\\';
+    }
     out += c;
+    previous = c;
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/value.h"
 
 namespace dbh::harness::kb {
@@ -48,7 +49,7 @@ std::optional<std::string> computed_override(std::string kv, const nlohmann::jso
     const auto faults = resolved.find("faults");
     if (faults == resolved.end() || !faults->is_array()) return std::nullopt;
     size_t index = 0;
-    while (index < faults->size() && (*faults)[index].value("name", "") != name) ++index;
+    while (index < faults->size() && field_or((*faults)[index], "name", "") != name) ++index;
     if (index == faults->size()) return std::nullopt;
     kv = "faults." + std::to_string(index) + kv.substr(close + 1);
   }
@@ -107,7 +108,7 @@ std::optional<std::vector<std::string>> check_overrides(const FailureClass::Chec
   // "refute" or "confirm" it by a run that never used them), and one that
   // changes only an injected fault's own parameters switches the fault off
   // rather than fixing anything: neither is tried.
-  const bool on_cpu = resolved.contains("hardware") && resolved["hardware"].value("device", "cpu") == "cpu";
+  const bool on_cpu = resolved.contains("hardware") && field_or(resolved["hardware"], "device", "cpu") == "cpu";
   bool device_only = !check.overrides.empty(), fault_only = !check.overrides.empty();
   for (const auto& kv : check.overrides) {
     const std::string key = kv.substr(0, kv.find('='));

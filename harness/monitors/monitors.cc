@@ -1,5 +1,7 @@
 #include "harness/monitors/monitors.h"
 
+#include "harness/common/json_fields.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -317,14 +319,14 @@ void Monitors::flush(int64_t step) {
       if (!silent.empty()) judge_silent(step, f + sums_.size());
       return;
     }
-    const std::string site = skip_streak_first_.value("site", "");
+    const std::string site = field_or(skip_streak_first_, "site", "");
     proto::Health h;
     h.run = run_;
     h.step = skip_streak_start_;
     h.check = "finite";
     h.kind = "gradient";
     h.site = site;
-    h.module = skip_streak_first_.value("module", "");
+    h.module = field_or(skip_streak_first_, "module", "");
     h.mode = mode_ == Mode::kCheap ? "cheap" : "localise";
     h.primary = true;
     h.nonfinite_sites = {{"gradient", bad.size()}};
@@ -343,7 +345,7 @@ void Monitors::flush(int64_t step) {
   // consequences, reported as a count per kind.
   const Site first = bad.front();
   nlohmann::json counts = nlohmann::json::object();
-  for (const auto& b : bad) counts[to_string(b.kind)] = counts.value(to_string(b.kind), 0) + 1;
+  for (const auto& b : bad) counts[to_string(b.kind)] = field_or(counts, to_string(b.kind), 0) + 1;
   proto::Health h = finite_failure(first, step, "cheap");
   h.nonfinite_sites = counts;
   events_.emit(h);

@@ -20,6 +20,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/progress.h"
 #include "harness/common/text.h"
 #include "harness/supervisor/judge.h"
@@ -191,7 +192,7 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
   if (!text) return false;
   try {
     const auto j = nlohmann::json::parse(*text);
-    if (j.value("key", "") != key) return false;  // another format or a torn file
+    if (field_or(j, "key", "") != key) return false;  // another format or a torn file
     // An entry without the memory a qualification fits (an older format) is
     // no answer: the probe runs again.
     if (!j.contains("peak_memory_bytes") || !j["peak_memory_bytes"].is_number_integer() ||
@@ -199,15 +200,15 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
       return false;
     }
     auto& a = p->analysis;
-    a.outcome = scenario::outcome_from_string(j.value("outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
-    a.failure.klass = j.value("class", "");
+    a.outcome = scenario::outcome_from_string(field_or(j, "outcome", "unresolved")).value_or(scenario::Outcome::kUnresolved);
+    a.failure.klass = field_or(j, "class", "");
     if (!j["step"].is_null()) a.failure.step = j["step"].get<int64_t>();
-    a.failure.module = j.value("module", "");
-    a.failure.message = j.value("message", "");
-    a.steps_completed = j.value("steps_completed", int64_t{0});
+    a.failure.module = field_or(j, "module", "");
+    a.failure.message = field_or(j, "message", "");
+    a.steps_completed = field_or(j, "steps_completed", int64_t{0});
     a.peak_memory_bytes = j["peak_memory_bytes"].get<int64_t>();
     a.max_step_peak_bytes = j["max_step_peak_bytes"].get<int64_t>();
-    p->seconds = j.value("seconds", 0.0);
+    p->seconds = field_or(j, "seconds", 0.0);
     return true;
   } catch (const std::exception&) {
     return false;

@@ -1,4 +1,5 @@
 #include "harness/common/home.h"
+#include "harness/common/json_fields.h"
 #include "harness/qualify/qualify_command.h"
 
 #include <algorithm>
@@ -79,7 +80,7 @@ Trial to_trial(const probe::ProbeResult& p, int64_t batch, int64_t accumulation,
   }
   t.step_seconds = n > 0 ? sum / static_cast<double>(n) : 0.0;
   t.overrides = p.overrides;
-  if (p.analysis.budget.is_object()) t.context = p.analysis.budget.value("used_before", int64_t{0});
+  if (p.analysis.budget.is_object()) t.context = field_or(p.analysis.budget, "used_before", int64_t{0});
   return t;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 
+#include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/scenario/scenario.h"
 
@@ -108,6 +109,13 @@ std::string ImageEmbedder::figure(const std::string& rel, const std::string& cap
   const fs::path file = fs::path(root_) / rel;
   const std::string link = "<a href=\"" + xml_escape(html_url_path(rel)) + "\"><code>" + xml_escape(rel) + "</code></a>";
   std::error_code ec;
+  // Note [Files a worker names] (supervisor/event_digest.cc): a file that
+  // resolves outside the report's folder (through "..", an absolute name or
+  // a link a worker left) is never read, nor said to exist.
+  if (!path_within(file.string(), root_)) {
+    return "<p class=\"note\">" + xml_escape(caption) + ": <code>" + xml_escape(rel) +
+           "</code> is outside the report's folder: not embedded.</p>\n";
+  }
   if (!fs::is_regular_file(file, ec)) {
     return "<p class=\"note\">" + xml_escape(caption) + ": <code>" + xml_escape(rel) + "</code> is missing.</p>\n";
   }

@@ -1,5 +1,6 @@
 #include "harness/report/report.h"
 
+#include "harness/common/json_fields.h"
 #include "harness/report/plot.h"
 
 #include <algorithm>
@@ -49,33 +50,33 @@ std::string measured_choices_line(const nlohmann::json& t) {
   auto setting = [&](const char* key) { return t.contains(key) && t[key].is_object() ? t[key] : nlohmann::json::object(); };
   const auto cl = setting("channels_last"), th = setting("threads");
   std::ostringstream o;
-  o << (cl.value("value", false) ? "channels-last" : "NCHW") << " (" << cl.value("source", std::string("?")) << "), "
-    << th.value("value", int64_t{0}) << " intra-op thread(s) (" << th.value("source", std::string("?"))
+  o << (field_or(cl, "value", false) ? "channels-last" : "NCHW") << " (" << field_or(cl, "source", std::string("?")) << "), "
+    << field_or(th, "value", int64_t{0}) << " intra-op thread(s) (" << field_or(th, "source", std::string("?"))
     << ")";
   if (t.contains("timings") && t["timings"].is_array() && !t["timings"].empty()) {
-    o << "; best step of each candidate at " << t.value("size", int64_t{0}) << "², batch " << t.value("batch", int64_t{0})
+    o << "; best step of each candidate at " << field_or(t, "size", int64_t{0}) << "², batch " << field_or(t, "batch", int64_t{0})
       << ":";
     const char* sep = " ";
     for (const auto& c : t["timings"]) {
       char ms[32];
-      std::snprintf(ms, sizeof ms, "%.1f ms", 1000.0 * c.value("best_seconds", 0.0));
-      o << sep << (c.value("channels_last", false) ? "channels-last" : "NCHW") << " × " << c.value("threads", int64_t{0})
+      std::snprintf(ms, sizeof ms, "%.1f ms", 1000.0 * field_or(c, "best_seconds", 0.0));
+      o << sep << (field_or(c, "channels_last", false) ? "channels-last" : "NCHW") << " × " << field_or(c, "threads", int64_t{0})
         << " " << ms;
       sep = ", ";
     }
-    if (t.contains("cache")) o << " (measured " << t.value("measured_at", std::string("?")) << "; cached in `" << t.value("cache", std::string()) << "`)";
+    if (t.contains("cache")) o << " (measured " << field_or(t, "measured_at", std::string("?")) << "; cached in `" << field_or(t, "cache", std::string()) << "`)";
   }
   if (t.contains("untrusted")) {
-    o << "; **the measurement was not trusted**: " << t.value("untrusted", std::string())
+    o << "; **the measurement was not trusted**: " << field_or(t, "untrusted", std::string())
       << ", so PyTorch's defaults were used and nothing was cached (it is measured again next run)";
   }
   if (t.contains("over_budget")) {
-    o << "; not measured: " << t.value("over_budget", std::string()) << ", so PyTorch's defaults were used";
-    if (t.contains("cache")) o << " (the verdict is cached in `" << t.value("cache", std::string()) << "`)";
+    o << "; not measured: " << field_or(t, "over_budget", std::string()) << ", so PyTorch's defaults were used";
+    if (t.contains("cache")) o << " (the verdict is cached in `" << field_or(t, "cache", std::string()) << "`)";
   }
-  if (t.contains("remeasured")) o << "; measured again: " << t.value("remeasured", std::string());
-  if (t.contains("error")) o << "; the measurement failed (" << t.value("error", std::string()) << "), so PyTorch's defaults were used";
-  if (t.contains("cache_note")) o << "; " << t.value("cache_note", std::string());
+  if (t.contains("remeasured")) o << "; measured again: " << field_or(t, "remeasured", std::string());
+  if (t.contains("error")) o << "; the measurement failed (" << field_or(t, "error", std::string()) << "), so PyTorch's defaults were used";
+  if (t.contains("cache_note")) o << "; " << field_or(t, "cache_note", std::string());
   return o.str();
 }
 

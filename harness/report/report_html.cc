@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/proto/events.h"
@@ -533,19 +534,19 @@ void html_memory(std::ostream& h, const RunPage& p) {
   h << "<h2 id=\"memory\">Memory</h2>\n<p>Peak " << esc(scenario::format_bytes(main.peak_memory_bytes)) << " ("
     << esc(supervisor::peak_memory_kind(main)) << ").";
   if (!main.budget.is_null() && !main.budget.empty()) {
-    h << " Budget " << esc(scenario::format_bytes(main.budget.value("budget_bytes", int64_t{0}))) << ", enforced by "
-      << esc(main.budget.value("method", std::string("nothing"))) << ". "
-      << esc(main.budget.value("detail", std::string()));
+    h << " Budget " << esc(scenario::format_bytes(field_or(main.budget, "budget_bytes", int64_t{0}))) << ", enforced by "
+      << esc(field_or(main.budget, "method", std::string("nothing"))) << ". "
+      << esc(field_or(main.budget, "detail", std::string()));
   }
   h << "</p>\n";
   if (!main.memory_at_failure.is_null() && main.memory_at_failure.is_object() &&
       main.memory_at_failure.contains("memory") && main.memory_at_failure["memory"].is_object()) {
     const auto& m = main.memory_at_failure["memory"];
-    h << "<p>At the failing moment: RSS " << esc(scenario::format_bytes(m.value("rss_bytes", int64_t{0}))) << ", process peak "
-      << esc(scenario::format_bytes(m.value("peak_rss_bytes", int64_t{0})));
+    h << "<p>At the failing moment: RSS " << esc(scenario::format_bytes(field_or(m, "rss_bytes", int64_t{0}))) << ", process peak "
+      << esc(scenario::format_bytes(field_or(m, "peak_rss_bytes", int64_t{0})));
     if (m.contains("cuda_allocated_bytes")) {
-      h << ", CUDA allocated " << esc(scenario::format_bytes(m.value("cuda_allocated_bytes", int64_t{0}))) << ", reserved "
-        << esc(scenario::format_bytes(m.value("cuda_reserved_bytes", int64_t{0})));
+      h << ", CUDA allocated " << esc(scenario::format_bytes(field_or(m, "cuda_allocated_bytes", int64_t{0}))) << ", reserved "
+        << esc(scenario::format_bytes(field_or(m, "cuda_reserved_bytes", int64_t{0})));
     }
     h << ".</p>\n";
   }
@@ -559,7 +560,7 @@ void html_memory(std::ostream& h, const RunPage& p) {
       const auto& st = main.steps[i];
       auto cell = [&](const char* phase) {
         const bool has = st.phases.is_object() && st.phases.contains(phase) && st.phases[phase].is_object();
-        return "<td class=\"num\">" + (has ? esc(scenario::format_bytes(st.phases[phase].value(key, int64_t{0}))) : "-") +
+        return "<td class=\"num\">" + (has ? esc(scenario::format_bytes(field_or(st.phases[phase], key, int64_t{0}))) : "-") +
                "</td>";
       };
       h << "<tr><td class=\"num\">" << st.run << "</td><td class=\"num\">" << st.step << "</td>" << cell("data")

@@ -4,9 +4,11 @@
 #include <sstream>
 
 #include "harness/common/files.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/report/markdown_html.h"
+#include "harness/report/markdown_text.h"
 #include "harness/report/numbers.h"
 #include "harness/scenario/schema.h"
 
@@ -23,15 +25,36 @@ std::string suite_command_of(const std::string& repro) {
   return at == std::string::npos ? repro : repro.substr(0, at) + " suite " + repro.substr(at + 5);
 }
 
-// Text for a fenced code block: a ``` inside it would end the block.
-std::string fenced(std::string text) {
-  for (size_t pos = 0; (pos = text.find("```", pos)) != std::string::npos; pos += 3) text.replace(pos, 3, "` `");
-  return text;
+// Text for a fenced code block: a ``` inside it would end the block, and
+// every line is indented by two spaces, so no line a worker wrote starts a
+// line of report.md (`cat report.md` in a CI log would run a "::" line as a
+// workflow command).
+std::string fenced(const std::string& text) {
+  std::string out = "  ";
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 3, "```") == 0) {
+      out += "` `";
+      i += 2;
+      continue;
+    }
+    out += text[i];
+    if (text[i] == '\n' && i + 1 < text.size()) out += "  ";
+  }
+  return out;
 }
 
+// A value inside a YAML single-quoted scalar: one line, ' doubled.
+std::string yaml_single_quoted(const std::string& s) {
+  std::string out;
+  for (const char c : one_line(s)) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out;
+}
+
+// Each item one line of markdown_text: an item quoting a worker's words
+// cannot start a heading, a link or a tag.
 std::string bullet_list(const std::vector<std::string>& items) {
   std::string out;
-  for (const auto& i : items) out += "- " + i + "\n";
+  for (const auto& i : items) out += "- " + markdown_text(i) + "\n";
   return out;
 }
 
@@ -58,7 +81,7 @@ void md_front_matter(std::ostream& md, const run::RunReport& r, const std::strin
      << "scenario: " << yaml_string(s.name) << "\n"
      << "outcome: \"" << to_string(r.outcome) << "\"\n"
      << "expectation_met: " << (r.expectation_met ? "true" : "false") << "\n"
-     << "tags: ['bug_report', 'dbh'" << (f.klass.empty() ? "" : ", '" + f.klass + "'") << "]\n"
+     << "tags: ['bug_report', 'dbh'" << (f.klass.empty() ? "" : ", '" + yaml_single_quoted(f.klass) + "'") << "]\n"
      << "---\n\n";
 }
 
@@ -73,9 +96,9 @@ void md_summary(std::ostream& md, const run::RunReport& r, const std::string& ti
   md << "## Summary\n\n";
   if (failed) {
     md << "Training under scenario " << name_md << " ended **" << to_string(r.outcome) << "**";
-    if (!f.klass.empty()) md << " (class `" << f.klass << "`)";
+    if (!f.klass.empty()) md << " (class " << markdown_code(f.klass) << ")";
     if (f.step) md << " at step " << *f.step;
-    if (!f.module.empty()) md << " in module `" << f.module << "`";
+    if (!f.module.empty()) md << " in module " << markdown_code(f.module);
     md << ": " << markdown_inline(f.message) << "\n\n";
     // Note [An injected failure says so].
     if (const std::string injected = supervisor::injected_faults(r.trials.front().analysis); !injected.empty()) {
@@ -94,7 +117,7 @@ void md_summary(std::ostream& md, const run::RunReport& r, const std::string& ti
     md << "**Loss scaler (fp16):** " << markdown_inline(skips) << ".\n\n";
   }
   if (r.data_dependent) {
-    md << "**Data-dependent:** " << (*r.data_dependent ? "yes" : "no") << ". " << r.data_dependent_reason
+    md << "**Data-dependent:** " << (*r.data_dependent ? "yes" : "no") << ". " << markdown_text(r.data_dependent_reason)
        << "\n\n";
   }
   if (r.determinism.checked) {
@@ -110,7 +133,7 @@ void md_summary(std::ostream& md, const run::RunReport& r, const std::string& ti
          : r.not_run_here() ? "not judged"
                             : "not met")
      << "**.\n";
-  for (const auto& w : r.expectation_why) md << "- " << w << "\n";
+  md << bullet_list(r.expectation_why);
 }
 
 // Environment: the machine, libraries, settings and inputs.
@@ -186,22 +209,23 @@ void md_main_memory(std::ostream& md, const run::RunReport& r) {
        << " (host RSS). Plots: `loss.png`, `memory.png`; per-step numbers: `metrics.csv`.\n";
   }
   if (!main.budget.is_null() && !main.budget.empty()) {
-    md << "\nMemory budget: " << scenario::format_bytes(main.budget.value("budget_bytes", int64_t{0})) << ", enforced by "
-       << main.budget.value("method", std::string("nothing")) << ". " << main.budget.value("detail", std::string()) << "\n";
+    md << "\nMemory budget: " << scenario::format_bytes(field_or(main.budget, "budget_bytes", int64_t{0})) << ", enforced by "
+       << markdown_inline(field_or(main.budget, "method", std::string("nothing"))) << ". "
+       << markdown_inline(field_or(main.budget, "detail", std::string())) << "\n";
   }
   if (!main.memory_at_failure.is_null() && !main.memory_at_failure.empty()) {
     const auto& m = main.memory_at_failure["memory"];
-    md << "\nMemory at the failing moment: RSS " << scenario::format_bytes(m.value("rss_bytes", int64_t{0})) << ", process peak "
-       << scenario::format_bytes(m.value("peak_rss_bytes", int64_t{0}));
+    md << "\nMemory at the failing moment: RSS " << scenario::format_bytes(field_or(m, "rss_bytes", int64_t{0})) << ", process peak "
+       << scenario::format_bytes(field_or(m, "peak_rss_bytes", int64_t{0}));
     if (m.contains("cuda_allocated_bytes")) {
-      md << ", CUDA allocated " << scenario::format_bytes(m.value("cuda_allocated_bytes", int64_t{0})) << ", reserved "
-         << scenario::format_bytes(m.value("cuda_reserved_bytes", int64_t{0}));
+      md << ", CUDA allocated " << scenario::format_bytes(field_or(m, "cuda_allocated_bytes", int64_t{0})) << ", reserved "
+         << scenario::format_bytes(field_or(m, "cuda_reserved_bytes", int64_t{0}));
     }
     const auto& phases = main.memory_at_failure["phases"];
     if (phases.is_object() && !phases.empty()) {
       md << "; phases reached in that step:";
       for (const auto& [phase, pm] : phases.items()) {
-        md << " " << phase << " " << scenario::format_bytes(pm.value("rss_bytes", int64_t{0}));
+        md << " " << markdown_inline(phase) << " " << scenario::format_bytes(field_or(pm, "rss_bytes", int64_t{0}));
       }
     }
     md << ".\n";
@@ -213,7 +237,7 @@ void md_main_memory(std::ostream& md, const run::RunReport& r) {
     for (size_t i = 0; i < main.steps.size() && i < 12; ++i) {
       const auto& st = main.steps[i];
       auto cell = [&](const char* phase) {
-        return st.phases.contains(phase) ? scenario::format_bytes(st.phases[phase].value(key, int64_t{0})) : std::string("-");
+        return st.phases.contains(phase) ? scenario::format_bytes(field_or(st.phases[phase], key, int64_t{0})) : std::string("-");
       };
       md << "| " << st.run << " | " << st.step << " | " << cell("data") << " | " << cell("forward") << " | "
          << cell("backward") << " | " << cell("optimizer") << " | " << scenario::format_bytes(st.peak_bytes) << " |\n";
@@ -236,7 +260,7 @@ void md_main_evidence(std::ostream& md, const run::RunReport& r) {
     for (const auto& fr : main.faults) {
       const auto& cfg = s.faults[static_cast<size_t>(fr.index)];
       const std::string how = !fr.real ? "-"
-                              : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + fr.hardware_error) + ")"
+                              : *fr.real ? "the GPU (real" + (fr.hardware_error.empty() ? "" : ": " + markdown_inline(fr.hardware_error)) + ")"
                                          : "dbh (emulated: the error's text)";
       md << "| " << fr.name << " | " << cfg.at_step << " | " << (cfg.module().empty() ? "-" : cfg.module())
          << " | " << (fr.fired ? "yes" : "no") << " | " << how << " |\n";

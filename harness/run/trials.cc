@@ -7,6 +7,7 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/run/run_verdict.h"
@@ -145,7 +146,7 @@ std::vector<std::string> repro_words(RunReport& r, const std::string& path) {
                                                           {"threads", DBH_SCENARIO_KEY(train.threads)}};
     for (const auto& [choice, key] : pinned) {
       const auto& v = t[choice];
-      if (v.value("source", std::string()) == "explicit") continue;
+      if (field_or(v, "source", std::string()) == "explicit") continue;
       repro.push_back(scenario::override_text(key, v["value"].dump()));
     }
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/common/error.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/command_reading.h"
@@ -187,7 +188,7 @@ void set_external_worker(const FromCommandOptions& options, const WordsRead& rea
   settings.set(DBH_SCENARIO_KEY(worker.cwd), nlohmann::json(options.cwd).dump(), "", "where from-command ran");
   if (!worker_env.empty()) settings.set(DBH_SCENARIO_KEY(worker.env), worker_env.dump(), "", "");
   if (!options.data.empty()) {
-    const std::string mapped = keys.value(DBH_SCENARIO_KEY(data.path), std::string());
+    const std::string mapped = field_or(keys, DBH_SCENARIO_KEY(data.path), std::string());
     if (options.data_key.empty() && mapped.empty()) {
       throw UsageError(std::string(kWhere) + "--data with --external: expected --data-key KEY, the key of your "
                        "configuration that holds the dataset folder (e.g. datasets.train.path), got none");

@@ -1,8 +1,11 @@
 #include "harness/supervisor/event_digest.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <filesystem>
 #include <map>
 
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 
@@ -10,7 +13,12 @@ namespace dbh::harness::supervisor::internal {
 
 std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
 // A name the worker chose (a module, a site, a kind): one line, cut.
-std::string quoted_name(const std::string& s) { return one_line(truncate_utf8(s, kMaxQuotedNameBytes)); }
+// No backtick: a name is quoted in code spans (`name`) that it must not end.
+std::string quoted_name(const std::string& s) {
+  std::string name = one_line(truncate_utf8(s, kMaxQuotedNameBytes));
+  std::replace(name.begin(), name.end(), '`', '\'');
+  return name;
+}
 
 // A worker's JSON as kept for the reports (a health event's body): every
 // string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per
@@ -75,11 +83,63 @@ nlohmann::json bounded_phases(const nlohmann::json& phases) {
     if (!it->is_object()) continue;
     nlohmann::json figures = nlohmann::json::object();
     for (auto f = it->begin(); f != it->end() && figures.size() < kMaxPhaseFigures; ++f) {
-      if (f->is_number()) figures[truncate_utf8(f.key(), 64)] = *f;
+      if (f->is_number()) figures[one_line(truncate_utf8(f.key(), 64))] = *f;
     }
-    out[truncate_utf8(it.key(), 64)] = std::move(figures);
+    out[one_line(truncate_utf8(it.key(), 64))] = std::move(figures);
   }
   return out;
+}
+
+// Note [Files a worker names]: a file a worker's event names (an overlay)
+// is kept only as a relative path of at most `depth` plain names inside the
+// trial folder: no absolute path, no "." or "..", no empty name, nothing
+// outside printable one-line text, no backtick; the reports link and embed
+// it from there (and report/html_page.cc refuses one that resolves outside).
+bool is_trial_file(const std::string& file, size_t depth) {
+  if (file.empty() || file.size() > kMaxQuotedNameBytes || file != quoted_name(file)) return false;
+  if (file.front() == '/' || file.find('\\') != std::string::npos) return false;
+  size_t parts = 0;
+  for (const auto& part : std::filesystem::path(file)) {
+    const std::string name = part.string();
+    if (name.empty() || name == "." || name == ".." || ++parts > depth) return false;
+  }
+  for (const unsigned char c : file) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return parts > 0;
+}
+
+// A memory sample as kept: its numbers only (at most kMaxPhaseFigures,
+// names cut), so a report reads every figure as a number.
+nlohmann::json memory_figures(const nlohmann::json& memory) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!memory.is_object()) return out;
+  for (auto it = memory.begin(); it != memory.end() && out.size() < kMaxPhaseFigures; ++it) {
+    if (it->is_number()) out[quoted_name(it.key())] = *it;
+  }
+  return out;
+}
+
+// `memory_budget` as kept: its documented fields (docs/events.md), each of
+// its type or left out, its text one line and cut.
+nlohmann::json budget_record(const nlohmann::json& body) {
+  nlohmann::json b = nlohmann::json::object();
+  const auto keep = [&](const char* key, bool (nlohmann::json::*is)() const noexcept) {
+    const auto it = body.find(key);
+    if (it != body.end() && ((*it).*is)()) b[key] = *it;
+  };
+  keep("applied", &nlohmann::json::is_boolean);
+  for (const char* key : {"budget_bytes", "device_total", "used_before", "ballast_bytes"}) {
+    keep(key, &nlohmann::json::is_number_integer);
+  }
+  keep("allocator_fraction", &nlohmann::json::is_number);
+  if (const auto it = body.find("method"); it != body.end() && it->is_string()) {
+    b["method"] = quoted_name(it->get<std::string>());
+  }
+  if (const auto it = body.find("detail"); it != body.end() && it->is_string()) {
+    b["detail"] = one_line(quoted(it->get<std::string>()));
+  }
+  return b;
 }
 
 // A step's record; its memory raises the trial's peaks in `a`.
@@ -111,20 +171,20 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a, EventDigest&
   }
   if (end.memory.is_object()) {
     const auto& m = end.memory;
-    st.rss_bytes = m.value("rss_bytes", int64_t{0});
+    st.rss_bytes = field_or(m, "rss_bytes", int64_t{0});
     if (m.contains("cuda_peak_allocated_bytes")) {
-      st.peak_bytes = m.value("cuda_peak_allocated_bytes", int64_t{0});
+      st.peak_bytes = field_or(m, "cuda_peak_allocated_bytes", int64_t{0});
       a.cuda_memory_seen = true;
     }
     a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
                                                             ? st.peak_bytes
-                                                            : m.value("peak_rss_bytes", int64_t{0}));
+                                                            : field_or(m, "peak_rss_bytes", int64_t{0}));
   }
   if (end.phases.is_object()) {
     if (detailed) st.phases = bounded_phases(end.phases);
     if (st.peak_bytes == 0) {
       for (const auto& [phase, m] : end.phases.items()) {
-        if (m.is_object()) st.peak_bytes = std::max(st.peak_bytes, m.value("rss_bytes", int64_t{0}));
+        if (m.is_object()) st.peak_bytes = std::max(st.peak_bytes, field_or(m, "rss_bytes", int64_t{0}));
       }
       st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
     }
@@ -163,8 +223,8 @@ void record_error(const proto::Event& e, TrialAnalysis& a, EventDigest& d) {
   if (!d.first_error && err.kind != proto::error_kind::kDiverged) {
     d.first_error = e;
     if (!err.memory.is_null()) {
-      a.memory_at_failure = {{"memory", bounded_json(err.memory)},
-                             {"phases", err.phases.is_null() ? nlohmann::json::object() : bounded_json(err.phases)}};
+      a.memory_at_failure = {{"memory", memory_figures(err.memory)},
+                             {"phases", err.phases.is_object() ? bounded_phases(err.phases) : nlohmann::json::object()}};
     }
   } else if (d.other_errors.size() < kMaxQuotedItems) {
     d.other_errors.push_back(quoted(err.phase.value_or("train"), kMaxQuotedNameBytes) + ": " + quoted(err.message));
@@ -181,7 +241,7 @@ void record_schedule(int64_t run, int64_t step, EventDigest& d) {
     }
     it = d.run_steps.emplace(run, EventDigest::RunSteps{0, step, step, true}).first;
   } else {
-    it->second.in_order = it->second.in_order && step == it->second.last + 1;
+    it->second.in_order = it->second.in_order && it->second.last < INT64_MAX && step == it->second.last + 1;
   }
   ++it->second.count;
   it->second.last = step;
@@ -230,10 +290,10 @@ void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
   }
   if (!end.memory.is_object()) return;
   const auto& m = end.memory;
-  a.run_end_rss.push_back(m.value("rss_bytes", int64_t{0}));
+  a.run_end_rss.push_back(field_or(m, "rss_bytes", int64_t{0}));
   if (m.contains("cuda_allocated_bytes")) {
-    a.run_end_cuda_allocated.push_back(m.value("cuda_allocated_bytes", int64_t{0}));
-    a.run_end_cuda_reserved.push_back(m.value("cuda_reserved_bytes", int64_t{0}));
+    a.run_end_cuda_allocated.push_back(field_or(m, "cuda_allocated_bytes", int64_t{0}));
+    a.run_end_cuda_reserved.push_back(field_or(m, "cuda_reserved_bytes", int64_t{0}));
   }
 }
 
@@ -251,6 +311,7 @@ void EventDigester::feed(const proto::Event& e) {
   EventDigest& d = d_;
   if (e.type == proto::event::kHello) {
     auto hello = proto::hello_from(e);
+    d.hello_seen = true;
     a.scenario_hash = quoted_name(hello.scenario_hash);
     a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
     a.worker_environment = bounded_environment(hello.environment);
@@ -268,7 +329,7 @@ void EventDigester::feed(const proto::Event& e) {
     a.validation_words = check.words;
   } else if (e.type == proto::event::kEvalOverlays) {
     for (const auto& file : proto::overlays_from(e).files) {
-      if (a.eval_overlays.size() < kMaxQuotedItems) a.eval_overlays.push_back(quoted_name(file));
+      if (a.eval_overlays.size() < kMaxQuotedItems && is_trial_file(file, 4)) a.eval_overlays.push_back(file);
     }
   } else if (e.type == proto::event::kStepBegin) {
     const auto b = proto::step_begin_from(e);
@@ -290,10 +351,10 @@ void EventDigester::feed(const proto::Event& e) {
   } else if (e.type == proto::event::kOverlays) {
     a.overlays.clear();
     for (const auto& file : proto::overlays_from(e).files) {
-      if (a.overlays.size() < kMaxQuotedItems) a.overlays.push_back(quoted_name(file));
+      if (a.overlays.size() < kMaxQuotedItems && is_trial_file(file, 1)) a.overlays.push_back(file);
     }
   } else if (e.type == proto::event::kMemoryBudget) {
-    a.budget = bounded_json(e.body);
+    a.budget = budget_record(e.body);
   } else if (e.type == proto::event::kBatch) {
     if (a.batches.size() < kMaxStepRecords && d.batch_text_bytes < kMaxSampleTextBytes) {
       auto b = proto::batch_from(e);
@@ -318,7 +379,7 @@ void EventDigester::feed(const proto::Event& e) {
   } else if (e.type == proto::event::kRunBegin) {
     const auto b = proto::run_begin_from(e);
     if (b.memory.is_object() && a.run_begin_rss.size() < kMaxScheduleRuns) {
-      a.run_begin_rss.push_back(b.memory.value("rss_bytes", int64_t{0}));
+      a.run_begin_rss.push_back(field_or(b.memory, "rss_bytes", int64_t{0}));
     }
   } else if (e.type == proto::event::kRunEnd) {
     record_run_end(proto::run_end_from(e), a);
@@ -327,7 +388,7 @@ void EventDigester::feed(const proto::Event& e) {
     a.done_seen = true;
     d.done_status = quoted_name(done.status);
     if (done.memory.is_object()) {
-      a.peak_memory_bytes = std::max(a.peak_memory_bytes, done.memory.value("peak_rss_bytes", int64_t{0}));
+      a.peak_memory_bytes = std::max(a.peak_memory_bytes, field_or(done.memory, "peak_rss_bytes", int64_t{0}));
     }
   }
 }

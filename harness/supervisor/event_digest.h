@@ -73,6 +73,7 @@ struct EventDigest {
   std::optional<proto::Event> primary_health;  // the first primary finite finding
   std::optional<proto::Event> silent_health;   // the first primary silent-failure finding
   std::string done_status;
+  bool hello_seen = false;                     // a `hello` came (Note [A pass names its scenario])
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
   std::set<int64_t> samples_read;              // `sample_read` indices, each once
   std::optional<int64_t> resumed_at;           // the step a `checkpoint` event (resumed) says

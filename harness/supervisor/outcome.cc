@@ -13,6 +13,7 @@
 #include <set>
 
 #include "harness/common/error.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/scenario/schema.h"
@@ -111,7 +112,11 @@ bool settle_without_training(const TrialResult& r, const scenario::Scenario& s, 
     return true;
   }
   const bool ended_by_itself = r.term_signal == 0 && !r.timed_out && !r.hung;
-  if (d.unavailable && ended_by_itself) {
+  // What this machine lacks is said before training: a worker that trained
+  // (a step ended, a monitor found something) and then says "unavailable"
+  // does not turn its failure into a skip.
+  const bool trained = a.steps_completed > 0 || d.primary_health || d.silent_health;
+  if (d.unavailable && ended_by_itself && !trained) {
     mark_not_run_here(a, s, quoted(proto::error_from(*d.unavailable).message));
     return true;
   }
@@ -149,7 +154,7 @@ void judge_nonfinite(const proto::Event& event, TrialAnalysis& a) {
   f.run = h.run;
   f.module = quoted_name(h.module.value_or(""));
   f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
-  f.evidence.push_back("the " + h.mode.value_or("cheap") + " finite checks first flagged " + h.kind + " `" + h.site +
+  f.evidence.push_back("the " + quoted_name(h.mode.value_or("cheap")) + " finite checks first flagged " + h.kind + " `" + h.site +
                        "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
                        std::to_string(*f.step));
   if (const auto skips = h.extra.find("loss_scaler_skips"); skips != h.extra.end() && skips->is_number_integer()) {
@@ -198,8 +203,8 @@ void judge_error(const EventDigest& d, const kb::KnowledgeBase& kb, TrialAnalysi
   // RLIMIT_DATA, a library that reports an allocation the cap refused without
   // saying so (oneDNN, the dynamic loader) is read as host memory exhausted;
   // and memory exhausted while reading a sample is not the sample's defect.
-  const bool under_host_budget = a.budget.is_object() && a.budget.value("applied", true) &&
-                                 a.budget.value("method", std::string()) == "RLIMIT_DATA";
+  const bool under_host_budget = a.budget.is_object() && field_or(a.budget, "applied", true) &&
+                                 field_or(a.budget, "method", std::string()) == "RLIMIT_DATA";
   const kb::FailureClass* const matched = kb.match_message(f.message, under_host_budget);
   const kb::FailureClass* c = matched;
   const bool exhausted = c != nullptr && is_memory_exhaustion(c->id);
@@ -274,6 +279,23 @@ std::string schedule_mismatch(const TrialAnalysis& a, const scenario::Scenario& 
   return "";
 }
 
+// Note [A pass names its scenario]: `done passed` is believed only from a
+// worker that said `hello` with the hash of the scenario dbh passed it
+// (DBH_SCENARIO_HASH, the resolved scenario's hash): a stream without a
+// hello, or a hello of another scenario, is no answer. "" when it holds.
+std::string identity_mismatch(const TrialAnalysis& a, const scenario::Scenario& s, const EventDigest& d) {
+  if (!d.hello_seen) {
+    return "the worker reported `done passed` without a `hello` event: a pass of a training that never said which "
+           "scenario it ran is no answer";
+  }
+  const std::string want = scenario::scenario_hash(s);
+  if (a.scenario_hash != want) {
+    return "the worker's `hello` names scenario hash " + (a.scenario_hash.empty() ? std::string("(none)") : a.scenario_hash) +
+           ", but dbh passed it " + want + " (DBH_SCENARIO_HASH): a pass of another scenario is no answer";
+  }
+  return "";
+}
+
 // How the trial ended, from the strongest evidence down: the supervisor's
 // kills, the monitors' findings, error events, the `done` event, the stream
 // itself; a trial that passed is then judged for leaks, evaluation and
@@ -325,6 +347,10 @@ void judge_ending(const TrialResult& r, const scenario::Scenario& s, const kb::K
     a.outcome = scenario::Outcome::kUnresolved;
     f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
                 " undecodable line(s): " + r.bad_lines.front();
+  } else if (const std::string who = identity_mismatch(a, s, d); !who.empty()) {
+    a.outcome = scenario::Outcome::kUnresolved;
+    f.message = who;
+    f.evidence.push_back(who);
   } else if (const std::string off = schedule_mismatch(a, s, d); !off.empty()) {
     a.outcome = scenario::Outcome::kUnresolved;
     f.message = off;
@@ -393,11 +419,11 @@ TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const 
   // alone takes, say) trained without it; its pass says nothing about the
   // budget, so it is no answer, never "fits". A failure stays what it is.
   if (a.outcome == scenario::Outcome::kPassed && s.hardware.memory_budget > 0 && a.budget.is_object() &&
-      !a.budget.value("applied", true)) {
+      !field_or(a.budget, "applied", true)) {
     a.outcome = scenario::Outcome::kUnresolved;
     a.failure.message = "the memory budget of " + scenario::format_bytes(s.hardware.memory_budget) +
                         " was not applied, so the run did not test it: " +
-                        a.budget.value("detail", std::string("the worker gave no reason"));
+                        field_or(a.budget, "detail", std::string("the worker gave no reason"));
     a.failure.evidence.push_back(a.failure.message);
   }
   return a;

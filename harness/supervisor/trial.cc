@@ -18,11 +18,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/text.h"
+#include "harness/supervisor/descendants.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/stacks.h"
 #include "harness/supervisor/trial_files.h"
@@ -31,6 +34,7 @@ extern char** environ;
 
 namespace dbh::harness::supervisor {
 namespace fs = std::filesystem;
+using namespace internal;  // descendants.h
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -178,44 +182,6 @@ namespace {
 
 // The worker's environment: ours, with spec.env and this process as its
 // supervisor set over it.
-// Note [Every descendant ends with the trial]: the process group holds the
-// worker and the children it leaves in it; a descendant that calls setsid()
-// or double-forks leaves the group, and killpg no longer reaches it. Each
-// trial's processes therefore carry a token of the trial in their
-// environment (kTrialTokenEnv, inherited by every descendant that does not
-// wipe its environment), and when the trial ends every process of this user
-// whose environment holds it is killed.
-std::string new_trial_token() {
-  static std::atomic<uint64_t> counter{0};
-  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  return std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(now);
-}
-
-// Kills every process (but this one) whose environment holds
-// kTrialTokenEnv=`token`; returns how many.
-int kill_token_holders(const std::string& token) {
-  const std::string needle = std::string(proto::kTrialTokenEnv) + "=" + token;
-  int killed = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (pid == getpid()) continue;
-    std::ifstream in(entry.path() / "environ", std::ios::binary);
-    if (!in) continue;  // gone, or another user's
-    std::string var;
-    while (std::getline(in, var, '\0')) {
-      if (var == needle) {
-        kill(pid, SIGKILL);
-        ++killed;
-        break;
-      }
-    }
-  }
-  return killed;
-}
-
 std::vector<std::string> worker_environment(const TrialSpec& spec, const std::string& token) {
   std::vector<std::pair<std::string, std::string>> set = spec.env;
   set.emplace_back(proto::kSupervisorPidEnv, std::to_string(getpid()));
@@ -243,6 +209,7 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&actions, events_fd, proto::kEventsFd);
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
+  become_subreaper();  // Note [Every descendant ends with the trial]: orphans come back here
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
@@ -378,6 +345,7 @@ class Supervision {
     close_logs();
     killpg(pid_, SIGKILL);       // nothing of the trial outlives it
     kill_token_holders(token_);  // nor what left its group
+    end_adopted_children(pid_);  // nor what also left its environment
     g_current_group = 0;
     close(journal_.fd);
     journal_.fd = -1;

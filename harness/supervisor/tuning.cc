@@ -1,4 +1,5 @@
 #include "harness/common/environment_vars.h"
+#include "harness/common/json_fields.h"
 #include "harness/supervisor/tuning.h"
 
 #include <fcntl.h>
@@ -171,8 +172,8 @@ int64_t choose_candidate(const json& candidates, bool default_channels_last, int
       best_s = t;
       best = static_cast<int64_t>(i);
     }
-    if (c.value("channels_last", !default_channels_last) == default_channels_last &&
-        c.value("threads", int64_t{0}) == default_threads) {
+    if (field_or(c, "channels_last", !default_channels_last) == default_channels_last &&
+        field_or(c, "threads", int64_t{0}) == default_threads) {
       fallback = static_cast<int64_t>(i);
     }
   }
@@ -193,9 +194,9 @@ namespace {
 
 // Applies a resolved record's values to `s` (the settings it left to auto).
 void apply_record(const json& record, scenario::Scenario& s) {
-  if (!s.train.channels_last.has_value()) s.train.channels_last = record["channels_last"].value("value", false);
+  if (!s.train.channels_last.has_value()) s.train.channels_last = field_or(record["channels_last"], "value", false);
   if (s.train.threads == scenario::TrainConfig::kAutoThreads) {
-    s.train.threads = record["threads"].value("value", available_cores());
+    s.train.threads = field_or(record["threads"], "value", available_cores());
   }
 }
 
@@ -227,7 +228,7 @@ void write_entry(const fs::path& file, const json& entry, json& record) {
 // The record's account of a measurement over its budget (Note [A
 // measurement's budget]), from the verdict `v` (measured now or cached).
 void note_over_budget(json& record, const json& v, const scenario::Scenario& s) {
-  const double step = v.value("over_budget_step_seconds", 0.0), least = v.value("least_seconds", 0.0);
+  const double step = field_or(v, "over_budget_step_seconds", 0.0), least = field_or(v, "least_seconds", 0.0);
   // The command that measures this very setup, to paste.
   std::vector<std::string> tune = {self_command(), "tune"};
   if (!s.file.empty()) {
@@ -236,7 +237,7 @@ void note_over_budget(json& record, const json& v, const scenario::Scenario& s) 
     tune.push_back(ec ? s.file : file.lexically_normal().string());
   }
   tune.insert(tune.end(), s.overrides.begin(), s.overrides.end());
-  const int64_t probe = v.value("probe_size", int64_t{0});
+  const int64_t probe = field_or(v, "probe_size", int64_t{0});
   // A step estimated from the probe's, or the first full step's own time.
   const std::string step_text =
       probe > 0 ? "a step is about " + seconds_text(step) + " (a batch-1 step at " + std::to_string(probe) + "², " +
@@ -244,22 +245,22 @@ void note_over_budget(json& record, const json& v, const scenario::Scenario& s) 
                 : "a first step took " + seconds_text(step);
   record["over_budget"] = step_text + ", so warming up and timing each candidate once "
                           "would take about " + seconds_text(least) + ", over the " +
-                          seconds_text(v.value("budget_seconds", 0.0)) + " budget of a measurement (`" +
+                          seconds_text(field_or(v, "budget_seconds", 0.0)) + " budget of a measurement (`" +
                           (s.file.empty() ? "dbh tune SCENARIO.yaml" : shell_command(tune)) +
                           "` measures whatever it takes; $DBH_TUNE_BUDGET_S sets the budget)";
   record["over_budget_step_seconds"] = step;
   if (probe > 0) record["over_budget_probe_size"] = probe;
-  record["measured_at"] = v.value("measured_at", "");
-  record["size"] = v.value("size", int64_t{0});
-  record["batch"] = v.value("batch", int64_t{0});
+  record["measured_at"] = field_or(v, "measured_at", "");
+  record["size"] = field_or(v, "size", int64_t{0});
+  record["batch"] = field_or(v, "batch", int64_t{0});
 }
 
 // Each candidate's layout, threads and best step time, for a record.
 json timings_of(const json& candidates) {
   json timings = json::array();
   for (const auto& c : candidates) {
-    timings.push_back({{"channels_last", c.value("channels_last", false)},
-                       {"threads", c.value("threads", int64_t{0})},
+    timings.push_back({{"channels_last", field_or(c, "channels_last", false)},
+                       {"threads", field_or(c, "threads", int64_t{0})},
                        {"best_seconds", best_of(c)}});
   }
   return timings;
@@ -411,8 +412,8 @@ json resolve_uncached_in_process(const scenario::Scenario& s, const std::string&
       record["measured_at"] = entry["measured_at"];
       record["measure_seconds"] = seconds;
       record["timings"] = timings_of(entry["candidates"]);
-      record["size"] = entry.value("size", int64_t{0});
-      record["batch"] = entry.value("batch", int64_t{0});
+      record["size"] = field_or(entry, "size", int64_t{0});
+      record["batch"] = field_or(entry, "batch", int64_t{0});
       record["cores"] = cores;
       return record;  // PyTorch's defaults, not cached
     }
@@ -420,15 +421,15 @@ json resolve_uncached_in_process(const scenario::Scenario& s, const std::string&
   }
   const auto& candidates = entry["candidates"];
   const json& chosen = candidates[static_cast<size_t>(entry["choice"].get<int64_t>())];
-  if (auto_layout) record["channels_last"] = {{"value", chosen.value("channels_last", false)}, {"source", source}};
-  if (auto_threads) record["threads"] = {{"value", chosen.value("threads", cores)}, {"source", source}};
+  if (auto_layout) record["channels_last"] = {{"value", field_or(chosen, "channels_last", false)}, {"source", source}};
+  if (auto_threads) record["threads"] = {{"value", field_or(chosen, "threads", cores)}, {"source", source}};
   record["timings"] = timings_of(candidates);
-  record["measured_at"] = entry.value("measured_at", "");
-  record["measure_seconds"] = entry.value("measure_seconds", 0.0);
-  record["size"] = entry.value("size", int64_t{0});
-  record["batch"] = entry.value("batch", int64_t{0});
-  record["others_cores"] = entry.value("others_cores", -1.0);
-  record["cores"] = entry.value("cores", cores);
+  record["measured_at"] = field_or(entry, "measured_at", "");
+  record["measure_seconds"] = field_or(entry, "measure_seconds", 0.0);
+  record["size"] = field_or(entry, "size", int64_t{0});
+  record["batch"] = field_or(entry, "batch", int64_t{0});
+  record["others_cores"] = field_or(entry, "others_cores", -1.0);
+  record["cores"] = field_or(entry, "cores", cores);
   return record;
 }
 

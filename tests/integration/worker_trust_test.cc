@@ -63,6 +63,8 @@ struct TrustCase {
   std::string needle;     // in dbh's stdout, stderr or report.md
   std::vector<std::string> command = {"run"};  // dbh's command before the scenario
   int signal_after_ms = 0;  // send SIGINT to dbh this long after it starts (0: none)
+  std::string absent;       // in no line of report.md outside its code blocks
+  std::string absent_html;  // not in report.html
 };
 
 std::ostream& operator<<(std::ostream& os, const TrustCase& c) { return os << c.klass << "/" << c.name; }
@@ -192,6 +194,63 @@ std::vector<TrustCase> cases() {
        "e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
        "", "", 1, "boom"});
   add({"AWorkerNameWithANewline", "escape", "NAME='w\\n::warning::x'; hello; passing", "", "", 0, "PASS"});
+  add({"ABudgetDetailWithMarkup", "escape",
+       "hello; e '{\"type\":\"memory_budget\",\"t\":0,\"applied\":true,\"method\":\"m\",\"budget_bytes\":1024,"
+       "\"detail\":\"x\\n# <script>alert(1)</script>\\n::error::pwn [a](javascript:alert(1))\"}'; passing",
+       "", "", 0, "PASS", {"run"}, 0, "](javascript:"});
+  add({"AnErrorMessageWithMarkdown", "escape",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
+       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\n# <script>alert(1)</script>\\n"
+       "[click](javascript:alert(1)) ![t](https://evil.example/t.png)\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":"
+       "\"error\"}'; exit 1",
+       "", "", 1, "boom", {"run"}, 0, "](javascript:"});
+  add({"AModuleNameWithABacktick", "escape",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
+       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) `\","
+       "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "boom", {"run"}, 0, "m` ![t]"});
+  add({"OverlayFilesOutsideTheTrial", "escape",
+       "C=\"$DBH_TRIAL_DIR/../../cache\"; mkdir -p \"$C\" \"$DBH_TRIAL_DIR/overlays\"; "
+       "printf '\\x89PNG\\r\\n\\x1a\\nSECRET-OUTSIDE-OUT' > \"$C/secret.png\"; "
+       "ln -s \"$C/secret.png\" \"$DBH_TRIAL_DIR/overlays/link.png\"; hello; begin; "
+       "e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,\"kind\":"
+       "\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\"}'; e '{\"type\":\"overlays\",\"t\":0,\"run\":0,"
+       "\"step\":0,\"files\":[\"link.png\",\"../../../cache/secret.png\",\"'\"$C\"'/secret.png\","
+       "\"a`](javascript:alert(1)) ![t](https://evil.example/t.png) [`b\"]}'; "
+       "e '{\"type\":\"eval_overlays\",\"t\":0,\"run\":0,\"step\":0,\"files\":[\"../cache/secret.png\"]}'; "
+       "e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "boom", {"run"}, 0, "](https://evil", "iVBORw0KGgpTRUNSRVQt"});
+  add({"AHealthModeOfThreeHundredKilobytes", "bound",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; "
+       "e '{\"type\":\"health\",\"t\":0,\"run\":0,\"step\":0,\"check\":\"finite\",\"kind\":\"loss\",\"site\":\"total\","
+       "\"primary\":true,\"mode\":\"cheap\\n::error::fromMode\\n# <script>alert(1)</script>\\n"
+       "'\"$(head -c 300000 /dev/zero | tr '\\0' x)\"'\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"diverged\"}'; exit 1",
+       "", "", 1, "diverged"});
+  // --- verify: mistyped fields are no crash, and a pass must name its scenario ------------------------------------
+  add({"AMemoryBudgetOfMistypedFields", "verify",
+       "hello; e '{\"type\":\"memory_budget\",\"t\":0,\"method\":7,\"applied\":\"no\",\"budget_bytes\":\"x\","
+       "\"detail\":[1]}'; passing",
+       "", "", 0, "PASS"});
+  add({"AnErrorWithMistypedMemory", "verify",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"step_end\",\"t\":0,"
+       "\"run\":0,\"step\":0,\"loss\":0.5,\"memory\":{\"rss_bytes\":\"x\",\"peak_rss_bytes\":1e300},\"phases\":"
+       "{\"data\":[1],\"forward\":{\"rss_bytes\":\"y\"}}}'; e '{\"type\":\"error\",\"t\":0,\"kind\":\"exception\",\"run\":0,"
+       "\"step\":1,\"message\":\"boom\",\"memory\":{\"rss_bytes\":\"x\"},\"phases\":[1,2]}'; "
+       "e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "boom"});
+  add({"APassWithoutAHello", "verify", "[ \"${DBH_WORKER_DESCRIBE:-}\" = 1 ] && hello; passing", "", "", 1,
+       "without a `hello` event"});
+  add({"APassOfAnotherScenario", "verify", "DBH_SCENARIO_HASH=deadbeef; hello; passing", "", "", 1,
+       "names scenario hash deadbeef"});
+  add({"AnUnavailableAfterADivergence", "verify",
+       "hello; begin; step 0; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":1}'; e '{\"type\":\"health\","
+       "\"t\":0,\"run\":0,\"step\":1,\"check\":\"finite\",\"kind\":\"loss\",\"site\":\"total\",\"primary\":true}'; "
+       "e '{\"type\":\"error\",\"t\":0,\"kind\":\"diverged\",\"run\":0,\"step\":1,\"message\":\"nan\"}'; "
+       "e '{\"type\":\"error\",\"t\":0,\"kind\":\"unavailable\",\"message\":\"cuda not here\"}'; "
+       "e '{\"type\":\"done\",\"t\":0,\"status\":\"diverged\"}'; exit 1",
+       "", "", 1, "diverged"});
+  add({"ADaemonThatWipedItsEnvironmentAndCalledSetsid", "own",
+       "hello; ( env -i setsid bash -c 'exec -a \"linger-$0\" sleep 600' \"$MARK\" & ); passing", "", "", 0, "PASS"});
   // --- signal: every phase ends with 128 + signal and nothing left running ----------------------------------------
   add({"CtrlCWhileTheWorkerDescribesItself", "signal",
        "[ \"${DBH_WORKER_DESCRIBE:-}\" = 1 ] && { linger; }; hello; passing", "", "", 130, "", {"run"},
@@ -320,6 +379,10 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
   }
   const std::string report = fs::exists(out / "report.md") ? testing::read_text(out / "report.md") : "";
   const std::string all = r.out + r.err + report;
+  if (!c.absent_html.empty() && fs::exists(out / "report.html")) {
+    EXPECT_EQ(testing::read_text(out / "report.html").find(c.absent_html), std::string::npos)
+        << c << ": " << c.absent_html << " reached report.html";
+  }
   EXPECT_FALSE(r.timed_out) << c;
   EXPECT_EQ(r.exit_code, c.exit_code) << c << "\n" << r.out.substr(0, 3000) << r.err.substr(0, 3000);
   if (!c.needle.empty()) {
@@ -360,10 +423,19 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
     EXPECT_EQ(testing::read_text(out / "report.html").find("<script>alert"), std::string::npos) << c;
   }
   if (!report.empty()) {
+    // No line the worker wrote starts a line of report.md (`cat report.md`
+    // in a CI log would run a "::" line), and outside the code blocks no
+    // text of it is a link, an image or a tag.
     std::istringstream lines(report);
+    bool in_code = false;
     for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("```", 0) == 0) in_code = !in_code;
       EXPECT_NE(line.rfind("<script", 0), 0u) << c << ": " << line;
       EXPECT_NE(line.rfind("# <script", 0), 0u) << c << ": " << line;
+      EXPECT_NE(line.rfind("::", 0), 0u) << c << ": " << line;
+      if (in_code) continue;
+      EXPECT_EQ(line.find("](javascript:"), std::string::npos) << c << ": " << line;
+      if (!c.absent.empty()) EXPECT_EQ(line.find(c.absent), std::string::npos) << c << ": " << line;
     }
   }
 }

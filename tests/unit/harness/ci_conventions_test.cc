@@ -167,7 +167,7 @@ TEST(CiConventionsTest, SummaryEscapesUserStrings) {
   EXPECT_EQ(outside_code.find("<script>"), std::string::npos) << md;
   EXPECT_EQ(outside_code.find("<b>"), std::string::npos) << md;
   EXPECT_EQ(outside_code.find("</details>"), std::string::npos) << md;
-  EXPECT_NE(md.find("a\\|b \\<script\\>alert(1)\\</script\\> \\*x\\* \\[l\\](u) \\&amp; \\~\\~s\\~\\~ next"),
+  EXPECT_NE(md.find("a\\|b \\<script\\>alert(1)\\</script\\> \\*x\\* \\[l\\]\\(u) \\&amp; \\~\\~s\\~\\~ next"),
             std::string::npos)
       << md;
   for (const auto& line : lines_of(md)) {

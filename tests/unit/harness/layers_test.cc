@@ -407,6 +407,27 @@ TEST(LayersTest, NoFunctionIsOver120LinesUnlessATable) {
   }
 }
 
+// Note [Reading JSON that may lie] (common/json_fields.h): nlohmann's
+// `.value(key, fallback)` throws for a field of another type, so one mistyped
+// field of a worker's event or an earlier run's file would end the harness
+// with an internal error. The harness reads such fields with field_or only.
+TEST(LayersTest, NoHarnessCodeReadsJsonWithAThrowingValue) {
+  const std::regex value(R"re(\.value\([^)])re");
+  int64_t files = 0;
+  for (const auto& path : source_files("harness")) {
+    const std::string rel = fs::relative(path, DBH_SOURCE_DIR).string();
+    if (rel == "harness/common/json_fields.h") continue;
+    ++files;
+    const auto lines = code_lines(path);
+    for (size_t n = 0; n < lines.size(); ++n) {
+      EXPECT_FALSE(std::regex_search(lines[n], value))
+          << rel << ":" << n + 1 << ": reads JSON with .value(key, fallback), which throws for a mistyped field: "
+          << "use field_or (harness/common/json_fields.h)";
+    }
+  }
+  EXPECT_GT(files, 100);
+}
+
 // No file of the harness is over 600 lines unless it is one table or one
 // page.
 TEST(LayersTest, NoHarnessFileIsOver600LinesUnlessOneTableOrPage) {

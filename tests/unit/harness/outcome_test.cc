@@ -38,7 +38,7 @@ class Stream {
   Stream() {
     proto::Hello hello;
     hello.pid = 1234;
-    hello.scenario_hash = "abc";
+    hello.scenario_hash = testing::kTheScenarioHash;
     add(hello);
   }
   /// A raw event: a field or an event the typed ones do not write.
@@ -245,7 +245,7 @@ TEST(Classify, CleanRunPasses) {
   EXPECT_EQ(a.steps[1].rss_bytes, 200 * kMiB);
   EXPECT_EQ(a.peak_memory_bytes, 400 * kMiB);  // the done event's peak
   EXPECT_TRUE(a.done_seen);
-  EXPECT_EQ(a.scenario_hash, "abc");
+  EXPECT_FALSE(a.scenario_hash.empty());  // the hello's: the scenario classified (else no pass)
   EXPECT_EQ(a.run_checksums, std::vector<std::string>{"c0"});
   ASSERT_EQ(a.faults.size(), 1u);  // scheduled, never fired
   EXPECT_EQ(a.faults[0].name, "slow_data");
@@ -315,6 +315,64 @@ TEST(Classify, OpenFilesRisingAtEveryRunsEndAreALeak) {
 
 // Note [The schedule asked for]: `done passed` is believed only for the
 // steps the scenario asked for.
+// Note [A pass names its scenario].
+TEST(Classify, APassIsBelievedOnlyFromAHelloOfTheScenarioDbhPassed) {
+  scenario::Scenario four;
+  four.train.max_steps = 4;
+  const auto passing = [] {
+    Stream st;
+    st.run_begin().step(0).step(1).step(2).step(3).run_end().done().exit(0);
+    return st.result();
+  };
+  EXPECT_EQ(testing::classify(passing(), four, Kb()).outcome, scenario::Outcome::kPassed);
+  testing::RecordedTrial no_hello = passing();
+  ASSERT_EQ(no_hello.events.front().type, proto::event::kHello);
+  no_hello.events.erase(no_hello.events.begin());
+  const auto a = testing::classify(no_hello, four, Kb());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kUnresolved);
+  EXPECT_NE(a.failure.message.find("without a `hello` event"), std::string::npos) << a.failure.message;
+  testing::RecordedTrial other = passing();
+  other.events.front().body["scenario_hash"] = "deadbeef";
+  const auto b = testing::classify(other, four, Kb());
+  EXPECT_EQ(b.outcome, scenario::Outcome::kUnresolved);
+  EXPECT_NE(b.failure.message.find("names scenario hash deadbeef, but dbh passed it " + scenario::scenario_hash(four)),
+            std::string::npos)
+      << b.failure.message;
+}
+
+// What this machine lacks is said before training, never after a finding.
+TEST(Classify, AnUnavailableErrorAfterADivergenceIsNoSkip) {
+  Stream st;
+  st.run_begin().step(0).begin(1).health("loss", 1, "");
+  st.add("error", {{"kind", "unavailable"}, {"message", "cuda not here"}});
+  st.done("diverged").exit(1);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kDiverged);
+  Stream before;
+  before.add("error", {{"kind", "unavailable"}, {"message", "cuda not here"}}).done("unavailable").exit(0);
+  EXPECT_EQ(Classify(before.result()).outcome, scenario::Outcome::kSkipped);
+}
+
+// Note [Reading JSON that may lie]: fields of another type are left out or
+// read as absent, never an exception.
+TEST(Classify, MistypedMemoryFieldsAreNoCrash) {
+  Stream st;
+  st.add("memory_budget", {{"method", 7}, {"applied", "no"}, {"budget_bytes", "x"}, {"detail", json::array({1})},
+                           {"used_before", 1e300}});
+  st.run_begin().step(0);
+  st.add("step_begin", {{"run", 0}, {"step", 1}});
+  st.add("step_end", {{"run", 0}, {"step", 1}, {"loss", 0.5}, {"memory", {{"rss_bytes", "x"}, {"peak_rss_bytes", 1e300}}},
+                      {"phases", {{"data", json::array({1})}, {"forward", {{"rss_bytes", "y"}}}}}});
+  st.add("error", {{"kind", "exception"}, {"run", 0}, {"step", 2}, {"message", "boom"},
+                   {"memory", {{"rss_bytes", "x"}, {"peak_rss_bytes", 5}}}, {"phases", json::array({1, 2})}});
+  st.done("error").exit(1);
+  const auto a = Classify(st.result());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kFailed);
+  EXPECT_EQ(a.budget, json::object()) << a.budget.dump();
+  EXPECT_EQ(a.memory_at_failure["memory"], json({{"peak_rss_bytes", 5}}));
+  EXPECT_EQ(a.memory_at_failure["phases"], json::object());
+}
+
 TEST(Classify, APassOfAnotherScheduleIsNoAnswer) {
   scenario::Scenario four;
   four.train.max_steps = 4;

@@ -42,7 +42,7 @@ class Stream {
   Stream() {
     proto::Hello hello;
     hello.pid = 1;
-    hello.scenario_hash = "abc";
+    hello.scenario_hash = testing::kTheScenarioHash;
     add(hello);
     add(proto::RunBegin{0, {}});
   }

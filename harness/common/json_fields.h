@@ -1,0 +1,56 @@
+#pragma once
+// Note [Reading JSON that may lie]: a field of JSON dbh did not just build
+// itself (a worker's event, a file of an earlier run, a cache entry) may be
+// missing, null or of another type. nlohmann's `j.value(key, fallback)`
+// throws for a field of another type and for a `j` that is not an object, so
+// one `"method": 7` in a worker's event would end the harness with an
+// internal error. Every read of such a field goes through field_or, which
+// returns the fallback instead (a number of either kind reads as a number);
+// layers_test refuses `.value(` in the harness.
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+namespace dbh::harness {
+
+/// `j[key]` as a T, or `fallback` when `j` is not an object, has no `key`,
+/// holds null there, or holds another type (for an integer T: a number
+/// outside T's range, or not finite).
+template <typename Json, typename T>
+T field_or(const Json& j, const std::string& key, T fallback) {
+  if (!j.is_object()) return fallback;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (!it->is_number()) return fallback;
+    if (it->is_number_float()) {
+      const double v = it->template get<double>();
+      // Converting a double outside the range is undefined behaviour.
+      if (!std::isfinite(v) || v < static_cast<double>(std::numeric_limits<T>::min()) ||
+          v >= static_cast<double>(std::numeric_limits<T>::max())) {
+        return fallback;
+      }
+      return static_cast<T>(v);
+    }
+    if (it->is_number_unsigned() && it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+      return fallback;
+    }
+  }
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::detail::exception&) {
+    return fallback;
+  }
+}
+
+/// The same for a string field with a literal fallback.
+template <typename Json>
+std::string field_or(const Json& j, const std::string& key, const char* fallback) {
+  return field_or<Json, std::string>(j, key, std::string(fallback));
+}
+
+}  // namespace dbh::harness

@@ -1,0 +1,88 @@
+#include "harness/supervisor/descendants.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "harness/proto/worker_link.h"
+
+namespace dbh::harness::supervisor::internal {
+namespace fs = std::filesystem;
+
+std::string new_trial_token() {
+  static std::atomic<uint64_t> counter{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(now);
+}
+
+int kill_token_holders(const std::string& token) {
+  const std::string needle = std::string(proto::kTrialTokenEnv) + "=" + token;
+  int killed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == getpid()) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    if (!in) continue;  // gone, or another user's
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == needle) {
+        kill(pid, SIGKILL);
+        ++killed;
+        break;
+      }
+    }
+  }
+  return killed;
+}
+
+std::vector<pid_t> children_of_this_process() {
+  std::vector<pid_t> children;
+  const pid_t self = getpid();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!in || !std::getline(in, stat)) continue;
+    // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == self) children.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return children;
+}
+
+void end_adopted_children(pid_t group) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (true) {
+    const std::vector<pid_t> children = children_of_this_process();
+    for (const pid_t child : children) kill(child, SIGKILL);
+    for (const pid_t child : children) waitpid(child, nullptr, WNOHANG);
+    const bool group_left = group > 0 && kill(-group, 0) == 0;
+    if ((children.empty() && !group_left) || std::chrono::steady_clock::now() > until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void become_subreaper() {
+  static const bool done = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  (void)done;
+}
+
+}  // namespace dbh::harness::supervisor::internal

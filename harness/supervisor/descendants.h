@@ -1,0 +1,44 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace dbh::harness::supervisor::internal {
+
+// Note [Every descendant ends with the trial]: the process group holds the
+// worker and the children it leaves in it; a descendant that calls setsid()
+// or double-forks leaves the group, and killpg no longer reaches it. Each
+// trial's processes therefore carry a token of the trial in their
+// environment (kTrialTokenEnv, inherited by every descendant that does not
+// wipe its environment), and when the trial ends every process of this user
+// whose environment holds it is killed. A descendant that also wipes its
+// environment is caught another way: this process is the subreaper of its
+// descendants (PR_SET_CHILD_SUBREAPER, set before the first worker starts),
+// so one that outlives its parent is re-parented here instead of to init,
+// and when the trial ends every child of this process is killed and reaped
+// (end_adopted_children). Trials of one process run one after another, so
+// every child left then is the trial's.
+
+/// A token no other trial has: this process, a counter and the time.
+std::string new_trial_token();
+
+/// Kills every process (but this one) whose environment holds
+/// kTrialTokenEnv=`token`; returns how many.
+int kill_token_holders(const std::string& token);
+
+/// Makes this process the subreaper of its descendants (once; later calls do
+/// nothing).
+void become_subreaper();
+
+/// The children of this process, as /proc lists their parents.
+std::vector<pid_t> children_of_this_process();
+
+/// Kills and reaps every child of this process (the trial's descendants
+/// re-parented here) until none is left and the trial's group `group` is
+/// gone, for at most two seconds (a process in uninterruptible sleep is left
+/// to the kernel).
+void end_adopted_children(pid_t group);
+
+}  // namespace dbh::harness::supervisor::internal
