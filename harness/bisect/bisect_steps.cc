@@ -214,25 +214,32 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
     conclude(out, steps.confidence);
     return out;
   }
-  const std::string kind = field_or(h, "kind", "");
+  // Names from the worker's health event: one line, cut, no backtick (they
+  // are quoted in code spans, on the terminal and in bisect.md).
+  const auto name = [&h](const char* key) {
+    std::string n = one_line(truncate_utf8(field_or(h, key, ""), 200));
+    std::replace(n.begin(), n.end(), '`', '\'');
+    return n;
+  };
+  const std::string kind = name("kind");
+  const std::string site = name("site"), module = name("module"), input_module = name("input_module");
   const std::string direction = kind == "gradient" ? "backward" : kind == "activation" ? "forward" : "inputs";
   out.found = true;
   conclude(out, steps.confidence);
   out.result = {{"step", step},
                 {"direction", direction},
                 {"kind", kind},
-                {"module", field_or(h, "module", "")},
-                {"tensor", field_or(h, "site", "")},
+                {"module", module},
+                {"tensor", site},
                 {"stats", h.contains("stats") ? ojson::parse(h["stats"].dump()) : ojson(nullptr)},
-                {"input_module", field_or(h, "input_module", "")},
+                {"input_module", input_module},
                 {"input_stats", h.contains("input_stats") ? ojson::parse(h["input_stats"].dump()) : ojson(nullptr)}};
   out.summary = "at step " + std::to_string(step) + " the first non-finite " + kind + " in " + direction +
-                " order is `" + field_or(h, "site", "") + "`" +
-                (field_or(h, "module", "").empty() ? "" : " in module `" + field_or(h, "module", "") + "`");
+                " order is `" + site + "`" + (module.empty() ? "" : " in module `" + module + "`");
   if (h.contains("stats")) out.details.push_back("its statistics: " + h["stats"].dump());
   if (h.contains("input_module")) {
-    out.details.push_back("the module that ran before it, `" + field_or(h, "input_module", "") +
-                          "`, produced finite output: " + h["input_stats"].dump());
+    out.details.push_back("the module that ran before it, `" + input_module + "`, produced finite output: " +
+                          (h.contains("input_stats") ? h["input_stats"].dump() : std::string("(no statistics)")));
   }
   return out;
 }

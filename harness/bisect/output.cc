@@ -15,6 +15,7 @@
 #include "harness/common/out_file.h"
 #include "harness/common/text.h"
 #include "harness/report/markdown_html.h"
+#include "harness/report/markdown_text.h"
 #include "harness/report/report.h"
 
 namespace dbh::harness::bisect {
@@ -114,22 +115,23 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   j["repro"] = o.repro;
   write_file_atomically((out / "bisect.json").string(), j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   std::ostringstream md;
-  md << "## Bisection: " << to_string(o.kind) << "\n\n" << o.summary << "\n\n";
+  // The answer quotes what the worker reported: as safe Markdown.
+  md << "## Bisection: " << to_string(o.kind) << "\n\n" << report::markdown_text(o.summary) << "\n\n";
   if (confident) {
     md << "**Verdict: confident.** Fresh re-checks confirmed the answer and no probe contradicts it.\n\n";
   } else if (o.found) {
     md << "**Verdict: unsure** (confidence " << fixed3(o.confidence) << "). Do not act on this answer alone:\n\n";
-    for (const auto& d : o.doubts) md << "- " << d << "\n";
+    for (const auto& d : o.doubts) md << "- " << report::markdown_text(d) << "\n";
     md << "\n";
   } else {
     // The verdict bisect.json gives, in the same words.
     md << "**Verdict: unsure: no answer.**" << (o.doubts.empty() ? "" : " Why:") << "\n\n";
-    for (const auto& d : o.doubts) md << "- " << d << "\n";
+    for (const auto& d : o.doubts) md << "- " << report::markdown_text(d) << "\n";
     if (!o.doubts.empty()) md << "\n";
   }
-  for (const auto& d : o.details) md << "- " << d << "\n";
+  for (const auto& d : o.details) md << "- " << report::markdown_text(d) << "\n";
   md << "\nReproduction: " << o.rep.failures << " of " << o.rep.runs << " runs failed"
-     << (o.rep.sig.klass.empty() ? "" : " with " + o.rep.sig.text())
+     << (o.rep.sig.klass.empty() ? "" : " with " + markdown_inline(o.rep.sig.text()))
      << (o.rep.flaky ? " (flaky: " + std::to_string(o.rep.per_probe) + " repetitions per probe)" : "")
      << (o.rep.different > 0 ? "; " + std::to_string(o.rep.different) + " failed differently" : "")
      << ". Confidence " << fixed3(o.confidence) << ".\n\n";
@@ -138,10 +140,11 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
     std::string cfg;
     for (const auto& x : p.overrides) cfg += (cfg.empty() ? "" : " ") + x;
     if (cfg.size() > 80) cfg = cfg.substr(0, 77) + "...";
-    md << "| " << p.index << " | `" << (cfg.empty() ? "(scenario)" : cfg) << "` | " << to_string(p.analysis.outcome)
-       << (p.analysis.failure.klass.empty() ? "" : " " + p.analysis.failure.klass) << " | "
+    md << "| " << p.index << " | " << markdown_code(cfg.empty() ? "(scenario)" : cfg) << " | "
+       << to_string(p.analysis.outcome)
+       << (p.analysis.failure.klass.empty() ? "" : " " + markdown_inline(p.analysis.failure.klass)) << " | "
        << (p.analysis.failure.step ? std::to_string(*p.analysis.failure.step) : "-") << " | "
-       << (p.analysis.failure.module.empty() ? "-" : p.analysis.failure.module) << " | " << std::fixed
+       << (p.analysis.failure.module.empty() ? "-" : markdown_inline(p.analysis.failure.module)) << " | " << std::fixed
        << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "") << " |\n";
   }
   if (replays) {
@@ -158,7 +161,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   md << "\nReproduce the minimal failure:\n\n```sh\n" << o.repro << "\n```\n";
   write_file_atomically((out / "bisect.md").string(), md.str());
   write_file_atomically((out / "bisect.html").string(), report::markdown_page_html("Bisection: " + to_string(o.kind), md.str()));
-  std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << terminal_text(o.summary) << "\n";
+  std::cout << (confident ? "result: " : o.found ? "unsure: " : "no result: ") << terminal_text(one_line(o.summary)) << "\n";
   if (!confident) {
     for (const auto& d : o.doubts) std::cout << "  - " << terminal_text(d) << "\n";
   }

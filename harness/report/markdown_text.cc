@@ -34,7 +34,7 @@ std::string markdown_text(const std::string& s) {
       continue;
     }
     // A "(" after a "]" too, as markdown_inline escapes it.
-    if (std::string_view("\\*_[]<>|#").find(text[i]) != std::string_view::npos ||
+    if (std::string_view("\\[]<>|#").find(text[i]) != std::string_view::npos ||
         (text[i] == '(' && i > 0 && text[i - 1] == ']')) {
       out += '\\';
     }

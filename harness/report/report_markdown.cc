@@ -28,7 +28,7 @@ std::string suite_command_of(const std::string& repro) {
 // Text for a fenced code block: a ``` inside it would end the block, and
 // every line is indented by two spaces, so no line a worker wrote starts a
 // line of report.md (`cat report.md` in a CI log would run a "::" line as a
-// workflow command).
+// workflow command; a CI log breaks lines at "\r" too).
 std::string fenced(const std::string& text) {
   std::string out = "  ";
   for (size_t i = 0; i < text.size(); ++i) {
@@ -38,7 +38,8 @@ std::string fenced(const std::string& text) {
       continue;
     }
     out += text[i];
-    if (text[i] == '\n' && i + 1 < text.size()) out += "  ";
+    const bool breaks = text[i] == '\n' || (text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'));
+    if (breaks && i + 1 < text.size()) out += "  ";
   }
   return out;
 }
@@ -336,9 +337,7 @@ void md_logs(std::ostream& md, const run::RunReport& r) {
     md << "No errors. Full event stream: `events.jsonl`.\n\n";
   }
   if (const auto& warnings = r.trials.front().analysis.warnings; !warnings.empty()) {
-    std::vector<std::string> escaped;
-    for (const auto& w : warnings) escaped.push_back(markdown_inline(w));
-    md << "Warnings from the worker:\n\n" << bullet_list(escaped) << "\n";
+    md << "Warnings from the worker:\n\n" << bullet_list(warnings) << "\n";
   }
 }
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -68,10 +69,13 @@ std::vector<pid_t> children_of_this_process() {
   return children;
 }
 
-void end_adopted_children(pid_t group) {
+void end_adopted_children(pid_t group, const std::vector<pid_t>& before) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (true) {
-    const std::vector<pid_t> children = children_of_this_process();
+    std::vector<pid_t> children = children_of_this_process();
+    children.erase(std::remove_if(children.begin(), children.end(),
+                                  [&](pid_t c) { return std::find(before.begin(), before.end(), c) != before.end(); }),
+                   children.end());
     for (const pid_t child : children) kill(child, SIGKILL);
     for (const pid_t child : children) waitpid(child, nullptr, WNOHANG);
     const bool group_left = group > 0 && kill(-group, 0) == 0;

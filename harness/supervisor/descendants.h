@@ -17,9 +17,10 @@ namespace dbh::harness::supervisor::internal {
 // environment is caught another way: this process is the subreaper of its
 // descendants (PR_SET_CHILD_SUBREAPER, set before the first worker starts),
 // so one that outlives its parent is re-parented here instead of to init,
-// and when the trial ends every child of this process is killed and reaped
-// (end_adopted_children). Trials of one process run one after another, so
-// every child left then is the trial's.
+// and when the trial ends every child of this process that was not its
+// child before the trial started is killed and reaped (end_adopted_children).
+// Trials of one process run one after another, so every such child is the
+// trial's.
 
 /// A token no other trial has: this process, a counter and the time.
 std::string new_trial_token();
@@ -35,10 +36,11 @@ void become_subreaper();
 /// The children of this process, as /proc lists their parents.
 std::vector<pid_t> children_of_this_process();
 
-/// Kills and reaps every child of this process (the trial's descendants
+/// Kills and reaps every child of this process but those of `before` (the
+/// children it had before the trial started: the trial's descendants are
 /// re-parented here) until none is left and the trial's group `group` is
 /// gone, for at most two seconds (a process in uninterruptible sleep is left
 /// to the kernel).
-void end_adopted_children(pid_t group);
+void end_adopted_children(pid_t group, const std::vector<pid_t>& before);
 
 }  // namespace dbh::harness::supervisor::internal

@@ -1,6 +1,7 @@
 #include "harness/supervisor/event_digest.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -92,30 +93,46 @@ nlohmann::json bounded_phases(const nlohmann::json& phases) {
 
 // Note [Files a worker names]: a file a worker's event names (an overlay)
 // is kept only as a relative path of at most `depth` plain names inside the
-// trial folder: no absolute path, no "." or "..", no empty name, nothing
-// outside printable one-line text, no backtick; the reports link and embed
-// it from there (and report/html_page.cc refuses one that resolves outside).
+// trial folder, each of letters, digits, '.', '_' and '-' (no absolute path,
+// no "." or "..", no empty name); the reports link and embed it from there
+// (and report/html_page.cc refuses one that resolves outside).
 bool is_trial_file(const std::string& file, size_t depth) {
-  if (file.empty() || file.size() > kMaxQuotedNameBytes || file != quoted_name(file)) return false;
-  if (file.front() == '/' || file.find('\\') != std::string::npos) return false;
+  if (file.empty() || file.size() > kMaxQuotedNameBytes) return false;
   size_t parts = 0;
-  for (const auto& part : std::filesystem::path(file)) {
-    const std::string name = part.string();
+  size_t begin = 0;
+  while (begin <= file.size()) {
+    const size_t end = std::min(file.find('/', begin), file.size());
+    const std::string name = file.substr(begin, end - begin);
+    // Letters, digits, '.', '_' and '-' only: a name is also a link target
+    // and Markdown text, and "", "." and ".." lead elsewhere.
     if (name.empty() || name == "." || name == ".." || ++parts > depth) return false;
+    for (const char c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+    }
+    begin = end + 1;
   }
-  for (const unsigned char c : file) {
-    if (c < 0x20 || c == 0x7f) return false;
-  }
-  return parts > 0;
+  return true;
 }
 
-// A memory sample as kept: its numbers only (at most kMaxPhaseFigures,
-// names cut), so a report reads every figure as a number.
+// A memory sample as kept: its numbers only (at most 32, names cut; dbh's
+// worker sends 9 on CUDA), so a report reads every figure as a number.
 nlohmann::json memory_figures(const nlohmann::json& memory) {
+  constexpr size_t kMaxMemoryFigures = 32;
   nlohmann::json out = nlohmann::json::object();
   if (!memory.is_object()) return out;
-  for (auto it = memory.begin(); it != memory.end() && out.size() < kMaxPhaseFigures; ++it) {
+  for (auto it = memory.begin(); it != memory.end() && out.size() < kMaxMemoryFigures; ++it) {
     if (it->is_number()) out[quoted_name(it.key())] = *it;
+  }
+  return out;
+}
+
+// The phases of the failing step as kept: at most kMaxPhases, each a
+// memory sample.
+nlohmann::json phase_figures(const nlohmann::json& phases) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!phases.is_object()) return out;
+  for (auto it = phases.begin(); it != phases.end() && out.size() < kMaxPhases; ++it) {
+    if (it->is_object()) out[quoted_name(it.key())] = memory_figures(*it);
   }
   return out;
 }
@@ -224,7 +241,7 @@ void record_error(const proto::Event& e, TrialAnalysis& a, EventDigest& d) {
     d.first_error = e;
     if (!err.memory.is_null()) {
       a.memory_at_failure = {{"memory", memory_figures(err.memory)},
-                             {"phases", err.phases.is_object() ? bounded_phases(err.phases) : nlohmann::json::object()}};
+                             {"phases", phase_figures(err.phases)}};
     }
   } else if (d.other_errors.size() < kMaxQuotedItems) {
     d.other_errors.push_back(quoted(err.phase.value_or("train"), kMaxQuotedNameBytes) + ": " + quoted(err.message));

@@ -300,6 +300,7 @@ class Supervision {
   bool spawn() {
     start_ = Clock::now();
     token_ = new_trial_token();
+    children_before_ = children_of_this_process();  // not the trial's: never ended by it
     const int rc = spawn_worker(spec_, token_, out_pipe_[1], err_pipe_[1], events_[1], &pid_);
     last_event_ = Clock::now();
     close(events_[1]);
@@ -345,7 +346,7 @@ class Supervision {
     close_logs();
     killpg(pid_, SIGKILL);       // nothing of the trial outlives it
     kill_token_holders(token_);  // nor what left its group
-    end_adopted_children(pid_);  // nor what also left its environment
+    end_adopted_children(pid_, children_before_);  // nor what also left its environment
     g_current_group = 0;
     close(journal_.fd);
     journal_.fd = -1;
@@ -513,6 +514,7 @@ class Supervision {
   bool pipe_open_ = true;
   size_t journaled_ = 0;
   std::string token_;
+  std::vector<pid_t> children_before_;  // this process's children before the worker started
   Clock::time_point start_, last_event_;
   char buf_[65536];
 };

@@ -200,7 +200,7 @@ std::vector<TrustCase> cases() {
        "", "", 0, "PASS", {"run"}, 0, "](javascript:"});
   add({"AnErrorMessageWithMarkdown", "escape",
        "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
-       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\n# <script>alert(1)</script>\\n"
+       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\r::error::cr\\n# <script>alert(1)</script>\\n"
        "[click](javascript:alert(1)) ![t](https://evil.example/t.png)\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":"
        "\"error\"}'; exit 1",
        "", "", 1, "boom", {"run"}, 0, "](javascript:"});
@@ -426,6 +426,7 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
     // No line the worker wrote starts a line of report.md (`cat report.md`
     // in a CI log would run a "::" line), and outside the code blocks no
     // text of it is a link, an image or a tag.
+    EXPECT_EQ(report.find("\r::"), std::string::npos) << c << ": a CI log breaks lines at \\r too";
     std::istringstream lines(report);
     bool in_code = false;
     for (std::string line; std::getline(lines, line);) {

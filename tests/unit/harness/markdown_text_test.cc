@@ -12,8 +12,9 @@ using report::markdown_text;
 TEST(MarkdownTextTest, KeepsCodeSpansAndEscapesMarkupOutsideThem) {
   EXPECT_EQ(markdown_text("flagged `decoder.fuse_1` at step 3"), "flagged `decoder.fuse_1` at step 3");
   EXPECT_EQ(markdown_text("error event: \"[click](javascript:x)\""), "error event: \"\\[click\\]\\(javascript:x)\"");
-  EXPECT_EQ(markdown_text("a <script> and *b* and _c_ | d # e"),
-            "a \\<script\\> and \\*b\\* and \\_c\\_ \\| d \\# e");
+  EXPECT_EQ(markdown_text("a <script> and *b* and img_1.png | d # e"),
+            "a \\<script\\> and *b* and img_1.png \\| d \\# e");
+  EXPECT_EQ(markdown_text("# heading"), "\\# heading");
   EXPECT_EQ(markdown_text("``a ` b`` then [x]"), "``a ` b`` then \\[x\\]");
 }
 
