@@ -13,6 +13,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/event_digest.h"
 
 namespace dbh::harness::bisect {
 namespace fs = std::filesystem;
@@ -214,13 +215,9 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
     conclude(out, steps.confidence);
     return out;
   }
-  // Names from the worker's health event: one line, cut, no backtick (they
-  // are quoted in code spans, on the terminal and in bisect.md).
-  const auto name = [&h](const char* key) {
-    std::string n = one_line(truncate_utf8(field_or(h, key, ""), 200));
-    std::replace(n.begin(), n.end(), '`', '\'');
-    return n;
-  };
+  // Names from the worker's health event, as the supervisor quotes names:
+  // one line, cut, no backtick (code spans, the terminal, bisect.md).
+  const auto name = [&h](const char* key) { return supervisor::internal::quoted_name(field_or(h, key, "")); };
   const std::string kind = name("kind");
   const std::string site = name("site"), module = name("module"), input_module = name("input_module");
   const std::string direction = kind == "gradient" ? "backward" : kind == "activation" ? "forward" : "inputs";
