@@ -19,6 +19,7 @@
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/worker_contract.h"
 #include "harness/scenario/aliases.h"
+#include "harness/scenario/config_file.h"
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -92,13 +93,20 @@ void check_loads(const fs::path& file, const std::string& shown) {
 }
 
 // Note [dbh's keys in your configuration]: the command's composed
-// configuration, as its `hello` reports it in describe mode, run as written
-// (dbh passes it nothing); nullopt, said on stderr, when it reports none or
-// does not answer.
-std::optional<std::vector<scenario::ConfigEntry>> composed_config(const scenario::ConvertedCommand& c, const std::string& cwd) {
+// configuration and its parser's options, as its `hello` reports them in
+// describe mode, run as written (dbh passes it nothing), and the keys of the
+// config files its words name (Note [A copy of your config file]), into
+// `fo`; said on stderr when there is nothing to map into.
+void read_user_config(const scenario::ConvertedCommand& c, scenario::FromCommandOptions& fo) {
+  const std::vector<std::string>& command = c.worker_command;
+  for (size_t i = scenario::first_argument(command); i < command.size(); ++i) {
+    if (!scenario::config_file_name(command[i])) continue;
+    const fs::path file = fs::path(command[i]).is_absolute() ? fs::path(command[i]) : fs::path(fo.cwd) / command[i];
+    if (auto entries = scenario::read_config_file(file.string())) fo.config_files.emplace_back(i, std::move(*entries));
+  }
   scenario::Scenario probe;
-  probe.worker.command = c.worker_command;
-  probe.worker.cwd = cwd;
+  probe.worker.command = command;
+  probe.worker.cwd = fo.cwd;
   for (const auto& [name, value] : c.worker_env) probe.worker.env[name] = value;
   for (const auto& key : scenario::worker_passed_keys()) probe.worker.keys[key] = "";
   for (const auto& key : scenario::mappable_keys()) probe.worker.keys[key] = "";
@@ -108,15 +116,19 @@ std::optional<std::vector<scenario::ConfigEntry>> composed_config(const scenario
                            "maps them to yours)";
   try {
     supervisor::WorkerDescription d = supervisor::describe_worker(probe);
-    if (!d.config.empty()) return std::move(d.config);
+    fo.parser_options = std::move(d.options);
+    if (!d.config.empty() || !fo.parser_options.empty() || !fo.config_files.empty()) {
+      fo.user_config = std::move(d.config);
+      return;
+    }
     std::cerr << kWhere << ": note: your command's `hello` carries no `config`, so " << then
               << "; give the adapter your composed configuration (dbh_adapter.connect(config=cfg), or "
                  "DbhCallback(config=cfg)) for dbh to find its keys in it\n";
   } catch (const UsageError& e) {
     std::cerr << kWhere << ": note: could not read your command's configuration (" << one_line(e.what()) << "), so "
               << then << "\n";
+    if (!fo.config_files.empty()) fo.user_config = std::vector<scenario::ConfigEntry>{};
   }
-  return std::nullopt;
 }
 
 // --base: the scenario the new one includes, named relative to --out (on
@@ -230,7 +242,7 @@ int scenario_from_command_command(const ScenarioFromCommandOptions& o) {
     scenario::FromCommandOptions as_written = fo;
     as_written.data.clear();
     as_written.data_key.clear();
-    fo.user_config = composed_config(scenario::scenario_from_command(command, as_written), fo.cwd);
+    read_user_config(scenario::scenario_from_command(command, as_written), fo);
   }
   const scenario::ConvertedCommand c = scenario::scenario_from_command(command, fo);
 

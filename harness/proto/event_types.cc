@@ -62,6 +62,7 @@ json to_json(const Hello& e) {
   put(j, "modules", e.modules);
   put(j, "environment", e.environment);
   put(j, "config", e.config);
+  put(j, "options", e.options);
   return j;
 }
 
@@ -84,6 +85,7 @@ Hello hello_from(const Event& e) {
   read(e, "modules", h.modules);
   if (const json env = raw(e, "environment"); env.is_object()) h.environment = env;
   if (const json config = raw(e, "config"); config.is_object()) h.config = config;
+  if (const json options = raw(e, "options"); options.is_array()) h.options = options;
   return h;
 }
 

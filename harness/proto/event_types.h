@@ -46,6 +46,10 @@ struct Hello {
   /// training read them (`dbh scenario from-command --external` maps dbh's
   /// keys to them by what they hold).
   nlohmann::json config;
+  /// An external worker's command-line parser (written when not null): a
+  /// list of {dest, strings, kind, nargs}, kind one of `value`, `on`, `off`,
+  /// `positional` (docs/worker-protocol.md, "The command's syntax").
+  nlohmann::json options;
 };
 nlohmann::json to_json(const Hello& e);
 Hello hello_from(const Event& e);

@@ -7,6 +7,7 @@
 
 #include "harness/common/error.h"
 #include "harness/common/text.h"
+#include "harness/scenario/command_syntax.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
@@ -163,6 +164,34 @@ void check_worker_names(const Value* worker, const Location& section_loc, const 
   }
 }
 
+// Note [A command's own syntax]: each worker.written_as entry is a place in
+// the command, and worker.syntax option names its option.
+void check_worker_syntax(const Value* worker, const Location& section_loc, const WorkerConfig& w) {
+  const auto entry_loc = [&](const char* map, const std::string& name) {
+    const Value* m = worker != nullptr ? worker->find(map) : nullptr;
+    const Value* v = m != nullptr ? m->find(name) : nullptr;
+    return v != nullptr ? v->loc : (m != nullptr ? m->loc : section_loc);
+  };
+  for (const auto& [key, place] : w.written_as) {
+    const std::string problem = written_as_problem(w, place);
+    if (!problem.empty()) {
+      fail(entry_loc("written_as", key), std::string(DBH_SCENARIO_KEY(worker.written_as)) + "." + quoted_excerpt(key),
+           problem, quoted_excerpt(place));
+    }
+  }
+  const bool option_word = w.syntax_option.size() >= 2 && w.syntax_option[0] == '-' &&
+                           std::none_of(w.syntax_option.begin(), w.syntax_option.end(), [](char c) {
+                             return c == '=' || std::isspace(static_cast<unsigned char>(c)) ||
+                                    std::iscntrl(static_cast<unsigned char>(c));
+                           });
+  if (w.syntax == CommandSyntax::kOption && !option_word) {
+    const Value* v = worker != nullptr ? worker->find("syntax_option") : nullptr;
+    fail(v != nullptr ? v->loc : section_loc, DBH_SCENARIO_KEY(worker.syntax_option),
+         "the option your command takes key=value words after (`-o`, `--cfg-options`), as worker.syntax is option",
+         quoted_excerpt(w.syntax_option));
+  }
+}
+
 void read_worker(MapReader& root, const std::string& file, Scenario& s) {
   // Who trains comes first: the model's own module names and files are
   // checked only for dbh's built-in worker (an external one reports its
@@ -170,6 +199,7 @@ void read_worker(MapReader& root, const std::string& file, Scenario& s) {
   const Value* worker = root.get("worker", false, kSectionForm);
   read_section(worker, "worker", s);
   check_worker_names(worker, worker != nullptr ? worker->loc : Location{file, 0, 0}, s.worker);
+  check_worker_syntax(worker, worker != nullptr ? worker->loc : Location{file, 0, 0}, s.worker);
   if (s.worker.external() && s.worker.cwd.empty()) {
     s.worker.cwd = file.empty() || file == "scenario.resolved.json" ? fs::current_path().string()
                                                                      : fs::absolute(file).parent_path().string();

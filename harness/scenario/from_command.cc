@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <cctype>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "harness/common/error.h"
 #include "harness/common/json_fields.h"
 #include "harness/common/text.h"
+#include "harness/common/value.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/command_reading.h"
 #include "harness/scenario/scenario.h"
@@ -120,17 +122,86 @@ void set_scenario_identity(const FromCommandOptions& options, const std::string&
   }
 }
 
+// A key's place when the worker reported no parser: the command's word
+// that holds the configuration's value, as an option's value (`--data DIR`)
+// or a word of its own (`@N`); "" when no word holds it.
+std::string place_by_value(const std::vector<std::string>& command, const nlohmann::json& value) {
+  if (!value.is_string() || value.get<std::string>().empty()) return "";
+  const std::string v = value.get<std::string>();
+  for (size_t i = first_argument(command); i < command.size(); ++i) {
+    const std::string& w = command[i];
+    if (w.size() > v.size() && w[0] == '-' && w.compare(w.size() - v.size() - 1, std::string::npos, "=" + v) == 0) {
+      return w.substr(0, w.size() - v.size() - 1);
+    }
+    if (w != v) continue;
+    const std::string& before = command[i - 1];
+    const bool option = i > first_argument(command) && before.size() > 1 && before[0] == '-' &&
+                        before.find('=') == std::string::npos;
+    return option ? before : "@" + std::to_string(i);
+  }
+  return "";
+}
+
+// Why dbh's key cannot hold `value` (a YAML flow scalar), as the scenario
+// loader says it; "" when it can.
+std::string refused_value(const std::string& dbh_key, const std::string& value) {
+  try {
+    Value root;
+    root.kind = Value::Kind::kMap;
+    apply_override(root, dbh_key + "=" + value);
+    const std::string section = dbh_key.substr(0, dbh_key.find('.'));
+    Scenario probe;
+    read_section(root.find(section), section, probe);
+  } catch (const ScenarioError& e) {
+    const std::string what = e.what();
+    const size_t at = what.find(dbh_key + ": ");
+    return at == std::string::npos ? what : what.substr(at + dbh_key.size() + 2);
+  }
+  return "";
+}
+
+// The keys the command's words set: `key=value` words, the destinations of
+// the reported parser's options it writes, the dotted options it writes.
+std::vector<std::string> keys_the_command_sets(const std::vector<std::string>& command,
+                                               const std::vector<ParserOption>& parser) {
+  std::vector<std::string> keys;
+  for (size_t i = first_argument(command); i < command.size(); ++i) {
+    const std::string& w = command[i];
+    const size_t eq = w.find('=');
+    if (eq != std::string::npos && eq > 0 && w[0] != '-') keys.push_back(hydra_key(w.substr(0, eq)));
+    if (w.rfind("--", 0) == 0) keys.push_back(w.substr(2, w.find('=') == std::string::npos ? std::string::npos : w.find('=') - 2));
+    for (const auto& o : parser) {
+      if (std::find(o.strings.begin(), o.strings.end(), w.substr(0, eq)) != o.strings.end()) keys.push_back(o.dest);
+    }
+  }
+  for (const auto& [dest, word] : positional_words(command, parser)) keys.push_back(dest);
+  return keys;
+}
+
 // --external with the command's composed configuration: Note [dbh's keys in
 // your configuration]. Each dbh key a key of the user's holds takes that
-// key's value (a word of the command that set it leaves the command: dbh
-// passes it back); one nothing holds is passed as nothing. Returns
-// worker.keys.
+// key's value; one nothing holds is passed as nothing. How the command
+// writes each key (Note [A command's own syntax]) goes into `worker`:
+// its syntax, and written_as for an option, a switch, a positional word or
+// a key of a config file. Returns worker.keys.
 nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, WordsRead& read, Settings& settings,
-                                            ConvertedCommand& out) {
-  std::vector<std::string> command_keys;
-  for (const auto& w : read.kept) {
-    const size_t eq = w.find('=');
-    if (eq != std::string::npos && eq > 0 && w[0] != '-') command_keys.push_back(hydra_key(w.substr(0, eq)));
+                                            ConvertedCommand& out, WorkerConfig& worker) {
+  worker.command = out.program;
+  worker.command.insert(worker.command.end(), read.kept.begin(), read.kept.end());
+  const DetectedSyntax syntax = detect_syntax(worker.command, !options.parser_options.empty());
+  worker.syntax = syntax.syntax;
+  worker.syntax_option = syntax.option;
+  const std::vector<std::string> command_keys = keys_the_command_sets(worker.command, options.parser_options);
+  // The configuration the worker reported, then the keys only a config file
+  // the command names holds.
+  std::vector<ConfigEntry> config = *options.user_config;
+  std::map<std::string, size_t> file_word;
+  for (const auto& [word, entries] : options.config_files) {
+    for (const auto& e : entries) {
+      if (file_word.count(e.first) == 0) file_word[e.first] = word;
+      const bool known = std::any_of(config.begin(), config.end(), [&](const ConfigEntry& c) { return c.first == e.first; });
+      if (!known) config.push_back(e);
+    }
   }
   // A relative dataset path is the training's: from where it runs, or
   // from its script's folder.
@@ -142,19 +213,45 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
     }
   }
   nlohmann::ordered_json keys = nlohmann::ordered_json::object();
-  for (const auto& m : map_user_config(*options.user_config, command_keys, folders)) {
+  std::vector<std::pair<KeyMapping, std::string>> found;  // with the scenario's value text
+  for (const auto& m : map_user_config(config, command_keys, folders)) {
+    if (!m.user_key.empty()) {
+      if (const std::string why = refused_value(m.dbh_key, m.value.dump()); !why.empty()) {
+        keys[m.dbh_key] = "";
+        out.unmapped.push_back(m.dbh_key + " (your configuration's " + m.user_key + " holds " +
+                               one_line(truncate_utf8(m.value.dump(), 80)) + ", but dbh's key " + why +
+                               "; dbh passes nothing for it)");
+        continue;
+      }
+    }
     keys[m.dbh_key] = m.user_key;
     if (m.user_key.empty()) {
       out.unmapped.push_back(m.dbh_key + " (" + m.why + "; dbh passes nothing for it)");
       continue;
     }
+    const auto option = std::find_if(options.parser_options.begin(), options.parser_options.end(),
+                                     [&](const ParserOption& o) { return o.dest == m.user_key; });
+    std::string place;
+    if (option != options.parser_options.end()) {
+      place = place_of(*option, worker.command, options.parser_options);
+    } else if (file_word.count(m.user_key) > 0 && syntax.syntax != CommandSyntax::kOption && !syntax.dotted_flags) {
+      place = "@" + std::to_string(file_word[m.user_key]) + ":" + m.user_key;
+    } else if (syntax.syntax != CommandSyntax::kKeyValue || options.parser_options.empty()) {
+      const std::string by_value = place_by_value(worker.command, m.value);
+      if (!by_value.empty() && (by_value[0] == '@' || syntax.syntax != CommandSyntax::kKeyValue)) place = by_value;
+    }
+    if (!place.empty()) worker.written_as[m.user_key] = place;
+    if (worker.syntax == CommandSyntax::kKeyValue && place.empty()) {
+      // Hydra: the word that set it leaves the command; dbh passes it back.
+      read.kept.erase(std::remove_if(read.kept.begin(), read.kept.end(),
+                                     [&](const std::string& w) {
+                                       const size_t eq = w.find('=');
+                                       return eq != std::string::npos && w[0] != '-' &&
+                                              hydra_key(w.substr(0, eq)) == m.user_key;
+                                     }),
+                      read.kept.end());
+    }
     const std::string value = m.value.dump();
-    read.kept.erase(std::remove_if(read.kept.begin(), read.kept.end(),
-                                   [&](const std::string& w) {
-                                     const size_t eq = w.find('=');
-                                     return eq != std::string::npos && hydra_key(w.substr(0, eq)) == m.user_key;
-                                   }),
-                    read.kept.end());
     if (m.dbh_key == DBH_SCENARIO_KEY(data.path)) {
       if (!options.data.empty()) continue;  // --data names the dataset
       settings.set(DBH_SCENARIO_KEY(data.source), "real", "", "");
@@ -162,7 +259,14 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
     if (!settings.has(m.dbh_key)) {
       settings.set(m.dbh_key, value, "your configuration's " + m.user_key, "passed back as " + m.user_key);
     }
-    out.mapped.push_back(m.dbh_key + ": " + m.user_key + " (" + one_line(truncate_utf8(value, 120)) + ")");
+    found.emplace_back(m, value);
+  }
+  worker.command = out.program;
+  worker.command.insert(worker.command.end(), read.kept.begin(), read.kept.end());
+  for (const auto& [m, value] : found) {
+    const std::string shown = m.value.is_string() ? m.value.get<std::string>() : value;
+    out.mapped.push_back(m.dbh_key + ": " + m.user_key + " (" + one_line(truncate_utf8(value, 120)) + "), passed as " +
+                         one_line(truncate_utf8(describe_argument(worker, m.user_key, shown), 160)));
   }
   return keys;
 }
@@ -170,8 +274,8 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
 // --external: the worker keys (the command as written less the keys dbh
 // passes, where it runs, its environment, the key of the dataset folder).
 void set_external_worker(const FromCommandOptions& options, const WordsRead& read,
-                         const nlohmann::ordered_json& worker_env, nlohmann::ordered_json keys, Settings& settings,
-                         ConvertedCommand& out) {
+                         const nlohmann::ordered_json& worker_env, nlohmann::ordered_json keys,
+                         const WorkerConfig& worker, Settings& settings, ConvertedCommand& out) {
   if (options.data.empty()) {
     settings.set(DBH_SCENARIO_KEY(data.source), "real", "",
                  "the dataset your configuration names (--data DIR for dbh to pass one)");
@@ -183,8 +287,25 @@ void set_external_worker(const FromCommandOptions& options, const WordsRead& rea
                      "got overrides alone");
   }
   out.worker_command = command;
+  const bool hydra = worker.syntax == CommandSyntax::kKeyValue;
   settings.set(DBH_SCENARIO_KEY(worker.command), nlohmann::json(command).dump(), "",
-               "run as written, less the keys dbh passes");
+               hydra ? "run as written, less the key=value words dbh passes back"
+                     : "run as written; dbh sets its keys where they stand");
+  if (!hydra) {
+    settings.set(DBH_SCENARIO_KEY(worker.syntax), to_string(worker.syntax), "",
+                 worker.syntax == CommandSyntax::kFlags ? "your command's options: --key value"
+                                                        : "key=value words after " + worker.syntax_option);
+  }
+  if (worker.syntax == CommandSyntax::kOption) {
+    settings.set(DBH_SCENARIO_KEY(worker.syntax_option), nlohmann::json(worker.syntax_option).dump(), "", "");
+  }
+  if (!worker.written_as.empty()) {
+    nlohmann::ordered_json written = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : worker.written_as) written[k] = v;
+    settings.set(DBH_SCENARIO_KEY(worker.written_as), written.dump(), "",
+                 "how your command writes these keys (@N: its word N; @N:key: a key of the file word N names, "
+                 "set in a copy)");
+  }
   settings.set(DBH_SCENARIO_KEY(worker.cwd), nlohmann::json(options.cwd).dump(), "", "where from-command ran");
   if (!worker_env.empty()) settings.set(DBH_SCENARIO_KEY(worker.env), worker_env.dump(), "", "");
   if (!options.data.empty()) {
@@ -219,7 +340,8 @@ std::string scenario_text(const std::string& one_line_command, const ConvertedCo
   }
   if (options.external && options.user_config) {
     y << "# Your command runs under dbh as its worker (docs/worker-protocol.md). dbh's keys in your configuration, "
-      << "as your command composed it, by name and by what they hold (worker.keys passes each back in your name):"
+      << "as your command composed it, by name and by what they hold (worker.keys passes each back in your name, "
+      << "in your command's syntax):"
       << (out.mapped.empty() ? " none" : "") << "\n";
     for (const auto& m : out.mapped) y << "#   " << one_line(m) << "\n";
   } else if (options.external) {
@@ -293,9 +415,10 @@ ConvertedCommand scenario_from_command(const std::string& command, const FromCom
   const std::string one_line_command = one_line(join_quoted(words));
   set_scenario_identity(options, one_line_command, settings, out);
   if (options.external) {
-    nlohmann::ordered_json keys = options.user_config ? map_into_user_config(options, read, settings, out)
+    WorkerConfig worker;
+    nlohmann::ordered_json keys = options.user_config ? map_into_user_config(options, read, settings, out, worker)
                                                       : nlohmann::ordered_json::object();
-    set_external_worker(options, read, worker_env, std::move(keys), settings, out);
+    set_external_worker(options, read, worker_env, std::move(keys), worker, settings, out);
   }
   out.yaml = scenario_text(one_line_command, out, settings, options);
   return out;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/scenario/command_syntax.h"
 #include "harness/scenario/user_config.h"
 
 namespace dbh::harness::scenario {
@@ -43,6 +44,15 @@ struct FromCommandOptions {
   /// [dbh's keys in your configuration]). nullopt: passed under the
   /// Lightning/Hydra alias table's names.
   std::optional<std::vector<ConfigEntry>> user_config;
+  /// external: the options of the parser the command reported (`hello`'s
+  /// `options`): a key that is an option's destination is passed as that
+  /// option, a positional as its word (Note [A command's own syntax]).
+  std::vector<ParserOption> parser_options;
+  /// external: the keys of the YAML or JSON files the command's words name,
+  /// by the word's index in the worker command; a key only a file holds is
+  /// set in a copy of it (Note [A copy of your config file]) unless the
+  /// command's syntax overrides a file's keys (`-o`, `--model.lr`).
+  std::vector<std::pair<size_t, std::vector<ConfigEntry>>> config_files;
 };
 
 /// A Lightning/Hydra training command converted to a dbh scenario.
@@ -51,8 +61,8 @@ struct ConvertedCommand {
   std::vector<std::string> program;    // the words skipped as the program
   std::vector<std::string> unmapped;   // "key=value (why)", in command order
   std::vector<std::string> satisfied;  // "key=value (why)": dbh already behaves so
-  std::vector<std::string> mapped;     // external: "dbh.key: your.key (value)", from your configuration
-  std::vector<std::string> worker_command;  // external: the command as the worker runs it, less dbh's keys
+  std::vector<std::string> mapped;     // external: "dbh.key: your.key (value), passed as …", from your configuration
+  std::vector<std::string> worker_command;  // external: the command as the worker runs it (dbh's Hydra aliases out)
   std::vector<std::pair<std::string, std::string>> worker_env;  // external: its VAR=value words
 };
 

@@ -93,6 +93,15 @@ const std::string& to_string(TrainMode mode) {
   return train_mode_names().at(static_cast<size_t>(mode));
 }
 
+const std::vector<std::string>& command_syntax_names() {
+  static const std::vector<std::string> names = {"key_value", "flags", "option"};
+  return names;
+}
+
+const std::string& to_string(CommandSyntax syntax) {
+  return command_syntax_names().at(static_cast<size_t>(syntax));
+}
+
 const std::vector<std::string>& monitor_mode_names() {
   static const std::vector<std::string> names = {"cheap", "localise", "off"};
   return names;

@@ -214,9 +214,28 @@ struct RepeatConfig {
 
 /// Which program trains (docs/worker-protocol.md): dbh's own worker, or the
 /// user's training command speaking the worker protocol (the Python adapter).
+/// How the user's command takes a key of its configuration that
+/// worker.written_as does not spell otherwise (Note [A command's own syntax]
+/// in command_syntax.h): Hydra's `key=value` words, options `--key value`
+/// (argparse, jsonargparse and LightningCLI's `--model.lr 0.1`), or
+/// `key=value` words after one option (worker.syntax_option: PaddleOCR's
+/// `-o`, mmocr's `--cfg-options`).
+enum class CommandSyntax { kKeyValue, kFlags, kOption };
+/// "key_value", "flags", "option".
+const std::vector<std::string>& command_syntax_names();
+const std::string& to_string(CommandSyntax syntax);
+
 struct WorkerConfig {
   /// The user's command as an argv list; empty = dbh's built-in worker.
   std::vector<std::string> command;
+  /// How the command takes a key (worker.syntax, worker.syntax_option).
+  CommandSyntax syntax = CommandSyntax::kKeyValue;
+  std::string syntax_option;
+  /// A key of the user's configuration -> how the command writes it, where
+  /// the syntax alone does not say (an option's strings, a switch, a word
+  /// of the command, a key of a config file the command names): parsed by
+  /// parse_argument_place (command_syntax.h).
+  std::map<std::string, std::string> written_as;
   /// Its working directory; "" = the folder of the scenario file.
   std::string cwd;
   /// Variables added to its environment.

@@ -322,15 +322,28 @@ std::vector<KeySpec> build_table() {
       args(DBH_KEY(worker.command),
            "Your training command as a list (`[python, train.py, trainer.max_steps=10]`), speaking "
            "docs/worker-protocol.md; `[]` = dbh's built-in DBNet worker."),
+      one_of(DBH_KEY(worker.syntax), command_syntax_names(),
+             "How your command takes a key of its configuration: `key_value` (Hydra's `key=value`), `flags` "
+             "(`--key value`: argparse, LightningCLI's `--model.lr 0.1`), `option` (`key=value` after "
+             "`worker.syntax_option`: PaddleOCR's `-o`, mmocr's `--cfg-options`). `worker.written_as` spells a key "
+             "otherwise."),
+      text(DBH_KEY(worker.syntax_option),
+           "`worker.syntax: option`: the option before the `key=value` words (`-o`, `--cfg-options`)."),
+      string_map(DBH_KEY(worker.written_as),
+                 "Your configuration's key → how your command writes it, where `worker.syntax` does not: "
+                 "`--batch-size|-b` (an option, its strings), `on:--amp` / `off:--no-shuffle` (a switch present "
+                 "when the value is true / false), `@2` (the command's word 2, a positional argument), "
+                 "`@1:optimizer.lr` (that key of the YAML or JSON file word 1 names: dbh passes a copy, your file "
+                 "is never changed). `dbh scenario from-command --external` writes it."),
       path(DBH_KEY(worker.cwd), "The command's working directory; empty = the folder of the scenario file."),
       string_map(DBH_KEY(worker.env),
                  "Variables added to the command's environment (variable names; the `DBH_` names are dbh's)."),
       string_map(DBH_KEY(worker.keys),
-                 "dbh key (of this table) → your configuration's key it is passed as (`key=value`, one word); "
-                 "`\"\"` = not passed; unset entries come from the Lightning/Hydra alias table (README \"Your own "
-                 "training\")."),
+                 "dbh key (of this table) → your configuration's key it is passed as (one word, in `worker.syntax` "
+                 "or as `worker.written_as` spells it); `\"\"` = not passed; unset entries come from the "
+                 "Lightning/Hydra alias table (README \"Your own training\")."),
       string_map(DBH_KEY(worker.overrides),
-                 "Keys of your own configuration, passed to the command as `key=value` after dbh's keys; an "
+                 "Keys of your own configuration, passed to the command as dbh's keys are (`worker.syntax`); an "
                  "override of a key outside dbh's sections (`arch.width=64`) lands here."),
   };
 }

@@ -47,7 +47,8 @@ const std::vector<Shape>& shapes() {
   static const std::vector<Shape> kShapes = {
       {DBH_SCENARIO_KEY(data.path),
        {"path", "root", "data_dir", "dataset_dir", "data_root", "dataset_root", "data_path", "dataset_path",
-        "train_dir", "root_dir", "dir"},
+        "train_dir", "root_dir", "dir", "data", "dataset", "images", "image_dir", "img_dir", "images_dir",
+        "image_root", "img_root", "train_data", "train_path", "train_root", "data_folder", "folder"},
        true,
        [](const nlohmann::json& v, const std::vector<std::string>& folders) -> nlohmann::json {
          if (!v.is_string() || v.get<std::string>().empty()) return nullptr;

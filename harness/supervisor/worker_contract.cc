@@ -17,10 +17,13 @@
 #include "harness/common/error.h"
 #include "harness/common/files.h"
 #include "harness/common/home.h"
+#include "harness/common/json_fields.h"
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 #include "harness/proto/worker_link.h"
 #include "harness/scenario/aliases.h"
+#include "harness/scenario/command_syntax.h"
+#include "harness/scenario/config_file.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/machine.h"
 
@@ -255,9 +258,22 @@ std::string overrides_not_passed(const scenario::Scenario& s, const std::vector<
 TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& resolved, const std::string& dir,
                               int64_t index) {
   TrialSpec spec;
-  spec.argv = s.worker.command;
-  for (const auto& k : passed_keys(s)) spec.argv.push_back(k.user_key + "=" + k.value);
-  for (const auto& [key, value] : s.worker.overrides) spec.argv.push_back(key + "=" + value);
+  // Note [A command's own syntax]: each key in the syntax the command
+  // takes, where it stands; keys of a config file in a copy in the trial
+  // folder (Note [A copy of your config file]).
+  std::vector<scenario::KeyArgument> arguments;
+  for (const auto& k : passed_keys(s)) arguments.push_back({k.user_key, k.value});
+  for (const auto& [key, value] : s.worker.overrides) arguments.push_back({key, value});
+  scenario::WorkerArgv composed = scenario::compose_worker_argv(s.worker, arguments);
+  for (const auto& [word, at] : composed.file_word_at) {
+    std::vector<scenario::FileEdit> edits;
+    for (const auto& e : composed.file_edits) {
+      if (e.word == word) edits.push_back(e);
+    }
+    make_directories_no_follow(dir);
+    composed.argv[at] = scenario::write_config_copy(s.worker.command[word], s.worker.cwd, edits, dir);
+  }
+  spec.argv = std::move(composed.argv);
   spec.run_dir = dir;
   spec.cwd = s.worker.cwd;
   for (const auto& [name, value] : s.worker.env) spec.env.emplace_back(name, value);
@@ -273,6 +289,38 @@ TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& re
   spec.silence_s = s.limits.silence_s;
   spec.grace_s = s.limits.grace_s;
   return spec;
+}
+
+std::vector<scenario::ParserOption> parser_options(const nlohmann::json& list) {
+  std::vector<scenario::ParserOption> out;
+  if (!list.is_array()) return out;
+  static const std::vector<std::string> kKinds = {"value", "on", "off", "positional"};
+  const auto word = [](const std::string& w) {
+    return !w.empty() && w.size() <= 100 && one_line(w) == w &&
+           std::none_of(w.begin(), w.end(), [](char c) { return c == '=' || c == '|' || c == ' ' || c == '`'; });
+  };
+  for (const auto& item : list) {
+    if (out.size() >= scenario::kMaxParserOptions) break;
+    if (!item.is_object()) continue;
+    scenario::ParserOption o;
+    o.dest = field_or(item, "dest", std::string());
+    const std::string kind = field_or(item, "kind", std::string());
+    const auto k = std::find(kKinds.begin(), kKinds.end(), kind);
+    if (!word(o.dest) || k == kKinds.end()) continue;
+    o.kind = static_cast<scenario::ParserOption::Kind>(k - kKinds.begin());
+    o.nargs = static_cast<int>(std::clamp<int64_t>(field_or(item, "nargs", int64_t{1}), -1, 64));
+    bool ok = true;
+    if (const auto it = item.find("strings"); it != item.end() && it->is_array()) {
+      for (const auto& sv : *it) {
+        const std::string str = sv.is_string() ? sv.get<std::string>() : "";
+        ok = ok && o.strings.size() < 8 && word(str) && str[0] == '-';
+        if (ok) o.strings.push_back(str);
+      }
+    }
+    if (!ok || (o.kind != scenario::ParserOption::Kind::kPositional && o.strings.empty())) continue;
+    out.push_back(std::move(o));
+  }
+  return out;
 }
 
 WorkerDescription describe_worker(const scenario::Scenario& s) {
@@ -353,6 +401,7 @@ WorkerDescription describe_worker(const scenario::Scenario& s) {
     if (d.modules.size() < kMaxWorkerModules) d.modules.push_back(truncate_utf8(m, kMaxWorkerWordBytes));
   }
   flatten_config("", h.config, d.config);
+  d.options = parser_options(h.options);
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = d;
   return d;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/scenario/command_syntax.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
 
@@ -130,6 +131,9 @@ struct WorkerDescription {
   /// keys with scalar or short list values, bounded (Note [A worker's stream
   /// is bounded]); empty when it sent none.
   std::vector<std::pair<std::string, nlohmann::json>> config;
+  /// Its command-line parser's options (`hello`'s `options`), bounded
+  /// (scenario::kMaxParserOptions); empty when it sent none.
+  std::vector<scenario::ParserOption> options;
 };
 
 /// Starts `s`'s worker command once in describe mode (in a scratch folder
@@ -138,6 +142,11 @@ struct WorkerDescription {
 /// command and what it printed when it does not answer with a `hello` of
 /// this protocol.
 WorkerDescription describe_worker(const scenario::Scenario& s);
+
+/// The options of a `hello`'s `options` list that are well formed (a
+/// destination and option strings of one word each, a known kind), at most
+/// scenario::kMaxParserOptions; every other item is left out.
+std::vector<scenario::ParserOption> parser_options(const nlohmann::json& list);
 
 /// The first capability running `s` needs that its external worker does not
 /// serve, or nullopt (also for dbh's built-in worker). Throws as

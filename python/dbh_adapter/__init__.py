@@ -30,26 +30,34 @@ non-finite value the monitors found; the run has diverged), `KeyNotApplied`
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from typing import Any
 
 from ._bits import float_bits
 from ._errors import DbhAdapterError, KeyNotApplied, ProtocolError
 from ._monitors import Finding
+from ._parser import record_parses
 from ._protocol import Link, die_with_supervisor, env_rank, under_dbh
 from ._session import VERSION, Session
 
 __version__ = VERSION
 
+if under_dbh():
+    # The command line the training parses is reported in `hello` (_parser.py).
+    record_parses()
 
-def connect(environ: Mapping[str, str] | None = None, *, config: Mapping[str, Any] | None = None) -> Session:
+
+def connect(environ: Mapping[str, str] | None = None, *,
+            config: Mapping[str, Any] | argparse.Namespace | None = None) -> Session:
     """The session of this process: connected to dbh when dbh started it (the
     event pipe, the resolved scenario, the trial folder), else inactive.
 
     `environ` defaults to os.environ. `config` is the training's own composed
-    configuration (a dict, a Hydra DictConfig): `hello` reports it, and `dbh
-    scenario from-command --external` finds dbh's keys in it, so that no
-    `worker.keys` needs writing by hand. The process's rank (`RANK`, else
+    configuration (a dict, a Hydra DictConfig, an argparse Namespace): `hello`
+    reports it, and `dbh scenario from-command --external` finds dbh's keys
+    in it, so that no `worker.keys` needs writing by hand. Without it, the
+    namespace argparse parsed from the command line is reported. The process's rank (`RANK`, else
     `LOCAL_RANK`, when `WORLD_SIZE` is above 1) decides whether it writes
     events: only rank 0 does. Raises ProtocolError when the environment says
     dbh started the process but not as the protocol says.

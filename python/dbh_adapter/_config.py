@@ -6,6 +6,7 @@ harness/scenario/user_config.h)."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ Scalar = bool | int | float | str
 
 
 def _scalar(value: Any) -> Scalar | None:
+    if isinstance(value, os.PathLike):  # argparse's type=Path: the path as written
+        value = os.fspath(value)
+        value = value if isinstance(value, str) else None
     if isinstance(value, bool | int | str):
         return value[:MAX_TEXT] if isinstance(value, str) else value
     if isinstance(value, float):

@@ -38,6 +38,7 @@ from ._events import EventWriter
 from ._faults import FaultSet, input_tensor
 from ._memory import apply_memory_budget, memory_figures, release_free_memory
 from ._ops import run_ops_check
+from ._parser import command_line_report
 from ._numerics import NumericsWatch
 from ._silent import PredictionWatch, SilentFinding
 from ._validation import eval_fields
@@ -120,13 +121,14 @@ class StepFrame:
         self._model = model
         ev = self.events
         framework = self.framework + (" " + framework_version if framework_version else "")
+        parsed = command_line_report()
         ev.emit("hello", schema_version=EVENT_SCHEMA_VERSION, pid=os.getpid(), seed=self.facts.seed,
                 scenario_hash=self.link.scenario_hash, scenario=self.facts.name, trial=self.link.trial, git="",
                 dbh_version="", torch_version=torch.__version__, device=str(device),
                 threads=torch.get_num_threads(), worker=f"{self.worker} ({framework}, torch {torch.__version__})",
                 capabilities=self.capabilities, modules=[n for n, _ in model.named_modules() if n],
                 environment=environment(str(device), framework_version if self.framework == "lightning" else ""),
-                config=self.config or None)
+                config={**parsed.get("config", {}), **self.config} or None, options=parsed.get("options"))
         if self.link.describe:
             ev.emit("done", status="described")
             sys.stdout.flush()

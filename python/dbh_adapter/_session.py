@@ -15,6 +15,8 @@ writes nothing, so the same script runs with and without dbh.
 
 from __future__ import annotations
 
+import argparse
+
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -83,12 +85,12 @@ class Session:
     def rank(self) -> int:
         return self.frame.rank if self.frame is not None else 0
 
-    def report_config(self, config: Mapping[str, Any]) -> None:
+    def report_config(self, config: Mapping[str, Any] | argparse.Namespace) -> None:
         """The training's own composed configuration, reported in `hello`
         (call before the model is seen): dbh's `scenario from-command
         --external` maps its keys into it."""
         if self.frame is not None:
-            self.frame.config = flatten_config(config)
+            self.frame.config = flatten_config(vars(config) if isinstance(config, argparse.Namespace) else config)
 
     def report_validation(self, metrics: Mapping[str, Any]) -> None:
         """A validation's metrics, by the training's own names (`val/f1`,

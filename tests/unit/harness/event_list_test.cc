@@ -93,6 +93,7 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   hello.modules = std::vector<std::string>{"decoder.fusion"};
   hello.environment = {{"python", "3.11.7"}};
   hello.config = {{"optim.lr", 0.1}};
+  hello.options = nlohmann::json::array({{{"dest", "lr"}, {"strings", {"--lr"}}, {"kind", "value"}, {"nargs", 1}}});
   ExpectDocumentedFields(hello);
   ExpectDocumentedFields(proto::RunBegin{});
   ExpectDocumentedFields(proto::StepBegin{});

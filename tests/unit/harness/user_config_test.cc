@@ -109,10 +109,77 @@ TEST(MapUserConfig, FromCommandExternalWritesTheMappingIntoTheScenario) {
   EXPECT_NE(c.yaml.find("  max_steps: 3  # your configuration's run.updates"), std::string::npos) << c.yaml;
   EXPECT_NE(c.yaml.find("\"train.lr\":\"optim.step_size\""), std::string::npos) << c.yaml;
   EXPECT_NE(c.yaml.find("\"train.precision\":\"\""), std::string::npos) << c.yaml;
-  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(), "data.batch_size: loader.per_step (2)"), c.mapped.end());
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(),
+                      "data.batch_size: loader.per_step (2), passed as loader.per_step=2"),
+            c.mapped.end());
   EXPECT_NE(std::find(c.unmapped.begin(), c.unmapped.end(),
                       "train.seed (no key of your configuration holds it; dbh passes nothing for it)"),
             c.unmapped.end());
+}
+
+// Note [A command's own syntax]: an argparse script's keys are its options'
+// destinations, reached by their option strings (the long one written), a
+// switch as a switch, the dataset folder as the positional word it is; the
+// command stays as written and the scenario says how each key is written.
+TEST(MapUserConfig, FromCommandExternalPassesArgparseOptionsAsOptions) {
+  const testing::ScratchDir dir("dbh-from-argparse");
+  fs::create_directories(dir.path() / "imgs");
+  using K = scenario::ParserOption::Kind;
+  scenario::FromCommandOptions o;
+  o.external = true;
+  o.cwd = dir.path().string();
+  o.parser_options = {{"images", {}, K::kPositional, 1},
+                      {"batch_size", {"-b", "--batch-size"}, K::kValue, 1},
+                      {"lr", {"--lr"}, K::kValue, 1},
+                      {"iters", {"--iters"}, K::kValue, 1},
+                      {"shuffle", {"--no-shuffle"}, K::kSwitchOff, 0}};
+  o.user_config = std::vector<scenario::ConfigEntry>{
+      {"images", "imgs"}, {"batch_size", 4}, {"lr", 0.05}, {"iters", 3}, {"shuffle", true}};
+  const auto c = scenario::scenario_from_command("python train.py -b 4 imgs --lr=0.05", o);
+  EXPECT_EQ(c.worker_command, (std::vector<std::string>{"python", "train.py", "-b", "4", "imgs", "--lr=0.05"}));
+  for (const char* want : {"syntax: flags", "\"batch_size\":\"--batch-size|-b\"", "\"images\":\"@4\"",
+                           "\"lr\":\"--lr\"", "\"train.max_steps\":\"iters\""}) {
+    EXPECT_NE(c.yaml.find(want), std::string::npos) << want << "\n" << c.yaml;
+  }
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(), "train.lr: lr (0.05), passed as --lr 0.05"), c.mapped.end());
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(), "train.max_steps: iters (3), passed as --iters 3"),
+            c.mapped.end());
+}
+
+// PaddleOCR's `-c FILE -o key=value`: the syntax is the option's, and a key
+// only the file holds is passed with `-o` too (the option overrides the file).
+TEST(MapUserConfig, FromCommandExternalPassesOptionPairsAfterTheOption) {
+  scenario::FromCommandOptions o;
+  o.external = true;
+  o.cwd = "/";
+  o.user_config = std::vector<scenario::ConfigEntry>{};
+  o.config_files = {{3, {{"Global.epoch_num", 2}, {"Optimizer.lr.learning_rate", 0.001}, {"Global.seed", 1}}}};
+  const auto c = scenario::scenario_from_command("python tools/train.py -c det.yml -o Global.seed=1", o);
+  EXPECT_NE(c.yaml.find("syntax: option"), std::string::npos) << c.yaml;
+  EXPECT_NE(c.yaml.find("syntax_option: \"-o\""), std::string::npos) << c.yaml;
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(),
+                      "train.lr: Optimizer.lr.learning_rate (0.001), passed as -o Optimizer.lr.learning_rate=0.001"),
+            c.mapped.end())
+      << c.yaml;
+}
+
+// A file the command names with no override syntax for its keys (MhLiao/DB's
+// experiment): its keys are set in a copy, `@N:key`.
+TEST(MapUserConfig, FromCommandExternalSetsAFilesOwnKeysInACopy) {
+  using K = scenario::ParserOption::Kind;
+  scenario::FromCommandOptions o;
+  o.external = true;
+  o.cwd = "/";
+  o.parser_options = {{"exp", {}, K::kPositional, 1}, {"lr", {"--lr"}, K::kValue, 1}};
+  o.user_config = std::vector<scenario::ConfigEntry>{{"exp", "e.yaml"}, {"lr", nullptr}};
+  o.config_files = {{2, {{"optimizer.lr", 0.02}, {"train.iterations", 4}}}};
+  const auto c = scenario::scenario_from_command("python train.py e.yaml", o);
+  EXPECT_NE(c.yaml.find("\"optimizer.lr\":\"@2:optimizer.lr\""), std::string::npos) << c.yaml;
+  EXPECT_NE(c.yaml.find("\"train.iterations\":\"@2:train.iterations\""), std::string::npos) << c.yaml;
+  EXPECT_NE(std::find(c.mapped.begin(), c.mapped.end(),
+                      "train.lr: optimizer.lr (0.02), passed as optimizer.lr: 0.02 in a copy of e.yaml"),
+            c.mapped.end())
+      << c.yaml;
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+"""A plain training with argparse flags and a positional dataset folder, the
+way most DBNet scripts are written, with the adapter's documented lines
+only (import, connect, dataset, watch, steps, backward, optimizer_step):
+
+    python train.py IMAGES_DIR [--batch-size N] [--lr LR] [--iters N] [--seed S] [--no-shuffle] [--amp]
+
+It learns the mean brightness of each image's 24 x 24 thumbnail with a tiny
+network of its own names (`features`, `pool`, `regressor`)."""
+import argparse
+import sys
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+
+import dbh_adapter  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+class Thumbnails(torch.utils.data.Dataset):
+    def __init__(self, folder: Path):
+        self.files = sorted(p for p in folder.iterdir() if p.suffix == ".png")
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        with Image.open(self.files[i]) as im:
+            pixels = torch.tensor(list(im.convert("L").resize((24, 24)).getdata()), dtype=torch.float32)
+        x = pixels.view(1, 24, 24) / 255.0
+        return x, x.mean().view(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="brightness regressor")
+    ap.add_argument("images", type=Path, help="folder of .png images")
+    ap.add_argument("--batch-size", "-b", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-shuffle", dest="shuffle", action="store_false")
+    ap.add_argument("--amp", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    model = nn.Sequential()
+    model.add_module("features", nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU()))
+    model.add_module("pool", nn.AdaptiveAvgPool2d(1))
+    model.add_module("regressor", nn.Sequential(nn.Flatten(), nn.Linear(4, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    with dbh_adapter.connect() as dbh:
+        data = dbh.dataset(Thumbnails(args.images))
+        loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=args.shuffle,
+                                             generator=torch.Generator().manual_seed(args.seed))
+        dbh.watch(model, optimizer)
+        for step, (x, y) in dbh.steps(loader, max_steps=args.iters):
+            dbh.backward(nn.functional.mse_loss(model(x), y))
+            dbh.optimizer_step(samples=len(x))
+
+
+if __name__ == "__main__":
+    main()
