@@ -18,6 +18,7 @@
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/common/value.h"
+#include "harness/scenario/command_syntax.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/worker_contract.h"
 
@@ -86,9 +87,16 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     good_overrides = split_words(o.good);
   }
   const scenario::Scenario good = scenario::load_scenario(base, concat(o.overrides, good_overrides), o.checks);
+  // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`):
+  // the user's keys it sets (Note [A command's own syntax]).
+  const auto own_words = [&](const std::vector<std::string>& words) {
+    return good.worker.external() ? scenario::overrides_from_command_words(good.worker, words, "bisect config --bad")
+                                  : words;
+  };
   const scenario::Scenario bad =
       is_file(o.bad) ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)
-                     : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), split_words(o.bad)), o.checks);
+                     : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), own_words(split_words(o.bad))),
+                                               o.checks);
   std::map<std::string, std::string> g, b;
   flatten(ojson::parse(scenario::resolved_json(good)), "", &g);
   flatten(ojson::parse(scenario::resolved_json(bad)), "", &b);
@@ -162,8 +170,9 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     const std::string key = m.substr(0, m.find('='));
     for (const auto& k : passed) {
       if (k.dbh_key != key) continue;
-      text += " (your `" + k.user_key + "=" + k.value + "`)";
-      as_passed.push_back(k.user_key + "=" + k.value);
+      const std::string written = scenario::describe_argument(bad.worker, k.user_key, k.value);
+      text += " (your `" + written + "`)";
+      as_passed.push_back(written);
     }
     if (bad.worker.overrides.count(key)) {
       text += " (a key of your own configuration)";

@@ -44,9 +44,12 @@ void read_bisect_words(const std::vector<std::string>& args, h::bisect::BisectOp
     throw h::UsageError("dbh bisect config: expected --good and --bad");
   }
   if (bo.kind == h::bisect::BisectKind::kConfig) {
-    // Without '=' a side names a scenario file, which must be one.
+    // One word without '=' that is no option of the command (`--lr 5`)
+    // names a scenario file, which must be one.
     for (const auto* side : {&bo.good, &bo.bad}) {
-      if (side->size() == 1 && !h::is_override(side->front())) {
+      const std::string& first = side->front();
+      if (side->size() == 1 && !h::is_override(first) && first.find_first_of(" \t\n") == std::string::npos &&
+          first.rfind('-', 0) != 0) {
         h::check_input_file(side->front(), "a scenario file or a \"key=value …\" set", "dbh bisect config",
                             side == &bo.good ? "--good" : "--bad");
       }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "harness/common/error.h"
 #include "harness/common/text.h"
 #include "harness/scenario/aliases.h"
 
@@ -54,7 +55,14 @@ class Slots {
   size_t size() const { return command_.size(); }
   // The command's word i as written, or nullptr once removed.
   const std::string* word(size_t i) const { return slots_[i].empty() ? nullptr : &command_[i]; }
-  void replace(size_t i, std::string w) { slots_[i] = {std::move(w)}; }
+  // The word itself; words inserted after it stay.
+  void replace(size_t i, std::string w) {
+    if (slots_[i].empty()) {
+      slots_[i] = {std::move(w)};
+    } else {
+      slots_[i][0] = std::move(w);
+    }
+  }
   void remove(size_t i) { slots_[i].clear(); }
   void insert_after(size_t i, std::string w) { slots_[i].push_back(std::move(w)); }
   void append(std::string w) { appended_.push_back(std::move(w)); }
@@ -408,6 +416,55 @@ DetectedSyntax detect_syntax(const std::vector<std::string>& command, bool has_p
   }
   if (d.dotted_flags || (has_parser && !pairs)) d.syntax = CommandSyntax::kFlags;
   return d;
+}
+
+std::vector<std::string> overrides_from_command_words(const WorkerConfig& worker,
+                                                      const std::vector<std::string>& words, const std::string& where) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (!key_of_pair(w).empty()) {
+      out.push_back(w);
+      continue;
+    }
+    if (worker.syntax == CommandSyntax::kOption && w == worker.syntax_option) continue;
+    const bool option = w.size() > 1 && w[0] == '-' && !std::isdigit(static_cast<unsigned char>(w[1]));
+    if (!option) {
+      throw UsageError(where + ": expected key=value or an option of your command (worker.syntax " +
+                       to_string(worker.syntax) + "), got " + quoted_excerpt(w) +
+                       " (a word that sets no key of your configuration)");
+    }
+    const size_t eq = w.find('=');
+    const std::string name = w.substr(0, eq);
+    const auto value = [&]() -> std::string {
+      if (eq != std::string::npos) return w.substr(eq + 1);
+      if (i + 1 >= words.size()) {
+        throw UsageError(where + ": " + name + ": expected its value after it, got the end of the words");
+      }
+      return words[++i];
+    };
+    bool found = false;
+    for (const auto& [key, text] : worker.written_as) {
+      const auto place = parse_argument_place(text, nullptr);
+      if (!place || std::find(place->option_strings.begin(), place->option_strings.end(), name) ==
+                        place->option_strings.end()) {
+        continue;
+      }
+      found = true;
+      if (place->kind == ArgumentPlace::Kind::kOption) out.push_back(key + "=" + value());
+      if (place->kind == ArgumentPlace::Kind::kSwitchOn) out.push_back(key + "=true");
+      if (place->kind == ArgumentPlace::Kind::kSwitchOff) out.push_back(key + "=false");
+      break;
+    }
+    if (found) continue;
+    if (worker.syntax == CommandSyntax::kFlags && name.rfind("--", 0) == 0 && name.size() > 2) {
+      out.push_back(name.substr(2) + "=" + value());
+      continue;
+    }
+    throw UsageError(where + ": expected key=value or an option of your command that sets a key (worker.written_as, "
+                     "worker.syntax " + to_string(worker.syntax) + "), got " + quoted_excerpt(name));
+  }
+  return out;
 }
 
 std::string written_as_problem(const WorkerConfig& worker, const std::string& text) {

@@ -133,6 +133,16 @@ WorkerArgv compose_worker_argv(const WorkerConfig& worker, const std::vector<Key
 /// "the word `data/` (argument 2)", "optimizer.lr in a copy of exp.yaml".
 std::string describe_argument(const WorkerConfig& worker, const std::string& key, const std::string& value);
 
+/// `words` written in the command's own syntax (`--lr 0.5 --amp`, `-o
+/// a.b=1 c=2`, `--model.lr 0.1`, Hydra's `a.b=1`) as `key=value` overrides
+/// of the user's keys (`lr=0.5 amp=true`, `a.b=1 c=2`, `model.lr=0.1`):
+/// what `dbh bisect config --bad` takes in the command's spelling. Throws
+/// UsageError "<where>: expected …, got …" for a word that sets no key (an
+/// option the command does not take, a positional word, an option without
+/// its value).
+std::vector<std::string> overrides_from_command_words(const WorkerConfig& worker,
+                                                      const std::vector<std::string>& words, const std::string& where);
+
 /// Why worker.written_as's entry `text` cannot be used with `worker`'s
 /// command ("" when it can): not a place, or a word past its end or among
 /// the program's words.

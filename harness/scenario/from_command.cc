@@ -263,8 +263,20 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
   }
   worker.command = out.program;
   worker.command.insert(worker.command.end(), read.kept.begin(), read.kept.end());
+  // The parser's other options that `--dest value` would not reach (a
+  // switch, other option strings, a positional word): an override of the
+  // user's own key, or `bisect config --bad` in the command's spelling,
+  // finds them.
+  for (const auto& o : options.parser_options) {
+    if (worker.written_as.count(o.dest) > 0) continue;
+    const std::string place = place_of(o, worker.command, options.parser_options);
+    if (!place.empty() && place != "--" + o.dest) worker.written_as[o.dest] = place;
+  }
   for (const auto& [m, value] : found) {
-    const std::string shown = m.value.is_string() ? m.value.get<std::string>() : value;
+    // As the configuration holds it: what dbh passes back unchanged.
+    const auto held = std::find_if(config.begin(), config.end(), [&](const ConfigEntry& c) { return c.first == m.user_key; });
+    const nlohmann::json& as_held = held != config.end() ? held->second : m.value;
+    const std::string shown = as_held.is_string() ? as_held.get<std::string>() : as_held.dump();
     out.mapped.push_back(m.dbh_key + ": " + m.user_key + " (" + one_line(truncate_utf8(value, 120)) + "), passed as " +
                          one_line(truncate_utf8(describe_argument(worker, m.user_key, shown), 160)));
   }

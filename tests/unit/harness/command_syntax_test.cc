@@ -104,6 +104,10 @@ TEST(ComposeWorkerArgv, OptionPairsJoinTheOptionsWords) {
   EXPECT_EQ(scenario::compose_worker_argv(w, {{"Global.seed", "5"}, {"Optimizer.lr", "0.01"}}).argv,
             (Words{"python", "tools/train.py", "-c", "det.yml", "-o", "Global.epoch_num=1", "Global.seed=5",
                    "Optimizer.lr=0.01"}));
+  // A key added after the group's last word, that word then replaced: both stay.
+  EXPECT_EQ(scenario::compose_worker_argv(w, {{"Optimizer.lr", "0.01"}, {"Global.seed", "5"}}).argv,
+            (Words{"python", "tools/train.py", "-c", "det.yml", "-o", "Global.epoch_num=1", "Global.seed=5",
+                   "Optimizer.lr=0.01"}));
   const auto bare = worker({"python", "train.py", "cfg.py"}, CommandSyntax::kOption, "--cfg-options");
   EXPECT_EQ(scenario::compose_worker_argv(bare, {{"optim.lr", "0.01"}, {"seed", "1"}}).argv,
             (Words{"python", "train.py", "cfg.py", "--cfg-options", "optim.lr=0.01", "seed=1"}));

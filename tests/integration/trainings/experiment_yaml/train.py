@@ -73,7 +73,7 @@ def main():
     with dbh:
         dbh.watch(net, opt)
         for _, batch in dbh.steps(batches, max_steps=hp["iterations"]):
-            dbh.backward(nn.functional.l1_loss(net(batch["img"]), batch["target"]))
+            dbh.backward(nn.functional.mse_loss(net(batch["img"]), batch["target"]))
             dbh.optimizer_step(samples=len(batch["img"]))
 
 

@@ -1,0 +1,165 @@
+// Note [A command's own syntax]: trainings of one's own, each written in
+// another style than the examples and than each other (their own module
+// names, datasets, batch structure, loss), each with only the adapter's
+// documented lines, run under dbh through the real binary in the syntax
+// their command takes: an argparse script with a positional dataset folder
+// and switches; a MhLiao/DB-style positional experiment YAML (tags, an
+// anchor) plus flags; a PaddleOCR-style `-c FILE -o key=value`; a
+// LightningCLI `fit --config`. (The Hydra style is the Lightning example's:
+// own_training_test.cc.) Nothing is ever written into the trainings'
+// folders: their config files stay byte-identical.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/files.h"
+#include "tests/support/subprocess.h"
+
+namespace dbh {
+namespace {
+
+namespace fs = std::filesystem;
+using Dir = testing::ScratchDir;
+
+const std::string kSource = DBH_SOURCE_DIR;
+const std::string kTrainings = kSource + "/tests/integration/trainings";
+
+testing::EnvChanges python_env() {
+  const char* path = std::getenv("PATH");
+  return {{"PATH", kSource + "/.venv/bin:" + (path != nullptr ? path : "/usr/bin:/bin")},
+          {"PYTHONPATH", kSource + "/python"},
+          {"PYTHONDONTWRITEBYTECODE", "1"}};
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+// Every file under the trainings' folder with its bytes.
+std::map<std::string, std::string> training_files() {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(kTrainings)) {
+    if (e.is_regular_file()) out[e.path().string()] = testing::read_text(e.path());
+  }
+  return out;
+}
+
+struct Style {
+  const char* name;
+  const char* folder;   // under tests/integration/trainings
+  const char* command;  // as its author runs it
+  std::vector<const char*> scenario_holds;  // what the generated scenario says of its syntax
+  const char* module;   // a module of its own model, for a fault
+  const char* bad;      // `bisect config --bad`, in the command's own spelling: a diverging rate and one harmless change
+  const char* bad_key;  // the dbh key of the learning rate it sets
+};
+
+void PrintTo(const Style& s, std::ostream* os) { *os << s.name; }
+
+const Style kStyles[] = {
+    {"argparse_positional_folder", "argparse_folder",
+     "python train.py ../../../../fixtures/real/images --batch-size 2 --iters 6 --no-shuffle",
+     {"syntax: flags", "\"images\":\"@2\"", "\"batch_size\":\"--batch-size|-b\"", "\"shuffle\":\"off:--no-shuffle\"",
+      "\"data.path\":\"images\""},
+     "features", "--lr 1000 --seed 4", "train.lr"},
+    {"experiment_yaml_and_flags", "experiment_yaml", "python train.py experiments/pixels.yaml --batch_size 2",
+     {"syntax: flags", "\"optimizer.lr\":\"@2:optimizer.lr\"", "\"train.data_dir\":\"@2:train.data_dir\"",
+      "\"data.batch_size\":\"batch_size\""},
+     "encoder", "optimizer.lr=1e6 --batch_size 3", "train.lr"},
+    {"config_file_and_option_pairs", "option_pairs", "python train.py -c configs/det.yml -o Global.seed=7",
+     {"syntax: option", "syntax_option: \"-o\"", "\"train.lr\":\"Optimizer.lr.learning_rate\""}, "neck",
+     "-o Optimizer.lr.learning_rate=1e6 Global.seed=8", "train.lr"},
+    {"lightning_cli", "lightning_cli", "python train.py fit --config config.yaml --model.lr 0.05",
+     {"syntax: flags", "\"train.lr\":\"model.lr\"", "\"train.max_steps\":\"trainer.max_steps\""}, "stem",
+     "--model.lr 1e6 --data.batch_size 3", "train.lr"},
+};
+
+class CommandSyntaxTest : public ::testing::TestWithParam<Style> {
+ protected:
+  void SetUp() override {
+    const auto r = testing::run_process_with_env(
+        {"/bin/sh", "-c", "python -c 'import torch, lightning, jsonargparse, yaml, PIL, dbh_adapter'"}, python_env(),
+        kSource, 120);
+    ASSERT_EQ(r.exit_code, 0) << "the trainings need .venv with lightning, jsonargparse, pillow (./dev setup): "
+                              << r.err;
+    before_ = training_files();
+  }
+  void TearDown() override {
+    EXPECT_TRUE(training_files() == before_) << "a file of the trainings changed, or one was written beside them";
+  }
+
+  std::string folder() const { return kTrainings + "/" + GetParam().folder; }
+
+  testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 600) const {
+    args.insert(args.begin(), DBH_BINARY);
+    return testing::run_process_with_env(args, python_env(), folder(), timeout_s);
+  }
+
+  // from-command on the command as its author runs it, from its folder.
+  fs::path scenario_of(const Dir& dir) const {
+    const fs::path s = dir / "s.yaml";
+    const auto r = dbh({"scenario", "from-command", "--external", GetParam().command, "--out", s.string()}, 120);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return s;
+  }
+
+  std::map<std::string, std::string> before_;
+};
+
+// from-command writes a scenario without hand-written keys that names the
+// command's syntax; it runs as written and passes; a NaN planted in one of
+// its modules is found at that step and module; two processes train bit for
+// bit alike.
+TEST_P(CommandSyntaxTest, RunsInItsOwnSyntaxAndFindsAPlantedNan) {
+  const Dir dir("dbh-syntax");
+  const fs::path s = scenario_of(dir);
+  const std::string yaml = testing::read_text(s);
+  for (const char* want : GetParam().scenario_holds) EXPECT_NE(yaml.find(want), std::string::npos) << want << "\n" << yaml;
+  EXPECT_EQ(yaml.find("\"data.path\":\"\""), std::string::npos) << "the dataset is found wherever it is given\n" << yaml;
+  auto r = dbh({"run", s.string(), "--out", (dir / "run").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "run" / "report.json");
+  EXPECT_EQ(j["outcome"], "passed");
+  EXPECT_GT(j["steps_completed"].get<int>(), 0) << j.dump(2);
+  r = dbh({"run", s.string(),
+           "faults=[{name: nan_activation, module: " + std::string(GetParam().module) + ", at_step: 2}]", "--out",
+           (dir / "nan").string()});
+  const auto n = read_json(dir / "nan" / "report.json");
+  EXPECT_EQ(n["outcome"], "diverged") << r.out << r.err;
+  EXPECT_EQ(n["failure"]["class"], "nonfinite_activation") << n["failure"].dump();
+  EXPECT_EQ(n["failure"]["step"], 2) << n["failure"].dump();
+  EXPECT_EQ(n["failure"]["module"], GetParam().module) << n["failure"].dump();
+  r = dbh({"repeat", s.string(), "--processes", "2", "--out", (dir / "repeat").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_json(dir / "repeat" / "report.json")["outcome"], "passed");
+}
+
+// `bisect config --bad` in the command's own spelling (`--lr 1000`, `-o
+// Optimizer.lr.learning_rate=1e6`, `--model.lr 1e6`): the learning rate
+// alone is the difference that breaks it.
+TEST_P(CommandSyntaxTest, BisectConfigInTheCommandsOwnSpellingNamesTheLearningRate) {
+  const Dir dir("dbh-syntax-bisect");
+  const fs::path s = scenario_of(dir);
+  const auto r = dbh({"bisect", "config", "--good", s.string(), "--bad", GetParam().bad, "--reproductions", "1",
+                      "--out", (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["difference"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["difference"][0].get<std::string>().rfind(std::string(GetParam().bad_key) + "=", 0), 0u)
+      << j.dump(2);
+  EXPECT_EQ(j["result"]["differing_keys"], 2) << j.dump(2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, CommandSyntaxTest, ::testing::ValuesIn(kStyles),
+                         [](const ::testing::TestParamInfo<Style>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace dbh
