@@ -138,20 +138,43 @@ std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 
 namespace {
 
-// Note [The user's own names]: a command that refused a key dbh passed under
-// the alias table's name (Hydra's "Could not override 'K'", a parser's
-// "unknown key K") is told which worker.keys line fixes it.
+// Note [The user's own names]: a command that refused a word dbh passed is
+// told what dbh passed, in which syntax, and the scenario line that changes
+// it: the syntax when the command refused the form of the words (argparse's
+// "unrecognized arguments" for `key=value` words), worker.keys only when it
+// refused the key's name (Hydra's "Could not override 'K'", "Key 'K' is not
+// in struct").
 std::string refused_key_hint(const scenario::Scenario& s, const std::string& stderr_tail) {
-  std::string hint;
-  for (const auto& k : passed_keys(s)) {
-    if (stderr_tail.find(k.user_key) == std::string::npos) continue;
-    const bool mapped = s.worker.keys.count(k.dbh_key) > 0;
-    hint += std::string(hint.empty() ? "" : ";") + " the command names `" + k.user_key + "`, which dbh passed for " +
-            k.dbh_key + (mapped ? " (worker.keys)" : " (the Lightning/Hydra alias table)") +
-            ": if your configuration holds it under another key, add `worker.keys: {" + k.dbh_key +
-            ": <your key>}` to the scenario, or `" + k.dbh_key + ": \"\"` to pass nothing";
+  std::vector<scenario::KeyArgument> arguments;
+  for (const auto& k : passed_keys(s)) arguments.push_back({k.user_key, k.value});
+  for (const auto& [key, value] : s.worker.overrides) arguments.push_back({key, value});
+  const bool form_refused = stderr_tail.find("unrecognized arguments") != std::string::npos ||
+                            stderr_tail.find("unrecognized argument") != std::string::npos ||
+                            stderr_tail.find("No such option") != std::string::npos ||
+                            stderr_tail.find("Got unexpected extra argument") != std::string::npos;
+  std::string named;  // the passed words the command's error names
+  for (const auto& a : arguments) {
+    const std::string written = scenario::describe_argument(s.worker, a.key, a.value);
+    if (stderr_tail.find(a.key) == std::string::npos) continue;
+    named += std::string(named.empty() ? "" : ", ") + "`" + one_line(truncate_utf8(written, 200)) + "`";
+    if (!form_refused) {
+      std::string dbh_key;
+      for (const auto& k : passed_keys(s)) {
+        if (k.user_key == a.key) dbh_key = k.dbh_key;
+      }
+      if (dbh_key.empty()) continue;
+      const bool mapped = s.worker.keys.count(dbh_key) > 0;
+      return " — the command names `" + one_line(truncate_utf8(a.key, 200)) + "`, which dbh passed for " + dbh_key +
+             (mapped ? " (worker.keys)" : " (the Lightning/Hydra alias table)") +
+             ": if your configuration holds it under another key, add `worker.keys: {" + dbh_key +
+             ": <your key>}` to the scenario, or `" + dbh_key + ": \"\"` to pass nothing";
+    }
   }
-  return hint.empty() ? "" : " —" + hint;
+  if (!form_refused || arguments.empty()) return "";
+  return " — dbh passed " + (named.empty() ? std::string("its keys") : named) + " in worker.syntax " +
+         to_string(s.worker.syntax) + ", and your command refused the words: set `worker.syntax` (flags: `--key "
+         "value`; option with `worker.syntax_option`: `-o key=value`) or `worker.written_as` (`<your key>: --option`) "
+         "in the scenario, or let `dbh scenario from-command --external '<your command>'` write them";
 }
 
 }  // namespace

@@ -39,13 +39,12 @@ from ._errors import DbhAdapterError, KeyNotApplied, ProtocolError
 from ._monitors import Finding
 from ._parser import record_parses
 from ._protocol import Link, die_with_supervisor, env_rank, under_dbh
+from ._reruns import adopt, run_main_again, session_of_the_process
+from ._scenario import ScenarioFacts
 from ._session import VERSION, Session
 
 __version__ = VERSION
 
-if under_dbh():
-    # The command line the training parses is reported in `hello` (_parser.py).
-    record_parses()
 
 
 def connect(environ: Mapping[str, str] | None = None, *,
@@ -64,12 +63,36 @@ def connect(environ: Mapping[str, str] | None = None, *,
     """
     if not under_dbh(environ):
         return Session(None)
+    existing = session_of_the_process()
+    if existing is not None:  # the script run again (_reruns.py): the process's one session
+        if config is not None:
+            existing.report_config(config)
+        return existing
     die_with_supervisor(environ)
     session = Session(Link(environ), rank=env_rank(environ))
     if config is not None:
         session.report_config(config)
+    adopt(session)
     return session
 
 
 __all__ = ["connect", "Session", "Finding", "DbhAdapterError", "KeyNotApplied", "ProtocolError", "under_dbh",
            "float_bits", "__version__"]
+
+
+def _under_dbh_at_import() -> None:
+    """Under dbh: the command line the training parses is reported in
+    `hello` (_parser.py), and a script that fits once is run again for
+    repeat.in_process (Note [A script that fits once, run again], _reruns.py).
+    Last in this module, so that the script's runs find it whole."""
+    if not under_dbh():
+        return
+    record_parses()
+    try:
+        link = Link()
+    except ProtocolError:
+        return  # connect() raises it, where the training can see it
+    run_main_again(ScenarioFacts(link.scenario, link.trial_dir).in_process, link.describe)
+
+
+_under_dbh_at_import()

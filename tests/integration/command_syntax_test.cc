@@ -158,6 +158,25 @@ TEST_P(CommandSyntaxTest, BisectConfigInTheCommandsOwnSpellingNamesTheLearningRa
   EXPECT_EQ(j["result"]["differing_keys"], 2) << j.dump(2);
 }
 
+// Seed 004 on a script that fits once (none calls dbh.runs()): `repeat
+// --in-process 2` runs its __main__ twice in one interpreter; a leak of
+// 96 MiB a run is named as the memory that grew, and without it the two runs
+// pass.
+TEST_P(CommandSyntaxTest, ASecondRunInOneProcessNamesTheMemoryThatGrew) {
+  const Dir dir("dbh-syntax-second-run");
+  const fs::path s = scenario_of(dir);
+  auto r = dbh({"repeat", s.string(), "--in-process", "2", "faults=[{name: leak, bytes: 96MiB}]", "--out",
+                (dir / "leak").string()});
+  const auto j = read_json(dir / "leak" / "report.json");
+  EXPECT_EQ(j["outcome"], "leaked") << j["failure"].dump() << r.out << r.err;
+  EXPECT_EQ(j["failure"]["class"], "leak_across_runs");
+  EXPECT_EQ(j["failure"]["message"].get<std::string>().rfind("resident memory grew by ", 0), 0u) << j["failure"];
+  r = dbh({"repeat", s.string(), "--in-process", "2", "--out", (dir / "clean").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto c = read_json(dir / "clean" / "report.json");
+  EXPECT_EQ(c["outcome"], "passed") << c.dump(2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Styles, CommandSyntaxTest, ::testing::ValuesIn(kStyles),
                          [](const ::testing::TestParamInfo<Style>& i) { return std::string(i.param.name); });
 

@@ -241,7 +241,6 @@ TEST_F(OwnTrainingTest, WhatTheWorkerCannotServeIsRefusedBeforeAnythingRuns) {
   };
   const std::string clean = kScenarios + "/clean.yaml";
   for (const Case& c : std::vector<Case>{
-           {{"run", clean, "repeat.in_process=2"}, "`in_process_runs`"},
            {{"run", clean, "data.source=synthetic_boxes"}, "`synthetic_data`"},
            {{"run", kScenarios + "/nan-in-fusion.yaml", "faults.0.module=decoder.fusin"}, "did you mean \"decoder.fusion\""},
            {{"run", clean, "faults=[{name: loss_scale_overflow}]"}, "`fault:loss_scale_overflow`"},
