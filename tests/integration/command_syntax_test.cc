@@ -177,6 +177,28 @@ TEST_P(CommandSyntaxTest, ASecondRunInOneProcessNamesTheMemoryThatGrew) {
   EXPECT_EQ(c["outcome"], "passed") << c.dump(2);
 }
 
+// python/README.md "A plain loop, whole": the argparse training's own
+// checkpoint lines serve `bisect steps`, whose replays resume from them.
+TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
+  const Dir dir("dbh-plain-loop-steps");
+  const std::string folder = kTrainings + "/argparse_folder";
+  const fs::path s = dir / "s.yaml";
+  auto r = testing::run_process_with_env(
+      {DBH_BINARY, "scenario", "from-command", "--external", kStyles[0].command, "--out", s.string()}, python_env(),
+      folder, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = testing::run_process_with_env({DBH_BINARY, "bisect", "steps", s.string(),
+                                     "faults=[{name: nan_activation, module: pool, at_step: 4}]", "--out",
+                                     (dir / "out").string(), "--cache", (dir / "cache").string()},
+                                    python_env(), folder, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;  // the step found
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["result"]["step"], 4) << j.dump(2);
+  const std::string md = testing::read_text(dir / "out" / "bisect.md");
+  EXPECT_NE(md.find("replays resume from checkpoints"), std::string::npos) << md;
+  EXPECT_NE(md.find("train.resume_from="), std::string::npos) << md;
+}
+
 INSTANTIATE_TEST_SUITE_P(Styles, CommandSyntaxTest, ::testing::ValuesIn(kStyles),
                          [](const ::testing::TestParamInfo<Style>& i) { return std::string(i.param.name); });
 

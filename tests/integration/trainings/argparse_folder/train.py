@@ -1,6 +1,7 @@
 """A plain training with argparse flags and a positional dataset folder, the
 way most DBNet scripts are written, with the adapter's documented lines
-only (import, connect, dataset, watch, steps, backward, optimizer_step):
+only (import, connect, dataset, watch, steps, backward, optimizer_step, and
+the checkpoint lines of python/README.md "A plain loop, whole"):
 
     python train.py IMAGES_DIR [--batch-size N] [--lr LR] [--iters N] [--seed S] [--no-shuffle] [--amp]
 
@@ -53,10 +54,22 @@ def main():
         data = dbh.dataset(Thumbnails(args.images))
         loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=args.shuffle,
                                              generator=torch.Generator().manual_seed(args.seed))
+        start = 0
+        if dbh.resume_path():  # `dbh bisect steps` replays from a checkpoint this loop wrote
+            state = torch.load(dbh.resume_path())
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            start = state["next_step"]
+            dbh.checkpoint_written(start, dbh.resume_path(), resumed=True)
         dbh.watch(model, optimizer)
-        for step, (x, y) in dbh.steps(loader, max_steps=args.iters):
+        for step, (x, y) in dbh.steps(loader, max_steps=args.iters, start=start):
             dbh.backward(nn.functional.mse_loss(model(x), y))
             dbh.optimizer_step(samples=len(x))
+            if dbh.checkpoint_due(step + 1):
+                path = dbh.checkpoint_path(step + 1)
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": step + 1},
+                           path)
+                dbh.checkpoint_written(step + 1, path)
 
 
 if __name__ == "__main__":
