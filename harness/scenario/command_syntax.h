@@ -76,6 +76,8 @@ struct ParserOption {
 /// At most this many options are read from a `hello`, each with at most 8
 /// strings of at most 100 bytes.
 inline constexpr size_t kMaxParserOptions = 512;
+inline constexpr size_t kMaxParserOptionStrings = 8;
+inline constexpr size_t kMaxParserOptionBytes = 100;
 
 /// Where each positional argument of `command` stands: its word index, by
 /// its destination, reading the words with `options` (an option not among

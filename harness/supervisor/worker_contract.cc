@@ -319,7 +319,7 @@ std::vector<scenario::ParserOption> parser_options(const nlohmann::json& list) {
   if (!list.is_array()) return out;
   static const std::vector<std::string> kKinds = {"value", "on", "off", "positional"};
   const auto word = [](const std::string& w) {
-    return !w.empty() && w.size() <= 100 && one_line(w) == w &&
+    return !w.empty() && w.size() <= scenario::kMaxParserOptionBytes && one_line(w) == w &&
            std::none_of(w.begin(), w.end(), [](char c) { return c == '=' || c == '|' || c == ' ' || c == '`'; });
   };
   for (const auto& item : list) {
@@ -336,7 +336,7 @@ std::vector<scenario::ParserOption> parser_options(const nlohmann::json& list) {
     if (const auto it = item.find("strings"); it != item.end() && it->is_array()) {
       for (const auto& sv : *it) {
         const std::string str = sv.is_string() ? sv.get<std::string>() : "";
-        ok = ok && o.strings.size() < 8 && word(str) && str[0] == '-';
+        ok = ok && o.strings.size() < scenario::kMaxParserOptionStrings && word(str) && str[0] == '-';
         if (ok) o.strings.push_back(str);
       }
     }

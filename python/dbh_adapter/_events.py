@@ -28,6 +28,9 @@ from ._protocol import SUPERVISOR_GONE_EXIT
 
 # What POSIX guarantees to write to a pipe in one piece.
 PIPE_BUF = 4096
+# dbh skips an event line longer than this (harness/proto/events.h,
+# kMaxEventLineBytes; tests/unit/harness/worker_protocol_test.cc binds the two).
+MAX_EVENT_LINE_BYTES = 1 << 20
 
 
 def _plain(value: Any) -> Any:
@@ -124,3 +127,29 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def fit_in_line(fields: dict[str, Any], config: dict[str, Any], options: list[dict[str, Any]] | None,
+                budget: int = MAX_EVENT_LINE_BYTES - 16 * 1024) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """`hello`'s `config` and `options` cut, in their order, so that the line
+    with `fields` stays within `budget` bytes (dbh's bound, less room for the
+    rest of the event): a configuration of the adapter's largest allowed
+    size is never a line dbh skips."""
+    used = len(json.dumps(fields, separators=(",", ":"), default=str)) + 64
+    kept_options: list[dict[str, Any]] | None = None
+    if options is not None:
+        kept_options = []
+        for item in options:
+            size = len(json.dumps(item, separators=(",", ":"))) + 1
+            if used + size > budget:
+                break
+            used += size
+            kept_options.append(item)
+    kept: dict[str, Any] = {}
+    for key, value in config.items():
+        size = len(json.dumps({key: value}, separators=(",", ":"), default=str))
+        if used + size > budget:
+            break
+        used += size
+        kept[key] = value
+    return kept, kept_options

@@ -34,7 +34,7 @@ from ._bits import checksum, float_bits
 from ._data import SampleReporter, failed_sample
 from ._environment import environment, resources
 from ._errors import KeyNotApplied
-from ._events import EventWriter
+from ._events import EventWriter, fit_in_line
 from ._faults import FaultSet, input_tensor
 from ._memory import apply_memory_budget, memory_figures, release_free_memory
 from ._ops import run_ops_check
@@ -122,13 +122,15 @@ class StepFrame:
         ev = self.events
         framework = self.framework + (" " + framework_version if framework_version else "")
         parsed = command_line_report()
-        ev.emit("hello", schema_version=EVENT_SCHEMA_VERSION, pid=os.getpid(), seed=self.facts.seed,
-                scenario_hash=self.link.scenario_hash, scenario=self.facts.name, trial=self.link.trial, git="",
-                dbh_version="", torch_version=torch.__version__, device=str(device),
-                threads=torch.get_num_threads(), worker=f"{self.worker} ({framework}, torch {torch.__version__})",
-                capabilities=self.capabilities, modules=[n for n, _ in model.named_modules() if n],
-                environment=environment(str(device), framework_version if self.framework == "lightning" else ""),
-                config={**parsed.get("config", {}), **self.config} or None, options=parsed.get("options"))
+        fields: dict[str, Any] = dict(
+            schema_version=EVENT_SCHEMA_VERSION, pid=os.getpid(), seed=self.facts.seed,
+            scenario_hash=self.link.scenario_hash, scenario=self.facts.name, trial=self.link.trial, git="",
+            dbh_version="", torch_version=torch.__version__, device=str(device), threads=torch.get_num_threads(),
+            worker=f"{self.worker} ({framework}, torch {torch.__version__})", capabilities=self.capabilities,
+            modules=[n for n, _ in model.named_modules() if n],
+            environment=environment(str(device), framework_version if self.framework == "lightning" else ""))
+        config, options = fit_in_line(fields, {**parsed.get("config", {}), **self.config}, parsed.get("options"))
+        ev.emit("hello", **fields, config=config or None, options=options)
         if self.link.describe:
             ev.emit("done", status="described")
             sys.stdout.flush()

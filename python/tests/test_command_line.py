@@ -83,3 +83,21 @@ def test_a_run_that_exits_with_an_error_ends_the_process_with_its_code(superviso
     done = subprocess.run([PYTHON, str(script)], env=subprocess_env(sup.env), pass_fds=(sup.write_fd,),
                           capture_output=True, timeout=180)
     assert done.returncode == 3
+
+
+def test_the_largest_configuration_and_parser_fit_dbhs_line_bound() -> None:
+    from dbh_adapter._config import MAX_KEYS, MAX_TEXT, flatten_config
+    from dbh_adapter._events import MAX_EVENT_LINE_BYTES, fit_in_line
+    from dbh_adapter._parser import MAX_OPTIONS, MAX_STRING, MAX_STRINGS
+
+    config = flatten_config({f"section{i}.key{i}": "x" * (MAX_TEXT + 10) for i in range(MAX_KEYS + 10)})
+    options = [{"dest": "d" * MAX_STRING, "strings": ["-" + "s" * (MAX_STRING - 1)] * MAX_STRINGS, "kind": "value",
+                "nargs": 1}] * MAX_OPTIONS
+    fields = {"modules": ["m" * 100] * 2000}
+    kept, kept_options = fit_in_line(fields, config, options)
+    import json
+    line = json.dumps({"type": "hello", "t": 1.0, **fields, "config": kept, "options": kept_options},
+                      separators=(",", ":"))
+    assert len(line) + 1 <= MAX_EVENT_LINE_BYTES
+    assert kept and kept_options  # cut, not dropped
+    assert list(kept) == list(config)[:len(kept)]

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/proto/events.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -217,6 +218,19 @@ TEST(WorkerProtocol, ThePythonAdapterSpellsTheSameNames) {
     ++n;
   }
   EXPECT_GT(n, 3);
+}
+
+// The bounds both sides read: the adapter keeps its `hello` within dbh's
+// event line bound, and reports no more parser options than dbh reads.
+TEST(WorkerProtocol, ThePythonAdapterKeepsDbhsBounds) {
+  const std::string root = std::string(DBH_SOURCE_DIR) + "/python/dbh_adapter/";
+  const std::string events = testing::read_text(root + "_events.py");
+  ASSERT_EQ(proto::kMaxEventLineBytes, size_t{1} << 20) << "the adapter's _events.py spells it so: change both";
+  EXPECT_NE(events.find("MAX_EVENT_LINE_BYTES = 1 << 20"), std::string::npos);
+  const std::string parser = testing::read_text(root + "_parser.py");
+  EXPECT_NE(parser.find("MAX_OPTIONS = " + std::to_string(scenario::kMaxParserOptions)), std::string::npos);
+  EXPECT_NE(parser.find("MAX_STRINGS = " + std::to_string(scenario::kMaxParserOptionStrings)), std::string::npos);
+  EXPECT_NE(parser.find("MAX_STRING = " + std::to_string(scenario::kMaxParserOptionBytes)), std::string::npos);
 }
 
 }  // namespace
