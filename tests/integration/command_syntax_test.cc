@@ -60,6 +60,7 @@ struct Style {
   const char* module;   // a module of its own model, for a fault
   const char* bad;      // `bisect config --bad`, in the command's own spelling: a diverging rate and one harmless change
   const char* bad_key;  // the dbh key of the learning rate it sets
+  const char* diverging;  // an override of its own learning rate, in its own key, that diverges
 };
 
 void PrintTo(const Style& s, std::ostream* os) { *os << s.name; }
@@ -69,17 +70,17 @@ const Style kStyles[] = {
      "python train.py ../../../../fixtures/real/images --batch-size 2 --iters 6 --no-shuffle",
      {"syntax: flags", "\"images\":\"@2\"", "\"batch_size\":\"--batch-size|-b\"", "\"shuffle\":\"off:--no-shuffle\"",
       "\"data.path\":\"images\""},
-     "features", "--lr 1000 --seed 4", "train.lr"},
+     "features", "--lr 1000 --seed 4", "train.lr", "lr=1000"},
     {"experiment_yaml_and_flags", "experiment_yaml", "python train.py experiments/pixels.yaml --batch_size 2",
      {"syntax: flags", "\"optimizer.lr\":\"@2:optimizer.lr\"", "\"train.data_dir\":\"@2:train.data_dir\"",
       "\"data.batch_size\":\"batch_size\""},
-     "encoder", "optimizer.lr=1e6 --batch_size 3", "train.lr"},
+     "encoder", "optimizer.lr=1e6 --batch_size 3", "train.lr", "optimizer.lr=1e6"},
     {"config_file_and_option_pairs", "option_pairs", "python train.py -c configs/det.yml -o Global.seed=7",
      {"syntax: option", "syntax_option: \"-o\"", "\"train.lr\":\"Optimizer.lr.learning_rate\""}, "neck",
-     "-o Optimizer.lr.learning_rate=1e6 Global.seed=8", "train.lr"},
+     "-o Optimizer.lr.learning_rate=1e6 Global.seed=8", "train.lr", "Optimizer.lr.learning_rate=1e5"},
     {"lightning_cli", "lightning_cli", "python train.py fit --config config.yaml --model.lr 0.05",
      {"syntax: flags", "\"train.lr\":\"model.lr\"", "\"train.max_steps\":\"trainer.max_steps\""}, "stem",
-     "--model.lr 1e6 --data.batch_size 3", "train.lr"},
+     "--model.lr 1e6 --data.batch_size 3", "train.lr", "model.lr=1e5"},
 };
 
 class CommandSyntaxTest : public ::testing::TestWithParam<Style> {
@@ -177,6 +178,36 @@ TEST_P(CommandSyntaxTest, ASecondRunInOneProcessNamesTheMemoryThatGrew) {
   EXPECT_EQ(c["outcome"], "passed") << c.dump(2);
 }
 
+// The dataset given wherever the command takes it (a positional folder, a
+// key of its experiment file, `-o`, `--data.root`), with one truncated
+// image: `bisect data` names it, by the name the training's dataset gives.
+TEST_P(CommandSyntaxTest, BisectDataNamesTheTruncatedImage) {
+  const Dir dir("dbh-syntax-data");
+  const fs::path s = scenario_of(dir);
+  fs::copy(kSource + "/fixtures/real/images", dir / "images", fs::copy_options::recursive);
+  const fs::path bad = dir / "images" / "img_003.png";
+  const std::string bytes = testing::read_text(bad);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  const auto r = dbh({"bisect", "data", s.string(), "data.path=" + (dir / "images").string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["name"], "img_003.png") << j.dump(2);
+  EXPECT_EQ(j["verdict"], "confident") << j.dump(2);
+}
+
+// A learning rate set far too large in the training's own key: the
+// diagnosis concludes the optimizer, a tenth of the rate trains.
+TEST_P(CommandSyntaxTest, DiagnoseOfADivergingRateConcludesTheOptimizer) {
+  const Dir dir("dbh-syntax-diagnose");
+  const fs::path s = scenario_of(dir);
+  const auto r = dbh({"diagnose", s.string(), GetParam().diverging, "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string(), "-q"});
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(2) << r.out << r.err;
+}
+
 // python/README.md "A plain loop, whole": the argparse training's own
 // checkpoint lines serve `bisect steps`, whose replays resume from them.
 TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
@@ -197,6 +228,23 @@ TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
   const std::string md = testing::read_text(dir / "out" / "bisect.md");
   EXPECT_NE(md.find("replays resume from checkpoints"), std::string::npos) << md;
   EXPECT_NE(md.find("train.resume_from="), std::string::npos) << md;
+}
+
+// An order drawn from a nondeterministic seed (`--shuffle-seed -1`, the
+// training's own option, and its `--no-shuffle` switched off): two processes
+// differ, while the same training seeded is bit-identical (above).
+TEST(PlainLoopTest, AnUnseededShuffleIsNondeterministicAcrossProcesses) {
+  const Dir dir("dbh-plain-loop-order");
+  const std::string folder = kTrainings + "/argparse_folder";
+  const fs::path s = dir / "s.yaml";
+  auto r = testing::run_process_with_env(
+      {DBH_BINARY, "scenario", "from-command", "--external", kStyles[0].command, "--out", s.string()}, python_env(),
+      folder, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = testing::run_process_with_env({DBH_BINARY, "repeat", s.string(), "--processes", "2", "shuffle=true",
+                                     "shuffle_seed=-1", "--out", (dir / "out").string()},
+                                    python_env(), folder, 600);
+  EXPECT_EQ(read_json(dir / "out" / "report.json")["outcome"], "nondeterministic") << r.out << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, CommandSyntaxTest, ::testing::ValuesIn(kStyles),

@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-shuffle", dest="shuffle", action="store_false")
     ap.add_argument("--amp", action="store_true")
+    ap.add_argument("--shuffle-seed", type=int, default=None,
+                    help="the order's seed (default: --seed); -1: a fresh order in every process")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -51,9 +53,15 @@ def main():
     model.add_module("regressor", nn.Sequential(nn.Flatten(), nn.Linear(4, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     with dbh_adapter.connect() as dbh:
-        data = dbh.dataset(Thumbnails(args.images))
-        loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=args.shuffle,
-                                             generator=torch.Generator().manual_seed(args.seed))
+        thumbnails = Thumbnails(args.images)
+        data = dbh.dataset(thumbnails, names=lambda i: thumbnails.files[i].name)
+        order = torch.Generator()
+        order_seed = args.seed if args.shuffle_seed is None else args.shuffle_seed
+        if order_seed >= 0:
+            order.manual_seed(order_seed)
+        else:
+            order.seed()  # a nondeterministic seed: another order in every process
+        loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=args.shuffle, generator=order)
         start = 0
         if dbh.resume_path():  # `dbh bisect steps` replays from a checkpoint this loop wrote
             state = torch.load(dbh.resume_path())

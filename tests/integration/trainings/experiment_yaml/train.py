@@ -27,24 +27,19 @@ class Loader(yaml.SafeLoader):
 Loader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
 
 
-def images(folder: Path, side: int):
-    out = []
-    for p in sorted(folder.glob("*.png")):
-        with Image.open(p) as im:
-            x = torch.tensor(list(im.convert("L").resize((side, side)).getdata()), dtype=torch.float32)
-        out.append(x.view(1, side, side) / 255.0)
-    return out
-
-
 class Pixels(torch.utils.data.Dataset):
-    def __init__(self, xs):
-        self.xs = xs
+    def __init__(self, folder: Path, side: int):
+        self.paths = sorted(folder.glob("*.png"))
+        self.side = side
 
     def __len__(self):
-        return len(self.xs)
+        return len(self.paths)
 
     def __getitem__(self, i):
-        return {"img": self.xs[i], "target": 1.0 - self.xs[i].mean().view(1)}
+        with Image.open(self.paths[i]) as im:
+            x = torch.tensor(list(im.convert("L").resize((self.side, self.side)).getdata()), dtype=torch.float32)
+        x = x.view(1, self.side, self.side) / 255.0
+        return {"img": x, "target": 1.0 - x.mean().view(1)}
 
 
 def main():
@@ -68,7 +63,8 @@ def main():
     net.add_module("out", nn.Linear(3, 1))
     opt = torch.optim.SGD(net.parameters(), lr=exp["optimizer"]["lr"], momentum=exp["optimizer"]["momentum"])
     dbh = dbh_adapter.connect(config=exp)
-    data = dbh.dataset(Pixels(images(Path(hp["data_dir"]), exp["model"]["side"])))
+    pixels = Pixels(Path(hp["data_dir"]), exp["model"]["side"])
+    data = dbh.dataset(pixels, names=[p.name for p in pixels.paths])
     batches = torch.utils.data.DataLoader(data, batch_size=hp["batch_size"], shuffle=False)
     with dbh:
         dbh.watch(net, opt)

@@ -38,7 +38,8 @@ class CropData(L.LightningDataModule):
         self.root, self.batch_size, self.side = root, batch_size, side
 
     def train_dataloader(self):
-        data = dbh.dataset(Crops(self.root, self.side))
+        crops = Crops(self.root, self.side)
+        data = dbh.dataset(crops, names=lambda i: crops.files[i].name)
         return torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=False)
 
 

@@ -67,7 +67,8 @@ def main():
     model = Detector()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg["Optimizer"]["lr"]["learning_rate"], momentum=0.9)
     dbh = dbh_adapter.connect(config=cfg)
-    dataset = dbh.dataset(SimpleDataSet(cfg["Train"]["dataset"]["data_dir"], g["image_side"]))
+    simple = SimpleDataSet(cfg["Train"]["dataset"]["data_dir"], g["image_side"])
+    dataset = dbh.dataset(simple, names=lambda idx: simple.files[idx].name)
     loader = torch.utils.data.DataLoader(dataset, batch_size=loader_cfg["batch_size_per_card"],
                                          shuffle=loader_cfg["shuffle"])
     with dbh:
