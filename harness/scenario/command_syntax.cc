@@ -283,6 +283,14 @@ WorkerArgv compose_worker_argv(const WorkerConfig& worker, const std::vector<Key
     } else if (worker.syntax == CommandSyntax::kOption) {
       set_option_pair(slots, worker.syntax_option, k.key, k.value);
       continue;
+    } else if (worker.syntax == CommandSyntax::kFile) {
+      const auto file = parse_argument_place(worker.syntax_option, nullptr);
+      if (!file || file->kind != ArgumentPlace::Kind::kWord) {
+        throw std::logic_error("worker.syntax_option: expected @N, got " + worker.syntax_option);
+      }
+      place.kind = ArgumentPlace::Kind::kFileKey;
+      place.word = file->word;
+      place.file_key = k.key;
     } else {
       place.option_strings = {"--" + k.key};
     }
@@ -321,6 +329,11 @@ std::string describe_argument(const WorkerConfig& worker, const std::string& key
       case CommandSyntax::kKeyValue: return key + "=" + value;
       case CommandSyntax::kOption: return worker.syntax_option + " " + key + "=" + value;
       case CommandSyntax::kFlags: return "--" + key + " " + value;
+      case CommandSyntax::kFile: {
+        const auto file = parse_argument_place(worker.syntax_option, nullptr);
+        const bool word = file && file->word < worker.command.size();
+        return key + ": " + value + " in a copy of " + (word ? worker.command[file->word] : worker.syntax_option);
+      }
     }
   }
   const std::string first = place->option_strings.empty() ? "" : place->option_strings.front();

@@ -175,7 +175,11 @@ void check_worker_syntax(const Value* worker, const Location& section_loc, const
   for (const auto& [key, place] : w.written_as) {
     const std::string problem = written_as_problem(w, place);
     if (!problem.empty()) {
-      fail(entry_loc("written_as", key), std::string(DBH_SCENARIO_KEY(worker.written_as)) + "." + quoted_excerpt(key),
+      const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+      });
+      fail(entry_loc("written_as", key),
+           std::string(DBH_SCENARIO_KEY(worker.written_as)) + "." + (plain ? key : quoted_excerpt(key)),
            problem, quoted_excerpt(place));
     }
   }
@@ -184,6 +188,17 @@ void check_worker_syntax(const Value* worker, const Location& section_loc, const
                              return c == '=' || std::isspace(static_cast<unsigned char>(c)) ||
                                     std::iscntrl(static_cast<unsigned char>(c));
                            });
+  if (w.syntax == CommandSyntax::kFile) {
+    const std::string problem = written_as_problem(w, w.syntax_option);
+    const auto place = parse_argument_place(w.syntax_option, nullptr);
+    if (!problem.empty() || !place || place->kind != ArgumentPlace::Kind::kWord) {
+      const Value* v = worker != nullptr ? worker->find("syntax_option") : nullptr;
+      fail(v != nullptr ? v->loc : section_loc, DBH_SCENARIO_KEY(worker.syntax_option),
+           "@N, the word of worker.command that names the config file, as worker.syntax is file" +
+               (problem.empty() ? std::string() : " (" + problem + ")"),
+           quoted_excerpt(w.syntax_option));
+    }
+  }
   if (w.syntax == CommandSyntax::kOption && !option_word) {
     const Value* v = worker != nullptr ? worker->find("syntax_option") : nullptr;
     fail(v != nullptr ? v->loc : section_loc, DBH_SCENARIO_KEY(worker.syntax_option),

@@ -191,6 +191,13 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
   const DetectedSyntax syntax = detect_syntax(worker.command, !options.parser_options.empty());
   worker.syntax = syntax.syntax;
   worker.syntax_option = syntax.option;
+  // Options and one config file the command names, with no syntax to
+  // override the file's keys (MhLiao/DB): a key that is no option is the
+  // file's, set in a copy.
+  if (syntax.syntax == CommandSyntax::kFlags && !syntax.dotted_flags && options.config_files.size() == 1) {
+    worker.syntax = CommandSyntax::kFile;
+    worker.syntax_option = "@" + std::to_string(options.config_files.front().first);
+  }
   const std::vector<std::string> command_keys = keys_the_command_sets(worker.command, options.parser_options);
   // The configuration the worker reported, then the keys only a config file
   // the command names holds.
@@ -235,7 +242,8 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
     if (option != options.parser_options.end()) {
       place = place_of(*option, worker.command, options.parser_options);
     } else if (file_word.count(m.user_key) > 0 && syntax.syntax != CommandSyntax::kOption && !syntax.dotted_flags) {
-      place = "@" + std::to_string(file_word[m.user_key]) + ":" + m.user_key;
+      const std::string in_file = "@" + std::to_string(file_word[m.user_key]);
+      if (worker.syntax != CommandSyntax::kFile || worker.syntax_option != in_file) place = in_file + ":" + m.user_key;
     } else if (syntax.syntax != CommandSyntax::kKeyValue || options.parser_options.empty()) {
       const std::string by_value = place_by_value(worker.command, m.value);
       if (!by_value.empty() && (by_value[0] == '@' || syntax.syntax != CommandSyntax::kKeyValue)) place = by_value;
@@ -270,7 +278,8 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
   for (const auto& o : options.parser_options) {
     if (worker.written_as.count(o.dest) > 0) continue;
     const std::string place = place_of(o, worker.command, options.parser_options);
-    if (!place.empty() && place != "--" + o.dest) worker.written_as[o.dest] = place;
+    const bool flags = worker.syntax == CommandSyntax::kFlags;  // `--dest value` is the syntax's own
+    if (!place.empty() && (place != "--" + o.dest || !flags)) worker.written_as[o.dest] = place;
   }
   for (const auto& [m, value] : found) {
     // As the configuration holds it: what dbh passes back unchanged.
@@ -305,10 +314,13 @@ void set_external_worker(const FromCommandOptions& options, const WordsRead& rea
                      : "run as written; dbh sets its keys where they stand");
   if (!hydra) {
     settings.set(DBH_SCENARIO_KEY(worker.syntax), to_string(worker.syntax), "",
-                 worker.syntax == CommandSyntax::kFlags ? "your command's options: --key value"
-                                                        : "key=value words after " + worker.syntax_option);
+                 worker.syntax == CommandSyntax::kFlags    ? "your command's options: --key value"
+                 : worker.syntax == CommandSyntax::kOption ? "key=value words after " + worker.syntax_option
+                                                           : "keys of the file the command's word " +
+                                                                 worker.syntax_option.substr(1) +
+                                                                 " names, set in a copy");
   }
-  if (worker.syntax == CommandSyntax::kOption) {
+  if (worker.syntax == CommandSyntax::kOption || worker.syntax == CommandSyntax::kFile) {
     settings.set(DBH_SCENARIO_KEY(worker.syntax_option), nlohmann::json(worker.syntax_option).dump(), "", "");
   }
   if (!worker.written_as.empty()) {

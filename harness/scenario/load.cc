@@ -95,7 +95,10 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 // train.lr=50 when worker.keys says `train.lr: optim.step_size`); a key of
 // the Lightning/Hydra alias table is translated as for any worker; any other
 // key outside dbh's own sections (model, data, train, …) is the user's,
-// passed through to the command unchanged in worker.overrides. A key inside
+// passed through to the command unchanged in worker.overrides, and so is a
+// Lightning key the alias table cannot map for dbh's own worker (the user's
+// training honours it) and a key under `model.` that is none of dbh's (dbh's
+// model section configures its built-in model only). Any other key inside
 // dbh's sections stays dbh's, so a misspelt one is still an error with its
 // "did you mean".
 bool dbh_section(const std::string& first) {
@@ -129,8 +132,17 @@ std::optional<std::string> user_key_override(Value& tree, const std::string& tex
     }
   }
   const std::string first = key.substr(0, key.find('.'));
-  if (dbh_section(first) || first.rfind('+', 0) == 0 || first.rfind('-', 0) == 0) return std::nullopt;
-  if (translate_alias(key, value)) return std::nullopt;  // the alias table's
+  // dbh's own model section configures dbh's built-in model only: under
+  // `model.` a key that is none of dbh's is the user's (LightningCLI's
+  // `model.cutoff`).
+  const bool users_model_key = first == "model" && find_scenario_key(key) == nullptr;
+  if ((dbh_section(first) && !users_model_key) || first.rfind('+', 0) == 0 || first.rfind('-', 0) == 0) {
+    return std::nullopt;
+  }
+  // A Lightning key dbh cannot honour in its own worker is the user's
+  // training's to honour (`trainer.val_check_interval=2`).
+  const auto alias = translate_alias(key, value);
+  if (alias && alias->kind != AliasTranslation::Kind::kUnmapped) return std::nullopt;  // the alias table's
   Value* worker = tree.find("worker");
   Value* overrides = worker->find("overrides");
   if (overrides == nullptr || !overrides->is_map()) {

@@ -94,7 +94,7 @@ const std::string& to_string(TrainMode mode) {
 }
 
 const std::vector<std::string>& command_syntax_names() {
-  static const std::vector<std::string> names = {"key_value", "flags", "option"};
+  static const std::vector<std::string> names = {"key_value", "flags", "option", "file"};
   return names;
 }
 

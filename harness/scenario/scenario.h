@@ -219,9 +219,11 @@ struct RepeatConfig {
 /// in command_syntax.h): Hydra's `key=value` words, options `--key value`
 /// (argparse, jsonargparse and LightningCLI's `--model.lr 0.1`), or
 /// `key=value` words after one option (worker.syntax_option: PaddleOCR's
-/// `-o`, mmocr's `--cfg-options`).
-enum class CommandSyntax { kKeyValue, kFlags, kOption };
-/// "key_value", "flags", "option".
+/// `-o`, mmocr's `--cfg-options`), or keys of the YAML/JSON file a word of
+/// the command names (worker.syntax_option `@N`: MhLiao/DB's experiment
+/// file), set in a copy.
+enum class CommandSyntax { kKeyValue, kFlags, kOption, kFile };
+/// "key_value", "flags", "option", "file".
 const std::vector<std::string>& command_syntax_names();
 const std::string& to_string(CommandSyntax syntax);
 

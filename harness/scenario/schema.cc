@@ -325,10 +325,12 @@ std::vector<KeySpec> build_table() {
       one_of(DBH_KEY(worker.syntax), command_syntax_names(),
              "How your command takes a key of its configuration: `key_value` (Hydra's `key=value`), `flags` "
              "(`--key value`: argparse, LightningCLI's `--model.lr 0.1`), `option` (`key=value` after "
-             "`worker.syntax_option`: PaddleOCR's `-o`, mmocr's `--cfg-options`). `worker.written_as` spells a key "
-             "otherwise."),
+             "`worker.syntax_option`: PaddleOCR's `-o`, mmocr's `--cfg-options`), `file` (a key of the YAML or JSON "
+             "file the command's word `worker.syntax_option` names, `@N`, set in a copy). `worker.written_as` spells "
+             "a key otherwise."),
       text(DBH_KEY(worker.syntax_option),
-           "`worker.syntax: option`: the option before the `key=value` words (`-o`, `--cfg-options`)."),
+           "`worker.syntax: option`: the option before the `key=value` words (`-o`, `--cfg-options`); `file`: the "
+           "command's word that names the file (`@2`)."),
       string_map(DBH_KEY(worker.written_as),
                  "Your configuration's key → how your command writes it, where `worker.syntax` does not: "
                  "`--batch-size|-b` (an option, its strings), `on:--amp` / `off:--no-shuffle` (a switch present "

@@ -61,6 +61,8 @@ struct Style {
   const char* bad;      // `bisect config --bad`, in the command's own spelling: a diverging rate and one harmless change
   const char* bad_key;  // the dbh key of the learning rate it sets
   const char* diverging;  // an override of its own learning rate, in its own key, that diverges
+  std::vector<const char*> validate;  // its own keys that turn its validation on
+  const char* cutoff_too_high;        // its own key and a cutoff above any score: every metric 0
 };
 
 void PrintTo(const Style& s, std::ostream* os) { *os << s.name; }
@@ -70,17 +72,21 @@ const Style kStyles[] = {
      "python train.py ../../../../fixtures/real/images --batch-size 2 --iters 6 --no-shuffle",
      {"syntax: flags", "\"images\":\"@2\"", "\"batch_size\":\"--batch-size|-b\"", "\"shuffle\":\"off:--no-shuffle\"",
       "\"data.path\":\"images\""},
-     "features", "--lr 1000 --seed 4", "train.lr", "lr=1000"},
+     "features", "--lr 1000 --seed 4", "train.lr", "lr=1000", {"val_every=2"},
+     "cutoff=1.01"},
     {"experiment_yaml_and_flags", "experiment_yaml", "python train.py experiments/pixels.yaml --batch_size 2",
-     {"syntax: flags", "\"optimizer.lr\":\"@2:optimizer.lr\"", "\"train.data_dir\":\"@2:train.data_dir\"",
-      "\"data.batch_size\":\"batch_size\""},
-     "encoder", "optimizer.lr=1e6 --batch_size 3", "train.lr", "optimizer.lr=1e6"},
+     {"syntax: file", "syntax_option: \"@2\"", "\"batch_size\":\"--batch_size\"", "\"train.lr\":\"optimizer.lr\"",
+      "\"data.path\":\"train.data_dir\"", "\"data.batch_size\":\"batch_size\""},
+     "encoder", "optimizer.lr=1e6 --batch_size 3", "train.lr", "optimizer.lr=1e6",
+     {"validation.every=2"}, "validation.cutoff=1.01"},
     {"config_file_and_option_pairs", "option_pairs", "python train.py -c configs/det.yml -o Global.seed=7",
      {"syntax: option", "syntax_option: \"-o\"", "\"train.lr\":\"Optimizer.lr.learning_rate\""}, "neck",
-     "-o Optimizer.lr.learning_rate=1e6 Global.seed=8", "train.lr", "Optimizer.lr.learning_rate=1e5"},
+     "-o Optimizer.lr.learning_rate=1e6 Global.seed=8", "train.lr", "Optimizer.lr.learning_rate=1e5",
+     {"Eval.every=2"}, "Eval.cutoff=1000.0"},
     {"lightning_cli", "lightning_cli", "python train.py fit --config config.yaml --model.lr 0.05",
      {"syntax: flags", "\"train.lr\":\"model.lr\"", "\"train.max_steps\":\"trainer.max_steps\""}, "stem",
-     "--model.lr 1e6 --data.batch_size 3", "train.lr", "model.lr=1e5"},
+     "--model.lr 1e6 --data.batch_size 3", "train.lr", "model.lr=1e5",
+     {"trainer.limit_val_batches=1.0", "trainer.val_check_interval=1"}, "model.cutoff=1.01"},
 };
 
 class CommandSyntaxTest : public ::testing::TestWithParam<Style> {
@@ -176,6 +182,29 @@ TEST_P(CommandSyntaxTest, ASecondRunInOneProcessNamesTheMemoryThatGrew) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto c = read_json(dir / "clean" / "report.json");
   EXPECT_EQ(c["outcome"], "passed") << c.dump(2);
+}
+
+// Seed 003 on each training: its own validation, turned on in its own keys,
+// reports metrics above zero; with a cutoff above any score they stay at
+// zero to the end of the run, a silent failure named by its metrics.
+TEST_P(CommandSyntaxTest, ValidationMetricsAtZeroAreASilentFailure) {
+  const Dir dir("dbh-syntax-validation");
+  const fs::path s = scenario_of(dir);
+  std::vector<std::string> args = {"run", s.string(), "monitors.hmean_zero_after=2"};
+  args.insert(args.end(), GetParam().validate.begin(), GetParam().validate.end());
+  std::vector<std::string> zero = args;
+  args.insert(args.end(), {"--out", (dir / "clean").string()});
+  auto r = dbh(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto c = read_json(dir / "clean" / "report.json");
+  EXPECT_GT(c["evaluation"]["final"]["hmean"].get<double>(), 0.0) << c["evaluation"].dump();
+  zero.insert(zero.end(), {GetParam().cutoff_too_high, "--out", (dir / "zero").string()});
+  r = dbh(zero);
+  const auto j = read_json(dir / "zero" / "report.json");
+  EXPECT_EQ(j["outcome"], "failed") << r.out << r.err;
+  EXPECT_EQ(j["failure"]["class"], "hmean_zero") << j["failure"].dump();
+  EXPECT_NE(j["failure"]["message"].get<std::string>().find("validation h-mean stayed 0.000"), std::string::npos)
+      << j["failure"].dump();
 }
 
 // The dataset given wherever the command takes it (a positional folder, a

@@ -131,6 +131,21 @@ TEST(ComposeWorkerArgv, FileKeysAreEditsOfTheWordsFile) {
   EXPECT_EQ(a.file_word_at[0], (std::pair<size_t, size_t>{2, 2}));
 }
 
+// `file`: every key not spelled otherwise is the file's, set in a copy.
+TEST(ComposeWorkerArgv, FileSyntaxSetsKeysInTheNamedFile) {
+  auto w = worker({"python", "train.py", "exp.yaml", "--batch_size", "2"}, CommandSyntax::kFile, "@2");
+  w.written_as = {{"batch_size", "--batch_size"}};
+  const auto a = scenario::compose_worker_argv(w, {{"batch_size", "3"}, {"optimizer.lr", "0.5"}});
+  EXPECT_EQ(a.argv, (Words{"python", "train.py", "exp.yaml", "--batch_size", "3"}));
+  ASSERT_EQ(a.file_edits.size(), 1u);
+  EXPECT_EQ(a.file_edits[0].word, 2u);
+  EXPECT_EQ(a.file_edits[0].key, "optimizer.lr");
+  EXPECT_EQ(scenario::describe_argument(w, "optimizer.lr", "0.5"), "optimizer.lr: 0.5 in a copy of exp.yaml");
+  EXPECT_EQ(scenario::overrides_from_command_words(w, {"--batch_size", "4", "optimizer.lr=1"}, "here"),
+            (Words{"batch_size=4", "optimizer.lr=1"}));
+  EXPECT_THROW((void)scenario::overrides_from_command_words(w, {"--lr", "4"}, "here"), UsageError);
+}
+
 TEST(DetectSyntax, ReadsTheCommandsWords) {
   EXPECT_EQ(scenario::detect_syntax({"python", "t.py", "a.b=1"}, false).syntax, CommandSyntax::kKeyValue);
   const auto o = scenario::detect_syntax({"python", "t.py", "-c", "x.yml", "-o", "Global.a=1"}, true);

@@ -942,5 +942,39 @@ TEST_F(ScenarioFiles, WorkerNamesAreDbhsToCheck) {
   EXPECT_EQ(error("ok.yaml", "  env: {OMP_NUM_THREADS: \"1\", _X1: y}\n  keys: {train.lr: --lr, train.seed: \"\"}\n"), "");
 }
 
+// Note [The user's own names]: for the user's own command a key under
+// `model.` that is none of dbh's, and a Lightning key dbh cannot honour in
+// its own worker, are the user's training's (worker.overrides); a misspelt
+// key of dbh's other sections is still an error.
+TEST_F(ScenarioFiles, AnExternalWorkersOwnModelAndTrainerKeysPassThrough) {
+  const std::string file = write("ext.yaml", "worker:\n  command: [python, train.py, fit]\n  syntax: flags\n");
+  const scenario::Scenario s = scenario::load_scenario(
+      file, {"model.cutoff=1.01", "trainer.val_check_interval=1", "trainer.max_steps=4"});
+  EXPECT_EQ(s.worker.overrides.at("model.cutoff"), "1.01");
+  EXPECT_EQ(s.worker.overrides.at("trainer.val_check_interval"), "1");
+  EXPECT_EQ(s.train.max_steps, 4) << "a key the alias table maps stays dbh's";
+  EXPECT_EQ(s.worker.overrides.count("trainer.max_steps"), 0u);
+  EXPECT_THROW((void)scenario::load_scenario(file, {"data.batch_sise=2"}), ScenarioError);
+  // dbh's own worker: model.cutoff is a misspelt key of dbh's model.
+  EXPECT_THROW((void)scenario::load_scenario(write("own.yaml", "name: own\n"), {"model.cutoff=1"}), ScenarioError);
+}
+
+// Note [A command's own syntax]: worker.written_as holds places in the
+// command, worker.syntax file names a word of it.
+TEST_F(ScenarioFiles, WrittenAsAndTheSyntaxOptionAreChecked) {
+  const std::string base = "worker:\n  command: [python, train.py, exp.yaml]\n";
+  std::string e = load_error(write("w1.yaml", base + "  written_as: {lr: \"lr\"}\n"));
+  EXPECT_NE(e.find("w1.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("worker.written_as.lr: expected `--option`"), std::string::npos) << e;
+  e = load_error(write("w2.yaml", base + "  written_as: {data: \"@7\"}\n"));
+  EXPECT_NE(e.find("a word of worker.command after the program (2 to 2), got word 7"), std::string::npos) << e;
+  e = load_error(write("w3.yaml", base + "  syntax: option\n"));
+  EXPECT_NE(e.find("worker.syntax_option: expected the option your command takes"), std::string::npos) << e;
+  e = load_error(write("w4.yaml", base + "  syntax: file\n  syntax_option: \"-o\"\n"));
+  EXPECT_NE(e.find("worker.syntax_option: expected @N"), std::string::npos) << e;
+  EXPECT_EQ(load_error(write("ok.yaml", base + "  syntax: file\n  syntax_option: \"@2\"\n  written_as: {lr: --lr}\n")),
+            "");
+}
+
 }  // namespace
 }  // namespace dbh::harness

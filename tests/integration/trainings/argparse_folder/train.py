@@ -33,6 +33,22 @@ class Thumbnails(torch.utils.data.Dataset):
         return x, x.mean().view(1)
 
 
+@torch.no_grad()
+def brightness_scores(model, thumbnails, cutoff):
+    """Precision, recall and F1 of "bright" (mean above 0.5) as the model's
+    clamped prediction above `cutoff` says it."""
+    hits = said = truly = 0
+    for i in range(len(thumbnails)):
+        x, y = thumbnails[i]
+        guess = bool(model(x[None]).clamp(0, 1).item() > cutoff)
+        truth = bool(y.item() > 0.5)
+        hits, said, truly = hits + (guess and truth), said + guess, truly + truth
+    precision = hits / said if said else 0.0
+    recall = hits / truly if truly else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"val/precision": precision, "val/recall": recall, "val/f1": f1}
+
+
 def main():
     ap = argparse.ArgumentParser(description="brightness regressor")
     ap.add_argument("images", type=Path, help="folder of .png images")
@@ -42,6 +58,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-shuffle", dest="shuffle", action="store_false")
     ap.add_argument("--amp", action="store_true")
+    ap.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")
+    ap.add_argument("--cutoff", type=float, default=0.5, help="brightness above which an image counts as bright")
     ap.add_argument("--shuffle-seed", type=int, default=None,
                     help="the order's seed (default: --seed); -1: a fresh order in every process")
     args = ap.parse_args()
@@ -73,6 +91,8 @@ def main():
         for step, (x, y) in dbh.steps(loader, max_steps=args.iters, start=start):
             dbh.backward(nn.functional.mse_loss(model(x), y))
             dbh.optimizer_step(samples=len(x))
+            if args.val_every and (step + 1) % args.val_every == 0:
+                dbh.report_validation(brightness_scores(model, thumbnails, args.cutoff))
             if dbh.checkpoint_due(step + 1):
                 path = dbh.checkpoint_path(step + 1)
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": step + 1},

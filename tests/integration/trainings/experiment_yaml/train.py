@@ -42,6 +42,24 @@ class Pixels(torch.utils.data.Dataset):
         return {"img": x, "target": 1.0 - x.mean().view(1)}
 
 
+def dark_pixel_scores(net, pixels, cutoff):
+    """Pixel-level precision and recall of the dark pixels, found as those
+    whose darkness, weighed by the predicted darkness share, exceeds `cutoff`."""
+    tp = fp = fn = 0.0
+    with torch.no_grad():
+        for i in range(len(pixels)):
+            item = pixels[i]
+            share = net(item["img"][None]).clamp(0, 1).item()
+            dark = item["img"] < 0.5
+            predicted = ((1.0 - item["img"]) * (0.5 + share)).clamp(0, 1) > cutoff
+            tp += float((predicted & dark).sum())
+            fp += float((predicted & ~dark).sum())
+            fn += float((~predicted & dark).sum())
+    p = tp / (tp + fp) if tp + fp > 0 else 0.0
+    r = tp / (tp + fn) if tp + fn > 0 else 0.0
+    return {"val/precision": p, "val/recall": r, "val/hmean": 2 * p * r / (p + r) if p + r > 0 else 0.0}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("exp", type=str)
@@ -68,9 +86,12 @@ def main():
     batches = torch.utils.data.DataLoader(data, batch_size=hp["batch_size"], shuffle=False)
     with dbh:
         dbh.watch(net, opt)
-        for _, batch in dbh.steps(batches, max_steps=hp["iterations"]):
+        val = exp["validation"]
+        for step, batch in dbh.steps(batches, max_steps=hp["iterations"]):
             dbh.backward(nn.functional.mse_loss(net(batch["img"]), batch["target"]))
             dbh.optimizer_step(samples=len(batch["img"]))
+            if val["every"] > 0 and (step + 1) % val["every"] == 0:
+                dbh.report_validation(dark_pixel_scores(net, pixels, val["cutoff"]))
 
 
 if __name__ == "__main__":

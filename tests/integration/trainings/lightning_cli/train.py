@@ -37,6 +37,9 @@ class CropData(L.LightningDataModule):
         super().__init__()
         self.root, self.batch_size, self.side = root, batch_size, side
 
+    def val_dataloader(self):
+        return torch.utils.data.DataLoader(Crops(self.root, self.side), batch_size=self.batch_size)
+
     def train_dataloader(self):
         crops = Crops(self.root, self.side)
         data = dbh.dataset(crops, names=lambda i: crops.files[i].name)
@@ -44,9 +47,9 @@ class CropData(L.LightningDataModule):
 
 
 class Bright(L.LightningModule):
-    def __init__(self, lr: float = 0.05, channels: int = 4):
+    def __init__(self, lr: float = 0.05, channels: int = 4, cutoff: float = 0.3):
         super().__init__()
-        self.lr = lr
+        self.lr, self.cutoff = lr, cutoff
         self.stem = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU())
         self.gap = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(channels, 1)
@@ -56,6 +59,15 @@ class Bright(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         return nn.functional.mse_loss(self(batch["pixels"]), batch["label"])
+
+    def validation_step(self, batch, batch_idx):
+        said = self(batch["pixels"]).clamp(0, 1) > self.cutoff
+        real = batch["label"] > 0.3
+        tp = (said & real).sum().float()
+        precision = tp / said.sum().clamp(min=1)
+        recall = tp / real.sum().clamp(min=1)
+        self.log_dict({"val/precision": precision, "val/recall": recall,
+                       "val/f1": 2 * precision * recall / (precision + recall).clamp(min=1e-12)})
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr)

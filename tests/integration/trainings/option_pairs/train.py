@@ -55,6 +55,18 @@ class Detector(nn.Module):
         return self.head(self.neck(self.backbone(x)).flatten(1))
 
 
+def evaluate(model, dataset, cutoff):
+    """Textured images (std above 0.1) found as those the model scores above
+    `cutoff`: precision, recall, F1."""
+    with torch.no_grad():
+        pairs = [(model(img[None]).item() > cutoff, target.item() > 0.1) for img, target in dataset]
+    tp = sum(1 for found, real in pairs if found and real)
+    precision = tp / max(1, sum(1 for found, _ in pairs if found))
+    recall = tp / max(1, sum(1 for _, real in pairs if real))
+    return {"val/precision": precision, "val/recall": recall,
+            "val/f1": 0.0 if tp == 0 else 2 * precision * recall / (precision + recall)}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-c", "--config", required=True, help="configuration file")
@@ -73,9 +85,12 @@ def main():
                                          shuffle=loader_cfg["shuffle"])
     with dbh:
         dbh.watch(model, optimizer)
-        for _, (img, target) in dbh.steps(loader, max_steps=g["max_iters"]):
+        every, cutoff = cfg["Eval"]["every"], cfg["Eval"]["cutoff"]
+        for step, (img, target) in dbh.steps(loader, max_steps=g["max_iters"]):
             dbh.backward(nn.functional.mse_loss(model(img), target))
             dbh.optimizer_step(samples=len(img))
+            if every and (step + 1) % every == 0:
+                dbh.report_validation(evaluate(model, simple, cutoff))
 
 
 if __name__ == "__main__":
