@@ -284,7 +284,8 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
   for (const auto& [m, value] : found) {
     // As the configuration holds it: what dbh passes back unchanged.
     const auto held = std::find_if(config.begin(), config.end(), [&](const ConfigEntry& c) { return c.first == m.user_key; });
-    const nlohmann::json& as_held = held != config.end() ? held->second : m.value;
+    const bool resolved = m.dbh_key == DBH_SCENARIO_KEY(data.path);  // a folder made absolute
+    const nlohmann::json& as_held = held != config.end() && !resolved ? held->second : m.value;
     const std::string shown = as_held.is_string() ? as_held.get<std::string>() : as_held.dump();
     out.mapped.push_back(m.dbh_key + ": " + m.user_key + " (" + one_line(truncate_utf8(value, 120)) + "), passed as " +
                          one_line(truncate_utf8(describe_argument(worker, m.user_key, shown), 160)));

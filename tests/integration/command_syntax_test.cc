@@ -5,9 +5,9 @@
 // their command takes: an argparse script with a positional dataset folder
 // and switches; a MhLiao/DB-style positional experiment YAML (tags, an
 // anchor) plus flags; a PaddleOCR-style `-c FILE -o key=value`; a
-// LightningCLI `fit --config`. (The Hydra style is the Lightning example's:
-// own_training_test.cc.) Nothing is ever written into the trainings'
-// folders: their config files stay byte-identical.
+// LightningCLI `fit --config`; a Lightning training composed by Hydra with
+// keys of its own. Nothing is ever written into the trainings' folders:
+// their config files stay byte-identical.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -87,6 +87,10 @@ const Style kStyles[] = {
      {"syntax: flags", "\"train.lr\":\"model.lr\"", "\"train.max_steps\":\"trainer.max_steps\""}, "stem",
      "--model.lr 1e6 --data.batch_size 3", "train.lr", "model.lr=1e5",
      {"trainer.limit_val_batches=1.0", "trainer.val_check_interval=1"}, "model.cutoff=1.01"},
+    {"hydra_key_value", "hydra_lightning", "python train.py optim.step_size=0.05 run.updates=4",
+     {"\"train.lr\":\"optim.step_size\"", "\"data.path\":\"loader.folder\"", "command: [\"python\",\"train.py\"]"},
+     "trunk", "optim.step_size=10 run.seed=6", "train.lr", "optim.step_size=10", {"run.validate_every=1"},
+     "score.threshold=1.01"},
 };
 
 class CommandSyntaxTest : public ::testing::TestWithParam<Style> {
@@ -123,8 +127,7 @@ class CommandSyntaxTest : public ::testing::TestWithParam<Style> {
 
 // from-command writes a scenario without hand-written keys that names the
 // command's syntax; it runs as written and passes; a NaN planted in one of
-// its modules is found at that step and module; two processes train bit for
-// bit alike.
+// its modules is found at that step and module.
 TEST_P(CommandSyntaxTest, RunsInItsOwnSyntaxAndFindsAPlantedNan) {
   const Dir dir("dbh-syntax");
   const fs::path s = scenario_of(dir);
@@ -144,6 +147,20 @@ TEST_P(CommandSyntaxTest, RunsInItsOwnSyntaxAndFindsAPlantedNan) {
   EXPECT_EQ(n["failure"]["class"], "nonfinite_activation") << n["failure"].dump();
   EXPECT_EQ(n["failure"]["step"], 2) << n["failure"].dump();
   EXPECT_EQ(n["failure"]["module"], GetParam().module) << n["failure"].dump();
+}
+
+// A NaN gradient planted on one of its modules is found at its step, in that
+// module's parameters; two processes train bit for bit alike.
+TEST_P(CommandSyntaxTest, ANanGradientIsFoundAndTwoProcessesAgree) {
+  const Dir dir("dbh-syntax-grad");
+  const fs::path s = scenario_of(dir);
+  auto r = dbh({"run", s.string(),
+                "faults=[{name: nan_gradient, module: " + std::string(GetParam().module) + ", at_step: 1}]", "--out",
+                (dir / "grad").string()});
+  const auto g = read_json(dir / "grad" / "report.json");
+  EXPECT_EQ(g["failure"]["class"], "nonfinite_gradient") << g["failure"].dump() << r.out << r.err;
+  EXPECT_EQ(g["failure"]["step"], 1) << g["failure"].dump();
+  EXPECT_EQ(g["failure"]["module"].get<std::string>().rfind(GetParam().module, 0), 0u) << g["failure"].dump();
   r = dbh({"repeat", s.string(), "--processes", "2", "--out", (dir / "repeat").string()});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(read_json(dir / "repeat" / "report.json")["outcome"], "passed");
