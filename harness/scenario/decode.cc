@@ -126,11 +126,18 @@ void read_identity(MapReader& root, const std::string& file, Scenario& s) {
 // the worker a pipe that is not dbh's). A worker.keys entry maps a key of
 // dbh's table to one word of the user's command (no space, no `=`): a
 // misspelt dbh key would pass an empty value under the user's name.
+// Where worker.<map>.<name> is written: its key (or, `value`, its value),
+// else the map, else the worker section.
+Location worker_entry_loc(const Value* worker, const Location& section_loc, const char* map, const std::string& name,
+                          bool value = false) {
+  const Value* m = worker != nullptr ? worker->find(map) : nullptr;
+  const Value* v = m != nullptr ? m->find(name) : nullptr;
+  return v != nullptr ? (value ? v->loc : v->key_loc) : (m != nullptr ? m->loc : section_loc);
+}
+
 void check_worker_names(const Value* worker, const Location& section_loc, const WorkerConfig& w) {
   const auto entry_loc = [&](const char* map, const std::string& name) {
-    const Value* m = worker != nullptr ? worker->find(map) : nullptr;
-    const Value* v = m != nullptr ? m->find(name) : nullptr;
-    return v != nullptr ? v->key_loc : (m != nullptr ? m->loc : section_loc);
+    return worker_entry_loc(worker, section_loc, map, name);
   };
   for (const auto& [name, value] : w.env) {
     const bool shell_name = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
@@ -168,9 +175,7 @@ void check_worker_names(const Value* worker, const Location& section_loc, const 
 // the command, and worker.syntax option names its option.
 void check_worker_syntax(const Value* worker, const Location& section_loc, const WorkerConfig& w) {
   const auto entry_loc = [&](const char* map, const std::string& name) {
-    const Value* m = worker != nullptr ? worker->find(map) : nullptr;
-    const Value* v = m != nullptr ? m->find(name) : nullptr;
-    return v != nullptr ? v->loc : (m != nullptr ? m->loc : section_loc);
+    return worker_entry_loc(worker, section_loc, map, name, /*value=*/true);
   };
   for (const auto& [key, place] : w.written_as) {
     const std::string problem = written_as_problem(w, place);

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/files.h"
+#include "tests/support/python_env.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -31,12 +32,7 @@ using Dir = testing::ScratchDir;
 const std::string kSource = DBH_SOURCE_DIR;
 const std::string kTrainings = kSource + "/tests/integration/trainings";
 
-testing::EnvChanges python_env() {
-  const char* path = std::getenv("PATH");
-  return {{"PATH", kSource + "/.venv/bin:" + (path != nullptr ? path : "/usr/bin:/bin")},
-          {"PYTHONPATH", kSource + "/python"},
-          {"PYTHONDONTWRITEBYTECODE", "1"}};
-}
+testing::EnvChanges python_env() { return testing::venv_python_env(); }
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -254,17 +250,25 @@ TEST_P(CommandSyntaxTest, DiagnoseOfADivergingRateConcludesTheOptimizer) {
   EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(2) << r.out << r.err;
 }
 
+// The argparse training's scenario, from its command in `dir`; empty (and a
+// failure) when from-command fails.
+fs::path plain_loop_scenario(const Dir& dir) {
+  const fs::path s = dir / "s.yaml";
+  const auto r = testing::run_process_with_env(
+      {DBH_BINARY, "scenario", "from-command", "--external", kStyles[0].command, "--out", s.string()}, python_env(),
+      kTrainings + "/argparse_folder", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return r.exit_code == 0 ? s : fs::path();
+}
+
 // python/README.md "A plain loop, whole": the argparse training's own
 // checkpoint lines serve `bisect steps`, whose replays resume from them.
 TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
   const Dir dir("dbh-plain-loop-steps");
   const std::string folder = kTrainings + "/argparse_folder";
-  const fs::path s = dir / "s.yaml";
-  auto r = testing::run_process_with_env(
-      {DBH_BINARY, "scenario", "from-command", "--external", kStyles[0].command, "--out", s.string()}, python_env(),
-      folder, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  r = testing::run_process_with_env({DBH_BINARY, "bisect", "steps", s.string(),
+  const fs::path s = plain_loop_scenario(dir);
+  ASSERT_FALSE(s.empty());
+  auto r = testing::run_process_with_env({DBH_BINARY, "bisect", "steps", s.string(),
                                      "faults=[{name: nan_activation, module: pool, at_step: 4}]", "--out",
                                      (dir / "out").string(), "--cache", (dir / "cache").string()},
                                     python_env(), folder, 600);
@@ -282,12 +286,9 @@ TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
 TEST(PlainLoopTest, AnUnseededShuffleIsNondeterministicAcrossProcesses) {
   const Dir dir("dbh-plain-loop-order");
   const std::string folder = kTrainings + "/argparse_folder";
-  const fs::path s = dir / "s.yaml";
-  auto r = testing::run_process_with_env(
-      {DBH_BINARY, "scenario", "from-command", "--external", kStyles[0].command, "--out", s.string()}, python_env(),
-      folder, 120);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  r = testing::run_process_with_env({DBH_BINARY, "repeat", s.string(), "--processes", "2", "shuffle=true",
+  const fs::path s = plain_loop_scenario(dir);
+  ASSERT_FALSE(s.empty());
+  auto r = testing::run_process_with_env({DBH_BINARY, "repeat", s.string(), "--processes", "2", "shuffle=true",
                                      "shuffle_seed=-1", "--out", (dir / "out").string()},
                                     python_env(), folder, 600);
   EXPECT_EQ(read_json(dir / "out" / "report.json")["outcome"], "nondeterministic") << r.out << r.err;

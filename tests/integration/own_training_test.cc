@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/files.h"
+#include "tests/support/python_env.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {
@@ -28,14 +29,7 @@ const std::string kSource = DBH_SOURCE_DIR;
 const std::string kExample = kSource + "/examples/lightning-dbnet";
 const std::string kScenarios = kExample + "/scenarios";
 
-// The environment ./dev setup makes: the .venv's python (torch, lightning,
-// hydra-core, pillow) first on PATH, and the adapter of this checkout.
-testing::EnvChanges python_env() {
-  const char* path = std::getenv("PATH");
-  return {{"PATH", kSource + "/.venv/bin:" + (path != nullptr ? path : "/usr/bin:/bin")},
-          {"PYTHONPATH", kSource + "/python"},
-          {"PYTHONDONTWRITEBYTECODE", "1"}};
-}
+testing::EnvChanges python_env() { return testing::venv_python_env(); }
 
 testing::ProcessResult dbh(std::vector<std::string> args, double timeout_s = 900) {
   args.insert(args.begin(), DBH_BINARY);
