@@ -229,8 +229,9 @@ void judge_error(const EventDigest& d, const kb::KnowledgeBase& kb, TrialAnalysi
 // once and in order; start is 0, or with train.resume_from the step the
 // resume continues at (the checkpoint's name says it as dbh names
 // checkpoints; a worker's own format says it in its `checkpoint` event).
-// A pass of 0 of 4 steps, or of 7, is no answer: "" when the steps are the
-// schedule's, else why not.
+// A pass of 0 of 4 steps, or of 7, is no answer, nor one that resumed at or
+// past the schedule's end (no step trained, from any worker): "" when the
+// steps are the schedule's, else why not.
 std::string schedule_mismatch(const TrialAnalysis& a, const scenario::Scenario& s, const EventDigest& d) {
   if (s.train.mode == scenario::TrainMode::kOps) return "";
   int64_t start = 0;
@@ -246,6 +247,13 @@ std::string schedule_mismatch(const TrialAnalysis& a, const scenario::Scenario& 
   }
   const int64_t last = s.train.last_step();
   const int64_t want = std::max<int64_t>(0, last - start);
+  if (want == 0) {
+    // Resumed at or past the schedule's end: nothing was trained, whoever
+    // wrote the checkpoint.
+    return "the worker reported `done passed` after resuming at step " + std::to_string(start) +
+           ", at or past the schedule's last step " + std::to_string(last - 1) +
+           ": a pass of no trained step is no answer";
+  }
   for (int64_t run = 0; run < s.repeat.in_process; ++run) {
     const auto it = d.run_steps.find(run);
     const EventDigest::RunSteps steps = it == d.run_steps.end() ? EventDigest::RunSteps{} : it->second;

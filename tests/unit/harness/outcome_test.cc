@@ -401,6 +401,16 @@ TEST(Classify, APassOfAnotherScheduleIsNoAnswer) {
   Stream from_zero;
   from_zero.run_begin().step(0).step(1).run_end().done().exit(0);
   EXPECT_EQ(testing::classify(from_zero.result(), four, Kb()).outcome, scenario::Outcome::kUnresolved);
+  // A worker's own checkpoint that says it resumed past the last step: no
+  // step trained, no pass.
+  four.train.resume_from = "/x/their-own-format.ckpt";
+  Stream past;
+  past.run_begin().add(proto::Checkpoint{0, 9, "/x/their-own-format.ckpt", true}).run_end().done().exit(0);
+  const auto p = testing::classify(past.result(), four, Kb());
+  EXPECT_EQ(p.outcome, scenario::Outcome::kUnresolved);
+  EXPECT_NE(p.failure.message.find("after resuming at step 9, at or past the schedule's last step 3"),
+            std::string::npos)
+      << p.failure.message;
 }
 
 // Validations asked of an external worker and none reported: the validation
