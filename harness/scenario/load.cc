@@ -97,10 +97,10 @@ Value load_with_includes(const std::string& path, std::vector<std::string>& stac
 // key outside dbh's own sections (model, data, train, …) is the user's,
 // passed through to the command unchanged in worker.overrides, and so is a
 // Lightning key the alias table cannot map for dbh's own worker (the user's
-// training honours it) and a key under `model.` that is none of dbh's (dbh's
-// model section configures its built-in model only). Any other key inside
-// dbh's sections stays dbh's, so a misspelt one is still an error with its
-// "did you mean".
+// training honours it) and a key under the training's sections (model, data,
+// train, hardware) that is none of dbh's and no misspelling of one (the
+// user's command refuses a key it does not know). A misspelt key of dbh's
+// stays dbh's, so it is still an error with its "did you mean".
 bool dbh_section(const std::string& first) {
   static const std::set<std::string> kTop = [] {
     std::set<std::string> top = {"name", "description", "include", "faults", "expect", "controls"};
@@ -132,11 +132,19 @@ std::optional<std::string> user_key_override(Value& tree, const std::string& tex
     }
   }
   const std::string first = key.substr(0, key.find('.'));
-  // dbh's own model section configures dbh's built-in model only: under
-  // `model.` a key that is none of dbh's is the user's (LightningCLI's
-  // `model.cutoff`).
-  const bool users_model_key = first == "model" && find_scenario_key(key) == nullptr;
-  if ((dbh_section(first) && !users_model_key) || first.rfind('+', 0) == 0 || first.rfind('-', 0) == 0) {
+  // Under the training's sections (model, data, train, hardware) a key
+  // that is none of dbh's, and no misspelling of one, is the user's
+  // training's (LightningCLI's `model.cutoff`, `data.shuffle`; an experiment
+  // file's `train.data_dir`): its command refuses a key it does not know.
+  static const std::vector<std::string> kKnown = [] {
+    std::vector<std::string> keys;
+    for (const auto& k : scenario_keys()) keys.push_back(k.key);
+    return keys;
+  }();
+  const bool training_section = first == "model" || first == "data" || first == "train" || first == "hardware";
+  const bool users_key = training_section && key.find('.') != std::string::npos && find_scenario_key(key) == nullptr &&
+                         key.find_first_of("[]") == std::string::npos && did_you_mean(key, kKnown).empty();
+  if ((dbh_section(first) && !users_key) || first.rfind('+', 0) == 0 || first.rfind('-', 0) == 0) {
     return std::nullopt;
   }
   // A Lightning key dbh cannot honour in its own worker is the user's

@@ -942,10 +942,10 @@ TEST_F(ScenarioFiles, WorkerNamesAreDbhsToCheck) {
   EXPECT_EQ(error("ok.yaml", "  env: {OMP_NUM_THREADS: \"1\", _X1: y}\n  keys: {train.lr: --lr, train.seed: \"\"}\n"), "");
 }
 
-// Note [The user's own names]: for the user's own command a key under
-// `model.` that is none of dbh's, and a Lightning key dbh cannot honour in
-// its own worker, are the user's training's (worker.overrides); a misspelt
-// key of dbh's other sections is still an error.
+// Note [The user's own names]: for the user's own command a key under the
+// training's sections that is none of dbh's and no misspelling of one, and a
+// Lightning key dbh cannot honour in its own worker, are the user's
+// training's (worker.overrides); a misspelt key of dbh's is still an error.
 TEST_F(ScenarioFiles, AnExternalWorkersOwnModelAndTrainerKeysPassThrough) {
   const std::string file = write("ext.yaml", "worker:\n  command: [python, train.py, fit]\n  syntax: flags\n");
   const scenario::Scenario s = scenario::load_scenario(
@@ -955,6 +955,10 @@ TEST_F(ScenarioFiles, AnExternalWorkersOwnModelAndTrainerKeysPassThrough) {
   EXPECT_EQ(s.train.max_steps, 4) << "a key the alias table maps stays dbh's";
   EXPECT_EQ(s.worker.overrides.count("trainer.max_steps"), 0u);
   EXPECT_THROW((void)scenario::load_scenario(file, {"data.batch_sise=2"}), ScenarioError);
+  EXPECT_THROW((void)scenario::load_scenario(file, {"train.lrr=2"}), ScenarioError);
+  const scenario::Scenario own = scenario::load_scenario(file, {"data.order_seed=-1", "train.data_dir=/d"});
+  EXPECT_EQ(own.worker.overrides.at("data.order_seed"), "-1");
+  EXPECT_EQ(own.worker.overrides.at("train.data_dir"), "/d");
   // dbh's own worker: model.cutoff is a misspelt key of dbh's model.
   EXPECT_THROW((void)scenario::load_scenario(write("own.yaml", "name: own\n"), {"model.cutoff=1"}), ScenarioError);
 }

@@ -83,7 +83,12 @@ def main():
     dbh = dbh_adapter.connect(config=exp)
     pixels = Pixels(Path(hp["data_dir"]), exp["model"]["side"])
     data = dbh.dataset(pixels, names=[p.name for p in pixels.paths])
-    batches = torch.utils.data.DataLoader(data, batch_size=hp["batch_size"], shuffle=False)
+    order = torch.Generator()
+    if hp["order_seed"] >= 0:
+        order.manual_seed(hp["order_seed"])
+    else:
+        order.seed()  # a fresh order in every process
+    batches = torch.utils.data.DataLoader(data, batch_size=hp["batch_size"], shuffle=hp["shuffle"], generator=order)
     with dbh:
         dbh.watch(net, opt)
         val = exp["validation"]

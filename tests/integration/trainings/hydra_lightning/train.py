@@ -69,7 +69,10 @@ def main(cfg: DictConfig) -> None:
     dbh = dbh_adapter.connect(config=cfg)
     raw = Tiles(cfg.loader.folder, cfg.loader.side)
     tiles = dbh.dataset(raw, names=lambda k: raw.names[k])
-    train = torch.utils.data.DataLoader(tiles, batch_size=cfg.loader.per_step)
+    gen = torch.Generator()
+    _ = gen.seed() if cfg.loader.order_seed < 0 else gen.manual_seed(cfg.loader.order_seed)
+    train = torch.utils.data.DataLoader(tiles, batch_size=cfg.loader.per_step, shuffle=cfg.loader.shuffle,
+                                        generator=gen)
     every = cfg.run.validate_every
     trainer = L.Trainer(max_steps=cfg.run.updates, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,

@@ -33,9 +33,11 @@ class Crops(torch.utils.data.Dataset):
 
 
 class CropData(L.LightningDataModule):
-    def __init__(self, root: str = "", batch_size: int = 2, side: int = 16):
+    def __init__(self, root: str = "", batch_size: int = 2, side: int = 16, shuffle: bool = False,
+                 order_seed: int = 0):
         super().__init__()
         self.root, self.batch_size, self.side = root, batch_size, side
+        self.shuffle, self.order_seed = shuffle, order_seed
 
     def val_dataloader(self):
         return torch.utils.data.DataLoader(Crops(self.root, self.side), batch_size=self.batch_size)
@@ -43,7 +45,12 @@ class CropData(L.LightningDataModule):
     def train_dataloader(self):
         crops = Crops(self.root, self.side)
         data = dbh.dataset(crops, names=lambda i: crops.files[i].name)
-        return torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=False)
+        order = torch.Generator()
+        if self.order_seed < 0:
+            order.seed()  # another order in every process
+        else:
+            order.manual_seed(self.order_seed)
+        return torch.utils.data.DataLoader(data, batch_size=self.batch_size, shuffle=self.shuffle, generator=order)
 
 
 class Bright(L.LightningModule):

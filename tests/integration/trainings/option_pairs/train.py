@@ -81,8 +81,10 @@ def main():
     dbh = dbh_adapter.connect(config=cfg)
     simple = SimpleDataSet(cfg["Train"]["dataset"]["data_dir"], g["image_side"])
     dataset = dbh.dataset(simple, names=lambda idx: simple.files[idx].name)
+    generator = torch.Generator()
+    generator.manual_seed(loader_cfg["seed"]) if loader_cfg["seed"] >= 0 else generator.seed()
     loader = torch.utils.data.DataLoader(dataset, batch_size=loader_cfg["batch_size_per_card"],
-                                         shuffle=loader_cfg["shuffle"])
+                                         shuffle=loader_cfg["shuffle"], generator=generator)
     with dbh:
         dbh.watch(model, optimizer)
         every, cutoff = cfg["Eval"]["every"], cfg["Eval"]["cutoff"]
