@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -45,6 +46,31 @@ T field_or(const Json& j, const std::string& key, T fallback) {
   } catch (const nlohmann::detail::exception&) {
     return fallback;
   }
+}
+
+/// Note [An unknown is no zero]: a count a worker reports (bytes, files,
+/// threads) that is absent, null, of another type, not finite, negative or
+/// above `max` is unknown, never 0 nor a wrapped-around giant: no judgement
+/// is made from it (a leak across runs is judged only over known figures),
+/// and a report shows it as unknown.
+template <typename Json>
+std::optional<int64_t> count_field(const Json& j, const std::string& key, int64_t max = int64_t{1} << 52) {
+  if (!j.is_object()) return std::nullopt;
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  if (it->is_number_float()) {
+    const double v = it->template get<double>();
+    if (!std::isfinite(v) || v < 0 || v > static_cast<double>(max) || v != std::floor(v)) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->template get<uint64_t>();
+    if (v > static_cast<uint64_t>(max)) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  const int64_t v = it->template get<int64_t>();
+  if (v < 0 || v > max) return std::nullopt;
+  return v;
 }
 
 /// The same for a string field with a literal fallback.

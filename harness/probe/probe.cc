@@ -181,6 +181,7 @@ nlohmann::json summary_json(const ProbeResult& p) {
           {"message", a.failure.message},
           {"steps_completed", a.steps_completed},
           {"peak_memory_bytes", a.peak_memory_bytes},
+          {"memory_known", a.memory_known},
           {"max_step_peak_bytes", a.max_step_peak_bytes},
           {"seconds", p.seconds}};
 }
@@ -207,6 +208,7 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
     a.failure.message = field_or(j, "message", "");
     a.steps_completed = field_or(j, "steps_completed", int64_t{0});
     a.peak_memory_bytes = j["peak_memory_bytes"].get<int64_t>();
+    a.memory_known = field_or(j, "memory_known", false);
     a.max_step_peak_bytes = j["max_step_peak_bytes"].get<int64_t>();
     p->seconds = field_or(j, "seconds", 0.0);
     return true;

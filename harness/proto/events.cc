@@ -1,5 +1,7 @@
 #include "harness/proto/events.h"
 
+#include <algorithm>
+
 #include "harness/common/error.h"
 #include "harness/common/text.h"
 
@@ -26,7 +28,31 @@ std::string encode_event(const std::string& type, nlohmann::json fields, double 
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+size_t json_nesting(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character is text
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Event decode_event(const std::string& line, const std::string& where) {
+  if (json_nesting(line) > kMaxEventDepth) {
+    throw ProtocolError(where + ": expected an event nested at most " + std::to_string(kMaxEventDepth) +
+                        " levels deep, got one deeper (not read; Note [Depth is input])");
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -48,6 +74,14 @@ Event decode_event(const std::string& line, const std::string& where) {
   if (t != j.end() && t->is_number()) e.t = t->get<double>();
   e.body = std::move(j);
   return e;
+}
+
+std::string bad_lines_note(const std::vector<std::string>& bad_lines) {
+  if (bad_lines.empty()) return "";
+  std::string note = "; the event stream's bad line(s): " + truncate_utf8(bad_lines[0], 300);
+  if (bad_lines.size() > 1) note += "; " + truncate_utf8(bad_lines[1], 300);
+  if (bad_lines.size() > 2) note += " (and " + std::to_string(bad_lines.size() - 2) + " more)";
+  return note;
 }
 
 void StreamDecoder::bad(std::string why, std::vector<std::string>& bad_lines) {

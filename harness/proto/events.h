@@ -94,6 +94,24 @@ Event decode_event(const std::string& line, const std::string& where);
 inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
 inline constexpr size_t kMaxBadLines = 100;
 
+/// Note [Depth is input]: a line within kMaxEventLineBytes can still nest
+/// half a million arrays, and every copy, comparison or dump of a JSON value
+/// recurses once per level: a worker's structure is refused before it is
+/// parsed when it nests deeper than kMaxEventDepth (the event object itself
+/// is level 1; `hello`'s `config` values start at level 3). The adapter
+/// reads the same limit (python/dbh_adapter/_events.py, MAX_EVENT_DEPTH).
+inline constexpr size_t kMaxEventDepth = 64;
+
+/// How deep `text`'s arrays and objects nest, counted without parsing
+/// (brackets inside strings are text) and no further than `limit` + 1: a
+/// result above `limit` says "deeper than limit".
+size_t json_nesting(std::string_view text, size_t limit = kMaxEventDepth);
+
+/// "" for none, else "; the event stream's bad line(s): <the first two>":
+/// where an event was expected and not found (a `hello` over the line
+/// bound), the line that was not read says why.
+std::string bad_lines_note(const std::vector<std::string>& bad_lines);
+
 /// Splits a stream read in pieces (the supervisor's pipe) into events, line
 /// by line as they complete; decode_stream is this over a whole text.
 class StreamDecoder {

@@ -283,7 +283,8 @@ nlohmann::ordered_json map_into_user_config(const FromCommandOptions& options, W
   }
   for (const auto& [m, value] : found) {
     // As the configuration holds it: what dbh passes back unchanged.
-    const auto held = std::find_if(config.begin(), config.end(), [&](const ConfigEntry& c) { return c.first == m.user_key; });
+    const std::string& user_key = m.user_key;  // a structured binding is no lambda capture before C++20
+    const auto held = std::find_if(config.begin(), config.end(), [&](const ConfigEntry& c) { return c.first == user_key; });
     const bool resolved = m.dbh_key == DBH_SCENARIO_KEY(data.path);  // a folder made absolute
     const nlohmann::json& as_held = held != config.end() && !resolved ? held->second : m.value;
     const std::string shown = as_held.is_string() ? as_held.get<std::string>() : as_held.dump();

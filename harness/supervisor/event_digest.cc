@@ -188,20 +188,26 @@ StepRecord step_record(const proto::StepEnd& end, TrialAnalysis& a, EventDigest&
   }
   if (end.memory.is_object()) {
     const auto& m = end.memory;
-    st.rss_bytes = field_or(m, "rss_bytes", int64_t{0});
+    const auto rss = count_field(m, "rss_bytes");
+    st.rss_bytes = rss.value_or(0);
+    a.memory_known = a.memory_known || rss.has_value();
     if (m.contains("cuda_peak_allocated_bytes")) {
-      st.peak_bytes = field_or(m, "cuda_peak_allocated_bytes", int64_t{0});
+      const auto peak = count_field(m, "cuda_peak_allocated_bytes");
+      st.peak_bytes = peak.value_or(0);
+      a.memory_known = a.memory_known || peak.has_value();
       a.cuda_memory_seen = true;
+    } else if (const auto peak = count_field(m, "peak_rss_bytes")) {
+      a.peak_memory_bytes = std::max(a.peak_memory_bytes, *peak);
+      a.memory_known = true;
     }
-    a.peak_memory_bytes = std::max(a.peak_memory_bytes, m.contains("cuda_peak_allocated_bytes")
-                                                            ? st.peak_bytes
-                                                            : field_or(m, "peak_rss_bytes", int64_t{0}));
   }
   if (end.phases.is_object()) {
     if (detailed) st.phases = bounded_phases(end.phases);
     if (st.peak_bytes == 0) {
       for (const auto& [phase, m] : end.phases.items()) {
-        if (m.is_object()) st.peak_bytes = std::max(st.peak_bytes, field_or(m, "rss_bytes", int64_t{0}));
+        const auto rss = count_field(m, "rss_bytes");
+        st.peak_bytes = std::max(st.peak_bytes, rss.value_or(0));
+        a.memory_known = a.memory_known || rss.has_value();
       }
       st.peak_bytes = std::max(st.peak_bytes, st.rss_bytes);
     }
@@ -296,21 +302,18 @@ void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDiges
 void record_run_end(const proto::RunEnd& end, TrialAnalysis& a) {
   if (a.run_checksums.size() >= kMaxScheduleRuns) return;
   a.run_checksums.push_back(quoted_name(end.checksum));
-  if (end.resources.is_object()) {
-    const auto count = [&](const char* key) {
-      const auto it = end.resources.find(key);
-      return it != end.resources.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{-1};
-    };
-    a.run_end_open_files.push_back(count("open_files"));
-    a.run_end_threads.push_back(count("threads"));
-    a.run_end_children.push_back(count("children"));
+  if (end.resources.is_object() || !a.run_end_open_files.empty()) {
+    a.run_end_open_files.push_back(count_field(end.resources, "open_files"));
+    a.run_end_threads.push_back(count_field(end.resources, "threads"));
+    a.run_end_children.push_back(count_field(end.resources, "children"));
   }
-  if (!end.memory.is_object()) return;
+  // Every run's end holds a place in each series, unknown when not reported,
+  // so that a figure is never compared with another run's.
   const auto& m = end.memory;
-  a.run_end_rss.push_back(field_or(m, "rss_bytes", int64_t{0}));
-  if (m.contains("cuda_allocated_bytes")) {
-    a.run_end_cuda_allocated.push_back(field_or(m, "cuda_allocated_bytes", int64_t{0}));
-    a.run_end_cuda_reserved.push_back(field_or(m, "cuda_reserved_bytes", int64_t{0}));
+  a.run_end_rss.push_back(count_field(m, "rss_bytes"));
+  if (m.is_object() && (m.contains("cuda_allocated_bytes") || !a.run_end_cuda_allocated.empty())) {
+    a.run_end_cuda_allocated.push_back(count_field(m, "cuda_allocated_bytes"));
+    a.run_end_cuda_reserved.push_back(count_field(m, "cuda_reserved_bytes"));
   }
 }
 
@@ -396,7 +399,7 @@ void EventDigester::feed(const proto::Event& e) {
   } else if (e.type == proto::event::kRunBegin) {
     const auto b = proto::run_begin_from(e);
     if (b.memory.is_object() && a.run_begin_rss.size() < kMaxScheduleRuns) {
-      a.run_begin_rss.push_back(field_or(b.memory, "rss_bytes", int64_t{0}));
+      a.run_begin_rss.push_back(count_field(b.memory, "rss_bytes"));
     }
   } else if (e.type == proto::event::kRunEnd) {
     record_run_end(proto::run_end_from(e), a);
@@ -404,8 +407,9 @@ void EventDigester::feed(const proto::Event& e) {
     const auto done = proto::done_from(e);
     a.done_seen = true;
     d.done_status = quoted_name(done.status);
-    if (done.memory.is_object()) {
-      a.peak_memory_bytes = std::max(a.peak_memory_bytes, field_or(done.memory, "peak_rss_bytes", int64_t{0}));
+    if (const auto peak = count_field(done.memory, "peak_rss_bytes")) {
+      a.peak_memory_bytes = std::max(a.peak_memory_bytes, *peak);
+      a.memory_known = true;
     }
   }
 }

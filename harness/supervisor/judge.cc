@@ -61,9 +61,14 @@ Miss loss_drop_mismatch(const scenario::Expectation& e, const Evidence& ev) {
 }
 
 Miss memory_mismatch(const scenario::Expectation& e, const Evidence& ev) {
-  if (!e.max_peak_memory || ev.peak_memory_bytes <= *e.max_peak_memory) return std::nullopt;
+  if (!e.max_peak_memory) return std::nullopt;
+  if (!ev.peak_memory_bytes) {
+    return "max_peak_memory: expected at most " + scenario::format_bytes(*e.max_peak_memory) +
+           ", got no memory figure from the worker (none it reported was a count of bytes)";
+  }
+  if (*ev.peak_memory_bytes <= *e.max_peak_memory) return std::nullopt;
   return "max_peak_memory: expected at most " + scenario::format_bytes(*e.max_peak_memory) + ", got " +
-         scenario::format_bytes(ev.peak_memory_bytes);
+         scenario::format_bytes(*ev.peak_memory_bytes);
 }
 
 Miss determinism_mismatch(const scenario::Expectation& e, const Evidence& ev) {
@@ -108,7 +113,7 @@ Evidence evidence_of(const TrialAnalysis& a) {
   if (a.outcome == scenario::Outcome::kSkipped) ev.skip_reason = a.failure.message;
   if (!a.evals.empty()) ev.last_eval = a.evals.back();
   ev.loss_drop = loss_drop_of(a);
-  ev.peak_memory_bytes = a.peak_memory_bytes;
+  if (a.memory_known) ev.peak_memory_bytes = a.peak_memory_bytes;
   return ev;
 }
 

@@ -36,7 +36,9 @@ struct Evidence {
   /// How far the loss fell, as a fraction (Note [Loss drop]); nullopt with too
   /// few steps to tell.
   std::optional<double> loss_drop;
-  int64_t peak_memory_bytes = 0;
+  /// nullopt when the worker reported no memory figure that was a count
+  /// (Note [An unknown is no zero]).
+  std::optional<int64_t> peak_memory_bytes;
   /// Fresh processes compared: whether they agreed; nullopt when none were.
   std::optional<bool> identical;
   /// Whether the failure depends on the data (its controls); nullopt when

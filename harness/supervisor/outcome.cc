@@ -291,10 +291,11 @@ std::string schedule_mismatch(const TrialAnalysis& a, const scenario::Scenario& 
 // worker that said `hello` with the hash of the scenario dbh passed it
 // (DBH_SCENARIO_HASH, the resolved scenario's hash): a stream without a
 // hello, or a hello of another scenario, is no answer. "" when it holds.
-std::string identity_mismatch(const TrialAnalysis& a, const scenario::Scenario& s, const EventDigest& d) {
+std::string identity_mismatch(const TrialAnalysis& a, const scenario::Scenario& s, const EventDigest& d,
+                              const std::vector<std::string>& bad_lines) {
   if (!d.hello_seen) {
     return "the worker reported `done passed` without a `hello` event: a pass of a training that never said which "
-           "scenario it ran is no answer";
+           "scenario it ran is no answer" + proto::bad_lines_note(bad_lines);
   }
   const std::string want = scenario::scenario_hash(s);
   if (a.scenario_hash != want) {
@@ -355,7 +356,7 @@ void judge_ending(const TrialResult& r, const scenario::Scenario& s, const kb::K
     a.outcome = scenario::Outcome::kUnresolved;
     f.message = "the event stream had " + std::to_string(r.bad_lines.size()) +
                 " undecodable line(s): " + r.bad_lines.front();
-  } else if (const std::string who = identity_mismatch(a, s, d); !who.empty()) {
+  } else if (const std::string who = identity_mismatch(a, s, d, r.bad_lines); !who.empty()) {
     a.outcome = scenario::Outcome::kUnresolved;
     f.message = who;
     f.evidence.push_back(who);
@@ -419,6 +420,10 @@ TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const 
   for (const auto& name : r.displaced_files) {
     a.warnings.push_back("the worker wrote a file named " + name + " into its trial folder, where dbh keeps its own " +
                          name + ": the worker's is kept as worker-" + name);
+  }
+  if (!r.folder_replaced.empty()) {
+    a.warnings.push_back("the worker left " + r.folder_replaced + " in place of its trial folder: dbh removed it "
+                         "without following it and wrote its logs and journal into a fresh folder");
   }
   if (settle_without_training(r, s, d, a)) return a;
   judge_ending(r, s, kb, opts, d, a);

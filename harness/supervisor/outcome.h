@@ -96,6 +96,9 @@ struct TrialAnalysis {
   Failure failure;
   int64_t steps_completed = 0;
   int64_t peak_memory_bytes = 0;
+  /// Whether any memory figure the worker reported was a count
+  /// (peak_memory_bytes is then a measurement, else unknown).
+  bool memory_known = false;
   /// Whether the worker reported CUDA allocator memory (a run that used a
   /// GPU); peak_memory_bytes is then the larger of that peak and host RSS.
   bool cuda_memory_seen = false;
@@ -109,13 +112,15 @@ struct TrialAnalysis {
   std::vector<StepRecord> steps;
   std::vector<FaultRecord> faults;  // every scheduled fault, fired or not
   std::vector<std::string> run_checksums;
-  std::vector<int64_t> run_end_rss;
-std::vector<int64_t> run_end_cuda_allocated;  // CUDA only: allocator memory at each run's end
-std::vector<int64_t> run_end_cuda_reserved;
-  std::vector<int64_t> run_begin_rss;
+  /// At each run's end (Note [An unknown is no zero]: nullopt where the
+  /// worker's figure was absent or no count).
+  std::vector<std::optional<int64_t>> run_end_rss;
+  std::vector<std::optional<int64_t>> run_end_cuda_allocated;  // CUDA only: allocator memory at each run's end
+  std::vector<std::optional<int64_t>> run_end_cuda_reserved;
+  std::vector<std::optional<int64_t>> run_begin_rss;
   /// Note [What a run leaves behind]: open files, threads and child
   /// processes at each run's end, when the worker reported them.
-  std::vector<int64_t> run_end_open_files, run_end_threads, run_end_children;
+  std::vector<std::optional<int64_t>> run_end_open_files, run_end_threads, run_end_children;
   std::string scenario_hash;
   /// An external worker's `hello`: what it is, and its own stack (Python,
   /// torch, CUDA, cuDNN, Lightning, device), which the report shows.

@@ -159,6 +159,15 @@ void judge_learning(TrialAnalysis& a, const scenario::Scenario& s) {
   }
 }
 
+// Whether every value of `values` from `from` on is known.
+bool all_known(const std::vector<std::optional<int64_t>>& values, size_t from) {
+  return std::all_of(values.begin() + static_cast<std::ptrdiff_t>(std::min(from, values.size())), values.end(),
+                     [](const std::optional<int64_t>& v) { return v.has_value(); });
+}
+
+std::string count_text(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "unknown"; }
+std::string bytes_text(const std::optional<int64_t>& v) { return v ? scenario::format_bytes(*v) : "unknown"; }
+
 // Memory growth across in-process runs of a passed trial: host RSS, and on
 // CUDA the caching allocator's allocated and reserved memory.
 // Note [What a run leaves behind]: besides memory, a run that leaves open
@@ -167,28 +176,30 @@ void judge_learning(TrialAnalysis& a, const scenario::Scenario& s) {
 // a process opens once: thread pools, loader workers, caches), over three
 // runs at least: a count that rises at every run's end is a leak.
 void judge_resource_leaks(TrialAnalysis& a) {
-  const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
+  const std::vector<std::pair<const char*, const std::vector<std::optional<int64_t>>*>> series = {
       {"open files", &a.run_end_open_files}, {"threads", &a.run_end_threads}, {"child processes", &a.run_end_children}};
   for (const auto& [what, values] : series) {
     if (a.outcome != scenario::Outcome::kPassed || values->size() < 3) continue;
+    // Note [An unknown is no zero]: judged only over counts the worker gave.
+    if (!all_known(*values, 1)) continue;
     bool rises = true;
-    for (size_t i = 2; i < values->size(); ++i) rises = rises && (*values)[i - 1] >= 0 && (*values)[i] > (*values)[i - 1];
+    for (size_t i = 2; i < values->size(); ++i) rises = rises && *(*values)[i] > *(*values)[i - 1];
     if (!rises) continue;
-    const int64_t per_run = (values->back() - (*values)[1]) / static_cast<int64_t>(values->size() - 2);
+    const int64_t per_run = (*values->back() - *(*values)[1]) / static_cast<int64_t>(values->size() - 2);
     Failure& f = a.failure;
     a.outcome = scenario::Outcome::kLeaked;
     f.klass = "leak_across_runs";
     f.message = std::string(what) + " grew by " + std::to_string(per_run) + " per run over " +
                 std::to_string(values->size()) + " in-process runs";
     std::string counts;
-    for (size_t i = 0; i < values->size(); ++i) counts += (i ? ", " : "") + std::to_string((*values)[i]);
+    for (size_t i = 0; i < values->size(); ++i) counts += (i ? ", " : "") + count_text((*values)[i]);
     f.evidence.push_back(std::string(what) + " at each run's end: " + counts);
   }
 }
 
 void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
   Failure& f = a.failure;
-  const std::vector<std::pair<const char*, const std::vector<int64_t>*>> series = {
+  const std::vector<std::pair<const char*, const std::vector<std::optional<int64_t>>*>> series = {
       {"CUDA allocated memory", &a.run_end_cuda_allocated},
       {"CUDA reserved memory", &a.run_end_cuda_reserved},
       {"resident memory", &a.run_end_rss}};
@@ -205,7 +216,10 @@ void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
     const bool two_runs = values->size() == 2;
     const size_t from = exact || two_runs ? 0 : 1;
     if (values->size() < from + 2 || a.outcome != scenario::Outcome::kPassed) continue;
-    const int64_t growth = values->back() - (*values)[from];
+    // Note [An unknown is no zero]: a run's end without a figure, or with
+    // no count, leaves the series unjudged.
+    if (!all_known(*values, from)) continue;
+    const int64_t growth = *values->back() - *(*values)[from];
     const int64_t per_run = growth / static_cast<int64_t>(values->size() - 1 - from);
     if (per_run <= (two_runs && !exact ? 2 : 1) * opts.leak_threshold_bytes) continue;
     a.outcome = scenario::Outcome::kLeaked;
@@ -213,10 +227,10 @@ void judge_leaks(const ClassifyOptions& opts, TrialAnalysis& a) {
     f.message = std::string(what) + " grew by " + scenario::format_bytes(per_run) + " per run over " +
                 std::to_string(values->size()) + " in-process runs";
     for (size_t i = 0; i < a.run_end_rss.size(); ++i) {
-      std::string line = "run " + std::to_string(i) + " ended at " + scenario::format_bytes(a.run_end_rss[i]) + " RSS";
+      std::string line = "run " + std::to_string(i) + " ended at " + bytes_text(a.run_end_rss[i]) + " RSS";
       if (i < a.run_end_cuda_allocated.size()) {
-        line += ", CUDA allocated " + scenario::format_bytes(a.run_end_cuda_allocated[i]) + ", reserved " +
-                scenario::format_bytes(a.run_end_cuda_reserved[i]);
+        line += ", CUDA allocated " + bytes_text(a.run_end_cuda_allocated[i]) + ", reserved " +
+                bytes_text(i < a.run_end_cuda_reserved.size() ? a.run_end_cuda_reserved[i] : std::nullopt);
       }
       f.evidence.push_back(line);
     }

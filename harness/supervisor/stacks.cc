@@ -28,7 +28,7 @@ std::string find_on_path(const std::string& name) {
 
 }  // namespace
 
-std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
+std::string capture_stacks(pid_t pid, int fd, double timeout_s) {
   std::vector<std::string> argv;
   std::string tool;
   if (const auto eu = find_on_path("eu-stack"); !eu.empty()) {
@@ -41,8 +41,6 @@ std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
   } else {
     return {};
   }
-  const int fd = create_file_no_follow(file.string());
-  if (fd < 0) return {};
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -57,7 +55,6 @@ std::string capture_stacks(pid_t pid, const fs::path& file, double timeout_s) {
     execv(args[0], args.data());
     _exit(127);
   }
-  close(fd);
   if (child < 0) return {};
   const auto t0 = std::chrono::steady_clock::now();
   int status = 0;

@@ -70,35 +70,16 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string read_tail(const fs::path& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<size_t>(in.tellg());
+// The last `max_bytes` of the file `fd` holds.
+std::string read_tail(int fd, size_t max_bytes) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) return {};
+  const auto size = static_cast<size_t>(st.st_size);
   const size_t start = size > max_bytes ? size - max_bytes : 0;
-  in.seekg(static_cast<std::streamoff>(start));
   std::string out(size - start, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  const ssize_t got = pread(fd, out.data(), out.size(), static_cast<off_t>(start));
+  out.resize(got > 0 ? static_cast<size_t>(got) : 0);
   return out;
-}
-
-// A descriptor for the trial's file `name` in `dir`, created by this process
-// as files.h's Note [Never through a link] says (a link planted at
-// main/stdout.log is replaced, not written through), and numbered above
-// stderr so that the spawn's dup2 onto 0..2 never meets it. Throws
-// ReportError naming the file.
-int create_trial_file(const fs::path& dir, const std::string& name) {
-  const fs::path file = dir / name;
-  int fd = create_file_no_follow(file.string());
-  if (fd >= 0 && fd <= STDERR_FILENO) {
-    const int high = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-    close(fd);
-    fd = high;
-  }
-  if (fd < 0) {
-    throw ReportError(file.string() + ": expected a file dbh can create, got an error (" + std::strerror(errno) + ")");
-  }
-  return fd;
 }
 
 // Note [A worker's logs are bounded]: one of the worker's output streams
@@ -168,13 +149,6 @@ bool pipe_above_stderr(int fds[2]) {
   return false;
 }
 
-// Closes a descriptor when it goes out of scope.
-struct FdCloser {
-  int fd = -1;
-  ~FdCloser() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 }  // namespace
 
@@ -263,11 +237,10 @@ class Supervision {
   // they cannot be made.
   bool open_files() {
     try {
-      make_directories_no_follow(spec_.run_dir);
-      make_directories_no_follow(files_.stage().string());
-      out_log_.fd = create_trial_file(files_.stage(), "stdout.log");
-      err_log_.fd = create_trial_file(files_.stage(), "stderr.log");
-      journal_.fd = create_trial_file(files_.stage(), "events.jsonl");
+      files_.make_folder();
+      out_log_ = files_.create("stdout.log");
+      err_log_ = files_.create("stderr.log");
+      journal_ = files_.create("events.jsonl");
     } catch (const Error& e) {
       result_.spawn_error = e.what();
       return false;
@@ -308,17 +281,15 @@ class Supervision {
     close(err_pipe_[1]);
     log_pipes_[0] = out_pipe_[0];
     log_pipes_[1] = err_pipe_[0];
-    logs_[0] = BoundedLog(out_log_.fd, "stdout");
-    logs_[1] = BoundedLog(err_log_.fd, "stderr");
+    logs_[0] = BoundedLog(out_log_, "stdout");
+    logs_[1] = BoundedLog(err_log_, "stderr");
     if (rc == 0) {
       g_current_group = pid_;
       return true;
     }
     close_logs();
     close(events_[0]);
-    close(journal_.fd);
-    journal_.fd = -1;
-    files_.publish(&result_.displaced_files);
+    publish_files();
     result_.spawn_error = "cannot start " + spec_.argv[0] + ": " + std::strerror(rc);
     return false;
   }
@@ -348,9 +319,8 @@ class Supervision {
     kill_token_holders(token_);  // nor what left its group
     end_adopted_children(pid_, children_before_);  // nor what also left its environment
     g_current_group = 0;
-    close(journal_.fd);
-    journal_.fd = -1;
-    files_.publish(&result_.displaced_files);
+    result_.stderr_tail = read_tail(err_log_, 4096);
+    publish_files();
     // The stop handler TERMs the group itself, so the worker may be gone
     // before watch() saw the request: a trial that ran into a stop request
     // is interrupted either way.
@@ -364,10 +334,18 @@ class Supervision {
     }
     if (WIFEXITED(status_)) result_.exit_code = WEXITSTATUS(status_);
     if (WIFSIGNALED(status_)) result_.term_signal = WTERMSIG(status_);
-    result_.stderr_tail = read_tail(dir_ / "stderr.log", 4096);
   }
 
  private:
+  // Note [dbh's files in a trial]: the logs and journal into the trial's
+  // folder, once nothing of the trial runs.
+  void publish_files() {
+    std::string replaced;
+    std::string error = files_.publish(&result_.displaced_files, &replaced);
+    result_.folder_replaced = replaced;
+    if (!error.empty() && result_.journal_error.empty()) result_.journal_error = std::move(error);
+  }
+
   void close_logs() {
     for (int& fd : log_pipes_) {
       if (fd >= 0) close(fd);
@@ -375,10 +353,6 @@ class Supervision {
     }
     result_.stdout_cut_bytes = logs_[0].finish();
     result_.stderr_cut_bytes = logs_[1].finish();
-    close(out_log_.fd);
-    out_log_.fd = -1;
-    close(err_log_.fd);
-    err_log_.fd = -1;
   }
 
   void on_decoded(proto::Event&& e) {
@@ -397,7 +371,7 @@ class Supervision {
       result_.journal_cut_bytes += static_cast<int64_t>(n);
     } else if (result_.journal_error.empty()) {
       journaled_ += n;
-      if (const int err = write_all(journal_.fd, data, n); err != 0) {
+      if (const int err = write_all(journal_, data, n); err != 0) {
         result_.journal_error = (dir_ / "events.jsonl").string() + ": expected a writable file, got a write error (" +
                                 std::strerror(err) + ")";
       }
@@ -460,9 +434,12 @@ class Supervision {
     } else if (since(start_) > spec_.deadline_s || since(last_event_) > spec_.silence_s) {
       (since(start_) > spec_.deadline_s ? result_.timed_out : result_.hung) = true;
       if (spec_.stacks_timeout_s > 0) {
-        const fs::path stacks = dir_ / "stacks.txt";
-        result_.stacks_tool = internal::capture_stacks(pid_, stacks, spec_.stacks_timeout_s);
-        if (!result_.stacks_tool.empty()) result_.stacks = read_tail(stacks, 256 * 1024);
+        try {
+          const int stacks = files_.create("stacks.txt");
+          result_.stacks_tool = internal::capture_stacks(pid_, stacks, spec_.stacks_timeout_s);
+          if (!result_.stacks_tool.empty()) result_.stacks = read_tail(stacks, 256 * 1024);
+        } catch (const Error&) {  // no room for the stacks: the trial still ends as it should
+        }
       }
       kill_group();
     }
@@ -503,7 +480,7 @@ class Supervision {
   TrialResult& result_;
   const fs::path dir_;
   internal::TrialFiles files_;
-  FdCloser out_log_, err_log_, journal_;
+  int out_log_ = -1, err_log_ = -1, journal_ = -1;  // owned by files_
   int events_[2] = {-1, -1}, out_pipe_[2] = {-1, -1}, err_pipe_[2] = {-1, -1};
   int log_pipes_[2] = {-1, -1};
   BoundedLog logs_[2] = {BoundedLog(-1, "stdout"), BoundedLog(-1, "stderr")};

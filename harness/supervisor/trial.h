@@ -54,6 +54,10 @@ struct TrialResult {
   /// Files of the worker's own that bore the name of one of dbh's in the
   /// trial's folder, kept as worker-<name> (Note [dbh's files in a trial]).
   std::vector<std::string> displaced_files;
+  /// What the worker left in place of its trial folder when it ended ("a
+  /// link to /x", "a file"; "" when the folder was its own): removed, never
+  /// written through (Note [dbh's files in a trial]).
+  std::string folder_replaced;
 };
 
 /// Note [A worker's stream is bounded]: a trial's events.jsonl holds at most

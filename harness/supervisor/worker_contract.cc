@@ -401,7 +401,8 @@ WorkerDescription describe_worker(const scenario::Scenario& s) {
     const std::string tail = one_line(r.stderr_tail.substr(r.stderr_tail.size() > 600 ? r.stderr_tail.size() - 600 : 0));
     throw UsageError(where + ": expected a worker that writes `hello` on fd 3 when " + worker_env::kDescribe +
                      "=1 (docs/worker-protocol.md; the Python adapter does), got " + got +
-                     " without one" + (tail.empty() ? "" : "; its stderr ends: " + tail) +
+                     " without one" + proto::bad_lines_note(r.bad_lines) +
+                     (tail.empty() ? "" : "; its stderr ends: " + tail) +
                      refused_key_hint(s, r.stderr_tail));
   }
   const auto h = proto::hello_from(*hello);

@@ -31,6 +31,28 @@ PIPE_BUF = 4096
 # dbh skips an event line longer than this (harness/proto/events.h,
 # kMaxEventLineBytes; tests/unit/harness/worker_protocol_test.cc binds the two).
 MAX_EVENT_LINE_BYTES = 1 << 20
+# dbh refuses an event nested deeper than this (kMaxEventDepth, the same test
+# binds them): the event is level 1, `hello`'s `config` level 2.
+MAX_EVENT_DEPTH = 64
+
+
+def nesting(value: Any) -> int:
+    """How deep `value`'s lists and dicts nest (a scalar is 0), counted
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_EVENT_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _plain(value: Any) -> Any:
@@ -134,7 +156,8 @@ def fit_in_line(fields: dict[str, Any], config: dict[str, Any], options: list[di
     """`hello`'s `config` and `options` cut, in their order, so that the line
     with `fields` stays within `budget` bytes (dbh's bound, less room for the
     rest of the event): a configuration of the adapter's largest allowed
-    size is never a line dbh skips."""
+    size is never a line dbh skips, and no value nests deeper than dbh
+    reads."""
     used = len(json.dumps(fields, separators=(",", ":"), default=str)) + 64
     kept_options: list[dict[str, Any]] | None = None
     if options is not None:
@@ -147,6 +170,8 @@ def fit_in_line(fields: dict[str, Any], config: dict[str, Any], options: list[di
             kept_options.append(item)
     kept: dict[str, Any] = {}
     for key, value in config.items():
+        if nesting(value) > MAX_EVENT_DEPTH - 2:  # a value nested past dbh's depth is left out
+            continue
         size = len(json.dumps({key: value}, separators=(",", ":"), default=str))
         if used + size > budget:
             break

@@ -101,3 +101,17 @@ def test_the_largest_configuration_and_parser_fit_dbhs_line_bound() -> None:
     assert len(line) + 1 <= MAX_EVENT_LINE_BYTES
     assert kept and kept_options  # cut, not dropped
     assert list(kept) == list(config)[:len(kept)]
+
+
+def test_a_configuration_value_nested_past_dbhs_depth_is_left_out() -> None:
+    from dbh_adapter._events import MAX_EVENT_DEPTH, fit_in_line, nesting
+
+    deep: object = 1
+    for _ in range(100000):  # far past Python's recursion limit: counted iteratively
+        deep = [deep]
+    assert nesting(deep) == MAX_EVENT_DEPTH + 1
+    fits: object = 1
+    for _ in range(MAX_EVENT_DEPTH - 2):
+        fits = {"k": fits}
+    kept, _ = fit_in_line({}, {"deep": deep, "fits": fits, "lr": 0.1}, None)
+    assert list(kept) == ["fits", "lr"]

@@ -429,6 +429,22 @@ bool wait_for_text(const fs::path& file, const std::string& text, double timeout
   return false;
 }
 
+// The /proc path of the trial journal the dbh `pid` holds open (a file no
+// other path reaches), or "" when none appears within `seconds`.
+fs::path journal_of(pid_t pid, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  const fs::path fds = fs::path("/proc") / std::to_string(pid) / "fd";
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fds, ec)) {
+      const std::string target = fs::read_symlink(e.path(), ec).string();
+      if (target.find(".main.events.jsonl.") != std::string::npos) return e.path();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {};
+}
+
 // A second dbh that finds the folder locked must leave it exactly as it was:
 // it created none of what is there. (It used to remove everything it had not
 // seen before its failed claim, i.e. the running run's files.)
@@ -443,10 +459,10 @@ TEST(OutputLockTest, ASecondRunIntoABusyFolderRemovesNothingOfTheFirst) {
       {DBH_BINARY, "run", (dir / "slow.yaml").string(), "--out", out.string(), "-q"}, dir.string(),
       (dir / "first.log").string());
   // In step 0 (its step_begin is journalled before the data is loaded), in
-  // the journal beside the trial's folder until the trial ends (Note [dbh's
-  // files in a trial]).
-  const fs::path live = out / ".main.dbh" / "events.jsonl";
-  const bool started = wait_for_text(live, "\"step_begin\"", 120);
+  // a journal no path reaches until the trial ends (Note [dbh's files in a
+  // trial]): read through dbh's own descriptor.
+  const fs::path live = journal_of(first, 120);
+  const bool started = !live.empty() && wait_for_text(live, "\"step_begin\"", 120);
   if (!started) testing::wait_process(first, 1);
   ASSERT_TRUE(started) << read_text(dir / "first.log");
   const auto before = tree(out);

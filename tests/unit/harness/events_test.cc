@@ -135,6 +135,26 @@ TEST(DecodeEvent, ErrorsNameTheLocation) {
   EXPECT_NE(DecodeError("", "f:9").find("f:9: "), std::string::npos);
 }
 
+// Note [Depth is input]: nesting is counted before anything recurses over it,
+// brackets inside strings are text, and the count stops past the limit.
+TEST(DecodeEvent, NestingDeeperThanTheLimitIsRefusedUnparsed) {
+  EXPECT_EQ(proto::json_nesting("{}"), 1u);
+  EXPECT_EQ(proto::json_nesting("{\"a\":[[1],{\"b\":[]}]}"), 4u);
+  EXPECT_EQ(proto::json_nesting("{\"a\":\"[[[[{{\\\"[[\"}"), 1u) << "brackets in a string, an escaped quote too";
+  auto nested = [](size_t levels) {
+    std::string line = "{\"type\":\"hello\",\"config\":{\"k\":";
+    return line + std::string(levels, '[') + std::string(levels, ']') + "}}";
+  };
+  // The event is level 1, config level 2: 62 arrays inside reach the limit.
+  EXPECT_EQ(proto::json_nesting(nested(proto::kMaxEventDepth - 2)), proto::kMaxEventDepth);
+  EXPECT_NO_THROW(proto::decode_event(nested(proto::kMaxEventDepth - 2), "f:1"));
+  EXPECT_EQ(DecodeError(nested(proto::kMaxEventDepth - 1), "f:4"),
+            "f:4: expected an event nested at most 64 levels deep, got one deeper (not read; Note [Depth is input])");
+  // Half a million levels: refused after counting 65 of them, nothing recursed.
+  EXPECT_EQ(proto::json_nesting(nested(500000)), proto::kMaxEventDepth + 1);
+  EXPECT_NE(DecodeError(nested(500000), "f:5").find("at most 64 levels"), std::string::npos);
+}
+
 TEST(DecodeEvent, ToleratesWhitespaceAndMissingTime) {
   const proto::Event e = proto::decode_event("  {\"type\":\"heartbeat\"}\r", "f:1");
   EXPECT_EQ(e.type, proto::event::kHeartbeat);

@@ -28,9 +28,25 @@ supervisor::Evidence Diverged(const std::string& module, int64_t step) {
   return ev;
 }
 
+// Note [An unknown is no zero]: no memory figure is no evidence of fitting.
+TEST(Judge, AnUnknownPeakMeetsNoMemoryBound) {
+  scenario::Expectation e;
+  e.outcome = scenario::Outcome::kPassed;
+  e.max_peak_memory = 256 * kMiB;
+  supervisor::Evidence ev;
+  ev.outcome = scenario::Outcome::kPassed;
+  const supervisor::Judgement j = judge(e, ev);
+  EXPECT_EQ(j.verdict, supervisor::ExpectVerdict::kNotMet);
+  ASSERT_EQ(j.why.size(), 1u);
+  EXPECT_NE(j.why[0].find("got no memory figure from the worker"), std::string::npos) << j.why[0];
+  ev.peak_memory_bytes = 0;
+  EXPECT_EQ(judge(e, ev).verdict, supervisor::ExpectVerdict::kMet) << "a measured 0 is a figure";
+}
+
 supervisor::Evidence Passed() {
   supervisor::Evidence ev;
   ev.outcome = scenario::Outcome::kPassed;
+  ev.peak_memory_bytes = 100 * kMiB;
   return ev;
 }
 

@@ -69,6 +69,10 @@ class Stream {
   Stream& run_end(int64_t run = 0, int64_t rss = 200 * kMiB) {
     return add(proto::RunEnd{run, 2, "c" + std::to_string(run), {{"rss_bytes", rss}}, {}});
   }
+  // A run's end whose memory says `memory` as the worker wrote it.
+  Stream& run_end_saying(int64_t run, nlohmann::json memory) {
+    return add(proto::RunEnd{run, 2, "c" + std::to_string(run), std::move(memory), {}});
+  }
   Stream& fault(const std::string& name, int64_t index, int64_t s, const std::string& module = "") {
     proto::FaultFired f;
     f.fault = name;
@@ -783,6 +787,37 @@ TEST(Classify, MemoryGrowthAcrossInProcessRunsIsALeak) {
   EXPECT_EQ(a.run_begin_rss.size(), 3u);
   EXPECT_EQ(a.steps_completed, 6);
   ExpectAttributionIgnoresFaultRecords(st.result(), WithFaults({"leak"}));
+}
+
+// Note [An unknown is no zero]: a run's end whose memory is absent, a
+// string, negative or past any machine is unknown, and no leak is judged
+// from it (it was "leaked 300 MiB" from a missing figure read as 0 B).
+TEST(Classify, AnUnknownRunEndFigureJudgesNoLeak) {
+  for (const nlohmann::json& unknown : {nlohmann::json::object(), nlohmann::json{{"rss_bytes", "300 MiB"}},
+                                        nlohmann::json{{"rss_bytes", -1}}, nlohmann::json{{"rss_bytes", 1e300}},
+                                        nlohmann::json{{"rss_bytes", nullptr}}}) {
+    for (size_t unknown_at = 0; unknown_at < 3; ++unknown_at) {
+      Stream st;
+      for (int64_t run = 0; run < 3; ++run) {
+        st.run_begin(run).step(0, run);
+        if (static_cast<size_t>(run) == unknown_at) st.run_end_saying(run, unknown);
+        else st.run_end(run, 300 * kMiB);
+      }
+      st.done().exit(0);
+      const auto a = Classify(st.result());
+      // The first run's end is not judged over three runs; an unknown
+      // later one leaves the series unjudged rather than read as 0 B.
+      EXPECT_EQ(a.outcome, scenario::Outcome::kPassed) << unknown.dump() << " at run " << unknown_at << ": "
+                                                       << a.failure.message;
+      ASSERT_EQ(a.run_end_rss.size(), 3u);
+      EXPECT_FALSE(a.run_end_rss[unknown_at].has_value()) << unknown.dump();
+    }
+  }
+  // The same figures, all known and growing, are a leak.
+  Stream st;
+  for (int64_t run = 0; run < 3; ++run) st.run_begin(run).step(0, run).run_end(run, (300 + 96 * run) * kMiB);
+  st.done().exit(0);
+  EXPECT_EQ(Classify(st.result()).outcome, scenario::Outcome::kLeaked);
 }
 
 TEST(Classify, GrowthBelowTheThresholdIsNotALeak) {

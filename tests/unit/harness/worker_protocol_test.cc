@@ -227,6 +227,7 @@ TEST(WorkerProtocol, ThePythonAdapterKeepsDbhsBounds) {
   const std::string events = testing::read_text(root + "_events.py");
   ASSERT_EQ(proto::kMaxEventLineBytes, size_t{1} << 20) << "the adapter's _events.py spells it so: change both";
   EXPECT_NE(events.find("MAX_EVENT_LINE_BYTES = 1 << 20"), std::string::npos);
+  EXPECT_NE(events.find("MAX_EVENT_DEPTH = " + std::to_string(proto::kMaxEventDepth)), std::string::npos);
   const std::string parser = testing::read_text(root + "_parser.py");
   EXPECT_NE(parser.find("MAX_OPTIONS = " + std::to_string(scenario::kMaxParserOptions)), std::string::npos);
   EXPECT_NE(parser.find("MAX_STRINGS = " + std::to_string(scenario::kMaxParserOptionStrings)), std::string::npos);
