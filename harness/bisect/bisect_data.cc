@@ -347,10 +347,23 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
 // so; one that reports neither cannot be bisected over its data.
 struct SamplePool {
   std::vector<int64_t> consumed;   // the samples to search, sorted
-  std::vector<int64_t> unreached;  // the dataset's other samples
+  std::vector<int64_t> unreached;  // the dataset's other samples, when at most kUnreachedSearched (else none)
+  size_t unreached_count = 0;      // how many there are
   int64_t dataset_size = 0;
   std::optional<int64_t> raised;  // the sample whose read raised (an external worker's report)
   std::string how;                // how `consumed` is known, for the details
+
+  // The dataset's samples not in `seen`: counted, and listed only when few
+  // enough to search (never a list of a size a worker claimed).
+  void set_unreached(const std::set<int64_t>& seen) {
+    const auto within = static_cast<size_t>(std::count_if(seen.begin(), seen.end(),
+                                                          [&](int64_t i) { return i >= 0 && i < dataset_size; }));
+    unreached_count = static_cast<size_t>(std::max<int64_t>(dataset_size, 0)) - within;
+    if (unreached_count > kUnreachedSearched) return;
+    for (int64_t i = 0; i < dataset_size; ++i) {
+      if (!seen.count(i)) unreached.push_back(i);
+    }
+  }
 };
 
 SamplePool pool_from_sampler(const scenario::Scenario& s, const model::ScanResult& scan, int64_t last_step) {
@@ -363,9 +376,7 @@ SamplePool pool_from_sampler(const scenario::Scenario& s, const model::ScanResul
     }
   }
   std::sort(p.consumed.begin(), p.consumed.end());
-  for (int64_t i = 0; i < p.dataset_size; ++i) {
-    if (!seen.count(i)) p.unreached.push_back(i);
-  }
+  p.set_unreached(seen);
   p.how = "the failing run consumed " + std::to_string(p.consumed.size()) + " samples up to step " +
           std::to_string(last_step);
   return p;
@@ -377,10 +388,7 @@ SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
   p.consumed = a.samples_read;
   if (!p.consumed.empty()) {
     p.dataset_size = a.dataset_size.value_or(p.consumed.back() + 1);
-    std::set<int64_t> seen(p.consumed.begin(), p.consumed.end());
-    for (int64_t i = 0; i < p.dataset_size; ++i) {
-      if (!seen.count(i)) p.unreached.push_back(i);
-    }
+    p.set_unreached(std::set<int64_t>(p.consumed.begin(), p.consumed.end()));
     p.how = "the worker's loader read " + std::to_string(p.consumed.size()) + " of its " +
             (a.dataset_size ? std::to_string(*a.dataset_size) + " " : "") + "samples in the failing run";
     return p;
@@ -390,6 +398,14 @@ SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
         "bisect data: expected the worker to report the samples its loader reads (`sample_read` events, or its "
         "dataset's size in a `dataset` event), got neither: wrap the training set with the adapter's "
         "`dbh.dataset(...)` (docs/worker-protocol.md, \"subset\"); dbh does not assume its own order of the samples");
+  }
+  // Note [A claimed size is a claim]: searched whole only within the bound
+  // of what dbh holds of a worker's reads.
+  if (*a.dataset_size > static_cast<int64_t>(supervisor::kMaxSamplesRead)) {
+    throw ScenarioError("bisect data: expected the worker to report the samples its loader reads (`sample_read` "
+                        "events) for a dataset of more than " + std::to_string(supervisor::kMaxSamplesRead) +
+                        " samples, got only its size (" + std::to_string(*a.dataset_size) +
+                        "): wrap the training set with the adapter's `dbh.dataset(...)` (docs/worker-protocol.md)");
   }
   p.dataset_size = *a.dataset_size;
   for (int64_t i = 0; i < p.dataset_size; ++i) p.consumed.push_back(i);
@@ -579,7 +595,7 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   const DefectSearch found =
       search_further_defects(d, out, further, last_step, minimal, consumed, pool.unreached, data_defect);
   if (!found.left_over.empty()) out.doubts.push_back(found.left_over);
-  const size_t unsearched = found.searched_unreached ? 0 : pool.unreached.size();
+  const size_t unsearched = found.searched_unreached ? 0 : pool.unreached_count;
   out.confirmed = minimal_fails && found.rest_passes && found.left_over.empty();
   for (const auto& c : search.contradictions()) out.doubts.push_back(c);
   for (const auto& c : further.contradictions()) out.doubts.push_back(c);

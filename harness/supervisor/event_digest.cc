@@ -285,7 +285,7 @@ nlohmann::json bounded_environment(const nlohmann::json& env) {
 // indices read (bounded); its name is kept cut; the first that raised is the
 // failed sample.
 void record_sample_read(const proto::SampleRead& r, TrialAnalysis& a, EventDigest& d) {
-  if (r.index < 0 || (a.dataset_size && r.index >= *a.dataset_size)) return;
+  if (r.index < 0 || r.index >= kMaxDatasetSamples || (a.dataset_size && r.index >= *a.dataset_size)) return;
   if (d.samples_read.size() < kMaxSamplesRead) d.samples_read.insert(r.index);
   if (r.name && a.sample_names.size() < kMaxSamplesRead && d.sample_name_bytes < kMaxSampleTextBytes &&
       !a.sample_names.count(r.index)) {
@@ -387,7 +387,13 @@ void EventDigester::feed(const proto::Event& e) {
     }
   } else if (e.type == proto::event::kDataset) {
     const int64_t size = proto::dataset_info_from(e).size;
-    if (size >= 0) a.dataset_size = size;
+    if (size >= 0 && size <= kMaxDatasetSamples) {
+      a.dataset_size = size;
+    } else if (size > kMaxDatasetSamples && d.dataset_claims_refused++ == 0) {
+      a.warnings.push_back("the worker's `dataset` event says it holds " + std::to_string(size) +
+                           " samples, more than dbh believes of a dataset (" + std::to_string(kMaxDatasetSamples) +
+                           "): its size is unknown");
+    }
   } else if (e.type == proto::event::kSampleRead) {
     record_sample_read(proto::sample_read_from(e), a, d);
   } else if (e.type == proto::event::kHealth) {

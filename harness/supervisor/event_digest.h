@@ -76,6 +76,7 @@ struct EventDigest {
   bool hello_seen = false;                     // a `hello` came (Note [A pass names its scenario])
   std::optional<int64_t> open_step, open_run;  // a step_begin without its step_end
   std::set<int64_t> samples_read;              // `sample_read` indices, each once
+  int64_t dataset_claims_refused = 0;          // `dataset` sizes past kMaxDatasetSamples
   std::optional<int64_t> resumed_at;           // the step a `checkpoint` event (resumed) says
   nlohmann::json config;                       // `hello`'s composed configuration (Note [Keys a worker confirms])
   /// Note [The schedule asked for]: each run's steps as reported, in a

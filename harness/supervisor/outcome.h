@@ -172,6 +172,11 @@ struct TrialAnalysis {
 
 /// Bounds on what `sample_read` events may make the supervisor keep.
 inline constexpr size_t kMaxSamplesRead = size_t{1} << 19;
+/// Note [A claimed size is a claim]: the most samples a worker's dataset may
+/// say it holds (a `dataset` event's size, a `sample_read` index) for dbh to
+/// believe it; a larger claim leaves the size unknown (and says so), so no
+/// index list is ever allocated from a number a worker made up.
+inline constexpr int64_t kMaxDatasetSamples = int64_t{1} << 24;
 inline constexpr size_t kMaxSampleNameBytes = 256;
 
 /// Marks `a` skipped, not run on this machine for `why` (a device it lacks),

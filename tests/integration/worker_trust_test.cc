@@ -406,6 +406,38 @@ std::vector<TrustCase> cases() {
        "", "", 1, "expected an event line of at most 1048576 bytes"});
   add({"AHelloJustUnderTheLineBound", "line",
        "CONFIG=\"{\\\"k\\\":\\\"$(head -c 1000000 /dev/zero | tr '\\0' x)\\\"}\"; hello; passing", "", "", 0, "PASS"});
+  // --- claim: a size a worker claims is capped before anything is allocated from it -----------------------------
+  // (Note [A claimed size is a claim]) A Python worker whose 40 samples hold
+  // one that raises (17); it says its dataset holds `size` samples and reads
+  // `extra` indices besides its own (or, with `reads` false, reports none).
+  auto claiming = [](const std::string& size, const std::string& extra, bool reads) {
+    return "#!/usr/bin/env python3\nimport json, os, sys\nw = lambda e: os.write(3, (json.dumps(e) + '\\n').encode())\n"
+           "w({'type': 'hello', 't': 0, 'schema_version': 1, 'pid': os.getpid(), 'scenario_hash': "
+           "os.environ['DBH_SCENARIO_HASH'], 'capabilities': ['loss_bits', 'stop_after', 'subset', 'monitors.finite'], "
+           "'modules': ['m'], 'worker': 'claims 1'})\nif os.environ.get('DBH_WORKER_DESCRIBE') == '1':\n"
+           "    w({'type': 'done', 't': 0, 'status': 'described'}); sys.exit(0)\n"
+           "s = json.load(open(os.environ['DBH_SCENARIO']))\nsubset = s['data'].get('subset') or list(range(40))\n"
+           "w({'type': 'dataset', 't': 0, 'size': " + size + "})\nfor i in [" + extra + "]:\n"
+           "    w({'type': 'sample_read', 't': 0, 'index': i})\nw({'type': 'run_begin', 't': 0, 'run': 0, 'memory': {}})\n"
+           "w({'type': 'step_begin', 't': 0, 'run': 0, 'step': 0})\nfor i in subset:\n" +
+           (reads ? "    w({'type': 'sample_read', 't': 0, 'index': i})\n" : "    pass\n") +
+           "if 17 in subset:\n    w({'type': 'error', 't': 0, 'kind': 'exception', 'run': 0, 'step': 0, 'message': "
+           "'ValueError: sample 17'})\n    w({'type': 'done', 't': 0, 'status': 'error'}); sys.exit(1)\n"
+           "for st in range(s['train']['max_steps']):\n    if st:\n        w({'type': 'step_begin', 't': 0, 'run': 0, "
+           "'step': st})\n    w({'type': 'step_end', 't': 0, 'run': 0, 'step': st, 'loss': 0.5, 'loss_bits': "
+           "1056964608, 'lr': 0.1})\nw({'type': 'run_end', 't': 0, 'run': 0, 'steps': s['train']['max_steps'], "
+           "'checksum': '0', 'memory': {}})\nw({'type': 'done', 't': 0, 'status': 'passed'})\n";
+  };
+  const std::string kFound17 = "of the 40 samples the worker's loader read: sample 17 (index [17])";
+  add({"ADatasetOfATrillionSamplesWithReads", "claim", claiming("10**12", "10**11, -3, 2**63 - 1", true), "", "", 0,
+       kFound17, {"bisect", "data"}});
+  add({"ADatasetOfATrillionSamplesWithoutReads", "claim", claiming("10**12", "", false), "", "", 2,
+       "got neither", {"bisect", "data"}});
+  add({"ADatasetOfAMillionSamplesWithoutReads", "claim", claiming("10**6", "", false), "", "", 2,
+       "got only its size (1000000)", {"bisect", "data"}});
+  add({"ReadsAtIndicesPastAnyDataset", "claim", claiming("40", "10**15, 2**40", true), "", "", 0, kFound17,
+       {"bisect", "data"}});
+  add({"ANegativeDatasetSize", "claim", claiming("-5", "", true), "", "", 0, kFound17, {"bisect", "data"}});
   return c;
 }
 
@@ -550,7 +582,7 @@ TEST(WorkerTrustCatalogue, CoversEveryClass) {
   std::map<std::string, int> per_class;
   for (const auto& c : cases()) ++per_class[c.klass];
   EXPECT_GE(cases().size(), 90u);
-  for (const char* k : {"verify", "bound", "own", "escape", "signal", "contract", "depth", "unknown", "folder", "line"}) {
+  for (const char* k : {"verify", "bound", "own", "escape", "signal", "contract", "depth", "unknown", "folder", "line", "claim"}) {
     EXPECT_GE(per_class[k], 3) << k;
   }
 }
