@@ -72,13 +72,9 @@ std::string write_dataset_copy(const model::ScanResult& scan, const std::set<std
   return dir.string();
 }
 
-// Removes a folder when it goes out of scope.
-struct RemoveOnExit {
+struct RemoveOnExit {  // removes a folder when it goes out of scope
   fs::path dir;
-  ~RemoveOnExit() {
-    std::error_code ec;
-    if (!dir.empty()) fs::remove_all(dir, ec);
-  }
+  ~RemoveOnExit() { std::error_code ec; if (!dir.empty()) fs::remove_all(dir, ec); }
 };
 
 // Note [Every bad sample]: at most this many independent failing subsets are
@@ -353,14 +349,10 @@ struct SamplePool {
   std::optional<int64_t> raised;  // the sample whose read raised (an external worker's report)
   std::string how;                // how `consumed` is known, for the details
 
-  // The dataset's samples not in `seen`: counted, and listed only when few
-  // enough to search (never a list of a size a worker claimed).
+  // The samples not in `seen`: counted, listed only when few enough to search.
   void set_unreached(const std::set<int64_t>& seen) {
-    const auto within = static_cast<size_t>(std::count_if(seen.begin(), seen.end(),
-                                                          [&](int64_t i) { return i >= 0 && i < dataset_size; }));
-    unreached_count = static_cast<size_t>(std::max<int64_t>(dataset_size, 0)) - within;
-    if (unreached_count > kUnreachedSearched) return;
-    for (int64_t i = 0; i < dataset_size; ++i) {
+    unreached_count = static_cast<size_t>(dataset_size - std::distance(seen.lower_bound(0), seen.lower_bound(dataset_size)));
+    for (int64_t i = 0; i < dataset_size && unreached_count <= kUnreachedSearched; ++i) {
       if (!seen.count(i)) unreached.push_back(i);
     }
   }
@@ -399,13 +391,10 @@ SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
         "dataset's size in a `dataset` event), got neither: wrap the training set with the adapter's "
         "`dbh.dataset(...)` (docs/worker-protocol.md, \"subset\"); dbh does not assume its own order of the samples");
   }
-  // Note [A claimed size is a claim]: searched whole only within the bound
-  // of what dbh holds of a worker's reads.
-  if (*a.dataset_size > static_cast<int64_t>(supervisor::kMaxSamplesRead)) {
-    throw ScenarioError("bisect data: expected the worker to report the samples its loader reads (`sample_read` "
-                        "events) for a dataset of more than " + std::to_string(supervisor::kMaxSamplesRead) +
-                        " samples, got only its size (" + std::to_string(*a.dataset_size) +
-                        "): wrap the training set with the adapter's `dbh.dataset(...)` (docs/worker-protocol.md)");
+  if (*a.dataset_size > static_cast<int64_t>(supervisor::kMaxSamplesRead)) {  // Note [A claimed size is a claim]
+    throw ScenarioError("bisect data: expected the worker to report the samples its loader reads for a dataset of "
+                        "over " + std::to_string(supervisor::kMaxSamplesRead) + " samples, got only its size (" +
+                        std::to_string(*a.dataset_size) + "): wrap the training set with `dbh.dataset(...)`");
   }
   p.dataset_size = *a.dataset_size;
   for (int64_t i = 0; i < p.dataset_size; ++i) p.consumed.push_back(i);

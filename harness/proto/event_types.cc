@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 namespace dbh::harness::proto {
 
@@ -518,6 +519,46 @@ std::optional<CheckpointName> parse_checkpoint_file_name(const std::string& name
     return std::nullopt;
   }
   return out;
+}
+
+
+std::vector<const nlohmann::json*> FlatConfig::find(const std::string& key) const {
+  std::vector<const nlohmann::json*> found;
+  for (const auto& [k, v] : entries) {
+    if (k == key) found.push_back(&v);
+  }
+  return found;
+}
+
+FlatConfig flatten_config(const nlohmann::json& config) {
+  FlatConfig flat;
+  if (!config.is_object()) return flat;
+  // Iterative (Note [Depth is input]): a stack of (key so far, value).
+  std::vector<std::pair<std::string, const nlohmann::json*>> stack;
+  std::vector<std::pair<std::string, const nlohmann::json*>> top;
+  for (auto it = config.begin(); it != config.end(); ++it) top.emplace_back(it.key(), &it.value());
+  for (auto it = top.rbegin(); it != top.rend(); ++it) stack.push_back(std::move(*it));
+  while (!stack.empty()) {
+    auto [key, value] = std::move(stack.back());
+    stack.pop_back();
+    if (value->is_object()) {
+      std::vector<std::pair<std::string, const nlohmann::json*>> children;
+      for (auto it = value->begin(); it != value->end(); ++it) children.emplace_back(key + "." + it.key(), &it.value());
+      for (auto it = children.rbegin(); it != children.rend(); ++it) stack.push_back(std::move(*it));
+      continue;
+    }
+    if (key.size() > kMaxConfigKeyBytes || value->is_null()) continue;
+    if (value->is_string() ? value->get_ref<const std::string&>().size() > kMaxConfigValueBytes
+                           : value->is_array() && value->dump().size() > kMaxConfigValueBytes) {
+      continue;
+    }
+    if (flat.entries.size() >= kMaxConfigKeys) {
+      flat.cut = true;
+      break;
+    }
+    flat.entries.emplace_back(key, *value);
+  }
+  return flat;
 }
 
 }  // namespace dbh::harness::proto

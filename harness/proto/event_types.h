@@ -54,6 +54,27 @@ struct Hello {
 nlohmann::json to_json(const Hello& e);
 Hello hello_from(const Event& e);
 
+/// Note [One flattening of a worker's configuration]: `hello`'s `config`
+/// may be flat (`{"optim.lr": 0.1}`, the adapter's) or nested (`{"optim":
+/// {"lr": 0.1}}`, a worker's own); dbh reads it one way everywhere, so that
+/// the keys from-command maps and the keys a trial confirms (Note [Keys a
+/// worker confirms]) are the same keys: nested objects as dotted keys (a key
+/// reached both ways is kept both times, in order), scalars and lists whose
+/// text is at most kMaxConfigValueBytes kept as sent (keys and values are
+/// never escaped here: that is for output), null and longer values left out.
+/// At most kMaxConfigKeys entries; `cut` says that more were left out.
+inline constexpr size_t kMaxConfigKeys = 4096;
+inline constexpr size_t kMaxConfigKeyBytes = 200;
+inline constexpr size_t kMaxConfigValueBytes = 1000;
+struct FlatConfig {
+  std::vector<std::pair<std::string, nlohmann::json>> entries;
+  bool cut = false;
+  /// Every value held under `key`, in order (a flat and a nested spelling may
+  /// both hold it).
+  std::vector<const nlohmann::json*> find(const std::string& key) const;
+};
+FlatConfig flatten_config(const nlohmann::json& config);
+
 /// `run_begin`: an in-process run starts.
 struct RunBegin {
   static constexpr const char* kType = event::kRunBegin;

@@ -335,7 +335,7 @@ void EventDigester::feed(const proto::Event& e) {
     a.scenario_hash = quoted_name(hello.scenario_hash);
     a.worker = truncate_utf8(hello.worker.value_or(""), kMaxSampleNameBytes);
     a.worker_environment = bounded_environment(hello.environment);
-    d.config = std::move(hello.config);
+    d.config = proto::flatten_config(hello.config);
     a.worker_facts = {{"torch", truncate_utf8(hello.torch_version, kMaxSampleNameBytes)},
                       {"device", truncate_utf8(hello.device, kMaxSampleNameBytes)},
                       {"threads", hello.threads}};

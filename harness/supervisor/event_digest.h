@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/supervisor/outcome.h"
 
@@ -78,7 +79,7 @@ struct EventDigest {
   std::set<int64_t> samples_read;              // `sample_read` indices, each once
   int64_t dataset_claims_refused = 0;          // `dataset` sizes past kMaxDatasetSamples
   std::optional<int64_t> resumed_at;           // the step a `checkpoint` event (resumed) says
-  nlohmann::json config;                       // `hello`'s composed configuration (Note [Keys a worker confirms])
+  proto::FlatConfig config;                    // `hello`'s composed configuration (Note [Keys a worker confirms])
   /// Note [The schedule asked for]: each run's steps as reported, in a
   /// summary that stays the same size however many steps come (at most
   /// kMaxScheduleRuns runs; more is `too_many_runs`).

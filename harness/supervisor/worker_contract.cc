@@ -87,28 +87,6 @@ namespace {
 constexpr size_t kMaxWorkerWordBytes = 200;
 constexpr size_t kMaxWorkerWords = 256;
 constexpr size_t kMaxWorkerModules = 100000;
-constexpr size_t kMaxConfigKeys = 4096;
-constexpr size_t kMaxConfigValueBytes = 1000;
-
-// `value` under `key` flattened into `out`: nested objects as dotted keys,
-// scalars and lists whose text is short kept, the rest left out; at most
-// kMaxConfigKeys entries, each key cut as a word is.
-void flatten_config(const std::string& key, const nlohmann::json& value,
-                    std::vector<std::pair<std::string, nlohmann::json>>& out, int depth = 0) {
-  if (out.size() >= kMaxConfigKeys || depth > 32) return;
-  if (value.is_object()) {
-    for (auto it = value.begin(); it != value.end(); ++it) {
-      flatten_config(key.empty() ? it.key() : key + "." + it.key(), it.value(), out, depth + 1);
-    }
-    return;
-  }
-  if (key.empty() || key.size() > kMaxWorkerWordBytes || value.is_null()) return;
-  if (value.is_string()) {
-    out.emplace_back(one_line(key), truncate_utf8(value.get<std::string>(), kMaxConfigValueBytes));
-  } else if (!value.is_array() || value.dump().size() <= kMaxConfigValueBytes) {
-    out.emplace_back(one_line(key), value);
-  }
-}
 
 // The first `n` of `words` joined (each in `quote` marks), and how many more.
 std::string some_of(const std::vector<std::string>& words, size_t n, const std::string& quote = "") {
@@ -229,16 +207,22 @@ std::optional<bool> same_value(const std::string& passed, const nlohmann::json& 
 
 }  // namespace
 
-std::string keys_not_applied(const scenario::Scenario& s, const nlohmann::json& config) {
-  if (!s.worker.external() || !config.is_object()) return "";
+std::string keys_not_applied(const scenario::Scenario& s, const proto::FlatConfig& config) {
+  if (!s.worker.external()) return "";
   for (const auto& k : passed_keys(s)) {
-    const auto it = config.find(k.user_key);
-    if (it == config.end()) continue;
-    if (same_value(k.value, *it, s.worker.cwd).value_or(true)) continue;
-    return "dbh passed " + quoted_excerpt(k.user_key + "=" + k.value) + " (" + k.dbh_key +
-           "), but the worker's configuration holds " + quoted_excerpt(k.user_key + "=" + it->dump()) +
-           ": the training read another value than the one asked for (a key its command line does not override, or "
-           "one it sets again after parsing)";
+    const auto held = config.find(k.user_key);
+    if (held.empty() && config.cut) {
+      return "dbh passed " + quoted_excerpt(k.user_key + "=" + k.value) + " (" + k.dbh_key +
+             "), but the worker's configuration holds more than " + std::to_string(proto::kMaxConfigKeys) +
+             " keys and not this one among them: what the training read cannot be confirmed";
+    }
+    for (const nlohmann::json* value : held) {
+      if (same_value(k.value, *value, s.worker.cwd).value_or(true)) continue;
+      return "dbh passed " + quoted_excerpt(k.user_key + "=" + k.value) + " (" + k.dbh_key +
+             "), but the worker's configuration holds " + quoted_excerpt(k.user_key + "=" + value->dump()) +
+             ": the training read another value than the one asked for (a key its command line does not override, "
+             "or one it sets again after parsing)";
+    }
   }
   return "";
 }
@@ -424,7 +408,7 @@ WorkerDescription describe_worker(const scenario::Scenario& s) {
   for (const auto& m : h.modules.value_or(std::vector<std::string>{})) {
     if (d.modules.size() < kMaxWorkerModules) d.modules.push_back(truncate_utf8(m, kMaxWorkerWordBytes));
   }
-  flatten_config("", h.config, d.config);
+  d.config = proto::flatten_config(h.config).entries;
   d.options = parser_options(h.options);
   std::lock_guard<std::mutex> lock(mutex);
   cache[key] = d;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/proto/event_types.h"
 #include "harness/scenario/command_syntax.h"
 #include "harness/scenario/scenario.h"
 #include "harness/supervisor/trial.h"
@@ -96,8 +97,10 @@ std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 /// with 0.1 trained another configuration than the one asked for. The first
 /// key that does not hold its value, as "passed <user key>=<value> (<dbh
 /// key>), but the worker's configuration holds <value>"; "" when every key
-/// found holds its value, or there is no configuration to read.
-std::string keys_not_applied(const scenario::Scenario& s, const nlohmann::json& config);
+/// found holds its value, or there is no configuration to read. The
+/// configuration is read as from-command reads it (Note [One flattening of a
+/// worker's configuration]); one cut before a passed key cannot confirm it.
+std::string keys_not_applied(const scenario::Scenario& s, const proto::FlatConfig& config);
 
 /// Note [Keys that never reach the worker]: an external worker receives the
 /// keys of passed_keys() on its command line and nothing else of dbh's
@@ -127,9 +130,8 @@ struct WorkerDescription {
   std::string worker;  // name and version
   std::vector<std::string> capabilities;
   std::vector<std::string> modules;
-  /// Its composed configuration (`hello`'s `config`), flattened to dotted
-  /// keys with scalar or short list values, bounded (Note [A worker's stream
-  /// is bounded]); empty when it sent none.
+  /// Its composed configuration (`hello`'s `config`), flattened (Note [One
+  /// flattening of a worker's configuration]); empty when it sent none.
   std::vector<std::pair<std::string, nlohmann::json>> config;
   /// Its command-line parser's options (`hello`'s `options`), bounded
   /// (scenario::kMaxParserOptions); empty when it sent none.

@@ -87,6 +87,17 @@ std::vector<TrustCase> cases() {
   add({"AKeyTheTrainingDidNotApply", "verify", "CONFIG='{\"optim.lr\":0.1,\"optim.name\":\"sgd\"}'; hello; passing",
        "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 1,
        "but the worker's configuration holds"});
+  // Note [One flattening of a worker's configuration]: nested or flat, the same keys.
+  add({"ANestedKeyTheTrainingDidNotApply", "verify", "CONFIG='{\"optim\":{\"lr\":0.1,\"name\":\"sgd\"}}'; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 1,
+       "but the worker's configuration holds \"optim.lr=0.1\""});
+  add({"ANestedKeyTheTrainingApplied", "verify", "CONFIG='{\"optim\":{\"lr\":0.5}}'; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 0, "PASS"});
+  add({"AKeyAppliedFlatButNotNested", "verify", "CONFIG='{\"optim.lr\":0.5,\"optim\":{\"lr\":0.1}}'; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 1, "but the worker's configuration holds"});
+  add({"AKeyHiddenPastFiveThousandOthers", "verify",
+       "CONFIG=\"{$(for i in $(seq 5000); do printf '\"p%d\":0,' $i; done)\\\"zz\\\":{\\\"lr\\\":0.1}}\"; hello; passing",
+       "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: zz.lr}\n", 1, "cannot be confirmed"});
   add({"AKeyTheTrainingApplied", "verify", "CONFIG='{\"optim.lr\":5e-1}'; hello; passing",
        "train: {max_steps: 4, lr: 0.5}\n", "  keys: {train.lr: optim.lr}\n", 0, "PASS"});
   add({"ACapabilityItLacksRefusedByRun", "verify", "CAPS='[\"loss_bits\"]'; hello; passing", "", "", 2,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/scenario.h"
@@ -133,6 +134,42 @@ TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
   EXPECT_TRUE(std::none_of(spec.argv.begin(), spec.argv.end(), [](const std::string& a) { return a.rfind("seed=", 0) == 0; }));
   // Synthetic data has no path to pass.
   EXPECT_TRUE(std::none_of(spec.argv.begin(), spec.argv.end(), [](const std::string& a) { return a.find("path") != std::string::npos; }));
+}
+
+// Note [One flattening of a worker's configuration]: a nested configuration
+// is read as a flat one, by the mapping and by the confirmation alike; every
+// spelling of a key is held to the value passed, and a configuration cut
+// before a passed key cannot confirm it.
+TEST(WorkerProtocol, ANestedConfigurationIsConfirmedAsAFlatOne) {
+  scenario::Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.train.lr = 0.5;
+  s.worker.keys[DBH_SCENARIO_KEY(train.lr)] = "optim.lr";
+  const auto flat = [](const std::string& text) { return proto::flatten_config(nlohmann::json::parse(text)); };
+  EXPECT_EQ(supervisor::keys_not_applied(s, flat(R"({"optim": {"lr": 0.5}})")), "");
+  EXPECT_EQ(supervisor::keys_not_applied(s, flat(R"({"optim.lr": 0.5})")), "");
+  EXPECT_NE(supervisor::keys_not_applied(s, flat(R"({"optim": {"lr": 0.1}})")).find("holds \"optim.lr=0.1\""),
+            std::string::npos);
+  // Both spellings: the one that differs is found, whichever comes first.
+  EXPECT_NE(supervisor::keys_not_applied(s, flat(R"({"optim.lr": 0.5, "optim": {"lr": 0.1}})")), "");
+  EXPECT_NE(supervisor::keys_not_applied(s, flat(R"({"optim": {"lr": 0.1}, "optim.lr": 0.5})")), "");
+  // Nulls and long values left out, keys and values as sent (a line break
+  // stays one: escaping is for output).
+  const auto f = flat(R"({"b": {"x\n::error::y": 1, "n": null, "long": ")" + std::string(2000, 'v') +
+                      R"("}, "a": [1, 2]})");
+  ASSERT_EQ(f.entries.size(), 2u);
+  EXPECT_EQ(f.entries[0].first, "a");
+  EXPECT_EQ(f.entries[1].first, "b.x\n::error::y");
+  EXPECT_FALSE(f.cut);
+  // Past the bound: cut, and a passed key it lost is not confirmed.
+  nlohmann::json many = nlohmann::json::object();
+  for (size_t i = 0; i <= proto::kMaxConfigKeys; ++i) many["pad" + std::to_string(100000 + i)] = 0;
+  many["zz"] = nlohmann::json{{"optim.lr", 0.1}};
+  const auto cut = proto::flatten_config(many);
+  EXPECT_TRUE(cut.cut);
+  EXPECT_EQ(cut.entries.size(), proto::kMaxConfigKeys);
+  s.worker.keys[DBH_SCENARIO_KEY(train.lr)] = "zz.optim.lr";
+  EXPECT_NE(supervisor::keys_not_applied(s, cut).find("cannot be confirmed"), std::string::npos);
 }
 
 // Note [Keys that never reach the worker]: a training key the worker is not
