@@ -89,9 +89,12 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
   const scenario::Scenario good = scenario::load_scenario(base, concat(o.overrides, good_overrides), o.checks);
   // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`):
   // the user's keys it sets (Note [A command's own syntax]).
+  // An option the command's parser does not take is bad input, refused
+  // before any probe (the parser as the worker's `hello` reported it).
   const auto own_words = [&](const std::vector<std::string>& words) {
-    return good.worker.external() ? scenario::overrides_from_command_words(good.worker, words, "bisect config --bad")
-                                  : words;
+    if (!good.worker.external()) return words;
+    const auto parser = supervisor::describe_worker(good).options;
+    return scenario::overrides_from_command_words(good.worker, words, "bisect config --bad", parser);
   };
   const scenario::Scenario bad =
       is_file(o.bad) ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)

@@ -432,7 +432,8 @@ DetectedSyntax detect_syntax(const std::vector<std::string>& command, bool has_p
 }
 
 std::vector<std::string> overrides_from_command_words(const WorkerConfig& worker,
-                                                      const std::vector<std::string>& words, const std::string& where) {
+                                                      const std::vector<std::string>& words, const std::string& where,
+                                                      const std::vector<ParserOption>& options) {
   std::vector<std::string> out;
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
@@ -470,6 +471,18 @@ std::vector<std::string> overrides_from_command_words(const WorkerConfig& worker
       break;
     }
     if (found) continue;
+    if (!options.empty() && std::none_of(options.begin(), options.end(), [&](const ParserOption& o) {
+          return std::find(o.strings.begin(), o.strings.end(), name) != o.strings.end();
+        })) {
+      // Bad input, not a finding: a probe of a word the parser refuses fails
+      // at startup whatever the key.
+      std::string known;
+      for (size_t k = 0; k < options.size() && k < 12; ++k) {
+        if (!options[k].strings.empty()) known += (known.empty() ? "" : ", ") + options[k].strings.front();
+      }
+      throw UsageError(where + ": expected an option your command's parser takes (" + known +
+                       (options.size() > 12 ? ", …" : "") + "), got " + quoted_excerpt(name));
+    }
     if (worker.syntax == CommandSyntax::kFlags && name.rfind("--", 0) == 0 && name.size() > 2) {
       out.push_back(name.substr(2) + "=" + value());
       continue;

@@ -141,9 +141,11 @@ std::string describe_argument(const WorkerConfig& worker, const std::string& key
 /// what `dbh bisect config --bad` takes in the command's spelling. Throws
 /// UsageError "<where>: expected …, got …" for a word that sets no key (an
 /// option the command does not take, a positional word, an option without
-/// its value).
+/// its value); with the parser's `options` (the worker's `hello`), an option
+/// none of them takes is refused too, before any probe runs.
 std::vector<std::string> overrides_from_command_words(const WorkerConfig& worker,
-                                                      const std::vector<std::string>& words, const std::string& where);
+                                                      const std::vector<std::string>& words, const std::string& where,
+                                                      const std::vector<ParserOption>& options = {});
 
 /// Why worker.written_as's entry `text` cannot be used with `worker`'s
 /// command ("" when it can): not a place, or a word past its end or among

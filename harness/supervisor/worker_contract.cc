@@ -331,6 +331,9 @@ std::vector<scenario::ParserOption> parser_options(const nlohmann::json& list) {
 }
 
 WorkerDescription describe_worker(const scenario::Scenario& s) {
+  // The command as it is written, where and with what environment: what the
+  // worker is (its capabilities, modules and parser) does not change with
+  // the keys dbh passes it, so one description serves every probe.
   std::string key = s.worker.cwd;
   for (const auto& a : s.worker.command) key += '\0' + a;
   for (const auto& [n, v] : s.worker.env) key += '\0' + n + '=' + v;

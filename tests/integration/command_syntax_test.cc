@@ -284,6 +284,27 @@ TEST(PlainLoopTest, BisectStepsReplaysFromThePlainLoopsOwnCheckpoints) {
   EXPECT_NE(md.find("train.resume_from="), std::string::npos) << md;
 }
 
+// `bisect config --bad` naming an option the command's parser does not take
+// is bad input, not a finding: refused before any probe runs (exit 2), with
+// the options it does take, and nothing written.
+TEST(PlainLoopTest, BisectConfigRefusesAnOptionTheParserDoesNotTake) {
+  const Dir dir("dbh-plain-loop-nope");
+  const std::string folder = kTrainings + "/argparse_folder";
+  const fs::path s = plain_loop_scenario(dir);
+  ASSERT_FALSE(s.empty());
+  const auto r = testing::run_process_with_env({DBH_BINARY, "bisect", "config", "--good", s.string(), "--bad",
+                                                "--lr 5 --nope 3", "--out", (dir / "out").string(), "--cache",
+                                                (dir / "cache").string()},
+                                               python_env(), folder, 300);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("bisect config --bad: expected an option your command's parser takes ("), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--lr"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("got \"--nope\""), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("probe"), std::string::npos) << "no probe runs: " << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "bisect.json"));
+}
+
 // An order drawn from a nondeterministic seed, asked for in each training's
 // own keys (its shuffle on, its order's seed -1): two processes differ,
 // while the same training seeded is bit-identical (above).
