@@ -87,10 +87,8 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     good_overrides = split_words(o.good);
   }
   const scenario::Scenario good = scenario::load_scenario(base, concat(o.overrides, good_overrides), o.checks);
-  // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`):
-  // the user's keys it sets (Note [A command's own syntax]).
-  // An option the command's parser does not take is bad input, refused
-  // before any probe (the parser as the worker's `hello` reported it).
+  // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`): the user's keys it sets (Note [A
+  // command's own syntax]); an option the parser in the worker's `hello` does not take is refused before any probe.
   const auto own_words = [&](const std::vector<std::string>& words) {
     if (!good.worker.external()) return words;
     const auto parser = supervisor::describe_worker(good).options;

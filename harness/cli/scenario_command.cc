@@ -173,11 +173,13 @@ void set_base(const ScenarioFromCommandOptions& o, const fs::path& out, scenario
 void print_next_steps(const ScenarioFromCommandOptions& o, const fs::path& out, bool has_gpu) {
   // What running it here does, and the command that does it.
   const scenario::Scenario written = scenario::load_scenario(out.string(), {}, worker::input_checks());
+  // The device and the dataset may come from the worker's configuration:
+  // one line each on the terminal (Note [Escaped at output only]).
   std::cout << (written.worker.external() ? "runs your command under dbh" : "trains dbh's DBNet") << " on "
-            << written.hardware.device
+            << one_line(written.hardware.device)
             << (written.data.source == scenario::DataSource::kReal
                     ? (written.data.path.empty() ? std::string(" with the dataset your configuration names")
-                                                 : " with " + written.data.path)
+                                                 : " with " + one_line(written.data.path))
                     : " on " + to_string(written.data.source) + " (pass --data DIR for your dataset)")
             << "\n";
   // The next command runs here as pasted: a GPU scenario on a machine

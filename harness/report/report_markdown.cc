@@ -127,9 +127,9 @@ void md_summary(std::ostream& md, const run::RunReport& r, const std::string& ti
        << "\n\n";
   }
   md << "The scenario's expectation (`outcome: " << to_string(s.expect.outcome) << "`"
-     << (s.expect.failure_class ? ", `failure_class: " + *s.expect.failure_class + "`" : "")
+     << (s.expect.failure_class ? ", " + markdown_code("failure_class: " + *s.expect.failure_class) : "")
      << (s.expect.step ? ", `step: " + std::to_string(*s.expect.step) + "`" : "")
-     << (s.expect.module ? ", `module: " + *s.expect.module + "`" : "") << ") was **"
+     << (s.expect.module ? ", " + markdown_code("module: " + *s.expect.module) : "") << ") was **"
      << (r.expectation_met  ? "met"
          : r.not_run_here() ? "not judged"
                             : "not met")
@@ -176,7 +176,7 @@ void md_reproduce(std::ostream& md, const run::RunReport& r) {
      << " with finite batches, activations, losses and gradients";
   if (s.expect.outcome != scenario::Outcome::kPassed) {
     md << ". This scenario injects faults and expects dbh to catch them: outcome `" << to_string(s.expect.outcome)
-       << "`" << (s.expect.failure_class ? ", class `" + *s.expect.failure_class + "`" : "");
+       << "`" << (s.expect.failure_class ? ", class " + markdown_code(*s.expect.failure_class) : "");
   }
 }
 

@@ -13,13 +13,11 @@
 namespace dbh::harness::supervisor::internal {
 
 std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
-// A name the worker chose (a module, a site, a kind): one line, cut.
-// No backtick: a name is quoted in code spans (`name`) that it must not end.
-std::string quoted_name(const std::string& s) {
-  std::string name = one_line(truncate_utf8(s, kMaxQuotedNameBytes));
-  std::replace(name.begin(), name.end(), '`', '\'');
-  return name;
-}
+// A name the worker chose (a module, a site, a kind): cut, otherwise as sent.
+// Note [Escaped at output only]: a name is compared as the worker sent it
+// (an expectation naming a module with a backtick matches it), and each
+// output escapes it for itself (markdown_code, esc, one_line).
+std::string quoted_name(const std::string& s) { return truncate_utf8(s, kMaxQuotedNameBytes); }
 
 // A worker's JSON as kept for the reports (a health event's body): every
 // string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per

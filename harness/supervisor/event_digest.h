@@ -52,7 +52,8 @@ inline constexpr size_t kMaxQuotedNameBytes = 200;
 inline constexpr size_t kMaxQuotedItems = 100;
 /// `s` cut to `max` bytes (whole UTF-8 characters).
 std::string quoted(const std::string& s, size_t max = kMaxQuotedBytes);
-/// A name the worker chose (a module, a site, a kind): one line, cut.
+/// A name the worker chose (a module, a site, a kind): cut to
+/// kMaxQuotedNameBytes, otherwise as sent (Note [Escaped at output only]).
 std::string quoted_name(const std::string& s);
 /// A worker's JSON as kept for the reports (a health event's body): every
 /// string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per

@@ -154,8 +154,9 @@ void judge_nonfinite(const proto::Event& event, TrialAnalysis& a) {
   f.run = h.run;
   f.module = quoted_name(h.module.value_or(""));
   f.message = "non-finite " + h.kind + " (" + h.site + ") at step " + std::to_string(*f.step);
-  f.evidence.push_back("the " + quoted_name(h.mode.value_or("cheap")) + " finite checks first flagged " + h.kind + " `" + h.site +
-                       "`" + (f.module.empty() ? "" : " in module `" + f.module + "`") + " at step " +
+  f.evidence.push_back("the " + one_line(quoted_name(h.mode.value_or("cheap"))) + " finite checks first flagged " +
+                       one_line(h.kind) + " " + markdown_code(h.site) +
+                       (f.module.empty() ? "" : " in module " + markdown_code(f.module)) + " at step " +
                        std::to_string(*f.step));
   if (const auto skips = h.extra.find("loss_scaler_skips"); skips != h.extra.end() && skips->is_number_integer()) {
     // Note [Loss-scaler skips]: the finding is a streak, not one step.

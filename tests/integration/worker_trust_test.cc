@@ -220,7 +220,24 @@ std::vector<TrustCase> cases() {
        "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
        "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) `\","
        "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
-       "", "", 1, "boom", {"run"}, 0, "m` ![t]"});
+       "", "", 1, "boom", {"run"}, 0, "![t]("});
+  // Note [Escaped at output only]: a name is compared as sent, and shown escaped.
+  add({"AModuleWithABacktickMeetsTheExpectationNamingIt", "escape",
+       "MODULES='[\"m`x\",\"head\"]'; hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; "
+       "e '{\"type\":\"error\",\"t\":0,\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m`x\",\"message\":"
+       "\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "expect: {outcome: failed, module: \"m`x\"}\n", "", 0, "expectation met"});
+  add({"AnExpectationWithALineBreak", "escape",
+       "MODULES='[\"a\\n::error::x\",\"head\"]'; hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,"
+       "\"step\":0}'; e '{\"type\":\"error\",\"t\":0,\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":"
+       "\"a\\n::error::x\",\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "expect: {outcome: failed, module: \"a\\n::error::x\"}\n", "", 0, "expectation met"});
+  add({"AHealthSiteThatClosesItsCodeSpan", "escape",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":1}'; e '{\"type\":\"health\",\"t\":0,"
+       "\"run\":0,\"step\":1,\"check\":\"finite\",\"kind\":\"activation\",\"site\":\"s` ![t](https://evil.example/s.png) `\","
+       "\"primary\":true,\"module\":\"head\"}'; e '{\"type\":\"error\",\"t\":0,\"kind\":\"diverged\",\"run\":0,\"step\":1,"
+       "\"message\":\"nan\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"diverged\"}'; exit 1",
+       "", "", 1, "diverged", {"run"}, 0, "![t](", "src=\"https://evil"});
   add({"OverlayFilesOutsideTheTrial", "escape",
        "C=\"$DBH_TRIAL_DIR/../../cache\"; mkdir -p \"$C\" \"$DBH_TRIAL_DIR/overlays\"; "
        "printf '\\x89PNG\\r\\n\\x1a\\nSECRET-OUTSIDE-OUT' > \"$C/secret.png\"; "
@@ -452,6 +469,42 @@ std::vector<TrustCase> cases() {
   return c;
 }
 
+// `line` without its Markdown code spans (a run of n backticks to the next
+// run of exactly n): what a reader sees rendered as text.
+std::string without_code_spans(const std::string& line) {
+  std::string out;
+  size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] != '`') {
+      out += line[i++];
+      continue;
+    }
+    size_t n = 0;
+    while (i + n < line.size() && line[i + n] == '`') ++n;
+    size_t j = i + n, close = std::string::npos;
+    while (j < line.size()) {
+      if (line[j] != '`') {
+        ++j;
+        continue;
+      }
+      size_t m = 0;
+      while (j + m < line.size() && line[j + m] == '`') ++m;
+      if (m == n) {
+        close = j;
+        break;
+      }
+      j += m;
+    }
+    if (close == std::string::npos) {  // no closing run: the backticks are text
+      out.append(line, i, n);
+      i += n;
+    } else {
+      i = close + n;
+    }
+  }
+  return out;
+}
+
 // The disk `dir` takes: each file once, however many names it has.
 int64_t folder_bytes(const fs::path& dir) {
   int64_t bytes = 0;
@@ -569,15 +622,20 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
     // text of it is a link, an image or a tag.
     EXPECT_EQ(report.find("\r::"), std::string::npos) << c << ": a CI log breaks lines at \\r too";
     std::istringstream lines(report);
-    bool in_code = false;
+    bool in_code = false, in_front_matter = report.rfind("---\n", 0) == 0;
+    int line_no = 0;
     for (std::string line; std::getline(lines, line);) {
+      // The front matter's values are YAML strings, and code spans are
+      // verbatim: neither is rendered as Markdown.
+      if (line_no++ > 0 && line == "---") in_front_matter = false;
       if (line.rfind("```", 0) == 0) in_code = !in_code;
       EXPECT_NE(line.rfind("<script", 0), 0u) << c << ": " << line;
       EXPECT_NE(line.rfind("# <script", 0), 0u) << c << ": " << line;
       EXPECT_NE(line.rfind("::", 0), 0u) << c << ": " << line;
-      if (in_code) continue;
-      EXPECT_EQ(line.find("](javascript:"), std::string::npos) << c << ": " << line;
-      if (!c.absent.empty()) EXPECT_EQ(line.find(c.absent), std::string::npos) << c << ": " << line;
+      if (in_code || in_front_matter) continue;
+      const std::string text = without_code_spans(line);
+      EXPECT_EQ(text.find("](javascript:"), std::string::npos) << c << ": " << line;
+      if (!c.absent.empty()) EXPECT_EQ(text.find(c.absent), std::string::npos) << c << ": " << line;
     }
   }
 }
