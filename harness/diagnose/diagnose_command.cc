@@ -63,7 +63,7 @@ std::string row_result(const Rung& r) {
   const auto& a = r.probe.analysis;
   if (a.outcome == scenario::Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
   std::string s = supervisor::is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
-  if (!a.failure.klass.empty()) s += " `" + a.failure.klass + "`";
+  if (!a.failure.klass.empty()) s += " " + markdown_code(a.failure.klass);
   if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
   return s;
 }
@@ -466,6 +466,11 @@ void run_rung(probe::Prober& prober, Rung& r) {
   }
   r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
   r.ran = true;
+  // Note [A rung is checked against what its trial did].
+  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {
+    r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
+    r.probe.analysis.failure.message = std::move(why);
+  }
 }
 
 // Note [An injected failure says so]: a failure an emulated GPU fault raised

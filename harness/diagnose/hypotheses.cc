@@ -314,4 +314,20 @@ LadderConclusion conclude_ladder(const Ladder& ladder) {
   return w.conclude();
 }
 
+std::string rung_departure(RungId id, const supervisor::TrialAnalysis& a) {
+  const std::string steps = std::to_string(a.steps_completed) + " step(s)";
+  if (id == RungId::kOps && a.steps_completed > 0) {
+    return "its trial trained " + steps + ", but the ops rung trains none (train.mode=ops not applied)";
+  }
+  if (id == RungId::kModelStep && a.steps_completed > 1) {
+    return "its trial trained " + steps + ", but the rung trains one (train.stop_after=1 not applied)";
+  }
+  const bool synthetic = id == RungId::kModelStep || id == RungId::kSynthetic || id == RungId::kLearnsSynthetic;
+  if (synthetic && (a.failed_sample || !a.samples_read.empty() || a.failure.klass == "data_invalid")) {
+    return "its trial read samples of a dataset" + std::string(a.failed_sample ? " and failed reading one" : "") +
+           ", but the rung trains on synthetic data (data.source not applied)";
+  }
+  return "";
+}
+
 }  // namespace dbh::harness::diagnose

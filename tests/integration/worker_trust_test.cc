@@ -466,6 +466,24 @@ std::vector<TrustCase> cases() {
   add({"ReadsAtIndicesPastAnyDataset", "claim", claiming("40", "10**15, 2**40", true), "", "", 0, kFound17,
        {"bisect", "data"}});
   add({"ANegativeDatasetSize", "claim", claiming("-5", "", true), "", "", 0, kFound17, {"bisect", "data"}});
+  // --- rung: each diagnosis rung is checked against what its trial did (Note [A rung is checked against …]) -----
+  const std::string ignores_rungs =
+      "CAPS='[\"loss_bits\",\"stop_after\",\"monitors.finite\",\"ops\",\"synthetic_data\"]'; hello; begin; ";
+  const std::string fails_at_1 =
+      "step 0; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":1}'; e '{\"type\":\"error\",\"t\":0,\"kind\":"
+      "\"exception\",\"run\":0,\"step\":1,\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; "
+      "exit 1";
+  add({"AnOpsRungThatTrains", "rung", ignores_rungs + fails_at_1, "", "", 1, "train.mode=ops not applied",
+       {"diagnose"}});
+  add({"ASyntheticRungThatReadsADataset", "rung",
+       ignores_rungs + "e '{\"type\":\"sample_read\",\"t\":0,\"index\":0}'; " + fails_at_1, "", "", 1,
+       "data.source not applied", {"diagnose"}});
+  add({"ASyntheticRungThatFailsReadingASample", "rung",
+       ignores_rungs + "e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"sample_read\",\"t\":0,"
+       "\"index\":5,\"error\":\"OSError: image file is truncated\"}'; e '{\"type\":\"error\",\"t\":0,\"kind\":"
+       "\"exception\",\"run\":0,\"step\":0,\"message\":\"OSError: image file is truncated\"}'; e '{\"type\":\"done\","
+       "\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "and failed reading one", {"diagnose"}});
   return c;
 }
 
@@ -557,7 +575,7 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
   argv.insert(argv.end(), c.command.begin(), c.command.end());
   argv.push_back(c.command.front() == "suite" ? scenarios.string() : scenario.string());
   for (const std::string& a : {std::string("--out"), out.string()}) argv.push_back(a);
-  if (c.command.front() == "bisect") argv.insert(argv.end(), {"--cache", cache.string()});
+  if (c.command.front() == "bisect" || c.command.front() == "diagnose") argv.insert(argv.end(), {"--cache", cache.string()});
   testing::ProcessResult r;
   if (c.signal_after_ms > 0) {
     // Ctrl-C as a terminal sends it: to dbh (its worker has a group of its own).
@@ -571,7 +589,10 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
     r = testing::run_process(argv, dir.path().string(), 240);
   }
   const std::string report = fs::exists(out / "report.md") ? testing::read_text(out / "report.md") : "";
-  const std::string all = r.out + r.err + report;
+  std::string all = r.out + r.err + report;
+  for (const char* page : {"diagnosis.md", "bisect.md"}) {
+    if (fs::exists(out / page)) all += testing::read_text(out / page);
+  }
   if (!c.absent_html.empty() && fs::exists(out / "report.html")) {
     EXPECT_EQ(testing::read_text(out / "report.html").find(c.absent_html), std::string::npos)
         << c << ": " << c.absent_html << " reached report.html";
@@ -651,7 +672,7 @@ TEST(WorkerTrustCatalogue, CoversEveryClass) {
   std::map<std::string, int> per_class;
   for (const auto& c : cases()) ++per_class[c.klass];
   EXPECT_GE(cases().size(), 90u);
-  for (const char* k : {"verify", "bound", "own", "escape", "signal", "contract", "depth", "unknown", "folder", "line", "claim"}) {
+  for (const char* k : {"verify", "bound", "own", "escape", "signal", "contract", "depth", "unknown", "folder", "line", "claim", "rung"}) {
     EXPECT_GE(per_class[k], 3) << k;
   }
 }

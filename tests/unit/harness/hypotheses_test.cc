@@ -181,3 +181,35 @@ TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
 
 }  // namespace
 }  // namespace dbh::harness::diagnose
+
+namespace dbh::harness::diagnose {
+namespace {
+
+// Note [A rung is checked against what its trial did]: a trial that ran
+// something else than its rung asked is no evidence of what the rung asks.
+TEST(RungDeparture, ARungIsEvidenceOnlyOfWhatItsTrialDid) {
+  supervisor::TrialAnalysis a;
+  EXPECT_EQ(rung_departure(RungId::kOps, a), "");
+  a.steps_completed = 4;
+  EXPECT_EQ(rung_departure(RungId::kOps, a),
+            "its trial trained 4 step(s), but the ops rung trains none (train.mode=ops not applied)");
+  EXPECT_NE(rung_departure(RungId::kModelStep, a).find("the rung trains one"), std::string::npos);
+  a.steps_completed = 1;
+  EXPECT_EQ(rung_departure(RungId::kModelStep, a), "");
+  EXPECT_EQ(rung_departure(RungId::kSynthetic, a), "");
+  // A synthetic rung that read a dataset's samples, or failed reading one.
+  a.steps_completed = 0;
+  a.failed_sample = 3;
+  for (const RungId id : {RungId::kModelStep, RungId::kSynthetic, RungId::kLearnsSynthetic}) {
+    EXPECT_NE(rung_departure(id, a).find("read samples of a dataset and failed reading one"), std::string::npos);
+  }
+  // The real-data rungs read samples by design.
+  EXPECT_EQ(rung_departure(RungId::kRealNoWorkers, a), "");
+  EXPECT_EQ(rung_departure(RungId::kAsGiven, a), "");
+  a.failed_sample.reset();
+  a.samples_read = {0, 1};
+  EXPECT_NE(rung_departure(RungId::kSynthetic, a).find("data.source not applied"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dbh::harness::diagnose
