@@ -12,7 +12,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 secs="${1:-30}"
 [[ "$secs" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [seconds-per-target]" >&2; exit 2; }
-targets=(${DBH_FUZZ_TARGETS:-scenario override events ufo icdar})
+targets=(${DBH_FUZZ_TARGETS:-scenario override events event_structure ufo icdar})
 
 command -v clang++-14 >/dev/null || {
   echo "fuzz: clang++-14 missing; run DBH_WITH_FUZZ=1 scripts/setup.sh" >&2; exit 2; }

@@ -429,17 +429,12 @@ bool wait_for_text(const fs::path& file, const std::string& text, double timeout
   return false;
 }
 
-// The /proc path of the trial journal the dbh `pid` holds open (a file no
-// other path reaches), or "" when none appears within `seconds`.
-fs::path journal_of(pid_t pid, int seconds) {
+// The /proc path of the trial journal a dbh holds open under `out`, or ""
+// when none appears within `seconds`.
+fs::path journal_under(const fs::path& out, int seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  const fs::path fds = fs::path("/proc") / std::to_string(pid) / "fd";
   while (std::chrono::steady_clock::now() < deadline) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fds, ec)) {
-      const std::string target = fs::read_symlink(e.path(), ec).string();
-      if (target.find(".main.events.jsonl.") != std::string::npos) return e.path();
-    }
+    if (const auto found = testing::live_journals(out); !found.empty()) return found.front();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return {};
@@ -461,7 +456,7 @@ TEST(OutputLockTest, ASecondRunIntoABusyFolderRemovesNothingOfTheFirst) {
   // In step 0 (its step_begin is journalled before the data is loaded), in
   // a journal no path reaches until the trial ends (Note [dbh's files in a
   // trial]): read through dbh's own descriptor.
-  const fs::path live = journal_of(first, 120);
+  const fs::path live = journal_under(out, 120);
   const bool started = !live.empty() && wait_for_text(live, "\"step_begin\"", 120);
   if (!started) testing::wait_process(first, 1);
   ASSERT_TRUE(started) << read_text(dir / "first.log");

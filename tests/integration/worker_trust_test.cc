@@ -221,6 +221,22 @@ std::vector<TrustCase> cases() {
        "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) `\","
        "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
        "", "", 1, "boom", {"run"}, 0, "![t]("});
+  // The same through `dbh suite` as on GitHub Actions: JUnit and the job summary.
+  add({"AnErrorMessageWithMarkdownInASuite", "escape",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
+       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\r::error::cr\\n# <script>alert(1)</script>\\n"
+       "[click](javascript:alert(1)) ![t](https://evil.example/t.png)\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":"
+       "\"error\"}'; exit 1",
+       "", "", 1, "boom", {"suite"}, 0, "![t]("});
+  add({"AModuleNameWithABacktickInASuite", "escape",
+       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
+       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) <script>`\","
+       "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "boom", {"suite"}, 0, "![t]("});
+  add({"AWarningWithMarkupInASuite", "escape",
+       "hello; e '{\"type\":\"warning\",\"t\":0,\"message\":\"w\\n::error::x <script>alert(1)</script> "
+       "[a](javascript:alert(1)) ![t](https://evil.example/w.png)\"}'; passing",
+       "", "", 0, "", {"suite"}, 0, "![t]("});
   // Note [Escaped at output only]: a name is compared as sent, and shown escaped.
   add({"AModuleWithABacktickMeetsTheExpectationNamingIt", "escape",
        "MODULES='[\"m`x\",\"head\"]'; hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; "
@@ -585,6 +601,14 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
     kill(pid, SIGINT);
     r = testing::wait_process(pid, 60);
     r.out = testing::read_text(log);
+  } else if (c.command.front() == "suite") {
+    // As on GitHub Actions: the suite also writes the job summary and the
+    // annotations (and always out/junit.xml).
+    r = testing::run_process_with_env(argv,
+                                      {{"GITHUB_ACTIONS", "true"},
+                                       {"GITHUB_STEP_SUMMARY", (dir.path() / "summary.md").string()},
+                                       {"GITHUB_WORKSPACE", dir.path().string()}},
+                                      dir.path().string(), 240);
   } else {
     r = testing::run_process(argv, dir.path().string(), 240);
   }
@@ -614,6 +638,7 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
   // Nothing written outside --out and the cache (the log of a signalled run is the test's own).
   auto after = files_outside(dir.path(), out, cache);
   after.erase((dir.path() / "dbh.log").string());
+  after.erase((dir.path() / "summary.md").string());  // the job summary the suite was asked for
   for (const auto& made : c.made_by_worker) after.erase((dir.path() / made).string());
   EXPECT_EQ(after, before) << c;
   // Bounded: outputs, the report pages, dbh's own memory, what it printed.
@@ -631,11 +656,39 @@ TEST_P(WorkerTrustTest, KeepsTheContract) {
   // carry no markup the worker wrote.
   for (const std::string& text : {r.out, r.err}) {
     std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);) EXPECT_NE(line.rfind("::", 0), 0u) << c << ": " << line;
+    for (std::string line; std::getline(lines, line);) {
+      // dbh's own annotations (a suite on GitHub Actions) are the only
+      // workflow commands; the worker's text is inside their message.
+      const bool own = line.rfind("::error title=dbh ", 0) == 0 || line.rfind("::warning title=dbh ", 0) == 0 ||
+                       line.rfind("::notice title=dbh ", 0) == 0;
+      EXPECT_TRUE(own || line.rfind("::", 0) != 0) << c << ": " << line;
+    }
     EXPECT_EQ(text.find('\x1b'), std::string::npos) << c << ": a terminal escape reached the terminal";
   }
   if (fs::exists(out / "report.html")) {
     EXPECT_EQ(testing::read_text(out / "report.html").find("<script>alert"), std::string::npos) << c;
+  }
+  // JUnit and the GitHub job summary: no markup the worker wrote.
+  if (fs::exists(out / "junit.xml")) {
+    const std::string xml = testing::read_text(out / "junit.xml");
+    EXPECT_EQ(xml.find("<script"), std::string::npos) << c;
+    EXPECT_EQ(xml.find('\x1b'), std::string::npos) << c;
+  }
+  if (fs::exists(dir.path() / "summary.md")) {
+    std::istringstream lines(testing::read_text(dir.path() / "summary.md"));
+    size_t fence = 0;  // the open code block's fence length (0: none); a closing fence is at least as long
+    for (std::string line; std::getline(lines, line);) {
+      const size_t ticks = line.find_first_not_of('`') == std::string::npos ? line.size() : line.find_first_not_of('`');
+      if (ticks >= 3 && (fence == 0 || (ticks >= fence && ticks == line.size()))) {
+        fence = fence == 0 ? ticks : 0;
+        continue;
+      }
+      if (fence > 0) continue;  // a code block shows its text verbatim
+      const std::string text = without_code_spans(line);
+      EXPECT_EQ(text.find("<script"), std::string::npos) << c << ": " << line;
+      EXPECT_EQ(text.find("](javascript:"), std::string::npos) << c << ": " << line;
+      if (!c.absent.empty()) EXPECT_EQ(text.find(c.absent), std::string::npos) << c << ": " << line;
+    }
   }
   if (!report.empty()) {
     // No line the worker wrote starts a line of report.md (`cat report.md`

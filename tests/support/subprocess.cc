@@ -174,4 +174,22 @@ std::vector<pid_t> find_processes(const std::vector<std::string>& needles) {
   return found;
 }
 
+std::vector<std::filesystem::path> live_journals(const std::filesystem::path& under) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> found;
+  const std::string prefix = fs::absolute(under).lexically_normal().string() + "/";
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string name = proc.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+      if (target.rfind(prefix, 0) == 0 && target.find(".events.jsonl.") != std::string::npos) found.push_back(fd.path());
+    }
+  }
+  return found;
+}
+
 }  // namespace dbh::testing

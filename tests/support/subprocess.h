@@ -67,4 +67,9 @@ ProcessResult wait_process(pid_t pid, double timeout_s);
 /// process.
 std::vector<pid_t> find_processes(const std::vector<std::string>& needles);
 
+/// The trial journals a running dbh holds open under the folder `under`, as
+/// /proc/PID/fd/N paths to read them through: while a trial runs, its
+/// journal is reachable by no other path (Note [dbh's files in a trial]).
+std::vector<std::filesystem::path> live_journals(const std::filesystem::path& under);
+
 }  // namespace dbh::testing
