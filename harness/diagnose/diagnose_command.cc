@@ -444,8 +444,7 @@ std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClas
   return supervisor::try_resolutions(c, nlohmann::json::parse(scenario::resolved_json(s)), run);
 }
 
-// A rung runs only as a scenario of its own that its worker can serve;
-// otherwise it is n/a with the reason, never the end of the diagnosis.
+// A rung runs only as a scenario of its own that its worker can serve (else n/a with the reason).
 void run_rung(probe::Prober& prober, Rung& r) {
   if (!r.applies.empty()) return;
   try {
@@ -466,8 +465,7 @@ void run_rung(probe::Prober& prober, Rung& r) {
   }
   r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
   r.ran = true;
-  // Note [A rung is checked against what its trial did].
-  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {
+  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
     r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
     r.probe.analysis.failure.message = std::move(why);
   }
