@@ -18,34 +18,49 @@
 
 namespace dbh::harness {
 
-/// `j[key]` as a T, or `fallback` when `j` is not an object, has no `key`,
+/// `j[key]` as a T, or nullopt when `j` is not an object, has no `key`,
 /// holds null there, or holds another type (for an integer T: a number
-/// outside T's range, or not finite).
-template <typename Json, typename T>
-T field_or(const Json& j, const std::string& key, T fallback) {
-  if (!j.is_object()) return fallback;
+/// outside T's range, or not finite; a conversion that would be undefined
+/// behaviour is never made).
+template <typename T, typename Json>
+std::optional<T> optional_field(const Json& j, const std::string& key) {
+  if (!j.is_object()) return std::nullopt;
   const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
+  if (it == j.end() || it->is_null()) return std::nullopt;
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (!it->is_number()) return fallback;
+    if (!it->is_number()) return std::nullopt;
     if (it->is_number_float()) {
       const double v = it->template get<double>();
-      // Converting a double outside the range is undefined behaviour.
       if (!std::isfinite(v) || v < static_cast<double>(std::numeric_limits<T>::min()) ||
           v >= static_cast<double>(std::numeric_limits<T>::max())) {
-        return fallback;
+        return std::nullopt;
       }
       return static_cast<T>(v);
     }
     if (it->is_number_unsigned() && it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
-      return fallback;
+      return std::nullopt;
     }
+    if (it->is_number_integer() && !it->is_number_unsigned()) {
+      const int64_t v = it->template get<int64_t>();
+      if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+          (v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+        return std::nullopt;
+      }
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) return std::nullopt;
   }
   try {
     return it->template get<T>();
   } catch (const nlohmann::detail::exception&) {
-    return fallback;
+    return std::nullopt;
   }
+}
+
+/// `j[key]` as a T, or `fallback` where optional_field has none.
+template <typename Json, typename T>
+T field_or(const Json& j, const std::string& key, T fallback) {
+  return optional_field<T>(j, key).value_or(std::move(fallback));
 }
 
 /// Note [An unknown is no zero]: a count a worker reports (bytes, files,

@@ -21,12 +21,7 @@ void read(const Event& e, const char* key, T& out) {
 
 template <typename T>
 void read(const Event& e, const char* key, std::optional<T>& out) {
-  const auto it = e.body.find(key);
-  if (it == e.body.end() || it->is_null()) return;
-  try {
-    out = it->get<T>();
-  } catch (const json::exception&) {
-  }
+  if (auto v = optional_field<T>(e.body, key)) out = std::move(v);
 }
 
 // The field as it is (any JSON), null when absent.

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/common/json_fields.h"
+
 namespace dbh::harness::proto {
 
 /// Version of the worker → supervisor event stream. Event names and the keys
@@ -66,15 +68,11 @@ struct Event {
   nlohmann::json body;
   double t = 0;  // seconds since the worker started
 
+  /// The field as a T, or `fallback` (Note [Reading JSON that may lie]:
+  /// absent, null, mistyped or out of T's range).
   template <typename T>
   T get(const std::string& key, T fallback) const {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    try {
-      return it->get<T>();
-    } catch (const nlohmann::json::exception&) {
-      return fallback;
-    }
+    return field_or(body, key, std::move(fallback));
   }
   bool has(const std::string& key) const { return body.contains(key); }
 };
