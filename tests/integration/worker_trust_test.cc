@@ -210,11 +210,12 @@ std::vector<TrustCase> cases() {
        "hello; e '{\"type\":\"memory_budget\",\"t\":0,\"applied\":true,\"method\":\"m\",\"budget_bytes\":1024,"
        "\"detail\":\"x\\n# <script>alert(1)</script>\\n::error::pwn [a](javascript:alert(1))\"}'; passing",
        "", "", 0, "PASS", {"run"}, 0, "](javascript:"});
-  add({"AnErrorMessageWithMarkdown", "escape",
+  const std::string markdown_error =
        "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
        "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\r::error::cr\\n# <script>alert(1)</script>\\n"
        "[click](javascript:alert(1)) ![t](https://evil.example/t.png)\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":"
-       "\"error\"}'; exit 1",
+       "\"error\"}'; exit 1";
+  add({"AnErrorMessageWithMarkdown", "escape", markdown_error,
        "", "", 1, "boom", {"run"}, 0, "](javascript:"});
   add({"AModuleNameWithABacktick", "escape",
        "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
@@ -222,11 +223,7 @@ std::vector<TrustCase> cases() {
        "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
        "", "", 1, "boom", {"run"}, 0, "![t]("});
   // The same through `dbh suite` as on GitHub Actions: JUnit and the job summary.
-  add({"AnErrorMessageWithMarkdownInASuite", "escape",
-       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
-       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"message\":\"boom\\r::error::cr\\n# <script>alert(1)</script>\\n"
-       "[click](javascript:alert(1)) ![t](https://evil.example/t.png)\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":"
-       "\"error\"}'; exit 1",
+  add({"AnErrorMessageWithMarkdownInASuite", "escape", markdown_error,
        "", "", 1, "boom", {"suite"}, 0, "![t]("});
   add({"AModuleNameWithABacktickInASuite", "escape",
        "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
