@@ -78,6 +78,15 @@ std::vector<TrustCase> cases() {
   // --- verify: a worker's word is checked against what was asked --------------------------------------------------
   add({"ZeroOfFourStepsThenPassed", "verify", "hello; begin; finish 0", "", "", 1,
        "after 0 step(s), but the schedule asked for 4 (steps 0 … 3)"});
+  // A pass needs a trained step: a worker's own checkpoint event that says it
+  // resumed at or past the last step makes a pass of nothing.
+  for (const char* at : {"4", "9"}) {
+    add({std::string("AResumeAtStep") + at + "OfFourThenPassed", "verify",
+         std::string("hello; begin; e '{\"type\":\"checkpoint\",\"t\":0,\"run\":0,\"step\":") + at +
+             ",\"path\":\"x\",\"resumed\":true}'; finish 0",
+         "train: {max_steps: 4, resume_from: ../w.sh}\n", "", 1,
+         std::string("the worker reported `done passed` after resuming at step ") + at});
+  }
   add({"SevenOfFourSteps", "verify", "hello; begin; steps 7; finish 7", "", "", 1, "after 7 step(s)"});
   add({"StepsOutOfOrder", "verify", "hello; begin; step 0; step 2; step 1; step 3; finish 4", "", "", 1,
        "but the schedule asked for 4"});
