@@ -316,16 +316,19 @@ LadderConclusion conclude_ladder(const Ladder& ladder) {
 
 std::string rung_departure(RungId id, const supervisor::TrialAnalysis& a) {
   const std::string steps = std::to_string(a.steps_completed) + " step(s)";
-  if (id == RungId::kOps && a.steps_completed > 0) {
-    return "its trial trained " + steps + ", but the ops rung trains none (train.mode=ops not applied)";
+  if (const int64_t trained = a.steps_completed - a.ops_steps; id == RungId::kOps && trained > 0) {
+    return "its trial trained " + std::to_string(trained) + " step(s), but the ops rung trains none (train.mode=ops "
+           "not applied)";
   }
   if (id == RungId::kModelStep && a.steps_completed > 1) {
     return "its trial trained " + steps + ", but the rung trains one (train.stop_after=1 not applied)";
   }
   const bool synthetic = id == RungId::kModelStep || id == RungId::kSynthetic || id == RungId::kLearnsSynthetic;
-  if (synthetic && (a.failed_sample || !a.samples_read.empty() || a.failure.klass == "data_invalid")) {
-    return "its trial read samples of a dataset" + std::string(a.failed_sample ? " and failed reading one" : "") +
-           ", but the rung trains on synthetic data (data.source not applied)";
+  // (A synthetic dataset served through the adapter reports its reads too:
+  // a read is no departure, a read that raised is.)
+  if (synthetic && (a.failed_sample || a.failure.klass == "data_invalid")) {
+    return "its trial failed reading a sample, but the rung trains on generated data, which has none to fail "
+           "(data.source not applied)";
   }
   return "";
 }

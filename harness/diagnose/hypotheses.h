@@ -119,8 +119,8 @@ LadderConclusion conclude_ladder(const Ladder& ladder);
 
 /// Note [A rung is checked against what its trial did]: a rung is evidence
 /// only of what it asked for. An ops rung whose trial trained steps, a
-/// one-step rung that trained more, or a synthetic rung whose trial read
-/// samples of a dataset (or failed reading one) ran something else: why, in
+/// one-step rung that trained more, or a synthetic rung whose trial failed
+/// reading a sample ran something else: why, in
 /// words, or "" when the trial did what the rung asks. Such a rung is
 /// unresolved, evidence of nothing.
 std::string rung_departure(RungId id, const supervisor::TrialAnalysis& trial);

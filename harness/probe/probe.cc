@@ -180,6 +180,7 @@ nlohmann::json summary_json(const ProbeResult& p) {
           {"module", a.failure.module},
           {"message", a.failure.message},
           {"steps_completed", a.steps_completed},
+          {"ops_steps", a.ops_steps},
           {"peak_memory_bytes", a.peak_memory_bytes},
           {"memory_known", a.memory_known},
           {"max_step_peak_bytes", a.max_step_peak_bytes},
@@ -196,7 +197,7 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
     if (field_or(j, "key", "") != key) return false;  // another format or a torn file
     // An entry without the memory a qualification fits (an older format) is
     // no answer: the probe runs again.
-    if (!j.contains("peak_memory_bytes") || !j["peak_memory_bytes"].is_number_integer() ||
+    if (!j.contains("peak_memory_bytes") || !j["peak_memory_bytes"].is_number_integer() || !j.contains("ops_steps") ||
         !j.contains("max_step_peak_bytes") || !j["max_step_peak_bytes"].is_number_integer()) {
       return false;
     }
@@ -207,6 +208,7 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
     a.failure.module = field_or(j, "module", "");
     a.failure.message = field_or(j, "message", "");
     a.steps_completed = field_or(j, "steps_completed", int64_t{0});
+    a.ops_steps = field_or(j, "ops_steps", int64_t{0});
     a.peak_memory_bytes = j["peak_memory_bytes"].get<int64_t>();
     a.memory_known = field_or(j, "memory_known", false);
     a.max_step_peak_bytes = j["max_step_peak_bytes"].get<int64_t>();

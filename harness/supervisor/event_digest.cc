@@ -354,7 +354,9 @@ void EventDigester::feed(const proto::Event& e) {
     d.open_step = b.step;
     d.open_run = b.run;
   } else if (e.type == proto::event::kStepEnd) {
-    StepRecord st = step_record(proto::step_end_from(e), a, d);
+    const auto end = proto::step_end_from(e);
+    if (end.ops) ++a.ops_steps;
+    StepRecord st = step_record(end, a, d);
     record_schedule(st.run, st.step, d);
     if (a.steps.size() < kMaxStepRecords) a.steps.push_back(std::move(st));
     ++a.steps_completed;

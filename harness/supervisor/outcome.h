@@ -95,6 +95,7 @@ struct TrialAnalysis {
   scenario::Outcome outcome = scenario::Outcome::kUnresolved;
   Failure failure;
   int64_t steps_completed = 0;
+  int64_t ops_steps = 0;  // of them, steps of `train.mode: ops` (a `step_end` with `ops`): no training
   int64_t peak_memory_bytes = 0;
   /// Whether any memory figure the worker reported was a count
   /// (peak_memory_bytes is then a measurement, else unknown).

@@ -497,15 +497,17 @@ std::vector<TrustCase> cases() {
       "exit 1";
   add({"AnOpsRungThatTrains", "rung", ignores_rungs + fails_at_1, "", "", 1, "train.mode=ops not applied",
        {"diagnose"}});
-  add({"ASyntheticRungThatReadsADataset", "rung",
-       ignores_rungs + "e '{\"type\":\"sample_read\",\"t\":0,\"index\":0}'; " + fails_at_1, "", "", 1,
-       "data.source not applied", {"diagnose"}});
+  add({"AModelStepRungThatTrainsFourSteps", "rung",
+       ignores_rungs + "step 0; step 1; step 2; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":3}'; "
+       "e '{\"type\":\"error\",\"t\":0,\"kind\":\"exception\",\"run\":0,\"step\":3,\"message\":\"boom\"}'; "
+       "e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       "", "", 1, "train.stop_after=1 not applied", {"diagnose"}});
   add({"ASyntheticRungThatFailsReadingASample", "rung",
        ignores_rungs + "e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"sample_read\",\"t\":0,"
        "\"index\":5,\"error\":\"OSError: image file is truncated\"}'; e '{\"type\":\"error\",\"t\":0,\"kind\":"
        "\"exception\",\"run\":0,\"step\":0,\"message\":\"OSError: image file is truncated\"}'; e '{\"type\":\"done\","
        "\"t\":0,\"status\":\"error\"}'; exit 1",
-       "", "", 1, "and failed reading one", {"diagnose"}});
+       "", "", 1, "failed reading a sample", {"diagnose"}});
   return c;
 }
 
