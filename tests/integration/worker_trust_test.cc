@@ -226,18 +226,19 @@ std::vector<TrustCase> cases() {
        "\"error\"}'; exit 1";
   add({"AnErrorMessageWithMarkdown", "escape", markdown_error,
        "", "", 1, "boom", {"run"}, 0, "](javascript:"});
-  add({"AModuleNameWithABacktick", "escape",
-       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
-       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) `\","
-       "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+  // A worker whose step 0 fails with an error naming `module`.
+  auto error_in_module = [](const std::string& module) {
+    return "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\","
+           "\"t\":0,\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"" + module +
+           "\",\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1";
+  };
+  add({"AModuleNameWithABacktick", "escape", error_in_module("m` ![t](https://evil.example/x.png) `"),
        "", "", 1, "boom", {"run"}, 0, "![t]("});
   // The same through `dbh suite` as on GitHub Actions: JUnit and the job summary.
   add({"AnErrorMessageWithMarkdownInASuite", "escape", markdown_error,
        "", "", 1, "boom", {"suite"}, 0, "![t]("});
   add({"AModuleNameWithABacktickInASuite", "escape",
-       "hello; begin; e '{\"type\":\"step_begin\",\"t\":0,\"run\":0,\"step\":0}'; e '{\"type\":\"error\",\"t\":0,"
-       "\"kind\":\"exception\",\"run\":0,\"step\":0,\"module\":\"m` ![t](https://evil.example/x.png) <script>`\","
-       "\"message\":\"boom\"}'; e '{\"type\":\"done\",\"t\":0,\"status\":\"error\"}'; exit 1",
+       error_in_module("m` ![t](https://evil.example/x.png) <script>`"),
        "", "", 1, "boom", {"suite"}, 0, "![t]("});
   add({"AWarningWithMarkupInASuite", "escape",
        "hello; e '{\"type\":\"warning\",\"t\":0,\"message\":\"w\\n::error::x <script>alert(1)</script> "
