@@ -122,6 +122,11 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       if (result.result.is_object() && result.result.contains("samples") && result.result["samples"].is_array()) {
         for (const auto& smp : result.result["samples"]) answer->samples.push_back(field_or(smp, "index", int64_t{0}));
       }
+      if (result.result.is_object() && result.result.contains("difference") && result.result["difference"].is_array()) {
+        for (const auto& d : result.result["difference"]) {
+          if (d.is_string()) answer->difference.push_back(d.get<std::string>());
+        }
+      }
     }
     return code;
   });

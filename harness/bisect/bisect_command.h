@@ -21,6 +21,10 @@ struct BisectOptions {
   std::string scenario;                // scenario file (optional for config)
   std::vector<std::string> overrides;  // key=value on top of the scenario
   std::vector<std::string> good, bad;  // config: scenario files or key=value sets
+  /// config: `bad` holds the scenario's overrides, one per entry, as a
+  /// caller that loaded the scenario has them (diagnose), not the words of
+  /// a command line in the worker command's own syntax.
+  bool bad_as_overrides = false;
   std::string key;                     // range: the numeric key
   std::string lo, hi;                  // range: the interval
   std::string out;
@@ -45,6 +49,7 @@ struct BisectAnswer {
   std::string repro;    // the command that reproduces the minimal failure
   std::string method;   // data: "ddmin" or "named by the failure"
   std::vector<int64_t> samples;  // data: every sample of the answer, by dataset index
+  std::vector<std::string> difference;  // config: the minimal difference, as dbh's overrides
 };
 
 /// `dbh bisect KIND …`: prints each probe as it runs, writes bisect.json,

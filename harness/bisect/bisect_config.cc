@@ -94,10 +94,13 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     const auto parser = supervisor::describe_worker(good).options;
     return scenario::overrides_from_command_words(good.worker, words, "bisect config --bad", parser);
   };
+  const std::vector<std::string> bad_overrides = o.bad_as_overrides ? o.bad
+                                                 : is_file(o.bad)   ? std::vector<std::string>{}
+                                                                    : own_words(split_words(o.bad));
   const scenario::Scenario bad =
-      is_file(o.bad) ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)
-                     : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), own_words(split_words(o.bad))),
-                                               o.checks);
+      !o.bad_as_overrides && is_file(o.bad)
+          ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)
+          : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), bad_overrides), o.checks);
   std::map<std::string, std::string> g, b;
   flatten(ojson::parse(scenario::resolved_json(good)), "", &g);
   flatten(ojson::parse(scenario::resolved_json(bad)), "", &b);

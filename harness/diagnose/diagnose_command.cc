@@ -12,6 +12,7 @@
 
 #include "harness/common/home.h"
 #include "harness/diagnose/hypotheses.h"
+#include "harness/diagnose/rungs.h"
 #include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/probe/probe.h"
@@ -48,25 +49,7 @@ std::string fill_commands(std::string text, const std::vector<std::string>& scen
   return text;
 }
 
-struct Rung {
-  RungId id;
-  std::string name;       // what the row says
-  std::string group;      // ladder | variant
-  std::vector<std::string> overrides;
-  std::string applies;    // "" when it applies, else why not
-  probe::ProbeResult probe;
-  bool ran = false;
-};
 
-std::string row_result(const Rung& r) {
-  if (!r.applies.empty()) return "n/a (" + r.applies + ")";
-  const auto& a = r.probe.analysis;
-  if (a.outcome == scenario::Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
-  std::string s = supervisor::is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
-  if (!a.failure.klass.empty()) s += " " + markdown_code(a.failure.klass);
-  if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
-  return s;
-}
 
 // "optimizer, data": the tied hypotheses' ids.
 std::string tied_text(const LadderConclusion& j) {
@@ -75,111 +58,7 @@ std::string tied_text(const LadderConclusion& j) {
   return t;
 }
 
-std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
-// The diagnosis ladder for `s`, from the device up to the scenario as given
-// (the last rung); a rung that cannot tell anything here says why.
-std::vector<Rung> ladder_rungs(const scenario::Scenario& s) {
-  const bool real = s.data.source == scenario::DataSource::kReal;
-  return {
-      {RungId::kOps, "Basic tensor ops on the device", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
-      {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticRandom)),
-        scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
-       "", {}, false},
-      {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes)), "controls=[]"}, "", {},
-       false},
-      {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
-       false},
-      {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
-       false},
-      {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
-       {scenario::override_text(DBH_SCENARIO_KEY(repeat.processes),
-                      std::to_string(s.repeat.processes * s.repeat.in_process)),
-        scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
-       s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
-      {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
-  };
-}
-
-// A number as an override writes it, in as few digits as tell it.
-std::string number_text(double x) {
-  std::ostringstream t;
-  t << std::setprecision(6) << x;
-  return t.str();
-}
-
-// The variants a failing scenario is tried with: cuDNN settings, precision,
-// batch, memory, blocking launches, and for a run that diverged (its failure
-// `klass` a non-finite value) a tenth of its learning rate.
-std::vector<Rung> variant_rungs(const scenario::Scenario& s, const std::string& klass) {
-  const bool cuda = s.hardware.device != "cpu";
-  const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
-  const bool diverged = klass.rfind("nonfinite_", 0) == 0;
-  const std::string lower_lr = number_text(s.train.lr / 10);
-  return {
-      {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
-       cuda ? "" : "no cuDNN on cpu", {}, false},
-      {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
-       cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
-      {RungId::kCudnnDisabled, "cuDNN disabled", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
-       cuda ? "" : "no cuDNN on cpu", {}, false},
-      {RungId::kFp32, "AMP off (fp32)", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
-       s.train.precision == model::Precision::kFp32 ? "already fp32" : "", {}, false},
-      {RungId::kBf16, "AMP on (bf16)", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
-       cuda ? (s.train.precision == model::Precision::kFp32 ? "" : "already AMP") : "AMP needs CUDA", {}, false},
-      {RungId::kSmallerBatch,
-       "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
-       "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
-        scenario::override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
-        "controls=[]"},
-       s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
-      {RungId::kMoreMemory, "More memory headroom", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
-        "controls=[]"},
-       s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
-      {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
-       cuda ? "" : "CPU kernels are synchronous", {}, false},
-      {RungId::kLowerLearningRate, "A tenth of the learning rate (" + lower_lr + ")", "variant",
-       {scenario::override_text(DBH_SCENARIO_KEY(train.lr), lower_lr), "controls=[]"},
-       !diverged ? "not a divergence" : s.train.lr > 0 ? "" : "the learning rate is 0", {}, false},
-  };
-}
-
-// Note [The learning rung]: whether the model learns at all, on synthetic
-// boxes and on the real data, for a silent failure.
-std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent) {
-  const bool real = s.data.source == scenario::DataSource::kReal;
-  const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
-                                                        : std::clamp<int64_t>(s.train.max_steps, 4, 50);
-  const std::vector<std::string> judged = {
-      scenario::override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
-      scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
-      "controls=[]"};
-  return {
-      {RungId::kLearnsSynthetic,
-       "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
-       concat_overrides({scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes))}, judged),
-       silent ? "" : "not a silent failure", {}, false},
-      {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)",
-       "learning", judged,
-       !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
-  };
-}
 
 // What the follow-up bisection found: its line among the next steps, its
 // repro, its verdict for diagnosis.json and what narrows the minimal repro.
@@ -188,6 +67,7 @@ struct FollowUp {
   std::string repro;
   ojson verdict;  // null when none ran
   std::vector<std::string> repro_overrides;
+  std::vector<std::string> difference;  // config: the minimal difference, confirmed (else empty)
 };
 
 // `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
@@ -198,13 +78,24 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   b.kind = kind;
   b.scenario = o.scenario;
   b.overrides = concat_overrides(o.overrides, {"controls=[]"});
+  std::vector<std::string> words = scenario_words;
+  if (kind == bisect::BisectKind::kConfig) {
+    // Note [The run without the command's overrides]: the scenario as it
+    // is against the scenario with them.
+    b.overrides = {"controls=[]"};
+    b.bad = o.overrides;
+    b.bad_as_overrides = true;
+    std::string bad;
+    for (const auto& ov : o.overrides) bad += (bad.empty() ? "" : " ") + ov;
+    words = {scenario_words.front(), "--good", scenario_words.front(), "--bad", bad};
+  }
   b.out = (out / ("bisect-" + to_string(b.kind))).string();
   b.cache_dir = cache;
   b.quiet = o.quiet;
   b.checks = o.checks;
   if (!o.quiet) {
     std::vector<std::string> command = {self_command(), "bisect", to_string(b.kind)};
-    command.insert(command.end(), scenario_words.begin(), scenario_words.end());
+    command.insert(command.end(), words.begin(), words.end());
     std::cout << "follow-up: " << shell_command(command) << std::endl;
   }
   // Note [One bisection, called]: the follow-up is the bisection itself,
@@ -222,6 +113,7 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   // The follow-up's answer as a value (Note [One bisection, called]).
   const std::string verdict = answer.confident ? "confident" : "unsure";
   f.repro = answer.repro;
+  if (answer.confirmed) f.difference = answer.difference;
   f.verdict = {{"kind", to_string(b.kind)}, {"verdict", verdict}, {"confirmed", answer.confirmed},
                {"confidence", answer.confidence}, {"doubts", answer.doubts}};
   std::string doubts;
@@ -259,6 +151,7 @@ struct Diagnosis {
   std::vector<std::string> followups;
   std::string bisect_summary;
   ojson bisect_verdict;
+  std::string cause;  // the config bisection's answer when the command's overrides make it fail
   const kb::FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
   std::vector<supervisor::ResolutionCheck> resolution_checks;
   std::string emulated;  // why the ranking is an emulation's, "" for a real failure
@@ -279,7 +172,7 @@ std::string diagnosis_markdown(const Diagnosis& d) {
   if (!d.emulated.empty()) md << "**Emulated.** " << markdown_inline(d.emulated) << ".\n\n";
   md << "## What works / What fails\n\n| check | result |\n|---|---|\n";
   for (const auto& r : d.rows) {
-    if (!d.fails && r.group == "variant") continue;
+    if (!d.fails && (r.group == "variant" || r.group == "learning rate" || r.group == "overrides")) continue;
     if (!d.silent && r.group == "learning") continue;
     md << "| " << r.name << " | " << row_result(r) << " |\n";
   }
@@ -299,9 +192,15 @@ std::string diagnosis_markdown(const Diagnosis& d) {
   int rank = 0;
   for (const auto& h : hyps) {
     if (h.support.empty() && h.refute.empty()) continue;
-    md << ++rank << ". **" << h.title << "** (" << h.support.size() << " for, " << h.refute.size() << " against)\n";
-    for (const auto& sp : h.support) md << "   - supports: " << sp << "\n";
-    for (const auto& rf : h.refute) md << "   - refutes: " << rf << "\n";
+    md << ++rank << ". **" << h.title << "** (weight " << h.weight_for() << " for, " << h.weight_against()
+       << " against)\n";
+    // Note [Evidence by direction]: each line with how much it weighs.
+    for (const auto& e : h.support) {
+      md << "   - supports (" << to_string(e.strength) << ", +" << static_cast<int>(e.strength) << "): " << e.text << "\n";
+    }
+    for (const auto& e : h.refute) {
+      md << "   - refutes (" << to_string(e.strength) << ", −" << static_cast<int>(e.strength) << "): " << e.text << "\n";
+    }
   }
   md << "\n## Next steps\n\n";
   int step_no = 0;
@@ -338,8 +237,13 @@ ojson diagnosis_json(const Diagnosis& d) {
   }
   j["hypotheses"] = ojson::array();
   for (const auto& h : d.judgement.ranked) {
-    j["hypotheses"].push_back({{"id", to_string(h.id)}, {"title", h.title}, {"support", h.support},
-                               {"refute", h.refute}, {"score", h.score()}});
+    const auto lines = [](const std::vector<EvidenceLine>& es) {
+      ojson a = ojson::array();
+      for (const auto& e : es) a.push_back({{"text", e.text}, {"strength", to_string(e.strength)}, {"weight", static_cast<int>(e.strength)}});
+      return a;
+    };
+    j["hypotheses"].push_back({{"id", to_string(h.id)}, {"title", h.title}, {"support", lines(h.support)},
+                               {"refute", lines(h.refute)}, {"score", h.score()}});
   }
   // No evidence for any hypothesis is no conclusion, not the first of the list.
   j["conclusion"] = d.judgement.conclusion;
@@ -349,6 +253,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["followups"] = d.followups;
   j["resolutions_tried"] = report::resolution_checks_json(d.resolution_checks);
   j["bisect"] = d.bisect_verdict;
+  j["cause"] = d.cause.empty() ? ojson(nullptr) : ojson(d.cause);
   j["probe_count"] = d.probe_count;
   j["seconds"] = d.seconds;
   j["repro_scenario"] = d.fails ? ojson((d.out / "repro.yaml").string()) : ojson(nullptr);
@@ -367,6 +272,7 @@ std::string diagnosis_summary(const Diagnosis& d) {
     s << "top hypothesis: " << d.judgement.ranked.front().title << "\n";
   }
   if (d.no_evidence()) s << "top hypothesis: none has more evidence for it than against it\n";
+  if (!d.cause.empty()) s << "cause: " << terminal_text(d.cause) << "\n";
   s << "report: " << (d.out / "diagnosis.md").string() << "\n";
   if (d.fails) s << "repro:  " << d.repro_command() << "\n";
   return s.str();
@@ -390,6 +296,8 @@ Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const s
       e.ran = r.ran;
       e.outcome = r.probe.analysis.outcome;
       e.klass = r.probe.analysis.failure.klass;
+      e.step = r.probe.analysis.failure.step;
+      e.rate = r.rate;
       ladder.rungs.push_back(e);
     }
   }
@@ -444,30 +352,21 @@ std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClas
   return supervisor::try_resolutions(c, nlohmann::json::parse(scenario::resolved_json(s)), run);
 }
 
-// A rung runs only as a scenario of its own that its worker can serve (else n/a with the reason).
-void run_rung(probe::Prober& prober, Rung& r) {
-  if (!r.applies.empty()) return;
+// The diagnosed scenario as the words of a command: its absolute path and
+// the overrides it was diagnosed with.
+std::vector<std::string> scenario_words(const DiagnoseOptions& o) {
+  std::vector<std::string> words = {fs::absolute(o.scenario).lexically_normal().string()};
+  words.insert(words.end(), o.overrides.begin(), o.overrides.end());
+  return words;
+}
+
+// The learning rate the diagnosed scenario holds without the command's
+// overrides; 0 when it cannot be read without them.
+double configured_rate(const DiagnoseOptions& o) {
   try {
-    const scenario::Scenario rs = prober.load(r.overrides);
-    if (const auto cap = supervisor::missing_capability(rs)) {
-      r.applies = "the worker does not serve `" + *cap + "`";
-      return;
-    }
-    // Note [Keys that never reach the worker]: a rung whose change the
-    // worker never receives would only run the scenario as given again.
-    if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
-      r.applies = std::move(why);
-      return;
-    }
-  } catch (const ScenarioError& e) {
-    r.applies = "not a valid scenario here: " + one_line(e.what());
-    return;
-  }
-  r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
-  r.ran = true;
-  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
-    r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
-    r.probe.analysis.failure.message = std::move(why);
+    return scenario::load_scenario(o.scenario, {}, o.checks).train.lr;
+  } catch (const ScenarioError&) {
+    return 0;
   }
 }
 
@@ -515,9 +414,13 @@ int diagnose_command(const DiagnoseOptions& o) {
     for (auto& r : rungs) run_rung(prober, r);
     const Rung& full = rungs.back();  // the scenario as given
     const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
-    std::vector<Rung> variants = variant_rungs(s, full.probe.analysis.failure.klass);
+    std::vector<Rung> variants = variant_rungs(s);
+    RateSearch rates;
     if (fails) {
       for (auto& r : variants) run_rung(prober, r);
+      // Note [The learning rate, searched]: down to the configuration's own
+      // rate when the command's overrides raised it.
+      rates = search_learning_rate(prober, s, full.probe.analysis.failure.klass, configured_rate(o));
     }
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:
@@ -531,16 +434,33 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
     for (auto& r : learning) run_rung(prober, r);
+    // Note [The run without the command's overrides]: a failing command that
+    // changes its scenario is run without the changes; when that trains,
+    // the config bisection between the two names the change, and its answer
+    // is evidence.
+    std::vector<Rung> without = without_overrides_rungs(o.overrides);
+    std::optional<FollowUp> config_followup;
+    if (fails && without.front().applies.empty()) {
+      probe::Prober plain(o.scenario, {}, out.string(), cache, o.quiet, o.checks);
+      run_rung(plain, without.front());
+      if (without.front().ran && without.front().probe.analysis.outcome == scenario::Outcome::kPassed) {
+        config_followup = bisect_followup(bisect::BisectKind::kConfig, o, s, out, cache, scenario_words(o), prober);
+      }
+    }
     // Compute is done: what the rungs showed, judged by one pure function.
-    const LadderConclusion judgement =
-        conclude_ladder(ladder_of({&rungs, &variants, &learning}, fails ? full_class : "", silent, real));
+    Ladder ladder =
+        ladder_of({&rungs, &without, &variants, &rates.rungs, &learning}, fails ? full_class : "", silent, real);
+    if (config_followup) ladder.override_cause = config_followup->difference;
+    ladder.failure_step = full.probe.analysis.failure.step;
+    ladder.lr_floor = rates.floor;
+    ladder.lr_floor_is_configured = rates.floor_is_configured;
+    ladder.lr_reached_floor = rates.reached_floor;
+    const LadderConclusion judgement = conclude_ladder(ladder);
 
-    // The diagnosed scenario as the words of a command: its absolute path
-    // and the overrides it was diagnosed with.
-    std::vector<std::string> scenario_words = {fs::absolute(o.scenario).lexically_normal().string()};
-    scenario_words.insert(scenario_words.end(), o.overrides.begin(), o.overrides.end());
+    const std::vector<std::string> scenario_words = diagnose::scenario_words(o);
     // Follow-ups, as a person would do next.
     std::vector<std::string> followups;
+    if (config_followup) followups = config_followup->lines;
     std::string bisect_summary;
     nlohmann::ordered_json bisect_verdict;  // the follow-up's verdict, when one ran
     std::vector<std::string> repro_overrides = {"controls=[]"};
@@ -550,11 +470,12 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
     if (data_dependent || nonfinite) {
       FollowUp f = bisect_followup(data_dependent ? bisect::BisectKind::kData : bisect::BisectKind::kModules, o, s, out, cache, scenario_words, prober);
-      followups = std::move(f.lines);
+      followups.insert(followups.end(), f.lines.begin(), f.lines.end());
       bisect_summary = std::move(f.repro);
       bisect_verdict = std::move(f.verdict);
       repro_overrides.insert(repro_overrides.end(), f.repro_overrides.begin(), f.repro_overrides.end());
     }
+    if (const std::string line = rate_search_summary(rates, s); !line.empty()) followups.push_back(line);
     // The minimal repro scenario, next to the report. A scenario that passes
     // has no failure to reproduce.
     if (fails) write_file_atomically((out / "repro.yaml").string(), repro_scenario_text(o, repro_overrides));
@@ -579,7 +500,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.silent = silent;
     d.outcome = full.probe.analysis.outcome;
     d.klass = full.probe.analysis.failure.klass;
-    for (const auto* group : {&rungs, &variants, &learning}) d.rows.insert(d.rows.end(), group->begin(), group->end());
+    if (config_followup && !config_followup->difference.empty()) d.cause = config_followup->lines.front();
+    for (const auto* group : {&rungs, &without, &variants, &rates.rungs, &learning}) d.rows.insert(d.rows.end(), group->begin(), group->end());
     d.judgement = judgement;
     d.scenario_words = scenario_words;
     d.followups = followups;

@@ -19,8 +19,43 @@ std::string to_string(HypothesisId id) {
     case HypothesisId::kKernel: return "kernel";
     case HypothesisId::kOptimizer: return "optimizer";
     case HypothesisId::kLabels: return "labels";
+    case HypothesisId::kOverrides: return "overrides";
   }
   return "model";
+}
+
+std::string to_string(Strength s) { return s == Strength::kShows ? "shows" : "suggests"; }
+
+int Hypothesis::weight_for() const {
+  int w = 0;
+  for (const auto& e : support) w += static_cast<int>(e.strength);
+  return w;
+}
+
+int Hypothesis::weight_against() const {
+  int w = 0;
+  for (const auto& e : refute) w += static_cast<int>(e.strength);
+  return w;
+}
+
+std::optional<HypothesisId> hypothesis_of_key(const std::string& key) {
+  // One row per setting a hypothesis is about; a row ending in '.' or '_' is a prefix.
+  static const std::pair<const char*, HypothesisId> kRows[] = {
+      {"train.lr", HypothesisId::kOptimizer},          {"train.optimizer", HypothesisId::kOptimizer},
+      {"train.momentum", HypothesisId::kOptimizer},    {"train.weight_decay", HypothesisId::kOptimizer},
+      {"train.grad_clip", HypothesisId::kOptimizer},   {"train.warmup_steps", HypothesisId::kOptimizer},
+      {"train.precision", HypothesisId::kAmp},         {"data.batch_size", HypothesisId::kMemory},
+      {"train.accumulation", HypothesisId::kMemory},   {"hardware.memory_budget", HypothesisId::kMemory},
+      {"data.num_workers", HypothesisId::kLoader},     {"hardware.cudnn_", HypothesisId::kCudnn},
+      {"data.path", HypothesisId::kData},              {"data.subset", HypothesisId::kData},
+      {"data.source", HypothesisId::kData},            {"labels.", HypothesisId::kLabels},
+  };
+  for (const auto& [row, id] : kRows) {
+    const std::string r = row;
+    const bool prefix = r.back() == '.' || r.back() == '_';
+    if (prefix ? key.rfind(r, 0) == 0 : key == r) return id;
+  }
+  return std::nullopt;
 }
 
 const RungEvidence* Ladder::find(RungId id) const {
@@ -81,6 +116,8 @@ std::vector<Hypothesis> declared_hypotheses() {
        {}, {},
        "look at the overlays of the failing batch and at `{dbh} data show DATASET --index N` for its samples; "
        "`{dbh} bisect config {scenario} --good KEY=VALUE… --bad KEY=VALUE…` against a configuration that learns"},
+      {HypothesisId::kOverrides, "A setting the command changes (its overrides of the scenario)", {}, {},
+       "drop or correct the override the config bisection names (below), or train with the scenario as it is"},
   };
 }
 
@@ -233,13 +270,13 @@ class Weighing {
     const auto& synth = rung(RungId::kSynthetic);
     const auto& real0 = rung(RungId::kRealNoWorkers);
     const auto& realw = rung(RungId::kRealWorkers);
-    const auto& lower_lr = rung(RungId::kLowerLearningRate);
+    const RungEvidence* lower_lr = trained_rate();
     if (model_step.failed() && !resources) H(HypothesisId::kModel).support.push_back(model_step.cite());
-    // The same model, loss and data training through at a tenth of the
-    // learning rate: what failed without the real data failed by its updates.
-    if (lower_lr.passed() && (synth.failed() || model_step.failed())) {
-      H(HypothesisId::kModel).refute.push_back(lower_lr.cite() + " (the same model and loss train at a tenth of "
-                                               "the learning rate)");
+    // The same model, loss and data training through at a lower learning
+    // rate: what failed without the real data failed by its updates.
+    if (lower_lr != nullptr && (synth.failed() || model_step.failed())) {
+      H(HypothesisId::kModel).refute.push_back(lower_lr->cite() + " (the same model and loss train at a lower "
+                                               "learning rate)");
     }
     // Failing on the real data says something about the data only beside the
     // synthetic rung (a worker without synthetic data has none).
@@ -254,14 +291,15 @@ class Weighing {
   void variants_and_classes() {
     const bool fails = fails_;
     for (const auto& v : l_.rungs) {
-      if (!is_variant(v.id) || !v.ran) continue;
-      auto& h = H(variant_hypothesis(v.id));
-      (v.passed() ? h.support : h.refute).push_back(v.cite());
+      if (!is_variant(v.id) || !v.ran || v.id == RungId::kLowerLearningRate) continue;
+      weigh_change(H(variant_hypothesis(v.id)), v, "");
     }
+    learning_rate_search();
+    command_overrides();
     if (fails && l_.memory_exhaustion) {
       H(HypothesisId::kMemory).support.push_back("the failure class is `" + l_.klass + "`");
     }
-    if (fails && l_.data_invalid) H(HypothesisId::kData).support.push_back("the failure class is `data_invalid`");
+    if (fails && l_.data_invalid) H(HypothesisId::kData).support.push_back(std::string("the failure class is `data_invalid`"));
   }
 
   // The ranking and the one conclusion (ties and no evidence are `unsure`).
@@ -287,6 +325,101 @@ class Weighing {
   }
 
  private:
+  // Note [Evidence by direction]: what one change `v` did to the failure,
+  // for or against `h`. `larger` says why an unchanged failure is no proof
+  // ("" when the change is large enough to matter).
+  void weigh_change(Hypothesis& h, const RungEvidence& v, const std::string& larger) {
+    if (v.passed()) {
+      h.support.push_back(v.cite());
+      return;
+    }
+    if (!v.failed() || v.klass != l_.klass) return;  // another failure, or none it could tell: neither way
+    if (v.step && l_.failure_step && *v.step > *l_.failure_step) {
+      h.support.push_back({v.cite() + " (the failure moves later: step " + std::to_string(*l_.failure_step) +
+                               " → " + std::to_string(*v.step) + ")",
+                           Strength::kSuggests});
+      return;
+    }
+    if (larger.empty()) {
+      h.refute.push_back(v.cite() + " (the same failure, unchanged)");
+    } else {
+      h.refute.push_back({v.cite() + " (unchanged, but " + larger + ")", Strength::kSuggests});
+    }
+  }
+
+  // Note [The run without the command's overrides]: the scenario without
+  // them training while it fails with them puts the cause in a setting the
+  // command changes; the config bisection's confirmed answer names which,
+  // and weighs for the hypothesis that setting belongs to (a learning rate:
+  // the optimizer) or, for a setting no hypothesis is about, for the
+  // overrides themselves.
+  void command_overrides() {
+    const auto& without = rung(RungId::kWithoutOverrides);
+    auto& h = H(HypothesisId::kOverrides);
+    if (fails_ && without.passed()) h.support.push_back(without.cite() + " while the scenario with them fails");
+    if (without.failed()) h.refute.push_back(without.cite() + " (fails without them too)");
+    if (l_.override_cause.empty()) return;
+    std::optional<HypothesisId> about;
+    bool one = true;
+    std::string text;
+    for (const auto& o : l_.override_cause) {
+      const auto id = hypothesis_of_key(o.substr(0, o.find('=')));
+      one = one && id && (!about || *about == *id);
+      about = id;
+      text += (text.empty() ? "" : " + ") + std::string("`") + o + "`";
+    }
+    text = "the config bisection's confirmed answer: " + text;
+    if (one && about) {
+      // The overrides' evidence is this hypothesis's: the setting is one of its own.
+      auto& to = H(*about);
+      to.support.insert(to.support.end(), h.support.begin(), h.support.end());
+      h.support.clear();
+      to.support.push_back(text + " (a setting of this hypothesis)");
+    } else {
+      h.support.push_back(text);
+    }
+  }
+
+  // Note [The learning rate, searched]: the rates the search tried, as one
+  // line: the largest that trains shows the optimizer; a failure that moves
+  // later as the rate falls suggests it; the same failure down to the
+  // configuration's own rate (or six decades) shows against it.
+  void learning_rate_search() {
+    std::vector<const RungEvidence*> tries;
+    for (const auto& r : l_.rungs) {
+      if (r.id == RungId::kLowerLearningRate && r.ran) tries.push_back(&r);
+    }
+    if (tries.empty()) return;
+    auto& h = H(HypothesisId::kOptimizer);
+    if (const RungEvidence* best = trained_rate()) {
+      h.support.push_back(best->cite() + " (the largest rate tried that trains)");
+      return;
+    }
+    const RungEvidence* latest = nullptr;
+    for (const auto* t : tries) {
+      if (t->failed() && t->klass == l_.klass && t->step && l_.failure_step && *t->step > *l_.failure_step &&
+          (latest == nullptr || *t->step > *latest->step)) {
+        latest = t;
+      }
+    }
+    if (latest != nullptr) {
+      weigh_change(h, *latest, "");
+      return;
+    }
+    const RungEvidence& lowest = *tries.back();
+    const std::string floor = l_.lr_floor_is_configured ? "the configuration's own rate" : "six decades below";
+    weigh_change(h, lowest, l_.lr_reached_floor ? "" : "the search stopped above " + floor);
+  }
+
+  // The lower learning rate with the largest rate that trained, or nullptr.
+  const RungEvidence* trained_rate() const {
+    const RungEvidence* best = nullptr;
+    for (const auto& r : l_.rungs) {
+      if (r.id == RungId::kLowerLearningRate && r.passed() && (best == nullptr || r.rate > best->rate)) best = &r;
+    }
+    return best;
+  }
+
   Hypothesis& H(HypothesisId id) {
     return *std::find_if(hyps_.begin(), hyps_.end(), [&](const Hypothesis& h) { return h.id == id; });
   }

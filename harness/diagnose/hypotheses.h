@@ -3,7 +3,10 @@
 // each rung showed to hypotheses ranked by evidence and one conclusion. Pure:
 // no process, no file; `dbh diagnose` runs the rungs and writes the pages.
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/supervisor/outcome.h"
@@ -20,6 +23,7 @@ enum class RungId {
   kRealWorkers,        // the real data with loader workers
   kOneRunPerProcess,   // each run in a fresh process (repeat.in_process=1)
   kAsGiven,            // the scenario as given
+  kWithoutOverrides,   // the scenario without the command's overrides
   kCudnnDeterministic,
   kCudnnBenchmarkOff,
   kCudnnDisabled,
@@ -28,7 +32,7 @@ enum class RungId {
   kSmallerBatch,
   kMoreMemory,
   kBlockingLaunches,
-  kLowerLearningRate,  // a divergence: the same run at a tenth of the learning rate
+  kLowerLearningRate,  // a divergence: the same run at a lower learning rate (one per rate the search tried)
   kLearnsSynthetic,    // silent failures: does the loss fall on synthetic boxes?
   kLearnsReal,         // … and on the real data?
 };
@@ -41,6 +45,8 @@ struct RungEvidence {
   bool ran = false;
   scenario::Outcome outcome = scenario::Outcome::kPassed;
   std::string klass;   // its failure class, "" when it passed
+  std::optional<int64_t> step;  // the step its failure names
+  double rate = 0;     // kLowerLearningRate: the rate it ran at
 
   /// A failure the harness could tell (an unresolved rung is evidence of nothing).
   bool failed() const { return ran && supervisor::is_failure(outcome) && outcome != scenario::Outcome::kUnresolved; }
@@ -60,19 +66,44 @@ enum class HypothesisId {
   kKernel,
   kOptimizer,
   kLabels,
+  kOverrides,  // a setting the diagnosed command changes
 };
 std::string to_string(HypothesisId id);
+
+/// The hypothesis a scenario key is a setting of (train.lr: the optimizer,
+/// data.batch_size: memory, train.precision: AMP, …); nullopt for a key no
+/// hypothesis is about (the run's length, a key of the user's own).
+std::optional<HypothesisId> hypothesis_of_key(const std::string& key);
+
+/// Note [Evidence by direction]: what a rung shows weighs by what changed
+/// and how. A change that ends the failure shows its hypothesis (for); the
+/// same failure, unchanged, under a change large enough to matter shows
+/// against it. A failure that moves later under a smaller rate, batch or
+/// headroom only suggests (the change addresses it, but not enough), and so
+/// does an unchanged failure under a change too small to rule it out. A
+/// change that turns the failure into another is weighed for nothing.
+enum class Strength { kSuggests = 1, kShows = 2 };
+std::string to_string(Strength s);
+
+/// One line of evidence and its weight.
+struct EvidenceLine {
+  EvidenceLine(std::string t, Strength s = Strength::kShows) : text(std::move(t)), strength(s) {}  // NOLINT: a line shows unless said
+  std::string text;
+  Strength strength = Strength::kShows;
+};
 
 struct Hypothesis {
   HypothesisId id = HypothesisId::kModel;
   std::string title;
-  std::vector<std::string> support;
-  std::vector<std::string> refute;
+  std::vector<EvidenceLine> support;
+  std::vector<EvidenceLine> refute;
   /// What a person would do next; `{dbh}` and `{scenario}` stand for the
   /// binary that ran and the diagnosed scenario with its overrides
   /// (next_steps_text fills them in, so each command runs as pasted).
   std::string next;
-  int score() const { return static_cast<int>(support.size()) - static_cast<int>(refute.size()); }
+  int weight_for() const;
+  int weight_against() const;
+  int score() const { return weight_for() - weight_against(); }
 };
 
 /// The kind of failure the scenario's own run shows, from its class in the
@@ -86,12 +117,21 @@ enum class FailureKind {
 };
 
 struct Ladder {
-  std::vector<RungEvidence> rungs;  // in any order; each id at most once
+  std::vector<RungEvidence> rungs;  // in any order; each id at most once, kLowerLearningRate once per rate
   FailureKind kind = FailureKind::kNone;
   std::string klass;                // the scenario's failure class
   bool real_data = false;
   bool memory_exhaustion = false;   // klass is memory running out
   bool data_invalid = false;        // klass is a data defect
+  std::optional<int64_t> failure_step;  // the step the scenario's own failure names
+  /// Note [The learning rate, searched]: where the search stopped looking
+  /// (0 when none ran) and whether that is the configuration's own rate.
+  double lr_floor = 0;
+  bool lr_floor_is_configured = false;
+  bool lr_reached_floor = false;
+  /// The command's overrides that the config bisection found, confirmed, to
+  /// make the scenario fail (`key=value`, dbh's keys); empty when none ran.
+  std::vector<std::string> override_cause;
   /// The rung with `id`, or nullptr when the ladder has none.
   const RungEvidence* find(RungId id) const;
 };

@@ -559,5 +559,50 @@ TEST(BisectTest, DiagnoseConcludesDataDependentAndNamesTheSample) {
   EXPECT_EQ(b["result"]["samples"][0]["index"], 3);  // the sample the scenario corrupts
 }
 
+// Note [The learning rate, searched]: a run whose learning rate was set
+// 10^6 times the configuration's diverges; diagnose searches the rate down
+// (a decade, then halvings of the decade that failed), names the optimizer
+// by the largest rate that trains, and the page shows each line's weight.
+TEST(BisectTest, DiagnoseSearchesTheLearningRateOfADivergence) {
+  const Dir dir("dbh-bisect-diagnose-lr");
+  const fs::path scenario = dir / "eight-steps.yaml";
+  testing::write_text(scenario, "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n"
+                                "train:\n  max_steps: 8\n");
+  const auto r = dbh({"diagnose", scenario.string(), "train.lr=7000", "--out", (dir / "out").string(), "--cache",
+                      (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails, as diagnosed
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(1);
+  std::vector<std::string> rates;
+  for (const auto& row : j["rows"]) {
+    if (row["group"] == "learning rate") rates.push_back(row["overrides"][0].get<std::string>() + " " + row["outcome"].get<std::string>());
+  }
+  // 700 trains, so the decade above it is halved: 3500 trains too.
+  EXPECT_EQ(rates, (std::vector<std::string>{"train.lr=700 passed", "train.lr=3500 passed"}));
+  const auto& top = j["hypotheses"][0];
+  EXPECT_EQ(top["id"], "optimizer");
+  ASSERT_FALSE(top["support"].empty());
+  EXPECT_EQ(top["support"][0]["strength"], "shows");
+  EXPECT_NE(top["support"][0]["text"].get<std::string>().find("Learning rate 3500"), std::string::npos);
+  bool answered = false;
+  for (const auto& f : j["followups"]) answered = answered || f.get<std::string>().find("`train.lr=3500` trains") != std::string::npos;
+  EXPECT_TRUE(answered) << j["followups"].dump(1);
+  const std::string md = testing::read_text(dir / "out" / "diagnosis.md");
+  EXPECT_NE(md.find("supports (shows, +2): Learning rate 3500"), std::string::npos) << md;
+  EXPECT_NE(md.find("refutes (shows, −2): Smaller batch"), std::string::npos) << md;  // the same failure, unchanged
+  // Note [The run without the command's overrides]: the scenario at its own
+  // rate trains, so the config bisection names the override, and its answer
+  // is a learning rate: the optimizer's evidence, and the cause.
+  EXPECT_NE(md.find("supports (shows, +2): the config bisection's confirmed answer: `train.lr=7000"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("weight 6 for, 0 against)\n   - supports (shows, +2): Learning rate 3500"), std::string::npos) << md;
+  EXPECT_NE(md.find("supports (shows, +2): Without the command's overrides (train.lr=7000): works"), std::string::npos)
+      << md;
+  ASSERT_TRUE(j["cause"].is_string()) << j.dump(1);
+  EXPECT_NE(j["cause"].get<std::string>().find("`train.lr=7000"), std::string::npos) << j["cause"];
+  EXPECT_NE(r.out.find("cause: dbh bisect config"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "out" / "bisect-config" / "bisect.json"));
+}
+
 }  // namespace
 }  // namespace dbh

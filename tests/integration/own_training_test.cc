@@ -482,7 +482,7 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfALearningRateTooLargeConcludesTheOptimi
   EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(2);
   bool lower_lr_works = false;
   for (const auto& row : j["rows"]) {
-    if (row["check"] == "A tenth of the learning rate (5)") lower_lr_works = row["outcome"] == "passed";
+    if (row["check"] == "Learning rate 5 (10× lower)") lower_lr_works = row["outcome"] == "passed";
   }
   EXPECT_TRUE(lower_lr_works) << j["rows"].dump(2);
   bool confirmed = false;

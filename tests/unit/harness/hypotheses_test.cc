@@ -179,6 +179,126 @@ TEST(HypothesesTest, AKernelFaultIsNotTheModelAndAnUnresolvedRungIsNothing) {
   EXPECT_TRUE(find(j, HypothesisId::kLoader).refute.empty());
 }
 
+RungEvidence at_rate(double rate, const RungEvidence& r) {
+  RungEvidence e = r;
+  e.id = RungId::kLowerLearningRate;
+  e.rate = rate;
+  return e;
+}
+
+RungEvidence at_step(int64_t step, RungEvidence r) {
+  r.step = step;
+  return r;
+}
+
+// Note [Evidence by direction]: a user's training diverged at step 3 with a
+// rate 5,000 times its configuration's. A tenth of it diverges one step
+// later: the failure moved as the rate fell, which suggests the optimizer
+// rather than refuting it; a hundredth trains, which shows it.
+TEST(HypothesesTest, AFailureThatMovesLaterAsTheRateFallsIsForTheOptimizer) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "nonfinite_loss";
+  l.real_data = true;
+  l.failure_step = 3;
+  l.lr_floor = 0.01;
+  l.lr_floor_is_configured = true;
+  const auto diverged = [](int64_t step) {
+    return at_step(step, fails(RungId::kAsGiven, "rate", scenario::Outcome::kDiverged, "nonfinite_loss"));
+  };
+  l.rungs = {fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kDiverged, "nonfinite_loss"),
+             at_step(3, fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_loss")),
+             at_rate(5, diverged(4))};
+  LadderConclusion j = conclude_ladder(l);
+  const Hypothesis& opt = find(j, HypothesisId::kOptimizer);
+  ASSERT_EQ(opt.support.size(), 1u);
+  EXPECT_TRUE(opt.refute.empty());
+  EXPECT_EQ(opt.support[0].strength, Strength::kSuggests);
+  EXPECT_NE(opt.support[0].text.find("step 3 → 4"), std::string::npos) << opt.support[0].text;
+  EXPECT_EQ(j.conclusion, "optimizer");
+
+  l.rungs.push_back(at_rate(0.5, works(RungId::kAsGiven, "rate 0.5")));
+  j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "optimizer");
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).support[0].strength, Strength::kShows);
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).score(), 2);
+
+  // Unchanged at every rate: down to the configuration's own rate it shows
+  // against the optimizer; stopped above it, it only suggests so.
+  l.rungs.resize(2);
+  l.rungs.push_back(at_rate(5, diverged(3)));
+  l.rungs.push_back(at_rate(0.01, diverged(2)));
+  l.lr_reached_floor = true;
+  EXPECT_EQ(find(conclude_ladder(l), HypothesisId::kOptimizer).score(), -2);
+  l.lr_reached_floor = false;
+  const LadderConclusion short_conclusion = conclude_ladder(l);
+  const Hypothesis& short_search = find(short_conclusion, HypothesisId::kOptimizer);
+  EXPECT_EQ(short_search.score(), -1);
+  EXPECT_NE(short_search.refute[0].text.find("stopped above the configuration's own rate"), std::string::npos);
+}
+
+// A variant that ends the failure shows its hypothesis, one under which it
+// comes later suggests it, one that turns it into another failure is weighed
+// for nothing, and only the same failure refutes.
+TEST(HypothesesTest, AVariantIsWeighedByWhatItDidToTheFailure) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "memory_exhausted";
+  l.failure_step = 2;
+  const auto batch = [&](RungEvidence r) {
+    l.rungs = {at_step(2, fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "memory_exhausted")),
+               std::move(r)};
+    return find(conclude_ladder(l), HypothesisId::kMemory);
+  };
+  EXPECT_EQ(batch(works(RungId::kSmallerBatch, "smaller batch")).weight_for(), 2);
+  const auto later = batch(at_step(5, fails(RungId::kSmallerBatch, "smaller", scenario::Outcome::kFailed, "memory_exhausted")));
+  EXPECT_EQ(later.weight_for(), 1);
+  EXPECT_EQ(later.weight_against(), 0);
+  EXPECT_EQ(batch(at_step(9, fails(RungId::kSmallerBatch, "smaller", scenario::Outcome::kCrashed, "segfault"))).score(),
+            0);
+  EXPECT_EQ(batch(at_step(2, fails(RungId::kSmallerBatch, "smaller", scenario::Outcome::kFailed, "memory_exhausted")))
+                .weight_against(),
+            2);
+}
+
+// Note [The run without the command's overrides]: the scenario training
+// without them shows the overrides; the config bisection's confirmed answer
+// weighs for the hypothesis its setting belongs to, or for the overrides
+// when no hypothesis is about it.
+TEST(HypothesesTest, TheRunWithoutTheOverridesAndTheBisectionsAnswerNameTheSetting) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "nonfinite_loss";
+  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_loss"),
+             works(RungId::kWithoutOverrides, "without the overrides")};
+  EXPECT_EQ(conclude_ladder(l).conclusion, "overrides");
+  l.override_cause = {"train.lr=50"};
+  LadderConclusion j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "optimizer");
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).score(), 4);  // the run without the override, and the answer
+  EXPECT_EQ(find(j, HypothesisId::kOptimizer).support.at(1).text,
+            "the config bisection's confirmed answer: `train.lr=50` (a setting of this hypothesis)");
+  EXPECT_TRUE(find(j, HypothesisId::kOverrides).support.empty());
+  l.override_cause = {"train.lr=50", "arch.width=3"};  // one setting no hypothesis is about
+  j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "overrides");
+  EXPECT_EQ(find(j, HypothesisId::kOverrides).score(), 4);
+  l.rungs[1] = fails(RungId::kWithoutOverrides, "without", scenario::Outcome::kDiverged, "nonfinite_loss");
+  l.override_cause.clear();
+  EXPECT_EQ(find(conclude_ladder(l), HypothesisId::kOverrides).score(), -2);
+}
+
+TEST(HypothesesTest, EachSettingBelongsToAtMostOneHypothesis) {
+  EXPECT_EQ(hypothesis_of_key("train.lr"), HypothesisId::kOptimizer);
+  EXPECT_EQ(hypothesis_of_key("train.grad_clip"), HypothesisId::kOptimizer);
+  EXPECT_EQ(hypothesis_of_key("data.batch_size"), HypothesisId::kMemory);
+  EXPECT_EQ(hypothesis_of_key("hardware.cudnn_benchmark"), HypothesisId::kCudnn);
+  EXPECT_EQ(hypothesis_of_key("train.precision"), HypothesisId::kAmp);
+  EXPECT_FALSE(hypothesis_of_key("train.lrx").has_value());
+  EXPECT_FALSE(hypothesis_of_key("train.max_steps").has_value());
+  EXPECT_FALSE(hypothesis_of_key("optim.step_size").has_value());  // a user's own key, untranslated
+}
+
 }  // namespace
 }  // namespace dbh::harness::diagnose
 

@@ -1,0 +1,230 @@
+#include "harness/diagnose/rungs.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "harness/common/text.h"
+#include "harness/diagnose/lr_search.h"
+#include "harness/scenario/command_syntax.h"
+#include "harness/scenario/schema.h"
+#include "harness/supervisor/worker_contract.h"
+
+namespace dbh::harness::diagnose {
+
+std::string row_result(const Rung& r) {
+  if (!r.applies.empty()) return "n/a (" + r.applies + ")";
+  const auto& a = r.probe.analysis;
+  if (a.outcome == scenario::Outcome::kUnresolved) return "could not tell (" + one_line(a.failure.message) + ")";
+  std::string s = supervisor::is_failure(a.outcome) ? "FAILS: " + to_string(a.outcome) : "works";
+  if (!a.failure.klass.empty()) s += " " + markdown_code(a.failure.klass);
+  if (a.failure.step) s += " at step " + std::to_string(*a.failure.step);
+  return s;
+}
+
+std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<Rung> ladder_rungs(const scenario::Scenario& s) {
+  const bool real = s.data.source == scenario::DataSource::kReal;
+  return {
+      {RungId::kOps, "Basic tensor ops on the device", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(train.mode), "ops"), "controls=[]"}, "", {}, false},
+      {RungId::kModelStep, "Model forward/backward on synthetic data (1 step)", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticRandom)),
+        scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), "1"), "controls=[]"},
+       "", {}, false},
+      {RungId::kSynthetic, "Full trainer on synthetic data", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes)), "controls=[]"}, "", {},
+       false},
+      {RungId::kRealNoWorkers, "Trainer on real data, num_workers=0", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "0"), "controls=[]"}, real ? "" : "data is not real", {},
+       false},
+      {RungId::kRealWorkers, "Trainer on real data with loader workers", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.num_workers), "2"), "controls=[]"}, real ? "" : "data is not real", {},
+       false},
+      {RungId::kOneRunPerProcess, "Each run in a fresh process (the runs apart)", "ladder",
+       {scenario::override_text(DBH_SCENARIO_KEY(repeat.processes),
+                      std::to_string(s.repeat.processes * s.repeat.in_process)),
+        scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"), "controls=[]"},
+       s.repeat.in_process > 1 ? "" : "one run per process already", {}, false},
+      {RungId::kAsGiven, "The scenario as given", "ladder", {"controls=[]"}, "", {}, false},
+  };
+}
+
+// A number as an override writes it, in as few digits as tell it.
+namespace {
+
+std::string number_text(double x) {
+  std::ostringstream t;
+  t << std::setprecision(6) << x;
+  return t.str();
+}
+
+}  // namespace
+
+std::vector<Rung> variant_rungs(const scenario::Scenario& s) {
+  const bool cuda = s.hardware.device != "cpu";
+  const int64_t half = std::max<int64_t>(1, s.data.batch_size / 2);
+  return {
+      {RungId::kCudnnDeterministic, "cuDNN deterministic", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_deterministic), "true"), "controls=[]"},
+       cuda ? "" : "no cuDNN on cpu", {}, false},
+      {RungId::kCudnnBenchmarkOff, "cuDNN benchmark off", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_benchmark), "false"), "controls=[]"},
+       cuda ? (s.hardware.cudnn_benchmark ? "" : "already off") : "no cuDNN on cpu", {}, false},
+      {RungId::kCudnnDisabled, "cuDNN disabled", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.cudnn_enabled), "false"), "controls=[]"},
+       cuda ? "" : "no cuDNN on cpu", {}, false},
+      {RungId::kFp32, "AMP off (fp32)", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "fp32"), "controls=[]"},
+       s.train.precision == model::Precision::kFp32 ? "already fp32" : "", {}, false},
+      {RungId::kBf16, "AMP on (bf16)", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(train.precision), "bf16"), "controls=[]"},
+       cuda ? (s.train.precision == model::Precision::kFp32 ? "" : "already AMP") : "AMP needs CUDA", {}, false},
+      {RungId::kSmallerBatch,
+       "Smaller batch (" + std::to_string(half) + " × " + std::to_string(s.train.accumulation * 2) + " accumulation)",
+       "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.batch_size), std::to_string(half)),
+        scenario::override_text(DBH_SCENARIO_KEY(train.accumulation), std::to_string(s.train.accumulation * 2)),
+        "controls=[]"},
+       s.data.batch_size > 1 ? "" : "batch is 1", {}, false},
+      {RungId::kMoreMemory, "More memory headroom", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
+        "controls=[]"},
+       s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
+      {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
+       cuda ? "" : "CPU kernels are synchronous", {}, false},
+  };
+}
+
+std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent) {
+  const bool real = s.data.source == scenario::DataSource::kReal;
+  const int64_t window = s.monitors.learning_window > 0 ? s.monitors.learning_window
+                                                        : std::clamp<int64_t>(s.train.max_steps, 4, 50);
+  const std::vector<std::string> judged = {
+      scenario::override_text(DBH_SCENARIO_KEY(monitors.learning_window), std::to_string(window)),
+      scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(std::max(window, s.train.max_steps))),
+      "controls=[]"};
+  return {
+      {RungId::kLearnsSynthetic,
+       "Learns on synthetic data (loss falls within " + std::to_string(window) + " steps)", "learning",
+       concat_overrides({scenario::override_text(DBH_SCENARIO_KEY(data.source), to_string(scenario::DataSource::kSyntheticBoxes))}, judged),
+       silent ? "" : "not a silent failure", {}, false},
+      {RungId::kLearnsReal, "Learns on the real data (loss falls within " + std::to_string(window) + " steps)",
+       "learning", judged,
+       !silent ? "not a silent failure" : real ? "" : "data is not real", {}, false},
+  };
+}
+
+void run_rung(probe::Prober& prober, Rung& r) {
+  if (!r.applies.empty()) return;
+  try {
+    const scenario::Scenario rs = prober.load(r.overrides);
+    if (const auto cap = supervisor::missing_capability(rs)) {
+      r.applies = "the worker does not serve `" + *cap + "`";
+      return;
+    }
+    // Note [Keys that never reach the worker]: a rung whose change the
+    // worker never receives would only run the scenario as given again.
+    if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
+      r.applies = std::move(why);
+      return;
+    }
+  } catch (const ScenarioError& e) {
+    r.applies = "not a valid scenario here: " + one_line(e.what());
+    return;
+  }
+  r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
+  r.ran = true;
+  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
+    r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
+    r.probe.analysis.failure.message = std::move(why);
+  }
+}
+
+std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overrides) {
+  std::string list;
+  for (const auto& o : overrides) list += (list.empty() ? "" : " ") + o;
+  return {{RungId::kWithoutOverrides,
+           overrides.empty() ? "Without the command's overrides" : "Without the command's overrides (" + one_line(list) + ")",
+           "overrides",
+           {"controls=[]"},
+           overrides.empty() ? "the command has none" : "",
+           {},
+           false}};
+}
+
+RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s, const std::string& klass,
+                                double configured) {
+  RateSearch out;
+  if (klass.rfind("nonfinite_", 0) != 0) {
+    out.not_run = "not a divergence";
+    return out;
+  }
+  if (!(s.train.lr > 0)) {
+    out.not_run = "the learning rate is 0";
+    return out;
+  }
+  // At most every decade and every halving: the search's own bound.
+  LearningRateSearch search(s.train.lr, configured, static_cast<int>(kLearningRateDecadesDown) + kLearningRateHalvings);
+  out.floor = search.floor();
+  out.floor_is_configured = configured > 0 && configured < s.train.lr && search.floor() == configured;
+  while (const auto rate = search.next()) {
+    const std::string text = number_text(*rate);
+    Rung r{RungId::kLowerLearningRate,
+           "Learning rate " + text + " (" + number_text(s.train.lr / *rate) + "× lower)",
+           "learning rate",
+           {scenario::override_text(DBH_SCENARIO_KEY(train.lr), text), "controls=[]"},
+           "",
+           {},
+           false,
+           *rate};
+    run_rung(prober, r);
+    const auto result = !r.ran ? RateTry::Result::kUnknown
+                        : r.probe.analysis.outcome == scenario::Outcome::kUnresolved ? RateTry::Result::kUnknown
+                        : supervisor::is_failure(r.probe.analysis.outcome)          ? RateTry::Result::kFails
+                                                                                     : RateTry::Result::kTrains;
+    search.record(*rate, result);
+    out.rungs.push_back(std::move(r));
+  }
+  out.reached_floor = search.reached_floor();
+  return out;
+}
+
+std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s) {
+  if (r.rungs.empty()) return "";
+  const Rung* best = nullptr;
+  for (const auto& t : r.rungs) {
+    if (t.ran && t.probe.analysis.outcome == scenario::Outcome::kPassed && (best == nullptr || t.rate > best->rate)) {
+      best = &t;
+    }
+  }
+  const std::string tried = "the learning rate searched (" + std::to_string(r.rungs.size()) +
+                            " rate(s), by decades down from " + number_text(s.train.lr) + ", then halvings)";
+  if (best == nullptr) {
+    return tried + ": no rate tried trains, down to " + number_text(r.rungs.back().rate) +
+           (r.reached_floor ? (r.floor_is_configured ? " (the configuration's own rate)" : " (six decades below)")
+                            : "");
+  }
+  const std::string text = number_text(best->rate);
+  std::string as_given;
+  if (s.worker.external()) {
+    for (const auto& k : supervisor::passed_keys(s)) {
+      if (k.dbh_key == DBH_SCENARIO_KEY(train.lr)) {
+        as_given = " (your `" + scenario::describe_argument(s.worker, k.user_key, text) + "`)";
+      }
+    }
+  }
+  return tried + ": `" + scenario::override_text(DBH_SCENARIO_KEY(train.lr), text) + "`" + as_given +
+         " trains, confirmed by its run (" + (!best->probe.dir.empty() ? best->probe.dir
+                                                : !best->probe.cached_from.empty() ? best->probe.cached_from
+                                                                                   : "from the probe cache") +
+         "), " + number_text(s.train.lr / best->rate) + "× below the rate that diverged. It is the largest rate tried "
+         "at which this training stays finite, not what a learning-rate finder answers (where the loss falls fastest)";
+}
+
+}  // namespace dbh::harness::diagnose

@@ -1,0 +1,71 @@
+#pragma once
+// The rungs `dbh diagnose` runs (Note [The diagnosis ladder]): each a variant
+// of the diagnosed scenario, probed, with the row the pages show.
+
+#include <string>
+#include <vector>
+
+#include "harness/diagnose/hypotheses.h"
+#include "harness/probe/probe.h"
+#include "harness/scenario/scenario.h"
+
+namespace dbh::harness::diagnose {
+
+struct Rung {
+  RungId id;
+  std::string name;       // what the row says
+  std::string group;      // ladder | variant | learning rate | learning
+  std::vector<std::string> overrides;
+  std::string applies;    // "" when it applies, else why not
+  probe::ProbeResult probe;
+  bool ran = false;
+  double rate = 0;        // a learning rate the search tried
+};
+
+/// The row's result: "works", "FAILS: diverged `nonfinite_loss` at step 3",
+/// "n/a (…)", "could not tell (…)".
+std::string row_result(const Rung& r);
+
+std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b);
+
+/// The diagnosis ladder for `s`, from the device up to the scenario as given
+/// (the last rung); a rung that cannot tell anything here says why.
+std::vector<Rung> ladder_rungs(const scenario::Scenario& s);
+
+/// The variants a failing scenario is tried with: cuDNN settings,
+/// precision, batch, memory, blocking launches.
+std::vector<Rung> variant_rungs(const scenario::Scenario& s);
+
+/// Note [The learning rung]: whether the model learns at all, on synthetic
+/// boxes and on the real data, for a silent failure.
+std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent);
+
+/// Note [The run without the command's overrides]: one rung, the scenario
+/// without `overrides` (n/a when there are none). It is run by a Prober
+/// without them.
+std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overrides);
+
+/// Runs `r` as a probe when it applies and its worker can serve it (else
+/// n/a with the reason), then checks it against what its trial did.
+void run_rung(probe::Prober& prober, Rung& r);
+
+/// Note [The learning rate, searched]: the rates a divergence of `s` (its
+/// failure `klass`) was tried at, one rung each, in the order run; none when
+/// the failure is no divergence. `configured`: the configuration's own rate
+/// (the scenario without the command's overrides).
+struct RateSearch {
+  std::vector<Rung> rungs;
+  double floor = 0;
+  bool floor_is_configured = false;
+  bool reached_floor = false;
+  std::string not_run;  // why no rate was tried, "" when some were
+};
+/// What the search answered, as a line of the next steps ("" when it did
+/// not run): the largest rate that trains in dbh's key and, for an external
+/// worker, as its command is given it.
+std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s);
+
+RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s, const std::string& klass,
+                                double configured);
+
+}  // namespace dbh::harness::diagnose
