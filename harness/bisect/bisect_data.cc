@@ -1,6 +1,7 @@
 // Bisection over the dataset: the samples that make the run fail
 // (bisect/parts.h).
 #include "harness/bisect/parts.h"
+#include "harness/bisect/sample_pool.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -81,7 +82,6 @@ struct RemoveOnExit {  // removes a folder when it goes out of scope
 // searched for, and at most kUnreachedSearched samples the failing run never
 // reached.
 constexpr size_t kMaxDefects = 4;
-constexpr size_t kUnreachedSearched = 256;
 
 // A data bisection's ground: the scenario, the dataset as scanned (dbh's
 // worker) or as the worker's loader reported it (an external worker, Note
@@ -258,9 +258,16 @@ struct DefectSearch {
 // for a data defect, over the samples it never reached (at most
 // kUnreachedSearched of them). Whatever is left unsearched is said, with
 // `dbh data check`, which reads every sample without training.
+//
+// Note [The rest of the data is the control]: a failing run that read
+// nothing but its answer (a bad sample first in the order, raising at once)
+// leaves no consumed data without it; the samples it never reached are that
+// data (the first kUnreachedSearched of them), and run without the answer
+// they decide whether the answer is the whole failure.
 DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further, int64_t last_step,
                                     const std::vector<int64_t>& minimal, const std::vector<int64_t>& consumed,
-                                    const std::vector<int64_t>& unreached, bool data_defect) {
+                                    const std::vector<int64_t>& unreached, const std::vector<int64_t>& control,
+                                    bool data_defect) {
   DefectSearch found;
   found.defects = {minimal};
   std::set<int64_t> found_set(minimal.begin(), minimal.end());
@@ -273,16 +280,24 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
   };
   const auto overrides = [&](const std::vector<int64_t>& subset) { return subset_overrides(d.s, last_step, subset); };
   std::vector<int64_t> pool = consumed;
+  bool in_consumed = true;  // `pool` is what the failing run read
   for (;;) {
     const std::vector<int64_t> rest = without_found(pool);
+    if (rest.empty() && in_consumed && !control.empty()) {
+      // Note [The rest of the data is the control].
+      found.searched_unreached = !unreached.empty();  // the control is every unreached sample
+      pool = control;
+      in_consumed = false;
+      continue;
+    }
     if (rest.empty()) {
-      if (pool.size() == consumed.size()) {
-        out.doubts.push_back("every consumed sample is in the answer: there is no data without it to compare");
+      if (in_consumed) {
+        out.doubts.push_back("every sample of the dataset is in the answer: there is no data without it to compare");
       }
-      found.rest_passes = pool.size() != consumed.size();
+      found.rest_passes = !in_consumed;
     } else {
       const std::string what = "re-check: the data without " + std::string(found.defects.size() == 1 ? "it" : "them") +
-                               (pool.size() == consumed.size() ? "" : " (samples the run never reached)");
+                               (in_consumed ? "" : " (samples the run never reached)");
       const probe::Verdict v = further.verdict(overrides(rest), what, /*fresh=*/true);
       found.rest_passes = v == probe::Verdict::kPass;
       if (v == probe::Verdict::kFail && found.defects.size() < kMaxDefects) {
@@ -321,6 +336,7 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
         unreached.size() <= kUnreachedSearched && found.defects.size() < kMaxDefects) {
       found.searched_unreached = true;
       pool = unreached;
+      in_consumed = false;
       continue;
     }
     break;
@@ -328,80 +344,6 @@ DefectSearch search_further_defects(DataSearch& d, Outputs& out, Search& further
   return found;
 }
 
-
-// Note [Samples as the loader reads them]: dbh's worker reads its dataset in
-// dbh's order (model::batch_indices), so the samples a failing run consumed
-// are computed. An external worker's loader reads the worker's own dataset in
-// its own order (its sampler and generator, workers reading ahead, Lightning
-// one batch early): dbh never assumes its order there. The adapter's dataset
-// wrapper reports every index it reads (`sample_read`, from the loader's
-// processes too) and the one whose read raised, and data.subset holds the
-// worker's own indices. The search runs over the samples the failing run read
-// (a superset of what it trained on); a read that raised is tried alone first,
-// so one probe names it and is its confirmation; a worker that reports no
-// reads but its dataset's size gets every sample searched, and the answer says
-// so; one that reports neither cannot be bisected over its data.
-struct SamplePool {
-  std::vector<int64_t> consumed;   // the samples to search, sorted
-  std::vector<int64_t> unreached;  // the dataset's other samples, when at most kUnreachedSearched (else none)
-  size_t unreached_count = 0;      // how many there are
-  int64_t dataset_size = 0;
-  std::optional<int64_t> raised;  // the sample whose read raised (an external worker's report)
-  std::string how;                // how `consumed` is known, for the details
-
-  // The samples not in `seen`: counted, listed only when few enough to search.
-  void set_unreached(const std::set<int64_t>& seen) {
-    unreached_count = static_cast<size_t>(dataset_size - std::distance(seen.lower_bound(0), seen.lower_bound(dataset_size)));
-    for (int64_t i = 0; i < dataset_size && unreached_count <= kUnreachedSearched; ++i) {
-      if (!seen.count(i)) unreached.push_back(i);
-    }
-  }
-};
-
-SamplePool pool_from_sampler(const scenario::Scenario& s, const model::ScanResult& scan, int64_t last_step) {
-  SamplePool p;
-  std::set<int64_t> seen;
-  p.dataset_size = static_cast<int64_t>(scan.images.size());
-  for (int64_t micro = 0; micro < (last_step + 1) * s.train.accumulation; ++micro) {
-    for (const int64_t i : model::batch_indices(p.dataset_size, s.data.batch_size, s.train.seed, micro)) {
-      if (seen.insert(i).second) p.consumed.push_back(i);
-    }
-  }
-  std::sort(p.consumed.begin(), p.consumed.end());
-  p.set_unreached(seen);
-  p.how = "the failing run consumed " + std::to_string(p.consumed.size()) + " samples up to step " +
-          std::to_string(last_step);
-  return p;
-}
-
-SamplePool pool_from_worker(const supervisor::TrialAnalysis& a) {
-  SamplePool p;
-  p.raised = a.failed_sample;
-  p.consumed = a.samples_read;
-  if (!p.consumed.empty()) {
-    p.dataset_size = a.dataset_size.value_or(p.consumed.back() + 1);
-    p.set_unreached(std::set<int64_t>(p.consumed.begin(), p.consumed.end()));
-    p.how = "the worker's loader read " + std::to_string(p.consumed.size()) + " of its " +
-            (a.dataset_size ? std::to_string(*a.dataset_size) + " " : "") + "samples in the failing run";
-    return p;
-  }
-  if (!a.dataset_size || *a.dataset_size <= 0) {
-    throw ScenarioError(
-        "bisect data: expected the worker to report the samples its loader reads (`sample_read` events, or its "
-        "dataset's size in a `dataset` event), got neither: wrap the training set with the adapter's "
-        "`dbh.dataset(...)` (docs/worker-protocol.md, \"subset\"); dbh does not assume its own order of the samples");
-  }
-  if (*a.dataset_size > static_cast<int64_t>(supervisor::kMaxSamplesRead)) {  // Note [A claimed size is a claim]
-    throw ScenarioError("bisect data: expected the worker to report the samples its loader reads for a dataset of "
-                        "over " + std::to_string(supervisor::kMaxSamplesRead) + " samples, got only its size (" +
-                        std::to_string(*a.dataset_size) + "): wrap the training set with `dbh.dataset(...)`");
-  }
-  p.dataset_size = *a.dataset_size;
-  for (int64_t i = 0; i < p.dataset_size; ++i) p.consumed.push_back(i);
-  p.how = "the worker reported no sample its loader read (only its dataset's size): every one of its " +
-          std::to_string(p.dataset_size) + " samples is searched";
-  return p;
-}
 
 struct MinimalSubset {
   std::vector<int64_t> samples;
@@ -582,7 +524,8 @@ Outputs bisect_data(probe::Prober& prober, const BisectOptions& o) {
   any_file.files.clear();
   Search further(prober, out.rep, any_file);
   const DefectSearch found =
-      search_further_defects(d, out, further, last_step, minimal, consumed, pool.unreached, data_defect);
+      search_further_defects(d, out, further, last_step, minimal, consumed, pool.unreached, pool.unreached_first,
+                             data_defect);
   if (!found.left_over.empty()) out.doubts.push_back(found.left_over);
   const size_t unsearched = found.searched_unreached ? 0 : pool.unreached_count;
   out.confirmed = minimal_fails && found.rest_passes && found.left_over.empty();

@@ -7,7 +7,7 @@
 // computes (Outputs), which `finish` writes. Each kind is one function over a
 // Prober that returns its Outputs:
 //   steps, modules  bisect_steps.cc   (replays of a prefix of the run)
-//   data            bisect_data.cc    (subsets of the dataset)
+//   data            bisect_data.cc    (subsets of the dataset; sample_pool.h: which samples)
 //   config, range   bisect_config.cc  (differences between configurations)
 // reproduction.cc holds the shared parts, output.cc the files and the
 // terminal summary, bisect_command.cc the command that picks a kind.

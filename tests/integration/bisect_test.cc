@@ -226,6 +226,40 @@ TEST(BisectTest, DataFindsThePlantedBrokenSample) {
   EXPECT_TRUE(j["confirmed"].get<bool>());
 }
 
+// Note [The rest of the data is the control]: the broken sample is the first
+// the run reads (s5 at seed 42, one sample per batch) and raises at once, so
+// the failing run read nothing else. The samples it never reached, without
+// it, are the control: they pass, and the answer is confident.
+TEST(BisectTest, DataWhoseRunReadOnlyTheBadSampleRunsTheRestAsTheControl) {
+  const Dir dir("dbh-bisect-data-first");
+  const fs::path data = dir / "data";
+  fs::create_directories(data / "images");
+  const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
+  std::string json = "{\"images\": {";
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "s" + std::to_string(i) + ".png";
+    fs::copy_file(png, data / "images" / name);
+    json += (i ? "," : "") + std::string("\"") + name +
+            "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
+            "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
+  }
+  write(data / "annotations.json", json + "}}");
+  fs::resize_file(data / "images" / "s5.png", 20);
+  const auto s = write(dir / "s.yaml", "include: " + base() +
+                                            "\ndata: {source: real, path: data, size: 64, preflight: false, "
+                                            "batch_size: 1}\ntrain: {max_steps: 4}\n");
+  const auto r = dbh({"bisect", "data", s.string(), "--reproductions", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("re-check: the data without it (samples the run never reached)"), std::string::npos) << r.out;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  ASSERT_EQ(j["result"]["samples"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["result"]["samples"][0]["file"], "s5.png");
+  EXPECT_EQ(j["result"]["consumed"], 1) << j.dump(2);  // the run read only the bad sample
+  EXPECT_EQ(j["verdict"], "confident") << j.dump(2);
+  EXPECT_EQ(j["doubts"].dump().find("no data without it"), std::string::npos) << j["doubts"];
+}
+
 // Note [Every bad sample]: two broken files are two answers; the data
 // without both passes, and the summary points at `dbh data check`.
 TEST(BisectTest, DataFindsEveryPlantedBrokenSampleAndPointsToDataCheck) {
