@@ -62,11 +62,18 @@ Reproduction single_run(const probe::ProbeResult& failing, int64_t runs, int64_t
   return r;
 }
 
-}  // namespace
+// The two configurations `bisect config` compares: the good one (a scenario
+// file, or the scenario with --good's overrides) and the bad one, and the
+// keys that differ between them as `key=value` overrides of the good one.
+struct ConfigPair {
+  std::string base;                         // the scenario file the probes load
+  std::vector<std::string> good_overrides;  // --good's, when it is an override set
+  std::vector<std::string> diffs;
+  scenario::Scenario bad;                   // the bad configuration, resolved
+};
 
-Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const fs::path& out_dir) {
-  Outputs out;
-  out.kind = BisectKind::kConfig;
+ConfigPair load_config_pair(const BisectOptions& o) {
+  ConfigPair pair;
   auto is_file = [](const std::vector<std::string>& v) { return v.size() == 1 && fs::is_regular_file(v[0]); };
   auto split_words = [](const std::vector<std::string>& v) {
     std::vector<std::string> words;
@@ -77,16 +84,14 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     }
     return words;
   };
-  std::string base;
-  std::vector<std::string> good_overrides;
   if (is_file(o.good)) {
-    base = o.good[0];
+    pair.base = o.good[0];
   } else {
     if (o.scenario.empty()) throw ScenarioError("bisect config: --good is an override set, so a SCENARIO is needed");
-    base = o.scenario;
-    good_overrides = split_words(o.good);
+    pair.base = o.scenario;
+    pair.good_overrides = split_words(o.good);
   }
-  const scenario::Scenario good = scenario::load_scenario(base, concat(o.overrides, good_overrides), o.checks);
+  const scenario::Scenario good = scenario::load_scenario(pair.base, concat(o.overrides, pair.good_overrides), o.checks);
   // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`): the user's keys it sets (Note [A
   // command's own syntax]); an option the parser in the worker's `hello` does not take is refused before any probe.
   const auto own_words = [&](const std::vector<std::string>& words) {
@@ -97,25 +102,37 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
   const std::vector<std::string> bad_overrides = o.bad_as_overrides ? o.bad
                                                  : is_file(o.bad)   ? std::vector<std::string>{}
                                                                     : own_words(split_words(o.bad));
-  const scenario::Scenario bad =
+  pair.bad =
       !o.bad_as_overrides && is_file(o.bad)
           ? scenario::load_scenario(o.bad[0], o.overrides, o.checks)
-          : scenario::load_scenario(base, concat(concat(o.overrides, good_overrides), bad_overrides), o.checks);
+          : scenario::load_scenario(pair.base, concat(concat(o.overrides, pair.good_overrides), bad_overrides), o.checks);
   std::map<std::string, std::string> g, b;
   flatten(ojson::parse(scenario::resolved_json(good)), "", &g);
-  flatten(ojson::parse(scenario::resolved_json(bad)), "", &b);
-  std::vector<std::string> diffs;
+  flatten(ojson::parse(scenario::resolved_json(pair.bad)), "", &b);
   for (const auto& [k, v] : b) {
     const auto it = g.find(k);
-    if (it == g.end() || it->second != v) diffs.push_back(k + "=" + v);
+    if (it == g.end() || it->second != v) pair.diffs.push_back(k + "=" + v);
   }
+  return pair;
+}
+
+}  // namespace
+
+Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& prober, const fs::path& out_dir) {
+  Outputs out;
+  out.kind = BisectKind::kConfig;
+  const ConfigPair pair = load_config_pair(o);
+  const std::string& base = pair.base;
+  const std::vector<std::string>& good_overrides = pair.good_overrides;
+  const std::vector<std::string>& diffs = pair.diffs;
+  const scenario::Scenario& bad = pair.bad;
   prober = std::make_unique<probe::Prober>(base, concat(o.overrides, good_overrides), out_dir.string(),
                                     o.cache_dir, o.quiet, o.checks);
   prober->set_keep_checkpoints(o.keep_checkpoints);
   prober->set_judge_metrics(true);
   const auto good_probe = prober->probe({}, "good configuration");
   const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
-  out.rep = single_run(bad_probe, 1, bad_probe.verdict == probe::Verdict::kFail ? 1 : 0, bad.model.decoder);
+  out.rep = single_run(bad_probe, 1, bad_probe.verdict == probe::Verdict::kFail ? 1 : 0, pair.bad.model.decoder);
   if (good_probe.verdict != probe::Verdict::kPass || bad_probe.verdict != probe::Verdict::kFail || diffs.empty()) {
     out.summary = "expected the good configuration to pass and the bad one to fail, got " +
                   to_string(good_probe.analysis.outcome) + " and " + to_string(bad_probe.analysis.outcome) +

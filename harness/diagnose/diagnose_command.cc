@@ -189,6 +189,11 @@ std::string diagnosis_markdown(const Diagnosis& d) {
     md << "The best " << d.judgement.tied.size() << " hypotheses have the same evidence (" << tied_text(d.judgement)
        << "): the diagnosis is unsure between them, and the list's order decides nothing.\n\n";
   }
+  if (!d.judgement.could_decide.empty()) {
+    md << "The rungs that could decide between them did not run or could not tell:\n\n";
+    for (const auto& c : d.judgement.could_decide) md << "- " << c << "\n";
+    md << "\n";
+  }
   int rank = 0;
   for (const auto& h : hyps) {
     if (h.support.empty() && h.refute.empty()) continue;
@@ -250,6 +255,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["emulated"] = d.emulated.empty() ? ojson(nullptr) : ojson(d.emulated);
   j["tied"] = ojson::array();
   for (const auto id : d.judgement.tied) j["tied"].push_back(to_string(id));
+  j["could_decide"] = d.judgement.could_decide;
   j["followups"] = d.followups;
   j["resolutions_tried"] = report::resolution_checks_json(d.resolution_checks);
   j["bisect"] = d.bisect_verdict;
@@ -273,6 +279,13 @@ std::string diagnosis_summary(const Diagnosis& d) {
   }
   if (d.no_evidence()) s << "top hypothesis: none has more evidence for it than against it\n";
   if (!d.cause.empty()) s << "cause: " << terminal_text(d.cause) << "\n";
+  if (!d.judgement.could_decide.empty()) {
+    s << "could decide, but did not run: " << terminal_text(d.judgement.could_decide.front())
+      << (d.judgement.could_decide.size() > 1 ? " (and " + std::to_string(d.judgement.could_decide.size() - 1) +
+                                                     " more in the report)"
+                                               : "")
+      << "\n";
+  }
   s << "report: " << (d.out / "diagnosis.md").string() << "\n";
   if (d.fails) s << "repro:  " << d.repro_command() << "\n";
   return s.str();
@@ -360,6 +373,25 @@ std::vector<std::string> scenario_words(const DiagnoseOptions& o) {
   return words;
 }
 
+// Note [The run without the command's overrides]: runs `rung` (the
+// scenario without the command's overrides, through a Prober without them)
+// and, when it trains, the config bisection between the two.
+std::optional<FollowUp> run_without_overrides(const DiagnoseOptions& o, const scenario::Scenario& s, const fs::path& out,
+                                              const std::string& cache, Rung& rung, probe::Prober& prober) {
+  if (!rung.applies.empty()) return std::nullopt;
+  probe::Prober plain(o.scenario, {}, out.string(), cache, o.quiet, o.checks);
+  run_rung(plain, rung);
+  if (!rung.ran || rung.probe.analysis.outcome != scenario::Outcome::kPassed) return std::nullopt;
+  return bisect_followup(bisect::BisectKind::kConfig, o, s, out, cache, scenario_words(o), prober);
+}
+
+// Note [The learning rate, searched]: where the search stopped, for the weighing.
+void set_rate_search(Ladder& ladder, const RateSearch& rates) {
+  ladder.lr_floor = rates.floor;
+  ladder.lr_floor_is_configured = rates.floor_is_configured;
+  ladder.lr_reached_floor = rates.reached_floor;
+}
+
 // The learning rate the diagnosed scenario holds without the command's
 // overrides; 0 when it cannot be read without them.
 double configured_rate(const DiagnoseOptions& o) {
@@ -439,22 +471,14 @@ int diagnose_command(const DiagnoseOptions& o) {
     // the config bisection between the two names the change, and its answer
     // is evidence.
     std::vector<Rung> without = without_overrides_rungs(o.overrides);
-    std::optional<FollowUp> config_followup;
-    if (fails && without.front().applies.empty()) {
-      probe::Prober plain(o.scenario, {}, out.string(), cache, o.quiet, o.checks);
-      run_rung(plain, without.front());
-      if (without.front().ran && without.front().probe.analysis.outcome == scenario::Outcome::kPassed) {
-        config_followup = bisect_followup(bisect::BisectKind::kConfig, o, s, out, cache, scenario_words(o), prober);
-      }
-    }
+    const std::optional<FollowUp> config_followup =
+        fails ? run_without_overrides(o, s, out, cache, without.front(), prober) : std::nullopt;
     // Compute is done: what the rungs showed, judged by one pure function.
     Ladder ladder =
         ladder_of({&rungs, &without, &variants, &rates.rungs, &learning}, fails ? full_class : "", silent, real);
     if (config_followup) ladder.override_cause = config_followup->difference;
     ladder.failure_step = full.probe.analysis.failure.step;
-    ladder.lr_floor = rates.floor;
-    ladder.lr_floor_is_configured = rates.floor_is_configured;
-    ladder.lr_reached_floor = rates.reached_floor;
+    set_rate_search(ladder, rates);
     const LadderConclusion judgement = conclude_ladder(ladder);
 
     const std::vector<std::string> scenario_words = diagnose::scenario_words(o);

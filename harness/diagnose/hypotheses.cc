@@ -1,6 +1,7 @@
 #include "harness/diagnose/hypotheses.h"
 
 #include <algorithm>
+#include <map>
 
 #include "harness/scenario/schema.h"
 
@@ -56,6 +57,41 @@ std::optional<HypothesisId> hypothesis_of_key(const std::string& key) {
     if (prefix ? key.rfind(r, 0) == 0 : key == r) return id;
   }
   return std::nullopt;
+}
+
+const std::vector<RungId>& rungs_about(HypothesisId id) {
+  // One row per rung: the hypotheses its result can weigh for or against.
+  using H = HypothesisId;
+  static const std::vector<std::pair<RungId, std::vector<H>>> kRows = {
+      {RungId::kOps, {H::kDevice}},
+      {RungId::kModelStep, {H::kModel}},
+      {RungId::kSynthetic, {H::kData, H::kModel, H::kKernel}},
+      {RungId::kRealNoWorkers, {H::kData, H::kLoader}},
+      {RungId::kRealWorkers, {H::kLoader}},
+      {RungId::kOneRunPerProcess, {H::kResources}},
+      {RungId::kCudnnDeterministic, {H::kCudnn, H::kKernel}},
+      {RungId::kCudnnBenchmarkOff, {H::kCudnn, H::kKernel}},
+      {RungId::kCudnnDisabled, {H::kCudnn, H::kKernel}},
+      {RungId::kFp32, {H::kAmp, H::kKernel}},
+      {RungId::kBf16, {H::kAmp, H::kKernel}},
+      {RungId::kSmallerBatch, {H::kMemory, H::kKernel}},
+      {RungId::kMoreMemory, {H::kMemory, H::kKernel}},
+      {RungId::kBlockingLaunches, {H::kDevice, H::kKernel}},
+      {RungId::kLowerLearningRate, {H::kOptimizer, H::kModel, H::kKernel}},
+      {RungId::kLearnsSynthetic, {H::kOptimizer, H::kLabels}},
+      {RungId::kLearnsReal, {H::kLabels}},
+      {RungId::kWithoutOverrides, {H::kOverrides}},
+  };
+  static const std::map<H, std::vector<RungId>> kAbout = [] {
+    std::map<H, std::vector<RungId>> about;
+    for (const auto& [rung, hyps] : kRows) {
+      for (const H h : hyps) about[h].push_back(rung);
+    }
+    return about;
+  }();
+  static const std::vector<RungId> kNone;
+  const auto it = kAbout.find(id);
+  return it != kAbout.end() ? it->second : kNone;
 }
 
 const RungEvidence* Ladder::find(RungId id) const {
@@ -316,6 +352,24 @@ class Weighing {
       if (top > 0 && h.score() == top) j.tied.push_back(h.id);
     }
     if (j.tied.size() < 2) j.tied.clear();
+    // Unsure: the rungs that could have decided, and why they did not run.
+    if (fails && !j.data_dependent && (top <= 0 || !j.tied.empty())) {
+      std::vector<HypothesisId> open = j.tied;
+      if (open.empty()) {
+        for (const auto& h : hyps_) open.push_back(h.id);
+      }
+      std::vector<RungId> listed;
+      for (const auto h : open) {
+        for (const auto r : rungs_about(h)) {
+          const RungEvidence* e = l_.find(r);
+          if (e == nullptr || e->passed() || e->failed() || std::find(listed.begin(), listed.end(), r) != listed.end()) {
+            continue;
+          }
+          listed.push_back(r);
+          j.could_decide.push_back(e->cite());
+        }
+      }
+    }
     j.conclusion = j.data_dependent            ? "data-dependent"
                    : !fails                    ? "passes"
                    : top > 0 && j.tied.empty() ? to_string(hyps_.front().id)

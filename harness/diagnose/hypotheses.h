@@ -106,6 +106,12 @@ struct Hypothesis {
   int score() const { return weight_for() - weight_against(); }
 };
 
+/// Note [Evidence by direction]: the rungs whose result can weigh for or
+/// against `id` (the weighing's own rows, checked against it by a test).
+/// When the best hypotheses tie, these are the rungs that could separate
+/// them.
+const std::vector<RungId>& rungs_about(HypothesisId id);
+
 /// The kind of failure the scenario's own run shows, from its class in the
 /// knowledge base: it decides what a failing rung is evidence of.
 enum class FailureKind {
@@ -144,6 +150,9 @@ struct LadderConclusion {
   std::vector<Hypothesis> ranked;
   std::string conclusion;
   std::vector<HypothesisId> tied;  // the best, when more than one shares the top score
+  /// When unsure: each rung that speaks to a tied hypothesis (or to any,
+  /// when none has evidence) but did not run, with why ("name: n/a (…)").
+  std::vector<std::string> could_decide;
   bool data_dependent = false;
 };
 

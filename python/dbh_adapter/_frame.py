@@ -227,12 +227,12 @@ class StepFrame:
         self.numerics.begin_step()
         self.predictions.batch(batch)
         self.faults.on_step_begin(step, batch, run=self.run)
-        self.monitor.check_input(input_tensor(batch))
+        self.monitor.check_batch(batch, input_tensor(batch))
 
     def micro_batch(self, batch: Any) -> None:
         """A later micro-batch of the same step (gradient accumulation)."""
         self.faults.on_step_begin(self.step, batch, run=self.run)
-        self.monitor.check_input(input_tensor(batch))
+        self.monitor.check_batch(batch, input_tensor(batch))
 
     def loss(self, loss: torch.Tensor) -> None:
         """The micro-batch's loss, checked (localise mode raises Finding here)."""

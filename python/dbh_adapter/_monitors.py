@@ -4,8 +4,8 @@ Cheap mode (monitors.mode cheap) collects one float32 sum per module output
 (non-finite exactly when a value is, or when the sum leaves float32's range),
 the loss and each parameter's gradient norm without synchronising, and reads
 them all once per optimizer step; the first non-finite one in the order the
-step computed them (input, forward outputs, loss, gradients in the order
-autograd accumulated them) is the finding. The same read carries the step's
+step computed them (the batch's input and labels, forward outputs, loss,
+gradients in the order autograd accumulated them) is the finding. The same read carries the step's
 total gradient norm. Localise mode reads each forward flag as it is made and
 adds the tensor's statistics and the module that ran before it.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,36 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+
+
+# How deep and how many of a batch's tensors the finite check reads: a batch
+# is a few tensors in a dict or tuple, and a stranger one is not walked
+# further (the check costs one sum per tensor, every step).
+_BATCH_DEPTH = 4
+_BATCH_TENSORS = 32
+
+
+def batch_tensors(batch: Any) -> list[tuple[str, torch.Tensor]]:
+    """The batch's floating-point tensors with where they are
+    (`batch['mask']`, `batch[1]`), whatever its structure: a tensor, dicts,
+    tuples and lists nested up to _BATCH_DEPTH, at most _BATCH_TENSORS."""
+    out: list[tuple[str, torch.Tensor]] = []
+
+    def walk(value: Any, site: str, depth: int) -> None:
+        if len(out) >= _BATCH_TENSORS or depth > _BATCH_DEPTH:
+            return
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() or value.is_complex():
+                out.append((site, value))
+        elif isinstance(value, Mapping):
+            for key, v in value.items():
+                walk(v, f"{site}[{key!r}]", depth + 1)
+        elif isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                walk(v, f"{site}[{i}]", depth + 1)
+
+    walk(batch, "batch", 0)
+    return out
 
 
 def _all_finite(value: Any) -> torch.Tensor | None:
@@ -206,12 +236,20 @@ class FiniteMonitor:
             self._grad_order.append((pname, p))
         return hook
 
-    def check_input(self, tensor: torch.Tensor | None) -> None:
-        if tensor is None or not self.on:
+    def check_batch(self, batch: Any, image: torch.Tensor | None) -> None:
+        """The batch's own tensors, before the forward pass: `image` (the
+        model's input) as the input, every other floating-point tensor of the
+        batch (its target, masks, weights) as a label, so that a non-finite
+        value that came with the data is named as the data, not as the loss
+        it makes non-finite one step later in the order."""
+        if not self.on:
             return
-        if self.mode == "localise" and not bool(torch.isfinite(tensor).all()):
-            raise Finding("input", "batch input", "", self.step, stats(tensor))
-        self._flags.append(("input", "batch input", "", _total([tensor])))
+        parts: list[tuple[str, str, torch.Tensor]] = [] if image is None else [("input", "batch input", image)]
+        parts += [("label", site, t) for site, t in batch_tensors(batch) if t is not image]
+        for kind, site, t in parts:
+            if self.mode == "localise" and not bool(torch.isfinite(t).all()):
+                raise Finding(kind, site, "", self.step, stats(t))
+            self._flags.append((kind, site, "", _total([t])))
 
     def check_loss(self, loss: torch.Tensor) -> None:
         if not self.on:

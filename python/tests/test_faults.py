@@ -148,11 +148,13 @@ def test_a_size_that_is_not_one_is_refused() -> None:
         parse_bytes("lots")
 
 
-def test_nan_label_sets_nan_in_the_batchs_own_target_and_the_loss_diverges(supervisor: Any) -> None:
+def test_nan_label_sets_nan_in_the_batchs_own_target_and_is_named_as_the_label(supervisor: Any) -> None:
     sup = supervisor(faults=[{"name": "nan_label", "at_step": 1, "sample": 0, "count": 1}], train={"max_steps": 3})
     with pytest.raises(Finding) as raised:
         train_plain(sup.connect(), steps=3)
-    assert raised.value.kind == "loss" and raised.value.step == 1
+    # Named where it entered (the batch's target), not as the loss it makes non-finite.
+    assert raised.value.kind == "label" and raised.value.step == 1
+    assert raised.value.site.startswith("batch[")
     events = sup.events()
     fired = of(events, "fault_fired")
     assert [f["step"] for f in fired] == [1] and fired[0]["fault"] == "nan_label"

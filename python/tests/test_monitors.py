@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dbh_adapter import Finding
-from dbh_adapter._monitors import FiniteMonitor
+from dbh_adapter._monitors import FiniteMonitor, batch_tensors
 from fakes import TinyNet, of, train_plain, types
 
 
@@ -49,6 +49,29 @@ def test_a_nan_gradient_is_attributed_to_its_module(supervisor: Any, mode: str) 
     events = sup.events()
     assert of(events, "fault_fired")[0]["detail"] == {"parameters": 2}
     assert of(events, "error")[0]["module"] == "head" and events[-1]["status"] == "diverged"
+
+
+@pytest.mark.parametrize("mode", ["cheap", "localise"])
+def test_a_nan_in_the_batchs_target_is_the_label_not_the_loss(supervisor: Any, mode: str) -> None:
+    sup = supervisor(monitors={"mode": mode}, faults=[{"name": "nan_label", "at_step": 2, "count": 1}])
+    with pytest.raises(Finding) as caught:
+        train_plain(sup.connect(), steps=4)
+    assert (caught.value.kind, caught.value.step) == ("label", 2)
+    health = of(sup.events(), "health")[0]
+    assert health["kind"] == "label" and health["site"] == caught.value.site and "module" not in health
+
+
+def test_every_floating_tensor_of_a_batch_is_found_whatever_its_structure() -> None:
+    image, mask, weights = torch.zeros(1, 3, 4, 4), torch.zeros(1, 4, 4), torch.ones(1)
+    batch = {"image": image, "maps": [mask, {"w": weights}], "ids": torch.tensor([3]), "name": "a"}
+    assert [site for site, _ in batch_tensors(batch)] == ["batch['image']", "batch['maps'][0]",
+                                                          "batch['maps'][1]['w']"]
+    assert [site for site, _ in batch_tensors((image, mask))] == ["batch[0]", "batch[1]"]
+    deep: Any = mask
+    for _ in range(10):
+        deep = [deep]
+    assert batch_tensors(deep) == []  # deeper than a batch is walked
+    assert len(batch_tensors([torch.zeros(1)] * 100)) == 32
 
 
 def test_a_nan_input_is_the_batchs(supervisor: Any) -> None:

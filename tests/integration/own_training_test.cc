@@ -136,6 +136,32 @@ TEST_F(OwnTrainingTest, APlainPyTorchLoopIsAttributedToItsStepAndModule) {
   EXPECT_EQ(read_json(dir / "off" / "report.json")["outcome"], "unresolved") << off.out << off.err;
 }
 
+// A NaN planted in the batch's own target is named where it entered: the
+// adapter reads the batch's tensors with the rest of the step's flags, so a
+// Lightning and a plain-loop training report `nonfinite_label` (the data), not
+// the loss it makes non-finite after; `bisect modules` names the batch's entry.
+TEST_F(OwnTrainingTest, ANanInTheBatchsTargetIsNamedAsTheLabelNotTheLoss) {
+  const Dir dir("dbh-own-label");
+  const std::string plant = "faults=[{name: nan_label, at_step: 2}]";
+  const std::string expect = "expect={outcome: diverged, failure_class: nonfinite_label, step: 2, module: \"\"}";
+  for (const std::string scenario : {kScenarios + "/nan-in-fusion.yaml",
+                                     kSource + "/examples/plain-torch/scenarios/nan-in-body.yaml"}) {
+    const std::string out = (dir / fs::path(scenario).stem()).string();
+    const auto r = dbh({"run", scenario, plant, expect, "--out", out});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;  // the expectation: nonfinite_label at step 2
+    const auto j = read_json(fs::path(out) / "report.json");
+    EXPECT_EQ(j["failure"]["class"], "nonfinite_label") << scenario;
+  }
+  const auto b = dbh({"bisect", "modules", kSource + "/examples/plain-torch/scenarios/nan-in-body.yaml", plant,
+                      expect, "--reproductions", "1", "--out", (dir / "bisect").string(), "--cache",
+                      (dir / "cache").string()});
+  ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
+  const auto j = read_json(dir / "bisect" / "bisect.json");
+  EXPECT_EQ(j["result"]["step"], 2) << j.dump(2);
+  EXPECT_NE(j["summary"].get<std::string>().find("non-finite label"), std::string::npos) << j["summary"];
+  EXPECT_NE(j["summary"].get<std::string>().find("batch['target']"), std::string::npos) << j["summary"];
+}
+
 // Note [Loss-scaler skips] for a user's fp16 training, as for dbh's own
 // worker: a step whose gradients the scaler finds non-finite is its skip, not
 // a divergence (the Lightning example's fp16 trials were all "diverged at step

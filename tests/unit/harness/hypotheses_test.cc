@@ -3,6 +3,7 @@
 // ladder] in harness/diagnose/hypotheses.h). No process is started.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -286,6 +287,83 @@ TEST(HypothesesTest, TheRunWithoutTheOverridesAndTheBisectionsAnswerNameTheSetti
   l.rungs[1] = fails(RungId::kWithoutOverrides, "without", scenario::Outcome::kDiverged, "nonfinite_loss");
   l.override_cause.clear();
   EXPECT_EQ(find(conclude_ladder(l), HypothesisId::kOverrides).score(), -2);
+}
+
+// Note [Evidence by direction]: rungs_about states what the weighing does.
+// Every rung, passing or failing (at the failure's step or later), beside
+// each context rung, under each kind of failure: the hypotheses whose
+// evidence cites it are exactly those its row names, over all the ladders.
+TEST(HypothesesTest, TheRungsAboutEachHypothesisAreWhatTheWeighingReads) {
+  const std::pair<FailureKind, std::string> kinds[] = {{FailureKind::kCrashOrError, "nonfinite_loss"},
+                                                      {FailureKind::kSilent, "not_learning"},
+                                                      {FailureKind::kKernel, "illegal_memory_access"},
+                                                      {FailureKind::kResources, "leak_across_runs"}};
+  const std::vector<std::vector<RungEvidence>> contexts = {
+      {},
+      {works(RungId::kSynthetic, "context")},
+      {works(RungId::kRealNoWorkers, "context")},
+      {works(RungId::kLearnsSynthetic, "context")}};
+  std::set<std::pair<int, int>> seen;  // (rung, hypothesis)
+  for (int r = 0; r <= static_cast<int>(RungId::kLearnsReal); ++r) {
+    const auto id = static_cast<RungId>(r);
+    const std::string name = "R" + std::to_string(r);
+    for (const auto& [kind, klass] : kinds) {
+      std::vector<RungEvidence> tries = {works(id, name), at_step(2, fails(id, name, scenario::Outcome::kFailed, klass)),
+                                         at_step(5, fails(id, name, scenario::Outcome::kFailed, klass))};
+      for (auto& t : tries) t.rate = 1;
+      std::vector<std::vector<RungEvidence>> with = contexts;
+      with.push_back({fails(RungId::kSynthetic, "context", scenario::Outcome::kFailed, klass)});
+      for (const auto& context : with) {
+        for (const auto& t : tries) {
+          if (id == RungId::kAsGiven || (!context.empty() && context[0].id == id)) continue;
+          Ladder l;
+          l.kind = kind;
+          l.klass = klass;
+          l.real_data = true;
+          l.failure_step = 2;
+          l.rungs = context;
+          l.rungs.push_back(at_step(2, fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, klass)));
+          l.rungs.push_back(t);
+          for (const auto& h : conclude_ladder(l).ranked) {
+            for (const auto* lines : {&h.support, &h.refute}) {
+              for (const auto& e : *lines) {
+                if (e.text.find(name + ":") != std::string::npos) seen.insert({r, static_cast<int>(h.id)});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::set<std::pair<int, int>> stated;
+  for (int h = 0; h <= static_cast<int>(HypothesisId::kOverrides); ++h) {
+    for (const auto r : rungs_about(static_cast<HypothesisId>(h))) stated.insert({static_cast<int>(r), h});
+  }
+  for (const auto& [r, h] : seen) {
+    EXPECT_TRUE(stated.count({r, h})) << "rung " << r << " weighs on " << to_string(static_cast<HypothesisId>(h))
+                                      << " but its row does not say so";
+  }
+  for (const auto& [r, h] : stated) {
+    EXPECT_TRUE(seen.count({r, h})) << "rung " << r << "'s row names " << to_string(static_cast<HypothesisId>(h))
+                                    << " but no ladder weighs it there";
+  }
+}
+
+// A tie names the rungs that could have separated it and why they did not run.
+TEST(HypothesesTest, AnUnsureDiagnosisSaysWhichRungCouldHaveDecided) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "nonfinite_loss";
+  RungEvidence na;
+  na.id = RungId::kSynthetic;
+  na.name = "Full trainer on synthetic data";
+  na.result = "n/a (the worker does not serve `synthetic_data`)";
+  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_loss"), na,
+             works(RungId::kOps, "ops")};
+  const LadderConclusion j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "unsure");
+  EXPECT_EQ(j.could_decide,
+            std::vector<std::string>{"Full trainer on synthetic data: n/a (the worker does not serve `synthetic_data`)"});
 }
 
 TEST(HypothesesTest, EachSettingBelongsToAtMostOneHypothesis) {
