@@ -452,7 +452,7 @@ int diagnose_command(const DiagnoseOptions& o) {
       for (auto& r : variants) run_rung(prober, r);
       // Note [The learning rate, searched]: down to the configuration's own
       // rate when the command's overrides raised it.
-      rates = search_learning_rate(prober, s, full.probe.analysis.failure.klass, configured_rate(o));
+      rates = search_learning_rate(prober, s, full.probe.analysis, configured_rate(o));
     }
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:

@@ -81,6 +81,7 @@ const std::vector<RungId>& rungs_about(HypothesisId id) {
       {RungId::kLearnsSynthetic, {H::kOptimizer, H::kLabels}},
       {RungId::kLearnsReal, {H::kLabels}},
       {RungId::kWithoutOverrides, {H::kOverrides}},
+      {RungId::kFixedBatch, {H::kData, H::kModel, H::kOptimizer}},
   };
   static const std::map<H, std::vector<RungId>> kAbout = [] {
     std::map<H, std::vector<RungId>> about;
@@ -332,6 +333,7 @@ class Weighing {
     }
     learning_rate_search();
     command_overrides();
+    fixed_batch();
     if (fails && l_.memory_exhaustion) {
       H(HypothesisId::kMemory).support.push_back("the failure class is `" + l_.klass + "`");
     }
@@ -432,6 +434,27 @@ class Weighing {
     } else {
       h.support.push_back(text);
     }
+  }
+
+  // Note [The first batch, repeated]: a crash or error that one batch,
+  // repeated, does not reproduce comes with the data stream; one it does
+  // reproduce (as early) needs no data stream, and the model or its
+  // optimizer cannot fit one batch.
+  void fixed_batch() {
+    const auto& one = rung(RungId::kFixedBatch);
+    if (l_.kind != FailureKind::kCrashOrError) return;
+    if (one.passed()) {
+      H(HypothesisId::kData).support.push_back(one.cite() + " while the scenario fails: what breaks it comes with "
+                                               "the data stream");
+      H(HypothesisId::kModel).refute.push_back({one.cite() + " (the model fits one batch)", Strength::kSuggests});
+      H(HypothesisId::kOptimizer).refute.push_back({one.cite() + " (the updates stay finite on one batch)",
+                                                    Strength::kSuggests});
+      return;
+    }
+    if (!one.failed() || one.klass != l_.klass || (one.step && l_.failure_step && *one.step > *l_.failure_step)) return;
+    H(HypothesisId::kData).refute.push_back(one.cite() + " (fails on one batch, without the data stream)");
+    H(HypothesisId::kModel).support.push_back({one.cite() + " (the model cannot fit one batch)", Strength::kSuggests});
+    H(HypothesisId::kOptimizer).support.push_back({one.cite() + " (nor its optimizer)", Strength::kSuggests});
   }
 
   // Note [The learning rate, searched]: the rates the search tried, as one

@@ -24,6 +24,7 @@ enum class RungId {
   kOneRunPerProcess,   // each run in a fresh process (repeat.in_process=1)
   kAsGiven,            // the scenario as given
   kWithoutOverrides,   // the scenario without the command's overrides
+  kFixedBatch,         // the first batch, repeated at every step (data.fixed_batch)
   kCudnnDeterministic,
   kCudnnBenchmarkOff,
   kCudnnDisabled,
@@ -134,7 +135,7 @@ struct Ladder {
   /// (0 when none ran) and whether that is the configuration's own rate.
   double lr_floor = 0;
   bool lr_floor_is_configured = false;
-  bool lr_reached_floor = false;
+  bool lr_reached_floor = false;  // or three decades down left the failure unchanged
   /// The command's overrides that the config bisection found, confirmed, to
   /// make the scenario fail (`key=value`, dbh's keys); empty when none ran.
   std::vector<std::string> override_cause;

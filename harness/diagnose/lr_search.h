@@ -5,7 +5,10 @@
 // trains (or to its floor: the configuration's own rate when the failing
 // command raised it, otherwise six decades down), then halves the decade
 // above it (the failing one) until a rate trains: ⌈log10(failing/floor)⌉
-// probes and at most three more. Each rate is a probe of the scenario with
+// probes and at most three more. The search also stops when three decades
+// in a row leave the failure as it was (its class, at its step): a rate a
+// thousand times lower that changes nothing says the rate is not what fails
+// (a planted fault, a broken sample). Each rate is a probe of the scenario with
 // `train.lr` set, so a rate tried before (by an earlier diagnosis or a
 // bisection) comes from the probe cache.
 //

@@ -95,6 +95,9 @@ std::vector<Rung> variant_rungs(const scenario::Scenario& s) {
        {scenario::override_text(DBH_SCENARIO_KEY(hardware.memory_budget), std::to_string(s.hardware.memory_budget * 2)),
         "controls=[]"},
        s.hardware.memory_budget > 0 ? "" : "no memory budget set", {}, false},
+      {RungId::kFixedBatch, "The first batch, repeated at every step", "variant",
+       {scenario::override_text(DBH_SCENARIO_KEY(data.fixed_batch), "true"), "controls=[]"},
+       s.data.fixed_batch ? "already one batch" : "", {}, false},
       {RungId::kBlockingLaunches, "Blocking kernel launches", "variant",
        {scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true"), "controls=[]"},
        cuda ? "" : "CPU kernels are synchronous", {}, false},
@@ -158,10 +161,10 @@ std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overri
            false}};
 }
 
-RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s, const std::string& klass,
-                                double configured) {
+RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s,
+                                const supervisor::TrialAnalysis& failure, double configured) {
   RateSearch out;
-  if (klass.rfind("nonfinite_", 0) != 0) {
+  if (failure.failure.klass.rfind("nonfinite_", 0) != 0) {
     out.not_run = "not a divergence";
     return out;
   }
@@ -173,7 +176,12 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
   LearningRateSearch search(s.train.lr, configured, static_cast<int>(kLearningRateDecadesDown) + kLearningRateHalvings);
   out.floor = search.floor();
   out.floor_is_configured = configured > 0 && configured < s.train.lr && search.floor() == configured;
+  int unchanged = 0;  // decades in a row whose failure is the scenario's, at its step
   while (const auto rate = search.next()) {
+    if (unchanged >= 3) {
+      out.reached_floor = true;  // 1000 times lower changed nothing: the rate is not what fails
+      break;
+    }
     const std::string text = number_text(*rate);
     Rung r{RungId::kLowerLearningRate,
            "Learning rate " + text + " (" + number_text(s.train.lr / *rate) + "× lower)",
@@ -189,9 +197,14 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
                         : supervisor::is_failure(r.probe.analysis.outcome)          ? RateTry::Result::kFails
                                                                                      : RateTry::Result::kTrains;
     search.record(*rate, result);
+    const auto& a = r.probe.analysis;
+    unchanged = result == RateTry::Result::kFails && a.failure.klass == failure.failure.klass &&
+                        a.failure.step == failure.failure.step
+                    ? unchanged + 1
+                    : 0;
     out.rungs.push_back(std::move(r));
   }
-  out.reached_floor = search.reached_floor();
+  out.reached_floor = out.reached_floor || search.reached_floor();
   return out;
 }
 

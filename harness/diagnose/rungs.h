@@ -33,7 +33,8 @@ std::vector<std::string> concat_overrides(std::vector<std::string> a, const std:
 std::vector<Rung> ladder_rungs(const scenario::Scenario& s);
 
 /// The variants a failing scenario is tried with: cuDNN settings,
-/// precision, batch, memory, blocking launches.
+/// precision, batch, memory, blocking launches, and the first batch repeated
+/// (Note [The first batch, repeated]).
 std::vector<Rung> variant_rungs(const scenario::Scenario& s);
 
 /// Note [The learning rung]: whether the model learns at all, on synthetic
@@ -57,7 +58,7 @@ struct RateSearch {
   std::vector<Rung> rungs;
   double floor = 0;
   bool floor_is_configured = false;
-  bool reached_floor = false;
+  bool reached_floor = false;  // or three decades left the failure unchanged: the search stops there
   std::string not_run;  // why no rate was tried, "" when some were
 };
 /// What the search answered, as a line of the next steps ("" when it did
@@ -65,7 +66,7 @@ struct RateSearch {
 /// worker, as its command is given it.
 std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s);
 
-RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s, const std::string& klass,
-                                double configured);
+RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s,
+                                const supervisor::TrialAnalysis& failure, double configured);
 
 }  // namespace dbh::harness::diagnose

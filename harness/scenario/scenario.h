@@ -66,6 +66,7 @@ struct DataConfig {
   int64_t samples = 64;            // synthetic_render: rendered images in the dataset
   /// Train on these dataset indices only (bisect data); empty = all.
   std::vector<int64_t> subset;
+  bool fixed_batch = false;  // Note [The first batch, repeated]: train on the first batch at every step
   /// Validation during training (train.eval_every): a real dataset, or the
   /// last `holdout` samples of the training dataset, held out of training.
   struct Validation {

@@ -231,6 +231,9 @@ std::vector<KeySpec> build_table() {
       boolean(DBH_KEY(data.validate), "Check every batch (finite, in range, binary masks) before it trains."),
       boolean(DBH_KEY(data.preflight), "Decode every image of the dataset before training."),
       indices(DBH_KEY(data.subset), "Train on these dataset indices only (`dbh bisect data`); empty = all."),
+      boolean(DBH_KEY(data.fixed_batch),
+              "Train on the first batch at every step, as Lightning's `overfit_batches=1` (`dbh diagnose`'s "
+              "fixed-batch rung: can the model fit one batch?)."),
       integer(DBH_KEY(data.samples), 1, 1000000, "Images of a `synthetic_render` dataset."),
       path(DBH_KEY(data.val.path), "Validation dataset folder; empty = none."),
       integer(DBH_KEY(data.val.holdout), 0, 1000000,

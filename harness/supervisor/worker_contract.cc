@@ -38,8 +38,9 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
       {capability::kResume, "`train.resume_from`: continue from one of its own checkpoints at its step (`bisect steps`)"},
       {capability::kSubset, "`data.subset`: train on those indices of the worker's own dataset only; the samples its loader reads are reported in `sample_read` events (`bisect data`)"},
       {capability::kMonitorsFinite,
-       "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite loss, gradient "
-       "or activation; with an fp16 loss scaler, non-finite gradients are its skipped step (`health` of check "
+       "`monitors.mode: cheap`: a `health` event (check `finite`, `primary`) for the first non-finite value in the "
+       "order the step made it: the batch's input (`kind` `input`), its other floating-point tensors, the target and "
+       "masks (`label`, `site` naming the entry, `batch['mask']`), an activation, the loss, a gradient; with an fp16 loss scaler, non-finite gradients are its skipped step (`health` of check "
        "`loss_scaler`, not primary; `step_end` with `skipped` and `loss_scale`) until 8 in a row, then the finding "
        "from the first, with `loss_scaler_skips`"},
       {capability::kMonitorsLocalise, "`monitors.mode: localise`: the first non-finite tensor in forward and backward order, with its module (`bisect modules`)"},
@@ -48,6 +49,7 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
       {capability::kMemoryBudget, "`hardware.memory_budget` (or a profile): the budget applied as docs/gpu.md says, reported in a `memory_budget` event (`qualify`)"},
       {capability::kInProcessRuns, "`repeat.in_process` above 1: several runs in one process, each between `run_begin` and `run_end`"},
       {capability::kSyntheticData, "`data.source` other than `real`: train on generated data (`diagnose`'s synthetic-data rung)"},
+      {capability::kFixedBatch, "`data.fixed_batch`: train on the first batch at every step, its tensors as the loader gave them (`diagnose`'s fixed-batch rung)"},
       {capability::kOps, "`train.mode: ops`: basic tensor operations on the device only (`diagnose`'s first rung)"},
       {capability::kValidation, "`train.eval_every`: validation during training, in `eval` events"},
       {"fault:<name>", "a fault of `faults` (`dbh list faults`), by its name"},
@@ -63,6 +65,7 @@ WorkerNeeds worker_needs(const scenario::Scenario& s) {
   }
   if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
   if (s.data.source != scenario::DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
+  if (s.data.fixed_batch) need(capability::kFixedBatch, DBH_SCENARIO_KEY(data.fixed_batch));
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
   if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
   if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "harness/common/cpu.h"
 #include "harness/common/files.h"
@@ -89,7 +91,9 @@ model::LoaderOptions loader_options(const scenario::Scenario& s) {
   return lo;
 }
 
-model::BatchSource make_batch_source(const scenario::Scenario& s, std::shared_ptr<model::Loader> loader) {
+namespace {
+
+model::BatchSource stream_source(const scenario::Scenario& s, std::shared_ptr<model::Loader> loader) {
   if (loader) return [loader](int64_t micro) { return loader->get(micro); };
   const int64_t n = s.data.batch_size, size = s.data.size;
   const uint64_t seed = s.train.seed;
@@ -97,6 +101,20 @@ model::BatchSource make_batch_source(const scenario::Scenario& s, std::shared_pt
   return [n, size, seed, random](int64_t micro) {
     const uint64_t k = seed * 1000003ULL + static_cast<uint64_t>(micro);
     return random ? model::synthetic_random_batch(n, size, size, k) : model::synthetic_boxes_batch(n, size, size, k);
+  };
+}
+
+}  // namespace
+
+model::BatchSource make_batch_source(const scenario::Scenario& s, std::shared_ptr<model::Loader> loader) {
+  model::BatchSource stream = stream_source(s, std::move(loader));
+  if (!s.data.fixed_batch) return stream;
+  // Note [The first batch, repeated]: every micro-batch is a copy of the
+  // first, so what a step's fault writes into its batch stays in that step.
+  auto first = std::make_shared<std::optional<model::Batch>>();
+  return [stream, first](int64_t) {
+    if (!first->has_value()) *first = stream(0);
+    return (*first)->clone();
   };
 }
 

@@ -17,6 +17,15 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   return out;
 }
 
+Batch Batch::clone() const {
+  Batch out = *this;
+  out.image = image.clone();
+  out.targets = {targets.gt_shrink.clone(), targets.gt_shrink_mask.clone(), targets.gt_thresh.clone(),
+                 targets.gt_thresh_mask.clone()};
+  if (word_boxes.defined()) out.word_boxes = word_boxes.clone();
+  return out;
+}
+
 namespace {
 std::vector<std::string> synthetic_ids(const char* kind, uint64_t seed,
                                        int64_t n) {

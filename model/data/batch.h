@@ -32,6 +32,9 @@ struct Batch {
   int64_t size() const { return image.defined() ? image.size(0) : 0; }
   /// Copies every tensor to `device` (non-blocking from pinned memory).
   Batch to(const torch::Device& device, bool non_blocking = false) const;
+  /// A deep copy: every tensor cloned, so that changing one (a fault that
+  /// writes into its batch) leaves the other as it was.
+  Batch clone() const;
 };
 
 /// Random tensors of the right shapes and ranges, like the seeds'

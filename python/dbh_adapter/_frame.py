@@ -36,6 +36,7 @@ from ._environment import environment, resources
 from ._errors import KeyNotApplied
 from ._events import EventWriter, fit_in_line
 from ._faults import FaultSet, input_tensor
+from ._fixed import FirstBatch
 from ._memory import apply_memory_budget, memory_figures, release_free_memory
 from ._ops import run_ops_check
 from ._parser import command_line_report
@@ -75,6 +76,7 @@ class StepFrame:
         self.rank = rank
         self.samples = SampleReporter(self.events)
         self.faults = FaultSet(facts.faults, self.events.emit)
+        self.first_batch = FirstBatch(facts.fixed_batch)
         self.monitor = FiniteMonitor(facts.monitor_mode)
         self.numerics = NumericsWatch(facts.numerics, facts.numerics_jitter, link.trial)
         self.predictions = PredictionWatch(facts.silent_check("predictions"),
@@ -220,7 +222,7 @@ class StepFrame:
         self._grad_norm = None
         ev = self.events
         ev.emit("step_begin", run=self.run, step=step)
-        ids = _sample_ids(batch)
+        ids = self._fixed(batch)
         if ids:
             ev.emit("batch", run=self.run, step=step, samples=ids)
         self.monitor.begin_step(step)
@@ -231,8 +233,21 @@ class StepFrame:
 
     def micro_batch(self, batch: Any) -> None:
         """A later micro-batch of the same step (gradient accumulation)."""
+        self._fixed(batch)
         self.faults.on_step_begin(self.step, batch, run=self.run)
         self.monitor.check_batch(batch, input_tensor(batch))
+
+    def _fixed(self, batch: Any) -> list[str]:
+        """data.fixed_batch: `batch` made the first batch, in place (Note [The
+        first batch, repeated]); its sample ids (the first batch's when on).
+        Raises RuntimeError, after its `error` (kind harness) and `done`, for
+        a batch that cannot be made the first."""
+        ids = _sample_ids(batch)
+        problem = self.first_batch.apply(batch, ids)
+        if problem:
+            self.harness_error(problem)
+            raise RuntimeError(problem)
+        return self.first_batch.ids if self.first_batch.on else ids
 
     def loss(self, loss: torch.Tensor) -> None:
         """The micro-batch's loss, checked (localise mode raises Finding here)."""

@@ -41,17 +41,18 @@ _BATCH_DEPTH = 4
 _BATCH_TENSORS = 32
 
 
-def batch_tensors(batch: Any) -> list[tuple[str, torch.Tensor]]:
-    """The batch's floating-point tensors with where they are
-    (`batch['mask']`, `batch[1]`), whatever its structure: a tensor, dicts,
-    tuples and lists nested up to _BATCH_DEPTH, at most _BATCH_TENSORS."""
+def batch_tensors(batch: Any, floating: bool = True) -> list[tuple[str, torch.Tensor]]:
+    """The batch's floating-point tensors (every tensor when not `floating`)
+    with where they are (`batch['mask']`, `batch[1]`), whatever its
+    structure: a tensor, dicts, tuples and lists nested up to _BATCH_DEPTH,
+    at most _BATCH_TENSORS."""
     out: list[tuple[str, torch.Tensor]] = []
 
     def walk(value: Any, site: str, depth: int) -> None:
         if len(out) >= _BATCH_TENSORS or depth > _BATCH_DEPTH:
             return
         if isinstance(value, torch.Tensor):
-            if value.is_floating_point() or value.is_complex():
+            if not floating or value.is_floating_point() or value.is_complex():
                 out.append((site, value))
         elif isinstance(value, Mapping):
             for key, v in value.items():

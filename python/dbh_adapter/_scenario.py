@@ -94,6 +94,11 @@ class ScenarioFacts:
         return [int(i) for i in self.data.get("subset") or []]
 
     @property
+    def fixed_batch(self) -> bool:
+        """data.fixed_batch: train on the first batch at every step."""
+        return bool(self.data.get("fixed_batch", False))
+
+    @property
     def monitor_mode(self) -> str:
         """monitors.mode: cheap (the default), localise or off."""
         return str(self.monitors.get("mode", "cheap"))

@@ -353,7 +353,7 @@ TEST_F(OwnTrainingTest, QualifyMeasuresTheUsersTrainingUnderAHostBudget) {
   EXPECT_GE(applied, 1);
 }
 
-TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndStaysUnsure) {
+TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndDecidesByTheFirstBatch) {
   const Dir dir("dbh-own-diagnose");
   const auto r = dbh({"diagnose", kScenarios + "/nan-in-fusion.yaml", "--out", (dir / "out").string(), "--cache",
                       (dir / "cache").string(), "-q"});
@@ -363,9 +363,16 @@ TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndSta
   EXPECT_NE(md.find("n/a (the worker does not serve `synthetic_data`)"), std::string::npos) << md;
   // The ops rung runs in the worker's own torch: the device works.
   EXPECT_NE(md.find("| Basic tensor ops on the device | works |"), std::string::npos) << md;
-  // Without the synthetic-data rung nothing separates data from model: no
-  // hypothesis is made up, and the follow-up still names the module.
-  EXPECT_EQ(j["conclusion"], "unsure") << j.dump(2);
+  // Without synthetic data, the first batch repeated (served by the adapter,
+  // no code of the example's) separates data from model: it diverges as
+  // early, so the data stream is not what breaks it; three decades of
+  // learning rate change nothing, so neither is the rate. The model remains.
+  EXPECT_NE(md.find("| The first batch, repeated at every step | FAILS: diverged `nonfinite_activation` at step 3 |"),
+            std::string::npos) << md;
+  EXPECT_EQ(j["conclusion"], "model") << j.dump(2);
+  int rates = 0;
+  for (const auto& row : j["rows"]) rates += row["group"] == "learning rate";
+  EXPECT_EQ(rates, 3) << j["rows"].dump(1);  // the search stops after three unchanged decades
   EXPECT_EQ(j["bisect"]["kind"], "modules");
   EXPECT_EQ(j["bisect"]["verdict"], "confident");
   EXPECT_NE(md.find("in module `decoder.fusion`"), std::string::npos);

@@ -349,6 +349,26 @@ TEST(HypothesesTest, TheRungsAboutEachHypothesisAreWhatTheWeighingReads) {
   }
 }
 
+// Note [The first batch, repeated]: one batch repeated that trains puts a
+// crash in the data stream; one that fails as early puts it in the model or
+// its optimizer, and refutes the data.
+TEST(HypothesesTest, TheFirstBatchRepeatedSeparatesTheDataStreamFromTheModel) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "nonfinite_activation";
+  l.failure_step = 3;
+  l.rungs = {at_step(3, fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_activation")),
+             works(RungId::kFixedBatch, "one batch")};
+  LadderConclusion j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "data");
+  EXPECT_EQ(find(j, HypothesisId::kModel).weight_against(), 1);
+  l.rungs[1] = at_step(3, fails(RungId::kFixedBatch, "one batch", scenario::Outcome::kDiverged, "nonfinite_activation"));
+  j = conclude_ladder(l);
+  EXPECT_EQ(find(j, HypothesisId::kData).score(), -2);
+  EXPECT_EQ(j.conclusion, "unsure");  // the model or its optimizer: the learning rate decides
+  EXPECT_EQ(j.tied, (std::vector<HypothesisId>{HypothesisId::kModel, HypothesisId::kOptimizer}));
+}
+
 // A tie names the rungs that could have separated it and why they did not run.
 TEST(HypothesesTest, AnUnsureDiagnosisSaysWhichRungCouldHaveDecided) {
   Ladder l;
