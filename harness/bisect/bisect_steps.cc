@@ -217,7 +217,7 @@ Outputs bisect_modules(probe::Prober& prober, const BisectOptions& o) {
   }
   // Names from the worker's health event, as the supervisor quotes names:
   // one line, cut, no backtick (code spans, the terminal, bisect.md).
-  const auto name = [&h](const char* key) { return supervisor::internal::quoted_name(field_or(h, key, "")); };
+  const auto name = [&h](const char* key) { return supervisor::quoted_name(field_or(h, key, "")); };
   const std::string kind = name("kind");
   const std::string site = name("site"), module = name("module"), input_module = name("input_module");
   const std::string direction = kind == "gradient" ? "backward" : kind == "activation" ? "forward" : "inputs";

@@ -311,6 +311,7 @@ Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const s
       e.klass = r.probe.analysis.failure.klass;
       e.step = r.probe.analysis.failure.step;
       e.rate = r.rate;
+      e.blocked = r.blocked;
       ladder.rungs.push_back(e);
     }
   }

@@ -364,7 +364,8 @@ class Weighing {
       for (const auto h : open) {
         for (const auto r : rungs_about(h)) {
           const RungEvidence* e = l_.find(r);
-          if (e == nullptr || e->passed() || e->failed() || std::find(listed.begin(), listed.end(), r) != listed.end()) {
+          const bool undecided = e != nullptr && (e->blocked || (e->ran && !e->passed() && !e->failed()));
+          if (!undecided || std::find(listed.begin(), listed.end(), r) != listed.end()) {
             continue;
           }
           listed.push_back(r);

@@ -48,6 +48,7 @@ struct RungEvidence {
   std::string klass;   // its failure class, "" when it passed
   std::optional<int64_t> step;  // the step its failure names
   double rate = 0;     // kLowerLearningRate: the rate it ran at
+  bool blocked = false;  // not run because this worker cannot serve it (another could)
 
   /// A failure the harness could tell (an unresolved rung is evidence of nothing).
   bool failed() const { return ran && supervisor::is_failure(outcome) && outcome != scenario::Outcome::kUnresolved; }
@@ -152,7 +153,9 @@ struct LadderConclusion {
   std::string conclusion;
   std::vector<HypothesisId> tied;  // the best, when more than one shares the top score
   /// When unsure: each rung that speaks to a tied hypothesis (or to any,
-  /// when none has evidence) but did not run, with why ("name: n/a (…)").
+  /// when none has evidence) but that this worker could not serve, or that
+  /// ran and could not tell, with why ("name: n/a (…)"). A rung that does
+  /// not apply here at all (no cuDNN on a CPU) is not one.
   std::vector<std::string> could_decide;
   bool data_dependent = false;
 };

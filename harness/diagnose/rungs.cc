@@ -128,12 +128,14 @@ void run_rung(probe::Prober& prober, Rung& r) {
   try {
     const scenario::Scenario rs = prober.load(r.overrides);
     if (const auto cap = supervisor::missing_capability(rs)) {
+      r.blocked = true;
       r.applies = "the worker does not serve `" + *cap + "`";
       return;
     }
     // Note [Keys that never reach the worker]: a rung whose change the
     // worker never receives would only run the scenario as given again.
     if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
+      r.blocked = true;
       r.applies = std::move(why);
       return;
     }

@@ -20,6 +20,7 @@ struct Rung {
   probe::ProbeResult probe;
   bool ran = false;
   double rate = 0;        // a learning rate the search tried
+  bool blocked = false;   // n/a because this worker cannot serve it (another could)
 };
 
 /// The row's result: "works", "FAILS: diverged `nonfinite_loss` at step 3",

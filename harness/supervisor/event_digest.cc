@@ -10,14 +10,19 @@
 #include "harness/common/text.h"
 #include "harness/proto/event_types.h"
 
-namespace dbh::harness::supervisor::internal {
+namespace dbh::harness::supervisor {
 
-std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
 // A name the worker chose (a module, a site, a kind): cut, otherwise as sent.
 // Note [Escaped at output only]: a name is compared as the worker sent it
 // (an expectation naming a module with a backtick matches it), and each
 // output escapes it for itself (markdown_code, esc, one_line).
 std::string quoted_name(const std::string& s) { return truncate_utf8(s, kMaxQuotedNameBytes); }
+
+}  // namespace dbh::harness::supervisor
+
+namespace dbh::harness::supervisor::internal {
+
+std::string quoted(const std::string& s, size_t max) { return truncate_utf8(s, max); }
 
 // A worker's JSON as kept for the reports (a health event's body): every
 // string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per

@@ -39,6 +39,12 @@ inline constexpr size_t kMaxModuleRecords = 50000;
 inline constexpr size_t kMaxSampleTextBytes = size_t{16} << 20;
 inline constexpr size_t kMaxEvalRecords = 1000;
 
+/// A name the worker chose (a module, a site, a kind), as every part keeps
+/// it: cut to kMaxQuotedNameBytes, otherwise as sent (Note [Escaped at output
+/// only]).
+inline constexpr size_t kMaxQuotedNameBytes = 200;
+std::string quoted_name(const std::string& s);
+
 }  // namespace dbh::harness::supervisor
 
 namespace dbh::harness::supervisor::internal {
@@ -48,13 +54,9 @@ namespace dbh::harness::supervisor::internal {
 // of them are bounded, so no report, terminal line or annotation carries a
 // worker's megabytes.
 inline constexpr size_t kMaxQuotedBytes = 2000;
-inline constexpr size_t kMaxQuotedNameBytes = 200;
 inline constexpr size_t kMaxQuotedItems = 100;
 /// `s` cut to `max` bytes (whole UTF-8 characters).
 std::string quoted(const std::string& s, size_t max = kMaxQuotedBytes);
-/// A name the worker chose (a module, a site, a kind): cut to
-/// kMaxQuotedNameBytes, otherwise as sent (Note [Escaped at output only]).
-std::string quoted_name(const std::string& s);
 /// A worker's JSON as kept for the reports (a health event's body): every
 /// string cut to kMaxQuotedNameBytes, at most kMaxQuotedItems entries per
 /// object or list, at most four levels deep.

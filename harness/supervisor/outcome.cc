@@ -27,10 +27,8 @@ using internal::bounded_json;
 using internal::EventDigest;
 using internal::kMaxQuotedBytes;
 using internal::kMaxQuotedItems;
-using internal::kMaxQuotedNameBytes;
 using internal::kMaxScheduleRuns;
 using internal::quoted;
-using internal::quoted_name;
 
 bool is_failure(scenario::Outcome o) { return o != scenario::Outcome::kPassed && o != scenario::Outcome::kSkipped; }
 

@@ -241,7 +241,8 @@ std::string key_not_passed(const scenario::Scenario& s, const std::string& key) 
       DBH_SCENARIO_KEY(train.checkpoint_every), DBH_SCENARIO_KEY(train.resume_from),
       DBH_SCENARIO_KEY(train.stop_after),       DBH_SCENARIO_KEY(train.mode),
       DBH_SCENARIO_KEY(train.eval_every),       DBH_SCENARIO_KEY(hardware.memory_budget),
-      DBH_SCENARIO_KEY(hardware.profile),       DBH_SCENARIO_KEY(hardware.launch_blocking)};
+      DBH_SCENARIO_KEY(hardware.profile),       DBH_SCENARIO_KEY(hardware.launch_blocking),
+      DBH_SCENARIO_KEY(data.fixed_batch)};
   const std::string section = key.substr(0, key.find_first_of(".["));
   if (std::find(kSections.begin(), kSections.end(), section) != kSections.end() ||
       std::find(kServed.begin(), kServed.end(), key) != kServed.end()) {

@@ -378,7 +378,12 @@ TEST(HypothesesTest, AnUnsureDiagnosisSaysWhichRungCouldHaveDecided) {
   na.id = RungId::kSynthetic;
   na.name = "Full trainer on synthetic data";
   na.result = "n/a (the worker does not serve `synthetic_data`)";
-  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_loss"), na,
+  na.blocked = true;
+  RungEvidence moot;  // n/a by nature here: no rung that could decide
+  moot.id = RungId::kCudnnDisabled;
+  moot.name = "cuDNN disabled";
+  moot.result = "n/a (no cuDNN on cpu)";
+  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_loss"), na, moot,
              works(RungId::kOps, "ops")};
   const LadderConclusion j = conclude_ladder(l);
   EXPECT_EQ(j.conclusion, "unsure");

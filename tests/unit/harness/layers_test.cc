@@ -222,6 +222,32 @@ TEST(LayersTest, APartWithItsOwnNamespaceKeepsItsCodeThere) {
   }
 }
 
+// A part's `internal` names are its own: no other part reaches into them
+// (googletest's `testing::internal` and benchmark's `benchmark::internal`
+// are for their own files), so what another part needs is declared outside
+// `internal`, where a reader of the part's interface sees it.
+TEST(LayersTest, NoPartUsesAnotherPartsInternalNames) {
+  const std::regex reach(R"re(\b([a-z_]+)::internal::)re");
+  for (const auto& [part, ns] : part_namespaces()) {
+    if (!fs::is_directory(fs::path(DBH_SOURCE_DIR) / part)) continue;  // a part of files elsewhere
+    const std::string own = ns.substr(ns.rfind(':') + 1);
+    for (const auto& path : source_files(part)) {
+      std::ifstream in(path);
+      std::string line;
+      int n = 0;
+      while (std::getline(in, line)) {
+        ++n;
+        for (std::sregex_iterator it(line.begin(), line.end(), reach), end; it != end; ++it) {
+          const std::string named = (*it)[1].str();
+          EXPECT_TRUE(named == own || named == "torch" || named == "c10" || named == "nlohmann" || named == "testing")
+              << fs::relative(path, DBH_SOURCE_DIR).string() << ":" << n << ": uses " << named
+              << "::internal, which belongs to that part alone";
+        }
+      }
+    }
+  }
+}
+
 // One declaration per concept, one name per meaning: no two headers define
 // a type of the same name in the same namespace (two `dbh::harness::Judgement`s
 // broke the one-definition rule: a build could run one's destructor on the
