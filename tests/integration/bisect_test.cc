@@ -194,21 +194,26 @@ TEST(BisectTest, ModulesFindsThePlantedModuleWithStatistics) {
   EXPECT_EQ(j["result"]["input_module"], "encoder.layer2");
 }
 
-TEST(BisectTest, DataFindsThePlantedBrokenSample) {
-  const Dir dir("dbh-bisect-data");
-  const fs::path data = dir / "data";
+// A dataset of `count` copies of one small image, s0.png … (one word each,
+// w0 …), in `data`, with the samples `broken` truncated to 20 bytes.
+void write_small_dataset(const fs::path& data, int count, const std::vector<int>& broken) {
   fs::create_directories(data / "images");
   const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
   std::string json = "{\"images\": {";
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < count; ++i) {
     const std::string name = "s" + std::to_string(i) + ".png";
     fs::copy_file(png, data / "images" / name);
     json += (i ? "," : "") + std::string("\"") + name +
             "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
             "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
   }
-  write(data / "annotations.json", json + "}}");
-  fs::resize_file(data / "images" / "s5.png", 20);  // the planted defect
+  std::ofstream(data / "annotations.json") << json + "}}";
+  for (const int i : broken) fs::resize_file(data / "images" / ("s" + std::to_string(i) + ".png"), 20);
+}
+
+TEST(BisectTest, DataFindsThePlantedBrokenSample) {
+  const Dir dir("dbh-bisect-data");
+  write_small_dataset(dir / "data", 8, {5});  // the planted defect
   const auto s = write(dir / "s.yaml", "include: " + base() +
                                             "\ndata: {source: real, path: data, size: 64, preflight: false}\n"
                                             "train: {max_steps: 4}\n");
@@ -232,19 +237,7 @@ TEST(BisectTest, DataFindsThePlantedBrokenSample) {
 // it, are the control: they pass, and the answer is confident.
 TEST(BisectTest, DataWhoseRunReadOnlyTheBadSampleRunsTheRestAsTheControl) {
   const Dir dir("dbh-bisect-data-first");
-  const fs::path data = dir / "data";
-  fs::create_directories(data / "images");
-  const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
-  std::string json = "{\"images\": {";
-  for (int i = 0; i < 8; ++i) {
-    const std::string name = "s" + std::to_string(i) + ".png";
-    fs::copy_file(png, data / "images" / name);
-    json += (i ? "," : "") + std::string("\"") + name +
-            "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
-            "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
-  }
-  write(data / "annotations.json", json + "}}");
-  fs::resize_file(data / "images" / "s5.png", 20);
+  write_small_dataset(dir / "data", 8, {5});
   const auto s = write(dir / "s.yaml", "include: " + base() +
                                             "\ndata: {source: real, path: data, size: 64, preflight: false, "
                                             "batch_size: 1}\ntrain: {max_steps: 4}\n");
@@ -264,20 +257,7 @@ TEST(BisectTest, DataWhoseRunReadOnlyTheBadSampleRunsTheRestAsTheControl) {
 // without both passes, and the summary points at `dbh data check`.
 TEST(BisectTest, DataFindsEveryPlantedBrokenSampleAndPointsToDataCheck) {
   const Dir dir("dbh-bisect-data-two");
-  const fs::path data = dir / "data";
-  fs::create_directories(data / "images");
-  const fs::path png = fs::path(DBH_SOURCE_DIR) / "fixtures/bad/icdar_bom_crlf_ok/images/img_1.png";
-  std::string json = "{\"images\": {";
-  for (int i = 0; i < 12; ++i) {
-    const std::string name = "s" + std::to_string(i) + ".png";
-    fs::copy_file(png, data / "images" / name);
-    json += (i ? "," : "") + std::string("\"") + name +
-            "\": {\"img_w\": 64, \"img_h\": 48, \"words\": {\"w" + std::to_string(i) +
-            "\": {\"points\": [[10,15],[40,15],[40,30],[10,30]], \"transcription\": \"x\"}}}";
-  }
-  write(data / "annotations.json", json + "}}");
-  fs::resize_file(data / "images" / "s3.png", 20);  // two planted defects
-  fs::resize_file(data / "images" / "s9.png", 20);
+  write_small_dataset(dir / "data", 12, {3, 9});  // two planted defects
   const auto s = write(dir / "s.yaml", "include: " + base() +
                                             "\ndata: {source: real, path: data, size: 64, preflight: false}\n"
                                             "train: {max_steps: 6}\n");
@@ -294,7 +274,7 @@ TEST(BisectTest, DataFindsEveryPlantedBrokenSampleAndPointsToDataCheck) {
   EXPECT_NE(summary.find("data check"), std::string::npos) << summary;
   EXPECT_NE(r.out.find("data check"), std::string::npos) << r.out;
   // The data check the summary names lists both, as pasted.
-  const auto check = dbh({"data", "check", data.string()});
+  const auto check = dbh({"data", "check", (dir / "data").string()});
   EXPECT_NE(check.out.find("s3.png"), std::string::npos) << check.out << check.err;
   EXPECT_NE(check.out.find("s9.png"), std::string::npos) << check.out << check.err;
 }
