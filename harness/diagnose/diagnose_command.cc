@@ -229,7 +229,8 @@ std::string diagnosis_markdown(const Diagnosis& d) {
 
 ojson diagnosis_json(const Diagnosis& d) {
   ojson j;
-  j["schema_version"] = 1;
+  // 2: each hypothesis's support and refute lines are {text, strength, weight} (Note [Evidence by direction]).
+  j["schema_version"] = 2;
   j["scenario"] = d.scenario;
   j["fails"] = d.fails;
   j["data_dependent"] = d.judgement.data_dependent;

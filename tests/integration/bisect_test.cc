@@ -587,6 +587,7 @@ TEST(BisectTest, DiagnoseSearchesTheLearningRateOfADivergence) {
   ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // the scenario fails, as diagnosed
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(1);
+  EXPECT_EQ(j["schema_version"], 2);  // evidence lines are objects with their weight
   std::vector<std::string> rates;
   for (const auto& row : j["rows"]) {
     if (row["group"] == "learning rate") rates.push_back(row["overrides"][0].get<std::string>() + " " + row["outcome"].get<std::string>());
