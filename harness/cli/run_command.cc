@@ -32,6 +32,7 @@
 #include "harness/scenario/fault_catalog.h"
 #include "harness/report/ci_conventions.h"
 #include "harness/numerics/reference.h"
+#include "harness/numerics/states.h"
 #include "harness/proto/event_types.h"
 #include "harness/report/report.h"
 #include "harness/report/report_html.h"
@@ -292,6 +293,7 @@ void check_record(const RunOptions& o, const fs::path& out) {
   }
   check_output_file(o.record, OutputFileRule{"dbh repeat", "--record", is_numerics_reference,
                                              "a numerics reference dbh wrote", ""});
+  numerics::check_states_folder(o.record);
 }
 
 // Note [A numerics reference]: the processes of a run that trained, as a
@@ -311,7 +313,12 @@ std::string record_reference(const run::RunReport& r, const std::string& path) {
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   ref.recorded_at = when;
-  ref.side = numerics::side_of(trials, numerics::machine_of(r.trials.front().analysis));
+  ref.side.runs = numerics::runs_of(trials);
+  ref.side.machine = numerics::machine_of(r.trials.front().analysis);
+  // Note [The same state, step by step]: the first process's states, beside.
+  std::vector<int64_t> steps;
+  for (const auto& s : ref.side.runs.front().steps) steps.push_back(s.step);
+  ref.state_steps = numerics::keep_states(r.trials.front().dir, path, steps);
   write_file_atomically(path, numerics::to_json(ref).dump(1) + "\n");
   return "";
 }

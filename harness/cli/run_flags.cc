@@ -94,9 +94,15 @@ Command add_repeat(CLI::App& app) {
               if (s->in_process > 1) {
                 throw h::UsageError("dbh repeat: --record: expected fresh processes (--processes), got --in-process");
               }
-              // The processes measure the noise (monitors.numerics_jitter):
-              // they differ on purpose, and are not compared bit for bit.
+              // The processes measure the noise (Note [Real differences
+              // measure the noise]): they compute differently on purpose,
+              // and are not compared bit for bit. The first keeps the state
+              // of every step (Note [The same state, step by step]).
               ro.overrides.push_back(h::scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"));
+              ro.overrides.push_back(
+                  h::scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics_variant), "by_process"));
+              ro.overrides.push_back(
+                  h::scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics_save_states), "true"));
               ro.overrides.push_back(h::scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"));
             }
             if (s->processes > 0) {

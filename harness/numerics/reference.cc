@@ -146,10 +146,16 @@ ojson to_json(const Reference& r) {
       }
       steps.push_back(std::move(step));
     }
-    runs.push_back({{"checksum", run.checksum}, {"steps", std::move(steps)}});
+    ojson one = {{"checksum", run.checksum}};
+    if (!run.variant.empty()) one["variant"] = run.variant;
+    one["steps"] = std::move(steps);
+    runs.push_back(std::move(one));
   }
-  return {{"format", kReferenceFormat},   {"scenario", r.scenario}, {"scenario_hash", r.scenario_hash},
-          {"recorded_at", r.recorded_at}, {"machine", r.side.machine}, {"runs", std::move(runs)}};
+  ojson j = {{"format", kReferenceFormat},   {"scenario", r.scenario}, {"scenario_hash", r.scenario_hash},
+             {"recorded_at", r.recorded_at}, {"machine", r.side.machine}};
+  if (!r.state_steps.empty()) j["state_steps"] = r.state_steps;
+  j["runs"] = std::move(runs);
+  return j;
 }
 
 Reference reference_from_json(const json& j, const std::string& file) {
@@ -163,6 +169,16 @@ Reference reference_from_json(const json& j, const std::string& file) {
   r.scenario_hash = text_at(j, "scenario_hash");
   r.recorded_at = text_at(j, "recorded_at");
   if (j.contains("machine") && j["machine"].is_object()) r.side.machine = j["machine"];
+  if (const auto st = j.find("state_steps"); st != j.end()) {
+    if (!st->is_array() || st->size() > kMaxSteps) bad(file, "state_steps", "a list of step indices", *st);
+    for (size_t i = 0; i < st->size(); ++i) {
+      const json& k = (*st)[i];
+      if (!k.is_number_integer() || k.get<int64_t>() < 0) {
+        bad(file, "state_steps." + std::to_string(i), "a step index", k);
+      }
+      r.state_steps.push_back(k.get<int64_t>());
+    }
+  }
   const auto runs = j.find("runs");
   if (runs == j.end() || !runs->is_array() || runs->empty() || runs->size() > kMaxRuns) {
     bad(file, "runs", "a list of 1 to " + std::to_string(kMaxRuns) + " runs", runs == j.end() ? json(nullptr) : *runs);
@@ -176,6 +192,7 @@ Reference reference_from_json(const json& j, const std::string& file) {
     }
     RunNumbers rn;
     rn.checksum = text_at(run, "checksum");
+    rn.variant = text_at(run, "variant").substr(0, 200);
     for (size_t i = 0; i < steps->size(); ++i) {
       const json& st = (*steps)[i];
       const std::string at = where + ".steps." + std::to_string(i);
@@ -233,9 +250,8 @@ json machine_of(const supervisor::TrialAnalysis& a) {
   return m;
 }
 
-Side side_of(const std::vector<const supervisor::TrialAnalysis*>& trials, json machine) {
-  Side side;
-  side.machine = std::move(machine);
+std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials) {
+  std::vector<RunNumbers> runs;
   for (const supervisor::TrialAnalysis* a : trials) {
     RunNumbers run;
     for (const auto& s : a->steps) {
@@ -243,115 +259,195 @@ Side side_of(const std::vector<const supervisor::TrialAnalysis*>& trials, json m
       run.steps.push_back({s.step, s.loss, s.grad_norm, s.modules});
     }
     if (!a->run_checksums.empty()) run.checksum = a->run_checksums.front();
-    side.runs.push_back(std::move(run));
+    run.variant = a->numerics_variant;
+    runs.push_back(std::move(run));
   }
-  return side;
+  return runs;
 }
 
-Comparison compare(const Side& reference, const Side& here, const Tolerance& t) {
-  Comparison c;
-  c.reference_runs = static_cast<int64_t>(reference.runs.size());
-  c.here_runs = static_cast<int64_t>(here.runs.size());
-  if (reference.runs.empty() || here.runs.empty()) {
-    c.notes.push_back(reference.runs.empty() ? "the reference holds no run" : "nothing ran here");
-    return c;
+Tolerance tolerance_for(model::Precision precision) {
+  Tolerance t;
+  const double unit_roundoff = precision == model::Precision::kBf16   ? std::ldexp(1.0, -8)
+                               : precision == model::Precision::kFp16 ? std::ldexp(1.0, -11)
+                                                                      : std::ldexp(1.0, -24);
+  t.relative_floor = std::max(t.relative_floor, unit_roundoff);
+  return t;
+}
+
+namespace {
+
+// The number of leading steps that every run of `groups` trained, at the
+// same step indices; notes where they part.
+size_t common_steps(const std::vector<const std::vector<RunNumbers>*>& groups, std::vector<std::string>& notes,
+                    const std::string& what) {
+  size_t n = std::numeric_limits<size_t>::max(), longest = 0;
+  const RunNumbers* first = nullptr;
+  for (const auto* g : groups) {
+    for (const auto& r : *g) {
+      n = std::min(n, r.steps.size());
+      longest = std::max(longest, r.steps.size());
+      if (first == nullptr) first = &r;
+    }
   }
-  // The steps every run of both sides trained, in order and the same.
-  size_t n = std::numeric_limits<size_t>::max();
-  for (const auto* side : {&reference, &here}) {
-    for (const auto& r : side->runs) n = std::min(n, r.steps.size());
-  }
+  if (first == nullptr) return 0;
   for (size_t i = 0; i < n; ++i) {
-    const int64_t step = reference.runs.front().steps[i].step;
     bool aligned = true;
-    for (const auto* side : {&reference, &here}) {
-      for (const auto& r : side->runs) aligned = aligned && r.steps[i].step == step;
+    for (const auto* g : groups) {
+      for (const auto& r : *g) aligned = aligned && r.steps[i].step == first->steps[i].step;
     }
     if (!aligned) {
-      c.notes.push_back("the sides' steps differ from step index " + std::to_string(i) + " on: compared up to it");
-      n = i;
-      break;
+      notes.push_back(what + ": the steps differ from step index " + std::to_string(i) + " on: compared up to it");
+      return i;
     }
-  }
-  size_t longest = 0;
-  for (const auto* side : {&reference, &here}) {
-    for (const auto& r : side->runs) longest = std::max(longest, r.steps.size());
   }
   if (longest > n) {
-    c.notes.push_back("compared the " + std::to_string(n) + " step(s) every run of both sides trained (the longest ran " +
-                      std::to_string(longest) + ")");
+    notes.push_back(what + ": compared the " + std::to_string(n) + " step(s) every run trained (the longest ran " +
+                    std::to_string(longest) + ")");
   }
-  c.steps = static_cast<int64_t>(n);
-  const auto has_modules = [&](const Side& s) {
-    return n > 0 && std::all_of(s.runs.begin(), s.runs.end(), [](const RunNumbers& r) { return !r.steps.front().modules.empty(); });
-  };
-  c.modules_compared = has_modules(reference) && has_modules(here);
-  if (!c.modules_compared && n > 0) {
-    c.notes.push_back(std::string(has_modules(reference) ? "this side" : "the reference") +
-                      " measured no module numbers (monitors.numerics): the loss and the gradient norm were compared");
-  }
+  return n;
+}
+
+bool has_modules(const std::vector<RunNumbers>& runs) {
+  return std::all_of(runs.begin(), runs.end(),
+                     [](const RunNumbers& r) { return !r.steps.empty() && !r.steps.front().modules.empty(); });
+}
+
+// One walk over steps [0, n) of `ref` against `here`, each step's
+// quantities in the order the step computes them (Note [The same state,
+// step by step]); stops at the first that departs.
+struct Walk {
+  std::optional<Departure> departure;
+  double closest = 0;
+  std::string closest_at;
+  double largest_noise = 0;
+};
+
+Walk walk(const std::vector<RunNumbers>& ref, const std::vector<RunNumbers>& here, size_t n, bool modules,
+          bool loss_only, bool same_state, const Tolerance& t) {
+  Walk w;
   const auto consider = [&](size_t i, const std::string& quantity, const std::string& module, const Values& v) {
-    if (v.reference.empty() || v.here.empty() || c.departure) return;
+    if (v.reference.empty() || v.here.empty() || w.departure) return;
     const Judged j = judge(v, t);
-    c.largest_noise = std::max(c.largest_noise, j.noise);
-    const double ratio = j.by / j.noise;
-    if (ratio > c.closest || c.closest_at.empty()) {
-      c.closest = ratio;
-      c.closest_at = "step " + std::to_string(reference.runs.front().steps[i].step) + ", " + quantity;
+    w.largest_noise = std::max(w.largest_noise, j.noise);
+    const std::string at = "step " + std::to_string(ref.front().steps[i].step) + ", " + quantity;
+    if (j.by / j.noise > w.closest || w.closest_at.empty()) {
+      w.closest = j.by / j.noise;
+      w.closest_at = at + (same_state ? " (from the same state)" : "");
     }
     if (j.departs) {
-      c.departure = Departure{reference.runs.front().steps[i].step, quantity, module, mean(v.reference), mean(v.here),
-                              j.by, j.noise};
+      w.departure = Departure{ref.front().steps[i].step, quantity, module, mean(v.reference), mean(v.here), j.by,
+                              j.noise, same_state};
     }
   };
-  for (size_t i = 0; i < n && !c.departure; ++i) {
-    const std::vector<std::string> order = c.modules_compared ? module_order(reference.runs, i) : std::vector<std::string>{};
+  for (size_t i = 0; i < n && !w.departure; ++i) {
+    const std::vector<std::string> order = modules && !loss_only ? module_order(ref, i) : std::vector<std::string>{};
     const auto module_values = [&](const std::string& m, bool act) {
       const auto get = [&](const StepNumbers& s) -> std::optional<double> {
         const auto* found = find_module(s, m);
         return found == nullptr ? std::nullopt : (act ? found->act : found->grad);
       };
-      return Values{gather(reference.runs, i, get), gather(here.runs, i, get)};
+      return Values{gather(ref, i, get), gather(here, i, get)};
     };
     for (const auto& m : order) consider(i, "output of " + m, m, module_values(m, true));
     const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
-    const Values losses{gather(reference.runs, i, loss), gather(here.runs, i, loss)};
-    consider(i, "loss", "", losses);
+    consider(i, "loss", "", Values{gather(ref, i, loss), gather(here, i, loss)});
+    if (loss_only) continue;
     for (auto it = order.rbegin(); it != order.rend(); ++it) consider(i, "gradient of " + *it, *it, module_values(*it, false));
     const auto norm = [](const StepNumbers& s) { return s.grad_norm; };
-    consider(i, "gradient norm", "", Values{gather(reference.runs, i, norm), gather(here.runs, i, norm)});
-    // The loss plot: each side's range and the band the other may lie in.
+    consider(i, "gradient norm", "", Values{gather(ref, i, norm), gather(here, i, norm)});
+  }
+  return w;
+}
+
+}  // namespace
+
+Comparison compare(const Side& reference, const Side& here, const Tolerance& t) {
+  Comparison c;
+  c.reference_runs = static_cast<int64_t>(reference.runs.size());
+  c.here_runs = static_cast<int64_t>(here.runs.size());
+  c.replays = static_cast<int64_t>(here.replays.size());
+  if (reference.runs.empty() || here.runs.empty()) {
+    c.notes.push_back(reference.runs.empty() ? "the reference holds no run" : "nothing ran here");
+    return c;
+  }
+  const size_t n = common_steps({&reference.runs, &here.runs}, c.notes, "the free runs");
+  c.steps = static_cast<int64_t>(n);
+  c.modules_compared = n > 0 && has_modules(reference.runs) && has_modules(here.runs);
+  if (!c.modules_compared && n > 0) {
+    c.notes.push_back(std::string(has_modules(reference.runs) ? "this side" : "the reference") +
+                      " measured no module numbers (monitors.numerics): the loss and the gradient norm were compared");
+  }
+  // Note [The same state, step by step]: the reference's first process
+  // against the processes here that started every step from its states.
+  Walk same;
+  const std::vector<RunNumbers> first = {reference.runs.front()};
+  if (!here.replays.empty()) {
+    const size_t m = common_steps({&first, &here.replays}, c.notes, "the steps from the same state");
+    c.steps_from_same_state = static_cast<int64_t>(m);
+    same = walk(first, here.replays, m, c.modules_compared && has_modules(here.replays), false, true, t);
+  }
+  // The free trajectories: on the loss where the steps were compared from
+  // the same state, else on every quantity.
+  const Walk trajectory = walk(reference.runs, here.runs, n, c.modules_compared, c.steps_from_same_state > 0, false, t);
+  c.departure = same.departure;
+  if (trajectory.departure && (!c.departure || trajectory.departure->step < c.departure->step)) {
+    c.departure = trajectory.departure;
+  }
+  for (const Walk* w : std::initializer_list<const Walk*>{&same, &trajectory}) {
+    c.largest_noise = std::max(c.largest_noise, w->largest_noise);
+    if (!w->closest_at.empty() && (w->closest > c.closest || c.closest_at.empty())) {
+      c.closest = w->closest;
+      c.closest_at = w->closest_at;
+    }
+  }
+  // The loss plot: each side's range and the band the other may lie in.
+  for (size_t i = 0; i < n; ++i) {
+    const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
+    const Values losses{gather(reference.runs, i, loss), gather(here.runs, i, loss)};
     const Judged j = judge(losses, t);
-    if (j.noise > kMaxLossNoise && c.undecided.empty()) {
-      c.undecided = "at step " + std::to_string(reference.runs.front().steps[i].step) + " the loss's noise is " +
-                    scientific(j.noise) + " of the loss itself: the repeats of a side disagree too much for a "
-                    "comparison to say anything";
+    const int64_t step = reference.runs.front().steps[i].step;
+    if (j.noise > kMaxLossNoise && c.undecided.empty() && c.steps_from_same_state == 0 &&
+        (!c.departure || c.departure->step > step)) {
+      c.undecided = "at step " + std::to_string(step) + " the loss's noise is " + scientific(j.noise) +
+                    " of the loss itself: the repeats of a side disagree too much for a comparison to say anything";
     }
     const double m = mean(losses.reference), half = j.noise * std::abs(m);
     const auto [rlo, rhi] = std::minmax_element(losses.reference.begin(), losses.reference.end());
     const auto [hlo, hhi] = std::minmax_element(losses.here.begin(), losses.here.end());
-    c.loss.push_back({reference.runs.front().steps[i].step, *rlo, *rhi, *hlo, *hhi, *rlo - half, *rhi + half});
-    if (!c.undecided.empty()) break;  // nothing after a step that decides nothing is compared
+    c.loss.push_back({step, *rlo, *rhi, *hlo, *hhi, *rlo - half, *rhi + half});
   }
+  if (!c.undecided.empty()) c.departure.reset();  // nothing after a step that decides nothing is compared
   if (n == 0) c.notes.push_back("no step was trained on both sides");
   return c;
 }
 
 std::string verdict_line(const Comparison& c) {
   const std::string runs = std::to_string(c.reference_runs) + " reference and " + std::to_string(c.here_runs) +
-                           " run(s) here";
+                           " run(s) here" +
+                           (c.replays > 0 ? " and " + std::to_string(c.replays) + " from the reference's states" : "");
   if (c.steps == 0) return "not compared: " + (c.notes.empty() ? std::string("no steps") : c.notes.front());
   if (!c.undecided.empty() && !c.departure) return "not decided: " + c.undecided + " (" + runs + ")";
   if (!c.departure) {
-    return "the same within the noise: " + std::to_string(c.steps) + " step(s) of " + runs + ", " +
-           (c.modules_compared ? "every module's output and gradient, " : "") +
-           "the loss and the gradient norm; the closest came to " + significant(100 * c.closest) +
-           " % of the noise (" + c.closest_at + ")";
+    const std::string what = (c.modules_compared ? "every module's output and gradient, " : std::string()) +
+                             "the loss and the gradient norm";
+    return "the same within the noise: " +
+           (c.steps_from_same_state > 0
+                ? std::to_string(c.steps_from_same_state) + " step(s) each from the same state (" + what +
+                      ") and the free runs' loss over " + std::to_string(c.steps) + " step(s)"
+                : std::to_string(c.steps) + " step(s), " + what) +
+           " (" + runs + "); the closest came to " + significant(100 * c.closest) + " % of the noise (" +
+           c.closest_at + ")";
   }
   const Departure& d = *c.departure;
-  return "departs at step " + std::to_string(d.step) + ", first in the " + d.quantity + ": " + significant(d.here) +
-         " here against " + significant(d.reference) + " in the reference, by " + scientific(d.by) +
-         " (relative) where the noise is " + scientific(d.noise) + " (" + runs + ")";
+  const std::string how =
+      d.same_state ? " (from the same state)"
+                   : c.steps_from_same_state > d.step
+                         ? " (the free runs part; every step from the same state computes alike: the parameters' "
+                           "updates differ)"
+                         : "";
+  return "departs at step " + std::to_string(d.step) + ", first in the " + d.quantity + how + ": " +
+         significant(d.here) + " here against " + significant(d.reference) + " in the reference, by " +
+         scientific(d.by) + " (relative) where the noise is " + scientific(d.noise) + " (" + runs + ")";
 }
 
 }  // namespace dbh::harness::numerics

@@ -7,30 +7,39 @@
 // writes R, per process and step the loss, the gradient norm and every
 // observed module's mean absolute output and gradient norm, the parameters'
 // checksum and what the machine and its libraries are. `dbh qualify S
-// --reference R` runs the same steps, as many times, on this machine and
-// compares (compare, pure).
+// --reference R` runs the same steps on this machine and compares (compare,
+// pure).
 //
-// The noise of a quantity at a step is what repeating measured on either
-// side: the spread (largest less smallest) of its values across the
-// processes, relative to the reference's mean. A CPU repeats bit for bit, so
-// the processes of a numerics run differ on purpose (monitors.numerics_jitter,
-// NumericsMonitor): from the second on, every module's output moves by 1e-3,
-// relative, in a pattern of the process's own, as rounding that differs does
-// at every layer; how far that grows over the steps is the training's noise
-// (a chaotic training's is wide, a well-conditioned one's narrow). Two sides differ at a step
-// when the distance between their ranges exceeds Tolerance::spread_factor
-// times the larger spread, and never by less than Tolerance::relative_floor:
-// a bit-deterministic CPU repeats with no spread at all, yet another
-// instruction set or thread count sums in another order and moves the last
-// digits, which is not a different training. A side that is
-// nondeterministic widens the noise it is judged with, never produces a
-// departure by itself.
+// The noise is measured from differences that really occur (Note [Real
+// differences measure the noise], harness/supervisor/numerics_variant.h):
+// the processes of each side differ in their thread count, their CPU
+// instruction set or cuDNN's algorithms, never in what they compute. Two
+// sides differ in a quantity when the distance between their ranges
+// exceeds Tolerance::spread_factor times the larger spread, and never by
+// less than the floor (Tolerance::relative_floor, or the precision's own
+// rounding when coarser: tolerance_for).
 //
-// Within a step the quantities are read in the order the step computes them:
-// each module's output in forward order, the loss, each module's gradient in
-// backward order, the gradient norm. The first that differs, at the first
-// step where anything does, is where the training departs: "departs at step
-// k, first in the output of decoder.fusion, by x where the noise is y".
+// Note [The same state, step by step]
+// A training is chaotic: a difference in the last digit at step 0 grows,
+// through the steps' updates, to percents by step 3 (DBNet's hard-negative
+// selection and batch norm over small batches amplify it), so trajectories
+// compared step by step see only that a change smaller than their spread
+// hides. The reference therefore keeps the state its first process started
+// every step from (monitors.numerics_save_states: `state-s<k>.pt`, beside R
+// in `R.states/`), and here every process starts every step from the
+// reference's state (monitors.numerics_replay): a step's numbers are then
+// compared from the same parameters, with the noise of one step only, which
+// no earlier step has widened. Within a step the quantities are read in the
+// order the step computes them: each module's output in forward order, the
+// loss, each module's gradient in backward order, the gradient norm. The
+// first that differs, at the first step where anything does, is where the
+// departure starts: "departs at step k, first in the output of
+// decoder.fusion, by x where the noise is y". The free trajectories are
+// compared too, on the loss (what the replays cannot see: a step that
+// computes alike but updates otherwise, which moves the training away
+// beyond its own spread); where no states are available (a reference
+// without them, a worker that cannot replay) they are compared on every
+// quantity, as far as their spread lets them see.
 
 #include <cstdint>
 #include <optional>
@@ -41,11 +50,14 @@
 
 #include "harness/proto/event_types.h"
 #include "harness/supervisor/outcome.h"
+#include "model/choices.h"
 
 namespace dbh::harness::numerics {
 
 /// The format a reference file declares (`format`).
 inline constexpr const char* kReferenceFormat = "dbh-numerics-reference/1";
+/// The folder beside a reference R that holds its states: `R.states`.
+inline constexpr const char* kStatesSuffix = ".states";
 
 /// One run's numbers at one step.
 struct StepNumbers {
@@ -59,11 +71,15 @@ struct StepNumbers {
 struct RunNumbers {
   std::vector<StepNumbers> steps;
   std::string checksum;  // the parameters' checksum at the run's end; "" when not reported
+  std::string variant;   // how the process computed ("one intra-op thread"); "" when not said
 };
 
 /// What one machine measured: its repeats, and what it is.
 struct Side {
-  std::vector<RunNumbers> runs;
+  std::vector<RunNumbers> runs;  // free: each trained from its own state
+  /// Note [The same state, step by step]: processes that started every step
+  /// from the reference's state (this machine's side only).
+  std::vector<RunNumbers> replays;
   nlohmann::json machine = nlohmann::json::object();  // host, CPU, GPUs, libraries, worker, threads
 };
 
@@ -73,6 +89,9 @@ struct Reference {
   std::string scenario_hash;  // of the resolved scenario it ran
   std::string recorded_at;    // UTC, ISO 8601
   Side side;
+  /// Note [The same state, step by step]: the steps whose state run 0
+  /// started from is kept in `<R>.states/state-s<k>.pt`; empty: none kept.
+  std::vector<int64_t> state_steps;
 };
 
 nlohmann::ordered_json to_json(const Reference& r);
@@ -85,15 +104,18 @@ Reference reference_from_json(const nlohmann::json& j, const std::string& file);
 /// with (its torch, device, threads, an external worker's own stack).
 nlohmann::json machine_of(const supervisor::TrialAnalysis& a);
 
-/// The side of `trials` (fresh processes of one scenario: each one's run 0),
-/// with `machine` as what it ran on.
-Side side_of(const std::vector<const supervisor::TrialAnalysis*>& trials, nlohmann::json machine);
+/// The numbers of `trials` (fresh processes of one scenario: each one's run 0).
+std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials);
 
 /// How far apart two sides may be and still be the same training.
 struct Tolerance {
   double spread_factor = 4;      // the sides differ beyond this many times the larger measured spread
   double relative_floor = 1e-3;  // and never by less than this, relative to the reference
 };
+
+/// The tolerance of a training in `precision`: the floor is 1e-3 or the
+/// precision's unit roundoff (bf16: 2^-8), whichever is coarser.
+Tolerance tolerance_for(model::Precision precision);
 
 /// Where two sides first differ.
 struct Departure {
@@ -103,6 +125,9 @@ struct Departure {
   double reference = 0, here = 0;  // each side's mean
   double by = 0;         // distance between the sides' ranges, relative to the reference
   double noise = 0;      // what it is judged against, relative
+  /// Note [The same state, step by step]: found where both sides computed
+  /// the step from the same state; false: the free trajectories parted.
+  bool same_state = false;
 };
 
 /// A step of the loss plot: each side's smallest and largest loss, and the
@@ -116,6 +141,8 @@ struct Comparison {
   int64_t steps = 0;                  // steps both sides trained and compared
   int64_t reference_runs = 0, here_runs = 0;
   bool modules_compared = false;      // both sides measured module numbers
+  int64_t replays = 0;                // processes here that started every step from the reference's state
+  int64_t steps_from_same_state = 0;  // steps compared from the same state
   std::optional<Departure> departure;  // none: the same within the noise
   /// The largest distance over what was allowed (< 1 when the same) and
   /// where it was, "step 3, gradient of head.prob.up2".

@@ -490,6 +490,8 @@ Done done_from(const Event& e) {
   return d;
 }
 
+std::string state_file_name(int64_t step) { return "state-s" + std::to_string(step) + ".pt"; }
+
 std::string checkpoint_file_name(int64_t run, int64_t step) {
   return "checkpoint-r" + std::to_string(run) + "-s" + std::to_string(step) + ".pt";
 }

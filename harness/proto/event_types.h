@@ -227,6 +227,11 @@ Checkpoint checkpoint_from(const Event& e);
 /// train`'s periodic checkpoints write it, bisection finds its replays'
 /// starting points by it.
 std::string checkpoint_file_name(int64_t run, int64_t step);
+/// `state-s<step>.pt`: the parameters and buffers at the start of step
+/// `step` (Note [The same state, step by step], harness/numerics/reference.h),
+/// saved with monitors.numerics_save_states, replayed with
+/// monitors.numerics_replay.
+std::string state_file_name(int64_t step);
 struct CheckpointName {
   int64_t run = 0, step = 0;
 };

@@ -28,6 +28,7 @@
 #include "harness/report/report.h"
 #include "harness/scenario/profile.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/numerics_variant.h"
 #include "harness/supervisor/trial.h"
 #include "harness/supervisor/tuning.h"
 #include "harness/supervisor/worker_contract.h"
@@ -195,9 +196,12 @@ numerics::Reference read_reference(const std::string& path) {
   return numerics::reference_from_json(j, path);
 }
 
-// The numerics half: the reference's steps, as many runs as it holds (at
-// least 3, to measure the noise here), each in a fresh process with the
-// module numbers on, compared with the reference.
+// The numerics half (Note [A numerics reference]): the reference's steps
+// run here by processes that each compute another way (Note [Real
+// differences measure the noise]); with the reference's states, every step
+// of those starts from the reference's state (Note [The same state, step by
+// step]) and one more trains freely for the trajectory; without them, as
+// many free processes as the reference holds (at least 3).
 Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::Scenario& source, numerics::Reference ref,
                                       const fs::path& out, const std::string& cache,
                                       std::vector<Qualification::ProbeRecord>& history) {
@@ -206,7 +210,10 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
   int64_t steps = 0;
   for (const auto& run : ref.side.runs) steps = std::max<int64_t>(steps, static_cast<int64_t>(run.steps.size()));
   const int64_t runs = std::max<int64_t>(3, static_cast<int64_t>(ref.side.runs.size()));
-  std::vector<std::string> extra = {
+  const fs::path states = fs::absolute(o.reference + numerics::kStatesSuffix).lexically_normal();
+  std::error_code ec;
+  const bool replay = !ref.state_steps.empty() && fs::is_directory(states, ec);
+  const std::vector<std::string> extra = {
       scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
       scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
       scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
@@ -214,38 +221,70 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
       scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
       source.train.max_steps >= steps ? scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
                                       : scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
+  const int64_t free_runs = replay ? 1 : runs, replays = replay ? runs : 0;
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " against the reference " << one_line(o.reference) << " ("
               << ref.side.runs.size() << " run(s) of " << steps << " step(s)"
-              << (ref.recorded_at.empty() ? "" : ", recorded " + one_line(ref.recorded_at)) << "): " << runs
-              << " fresh run(s) here" << std::endl;
+              << (ref.recorded_at.empty() ? "" : ", recorded " + one_line(ref.recorded_at)) << "): "
+              << (replay ? std::to_string(replays) + " run(s) here from its states, step by step, and " : "")
+              << free_runs << " free run(s)" << std::endl;
   }
+  std::vector<std::string> notes;  // what kept the comparison from the reference's states
+  if (ref.state_steps.empty()) {
+    notes.push_back("the reference kept no states (`dbh repeat --record` keeps them beside it, in " +
+                                 one_line(o.reference) + numerics::kStatesSuffix + "): only the free trajectories "
+                                 "were compared, and a change smaller than their spread may hide in it");
+  } else if (!replay) {
+    notes.push_back("the reference's states are missing (expected the folder " + one_line(states.string()) +
+                                 "): only the free trajectories were compared, and a change smaller than their "
+                                 "spread may hide in it");
+  }
+  const bool cudnn = !source.worker.external() && source.hardware.device.rfind("cuda", 0) == 0;
   probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
-  std::vector<probe::ProbeResult> results;
-  for (int64_t i = 0; i < runs; ++i) {
-    results.push_back(prober.probe_fresh(extra, "numerics: run " + std::to_string(i + 1) + " of " +
-                                                    std::to_string(runs) + " (" + std::to_string(steps) + " steps)"));
-    const auto& a = results.back().analysis;
+  std::vector<probe::ProbeResult> free, replayed;
+  for (int64_t i = 0; i < free_runs + replays; ++i) {
+    const bool from_states = i >= free_runs;
+    const int64_t k = from_states ? i - free_runs : i;
+    std::vector<std::string> with = extra;
+    const scenario::NumericsVariant variant = supervisor::variant_of_process(k, cudnn);
+    with.push_back(scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics_variant), to_string(variant)));
+    if (from_states) with.push_back(scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics_replay), states.string()));
+    const std::string what = "numerics: " + std::string(from_states ? "from the reference's states, " : "free, ") +
+                             to_string(variant) + " (" + std::to_string(steps) + " steps)";
+    auto& into = from_states ? replayed : free;
+    into.push_back(prober.probe_fresh(with, what));
+    const auto& a = into.back().analysis;
     if (a.outcome != scenario::Outcome::kPassed && n.failed_here.empty()) {
       n.failed_here = to_string(a.outcome) + (a.failure.klass.empty() ? "" : " " + a.failure.klass) +
                       (a.failure.step ? " at step " + std::to_string(*a.failure.step) : "") +
                       (a.failure.message.empty() ? "" : ": " + one_line(a.failure.message));
     }
   }
-  std::vector<const supervisor::TrialAnalysis*> trials;
-  for (const auto& r : results) trials.push_back(&r.analysis);
+  const auto analyses = [](const std::vector<probe::ProbeResult>& results) {
+    std::vector<const supervisor::TrialAnalysis*> out;
+    for (const auto& r : results) out.push_back(&r.analysis);
+    return out;
+  };
   for (const auto& p : prober.history()) {
     history.push_back({p.what, to_string(p.analysis.outcome), p.analysis.failure.klass, p.analysis.peak_memory_bytes,
                        p.seconds, p.cached});
   }
-  n.here = numerics::side_of(trials, numerics::machine_of(results.front().analysis));
-  n.comparison = numerics::compare(ref.side, n.here);
+  n.here.machine = numerics::machine_of(free.front().analysis);
+  n.here.runs = numerics::runs_of(analyses(free));
+  n.here.replays = numerics::runs_of(analyses(replayed));
+  n.comparison = numerics::compare(ref.side, n.here, numerics::tolerance_for(source.train.precision));
+  n.comparison.notes.insert(n.comparison.notes.end(), notes.begin(), notes.end());
   if (!ref.scenario.empty() && ref.scenario != source.name) {
     n.comparison.notes.push_back("the reference was recorded from scenario \"" + ref.scenario + "\", this is \"" +
                                  source.name + "\"");
   }
+  // Recording again: the source training, without the faults this command
+  // plants in the target.
   std::vector<std::string> record = {self_command(), "repeat", path_for_command(o.scenario)};
-  record.insert(record.end(), o.overrides.begin(), o.overrides.end());
+  for (const auto& x : o.overrides) {
+    if (!scenario::override_sets(x, "faults")) record.push_back(x);
+  }
+  if (!source.faults.empty()) record.push_back("faults=[]");
   record.insert(record.end(), {"--processes", std::to_string(runs), "--record", path_for_command(o.reference)});
   n.rerun_reference = shell_command(record);
   n.reference = std::move(ref);

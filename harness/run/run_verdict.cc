@@ -78,11 +78,13 @@ void decide_run(RunReport& r, int64_t processes, int stopped) {
   const auto& main = r.trials.front().analysis;
   r.outcome = main.outcome;
   r.failure = main.failure;
-  // Note [A numerics reference]: processes jittered on purpose
-  // (monitors.numerics_jitter) measure the noise; they are not compared for
+  // Note [Real differences measure the noise]: processes that compute
+  // differently on purpose (monitors.numerics_variant, or a synthetic
+  // monitors.numerics_jitter) measure the noise; they are not compared for
   // bit-identity.
-  const bool jittered = r.scenario.monitors.numerics && r.scenario.monitors.numerics_jitter > 0;
-  if (process_count > 1 && stopped == 0 && !jittered) {
+  const auto& m = r.scenario.monitors;
+  const bool varied = m.numerics && (m.numerics_jitter > 0 || m.numerics_variant != scenario::NumericsVariant::kAsIs);
+  if (process_count > 1 && stopped == 0 && !varied) {
     const std::vector<TrialRecord> procs(r.trials.begin(), r.trials.begin() + static_cast<std::ptrdiff_t>(process_count));
     r.determinism = compare_processes(procs);
     if (!r.determinism.identical && r.outcome == scenario::Outcome::kPassed) {

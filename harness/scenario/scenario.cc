@@ -67,6 +67,14 @@ const std::vector<std::string>& data_source_names() {
 
 const std::string& to_string(DataSource source) { return data_source_names().at(static_cast<size_t>(source)); }
 
+const std::vector<std::string>& numerics_variant_names() {
+  static const std::vector<std::string> names = {"as_is", "one_thread", "instruction_set", "cudnn_algorithms",
+                                                 "by_process"};
+  return names;
+}
+
+const std::string& to_string(NumericsVariant v) { return numerics_variant_names().at(static_cast<size_t>(v)); }
+
 const std::vector<std::string>& outcome_names() {
   static const std::vector<std::string> names = {"passed",   "failed",           "crashed", "timed_out", "hung",
                                                  "diverged", "nondeterministic", "leaked",  "skipped",   "unresolved"};

@@ -37,6 +37,17 @@ enum class MonitorMode { kCheap, kLocalise, kOff };
 const std::vector<std::string>& monitor_mode_names();
 const std::string& to_string(MonitorMode mode);
 
+/// Note [Real differences measure the noise] (harness/numerics/reference.h):
+/// what a process of a numerics run changes about how the training computes,
+/// never what it computes: as configured, one intra-op thread, another CPU
+/// instruction set (ATEN_CPU_CAPABILITY), cuDNN's other choice of
+/// algorithms; `by_process` gives process k of a repeat the k-th of
+/// numerics_variants_for_processes() (the supervisor applies it).
+enum class NumericsVariant { kAsIs, kOneThread, kInstructionSet, kCudnnAlgorithms, kByProcess };
+/// "as_is", "one_thread", "instruction_set", "cudnn_algorithms", "by_process".
+const std::vector<std::string>& numerics_variant_names();
+const std::string& to_string(NumericsVariant v);
+
 struct ModelConfig {
   int64_t encoder = 18;            // ResNet depth
   model::DecoderKind decoder = model::DecoderKind::kFpn;
@@ -147,11 +158,20 @@ struct MonitorConfig {
   bool numerics = false;
   /// With `numerics`: in trial k > 0 every observed module's output moves by
   /// this, relative, in a normal pattern of its own (trial 0 trains
-  /// unchanged): a small difference between repeats, as rounding makes at
-  /// every layer, so that repeating measures how far such a difference grows
-  /// in this training, the noise a numerics reference is judged with
-  /// (NumericsMonitor).
-  double numerics_jitter = 1e-3;
+  /// unchanged): a synthetic difference, for seeing how far one grows in this
+  /// training (NumericsMonitor). Off by default: a numerics reference's noise
+  /// comes from real differences (numerics_variant).
+  double numerics_jitter = 0;
+  /// How this process computes (Note [Real differences measure the noise]).
+  NumericsVariant numerics_variant = NumericsVariant::kAsIs;
+  /// Note [The same state, step by step]: save the parameters and buffers
+  /// at the start of every step as `state-s<k>.pt` in the trial folder
+  /// (run 0 only), for a numerics reference.
+  bool numerics_save_states = false;
+  /// Note [The same state, step by step]: a folder of `state-s<k>.pt`; at the
+  /// start of every step k with one, the model's parameters and buffers are
+  /// replaced by it, so each step computes from the recording's state.
+  std::string numerics_replay;
   bool silent_check(const std::string& check) const {
     return mode != MonitorMode::kOff && std::find(silent.begin(), silent.end(), check) != silent.end();
   }

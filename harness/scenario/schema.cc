@@ -300,8 +300,19 @@ std::vector<KeySpec> build_table() {
               "`dbh qualify --reference`)."),
       number(DBH_KEY(monitors.numerics_jitter), 0.0, 1.0,
              "With `monitors.numerics`: in trial k > 0 every module's output moves by this, relative, in a normal "
-             "pattern of its own (trial 0 unchanged), so that repeating measures how far a small difference grows "
-             "(the noise); 0 = repeats as they are."),
+             "pattern of its own (trial 0 unchanged): a synthetic difference, to see how far one grows; 0 = off "
+             "(a numerics reference measures its noise from `monitors.numerics_variant`)."),
+      one_of(DBH_KEY(monitors.numerics_variant), numerics_variant_names(),
+             "How this process computes, to measure the noise from differences that really occur: as configured, "
+             "one intra-op thread, another CPU instruction set (`ATEN_CPU_CAPABILITY`), cuDNN's other choice of "
+             "algorithms (dbh's worker on CUDA); `by_process`: process k of `repeat.processes` the k-th of "
+             "as_is, one_thread, instruction_set (cudnn_algorithms for the third on CUDA)."),
+      boolean(DBH_KEY(monitors.numerics_save_states),
+              "Save the parameters at the start of every step (`state-s<k>.pt` in the trial folder, run 0): what "
+              "`dbh repeat --record` keeps for step-by-step replays."),
+      path(DBH_KEY(monitors.numerics_replay),
+           "A folder of `state-s<k>.pt`: every step with one starts from it, so the step computes from the "
+           "recording's state (`dbh qualify --reference`); empty = none."),
       integer(DBH_KEY(monitors.collapse_after), 0, 100000000, "Predictions collapsed: warm-up steps before the check."),
       integer(DBH_KEY(monitors.collapse_steps), 1, 100000000,
               "Predictions collapsed: consecutive steps with text the map must stay collapsed."),

@@ -58,7 +58,7 @@ struct KeySpec {
                // kEnum: one alternative per enum (Note [Fixed choices are enums])
                KeyField<DataSource>, KeyField<TrainMode>, KeyField<MonitorMode>, KeyField<model::DecoderKind>,
                KeyField<model::OptimizerKind>, KeyField<model::Precision>, KeyField<model::ResizeSide>,
-               KeyField<model::OnInvalid>, KeyField<CommandSyntax>>
+               KeyField<model::OnInvalid>, KeyField<CommandSyntax>, KeyField<NumericsVariant>>
       field;
   std::string help;  // one line of Markdown, for docs/scenario-keys.md
   int64_t lo = 0;    // kInt, kAutoInt

@@ -130,6 +130,9 @@ struct TrialAnalysis {
   /// What `hello` says the training ran with: `torch` (its version),
   /// `device`, `threads` (bounded strings), for a numerics reference's machine.
   nlohmann::json worker_facts = nlohmann::json::object();
+  /// How this process computed (Note [Real differences measure the noise]):
+  /// "as configured", "one intra-op thread", …; "" when no variant was asked.
+  std::string numerics_variant;
   /// The monitors' primary finding (a `health` event), when there was one.
   nlohmann::json primary_health;
   /// Memory when the worker reported its error, and the phases it reached.

@@ -1,5 +1,6 @@
 #include "harness/supervisor/scenario_trial.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "harness/common/files.h"
 #include "harness/kb/knowledge_base.h"
 #include "harness/supervisor/event_digest.h"
+#include "harness/supervisor/numerics_variant.h"
 #include "harness/supervisor/tuning.h"
 #include "harness/supervisor/worker_contract.h"
 
@@ -23,6 +25,16 @@ ScenarioTrial run_classified_trial(const scenario::Scenario& scenario, const std
   // `auto` settings become measured values before the worker starts (Note
   // [Measured choices]); the worker sees only the values.
   scenario::Scenario s = scenario;
+  // Note [Real differences measure the noise]: before `auto` is measured, so
+  // a variant's thread count is the one the trial runs with.
+  std::optional<VariantSetting> variant;
+  if (s.monitors.numerics && s.monitors.numerics_variant != scenario::NumericsVariant::kAsIs) {
+    const char* isa = std::getenv("ATEN_CPU_CAPABILITY");
+    variant = variant_setting(s.monitors.numerics_variant, index,
+                              !s.worker.external() && s.hardware.device.rfind("cuda", 0) == 0, cpu_capabilities(),
+                              isa == nullptr ? "" : isa);
+    apply_variant(*variant, s);
+  }
   nlohmann::json tuning = resolve_measured_choices(s, (dir / "tuning").string());
   const fs::path resolved = dir / "scenario.resolved.json";
   write_file_atomically(resolved.string(), scenario::resolved_json(s) + "\n");
@@ -38,6 +50,7 @@ ScenarioTrial run_classified_trial(const scenario::Scenario& scenario, const std
     spec.deadline_s = s.limits.deadline_s;
     spec.silence_s = s.limits.silence_s;
     spec.grace_s = s.limits.grace_s;
+    if (variant) spec.env.insert(spec.env.end(), variant->env.begin(), variant->env.end());
   }
   // Note [A trial's events are read as they arrive].
   EventDigester events;
@@ -62,6 +75,7 @@ ScenarioTrial run_classified_trial(const scenario::Scenario& scenario, const std
   copts.withhold_fault_records = withhold_fault_records;
   t.analysis = classify(t.result, events, s, kb, copts);
   t.analysis.tuning = std::move(tuning);
+  if (variant) t.analysis.numerics_variant = variant->description;
   return t;
 }
 

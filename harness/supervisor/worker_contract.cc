@@ -50,6 +50,7 @@ const std::vector<CapabilityDoc>& worker_capabilities() {
       {capability::kInProcessRuns, "`repeat.in_process` above 1: several runs in one process, each between `run_begin` and `run_end`"},
       {capability::kSyntheticData, "`data.source` other than `real`: train on generated data (`diagnose`'s synthetic-data rung)"},
       {capability::kFixedBatch, "`data.fixed_batch`: train on the first batch at every step, its tensors as the loader gave them (`diagnose`'s fixed-batch rung)"},
+      {capability::kNumericsStates, "`monitors.numerics_save_states`: the parameters and buffers saved at the start of every step as `state-s<k>.pt` in `DBH_TRIAL_DIR` (run 0); `monitors.numerics_replay`: every step with such a file in that folder starts from it (`qualify --reference`'s step-by-step comparison)"},
       {capability::kOps, "`train.mode: ops`: basic tensor operations on the device only (`diagnose`'s first rung)"},
       {capability::kValidation, "`train.eval_every`: validation during training, in `eval` events"},
       {"fault:<name>", "a fault of `faults` (`dbh list faults`), by its name"},
@@ -66,6 +67,10 @@ WorkerNeeds worker_needs(const scenario::Scenario& s) {
   if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
   if (s.data.source != scenario::DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
   if (s.data.fixed_batch) need(capability::kFixedBatch, DBH_SCENARIO_KEY(data.fixed_batch));
+  if (s.monitors.numerics_save_states) {
+    need(capability::kNumericsStates, DBH_SCENARIO_KEY(monitors.numerics_save_states));
+  }
+  if (!s.monitors.numerics_replay.empty()) need(capability::kNumericsStates, DBH_SCENARIO_KEY(monitors.numerics_replay));
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));
   if (s.train.checkpoint_every > 0) need(capability::kCheckpoint, DBH_SCENARIO_KEY(train.checkpoint_every));
   if (!s.train.resume_from.empty()) need(capability::kResume, DBH_SCENARIO_KEY(train.resume_from));

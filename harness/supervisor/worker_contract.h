@@ -67,6 +67,7 @@ inline constexpr const char* kMemoryBudget = "memory_budget";
 inline constexpr const char* kInProcessRuns = "in_process_runs";
 inline constexpr const char* kSyntheticData = "synthetic_data";
 inline constexpr const char* kFixedBatch = "fixed_batch";
+inline constexpr const char* kNumericsStates = "numerics_states";
 inline constexpr const char* kOps = "ops";
 inline constexpr const char* kValidation = "validation";
 inline constexpr const char* kFaultPrefix = "fault:";

@@ -135,10 +135,69 @@ void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
   replace_file_atomically(tmp, path);
 }
 
+namespace {
+
+// Note [The same state, step by step]: the model's parameters and buffers by
+// name, as a LibTorch archive.
+void save_state_file(model::DbNet& net, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : net->named_parameters()) archive.write(p.key(), p.value().detach().cpu().contiguous());
+  for (const auto& b : net->named_buffers()) archive.write(b.key(), b.value().cpu().contiguous());
+  const std::string tmp = path + ".tmp";
+  try {
+    archive.save_to(tmp);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw CheckpointWriteError(path + ": expected a writable file, got an error (" + one_line(message_of(e)) + ")");
+  }
+  replace_file_atomically(tmp, path);
+}
+
+void load_state_file(model::DbNet& net, const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
+                             ": expected a state dbh saved (monitors.numerics_save_states), got a file it cannot "
+                             "read (" + one_line(message_of(e)) + ")");
+  }
+  torch::NoGradGuard no_grad;
+  const auto copy = [&](const std::string& name, torch::Tensor& into) {
+    torch::Tensor read;
+    if (!archive.try_read(name, read) || read.sizes() != into.sizes()) {
+      throw std::runtime_error(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
+                               ": expected " + name + " of shape " + c10::str(into.sizes()) + ", got " +
+                               (read.defined() ? "shape " + c10::str(read.sizes()) : std::string("none")) +
+                               " (a state of another model)");
+    }
+    into.copy_(read);
+  };
+  for (auto& p : net->named_parameters()) copy(p.key(), p.value());
+  for (auto& b : net->named_buffers()) copy(b.key(), b.value());
+}
+
+}  // namespace
+
+void exchange_state(model::DbNet& net, const scenario::Scenario& s, const SessionSite& site, int64_t step) {
+  const std::string name = proto::state_file_name(step);
+  if (s.monitors.numerics_save_states && site.run == 0) {
+    save_state_file(net, (std::filesystem::path(site.dir) / name).string());
+  }
+  if (!s.monitors.numerics_replay.empty()) {
+    const std::filesystem::path replay = std::filesystem::path(s.monitors.numerics_replay) / name;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(replay, ec)) load_state_file(net, replay.string());
+  }
+}
+
 void train_steps(model::DbNet& net, model::Trainer& trainer, const model::BatchSource& batches,
                  const ValidationSet& validation, const scenario::Scenario& s, const SessionSite& site, const StepHooks& hooks) {
   const int64_t last = s.train.last_step();
   while (trainer.next_step() < last) {
+    exchange_state(net, s, site, trainer.next_step());
     if (hooks.before_step) hooks.before_step(trainer.next_step());
     const model::StepResult r = trainer.step(batches);
     if (hooks.after_step) hooks.after_step(r);

@@ -122,6 +122,14 @@ class CheckpointWriteError : public std::runtime_error {
 /// CheckpointWriteError.
 void save_checkpoint_file(model::Trainer& trainer, const std::string& path);
 
+/// Note [The same state, step by step] (harness/numerics/reference.h), at the
+/// start of step `step`: with monitors.numerics_save_states, run 0 saves the
+/// model's parameters and buffers as `<site.dir>/state-s<step>.pt`; with
+/// monitors.numerics_replay, the model takes them from that folder's file of
+/// the step when it has one. Throws CheckpointWriteError, or runtime_error
+/// naming the key and the file for a state of another model.
+void exchange_state(model::DbNet& net, const scenario::Scenario& s, const SessionSite& site, int64_t step);
+
 /// Trains `trainer` (of `net`) on `batches` from its next step to
 /// s.train.last_step() (Note [One training session]). Throws what a step,
 /// a hook or validation throws, and CheckpointWriteError.

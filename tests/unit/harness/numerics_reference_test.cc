@@ -32,7 +32,12 @@ RunNumbers run_of(int steps, double eps = 0, int from = 1 << 30, int module = 0)
   return r;
 }
 
-Side side(std::vector<RunNumbers> runs) { return Side{std::move(runs), nlohmann::json::object()}; }
+Side side(std::vector<RunNumbers> runs, std::vector<RunNumbers> replays = {}) {
+  Side s;
+  s.runs = std::move(runs);
+  s.replays = std::move(replays);
+  return s;
+}
 
 TEST(NumericsReferenceTest, IdenticalSidesAreTheSame) {
   const Comparison c = compare(side({run_of(5), run_of(5)}), side({run_of(5), run_of(5)}));
