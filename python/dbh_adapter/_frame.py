@@ -41,6 +41,7 @@ from ._memory import apply_memory_budget, memory_figures, release_free_memory
 from ._ops import run_ops_check
 from ._parser import command_line_report
 from ._numerics import NumericsWatch
+from ._states import StepStates
 from ._silent import PredictionWatch, SilentFinding
 from ._validation import eval_fields
 from ._monitors import Finding, FiniteMonitor
@@ -79,6 +80,7 @@ class StepFrame:
         self.first_batch = FirstBatch(facts.fixed_batch)
         self.monitor = FiniteMonitor(facts.monitor_mode)
         self.numerics = NumericsWatch(facts.numerics, facts.numerics_jitter, link.trial)
+        self.states = StepStates(facts.numerics_save_states, facts.numerics_replay, facts.trial_dir)
         self.predictions = PredictionWatch(facts.silent_check("predictions"),
                                            int(facts.monitor_number("collapse_after", 10)),
                                            int(facts.monitor_number("collapse_steps", 5)),
@@ -222,6 +224,11 @@ class StepFrame:
         self._grad_norm = None
         ev = self.events
         ev.emit("step_begin", run=self.run, step=step)
+        if self.states.on and self._model is not None:
+            problem = self.states.at_step(self._model, step, self.run, self.rank)
+            if problem:
+                self.harness_error(problem)
+                raise RuntimeError(problem)
         ids = self._fixed(batch)
         if ids:
             ev.emit("batch", run=self.run, step=step, samples=ids)

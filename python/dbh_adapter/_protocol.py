@@ -56,6 +56,12 @@ def checkpoint_file_name(run: int, step: int) -> str:
     return f"checkpoint-r{run}-s{step}.pt"
 
 
+def state_file_name(step: int) -> str:
+    """The state step `step` starts from, in the trial folder (Note [The same
+    state, step by step]; state_file_name, harness/proto/event_types.cc)."""
+    return f"state-s{step}.pt"
+
+
 # --- The process's environment -------------------------------------------------
 
 

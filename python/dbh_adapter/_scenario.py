@@ -117,8 +117,20 @@ class ScenarioFacts:
 
     @property
     def numerics_jitter(self) -> float:
-        """monitors.numerics_jitter: the scale of what a trial adds to its input."""
-        return self.monitor_number("numerics_jitter", 1e-3)
+        """monitors.numerics_jitter: the scale of what a trial adds to its
+        modules' outputs (0: off, the default)."""
+        return self.monitor_number("numerics_jitter", 0.0)
+
+    @property
+    def numerics_save_states(self) -> bool:
+        """monitors.numerics_save_states: save the state every step starts from."""
+        return self.monitors.get("numerics_save_states") is True
+
+    @property
+    def numerics_replay(self) -> str:
+        """monitors.numerics_replay: the folder of states every step starts from ("" none)."""
+        value = self.monitors.get("numerics_replay")
+        return value if isinstance(value, str) else ""
 
     def monitor_number(self, key: str, default: float) -> float:
         """monitors.<key> as a number (collapse_after, collapse_steps,

@@ -42,7 +42,7 @@ VERSION = "0.1.0"
 # faults' `fault:<name>` come from FaultSet.SUPPORTED).
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
                      "monitors.localise", "memory_budget", "validation", "ops", "monitors.silent",
-                     "monitors.numerics", "fixed_batch")
+                     "monitors.numerics", "fixed_batch", "numerics_states")
 
 B = TypeVar("B")
 D = TypeVar("D")

@@ -75,3 +75,13 @@ def test_the_checkpoint_name_matches_the_cpp_side() -> None:
         values = {"run": str(run), "step": str(step)}
         cpp = "".join(literal or values[name] for literal, name in parts)
         assert contract.checkpoint_file_name(run, step) == cpp
+
+
+def test_the_state_name_matches_the_cpp_side() -> None:
+    source = _source("harness/proto/event_types.cc")
+    m = re.search(r"std::string state_file_name\(int64_t step\)\s*\{\s*return\s+(.*?);\s*\}", source, re.S)
+    assert m, "event_types.cc: no state_file_name(step)"
+    parts = re.findall(r"\"([^\"]*)\"|std::to_string\((\w+)\)", m.group(1))
+    for step in (0, 140):
+        cpp = "".join(literal or str(step) for literal, _ in parts)
+        assert contract.state_file_name(step) == cpp

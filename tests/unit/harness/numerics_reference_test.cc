@@ -108,18 +108,93 @@ TEST(NumericsReferenceTest, ShorterSideLimitsTheStepsAndSaysSo) {
   EXPECT_NE(c.notes.front().find("compared the 3 step(s)"), std::string::npos) << c.notes.front();
 }
 
+// A chaotic run: from step 2 on every number moves by `spread` × `sign` of
+// its own (as trajectories that differed in the last digit at step 0 do by
+// step 2), and by `eps` in module `module` from step `from` (as run_of).
+RunNumbers chaotic(double sign, double spread, double eps = 0, int from = 1 << 30, int module = 0) {
+  RunNumbers r = run_of(6, eps, from, module);
+  for (auto& st : r.steps) {
+    if (st.step < 2) continue;
+    const double f = 1 + sign * spread;
+    st.loss *= f;
+    *st.grad_norm *= f;
+    for (auto& m : st.modules) {
+      *m.act *= f;
+      *m.grad *= f;
+    }
+  }
+  return r;
+}
+
+// Note [The same state, step by step]: the trajectories of a chaotic
+// training spread by 5 % from step 2, which hides a 1 % change; started from
+// the reference's state at every step, the same change is found where it
+// starts, and the free runs' loss agrees.
+TEST(NumericsReferenceTest, FromTheSameStateAChangeHiddenInTheTrajectoriesIsFoundWhereItStarts) {
+  const Side reference = side({chaotic(0, 0.05), chaotic(1, 0.05), chaotic(-1, 0.05)});
+  for (int from : {0, 2, 4, 5}) {
+    const Side trajectories_only = side({chaotic(0.5, 0.05, 0.01, from, 1)});
+    const Comparison hidden = compare(reference, trajectories_only);
+    if (from >= 2) EXPECT_TRUE(hidden.same()) << from << ": " << verdict_line(hidden);
+    const Side here = side({chaotic(0.5, 0.05, 0.01, from, 1)},
+                           {run_of(6, 0.01, from, 1), run_of(6, 0.01 + 1e-7, from, 1), run_of(6, 0.01, from, 1)});
+    const Comparison c = compare(reference, here);
+    ASSERT_TRUE(c.departure.has_value()) << from << ": " << verdict_line(c);
+    EXPECT_TRUE(c.departure->same_state);
+    EXPECT_EQ(c.departure->step, from);
+    EXPECT_EQ(c.departure->quantity, "output of m1");
+    EXPECT_EQ(c.steps_from_same_state, 6);
+    EXPECT_NE(verdict_line(c).find("departs at step " + std::to_string(from) +
+                                   ", first in the output of m1 (from the same state)"),
+              std::string::npos)
+        << verdict_line(c);
+  }
+  // Nothing planted: the same, from the same state and on the free loss.
+  const Comparison same = compare(reference, side({chaotic(0.5, 0.05)}, {run_of(6), run_of(6, 1e-6, 0), run_of(6)}));
+  EXPECT_TRUE(same.same()) << verdict_line(same);
+  EXPECT_EQ(verdict_line(same).rfind("the same within the noise: 6 step(s) each from the same state", 0), 0u)
+      << verdict_line(same);
+}
+
+// Every step computes alike from the same state, yet the free run leaves the
+// reference's spread: what differs is how the parameters are updated.
+TEST(NumericsReferenceTest, StepsThatComputeAlikeButTrajectoriesThatPartAreTheUpdate) {
+  const Side reference = side({run_of(6), run_of(6, 1e-4, 0), run_of(6, -1e-4, 0)});
+  const Comparison c = compare(reference, side({run_of(6, 0.2, 3)}, {run_of(6), run_of(6), run_of(6)}));
+  ASSERT_TRUE(c.departure.has_value()) << verdict_line(c);
+  EXPECT_FALSE(c.departure->same_state);
+  EXPECT_EQ(c.departure->step, 3);
+  EXPECT_EQ(c.departure->quantity, "loss");
+  EXPECT_NE(verdict_line(c).find("the parameters' updates differ"), std::string::npos) << verdict_line(c);
+}
+
+TEST(NumericsReferenceTest, TheFloorIsThePrecisionsOwnRoundingWhenCoarser) {
+  EXPECT_EQ(tolerance_for(model::Precision::kFp32).relative_floor, 1e-3);
+  EXPECT_EQ(tolerance_for(model::Precision::kFp16).relative_floor, 1e-3);
+  EXPECT_EQ(tolerance_for(model::Precision::kBf16).relative_floor, 1.0 / 256);
+  // 2e-3 apart from the same state: a departure in fp32, bf16's own rounding.
+  const Side reference = side({run_of(3)});
+  const Side here = side({run_of(3)}, {run_of(3, 2e-3, 1, 0), run_of(3, 2e-3, 1, 0)});
+  EXPECT_FALSE(compare(reference, here, tolerance_for(model::Precision::kFp32)).same());
+  EXPECT_TRUE(compare(reference, here, tolerance_for(model::Precision::kBf16)).same());
+}
+
 TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
   Reference r;
   r.scenario = "tiny";
   r.scenario_hash = "abc";
   r.recorded_at = "2026-12-02T00:00:00Z";
   r.side = side({run_of(2), run_of(2)});
+  r.side.runs[1].variant = "one intra-op thread";
   r.side.machine = {{"cpu", "x"}};
+  r.state_steps = {0, 1};
   const Reference back = reference_from_json(nlohmann::json::parse(to_json(r).dump()), "r.json");
   EXPECT_EQ(back.scenario, "tiny");
   ASSERT_EQ(back.side.runs.size(), 2u);
   EXPECT_TRUE(compare(r.side, back.side).same());
   EXPECT_EQ(back.side.runs[1].steps[1].modules[2].module, "m2");
+  EXPECT_EQ(back.side.runs[1].variant, "one intra-op thread");
+  EXPECT_EQ(back.state_steps, (std::vector<int64_t>{0, 1}));
   const auto message = [](const std::string& text) {
     try {
       (void)reference_from_json(nlohmann::json::parse(text), "r.json");
@@ -134,6 +209,9 @@ TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
             std::string::npos);
   EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "runs": [{"steps": [{"step": 0}]}]})")
                 .find("r.json: runs.0.steps.0.loss: expected a finite number"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "state_steps": [-1], "runs": [{"steps": []}]})")
+                .find("r.json: state_steps.0: expected a step index"),
             std::string::npos);
 }
 
