@@ -21,6 +21,10 @@ Command add_diagnose(CLI::App& app) {
   cmd->add_option("--out", s->options.out, "Output folder");
   cmd->add_option("--cache", s->options.cache_dir, "Probe cache folder");
   cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
+  cmd->add_option("--max-probes", s->options.max_probes,
+                  "Run at most N probes beyond the ladder's own rungs, those that can separate the leading "
+                  "hypotheses first (default: every one that applies)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}));
   return {cmd, [s] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
             s->options.checks = h::worker::input_checks();

@@ -237,7 +237,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["rows"] = ojson::array();
   for (const auto& r : d.rows) {
     j["rows"].push_back({{"check", r.name}, {"group", r.group}, {"overrides", r.overrides},
-                         {"ran", r.ran}, {"applies", r.applies.empty()},
+                         {"ran", r.ran}, {"applies", r.applies.empty()}, {"result", row_result(r)},
                          {"outcome", r.ran ? to_string(r.probe.analysis.outcome) : "n/a"},
                          {"class", r.probe.analysis.failure.klass}});
   }
@@ -379,10 +379,11 @@ std::vector<std::string> scenario_words(const DiagnoseOptions& o) {
 // scenario without the command's overrides, through a Prober without them)
 // and, when it trains, the config bisection between the two.
 std::optional<FollowUp> run_without_overrides(const DiagnoseOptions& o, const scenario::Scenario& s, const fs::path& out,
-                                              const std::string& cache, Rung& rung, probe::Prober& prober) {
+                                              const std::string& cache, Rung& rung, probe::Prober& prober,
+                                              ProbeBudget& budget) {
   if (!rung.applies.empty()) return std::nullopt;
   probe::Prober plain(o.scenario, {}, out.string(), cache, o.quiet, o.checks);
-  run_rung(plain, rung);
+  run_rung(plain, rung, &budget);
   if (!rung.ran || rung.probe.analysis.outcome != scenario::Outcome::kPassed) return std::nullopt;
   return bisect_followup(bisect::BisectKind::kConfig, o, s, out, cache, scenario_words(o), prober);
 }
@@ -450,11 +451,25 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
     std::vector<Rung> variants = variant_rungs(s);
     RateSearch rates;
+    ProbeBudget budget{o.max_probes, 0};
+    // Note [The run without the command's overrides]: a failing command that
+    // changes its scenario is run without the changes; when that trains,
+    // the config bisection between the two names the change, and its answer
+    // is evidence. First under a budget (Note [The next probe chosen to
+    // decide]).
+    std::vector<Rung> without = without_overrides_rungs(o.overrides);
+    const std::optional<FollowUp> config_followup =
+        fails ? run_without_overrides(o, s, out, cache, without.front(), prober, budget) : std::nullopt;
     if (fails) {
-      for (auto& r : variants) run_rung(prober, r);
+      // Note [The next probe chosen to decide]: under a budget, the variants
+      // that can weigh on the hypotheses the ladder leaves best run first.
+      if (budget.max > 0) {
+        order_to_decide(variants, conclude_ladder(ladder_of({&rungs}, full.probe.analysis.failure.klass, false, real)));
+      }
+      for (auto& r : variants) run_rung(prober, r, &budget);
       // Note [The learning rate, searched]: down to the configuration's own
       // rate when the command's overrides raised it.
-      rates = search_learning_rate(prober, s, full.probe.analysis, configured_rate(o));
+      rates = search_learning_rate(prober, s, full.probe.analysis, configured_rate(o), &budget);
     }
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:
@@ -467,14 +482,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const kb::FailureClass* full_kb = kb::KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
-    for (auto& r : learning) run_rung(prober, r);
-    // Note [The run without the command's overrides]: a failing command that
-    // changes its scenario is run without the changes; when that trains,
-    // the config bisection between the two names the change, and its answer
-    // is evidence.
-    std::vector<Rung> without = without_overrides_rungs(o.overrides);
-    const std::optional<FollowUp> config_followup =
-        fails ? run_without_overrides(o, s, out, cache, without.front(), prober) : std::nullopt;
+    for (auto& r : learning) run_rung(prober, r, &budget);
     // Compute is done: what the rungs showed, judged by one pure function.
     Ladder ladder =
         ladder_of({&rungs, &without, &variants, &rates.rungs, &learning}, fails ? full_class : "", silent, real);

@@ -2,6 +2,7 @@
 // `dbh diagnose`: the diagnosis ladder's rungs run as probes (probe/probe.h),
 // judged by diagnose/hypotheses.h, with the bisection called for its answer.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct DiagnoseOptions {
   std::string out;
   std::string cache_dir;
   bool quiet = false;
+  int64_t max_probes = 0;  // --max-probes: the budget beyond the ladder (rungs.h ProbeBudget); 0: none
   scenario::InputChecks checks;  // what loading the scenario checks beyond its keys
 };
 

@@ -123,7 +123,24 @@ std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent) {
   };
 }
 
-void run_rung(probe::Prober& prober, Rung& r) {
+std::string ProbeBudget::why_not() const {
+  return "not run: the probe budget (--max-probes " + std::to_string(max) + ") was spent";
+}
+
+void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now) {
+  std::vector<HypothesisId> best = now.tied;
+  if (best.empty() && !now.ranked.empty()) best.push_back(now.ranked.front().id);
+  const auto speaks = [&](const Rung& r) {
+    for (const HypothesisId h : best) {
+      const auto& about = rungs_about(h);
+      if (std::find(about.begin(), about.end(), r.id) != about.end()) return true;
+    }
+    return false;
+  };
+  std::stable_partition(rungs.begin(), rungs.end(), speaks);
+}
+
+void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
   if (!r.applies.empty()) return;
   try {
     const scenario::Scenario rs = prober.load(r.overrides);
@@ -143,6 +160,12 @@ void run_rung(probe::Prober& prober, Rung& r) {
     r.applies = "not a valid scenario here: " + one_line(e.what());
     return;
   }
+  if (budget != nullptr && budget->exhausted()) {
+    r.blocked = true;
+    r.applies = budget->why_not();
+    return;
+  }
+  if (budget != nullptr) ++budget->spent;
   r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
   r.ran = true;
   if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
@@ -164,7 +187,7 @@ std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overri
 }
 
 RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s,
-                                const supervisor::TrialAnalysis& failure, double configured) {
+                                const supervisor::TrialAnalysis& failure, double configured, ProbeBudget* budget) {
   RateSearch out;
   if (failure.failure.klass.rfind("nonfinite_", 0) != 0) {
     out.not_run = "not a divergence";
@@ -193,7 +216,11 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
            {},
            false,
            *rate};
-    run_rung(prober, r);
+    run_rung(prober, r, budget);
+    if (!r.ran && r.blocked && budget != nullptr && budget->exhausted()) {
+      out.rungs.push_back(std::move(r));  // the rate that would have been next, not run
+      break;
+    }
     const auto result = !r.ran ? RateTry::Result::kUnknown
                         : r.probe.analysis.outcome == scenario::Outcome::kUnresolved ? RateTry::Result::kUnknown
                         : supervisor::is_failure(r.probe.analysis.outcome)          ? RateTry::Result::kFails

@@ -47,9 +47,40 @@ std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent);
 /// without them.
 std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overrides);
 
+/// `dbh diagnose --max-probes N`: the most rungs a diagnosis runs beyond its
+/// ladder (the variants, the learning-rate search, the run without the
+/// command's overrides, the learning rungs), cached answers included; 0: no
+/// limit. A rung past it is not run and says so, so an unsure diagnosis
+/// names it among those that could decide.
+struct ProbeBudget {
+  int64_t max = 0;
+  int64_t spent = 0;
+  bool exhausted() const { return max > 0 && spent >= max; }
+  std::string why_not() const;  // "not run: the probe budget (--max-probes N) was spent"
+};
+
 /// Runs `r` as a probe when it applies and its worker can serve it (else
-/// n/a with the reason), then checks it against what its trial did.
-void run_rung(probe::Prober& prober, Rung& r);
+/// n/a with the reason), then checks it against what its trial did. With a
+/// `budget`, a rung past it is n/a and blocked, and one that runs counts.
+void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget = nullptr);
+
+// Note [The next probe chosen to decide]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every rung that applies and that the worker can serve runs, unless the
+// user sets a budget (`--max-probes N`). Under a budget the order decides
+// what is learnt: after the ladder, the run without the command's overrides
+// (one probe that, when it trains, hands the difference to the config
+// bisection), then the variants that can weigh on the hypotheses the ladder
+// leaves best (rungs_about), then the rest, the learning-rate search and
+// the learning rungs. A rung the budget leaves out is n/a and blocked, so a
+// diagnosis left unsure names it, with why, among the rungs that could
+// have decided.
+
+/// Note [The next probe chosen to decide]: `rungs` reordered, stably, so
+/// that those that can weigh on the hypotheses `now` ranks best (the tied
+/// ones, else the first) come first: under a budget, the probes that can
+/// separate them run before the rest. Pure.
+void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now);
 
 /// Note [The learning rate, searched]: the rates a divergence of `s` (its
 /// failure `klass`) was tried at, one rung each, in the order run; none when
@@ -68,6 +99,7 @@ struct RateSearch {
 std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s);
 
 RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s,
-                                const supervisor::TrialAnalysis& failure, double configured);
+                                const supervisor::TrialAnalysis& failure, double configured,
+                                ProbeBudget* budget = nullptr);
 
 }  // namespace dbh::harness::diagnose

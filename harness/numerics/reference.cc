@@ -363,6 +363,7 @@ Walk walk(const std::vector<RunNumbers>& ref, const std::vector<RunNumbers>& her
 
 Comparison compare(const Side& reference, const Side& here, const Tolerance& t) {
   Comparison c;
+  c.tolerance = t;
   c.reference_runs = static_cast<int64_t>(reference.runs.size());
   c.here_runs = static_cast<int64_t>(here.runs.size());
   c.replays = static_cast<int64_t>(here.replays.size());

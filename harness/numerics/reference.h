@@ -141,6 +141,7 @@ struct Comparison {
   int64_t steps = 0;                  // steps both sides trained and compared
   int64_t reference_runs = 0, here_runs = 0;
   bool modules_compared = false;      // both sides measured module numbers
+  Tolerance tolerance;                // what it was judged with
   int64_t replays = 0;                // processes here that started every step from the reference's state
   int64_t steps_from_same_state = 0;  // steps compared from the same state
   std::optional<Departure> departure;  // none: the same within the noise

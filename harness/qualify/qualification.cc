@@ -194,12 +194,33 @@ std::string numerics_markdown(const Qualification& q, const Qualification::Numer
   md << "The reference " << markdown_code(n.reference_file) << " was recorded on " << markdown_inline(n.reference.recorded_at.empty() ? "an unknown date" : n.reference.recorded_at)
      << " from scenario " << markdown_code(n.reference.scenario)
      << (n.reference.scenario_hash.empty() ? std::string() : " (" + n.reference.scenario_hash.substr(0, 12) + ")")
-     << "; the same first " << c.steps << " step(s) ran " << c.here_runs
-     << " time(s) here, each in a fresh process; on each side the processes after the first move every module's "
-        "output by `monitors.numerics_jitter` (relative, in a pattern of their own), as rounding that differs does. "
-        "The noise of a quantity is the spread its values showed across the repeats on either side (times "
-     << numerics::Tolerance{}.spread_factor << "), never less than " << numerics::Tolerance{}.relative_floor
+     << "; the same first " << c.steps << " step(s) ran here in " << c.here_runs + c.replays
+     << " fresh process(es)"
+     << (c.replays > 0 ? ", " + std::to_string(c.replays) + " of them starting every step from the state the "
+                         "reference's first process started it from (`" + n.reference_file +
+                         numerics::kStatesSuffix + "`), so that each step is compared from the same parameters"
+                       : std::string())
+     << ". The processes of each side compute differently on purpose, as machines do (one intra-op thread, "
+        "another CPU instruction set, cuDNN's other algorithms): the noise of a quantity is the spread its values "
+        "showed across them (times "
+     << c.tolerance.spread_factor << "), never less than " << c.tolerance.relative_floor
      << " relative: the widest was " << std::setprecision(3) << c.largest_noise << ".\n\n";
+  md << "| process | reference | this machine |\n|---|---|---|\n";
+  const auto& here_runs = n.here.runs;
+  const size_t rows = std::max({n.reference.side.runs.size(), here_runs.size(), n.here.replays.size()});
+  for (size_t i = 0; i < rows; ++i) {
+    const auto variant = [](const std::vector<numerics::RunNumbers>& runs, size_t k, const char* kind) {
+      return k < runs.size() ? kind + (runs[k].variant.empty() ? std::string("as configured") : runs[k].variant)
+                             : std::string("-");
+    };
+    std::string here_cell = variant(here_runs, i, "free: ");
+    if (i < n.here.replays.size()) {
+      here_cell = (i < here_runs.size() ? here_cell + "; " : std::string()) + variant(n.here.replays, i, "from its state: ");
+    }
+    md << "| " << i + 1 << " | " << markdown_inline(variant(n.reference.side.runs, i, "")) << " | "
+       << markdown_inline(here_cell) << " |\n";
+  }
+  md << "\n";
   md << "| | reference | this machine |\n|---|---|---|\n";
   for (const auto& [label, key] : std::vector<std::pair<std::string, std::string>>{
            {"host", "host"}, {"CPU", "cpu"}, {"cores", "cores"}, {"GPUs", "gpus"}, {"worker", "worker"},
@@ -211,7 +232,8 @@ std::string numerics_markdown(const Qualification& q, const Qualification::Numer
   md << "\n";
   if (c.departure) {
     const auto& d = *c.departure;
-    md << "First departure: step " << d.step << ", " << markdown_inline(d.quantity) << ": " << d.here
+    md << "First departure: step " << d.step << ", " << markdown_inline(d.quantity)
+       << (d.same_state ? " (from the same state)" : " (the free runs)") << ": " << d.here
        << " here against " << d.reference << " in the reference, apart by " << d.by
        << " (relative) where the noise is " << d.noise << ". Everything before it, in the order the step computes "
           "it (each module's output in forward order, the loss, each module's gradient in backward order, the "
@@ -391,6 +413,8 @@ ojson qualification_json(const Qualification& q, const QualificationVerdict& v) 
                  {"steps", c.steps},
                  {"reference_runs", c.reference_runs},
                  {"here_runs", c.here_runs},
+                 {"replays", c.replays},
+                 {"steps_from_same_state", c.steps_from_same_state},
                  {"modules_compared", c.modules_compared},
                  {"largest_noise", c.largest_noise},
                  {"closest", c.closest},
@@ -402,7 +426,7 @@ ojson qualification_json(const Qualification& q, const QualificationVerdict& v) 
     if (c.departure) {
       const auto& d = *c.departure;
       num["departure"] = {{"step", d.step}, {"quantity", d.quantity}, {"module", d.module}, {"reference", d.reference},
-                          {"here", d.here}, {"by", d.by}, {"noise", d.noise}};
+                          {"here", d.here}, {"by", d.by}, {"noise", d.noise}, {"same_state", d.same_state}};
     } else {
       num["departure"] = nullptr;
     }

@@ -620,5 +620,34 @@ TEST(BisectTest, DiagnoseSearchesTheLearningRateOfADivergence) {
   EXPECT_TRUE(fs::exists(dir / "out" / "bisect-config" / "bisect.json"));
 }
 
+// Note [The next probe chosen to decide]: with a budget of one probe beyond
+// the ladder, the one that decides runs (the scenario without the command's
+// override), and every other rung says the budget left it out.
+TEST(BisectTest, DiagnoseUnderABudgetRunsTheProbeThatDecidesFirst) {
+  const Dir dir("dbh-bisect-diagnose-budget");
+  const fs::path scenario = dir / "eight-steps.yaml";
+  testing::write_text(scenario, "include: " + std::string(DBH_SOURCE_DIR) + "/scenarios/base/tiny-cpu.yaml\n"
+                                "train:\n  max_steps: 8\n");
+  const auto r = dbh({"diagnose", scenario.string(), "train.lr=7000", "--max-probes", "1", "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string()});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "optimizer") << j.dump(1);
+  int ran = 0, left_out = 0;
+  for (const auto& row : j["rows"]) {
+    if (row["group"] == "ladder") continue;
+    const std::string result = row["result"].get<std::string>();
+    if (result.find("not run: the probe budget (--max-probes 1) was spent") != std::string::npos) {
+      ++left_out;
+    } else if (row["ran"].get<bool>()) {
+      ++ran;
+      EXPECT_EQ(row["group"], "overrides") << row.dump();
+    }
+  }
+  EXPECT_EQ(ran, 1) << j["rows"].dump(1);
+  EXPECT_GE(left_out, 3) << j["rows"].dump(1);
+  EXPECT_NE(j["cause"].get<std::string>().find("`train.lr=7000"), std::string::npos) << j["cause"];
+}
+
 }  // namespace
 }  // namespace dbh

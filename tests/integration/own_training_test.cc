@@ -618,6 +618,9 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
   const auto r = read_json(ref);
   ASSERT_EQ(r["runs"].size(), 3u);
   ASSERT_FALSE(r["runs"][0]["steps"][0]["modules"].empty()) << r.dump().substr(0, 2000);
+  // The adapter saved the user's model's state at every step (numerics_states).
+  EXPECT_EQ(r["state_steps"].size(), 5u) << r.dump().substr(0, 500);
+  EXPECT_TRUE(fs::is_regular_file(ref.string() + ".states/state-s0.pt"));
   // Another instruction set under the user's torch: a harmless difference.
   testing::EnvChanges env = python_env();
   env["ATEN_CPU_CAPABILITY"] = "default";
@@ -639,6 +642,8 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
   EXPECT_EQ(d["step"], 3);
   EXPECT_EQ(d["module"], "bridge");
   EXPECT_EQ(d["quantity"], "output of bridge");
+  EXPECT_TRUE(d["same_state"].get<bool>()) << d.dump();
+  EXPECT_EQ(j["numerics"]["replays"], 3);
 }
 
 }  // namespace
