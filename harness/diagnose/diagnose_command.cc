@@ -405,6 +405,22 @@ double configured_rate(const DiagnoseOptions& o) {
   }
 }
 
+// The variants of a failing scenario, those that can weigh on the
+// hypotheses the ladder `rungs` leaves best first under a budget (Note [The
+// next probe chosen to decide]), then its learning-rate search (Note [The
+// learning rate, searched]: down to the configuration's own rate when the
+// command's overrides raised it).
+RateSearch run_variants(const DiagnoseOptions& o, const scenario::Scenario& s, const std::vector<Rung>& rungs,
+                        std::vector<Rung>& variants, probe::Prober& prober, ProbeBudget& budget) {
+  const auto& failure = rungs.back().probe.analysis;  // the scenario as given
+  if (budget.max > 0) {
+    order_to_decide(variants, conclude_ladder(ladder_of({&rungs}, failure.failure.klass, false,
+                                                        s.data.source == scenario::DataSource::kReal)));
+  }
+  for (auto& r : variants) run_rung(prober, r, &budget);
+  return search_learning_rate(prober, s, failure, configured_rate(o), &budget);
+}
+
 // Note [An injected failure says so]: a failure an emulated GPU fault raised
 // (dbh threw the error's text) ranks the hypotheses by how the emulation
 // behaves; what a real kernel or allocator does only a GPU shows. "" for any
@@ -460,17 +476,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     std::vector<Rung> without = without_overrides_rungs(o.overrides);
     const std::optional<FollowUp> config_followup =
         fails ? run_without_overrides(o, s, out, cache, without.front(), prober, budget) : std::nullopt;
-    if (fails) {
-      // Note [The next probe chosen to decide]: under a budget, the variants
-      // that can weigh on the hypotheses the ladder leaves best run first.
-      if (budget.max > 0) {
-        order_to_decide(variants, conclude_ladder(ladder_of({&rungs}, full.probe.analysis.failure.klass, false, real)));
-      }
-      for (auto& r : variants) run_rung(prober, r, &budget);
-      // Note [The learning rate, searched]: down to the configuration's own
-      // rate when the command's overrides raised it.
-      rates = search_learning_rate(prober, s, full.probe.analysis, configured_rate(o), &budget);
-    }
+    if (fails) rates = run_variants(o, s, rungs, variants, prober, budget);
     // Note [The learning rung]: a silent failure (the run stays finite but
     // learns nothing, or its metrics miss) asks the seeds' other question:
     // does the model learn at all? The same training on synthetic boxes and on

@@ -216,7 +216,7 @@ const std::vector<Entry>& table() {
        "",
        "",
        [](const std::string&) {
-         return unmapped("dbh runs one process per trial; distributed strategies do not apply");
+         return unmapped("dbh runs one training process per trial; a launch of several ranks is not supported yet");
        }},
       {{"trainer.gradient_clip_val"},
        DBH_SCENARIO_KEY(train.grad_clip),

@@ -381,14 +381,20 @@ WorkerDescription describe_worker(const scenario::Scenario& s) {
   spec.silence_s = std::min(s.limits.silence_s, 60.0);
   std::cerr << "dbh: asking the worker `" << one_line(command) << "` what it serves (describe mode)…" << std::endl;
   std::optional<proto::Event> hello;  // the first `hello`
-  spec.on_event = [&hello](const proto::Event& e) {
+  std::string refused;                // the first harness `error`: what the worker says it cannot do
+  spec.on_event = [&hello, &refused](const proto::Event& e) {
     if (e.type == proto::event::kHello && !hello) hello = e;
+    if (e.type == proto::event::kError && refused.empty()) {
+      const proto::WorkerError error = proto::error_from(e);
+      if (error.kind == proto::error_kind::kHarness) refused = truncate_utf8(one_line(error.message), 600);
+    }
   };
   const TrialResult r = run_trial(spec);
   // Ctrl-C while the worker describes itself ends the command as a stop
   // does anywhere (128 + signal), never as the worker's fault.
   if (r.interrupted || stop_requested() != 0) throw Interrupted(stop_requested() != 0 ? stop_requested() : SIGINT);
   const std::string where = DBH_SCENARIO_KEY(worker.command) + std::string(" (") + command + ")";
+  if (!hello && !refused.empty()) throw UsageError(where + ": the worker refused the trial: " + refused);
   if (!hello) {
     std::string got = !r.spawn_error.empty() ? r.spawn_error
                       : r.timed_out || r.hung ? "no answer within " + std::to_string(static_cast<int>(spec.deadline_s)) + " s"

@@ -35,10 +35,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._bits import float_bits
-from ._errors import DbhAdapterError, KeyNotApplied, ProtocolError
+from ._errors import DbhAdapterError, KeyNotApplied, NotSupported, ProtocolError
 from ._monitors import Finding
 from ._parser import record_parses
-from ._protocol import Link, die_with_supervisor, env_rank, under_dbh
+from ._protocol import Link, die_with_supervisor, env_rank, multi_rank_message, started_by_dbh, under_dbh, world_size
 from ._reruns import adopt, run_main_again, session_of_the_process
 from ._scenario import ScenarioFacts
 from ._session import VERSION, Session
@@ -68,6 +68,14 @@ def connect(environ: Mapping[str, str] | None = None, *,
         if config is not None:
             existing.report_config(config)
         return existing
+    ranks = world_size(environ)
+    if ranks > 1:
+        # One trial is one training process: several ranks are refused by
+        # name in every rank, never ended silently.
+        message = multi_rank_message(ranks, env_rank(environ))
+        if started_by_dbh(environ):
+            Session(Link(environ)).harness_error(message)
+        raise NotSupported(message)
     die_with_supervisor(environ)
     session = Session(Link(environ), rank=env_rank(environ))
     if config is not None:
@@ -76,7 +84,8 @@ def connect(environ: Mapping[str, str] | None = None, *,
     return session
 
 
-__all__ = ["connect", "Session", "Finding", "DbhAdapterError", "KeyNotApplied", "ProtocolError", "under_dbh",
+__all__ = ["connect", "Session", "Finding", "DbhAdapterError", "KeyNotApplied", "NotSupported", "ProtocolError",
+           "under_dbh",
            "float_bits", "__version__"]
 
 

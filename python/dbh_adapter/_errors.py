@@ -29,3 +29,12 @@ class KeyNotApplied(DbhAdapterError):
         self.want = want
         self.got = got
         self.where = where
+
+
+class NotSupported(DbhAdapterError):
+    """What dbh does not serve yet, named: a launch of several ranks
+    (torchrun, Lightning's DDP with more than one device). On the process dbh
+    started, the adapter has already written the `error` event (kind
+    `harness`) and `done` when it raises: dbh marks the trial unresolved and
+    prints the message; every other rank raises it too, never exiting
+    silently."""

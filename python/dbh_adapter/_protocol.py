@@ -83,6 +83,29 @@ def env_rank(environ: Mapping[str, str] | None = None) -> int:
         return 0
 
 
+def world_size(environ: Mapping[str, str] | None = None) -> int:
+    """The number of ranks a distributed launcher states (`WORLD_SIZE`); 1
+    when it states none or it does not parse."""
+    env = environ if environ is not None else os.environ
+    try:
+        return max(1, int(env.get("WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1
+
+
+def multi_rank_message(ranks: int, rank: int) -> str:
+    """What a launch of `ranks` ranks under dbh is told (NotSupported)."""
+    return (f"dbh runs one training process per trial: a launch of {ranks} ranks (this is rank {rank}) is not "
+            "supported yet; run the trial on one device (Lightning: devices=1; torchrun: --nproc-per-node=1)")
+
+
+def started_by_dbh(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process's parent is the dbh that supervises it (not a
+    launcher that dbh's process started)."""
+    env = environ if environ is not None else os.environ
+    return str(os.getppid()) == env.get(ENV_SUPERVISOR_PID, "")
+
+
 def die_with_supervisor(environ: Mapping[str, str] | None = None) -> None:
     """The kernel kills this process when the supervisor's thread ends
     (PR_SET_PDEATHSIG), and it exits at once when the supervisor is already

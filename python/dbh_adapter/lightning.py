@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._errors import KeyNotApplied
+from ._errors import KeyNotApplied, NotSupported
 from ._frame import LossScaler, StepFrame
 from ._monitors import Finding
+from ._protocol import multi_rank_message
 from ._validation import validation_metrics
 
 if TYPE_CHECKING:
@@ -56,6 +57,13 @@ class DbhCallback(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
+            if trainer.world_size > 1:
+                # One trial is one training process (NotSupported): rank 0
+                # says so to dbh; the ranks it launched raise at connect().
+                message = multi_rank_message(trainer.world_size, trainer.global_rank)
+                if trainer.global_rank == 0:
+                    self.frame.harness_error(message)
+                raise NotSupported(message)
             self.frame.set_rank(trainer.global_rank)
             self.frame.hello(pl_module, device=self.frame.facts.device, framework_version=_VERSION)
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 pytest.importorskip("lightning")
 import lightning as L  # noqa: E402
 
-from dbh_adapter import Finding, KeyNotApplied  # noqa: E402
+from dbh_adapter import Finding, KeyNotApplied, NotSupported  # noqa: E402
 from dbh_adapter.lightning import DbhCallback  # noqa: E402
 from fakes import TinyNet, of, types  # noqa: E402
 
@@ -125,15 +125,21 @@ def test_checkpoints_go_into_the_trial_folder_and_a_run_resumes_from_them(superv
     assert [e["step"] for e in of(events, "step_begin")] == [2, 3]
 
 
-def test_a_rank_other_than_0_writes_nothing(supervisor: Any) -> None:
+def test_a_fit_on_several_ranks_is_refused_by_name(supervisor: Any) -> None:
     sup = supervisor()
     dbh = sup.connect()
     callback = dbh.lightning_callbacks()[0]
     assert isinstance(callback, DbhCallback)
-    callback.setup(SimpleNamespace(global_rank=1), Module(), "fit")  # type: ignore[arg-type]
-    assert dbh.rank == 1 and dbh.frame.said_hello
-    dbh.done()
-    assert sup.raw() == b""
+    with pytest.raises(NotSupported, match="a launch of 2 ranks"):
+        callback.setup(SimpleNamespace(global_rank=0, world_size=2), Module(), "fit")  # type: ignore[arg-type]
+    events = sup.events()
+    assert types(events) == ["error", "done"] and events[0]["kind"] == "harness"
+    # The ranks it launched say so too, and write nothing.
+    other = supervisor()
+    callback = other.connect().lightning_callbacks()[0]
+    with pytest.raises(NotSupported, match=r"this is rank 1"):
+        callback.setup(SimpleNamespace(global_rank=1, world_size=2), Module(), "fit")
+    assert other.raw() == b""
 
 
 class Validated(Module):

@@ -3,6 +3,8 @@ the events of docs/events.md, in order, with their fields."""
 
 from __future__ import annotations
 
+import os
+
 import re
 import subprocess
 from typing import Any
@@ -154,20 +156,20 @@ def test_an_exception_in_the_loop_is_an_error_of_its_step(supervisor: Any) -> No
     assert "run_end" not in types(events)
 
 
-def test_a_rank_other_than_0_writes_nothing_but_trains_the_same_subset_and_faults(supervisor: Any) -> None:
-    sup = supervisor(env={"WORLD_SIZE": "2", "RANK": "1"}, data={"subset": [6, 1]},
-                     faults=[{"name": "nan_gradient", "module": "head", "at_step": 1}],
-                     train={"checkpoint_every": 1})
-    dbh = sup.connect()
-    assert dbh.rank == 1
-    subset = dbh.dataset(Squares(8))
-    assert len(subset) == 2 and subset[0][0].item() == 6.0
-    assert not dbh.checkpoint_due(1)  # only rank 0 writes checkpoints into the trial folder
-    with pytest.raises(dbh_adapter.Finding) as caught:
-        train_plain(dbh, steps=4)
-    assert caught.value.kind == "gradient" and caught.value.module == "head" and caught.value.step == 1
-    assert dbh.finished
-    assert sup.raw() == b""
+def test_a_launch_of_several_ranks_is_refused_by_name_in_every_rank(supervisor: Any) -> None:
+    # A rank a launcher started (its parent is not dbh): refused, never ended
+    # silently, and nothing written on the trial's stream.
+    other = supervisor(env={"WORLD_SIZE": "2", "RANK": "1"})
+    with pytest.raises(dbh_adapter.NotSupported, match=r"a launch of 2 ranks \(this is rank 1\) is not supported"):
+        other.connect()
+    assert other.raw() == b""
+    # The process dbh started says so to dbh: the trial is unresolved, with why.
+    first = supervisor(env={"WORLD_SIZE": "2", "RANK": "0", "DBH_SUPERVISOR_PID": str(os.getppid())})
+    with pytest.raises(dbh_adapter.NotSupported):
+        first.connect()
+    events = first.events()
+    assert types(events) == ["error", "done"]
+    assert events[0]["kind"] == "harness" and "devices=1" in events[0]["message"]
 
 
 @pytest.mark.parametrize(("environ", "want"), [
@@ -204,10 +206,12 @@ def _describe(env: dict[str, str]) -> None:
     raise SystemExit(5)  # not reached
 
 
-def test_describe_mode_exits_0_without_events_on_a_rank_other_than_0(supervisor: Any) -> None:
-    sup = supervisor(env={"DBH_WORKER_DESCRIBE": "1", "WORLD_SIZE": "2", "RANK": "1"})
-    assert run_forked(_describe, sup.env) == 0
-    assert sup.raw() == b""
+def test_describe_mode_of_several_ranks_tells_dbh_why_it_cannot_train(supervisor: Any) -> None:
+    sup = supervisor(env={"DBH_WORKER_DESCRIBE": "1", "WORLD_SIZE": "2", "RANK": "0",
+                          "DBH_SUPERVISOR_PID": str(os.getpid())})
+    assert run_forked(_describe, sup.env) != 0
+    events = sup.events()
+    assert types(events) == ["error", "done"] and "not supported yet" in events[0]["message"]
 
 
 def test_the_session_is_typed_as_the_readme_uses_it() -> None:

@@ -113,7 +113,7 @@ TEST(FromCommandCliTest, Seed000ConvertsListsTheStrategyAndRuns) {
   const Converted c = convert(dir, kSeed000);
   ASSERT_EQ(c.result.exit_code, 0) << c.result.out << c.result.err;
   const std::string unmapped =
-      "trainer.strategy=auto (dbh runs one process per trial; distributed strategies do not apply)";
+      "trainer.strategy=auto (dbh runs one training process per trial; a launch of several ranks is not supported yet)";
   EXPECT_NE(c.result.err.find("unmapped: " + unmapped + "\n"), std::string::npos) << c.result.err;
   const std::string yaml = read_text(c.file);
   EXPECT_NE(header(yaml).find("#   " + unmapped + "\n"), std::string::npos) << yaml;

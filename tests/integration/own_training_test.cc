@@ -437,6 +437,21 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
 }
 
 // The worker's own stack, not dbh's LibTorch, in the report's Environment.
+// One trial is one training process: a launch of several ranks is refused by
+// name (the adapter's NotSupported, written as a harness error by the process
+// dbh started), never a silent exit of the ranks, and nothing is written.
+TEST_F(OwnTrainingTest, ALaunchOfSeveralRanksIsRefusedByName) {
+  const Dir dir("dbh-own-ranks");
+  const auto r = dbh({"run", kRegions + "/scenarios/clean.yaml", "worker.env={WORLD_SIZE: '2', RANK: '0'}", "--out",
+                      (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the worker refused the trial: dbh runs one training process per trial: a launch of 2 ranks "
+                       "(this is rank 0) is not supported yet; run the trial on one device"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST_F(OwnTrainingTest, RegionsReportDescribesTheUsersEnvironment) {
   const Dir dir("dbh-regions-env");
   const auto r = dbh({"run", kRegions + "/scenarios/clean.yaml", "train.max_steps=2", "--out", (dir / "out").string()});

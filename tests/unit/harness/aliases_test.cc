@@ -110,7 +110,7 @@ TEST(AliasTest, ModelDataAndTrainerKeys) {
   EXPECT_EQ(alias("trainer.accelerator", "gpus").kind, Kind::kInvalid);
   const scenario::AliasTranslation strategy = alias("trainer.strategy", "auto");
   EXPECT_EQ(strategy.kind, Kind::kUnmapped);
-  EXPECT_EQ(strategy.reason, "dbh runs one process per trial; distributed strategies do not apply");
+  EXPECT_EQ(strategy.reason, "dbh runs one training process per trial; a launch of several ranks is not supported yet");
 
   EXPECT_EQ(alias("seed", "42").key, "train.seed");
   EXPECT_EQ(alias("seed_everything", "7").value, "7");
@@ -198,7 +198,7 @@ TEST(TranslateOverrideTest, AnAliasThatCannotBeMappedNamesTheOverrideTheAliasAnd
       << bad;
   const std::string strategy = override_error("trainer.strategy=ddp");
   EXPECT_TRUE(contains(strategy, "<override> trainer.strategy=ddp: trainer.strategy: ")) << strategy;
-  EXPECT_TRUE(contains(strategy, "distributed strategies do not apply")) << strategy;
+  EXPECT_TRUE(contains(strategy, "a launch of several ranks is not supported yet")) << strategy;
   EXPECT_TRUE(contains(override_error("trainer.max_epochs=3"), "set train.max_steps"));
 }
 
@@ -307,15 +307,15 @@ TEST(FromCommandTest, MapsWhatItCanAndListsEverythingElseWithItsReason) {
   const scenario::ConvertedCommand c = scenario::scenario_from_command(kSeed000);
   EXPECT_EQ(c.program, (std::vector<std::string>{"python", "runners/train.py"}));
   EXPECT_EQ(c.unmapped, (std::vector<std::string>{
-                            "trainer.strategy=auto (dbh runs one process per trial; distributed strategies do "
-                            "not apply)"}));
+                            "trainer.strategy=auto (dbh runs one training process per trial; a launch of "
+                            "several ranks is not supported yet)"}));
   EXPECT_EQ(c.satisfied.size(), 1u);
   EXPECT_TRUE(any_starts_with(c.satisfied, "trainer.devices=1 ("));
   for (const char* line : {"  encoder: resnet18  # model.encoder.model_name=resnet18\n",
                            "  batch_size: 2  # dataloaders.train_dataloader.batch_size=2\n",
                            "  max_steps: 10  # trainer.max_steps=10\n", "  device: cuda  # ",
-                           "#   trainer.strategy=auto (dbh runs one process per trial; distributed strategies do "
-                           "not apply)\n",
+                           "#   trainer.strategy=auto (dbh runs one training process per trial; a launch of "
+                           "several ranks is not supported yet)\n",
                            "name: from-command\n"}) {
     EXPECT_TRUE(contains(c.yaml, line)) << line << "\n" << c.yaml;
   }
