@@ -7,47 +7,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
-#include <map>
 #include <cstdlib>
-#include <cstdio>
-#include <functional>
-#include <fstream>
-#include <sstream>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <tuple>
 
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/command.h"
-#include "harness/cli/data_command.h"
-#include "harness/bisect/bisect_command.h"
-#include "harness/qualify/qualify_command.h"
-#include "harness/diagnose/diagnose_command.h"
 #include "harness/common/error.h"
 #include "harness/common/text.h"
-#include "harness/common/files.h"
-#include "harness/common/value.h"
 #include "harness/kb/knowledge_base.h"
-#include "harness/cli/env_command.h"
-#include "harness/cli/run_command.h"
-#include "harness/cli/scenario_command.h"
-#include "harness/scenario/scenario.h"
-#include "harness/scenario/schema.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/trial.h"
+#include "harness/proto/worker_link.h"
 #include "model/data/image_decode.h"
 #include "harness/worker/host_allocator.h"
-#include "harness/worker/tune.h"
-#include "harness/worker/worker.h"
-#include "harness/cli/train_command.h"
-#include "harness/cli/tune_command.h"
-#include "harness/cli/list_command.h"
-#include "harness/cli/merge_command.h"
-#include "harness/cli/eval_command.h"
 #include "harness/version.h"
 
 // What a command says when this machine's memory ran out before it finished.
