@@ -286,19 +286,21 @@ json over_budget_verdict(const json& measured, const scenario::Scenario& s, doub
   return verdict;
 }
 
-json resolve_uncached_in_process(const scenario::Scenario& s, const std::string& key, const std::string& work_dir,
-                                 double budget) {
-  const bool auto_layout = !s.train.channels_last.has_value();
-  const bool auto_threads = s.train.threads == scenario::TrainConfig::kAutoThreads;
-  const int64_t cores = available_cores();
-  json record = default_record(s);
-
-  const std::string root = cache_root();
-  json entry;
-  std::string source = "measured";
+// Where a setup's measurement is cached and what the cache holds for it.
+struct CacheSlot {
+  fs::path file;  // empty: not cached (record's cache_note says why)
   std::unique_ptr<internal::FileLock> lock;
-  fs::path file;
+  json entry;              // null: to be measured
+  std::string source = "measured";
+  bool answered = false;   // the record is final (interrupted, or over the budget)
+};
+
+CacheSlot look_up(const scenario::Scenario& s, const std::string& key, double budget, int64_t cores, json& record) {
+  CacheSlot slot;
+  fs::path& file = slot.file;
+  json& entry = slot.entry;
   std::error_code ec;
+  const std::string root = cache_root();
   if (root.empty()) {
     record["cache_note"] = std::string("not cached: none of $") + kCacheDirEnv + ", $XDG_CACHE_HOME, $HOME is set";
   } else if (!s.data.path.empty() && path_within(root, s.data.path)) {
@@ -315,10 +317,11 @@ json resolve_uncached_in_process(const scenario::Scenario& s, const std::string&
                                            : ec ? ec.message() : std::string("not a folder"));
     } else {
       file = dir / (key + ".json");
-      lock = std::make_unique<internal::FileLock>((dir / (key + ".lock")).string());
-      if (lock->interrupted()) {
+      slot.lock = std::make_unique<internal::FileLock>((dir / (key + ".lock")).string());
+      if (slot.lock->interrupted()) {
         record["error"] = "interrupted while waiting for another dbh process's measurement";
-        return record;
+        slot.answered = true;
+        return slot;
       }
       entry = internal::read_cached(file, cores, s.train.channels_last.value_or(false),
                           s.train.threads > 0 ? s.train.threads : cores);
@@ -336,7 +339,8 @@ json resolve_uncached_in_process(const scenario::Scenario& s, const std::string&
           record["over_budget"] = record["over_budget"].get<std::string>() + " (measured " +
                                   entry["measured_at"].get<std::string>() + ")";
           record["cache"] = file.string();
-          return record;  // PyTorch's defaults
+          slot.answered = true;
+          return slot;  // PyTorch's defaults
         }
       }
       // Only a measurement taken while no other process competed is an
@@ -348,77 +352,98 @@ json resolve_uncached_in_process(const scenario::Scenario& s, const std::string&
         entry = nullptr;
       }
       if (!entry.is_null()) {
-        source = "cached";
+        slot.source = "cached";
         record["cache"] = file.string();
       }
     }
   }
-  if (entry.is_null()) {
-    {
-      // Never a silent minute: a measurement takes a few timed steps of
-      // every candidate, once per setup.
-      std::cerr << "dbh: measuring layout and threads for resnet" << s.model.encoder << "+"
-                << model::to_string(s.model.decoder) << " at " << s.data.size << "², batch " << s.data.batch_size
-                << " (a few timed steps of each candidate; cached for the next run)" << std::endl;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    json measured = measure(s, fs::path(work_dir), budget);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (measured.contains("error")) {
-      record["error"] = measured["error"];
-      return record;  // PyTorch's defaults, not cached
-    }
-    fs::remove_all(work_dir, ec);
-    if (measured.contains("over_budget_step_seconds") && measured["over_budget_step_seconds"].is_number()) {
-      // Note [A measurement's budget]: the verdict is kept like an answer,
-      // when the step ran with the cores to itself (Note [A measurement to
-      // trust]); else it holds for this run only.
-      const double others = measured.contains("others_cores") && measured["others_cores"].is_number()
-                                ? measured["others_cores"].get<double>()
-                                : -1.0;
-      const json verdict = over_budget_verdict(measured, s, budget, cores);
-      record.erase("remeasured");  // tried again, and over the budget again
-      note_over_budget(record, verdict, s);
-      std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
-                << "; PyTorch's defaults" << std::endl;
-      if (const std::string why = untrusted_load(others, "while the step ran"); !why.empty()) {
-        record["cache_note"] = "not cached: " + why;
-      } else if (!file.empty()) {
-        write_entry(file, verdict, record);
-      }
-      return record;
-    }
-    entry = measured;
-    entry["measured_at"] = now_iso();
-    entry["measure_seconds"] = seconds;
-    entry["cores"] = cores;
-    const int64_t choice =
-        choose_candidate(entry["candidates"], s.train.channels_last.value_or(false),
-                         s.train.threads > 0 ? s.train.threads : cores);
-    if (choice < 0) {
-      record["error"] = "no candidate could be timed";
-      return record;
-    }
-    entry["choice"] = choice;
-    // Note [A measurement to trust]: timings taken while other processes
-    // kept the cores busy decide nothing that lasts: PyTorch's defaults for
-    // this run, nothing cached, measured again next time.
-    const double others = entry.contains("others_cores") && entry["others_cores"].is_number()
-                              ? entry["others_cores"].get<double>()
-                              : -1.0;
-    if (const std::string why = untrusted_load(others, "while the candidates were timed"); !why.empty()) {
-      record["untrusted"] = why;
-      record["others_cores"] = others;
-      record["measured_at"] = entry["measured_at"];
-      record["measure_seconds"] = seconds;
-      record["timings"] = timings_of(entry["candidates"]);
-      record["size"] = field_or(entry, "size", int64_t{0});
-      record["batch"] = field_or(entry, "batch", int64_t{0});
-      record["cores"] = cores;
-      return record;  // PyTorch's defaults, not cached
-    }
-    if (!file.empty()) write_entry(file, entry, record);
+  return slot;
+}
+
+// Measures the setup into `entry` (and the cache's `file`, when it has one);
+// false when the record is final without a choice (an error, over the
+// budget, an untrusted load).
+bool measure_entry(const scenario::Scenario& s, const std::string& work_dir, double budget, int64_t cores,
+                   const fs::path& file, json& entry, json& record) {
+  std::error_code ec;
+  {
+    // Never a silent minute: a measurement takes a few timed steps of
+    // every candidate, once per setup.
+    std::cerr << "dbh: measuring layout and threads for resnet" << s.model.encoder << "+"
+              << model::to_string(s.model.decoder) << " at " << s.data.size << "², batch " << s.data.batch_size
+              << " (a few timed steps of each candidate; cached for the next run)" << std::endl;
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  json measured = measure(s, fs::path(work_dir), budget);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (measured.contains("error")) {
+    record["error"] = measured["error"];
+    return false;  // PyTorch's defaults, not cached
+  }
+  fs::remove_all(work_dir, ec);
+  if (measured.contains("over_budget_step_seconds") && measured["over_budget_step_seconds"].is_number()) {
+    // Note [A measurement's budget]: the verdict is kept like an answer,
+    // when the step ran with the cores to itself (Note [A measurement to
+    // trust]); else it holds for this run only.
+    const double others = measured.contains("others_cores") && measured["others_cores"].is_number()
+                              ? measured["others_cores"].get<double>()
+                              : -1.0;
+    const json verdict = over_budget_verdict(measured, s, budget, cores);
+    record.erase("remeasured");  // tried again, and over the budget again
+    note_over_budget(record, verdict, s);
+    std::cerr << "dbh: not measuring layout and threads: " << record["over_budget"].get<std::string>()
+              << "; PyTorch's defaults" << std::endl;
+    if (const std::string why = untrusted_load(others, "while the step ran"); !why.empty()) {
+      record["cache_note"] = "not cached: " + why;
+    } else if (!file.empty()) {
+      write_entry(file, verdict, record);
+    }
+    return false;
+  }
+  entry = measured;
+  entry["measured_at"] = now_iso();
+  entry["measure_seconds"] = seconds;
+  entry["cores"] = cores;
+  const int64_t choice =
+      choose_candidate(entry["candidates"], s.train.channels_last.value_or(false),
+                       s.train.threads > 0 ? s.train.threads : cores);
+  if (choice < 0) {
+    record["error"] = "no candidate could be timed";
+    return false;
+  }
+  entry["choice"] = choice;
+  // Note [A measurement to trust]: timings taken while other processes
+  // kept the cores busy decide nothing that lasts: PyTorch's defaults for
+  // this run, nothing cached, measured again next time.
+  const double others = entry.contains("others_cores") && entry["others_cores"].is_number()
+                            ? entry["others_cores"].get<double>()
+                            : -1.0;
+  if (const std::string why = untrusted_load(others, "while the candidates were timed"); !why.empty()) {
+    record["untrusted"] = why;
+    record["others_cores"] = others;
+    record["measured_at"] = entry["measured_at"];
+    record["measure_seconds"] = seconds;
+    record["timings"] = timings_of(entry["candidates"]);
+    record["size"] = field_or(entry, "size", int64_t{0});
+    record["batch"] = field_or(entry, "batch", int64_t{0});
+    record["cores"] = cores;
+    return false;  // PyTorch's defaults, not cached
+  }
+  if (!file.empty()) write_entry(file, entry, record);
+  return true;
+}
+
+json resolve_uncached_in_process(const scenario::Scenario& s, const std::string& key, const std::string& work_dir,
+                                 double budget) {
+  const bool auto_layout = !s.train.channels_last.has_value();
+  const bool auto_threads = s.train.threads == scenario::TrainConfig::kAutoThreads;
+  const int64_t cores = available_cores();
+  json record = default_record(s);
+  CacheSlot slot = look_up(s, key, budget, cores, record);
+  if (slot.answered) return record;
+  json& entry = slot.entry;
+  const std::string& source = slot.source;
+  if (entry.is_null() && !measure_entry(s, work_dir, budget, cores, slot.file, entry, record)) return record;
   const auto& candidates = entry["candidates"];
   const json& chosen = candidates[static_cast<size_t>(entry["choice"].get<int64_t>())];
   if (auto_layout) record["channels_last"] = {{"value", field_or(chosen, "channels_last", false)}, {"source", source}};

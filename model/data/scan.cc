@@ -100,6 +100,83 @@ std::string image_path(const std::string& root, const std::string& file) {
   return std::move(ref.path);
 }
 
+namespace {
+
+// The ICDAR 2015 annotations of `icdar` (gt_*.txt, one per image, in name
+// order) appended to `read`, each image's annotation file to
+// `annotation_file`; a file outside the dataset is skipped (`inside` says so),
+// and an image named twice (img_1.png and img_1.jpg) is a defect in
+// `outside`.
+void read_icdar_folder(const fs::path& root, const fs::path& icdar, const std::function<bool(const fs::path&)>& inside,
+                       std::vector<Defect>& outside, ReadResult& read, std::vector<std::string>& annotation_file) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (inside(icdar)) {
+    for (const auto& e : fs::directory_iterator(icdar, ec)) {
+      if (e.path().extension() == ".txt") files.push_back(e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    if (!inside(f)) continue;
+    std::string stem = f.stem().string();
+    if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
+    std::vector<std::string> candidates;
+    for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".bmp", ".tif", ".tiff"}) {
+      if (fs::exists(root / "images" / (stem + ext), ec)) candidates.push_back(stem + ext);
+    }
+    const std::string image_file = candidates.empty() ? stem + ".png" : candidates.front();
+    if (candidates.size() > 1) {
+      // img_1.png and img_1.jpg: which one gt_img_1.txt annotates is
+      // unknown, and picking one would train on a guess.
+      std::string names;
+      for (const auto& c : candidates) names += (names.empty() ? "" : " and ") + c;
+      outside.push_back(Defect{DefectKind::kDuplicateImage, f.string(), image_file, "", 0,
+                               f.string() + ": expected one image named " + stem + ".* in " +
+                                   (root / "images").string() + ", got " + names +
+                                   " (which one it annotates is unknown)"});
+    }
+    auto r = read_icdar_txt(f.string(), image_file);
+    annotation_file.insert(annotation_file.end(), r.images.size(), f.string());
+    read.images.insert(read.images.end(), r.images.begin(), r.images.end());
+    read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
+  }
+}
+
+// Each image file is annotated once: the first name (and file) that
+// resolved to it, by file identity (device and inode: a hard link is another
+// name of the same file too), by resolved path when it is missing.
+struct FirstName {
+  std::string name;
+  std::string annotation_file;
+  int line = 0;
+};
+
+// Records `image` (named in `ann_file`, resolved as `ref`) in `annotated`; a
+// second name of one file is a defect.
+void note_second_name(std::map<std::string, FirstName>& annotated, const ImageAnnotation& image,
+                      const std::string& ann_file, const ImageRef& ref, std::vector<Defect>& defects) {
+  struct stat st {};
+  const std::string identity = ::stat(ref.resolved.c_str(), &st) == 0
+                                   ? "file " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)
+                                   : "path " + ref.resolved;
+  const auto [first, inserted] = annotated.emplace(identity, FirstName{image.file, ann_file, image.line});
+  if (inserted) return;
+  const FirstName& f = first->second;
+  if (f.annotation_file != ann_file) {
+    add_image_defect(defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
+                     "expected one ground-truth file per image, got two for " + ref.resolved + ": " +
+                         f.annotation_file + " and " + ann_file);
+  } else {
+    add_image_defect(defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
+                     "expected each image file annotated once, got this name and image " + in_quotes(f.name) +
+                         (f.line > 0 ? " (line " + std::to_string(f.line) + ")" : std::string()) + " both for " +
+                         ref.resolved);
+  }
+}
+
+}  // namespace
+
 ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
                         const std::vector<std::string>& ignore_tags, bool check_images,
                         const std::function<void(int64_t, int64_t)>& on_progress) {
@@ -149,37 +226,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
   } else if (fs::is_directory(icdar, ec)) {
     out.format = "ICDAR 2015 txt";
     out.annotation_path = icdar.string();
-    std::vector<fs::path> files;
-    if (inside(icdar)) {
-      for (const auto& e : fs::directory_iterator(icdar, ec)) {
-        if (e.path().extension() == ".txt") files.push_back(e.path());
-      }
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      if (!inside(f)) continue;
-      std::string stem = f.stem().string();
-      if (stem.rfind("gt_", 0) == 0) stem = stem.substr(3);
-      std::vector<std::string> candidates;
-      for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".bmp", ".tif", ".tiff"}) {
-        if (fs::exists(root / "images" / (stem + ext), ec)) candidates.push_back(stem + ext);
-      }
-      const std::string image_file = candidates.empty() ? stem + ".png" : candidates.front();
-      if (candidates.size() > 1) {
-        // img_1.png and img_1.jpg: which one gt_img_1.txt annotates is
-        // unknown, and picking one would train on a guess.
-        std::string names;
-        for (const auto& c : candidates) names += (names.empty() ? "" : " and ") + c;
-        outside.push_back(Defect{DefectKind::kDuplicateImage, f.string(), image_file, "", 0,
-                                 f.string() + ": expected one image named " + stem + ".* in " +
-                                     (root / "images").string() + ", got " + names +
-                                     " (which one it annotates is unknown)"});
-      }
-      auto r = read_icdar_txt(f.string(), image_file);
-      annotation_file.insert(annotation_file.end(), r.images.size(), f.string());
-      read.images.insert(read.images.end(), r.images.begin(), r.images.end());
-      read.defects.insert(read.defects.end(), r.defects.begin(), r.defects.end());
-    }
+    read_icdar_folder(root, icdar, inside, outside, read, annotation_file);
   } else {
     out.defects.push_back(Defect{DefectKind::kUnreadableFile, root_dir, "", "", 0,
                                  root_dir + ": expected annotations.json (UFO) or an icdar/ "
@@ -200,15 +247,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
     out.defects.push_back(Defect{DefectKind::kUnreadableFile, out.annotation_path, "", "", 0,
                                  out.annotation_path + ": expected at least one annotated image, found none"});
   }
-  // Each image file is annotated once: the first name (and file) that
-  // resolved to it, by file identity (device and inode: a hard link is
-  // another name of the same file too), by resolved path when it is missing.
-  struct FirstName {
-    std::string name;
-    std::string annotation_file;
-    int line = 0;
-  };
-  std::map<std::string, FirstName> annotated;
+  std::map<std::string, FirstName> annotated;  // Note: each image file is annotated once
   for (size_t k = 0; k < read.images.size(); ++k) {
     if (on_progress) on_progress(static_cast<int64_t>(k), static_cast<int64_t>(read.images.size()));
     ImageAnnotation& image = read.images[k];
@@ -218,24 +257,7 @@ ScanResult scan_dataset(const std::string& root_dir, OnInvalid policy,
       add_image_defect(out.defects, DefectKind::kOutsideDataset, ann_file, image.file, image.line, ref.problem);
       continue;  // never checked, decoded or offered to a reader
     }
-    struct stat st {};
-    const std::string identity = ::stat(ref.resolved.c_str(), &st) == 0
-                                     ? "file " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)
-                                     : "path " + ref.resolved;
-    const auto [first, inserted] = annotated.emplace(identity, FirstName{image.file, ann_file, image.line});
-    if (!inserted) {
-      const FirstName& f = first->second;
-      if (f.annotation_file != ann_file) {
-        add_image_defect(out.defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
-                 "expected one ground-truth file per image, got two for " + ref.resolved + ": " +
-                     f.annotation_file + " and " + ann_file);
-      } else {
-        add_image_defect(out.defects, DefectKind::kDuplicateImage, ann_file, image.file, image.line,
-                 "expected each image file annotated once, got this name and image " + in_quotes(f.name) +
-                     (f.line > 0 ? " (line " + std::to_string(f.line) + ")" : std::string()) +
-                     " both for " + ref.resolved);
-      }
-    }
+    note_second_name(annotated, image, ann_file, ref, out.defects);
     std::vector<Defect> found;
     if (check_images) {
       found = check_image(image, ref.path, ann_file);
