@@ -82,9 +82,9 @@ class StepFrame:
         self.numerics = NumericsWatch(facts.numerics, facts.numerics_jitter, link.trial)
         self.states = StepStates(facts.numerics_save_states, facts.numerics_replay, facts.trial_dir)
         self.predictions = PredictionWatch(facts.silent_check("predictions"),
-                                           int(facts.monitor_number("collapse_after", 10)),
-                                           int(facts.monitor_number("collapse_steps", 5)),
-                                           facts.monitor_number("collapse_margin", 0.02))
+                                           int(facts.monitor_number("collapse_after")),
+                                           int(facts.monitor_number("collapse_steps")),
+                                           facts.monitor_number("collapse_margin"))
         self.step = -1
         self.run = 0  # the in-process run (repeat.in_process, Session.runs)
         self.total_runs = 1

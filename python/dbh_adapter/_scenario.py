@@ -11,6 +11,22 @@ from typing import Any
 from ._protocol import checkpoint_file_name
 
 
+# The defaults of the `monitors` keys the adapter reads, as dbh's schema
+# declares them (docs/scenario-keys.md, generated from it): dbh writes every
+# key into the resolved scenario, so these answer only for a scenario written
+# by hand. tests/test_contract.py keeps them equal to the schema's.
+MONITOR_DEFAULTS: dict[str, Any] = {
+    "mode": "cheap",
+    "silent": ["input", "labels", "predictions", "learning"],
+    "numerics": False,
+    "numerics_jitter": 0.0,
+    "numerics_save_states": False,
+    "collapse_after": 10,
+    "collapse_steps": 5,
+    "collapse_margin": 0.02,
+}
+
+
 def _section(scenario: dict[str, Any], name: str) -> dict[str, Any]:
     value = scenario.get(name)
     return value if isinstance(value, dict) else {}
@@ -101,13 +117,14 @@ class ScenarioFacts:
     @property
     def monitor_mode(self) -> str:
         """monitors.mode: cheap (the default), localise or off."""
-        return str(self.monitors.get("mode", "cheap"))
+        return str(self.monitors.get("mode", MONITOR_DEFAULTS["mode"]))
 
     def silent_check(self, check: str) -> bool:
         """Whether monitors.silent has `check` on (and the monitors are)."""
-        checks = self.monitors.get("silent", ["input", "labels", "predictions", "learning"])
+        every: list[str] = MONITOR_DEFAULTS["silent"]
+        checks = self.monitors.get("silent", every)
         if isinstance(checks, bool):
-            checks = ["input", "labels", "predictions", "learning"] if checks else []
+            checks = every if checks else []
         return self.monitor_mode != "off" and check in (checks or [])
 
     @property
@@ -119,7 +136,7 @@ class ScenarioFacts:
     def numerics_jitter(self) -> float:
         """monitors.numerics_jitter: the scale of what a trial adds to its
         modules' outputs (0: off, the default)."""
-        return self.monitor_number("numerics_jitter", 0.0)
+        return self.monitor_number("numerics_jitter")
 
     @property
     def numerics_save_states(self) -> bool:
@@ -132,9 +149,10 @@ class ScenarioFacts:
         value = self.monitors.get("numerics_replay")
         return value if isinstance(value, str) else ""
 
-    def monitor_number(self, key: str, default: float) -> float:
+    def monitor_number(self, key: str) -> float:
         """monitors.<key> as a number (collapse_after, collapse_steps,
-        collapse_margin)."""
+        collapse_margin, numerics_jitter), MONITOR_DEFAULTS' when unset."""
+        default = float(MONITOR_DEFAULTS[key])
         value = self.monitors.get(key, default)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 

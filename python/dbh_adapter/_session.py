@@ -43,6 +43,9 @@ VERSION = "0.1.0"
 BASE_CAPABILITIES = ("loss_bits", "stop_after", "checkpoint", "resume", "subset", "monitors.finite",
                      "monitors.localise", "memory_budget", "validation", "ops", "monitors.silent",
                      "monitors.numerics", "fixed_batch", "numerics_states")
+# Served when the training asks for them: its runs (Session.runs) and its
+# own synthetic samples (Session.dataset(..., synthetic=make)).
+IN_PROCESS_RUNS, SYNTHETIC_DATA = "in_process_runs", "synthetic_data"
 
 B = TypeVar("B")
 D = TypeVar("D")
@@ -200,8 +203,8 @@ class Session:
             yield 0
             return
         frame = self.frame
-        if "in_process_runs" not in frame.capabilities:
-            frame.capabilities.append("in_process_runs")
+        if IN_PROCESS_RUNS not in frame.capabilities:
+            frame.capabilities.append(IN_PROCESS_RUNS)
         frame.total_runs = self.facts.in_process
         for run in range(frame.total_runs):
             if run > 0:
@@ -225,8 +228,8 @@ class Session:
         if self.frame is None or self.facts is None:
             return dataset
         frame = self.frame
-        if synthetic is not None and not frame.said_hello and "synthetic_data" not in frame.capabilities:
-            frame.capabilities.append("synthetic_data")
+        if synthetic is not None and not frame.said_hello and SYNTHETIC_DATA not in frame.capabilities:
+            frame.capabilities.append(SYNTHETIC_DATA)
         made = synthetic if synthetic is not None and self.facts.data_source != "real" else None
         wrapped = ReportingDataset(dataset, frame.samples, names, synthetic=made)
         out = restrict(wrapped, self.facts.subset)

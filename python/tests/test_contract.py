@@ -85,3 +85,49 @@ def test_the_state_name_matches_the_cpp_side() -> None:
     for step in (0, 140):
         cpp = "".join(literal or str(step) for literal, _ in parts)
         assert contract.state_file_name(step) == cpp
+
+
+def _table_rows(relative: str, section: str = "") -> list[list[str]]:
+    """The cells of every table row of `relative` (under the heading
+    `section`, when given) whose first cell is code."""
+    rows, inside = [], not section
+    for line in _source(relative).splitlines():
+        if line.startswith("## "):
+            inside = not section or line == "## " + section
+        if inside and line.startswith("| `"):
+            rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]])
+    return rows
+
+
+def test_the_capabilities_served_are_those_the_protocol_doc_says_the_adapter_serves() -> None:
+    from dbh_adapter._faults import FaultSet
+    from dbh_adapter._session import BASE_CAPABILITIES, IN_PROCESS_RUNS, SYNTHETIC_DATA
+
+    served, faults = set(), set()
+    for name, _, adapter in _table_rows("docs/worker-protocol.md", "Capabilities"):
+        name = name.strip("`")
+        if name == "fault:<name>":
+            faults = set(re.findall(r"`(\w+)`", adapter))
+        elif adapter.startswith("yes"):
+            served.add(name)
+    assert served == set(BASE_CAPABILITIES) | {IN_PROCESS_RUNS, SYNTHETIC_DATA}
+    assert faults == set(FaultSet.SUPPORTED)
+
+
+def test_the_monitor_defaults_are_the_schemas() -> None:
+    from dbh_adapter._scenario import MONITOR_DEFAULTS
+
+    documented = {}
+    for row in _table_rows("docs/scenario-keys.md"):
+        documented[row[0].strip("`")] = row[2].strip("`")
+    for key, value in MONITOR_DEFAULTS.items():
+        want = documented.get(f"monitors.{key}")
+        assert want is not None, f"monitors.{key}: not a key of docs/scenario-keys.md"
+        if isinstance(value, bool):
+            assert want == str(value).lower(), key
+        elif isinstance(value, (int, float)):
+            assert float(want) == value, key
+        elif isinstance(value, list):
+            assert want == "[" + ", ".join(value) + "]", key
+        else:
+            assert want == value, key
