@@ -212,7 +212,26 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
   const int64_t runs = std::max<int64_t>(3, static_cast<int64_t>(ref.side.runs.size()));
   const fs::path states = fs::absolute(o.reference + numerics::kStatesSuffix).lexically_normal();
   std::error_code ec;
-  const bool replay = !ref.state_steps.empty() && fs::is_directory(states, ec);
+  bool replay = !ref.state_steps.empty() && fs::is_directory(states, ec);
+  // What kept the comparison from the reference's states.
+  const std::string trajectories_only =
+      ": only the free trajectories were compared, and a change smaller than their spread may hide in it";
+  std::vector<std::string> notes;
+  if (ref.state_steps.empty()) {
+    notes.push_back("the reference kept no states (`dbh repeat --record` keeps them beside it, in " +
+                    one_line(o.reference) + numerics::kStatesSuffix + ")" + trajectories_only);
+  } else if (!replay) {
+    notes.push_back("the reference's states are missing (expected the folder " + one_line(states.string()) + ")" +
+                    trajectories_only);
+  }
+  probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+  if (replay) {
+    const std::string replay_key = scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics_replay), states.string());
+    if (const auto cap = supervisor::missing_capability(prober.load({replay_key}))) {
+      replay = false;
+      notes.push_back("the worker does not serve `" + *cap + "`" + trajectories_only);
+    }
+  }
   const std::vector<std::string> extra = {
       scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
       scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
@@ -229,18 +248,7 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
               << (replay ? std::to_string(replays) + " run(s) here from its states, step by step, and " : "")
               << free_runs << " free run(s)" << std::endl;
   }
-  std::vector<std::string> notes;  // what kept the comparison from the reference's states
-  if (ref.state_steps.empty()) {
-    notes.push_back("the reference kept no states (`dbh repeat --record` keeps them beside it, in " +
-                                 one_line(o.reference) + numerics::kStatesSuffix + "): only the free trajectories "
-                                 "were compared, and a change smaller than their spread may hide in it");
-  } else if (!replay) {
-    notes.push_back("the reference's states are missing (expected the folder " + one_line(states.string()) +
-                                 "): only the free trajectories were compared, and a change smaller than their "
-                                 "spread may hide in it");
-  }
   const bool cudnn = !source.worker.external() && source.hardware.device.rfind("cuda", 0) == 0;
-  probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
   std::vector<probe::ProbeResult> free, replayed;
   for (int64_t i = 0; i < free_runs + replays; ++i) {
     const bool from_states = i >= free_runs;

@@ -67,8 +67,11 @@ WorkerNeeds worker_needs(const scenario::Scenario& s) {
   if (!s.data.subset.empty()) need(capability::kSubset, DBH_SCENARIO_KEY(data.subset));
   if (s.data.source != scenario::DataSource::kReal) need(capability::kSyntheticData, DBH_SCENARIO_KEY(data.source));
   if (s.data.fixed_batch) need(capability::kFixedBatch, DBH_SCENARIO_KEY(data.fixed_batch));
+  // A worker that cannot save its states records a reference without them
+  // (compared by trajectories); one that cannot replay them cannot compare
+  // from the same state at all.
   if (s.monitors.numerics_save_states) {
-    need(capability::kNumericsStates, DBH_SCENARIO_KEY(monitors.numerics_save_states));
+    n.optional.emplace_back(capability::kNumericsStates, DBH_SCENARIO_KEY(monitors.numerics_save_states));
   }
   if (!s.monitors.numerics_replay.empty()) need(capability::kNumericsStates, DBH_SCENARIO_KEY(monitors.numerics_replay));
   if (s.train.stop_after > 0) need(capability::kStopAfter, DBH_SCENARIO_KEY(train.stop_after));

@@ -189,7 +189,10 @@ void exchange_state(model::DbNet& net, const scenario::Scenario& s, const Sessio
   if (!s.monitors.numerics_replay.empty()) {
     const std::filesystem::path replay = std::filesystem::path(s.monitors.numerics_replay) / name;
     std::error_code ec;
-    if (std::filesystem::is_regular_file(replay, ec)) load_state_file(net, replay.string());
+    // A state is a file of the folder, never one a link points to.
+    if (std::filesystem::symlink_status(replay, ec).type() == std::filesystem::file_type::regular) {
+      load_state_file(net, replay.string());
+    }
   }
 }
 

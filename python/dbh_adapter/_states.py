@@ -48,7 +48,7 @@ class StepStates:
                 return f"monitors.numerics_save_states: {path}: expected a writable file, got an error ({exc})"
         if self.replay:
             path = os.path.join(self.replay, name)
-            if os.path.isfile(path):
+            if os.path.isfile(path) and not os.path.islink(path):  # a file of the folder, never a link
                 try:
                     state = torch.load(path, map_location="cpu", weights_only=True)
                     model.load_state_dict(state)

@@ -58,3 +58,17 @@ def test_a_state_of_another_model_is_named(tmp_path: Path) -> None:
     torch.save({"conv.weight": torch.zeros(1)}, tmp_path / state_file_name(0))
     problem = StepStates(save=False, replay=str(tmp_path), trial_dir="").at_step(_model(1), 0, run=0)
     assert problem.startswith(f"monitors.numerics_replay: {tmp_path / 'state-s0.pt'}: expected a state of this model")
+
+
+def test_a_state_that_is_a_link_is_never_read(tmp_path: Path) -> None:
+    recorded = _model(1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert StepStates(save=True, replay="", trial_dir=str(elsewhere)).at_step(recorded, 0, run=0) == ""
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    os.symlink(elsewhere / "state-s0.pt", replay / "state-s0.pt")
+    model = _model(2)
+    before = model.conv.weight.detach().clone()
+    assert StepStates(save=False, replay=str(replay), trial_dir="").at_step(model, 0, run=0) == ""
+    assert torch.equal(model.conv.weight, before)

@@ -398,6 +398,23 @@ TEST(QualifyNumericsTest, ANondeterministicTrainingWidensTheNoiseInsteadOfDepart
   EXPECT_GT(j["numerics"]["largest_noise"].get<double>(), 0.1) << "the noise was not widened";
 }
 
+// A reference copied without its states folder is still compared, by its
+// trajectories, and the page says what that cannot see.
+TEST(QualifyNumericsTest, AReferenceWithoutItsStatesIsComparedByItsTrajectoriesAndSaysSo) {
+  const Dir dir("dbh-qualify-numerics-no-states");
+  const auto s = numerics_scenario(dir);
+  const fs::path ref = recorded(dir, s);
+  ASSERT_FALSE(ref.empty());
+  fs::remove_all(ref.string() + ".states");
+  const auto q = dbh({"qualify", s.string(), "--reference", ref.string(), "--out", (dir / "q").string(), "-q"});
+  EXPECT_EQ(q.exit_code, 0) << q.out << q.err;
+  const auto j = read_json(dir / "q" / "qualification.json")["numerics"];
+  EXPECT_TRUE(j["same"].get<bool>()) << j["verdict"];
+  EXPECT_EQ(j["replays"], 0);
+  EXPECT_EQ(j["here_runs"], 3);
+  EXPECT_NE(j["notes"].dump().find("the reference's states are missing"), std::string::npos) << j["notes"];
+}
+
 // Issue's measure of the comparison, on the shipped scenarios as they are
 // (tiny-cpu for 6 steps; ci-smoke: real data at 128²): a reference recorded
 // with one thread is the same here with two and with another instruction

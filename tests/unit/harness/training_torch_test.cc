@@ -97,6 +97,56 @@ TEST(TrainSteps, TrainsToTheLastStepWithCheckpointsAtTheirCadenceInOrder) {
   EXPECT_TRUE(heard.empty());
 }
 
+// Note [The same state, step by step]: run 0 saves the state each step
+// starts from; a replay starts each step from the saved one (never from a
+// link), and a state of another model names the key, the file and the shapes.
+TEST(TrainSteps, AReplayStartsEveryStepFromTheSavedState) {
+  const testing::ScratchDir dir("dbh-states");
+  scenario::Scenario s = small_training();
+  s.train.stop_after = 2;
+  s.monitors.numerics_save_states = true;
+  model::DbNet recorded = worker::make_net(s);
+  model::Trainer trainer(recorded, worker::train_options(s));
+  const model::BatchSource batches = worker::make_batch_source(s, nullptr);
+  worker::train_steps(recorded, trainer, batches, worker::ValidationSet{}, s, worker::SessionSite{0, dir.string(), nullptr},
+                      {});
+  EXPECT_EQ(files_in(dir), (std::set<std::string>{"state-s0.pt", "state-s1.pt"}));
+  scenario::Scenario replay = small_training();
+  replay.train.seed = 7;  // another initialisation
+  replay.monitors.numerics_replay = dir.string();
+  model::DbNet net = worker::make_net(replay);
+  const auto first_weight = [](model::DbNet& n) { return n->parameters().front().detach().clone(); };
+  const torch::Tensor own = first_weight(net);
+  worker::exchange_state(net, replay, worker::SessionSite{0, "", nullptr}, 1);
+  EXPECT_FALSE(torch::equal(first_weight(net), own));
+  // The weights after the recording's first step are what step 1 started from.
+  model::DbNet again = worker::make_net(s);
+  worker::exchange_state(again, replay, worker::SessionSite{0, "", nullptr}, 1);
+  EXPECT_TRUE(torch::equal(first_weight(again), first_weight(net)));
+  // A link named as a state is not read.
+  const testing::ScratchDir links("dbh-states-link");
+  fs::create_symlink(dir.path() / "state-s0.pt", links.path() / "state-s0.pt");
+  replay.monitors.numerics_replay = links.string();
+  model::DbNet untouched = worker::make_net(replay);
+  const torch::Tensor before = first_weight(untouched);
+  worker::exchange_state(untouched, replay, worker::SessionSite{0, "", nullptr}, 0);
+  EXPECT_TRUE(torch::equal(first_weight(untouched), before));
+  // Another model's state: refused by name.
+  scenario::Scenario other = small_training();
+  other.model.encoder = 34;
+  other.monitors.numerics_replay = dir.string();
+  model::DbNet wider = worker::make_net(other);
+  try {
+    worker::exchange_state(wider, other, worker::SessionSite{0, "", nullptr}, 0);
+    ADD_FAILURE() << "a state of another model was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("monitors.numerics_replay: " + (dir.path() / "state-s0.pt").string()),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("(a state of another model)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TrainSteps, ACheckpointThatCannotBeWrittenSaysWhereAndLeavesNothing) {
   const testing::ScratchDir dir("dbh-session");
   scenario::Scenario s = small_training();
