@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -123,16 +124,26 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
-void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
+namespace {
+
+// Writes `path` through a temporary name with `write(tmp)`: complete or
+// absent. Throws CheckpointWriteError naming `path`.
+void write_through_temporary(const std::string& path, const std::function<void(const std::string&)>& write) {
   const std::string tmp = path + ".tmp";
   try {
-    trainer.save_checkpoint(tmp);
+    write(tmp);
   } catch (const std::exception& e) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
     throw CheckpointWriteError(path + ": expected a writable file, got an error (" + one_line(message_of(e)) + ")");
   }
   replace_file_atomically(tmp, path);
+}
+
+}  // namespace
+
+void save_checkpoint_file(model::Trainer& trainer, const std::string& path) {
+  write_through_temporary(path, [&](const std::string& tmp) { trainer.save_checkpoint(tmp); });
 }
 
 namespace {
@@ -144,15 +155,7 @@ void save_state_file(model::DbNet& net, const std::string& path) {
   torch::NoGradGuard no_grad;
   for (const auto& p : net->named_parameters()) archive.write(p.key(), p.value().detach().cpu().contiguous());
   for (const auto& b : net->named_buffers()) archive.write(b.key(), b.value().cpu().contiguous());
-  const std::string tmp = path + ".tmp";
-  try {
-    archive.save_to(tmp);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw CheckpointWriteError(path + ": expected a writable file, got an error (" + one_line(message_of(e)) + ")");
-  }
-  replace_file_atomically(tmp, path);
+  write_through_temporary(path, [&](const std::string& tmp) { archive.save_to(tmp); });
 }
 
 void load_state_file(model::DbNet& net, const std::string& path) {
