@@ -262,6 +262,12 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
     auto& into = from_states ? replayed : free;
     into.push_back(prober.probe_fresh(with, what));
     const auto& a = into.back().analysis;
+    // A state the worker could not take is the reference's fault: said as
+    // bad input, never "does not qualify".
+    if (from_states && a.outcome == scenario::Outcome::kUnresolved) {
+      throw ScenarioError(o.reference + ": its states could not be replayed here (" + one_line(a.failure.message) +
+                          ")");
+    }
     if (a.outcome != scenario::Outcome::kPassed && n.failed_here.empty()) {
       n.failed_here = to_string(a.outcome) + (a.failure.klass.empty() ? "" : " " + a.failure.klass) +
                       (a.failure.step ? " at step " + std::to_string(*a.failure.step) : "") +

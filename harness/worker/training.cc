@@ -163,7 +163,7 @@ void load_state_file(model::DbNet& net, const std::string& path) {
   try {
     archive.load_from(path);
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
+    throw StateReplayError(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
                              ": expected a state dbh saved (monitors.numerics_save_states), got a file it cannot "
                              "read (" + one_line(message_of(e)) + ")");
   }
@@ -171,7 +171,7 @@ void load_state_file(model::DbNet& net, const std::string& path) {
   const auto copy = [&](const std::string& name, torch::Tensor& into) {
     torch::Tensor read;
     if (!archive.try_read(name, read) || read.sizes() != into.sizes()) {
-      throw std::runtime_error(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
+      throw StateReplayError(std::string(DBH_SCENARIO_KEY(monitors.numerics_replay)) + ": " + path +
                                ": expected " + name + " of shape " + c10::str(into.sizes()) + ", got " +
                                (read.defined() ? "shape " + c10::str(read.sizes()) : std::string("none")) +
                                " (a state of another model)");

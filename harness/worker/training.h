@@ -122,12 +122,19 @@ class CheckpointWriteError : public std::runtime_error {
 /// CheckpointWriteError.
 void save_checkpoint_file(model::Trainer& trainer, const std::string& path);
 
+/// A state monitors.numerics_replay names that this model cannot take (not
+/// an archive, another model's): the input's fault, never the training's.
+class StateReplayError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Note [The same state, step by step] (harness/numerics/reference.h), at the
 /// start of step `step`: with monitors.numerics_save_states, run 0 saves the
 /// model's parameters and buffers as `<site.dir>/state-s<step>.pt`; with
 /// monitors.numerics_replay, the model takes them from that folder's file of
-/// the step when it has one. Throws CheckpointWriteError, or runtime_error
-/// naming the key and the file for a state of another model.
+/// the step when it has one. Throws CheckpointWriteError, or StateReplayError
+/// naming the key and the file for a state it cannot take.
 void exchange_state(model::DbNet& net, const scenario::Scenario& s, const SessionSite& site, int64_t step);
 
 /// Trains `trainer` (of `net`) on `batches` from its next step to

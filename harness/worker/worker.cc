@@ -130,6 +130,7 @@ namespace {
 const char* error_kind_of(const std::exception& e) {
   if (dynamic_cast<const model::DataError*>(&e) != nullptr) return proto::error_kind::kData;
   if (dynamic_cast<const model::DeviceUnavailable*>(&e) != nullptr) return proto::error_kind::kUnavailable;
+  if (dynamic_cast<const StateReplayError*>(&e) != nullptr) return proto::error_kind::kHarness;
   return proto::error_kind::kException;
 }
 

@@ -413,6 +413,17 @@ TEST(QualifyNumericsTest, AReferenceWithoutItsStatesIsComparedByItsTrajectoriesA
   EXPECT_EQ(j["replays"], 0);
   EXPECT_EQ(j["here_runs"], 3);
   EXPECT_NE(j["notes"].dump().find("the reference's states are missing"), std::string::npos) << j["notes"];
+  // A state that is no state is the reference's fault: bad input, exit 2,
+  // nothing written, never "does not qualify".
+  fs::create_directories(ref.string() + ".states");
+  std::ofstream(ref.string() + ".states/state-s0.pt") << "not a state";
+  auto r = read_json(ref);
+  r["state_steps"] = {0};
+  std::ofstream(ref) << r.dump();
+  const auto bad = dbh({"qualify", s.string(), "--reference", ref.string(), "--out", (dir / "bad").string(), "-q"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find(ref.string() + ": its states could not be replayed here"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
 // Issue's measure of the comparison, on the shipped scenarios as they are
