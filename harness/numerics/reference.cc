@@ -74,13 +74,16 @@ struct Judged {
   bool departs = false;
 };
 
-Judged judge(const Values& v, const Tolerance& t) {
+// `one_step` is the relative spread of one step from the same state the
+// reference measured for the quantity (0: none measured).
+Judged judge(const Values& v, const Tolerance& t, double one_step = 0) {
   Judged j;
   const double scale = std::max(std::abs(mean(v.reference)), std::numeric_limits<double>::min());
   const auto [rlo, rhi] = std::minmax_element(v.reference.begin(), v.reference.end());
   const auto [hlo, hhi] = std::minmax_element(v.here.begin(), v.here.end());
   j.by = std::max({0.0, *hlo - *rhi, *rlo - *hhi}) / scale;
-  j.noise = std::max(t.spread_factor * std::max(spread(v.reference), spread(v.here)) / scale, t.relative_floor);
+  j.noise = std::max({t.spread_factor * std::max(spread(v.reference), spread(v.here)) / scale,
+                      t.spread_factor * one_step, t.relative_floor});
   j.departs = j.by > j.noise;
   return j;
 }
@@ -312,9 +315,55 @@ bool has_modules(const std::vector<RunNumbers>& runs) {
                      [](const RunNumbers& r) { return !r.steps.empty() && !r.steps.front().modules.empty(); });
 }
 
+// Each quantity of step index `i`, in the order the step computes it (Note
+// [The same state, step by step]): each module's output in forward order,
+// the loss, each module's gradient in backward order, the gradient norm;
+// the loss alone when `loss_only`, no module when not `modules`.
+template <typename Visit>
+void each_quantity(const std::vector<RunNumbers>& ref, const std::vector<RunNumbers>& here, size_t i, bool modules,
+                   bool loss_only, Visit visit) {
+  const std::vector<std::string> order = modules && !loss_only ? module_order(ref, i) : std::vector<std::string>{};
+  const auto module_values = [&](const std::string& m, bool act) {
+    const auto get = [&](const StepNumbers& s) -> std::optional<double> {
+      const auto* found = find_module(s, m);
+      return found == nullptr ? std::nullopt : (act ? found->act : found->grad);
+    };
+    return Values{gather(ref, i, get), gather(here, i, get)};
+  };
+  for (const auto& m : order) visit("output of " + m, m, module_values(m, true));
+  const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
+  visit("loss", "", Values{gather(ref, i, loss), gather(here, i, loss)});
+  if (loss_only) return;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) visit("gradient of " + *it, *it, module_values(*it, false));
+  const auto norm = [](const StepNumbers& s) { return s.grad_norm; };
+  visit("gradient norm", "", Values{gather(ref, i, norm), gather(here, i, norm)});
+}
+
+// Relative spread by quantity: the noise of one step from the same state.
+using OneStepNoise = std::map<std::string, double>;
+
+// What the reference's own processes measured of one step from the same
+// state: at their first step every process starts from the same
+// parameters, so their spread there is the reference machine's noise of
+// one step, which a nondeterministic kernel widens. Empty with one process.
+OneStepNoise one_step_noise(const std::vector<RunNumbers>& ref, bool modules) {
+  OneStepNoise noise;
+  if (ref.size() < 2 || std::any_of(ref.begin(), ref.end(), [&](const RunNumbers& r) {
+        return r.steps.empty() || r.steps.front().step != ref.front().steps.front().step;
+      })) {
+    return noise;
+  }
+  each_quantity(ref, ref, 0, modules, false, [&](const std::string& quantity, const std::string&, const Values& v) {
+    if (v.reference.empty()) return;
+    const double scale = std::max(std::abs(mean(v.reference)), std::numeric_limits<double>::min());
+    noise[quantity] = spread(v.reference) / scale;
+  });
+  return noise;
+}
+
 // One walk over steps [0, n) of `ref` against `here`, each step's
-// quantities in the order the step computes them (Note [The same state,
-// step by step]); stops at the first that departs.
+// quantities in the order the step computes them; stops at the first that
+// departs.
 struct Walk {
   std::optional<Departure> departure;
   double closest = 0;
@@ -323,38 +372,25 @@ struct Walk {
 };
 
 Walk walk(const std::vector<RunNumbers>& ref, const std::vector<RunNumbers>& here, size_t n, bool modules,
-          bool loss_only, bool same_state, const Tolerance& t) {
+          bool loss_only, bool same_state, const OneStepNoise& one_step, const Tolerance& t) {
   Walk w;
-  const auto consider = [&](size_t i, const std::string& quantity, const std::string& module, const Values& v) {
-    if (v.reference.empty() || v.here.empty() || w.departure) return;
-    const Judged j = judge(v, t);
-    w.largest_noise = std::max(w.largest_noise, j.noise);
-    const std::string at = "step " + std::to_string(ref.front().steps[i].step) + ", " + quantity;
-    if (j.by / j.noise > w.closest || w.closest_at.empty()) {
-      w.closest = j.by / j.noise;
-      w.closest_at = at + (same_state ? " (from the same state)" : "");
-    }
-    if (j.departs) {
-      w.departure = Departure{ref.front().steps[i].step, quantity, module, mean(v.reference), mean(v.here), j.by,
-                              j.noise, same_state};
-    }
-  };
   for (size_t i = 0; i < n && !w.departure; ++i) {
-    const std::vector<std::string> order = modules && !loss_only ? module_order(ref, i) : std::vector<std::string>{};
-    const auto module_values = [&](const std::string& m, bool act) {
-      const auto get = [&](const StepNumbers& s) -> std::optional<double> {
-        const auto* found = find_module(s, m);
-        return found == nullptr ? std::nullopt : (act ? found->act : found->grad);
-      };
-      return Values{gather(ref, i, get), gather(here, i, get)};
-    };
-    for (const auto& m : order) consider(i, "output of " + m, m, module_values(m, true));
-    const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
-    consider(i, "loss", "", Values{gather(ref, i, loss), gather(here, i, loss)});
-    if (loss_only) continue;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) consider(i, "gradient of " + *it, *it, module_values(*it, false));
-    const auto norm = [](const StepNumbers& s) { return s.grad_norm; };
-    consider(i, "gradient norm", "", Values{gather(ref, i, norm), gather(here, i, norm)});
+    each_quantity(ref, here, i, modules, loss_only,
+                  [&](const std::string& quantity, const std::string& module, const Values& v) {
+                    if (v.reference.empty() || v.here.empty() || w.departure) return;
+                    const auto floor = one_step.find(quantity);
+                    const Judged j = judge(v, t, floor == one_step.end() ? 0 : floor->second);
+                    w.largest_noise = std::max(w.largest_noise, j.noise);
+                    const std::string at = "step " + std::to_string(ref.front().steps[i].step) + ", " + quantity;
+                    if (j.by / j.noise > w.closest || w.closest_at.empty()) {
+                      w.closest = j.by / j.noise;
+                      w.closest_at = at + (same_state ? " (from the same state)" : "");
+                    }
+                    if (j.departs) {
+                      w.departure = Departure{ref.front().steps[i].step, quantity, module, mean(v.reference),
+                                              mean(v.here), j.by, j.noise, same_state};
+                    }
+                  });
   }
   return w;
 }
@@ -380,16 +416,18 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& t) 
   }
   // Note [The same state, step by step]: the reference's first process
   // against the processes here that started every step from its states.
+  const OneStepNoise one_step = one_step_noise(reference.runs, c.modules_compared);
   Walk same;
   const std::vector<RunNumbers> first = {reference.runs.front()};
   if (!here.replays.empty()) {
     const size_t m = common_steps({&first, &here.replays}, c.notes, "the steps from the same state");
     c.steps_from_same_state = static_cast<int64_t>(m);
-    same = walk(first, here.replays, m, c.modules_compared && has_modules(here.replays), false, true, t);
+    same = walk(first, here.replays, m, c.modules_compared && has_modules(here.replays), false, true, one_step, t);
   }
   // The free trajectories: on the loss where the steps were compared from
   // the same state, else on every quantity.
-  const Walk trajectory = walk(reference.runs, here.runs, n, c.modules_compared, c.steps_from_same_state > 0, false, t);
+  const Walk trajectory =
+      walk(reference.runs, here.runs, n, c.modules_compared, c.steps_from_same_state > 0, false, one_step, t);
   c.departure = same.departure;
   if (trajectory.departure && (!c.departure || trajectory.departure->step < c.departure->step)) {
     c.departure = trajectory.departure;
@@ -405,7 +443,8 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& t) 
   for (size_t i = 0; i < n; ++i) {
     const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
     const Values losses{gather(reference.runs, i, loss), gather(here.runs, i, loss)};
-    const Judged j = judge(losses, t);
+    const auto floor = one_step.find("loss");
+    const Judged j = judge(losses, t, floor == one_step.end() ? 0 : floor->second);
     const int64_t step = reference.runs.front().steps[i].step;
     if (j.noise > kMaxLossNoise && c.undecided.empty() && c.steps_from_same_state == 0 &&
         (!c.departure || c.departure->step > step)) {

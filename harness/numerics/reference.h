@@ -40,6 +40,14 @@
 // beyond its own spread); where no states are available (a reference
 // without them, a worker that cannot replay) they are compared on every
 // quantity, as far as their spread lets them see.
+//
+// Both sides' noise of one step counts. The replays here measure this
+// machine's; the reference's is measured where its processes shared a
+// state, at their first step (they start from the same parameters), and
+// each quantity's spread there, relative, bounds its noise from below at
+// every step: a kernel that computes differently from run to run widens
+// the noise on both sides, so the reference's one process never stands
+// alone against a tight cluster of replays.
 
 #include <cstdint>
 #include <optional>

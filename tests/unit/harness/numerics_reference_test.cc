@@ -135,7 +135,9 @@ TEST(NumericsReferenceTest, FromTheSameStateAChangeHiddenInTheTrajectoriesIsFoun
   for (int from : {0, 2, 4, 5}) {
     const Side trajectories_only = side({chaotic(0.5, 0.05, 0.01, from, 1)});
     const Comparison hidden = compare(reference, trajectories_only);
-    if (from >= 2) EXPECT_TRUE(hidden.same()) << from << ": " << verdict_line(hidden);
+    if (from >= 2) {
+      EXPECT_TRUE(hidden.same()) << from << ": " << verdict_line(hidden);
+    }
     const Side here = side({chaotic(0.5, 0.05, 0.01, from, 1)},
                            {run_of(6, 0.01, from, 1), run_of(6, 0.01 + 1e-7, from, 1), run_of(6, 0.01, from, 1)});
     const Comparison c = compare(reference, here);
@@ -154,6 +156,26 @@ TEST(NumericsReferenceTest, FromTheSameStateAChangeHiddenInTheTrajectoriesIsFoun
   EXPECT_TRUE(same.same()) << verdict_line(same);
   EXPECT_EQ(verdict_line(same).rfind("the same within the noise: 6 step(s) each from the same state", 0), 0u)
       << verdict_line(same);
+}
+
+// A kernel that computes differently from process to process: each process
+// of the reference moves every number by its own amount (3 %, 0 %, -3 %),
+// the replays here by theirs, tightly together and 3 % from the
+// reference's first process. The reference measured that much at its first
+// step, where its processes shared a state: the same. Nothing measured
+// there (one process, or processes that agree), the same cluster departs.
+TEST(NumericsReferenceTest, TheReferencesOwnOneStepNoiseCountsAgainstATightClusterOfReplays) {
+  const std::vector<RunNumbers> replays = {run_of(6, -0.03, 0), run_of(6, -0.0301, 0), run_of(6, -0.0302, 0)};
+  const Side nondeterministic = side({run_of(6), run_of(6, 0.03, 0), run_of(6, -0.03, 0)});
+  const Comparison c = compare(nondeterministic, side({run_of(6, 0.01, 0)}, replays));
+  EXPECT_TRUE(c.same()) << verdict_line(c);
+  EXPECT_NEAR(c.largest_noise, 4 * 0.06, 1e-9);
+  for (const Side& quiet : {side({run_of(6)}), side({run_of(6), run_of(6, 1e-6, 0), run_of(6)})}) {
+    const Comparison d = compare(quiet, side({run_of(6, 0.01, 0)}, replays));
+    ASSERT_TRUE(d.departure.has_value()) << verdict_line(d);
+    EXPECT_TRUE(d.departure->same_state);
+    EXPECT_EQ(d.departure->step, 0);
+  }
 }
 
 // Every step computes alike from the same state, yet the free run leaves the
