@@ -148,24 +148,18 @@ Signature signature_of(const probe::ProbeResult& p, model::DecoderKind decoder, 
   return s;
 }
 
-namespace {
-
 // Note [One divergence]: where a diverging run's first non-finite value
 // shows (an activation in the forward pass, a gradient in the backward pass,
-// the loss, and in which module) moves with the decoder, the precision or the
-// step the run reaches. Across configurations (config and range bisection,
-// which do not pin the step) that is one failure; a replay of one
-// configuration (steps, modules) must still show the same class and site.
-bool is_divergence(const std::string& klass) {
-  return klass == "nonfinite_activation" || klass == "nonfinite_gradient" || klass == "nonfinite_loss";
-}
-
-}  // namespace
-
+// the loss, and in which module), or whether its loss explodes while still
+// finite, moves with the decoder, the precision or the step the run reaches.
+// Across configurations (config and range bisection, which do not pin the
+// step) that is one failure; a replay of one configuration (steps, modules)
+// must still show the same class and site.
+//
 // Why the failing probe `p` is not the failure `sig` ("" when it is).
 std::string difference(const probe::ProbeResult& p, const Signature& sig) {
   const auto& f = p.analysis.failure;
-  const bool one_divergence = !sig.check_step && is_divergence(sig.klass) && is_divergence(f.klass);
+  const bool one_divergence = !sig.check_step && supervisor::is_divergence(sig.klass) && supervisor::is_divergence(f.klass);
   if (f.klass != sig.klass && !one_divergence) return "class `" + f.klass + "` instead of `" + sig.klass + "`";
   if (probe::failed_before_training(p.analysis) != sig.before_training) {
     return sig.before_training ? "failed during training, not before" : "failed before training";

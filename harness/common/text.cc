@@ -1,6 +1,7 @@
 #include "harness/common/text.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <iomanip>
 #include <cstdint>
@@ -267,6 +268,12 @@ std::string fixed(double v, int digits) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(digits) << v;
   return o.str();
+}
+
+std::string significant(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
 }
 
 }  // namespace dbh::harness

@@ -38,6 +38,9 @@ std::string one_line(const std::string& s);
 /// `v` with `digits` decimals ("0.250"), as every report and message
 /// writes a number.
 std::string fixed(double v, int digits = 3);
+/// `v` with 4 significant digits, in exponent form when large or small
+/// ("41.08", "3.52e+14"): for numbers whose magnitude is the point.
+std::string significant(double v);
 /// The last line of `s` holding something other than white space, as
 /// one_line() gives it, at most 300 bytes; empty when there is none.
 std::string last_line(const std::string& s);

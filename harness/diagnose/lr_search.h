@@ -14,8 +14,9 @@
 //
 // What it answers is not what Lightning's learning-rate finder answers (the
 // rate where the loss falls fastest over one sweep of growing rates): it is
-// the largest rate at which this training, as configured, stays finite
-// through its steps. Assumed: a rate that trains keeps training when lowered
+// the largest rate at which this training, as configured, does not diverge
+// through its steps (no non-finite value and no exploded loss: Note [A loss
+// that explodes has diverged]). Assumed: a rate that trains keeps training when lowered
 // (the search trusts the first decade that trains; a rate between two tried
 // ones is not looked at). Pure: no process, no file.
 

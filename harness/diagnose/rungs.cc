@@ -189,7 +189,7 @@ std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overri
 RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario& s,
                                 const supervisor::TrialAnalysis& failure, double configured, ProbeBudget* budget) {
   RateSearch out;
-  if (failure.failure.klass.rfind("nonfinite_", 0) != 0) {
+  if (!supervisor::is_divergence(failure.failure.klass)) {
     out.not_run = "not a divergence";
     return out;
   }
@@ -266,7 +266,7 @@ std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s
                                                 : !best->probe.cached_from.empty() ? best->probe.cached_from
                                                                                    : "from the probe cache") +
          "), " + number_text(s.train.lr / best->rate) + "× below the rate that diverged. It is the largest rate tried "
-         "at which this training stays finite, not what a learning-rate finder answers (where the loss falls fastest)";
+         "at which this training does not diverge (no non-finite value, no exploded loss), not what a learning-rate finder answers (where the loss falls fastest)";
 }
 
 }  // namespace dbh::harness::diagnose

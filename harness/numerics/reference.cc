@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "harness/common/error.h"
+#include "harness/common/text.h"
 
 namespace dbh::harness::numerics {
 
@@ -122,11 +123,6 @@ std::string scientific(double v) {
   return buf;
 }
 
-std::string significant(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
 
 }  // namespace
 

@@ -140,6 +140,10 @@ struct HardwareConfig {
 struct MonitorConfig {
   MonitorMode mode = MonitorMode::kCheap;
   double loss_spike_factor = 0.0;  // 0 = off
+  /// Note [A loss that explodes has diverged]: a finite loss above this
+  /// multiple of its run's first step's loss fails the run as diverged
+  /// (`loss_exploded`); 0 = off.
+  double loss_explosion_factor = 1000.0;
   /// Validation h-mean falling below this fraction of its best value
   /// (reached at >= 0.1) is a collapse; 0 = off.
   double hmean_collapse_ratio = 0.5;

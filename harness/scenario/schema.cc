@@ -289,6 +289,9 @@ std::vector<KeySpec> build_table() {
              "Non-finite checks: flags synchronised once per step, module by module with statistics, or none."),
       number(DBH_KEY(monitors.loss_spike_factor), 0.0, 1e12,
              "Report a loss above this multiple of the median loss so far; 0 = off."),
+      number(DBH_KEY(monitors.loss_explosion_factor), 0.0, 1e12,
+             "A finite loss above this multiple of its run's first step's loss has diverged (`loss_exploded`); "
+             "0 = off."),
       number(DBH_KEY(monitors.hmean_collapse_ratio), 0.0, 1.0,
              "Validation h-mean below this fraction of its best (once at least 0.1) is a collapse; 0 = off."),
       integer(DBH_KEY(monitors.hmean_zero_after), 0, 1000000,

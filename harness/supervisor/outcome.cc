@@ -36,6 +36,11 @@ bool is_memory_exhaustion(const std::string& klass) {
   return klass == "cuda_oom" || klass == "host_oom" || klass == "cudnn_no_engine";
 }
 
+bool is_divergence(const std::string& klass) {
+  return klass == "nonfinite_activation" || klass == "nonfinite_gradient" || klass == "nonfinite_loss" ||
+         klass == "loss_exploded";
+}
+
 std::string signal_name(int sig) {
   switch (sig) {
     case SIGSEGV: return "SIGSEGV";

@@ -36,6 +36,12 @@ struct Failure {
 /// device's, or cuDNN's workspace (no engine fits).
 bool is_memory_exhaustion(const std::string& klass);
 
+/// Whether failure class `klass` is a divergence of the training's numbers:
+/// a non-finite activation, gradient or loss, or a finite loss that
+/// exploded (Note [A loss that explodes has diverged]). Non-finite inputs
+/// and labels are the data's, not the training's.
+bool is_divergence(const std::string& klass);
+
 struct FaultRecord {
   std::string name;
   int64_t index = 0;

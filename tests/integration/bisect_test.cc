@@ -592,25 +592,30 @@ TEST(BisectTest, DiagnoseSearchesTheLearningRateOfADivergence) {
   for (const auto& row : j["rows"]) {
     if (row["group"] == "learning rate") rates.push_back(row["overrides"][0].get<std::string>() + " " + row["outcome"].get<std::string>());
   }
-  // 700 trains, so the decade above it is halved: 3500 trains too.
-  EXPECT_EQ(rates, (std::vector<std::string>{"train.lr=700 passed", "train.lr=3500 passed"}));
+  // Decades down while the run diverges (700 and 70 explode while finite:
+  // Note [A loss that explodes has diverged]), 7 trains, then the decade
+  // above it is halved: 35 explodes, 17.5 trains.
+  EXPECT_EQ(rates, (std::vector<std::string>{"train.lr=700 diverged", "train.lr=70 diverged", "train.lr=7 passed",
+                                             "train.lr=35 diverged", "train.lr=17.5 passed"}));
   const auto& top = j["hypotheses"][0];
   EXPECT_EQ(top["id"], "optimizer");
   ASSERT_FALSE(top["support"].empty());
   EXPECT_EQ(top["support"][0]["strength"], "shows");
-  EXPECT_NE(top["support"][0]["text"].get<std::string>().find("Learning rate 3500"), std::string::npos);
+  EXPECT_NE(top["support"][0]["text"].get<std::string>().find("Learning rate 17.5"), std::string::npos);
   bool answered = false;
-  for (const auto& f : j["followups"]) answered = answered || f.get<std::string>().find("`train.lr=3500` trains") != std::string::npos;
+  for (const auto& f : j["followups"]) answered = answered || f.get<std::string>().find("`train.lr=17.5` trains") != std::string::npos;
   EXPECT_TRUE(answered) << j["followups"].dump(1);
   const std::string md = testing::read_text(dir / "out" / "diagnosis.md");
-  EXPECT_NE(md.find("supports (shows, +2): Learning rate 3500"), std::string::npos) << md;
+  EXPECT_NE(md.find("supports (shows, +2): Learning rate 17.5"), std::string::npos) << md;
+  EXPECT_NE(md.find("| Learning rate 70 (100× lower) | FAILS: diverged `loss_exploded` at step 1 |"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("refutes (shows, −2): Smaller batch"), std::string::npos) << md;  // the same failure, unchanged
   // Note [The run without the command's overrides]: the scenario at its own
   // rate trains, so the config bisection names the override, and its answer
   // is a learning rate: the optimizer's evidence, and the cause.
   EXPECT_NE(md.find("supports (shows, +2): the config bisection's confirmed answer: `train.lr=7000"),
             std::string::npos) << md;
-  EXPECT_NE(md.find("0 against)\n   - supports (shows, +2): Learning rate 3500"), std::string::npos) << md;
+  EXPECT_NE(md.find("0 against)\n   - supports (shows, +2): Learning rate 17.5"), std::string::npos) << md;
   EXPECT_GE(top["score"].get<int>(), 6) << top.dump(1);  // the search, the run without the override, its bisection
   EXPECT_NE(md.find("supports (shows, +2): Without the command's overrides (train.lr=7000): works"), std::string::npos)
       << md;

@@ -598,6 +598,30 @@ TEST(RunCommandTest, AnEarlyStopIsTheLastStepEverywhere) {
   fs::remove_all(dir);
 }
 
+// Note [A loss that explodes has diverged]: at 10⁴ times its learning rate
+// the tiny DBNet's loss passes 10¹⁴ while staying finite; the run is
+// diverged at the first step above 1000 times its first loss, with the
+// numbers in the report, and the key that sets the factor turns it off.
+TEST(RunCommandTest, AFiniteLossThatExplodesHasDiverged) {
+  const fs::path dir = fresh_dir("loss-exploded");
+  write_text(dir / "s.yaml", "name: lr-too-large\n" + base_include() + "train:\n  max_steps: 6\n  lr: 70\n");
+  const auto r = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("diverged (loss_exploded at step 1)"), std::string::npos) << r.out;
+  const auto j = read_json(dir / "out" / "report.json");
+  EXPECT_EQ(j["outcome"], "diverged");
+  EXPECT_EQ(j["failure"]["class"], "loss_exploded");
+  EXPECT_EQ(j["failure"]["step"], 1);
+  const std::string message = j["failure"]["message"].get<std::string>();
+  EXPECT_NE(message.find("the loss exploded at step 1: "), std::string::npos) << message;
+  EXPECT_NE(message.find("(finite: diverged without a NaN)"), std::string::npos) << message;
+  EXPECT_NE(read_text(dir / "out" / "report.md").find("monitors.loss_explosion_factor 1000"), std::string::npos);
+  const auto off = dbh({"run", (dir / "s.yaml").string(), "monitors.loss_explosion_factor=0", "--out",
+                        (dir / "off").string(), "-q"});
+  EXPECT_EQ(off.exit_code, 0) << off.out << off.err;
+  fs::remove_all(dir);
+}
+
 // --- suite and list -----------------------------------------------------------------
 
 TEST(SuiteCommandTest, RunsAFolderAndCountsExpectations) {

@@ -34,13 +34,17 @@ TEST(RungsTest, TheRungsThatCanSeparateTheTiedHypothesesComeFirstInTheirOwnOrder
       for (size_t i = 0; i < rungs.size(); ++i) {
         const bool speaks = about(a, rungs[i].id) || about(b, rungs[i].id);
         if (!speaks && first_other == rungs.size()) first_other = i;
-        if (speaks) EXPECT_LT(i, first_other) << "a rung about a tied hypothesis after one that is not";
+        if (speaks) {
+          EXPECT_LT(i, first_other) << "a rung about a tied hypothesis after one that is not";
+        }
       }
       for (size_t i = 1; i < rungs.size(); ++i) {
         const bool same_part = (about(a, rungs[i].id) || about(b, rungs[i].id)) ==
                                (about(a, rungs[i - 1].id) || about(b, rungs[i - 1].id));
         const auto position = [&](RungId id) { return std::find(variants.begin(), variants.end(), id) - variants.begin(); };
-        if (same_part) EXPECT_LT(position(rungs[i - 1].id), position(rungs[i].id));
+        if (same_part) {
+          EXPECT_LT(position(rungs[i - 1].id), position(rungs[i].id));
+        }
       }
     }
   }
