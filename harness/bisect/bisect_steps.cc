@@ -72,14 +72,19 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   // optimizer state), at least 2 steps apart: replaying a step is cheaper than
   // writing and loading one.
   const int64_t every = std::max<int64_t>(2, (n + 7) / 8);
-  const bool resume = !o.replay_from_start;  // Note [Cheap probes]
-  out.replay_from_start = o.replay_from_start;
+  const bool checkpoints = !o.replay_from_start;  // Note [Cheap probes]
   ReproducePlan plan;
-  plan.first = {scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every), std::to_string(resume ? every : 0))};
+  plan.first = {scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every),
+                                        std::to_string(checkpoints ? every : 0))};
   plan.rest = {scenario::override_text(DBH_SCENARIO_KEY(train.checkpoint_every), "0")};
-  plan.keep_checkpoints = resume;
+  plan.keep_checkpoints = checkpoints;
   plan.check_step = true;
   out.rep = reproduce(prober, plan, o, s.model.decoder);
+  // Note [A loss that explodes has diverged]: judged against the run's first
+  // step's loss, which a replay resumed from a later checkpoint does not
+  // see; such a failure is replayed from step 0.
+  const bool resume = checkpoints && out.rep.baseline.analysis.failure.klass != "loss_exploded";
+  out.replay_from_start = !resume;
   out.doubts = out.rep.notes;
   const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());
   if (out.rep.failures == 0) {
@@ -166,8 +171,11 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   }
   out.details.push_back(resume ? "replays resume from checkpoints written every " + std::to_string(every) +
                                      " step(s) by the first reproduction run; no other probe writes checkpoints"
-                              : std::string("replays start at step 0 (--replay-from-start); no probe writes "
-                                            "checkpoints"));
+                         : checkpoints ? std::string("replays start at step 0: `loss_exploded` is judged against the "
+                                                     "run's first step's loss, which a replay resumed from a "
+                                                     "checkpoint does not see")
+                                       : std::string("replays start at step 0 (--replay-from-start); no probe writes "
+                                                     "checkpoints"));
   out.repro = command_line(prober.scenario_path(),
                            concat(prober.base_overrides(),
                                   replay_overrides(out.rep.source, step + 1, resume && prober.keep_checkpoints())));

@@ -69,6 +69,25 @@ TEST(BisectTest, StepsFindsThePlantedNaNStep) {
   }
 }
 
+// Note [A loss that explodes has diverged]: at 10⁴ times its rate the tiny
+// DBNet's loss explodes at step 1 while finite. The judgement compares with
+// the run's first step, which a replay resumed from a later checkpoint never
+// sees, so every prefix is replayed from step 0 and step 1 is found.
+TEST(BisectTest, StepsOfAnExplodedLossReplaysFromStepZero) {
+  const Dir dir("dbh-bisect-steps-exploded");
+  const auto s = write(dir / "s.yaml", "include: " + base() + "\ntrain: {max_steps: 12, lr: 70}\n");
+  const auto r = dbh({"bisect", "steps", s.string(), "--reproductions", "1", "--out", (dir / "out").string(),
+                      "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "bisect.json");
+  EXPECT_EQ(j["result"]["class"], "loss_exploded") << j.dump(1);
+  EXPECT_EQ(j["result"]["step"], 1) << j.dump(1);
+  EXPECT_TRUE(j["confirmed"].get<bool>()) << j.dump(1);
+  EXPECT_NE(j.dump().find("replays start at step 0: `loss_exploded` is judged against the run's first step"),
+            std::string::npos)
+      << j.dump(1);
+}
+
 // Note [Cheap probes]: replays resume from the reproduction's checkpoints and
 // so run fewer steps than from step 0; --replay-from-start writes no
 // checkpoints and replays every prefix from step 0. Both find the same step.
