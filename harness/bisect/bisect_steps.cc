@@ -44,6 +44,18 @@ std::optional<std::pair<int64_t, std::string>> nearest_checkpoint(const probe::P
 // to rule out checkpoint/resume as the cause. tests/integration/bisect_test.cc
 // runs both ways; tests/bench/bisect_bench.cc (BM_BisectStepsReplay) times them.
 
+// Where the replays start, for the report: from the reproduction's
+// checkpoints (written every `every` steps when `checkpoints`), or from step 0.
+std::string how_replays_start(bool resume, bool checkpoints, int64_t every) {
+  if (resume) {
+    return "replays resume from checkpoints written every " + std::to_string(every) +
+           " step(s) by the first reproduction run; no other probe writes checkpoints";
+  }
+  return checkpoints ? "replays start at step 0: `loss_exploded` is judged against the run's first step's loss, "
+                       "which a replay resumed from a checkpoint does not see"
+                     : "replays start at step 0 (--replay-from-start); no probe writes checkpoints";
+}
+
 // A replay of the first `stop_after` steps, resuming from the nearest of the
 // reproduction's checkpoints when `resume`.
 std::vector<std::string> replay_overrides(const probe::ProbeResult& source, int64_t stop_after, bool resume = true) {
@@ -169,13 +181,7 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
     out.details.push_back(std::string("the monitors of the full run flagged step ") + std::to_string(*hint) +
                           (*hint == step ? " (agrees)" : " (differs)"));
   }
-  out.details.push_back(resume ? "replays resume from checkpoints written every " + std::to_string(every) +
-                                     " step(s) by the first reproduction run; no other probe writes checkpoints"
-                         : checkpoints ? std::string("replays start at step 0: `loss_exploded` is judged against the "
-                                                     "run's first step's loss, which a replay resumed from a "
-                                                     "checkpoint does not see")
-                                       : std::string("replays start at step 0 (--replay-from-start); no probe writes "
-                                                     "checkpoints"));
+  out.details.push_back(how_replays_start(resume, checkpoints, every));
   out.repro = command_line(prober.scenario_path(),
                            concat(prober.base_overrides(),
                                   replay_overrides(out.rep.source, step + 1, resume && prober.keep_checkpoints())));
