@@ -95,7 +95,7 @@ Outputs bisect_steps(probe::Prober& prober, const BisectOptions& o) {
   // Note [A loss that explodes has diverged]: judged against the run's first
   // step's loss, which a replay resumed from a later checkpoint does not
   // see; such a failure is replayed from step 0.
-  const bool resume = checkpoints && out.rep.baseline.analysis.failure.klass != "loss_exploded";
+  const bool resume = checkpoints && out.rep.baseline.analysis.failure.klass != supervisor::kLossExploded;
   out.replay_from_start = !resume;
   out.doubts = out.rep.notes;
   const std::string base_repro = command_line(prober.scenario_path(), prober.base_overrides());

@@ -159,7 +159,8 @@ Signature signature_of(const probe::ProbeResult& p, model::DecoderKind decoder, 
 // Why the failing probe `p` is not the failure `sig` ("" when it is).
 std::string difference(const probe::ProbeResult& p, const Signature& sig) {
   const auto& f = p.analysis.failure;
-  const bool one_divergence = !sig.check_step && supervisor::is_divergence(sig.klass) && supervisor::is_divergence(f.klass);
+  const bool one_divergence =
+      !sig.check_step && supervisor::is_divergence(sig.klass) && supervisor::is_divergence(f.klass);
   if (f.klass != sig.klass && !one_divergence) return "class `" + f.klass + "` instead of `" + sig.klass + "`";
   if (probe::failed_before_training(p.analysis) != sig.before_training) {
     return sig.before_training ? "failed during training, not before" : "failed before training";

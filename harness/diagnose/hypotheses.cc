@@ -143,7 +143,7 @@ std::vector<Hypothesis> declared_hypotheses() {
        "re-run with " + scenario::override_text(DBH_SCENARIO_KEY(hardware.launch_blocking), "true") +
            " under compute-sanitizer; `{dbh} bisect modules {scenario}`"},
       {HypothesisId::kOptimizer,
-       "The optimizer or its learning rate: updates so large the run diverges, or so small to learn anything", {},
+       "The optimizer or its learning rate: updates so large the run diverges, or too small to learn anything", {},
        {},
        "check the learning rate the optimizer applies (the lr column of metrics.csv) and that it holds the "
        "model's parameters; train with a lower learning rate or gradient clipping when the run diverges; `{dbh} "

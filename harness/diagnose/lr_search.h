@@ -16,9 +16,9 @@
 // rate where the loss falls fastest over one sweep of growing rates): it is
 // the largest rate at which this training, as configured, does not diverge
 // through its steps (no non-finite value and no exploded loss: Note [A loss
-// that explodes has diverged]). Assumed: a rate that trains keeps training when lowered
-// (the search trusts the first decade that trains; a rate between two tried
-// ones is not looked at). Pure: no process, no file.
+// that explodes has diverged]). Assumed: a rate that trains keeps training
+// when lowered (the search trusts the first decade that trains; a rate
+// between two tried ones is not looked at). Pure: no process, no file.
 
 #include <optional>
 #include <vector>

@@ -266,7 +266,8 @@ std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s
                                                 : !best->probe.cached_from.empty() ? best->probe.cached_from
                                                                                    : "from the probe cache") +
          "), " + number_text(s.train.lr / best->rate) + "× below the rate that diverged. It is the largest rate tried "
-         "at which this training does not diverge (no non-finite value, no exploded loss), not what a learning-rate finder answers (where the loss falls fastest)";
+         "at which this training does not diverge (no non-finite value, no exploded loss), not what a "
+         "learning-rate finder answers (where the loss falls fastest)";
 }
 
 }  // namespace dbh::harness::diagnose

@@ -123,7 +123,6 @@ std::string scientific(double v) {
   return buf;
 }
 
-
 }  // namespace
 
 ojson to_json(const Reference& r) {
@@ -338,6 +337,12 @@ void each_quantity(const std::vector<RunNumbers>& ref, const std::vector<RunNumb
 // Relative spread by quantity: the noise of one step from the same state.
 using OneStepNoise = std::map<std::string, double>;
 
+// `noise`'s value for `quantity`; 0 where nothing was measured.
+double one_step_of(const OneStepNoise& noise, const std::string& quantity) {
+  const auto it = noise.find(quantity);
+  return it == noise.end() ? 0 : it->second;
+}
+
 // What the reference's own processes measured of one step from the same
 // state: at their first step every process starts from the same
 // parameters, so their spread there is the reference machine's noise of
@@ -374,8 +379,7 @@ Walk walk(const std::vector<RunNumbers>& ref, const std::vector<RunNumbers>& her
     each_quantity(ref, here, i, modules, loss_only,
                   [&](const std::string& quantity, const std::string& module, const Values& v) {
                     if (v.reference.empty() || v.here.empty() || w.departure) return;
-                    const auto floor = one_step.find(quantity);
-                    const Judged j = judge(v, t, floor == one_step.end() ? 0 : floor->second);
+                    const Judged j = judge(v, t, one_step_of(one_step, quantity));
                     w.largest_noise = std::max(w.largest_noise, j.noise);
                     const std::string at = "step " + std::to_string(ref.front().steps[i].step) + ", " + quantity;
                     if (j.by / j.noise > w.closest || w.closest_at.empty()) {
@@ -439,8 +443,7 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& t) 
   for (size_t i = 0; i < n; ++i) {
     const auto loss = [](const StepNumbers& s) -> std::optional<double> { return s.loss; };
     const Values losses{gather(reference.runs, i, loss), gather(here.runs, i, loss)};
-    const auto floor = one_step.find("loss");
-    const Judged j = judge(losses, t, floor == one_step.end() ? 0 : floor->second);
+    const Judged j = judge(losses, t, one_step_of(one_step, "loss"));
     const int64_t step = reference.runs.front().steps[i].step;
     if (j.noise > kMaxLossNoise && c.undecided.empty() && c.steps_from_same_state == 0 &&
         (!c.departure || c.departure->step > step)) {

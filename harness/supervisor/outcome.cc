@@ -38,7 +38,7 @@ bool is_memory_exhaustion(const std::string& klass) {
 
 bool is_divergence(const std::string& klass) {
   return klass == "nonfinite_activation" || klass == "nonfinite_gradient" || klass == "nonfinite_loss" ||
-         klass == "loss_exploded";
+         klass == kLossExploded;
 }
 
 std::string signal_name(int sig) {

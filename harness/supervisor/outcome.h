@@ -36,6 +36,10 @@ struct Failure {
 /// device's, or cuDNN's workspace (no engine fits).
 bool is_memory_exhaustion(const std::string& klass);
 
+/// The class of a finite loss that exploded (Note [A loss that explodes has
+/// diverged], harness/supervisor/passed_run.cc).
+inline constexpr const char* kLossExploded = "loss_exploded";
+
 /// Whether failure class `klass` is a divergence of the training's numbers:
 /// a non-finite activation, gradient or loss, or a finite loss that
 /// exploded (Note [A loss that explodes has diverged]). Non-finite inputs

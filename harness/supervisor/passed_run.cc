@@ -77,7 +77,7 @@ void judge_loss_explosion(TrialAnalysis& a, const scenario::Scenario& s) {
     if (!(st.loss > factor * f0.loss)) continue;
     Failure& f = a.failure;
     a.outcome = scenario::Outcome::kDiverged;
-    f.klass = "loss_exploded";
+    f.klass = kLossExploded;
     f.step = st.step;
     f.run = st.run;
     const std::string times = fixed(st.loss / f0.loss, 0) + "×";
