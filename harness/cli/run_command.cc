@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <set>
 
@@ -133,7 +134,9 @@ class TrialProgress : public run::TrialObserver {
     const double eta =
         step + 1 < total_ ? elapsed / static_cast<double>(step + 1) * static_cast<double>(total_ - step - 1) : 0.0;
     l << "  [" << label_ << "] run " << end.run << " step " << std::setw(3) << step + 1 << "/" << total_ << "  loss "
-      << std::fixed << std::setprecision(4) << end.loss << "  " << std::setprecision(2) << end.seconds
+      // A loss that explodes reads as its magnitude, never as 15 digits.
+      << (std::abs(end.loss) < 1e6 ? fixed(end.loss, 4) : significant(end.loss)) << "  " << std::fixed
+      << std::setprecision(2) << end.seconds
       << " s/step  ETA " << std::setprecision(0) << eta << " s";
     if (p_.tty) {
       std::cout << "\r" << l.str() << "   " << std::flush;

@@ -608,6 +608,9 @@ TEST(RunCommandTest, AFiniteLossThatExplodesHasDiverged) {
   const auto r = dbh({"run", (dir / "s.yaml").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("diverged (loss_exploded at step 1)"), std::string::npos) << r.out;
+  // The progress line gives an exploded loss as its magnitude.
+  EXPECT_FALSE(std::regex_search(r.out, std::regex("loss [0-9]{7,}"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("loss [0-9.]+e\\+[0-9]+"))) << r.out;
   const auto j = read_json(dir / "out" / "report.json");
   EXPECT_EQ(j["outcome"], "diverged");
   EXPECT_EQ(j["failure"]["class"], "loss_exploded");
