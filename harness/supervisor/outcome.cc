@@ -336,6 +336,7 @@ void judge_ending(const TrialResult& r, const scenario::Scenario& s, const kb::K
     mark_crash_step(d, f);
   } else if (d.primary_health) {
     judge_nonfinite(*d.primary_health, a);
+    judge_loss_explosion(s, a);
   } else if (d.silent_health) {
     judge_silent_finding(*d.silent_health, a);
   } else if (d.first_error) {

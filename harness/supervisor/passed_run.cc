@@ -55,44 +55,6 @@ LearningNoise learning_noise(const std::vector<const StepRecord*>& steps, size_t
   return n;
 }
 
-// Note [A loss that explodes has diverged]
-// A learning rate far too large need not reach NaN: with batch norm after
-// every convolution the weights' scale no longer matters to the forward
-// pass, so DBNet trained at 10⁴ times its rate runs on with a loss of 10¹⁴,
-// finite at every step, and "passed" would be a lie an engineer would never
-// tell. A finite loss above monitors.loss_explosion_factor times its run's
-// first step's loss (1000 by default: three orders of magnitude, which no
-// schedule or hard batch explains) fails the run as diverged, class
-// `loss_exploded`, at the first step above. Judged by the supervisor from
-// step_end, so every worker that reports its loss gets it, and before the
-// other judgements: a run that diverged is not also "not learning".
-void judge_loss_explosion(TrialAnalysis& a, const scenario::Scenario& s) {
-  const double factor = s.monitors.loss_explosion_factor;
-  if (!(factor > 0)) return;
-  std::map<int64_t, const StepRecord*> first;
-  for (const auto& st : a.steps) {
-    const auto [it, inserted] = first.emplace(st.run, &st);
-    const StepRecord& f0 = *it->second;
-    if (inserted || !std::isfinite(st.loss) || !std::isfinite(f0.loss) || !(f0.loss > 0)) continue;
-    if (!(st.loss > factor * f0.loss)) continue;
-    Failure& f = a.failure;
-    a.outcome = scenario::Outcome::kDiverged;
-    f.klass = kLossExploded;
-    f.step = st.step;
-    f.run = st.run;
-    const std::string times = fixed(st.loss / f0.loss, 0) + "×";
-    f.message = "the loss exploded at step " + std::to_string(st.step) + ": " + significant(st.loss) + ", " +
-                times + " its first step's " + significant(f0.loss) + " (finite: diverged without a NaN)";
-    f.evidence.push_back("loss " + significant(f0.loss) + " at step " + std::to_string(f0.step) + " → " +
-                         significant(st.loss) + " at step " + std::to_string(st.step) + " (run " +
-                         std::to_string(st.run) + "): " + times + ", above " +
-                         DBH_SCENARIO_KEY(monitors.loss_explosion_factor) + " " + significant(factor));
-    f.evidence.push_back("the learning rate at that step: " + significant(st.lr) +
-                         (st.grad_norm ? ", the gradient norm " + significant(*st.grad_norm) : std::string()));
-    return;
-  }
-}
-
 // Note [Updates that change nothing]: a run whose optimizer applied a
 // learning rate of 0 at every step, or whose every gradient was exactly 0,
 // never changed its weights, however short it is (the loss-falling check
@@ -377,8 +339,59 @@ void judge_evaluation(TrialAnalysis& a, const scenario::Scenario& s) {
 
 }  // namespace
 
+// Note [A loss that explodes has diverged]
+// A learning rate far too large need not reach NaN: with batch norm after
+// every convolution the weights' scale no longer matters to the forward
+// pass, so DBNet trained at 10⁴ times its rate runs on with a loss of 10¹⁴,
+// finite at every step, and "passed" would be a lie an engineer would never
+// tell. A finite loss above monitors.loss_explosion_factor times its run's
+// first step's loss (1000 by default: three orders of magnitude, which no
+// schedule or hard batch explains) fails the run as diverged, class
+// `loss_exploded`, at the first step above. Judged by the supervisor from
+// step_end, so every worker that reports its loss gets it, and before the
+// other judgements: a run that diverged is not also "not learning". A run
+// whose loss exploded and later became non-finite is the same divergence,
+// seen first at the explosion: so a prefix of the run and the whole run name
+// the same class and step (what `bisect steps` compares).
+void judge_loss_explosion(const scenario::Scenario& s, TrialAnalysis& a) {
+  const double factor = s.monitors.loss_explosion_factor;
+  if (!(factor > 0)) return;
+  // A non-finite finding stands unless the loss exploded at an earlier step
+  // of its run: then the explosion is where the divergence shows first.
+  const bool nonfinite = a.outcome == scenario::Outcome::kDiverged;
+  std::map<int64_t, const StepRecord*> first;
+  for (const auto& st : a.steps) {
+    const auto [it, inserted] = first.emplace(st.run, &st);
+    const StepRecord& f0 = *it->second;
+    if (inserted || !std::isfinite(st.loss) || !std::isfinite(f0.loss) || !(f0.loss > 0)) continue;
+    if (!(st.loss > factor * f0.loss)) continue;
+    Failure& f = a.failure;
+    if (nonfinite && (f.run.value_or(st.run) != st.run || !f.step || *f.step <= st.step)) return;
+    Failure exploded;
+    exploded.klass = kLossExploded;
+    exploded.step = st.step;
+    exploded.run = st.run;
+    const std::string times = fixed(st.loss / f0.loss, 0) + "×";
+    exploded.message = "the loss exploded at step " + std::to_string(st.step) + ": " + significant(st.loss) + ", " +
+                       times + " its first step's " + significant(f0.loss) +
+                       (nonfinite ? " (finite there; non-finite from step " + std::to_string(*f.step) + ")"
+                                  : std::string(" (finite: diverged without a NaN)"));
+    exploded.evidence.push_back("loss " + significant(f0.loss) + " at step " + std::to_string(f0.step) + " → " +
+                                significant(st.loss) + " at step " + std::to_string(st.step) + " (run " +
+                                std::to_string(st.run) + "): " + times + ", above " +
+                                DBH_SCENARIO_KEY(monitors.loss_explosion_factor) + " " + significant(factor));
+    exploded.evidence.push_back("the learning rate at that step: " + significant(st.lr) +
+                                (st.grad_norm ? ", the gradient norm " + significant(*st.grad_norm) : std::string()));
+    if (nonfinite) exploded.evidence.push_back("then, at step " + std::to_string(*f.step) + ": " + f.message);
+    exploded.secondary = f.secondary;
+    f = std::move(exploded);
+    a.outcome = scenario::Outcome::kDiverged;
+    return;
+  }
+}
+
 void judge_passed_run(const ClassifyOptions& opts, const scenario::Scenario& s, TrialAnalysis& a) {
-  judge_loss_explosion(a, s);
+  judge_loss_explosion(s, a);
   if (a.outcome == scenario::Outcome::kPassed) judge_leaks(opts, a);
   if (a.outcome == scenario::Outcome::kPassed) judge_evaluation(a, s);
   if (a.outcome == scenario::Outcome::kPassed) judge_frozen_updates(a, s);

@@ -13,4 +13,10 @@ namespace dbh::harness::supervisor {
 /// that fails sets `a`'s outcome and failure; a run none fails stays passed.
 void judge_passed_run(const ClassifyOptions& opts, const scenario::Scenario& s, TrialAnalysis& a);
 
+/// Note [A loss that explodes has diverged]: a passed run whose finite loss
+/// rose above monitors.loss_explosion_factor times its run's first step's,
+/// or a non-finite divergence whose loss did so at an earlier step, fails as
+/// `loss_exploded` at that step (the non-finite finding kept as evidence).
+void judge_loss_explosion(const scenario::Scenario& s, TrialAnalysis& a);
+
 }  // namespace dbh::harness::supervisor

@@ -86,6 +86,16 @@ TEST(BisectTest, StepsOfAnExplodedLossReplaysFromStepZero) {
   EXPECT_NE(j.dump().find("replays start at step 0: `loss_exploded` is judged against the run's first step"),
             std::string::npos)
       << j.dump(1);
+  // At 10⁶ times the rate the loss explodes at step 1 and the gradients
+  // turn non-finite at step 2: one divergence, named at step 1 by the whole
+  // run and by every prefix alike, so the search is confident.
+  const auto nan = dbh({"bisect", "steps", s.string(), "train.lr=7000", "train.max_steps=8", "--reproductions", "1",
+                        "--out", (dir / "nan").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(nan.exit_code, 0) << nan.out << nan.err;
+  const auto k = read_json(dir / "nan" / "bisect.json");
+  EXPECT_EQ(k["result"]["class"], "loss_exploded") << k.dump(1);
+  EXPECT_EQ(k["result"]["step"], 1) << k.dump(1);
+  EXPECT_EQ(k["verdict"], "confident") << k.dump(1);
 }
 
 // Note [Cheap probes]: replays resume from the reproduction's checkpoints and

@@ -344,6 +344,57 @@ TEST(Classify, APassIsBelievedOnlyFromAHelloOfTheScenarioDbhPassed) {
       << b.failure.message;
 }
 
+// Note [A loss that explodes has diverged]: losses 1, 2, 3000 in one run:
+// a pass is diverged at step 2 (3000× the first step's loss); the key turns
+// it off; a run whose loss then turns non-finite at step 3 is the same
+// divergence, named where it showed first, the non-finite finding kept as
+// evidence; a non-finite value before any explosion stands.
+TEST(Classify, AFiniteLossThatExplodesHasDivergedWhereItShowsFirst) {
+  const auto trial = [](std::vector<double> losses, int64_t nonfinite_at) {
+    Stream st;
+    st.run_begin();
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const auto step = static_cast<int64_t>(i);
+      st.begin(step);
+      proto::StepEnd end;
+      end.step = step;
+      end.loss = losses[i];
+      end.lr = 0.5;
+      end.memory = {{"rss_bytes", 200 * kMiB}, {"peak_rss_bytes", 300 * kMiB}};
+      st.add(end);
+    }
+    if (nonfinite_at >= 0) {
+      st.begin(nonfinite_at).health("gradient", nonfinite_at, "decoder.fusion").done("diverged").exit(1);
+    } else {
+      st.run_end().done().exit(0);
+    }
+    return st;
+  };
+  auto exploded = trial({1.0, 2.0, 3000.0}, -1);
+  const auto a = Classify(exploded.result());
+  EXPECT_EQ(a.outcome, scenario::Outcome::kDiverged);
+  EXPECT_EQ(a.failure.klass, supervisor::kLossExploded);
+  EXPECT_EQ(a.failure.step, 2);
+  EXPECT_EQ(a.failure.message,
+            "the loss exploded at step 2: 3000, 3000× its first step's 1 (finite: diverged without a NaN)");
+  scenario::Scenario off;
+  off.monitors.loss_explosion_factor = 0;
+  EXPECT_EQ(Classify(exploded.result(), off).outcome, scenario::Outcome::kPassed);
+  EXPECT_EQ(Classify(trial({1.0, 2.0, 999.0}, -1).result()).outcome, scenario::Outcome::kPassed);
+
+  auto then_nan = trial({1.0, 2.0, 3000.0}, 3);
+  const auto b = Classify(then_nan.result());
+  EXPECT_EQ(b.outcome, scenario::Outcome::kDiverged);
+  EXPECT_EQ(b.failure.klass, supervisor::kLossExploded);
+  EXPECT_EQ(b.failure.step, 2);
+  EXPECT_NE(b.failure.message.find("(finite there; non-finite from step 3)"), std::string::npos) << b.failure.message;
+  EXPECT_NE(b.failure.evidence.back().find("then, at step 3: non-finite gradient"), std::string::npos)
+      << b.failure.evidence.back();
+  const auto c = Classify(trial({1.0, 2.0, 3.0}, 3).result());
+  EXPECT_EQ(c.failure.klass, "nonfinite_gradient");
+  EXPECT_EQ(c.failure.step, 3);
+}
+
 // What this machine lacks is said before training, never after a finding.
 TEST(Classify, AnUnavailableErrorAfterADivergenceIsNoSkip) {
   Stream st;
