@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measures dbh's performance on this machine and prints the table of the
-# README's "Performance" section (ratios side by side in one run, targets,
+# Measures dbh's performance on this machine and prints the table of
+# docs/performance.md (ratios side by side in one run, targets,
 # met/missed). Run it on an idle machine: other processes skew every number.
 #
 #   scripts/bench.sh [OUT_DIR]        (default build/bench; `./dev bench` runs this)

@@ -158,7 +158,7 @@ fi
 if wants python; then
   # Lightning, Hydra and Pillow pinned (requirements-python.txt), with the torch
   # pin as a constraint so pip never replaces it, and the adapter in python/
-  # (dbh_adapter: your own training under dbh, README "Your own training").
+  # (dbh_adapter: your own training under dbh, docs/own-training.md).
   if python_ready; then
     log "Python packages: lightning, hydra-core, pillow and dbh_adapter present in .venv"
   else

@@ -162,7 +162,7 @@ void set_base(const ScenarioFromCommandOptions& o, const fs::path& out, scenario
       }
     }
   }
-  // Relative to the file that names it (README "Scenarios"); on stdout the
+  // Relative to the file that names it (docs/scenarios.md); on stdout the
   // text has no place yet, so the path is absolute.
   const fs::path rel = out.empty() ? fs::path() : base.lexically_relative(out.parent_path());
   fo.include = rel.empty() ? base.string() : rel.string();

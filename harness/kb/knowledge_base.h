@@ -23,7 +23,7 @@ struct FailureClass {
   std::vector<std::string> causes;
   std::vector<std::string> resolutions;
   /// `silent: true`: the run stays finite but learns nothing or its metrics
-  /// miss (README "Silent failures"); diagnose asks whether the model learns.
+  /// miss (docs/scenarios.md, "Silent failures"); diagnose asks whether the model learns.
   bool silent = false;
   /// Resolutions dbh can try as control runs (`--verify-resolutions`): the
   /// 0-based resolution and the overrides that apply it. Values may be

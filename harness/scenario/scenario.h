@@ -150,7 +150,7 @@ struct MonitorConfig {
   /// This many evaluations in a row with h-mean 0, the last one at the end of
   /// the run, is a failure; 0 = off.
   int64_t hmean_zero_after = 0;
-  /// Silent-failure checks that are on (README "Silent failures"): `input`
+  /// Silent-failure checks that are on (docs/scenarios.md, "Silent failures"): `input`
   /// (black or saturated), `labels` (without text, or off the words),
   /// `predictions` (collapsed), `learning` (loss not decreasing). `silent:
   /// true` (the default) turns all on, `false` none, a list those named;

@@ -212,7 +212,7 @@ std::vector<KeySpec> build_table() {
       encoder(DBH_KEY(model.encoder), {"resnet18", "resnet34", "resnet50"},
               "ResNet encoder, with torchvision's module names."),
       one_of(DBH_KEY(model.decoder), model::decoder_kind_names(),
-             "The DB paper's FPN, or PANet-style path aggregation (README \"The model\")."),
+             "The DB paper's FPN, or PANet-style path aggregation (docs/model.md)."),
       number_above(DBH_KEY(model.k), 0.0, 1e6, "Amplification of the approximate binarization sigmoid(k·(P − T))."),
       path(DBH_KEY(model.weights),
            "Initial weights: a LibTorch weights file or dbh checkpoint; empty = random initialisation."),
@@ -259,7 +259,7 @@ std::vector<KeySpec> build_table() {
       one_of(DBH_KEY(train.precision), model::precision_names(),
              "fp16 and bf16 (AMP) run on CUDA only (a `worker.command` training decides for itself)."),
       auto_bool(DBH_KEY(train.channels_last),
-                "NHWC weights and input; `auto` is measured once per machine and setup (README \"The model\")."),
+                "NHWC weights and input; `auto` is measured once per machine and setup (docs/model.md)."),
       integer(DBH_KEY(train.seed), 0, kMax, "Seed of every random choice of the run."),
       auto_int(DBH_KEY(train.threads), TrainConfig::kAutoThreads, 1, 1024,
                "auto, 0 (all cores) or a number of threads up to 1024",
@@ -297,7 +297,7 @@ std::vector<KeySpec> build_table() {
       integer(DBH_KEY(monitors.hmean_zero_after), 0, 1000000,
               "This many evaluations in a row with h-mean 0, up to the end of the run, fail it; 0 = off."),
       checks(DBH_KEY(monitors.silent), {"input", "labels", "predictions", "learning"},
-             "Silent-failure checks that are on (README \"Silent failures\"): `true` all, `false` none."),
+             "Silent-failure checks that are on (docs/scenarios.md, \"Silent failures\"): `true` all, `false` none."),
       boolean(DBH_KEY(monitors.numerics),
               "Report every module's mean absolute output and gradient norm at every step (`dbh repeat --record`, "
               "`dbh qualify --reference`)."),
@@ -360,7 +360,7 @@ std::vector<KeySpec> build_table() {
       string_map(DBH_KEY(worker.keys),
                  "dbh key (of this table) → your configuration's key it is passed as (one word, in `worker.syntax` "
                  "or as `worker.written_as` spells it); `\"\"` = not passed; unset entries come from the "
-                 "Lightning/Hydra alias table (README \"Your own training\")."),
+                 "Lightning/Hydra alias table (docs/own-training.md)."),
       string_map(DBH_KEY(worker.overrides),
                  "Keys of your own configuration, passed to the command as dbh's keys are (`worker.syntax`); an "
                  "override of a key outside dbh's sections (`arch.width=64`) lands here."),
@@ -803,7 +803,7 @@ std::string scenario_keys_markdown() {
         "how it is written, its default and what it does. A key a scenario does not write keeps its default;\n"
         "a key written with nothing after it (`max_steps:`, `~`, `null`) is refused rather than read as its\n"
         "default. `key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and\n"
-        "`controls` are described in the README (\"Scenarios, trials and reports\"); an expectation written\n"
+        "`controls` are described in docs/scenarios.md; an expectation written\n"
         "`null` (`expect.step=null`) is unset.\n\n"
         "Booleans are also written `yes`/`no` or `on`/`off`; sizes take the units B, KB, MB, GB, TB, KiB, MiB,\n"
         "GiB and TiB (K, M and G are KiB, MiB and GiB). Relative paths are relative to the file that writes them\n"

@@ -3,7 +3,7 @@
     python tests/bench/table.py DIR      (DIR holds harness_*.json, loader_*.json, bisect_*.json)
 
 Every ratio is computed from numbers measured in the same benchmark run; with
-repetitions, from the medians. Used by scripts/bench.sh; the README's table
+repetitions, from the medians. Used by scripts/bench.sh; docs/performance.md's table
 is this script's output on the committed results. Exit status: 0 when every
 measured target is met, 1 when one is missed, 2 when results are missing.
 """

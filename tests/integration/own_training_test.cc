@@ -1,4 +1,4 @@
-// The user's own training under dbh (README "Your own training"): the
+// The user's own training under dbh (docs/own-training.md): the
 // Lightning + Hydra example in examples/lightning-dbnet, started by dbh
 // through docs/worker-protocol.md with the adapter in python/, run, repeated
 // and bisected through the real binary, as the built-in worker's tests do.
@@ -382,7 +382,7 @@ TEST_F(OwnTrainingTest, DiagnoseMarksWhatTheWorkerCannotServeNotApplicableAndDec
 // A plain PyTorch loop with its own JSON config and key names (dataset.root, loader.per_step, optim.step_size,
 // run.seed, run.updates, arch.*, objective.*), its own module names (stem, body.<k>, bridge, readout), a loader of
 // its own order (last file first) shuffled by its own generator in two worker processes, tuple batches without
-// names, and its own loss (README "Your own training").
+// names, and its own loss (docs/own-training.md).
 
 const std::string kRegions = kSource + "/examples/pytorch-regions";
 

@@ -155,15 +155,15 @@ TEST(EventList, DocsListEachTypedEventsFields) {
   ExpectDocumentedFields(done);
 }
 
-// The short lists in the README and the architecture page name only declared
+// The short lists in docs/scenarios.md and the architecture page name only declared
 // events and point at the full list.
-TEST(EventList, ReadmeAndArchitectureNameOnlyDeclaredEvents) {
+TEST(EventList, TheManualAndArchitectureNameOnlyDeclaredEvents) {
   struct Place {
     const char* file;
     const char* from;  // the list starts after this
     const char* to;    // and ends before this
   };
-  for (const Place& p : {Place{"/README.md", "stream on fd 3 (", "docs/events.md"},
+  for (const Place& p : {Place{"/docs/scenarios.md", "stream on fd 3 (", "docs/events.md"},
                          Place{"/docs/architecture.md", "The worker writes ", "docs/events.md"}}) {
     std::string text = testing::read_text(std::string(DBH_SOURCE_DIR) + p.file);
     for (char& c : text) c = c == '\n' ? ' ' : c;  // a list may wrap anywhere
