@@ -158,9 +158,12 @@ const std::vector<Entry>& table() {
        DBH_SCENARIO_KEY(train.precision),
        "32, 32-true, 16, 16-mixed, bf16 or bf16-mixed",
        [](const std::string& v) {
-         if (is_one_of(v, {"32", "32-true"})) return mapped("fp32");
-         if (is_one_of(v, {"16", "16-mixed"})) return mapped("fp16", "autocast with loss scaling, as 16-mixed");
-         if (is_one_of(v, {"bf16", "bf16-mixed"})) return mapped("bf16", "autocast, as bf16-mixed");
+         if (const LightningValue* p = lightning_value_of(lightning_precisions(), v)) {
+           const std::string dbh = p->dbh;
+           if (dbh == "fp16") return mapped(dbh, "autocast with loss scaling, as 16-mixed");
+           if (dbh == "bf16") return mapped(dbh, "autocast, as bf16-mixed");
+           return mapped(dbh);
+         }
          if (is_one_of(v,
                        {"64", "64-true", "16-true", "bf16-true", "transformer-engine", "transformer-engine-float16"})) {
            return unmapped("dbh keeps fp32 weights and trains in fp32 or with fp16/bf16 autocast");
@@ -206,8 +209,7 @@ const std::vector<Entry>& table() {
        "gpu, cuda or cpu",
        [](const std::string& v) {
          const std::string l = lower(v);
-         if (l == "gpu" || l == "cuda") return mapped("cuda");
-         if (l == "cpu") return mapped("cpu");
+         if (const LightningValue* a = lightning_value_of(lightning_accelerators(), l)) return mapped(a->dbh);
          if (l == "auto") return unmapped("auto picks the GPU when there is one; dbh needs the device named");
          if (is_one_of(l, {"tpu", "mps", "hpu", "ipu", "xla"})) return unmapped("dbh trains on CUDA or the CPU");
          return invalid();
@@ -308,6 +310,40 @@ std::string unquote(const std::string& v) {
 }
 
 }  // namespace
+
+const std::vector<LightningValue>& lightning_precisions() {
+  static const std::vector<LightningValue> kTable = {
+      {"fp32", "32-true", {"32"}},
+      {"fp16", "16-mixed", {"16"}},
+      {"bf16", "bf16-mixed", {"bf16"}},
+  };
+  return kTable;
+}
+
+const std::vector<LightningValue>& lightning_accelerators() {
+  static const std::vector<LightningValue> kTable = {
+      {"cpu", "cpu", {}},
+      {"cuda", "gpu", {"cuda"}},
+  };
+  return kTable;
+}
+
+const LightningValue* lightning_value_of(const std::vector<LightningValue>& table, const std::string& word) {
+  for (const LightningValue& v : table) {
+    if (word == v.passed) return &v;
+    for (const char* a : v.also) {
+      if (word == a) return &v;
+    }
+  }
+  return nullptr;
+}
+
+const LightningValue* lightning_value_for(const std::vector<LightningValue>& table, const std::string& dbh) {
+  for (const LightningValue& v : table) {
+    if (dbh == v.dbh) return &v;
+  }
+  return nullptr;
+}
 
 const std::vector<AliasDoc>& alias_docs() {
   static const std::vector<AliasDoc> kDocs = [] {

@@ -32,6 +32,31 @@ struct ImageSize {
 ImageSize parse_image_size(const std::string& where, const std::string& text);
 inline constexpr int64_t kMaxImageSize = 8192;
 
+/// One dbh value as Lightning writes it: the word dbh passes to a Lightning
+/// training, then every other word Lightning takes for the same thing.
+struct LightningValue {
+  const char* dbh;                        // dbh's value: fp32, fp16, bf16; cpu, cuda
+  const char* passed;                     // Lightning's spelling, the one dbh passes
+  std::vector<const char*> also;          // the other spellings read as it
+};
+
+// Note [Lightning's values, once]: `trainer.precision` and
+// `trainer.accelerator` are written one way in Lightning and another in dbh.
+// These two tables are the one source of the mapping for the alias table
+// (overrides and from-command), the user-configuration mapping (a `hello`'s
+// config), the worker contract (what dbh passes) and the adapter
+// (python/dbh_adapter/lightning.py's `_PRECISION`, which a unit test renders
+// from the table and finds there).
+const std::vector<LightningValue>& lightning_precisions();
+const std::vector<LightningValue>& lightning_accelerators();
+
+/// The row of `table` that `word` spells (its `passed` or one of `also`), or
+/// nullptr.
+const LightningValue* lightning_value_of(const std::vector<LightningValue>& table, const std::string& word);
+
+/// The row of `table` for dbh's value `dbh`, or nullptr.
+const LightningValue* lightning_value_for(const std::vector<LightningValue>& table, const std::string& dbh);
+
 /// What one Lightning/Hydra `key=value` means for a dbh scenario.
 struct AliasTranslation {
   enum class Kind {

@@ -102,17 +102,14 @@ const std::vector<Shape>& shapes() {
       {DBH_SCENARIO_KEY(train.precision), {"precision"}, false,
        [](const nlohmann::json& v, const std::vector<std::string>&) -> nlohmann::json {
          const std::string t = v.is_string() ? v.get<std::string>() : v.is_number_integer() ? v.dump() : "";
-         if (t == "32" || t == "32-true") return "fp32";
-         if (t == "16" || t == "16-mixed") return "fp16";
-         if (t == "bf16" || t == "bf16-mixed") return "bf16";
-         return nullptr;
+         const LightningValue* p = lightning_value_of(lightning_precisions(), t);
+         return p != nullptr ? nlohmann::json(p->dbh) : nlohmann::json(nullptr);
        }},
       {DBH_SCENARIO_KEY(hardware.device), {"accelerator"}, false,
        [](const nlohmann::json& v, const std::vector<std::string>&) -> nlohmann::json {
-         const std::string t = v.is_string() ? v.get<std::string>() : "";
-         if (t == "cpu") return "cpu";
-         if (t == "gpu" || t == "cuda") return "cuda";
-         return nullptr;
+         const LightningValue* a =
+             lightning_value_of(lightning_accelerators(), v.is_string() ? v.get<std::string>() : "");
+         return a != nullptr ? nlohmann::json(a->dbh) : nlohmann::json(nullptr);
        }},
   };
   return kShapes;

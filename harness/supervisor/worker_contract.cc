@@ -110,11 +110,12 @@ std::string some_of(const std::vector<std::string>& words, size_t n, const std::
 // dbh's value of `key` as a Lightning/Hydra command line writes it.
 std::string user_value(const std::string& key, const scenario::Scenario& s) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
-    if (s.train.precision == model::Precision::kFp16) return "16-mixed";
-    if (s.train.precision == model::Precision::kBf16) return "bf16-mixed";
-    return "32-true";
+    return scenario::lightning_value_for(scenario::lightning_precisions(), model::to_string(s.train.precision))->passed;
   }
-  if (key == DBH_SCENARIO_KEY(hardware.device)) return s.hardware.device.rfind("cuda", 0) == 0 ? "gpu" : "cpu";
+  if (key == DBH_SCENARIO_KEY(hardware.device)) {
+    const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
+    return scenario::lightning_value_for(scenario::lightning_accelerators(), cuda ? "cuda" : "cpu")->passed;
+  }
   const scenario::KeySpec* k = scenario::find_scenario_key(key);
   if (k == nullptr) return "";
   const auto j = scenario::key_json(*k, s);

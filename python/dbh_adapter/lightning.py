@@ -38,7 +38,8 @@ else:
         from pytorch_lightning.callbacks import Callback
     _VERSION = getattr(_lightning, "__version__", "")
 
-# trainer.precision's spellings of dbh's train.precision.
+# trainer.precision's spellings of dbh's train.precision, the one dbh passes first: dbh's table
+# (lightning_precisions() in harness/scenario/aliases.cc) rendered; a C++ unit test keeps them equal.
 _PRECISION = {"fp32": ("32-true", "32"), "fp16": ("16-mixed", "16"), "bf16": ("bf16-mixed", "bf16")}
 
 

@@ -1,14 +1,17 @@
-"""The constants the adapter shares with dbh's C++ side (_protocol.py) are the
-ones the C++ sources declare: this test reads them (a regular expression over
-each declaration) and fails when either side changes alone."""
+"""The constants the adapter shares with dbh's C++ side (the protocol's names and
+numbers, the bounds dbh reads a worker's events within) are the ones the C++
+sources declare: this test reads them (a regular expression over each
+declaration) and fails when either side changes alone."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from dbh_adapter import _config, _data, _events, _numerics, _parser
 from dbh_adapter import _protocol as contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,14 +37,21 @@ def _string_constant(text: str, name: str) -> str:
     return m.group(1)
 
 
-@pytest.mark.parametrize(("python", "relative", "cpp"), [
-    ("PROTOCOL_VERSION", "harness/supervisor/worker_contract.h", "kWorkerProtocolVersion"),
-    ("EVENT_SCHEMA_VERSION", "harness/proto/events.h", "kEventSchemaVersion"),
-    ("SUPERVISOR_GONE_EXIT", "harness/proto/worker_link.h", "kSupervisorGoneExit"),
-    ("SCALER_SKIP_LIMIT", "harness/proto/event_types.h", "kScalerSkipLimit"),
+@pytest.mark.parametrize(("module", "python", "relative", "cpp"), [
+    (contract, "PROTOCOL_VERSION", "harness/supervisor/worker_contract.h", "kWorkerProtocolVersion"),
+    (contract, "EVENT_SCHEMA_VERSION", "harness/proto/events.h", "kEventSchemaVersion"),
+    (contract, "SUPERVISOR_GONE_EXIT", "harness/proto/worker_link.h", "kSupervisorGoneExit"),
+    (contract, "SCALER_SKIP_LIMIT", "harness/proto/event_types.h", "kScalerSkipLimit"),
+    # The bounds dbh reads a worker's events within, which the adapter keeps.
+    (_config, "MAX_KEYS", "harness/proto/event_types.h", "kMaxConfigKeys"),
+    (_config, "MAX_TEXT", "harness/proto/event_types.h", "kMaxConfigValueBytes"),
+    (_numerics, "MAX_MODULES", "harness/proto/event_types.h", "kMaxNumericsModules"),
+    (_data, "NAME_CHARS", "harness/supervisor/outcome.h", "kMaxSampleNameBytes"),
+    (_events, "MAX_EVENT_DEPTH", "harness/proto/events.h", "kMaxEventDepth"),
+    (_parser, "MAX_OPTIONS", "harness/scenario/command_syntax.h", "kMaxParserOptions"),
 ])
-def test_numbers_match_the_cpp_side(python: str, relative: str, cpp: str) -> None:
-    assert getattr(contract, python) == _int_constant(relative, cpp)
+def test_numbers_match_the_cpp_side(module: ModuleType, python: str, relative: str, cpp: str) -> None:
+    assert getattr(module, python) == _int_constant(relative, cpp), f"{module.__name__}.{python} != {relative}: {cpp}"
 
 
 def test_environment_variables_match_the_cpp_side() -> None:

@@ -12,6 +12,7 @@
 
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
+#include "harness/scenario/aliases.h"
 #include "harness/scenario/fault_catalog.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
@@ -255,6 +256,46 @@ TEST(WorkerProtocol, ThePythonAdapterSpellsTheSameNames) {
     ++n;
   }
   EXPECT_GT(n, 3);
+}
+
+// Note [Lightning's values, once]: every dbh precision and device has one row;
+// the alias table reads every spelling of a row as its dbh value; the worker
+// contract passes the row's own spelling; and the adapter's `_PRECISION` is
+// the table, rendered.
+TEST(WorkerProtocol, LightningsValuesHaveOneSourceOnBothSides) {
+  const auto& precisions = scenario::lightning_precisions();
+  for (const std::string& name : model::precision_names()) {
+    ASSERT_NE(scenario::lightning_value_for(precisions, name), nullptr) << name << " has no Lightning spelling";
+  }
+  const std::pair<const char*, const std::vector<scenario::LightningValue>*> tables[] = {
+      {"trainer.precision", &precisions}, {"trainer.accelerator", &scenario::lightning_accelerators()}};
+  for (const auto& [alias, table] : tables) {
+    for (const scenario::LightningValue& row : *table) {
+      std::vector<const char*> spellings = {row.passed};
+      spellings.insert(spellings.end(), row.also.begin(), row.also.end());
+      for (const char* word : spellings) {
+        const auto t = scenario::translate_alias(alias, word);
+        ASSERT_TRUE(t.has_value()) << alias;
+        EXPECT_EQ(t->value, row.dbh) << alias << "=" << word;
+      }
+    }
+  }
+  for (const scenario::LightningValue& row : precisions) {
+    scenario::Scenario s;
+    s.worker.command = {"python", "train.py"};
+    s.train.precision = model::precision_from_string(row.dbh);
+    const auto argv = supervisor::external_trial_spec(s, "/r.json", "/tmp/t", 0).argv;
+    EXPECT_EQ(std::count(argv.begin(), argv.end(), std::string("trainer.precision=") + row.passed), 1) << row.dbh;
+  }
+  std::string rendered = "_PRECISION = {";
+  for (const scenario::LightningValue& row : precisions) {
+    rendered += std::string(&row == &precisions.front() ? "" : ", ") + "\"" + row.dbh + "\": (\"" + row.passed + "\"";
+    for (const char* a : row.also) rendered += std::string(", \"") + a + "\"";
+    rendered += ")";
+  }
+  rendered += "}";
+  const std::string lightning = testing::read_text(std::string(DBH_SOURCE_DIR) + "/python/dbh_adapter/lightning.py");
+  EXPECT_NE(lightning.find(rendered), std::string::npos) << "python/dbh_adapter/lightning.py should hold " << rendered;
 }
 
 // The bounds both sides read: the adapter keeps its `hello` within dbh's
