@@ -89,6 +89,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       // A range or configuration can fail by learning too little as well as
       // by crashing (Note [Metric expectations in bisection]).
       prober->set_judge_metrics(o.kind == BisectKind::kRange);
+      prober->set_jobs(o.jobs);
     }
     if (!o.quiet) std::cout << "dbh bisect " << to_string(o.kind) << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
     Outputs result;

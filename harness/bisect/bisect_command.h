@@ -34,6 +34,9 @@ struct BisectOptions {
   bool keep_checkpoints = false;       // keep the reproduction's checkpoints after the search
   bool replay_from_start = false;      // steps, modules: write no checkpoints, replay every prefix from step 0
   bool quiet = false;
+  /// Probes at once (Note [Probes ahead, in parallel]): config and data run
+  /// each ddmin round's probes ahead, beside the search's own.
+  int64_t jobs = 0;  // 0: probe::default_jobs
   scenario::InputChecks checks;                  // what loading the scenario checks beyond its keys
 };
 

@@ -130,8 +130,11 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
                                     o.cache_dir, o.quiet, o.checks);
   prober->set_keep_checkpoints(o.keep_checkpoints);
   prober->set_judge_metrics(true);
+  prober->set_jobs(o.jobs);
+  const std::string bad_what = "bad configuration (all " + std::to_string(diffs.size()) + " differences)";
+  prober->run_ahead({{diffs, bad_what}});  // beside the good one
   const auto good_probe = prober->probe({}, "good configuration");
-  const auto bad_probe = prober->probe(diffs, "bad configuration (all " + std::to_string(diffs.size()) + " differences)");
+  const auto bad_probe = prober->probe(diffs, bad_what);
   out.rep = single_run(bad_probe, 1, bad_probe.verdict == probe::Verdict::kFail ? 1 : 0, pair.bad.model.decoder);
   if (good_probe.verdict != probe::Verdict::kPass || bad_probe.verdict != probe::Verdict::kFail || diffs.empty()) {
     out.summary = "expected the good configuration to pass and the bad one to fail, got " +
@@ -146,9 +149,16 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     return what.size() > 44 ? std::to_string(subset.size()) + " keys" : what;
   };
   std::vector<std::string> invalid_subsets;  // differences that are no scenario on their own
-  const auto r = ddmin(diffs.size(), [&](const std::vector<size_t>& idx) {
+  auto subset_of = [&](const std::vector<size_t>& idx) {
     std::vector<std::string> subset;
     for (size_t k : idx) subset.push_back(diffs[k]);
+    return subset;
+  };
+  const auto ahead = search.ahead([&](const std::vector<size_t>& idx) {
+    return std::make_pair(subset_of(idx), what_of(subset_of(idx)));
+  });
+  const auto r = ddmin(diffs.size(), [&](const std::vector<size_t>& idx) {
+    const std::vector<std::string> subset = subset_of(idx);
     try {
       return search.verdict(subset, what_of(subset), /*fresh=*/false);
     } catch (const ScenarioError& e) {
@@ -158,7 +168,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
       if (invalid_subsets.size() < 8) invalid_subsets.push_back(what_of(subset) + ": " + one_line(e.what()));
       return probe::Verdict::kUnknown;
     }
-  });
+  }, ahead);
   for (const auto& s : invalid_subsets) {
     out.details.push_back("not a valid configuration, so undecidable: " + s);
   }
@@ -173,7 +183,11 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
     return out;
   }
   // Confirm with fresh probes: the minimal difference fails, the good
-  // configuration passes.
+  // configuration passes (the second ahead, beside the first).
+  if (out.rep.per_probe == 1) {
+    prober->run_ahead({{{}, "re-check: good configuration"}}, probe::Prober::Own::kNotInList,
+                      probe::Prober::Fresh::kYes);
+  }
   const bool minimal_fails = search.verdict(minimal, "re-check: " + what_of(minimal), /*fresh=*/true) == probe::Verdict::kFail;
   if (!minimal_fails) out.doubts.push_back("re-check: the minimal difference did not fail the same way");
   const bool good_passes = search.verdict({}, "re-check: good configuration", /*fresh=*/true) == probe::Verdict::kPass;

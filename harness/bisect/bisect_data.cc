@@ -384,11 +384,18 @@ MinimalSubset minimal_subset(Search& search, const SamplePool& pool, const super
                           ", but training on it alone does not fail the same way: searching the samples read");
   }
   const std::vector<int64_t>& consumed = pool.consumed;
-  const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
+  auto subset_of = [&](const std::vector<size_t>& idx) {
     std::vector<int64_t> subset;
     for (size_t k : idx) subset.push_back(consumed[k]);
-    return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+    return subset;
+  };
+  const auto ahead = search.ahead([&](const std::vector<size_t>& idx) {
+    return std::make_pair(overrides(subset_of(idx)), subset_label("", subset_of(idx)));
   });
+  const auto r = ddmin(consumed.size(), [&](const std::vector<size_t>& idx) {
+    const std::vector<int64_t> subset = subset_of(idx);
+    return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
+  }, ahead);
   for (size_t k : r.minimal) m.samples.push_back(consumed[k]);
   m.reproduced = r.reproduced;
   return m;

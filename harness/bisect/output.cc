@@ -54,6 +54,7 @@ ojson probes_json(const probe::Prober& prober) {
                  {"seconds", p.seconds},
                  {"cached", p.cached},
                  {"fresh", p.fresh},
+                 {"parallel", p.parallel},
                  {"steps_run", steps_run(p)},
                  {"resumed_from", resumed ? ojson(*resumed) : ojson(nullptr)},
                  {"hash", p.hash},
@@ -101,9 +102,15 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
                        {"failed_differently", o.rep.different}, {"failure", o.rep.sig.text()}};
   j["probes"] = probes_json(prober);
   int64_t fresh = 0;
-  for (const auto& p : prober.history()) fresh += p.cached ? 0 : 1;
+  int64_t parallel = 0;
+  for (const auto& p : prober.history()) {
+    fresh += p.cached ? 0 : 1;
+    parallel += p.parallel ? 1 : 0;
+  }
   j["probe_count"] = prober.history().size();
   j["fresh_probes"] = fresh;
+  j["jobs"] = prober.jobs();
+  j["parallel_probes"] = parallel;  // of the fresh ones: run ahead, beside an earlier probe
   // Note [Cheap probes]: replays resume from the reproduction's checkpoints.
   const StepCost cost = step_cost(prober);
   const bool replays = o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules;
@@ -145,7 +152,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
        << (p.analysis.failure.klass.empty() ? "" : " " + markdown_inline(p.analysis.failure.klass)) << " | "
        << (p.analysis.failure.step ? std::to_string(*p.analysis.failure.step) : "-") << " | "
        << (p.analysis.failure.module.empty() ? "-" : markdown_inline(p.analysis.failure.module)) << " | " << std::fixed
-       << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "") << " |\n";
+       << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.parallel ? " (ran ahead)" : p.fresh ? " (fresh)" : "") << " |\n";
   }
   if (replays) {
     md << "\nSteps: replayed " << cost.steps << " steps in " << cost.run << " probes (from step 0 it would have been "
@@ -166,7 +173,8 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
     for (const auto& d : o.doubts) std::cout << "  - " << terminal_text(d) << "\n";
   }
   std::cout << "probes: " << prober.history().size() << " (" << fresh << " run, "
-            << prober.history().size() - static_cast<size_t>(fresh) << " cached) in " << std::fixed
+            << prober.history().size() - static_cast<size_t>(fresh) << " cached"
+            << (parallel > 0 ? ", " + std::to_string(parallel) + " of them ahead in parallel" : "") << ") in " << std::fixed
             << std::setprecision(1) << seconds << " s; confidence " << std::setprecision(3) << o.confidence
             << " (" << verdict << ")"
             << "\nreport: " << (out / "bisect.md").string() << "\nrepro:  " << o.repro << std::endl;

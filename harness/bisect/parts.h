@@ -14,15 +14,18 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/bisect/bisect_command.h"
+#include "harness/bisect/search.h"
 #include "harness/probe/probe.h"
 
 namespace dbh::harness::bisect {
@@ -104,6 +107,9 @@ double confidence(const Reproduction& r, int64_t pass_verdicts);
 
 /// The probes of one search, judged against the failure being bisected, with
 /// what they showed per configuration (for the mixed-evidence check).
+/// The probe a subset of a ddmin stands for: its overrides and its label.
+using ProbeOf = std::function<std::pair<std::vector<std::string>, std::string>(const std::vector<size_t>&)>;
+
 class Search {
  public:
   Search(probe::Prober& prober, const Reproduction& rep, Signature sig) : prober_(prober), rep_(rep), sig_(std::move(sig)) {}
@@ -117,6 +123,12 @@ class Search {
   /// although the failure reproduced every time: evidence of flakiness the
   /// reproduction runs did not show.
   std::vector<std::string> contradictions() const;
+  /// A ddmin hint that starts each round's probes ahead, beside the one the
+  /// search runs itself (Note [Probes ahead, in parallel] in probe/probe.h),
+  /// when the Prober has jobs to spare and each verdict is one cached probe
+  /// (a deterministic failure: a flaky one's repetitions run fresh); else
+  /// none.
+  Upcoming ahead(ProbeOf probe_of) const;
   int64_t passes() const { return passes_; }
   const std::vector<std::string>& notes() const { return notes_; }
   const Signature& sig() const { return sig_; }

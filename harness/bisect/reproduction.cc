@@ -237,6 +237,15 @@ double confidence(const Reproduction& r, int64_t pass_verdicts) {
   return std::pow(1.0 - miss, static_cast<double>(pass_verdicts));
 }
 
+Upcoming Search::ahead(ProbeOf probe_of) const {
+  if (prober_.jobs() <= 1 || rep_.per_probe > 1) return nullptr;
+  return [&prober = prober_, probe_of = std::move(probe_of)](const std::vector<std::vector<size_t>>& subsets) {
+    std::vector<std::pair<std::vector<std::string>, std::string>> upcoming;
+    for (const auto& subset : subsets) upcoming.push_back(probe_of(subset));
+    prober.run_ahead(upcoming, probe::Prober::Own::kFirstInList);
+  };
+}
+
 probe::Verdict Search::verdict(const std::vector<std::string>& extra, const std::string& what, bool fresh,
                        probe::ProbeResult* last) {
   const int64_t k = rep_.per_probe;

@@ -71,9 +71,28 @@ std::vector<std::vector<size_t>> split(const std::vector<size_t>& items, size_t 
   }
   return parts;
 }
+
+// The parts of one round and, past granularity 2, their complements: what
+// the round tests, in order, until one fails.
+std::vector<std::vector<size_t>> round_of(const std::vector<std::vector<size_t>>& parts, size_t granularity) {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& part : parts) {
+    if (!part.empty()) out.push_back(part);
+  }
+  if (granularity <= 2) return out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::vector<size_t> complement;
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (j != i) complement.insert(complement.end(), parts[j].begin(), parts[j].end());
+    }
+    out.push_back(complement);
+  }
+  return out;
+}
 }  // namespace
 
-DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test) {
+DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test,
+                  const Upcoming& ahead) {
   DdminResult r;
   std::vector<size_t> current(n);
   for (size_t i = 0; i < n; ++i) current[i] = i;
@@ -81,6 +100,11 @@ DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector
     ++r.probes;
     return test(s);
   };
+  if (ahead) {
+    auto first = round_of(split(current, 2), 2);
+    first.insert(first.begin(), current);
+    if (n >= 2) ahead(first);
+  }
   if (probe(current) != probe::Verdict::kFail) {
     r.reproduced = false;
     r.minimal = current;
@@ -90,6 +114,7 @@ DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector
   while (current.size() >= 2) {
     granularity = std::min(granularity, current.size());
     const auto parts = split(current, granularity);
+    if (ahead) ahead(round_of(parts, granularity));
     bool reduced = false;
     // Try each part alone.
     for (const auto& part : parts) {

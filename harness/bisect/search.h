@@ -36,7 +36,15 @@ struct DdminResult {
   int64_t probes = 0;
   bool reproduced = true;  // false when the full set did not fail
 };
-DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test);
+/// `ahead`, when given, hears before each round the subsets the round will
+/// test, in the order it tests them until one fails (the whole set with the
+/// first round's halves; then each round's parts and, past granularity 2,
+/// its complements), so a caller can start them in parallel (Note [Probes
+/// ahead, in parallel] in probe/probe.h). It changes nothing of what is
+/// tested or decided.
+using Upcoming = std::function<void(const std::vector<std::vector<size_t>>&)>;
+DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector<size_t>&)>& test,
+                  const Upcoming& ahead = nullptr);
 
 /// Repetitions a probe needs so that a failure reproducing with probability
 /// `rate` per trial is missed with probability at most `alpha`:

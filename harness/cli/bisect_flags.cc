@@ -91,6 +91,10 @@ Command add_bisect(CLI::App& app) {
   cmd->add_flag("--keep-checkpoints", bo.keep_checkpoints, "Keep the reproduction's checkpoints after the search");
   cmd->add_flag("--replay-from-start", bo.replay_from_start,
                 "steps, modules: write no checkpoints and replay every prefix from step 0");
+  cmd->add_option("-j,--jobs", bo.jobs,
+                  "config, data: probes at once; each ddmin round's probes run ahead in processes of their own, "
+                  "with the same answer as one at a time (default 0: one on a GPU, else one per two CPUs, at most 4)")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}));
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   return {cmd, [s] {
             read_bisect_words(s->args, s->options);

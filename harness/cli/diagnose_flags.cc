@@ -21,6 +21,11 @@ Command add_diagnose(CLI::App& app) {
   cmd->add_option("--out", s->options.out, "Output folder");
   cmd->add_option("--cache", s->options.cache_dir, "Probe cache folder");
   cmd->add_flag("-q,--quiet", s->options.quiet, "Print only the conclusion");
+  cmd->add_option("-j,--jobs", s->options.jobs,
+                  "Probes at once: the ladder's rungs and the follow-up bisection's probes run ahead in processes "
+                  "of their own, with the same conclusion as one at a time (default 0: one on a GPU, else one "
+                  "per two CPUs, at most 4)")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}));
   cmd->add_option("--max-probes", s->options.max_probes,
                   "Run at most N probes beyond the ladder's own rungs, those that can separate the leading "
                   "hypotheses first (default: every one that applies)")

@@ -92,6 +92,7 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   b.out = (out / ("bisect-" + to_string(b.kind))).string();
   b.cache_dir = cache;
   b.quiet = o.quiet;
+  b.jobs = o.jobs;
   b.checks = o.checks;
   if (!o.quiet) {
     std::vector<std::string> command = {self_command(), "bisect", to_string(b.kind)};
@@ -156,6 +157,8 @@ struct Diagnosis {
   std::vector<supervisor::ResolutionCheck> resolution_checks;
   std::string emulated;  // why the ranking is an emulation's, "" for a real failure
   size_t probe_count = 0;
+  int64_t jobs = 1;
+  int64_t parallel_probes = 0;  // of the ladder's own probes: run ahead (Note [Probes ahead, in parallel])
   double seconds = 0;
 
   std::string repro_command() const { return shell_command({self_command(), "run", (out / "repro.yaml").string()}); }
@@ -262,6 +265,8 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["bisect"] = d.bisect_verdict;
   j["cause"] = d.cause.empty() ? ojson(nullptr) : ojson(d.cause);
   j["probe_count"] = d.probe_count;
+  j["jobs"] = d.jobs;
+  j["parallel_probes"] = d.parallel_probes;
   j["seconds"] = d.seconds;
   j["repro_scenario"] = d.fails ? ojson((d.out / "repro.yaml").string()) : ojson(nullptr);
   return j;
@@ -417,7 +422,7 @@ RateSearch run_variants(const DiagnoseOptions& o, const scenario::Scenario& s, c
     order_to_decide(variants, conclude_ladder(ladder_of({&rungs}, failure.failure.klass, false,
                                                         s.data.source == scenario::DataSource::kReal)));
   }
-  for (auto& r : variants) run_rung(prober, r, &budget);
+  run_rungs(prober, variants, &budget);
   return search_learning_rate(prober, s, failure, configured_rate(o), &budget);
 }
 
@@ -457,12 +462,13 @@ int diagnose_command(const DiagnoseOptions& o) {
     claim.emplace(out, "diagnose " + fs::absolute(o.scenario).lexically_normal().string(),
                   OutputDir::Reuse::kContinue);
     probe::Prober prober(o.scenario, o.overrides, out.string(), cache, o.quiet, o.checks);
+    prober.set_jobs(o.jobs);
     const bool real = s.data.source == scenario::DataSource::kReal;
     if (!o.quiet) std::cout << "dbh diagnose " << one_line(s.name) << " (" << s.hardware.device << ")" << std::endl;
 
     std::vector<Rung> rungs = ladder_rungs(s);
     for (const auto& note : supervisor::check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
-    for (auto& r : rungs) run_rung(prober, r);
+    run_rungs(prober, rungs);
     const Rung& full = rungs.back();  // the scenario as given
     const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
     std::vector<Rung> variants = variant_rungs(s);
@@ -488,7 +494,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const kb::FailureClass* full_kb = kb::KnowledgeBase::shipped().find(full_class);
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
-    for (auto& r : learning) run_rung(prober, r, &budget);
+    run_rungs(prober, learning, &budget);
     // Compute is done: what the rungs showed, judged by one pure function.
     Ladder ladder =
         ladder_of({&rungs, &without, &variants, &rates.rungs, &learning}, fails ? full_class : "", silent, real);
@@ -551,6 +557,8 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.resolution_checks = resolution_checks;
     d.emulated = emulated;
     d.probe_count = prober.history().size();
+    d.jobs = prober.jobs();
+    for (const auto& p : prober.history()) d.parallel_probes += p.parallel ? 1 : 0;
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_diagnosis(d);
     std::cout << diagnosis_summary(d) << std::flush;

@@ -16,6 +16,7 @@ struct DiagnoseOptions {
   std::string out;
   std::string cache_dir;
   bool quiet = false;
+  int64_t jobs = 0;  // --jobs: probes at once (Note [Probes ahead, in parallel]); 0: probe::default_jobs
   int64_t max_probes = 0;  // --max-probes: the budget beyond the ladder (rungs.h ProbeBudget); 0: none
   scenario::InputChecks checks;  // what loading the scenario checks beyond its keys
 };

@@ -1,6 +1,7 @@
 #include "harness/diagnose/rungs.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iomanip>
 #include <sstream>
 
@@ -140,24 +141,35 @@ void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now) {
   std::stable_partition(rungs.begin(), rungs.end(), speaks);
 }
 
-void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
-  if (!r.applies.empty()) return;
+// Why `r` cannot run here, "" when it can: it does not apply, is no valid
+// scenario, or its worker lacks what it needs (`blocked`).
+std::string cannot_run(probe::Prober& prober, const Rung& r, bool* blocked) {
+  *blocked = false;
+  if (!r.applies.empty()) return r.applies;
   try {
     const scenario::Scenario rs = prober.load(r.overrides);
     if (const auto cap = supervisor::missing_capability(rs)) {
-      r.blocked = true;
-      r.applies = "the worker does not serve `" + *cap + "`";
-      return;
+      *blocked = true;
+      return "the worker does not serve `" + *cap + "`";
     }
     // Note [Keys that never reach the worker]: a rung whose change the
     // worker never receives would only run the scenario as given again.
     if (std::string why = supervisor::overrides_not_passed(rs, r.overrides); !why.empty()) {
-      r.blocked = true;
-      r.applies = std::move(why);
-      return;
+      *blocked = true;
+      return why;
     }
   } catch (const ScenarioError& e) {
-    r.applies = "not a valid scenario here: " + one_line(e.what());
+    return "not a valid scenario here: " + one_line(e.what());
+  }
+  return "";
+}
+
+void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
+  if (!r.applies.empty()) return;
+  bool blocked = false;
+  if (std::string why = cannot_run(prober, r, &blocked); !why.empty()) {
+    r.blocked = blocked;
+    r.applies = std::move(why);
     return;
   }
   if (budget != nullptr && budget->exhausted()) {
@@ -171,6 +183,25 @@ void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
   if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
     r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
     r.probe.analysis.failure.message = std::move(why);
+  }
+}
+
+void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* budget) {
+  for (size_t i = 0; i < rungs.size(); ++i) {
+    if (prober.jobs() > 1) {
+      // Note [Probes ahead, in parallel]: the rungs still to run that can,
+      // within what is left of the budget.
+      int64_t left = budget != nullptr && budget->max > 0 ? budget->max - budget->spent : INT64_MAX;
+      std::vector<std::pair<std::vector<std::string>, std::string>> upcoming;
+      for (size_t k = i; k < rungs.size() && left > 0; ++k) {
+        bool blocked = false;
+        if (!cannot_run(prober, rungs[k], &blocked).empty()) continue;
+        upcoming.emplace_back(rungs[k].overrides, rungs[k].name);
+        --left;
+      }
+      prober.run_ahead(upcoming, probe::Prober::Own::kFirstInList);
+    }
+    run_rung(prober, rungs[i], budget);
   }
 }
 

@@ -63,6 +63,10 @@ struct ProbeBudget {
 /// n/a with the reason), then checks it against what its trial did. With a
 /// `budget`, a rung past it is n/a and blocked, and one that runs counts.
 void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget = nullptr);
+/// run_rung on each of `rungs` in order; with jobs to spare, the ones after
+/// it that can run start ahead (Note [Probes ahead, in parallel] in
+/// probe/probe.h), within the budget: the same rungs, the same results.
+void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* budget = nullptr);
 
 // Note [The next probe chosen to decide]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -82,6 +82,7 @@ Prober::Prober(std::string scenario_path, std::vector<std::string> base_override
 
 Prober::~Prober() {
   try {
+    end_ahead();
     if (!keep_checkpoints_) release_checkpoints();
     if (!session_dir_.empty()) fs::remove(fs::path(session_dir_) / kSessionRunning);
   } catch (const std::exception&) {
@@ -273,6 +274,7 @@ int64_t Prober::release_checkpoints() {
 void Prober::stop_if_requested(const ProbeResult* in_flight) {
   const int sig = supervisor::stop_requested();
   if (sig == 0) return;
+  if (ahead_slot_ > 0) throw supervisor::Interrupted(sig);  // a process ahead: its Prober records the stop
   const supervisor::Interrupted stop(sig);
   nlohmann::ordered_json j;
   j["schema_version"] = 1;
@@ -366,7 +368,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   p.overrides = extra;
   p.hash = scenario::scenario_hash(s);
   const InputManifest inputs = input_manifest(s);
-  p.key = probe_key(inputs) + (judge_metrics_ ? "-metrics" : "");
+  p.key = key_of(inputs);
   // Note [The training's code is an input]: inputs that could not all be
   // listed are never answered from the cache, nor stored in it.
   const bool cacheable = inputs.not_cacheable.empty();
@@ -377,7 +379,14 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   }
   p.fresh = !use_cache;
   const fs::path cache_file = fs::path(cache_dir_) / (p.key + ".json");
-  if (use_cache) {
+  // Note [Probes ahead, in parallel]: run by a process ahead, answered from
+  // what it stored.
+  if (std::string dir; !keep_checkpoints && wait_ahead(ahead_key(p.key, !use_cache), what, &dir) &&
+                       load_summary(cache_file, p.key, &p)) {
+    p.parallel = true;
+    p.dir = dir;
+  }
+  if (use_cache && !p.parallel) {
     if (const auto it = cache_.find(p.key); it != cache_.end()) {
       p.analysis = it->second.analysis;
       p.seconds = it->second.seconds;
@@ -387,8 +396,10 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
       p.cached = true;
     }
   }
-  if (!p.cached) {
-    p.dir = (fs::path(session_dir()) / ("probe-" + std::to_string(p.index))).string();
+  if (!p.cached && !p.parallel) {
+    p.dir = (fs::path(session_dir()) /
+             (ahead_slot_ > 0 ? "ahead-" + std::to_string(ahead_slot_) : "probe-" + std::to_string(p.index)))
+                .string();
     const auto t0 = std::chrono::steady_clock::now();
     // Note [A probe never runs in silence].
     const int64_t steps_total = s.train.last_step();
@@ -400,7 +411,8 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
       if (e.type == proto::event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
       line->show(probe_progress(p.index, what, steps_done, steps_total, line->seconds()));
     };
-    supervisor::ScenarioTrial t = supervisor::run_classified_trial(s, p.dir, 1000 + p.index, false, on_event);
+    supervisor::ScenarioTrial t = supervisor::run_classified_trial(s, p.dir, ahead_slot_ > 0 ? 5000 + ahead_slot_ : 1000 + p.index,
+                                                                   false, on_event);
     if (line) line->finish();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A worker that filled the disk may have had no room left to say so
@@ -430,7 +442,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   // An undecided trial (the harness could not tell) is no answer to reuse.
   if (!p.cached && p.verdict != Verdict::kUnknown && cacheable) {
     cache_[p.key] = p;
-    store(p, cache_file.string());
+    if (!p.parallel) store(p, cache_file.string());
   }
   history_.push_back(p);
   if (!quiet_) {
@@ -440,7 +452,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
     if (!p.analysis.failure.klass.empty()) line << " " << p.analysis.failure.klass;
     if (p.analysis.failure.step) line << " @step " << *p.analysis.failure.step;
     line << "  " << std::fixed << std::setprecision(1) << p.seconds << " s"
-         << (p.cached ? " (cached)" : p.fresh ? " (fresh)" : "");
+         << (p.cached ? " (cached)" : p.parallel ? " (ran ahead)" : p.fresh ? " (fresh)" : "");
     std::cout << line.str() << std::endl;
   }
   // The search's first trial is its question (the reproduction, the full
@@ -448,6 +460,10 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   // built on it would be made of trials that never ran.
   if (history_.size() == 1 && p.analysis.outcome == scenario::Outcome::kSkipped) throw NotRunHere(p.analysis.failure.message);
   return p;
+}
+
+std::string Prober::key_of(const InputManifest& inputs) const {
+  return probe_key(inputs) + (judge_metrics_ ? "-metrics" : "");
 }
 
 ProbeResult Prober::probe(const std::vector<std::string>& extra, const std::string& what) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <functional>
@@ -31,6 +32,9 @@ struct ProbeResult {
   std::string dir;     // the trial's folder ("" when cached)
   /// When cached from a probe of this session: that probe's folder.
   std::string cached_from;
+  /// Run ahead, in a process of its own, while earlier probes ran (Note
+  /// [Probes ahead, in parallel]): `dir` is its folder.
+  bool parallel = false;
 };
 
 /// Whether a failed probe failed before training: no step ended and no step
@@ -141,6 +145,37 @@ class Prober {
   /// `<out_dir>/interrupted.json` and throws Interrupted.
   void stop_if_requested(const ProbeResult* in_flight = nullptr);
 
+  /// Note [Probes ahead, in parallel]: a search that knows which probes it
+  /// will ask for next, in order (the halves of a ddmin round after the one
+  /// it runs itself), hands them to run_ahead; up to `jobs - 1` of them that
+  /// the caches do not hold start at once, each in a process of its own
+  /// (forked before the caller's own trial starts, so the caller's trial
+  /// counts them as its own children, never as adopted ones to end), with
+  /// their own folders (`ahead-<n>`) and trial numbers, quiet. Each stores
+  /// its result in the disk cache as any probe does. When the search then
+  /// asks for one of them, `probe` waits for its process and answers from
+  /// what it stored (`parallel` in the result), so the search decides in the
+  /// same order and on the same results as with one job: only the waiting
+  /// is shorter. A probe that must run fresh, one whose inputs cannot be
+  /// cached, or a Prober without a disk cache never runs ahead. A probe
+  /// ahead that fails to store (it stopped, it found an infrastructure
+  /// failure) leaves nothing: the search then runs it as usual. The Prober's
+  /// end stops every one still running (TERM, as a stop request: each ends
+  /// its own trial's process group; then KILL), and each also ends when the
+  /// Prober's process dies (PR_SET_PDEATHSIG).
+  /// `jobs` 0: default_jobs(the probes' scenario).
+  void set_jobs(int64_t jobs);
+  int64_t jobs() const { return jobs_; }
+  /// `upcoming`: the probes the search will ask for, in order; with
+  /// Own::kFirstInList the first of them the caches do not answer is the
+  /// search's own next probe, so not run ahead.
+  /// With Fresh::kYes they run fresh (both caches bypassed) and answer the
+  /// search's fresh requests (re-checks, confirmations).
+  enum class Own { kNotInList, kFirstInList };
+  enum class Fresh { kNo, kYes };
+  void run_ahead(const std::vector<std::pair<std::vector<std::string>, std::string>>& upcoming,
+                 Own own = Own::kNotInList, Fresh fresh = Fresh::kNo);
+
   /// Keep the reproduction's checkpoints after the Prober is gone.
   void set_keep_checkpoints(bool keep) { keep_checkpoints_ = keep; }
   /// Counts a trial that ends well but misses the scenario's metric
@@ -179,6 +214,20 @@ class Prober {
   bool keep_checkpoints_ = false;
   bool judge_metrics_ = false;
   void release_abandoned_sessions();
+  // Probes ahead (ahead.cc): running ones by cache key.
+  struct Ahead {
+    int pid = 0;
+    std::string dir;
+  };
+  std::map<std::string, Ahead> ahead_;
+  int64_t jobs_ = 1;
+  int64_t ahead_started_ = 0;
+  int64_t ahead_slot_ = 0;  // in a process run ahead: its number (its folder and trial number)
+  bool wait_ahead(const std::string& key, const std::string& what, std::string* dir);
+  std::string key_of(const InputManifest& inputs) const;
+  static std::string ahead_key(const std::string& key, bool fresh);
+  void end_ahead();
+  void reap_ahead();
 
   int64_t cache_cap_bytes_ = kDefaultProbeCacheBytes;
   std::vector<ProbeResult> history_;
@@ -189,6 +238,12 @@ class Prober {
 /// Removes the oldest `*.json` results from `cache_dir` until the folder's
 /// results take at most `cap_bytes`. Returns the number of files removed.
 int64_t trim_probe_cache(const std::string& cache_dir, int64_t cap_bytes);
+
+/// Probes at once when the command line does not say (`--jobs` 0): one on a
+/// GPU (two probes would share its memory and its time), else one per two of
+/// the CPUs this process may use (a trial's step uses two threads or more),
+/// at most 4.
+int64_t default_jobs(const scenario::Scenario& s);
 
 /// The frame of a search command (bisect, diagnose, qualify): installs the
 /// stop handlers (SIGINT, SIGTERM), runs `body`,

@@ -329,6 +329,68 @@ TEST(BisectTest, ConfigFindsThePlantedKey) {
   EXPECT_NE(html.find("<title>Bisection: config</title>"), std::string::npos) << html.substr(0, 2000);
 }
 
+// Note [Probes ahead, in parallel]: with two jobs each ddmin round's probes
+// run ahead, beside the search's own, and the search decides the same: the
+// same probes in the same order with the same outcomes, the same answer;
+// bisect.json says which ran ahead; no process of the search is left.
+TEST(BisectTest, ConfigWithTwoJobsRunsProbesAheadAndAnswersAsWithOne) {
+  const Dir dir("dbh-bisect-jobs");
+  const auto good = write(dir / "good.yaml", "include: " + base() + "\ntrain: {max_steps: 3}\n");
+  // Four differences, in key order data.batch_size, data.size, faults,
+  // train.seed; only the fault makes the run fail. The first half passes, so
+  // the second, run ahead beside it, is the one the search asks for next.
+  const auto bad = write(dir / "bad.yaml", "include: " + base() +
+                                                "\ntrain: {max_steps: 3, seed: 7}\ndata: {batch_size: 1, size: 96}\n"
+                                                "faults:\n  - {name: nan_input, at_step: 1}\n");
+  nlohmann::json j[2];
+  for (const int jobs : {1, 2}) {
+    const std::string n = std::to_string(jobs);
+    const auto r = dbh({"bisect", "config", "--good", good.string(), "--bad", bad.string(), "--reproductions", "1",
+                        "--jobs", n, "--out", (dir / ("out" + n)).string(), "--cache", (dir / ("cache" + n)).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    j[jobs - 1] = read_json(dir / ("out" + n) / "bisect.json");
+    EXPECT_EQ(j[jobs - 1]["jobs"], jobs);
+    if (jobs == 2) {
+      EXPECT_NE(r.out.find("started in parallel (--jobs 2)"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("(ran ahead)"), std::string::npos) << r.out;
+    }
+  }
+  EXPECT_EQ(j[0]["result"], j[1]["result"]) << j[1].dump(2);
+  EXPECT_EQ(j[0]["verdict"], "confident");
+  EXPECT_EQ(j[1]["verdict"], "confident");
+  ASSERT_EQ(j[0]["probes"].size(), j[1]["probes"].size()) << j[0]["probes"].dump(1) << j[1]["probes"].dump(1);
+  for (size_t i = 0; i < j[0]["probes"].size(); ++i) {
+    EXPECT_EQ(j[0]["probes"][i]["config"], j[1]["probes"][i]["config"]) << i;
+    EXPECT_EQ(j[0]["probes"][i]["outcome"], j[1]["probes"][i]["outcome"]) << i;
+    EXPECT_FALSE(j[0]["probes"][i]["parallel"].get<bool>()) << i;
+  }
+  EXPECT_EQ(j[0]["parallel_probes"], 0);
+  EXPECT_GE(j[1]["parallel_probes"], 1) << j[1]["probes"].dump(1);
+  // Every process the search started, ahead or not, has ended with it.
+  EXPECT_TRUE(testing::find_processes({(dir / "out2").string()}).empty());
+}
+
+// Note [Probes ahead, in parallel]: diagnose with two jobs runs the ladder's
+// rungs ahead and concludes as with one: the same rows, hypotheses,
+// conclusion and number of probes.
+TEST(BisectTest, DiagnoseWithTwoJobsConcludesAsWithOne) {
+  const Dir dir("dbh-diagnose-jobs");
+  const std::string scenario = std::string(DBH_SOURCE_DIR) + "/scenarios/seed-002-unstable-binarization.yaml";
+  nlohmann::json j[2];
+  for (const int jobs : {1, 2}) {
+    const std::string n = std::to_string(jobs);
+    const auto r = dbh({"diagnose", scenario, "--jobs", n, "--out", (dir / ("out" + n)).string(), "--cache",
+                        (dir / ("cache" + n)).string()});
+    ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // it fails, as the scenario says: diagnosed, not met
+    j[jobs - 1] = read_json(dir / ("out" + n) / "diagnosis.json");
+    if (jobs == 2) EXPECT_NE(r.out.find("(ran ahead)"), std::string::npos) << r.out;
+  }
+  for (const char* key : {"conclusion", "rows", "hypotheses", "tied", "cause", "probe_count"}) {
+    EXPECT_EQ(j[0][key], j[1][key]) << key;
+  }
+  EXPECT_TRUE(testing::find_processes({(dir / "out2").string()}).empty());
+}
+
 // Note [One divergence]: a huge learning rate diverges in decoder.fusion with
 // the FPN decoder and in encoder.layer4 with PAN; that is one failure, and
 // the learning rate alone is the answer, not both keys.

@@ -63,6 +63,38 @@ RC_GTEST_PROP(SearchProp, DdminResultFailsAndIsOneMinimal, ()) {
   }
 }
 
+// Note [Probes ahead, in parallel]: the hint changes nothing of what ddmin
+// tests or answers, and every subset it tests was announced by the last
+// hint, in the order it is tested (so the tested ones are a prefix of what a
+// caller started ahead, once the earlier ones are skipped).
+RC_GTEST_PROP(SearchProp, DdminAnnouncesEachRoundAndDecidesTheSame, ()) {
+  const auto n = *rc::gen::inRange<size_t>(1, 30);
+  auto culprits = *rc::gen::unique<std::vector<size_t>>(
+      *rc::gen::inRange<size_t>(1, std::min<size_t>(3, n) + 1), rc::gen::inRange<size_t>(0, n));
+  std::vector<std::vector<size_t>> tested_plain, tested_hinted, announced;
+  size_t next = 0;  // the next announced subset a test may be
+  auto fails_by = [&](std::vector<std::vector<size_t>>* tested, bool hinted) {
+    return [&, tested, hinted](const std::vector<size_t>& s) {
+      tested->push_back(s);
+      if (hinted) {
+        while (next < announced.size() && announced[next] != s) ++next;
+        RC_ASSERT(next < announced.size());  // announced before it was tested
+        ++next;
+      }
+      const std::set<size_t> have(s.begin(), s.end());
+      const bool all = std::all_of(culprits.begin(), culprits.end(), [&](size_t x) { return have.count(x) > 0; });
+      return all ? probe::Verdict::kFail : probe::Verdict::kPass;
+    };
+  };
+  const auto plain = bisect::ddmin(n, fails_by(&tested_plain, false));
+  const auto hinted = bisect::ddmin(n, fails_by(&tested_hinted, n >= 2), [&](const auto& upcoming) {
+    announced = upcoming;
+    next = 0;
+  });
+  RC_ASSERT(plain.minimal == hinted.minimal);
+  RC_ASSERT(tested_plain == tested_hinted);
+}
+
 TEST(SearchTest, DdminFindsASingleCulpritInFewProbes) {
   const auto r = bisect::ddmin(64, [](const std::vector<size_t>& s) {
     return std::find(s.begin(), s.end(), 37) != s.end() ? probe::Verdict::kFail : probe::Verdict::kPass;

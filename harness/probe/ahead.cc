@@ -1,0 +1,166 @@
+// Probes run ahead, each in a process of its own (Note [Probes ahead, in
+// parallel] in probe.h).
+#include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "harness/common/cpu.h"
+#include "harness/common/progress.h"
+#include "harness/common/text.h"
+#include "harness/probe/probe.h"
+#include "harness/supervisor/trial.h"
+
+namespace dbh::harness::probe {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ahead_progress(int64_t index, const std::string& what, double seconds) {
+  std::ostringstream line;
+  line << "  probe " << std::setw(2) << index << "  " << one_line(what) << "  running ahead: "
+       << static_cast<int64_t>(seconds) << " s";
+  return line.str();
+}
+
+}  // namespace
+
+int64_t default_jobs(const scenario::Scenario& s) {
+  if (s.hardware.device.rfind("cuda", 0) == 0) return 1;
+  return std::clamp<int64_t>(available_cores() / 2, 1, 4);
+}
+
+void Prober::set_jobs(int64_t jobs) {
+  if (jobs <= 0) {
+    try {
+      jobs = default_jobs(load({}));
+    } catch (const std::exception&) {
+      jobs = 1;  // the search's first probe says what is wrong with the scenario
+    }
+  }
+  jobs_ = std::max<int64_t>(1, jobs);
+}
+
+// A fresh probe ahead answers only a fresh request, a cached one a cached.
+std::string Prober::ahead_key(const std::string& key, bool fresh) { return fresh ? "fresh/" + key : key; }
+
+void Prober::run_ahead(const std::vector<std::pair<std::vector<std::string>, std::string>>& upcoming, Own own,
+                       Fresh fresh) {
+  if (jobs_ <= 1 || cache_dir_.empty() || ahead_slot_ > 0) return;
+  reap_ahead();
+  bool own_left = own == Own::kFirstInList;
+  for (const auto& [extra, what] : upcoming) {
+    if (static_cast<int64_t>(ahead_.size()) >= jobs_ - 1) return;
+    stop_if_requested(nullptr);
+    std::optional<scenario::Scenario> s;
+    try {
+      s = load(extra);
+    } catch (const std::exception&) {
+      continue;  // no configuration: the search says so when it asks for it
+    }
+    const InputManifest inputs = input_manifest(*s);
+    if (!inputs.not_cacheable.empty()) return;  // nothing a process ahead could hand back
+    const std::string key = ahead_key(key_of(inputs), fresh == Fresh::kYes);
+    if (ahead_.count(key) > 0) continue;
+    if (fresh == Fresh::kNo && (cache_.count(key) > 0 || fs::exists(fs::path(cache_dir_) / (key + ".json")))) continue;
+    if (own_left) {  // the first the caches do not answer: the search runs it itself, next
+      own_left = false;
+      continue;
+    }
+    const int64_t slot = ++ahead_started_;
+    const std::string dir = (fs::path(session_dir()) / ("ahead-" + std::to_string(slot))).string();
+    std::cout.flush();
+    std::cerr.flush();
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) return;  // no process to spare: the search runs it itself
+    if (pid == 0) {
+      // The process ahead: quiet, its own folder and trial number, gone
+      // with the Prober's process.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      int code = 1;
+      try {
+        quiet_ = true;
+        ahead_slot_ = slot;
+        ahead_.clear();
+        run(extra, what, /*use_cache=*/fresh == Fresh::kNo, /*keep_checkpoints=*/false);
+        code = 0;
+      } catch (...) {
+        code = 1;  // nothing stored: the search runs it itself
+      }
+      std::cout.flush();
+      std::cerr.flush();
+      _exit(code);
+    }
+    ahead_[key] = {pid, dir};
+    if (!quiet_) std::cout << "  ahead     " << one_line(what) << "  started in parallel (--jobs " << jobs_ << ")\n";
+  }
+}
+
+// Reaps the processes ahead that ended (their results are in the disk
+// cache, or nothing is), so that their places go to the next round's.
+void Prober::reap_ahead() {
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    const pid_t r = waitpid(it->second.pid, nullptr, WNOHANG);
+    it = r == it->second.pid || (r < 0 && errno == ECHILD) ? ahead_.erase(it) : std::next(it);
+  }
+}
+
+// Waits for the process ahead that runs `key`; true when it stored its
+// result. A stop request ends the wait (the Prober's end stops the process).
+bool Prober::wait_ahead(const std::string& key, const std::string& what, std::string* dir) {
+  const auto it = ahead_.find(key);
+  if (it == ahead_.end()) return false;
+  const Ahead a = it->second;
+  *dir = a.dir;
+  std::optional<ProgressLine> line;
+  if (!quiet_) line.emplace(std::cout, isatty(STDOUT_FILENO) != 0, 0.0);
+  int status = 0;
+  while (true) {
+    const pid_t r = waitpid(a.pid, &status, WNOHANG);
+    if (r == a.pid) break;
+    if (r < 0 && errno != EINTR) {
+      status = -1;
+      break;
+    }
+    stop_if_requested(nullptr);
+    if (line) line->show(ahead_progress(static_cast<int64_t>(history_.size()) + 1, what, line->seconds()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (line) line->finish();
+  ahead_.erase(key);
+  return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Stops every process still running ahead: TERM (a stop request: it ends
+// its trial's process group), then KILL after the grace, and reaps each.
+void Prober::end_ahead() {
+  if (ahead_slot_ > 0) return;
+  for (const auto& [key, a] : ahead_) kill(a.pid, SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (const auto& [key, a] : ahead_) {
+    while (waitpid(a.pid, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        kill(a.pid, SIGKILL);
+        waitpid(a.pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ahead_.clear();
+}
+
+}  // namespace dbh::harness::probe
