@@ -169,6 +169,7 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
       return probe::Verdict::kUnknown;
     }
   }, ahead);
+  search.nothing_ahead();
   for (const auto& s : invalid_subsets) {
     out.details.push_back("not a valid configuration, so undecidable: " + s);
   }

@@ -396,6 +396,7 @@ MinimalSubset minimal_subset(Search& search, const SamplePool& pool, const super
     const std::vector<int64_t> subset = subset_of(idx);
     return search.verdict(overrides(subset), subset_label("", subset), /*fresh=*/false);
   }, ahead);
+  search.nothing_ahead();
   for (size_t k : r.minimal) m.samples.push_back(consumed[k]);
   m.reproduced = r.reproduced;
   return m;

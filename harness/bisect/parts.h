@@ -129,6 +129,8 @@ class Search {
   /// (a deterministic failure: a flaky one's repetitions run fresh); else
   /// none.
   Upcoming ahead(ProbeOf probe_of) const;
+  /// Stops the probes run ahead that the search did not need (after a ddmin).
+  void nothing_ahead() const { prober_.run_ahead({}); }
   int64_t passes() const { return passes_; }
   const std::vector<std::string>& notes() const { return notes_; }
   const Signature& sig() const { return sig_; }

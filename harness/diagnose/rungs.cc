@@ -233,20 +233,35 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
   out.floor = search.floor();
   out.floor_is_configured = configured > 0 && configured < s.train.lr && search.floor() == configured;
   int unchanged = 0;  // decades in a row whose failure is the scenario's, at its step
+  const auto rung_of = [&](double rate) {
+    const std::string text = number_text(rate);
+    return Rung{RungId::kLowerLearningRate,
+                "Learning rate " + text + " (" + number_text(s.train.lr / rate) + "× lower)",
+                "learning rate",
+                {scenario::override_text(DBH_SCENARIO_KEY(train.lr), text), "controls=[]"},
+                "",
+                {},
+                false,
+                rate};
+  };
   while (const auto rate = search.next()) {
     if (unchanged >= 3) {
       out.reached_floor = true;  // 1000 times lower changed nothing: the rate is not what fails
       break;
     }
-    const std::string text = number_text(*rate);
-    Rung r{RungId::kLowerLearningRate,
-           "Learning rate " + text + " (" + number_text(s.train.lr / *rate) + "× lower)",
-           "learning rate",
-           {scenario::override_text(DBH_SCENARIO_KEY(train.lr), text), "controls=[]"},
-           "",
-           {},
-           false,
-           *rate};
+    Rung r = rung_of(*rate);
+    // Note [Probes ahead, in parallel]: after this rate (which may run ahead
+    // already), the rate the search asks for next if this one fails, then
+    // the one if it trains, ahead (within the budget).
+    if (prober.jobs() > 1 && (budget == nullptr || budget->max == 0 || budget->max - budget->spent >= 2)) {
+      std::vector<std::pair<std::vector<std::string>, std::string>> upcoming = {{r.overrides, r.name}};
+      for (const auto result : {RateTry::Result::kFails, RateTry::Result::kTrains}) {
+        LearningRateSearch then = search;
+        then.record(*rate, result);
+        if (const auto after = then.next()) upcoming.emplace_back(rung_of(*after).overrides, rung_of(*after).name);
+      }
+      prober.run_ahead(upcoming, probe::Prober::Own::kFirstInList);
+    }
     run_rung(prober, r, budget);
     if (!r.ran && r.blocked && budget != nullptr && budget->exhausted()) {
       out.rungs.push_back(std::move(r));  // the rate that would have been next, not run
@@ -264,6 +279,7 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
                     : 0;
     out.rungs.push_back(std::move(r));
   }
+  prober.run_ahead({});  // the rates guessed ahead that the search did not need
   out.reached_floor = out.reached_floor || search.reached_floor();
   return out;
 }

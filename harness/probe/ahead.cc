@@ -59,25 +59,41 @@ void Prober::run_ahead(const std::vector<std::pair<std::vector<std::string>, std
                        Fresh fresh) {
   if (jobs_ <= 1 || cache_dir_.empty() || ahead_slot_ > 0) return;
   reap_ahead();
-  bool own_left = own == Own::kFirstInList;
+  // The keys of `upcoming`, in order ("" for one that is no scenario).
+  std::vector<std::string> keys;
   for (const auto& [extra, what] : upcoming) {
-    if (static_cast<int64_t>(ahead_.size()) >= jobs_ - 1) return;
     stop_if_requested(nullptr);
-    std::optional<scenario::Scenario> s;
     try {
-      s = load(extra);
+      const InputManifest inputs = input_manifest(load(extra));
+      if (!inputs.not_cacheable.empty()) return;  // nothing a process ahead could hand back
+      keys.push_back(ahead_key(key_of(inputs), fresh == Fresh::kYes));
     } catch (const std::exception&) {
-      continue;  // no configuration: the search says so when it asks for it
+      keys.emplace_back();  // no configuration: the search says so when it asks for it
     }
-    const InputManifest inputs = input_manifest(*s);
-    if (!inputs.not_cacheable.empty()) return;  // nothing a process ahead could hand back
-    const std::string key = ahead_key(key_of(inputs), fresh == Fresh::kYes);
-    if (ahead_.count(key) > 0) continue;
+  }
+  // What runs ahead and is not upcoming any more, the search has passed by:
+  // it stops (not waited for here), and its place goes to what is upcoming.
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    if (std::find(keys.begin(), keys.end(), it->first) != keys.end()) {
+      ++it;
+      continue;
+    }
+    kill(it->second.pid, SIGTERM);
+    stopping_.push_back(it->second.pid);
+    it = ahead_.erase(it);
+  }
+  bool own_left = own == Own::kFirstInList;
+  for (size_t i = 0; i < upcoming.size(); ++i) {
+    if (static_cast<int64_t>(ahead_.size()) >= jobs_ - 1) return;
+    const auto& [extra, what] = upcoming[i];
+    const std::string& key = keys[i];
+    if (key.empty()) continue;
     if (fresh == Fresh::kNo && (cache_.count(key) > 0 || fs::exists(fs::path(cache_dir_) / (key + ".json")))) continue;
-    if (own_left) {  // the first the caches do not answer: the search runs it itself, next
+    if (own_left) {  // the first the caches do not answer: the search asks for it next (it may run ahead already)
       own_left = false;
       continue;
     }
+    if (ahead_.count(key) > 0) continue;
     const int64_t slot = ++ahead_started_;
     const std::string dir = (fs::path(session_dir()) / ("ahead-" + std::to_string(slot))).string();
     std::cout.flush();
@@ -116,6 +132,12 @@ void Prober::reap_ahead() {
     const pid_t r = waitpid(it->second.pid, nullptr, WNOHANG);
     it = r == it->second.pid || (r < 0 && errno == ECHILD) ? ahead_.erase(it) : std::next(it);
   }
+  stopping_.erase(std::remove_if(stopping_.begin(), stopping_.end(),
+                                 [](int pid) {
+                                   const pid_t r = waitpid(pid, nullptr, WNOHANG);
+                                   return r == pid || (r < 0 && errno == ECHILD);
+                                 }),
+                  stopping_.end());
 }
 
 // Waits for the process ahead that runs `key`; true when it stored its
@@ -148,19 +170,23 @@ bool Prober::wait_ahead(const std::string& key, const std::string& what, std::st
 // its trial's process group), then KILL after the grace, and reaps each.
 void Prober::end_ahead() {
   if (ahead_slot_ > 0) return;
-  for (const auto& [key, a] : ahead_) kill(a.pid, SIGTERM);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   for (const auto& [key, a] : ahead_) {
-    while (waitpid(a.pid, nullptr, WNOHANG) == 0) {
+    kill(a.pid, SIGTERM);
+    stopping_.push_back(a.pid);
+  }
+  ahead_.clear();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (const int pid : stopping_) {
+    while (waitpid(pid, nullptr, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > until) {
-        kill(a.pid, SIGKILL);
-        waitpid(a.pid, nullptr, 0);
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  ahead_.clear();
+  stopping_.clear();
 }
 
 }  // namespace dbh::harness::probe

@@ -166,7 +166,9 @@ class Prober {
   /// `jobs` 0: default_jobs(the probes' scenario).
   void set_jobs(int64_t jobs);
   int64_t jobs() const { return jobs_; }
-  /// `upcoming`: the probes the search will ask for, in order; with
+  /// `upcoming`: the probes the search will ask for, in order (a probe
+  /// running ahead that is no longer among them is stopped: the search has
+  /// passed it by); with
   /// Own::kFirstInList the first of them the caches do not answer is the
   /// search's own next probe, so not run ahead.
   /// With Fresh::kYes they run fresh (both caches bypassed) and answer the
@@ -220,6 +222,7 @@ class Prober {
     std::string dir;
   };
   std::map<std::string, Ahead> ahead_;
+  std::vector<int> stopping_;  // processes ahead the search passed by, stopped, not yet reaped
   int64_t jobs_ = 1;
   int64_t ahead_started_ = 0;
   int64_t ahead_slot_ = 0;  // in a process run ahead: its number (its folder and trial number)
