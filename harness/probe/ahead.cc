@@ -129,7 +129,9 @@ void Prober::run_ahead(const std::vector<std::pair<std::vector<std::string>, std
 // cache, or nothing is), so that their places go to the next round's.
 void Prober::reap_ahead() {
   for (auto it = ahead_.begin(); it != ahead_.end();) {
-    const pid_t r = waitpid(it->second.pid, nullptr, WNOHANG);
+    int status = 0;
+    const pid_t r = waitpid(it->second.pid, &status, WNOHANG);
+    if (r == it->second.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) ran_ahead_[it->first] = it->second.dir;
     it = r == it->second.pid || (r < 0 && errno == ECHILD) ? ahead_.erase(it) : std::next(it);
   }
   stopping_.erase(std::remove_if(stopping_.begin(), stopping_.end(),
@@ -143,6 +145,11 @@ void Prober::reap_ahead() {
 // Waits for the process ahead that runs `key`; true when it stored its
 // result. A stop request ends the wait (the Prober's end stops the process).
 bool Prober::wait_ahead(const std::string& key, const std::string& what, std::string* dir) {
+  if (const auto done = ran_ahead_.find(key); done != ran_ahead_.end()) {  // ended before the search asked
+    *dir = done->second;
+    ran_ahead_.erase(done);
+    return true;
+  }
   const auto it = ahead_.find(key);
   if (it == ahead_.end()) return false;
   const Ahead a = it->second;

@@ -223,6 +223,7 @@ class Prober {
   };
   std::map<std::string, Ahead> ahead_;
   std::vector<int> stopping_;  // processes ahead the search passed by, stopped, not yet reaped
+  std::map<std::string, std::string> ran_ahead_;  // ended and stored, not yet asked for: key -> folder
   int64_t jobs_ = 1;
   int64_t ahead_started_ = 0;
   int64_t ahead_slot_ = 0;  // in a process run ahead: its number (its folder and trial number)
