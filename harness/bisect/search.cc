@@ -114,30 +114,18 @@ DdminResult ddmin(size_t n, const std::function<probe::Verdict(const std::vector
   while (current.size() >= 2) {
     granularity = std::min(granularity, current.size());
     const auto parts = split(current, granularity);
-    if (ahead) ahead(round_of(parts, granularity));
+    // The round: each part alone, then (past granularity 2) each complement.
+    const auto round = round_of(parts, granularity);
+    if (ahead) ahead(round);
+    const size_t alone = static_cast<size_t>(
+        std::count_if(parts.begin(), parts.end(), [](const std::vector<size_t>& p) { return !p.empty(); }));
     bool reduced = false;
-    // Try each part alone.
-    for (const auto& part : parts) {
-      if (!part.empty() && probe(part) == probe::Verdict::kFail) {
-        current = part;
-        granularity = 2;
+    for (size_t i = 0; i < round.size(); ++i) {
+      if (probe(round[i]) == probe::Verdict::kFail) {
+        current = round[i];
+        granularity = i < alone ? 2 : std::max<size_t>(granularity - 1, 2);
         reduced = true;
         break;
-      }
-    }
-    if (!reduced && granularity > 2) {
-      // Try each complement.
-      for (size_t i = 0; i < parts.size(); ++i) {
-        std::vector<size_t> complement;
-        for (size_t j = 0; j < parts.size(); ++j) {
-          if (j != i) complement.insert(complement.end(), parts[j].begin(), parts[j].end());
-        }
-        if (probe(complement) == probe::Verdict::kFail) {
-          current = complement;
-          granularity = std::max<size_t>(granularity - 1, 2);
-          reduced = true;
-          break;
-        }
       }
     }
     if (!reduced) {

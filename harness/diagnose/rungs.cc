@@ -187,6 +187,12 @@ void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
 }
 
 void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* budget) {
+  // Which rungs can run at all, asked once (it loads each rung's scenario).
+  std::vector<bool> can_run(rungs.size(), false);
+  for (size_t k = 0; prober.jobs() > 1 && k < rungs.size(); ++k) {
+    bool blocked = false;
+    can_run[k] = cannot_run(prober, rungs[k], &blocked).empty();
+  }
   for (size_t i = 0; i < rungs.size(); ++i) {
     if (prober.jobs() > 1) {
       // Note [Probes ahead, in parallel]: the rungs still to run that can,
@@ -194,8 +200,7 @@ void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* bud
       int64_t left = budget != nullptr && budget->max > 0 ? budget->max - budget->spent : INT64_MAX;
       std::vector<std::pair<std::vector<std::string>, std::string>> upcoming;
       for (size_t k = i; k < rungs.size() && left > 0; ++k) {
-        bool blocked = false;
-        if (!cannot_run(prober, rungs[k], &blocked).empty()) continue;
+        if (!can_run[k]) continue;
         upcoming.emplace_back(rungs[k].overrides, rungs[k].name);
         --left;
       }
