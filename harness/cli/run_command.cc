@@ -316,7 +316,7 @@ std::string record_reference(const run::RunReport& r, const std::string& path) {
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   ref.recorded_at = when;
-  ref.side.runs = numerics::runs_of(trials);
+  ref.side.runs = numerics::runs_of(trials, r.scenario);
   ref.side.machine = numerics::machine_of(r.trials.front().analysis);
   // Note [The same state, step by step]: the first process's states, beside.
   std::vector<int64_t> steps;

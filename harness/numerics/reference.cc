@@ -146,6 +146,7 @@ ojson to_json(const Reference& r) {
     }
     ojson one = {{"checksum", run.checksum}};
     if (!run.variant.empty()) one["variant"] = run.variant;
+    if (run.channels_last) one["channels_last"] = *run.channels_last;
     one["steps"] = std::move(steps);
     runs.push_back(std::move(one));
   }
@@ -191,6 +192,10 @@ Reference reference_from_json(const json& j, const std::string& file) {
     RunNumbers rn;
     rn.checksum = text_at(run, "checksum");
     rn.variant = text_at(run, "variant").substr(0, 200);
+    if (const auto layout = run.find("channels_last"); layout != run.end()) {
+      if (!layout->is_boolean()) bad(file, where + ".channels_last", "true or false", *layout);
+      rn.channels_last = layout->get<bool>();
+    }
     for (size_t i = 0; i < steps->size(); ++i) {
       const json& st = (*steps)[i];
       const std::string at = where + ".steps." + std::to_string(i);
@@ -248,7 +253,8 @@ json machine_of(const supervisor::TrialAnalysis& a) {
   return m;
 }
 
-std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials) {
+std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials,
+                                const scenario::Scenario& s) {
   std::vector<RunNumbers> runs;
   for (const supervisor::TrialAnalysis* a : trials) {
     RunNumbers run;
@@ -258,6 +264,14 @@ std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysi
     }
     if (!a->run_checksums.empty()) run.checksum = a->run_checksums.front();
     run.variant = a->numerics_variant;
+    // Note [The layout, held to the reference's]: what the trial ran with,
+    // measured, cached or set (dbh's own worker only).
+    if (!s.worker.external()) run.channels_last = s.train.channels_last;
+    if (const json& t = a->tuning; t.is_object() && t.contains("channels_last") && t["channels_last"].is_object()) {
+      if (const auto v = t["channels_last"].find("value"); v != t["channels_last"].end() && v->is_boolean()) {
+        run.channels_last = v->get<bool>();
+      }
+    }
     runs.push_back(std::move(run));
   }
   return runs;
@@ -487,6 +501,11 @@ std::string verdict_line(const Comparison& c) {
   return "departs at step " + std::to_string(d.step) + ", first in the " + d.quantity + how + ": " +
          significant(d.here) + " here against " + significant(d.reference) + " in the reference, by " +
          scientific(d.by) + " (relative) where the noise is " + scientific(d.noise) + " (" + runs + ")";
+}
+
+std::optional<bool> layout_to_hold(const Reference& reference, bool layout_auto_here) {
+  if (!layout_auto_here || reference.side.runs.empty()) return std::nullopt;
+  return reference.side.runs.front().channels_last;
 }
 
 }  // namespace dbh::harness::numerics

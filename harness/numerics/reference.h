@@ -57,6 +57,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/proto/event_types.h"
+#include "harness/scenario/scenario.h"
 #include "harness/supervisor/outcome.h"
 #include "model/choices.h"
 
@@ -80,6 +81,10 @@ struct RunNumbers {
   std::vector<StepNumbers> steps;
   std::string checksum;  // the parameters' checksum at the run's end; "" when not reported
   std::string variant;   // how the process computed ("one intra-op thread"); "" when not said
+  /// Note [The layout, held to the reference's]: whether dbh's own worker
+  /// trained channels-last; nullopt: not said (an external worker, an
+  /// older reference).
+  std::optional<bool> channels_last;
 };
 
 /// What one machine measured: its repeats, and what it is.
@@ -112,8 +117,11 @@ Reference reference_from_json(const nlohmann::json& j, const std::string& file);
 /// with (its torch, device, threads, an external worker's own stack).
 nlohmann::json machine_of(const supervisor::TrialAnalysis& a);
 
-/// The numbers of `trials` (fresh processes of one scenario: each one's run 0).
-std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials);
+/// The numbers of `trials` (fresh processes of `s`: each one's run 0), and
+/// the layout each trained with: its measured choice, else the one `s` sets
+/// for dbh's own worker (Note [The layout, held to the reference's]).
+std::vector<RunNumbers> runs_of(const std::vector<const supervisor::TrialAnalysis*>& trials,
+                                const scenario::Scenario& s);
 
 /// How far apart two sides may be and still be the same training.
 struct Tolerance {
@@ -177,5 +185,27 @@ Comparison compare(const Side& reference, const Side& here, const Tolerance& tol
 /// The verdict in one line: "the same within the noise: …" or "departs at
 /// step k, first in …".
 std::string verdict_line(const Comparison& c);
+
+// Note [The layout, held to the reference's]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// dbh's own worker chooses its memory layout for speed where a scenario
+// leaves `train.channels_last` to `auto` (Note [Measured choices],
+// supervisor/tuning.h), and the choice is measured per setup: a reference
+// recorded with one thread and a run here with two are two setups, and a
+// measurement taken while other processes competed keeps PyTorch's default
+// for that command only. Channels-last convolutions sum in another order;
+// after the first optimizer step (Adam turns a rounding-sized gradient
+// into a full-sized update) the free trajectories part by several times
+// the spread the processes of one layout show, and the comparison would
+// blame the machine for dbh's own choice. So where the scenario here leaves
+// the layout to dbh, every process here trains with the layout the
+// reference's first run trained with (the run whose states the replays
+// start from), and the page says so. A layout the user set is the user's
+// training and is compared as it is.
+
+/// The layout the processes here hold to: the reference's first run's,
+/// where `layout_auto_here` (this side's scenario leaves it to dbh's own
+/// worker) and the reference says it; nullopt otherwise. Pure.
+std::optional<bool> layout_to_hold(const Reference& reference, bool layout_auto_here);
 
 }  // namespace dbh::harness::numerics

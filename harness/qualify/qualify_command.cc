@@ -196,6 +196,32 @@ numerics::Reference read_reference(const std::string& path) {
   return numerics::reference_from_json(j, path);
 }
 
+// What every process of the numerics half runs with besides the command's
+// overrides: the numbers measured, one process and run each, the
+// reference's steps, and (Note [The layout, held to the reference's]) the
+// reference's layout where dbh chooses it; `notes` says what was held.
+std::vector<std::string> numerics_overrides(const scenario::Scenario& source, int64_t steps,
+                                            const numerics::Reference& ref, std::vector<std::string>& notes) {
+  std::vector<std::string> extra = {
+      scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
+      scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
+      scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
+      "controls=[]",
+      scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
+      source.train.max_steps >= steps ? scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
+                                      : scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
+  // Note [The layout, held to the reference's].
+  if (const auto layout =
+          numerics::layout_to_hold(ref, !source.worker.external() && !source.train.channels_last.has_value())) {
+    extra.push_back(scenario::override_text(DBH_SCENARIO_KEY(train.channels_last), *layout ? "true" : "false"));
+    notes.push_back(std::string("the memory layout was held to the reference's (") +
+                    (*layout ? "channels-last" : "NCHW") +
+                    "): the scenario leaves it to dbh's measured choice (train.channels_last: auto), which is dbh's "
+                    "speed, not the training's numerics");
+  }
+  return extra;
+}
+
 // The numerics half (Note [A numerics reference]): the reference's steps
 // run here by processes that each compute another way (Note [Real
 // differences measure the noise]); with the reference's states, every step
@@ -232,14 +258,7 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
       notes.push_back("the worker does not serve `" + *cap + "`" + trajectories_only);
     }
   }
-  const std::vector<std::string> extra = {
-      scenario::override_text(DBH_SCENARIO_KEY(monitors.numerics), "true"),
-      scenario::override_text(DBH_SCENARIO_KEY(repeat.processes), "1"),
-      scenario::override_text(DBH_SCENARIO_KEY(repeat.in_process), "1"),
-      "controls=[]",
-      scenario::override_text(DBH_SCENARIO_KEY(expect.deterministic), "null"),
-      source.train.max_steps >= steps ? scenario::override_text(DBH_SCENARIO_KEY(train.stop_after), std::to_string(steps))
-                                      : scenario::override_text(DBH_SCENARIO_KEY(train.max_steps), std::to_string(steps))};
+  const std::vector<std::string> extra = numerics_overrides(source, steps, ref, notes);
   const int64_t free_runs = replay ? 1 : runs, replays = replay ? runs : 0;
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " against the reference " << one_line(o.reference) << " ("
@@ -284,8 +303,8 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
                        p.seconds, p.cached});
   }
   n.here.machine = numerics::machine_of(free.front().analysis);
-  n.here.runs = numerics::runs_of(analyses(free));
-  n.here.replays = numerics::runs_of(analyses(replayed));
+  n.here.runs = numerics::runs_of(analyses(free), source);
+  n.here.replays = numerics::runs_of(analyses(replayed), source);
   n.comparison = numerics::compare(ref.side, n.here, numerics::tolerance_for(source.train.precision));
   n.comparison.notes.insert(n.comparison.notes.end(), notes.begin(), notes.end());
   if (!ref.scenario.empty() && ref.scenario != source.name) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -452,6 +453,13 @@ void same_and_found(const std::string& scenario, const std::vector<std::string>&
     const auto j = read_json(dir / name / "qualification.json")["numerics"];
     EXPECT_TRUE(j["same"].get<bool>()) << name << ": " << j["verdict"];
     EXPECT_EQ(j["steps_from_same_state"], 6) << name;
+    // Note [The layout, held to the reference's]: where the scenario leaves
+    // the layout to dbh (ci-smoke), each side's measurement cannot part them.
+    const bool layout_auto = read_json(ref)["runs"][0].contains("channels_last") &&
+                             testing::read_text(s).find("channels_last: auto") != std::string::npos;
+    EXPECT_EQ(j["notes"].dump().find("the memory layout was held to the reference's") != std::string::npos,
+              layout_auto)
+        << name << ": " << j["notes"];
   }
   for (size_t step = 0; step < modules.size(); ++step) {
     const std::string out = (dir / ("planted-" + std::to_string(step))).string();
@@ -479,6 +487,40 @@ TEST(QualifyNumericsTest, TheTinyScenarioFindsAOnePercentChangeAtItsStepAndModul
 TEST(QualifyNumericsTest, TheRealDataScenarioFindsAOnePercentChangeAtItsStepAndModule) {
   same_and_found("ci-smoke.yaml", {}, {"head.thresh.up2", "decoder.fusion", "encoder.layer4", "decoder.lateral2",
                                        "encoder.layer1", "head.prob.conv"});
+}
+
+// Note [The layout, held to the reference's]: a reference recorded
+// channels-last, compared here from a scenario that leaves the layout to
+// dbh's measurement, is compared channels-last, and the page says so; a
+// layout the command sets is the user's and is compared as it is.
+TEST(QualifyNumericsTest, TheLayoutLeftToDbhIsHeldToTheReferences) {
+  const Dir dir("dbh-qualify-numerics-layout");
+  const auto s = numerics_scenario(dir);
+  const fs::path ref = recorded(dir, s, {"train.channels_last=true", "train.max_steps=2"});
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(read_json(ref)["runs"][0]["channels_last"], true);
+  const auto layouts = [](const fs::path& out) {
+    std::set<std::string> seen;
+    for (const auto& e : fs::recursive_directory_iterator(out)) {
+      if (e.path().filename() != "scenario.resolved.json") continue;
+      seen.insert(read_json(e.path())["train"]["channels_last"].dump());
+    }
+    return seen;
+  };
+  const auto held = dbh({"qualify", s.string(), "train.channels_last=auto", "train.max_steps=2", "--reference",
+                         ref.string(), "--out", (dir / "held").string(), "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_EQ(held.exit_code, 0) << held.out << held.err;
+  const auto j = read_json(dir / "held" / "qualification.json")["numerics"];
+  EXPECT_TRUE(j["same"].get<bool>()) << j["verdict"];
+  EXPECT_NE(j["notes"].dump().find("the memory layout was held to the reference's (channels-last)"), std::string::npos)
+      << j["notes"];
+  EXPECT_EQ(layouts(dir / "held"), std::set<std::string>{"true"});
+  const auto set = dbh({"qualify", s.string(), "train.channels_last=false", "train.max_steps=2", "--reference",
+                        ref.string(), "--out", (dir / "set").string(), "--cache", (dir / "cache").string(), "-q"});
+  EXPECT_NE(set.exit_code, 2) << set.out << set.err;
+  EXPECT_EQ(read_json(dir / "set" / "qualification.json")["numerics"]["notes"].dump().find("memory layout"),
+            std::string::npos);
+  EXPECT_EQ(layouts(dir / "set"), std::set<std::string>{"false"});
 }
 
 TEST(QualifyNumericsTest, ABadReferenceIsRefusedBeforeAnythingRuns) {

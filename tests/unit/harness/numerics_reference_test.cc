@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,7 @@ TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
   r.recorded_at = "2026-12-02T00:00:00Z";
   r.side = side({run_of(2), run_of(2)});
   r.side.runs[1].variant = "one intra-op thread";
+  r.side.runs[0].channels_last = true;
   r.side.machine = {{"cpu", "x"}};
   r.state_steps = {0, 1};
   const Reference back = reference_from_json(nlohmann::json::parse(to_json(r).dump()), "r.json");
@@ -217,6 +219,8 @@ TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
   EXPECT_EQ(back.side.runs[1].steps[1].modules[2].module, "m2");
   EXPECT_EQ(back.side.runs[1].variant, "one intra-op thread");
   EXPECT_EQ(back.state_steps, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(back.side.runs[0].channels_last, std::optional<bool>(true));
+  EXPECT_EQ(back.side.runs[1].channels_last, std::nullopt);
   const auto message = [](const std::string& text) {
     try {
       (void)reference_from_json(nlohmann::json::parse(text), "r.json");
@@ -235,6 +239,24 @@ TEST(NumericsReferenceTest, TheFileRoundTripsAndBadFilesNameTheKey) {
   EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "state_steps": [-1], "runs": [{"steps": []}]})")
                 .find("r.json: state_steps.0: expected a step index"),
             std::string::npos);
+  EXPECT_NE(message(R"({"format": "dbh-numerics-reference/1", "runs": [{"channels_last": 0, "steps": []}]})")
+                .find("r.json: runs.0.channels_last: expected true or false"),
+            std::string::npos);
+}
+
+// Note [The layout, held to the reference's]: the first run's layout, and
+// only where this side leaves the layout to dbh.
+TEST(NumericsReferenceTest, TheLayoutHeldIsTheFirstRunsWhereThisSideLeavesItToDbh) {
+  Reference r;
+  r.side = side({run_of(2), run_of(2)});
+  EXPECT_EQ(layout_to_hold(r, true), std::nullopt) << "an older reference does not say";
+  r.side.runs[0].channels_last = true;
+  r.side.runs[1].channels_last = false;
+  EXPECT_EQ(layout_to_hold(r, true), std::optional<bool>(true));
+  EXPECT_EQ(layout_to_hold(r, false), std::nullopt) << "a layout the user set is compared as it is";
+  r.side.runs[0].channels_last = false;
+  EXPECT_EQ(layout_to_hold(r, true), std::optional<bool>(false));
+  EXPECT_EQ(layout_to_hold(Reference{}, true), std::nullopt);
 }
 
 }  // namespace
