@@ -81,13 +81,17 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   std::vector<std::string> words = scenario_words;
   if (kind == bisect::BisectKind::kConfig) {
     // Note [The run without the command's overrides]: the scenario as it
-    // is against the scenario with them.
-    b.overrides = {"controls=[]"};
-    b.bad = o.overrides;
+    // is against the scenario with them, what the command checks on both
+    // sides (Note [What the command checks is not a cause]).
+    const CommandOverrides split = split_command_overrides(o.overrides);
+    b.overrides = concat_overrides(split.checks, {"controls=[]"});
+    b.bad = split.changes;
     b.bad_as_overrides = true;
     std::string bad;
-    for (const auto& ov : o.overrides) bad += (bad.empty() ? "" : " ") + ov;
-    words = {scenario_words.front(), "--good", scenario_words.front(), "--bad", bad};
+    for (const auto& ov : split.changes) bad += (bad.empty() ? "" : " ") + ov;
+    words = {scenario_words.front()};
+    words.insert(words.end(), split.checks.begin(), split.checks.end());
+    words.insert(words.end(), {"--good", scenario_words.front(), "--bad", bad});
   }
   b.out = (out / ("bisect-" + to_string(b.kind))).string();
   b.cache_dir = cache;
@@ -352,9 +356,10 @@ std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std:
 
 // Note [Resolutions that are tried]: each resolution of the class that can
 // be expressed as overrides, probed; a cached result names the folder of the
-// run it reuses when that run belongs to this diagnosis.
+// run it reuses when that run belongs to this diagnosis. A learning rate the
+// search found is the value its check runs with.
 std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClass& c, const scenario::Scenario& s, probe::Prober& prober,
-                                               const fs::path& out) {
+                                               const fs::path& out, const RateSearch& rates) {
   const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck& check, const std::vector<std::string>& with, size_t) {
     // Note [Keys that never reach the worker]: not applicable, never refuted
     // by a run that did not change.
@@ -369,7 +374,13 @@ std::vector<supervisor::ResolutionCheck> probe_resolutions(const kb::FailureClas
     result.dir = dir.empty() ? "" : fs::path(dir).lexically_relative(out).string();
     return result;
   };
-  return supervisor::try_resolutions(c, nlohmann::json::parse(scenario::resolved_json(s)), run);
+  // Note [A measured value over a rule of thumb]: the searched rate, not a tenth.
+  supervisor::MeasuredValues measured{{}, "the learning-rate search"};
+  if (const Rung* rate = rates.answer()) measured.values[DBH_SCENARIO_KEY(train.lr)] = number_text(rate->rate);
+  std::vector<supervisor::ResolutionCheck> checks = supervisor::try_resolutions(
+      c, nlohmann::json::parse(scenario::resolved_json(s)), run, [] { return false; }, measured);
+  supervisor::spell_as_passed(checks, s);
+  return checks;
 }
 
 // The diagnosed scenario as the words of a command: its absolute path and
@@ -387,7 +398,7 @@ std::optional<FollowUp> run_without_overrides(const DiagnoseOptions& o, const sc
                                               const std::string& cache, Rung& rung, probe::Prober& prober,
                                               ProbeBudget& budget) {
   if (!rung.applies.empty()) return std::nullopt;
-  probe::Prober plain(o.scenario, {}, out.string(), cache, o.quiet, o.checks);
+  probe::Prober plain(o.scenario, split_command_overrides(o.overrides).checks, out.string(), cache, o.quiet, o.checks);
   run_rung(plain, rung, &budget);
   if (!rung.ran || rung.probe.analysis.outcome != scenario::Outcome::kPassed) return std::nullopt;
   return bisect_followup(bisect::BisectKind::kConfig, o, s, out, cache, scenario_words(o), prober);
@@ -479,7 +490,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     // the config bisection between the two names the change, and its answer
     // is evidence. First under a budget (Note [The next probe chosen to
     // decide]).
-    std::vector<Rung> without = without_overrides_rungs(o.overrides);
+    std::vector<Rung> without = without_overrides_rungs(split_command_overrides(o.overrides));
     const std::optional<FollowUp> config_followup =
         fails ? run_without_overrides(o, s, out, cache, without.front(), prober, budget) : std::nullopt;
     if (fails) rates = run_variants(o, s, rungs, variants, prober, budget);
@@ -533,7 +544,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const kb::FailureClass* resolution_class = fails ? kb::KnowledgeBase::shipped().find(full.probe.analysis.failure.klass)
                                                  : nullptr;
     const std::vector<supervisor::ResolutionCheck> resolution_checks =
-        resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out)
+        resolution_class != nullptr ? probe_resolutions(*resolution_class, s, prober, out, rates)
                                     : std::vector<supervisor::ResolutionCheck>{};
 
     const std::string emulated = fails ? emulation_note(full.probe.analysis, s) : "";

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 
 #include "harness/common/text.h"
 #include "harness/diagnose/lr_search.h"
 #include "harness/scenario/command_syntax.h"
+#include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/worker_contract.h"
 
@@ -55,16 +57,11 @@ std::vector<Rung> ladder_rungs(const scenario::Scenario& s) {
   };
 }
 
-// A number as an override writes it, in as few digits as tell it.
-namespace {
-
 std::string number_text(double x) {
   std::ostringstream t;
   t << std::setprecision(6) << x;
   return t.str();
 }
-
-}  // namespace
 
 std::vector<Rung> variant_rungs(const scenario::Scenario& s) {
   const bool cuda = s.hardware.device != "cpu";
@@ -210,14 +207,34 @@ void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* bud
   }
 }
 
-std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overrides) {
+CommandOverrides split_command_overrides(const std::vector<std::string>& overrides) {
+  // (a section that sets what is checked; the keys of it that change what a step computes)
+  static const char* const kChecks[] = {"monitors", "expect", "limits", "repeat"};
+  static const char* const kComputes[] = {DBH_SCENARIO_KEY(monitors.numerics_jitter),
+                                          DBH_SCENARIO_KEY(monitors.numerics_replay),
+                                          DBH_SCENARIO_KEY(monitors.numerics_variant)};
+  CommandOverrides out;
+  for (const auto& o : overrides) {
+    const bool checks = std::any_of(std::begin(kChecks), std::end(kChecks),
+                                    [&](const char* section) { return scenario::override_sets(o, section); }) &&
+                        std::none_of(std::begin(kComputes), std::end(kComputes),
+                                     [&](const char* key) { return scenario::override_sets(o, key); });
+    (checks ? out.checks : out.changes).push_back(o);
+  }
+  return out;
+}
+
+std::vector<Rung> without_overrides_rungs(const CommandOverrides& overrides) {
   std::string list;
-  for (const auto& o : overrides) list += (list.empty() ? "" : " ") + o;
+  for (const auto& o : overrides.changes) list += (list.empty() ? "" : " ") + o;
+  const bool none = overrides.changes.empty();
   return {{RungId::kWithoutOverrides,
-           overrides.empty() ? "Without the command's overrides" : "Without the command's overrides (" + one_line(list) + ")",
+           none ? "Without the command's overrides" : "Without the command's overrides (" + one_line(list) + ")",
            "overrides",
            {"controls=[]"},
-           overrides.empty() ? "the command has none" : "",
+           none ? (overrides.checks.empty() ? "the command has none"
+                                            : "the command's overrides set only what is checked")
+                : "",
            {},
            false}};
 }
@@ -289,14 +306,19 @@ RateSearch search_learning_rate(probe::Prober& prober, const scenario::Scenario&
   return out;
 }
 
-std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s) {
-  if (r.rungs.empty()) return "";
+const Rung* RateSearch::answer() const {
   const Rung* best = nullptr;
-  for (const auto& t : r.rungs) {
+  for (const auto& t : rungs) {
     if (t.ran && t.probe.analysis.outcome == scenario::Outcome::kPassed && (best == nullptr || t.rate > best->rate)) {
       best = &t;
     }
   }
+  return best;
+}
+
+std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s) {
+  if (r.rungs.empty()) return "";
+  const Rung* best = r.answer();
   const std::string tried = "the learning rate searched (" + std::to_string(r.rungs.size()) +
                             " rate(s), by decades down from " + number_text(s.train.lr) + ", then halvings)";
   if (best == nullptr) {

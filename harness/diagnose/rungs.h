@@ -42,10 +42,32 @@ std::vector<Rung> variant_rungs(const scenario::Scenario& s);
 /// boxes and on the real data, for a silent failure.
 std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent);
 
+// Note [What the command checks is not a cause]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A command's overrides are of two kinds: those that change the training
+// (its data, model, optimizer, device, faults, the user's own keys) and
+// those that set what is checked and judged (`monitors.*`, `expect`,
+// `limits.*`, `repeat.*`: the learning window that notices a clip of 1e-12,
+// the second run that shows a leak). Without the second kind the failure is
+// not looked for: the run without them "passes", and a config bisection
+// would name the check as the cause. So the run without the command's
+// overrides drops the first kind only, and the config bisection bisects the
+// first kind with the second kind on both sides. The monitors that change
+// what a step computes (numerics_jitter, numerics_replay, numerics_variant)
+// are changes.
+
+/// The command's overrides by kind, in their order.
+struct CommandOverrides {
+  std::vector<std::string> checks;   // set what is checked and judged: kept on both sides
+  std::vector<std::string> changes;  // change the training: dropped by the run without them, bisected
+};
+/// Splits `overrides` (Note [What the command checks is not a cause]). Pure.
+CommandOverrides split_command_overrides(const std::vector<std::string>& overrides);
+
 /// Note [The run without the command's overrides]: one rung, the scenario
-/// without `overrides` (n/a when there are none). It is run by a Prober
-/// without them.
-std::vector<Rung> without_overrides_rungs(const std::vector<std::string>& overrides);
+/// without the command's changes (n/a when there are none). It is run by a
+/// Prober with the command's checks only.
+std::vector<Rung> without_overrides_rungs(const CommandOverrides& overrides);
 
 /// `dbh diagnose --max-probes N`: the most rungs a diagnosis runs beyond its
 /// ladder (the variants, the learning-rate search, the run without the
@@ -90,12 +112,17 @@ void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now);
 /// failure `klass`) was tried at, one rung each, in the order run; none when
 /// the failure is no divergence. `configured`: the configuration's own rate
 /// (the scenario without the command's overrides).
+/// A number as an override writes it, in as few digits as tell it: "12.5".
+std::string number_text(double x);
+
 struct RateSearch {
   std::vector<Rung> rungs;
   double floor = 0;
   bool floor_is_configured = false;
   bool reached_floor = false;  // or three decades left the failure unchanged: the search stops there
   std::string not_run;  // why no rate was tried, "" when some were
+  /// The largest rate tried that trained: the rung of its run; null when none.
+  const Rung* answer() const;
 };
 /// What the search answered, as a line of the next steps ("" when it did
 /// not run): the largest rate that trains in dbh's key and, for an external

@@ -209,11 +209,15 @@ std::vector<std::string> resolutions_with_checks(const std::vector<std::string>&
     if (c.resolution >= lines.size()) continue;
     std::string applied;
     for (const auto& kv : c.overrides) applied += (applied.empty() ? "" : " ") + kv;
+    // Note [A measured value over a rule of thumb].
+    std::string by;
+    for (const auto& given : c.as_passed) by += " (your " + code(given) + ")";
+    if (!c.measured_by.empty()) by += " (the value " + c.measured_by + " found)";
     std::string& line = lines[c.resolution];
     if (c.verdict == supervisor::ResolutionVerdict::kConfirmed) {
-      line += " — " + strong("confirmed") + ": a run with " + code(applied) + " passed (" + where(c.dir) + ")";
+      line += " — " + strong("confirmed") + ": a run with " + code(applied) + by + " passed (" + where(c.dir) + ")";
     } else if (c.verdict == supervisor::ResolutionVerdict::kRefuted) {
-      line += " — " + strong("refuted") + ": a run with " + code(applied) + " still " + c.outcome +
+      line += " — " + strong("refuted") + ": a run with " + code(applied) + by + " still " + c.outcome +
               (c.klass.empty() ? "" : " (" + code(c.klass) + ")") + " (" + where(c.dir) + ")";
     } else if (c.verdict == supervisor::ResolutionVerdict::kUnresolved) {
       line += " — tried with " + code(applied) + ": the run could not tell (" + where(c.dir) + ")";
@@ -235,6 +239,8 @@ nlohmann::ordered_json resolution_checks_json(const std::vector<run::RunReport::
     out.push_back({{"resolution", c.resolution + 1}, {"overrides", c.overrides}, {"verdict", to_string(c.verdict)},
                    {"outcome", c.outcome}, {"class", c.klass}, {"dir", c.dir}});
     if (!c.why_not.empty()) out.back()["why_not"] = c.why_not;
+    if (!c.measured_by.empty()) out.back()["measured_by"] = c.measured_by;
+    if (!c.as_passed.empty()) out.back()["as_passed"] = c.as_passed;
   }
   return out;
 }

@@ -82,6 +82,7 @@ class TrialSequence {
     };
     r.resolution_checks = supervisor::try_resolutions(*cls, nlohmann::json::parse(scenario::resolved_json(r.scenario)),
                                                       run, [] { return supervisor::stop_requested() != 0; });
+    supervisor::spell_as_passed(r.resolution_checks, r.scenario);
   }
 
  private:

@@ -2,6 +2,10 @@
 
 #include "harness/common/error.h"
 #include "harness/common/text.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/command_syntax.h"
+#include "harness/scenario/schema.h"
+#include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness::supervisor {
 
@@ -21,8 +25,25 @@ ResolutionVerdict resolution_verdict(scenario::Outcome o) {
   return is_failure(o) ? ResolutionVerdict::kRefuted : ResolutionVerdict::kConfirmed;
 }
 
+namespace {
+
+// Note [A measured value over a rule of thumb]: each override of `check`
+// that sets a key `measured` holds takes the measured value.
+void apply_measured(ResolutionCheck& check, const MeasuredValues& measured) {
+  for (auto& o : check.overrides) {
+    for (const auto& [key, value] : measured.values) {
+      if (!scenario::override_sets(o, key)) continue;
+      o = scenario::override_text(key, value);
+      check.measured_by = measured.by;
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const nlohmann::json& resolved,
-                                             const RunResolution& run, const std::function<bool()>& stop) {
+                                             const RunResolution& run, const std::function<bool()>& stop,
+                                             const MeasuredValues& measured) {
   std::vector<ResolutionCheck> checks;
   for (size_t k = 0; k < cls.checks.size(); ++k) {
     if (stop()) break;
@@ -30,7 +51,10 @@ std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const 
     check.resolution = cls.checks[k].resolution;
     bool changes = false;
     const auto applied = kb::check_overrides(cls.checks[k], resolved, &changes, &check.why_not);
-    if (applied) check.overrides = *applied;
+    if (applied) {
+      check.overrides = *applied;
+      apply_measured(check, measured);
+    }
     if (!applied || !changes) {
       checks.push_back(check);  // not applicable: it changes nothing here, or cannot tell
       continue;
@@ -49,6 +73,22 @@ std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const 
     checks.push_back(check);
   }
   return checks;
+}
+
+void spell_as_passed(std::vector<ResolutionCheck>& checks, const scenario::Scenario& s) {
+  if (!s.worker.external()) return;
+  const std::vector<PassedKey> passed = passed_keys(s);
+  for (auto& c : checks) {
+    for (const auto& o : c.overrides) {
+      const size_t eq = o.find('=');
+      if (eq == std::string::npos) continue;
+      for (const auto& k : passed) {
+        if (k.dbh_key == o.substr(0, eq)) {
+          c.as_passed.push_back(scenario::describe_argument(s.worker, k.user_key, o.substr(eq + 1)));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace dbh::harness::supervisor

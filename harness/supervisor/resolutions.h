@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,29 @@ struct ResolutionCheck {
   ResolutionVerdict verdict = ResolutionVerdict::kNotApplicable;
   std::string dir;                     // its run's folder, relative to the command's output; "" when none
   std::string why_not;                 // not tried: why it cannot tell here ("" = it changes nothing)
+  /// Note [A measured value over a rule of thumb]: what measured the value
+  /// it ran with instead of its template's ("the learning-rate search");
+  /// "" when every value is the knowledge base's.
+  std::string measured_by;
+  /// Each override as an external worker's command is given it ("your
+  /// `optim.step_size=12.5`"); empty for dbh's own worker.
+  std::vector<std::string> as_passed;
+};
+
+// Note [A measured value over a rule of thumb]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A resolution's template is a rule of thumb ("a tenth of the learning
+// rate"). Where the command has measured the value the rule guesses at
+// (diagnose searched the largest learning rate that trains), a check that
+// sets that key runs with the measured value: a rate set 10^6 times too high
+// is not refuted by its tenth still diverging while the search has found
+// the rate that trains. The check says what measured it.
+
+/// Values a command measured, by dbh key ("train.lr" → "12.5"), and what
+/// measured them.
+struct MeasuredValues {
+  std::map<std::string, std::string> values;
+  std::string by;  // "the learning-rate search"
 };
 
 /// What one resolution's run gave.
@@ -59,10 +83,17 @@ using RunResolution =
 
 /// Tries every check of `cls` on the scenario whose resolved JSON is
 /// `resolved`: a check that changes nothing or cannot tell here is marked
-/// not applicable without a run; the others run through `run`. Stops before
-/// the next run once `stop()` says so (a stop request); what ran is kept.
+/// not applicable without a run; the others run through `run`, with
+/// `measured`'s value for each key it holds (Note [A measured value over a
+/// rule of thumb]). Stops before the next run once `stop()` says so (a stop
+/// request); what ran is kept.
 std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const nlohmann::json& resolved,
                                              const RunResolution& run,
-                                             const std::function<bool()>& stop = [] { return false; });
+                                             const std::function<bool()>& stop = [] { return false; },
+                                             const MeasuredValues& measured = {});
+
+/// Fills each check's `as_passed` for the external worker of `s`: every
+/// override of a key its command is passed, in the command's own spelling.
+void spell_as_passed(std::vector<ResolutionCheck>& checks, const scenario::Scenario& s);
 
 }  // namespace dbh::harness::supervisor

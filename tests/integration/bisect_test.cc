@@ -383,7 +383,9 @@ TEST(BisectTest, DiagnoseWithTwoJobsConcludesAsWithOne) {
                         (dir / ("cache" + n)).string()});
     ASSERT_EQ(r.exit_code, 1) << r.out << r.err;  // it fails, as the scenario says: diagnosed, not met
     j[jobs - 1] = read_json(dir / ("out" + n) / "diagnosis.json");
-    if (jobs == 2) EXPECT_NE(r.out.find("(ran ahead)"), std::string::npos) << r.out;
+    if (jobs == 2) {
+      EXPECT_NE(r.out.find("(ran ahead)"), std::string::npos) << r.out;
+    }
   }
   for (const char* key : {"conclusion", "rows", "hypotheses", "tied", "cause", "probe_count"}) {
     EXPECT_EQ(j[0][key], j[1][key]) << key;
@@ -714,6 +716,21 @@ TEST(BisectTest, DiagnoseSearchesTheLearningRateOfADivergence) {
   EXPECT_NE(j["cause"].get<std::string>().find("`train.lr=7000"), std::string::npos) << j["cause"];
   EXPECT_NE(r.out.find("cause: dbh bisect config"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(dir / "out" / "bisect-config" / "bisect.json"));
+  // Note [A measured value over a rule of thumb]: the knowledge base's
+  // "lower the learning rate" runs at the searched rate (a tenth, 700, still
+  // diverges), and is confirmed by that rate's run.
+  bool searched = false;
+  for (const auto& c : j["resolutions_tried"]) {
+    if (c["overrides"] == nlohmann::json::array({"train.lr=17.5"})) {
+      searched = true;
+      EXPECT_EQ(c["verdict"], "confirmed") << c.dump();
+      EXPECT_EQ(c["measured_by"], "the learning-rate search") << c.dump();
+    }
+    EXPECT_NE(c["overrides"], nlohmann::json::array({"train.lr=700"})) << c.dump();
+  }
+  EXPECT_TRUE(searched) << j["resolutions_tried"].dump(1);
+  EXPECT_NE(md.find("a run with `train.lr=17.5` (the value the learning-rate search found) passed"), std::string::npos)
+      << md;
 }
 
 // Note [The next probe chosen to decide]: with a budget of one probe beyond

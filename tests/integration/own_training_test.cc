@@ -144,7 +144,7 @@ TEST_F(OwnTrainingTest, ANanInTheBatchsTargetIsNamedAsTheLabelNotTheLoss) {
   const Dir dir("dbh-own-label");
   const std::string plant = "faults=[{name: nan_label, at_step: 2}]";
   const std::string expect = "expect={outcome: diverged, failure_class: nonfinite_label, step: 2, module: \"\"}";
-  for (const std::string scenario : {kScenarios + "/nan-in-fusion.yaml",
+  for (const std::string& scenario : {kScenarios + "/nan-in-fusion.yaml",
                                      kSource + "/examples/plain-torch/scenarios/nan-in-body.yaml"}) {
     const std::string out = (dir / fs::path(scenario).stem()).string();
     const auto r = dbh({"run", scenario, plant, expect, "--out", out});
@@ -535,12 +535,17 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfALearningRateTooLargeConcludesTheOptimi
   EXPECT_TRUE(lower_lr_works) << j["rows"].dump(2);
   bool confirmed = false;
   for (const auto& c : j["resolutions_tried"]) {
-    confirmed = confirmed || (c["overrides"] == nlohmann::json::array({"train.lr=5"}) && c["verdict"] == "confirmed");
+    // Note [A measured value over a rule of thumb]: the searched rate, not a tenth.
+    confirmed = confirmed || (c["overrides"] == nlohmann::json::array({"train.lr=12.5"}) &&
+                              c["verdict"] == "confirmed" && c["measured_by"] == "the learning-rate search");
   }
   EXPECT_TRUE(confirmed) << j["resolutions_tried"].dump(2);
   const std::string md = testing::read_text(dir / "out" / "diagnosis.md");
   EXPECT_NE(md.find("n/a (train.accumulation is not passed to the worker"), std::string::npos) << md;
-  EXPECT_NE(md.find("**confirmed**: a run with `train.lr=5` passed"), std::string::npos) << md;
+  EXPECT_NE(md.find("**confirmed**: a run with `train.lr=12.5` (your `optim.step_size=12.5`) (the value the "
+                    "learning-rate search found) passed"),
+            std::string::npos)
+      << md;
 }
 
 // `scenario from-command --external` on the second training's own command: its composed configuration (the

@@ -109,5 +109,33 @@ TEST(TryResolutions, AStopEndsTheLoopBeforeTheNextRun) {
   EXPECT_EQ(checks[0].verdict, supervisor::ResolutionVerdict::kConfirmed);
 }
 
+// Note [A measured value over a rule of thumb]: a check that sets a key the
+// command measured runs with the measured value and says what measured it;
+// a check of another key keeps its template.
+TEST(TryResolutions, AMeasuredValueReplacesTheTemplates) {
+  scenario::Scenario s;
+  s.train.lr = 7000;
+  const auto resolved = nlohmann::json::parse(scenario::resolved_json(s));
+  const kb::FailureClass cls = WithChecks({{0, {"train.lr={train.lr/10}"}}, {1, {"train.grad_clip=1"}}});
+  std::vector<std::vector<std::string>> ran;
+  const supervisor::RunResolution run = [&](const supervisor::ResolutionCheck&, const std::vector<std::string>& with,
+                                            size_t) {
+    ran.push_back(with);
+    return supervisor::ResolutionRun{scenario::Outcome::kPassed, "", ""};
+  };
+  const supervisor::MeasuredValues measured{{{"train.lr", "17.5"}}, "the learning-rate search"};
+  const auto checks = supervisor::try_resolutions(cls, resolved, run, [] { return false; }, measured);
+  EXPECT_EQ(ran, (std::vector<std::vector<std::string>>{{"train.lr=17.5", "controls=[]"},
+                                                         {"train.grad_clip=1", "controls=[]"}}));
+  ASSERT_EQ(checks.size(), 2u);
+  EXPECT_EQ(checks[0].overrides, (std::vector<std::string>{"train.lr=17.5"}));
+  EXPECT_EQ(checks[0].measured_by, "the learning-rate search");
+  EXPECT_EQ(checks[1].measured_by, "");
+  // Nothing measured: the rule of thumb, a tenth.
+  ran.clear();
+  (void)supervisor::try_resolutions(cls, resolved, run);
+  EXPECT_EQ(ran.front(), (std::vector<std::string>{"train.lr=700", "controls=[]"}));
+}
+
 }  // namespace
 }  // namespace dbh::harness

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "harness/diagnose/rungs.h"
@@ -69,6 +70,30 @@ TEST(RungsTest, ABudgetIsSpentByWhatRuns) {
   two.spent = 2;
   EXPECT_TRUE(two.exhausted());
   EXPECT_EQ(two.why_not(), "not run: the probe budget (--max-probes 2) was spent");
+}
+
+// Note [What the command checks is not a cause]: what sets the checks stays
+// on both sides; what changes the training is what the run without the
+// command's overrides drops, in every spelling a command uses.
+TEST(RungsTest, TheCommandsChecksAreKeptAndItsChangesDropped) {
+  const CommandOverrides split = split_command_overrides(
+      {"optim.clip=1e-12", "monitors.learning_window=8", "data.subset=[2,3]", "expect={outcome: passed}",
+       "limits.deadline_s=60", "repeat.in_process=2", "monitors.numerics_jitter=0.01", "train.lr=7000",
+       "faults=[{name: leak}]", "monitors={learning_window: 8}"});
+  EXPECT_EQ(split.checks, (std::vector<std::string>{"monitors.learning_window=8", "expect={outcome: passed}",
+                                                    "limits.deadline_s=60", "repeat.in_process=2",
+                                                    "monitors={learning_window: 8}"}));
+  EXPECT_EQ(split.changes, (std::vector<std::string>{"optim.clip=1e-12", "data.subset=[2,3]",
+                                                     "monitors.numerics_jitter=0.01", "train.lr=7000",
+                                                     "faults=[{name: leak}]"}));
+  const auto only_checks = without_overrides_rungs(split_command_overrides({"monitors.learning_window=8"}));
+  ASSERT_EQ(only_checks.size(), 1u);
+  EXPECT_EQ(only_checks[0].applies, "the command's overrides set only what is checked");
+  const auto rung = without_overrides_rungs(split);
+  EXPECT_EQ(rung[0].applies, "");
+  EXPECT_EQ(rung[0].name.find("learning_window"), std::string::npos) << rung[0].name;
+  EXPECT_NE(rung[0].name.find("optim.clip=1e-12"), std::string::npos) << rung[0].name;
+  EXPECT_EQ(without_overrides_rungs(CommandOverrides{})[0].applies, "the command has none");
 }
 
 }  // namespace
