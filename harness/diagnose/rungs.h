@@ -108,13 +108,13 @@ void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* bud
 /// separate them run before the rest. Pure.
 void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now);
 
+/// A number as an override writes it, in as few digits as tell it: "12.5".
+std::string number_text(double x);
+
 /// Note [The learning rate, searched]: the rates a divergence of `s` (its
 /// failure `klass`) was tried at, one rung each, in the order run; none when
 /// the failure is no divergence. `configured`: the configuration's own rate
 /// (the scenario without the command's overrides).
-/// A number as an override writes it, in as few digits as tell it: "12.5".
-std::string number_text(double x);
-
 struct RateSearch {
   std::vector<Rung> rungs;
   double floor = 0;
