@@ -226,8 +226,8 @@ std::vector<std::string> numerics_overrides(const scenario::Scenario& source, in
 // run here by processes that each compute another way (Note [Real
 // differences measure the noise]); with the reference's states, every step
 // of those starts from the reference's state (Note [The same state, step by
-// step]) and one more trains freely for the trajectory; without them, as
-// many free processes as the reference holds (at least 3).
+// step]) and as many train freely for the trajectory, each its own way;
+// without them, as many free processes as the reference holds (at least 3).
 Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::Scenario& source, numerics::Reference ref,
                                       const fs::path& out, const std::string& cache,
                                       std::vector<Qualification::ProbeRecord>& history) {
@@ -259,7 +259,11 @@ Qualification::Numerics numerics_half(const QualifyOptions& o, const scenario::S
     }
   }
   const std::vector<std::string> extra = numerics_overrides(source, steps, ref, notes);
-  const int64_t free_runs = replay ? 1 : runs, replays = replay ? runs : 0;
+  // As many free runs as replays, each computing its own way (Note [Real
+  // differences measure the noise]): the free trajectories' spread here is
+  // then measured from the same differences as the reference's, and one
+  // free run alone never stands against the reference's spread.
+  const int64_t free_runs = runs, replays = replay ? runs : 0;
   if (!o.quiet) {
     std::cout << "dbh qualify " << source.name << " against the reference " << one_line(o.reference) << " ("
               << ref.side.runs.size() << " run(s) of " << steps << " step(s)"
