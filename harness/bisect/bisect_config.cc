@@ -198,17 +198,14 @@ Outputs bisect_config(const BisectOptions& o, std::unique_ptr<probe::Prober>& pr
   for (const auto& note : search.notes()) out.details.push_back(note);
   conclude(out, 1.0);
   // An external worker received each difference as its own key: say which.
-  const auto passed = bad.worker.external() ? supervisor::passed_keys(bad) : std::vector<supervisor::PassedKey>{};
   std::string text;
   nlohmann::ordered_json as_passed = nlohmann::ordered_json::array();
   for (const auto& m : minimal) {
     text += (text.empty() ? "" : " + ") + std::string("`") + m + "`";
     const std::string key = m.substr(0, m.find('='));
-    for (const auto& k : passed) {
-      if (k.dbh_key != key) continue;
-      const std::string written = scenario::describe_argument(bad.worker, k.user_key, k.value);
-      text += " (your `" + written + "`)";
-      as_passed.push_back(written);
+    if (const auto written = supervisor::as_the_command_writes(bad, m)) {
+      text += " (your `" + *written + "`)";
+      as_passed.push_back(*written);
     }
     if (bad.worker.overrides.count(key)) {
       text += " (a key of your own configuration)";

@@ -327,15 +327,9 @@ std::string rate_search_summary(const RateSearch& r, const scenario::Scenario& s
                             : "");
   }
   const std::string text = number_text(best->rate);
-  std::string as_given;
-  if (s.worker.external()) {
-    for (const auto& k : supervisor::passed_keys(s)) {
-      if (k.dbh_key == DBH_SCENARIO_KEY(train.lr)) {
-        as_given = " (your `" + scenario::describe_argument(s.worker, k.user_key, text) + "`)";
-      }
-    }
-  }
-  return tried + ": `" + scenario::override_text(DBH_SCENARIO_KEY(train.lr), text) + "`" + as_given +
+  const std::string found = scenario::override_text(DBH_SCENARIO_KEY(train.lr), text);
+  const auto written = supervisor::as_the_command_writes(s, found);
+  return tried + ": `" + found + "`" + (written ? " (your `" + *written + "`)" : "") +
          " trains, confirmed by its run (" + (!best->probe.dir.empty() ? best->probe.dir
                                                 : !best->probe.cached_from.empty() ? best->probe.cached_from
                                                                                    : "from the probe cache") +

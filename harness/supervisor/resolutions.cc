@@ -76,17 +76,9 @@ std::vector<ResolutionCheck> try_resolutions(const kb::FailureClass& cls, const 
 }
 
 void spell_as_passed(std::vector<ResolutionCheck>& checks, const scenario::Scenario& s) {
-  if (!s.worker.external()) return;
-  const std::vector<PassedKey> passed = passed_keys(s);
   for (auto& c : checks) {
     for (const auto& o : c.overrides) {
-      const size_t eq = o.find('=');
-      if (eq == std::string::npos) continue;
-      for (const auto& k : passed) {
-        if (k.dbh_key == o.substr(0, eq)) {
-          c.as_passed.push_back(scenario::describe_argument(s.worker, k.user_key, o.substr(eq + 1)));
-        }
-      }
+      if (const auto written = as_the_command_writes(s, o)) c.as_passed.push_back(*written);
     }
   }
 }

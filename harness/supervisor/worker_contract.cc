@@ -107,15 +107,24 @@ std::string some_of(const std::vector<std::string>& words, size_t n, const std::
   return out;
 }
 
-// dbh's value of `key` as a Lightning/Hydra command line writes it.
-std::string user_value(const std::string& key, const scenario::Scenario& s) {
+// dbh's value text `value` of `key` as a Lightning/Hydra command line writes
+// it (fp16 -> 16-mixed, cuda:1 -> gpu); other keys' values as they are.
+std::string user_value_text(const std::string& key, const std::string& value) {
   if (key == DBH_SCENARIO_KEY(train.precision)) {
-    return scenario::lightning_value_for(scenario::lightning_precisions(), model::to_string(s.train.precision))->passed;
+    const auto* v = scenario::lightning_value_for(scenario::lightning_precisions(), value);
+    return v != nullptr ? v->passed : value;
   }
   if (key == DBH_SCENARIO_KEY(hardware.device)) {
-    const bool cuda = s.hardware.device.rfind("cuda", 0) == 0;
+    const bool cuda = value.rfind("cuda", 0) == 0;
     return scenario::lightning_value_for(scenario::lightning_accelerators(), cuda ? "cuda" : "cpu")->passed;
   }
+  return value;
+}
+
+// dbh's value of `key` as a Lightning/Hydra command line writes it.
+std::string user_value(const std::string& key, const scenario::Scenario& s) {
+  if (key == DBH_SCENARIO_KEY(train.precision)) return user_value_text(key, model::to_string(s.train.precision));
+  if (key == DBH_SCENARIO_KEY(hardware.device)) return user_value_text(key, s.hardware.device);
   const scenario::KeySpec* k = scenario::find_scenario_key(key);
   if (k == nullptr) return "";
   const auto j = scenario::key_json(*k, s);
@@ -183,6 +192,19 @@ std::vector<PassedKey> passed_keys(const scenario::Scenario& s) {
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;
+}
+
+std::optional<std::string> as_the_command_writes(const scenario::Scenario& s, const std::string& dbh_override) {
+  if (!s.worker.external()) return std::nullopt;
+  const size_t eq = dbh_override.find('=');
+  if (eq == std::string::npos) return std::nullopt;
+  const std::string key = dbh_override.substr(0, eq);
+  for (const auto& k : passed_keys(s)) {
+    if (k.dbh_key == key) {
+      return scenario::describe_argument(s.worker, k.user_key, user_value_text(key, dbh_override.substr(eq + 1)));
+    }
+  }
+  return std::nullopt;
 }
 
 namespace {

@@ -91,6 +91,14 @@ struct PassedKey {
 };
 std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 
+/// How the command of `s`'s external worker writes dbh's `key=value` when
+/// dbh passes it: the user's key and the value as passed, in the command's
+/// syntax (`--lr 0.01`, `-o Optimizer.lr.learning_rate=0.01`,
+/// `trainer.precision=32-true` for train.precision=fp32). Nothing for dbh's
+/// own worker or a key dbh does not pass. What every report line that says
+/// "(your `…`)" prints.
+std::optional<std::string> as_the_command_writes(const scenario::Scenario& s, const std::string& dbh_override);
+
 /// Note [Keys a worker confirms]: a worker whose `hello` reports its composed
 /// configuration (`config`) says what its training read, and each key dbh
 /// passed (passed_keys) that the configuration holds must hold the value dbh

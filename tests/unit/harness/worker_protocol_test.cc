@@ -18,6 +18,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/supervisor/worker_contract.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {
@@ -310,6 +311,24 @@ TEST(WorkerProtocol, ThePythonAdapterKeepsDbhsBounds) {
   EXPECT_NE(parser.find("MAX_OPTIONS = " + std::to_string(scenario::kMaxParserOptions)), std::string::npos);
   EXPECT_NE(parser.find("MAX_STRINGS = " + std::to_string(scenario::kMaxParserOptionStrings)), std::string::npos);
   EXPECT_NE(parser.find("MAX_STRING = " + std::to_string(scenario::kMaxParserOptionBytes)), std::string::npos);
+}
+
+// One spelling for every "(your `…`)" of the reports: the command's own key,
+// value and syntax for a key dbh passes, nothing for one it does not pass or
+// for dbh's own worker.
+TEST(WorkerProtocol, AnOverrideIsWrittenAsTheCommandWritesIt) {
+  scenario::Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.worker.keys[DBH_SCENARIO_KEY(train.lr)] = "lr";
+  s.worker.keys[DBH_SCENARIO_KEY(train.seed)] = "";  // not passed
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.lr=0.01"), "lr=0.01");
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.precision=fp32"), "trainer.precision=32-true");
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.seed=3"), std::nullopt);
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.lr"), std::nullopt);  // not key=value
+  s.worker.syntax = scenario::CommandSyntax::kFlags;
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.lr=0.01"), "--lr 0.01");
+  s.worker.command.clear();  // dbh's own worker takes dbh's keys
+  EXPECT_EQ(supervisor::as_the_command_writes(s, "train.lr=0.01"), std::nullopt);
 }
 
 }  // namespace
