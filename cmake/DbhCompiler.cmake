@@ -4,10 +4,13 @@ if(DBH_CCACHE)
   find_program(DBH_CCACHE_PROGRAM ccache)
   if(DBH_CCACHE_PROGRAM)
     # The sloppiness settings let ccache cache translation units that use the
-    # precompiled torch header (see ./dev, which exports the same variables).
+    # precompiled torch header; the base folder makes the paths under the
+    # checkout relative, so that another clone (CI's, a fresh one) finds what
+    # this one compiled (see ./dev, which exports the same variables).
     set(CMAKE_CXX_COMPILER_LAUNCHER
         "${CMAKE_COMMAND}" -E env
         "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+        "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" "CCACHE_NOHASHDIR=1"
         "${DBH_CCACHE_PROGRAM}")
   endif()
 endif()

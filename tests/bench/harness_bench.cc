@@ -39,6 +39,7 @@
 #include "harness/proto/event_writer.h"
 #include "model/nn/hooks.h"
 #include "model/train/trainer.h"
+#include "tests/support/paths.h"
 
 extern char** environ;
 

@@ -13,6 +13,7 @@
 #include "model/eval/infer.h"
 #include "model/label/label_maps.h"
 #include "model/train/determinism.h"
+#include "tests/support/paths.h"
 
 namespace dbh::model {
 namespace {

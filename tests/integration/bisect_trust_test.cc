@@ -23,6 +23,7 @@
 
 #include "model/data/scan.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -11,6 +11,7 @@
 
 #include "tests/support/subprocess.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 
 namespace dbh {
 namespace {

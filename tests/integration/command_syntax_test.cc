@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/python_env.h"
 #include "tests/support/subprocess.h"
 

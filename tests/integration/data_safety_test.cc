@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/proto/events.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/python_env.h"
 #include "tests/support/subprocess.h"
 

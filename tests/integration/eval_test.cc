@@ -21,6 +21,7 @@
 
 #include "model/eval/overlay.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

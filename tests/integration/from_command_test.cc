@@ -15,6 +15,7 @@
 #include "harness/scenario/from_command.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

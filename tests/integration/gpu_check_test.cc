@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -34,6 +34,7 @@
 #include "harness/report/report_html.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 extern char** environ;

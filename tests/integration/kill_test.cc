@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -12,6 +12,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

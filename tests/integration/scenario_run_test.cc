@@ -22,6 +22,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/common/value.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

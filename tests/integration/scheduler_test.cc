@@ -18,6 +18,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

@@ -20,6 +20,7 @@
 #include "harness/proto/events.h"
 #include "harness/scenario/scenario.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh {

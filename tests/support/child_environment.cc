@@ -31,6 +31,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/paths.h"
+
 namespace dbh::testing {
 namespace {
 
@@ -41,11 +43,9 @@ class ChildEnvironment : public ::testing::Environment {
     ::setenv("DBH_CACHE_DIR", DBH_TEST_CACHE_DIR, /*overwrite=*/0);
     ::setenv("DBH_TUNE_MAX_OTHERS_CORES", "64", /*overwrite=*/0);
     ::setenv("DBH_TUNE_BUDGET_S", "0", /*overwrite=*/0);
-#ifdef DBH_BINARY
     const char* path = std::getenv("PATH");
     const std::string bin = std::filesystem::path(DBH_BINARY).parent_path().string();
     ::setenv("PATH", (bin + ":" + (path != nullptr ? path : "/usr/bin:/bin")).c_str(), /*overwrite=*/1);
-#endif
   }
 };
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/support/paths.h"
 #include "tests/support/subprocess.h"
 
 namespace dbh::testing {

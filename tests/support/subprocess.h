@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/paths.h"
+
 namespace dbh::testing {
 
-#ifdef DBH_BINARY
 /// The dbh under test: the one beside this program when there is one (a bin
 /// folder carried to another machine, as scripts/gpu-check.sh carries it to
 /// the GPU machine), else the build's.
@@ -22,7 +23,6 @@ inline std::string dbh_binary() {
   if (!ec && std::filesystem::is_regular_file(self.parent_path() / "dbh", ec)) return (self.parent_path() / "dbh").string();
   return DBH_BINARY;
 }
-#endif
 
 /// The result of running a program to completion.
 struct ProcessResult {

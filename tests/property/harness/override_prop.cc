@@ -11,6 +11,7 @@
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
 #include "harness/common/value.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

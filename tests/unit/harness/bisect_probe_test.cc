@@ -10,6 +10,7 @@
 #include <string>
 
 #include "harness/probe/probe.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/common/environment_vars.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

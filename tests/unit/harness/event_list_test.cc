@@ -12,6 +12,7 @@
 #include "harness/proto/event_types.h"
 #include "harness/proto/events.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

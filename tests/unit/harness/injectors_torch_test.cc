@@ -34,6 +34,7 @@
 #include "tests/support/files.h"
 #include "tests/support/small_model.h"
 #include "model/observed_modules.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

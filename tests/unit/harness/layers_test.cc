@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/paths.h"
+
 namespace dbh {
 namespace {
 

@@ -22,6 +22,7 @@
 #include "harness/common/value.h"
 #include "tests/support/files.h"
 #include "model/observed_modules.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

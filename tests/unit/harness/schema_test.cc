@@ -14,6 +14,7 @@
 #include "harness/scenario/schema.h"
 #include "harness/common/value.h"
 #include "tests/support/files.h"
+#include "tests/support/paths.h"
 
 namespace dbh::harness {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "model/data/batch.h"
 #include "model/data/dataset.h"
+#include "tests/support/paths.h"
 
 namespace dbh::model {
 namespace {

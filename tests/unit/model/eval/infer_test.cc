@@ -18,6 +18,7 @@
 #include "model/eval/infer.h"
 #include "model/label/label_maps.h"
 #include "model/train/trainer.h"
+#include "tests/support/paths.h"
 
 namespace dbh::model {
 namespace {

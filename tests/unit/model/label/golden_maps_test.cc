@@ -12,6 +12,7 @@
 #include "model/data/augment.h"
 #include "model/data/scan.h"
 #include "model/label/label_maps.h"
+#include "tests/support/paths.h"
 
 namespace dbh::model {
 namespace {
