@@ -85,8 +85,13 @@ void end_adopted_children(pid_t group, const std::vector<pid_t>& before) {
 }
 
 void become_subreaper() {
-  static const bool done = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
-  (void)done;
+  // Asked of the kernel each time rather than remembered: the setting is not
+  // inherited across fork(), and a process forked from a supervisor (a probe
+  // run ahead, --jobs) runs trials of its own, whose orphans must come back to
+  // it rather than to the process it was forked from.
+  int is = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, &is) == 0 && is != 0) return;
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
 }  // namespace dbh::harness::supervisor::internal

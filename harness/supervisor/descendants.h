@@ -29,8 +29,9 @@ std::string new_trial_token();
 /// kTrialTokenEnv=`token`; returns how many.
 int kill_token_holders(const std::string& token);
 
-/// Makes this process the subreaper of its descendants (once; later calls do
-/// nothing).
+/// Makes this process the subreaper of its descendants, unless it is one
+/// already (the setting is the process's own: a process forked from a
+/// subreaper is none until it calls this).
 void become_subreaper();
 
 /// The children of this process, as /proc lists their parents.

@@ -149,6 +149,40 @@ TEST_F(TrialTest, NothingOfATrialOutlivesIt) {
   EXPECT_TRUE(GoneSoon(child)) << "grandchild " << child << " survived the trial";
 }
 
+// Note [Every descendant ends with the trial] in a process forked from a
+// supervisor (a probe run ahead, --jobs): the subreaper setting is not
+// inherited across fork(), so a forked process that ran no trial of its own
+// before must still adopt and end the orphan its trial leaves (one that left
+// the group and wiped its environment, so that neither killpg nor the token
+// reaches it), rather than leave it to the process it was forked from.
+TEST_F(TrialTest, AProcessForkedFromASupervisorEndsItsOwnTrialsOrphans) {
+  ASSERT_EQ(Run("exit 0").exit_code, 0);  // this process is a subreaper now
+  int link[2];
+  ASSERT_EQ(pipe(link), 0);
+  const pid_t forked = fork();
+  ASSERT_GE(forked, 0);
+  if (forked == 0) {
+    close(link[0]);
+    const auto r = Run("setsid env -i /bin/sleep 60 & printf '{\"type\":\"child\",\"pid\":%d}\\n' $! >&3; exit 0");
+    const pid_t orphan = r.events.size() == 1 ? static_cast<pid_t>(r.events[0].get<int64_t>("pid", 0)) : 0;
+    _exit(write(link[1], &orphan, sizeof orphan) == static_cast<ssize_t>(sizeof orphan) ? 0 : 1);
+  }
+  close(link[1]);
+  pid_t orphan = 0;
+  const ssize_t got = read(link[0], &orphan, sizeof orphan);
+  close(link[0]);
+  int status = 0;
+  waitpid(forked, &status, 0);
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof orphan));
+  ASSERT_GT(orphan, 0);
+  const bool gone = GoneSoon(orphan);
+  if (!gone) {  // adopted here instead: end it before failing
+    kill(orphan, SIGKILL);
+    waitpid(orphan, nullptr, 0);
+  }
+  EXPECT_TRUE(gone) << "the orphan " << orphan << " of the forked process's trial outlived it";
+}
+
 // Note [A worker's stream is bounded]: a grandchild that left the process
 // group and keeps writing into the event pipe after the worker exited never
 // holds the trial: the pipe is drained for at most kDrainSeconds.
