@@ -336,19 +336,15 @@ Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const s
 }
 
 // repro.yaml: the diagnosed scenario with its overrides and the follow-up's,
-// Lightning/Hydra aliases translated to dbh's keys as load_scenario reads
-// them.
+// as load_scenario applies them (the user's own keys, worker.keys' names and
+// the Lightning/Hydra aliases in the scenario's words).
 std::string repro_scenario_text(const DiagnoseOptions& o, const std::vector<std::string>& repro_overrides) {
   std::ostringstream repro_yaml;
   repro_yaml << "# Minimal reproduction written by dbh diagnose.\n"
              << "include: " << fs::absolute(o.scenario).string() << "\n";
-  Value tree;
-  tree.kind = Value::Kind::kMap;
   auto all = o.overrides;
   all.insert(all.end(), repro_overrides.begin(), repro_overrides.end());
-  for (const auto& ov : all) {
-    if (const auto translated = scenario::translate_override(ov)) apply_override(tree, *translated);
-  }
+  const Value tree = scenario::override_layer(o.scenario, all);
   const auto j = nlohmann::ordered_json::parse(to_json(tree));
   for (auto it = j.begin(); it != j.end(); ++it) repro_yaml << it.key() << ": " << it.value().dump() << "\n";
   return repro_yaml.str();

@@ -230,6 +230,51 @@ Value load_tree(const std::string& path, std::vector<std::string>& files) {
 
 }  // namespace
 
+namespace {
+
+bool same_value(const Value& a, const Value& b) {
+  if (a.kind != b.kind || a.scalar != b.scalar || a.map.size() != b.map.size() || a.seq.size() != b.seq.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.map.size(); ++i) {
+    if (a.map[i].first != b.map[i].first || !same_value(a.map[i].second, b.map[i].second)) return false;
+  }
+  for (size_t i = 0; i < a.seq.size(); ++i) {
+    if (!same_value(a.seq[i], b.seq[i])) return false;
+  }
+  return true;
+}
+
+// What `after` holds that `before` does not: maps key by key, anything else
+// whole (a merge replaces a list or a scalar whole). Overrides only set keys,
+// so nothing of `before` is missing from `after`.
+Value changed_part(const Value& before, const Value& after) {
+  Value layer;
+  layer.kind = Value::Kind::kMap;
+  for (const auto& [key, value] : after.map) {
+    const Value* old = before.find(key);
+    if (old == nullptr) {
+      layer.set(key, value);
+    } else if (old->is_map() && value.is_map()) {
+      Value inner = changed_part(*old, value);
+      if (!inner.map.empty()) layer.set(key, inner);
+    } else if (!same_value(*old, value)) {
+      layer.set(key, value);
+    }
+  }
+  return layer;
+}
+
+}  // namespace
+
+Value override_layer(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> files;
+  const Value before = load_tree(path, files);
+  Value after = before;
+  for (const auto& o : overrides) apply_user_override(after, o);
+  return changed_part(before, after);
+}
+
 std::vector<std::string> scenario_files(const std::string& path) {
   std::vector<std::string> files;
   (void)load_tree(path, files);

@@ -370,6 +370,14 @@ std::vector<std::string> scenario_files(const std::string& path);
 /// `key`, e.g. "seed_everything=2" and "train={seed: 2}" set train.seed.
 bool override_sets(const std::string& text, const std::string& key);
 
+/// The overrides as load_scenario applies them to the scenario file `path`
+/// (the user's own keys into worker.overrides, worker.keys' names and the
+/// Lightning/Hydra aliases into dbh's keys): the part of the merged tree they
+/// changed, so that a file of `include: path` and this layer is the scenario
+/// with its overrides (diagnose's repro.yaml). Throws ScenarioError as
+/// load_scenario does for a bad file or override.
+Value override_layer(const std::string& path, const std::vector<std::string>& overrides);
+
 /// Every file and folder `s` reads: its scenario files (s.files), datasets,
 /// weights and checkpoint. dbh never writes into or over one of them.
 std::vector<std::string> input_paths(const Scenario& s);

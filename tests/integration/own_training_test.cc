@@ -547,6 +547,11 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfALearningRateTooLargeConcludesTheOptimi
                     "learning-rate search found) passed"),
             std::string::npos)
       << md;
+  // The printed reproduction runs as pasted: the user's key in the
+  // scenario's words (train.lr), and it fails as the diagnosed run did.
+  const auto repro = dbh({"run", (dir / "out" / "repro.yaml").string(), "--out", (dir / "repro").string(), "-q"});
+  EXPECT_EQ(repro.exit_code, 1) << repro.out << repro.err << testing::read_text(dir / "out" / "repro.yaml");
+  EXPECT_EQ(read_json(dir / "repro" / "report.json")["outcome"], "diverged") << repro.out;
 }
 
 // `scenario from-command --external` on the second training's own command: its composed configuration (the

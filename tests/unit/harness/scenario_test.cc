@@ -964,6 +964,30 @@ TEST_F(ScenarioFiles, AnExternalWorkersOwnModelAndTrainerKeysPassThrough) {
   EXPECT_THROW((void)scenario::load_scenario(write("own.yaml", "name: own\n"), {"model.cutoff=1"}), ScenarioError);
 }
 
+// diagnose's repro.yaml: `include:` the scenario plus the layer its
+// overrides changed loads as the scenario with the overrides, whatever their
+// names (worker.keys' user key, a key of the user's own, an alias, a dbh key).
+TEST_F(ScenarioFiles, TheOverrideLayerIncludedReproducesTheOverrides) {
+  const std::string file =
+      write("ext.yaml", "worker:\n  command: [python, train.py]\n  keys: {train.lr: optim.step_size}\n"
+                        "train: {max_steps: 3}\n");
+  const std::vector<std::string> overrides = {"optim.step_size=50", "arch.width=6", "trainer.max_steps=5",
+                                              "data.size=96", "controls=[]"};
+  const Value layer = scenario::override_layer(file, overrides);
+  EXPECT_EQ(layer.find("optim"), nullptr) << to_json(layer);
+  std::string text = "include: " + file + "\n";
+  for (const auto& [key, value] : layer.map) text += key + ": " + to_json(value, -1) + "\n";
+  const scenario::Scenario repro = scenario::load_scenario(write("repro.yaml", text));
+  const scenario::Scenario direct = scenario::load_scenario(file, overrides);
+  EXPECT_EQ(repro.train.lr, 50);
+  EXPECT_EQ(repro.train.lr, direct.train.lr);
+  EXPECT_EQ(repro.train.max_steps, 5);
+  EXPECT_EQ(repro.data.size, 96);
+  EXPECT_EQ(repro.worker.overrides, direct.worker.overrides);
+  // Only what changed: the file's own keys are the include's.
+  EXPECT_EQ(layer.find("worker")->find("command"), nullptr) << to_json(layer);
+}
+
 // Note [A command's own syntax]: worker.written_as holds places in the
 // command, worker.syntax file names a word of it.
 TEST_F(ScenarioFiles, WrittenAsAndTheSyntaxOptionAreChecked) {
