@@ -55,6 +55,8 @@ ojson probes_json(const probe::Prober& prober) {
                  {"cached", p.cached},
                  {"fresh", p.fresh},
                  {"parallel", p.parallel},
+                 {"forked", p.analysis.forked},
+                 {"cold_reason", p.analysis.cold_reason},
                  {"steps_run", steps_run(p)},
                  {"resumed_from", resumed ? ojson(*resumed) : ojson(nullptr)},
                  {"hash", p.hash},
@@ -103,14 +105,17 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   j["probes"] = probes_json(prober);
   int64_t fresh = 0;
   int64_t parallel = 0;
+  int64_t forked = 0;
   for (const auto& p : prober.history()) {
     fresh += p.cached ? 0 : 1;
     parallel += p.parallel ? 1 : 0;
+    forked += p.analysis.forked && !p.cached ? 1 : 0;
   }
   j["probe_count"] = prober.history().size();
   j["fresh_probes"] = fresh;
   j["jobs"] = prober.jobs();
   j["parallel_probes"] = parallel;  // of the fresh ones: run ahead, beside an earlier probe
+  j["forked_probes"] = forked;      // of the fresh ones: forked from a warm worker (Note [A warm worker])
   // Note [Cheap probes]: replays resume from the reproduction's checkpoints.
   const StepCost cost = step_cost(prober);
   const bool replays = o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules;
@@ -152,7 +157,8 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
        << (p.analysis.failure.klass.empty() ? "" : " " + markdown_inline(p.analysis.failure.klass)) << " | "
        << (p.analysis.failure.step ? std::to_string(*p.analysis.failure.step) : "-") << " | "
        << (p.analysis.failure.module.empty() ? "-" : markdown_inline(p.analysis.failure.module)) << " | " << std::fixed
-       << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.parallel ? " (ran ahead)" : p.fresh ? " (fresh)" : "") << " |\n";
+       << std::setprecision(1) << p.seconds << (p.cached ? " (cached)" : p.parallel ? " (ran ahead)" : p.fresh ? " (fresh)" : "")
+       << (p.analysis.forked && !p.cached ? " (forked)" : "") << " |\n";
   }
   if (replays) {
     md << "\nSteps: replayed " << cost.steps << " steps in " << cost.run << " probes (from step 0 it would have been "
@@ -174,7 +180,8 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   }
   std::cout << "probes: " << prober.history().size() << " (" << fresh << " run, "
             << prober.history().size() - static_cast<size_t>(fresh) << " cached"
-            << (parallel > 0 ? ", " + std::to_string(parallel) + " of them ahead in parallel" : "") << ") in " << std::fixed
+            << (parallel > 0 ? ", " + std::to_string(parallel) + " of them ahead in parallel" : "")
+            << (forked > 0 ? ", " + std::to_string(forked) + " forked from a warm worker" : "") << ") in " << std::fixed
             << std::setprecision(1) << seconds << " s; confidence " << std::setprecision(3) << o.confidence
             << " (" << verdict << ")"
             << "\nreport: " << (out / "bisect.md").string() << "\nrepro:  " << o.repro << std::endl;

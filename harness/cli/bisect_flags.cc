@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/command.h"
+#include "harness/supervisor/warm_worker.h"
 #include "harness/bisect/bisect_command.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -96,9 +97,11 @@ Command add_bisect(CLI::App& app) {
                   "with the same answer as one at a time (default 0: one on a GPU, else one per two CPUs, at most 4)")
       ->check(CLI::Range(int64_t{0}, int64_t{64}));
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
-  return {cmd, [s] {
+  const auto cold = add_cold_flag(cmd);
+  return {cmd, [s, cold] {
             read_bisect_words(s->args, s->options);
             s->options.checks = h::worker::input_checks();
+            const h::supervisor::WarmWorkers warm(!*cold);
             return h::bisect::bisect_command(s->options);
           }};
 }

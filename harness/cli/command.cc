@@ -1,5 +1,7 @@
 #include "harness/cli/command.h"
 
+#include <CLI/CLI.hpp>
+
 #include "harness/common/error.h"
 #include "harness/common/value.h"
 
@@ -20,6 +22,14 @@ void one_scenario(const char* command, const std::vector<std::string>& args, std
     throw UsageError("dbh " + std::string(command) + ": unexpected argument \"" + plain[1] + "\"");
   }
   if (!plain.empty()) *scenario = plain.front();
+}
+
+std::shared_ptr<bool> add_cold_flag(CLI::App* cmd) {
+  auto cold = std::make_shared<bool>(false);
+  cmd->add_flag("--cold", *cold,
+                "Start every trial as a process of its own (by default a Python training's trials are forked "
+                "from a warm worker that has imported its modules: docs/own-training.md)");
+  return cold;
 }
 
 }  // namespace dbh::harness::cli

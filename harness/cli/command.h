@@ -9,6 +9,7 @@
 // row, and turns what escapes it into an exit status. A new command is a new
 // row.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ void split_words(const std::vector<std::string>& args, std::vector<std::string>*
 /// The one scenario file of `command`; a second plain word is refused.
 void one_scenario(const char* command, const std::vector<std::string>& args, std::string* scenario,
                   std::vector<std::string>* overrides);
+
+/// `--cold` on a command of many trials: whether it was given (Note [A warm
+/// worker]: without it, the command's Python trials are forked from warm
+/// workers where they may be).
+std::shared_ptr<bool> add_cold_flag(CLI::App* cmd);
 
 // The rows, each defined in its command's flags file.
 Command add_run(CLI::App& app);  // run_flags.cc

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/command.h"
+#include "harness/supervisor/warm_worker.h"
 #include "harness/diagnose/diagnose_command.h"
 #include "harness/worker/worker.h"
 
@@ -30,9 +31,11 @@ Command add_diagnose(CLI::App& app) {
                   "Run at most N probes beyond the ladder's own rungs, those that can separate the leading "
                   "hypotheses first (default: every one that applies)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}));
-  return {cmd, [s] {
+  const auto cold = add_cold_flag(cmd);
+  return {cmd, [s, cold] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
             s->options.checks = h::worker::input_checks();
+            const h::supervisor::WarmWorkers warm(!*cold);
             return h::diagnose::diagnose_command(s->options);
           }};
 }

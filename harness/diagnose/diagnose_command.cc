@@ -163,6 +163,7 @@ struct Diagnosis {
   size_t probe_count = 0;
   int64_t jobs = 1;
   int64_t parallel_probes = 0;  // of the ladder's own probes: run ahead (Note [Probes ahead, in parallel])
+  int64_t forked_probes = 0;    // of the ladder's own probes: forked from a warm worker (Note [A warm worker])
   double seconds = 0;
 
   std::string repro_command() const { return shell_command({self_command(), "run", (out / "repro.yaml").string()}); }
@@ -271,6 +272,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["probe_count"] = d.probe_count;
   j["jobs"] = d.jobs;
   j["parallel_probes"] = d.parallel_probes;
+  j["forked_probes"] = d.forked_probes;
   j["seconds"] = d.seconds;
   j["repro_scenario"] = d.fails ? ojson((d.out / "repro.yaml").string()) : ojson(nullptr);
   return j;
@@ -565,7 +567,10 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.emulated = emulated;
     d.probe_count = prober.history().size();
     d.jobs = prober.jobs();
-    for (const auto& p : prober.history()) d.parallel_probes += p.parallel ? 1 : 0;
+    for (const auto& p : prober.history()) {
+      d.parallel_probes += p.parallel ? 1 : 0;
+      d.forked_probes += p.analysis.forked && !p.cached ? 1 : 0;
+    }
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_diagnosis(d);
     std::cout << diagnosis_summary(d) << std::flush;

@@ -176,6 +176,7 @@ nlohmann::ordered_json report_json(const run::RunReport& r) {
                            {"failure", failure_json(t.analysis.failure)},
                            {"steps_completed", t.analysis.steps_completed},
                            {"seconds", t.analysis.seconds},
+                           {"forked", t.analysis.forked},
                            {"exit_code", t.analysis.exit_code},
                            {"signal", t.analysis.term_signal ? nlohmann::ordered_json(supervisor::signal_name(t.analysis.term_signal))
                                                              : nlohmann::ordered_json(nullptr)},

@@ -390,6 +390,8 @@ TrialAnalysis classify(const TrialResult& r, const EventDigester& events, const 
   a.term_signal = r.term_signal;
   a.exit_code = r.exit_code;
   a.seconds = r.seconds;
+  a.forked = r.forked;
+  a.cold_reason = r.cold_reason;
   if (!r.stacks_tool.empty()) {
     a.stacks_tool = r.stacks_tool;
     a.stacks_excerpt = stacks_excerpt(r.stacks, 40);

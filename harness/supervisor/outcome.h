@@ -143,6 +143,10 @@ struct TrialAnalysis {
   /// How this process computed (Note [Real differences measure the noise]):
   /// "as configured", "one intra-op thread", …; "" when no variant was asked.
   std::string numerics_variant;
+  /// Note [A warm worker]: the process was forked from a warm worker; else
+  /// why a trial that could have been started cold ("" when it could not).
+  bool forked = false;
+  std::string cold_reason;
   /// The monitors' primary finding (a `health` event), when there was one.
   nlohmann::json primary_health;
   /// Memory when the worker reported its error, and the phases it reached.

@@ -41,6 +41,9 @@ ScenarioTrial run_classified_trial(const scenario::Scenario& scenario, const std
   TrialSpec spec;
   if (s.worker.external()) {
     spec = external_trial_spec(s, resolved.string(), dir.string(), index);
+    // A variant's threads and instruction set are read as the process
+    // starts (Note [Real differences measure the noise]).
+    if (variant) spec.may_fork = false;
   } else {
     // The running binary itself, even when its file was replaced or removed
     // meanwhile (a rebuild or an upgrade during a suite): /proc/self/exe.

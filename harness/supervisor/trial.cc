@@ -29,6 +29,7 @@
 #include "harness/supervisor/outcome.h"
 #include "harness/supervisor/stacks.h"
 #include "harness/supervisor/trial_files.h"
+#include "harness/supervisor/warm_worker.h"
 
 extern char** environ;
 
@@ -273,8 +274,32 @@ class Supervision {
   bool spawn() {
     start_ = Clock::now();
     token_ = new_trial_token();
+    // Note [A warm worker]: started (when it is the first such trial) before
+    // this process's children are noted: it is the command's, not the trial's.
+    WarmWorkers* scope = spec_.may_fork ? WarmWorkers::active() : nullptr;
+    WarmWorker* warm = nullptr;
+    const std::string cwd = spec_.cwd.empty() ? fs::current_path().string() : spec_.cwd;
+    std::vector<std::string> env_text;
+    if (scope != nullptr) {
+      env_text = worker_environment(spec_, token_);
+      warm = scope->worker_for(spec_.argv, env_text, cwd, &result_.cold_reason);
+    }
     children_before_ = children_of_this_process();  // not the trial's: never ended by it
-    const int rc = spawn_worker(spec_, token_, out_pipe_[1], err_pipe_[1], events_[1], &pid_);
+    int rc = -1;
+    if (warm != nullptr) {
+      const int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      const auto pid = warm->fork_trial(*warm_target(spec_.argv), env_text, cwd,
+                                        {null_in, out_pipe_[1], err_pipe_[1], events_[1]}, &result_.cold_reason);
+      if (null_in >= 0) close(null_in);
+      if (pid) {
+        pid_ = *pid;
+        rc = 0;
+        result_.forked = true;
+        result_.cold_reason.clear();
+        scope->count_fork();
+      }
+    }
+    if (rc != 0) rc = spawn_worker(spec_, token_, out_pipe_[1], err_pipe_[1], events_[1], &pid_);
     last_event_ = Clock::now();
     close(events_[1]);
     close(out_pipe_[1]);  // the worker has its own copies

@@ -30,6 +30,10 @@ struct TrialSpec {
   /// trial keeps no events (Note [A trial's events are read as they
   /// arrive]): what a caller needs of them, it reads here.
   std::function<void(const proto::Event&)> on_event;
+  /// Note [A warm worker]: whether the trial may be forked from a warm worker
+  /// of the command's WarmWorkers scope (an external Python training whose
+  /// answer does not depend on a fresh interpreter).
+  bool may_fork = false;
 };
 
 /// What happened to the process, as the supervisor saw it.
@@ -58,6 +62,10 @@ struct TrialResult {
   /// link to /x", "a file"; "" when the folder was its own): removed, never
   /// written through (Note [dbh's files in a trial]).
   std::string folder_replaced;
+  /// Note [A warm worker]: forked from a warm worker, or why a trial that
+  /// may fork started cold ("" when it was not to be forked).
+  bool forked = false;
+  std::string cold_reason;
 };
 
 /// Note [A worker's stream is bounded]: a trial's events.jsonl holds at most

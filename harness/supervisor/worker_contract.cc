@@ -330,6 +330,9 @@ TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& re
   spec.deadline_s = s.limits.deadline_s;
   spec.silence_s = s.limits.silence_s;
   spec.grace_s = s.limits.grace_s;
+  // Note [A warm worker]: a fresh interpreter for what may depend on one
+  // (several runs, memory measured against a budget).
+  spec.may_fork = s.repeat.in_process == 1 && s.repeat.processes == 1 && s.hardware.memory_budget == 0;
   return spec;
 }
 

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from . import _under_dbh_at_import
 from ._protocol import ENV_SUPERVISOR_PID, SUPERVISOR_GONE_EXIT, die_with_supervisor
 
 # The most bytes of one request, and the descriptors it carries (stdin,
@@ -264,6 +265,10 @@ def _become_trial(request: TrialRequest, fds: list[int], sock: socket.socket, in
         os.chdir(request.cwd)
         _reseed()
         _apply_threads(request.env)
+        # The adapter was imported by this warm worker outside dbh (no DBH_
+        # variables): what its import does under dbh (the parser's record,
+        # the runs again) is done now, in the trial's environment.
+        _under_dbh_at_import()
         code = run_target(target, request.argv)
     except BaseException:  # noqa: BLE001 - never back into the zygote's loop
         traceback.print_exc()

@@ -289,6 +289,24 @@ TEST_F(OwnTrainingTest, BisectModulesFindsTheStepAndModuleReplayingFromLightning
   int resumed = 0;
   for (const auto& p : j["probes"]) resumed += p.dump().find("train.resume_from=") != std::string::npos;
   EXPECT_GT(resumed, 0) << j["probes"].dump(2);
+  // Note [A warm worker]: every probe forked from the warm worker, and the
+  // same answer from processes of their own (--cold).
+  EXPECT_EQ(j["forked_probes"], j["fresh_probes"]) << j["probes"].dump(2);
+  EXPECT_NE(r.out.find("forked from a warm worker"), std::string::npos) << r.out;
+  const auto cold = dbh({"bisect", "modules", kScenarios + "/nan-in-fusion.yaml", "--reproductions", "1", "--cold",
+                         "--out", (dir / "cold").string(), "--cache", (dir / "cold-cache").string()});
+  ASSERT_EQ(cold.exit_code, 0) << cold.out << cold.err;
+  const auto c = read_json(dir / "cold" / "bisect.json");
+  EXPECT_EQ(c["forked_probes"], 0);
+  for (const char* k : {"step", "module", "direction"}) EXPECT_EQ(c["result"][k], j["result"][k]) << k;
+  EXPECT_EQ(c["verdict"], j["verdict"]);
+  ASSERT_EQ(c["probes"].size(), j["probes"].size());
+  for (size_t i = 0; i < c["probes"].size(); ++i) {
+    for (const char* k : {"what", "outcome", "class", "step", "module", "steps_run"}) {
+      EXPECT_EQ(c["probes"][i][k], j["probes"][i][k]) << "probe " << i << " " << k;
+    }
+    EXPECT_EQ(c["probes"][i]["cold_reason"], "--cold");
+  }
 }
 
 TEST_F(OwnTrainingTest, BisectDataNamesThePlantedBadSampleReadThroughItsDataModule) {
