@@ -103,14 +103,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
                        {"flaky", o.rep.flaky}, {"repetitions_per_probe", o.rep.per_probe},
                        {"failed_differently", o.rep.different}, {"failure", o.rep.sig.text()}};
   j["probes"] = probes_json(prober);
-  int64_t fresh = 0;
-  int64_t parallel = 0;
-  int64_t forked = 0;
-  for (const auto& p : prober.history()) {
-    fresh += p.cached ? 0 : 1;
-    parallel += p.parallel ? 1 : 0;
-    forked += p.analysis.forked && !p.cached ? 1 : 0;
-  }
+  const auto [fresh, parallel, forked] = probe::count_probes(prober.history());
   j["probe_count"] = prober.history().size();
   j["fresh_probes"] = fresh;
   j["jobs"] = prober.jobs();

@@ -567,10 +567,9 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.emulated = emulated;
     d.probe_count = prober.history().size();
     d.jobs = prober.jobs();
-    for (const auto& p : prober.history()) {
-      d.parallel_probes += p.parallel ? 1 : 0;
-      d.forked_probes += p.analysis.forked && !p.cached ? 1 : 0;
-    }
+    const probe::ProbeCounts counts = probe::count_probes(prober.history());
+    d.parallel_probes = counts.parallel;
+    d.forked_probes = counts.forked;
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_diagnosis(d);
     std::cout << diagnosis_summary(d) << std::flush;

@@ -37,6 +37,16 @@ struct ProbeResult {
   bool parallel = false;
 };
 
+/// How a search's probes ran: run rather than answered from the cache, of
+/// those run ahead in parallel, and forked from a warm worker (Note [A warm
+/// worker]).
+struct ProbeCounts {
+  int64_t fresh = 0;
+  int64_t parallel = 0;
+  int64_t forked = 0;
+};
+ProbeCounts count_probes(const std::vector<ProbeResult>& probes);
+
 /// Whether a failed probe failed before training: no step ended and no step
 /// was named (data validation, preflight, model or checkpoint loading).
 bool failed_before_training(const supervisor::TrialAnalysis& a);

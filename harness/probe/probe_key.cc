@@ -33,6 +33,16 @@ extern char** environ;
 namespace dbh::harness::probe {
 namespace fs = std::filesystem;
 
+ProbeCounts count_probes(const std::vector<ProbeResult>& probes) {
+  ProbeCounts c;
+  for (const auto& p : probes) {
+    c.fresh += p.cached ? 0 : 1;
+    c.parallel += p.parallel ? 1 : 0;
+    c.forked += p.analysis.forked && !p.cached ? 1 : 0;
+  }
+  return c;
+}
+
 bool failed_before_training(const supervisor::TrialAnalysis& a) {
   return supervisor::is_failure(a.outcome) && !a.failure.step && a.steps_completed == 0;
 }

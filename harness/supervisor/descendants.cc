@@ -84,6 +84,21 @@ void end_adopted_children(pid_t group, const std::vector<pid_t>& before) {
   }
 }
 
+void group_leader_attributes(posix_spawnattr_t* attr) {
+  posix_spawnattr_init(attr);
+  posix_spawnattr_setpgroup(attr, 0);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  posix_spawnattr_setsigdefault(attr, &defaults);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setflags(attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+}
+
 void become_subreaper() {
   // Asked of the kernel each time rather than remembered: the setting is not
   // inherited across fork(), and a process forked from a supervisor (a probe

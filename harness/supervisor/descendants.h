@@ -1,5 +1,6 @@
 #pragma once
 
+#include <spawn.h>
 #include <sys/types.h>
 
 #include <string>
@@ -33,6 +34,11 @@ int kill_token_holders(const std::string& token);
 /// already (the setting is the process's own: a process forked from a
 /// subreaper is none until it calls this).
 void become_subreaper();
+
+/// Initialises `attr` for a worker process (a trial's, a warm worker's):
+/// the leader of its own process group, SIGPIPE, SIGTERM and SIGINT at their
+/// defaults, no signal blocked. posix_spawnattr_destroy it after the spawn.
+void group_leader_attributes(posix_spawnattr_t* attr);
 
 /// The children of this process, as /proc lists their parents.
 std::vector<pid_t> children_of_this_process();

@@ -186,18 +186,7 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
   if (!spec.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str());
   become_subreaper();  // Note [Every descendant ends with the trial]: orphans come back here
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);  // the worker leads its own group
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  group_leader_attributes(&attr);  // the worker leads its own group
   std::vector<char*> args;
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

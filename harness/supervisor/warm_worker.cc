@@ -207,18 +207,7 @@ WarmWorker::WarmWorker(const WarmTarget& target, const std::string& program, con
   posix_spawn_file_actions_adddup2(&actions, pair[1], kSocketFd);
   if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  internal::group_leader_attributes(&attr);
   std::vector<char*> argp;
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
@@ -319,7 +308,7 @@ std::optional<pid_t> WarmWorker::fork_trial(const WarmTarget& target, const std:
   if (!r.error.empty()) return fail(r.error);
   // Note [A warm worker]: the trial must be this process's child, or
   // run_trial could not wait for it.
-  if (parent_of(r.pid) != getpid()) {
+  if (r.pid == pid_ || parent_of(r.pid) != getpid()) {
     return fail("the warm worker's trial " + std::to_string(r.pid) + " is not this process's child");
   }
   setpgid(r.pid, r.pid);  // as the trial does itself: its group exists before anything signals it
