@@ -1,13 +1,17 @@
 // Time to answer (issue of warm workers and parallel probes): the wall time
-// of a whole `dbh bisect config` over 4 keys and a whole `dbh diagnose`, each
-// from an empty probe cache, with one job and with two (Note [Probes ahead,
-// in parallel] in harness/probe/probe.h). On the Lightning example
-// (examples/lightning-dbnet, its scenario from `dbh scenario from-command
-// --external`, as docs/own-training.md makes it), on the plain loop
-// (examples/pytorch-regions, a learning rate 5,000 times its own) and on
+// of a whole `dbh bisect config` over 4 keys, `dbh bisect modules` and a
+// whole `dbh diagnose`, each from an empty probe cache, with one job and with
+// two (Note [Probes ahead, in parallel] in harness/probe/probe.h), with the
+// Python trials forked from a warm worker and `--cold` (Note [A warm worker]
+// in harness/supervisor/warm_worker.h). On the Lightning example
+// (examples/lightning-dbnet: its scenario from `dbh scenario from-command
+// --external`, as docs/own-training.md makes it; its NaN in the fusion module;
+// a learning rate 10^6 times its own), on the plain loop
+// (examples/pytorch-regions, a learning rate 1,000 times its own) and on
 // dbh's own worker (tiny-cpu.yaml). Counters: probes, parallel (probes run
-// ahead), same (1 when the answer is the one the first repetition of the
-// case gave with one job: the search must decide the same).
+// ahead), forked (probes forked from a warm worker), same (1 when the answer
+// is the one the case's first run gave, one job and warm: the search must
+// decide the same).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -31,7 +35,7 @@ namespace fs = std::filesystem;
 
 const std::string kSource = DBH_SOURCE_DIR;
 
-enum Case { kConfigLightning, kDiagnosePlainLoop, kConfigDbh };
+enum Case { kConfigLightning, kModulesLightning, kDiagnoseLightning, kDiagnosePlainLoop, kConfigDbh };
 
 fs::path write(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
@@ -55,6 +59,13 @@ std::vector<std::string> command_of(Case c, const fs::path& dir, std::string* an
               "model.optimizer.lr=1e6 seed=7 dataloaders.train_dataloader.batch_size=1 "
               "trainer.accumulate_grad_batches=2"};
     }
+    case kModulesLightning:
+      *answer_file = "bisect.json";
+      return {"bisect", "modules", kSource + "/examples/lightning-dbnet/scenarios/nan-in-fusion.yaml",
+              "--reproductions", "1"};
+    case kDiagnoseLightning:
+      *answer_file = "diagnosis.json";
+      return {"diagnose", kSource + "/examples/lightning-dbnet/scenarios/clean.yaml", "model.optimizer.lr=1e6"};
     case kDiagnosePlainLoop:
       *answer_file = "diagnosis.json";
       return {"diagnose", kSource + "/examples/pytorch-regions/scenarios/clean.yaml", "optim.step_size=50"};
@@ -78,8 +89,9 @@ nlohmann::json answer_of(const nlohmann::json& j) {
 void BM_TimeToAnswer(benchmark::State& state, Case c) {
   static std::map<Case, nlohmann::json> first_answer;
   const int64_t jobs = state.range(0);
+  const bool warm = state.range(1) != 0;
   const fs::path dir = fs::temp_directory_path() / ("dbh_bench_answer_" + std::to_string(getpid()));
-  double probes = 0, parallel = 0, same = 0;
+  double probes = 0, parallel = 0, forked = 0, same = 0;
   for (auto _ : state) {
     state.PauseTiming();
     fs::remove_all(dir);
@@ -95,6 +107,7 @@ void BM_TimeToAnswer(benchmark::State& state, Case c) {
     const std::vector<std::string> options = {"--jobs", std::to_string(jobs), "--out", (dir / "out").string(),
                                               "--cache", (dir / "cache").string(), "-q"};
     argv.insert(argv.end(), options.begin(), options.end());
+    if (!warm) argv.push_back("--cold");
     state.ResumeTiming();
     const auto r = testing::run_process_with_env(argv, testing::venv_python_env(), kSource, 1800);
     state.PauseTiming();
@@ -105,22 +118,33 @@ void BM_TimeToAnswer(benchmark::State& state, Case c) {
       break;
     }
     const auto answer = answer_of(j);
-    if (first_answer.count(c) == 0 && jobs == 1) first_answer[c] = answer;
+    if (first_answer.count(c) == 0 && jobs == 1 && warm) first_answer[c] = answer;
     same += first_answer.count(c) > 0 && first_answer[c] == answer ? 1 : 0;
     probes += j.value("probe_count", 0.0);  // both bisect.json and diagnosis.json count them
     parallel += j.value("parallel_probes", 0.0);
+    forked += j.value("forked_probes", 0.0);
     state.ResumeTiming();
   }
   fs::remove_all(dir);
   const auto n = static_cast<double>(std::max<int64_t>(1, state.iterations()));
   state.counters["probes"] = probes / n;
   state.counters["parallel"] = parallel / n;
+  state.counters["forked"] = forked / n;
   state.counters["same"] = same / n;
 }
 #define DBH_ANSWER_BENCH(name, c)                                                                               \
-  BENCHMARK_CAPTURE(BM_TimeToAnswer, name, c)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kSecond)->UseRealTime() \
+  BENCHMARK_CAPTURE(BM_TimeToAnswer, name, c)                                                                  \
+      ->ArgNames({"jobs", "warm"})                                                                              \
+      ->Args({1, 1})                                                                                            \
+      ->Args({1, 0})                                                                                            \
+      ->Args({2, 1})                                                                                            \
+      ->Args({2, 0})                                                                                            \
+      ->Unit(benchmark::kSecond)                                                                                \
+      ->UseRealTime()                                                                                           \
       ->Iterations(1)
 DBH_ANSWER_BENCH(config_lightning, kConfigLightning);
+DBH_ANSWER_BENCH(modules_lightning, kModulesLightning);
+DBH_ANSWER_BENCH(diagnose_lightning, kDiagnoseLightning);
 DBH_ANSWER_BENCH(diagnose_plain_loop, kDiagnosePlainLoop);
 DBH_ANSWER_BENCH(config_dbh, kConfigDbh);
 
