@@ -432,6 +432,14 @@ std::string file_state(const std::string& path) {
          std::to_string(st.st_ino) + '\0' + std::to_string(S_ISDIR(st.st_mode) ? 0 : st.st_size);
 }
 
+std::optional<std::string> path_variable(const std::vector<std::string>& env) {
+  std::optional<std::string> path;
+  for (const auto& e : env) {
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  }
+  return path;
+}
+
 std::string find_program(const std::string& program, const std::optional<std::string>& path_var,
                          const std::string& cwd) {
   namespace fs = std::filesystem;

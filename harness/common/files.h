@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <vector>
 #include <string>
 
 namespace dbh::harness {
@@ -98,6 +99,10 @@ void make_directories_no_follow(const std::string& path);
 /// the file it starts are one).
 std::string find_program(const std::string& program, const std::optional<std::string>& path_var,
                          const std::string& cwd);
+
+/// The value of PATH among an environment's "NAME=value" words (the last
+/// one), or nullopt when it has none: what find_program's `path_var` is.
+std::optional<std::string> path_variable(const std::vector<std::string>& env);
 
 /// Writes `text` to `path` so that readers see the old file or the whole new
 /// one, never a torn one, and a full disk leaves no partial file: written to

@@ -48,23 +48,29 @@ int kill_token_holders(const std::string& token) {
   return killed;
 }
 
+pid_t parent_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return -1;
+  // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 1));
+  char state = 0;
+  long ppid = -1;
+  if (!(rest >> state >> ppid)) return -1;
+  return static_cast<pid_t>(ppid);
+}
+
 std::vector<pid_t> children_of_this_process() {
   std::vector<pid_t> children;
   const pid_t self = getpid();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat;
-    if (!in || !std::getline(in, stat)) continue;
-    // "pid (comm) state ppid …": comm may hold spaces and parentheses.
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 1));
-    char state = 0;
-    long ppid = 0;
-    if (rest >> state >> ppid && ppid == self) children.push_back(static_cast<pid_t>(std::stol(name)));
+    if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (parent_of(pid) == self) children.push_back(pid);
   }
   return children;
 }

@@ -40,6 +40,9 @@ void become_subreaper();
 /// defaults, no signal blocked. posix_spawnattr_destroy it after the spawn.
 void group_leader_attributes(posix_spawnattr_t* attr);
 
+/// The parent of process `pid` as /proc says it, or -1 when it cannot be read.
+pid_t parent_of(pid_t pid);
+
 /// The children of this process, as /proc lists their parents.
 std::vector<pid_t> children_of_this_process();
 

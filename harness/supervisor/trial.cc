@@ -198,11 +198,7 @@ int spawn_worker(const TrialSpec& spec, const std::string& token, int out_fd, in
   // worker is started with (worker.env's, else ours), as its shell would, and
   // so is the file the input manifest hashes (find_program, Note [dbh owns
   // its names]); the built-in worker is always a path.
-  std::optional<std::string> path_var;
-  for (const auto& e : env_text) {
-    if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
-  }
-  const std::string program = find_program(spec.argv[0], path_var, spec.cwd);
+  const std::string program = find_program(spec.argv[0], path_variable(env_text), spec.cwd);
   const int rc = program.empty() ? ENOENT : posix_spawn(pid, program.c_str(), &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
@@ -267,11 +263,13 @@ class Supervision {
     // this process's children are noted: it is the command's, not the trial's.
     WarmWorkers* scope = spec_.may_fork ? WarmWorkers::active() : nullptr;
     WarmWorker* warm = nullptr;
-    const std::string cwd = spec_.cwd.empty() ? fs::current_path().string() : spec_.cwd;
+    std::string cwd = spec_.cwd;
     std::vector<std::string> env_text;
     if (scope != nullptr) {
+      std::error_code ec;
+      if (cwd.empty()) cwd = fs::current_path(ec).string();
       env_text = worker_environment(spec_, token_);
-      warm = scope->worker_for(spec_.argv, env_text, cwd, &result_.cold_reason);
+      warm = cwd.empty() ? nullptr : scope->worker_for(spec_.argv, env_text, cwd, &result_.cold_reason);
     }
     children_before_ = children_of_this_process();  // not the trial's: never ended by it
     int rc = -1;

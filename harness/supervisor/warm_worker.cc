@@ -12,9 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -45,19 +43,6 @@ bool python_name(const std::string& program) {
 }
 
 std::string variable_name(const std::string& word) { return word.substr(0, word.find('=')); }
-
-pid_t parent_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!in || !std::getline(in, stat)) return -1;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 1));
-  char state = 0;
-  long ppid = -1;
-  rest >> state >> ppid;
-  return static_cast<pid_t>(ppid);
-}
 
 std::string exit_status_text(int status) {
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
@@ -158,11 +143,7 @@ WarmWorker* WarmWorkers::worker_for(const std::vector<std::string>& argv, const 
     *why = "the command is not `python SCRIPT …` or `python -m MODULE …`";
     return nullptr;
   }
-  std::optional<std::string> path_var;
-  for (const auto& e : env) {
-    if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
-  }
-  const std::string program = find_program(target->python, path_var, cwd);
+  const std::string program = find_program(target->python, path_variable(env), cwd);
   if (program.empty()) {
     *why = "no program " + target->python;
     return nullptr;
@@ -308,7 +289,7 @@ std::optional<pid_t> WarmWorker::fork_trial(const WarmTarget& target, const std:
   if (!r.error.empty()) return fail(r.error);
   // Note [A warm worker]: the trial must be this process's child, or
   // run_trial could not wait for it.
-  if (r.pid == pid_ || parent_of(r.pid) != getpid()) {
+  if (r.pid == pid_ || internal::parent_of(r.pid) != getpid()) {
     return fail("the warm worker's trial " + std::to_string(r.pid) + " is not this process's child");
   }
   setpgid(r.pid, r.pid);  // as the trial does itself: its group exists before anything signals it
