@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/common/files.h"
 #include "harness/common/out_file.h"
@@ -109,6 +110,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   j["jobs"] = prober.jobs();
   j["parallel_probes"] = parallel;  // of the fresh ones: run ahead, beside an earlier probe
   j["forked_probes"] = forked;      // of the fresh ones: forked from a warm worker (Note [A warm worker])
+  j["executor"] = probe::executor_description();  // Note [Probes on a cluster]
   // Note [Cheap probes]: replays resume from the reproduction's checkpoints.
   const StepCost cost = step_cost(prober);
   const bool replays = o.kind == BisectKind::kSteps || o.kind == BisectKind::kModules;
@@ -174,7 +176,8 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
   std::cout << "probes: " << prober.history().size() << " (" << fresh << " run, "
             << prober.history().size() - static_cast<size_t>(fresh) << " cached"
             << (parallel > 0 ? ", " + std::to_string(parallel) + " of them ahead in parallel" : "")
-            << (forked > 0 ? ", " + std::to_string(forked) + " forked from a warm worker" : "") << ") in " << std::fixed
+            << (forked > 0 ? ", " + std::to_string(forked) + " forked from a warm worker" : "")
+            << (probe::Cluster::active() != nullptr ? ", on " + probe::executor_description() : "") << ") in " << std::fixed
             << std::setprecision(1) << seconds << " s; confidence " << std::setprecision(3) << o.confidence
             << " (" << verdict << ")"
             << "\nreport: " << (out / "bisect.md").string() << "\nrepro:  " << o.repro << std::endl;

@@ -98,10 +98,13 @@ Command add_bisect(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{64}));
   cmd->add_flag("-q,--quiet", bo.quiet, "Print only the result");
   const auto cold = add_cold_flag(cmd);
-  return {cmd, [s, cold] {
+  const auto executor = add_executor_flags(cmd);
+  return {cmd, [s, cold, executor] {
             read_bisect_words(s->args, s->options);
             s->options.checks = h::worker::input_checks();
+            h::probe::check_cluster_options(*executor);
             const h::supervisor::WarmWorkers warm(!*cold);
+            const h::probe::Cluster cluster(*executor);
             return h::bisect::bisect_command(s->options);
           }};
 }

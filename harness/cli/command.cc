@@ -1,5 +1,8 @@
 #include "harness/cli/command.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <CLI/CLI.hpp>
 
 #include "harness/common/error.h"
@@ -30,6 +33,29 @@ std::shared_ptr<bool> add_cold_flag(CLI::App* cmd) {
                 "Start every trial as a process of its own (by default a Python training's trials are forked "
                 "from a warm worker that has imported its modules: docs/own-training.md)");
   return cold;
+}
+
+std::shared_ptr<probe::ClusterOptions> add_executor_flags(CLI::App* cmd) {
+  auto o = std::make_shared<probe::ClusterOptions>();
+  const std::vector<std::string> names(std::begin(probe::kExecutorNames), std::end(probe::kExecutorNames));
+  cmd->add_option_function<std::string>(
+         "--executor",
+         [o, names](const std::string& name) {
+           o->executor = static_cast<probe::Executor>(std::find(names.begin(), names.end(), name) - names.begin());
+         },
+         "Where probes run: local (default), or slurm: each probe a Slurm job step through srun, the nodes "
+         "seeing this binary and the output folder at the same paths (docs/suites.md)")
+      ->check(CLI::IsMember(names));
+  cmd->add_option("--partition", o->partition, "slurm: the partition to run probes in");
+  cmd->add_option("--gpu-type", o->gpu_type, "slurm: one GPU of this type per probe (--gres=gpu:TYPE:1)");
+  cmd->add_option("--time-limit", o->time_limit, "slurm: each probe's time limit (--time: MM, HH:MM:SS, D-HH, ...)");
+  cmd->add_option("--srun-arg", o->srun_args, "slurm: a further srun option, as --srun-arg=--account=ml (repeatable)");
+  cmd->add_option("--attempts", o->attempts,
+                  "slurm: submissions of a probe whose job ends without a result (cancelled, pre-empted, its node "
+                  "lost) before the search stops")
+      ->check(CLI::Range(int64_t{1}, int64_t{20}))
+      ->capture_default_str();
+  return o;
 }
 
 }  // namespace dbh::harness::cli

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/probe/cluster.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -44,6 +46,10 @@ void one_scenario(const char* command, const std::vector<std::string>& args, std
 /// workers where they may be).
 std::shared_ptr<bool> add_cold_flag(CLI::App* cmd);
 
+/// `--executor` and the Slurm options on a command of many probes (Note
+/// [Probes on a cluster]); checked with probe::check_cluster_options.
+std::shared_ptr<probe::ClusterOptions> add_executor_flags(CLI::App* cmd);
+
 // The rows, each defined in its command's flags file.
 Command add_run(CLI::App& app);  // run_flags.cc
 Command add_repeat(CLI::App& app);  // run_flags.cc
@@ -61,5 +67,6 @@ Command add_tune_worker(CLI::App& app);  // tune_flags.cc
 Command add_list(CLI::App& app);  // list_flags.cc
 Command add_env(CLI::App& app);  // env_flags.cc
 Command add_worker(CLI::App& app);  // worker_flags.cc
+Command add_node_probe(CLI::App& app);  // worker_flags.cc
 
 }  // namespace dbh::harness::cli

@@ -32,10 +32,13 @@ Command add_diagnose(CLI::App& app) {
                   "hypotheses first (default: every one that applies)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}));
   const auto cold = add_cold_flag(cmd);
-  return {cmd, [s, cold] {
+  const auto executor = add_executor_flags(cmd);
+  return {cmd, [s, cold, executor] {
             one_scenario("diagnose", s->args, &s->options.scenario, &s->options.overrides);
             s->options.checks = h::worker::input_checks();
+            h::probe::check_cluster_options(*executor);
             const h::supervisor::WarmWorkers warm(!*cold);
+            const h::probe::Cluster cluster(*executor);
             return h::diagnose::diagnose_command(s->options);
           }};
 }

@@ -41,7 +41,7 @@ namespace cli = dbh::harness::cli;
 constexpr cli::Command (*kCommands[])(CLI::App&) = {
     cli::add_env,     cli::add_train, cli::add_eval,  cli::add_data,     cli::add_run,  cli::add_repeat,
     cli::add_bisect,  cli::add_diagnose, cli::add_qualify, cli::add_suite, cli::add_merge, cli::add_scenario,
-    cli::add_tune,    cli::add_list,  cli::add_worker, cli::add_tune_worker,
+    cli::add_tune,    cli::add_list,  cli::add_worker, cli::add_node_probe, cli::add_tune_worker,
 };
 
 // Note [Writable before work]: a place dbh will write (an output folder, a

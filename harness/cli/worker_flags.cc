@@ -31,4 +31,17 @@ Command add_worker(CLI::App& app) {
           }};
 }
 
+// A probe on a node of the cluster (Note [Probes on a cluster]).
+Command add_node_probe(CLI::App& app) {
+  auto r = std::make_shared<h::probe::NodeProbe>();
+  auto* cmd = app.add_subcommand("__probe", "")->group("");
+  cmd->add_option("--scenario", r->scenario)->required();
+  cmd->add_option("--dir", r->dir)->required();
+  cmd->add_option("--trial", r->trial)->required();
+  cmd->add_option("--key", r->key)->required();
+  cmd->add_option("--hash", r->hash)->required();
+  cmd->add_option("--override", r->overrides)->allow_extra_args(false);
+  return {cmd, [r] { return h::probe::run_node_probe(*r, h::worker::input_checks()); }};
+}
+
 }  // namespace dbh::harness::cli

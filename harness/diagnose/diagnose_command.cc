@@ -15,6 +15,7 @@
 #include "harness/diagnose/rungs.h"
 #include "harness/common/out_file.h"
 #include "harness/bisect/bisect_command.h"
+#include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -273,6 +274,7 @@ ojson diagnosis_json(const Diagnosis& d) {
   j["jobs"] = d.jobs;
   j["parallel_probes"] = d.parallel_probes;
   j["forked_probes"] = d.forked_probes;
+  j["executor"] = probe::executor_description();  // Note [Probes on a cluster]
   j["seconds"] = d.seconds;
   j["repro_scenario"] = d.fails ? ojson((d.out / "repro.yaml").string()) : ojson(nullptr);
   return j;

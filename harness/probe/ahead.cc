@@ -18,6 +18,7 @@
 #include "harness/common/cpu.h"
 #include "harness/common/progress.h"
 #include "harness/common/text.h"
+#include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/supervisor/trial.h"
 
@@ -42,7 +43,9 @@ int64_t default_jobs(const scenario::Scenario& s) {
 }
 
 void Prober::set_jobs(int64_t jobs) {
-  if (jobs <= 0) {
+  if (jobs <= 0 && Cluster::active() != nullptr) {
+    jobs = 4;  // Note [Probes on a cluster]: each probe ahead is a job step of its own, not this machine's load
+  } else if (jobs <= 0) {
     try {
       jobs = default_jobs(load({}));
     } catch (const std::exception&) {

@@ -23,6 +23,7 @@
 #include "harness/common/json_fields.h"
 #include "harness/common/progress.h"
 #include "harness/common/text.h"
+#include "harness/probe/cluster.h"
 #include "harness/supervisor/judge.h"
 #include "harness/supervisor/outcome.h"
 #include "harness/kb/knowledge_base.h"
@@ -188,10 +189,12 @@ nlohmann::json summary_json(const ProbeResult& p) {
           {"seconds", p.seconds}};
 }
 
-bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) {
+}  // namespace
+
+bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p) {
   // A cache entry someone replaced (a FIFO, a huge file) is no answer, and
   // never a hang: the probe runs again.
-  const auto text = read_regular_file(path.string(), size_t{1} << 20);
+  const auto text = read_regular_file(path, size_t{1} << 20);
   if (!text) return false;
   try {
     const auto j = nlohmann::json::parse(*text);
@@ -219,6 +222,8 @@ bool load_summary(const fs::path& path, const std::string& key, ProbeResult* p) 
     return false;
   }
 }
+
+namespace {
 
 // Whether the file system holding `dir` is (nearly) full: "" when it is not,
 // else why.
@@ -263,6 +268,27 @@ int64_t remove_weights(const fs::path& dir) {
 }
 
 }  // namespace
+
+std::string probe_record(const ProbeResult& p) {
+  auto j = summary_json(p);
+  j["key"] = p.key;
+  j["scenario_hash"] = p.hash;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+ProbeTrial run_probe_trial(const scenario::Scenario& s, const std::string& dir, int64_t trial,
+                           const std::function<void(const proto::Event&)>& on_event) {
+  supervisor::ScenarioTrial t = supervisor::run_classified_trial(s, dir, trial, false, on_event);
+  ProbeTrial out;
+  // A worker that filled the disk may have had no room left to say so (its
+  // stderr and events live there too): a trial that did not pass on a full
+  // disk is the disk's failure, not the training's. Looked at before its
+  // weights are removed.
+  out.infrastructure = infrastructure_failure(t.result, t.analysis);
+  if (out.infrastructure.empty() && verdict_of(t.analysis) != Verdict::kPass) out.infrastructure = disk_full(dir);
+  out.analysis = std::move(t.analysis);
+  return out;
+}
 
 int64_t Prober::release_checkpoints() {
   int64_t bytes = 0;
@@ -325,10 +351,7 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
       // Only a hint to other tools: the cache works without it.
     }
   }
-  auto j = summary_json(p);
-  j["key"] = p.key;
-  j["scenario_hash"] = p.hash;
-  write_file_atomically(cache_file, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomically(cache_file, probe_record(p));
   trim_probe_cache(cache_dir_, cache_cap_bytes_);
 }
 
@@ -382,7 +405,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
   // Note [Probes ahead, in parallel]: run by a process ahead, answered from
   // what it stored.
   if (std::string dir; !keep_checkpoints && wait_ahead(ahead_key(p.key, !use_cache), what, &dir) &&
-                       load_summary(cache_file, p.key, &p)) {
+                       read_probe_record(cache_file.string(), p.key, &p)) {
     p.parallel = true;
     p.dir = dir;
   }
@@ -392,7 +415,7 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
       p.seconds = it->second.seconds;
       p.cached = true;
       p.cached_from = it->second.dir;
-    } else if (!cache_dir_.empty() && load_summary(cache_file, p.key, &p)) {
+    } else if (!cache_dir_.empty() && read_probe_record(cache_file.string(), p.key, &p)) {
       p.cached = true;
     }
   }
@@ -411,16 +434,16 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
       if (e.type == proto::event::kStepEnd) steps_done = std::max(steps_done, proto::step_end_from(e).step + 1);
       line->show(probe_progress(p.index, what, steps_done, steps_total, line->seconds()));
     };
-    supervisor::ScenarioTrial t = supervisor::run_classified_trial(s, p.dir, ahead_slot_ > 0 ? 5000 + ahead_slot_ : 1000 + p.index,
-                                                                   false, on_event);
+    const int64_t trial = ahead_slot_ > 0 ? 5000 + ahead_slot_ : 1000 + p.index;
+    ProbeTrial t;
+    if (const ClusterOptions* cluster = Cluster::active()) {  // Note [Probes on a cluster]
+      t = run_remotely(*cluster, s, p, trial, line ? &*line : nullptr, on_event);
+    } else {
+      t = run_probe_trial(s, p.dir, trial, on_event);
+    }
     if (line) line->finish();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // A worker that filled the disk may have had no room left to say so
-    // (its stderr and events live there too): a trial that did not pass on a
-    // full disk is the disk's failure, not the training's. Looked at before
-    // its weights are removed.
-    std::string why = infrastructure_failure(t.result, t.analysis);
-    if (why.empty() && verdict_of(t.analysis) != Verdict::kPass) why = disk_full(p.dir);
+    const std::string& why = t.infrastructure;
     // Weights stay only where later probes resume from them, whatever
     // happens next.
     if (keep_checkpoints) {
@@ -463,7 +486,9 @@ ProbeResult Prober::run(const std::vector<std::string>& extra, const std::string
 }
 
 std::string Prober::key_of(const InputManifest& inputs) const {
-  return probe_key(inputs) + (judge_metrics_ ? "-metrics" : "");
+  // Note [Probes on a cluster]: measured there, an answer of its own.
+  const ClusterOptions* cluster = Cluster::active();
+  return probe_key(inputs, cluster == nullptr ? "" : cluster_key_text(*cluster)) + (judge_metrics_ ? "-metrics" : "");
 }
 
 ProbeResult Prober::probe(const std::vector<std::string>& extra, const std::string& what) {

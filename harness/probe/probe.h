@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "harness/common/output_dir.h"
+#include "harness/common/progress.h"
+#include "harness/proto/events.h"
 #include "harness/probe/verdict.h"
 #include "harness/common/error.h"
 #include "harness/scenario/scenario.h"
@@ -116,6 +118,27 @@ std::string probe_key(const scenario::Scenario& s, const std::string& environmen
 /// The same key from inputs already listed.
 std::string probe_key(const InputManifest& inputs, const std::string& environment = "");
 
+/// One probe's trial: what it found, and why the infrastructure ended it
+/// ("" when it did not: infrastructure_failure, or a full disk under a trial
+/// that did not pass).
+struct ProbeTrial {
+  supervisor::TrialAnalysis analysis;
+  std::string infrastructure;
+};
+/// Runs the probe trial `trial` of `s` on this machine, in `dir`.
+ProbeTrial run_probe_trial(const scenario::Scenario& s, const std::string& dir, int64_t trial,
+                           const std::function<void(const proto::Event&)>& on_event);
+
+/// The record the probe cache keeps of `p` (its outcome, failure, memory
+/// and time, with its key and scenario hash), as JSON text.
+std::string probe_record(const ProbeResult& p);
+/// Reads a record of probe_record for `key` at `path` into `p`'s analysis
+/// and time; false when it is missing, is not a regular file, is torn, is
+/// of another key or format (never a hang: at most 1 MiB is read).
+bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p);
+
+struct ClusterOptions;  // cluster.h
+
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
 /// cannot stop a search), caches their results by a key that covers the
 /// resolved scenario, the files the trial reads, the dbh build and the
@@ -213,6 +236,9 @@ class Prober {
  private:
   ProbeResult run(const std::vector<std::string>& extra, const std::string& what, bool use_cache,
                   bool keep_checkpoints);
+  // Note [Probes on a cluster] (cluster.cc): `p`'s trial run there.
+  ProbeTrial run_remotely(const ClusterOptions& cluster, const scenario::Scenario& s, const ProbeResult& p,
+                          int64_t trial, ProgressLine* line, const std::function<void(const proto::Event&)>& on_event);
   void store(const ProbeResult& p, const std::string& cache_file);
 
   std::string scenario_path_;

@@ -6,6 +6,8 @@
 //   once per completion index, then the merge Job's command.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +156,74 @@ TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
   size_t cases = 0;
   for (size_t p = xml.find("<testcase"); p != std::string::npos; p = xml.find("<testcase", p + 1)) ++cases;
   EXPECT_EQ(cases, 6u) << xml;
+}
+
+// Note [Probes on a cluster]: `bisect steps --executor slurm` runs every
+// probe as a job step on the local cluster and finds what a local bisection
+// finds; the first probe's job, cancelled while it runs, is submitted again
+// rather than answered; nothing is left queued.
+TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
+  const fs::path dir = fs::path("/tmp") / ("dbh-slurm-b" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  struct RemoveOnSuccess {
+    fs::path dir;
+    ~RemoveOnSuccess() {
+      if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+    }
+  } cleanup{dir};
+  Cluster cluster(dir / "cluster");
+  const auto up = cluster.start();
+  if (up.exit_code == 77) {
+    GTEST_SKIP() << "Slurm cannot start on this machine: " << up.err;
+  }
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  const fs::path scenario = dir / "nan.yaml";
+  std::ofstream(scenario) << "include: " << kSource << "/scenarios/base/tiny-cpu.yaml\n"
+                          << "train: {max_steps: 4}\nfaults:\n  - {name: nan_input, at_step: 2}\n"
+                          << "  - {name: slow_data, seconds: 1}\nexpect: {outcome: diverged}\n";
+  const auto local = testing::run_process({DBH_BINARY, "bisect", "steps", scenario.string(), "--out",
+                                           (dir / "local").string(), "--cache", (dir / "cache").string()},
+                                          kSource, 300);
+  ASSERT_EQ(local.exit_code, 0) << local.out << local.err;
+
+  const std::string env = "SLURM_CONF=" + cluster.conf();
+  const pid_t pid = testing::spawn_process({"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", scenario.string(),
+                                            "--out", (dir / "slurm").string(), "--cache", (dir / "cache").string(),
+                                            "--executor", "slurm", "--partition", "debug", "--time-limit", "10"},
+                                           kSource, (dir / "slurm.log").string());
+  // The first job step seen running is cancelled a second into its trial.
+  std::string cancelled;
+  for (int i = 0; i < 600 && cancelled.empty(); ++i) {
+    const auto q = testing::run_process({"/usr/bin/env", env, "squeue", "-h", "-t", "RUNNING", "-o", "%A %j"}, "", 30);
+    if (q.out.find("dbh-probe-") != std::string::npos) {
+      ::usleep(1000 * 1000);
+      cancelled = q.out.substr(0, q.out.find(' '));
+      const auto c = testing::run_process({"/usr/bin/env", env, "scancel", cancelled}, "", 30);
+      ASSERT_EQ(c.exit_code, 0) << c.err;
+    }
+    ::usleep(100 * 1000);
+  }
+  const auto slurm = testing::wait_process(pid, 400);
+  std::ifstream log_file(dir / "slurm.log");
+  const std::string log((std::istreambuf_iterator<char>(log_file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(cancelled.empty()) << "no probe was seen running on the cluster\n" << log;
+  ASSERT_EQ(slurm.exit_code, 0) << log;
+  EXPECT_NE(log.find("ended without a result"), std::string::npos) << log;
+  EXPECT_NE(log.find("submitted again (attempt 2 of 3)"), std::string::npos) << log;
+
+  const auto want = read_json(dir / "local" / "bisect.json");
+  const auto got = read_json(dir / "slurm" / "bisect.json");
+  ASSERT_FALSE(got.is_discarded()) << log;
+  EXPECT_EQ(got["result"], want["result"]);
+  EXPECT_EQ(got["verdict"], want["verdict"]);
+  EXPECT_EQ(got["probe_count"], want["probe_count"]);
+  EXPECT_EQ(want["executor"], "local");
+  EXPECT_EQ(got["executor"], "slurm, partition debug, time limit 10");
+  // The cluster's answers are not the local ones: none came from the cache
+  // the local bisection filled.
+  EXPECT_EQ(got["fresh_probes"], got["probe_count"]);
+  const auto q = testing::run_process({"/usr/bin/env", env, "squeue", "-h", "-o", "%A %j"}, "", 30);
+  EXPECT_EQ(q.out.find("dbh-probe-"), std::string::npos) << "left on the cluster:\n" << q.out;
 }
 
 // The containers' commands with the manifest's paths mapped to this test's.
