@@ -27,6 +27,11 @@ namespace {
 
 const ClusterOptions* g_active = nullptr;
 
+// A node's result may hold an external worker's reads (at most
+// supervisor::kMaxSamplesRead indices): more than a cache entry.
+constexpr size_t kMaxNodeResultBytes = size_t{16} << 20;
+
+
 // The seconds a job may wait in the queue on top of its trial's deadline
 // before its submission counts as lost.
 constexpr double kQueueSeconds = 3600;
@@ -49,7 +54,7 @@ std::string lost_because(const supervisor::TrialResult& r) {
 
 // Why the node says the infrastructure ended the probe ("" when it does not).
 std::string node_infrastructure(const std::string& path, const std::string& key) {
-  const auto text = read_regular_file(path, size_t{1} << 20);
+  const auto text = read_regular_file(path, kMaxNodeResultBytes);
   if (!text) return "";
   const auto j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || field_or(j, "key", "") != key) return "";
@@ -69,6 +74,36 @@ void cancel(const std::string& job, const std::string& dir) {
   spec.deadline_s = spec.silence_s = 30;
   spec.stacks_timeout_s = 0;
   supervisor::run_trial(spec);
+}
+
+// What the searches read of a probe they ran, beyond the cache's record: the
+// monitors' primary finding (bisect modules) and an external worker's reads
+// (bisect data).
+nlohmann::json fresh_findings(const supervisor::TrialAnalysis& a) {
+  return {{"primary_health", a.primary_health},
+          {"dataset_size", a.dataset_size ? nlohmann::json(*a.dataset_size) : nlohmann::json(nullptr)},
+          {"samples_read", a.samples_read},
+          {"failed_sample", a.failed_sample ? nlohmann::json(*a.failed_sample) : nlohmann::json(nullptr)},
+          {"failed_sample_error", a.failed_sample_error}};
+}
+
+// The same read back, held to the bounds the supervisor keeps for a trial
+// of its own (Note [A claimed size is a claim]); what does not fit is left out.
+void read_fresh_findings(const nlohmann::json& record, supervisor::TrialAnalysis* a) {
+  const auto j = record.find("findings");
+  if (j == record.end() || !j->is_object()) return;
+  if (const auto h = j->find("primary_health"); h != j->end() && h->is_object()) a->primary_health = *h;
+  const auto in_range = [](const nlohmann::json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < supervisor::kMaxDatasetSamples;
+  };
+  if (const auto n = j->find("dataset_size"); n != j->end() && in_range(*n)) a->dataset_size = n->get<int64_t>();
+  if (const auto f = j->find("failed_sample"); f != j->end() && in_range(*f)) a->failed_sample = f->get<int64_t>();
+  a->failed_sample_error = truncate_utf8(field_or(*j, "failed_sample_error", ""), 4096);
+  if (const auto r = j->find("samples_read"); r != j->end() && r->is_array() && r->size() <= supervisor::kMaxSamplesRead) {
+    for (const auto& i : *r) {
+      if (in_range(i)) a->samples_read.push_back(i.get<int64_t>());
+    }
+  }
 }
 
 void write_node_result(const std::string& path, const nlohmann::json& j) {
@@ -123,7 +158,7 @@ std::string executor_description() {
   return text;
 }
 
-std::string node_result_path(const std::string& dir) { return (fs::path(dir) / "probe-result.json").string(); }
+std::string node_result_path(const std::string& dir) { return dir + ".result.json"; }
 
 std::vector<std::string> node_probe_argv(const std::string& dbh, const NodeProbe& r) {
   std::vector<std::string> argv = {dbh,        "__probe", "--scenario=" + r.scenario, "--dir=" + r.dir,
@@ -176,9 +211,11 @@ int run_node_probe(const NodeProbe& r, const scenario::InputChecks& checks) {
     write_node_result(result, {{"key", r.key}, {"infrastructure", t.infrastructure}});
     return 2;
   }
-  p.analysis = std::move(t.analysis);
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_file_atomically(result, probe_record(p));
+  p.analysis = std::move(t.analysis);
+  auto record = nlohmann::json::parse(probe_record(p));
+  record["findings"] = fresh_findings(p.analysis);
+  write_node_result(result, record);
   return 0;
 }
 
@@ -201,6 +238,7 @@ ClusterAttempts run_on_cluster(const ClusterOptions& o, const NodeProbe& r, doub
   for (int64_t k = 1; k <= o.attempts; ++k) {
     out.attempts = k;
     fs::remove_all(r.dir, ec);  // what a lost attempt left
+    fs::remove(node_result_path(r.dir), ec);
     supervisor::TrialSpec spec;
     // srun's stdout, the node's relayed events, is the trial's event pipe.
     spec.argv = {"/bin/sh", "-c", "exec \"$@\" >&" + std::to_string(proto::kEventsFd), "sh"};
@@ -212,10 +250,12 @@ ClusterAttempts run_on_cluster(const ClusterOptions& o, const NodeProbe& r, doub
     spec.stacks_timeout_s = 0;
     spec.on_event = on_event;
     out.last = supervisor::run_trial(spec);
-    ProbeResult record;
-    if (read_probe_record(node_result_path(r.dir), r.key, &record)) {
+    ProbeResult stored;
+    nlohmann::json record;
+    if (read_probe_record(node_result_path(r.dir), r.key, &stored, kMaxNodeResultBytes, &record)) {
       out.stored = true;
-      out.analysis = std::move(record.analysis);
+      out.analysis = std::move(stored.analysis);
+      read_fresh_findings(record, &out.analysis);
       return out;
     }
     out.infrastructure = node_infrastructure(node_result_path(r.dir), r.key);

@@ -10,8 +10,11 @@
 // of examples/slurm/). On the node, `dbh __probe` resolves the scenario from
 // the same file and overrides (and refuses when its hash differs from the
 // submitting machine's), supervises the trial there (deadlines, silence,
-// process groups, the knowledge base) and writes the probe's result, the
-// same record the probe cache keeps, into the trial's folder. It relays the
+// process groups, the knowledge base) and writes the probe's result beside
+// the trial's folder (`<dir>.result.json`, out of the worker's own folder):
+// the record the probe cache keeps, with what the searches read of a probe
+// they ran (the monitors' primary finding, an external worker's reads), read
+// back within the bounds the supervisor holds a worker to. It relays the
 // trial's step and heartbeat events on its stdout, which srun carries back
 // to the submitting dbh's event pipe: the progress line moves as a local
 // probe's does.
@@ -78,7 +81,7 @@ struct NodeProbe {
   std::string hash;                    // the resolved scenario's hash there
 };
 
-/// Where the node writes the probe's result: `<dir>/probe-result.json`.
+/// Where the node writes the probe's result: `<dir>.result.json`.
 std::string node_result_path(const std::string& dir);
 
 /// `dbh __probe …` for `r`, with `dbh` the binary's path.

@@ -191,13 +191,14 @@ nlohmann::json summary_json(const ProbeResult& p) {
 
 }  // namespace
 
-bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p) {
+bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p, size_t max_bytes,
+                       nlohmann::json* record) {
   // A cache entry someone replaced (a FIFO, a huge file) is no answer, and
   // never a hang: the probe runs again.
-  const auto text = read_regular_file(path, size_t{1} << 20);
+  const auto text = read_regular_file(path, max_bytes);
   if (!text) return false;
   try {
-    const auto j = nlohmann::json::parse(*text);
+    auto j = nlohmann::json::parse(*text);
     if (field_or(j, "key", "") != key) return false;  // another format or a torn file
     // An entry without the memory a qualification fits (an older format) is
     // no answer: the probe runs again.
@@ -217,6 +218,7 @@ bool read_probe_record(const std::string& path, const std::string& key, ProbeRes
     a.memory_known = field_or(j, "memory_known", false);
     a.max_step_peak_bytes = j["max_step_peak_bytes"].get<int64_t>();
     p->seconds = field_or(j, "seconds", 0.0);
+    if (record != nullptr) *record = std::move(j);
     return true;
   } catch (const std::exception&) {
     return false;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/common/output_dir.h"
 #include "harness/common/progress.h"
 #include "harness/proto/events.h"
@@ -134,8 +136,10 @@ ProbeTrial run_probe_trial(const scenario::Scenario& s, const std::string& dir, 
 std::string probe_record(const ProbeResult& p);
 /// Reads a record of probe_record for `key` at `path` into `p`'s analysis
 /// and time; false when it is missing, is not a regular file, is torn, is
-/// of another key or format (never a hang: at most 1 MiB is read).
-bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p);
+/// of another key or format (never a hang: at most `max_bytes` are read).
+/// `record`, when given, receives the whole record.
+bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p,
+                       size_t max_bytes = size_t{1} << 20, nlohmann::json* record = nullptr);
 
 struct ClusterOptions;  // cluster.h
 

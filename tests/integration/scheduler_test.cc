@@ -158,9 +158,10 @@ TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
   EXPECT_EQ(cases, 6u) << xml;
 }
 
-// Note [Probes on a cluster]: `bisect steps --executor slurm` runs every
+// Note [Probes on a cluster]: `bisect modules --executor slurm` runs every
 // probe as a job step on the local cluster and finds what a local bisection
-// finds; the first probe's job, cancelled while it runs, is submitted again
+// finds (the step, then the module from the monitors' finding the node sends
+// back); the first probe's job, cancelled while it runs, is submitted again
 // rather than answered; nothing is left queued.
 TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   const fs::path dir = fs::path("/tmp") / ("dbh-slurm-b" + std::to_string(::getpid()));
@@ -181,13 +182,13 @@ TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   std::ofstream(scenario) << "include: " << kSource << "/scenarios/base/tiny-cpu.yaml\n"
                           << "train: {max_steps: 4}\nfaults:\n  - {name: nan_input, at_step: 2}\n"
                           << "  - {name: slow_data, seconds: 1}\nexpect: {outcome: diverged}\n";
-  const auto local = testing::run_process({DBH_BINARY, "bisect", "steps", scenario.string(), "--out",
+  const auto local = testing::run_process({DBH_BINARY, "bisect", "modules", scenario.string(), "--out",
                                            (dir / "local").string(), "--cache", (dir / "cache").string()},
                                           kSource, 300);
   ASSERT_EQ(local.exit_code, 0) << local.out << local.err;
 
   const std::string env = "SLURM_CONF=" + cluster.conf();
-  const pid_t pid = testing::spawn_process({"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", scenario.string(),
+  const pid_t pid = testing::spawn_process({"/usr/bin/env", env, DBH_BINARY, "bisect", "modules", scenario.string(),
                                             "--out", (dir / "slurm").string(), "--cache", (dir / "cache").string(),
                                             "--executor", "slurm", "--partition", "debug", "--time-limit", "10"},
                                            kSource, (dir / "slurm.log").string());

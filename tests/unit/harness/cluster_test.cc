@@ -111,7 +111,7 @@ TEST(ClusterCommandsTest, TheNodesCommandKeepsEachOverrideAsOneWord) {
                         "--override=train.lr=0.1", "--override=--lr 5", "--override=data.path=/x y"}) {
     EXPECT_TRUE(has(argv, w)) << w;
   }
-  EXPECT_EQ(probe::node_result_path("/out/probe-3"), "/out/probe-3/probe-result.json");
+  EXPECT_EQ(probe::node_result_path("/out/probe-3"), "/out/probe-3.result.json");
 }
 
 TEST(ClusterKeyTest, AnAnswerFromTheClusterIsNeverALocalOne) {
