@@ -44,7 +44,7 @@ std::shared_ptr<probe::ClusterOptions> add_executor_flags(CLI::App* cmd) {
            o->executor = static_cast<probe::Executor>(std::find(names.begin(), names.end(), name) - names.begin());
          },
          "Where probes run: local (default), or slurm: each probe a Slurm job step through srun, the nodes "
-         "seeing this binary and the output folder at the same paths (docs/suites.md)")
+         "seeing this binary and the output folder at the same paths (docs/diagnosis.md)")
       ->check(CLI::IsMember(names));
   cmd->add_option("--partition", o->partition, "slurm: the partition to run probes in");
   cmd->add_option("--gpu-type", o->gpu_type, "slurm: one GPU of this type per probe (--gres=gpu:TYPE:1)");

@@ -33,7 +33,8 @@ Command add_qualify(CLI::App& app) {
   cmd->add_option("--out", qo.out, "Output folder");
   cmd->add_option("--cache", qo.cache_dir, "Probe cache folder");
   cmd->add_flag("-q,--quiet", qo.quiet, "Print only the verdict");
-  return {cmd, [s] {
+  const auto executor = add_executor_flags(cmd);
+  return {cmd, [s, executor] {
             auto& qo = s->options;
             one_scenario("qualify", s->args, &qo.scenario, &qo.overrides);
             if (!qo.profile.empty() && !qo.budget.empty()) {
@@ -42,7 +43,15 @@ Command add_qualify(CLI::App& app) {
             if (qo.profile.empty() && qo.budget.empty() && qo.reference.empty()) {
               throw h::UsageError("dbh qualify: expected --profile NAME, --budget SIZE or --reference FILE, got none");
             }
+            h::probe::check_cluster_options(*executor);
+            if (executor->executor != h::probe::Executor::kLocal && !qo.reference.empty()) {
+              throw h::UsageError(
+                  "dbh qualify --reference: expected --executor local, got --executor slurm: the numerics "
+                  "comparison reads every module's numbers of every step, which a probe on the cluster does not "
+                  "send back; run it on a node of that partition instead (srun dbh qualify …)");
+            }
             qo.checks = h::worker::input_checks();
+            const h::probe::Cluster cluster(*executor);
             return h::qualify::qualify_command(qo);
           }};
 }

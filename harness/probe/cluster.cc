@@ -77,10 +77,17 @@ void cancel(const std::string& job, const std::string& dir) {
 }
 
 // What the searches read of a probe they ran, beyond the cache's record: the
-// monitors' primary finding (bisect modules) and an external worker's reads
-// (bisect data).
+// monitors' primary finding (bisect modules), an external worker's reads
+// (bisect data), each step's time and the memory budget's record (qualify).
 nlohmann::json fresh_findings(const supervisor::TrialAnalysis& a) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : a.steps) {
+    if (steps.size() >= supervisor::kMaxDetailedSteps) break;
+    steps.push_back({s.run, s.step, s.seconds});
+  }
   return {{"primary_health", a.primary_health},
+          {"step_seconds", steps},
+          {"budget", a.budget},
           {"dataset_size", a.dataset_size ? nlohmann::json(*a.dataset_size) : nlohmann::json(nullptr)},
           {"samples_read", a.samples_read},
           {"failed_sample", a.failed_sample ? nlohmann::json(*a.failed_sample) : nlohmann::json(nullptr)},
@@ -93,6 +100,21 @@ void read_fresh_findings(const nlohmann::json& record, supervisor::TrialAnalysis
   const auto j = record.find("findings");
   if (j == record.end() || !j->is_object()) return;
   if (const auto h = j->find("primary_health"); h != j->end() && h->is_object()) a->primary_health = *h;
+  if (const auto b = j->find("budget"); b != j->end() && b->is_object()) a->budget = *b;
+  if (const auto st = j->find("step_seconds"); st != j->end() && st->is_array()) {
+    for (const auto& e : *st) {
+      if (a->steps.size() >= supervisor::kMaxDetailedSteps) break;
+      if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+          !e[2].is_number() || !(e[2].get<double>() >= 0)) {
+        continue;
+      }
+      supervisor::StepRecord r;
+      r.run = e[0].get<int64_t>();
+      r.step = e[1].get<int64_t>();
+      r.seconds = e[2].get<double>();
+      a->steps.push_back(std::move(r));
+    }
+  }
   const auto in_range = [](const nlohmann::json& v) {
     return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < supervisor::kMaxDatasetSamples;
   };

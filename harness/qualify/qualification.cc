@@ -290,7 +290,9 @@ std::string qualification_markdown(const Qualification& q, const QualificationVe
      << scenario::format_bytes(q.budget) << (q.target_notes.empty() ? "" : "; " + q.target_notes) << "\n"
      << "- Safety margin: " << margin_pct << "% (searches run within " << scenario::format_bytes(q.margined) << ")\n"
      << (q.not_searched.empty() ? std::string() : "- Not searched: " + q.not_searched + "\n")
-     << "- Step times are this machine's; memory is what the target would need\n"
+     << (q.executor == "local" ? "- Step times are this machine's; memory is what the target would need\n"
+                               : "- Trials ran on " + q.executor + "; step times are its nodes'; memory is what the "
+                                 "target would need\n")
      << (q.choices.is_null() ? std::string()
                              : "- Layout and threads (for every trial): " + report::measured_choices_line(q.choices) + "\n")
      << "- Device: " << q.device
@@ -401,6 +403,7 @@ ojson qualification_json(const Qualification& q, const QualificationVerdict& v) 
                            {"seconds", t.seconds}, {"cached", t.cached}});
   }
   j["seconds"] = q.seconds;
+  j["executor"] = q.executor;
   j["failure_not_memory"] = v.other_failure.empty() ? ojson(nullptr) : ojson(v.other_failure);
   j["memory_asked"] = q.memory_asked();
   j["failed_halves"] = v.failed_halves();

@@ -62,6 +62,8 @@ struct Qualification {
   };
   std::vector<ProbeRecord> history;
   double seconds = 0;  // the qualification's wall time
+  /// Where its trials ran: "local", or the cluster (Note [Probes on a cluster]).
+  std::string executor = "local";
 
   bool cuda() const { return device != "cpu"; }
   /// Whether a memory budget was asked (--profile or --budget); without one

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/bisect/search.h"
 #include "harness/common/error.h"
@@ -467,6 +468,7 @@ int qualify_command(const QualifyOptions& o) {
       q.trial_count += static_cast<int64_t>(q.numerics->comparison.here_runs);
     }
     q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    q.executor = probe::executor_description();
     const QualificationVerdict verdict = judge_qualification(q);
     write_qualification(out, q, verdict);
     std::cout << qualification_summary(q, verdict) << "\nreport: " << (out / "qualification.md").string()

@@ -162,7 +162,8 @@ TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
 // probe as a job step on the local cluster and finds what a local bisection
 // finds (the step, then the module from the monitors' finding the node sends
 // back); the first probe's job, cancelled while it runs, is submitted again
-// rather than answered; nothing is left queued.
+// rather than answered; qualify's trials there recommend what they do
+// locally; nothing is left queued.
 TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   const fs::path dir = fs::path("/tmp") / ("dbh-slurm-b" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -223,6 +224,31 @@ TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   // The cluster's answers are not the local ones: none came from the cache
   // the local bisection filled.
   EXPECT_EQ(got["fresh_probes"], got["probe_count"]);
+
+  // qualify's memory trials on the cluster: the same recommendation.
+  const std::string tiny = kSource + "/scenarios/base/tiny-cpu.yaml";
+  const auto qualify = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {"/usr/bin/env", env, DBH_BINARY, "qualify", tiny, "--budget", "1GiB", "--out",
+                                     (dir / name).string(), "--cache", (dir / "cache").string(), "-q"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::run_process(argv, kSource, 300);
+  };
+  const auto ql = qualify("qualify-local", {});
+  const auto qs = qualify("qualify-slurm", {"--executor", "slurm"});
+  ASSERT_EQ(ql.exit_code, 0) << ql.out << ql.err;
+  ASSERT_EQ(qs.exit_code, 0) << qs.out << qs.err;
+  const auto ljson = read_json(dir / "qualify-local" / "qualification.json");
+  const auto sjson = read_json(dir / "qualify-slurm" / "qualification.json");
+  EXPECT_EQ(sjson["qualifies"], ljson["qualifies"]);
+  EXPECT_EQ(sjson["recommendation"]["batch"], ljson["recommendation"]["batch"]);
+  EXPECT_EQ(sjson["recommendation"]["precision"], ljson["recommendation"]["precision"]);
+  EXPECT_EQ(sjson["executor"], "slurm");
+  // The numerics comparison is not sent back from a node: refused, nothing written.
+  const auto refused = qualify("qualify-reference", {"--executor", "slurm", "--reference", tiny});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("--reference"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "qualify-reference"));
+
   const auto q = testing::run_process({"/usr/bin/env", env, "squeue", "-h", "-o", "%A %j"}, "", 30);
   EXPECT_EQ(q.out.find("dbh-probe-"), std::string::npos) << "left on the cluster:\n" << q.out;
 }
