@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -50,6 +52,17 @@ std::string lost_because(const supervisor::TrialResult& r) {
                                                                   : r.stderr_tail.substr(banner, r.stderr_tail.find('\n', banner) - banner));
   if (!said.empty()) why += ": " + said;
   return why;
+}
+
+// Whether srun's words say Slurm refused the submission itself (no such
+// partition or GPU type, no configuration, a bad option) rather than lost a
+// job it ran: submitting it again would only be refused again.
+bool refused_by_slurm(const std::string& srun_stderr) {
+  for (const char* said : {"srun: fatal:", "Unable to allocate resources", "srun: unrecognized option",
+                           "srun: invalid option", "Invalid partition", "Invalid generic resource"}) {
+    if (srun_stderr.find(said) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // Why the node says the infrastructure ended the probe ("" when it does not).
@@ -160,6 +173,10 @@ void check_cluster_options(const ClusterOptions& o) {
     }
   }
   if (o.attempts < 1) throw UsageError("--attempts: expected at least 1, got " + std::to_string(o.attempts));
+  const char* path = std::getenv("PATH");
+  if (!local && find_program("srun", path == nullptr ? std::nullopt : std::optional<std::string>(path), "").empty()) {
+    throw UsageError("--executor slurm: expected srun (Slurm's client) on the PATH, got none");
+  }
 }
 
 std::string cluster_key_text(const ClusterOptions& o) {
@@ -285,6 +302,7 @@ ClusterAttempts run_on_cluster(const ClusterOptions& o, const NodeProbe& r, doub
     if (!out.infrastructure.empty() || out.last.interrupted || supervisor::stop_requested() != 0) return out;
     out.lost = lost_because(out.last);
     if (out.last.timed_out) return out;  // it waited its deadline: another would wait as long
+    if (refused_by_slurm(out.last.stderr_tail)) return out;  // the same submission is refused again
     if (k < o.attempts) {
       say("the Slurm job " + job + " ended without a result (" + out.lost + "): submitted again (attempt " +
           std::to_string(k + 1) + " of " + std::to_string(o.attempts) + ")");

@@ -162,8 +162,8 @@ TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
 // probe as a job step on the local cluster and finds what a local bisection
 // finds (the step, then the module from the monitors' finding the node sends
 // back); the first probe's job, cancelled while it runs, is submitted again
-// rather than answered; qualify's trials there recommend what they do
-// locally; nothing is left queued.
+// rather than answered, while a submission Slurm refuses is not; qualify's
+// trials there recommend what they do locally; nothing is left queued.
 TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   const fs::path dir = fs::path("/tmp") / ("dbh-slurm-b" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -224,6 +224,16 @@ TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   // The cluster's answers are not the local ones: none came from the cache
   // the local bisection filled.
   EXPECT_EQ(got["fresh_probes"], got["probe_count"]);
+
+  // A submission Slurm refuses (no such partition) is not a lost job: one
+  // submission, exit 2, Slurm's own words.
+  const auto refused_partition = testing::run_process(
+      {"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", scenario.string(), "--out", (dir / "nosuch").string(),
+       "--cache", (dir / "cache").string(), "--executor", "slurm", "--partition", "nosuch"},
+      kSource, 120);
+  EXPECT_EQ(refused_partition.exit_code, 2) << refused_partition.out << refused_partition.err;
+  EXPECT_NE(refused_partition.err.find("in 1 submission(s)"), std::string::npos) << refused_partition.err;
+  EXPECT_NE(refused_partition.err.find("partition"), std::string::npos) << refused_partition.err;
 
   // qualify's memory trials on the cluster: the same recommendation.
   const std::string tiny = kSource + "/scenarios/base/tiny-cpu.yaml";

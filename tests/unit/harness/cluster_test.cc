@@ -5,12 +5,18 @@
 // (SlurmTest in tests/integration/scheduler_test.cc).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/common/error.h"
 #include "harness/probe/cluster.h"
+#include "tests/support/files.h"
 
 namespace dbh::harness {
 namespace {
@@ -21,6 +27,34 @@ using probe::Executor;
 bool has(const std::vector<std::string>& v, const std::string& word) {
   return std::find(v.begin(), v.end(), word) != v.end();
 }
+
+// PATH set to one folder for the scope of a test, then restored.
+class PathIs {
+ public:
+  explicit PathIs(const std::string& folder) {
+    if (const char* p = std::getenv("PATH")) saved_ = p;
+    ::setenv("PATH", folder.c_str(), 1);
+  }
+  ~PathIs() {
+    if (saved_) {
+      ::setenv("PATH", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("PATH");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// A folder holding an executable `srun` (never run here).
+struct SrunFolder {
+  testing::ScratchDir dir{"dbh-srun"};
+  SrunFolder() {
+    testing::write_text(dir / "srun", "#!/bin/sh\nexit 1\n");
+    ::chmod((dir / "srun").c_str(), 0755);
+  }
+};
 
 ClusterOptions slurm() {
   ClusterOptions o;
@@ -38,6 +72,8 @@ TEST(ClusterOptionsTest, TimeLimitsInEverySlurmForm) {
 }
 
 TEST(ClusterOptionsTest, EachBadFlagIsRefusedByName) {
+  const SrunFolder srun;
+  const PathIs path(srun.dir.path().string());
   EXPECT_NO_THROW(probe::check_cluster_options(ClusterOptions{}));
   ClusterOptions local;
   local.partition = "gpu12";
@@ -67,6 +103,18 @@ TEST(ClusterOptionsTest, EachBadFlagIsRefusedByName) {
   EXPECT_THROW(probe::check_cluster_options(o), UsageError);
   o.srun_args = {"--account=ml", "--qos=low"};
   EXPECT_NO_THROW(probe::check_cluster_options(o));
+}
+
+TEST(ClusterOptionsTest, ASlurmExecutorWithoutSrunIsRefused) {
+  const testing::ScratchDir empty("dbh-no-srun");
+  const PathIs path(empty.path().string());
+  EXPECT_NO_THROW(probe::check_cluster_options(ClusterOptions{})) << "local needs no srun";
+  try {
+    probe::check_cluster_options(slurm());
+    ADD_FAILURE() << "a Slurm executor was taken with no srun on the PATH";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("srun"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ClusterCommandsTest, SrunCarriesEveryOptionBeforeTheNodesCommand) {
