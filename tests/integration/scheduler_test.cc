@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,25 +92,32 @@ class Cluster {
   bool up_ = false;
 };
 
-TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
-  // Unix socket paths are short: keep the cluster folder near the root.
-  const fs::path dir = fs::path("/tmp") / ("dbh-slurm-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  make_suite(dir / "suite");
-  // Destroyed in reverse order: the cluster stops first, then the folder goes
-  // (kept when the test failed, for its logs).
-  struct RemoveOnSuccess {
-    fs::path dir;
-    ~RemoveOnSuccess() {
-      if (!::testing::Test::HasFailure()) fs::remove_all(dir);
-    }
-  } cleanup{dir};
-  Cluster cluster(dir / "cluster");
-  const auto up = cluster.start();
-  if (up.exit_code == 77) {
-    GTEST_SKIP() << "Slurm cannot start on this machine: " << up.err;
+// A single-node cluster for one test, in a folder near the root (Unix
+// socket paths are short): started in SetUp (the test skips, saying why,
+// where Slurm cannot start), stopped in TearDown, then the folder removed
+// (kept when the test failed, for its logs).
+class SlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path("/tmp") / ("dbh-slurm-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    cluster_.emplace(dir_ / "cluster");
+    const auto up = cluster_->start();
+    if (up.exit_code == 77) GTEST_SKIP() << "Slurm cannot start on this machine: " << up.err;
+    ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
   }
-  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  void TearDown() override {
+    cluster_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  fs::path dir_;
+  std::optional<Cluster> cluster_;
+};
+
+TEST_F(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
+  const fs::path& dir = dir_;
+  const Cluster& cluster = *cluster_;
+  make_suite(dir / "suite");
 
   const auto local = testing::run_process(
       {DBH_BINARY, "suite", (dir / "suite").string(), "--out", (dir / "local").string(), "-q"}, kSource, 300);
@@ -164,21 +172,9 @@ TEST(SlurmTest, ArrayJobShardsMergeToTheLocalResult) {
 // back); the first probe's job, cancelled while it runs, is submitted again
 // rather than answered, while a submission Slurm refuses is not; qualify's
 // trials there recommend what they do locally; nothing is left queued.
-TEST(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
-  const fs::path dir = fs::path("/tmp") / ("dbh-slurm-b" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  struct RemoveOnSuccess {
-    fs::path dir;
-    ~RemoveOnSuccess() {
-      if (!::testing::Test::HasFailure()) fs::remove_all(dir);
-    }
-  } cleanup{dir};
-  Cluster cluster(dir / "cluster");
-  const auto up = cluster.start();
-  if (up.exit_code == 77) {
-    GTEST_SKIP() << "Slurm cannot start on this machine: " << up.err;
-  }
-  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+TEST_F(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
+  const fs::path& dir = dir_;
+  const Cluster& cluster = *cluster_;
   const fs::path scenario = dir / "nan.yaml";
   std::ofstream(scenario) << "include: " << kSource << "/scenarios/base/tiny-cpu.yaml\n"
                           << "train: {max_steps: 4}\nfaults:\n  - {name: nan_input, at_step: 2}\n"
