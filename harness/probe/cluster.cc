@@ -142,7 +142,7 @@ void read_fresh_findings(const nlohmann::json& record, supervisor::TrialAnalysis
 }
 
 void write_node_result(const std::string& path, const nlohmann::json& j) {
-  write_file_atomically(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomically(path, record_text(j));
 }
 
 }  // namespace
@@ -252,7 +252,7 @@ int run_node_probe(const NodeProbe& r, const scenario::InputChecks& checks) {
   }
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   p.analysis = std::move(t.analysis);
-  auto record = nlohmann::json::parse(probe_record(p));
+  nlohmann::json record = probe_record(p);
   record["findings"] = fresh_findings(p.analysis);
   write_node_result(result, record);
   return 0;

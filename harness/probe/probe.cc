@@ -271,11 +271,15 @@ int64_t remove_weights(const fs::path& dir) {
 
 }  // namespace
 
-std::string probe_record(const ProbeResult& p) {
+std::string record_text(const nlohmann::json& record) {
+  return record.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+nlohmann::json probe_record(const ProbeResult& p) {
   auto j = summary_json(p);
   j["key"] = p.key;
   j["scenario_hash"] = p.hash;
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return j;
 }
 
 ProbeTrial run_probe_trial(const scenario::Scenario& s, const std::string& dir, int64_t trial,
@@ -353,7 +357,7 @@ void Prober::store(const ProbeResult& p, const std::string& cache_file) {
       // Only a hint to other tools: the cache works without it.
     }
   }
-  write_file_atomically(cache_file, probe_record(p));
+  write_file_atomically(cache_file, record_text(probe_record(p)));
   trim_probe_cache(cache_dir_, cache_cap_bytes_);
 }
 

@@ -132,8 +132,10 @@ ProbeTrial run_probe_trial(const scenario::Scenario& s, const std::string& dir, 
                            const std::function<void(const proto::Event&)>& on_event);
 
 /// The record the probe cache keeps of `p` (its outcome, failure, memory
-/// and time, with its key and scenario hash), as JSON text.
-std::string probe_record(const ProbeResult& p);
+/// and time, with its key and scenario hash).
+nlohmann::json probe_record(const ProbeResult& p);
+/// A record as the files of the cache and of a node hold it.
+std::string record_text(const nlohmann::json& record);
 /// Reads a record of probe_record for `key` at `path` into `p`'s analysis
 /// and time; false when it is missing, is not a regular file, is torn, is
 /// of another key or format (never a hang: at most `max_bytes` are read).
