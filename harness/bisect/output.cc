@@ -142,6 +142,7 @@ int finish(const Outputs& o, const probe::Prober& prober, const fs::path& out, d
      << (o.rep.flaky ? " (flaky: " + std::to_string(o.rep.per_probe) + " repetitions per probe)" : "")
      << (o.rep.different > 0 ? "; " + std::to_string(o.rep.different) + " failed differently" : "")
      << ". Confidence " << fixed3(o.confidence) << ".\n\n";
+  if (probe::Cluster::active() != nullptr) md << "Probes ran on " << probe::executor_description() << ".\n\n";
   md << "| probe | config | outcome | step | module | seconds |\n|---|---|---|---|---|---|\n";
   for (const auto& p : prober.history()) {
     std::string cfg;

@@ -217,6 +217,9 @@ TEST_F(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   EXPECT_EQ(got["probe_count"], want["probe_count"]);
   EXPECT_EQ(want["executor"], "local");
   EXPECT_EQ(got["executor"], "slurm, partition debug, time limit 10");
+  std::ifstream md_file(dir / "slurm" / "bisect.md");
+  const std::string md((std::istreambuf_iterator<char>(md_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("Probes ran on slurm, partition debug, time limit 10."), std::string::npos) << md;
   // The cluster's answers are not the local ones: none came from the cache
   // the local bisection filled.
   EXPECT_EQ(got["fresh_probes"], got["probe_count"]);
