@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
 
 namespace dbh::harness::diagnose {
@@ -56,6 +57,18 @@ std::optional<HypothesisId> hypothesis_of_key(const std::string& key) {
     const bool prefix = r.back() == '.' || r.back() == '_';
     if (prefix ? key.rfind(r, 0) == 0 : key == r) return id;
   }
+  return std::nullopt;
+}
+
+std::optional<HypothesisId> hypothesis_of_override(const std::string& override_text) {
+  const size_t eq = override_text.find('=');
+  const std::string key = override_text.substr(0, eq);
+  if (const auto id = hypothesis_of_key(key)) return id;
+  // A Lightning key passed to the user's training as written
+  // (`trainer.gradient_clip_val=1e-12`) is a setting of what its dbh key is.
+  const auto alias =
+      eq == std::string::npos ? std::nullopt : scenario::translate_alias(key, override_text.substr(eq + 1));
+  if (alias && alias->kind == scenario::AliasTranslation::Kind::kMapped) return hypothesis_of_key(alias->key);
   return std::nullopt;
 }
 
@@ -420,7 +433,7 @@ class Weighing {
     bool one = true;
     std::string text;
     for (const auto& o : l_.override_cause) {
-      const auto id = hypothesis_of_key(o.substr(0, o.find('=')));
+      const auto id = hypothesis_of_override(o);
       one = one && id && (!about || *about == *id);
       about = id;
       text += (text.empty() ? "" : " + ") + std::string("`") + o + "`";

@@ -77,6 +77,11 @@ std::string to_string(HypothesisId id);
 /// hypothesis is about (the run's length, a key of the user's own).
 std::optional<HypothesisId> hypothesis_of_key(const std::string& key);
 
+/// The hypothesis an override `key=value` sets a setting of: its key's, or
+/// for a Lightning key passed to the user's training as written, its dbh
+/// key's (`trainer.gradient_clip_val=…`: the optimizer).
+std::optional<HypothesisId> hypothesis_of_override(const std::string& override_text);
+
 /// Note [Evidence by direction]: what a rung shows weighs by what changed
 /// and how. A change that ends the failure shows its hypothesis (for); the
 /// same failure, unchanged, under a change large enough to matter shows

@@ -116,6 +116,18 @@ bool external_worker(const Value& tree) {
   return c != nullptr && ((c->is_seq() && !c->seq.empty()) || (c->is_scalar() && !c->scalar.empty()));
 }
 
+// Whether an external worker receives `dbh_key`: dbh passes it by default
+// (under its Lightning name) or worker.keys names the user's key for it
+// (worker.keys naming "" says the training has none: dbh's to hold).
+bool reaches_worker(const Value& tree, const std::string& dbh_key) {
+  if (dbh_key == DBH_SCENARIO_KEY(name)) return true;  // the experiment's name, dbh's as well
+  const auto& passed = worker_passed_keys();
+  if (std::find(passed.begin(), passed.end(), dbh_key) != passed.end()) return true;
+  const Value* w = tree.find("worker");
+  const Value* keys = w != nullptr && w->is_map() ? w->find("keys") : nullptr;
+  return keys != nullptr && keys->is_map() && keys->find(dbh_key) != nullptr;
+}
+
 // The override `text` in dbh's words when it names a user's key that
 // worker.keys maps, or passed through to worker.overrides; nullopt when it is
 // dbh's (or an alias) and applies as written.
@@ -148,9 +160,15 @@ std::optional<std::string> user_key_override(Value& tree, const std::string& tex
     return std::nullopt;
   }
   // A Lightning key dbh cannot honour in its own worker is the user's
-  // training's to honour (`trainer.val_check_interval=2`).
+  // training's to honour (`trainer.val_check_interval=2`), and so is one it
+  // maps to a dbh key this worker never receives (`trainer.gradient_clip_val`
+  // with no worker.keys entry for train.grad_clip): the user wrote a key of
+  // their command, which must reach it.
   const auto alias = translate_alias(key, value);
-  if (alias && alias->kind != AliasTranslation::Kind::kUnmapped) return std::nullopt;  // the alias table's
+  if (alias && alias->kind != AliasTranslation::Kind::kUnmapped &&
+      !(alias->kind == AliasTranslation::Kind::kMapped && !reaches_worker(tree, alias->key))) {
+    return std::nullopt;  // the alias table's
+  }
   Value* worker = tree.find("worker");
   Value* overrides = worker->find("overrides");
   if (overrides == nullptr || !overrides->is_map()) {

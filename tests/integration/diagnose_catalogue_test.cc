@@ -1,6 +1,7 @@
 // The planted catalogue: failures an engineer meets, planted in dbh's own
-// worker and in a plain-PyTorch training of its own (examples/pytorch-regions,
-// its own keys and loop through the adapter), each diagnosed through the
+// worker, in a plain-PyTorch training of its own (examples/pytorch-regions,
+// its own keys and loop through the adapter) and in the Lightning + Hydra
+// example (examples/lightning-dbnet), each diagnosed through the
 // binary as a user runs it. Each ends in its conclusion, names the command's
 // override that causes it in the command's own spelling, and where a
 // resolution exists has it confirmed by a run; none ends confidently wrong.
@@ -100,6 +101,11 @@ const char* const kEightSteps = "include: {src}/scenarios/base/tiny-cpu.yaml\ntr
 const char* const kLearns =
     "include: {src}/scenarios/silent/lr-freeze.yaml\nname: learns\nfaults: []\nexpect:\n  outcome: passed\n";
 const std::string kRegions = "examples/pytorch-regions/scenarios/";
+// The Lightning example (Lightning + Hydra, its own keys) on two images for 8
+// steps, with the learning window: nothing planted, it learns.
+const char* const kLightningLearns =
+    "include: {src}/examples/lightning-dbnet/scenarios/clean.yaml\nname: lightning-learns\n"
+    "data:\n  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
 
 INSTANTIATE_TEST_SUITE_P(
     Planted, DiagnoseCatalogueTest,
@@ -130,6 +136,18 @@ INSTANTIATE_TEST_SUITE_P(
               "train.lr=12.5",
               true,
               "optim.step_size=12.5"},
+        // Lightning's own key, passed as written (no worker.keys entry for train.grad_clip).
+        Plant{"lightning_tiny_clip", "", kLightningLearns, {"trainer.gradient_clip_val=1e-12"}, "optimizer",
+              "`trainer.gradient_clip_val=1e-12`", "", true, ""},
+        Plant{"lightning_one_bad_among_three",
+              "",
+              kLightningLearns,
+              {"model.optimizer.lr=70", "trainer.accumulate_grad_batches=2", "seed=5"},
+              "optimizer",
+              "(your `model.optimizer.lr=70",
+              "",
+              true,
+              ""},
         Plant{"regions_second_run_leak", kRegions + "second-run-leak.yaml", "", {}, "resources", "",
               "repeat.processes=2 repeat.in_process=1", true, ""}),
     [](const ::testing::TestParamInfo<Plant>& info) { return info.param.name; });

@@ -402,6 +402,18 @@ TEST(HypothesesTest, EachSettingBelongsToAtMostOneHypothesis) {
   EXPECT_FALSE(hypothesis_of_key("optim.step_size").has_value());  // a user's own key, untranslated
 }
 
+// A Lightning key passed to the user's training as written is a setting of
+// the hypothesis its dbh key belongs to; a key of the user's own is none's.
+TEST(HypothesesTest, AnOverrideInLightningsKeyBelongsWhereItsDbhKeyDoes) {
+  EXPECT_EQ(hypothesis_of_override("trainer.gradient_clip_val=1e-12"), HypothesisId::kOptimizer);
+  EXPECT_EQ(hypothesis_of_override("trainer.precision=16-mixed"), HypothesisId::kAmp);
+  EXPECT_EQ(hypothesis_of_override("train.lr=70"), HypothesisId::kOptimizer);
+  EXPECT_FALSE(hypothesis_of_override("trainer.gradient_clip_val=-1").has_value());  // not a value it maps
+  EXPECT_FALSE(hypothesis_of_override("trainer.max_steps=5").has_value());
+  EXPECT_FALSE(hypothesis_of_override("optim.step_size=50").has_value());
+  EXPECT_FALSE(hypothesis_of_override("trainer.gradient_clip_val").has_value());
+}
+
 }  // namespace
 }  // namespace dbh::harness::diagnose
 

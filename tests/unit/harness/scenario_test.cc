@@ -964,6 +964,25 @@ TEST_F(ScenarioFiles, AnExternalWorkersOwnModelAndTrainerKeysPassThrough) {
   EXPECT_THROW((void)scenario::load_scenario(write("own.yaml", "name: own\n"), {"model.cutoff=1"}), ScenarioError);
 }
 
+// A Lightning key the alias table maps to a dbh key this worker never
+// receives (train.grad_clip: not passed by default, no worker.keys entry)
+// reaches the user's command as written; with worker.keys naming a key for
+// it, it is dbh's, passed under that name; for dbh's own worker, dbh's.
+TEST_F(ScenarioFiles, ALightningKeyWhoseDbhKeyTheWorkerNeverReceivesIsPassedAsWritten) {
+  const std::string file = write("lit.yaml", "worker:\n  command: [python, train.py]\n");
+  const scenario::Scenario s = scenario::load_scenario(file, {"trainer.gradient_clip_val=1e-12"});
+  EXPECT_EQ(s.worker.overrides.at("trainer.gradient_clip_val"), "1e-12");
+  EXPECT_EQ(s.train.grad_clip, 0.0) << "dbh's own value stays as the scenario holds it";
+  const std::string keyed =
+      write("keyed.yaml", "worker:\n  command: [python, train.py]\n  keys: {train.grad_clip: optim.clip}\n");
+  const scenario::Scenario k = scenario::load_scenario(keyed, {"trainer.gradient_clip_val=0.5"});
+  EXPECT_EQ(k.train.grad_clip, 0.5);
+  EXPECT_EQ(k.worker.overrides.count("trainer.gradient_clip_val"), 0u);
+  const scenario::Scenario own = scenario::load_scenario(write("own.yaml", "name: own\n"), {"trainer.gradient_clip_val=2"});
+  EXPECT_EQ(own.train.grad_clip, 2.0);
+  EXPECT_TRUE(own.worker.overrides.empty());
+}
+
 // diagnose's repro.yaml: `include:` the scenario plus the layer its
 // overrides changed loads as the scenario with the overrides, whatever their
 // names (worker.keys' user key, a key of the user's own, an alias, a dbh key).
