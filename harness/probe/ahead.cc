@@ -21,6 +21,7 @@
 #include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/supervisor/trial.h"
+#include "harness/supervisor/warm_worker.h"
 
 namespace dbh::harness::probe {
 
@@ -36,6 +37,40 @@ std::string ahead_progress(int64_t index, const std::string& what, double second
 }
 
 }  // namespace
+
+bool ahead_pays(const AheadCosts& c, std::string* why) {
+  if (!c.warm) return true;
+  if (!c.warm_probe_seconds || !c.start_seconds) {
+    *why = "the search's probes are forked from a warm worker and a probe ahead would start cold: probes run ahead "
+           "once a warm probe is measured against the worker's start";
+    return false;
+  }
+  if (*c.warm_probe_seconds > *c.start_seconds) return true;
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(1) << "a warm probe takes " << *c.warm_probe_seconds
+       << " s and a probe ahead would start cold, paying the worker's start (" << *c.start_seconds
+       << " s) again: the search runs its probes warm, one at a time (--cold runs them all cold, in parallel)";
+  *why = text.str();
+  return false;
+}
+
+AheadCosts Prober::ahead_costs(const scenario::Scenario& s) const {
+  AheadCosts c;
+  const supervisor::WarmWorkers* warm = supervisor::WarmWorkers::active();
+  c.warm = warm != nullptr && Cluster::active() == nullptr && s.worker.external() && warm->serves(s.worker.command);
+  if (!c.warm) return c;
+  c.start_seconds = warm->start_seconds();
+  bool first = warm->forked() <= static_cast<int>(std::count_if(history_.begin(), history_.end(), [](const auto& p) {
+                 return !p.cached && !p.parallel && p.analysis.forked;
+               }));  // this Prober's first forked probe started the warm worker
+  for (const auto& p : history_) {
+    if (p.cached || p.parallel || !p.analysis.forked) continue;
+    const double t = p.seconds - (first && c.start_seconds ? *c.start_seconds : 0.0);
+    first = false;
+    c.warm_probe_seconds = c.warm_probe_seconds ? std::min(*c.warm_probe_seconds, t) : t;
+  }
+  return c;
+}
 
 int64_t default_jobs(const scenario::Scenario& s) {
   if (s.hardware.device.rfind("cuda", 0) == 0) return 1;
@@ -67,8 +102,18 @@ void Prober::run_ahead(const std::vector<std::pair<std::vector<std::string>, std
   for (const auto& [extra, what] : upcoming) {
     stop_if_requested(nullptr);
     try {
-      const InputManifest inputs = input_manifest(load(extra));
+      const scenario::Scenario s = load(extra);
+      const InputManifest inputs = input_manifest(s);
       if (!inputs.not_cacheable.empty()) return;  // nothing a process ahead could hand back
+      std::string why;
+      if (!ahead_pays(ahead_costs(s), &why)) {  // Note [Probes ahead of warm ones]
+        const bool measured = why.find("a warm probe takes") != std::string::npos;
+        if (!quiet_ && !(measured ? said_ahead_measured_ : said_ahead_unmeasured_)) {
+          std::cout << "  ahead     none started (--jobs " << jobs_ << "): " << why << "\n";
+        }
+        (measured ? said_ahead_measured_ : said_ahead_unmeasured_) = true;
+        return;
+      }
       keys.push_back(ahead_key(key_of(inputs), fresh == Fresh::kYes));
     } catch (const std::exception&) {
       keys.emplace_back();  // no configuration: the search says so when it asks for it

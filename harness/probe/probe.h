@@ -143,6 +143,22 @@ std::string record_text(const nlohmann::json& record);
 bool read_probe_record(const std::string& path, const std::string& key, ProbeResult* p,
                        size_t max_bytes = size_t{1} << 20, nlohmann::json* record = nullptr);
 
+/// Note [Probes ahead of warm ones]: a probe run ahead is a process forked
+/// from this one, so its trial starts cold, while the search's own probes
+/// may be forked from a warm worker (Note [A warm worker]). A cold probe
+/// ahead pays the worker's start and imports again, on cores the search's
+/// own probe needs: it shortens the search only when a probe takes longer
+/// than that start. So where the search's probes fork, probes run ahead only
+/// once that is measured: the quickest warm probe so far (the first's start
+/// taken off) against the warm worker's start.
+struct AheadCosts {
+  bool warm = false;                         // the search's own probes are forked from a warm worker
+  std::optional<double> warm_probe_seconds;  // the quickest of them, its start taken off
+  std::optional<double> start_seconds;       // the warm worker's start: what a probe ahead pays again
+};
+/// Whether probes run ahead shorten the search; when not, why in *why.
+bool ahead_pays(const AheadCosts& c, std::string* why);
+
 struct ClusterOptions;  // cluster.h
 
 /// Runs probes as isolated worker trials (so crashes and sticky CUDA errors
@@ -274,6 +290,10 @@ class Prober {
   static std::string ahead_key(const std::string& key, bool fresh);
   void end_ahead();
   void reap_ahead();
+  AheadCosts ahead_costs(const scenario::Scenario& s) const;
+  // Note [Probes ahead of warm ones]: why probes ahead wait, said once before and once after it is measured.
+  bool said_ahead_unmeasured_ = false;
+  bool said_ahead_measured_ = false;
 
   int64_t cache_cap_bytes_ = kDefaultProbeCacheBytes;
   std::vector<ProbeResult> history_;

@@ -42,8 +42,6 @@ bool python_name(const std::string& program) {
   return std::regex_match(base, kPython);
 }
 
-std::string variable_name(const std::string& word) { return word.substr(0, word.find('=')); }
-
 std::string exit_status_text(int status) {
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
@@ -130,6 +128,14 @@ WarmWorkers::~WarmWorkers() {
 
 WarmWorkers* WarmWorkers::active() {
   return g_active != nullptr && g_active->owner_ == getpid() ? g_active : nullptr;
+}
+
+std::optional<double> WarmWorkers::start_seconds() const {
+  std::optional<double> longest;
+  for (const auto& [key, w] : workers_) {
+    if (w->start_seconds() && (!longest || *w->start_seconds() > *longest)) longest = w->start_seconds();
+  }
+  return longest;
 }
 
 WarmWorker* WarmWorkers::worker_for(const std::vector<std::string>& argv, const std::vector<std::string>& env,
@@ -253,7 +259,8 @@ std::optional<pid_t> WarmWorker::fork_trial(const WarmTarget& target, const std:
   }
   // The first reply waits for the warm worker's imports.
   const double limit = served_ == 0 ? kFirstReplySeconds : kReplySeconds;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+  const auto asked = std::chrono::steady_clock::now();
+  const auto until = asked + std::chrono::duration<double>(limit);
   std::string reply;
   while (true) {
     struct pollfd p {
@@ -293,6 +300,7 @@ std::optional<pid_t> WarmWorker::fork_trial(const WarmTarget& target, const std:
     return fail("the warm worker's trial " + std::to_string(r.pid) + " is not this process's child");
   }
   setpgid(r.pid, r.pid);  // as the trial does itself: its group exists before anything signals it
+  if (served_ == 0) start_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
   ++served_;
   return r.pid;
 }

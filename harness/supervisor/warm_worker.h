@@ -88,6 +88,15 @@ class WarmWorkers {
   int forked() const { return forked_; }
   void count_fork() { ++forked_; }
 
+  /// Whether a trial of `argv` would be forked from a warm worker (the scope
+  /// is not --cold and the command is `python SCRIPT …` or `python -m …`).
+  bool serves(const std::vector<std::string>& argv) const { return enabled_ && warm_target(argv).has_value(); }
+
+  /// The longest a warm worker of this scope took to fork its first trial
+  /// (its start and imports: what a trial started cold pays again); nullopt
+  /// before one has.
+  std::optional<double> start_seconds() const;
+
  private:
   bool enabled_;
   pid_t owner_;
@@ -109,6 +118,9 @@ class WarmWorker {
   /// Whether it started (else why in error()).
   bool started() const { return pid_ > 0; }
   const std::string& error() const { return error_; }
+  /// How long its first trial waited for its fork (its start and imports);
+  /// nullopt before it forked one.
+  std::optional<double> start_seconds() const { return start_seconds_; }
 
   /// Forks the trial: `fds` become its stdin, stdout, stderr and event pipe.
   /// The trial's pid (this process's child, leading its own process group),
@@ -122,6 +134,7 @@ class WarmWorker {
   pid_t pid_ = -1;
   int socket_ = -1;
   int served_ = 0;
+  std::optional<double> start_seconds_;
   std::string token_;
   std::string error_;
 };

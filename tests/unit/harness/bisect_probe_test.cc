@@ -251,3 +251,31 @@ TEST(ProbeProgressTest, SaysWhichProbeHowFarAndHowLong) {
 
 }  // namespace
 }  // namespace dbh::harness
+
+namespace dbh::harness::probe {
+namespace {
+
+// Note [Probes ahead of warm ones]: a probe ahead starts cold; where the
+// search's own probes fork warm it runs only once a warm probe is measured
+// as longer than the worker's start.
+TEST(AheadPaysTest, ColdProbesAheadOfWarmOnesRunOnlyWhenAProbeOutlastsTheStart) {
+  std::string why;
+  EXPECT_TRUE(ahead_pays({}, &why)) << "no warm worker: every probe starts cold, ahead or not";
+  EXPECT_TRUE(why.empty());
+  AheadCosts c;
+  c.warm = true;
+  EXPECT_FALSE(ahead_pays(c, &why));
+  EXPECT_NE(why.find("once a warm probe is measured"), std::string::npos) << why;
+  c.start_seconds = 6.8;
+  c.warm_probe_seconds = 0.9;
+  EXPECT_FALSE(ahead_pays(c, &why));
+  EXPECT_NE(why.find("a warm probe takes 0.9 s"), std::string::npos) << why;
+  EXPECT_NE(why.find("(6.8 s)"), std::string::npos) << why;
+  EXPECT_NE(why.find("--cold"), std::string::npos) << why;
+  c.warm_probe_seconds = 180;  // a training of minutes: the start is small beside it
+  why.clear();
+  EXPECT_TRUE(ahead_pays(c, &why)) << why;
+}
+
+}  // namespace
+}  // namespace dbh::harness::probe
