@@ -648,35 +648,24 @@ TEST_F(OwnTrainingTest, RegionsFrozenLearningIsASilentFailure) {
 }
 
 // Note [A numerics reference] on the user's training through the adapter: a
-// reference recorded by `dbh repeat --record`, compared by `dbh qualify
-// --reference`: the same training is the same within the noise, and a 5 %
-// change planted in the training's own module `bridge` from step 3 on is
-// found there.
-TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndModule) {
-  const Dir dir("dbh-own-regions-numerics");
-  const std::string clean = kRegions + "/scenarios/clean.yaml";
+// reference of `scenario` at 5 steps recorded by `dbh repeat --record` (the
+// adapter saves the model's state at every step), and a 5 % change planted
+// in the training's own module `module` from step 3 on, found there by `dbh
+// qualify --reference` from the reference's own state.
+void ExpectAPlantedChangeFoundAtItsStepAndModule(const Dir& dir, const std::string& scenario,
+                                                 const std::string& module) {
   const fs::path ref = dir / "reference.json";
-  const auto rec = dbh({"repeat", clean, "train.max_steps=5", "--record", ref.string(), "--out",
+  const auto rec = dbh({"repeat", scenario, "train.max_steps=5", "--record", ref.string(), "--out",
                         (dir / "rec").string(), "-q"});
   ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
   const auto r = read_json(ref);
   ASSERT_EQ(r["runs"].size(), 3u);
   ASSERT_FALSE(r["runs"][0]["steps"][0]["modules"].empty()) << r.dump().substr(0, 2000);
-  // The adapter saved the user's model's state at every step (numerics_states).
   EXPECT_EQ(r["state_steps"].size(), 5u) << r.dump().substr(0, 500);
   EXPECT_TRUE(fs::is_regular_file(ref.string() + ".states/state-s0.pt"));
-  // Another instruction set under the user's torch: a harmless difference.
-  testing::EnvChanges env = python_env();
-  env["ATEN_CPU_CAPABILITY"] = "default";
-  const auto same = testing::run_process_with_env(
-      {DBH_BINARY, "qualify", clean, "train.max_steps=5", "--reference", ref.string(), "--out",
-       (dir / "same").string(), "--cache", (dir / "cache").string()},
-      env, kSource, 900);
-  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
-  EXPECT_EQ(read_json(dir / "same" / "qualification.json")["numerics"]["machines"]["here"]["ATEN_CPU_CAPABILITY"],
-            "default");
-  const auto planted = dbh({"qualify", clean, "train.max_steps=5",
-                            "faults=[{name: perturb_activation, module: bridge, at_step: 3, until_step: 100, relative: 0.05}]",
+  const auto planted = dbh({"qualify", scenario, "train.max_steps=5",
+                            "faults=[{name: perturb_activation, module: " + module +
+                                ", at_step: 3, until_step: 100, relative: 0.05}]",
                             "--reference", ref.string(), "--out", (dir / "planted").string(), "--cache",
                             (dir / "cache").string()});
   EXPECT_EQ(planted.exit_code, 1) << planted.out << planted.err;
@@ -684,10 +673,34 @@ TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndM
   const auto& d = j["numerics"]["departure"];
   ASSERT_FALSE(d.is_null()) << j["numerics"].dump(2);
   EXPECT_EQ(d["step"], 3);
-  EXPECT_EQ(d["module"], "bridge");
-  EXPECT_EQ(d["quantity"], "output of bridge");
+  EXPECT_EQ(d["module"], module);
+  EXPECT_EQ(d["quantity"], "output of " + module);
   EXPECT_TRUE(d["same_state"].get<bool>()) << d.dump();
   EXPECT_EQ(j["numerics"]["replays"], 3);
+}
+
+// The plain loop, in its module `bridge`; and another instruction set under
+// the user's torch is a harmless difference there.
+TEST_F(OwnTrainingTest, RegionsNumericsReferenceFindsAPlantedChangeAtItsStepAndModule) {
+  const Dir dir("dbh-own-regions-numerics");
+  const std::string clean = kRegions + "/scenarios/clean.yaml";
+  ExpectAPlantedChangeFoundAtItsStepAndModule(dir, clean, "bridge");
+  testing::EnvChanges env = python_env();
+  env["ATEN_CPU_CAPABILITY"] = "default";
+  const auto same = testing::run_process_with_env(
+      {DBH_BINARY, "qualify", clean, "train.max_steps=5", "--reference", (dir / "reference.json").string(), "--out",
+       (dir / "same").string(), "--cache", (dir / "cache").string()},
+      env, kSource, 900);
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_EQ(read_json(dir / "same" / "qualification.json")["numerics"]["machines"]["here"]["ATEN_CPU_CAPABILITY"],
+            "default");
+}
+
+// The Lightning example (its step replays served by the adapter's Lightning
+// callback), in its module `decoder.fusion`.
+TEST_F(OwnTrainingTest, LightningNumericsReferenceFindsAPlantedChangeAtItsStepAndModule) {
+  const Dir dir("dbh-own-lightning-numerics");
+  ExpectAPlantedChangeFoundAtItsStepAndModule(dir, kExample + "/scenarios/clean.yaml", "decoder.fusion");
 }
 
 }  // namespace
