@@ -54,22 +54,35 @@ bool ahead_pays(const AheadCosts& c, std::string* why) {
   return false;
 }
 
-AheadCosts Prober::ahead_costs(const scenario::Scenario& s) const {
+AheadCosts ahead_costs(const std::vector<ProbeResult>& history, bool forks, std::optional<double> start_seconds,
+                       int64_t forked_by_scope) {
   AheadCosts c;
-  const supervisor::WarmWorkers* warm = supervisor::WarmWorkers::active();
-  c.warm = warm != nullptr && Cluster::active() == nullptr && s.worker.external() && warm->serves(s.worker.command);
+  c.warm = forks;
   if (!c.warm) return c;
-  c.start_seconds = warm->start_seconds();
-  bool first = warm->forked() <= static_cast<int>(std::count_if(history_.begin(), history_.end(), [](const auto& p) {
-                 return !p.cached && !p.parallel && p.analysis.forked;
-               }));  // this Prober's first forked probe started the warm worker
-  for (const auto& p : history_) {
-    if (p.cached || p.parallel || !p.analysis.forked) continue;
-    const double t = p.seconds - (first && c.start_seconds ? *c.start_seconds : 0.0);
+  const auto own_run = [](const ProbeResult& p) { return !p.cached && !p.parallel; };
+  const int64_t forked = std::count_if(history.begin(), history.end(),
+                                       [&](const ProbeResult& p) { return own_run(p) && p.analysis.forked; });
+  if (forked == 0 && std::any_of(history.begin(), history.end(), own_run)) {
+    c.warm = false;  // the warm worker could not serve (the probes say why): they start cold, as one ahead does
+    return c;
+  }
+  c.start_seconds = start_seconds;
+  bool first = forked_by_scope <= forked;  // the search's first forked probe started the warm worker
+  for (const auto& p : history) {
+    if (!own_run(p) || !p.analysis.forked) continue;
+    const double t = p.seconds - (first && start_seconds ? *start_seconds : 0.0);
     first = false;
     c.warm_probe_seconds = c.warm_probe_seconds ? std::min(*c.warm_probe_seconds, t) : t;
   }
   return c;
+}
+
+AheadCosts Prober::ahead_costs(const scenario::Scenario& s) const {
+  const supervisor::WarmWorkers* warm = supervisor::WarmWorkers::active();
+  const bool forks =
+      warm != nullptr && Cluster::active() == nullptr && s.worker.external() && warm->serves(s.worker.command);
+  if (!forks) return {};
+  return probe::ahead_costs(history_, forks, warm->start_seconds(), warm->forked());
 }
 
 int64_t default_jobs(const scenario::Scenario& s) {

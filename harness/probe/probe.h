@@ -150,7 +150,9 @@ bool read_probe_record(const std::string& path, const std::string& key, ProbeRes
 /// own probe needs: it shortens the search only when a probe takes longer
 /// than that start. So where the search's probes fork, probes run ahead only
 /// once that is measured: the quickest warm probe so far (the first's start
-/// taken off) against the warm worker's start.
+/// taken off) against the warm worker's start. Where the warm worker cannot
+/// serve (the search's probes ran and none forked), every probe starts cold
+/// and probes run ahead as without one.
 struct AheadCosts {
   bool warm = false;                         // the search's own probes are forked from a warm worker
   std::optional<double> warm_probe_seconds;  // the quickest of them, its start taken off
@@ -158,6 +160,12 @@ struct AheadCosts {
 };
 /// Whether probes run ahead shorten the search; when not, why in *why.
 bool ahead_pays(const AheadCosts& c, std::string* why);
+/// The costs from a search's probes so far: `forks` whether its trials would
+/// be forked from a warm worker, `start_seconds` that worker's start, and
+/// `forked_by_scope` the trials its scope forked in all (more than the
+/// search's own: another search of the command started it).
+AheadCosts ahead_costs(const std::vector<ProbeResult>& history, bool forks, std::optional<double> start_seconds,
+                       int64_t forked_by_scope);
 
 struct ClusterOptions;  // cluster.h
 

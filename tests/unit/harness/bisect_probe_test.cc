@@ -277,5 +277,33 @@ TEST(AheadPaysTest, ColdProbesAheadOfWarmOnesRunOnlyWhenAProbeOutlastsTheStart) 
   EXPECT_TRUE(ahead_pays(c, &why)) << why;
 }
 
+ProbeResult ran(double seconds, bool forked, bool cached = false, bool parallel = false) {
+  ProbeResult p;
+  p.seconds = seconds;
+  p.analysis.forked = forked;
+  p.cached = cached;
+  p.parallel = parallel;
+  return p;
+}
+
+TEST(AheadPaysTest, TheCostsAreTheQuickestWarmProbeAgainstTheStart) {
+  EXPECT_FALSE(ahead_costs({}, false, 7.0, 0).warm) << "trials that never fork";
+  // Before any probe: warm, nothing measured.
+  AheadCosts c = ahead_costs({}, true, std::nullopt, 0);
+  EXPECT_TRUE(c.warm);
+  EXPECT_FALSE(c.warm_probe_seconds.has_value());
+  // The first forked probe paid the worker's start (7 s of its 8); cached
+  // and ahead probes are not the search's own.
+  c = ahead_costs({ran(8.0, true), ran(0.1, true, true), ran(9.0, false, false, true), ran(1.5, true)}, true, 7.0, 2);
+  ASSERT_TRUE(c.warm_probe_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*c.warm_probe_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(*c.start_seconds, 7.0);
+  // Another search of the command started the worker: nothing to take off.
+  c = ahead_costs({ran(1.5, true), ran(1.2, true)}, true, 7.0, 5);
+  EXPECT_DOUBLE_EQ(*c.warm_probe_seconds, 1.2);
+  // The warm worker could not serve: the probes start cold, as one ahead.
+  EXPECT_FALSE(ahead_costs({ran(9.0, false)}, true, std::nullopt, 0).warm);
+}
+
 }  // namespace
 }  // namespace dbh::harness::probe
