@@ -91,7 +91,13 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       prober->set_judge_metrics(o.kind == BisectKind::kRange);
       prober->set_jobs(o.jobs);
     }
-    if (!o.quiet) std::cout << "dbh bisect " << to_string(o.kind) << ": " << (o.scenario.empty() ? "" : o.scenario) << std::endl;
+    if (!o.quiet) {
+      // config may have no scenario of its own: then what it compares.
+      const std::string subject = !o.scenario.empty() || o.kind != BisectKind::kConfig
+                                      ? o.scenario
+                                      : "good " + join(o.good, " ") + ", bad " + join(o.bad, " ");
+      std::cout << "dbh bisect " << to_string(o.kind) << ": " << one_line(subject) << std::endl;
+    }
     Outputs result;
     if (o.kind == BisectKind::kSteps) {
       result = bisect_steps(*prober, opts);
