@@ -119,8 +119,9 @@ void Prober::run_ahead(const std::vector<std::pair<std::vector<std::string>, std
       const InputManifest inputs = input_manifest(s);
       if (!inputs.not_cacheable.empty()) return;  // nothing a process ahead could hand back
       std::string why;
-      if (!ahead_pays(ahead_costs(s), &why)) {  // Note [Probes ahead of warm ones]
-        const bool measured = why.find("a warm probe takes") != std::string::npos;
+      const AheadCosts costs = ahead_costs(s);
+      if (!ahead_pays(costs, &why)) {  // Note [Probes ahead of warm ones]
+        const bool measured = costs.warm_probe_seconds && costs.start_seconds;
         if (!quiet_ && !(measured ? said_ahead_measured_ : said_ahead_unmeasured_)) {
           std::cout << "  ahead     none started (--jobs " << jobs_ << "): " << why << "\n";
         }
