@@ -262,6 +262,14 @@ OutputDir::OutputDir(fs::path path, std::string owner, Reuse reuse, std::vector<
 
 OutputDir::~OutputDir() { release(); }
 
+bool OutputDir::holds_new_output() const {
+  if (!armed_) return false;
+  for (const auto& name : output_entries(abs_)) {
+    if (before_.count(name) == 0) return true;
+  }
+  return false;
+}
+
 // Note [A re-run replaces the previous outputs]: the failure path of a
 // replacing claim whose command was killed, when its `.dbh-claimed` is still
 // there (we hold the lock, so that command is gone).

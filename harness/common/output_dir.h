@@ -50,6 +50,9 @@ class OutputDir {
   void commit() { committed_ = true; }
   /// Whether the folder existed before this command claimed it.
   bool existed() const { return existed_; }
+  /// Whether this command has written anything into the folder yet (an
+  /// entry that was not there when the lock was taken).
+  bool holds_new_output() const;
 
  private:
   void release() noexcept;

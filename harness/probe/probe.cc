@@ -366,7 +366,9 @@ int run_search(std::optional<OutputDir>& claim, const std::function<int()>& body
   try {
     return body();
   } catch (const supervisor::Interrupted& e) {
-    if (claim) claim->commit();
+    // The partial answer stays; a search stopped before it wrote anything
+    // leaves the folder as it found it (a previous run's outputs put back).
+    if (claim && claim->holds_new_output()) claim->commit();
     return e.exit_code();
   } catch (const UsageError& e) {
     std::cerr << "dbh: " << e.what() << "\n";

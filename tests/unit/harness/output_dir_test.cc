@@ -87,6 +87,22 @@ TEST(OutputReuseTest, AFailedReRunLeavesThePreviousOutputsAsTheyWere) {
   EXPECT_EQ(read_text(out / "notes.txt"), "the user's");
 }
 
+// What a search stopped by Ctrl-C keeps (probe::run_search) is decided by
+// whether it has written anything yet: the user's files and the previous
+// run's outputs (set aside) are not this command's output.
+TEST(OutputReuseTest, ARunHoldsNewOutputOnlyOnceItWritesSomething) {
+  ScratchDir root("dbh-outdir-new-output");
+  const fs::path out = first_run(root.path());
+  {
+    OutputDir claim(out, "run x");
+    EXPECT_FALSE(claim.holds_new_output());
+    write_text(out / "interrupted.json", "{}");
+    EXPECT_TRUE(claim.holds_new_output());
+  }
+  OutputDir fresh(root.path() / "fresh", "run y");
+  EXPECT_FALSE(fresh.holds_new_output());
+}
+
 // A command killed outright runs no destructor: the next claim of the folder
 // finishes its failure path before anything else.
 TEST(OutputReuseTest, AReRunKilledOutrightIsUndoneByTheNextClaim) {
