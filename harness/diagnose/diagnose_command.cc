@@ -481,6 +481,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     for (const auto& note : supervisor::check_worker(s)) std::cerr << "dbh diagnose: note: " << one_line(note) << "\n";
     run_rungs(prober, rungs);
     const Rung& full = rungs.back();  // the scenario as given
+    check_against_scenario(rungs, full.probe.analysis);  // Note [A rung is checked against what its trial did]
     const bool fails = supervisor::is_failure(full.probe.analysis.outcome);
     std::vector<Rung> variants = variant_rungs(s);
     RateSearch rates;
@@ -506,6 +507,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     const bool silent = fails && full_kb != nullptr && full_kb->silent;
     std::vector<Rung> learning = learning_rungs(s, silent);
     run_rungs(prober, learning, &budget);
+    check_against_scenario(learning, full.probe.analysis);
     // Compute is done: what the rungs showed, judged by one pure function.
     Ladder ladder =
         ladder_of({&rungs, &without, &variants, &rates.rungs, &learning}, fails ? full_class : "", silent, real);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "harness/common/text.h"
 #include "harness/scenario/aliases.h"
 #include "harness/scenario/schema.h"
 
@@ -555,6 +556,20 @@ std::string rung_departure(RungId id, const supervisor::TrialAnalysis& a) {
            "(data.source not applied)";
   }
   return "";
+}
+
+std::string start_departure(RungId id, const supervisor::TrialAnalysis& trial,
+                            const supervisor::TrialAnalysis& scenario_run) {
+  if (id == RungId::kOps || id == RungId::kAsGiven) return "";
+  const bool failed = supervisor::is_failure(trial.outcome) && trial.outcome != scenario::Outcome::kUnresolved;
+  if (!failed || trial.failure.step.has_value() || trial.steps_completed > trial.ops_steps) return "";
+  const int64_t trained = scenario_run.steps_completed - scenario_run.ops_steps;
+  if (trained <= 0 || trial.failure.klass == scenario_run.failure.klass) return "";
+  std::string said = one_line(trial.failure.message);
+  if (said.size() > 160) said = truncate_utf8(said, 157) + "...";
+  return "its trial ended before its first step (`" + trial.failure.klass + "`" + (said.empty() ? "" : ": " + said) +
+         "), but the scenario's own run trained " + std::to_string(trained) +
+         " step(s): it never started what the rung asks, so it says nothing of the scenario's failure";
 }
 
 }  // namespace dbh::harness::diagnose

@@ -183,4 +183,14 @@ LadderConclusion conclude_ladder(const Ladder& ladder);
 /// unresolved, evidence of nothing.
 std::string rung_departure(RungId id, const supervisor::TrialAnalysis& trial);
 
+/// Note [A rung is checked against what its trial did], against the
+/// scenario's own run: a rung that trains, whose trial ended before its first
+/// step by a failure that names no step and that the scenario's run did not
+/// have, while that run trained steps, never started what it asks (the
+/// training could not start that way: a folder it cannot find, a key it
+/// refuses). Why, in words, or "" when it started. Unresolved, evidence of
+/// nothing: "fails the same way" it does not.
+std::string start_departure(RungId id, const supervisor::TrialAnalysis& trial,
+                            const supervisor::TrialAnalysis& scenario_run);
+
 }  // namespace dbh::harness::diagnose

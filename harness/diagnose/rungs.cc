@@ -183,6 +183,16 @@ void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
   }
 }
 
+void check_against_scenario(std::vector<Rung>& rungs, const supervisor::TrialAnalysis& scenario_run) {
+  for (Rung& r : rungs) {
+    if (!r.ran) continue;
+    if (std::string why = start_departure(r.id, r.probe.analysis, scenario_run); !why.empty()) {
+      r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
+      r.probe.analysis.failure.message = std::move(why);
+    }
+  }
+}
+
 void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* budget) {
   // Which rungs can run at all, asked once (it loads each rung's scenario).
   std::vector<bool> can_run(rungs.size(), false);

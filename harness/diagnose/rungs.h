@@ -89,6 +89,9 @@ void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget = nullptr);
 /// it that can run start ahead (Note [Probes ahead, in parallel] in
 /// probe/probe.h), within the budget: the same rungs, the same results.
 void run_rungs(probe::Prober& prober, std::vector<Rung>& rungs, ProbeBudget* budget = nullptr);
+/// Each rung of `rungs` that ran and never started what it asks, judged
+/// against the scenario's own run (start_departure), made unresolved with why.
+void check_against_scenario(std::vector<Rung>& rungs, const supervisor::TrialAnalysis& scenario_run);
 
 // Note [The next probe chosen to decide]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -188,7 +188,9 @@ std::vector<PassedKey> passed_keys(const scenario::Scenario& s) {
     const auto it = s.worker.keys.find(key);
     const std::string user_key = it != s.worker.keys.end() ? it->second : scenario::first_alias_of(key);
     if (user_key.empty()) continue;
-    if (key == DBH_SCENARIO_KEY(data.path) && (s.data.source != scenario::DataSource::kReal || s.data.path.empty())) continue;
+    // A folder is passed whatever data.source says: generated samples are
+    // served through the training's own dataset, which still reads its folder.
+    if (key == DBH_SCENARIO_KEY(data.path) && s.data.path.empty()) continue;
     out.push_back({key, user_key, user_value(key, s)});
   }
   return out;

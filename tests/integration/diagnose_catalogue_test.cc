@@ -47,14 +47,39 @@ struct Plant {
   std::string confirmed;  // the overrides of a resolution confirmed by its run, joined by spaces ("": none)
   bool slow = true;
   std::string given;  // that resolution as the training's command is given it ("": dbh's own worker)
+  // A training planted in its own code: `example` (a folder under the
+  // source) is copied into the test's folder as `{copy}`, and each edit
+  // replaces text in one of its files (the text must be there, once).
+  std::string example;
+  struct Edit {
+    std::string file, from, to;
+  };
+  std::vector<Edit> edits;
 };
 
 // The row's name in test listings (ctest prints GetParam()).
 void PrintTo(const Plant& p, std::ostream* os) { *os << p.name; }
 
-std::string with_source(std::string text) {
+std::string with_source(std::string text, const std::string& copy) {
   for (size_t at; (at = text.find("{src}")) != std::string::npos;) text.replace(at, 5, kSource);
+  for (size_t at; (at = text.find("{copy}")) != std::string::npos;) text.replace(at, 6, copy);
   return text;
+}
+
+// The plant's copy of its example, with its edits made; "" when it has none.
+std::string planted_copy(const Plant& p, const fs::path& dir) {
+  if (p.example.empty()) return "";
+  const fs::path copy = dir / "planted";
+  fs::copy(kSource + "/" + p.example, copy, fs::copy_options::recursive);
+  for (const auto& e : p.edits) {
+    std::string text = testing::read_text(copy / e.file);
+    const size_t at = text.find(e.from);
+    EXPECT_NE(at, std::string::npos) << e.file << " no longer holds " << e.from;
+    EXPECT_EQ(text.find(e.from, at + 1), std::string::npos) << e.file << " holds " << e.from << " more than once";
+    if (at != std::string::npos) text.replace(at, e.from.size(), e.to);
+    testing::write_text(copy / e.file, text);
+  }
+  return copy.string();
 }
 
 class DiagnoseCatalogueTest : public ::testing::TestWithParam<Plant> {};
@@ -66,7 +91,7 @@ TEST_P(DiagnoseCatalogueTest, EndsInItsConclusionWithItsCauseAndAConfirmedResolu
   std::string scenario = kSource + "/" + p.scenario;
   if (!p.yaml.empty()) {
     scenario = (dir / "scenario.yaml").string();
-    testing::write_text(scenario, with_source(p.yaml));
+    testing::write_text(scenario, with_source(p.yaml, planted_copy(p, dir)));
   }
   std::vector<std::string> args = {DBH_BINARY, "diagnose", scenario};
   args.insert(args.end(), p.overrides.begin(), p.overrides.end());
@@ -106,6 +131,11 @@ const std::string kRegions = "examples/pytorch-regions/scenarios/";
 const char* const kLightningLearns =
     "include: {src}/examples/lightning-dbnet/scenarios/clean.yaml\nname: lightning-learns\n"
     "data:\n  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
+
+// The plain loop's copy (planted_copy) validated every 2 of 6 steps: it passes as shipped.
+const char* const kRegionsValidated =
+    "include: {copy}/scenarios/base.yaml\nname: regions-validated\ndata:\n  path: {src}/fixtures/real\n"
+    "train:\n  max_steps: 6\n  eval_every: 2\nmonitors:\n  hmean_zero_after: 3\nexpect:\n  outcome: passed\n";
 
 INSTANTIATE_TEST_SUITE_P(
     Planted, DiagnoseCatalogueTest,
@@ -148,6 +178,21 @@ INSTANTIATE_TEST_SUITE_P(
               "",
               true,
               ""},
+        // A broken label transform in the training's own code (its regions drawn as 0): the loss falls, the
+        // validation scores nothing, on real and generated data alike (one label pipeline). The copy's own
+        // config names a dataset folder that is not there: generated data reaches the training through
+        // data.path too.
+        Plant{"regions_label_transform",
+              "",
+              kRegionsValidated,
+              {},
+              "labels",
+              "",
+              "",
+              true,
+              "",
+              "examples/pytorch-regions",
+              {{"folder.py", "fill=1)", "fill=0)"}}},
         Plant{"regions_second_run_leak", kRegions + "second-run-leak.yaml", "", {}, "resources", "",
               "repeat.processes=2 repeat.in_process=1", true, ""}),
     [](const ::testing::TestParamInfo<Plant>& info) { return info.param.name; });

@@ -451,5 +451,51 @@ TEST(RungDeparture, ARungIsEvidenceOnlyOfWhatItsTrialDid) {
   EXPECT_EQ(rung_departure(RungId::kSynthetic, a), "");
 }
 
+// A rung whose training never started (a crash before its first step that
+// the scenario's own run, which trained, did not have) is no evidence that
+// the pipeline "fails the same way" without the real data.
+TEST(RungDeparture, ARungThatNeverStartedIsNoEvidenceOfTheScenariosFailure) {
+  supervisor::TrialAnalysis scenario_run;
+  scenario_run.outcome = scenario::Outcome::kFailed;
+  scenario_run.failure.klass = "hmean_zero";
+  scenario_run.failure.step = 5;
+  scenario_run.steps_completed = 6;
+  supervisor::TrialAnalysis crashed;
+  crashed.outcome = scenario::Outcome::kFailed;
+  crashed.failure.klass = "premature_exit";
+  crashed.failure.message = "FileNotFoundError: annotations.json\nsecond line";
+  const std::string why = start_departure(RungId::kLearnsSynthetic, crashed, scenario_run);
+  EXPECT_EQ(why, "its trial ended before its first step (`premature_exit`: FileNotFoundError: annotations.json "
+                 "second line), but the scenario's own run trained 6 step(s): it never started what the rung asks, "
+                 "so it says nothing of the scenario's failure");
+  for (const RungId id : {RungId::kModelStep, RungId::kSynthetic, RungId::kRealNoWorkers, RungId::kLearnsReal}) {
+    EXPECT_NE(start_departure(id, crashed, scenario_run), "") << static_cast<int>(id);
+  }
+  // The ops rung trains nothing by design; the scenario as given is the run itself.
+  EXPECT_EQ(start_departure(RungId::kOps, crashed, scenario_run), "");
+  EXPECT_EQ(start_departure(RungId::kAsGiven, crashed, scenario_run), "");
+  // The same class as the scenario's: it fails the same way.
+  crashed.failure.klass = "hmean_zero";
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+  crashed.failure.klass = "premature_exit";
+  // A failure at a step (a NaN at step 0) started: it is evidence.
+  crashed.failure.step = 0;
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+  crashed.failure.step.reset();
+  // A trial that trained a step before it ended started.
+  crashed.steps_completed = 1;
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+  crashed.steps_completed = 0;
+  // When the scenario's own run never trained either, a crash at start is its failure too.
+  scenario_run.steps_completed = 0;
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+  scenario_run.steps_completed = 6;
+  // A rung that passed, or could not tell, departs from nothing.
+  crashed.outcome = scenario::Outcome::kPassed;
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+  crashed.outcome = scenario::Outcome::kUnresolved;
+  EXPECT_EQ(start_departure(RungId::kSynthetic, crashed, scenario_run), "");
+}
+
 }  // namespace
 }  // namespace dbh::harness::diagnose

@@ -119,6 +119,28 @@ TEST(WorkerProtocol, DocListsThePassedKeysAndTheirDefaults) {
   }
 }
 
+// Generated samples are served through the training's own dataset, which
+// still reads its folder: the folder is passed whatever data.source says.
+TEST(WorkerProtocol, TheDatasetFolderIsPassedForGeneratedDataToo) {
+  scenario::Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.worker.keys[DBH_SCENARIO_KEY(data.path)] = "dataset.root";
+  const auto folder_passed = [&] {
+    for (const auto& k : supervisor::passed_keys(s)) {
+      if (k.dbh_key == DBH_SCENARIO_KEY(data.path)) return k.user_key == "dataset.root";
+    }
+    return false;
+  };
+  for (const auto source : {scenario::DataSource::kReal, scenario::DataSource::kSyntheticBoxes,
+                            scenario::DataSource::kSyntheticRandom}) {
+    s.data.source = source;
+    s.data.path = "";
+    EXPECT_FALSE(folder_passed()) << to_string(source) << ": no folder, nothing passed";
+    s.data.path = "/data";
+    EXPECT_TRUE(folder_passed()) << to_string(source);
+  }
+}
+
 TEST(WorkerProtocol, PassedValuesAreWrittenAsTheUsersCommandLineWritesThem) {
   scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
