@@ -132,6 +132,11 @@ const char* const kLightningLearns =
     "include: {src}/examples/lightning-dbnet/scenarios/clean.yaml\nname: lightning-learns\n"
     "data:\n  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
 
+// The plain loop on its generated samples (its dataset's own `synthetic`) for 8 steps with the learning
+// window: its loss falls 15 %, it learns.
+const char* const kRegionsLearns =
+    "include: {src}/examples/pytorch-regions/scenarios/clean.yaml\nname: regions-learns\n"
+    "data:\n  source: synthetic_boxes\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\n";
 // The plain loop's copy (planted_copy) validated every 2 of 6 steps: it passes as shipped.
 const char* const kRegionsValidated =
     "include: {copy}/scenarios/base.yaml\nname: regions-validated\ndata:\n  path: {src}/fixtures/real\n"
@@ -178,6 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
               "",
               true,
               ""},
+        // The plain loop's clip (optim.clip, its own key) on generated data, where its loss falls clearly.
+        Plant{"regions_tiny_clip", "", kRegionsLearns, {"optim.clip=1e-12"}, "optimizer", "(your `optim.clip=1e-12`)",
+              "", true, ""},
         // A broken label transform in the training's own code (its regions drawn as 0): the loss falls, the
         // validation scores nothing, on real and generated data alike (one label pipeline). The copy's own
         // config names a dataset folder that is not there: generated data reaches the training through
