@@ -8,6 +8,7 @@
 
 #include "harness/bisect/parts.h"
 #include "harness/common/json_fields.h"
+#include "harness/probe/cluster.h"
 #include "harness/probe/probe.h"
 #include "harness/common/error.h"
 #include "harness/common/files.h"
@@ -51,6 +52,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
     std::vector<std::string> datasets;  // the scenario's dataset folders, never written into
     if (!o.scenario.empty()) {
       const scenario::Scenario s = scenario::load_scenario(o.scenario, o.overrides, o.checks);  // validate first
+      probe::Cluster::take_scenario_defaults(s.cluster);  // Note [Probes on a cluster]
       datasets = scenario::dataset_folders(s);
       // What this kind asks of the training, refused before anything runs
       // when the scenario's own worker cannot serve it.

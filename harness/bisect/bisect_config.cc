@@ -2,6 +2,7 @@
 // failing configuration (config), or the boundary of one numeric key (range)
 // (bisect/parts.h).
 #include "harness/bisect/parts.h"
+#include "harness/probe/cluster.h"
 
 #include <algorithm>
 #include <charconv>
@@ -92,6 +93,7 @@ ConfigPair load_config_pair(const BisectOptions& o) {
     pair.good_overrides = split_words(o.good);
   }
   const scenario::Scenario good = scenario::load_scenario(pair.base, concat(o.overrides, pair.good_overrides), o.checks);
+  probe::Cluster::take_scenario_defaults(good.cluster);  // (a SCENARIO's were taken already; --good's fill the rest)
   // --bad in the command's own spelling (`--lr 500`, `-o Optimizer.lr=5`): the user's keys it sets (Note [A
   // command's own syntax]); an option the parser in the worker's `hello` does not take is refused before any probe.
   const auto own_words = [&](const std::vector<std::string>& words) {

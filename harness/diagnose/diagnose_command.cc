@@ -449,6 +449,15 @@ std::string emulation_note(const supervisor::TrialAnalysis& a, const scenario::S
 }
 
 // diagnosis.md, diagnosis.html and diagnosis.json in `d.out`.
+// How many probes the diagnosis ran, and how (ahead, forked).
+void count_probes(const probe::Prober& prober, Diagnosis& d) {
+  d.probe_count = prober.history().size();
+  d.jobs = prober.jobs();
+  const probe::ProbeCounts counts = probe::count_probes(prober.history());
+  d.parallel_probes = counts.parallel;
+  d.forked_probes = counts.forked;
+}
+
 void write_diagnosis(const Diagnosis& d) {
   const std::string md = diagnosis_markdown(d);
   write_file_atomically((d.out / "diagnosis.md").string(), md);
@@ -464,6 +473,7 @@ int diagnose_command(const DiagnoseOptions& o) {
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a diagnosis
   return probe::run_search(claim, [&]() -> int {
     const scenario::Scenario s = scenario::load_scenario(o.scenario, o.overrides, o.checks);
+    probe::Cluster::take_scenario_defaults(s.cluster);  // Note [Probes on a cluster]
     const fs::path out = o.out.empty() ? fs::path(default_output_folder("diagnose-" + fs::path(o.scenario).stem().string()))
                                        : fs::path(o.out);
     const std::string cache = o.cache_dir.empty() ? default_probe_cache() : o.cache_dir;
@@ -569,11 +579,7 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.resolution_class = resolution_class;
     d.resolution_checks = resolution_checks;
     d.emulated = emulated;
-    d.probe_count = prober.history().size();
-    d.jobs = prober.jobs();
-    const probe::ProbeCounts counts = probe::count_probes(prober.history());
-    d.parallel_probes = counts.parallel;
-    d.forked_probes = counts.forked;
+    count_probes(prober, d);
     d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_diagnosis(d);
     std::cout << diagnosis_summary(d) << std::flush;

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const ClusterOptions* g_active = nullptr;
+ClusterOptions* g_active = nullptr;
 
 // A node's result may hold an external worker's reads (at most
 // supervisor::kMaxSamplesRead indices): more than a cache entry.
@@ -147,22 +147,17 @@ void write_node_result(const std::string& path, const nlohmann::json& j) {
 
 }  // namespace
 
-bool is_slurm_time(const std::string& text) {
-  static const std::regex kForms(R"((\d+)|(\d+:\d{1,2})|(\d+:\d{1,2}:\d{1,2})|(\d+-\d+)|(\d+-\d+:\d{1,2})|(\d+-\d+:\d{1,2}:\d{1,2}))");
-  return text == "UNLIMITED" || text == "infinite" || std::regex_match(text, kForms);
-}
-
 void check_cluster_options(const ClusterOptions& o) {
   const bool local = o.executor == Executor::kLocal;
   if (local && (!o.partition.empty() || !o.gpu_type.empty() || !o.time_limit.empty() || !o.srun_args.empty())) {
     throw UsageError("--partition, --gpu-type, --time-limit and --srun-arg: expected --executor slurm, got none");
   }
-  if (!o.time_limit.empty() && !is_slurm_time(o.time_limit)) {
+  if (!o.time_limit.empty() && !scenario::is_slurm_time(o.time_limit)) {
     throw UsageError("--time-limit: expected a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS), got '" +
                      o.time_limit + "'");
   }
   for (const std::string* v : {&o.partition, &o.gpu_type}) {
-    if (v->find_first_of(" \t\n,:=") != std::string::npos) {
+    if (!scenario::is_slurm_name(*v)) {
       throw UsageError(std::string(v == &o.partition ? "--partition" : "--gpu-type") +
                        ": expected a name without spaces, commas, colons or '=', got '" + *v + "'");
     }
@@ -265,6 +260,19 @@ Cluster::Cluster(ClusterOptions o) : options_(std::move(o)), previous_(g_active)
 Cluster::~Cluster() { g_active = previous_; }
 
 const ClusterOptions* Cluster::active() { return g_active; }
+
+void Cluster::take_scenario_defaults(const scenario::ClusterConfig& c) {
+  if (g_active != nullptr) *g_active = with_scenario_defaults(*g_active, c);
+}
+
+ClusterOptions with_scenario_defaults(ClusterOptions o, const scenario::ClusterConfig& c) {
+  if (o.executor == Executor::kLocal) return o;
+  for (const auto& [flag, key] : {std::pair{&o.partition, &c.partition}, {&o.gpu_type, &c.gpu_type},
+                                  {&o.time_limit, &c.time_limit}}) {
+    if (flag->empty()) *flag = *key;
+  }
+  return o;
+}
 
 ClusterAttempts run_on_cluster(const ClusterOptions& o, const NodeProbe& r, double deadline_s,
                                const std::function<void(const std::string&)>& say,

@@ -56,9 +56,9 @@ struct ClusterOptions {
   int64_t attempts = 3;                // submissions of one probe before the search stops
 };
 
-/// Whether `text` is a Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH,
-/// D-HH:MM or D-HH:MM:SS (or "UNLIMITED").
-bool is_slurm_time(const std::string& text);
+/// The options a search runs with: the command line's, each that it left
+/// empty taken from the scenario's `cluster` keys (ClusterConfig). Pure.
+ClusterOptions with_scenario_defaults(ClusterOptions o, const scenario::ClusterConfig& c);
 
 /// Checks `o` as the command line gave it; throws UsageError naming the flag.
 void check_cluster_options(const ClusterOptions& o);
@@ -107,10 +107,13 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
   /// The options of the live scope, or null (local).
   static const ClusterOptions* active();
+  /// Completes the live scope's options from the scenario a command loaded
+  /// (with_scenario_defaults), before its first probe; none live: nothing.
+  static void take_scenario_defaults(const scenario::ClusterConfig& c);
 
  private:
   ClusterOptions options_;
-  const ClusterOptions* previous_;
+  ClusterOptions* previous_;
 };
 
 /// One probe on the cluster, submitted until a job stores its result.

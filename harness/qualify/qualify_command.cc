@@ -444,6 +444,7 @@ int qualify_command(const QualifyOptions& o) {
   std::optional<OutputDir> claim;  // locked while written; removed unless it ends with a verdict
   return probe::run_search(claim, [&]() -> int {
     const scenario::Scenario source = scenario::load_scenario(o.scenario, o.overrides, o.checks);
+    probe::Cluster::take_scenario_defaults(source.cluster);  // Note [Probes on a cluster]
     for (const auto& note : supervisor::check_worker(source, {{supervisor::capability::kMemoryBudget, "dbh qualify"}})) {
       std::cerr << "dbh qualify: note: " << one_line(note) << "\n";
     }

@@ -270,6 +270,21 @@ void read_train(MapReader& root, const Value& tree, Scenario& s) {
   }
 }
 
+void read_cluster(MapReader& root, const Value& tree, Scenario& s) {
+  read_section(root.get("cluster", false, kSectionForm), "cluster", s);
+  if (!is_slurm_time(s.cluster.time_limit) && !s.cluster.time_limit.empty()) {
+    fail(where(tree, DBH_SCENARIO_KEY(cluster.time_limit)), DBH_SCENARIO_KEY(cluster.time_limit),
+         "a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)", quoted_excerpt(s.cluster.time_limit));
+  }
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{DBH_SCENARIO_KEY(cluster.partition),
+                                                                              &s.cluster.partition},
+                                   {DBH_SCENARIO_KEY(cluster.gpu_type), &s.cluster.gpu_type}}) {
+    if (!is_slurm_name(*value)) {
+      fail(where(tree, key), key, "a name without spaces, commas, colons or '='", quoted_excerpt(*value));
+    }
+  }
+}
+
 void read_hardware(MapReader& root, const Value& tree, const std::string& file, Scenario& s) {
   read_section(root.get("hardware", false, kSectionForm), "hardware", s);
   {
@@ -525,6 +540,7 @@ Scenario decode_scenario(const Value& tree, const std::string& file) {
   read_section(root.get("limits", false, kSectionForm), "limits", s);
   read_expect(root, s);
   read_controls(root, s);
+  read_cluster(root, tree, s);
   root.finish();
   s.resolved = parse_yaml(resolved_json(s), file);
   return s;

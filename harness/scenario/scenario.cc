@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <variant>
@@ -200,6 +201,14 @@ std::vector<std::string> input_paths(const Scenario& s) {
   return out;
 }
 
+bool is_slurm_time(const std::string& text) {
+  static const std::regex kForms(
+      R"((\d+)|(\d+:\d{1,2})|(\d+:\d{1,2}:\d{1,2})|(\d+-\d+)|(\d+-\d+:\d{1,2})|(\d+-\d+:\d{1,2}:\d{1,2}))");
+  return text == "UNLIMITED" || text == "infinite" || std::regex_match(text, kForms);
+}
+
+bool is_slurm_name(const std::string& text) { return text.find_first_of(" \t\n,:=") == std::string::npos; }
+
 std::vector<std::string> dataset_folders(const Scenario& s) {
   std::vector<std::string> out;
   for (const std::string* p : {&s.data.path, &s.data.val.path}) {
@@ -233,6 +242,10 @@ std::string resolved_json(const Scenario& s) {
   // Only an external worker writes its section: the built-in worker's
   // resolved scenarios (and their hashes) stay as they were.
   if (s.worker.external()) j["worker"] = section_json("worker", s);
+  // Likewise a scenario that names no cluster keeps its hash.
+  if (!s.cluster.partition.empty() || !s.cluster.gpu_type.empty() || !s.cluster.time_limit.empty()) {
+    j["cluster"] = section_json("cluster", s);
+  }
   nlohmann::ordered_json e;
   e["outcome"] = to_string(s.expect.outcome);
   if (s.expect.failure_class) e["failure_class"] = *s.expect.failure_class;

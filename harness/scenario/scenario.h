@@ -319,6 +319,24 @@ struct Expectation {
   std::optional<double> loss_drop;
 };
 
+/// Note [Probes on a cluster] (probe/cluster.h): where `--executor slurm`
+/// runs this scenario's probes and qualify's trials, so that "will it train
+/// on the 12 GB card?" names the 12 GB card's partition once, in the
+/// scenario. The command line's --partition, --gpu-type and --time-limit
+/// win; a local run reads none of them.
+struct ClusterConfig {
+  std::string partition;   // "" = the cluster's default
+  std::string gpu_type;    // one GPU of this type per probe; "" = none asked for
+  std::string time_limit;  // Slurm's forms (is_slurm_time); "" = the partition's
+};
+
+/// Whether `text` is a Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH,
+/// D-HH:MM or D-HH:MM:SS (or "UNLIMITED").
+bool is_slurm_time(const std::string& text);
+/// Whether `text` can name a partition or GPU type: no spaces, commas,
+/// colons or '=' (srun would read them as more than one name).
+bool is_slurm_name(const std::string& text);
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -332,6 +350,7 @@ struct Scenario {
   RepeatConfig repeat;
   LimitsConfig limits;
   WorkerConfig worker;
+  ClusterConfig cluster;
   Expectation expect;
   /// Control trials: override sets run beside the scenario (e.g. the same
   /// training on synthetic data) whose outcomes the report compares.

@@ -364,6 +364,16 @@ std::vector<KeySpec> build_table() {
       string_map(DBH_KEY(worker.overrides),
                  "Keys of your own configuration, passed to the command as dbh's keys are (`worker.syntax`); an "
                  "override of a key outside dbh's sections (`arch.width=64`) lands here."),
+
+      text(DBH_KEY(cluster.partition),
+           "`--executor slurm`: the partition that runs the probes and qualify's trials (the card this scenario "
+           "asks about); `--partition` wins; empty = the cluster's default."),
+      text(DBH_KEY(cluster.gpu_type),
+           "`--executor slurm`: one GPU of this type per probe (`--gres=gpu:TYPE:1`); `--gpu-type` wins; empty = "
+           "none asked for."),
+      text(DBH_KEY(cluster.time_limit),
+           "`--executor slurm`: each probe's time limit in Slurm's forms (MM, HH:MM:SS, D-HH, ...); `--time-limit` "
+           "wins; empty = the partition's."),
   };
 }
 
@@ -798,8 +808,8 @@ std::string key_form(const KeySpec& k) {
 std::string scenario_keys_markdown() {
   std::ostringstream md;
   md << "# Scenario keys\n\n"
-        "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat`, `limits` and\n"
-        "`worker`: "
+        "Every key a scenario sets under `model`, `data`, `train`, `hardware`, `monitors`, `repeat`, `limits`,\n"
+        "`worker` and `cluster`: "
         "how it is written, its default and what it does. A key a scenario does not write keeps its default;\n"
         "a key written with nothing after it (`max_steps:`, `~`, `null`) is refused rather than read as its\n"
         "default. `key.path=value` overrides set the same keys. `faults` (`dbh list faults`), `expect` and\n"

@@ -64,10 +64,10 @@ ClusterOptions slurm() {
 
 TEST(ClusterOptionsTest, TimeLimitsInEverySlurmForm) {
   for (const char* t : {"30", "10:00", "1:00:00", "2-12", "2-12:30", "1-00:00:00", "UNLIMITED"}) {
-    EXPECT_TRUE(probe::is_slurm_time(t)) << t;
+    EXPECT_TRUE(scenario::is_slurm_time(t)) << t;
   }
   for (const char* t : {"", "1h", "10:", "-1", "1:2:3:4", "1-", "ten", "1:000"}) {
-    EXPECT_FALSE(probe::is_slurm_time(t)) << t;
+    EXPECT_FALSE(scenario::is_slurm_time(t)) << t;
   }
 }
 
@@ -175,6 +175,33 @@ TEST(ClusterKeyTest, AnAnswerFromTheClusterIsNeverALocalOne) {
   auto d = c;
   d.time_limit = "30";  // how long it may run does not change what it measures
   EXPECT_EQ(probe::cluster_key_text(c), probe::cluster_key_text(d));
+}
+
+// The scenario's `cluster` keys fill what the command line left empty; the
+// command line wins; a local run takes none.
+TEST(ClusterOptionsTest, TheScenarioFillsWhatTheCommandLineLeftEmpty) {
+  scenario::ClusterConfig c;
+  c.partition = "gpu12";
+  c.gpu_type = "a100";
+  c.time_limit = "30";
+  const ClusterOptions local = probe::with_scenario_defaults(ClusterOptions{}, c);
+  EXPECT_EQ(local.partition, "");
+  EXPECT_EQ(local.gpu_type, "");
+  auto o = slurm();
+  o.partition = "debug";
+  const ClusterOptions merged = probe::with_scenario_defaults(o, c);
+  EXPECT_EQ(merged.partition, "debug") << "the command line wins";
+  EXPECT_EQ(merged.gpu_type, "a100");
+  EXPECT_EQ(merged.time_limit, "30");
+  {
+    const probe::Cluster cluster(o);
+    probe::Cluster::take_scenario_defaults(c);
+    EXPECT_EQ(probe::executor_description(), "slurm, partition debug, gpu a100, time limit 30");
+    EXPECT_NE(probe::cluster_key_text(*probe::Cluster::active()).find("a100"), std::string::npos)
+        << "an answer from another GPU type is another answer";
+  }
+  probe::Cluster::take_scenario_defaults(c);  // none live: nothing
+  EXPECT_EQ(probe::Cluster::active(), nullptr);
 }
 
 TEST(ClusterScopeTest, TheScopeSendsProbesToTheClusterWhileItLives) {

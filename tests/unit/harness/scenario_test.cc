@@ -244,6 +244,28 @@ TEST_F(ScenarioFiles, UnknownKeySuggestsTheNearestKnownOne) {
   EXPECT_NE(m.find("did you mean \"encoder\"?"), std::string::npos) << m;
 }
 
+// Note [Probes on a cluster]: the card a scenario asks about, named once in
+// it; what srun would misread is refused where it is written.
+TEST_F(ScenarioFiles, ClusterKeysNameWhereProbesRunAndAreCheckedWhereWritten) {
+  const auto p = write("c.yaml", "include: " + base_path() + "\ncluster:\n  partition: gpu12\n  time_limit: \"1:00:00\"\n");
+  const scenario::Scenario s = scenario::load_scenario(p);
+  EXPECT_EQ(s.cluster.partition, "gpu12");
+  EXPECT_EQ(s.cluster.time_limit, "1:00:00");
+  EXPECT_EQ(s.cluster.gpu_type, "");
+  EXPECT_NE(scenario::resolved_json(s).find("\"cluster\""), std::string::npos);
+  // A scenario that names none keeps its resolved form, and so its hash.
+  EXPECT_EQ(scenario::resolved_json(scenario::load_scenario(base_path())).find("\"cluster\""), std::string::npos);
+  const auto t = write("t.yaml", "include: " + base_path() + "\ncluster:\n  time_limit: 1h\n");
+  const std::string m = load_error(t);
+  EXPECT_TRUE(HasContractForm(m, t, 3, 15, "cluster.time_limit")) << m;
+  EXPECT_NE(m.find("a Slurm time"), std::string::npos) << m;
+  const auto g = write("g.yaml", "include: " + base_path() + "\ncluster:\n  gpu_type: \"a100:2\"\n");
+  EXPECT_TRUE(HasContractForm(load_error(g), g, 3, 13, "cluster.gpu_type")) << load_error(g);
+  EXPECT_NE(load_error(p, {"cluster.partition=gpu 12"}).find("cluster.partition: expected a name without spaces"),
+            std::string::npos)
+      << load_error(p, {"cluster.partition=gpu 12"});
+}
+
 TEST_F(ScenarioFiles, UnknownTopLevelKeySuggestsTheNearestKnownOne) {
   const auto p = write("e.yaml", "name: x\nfualts: []\n");
   const auto m = load_error(p);

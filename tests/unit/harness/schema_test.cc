@@ -61,8 +61,8 @@ void leaves(const nlohmann::json& j, const std::string& prefix, std::vector<std:
   }
 }
 
-const std::vector<std::string> kSections = {"model",  "data",   "train", "hardware",
-                                            "monitors", "repeat", "limits", "worker"};
+const std::vector<std::string> kSections = {"model",  "data",   "train",  "hardware", "monitors",
+                                            "repeat", "limits", "worker", "cluster"};
 
 TEST(ScenarioKeys, AreUniqueAndUnderTheTableSections) {
   std::set<std::string> seen;
@@ -111,12 +111,14 @@ TEST(ScenarioKeys, NothingWrittenGivesTheStructDefaults) {
 }
 
 TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
-  // The worker section is written for an external worker only: the built-in
-  // worker's resolved scenarios (and their hashes) stay as they were.
+  // The worker section is written for an external worker only, the cluster
+  // section for a scenario that names a cluster key: the other resolved
+  // scenarios (and their hashes) stay as they were.
   const auto j = nlohmann::json::parse(scenario::resolved_json(with({})));
   EXPECT_FALSE(j.contains("worker"));
+  EXPECT_FALSE(j.contains("cluster"));
   for (const scenario::KeySpec& k : scenario::scenario_keys()) {
-    if (k.key.rfind("worker.", 0) == 0) continue;
+    if (k.key.rfind("worker.", 0) == 0 || k.key.rfind("cluster.", 0) == 0) continue;
     const nlohmann::json* v = at(j, k.key);
     ASSERT_NE(v, nullptr) << k.key << " is not in the resolved JSON";
     EXPECT_EQ(*v, nlohmann::json::parse(scenario::key_json(k, scenario::Scenario{}).dump())) << k.key;
@@ -128,6 +130,13 @@ TEST(ScenarioKeys, ResolvedJsonHoldsEveryKeyAndNoOther) {
     }
   }
   EXPECT_EQ(external["worker"]["command"], nlohmann::json::parse(R"(["python", "train.py"])"));
+  const auto on_cluster = nlohmann::json::parse(scenario::resolved_json(with({"cluster.gpu_type=a100"})));
+  for (const scenario::KeySpec& k : scenario::scenario_keys()) {
+    if (k.key.rfind("cluster.", 0) == 0) {
+      EXPECT_NE(at(on_cluster, k.key), nullptr) << k.key;
+    }
+  }
+  EXPECT_EQ(on_cluster["cluster"]["gpu_type"], "a100");
   for (const auto& section : kSections) {
     if (!j.contains(section)) continue;
     std::vector<std::string> keys;
