@@ -234,22 +234,22 @@ TEST_F(SlurmTest, BisectOnTheClusterAnswersAsLocallyAndResubmitsACancelledJob) {
   EXPECT_NE(refused_partition.err.find("in 1 submission(s)"), std::string::npos) << refused_partition.err;
   EXPECT_NE(refused_partition.err.find("partition"), std::string::npos) << refused_partition.err;
   // The same partition named by the scenario (cluster.partition) reaches srun
-  // as the flag does, and the flag, given, wins over it.
-  const fs::path on_nosuch = dir / "nosuch.yaml";
-  std::ofstream(on_nosuch) << "include: " << scenario.string() << "\ncluster: {partition: nosuch}\n";
-  const auto scenario_partition = testing::run_process(
-      {"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", on_nosuch.string(), "--out",
-       (dir / "nosuch-scenario").string(), "--cache", (dir / "cache").string(), "--executor", "slurm"},
-      kSource, 120);
-  EXPECT_EQ(scenario_partition.exit_code, 2) << scenario_partition.out << scenario_partition.err;
-  EXPECT_NE(scenario_partition.err.find("in 1 submission(s)"), std::string::npos) << scenario_partition.err;
-  EXPECT_NE(scenario_partition.err.find("partition"), std::string::npos) << scenario_partition.err;
-  const auto flag_wins = testing::run_process(
-      {"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", on_nosuch.string(), "--out", (dir / "flag-wins").string(),
-       "--cache", (dir / "cache").string(), "--executor", "slurm", "--partition", "debug", "-q"},
-      kSource, 300);
-  EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins.out << flag_wins.err;
-  EXPECT_EQ(read_json(dir / "flag-wins" / "bisect.json")["executor"], "slurm, partition debug");
+  // as the flag does; a flag given with it wins (the scenario's `debug`
+  // would run, the flag's `nosuch` is refused).
+  const auto refused_from = [&](const std::string& name, const std::string& partition,
+                                std::vector<std::string> flags) {
+    const fs::path file = dir / (name + ".yaml");
+    std::ofstream(file) << "include: " << scenario.string() << "\ncluster: {partition: " << partition << "}\n";
+    std::vector<std::string> argv = {"/usr/bin/env", env, DBH_BINARY, "bisect", "steps", file.string(), "--out",
+                                     (dir / name).string(), "--cache", (dir / "cache").string(), "--executor", "slurm"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const auto r = testing::run_process(argv, kSource, 120);
+    EXPECT_EQ(r.exit_code, 2) << name << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("in 1 submission(s)"), std::string::npos) << name << "\n" << r.err;
+    EXPECT_NE(r.err.find("partition"), std::string::npos) << name << "\n" << r.err;
+  };
+  refused_from("scenario-nosuch", "nosuch", {});
+  refused_from("flag-wins", "debug", {"--partition", "nosuch"});
 
   // qualify's memory trials on the cluster: the same recommendation.
   const std::string tiny = kSource + "/scenarios/base/tiny-cpu.yaml";
