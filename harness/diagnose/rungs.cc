@@ -161,6 +161,18 @@ std::string cannot_run(probe::Prober& prober, const Rung& r, bool* blocked) {
   return "";
 }
 
+namespace {
+
+// A rung whose trial did not do what it asks (`why`, "" when it did) is
+// unresolved: evidence of nothing, its row says why.
+void could_not_tell(Rung& r, std::string why) {
+  if (why.empty()) return;
+  r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
+  r.probe.analysis.failure.message = std::move(why);
+}
+
+}  // namespace
+
 void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
   if (!r.applies.empty()) return;
   bool blocked = false;
@@ -177,19 +189,12 @@ void run_rung(probe::Prober& prober, Rung& r, ProbeBudget* budget) {
   if (budget != nullptr) ++budget->spent;
   r.probe = prober.probe(r.overrides, r.name);  // the whole name: a label cut mid-word says less
   r.ran = true;
-  if (std::string why = rung_departure(r.id, r.probe.analysis); !why.empty()) {  // Note [A rung is checked …]
-    r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
-    r.probe.analysis.failure.message = std::move(why);
-  }
+  could_not_tell(r, rung_departure(r.id, r.probe.analysis));  // Note [A rung is checked …]
 }
 
 void check_against_scenario(std::vector<Rung>& rungs, const supervisor::TrialAnalysis& scenario_run) {
   for (Rung& r : rungs) {
-    if (!r.ran) continue;
-    if (std::string why = start_departure(r.id, r.probe.analysis, scenario_run); !why.empty()) {
-      r.probe.analysis.outcome = scenario::Outcome::kUnresolved;
-      r.probe.analysis.failure.message = std::move(why);
-    }
+    if (r.ran) could_not_tell(r, start_departure(r.id, r.probe.analysis, scenario_run));
   }
 }
 

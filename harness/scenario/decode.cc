@@ -272,7 +272,7 @@ void read_train(MapReader& root, const Value& tree, Scenario& s) {
 
 void read_cluster(MapReader& root, const Value& tree, Scenario& s) {
   read_section(root.get("cluster", false, kSectionForm), "cluster", s);
-  if (!is_slurm_time(s.cluster.time_limit) && !s.cluster.time_limit.empty()) {
+  if (!s.cluster.time_limit.empty() && !is_slurm_time(s.cluster.time_limit)) {
     fail(where(tree, DBH_SCENARIO_KEY(cluster.time_limit)), DBH_SCENARIO_KEY(cluster.time_limit),
          "a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)", quoted_excerpt(s.cluster.time_limit));
   }
