@@ -318,7 +318,8 @@ std::vector<KeySpec> build_table() {
            "recording's state (`dbh qualify --reference`); empty = none."),
       integer(DBH_KEY(monitors.collapse_after), 0, 100000000, "Predictions collapsed: warm-up steps before the check."),
       integer(DBH_KEY(monitors.collapse_steps), 1, 100000000,
-              "Predictions collapsed: consecutive steps with text the map must stay collapsed."),
+              "Predictions collapsed: consecutive steps with text the map must stay collapsed; through the "
+              "adapter also the run's first steps whose target map must all be empty for `labels_degenerate`."),
       number_above(DBH_KEY(monitors.collapse_margin), 0.0, 0.5,
                    "Predictions collapsed: the map lies entirely below this, or above 1 minus it."),
       auto_int(DBH_KEY(monitors.learning_window), MonitorConfig::kAutoLearningWindow, 4, 100000000,

@@ -93,21 +93,31 @@ def input_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
-_TARGET_KEYS = ("target", "targets", "mask", "masks", "label", "labels", "region", "gt")
+# A dict batch's target: the first of these entries that is a tensor. A
+# training mask (`mask`) comes after the map it masks (`gt`, `label`): in a
+# dict with both, the map is the target; alone, the mask is.
+_TARGET_KEYS = ("target", "targets", "label", "labels", "gt", "region", "mask", "masks")
 
 
-def batch_target(batch: Any) -> torch.Tensor | None:
-    """The batch's target where the adapter can read it: a tuple's second
-    item, or a dict's target/mask/label entry (a tensor)."""
+def target_entry(batch: Any) -> tuple[str, torch.Tensor] | None:
+    """The batch's target where the adapter can read it, with where it is
+    (`batch['gt']`, `batch[1]`): a tuple's second item, or a dict's target,
+    label, gt, region or mask entry (a tensor)."""
     if isinstance(batch, Mapping):
         for key in _TARGET_KEYS:
             value = batch.get(key)
             if isinstance(value, torch.Tensor):
-                return value
+                return f"batch[{key!r}]", value
         return None
     if isinstance(batch, (tuple, list)) and len(batch) >= 2 and isinstance(batch[1], torch.Tensor):
-        return batch[1]
+        return "batch[1]", batch[1]
     return None
+
+
+def batch_target(batch: Any) -> torch.Tensor | None:
+    """The batch's target (target_entry's tensor), or None."""
+    entry = target_entry(batch)
+    return entry[1] if entry is not None else None
 
 
 def _set_pixels(tensor: torch.Tensor, sample: int, count: int, value: float) -> None:

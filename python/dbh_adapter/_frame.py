@@ -42,7 +42,7 @@ from ._ops import run_ops_check
 from ._parser import command_line_report
 from ._numerics import NumericsWatch
 from ._states import StepStates
-from ._silent import PredictionWatch, SilentFinding
+from ._silent import PredictionWatch, SilentFinding, TargetWatch
 from ._validation import eval_fields
 from ._monitors import Finding, FiniteMonitor
 from ._protocol import EVENT_SCHEMA_VERSION, SCALER_SKIP_LIMIT, Link
@@ -85,6 +85,7 @@ class StepFrame:
                                            int(facts.monitor_number("collapse_after")),
                                            int(facts.monitor_number("collapse_steps")),
                                            facts.monitor_number("collapse_margin"))
+        self.targets = TargetWatch(facts.silent_check("labels"), int(facts.monitor_number("collapse_steps")))
         self.step = -1
         self.run = 0  # the in-process run (repeat.in_process, Session.runs)
         self.total_runs = 1
@@ -158,6 +159,7 @@ class StepFrame:
         self.numerics.attach(model)  # after the faults: it measures the outputs they changed
         self.monitor.attach(model, always=self.faults.modules())
         self.predictions.attach(model)
+        self.targets.begin_run()
         self.events.emit("run_begin", run=self.run, memory=memory_figures())
         self.samples.on = True
 
@@ -235,6 +237,7 @@ class StepFrame:
         self.monitor.begin_step(step)
         self.numerics.begin_step()
         self.predictions.batch(batch)
+        self.targets.batch(batch)
         self.faults.on_step_begin(step, batch, run=self.run)
         self.monitor.check_batch(batch, input_tensor(batch))
 
@@ -333,7 +336,8 @@ class StepFrame:
                          memory=memory_figures(), numerics=self.numerics.read())
         if self.step + 1 >= self.facts.last_step:
             self.stop_requested = True
-        self.predictions.judge(self.step)  # raises SilentFinding: the training stops there
+        self.targets.judge(self.step)  # raises SilentFinding: the training stops there
+        self.predictions.judge(self.step)
 
     def checkpoint_written(self, next_step: int, path: str, resumed: bool = False) -> None:
         """`checkpoint`: one written to resume at `next_step`, or (`resumed`)

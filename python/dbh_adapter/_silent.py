@@ -1,8 +1,9 @@
-"""The silent-failure check the adapter makes on any model (capability
-`monitors.silent`): predictions collapsed, read from the model's own output.
-dbh judges the rest from the events (the loss not falling, gradients of
-exactly 0, a learning rate of 0: Note [Updates that change nothing]); the
-input and label checks are dbh's DBNet's own.
+"""The silent-failure checks the adapter makes on any model (capability
+`monitors.silent`): predictions collapsed, read from the model's own output,
+and a target with nothing to find, read from the batch. dbh judges the rest
+from the events (the loss not falling, gradients of exactly 0, a learning
+rate of 0: Note [Updates that change nothing]); the input check and the
+label checks against annotations are dbh's DBNet's own.
 
 The model's output is the tensor (the first of a tuple, list or dict) its
 outermost module called in a training step returns. As probabilities: the
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ._faults import batch_target
+from ._faults import batch_target, target_entry
 from ._monitors import Finding
 
 def _sigmoid(v: float) -> float:
@@ -139,3 +140,60 @@ class PredictionWatch:
                     ("" if target is None else " while the batch's target holds something to find")]
         raise SilentFinding("predictions_collapsed", "prediction", "output", step, message, evidence,
                             {"prob_min": p_min, "prob_max": p_max, "since": self._since, "steps": self._run})
+
+
+class TargetWatch:
+    """`monitors.silent`'s `labels` on any training: a target map that holds
+    nothing to find. Note [A target with nothing to find]: the batch's
+    target (target_entry) is a map, at least two dimensions per sample, and
+    is 0 everywhere, in every sample, in each of the run's first
+    `monitors.collapse_steps` steps. The training then learns to predict
+    nothing, its loss falls, and nothing else fails: a label transform that
+    draws every region as background. Dense targets only: a class index or
+    a per-sample flag of 0 in a few batches in a row is ordinary. Read in the
+    run's first steps only (one read each), never after."""
+
+    def __init__(self, on: bool, steps: int) -> None:
+        self.on = on
+        self.steps = max(1, steps)
+        self._empty: list[str] = []  # per step from the run's start: the empty map's site
+        self._shape: list[int] = []
+        self._done = False
+
+    def begin_run(self) -> None:
+        """A run's start (each in-process run is judged from its own)."""
+        self._empty, self._shape, self._done = [], [], False
+
+    def batch(self, batch: Any) -> None:
+        """The step's batch, before anything changes it: whether its target
+        map holds anything to find."""
+        if not self.on or self._done:
+            return
+        entry = target_entry(batch)
+        if entry is None or entry[1].dim() < 3 or entry[1].numel() == 0:
+            self._done = True  # no map to read: nothing to judge in this run
+            return
+        site, target = entry
+        with torch.no_grad():
+            empty = not bool(target.detach().ne(0).any())
+        if not empty:
+            self._done = True  # something to find: the pipeline draws targets
+            return
+        self._empty.append(site)
+        self._shape = list(target.shape)
+
+    def judge(self, step: int) -> None:
+        """At the step's end: raises SilentFinding at the last of the run's
+        first `steps` steps when every one of them held an empty target map."""
+        if self._done or len(self._empty) < self.steps:
+            return
+        self._done = True
+        site, n = self._empty[-1], len(self._empty)
+        message = (f"labels without anything to find: the target {site} is 0 everywhere in every batch "
+                   f"from the run's first step through step {step}")
+        evidence = [f"{site} (shape {self._shape}) holds no non-zero value in any sample of the run's first {n} "
+                    f"batches (monitors.collapse_steps {self.steps})",
+                    "the model can only learn to predict nothing: the loss falls while nothing is found; a label "
+                    "transform that draws every region as background, or annotations the dataset does not read"]
+        raise SilentFinding("labels_degenerate", "label", site, step, message, evidence,
+                            {"steps": n, "shape": self._shape})
