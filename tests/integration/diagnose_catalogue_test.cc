@@ -132,6 +132,11 @@ const char* const kLightningLearns =
     "include: {src}/examples/lightning-dbnet/scenarios/clean.yaml\nname: lightning-learns\n"
     "data:\n  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
 
+// The Lightning example's copy (planted_copy) on the same two images for 8 steps: it learns as shipped.
+const char* const kLightningPlanted =
+    "include: {copy}/scenarios/clean.yaml\nname: lightning-planted\ndata:\n  path: {src}/fixtures/real\n"
+    "  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
+
 // The plain loop on its generated samples (its dataset's own `synthetic`) for 8 steps with the learning
 // window: its loss falls 15 %, it learns.
 const char* const kRegionsLearns =
@@ -201,6 +206,20 @@ INSTANTIATE_TEST_SUITE_P(
               "",
               "examples/pytorch-regions",
               {{"folder.py", "fill=1)", "fill=0)"}}},
+        // The same broken label transform in the Lightning example (its text regions drawn as 0 in `gt`): it has
+        // no validation, and its loss falls; the adapter reads the batch's target map, empty from the first step.
+        Plant{"lightning_label_transform",
+              "",
+              kLightningPlanted,
+              {},
+              "labels",
+              "",
+              "",
+              true,
+              "",
+              "examples/lightning-dbnet",
+              {{"data.py", "fill_polygon(gt, shrunk, 1.0)", "fill_polygon(gt, shrunk, 0.0)"},
+               {"data.py", "gt[window][region] = 1.0", "gt[window][region] = 0.0"}}},
         Plant{"regions_second_run_leak", kRegions + "second-run-leak.yaml", "", {}, "resources", "",
               "repeat.processes=2 repeat.in_process=1", true, ""}),
     [](const ::testing::TestParamInfo<Plant>& info) { return info.param.name; });
