@@ -128,6 +128,7 @@ int bisect_command(const BisectOptions& o, BisectAnswer* answer) {
       answer->summary = result.summary;
       answer->repro = result.repro;
       answer->method = result.result.is_object() ? field_or(result.result, "method", std::string()) : std::string();
+      answer->before_training = result.result.is_object() && field_or(result.result, "before_training", false);
       if (result.result.is_object() && result.result.contains("samples") && result.result["samples"].is_array()) {
         for (const auto& smp : result.result["samples"]) answer->samples.push_back(field_or(smp, "index", int64_t{0}));
       }

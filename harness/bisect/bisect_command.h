@@ -50,7 +50,8 @@ struct BisectAnswer {
   std::vector<std::string> doubts;
   std::string summary;  // the answer in words (Markdown)
   std::string repro;    // the command that reproduces the minimal failure
-  std::string method;   // data: "ddmin" or "named by the failure"
+  std::string method;   // data: "ddmin", "the read that raised" or "named by the failure"
+  bool before_training = false;  // data: named before any step trained (no training-time repro)
   std::vector<int64_t> samples;  // data: every sample of the answer, by dataset index
   std::vector<std::string> difference;  // config: the minimal difference, as dbh's overrides
 };

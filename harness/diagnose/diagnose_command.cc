@@ -69,6 +69,7 @@ struct FollowUp {
   ojson verdict;  // null when none ran
   std::vector<std::string> repro_overrides;
   std::vector<std::string> difference;  // config: the minimal difference, confirmed (else empty)
+  bool confident = false;
 };
 
 // `dbh bisect KIND` of the diagnosed scenario (Note [One bisection, called]).
@@ -119,6 +120,7 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   // The follow-up's answer as a value (Note [One bisection, called]).
   const std::string verdict = answer.confident ? "confident" : "unsure";
   f.repro = answer.repro;
+  f.confident = answer.confident;
   if (answer.confirmed) f.difference = answer.difference;
   f.verdict = {{"kind", to_string(b.kind)}, {"verdict", verdict}, {"confirmed", answer.confirmed},
                {"confidence", answer.confidence}, {"doubts", answer.doubts}};
@@ -127,9 +129,10 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
   f.lines.push_back("dbh bisect " + to_string(b.kind) + " (" + verdict + ", confidence " +
                     std::to_string(answer.confidence).substr(0, 5) + "): " + answer.summary +
                     (doubts.empty() ? "" : " (unsure: " + doubts + ")"));
-  // Only a confident, training-time answer becomes the minimal repro;
-  // otherwise the scenario as given reproduces the failure.
-  if (b.kind == bisect::BisectKind::kData && answer.confident && answer.method == "ddmin" && !answer.samples.empty()) {
+  // Only a confident, training-time answer (ddmin's, or the read that
+  // raised, trained on alone) becomes the minimal repro; otherwise the
+  // scenario as given reproduces the failure.
+  if (b.kind == bisect::BisectKind::kData && answer.confident && !answer.before_training && !answer.samples.empty()) {
     std::string list = "[";
     for (size_t i = 0; i < answer.samples.size(); ++i) list += (i ? "," : "") + std::to_string(answer.samples[i]);
     f.repro_overrides.push_back(scenario::override_text(DBH_SCENARIO_KEY(data.subset), list + "]"));
@@ -139,6 +142,19 @@ FollowUp bisect_followup(bisect::BisectKind kind, const DiagnoseOptions& o, cons
             1, (static_cast<int64_t>(answer.samples.size()) + s.data.batch_size - 1) / s.data.batch_size))));
   }
   return f;
+}
+
+// The bisection after the ladder: `bisect data` when the failure is in the samples (Note [The samples, named]),
+// `bisect modules` for a non-finite value, else none (a silent failure has no bad sample to find: its follow-up is
+// the learning rungs). `klass`: "" when it passes.
+std::optional<FollowUp> ladder_followup(const LadderConclusion& judgement, const std::string& klass,
+                                        const DiagnoseOptions& o, const scenario::Scenario& s, const fs::path& out,
+                                        const std::string& cache, const std::vector<std::string>& scenario_words,
+                                        probe::Prober& prober) {
+  const bool nonfinite = klass.rfind("nonfinite_", 0) == 0;
+  if (!judgement.find_samples && !nonfinite) return std::nullopt;
+  return bisect_followup(judgement.find_samples ? bisect::BisectKind::kData : bisect::BisectKind::kModules, o, s,
+                         out, cache, scenario_words, prober);
 }
 
 // A diagnosis as its pages show it: what ran, what it showed, what to do next.
@@ -157,7 +173,10 @@ struct Diagnosis {
   std::vector<std::string> followups;
   std::string bisect_summary;
   ojson bisect_verdict;
-  std::string cause;  // the config bisection's answer when the command's overrides make it fail
+  // The finest confident answer of what makes it fail: the samples (Note
+  // [The samples, named]), else the config bisection's when the command's
+  // overrides make it fail.
+  std::string cause;
   const kb::FailureClass* resolution_class = nullptr;  // the failure's class, when it has resolutions to try
   std::vector<supervisor::ResolutionCheck> resolution_checks;
   std::string emulated;  // why the ranking is an emulation's, "" for a real failure
@@ -304,10 +323,6 @@ std::string diagnosis_summary(const Diagnosis& d) {
   if (d.fails) s << "repro:  " << d.repro_command() << "\n";
   return s.str();
 }
-
-}  // namespace
-
-namespace {
 
 // The rungs' evidence for conclude_ladder: every rung of the groups, in order,
 // and what the full scenario's failure (`klass`, "" when it passed) is.
@@ -530,19 +545,14 @@ int diagnose_command(const DiagnoseOptions& o) {
     // Follow-ups, as a person would do next.
     std::vector<std::string> followups;
     if (config_followup) followups = config_followup->lines;
-    std::string bisect_summary;
-    nlohmann::ordered_json bisect_verdict;  // the follow-up's verdict, when one ran
     std::vector<std::string> repro_overrides = {"controls=[]"};
-    // A silent failure has no bad sample to find: its follow-up is the
-    // learning rungs, not bisect data.
-    const bool data_dependent = judgement.data_dependent;
-    const bool nonfinite = fails && full.probe.analysis.failure.klass.rfind("nonfinite_", 0) == 0;
-    if (data_dependent || nonfinite) {
-      FollowUp f = bisect_followup(data_dependent ? bisect::BisectKind::kData : bisect::BisectKind::kModules, o, s, out, cache, scenario_words, prober);
-      followups.insert(followups.end(), f.lines.begin(), f.lines.end());
-      bisect_summary = std::move(f.repro);
-      bisect_verdict = std::move(f.verdict);
-      repro_overrides.insert(repro_overrides.end(), f.repro_overrides.begin(), f.repro_overrides.end());
+    std::string cause = config_followup && !config_followup->difference.empty() ? config_followup->lines.front() : "";
+    const std::optional<FollowUp> next =
+        ladder_followup(judgement, fails ? full_class : "", o, s, out, cache, scenario_words, prober);
+    if (next) {
+      followups.insert(followups.end(), next->lines.begin(), next->lines.end());
+      repro_overrides.insert(repro_overrides.end(), next->repro_overrides.begin(), next->repro_overrides.end());
+      if (judgement.find_samples && next->confident) cause = next->lines.front();
     }
     if (const std::string line = rate_search_summary(rates, s); !line.empty()) followups.push_back(line);
     // The minimal repro scenario, next to the report. A scenario that passes
@@ -569,13 +579,12 @@ int diagnose_command(const DiagnoseOptions& o) {
     d.silent = silent;
     d.outcome = full.probe.analysis.outcome;
     d.klass = full.probe.analysis.failure.klass;
-    if (config_followup && !config_followup->difference.empty()) d.cause = config_followup->lines.front();
+    d.cause = cause;
     for (const auto* group : {&rungs, &without, &variants, &rates.rungs, &learning}) d.rows.insert(d.rows.end(), group->begin(), group->end());
     d.judgement = judgement;
     d.scenario_words = scenario_words;
     d.followups = followups;
-    d.bisect_summary = bisect_summary;
-    d.bisect_verdict = bisect_verdict;
+    if (next) d.bisect_summary = next->repro, d.bisect_verdict = next->verdict;
     d.resolution_class = resolution_class;
     d.resolution_checks = resolution_checks;
     d.emulated = emulated;

@@ -391,6 +391,8 @@ class Weighing {
                    : !fails                    ? "passes"
                    : top > 0 && j.tied.empty() ? to_string(hyps_.front().id)
                                                : "unsure";
+    j.find_samples = j.data_dependent || (fails && !silent && !resources && top > 0 && j.tied.empty() &&
+                                          hyps_.front().id == HypothesisId::kData);
     j.ranked = std::move(hyps_);
     return j;
   }
@@ -454,7 +456,9 @@ class Weighing {
   // Note [The first batch, repeated]: a crash or error that one batch,
   // repeated, does not reproduce comes with the data stream; one it does
   // reproduce (as early) needs no data stream, and the model or its
-  // optimizer cannot fit one batch.
+  // optimizer cannot fit one batch. Unless the failure is the batch's own
+  // content (a sample that cannot be read, a non-finite input or label):
+  // then the first batch holds what fails, and that is the data.
   void fixed_batch() {
     const auto& one = rung(RungId::kFixedBatch);
     if (l_.kind != FailureKind::kCrashOrError) return;
@@ -467,6 +471,12 @@ class Weighing {
       return;
     }
     if (!one.failed() || one.klass != l_.klass || (one.step && l_.failure_step && *one.step > *l_.failure_step)) return;
+    if (l_.data_invalid || l_.klass == "nonfinite_input" || l_.klass == "nonfinite_label") {
+      H(HypothesisId::kData).support.push_back(
+          {one.cite() + " (the first batch itself holds what fails: `" + l_.klass + "` is the batch's own content)",
+           Strength::kSuggests});
+      return;
+    }
     H(HypothesisId::kData).refute.push_back(one.cite() + " (fails on one batch, without the data stream)");
     H(HypothesisId::kModel).support.push_back({one.cite() + " (the model cannot fit one batch)", Strength::kSuggests});
     H(HypothesisId::kOptimizer).support.push_back({one.cite() + " (nor its optimizer)", Strength::kSuggests});

@@ -163,6 +163,11 @@ struct LadderConclusion {
   /// not apply here at all (no cuDNN on a CPU) is not one.
   std::vector<std::string> could_decide;
   bool data_dependent = false;
+  /// Note [The samples, named]: the failure is in the samples and one can
+  /// be found (data-dependent, or the data hypothesis alone on top of a
+  /// failure that is neither silent nor growth across runs): `bisect data`
+  /// follows, whatever else ran before it.
+  bool find_samples = false;
 };
 
 /// Whether `c` is growth across the runs of one process (its events include

@@ -455,6 +455,31 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
   EXPECT_NE(testing::read_text(dir / "out" / "diagnosis.md").find("img_006.jpg"), std::string::npos);
 }
 
+// The Lightning example serves no synthetic data, so nothing shows the ladder that the data is the difference;
+// the dataset given on the command line does (the run without it trains), the first batch repeated fails reading
+// too (Note [The first batch, repeated]: the batch's own content, so the data), and the conclusion `data` is
+// followed by the sample search (Note [The samples, named]), whose answer is the cause.
+TEST_F(OwnTrainingTest, LightningDiagnoseOfATruncatedImageNamesItWithoutSyntheticData) {
+  const Dir dir("dbh-lightning-diagnose-data");
+  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
+  const auto r = dbh({"diagnose", kScenarios + "/clean.yaml", "data.path=" + data.string(), "--out",
+                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto j = read_json(dir / "out" / "diagnosis.json");
+  EXPECT_EQ(j["conclusion"], "data") << j.dump(2);
+  for (const auto& h : j["hypotheses"]) {
+    if (h["id"] != "data") continue;
+    EXPECT_TRUE(h["refute"].empty()) << h.dump(1);  // the first batch's failure is no evidence against it
+  }
+  EXPECT_EQ(j["bisect"]["kind"], "data") << j.dump(2);
+  EXPECT_EQ(j["bisect"]["verdict"], "confident") << j.dump(2);
+  ASSERT_TRUE(j["cause"].is_string()) << j.dump(2);
+  EXPECT_NE(j["cause"].get<std::string>().find("img_006.jpg"), std::string::npos) << j["cause"];
+  // The repro is the sample alone.
+  EXPECT_NE(testing::read_text(dir / "out" / "repro.yaml").find("\"subset\":[5]"), std::string::npos)
+      << testing::read_text(dir / "out" / "repro.yaml");
+}
+
 // The worker's own stack, not dbh's LibTorch, in the report's Environment.
 // One trial is one training process: a launch of several ranks is refused by
 // name (the adapter's NotSupported, written as a harness error by the process

@@ -369,6 +369,54 @@ TEST(HypothesesTest, TheFirstBatchRepeatedSeparatesTheDataStreamFromTheModel) {
   EXPECT_EQ(j.tied, (std::vector<HypothesisId>{HypothesisId::kModel, HypothesisId::kOptimizer}));
 }
 
+// Note [The first batch, repeated], on a failure that is the batch's own
+// content: a sample that cannot be read in the first batch fails it
+// repeated too, and that points at the data, not at the model. With no
+// synthetic data to compare (a worker that serves none), the data is still
+// the conclusion and its samples are searched (Note [The samples, named]).
+TEST(HypothesesTest, AFirstBatchThatCannotBeReadIsTheDataAndItsSamplesAreSearched) {
+  Ladder l;
+  l.kind = FailureKind::kCrashOrError;
+  l.klass = "data_invalid";
+  l.real_data = true;
+  l.data_invalid = true;
+  l.failure_step = 0;
+  RungEvidence synthetic;
+  synthetic.id = RungId::kSynthetic;
+  synthetic.blocked = true;  // the worker does not serve synthetic_data
+  l.rungs = {synthetic, at_step(0, fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "data_invalid")),
+             at_step(0, fails(RungId::kFixedBatch, "one batch", scenario::Outcome::kFailed, "data_invalid"))};
+  LadderConclusion j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "data");
+  EXPECT_FALSE(j.data_dependent);
+  EXPECT_TRUE(j.find_samples);
+  EXPECT_EQ(find(j, HypothesisId::kData).weight_against(), 0);
+  EXPECT_EQ(find(j, HypothesisId::kData).score(), 3);
+  EXPECT_TRUE(find(j, HypothesisId::kModel).support.empty());
+  // The same rungs on a failure the model makes: one batch refutes the data,
+  // and no sample is searched.
+  l.klass = "nonfinite_activation";
+  l.data_invalid = false;
+  l.rungs[1] = at_step(0, fails(RungId::kAsGiven, "as given", scenario::Outcome::kDiverged, "nonfinite_activation"));
+  l.rungs[2] = at_step(0, fails(RungId::kFixedBatch, "one batch", scenario::Outcome::kDiverged, "nonfinite_activation"));
+  j = conclude_ladder(l);
+  EXPECT_EQ(find(j, HypothesisId::kData).score(), -2);
+  EXPECT_FALSE(j.find_samples);
+}
+
+// A silent failure or growth across runs has no bad sample to find, even
+// with the data on top.
+TEST(HypothesesTest, NoSampleIsSearchedForASilentFailure) {
+  Ladder l;
+  l.kind = FailureKind::kSilent;
+  l.klass = "labels_degenerate";
+  l.real_data = true;
+  l.rungs = {fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "labels_degenerate")};
+  const LadderConclusion j = conclude_ladder(l);
+  EXPECT_EQ(j.conclusion, "labels");
+  EXPECT_FALSE(j.find_samples);
+}
+
 // A tie names the rungs that could have separated it and why they did not run.
 TEST(HypothesesTest, AnUnsureDiagnosisSaysWhichRungCouldHaveDecided) {
   Ladder l;
