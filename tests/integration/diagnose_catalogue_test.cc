@@ -9,7 +9,8 @@
 // Rows kept elsewhere, by the same measure: the learning rate 10^6 times too
 // high on dbh's worker (bisect_test.cc, DiagnoseSearchesTheLearningRateOfA-
 // Divergence), a rate 10^3 times too high on the plain loop and its truncated
-// image (own_training_test.cc, RegionsDiagnose*), the silent catalogue with
+// image (own_training_test.cc, RegionsDiagnose*), the Lightning example's
+// truncated image (own_training_test.cc, LightningDiagnoseOfATruncatedImage…), the silent catalogue with
 // its broken label transforms (bisect_test.cc, Planted/SilentDiagnosisTest),
 // seed 001's truncated image and seed 004's leak on dbh's worker, and a too
 // large rate in four command styles (command_syntax_test.cc).
@@ -137,6 +138,13 @@ const char* const kLightningPlanted =
     "include: {copy}/scenarios/clean.yaml\nname: lightning-planted\ndata:\n  path: {src}/fixtures/real\n"
     "  subset: [2, 3]\ntrain:\n  max_steps: 8\nmonitors:\n  learning_window: 8\nexpect:\n  outcome: passed\n";
 
+// "Works on the first run, fails on the second" in the Lightning example: its script's __main__ run twice in one
+// process (repeat.in_process), a leak retaining 96 MiB a run.
+const char* const kLightningLeak =
+    "include: {src}/examples/lightning-dbnet/scenarios/clean.yaml\nname: lightning-second-run\n"
+    "data:\n  subset: [2, 3]\ntrain:\n  max_steps: 2\nrepeat:\n  in_process: 2\n"
+    "faults:\n  - {name: leak, at_step: 0, bytes: 96MiB}\nexpect:\n  outcome: leaked\n";
+
 // The plain loop on its generated samples (its dataset's own `synthetic`) for 8 steps with the learning
 // window: its loss falls 15 %, it learns.
 const char* const kRegionsLearns =
@@ -221,6 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
               {{"data.py", "fill_polygon(gt, shrunk, 1.0)", "fill_polygon(gt, shrunk, 0.0)"},
                {"data.py", "gt[window][region] = 1.0", "gt[window][region] = 0.0"}}},
         Plant{"regions_second_run_leak", kRegions + "second-run-leak.yaml", "", {}, "resources", "",
+              "repeat.processes=2 repeat.in_process=1", true, ""},
+        Plant{"lightning_second_run_leak", "", kLightningLeak, {}, "resources", "",
               "repeat.processes=2 repeat.in_process=1", true, ""}),
     [](const ::testing::TestParamInfo<Plant>& info) { return info.param.name; });
 
