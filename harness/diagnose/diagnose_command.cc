@@ -324,36 +324,6 @@ std::string diagnosis_summary(const Diagnosis& d) {
   return s.str();
 }
 
-// The rungs' evidence for conclude_ladder: every rung of the groups, in order,
-// and what the full scenario's failure (`klass`, "" when it passed) is.
-Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const std::string& klass, bool silent,
-                 bool real_data) {
-  Ladder ladder;
-  for (const auto* group : groups) {
-    for (const auto& r : *group) {
-      RungEvidence e;
-      e.id = r.id;
-      e.name = r.name;
-      e.result = row_result(r);
-      e.ran = r.ran;
-      e.outcome = r.probe.analysis.outcome;
-      e.klass = r.probe.analysis.failure.klass;
-      e.step = r.probe.analysis.failure.step;
-      e.rate = r.rate;
-      e.blocked = r.blocked;
-      ladder.rungs.push_back(e);
-    }
-  }
-  const bool fails = !klass.empty();
-  const kb::FailureClass* kb = fails ? kb::KnowledgeBase::shipped().find(klass) : nullptr;
-  ladder.klass = klass;
-  ladder.kind = failure_kind(ladder.klass, silent, kb != nullptr && grows_across_runs(*kb));
-  ladder.real_data = real_data;
-  ladder.memory_exhaustion = fails && supervisor::is_memory_exhaustion(klass);
-  ladder.data_invalid = fails && klass == "data_invalid";
-  return ladder;
-}
-
 // repro.yaml: the diagnosed scenario with its overrides and the follow-up's,
 // as load_scenario applies them (the user's own keys, worker.keys' names and
 // the Lightning/Hydra aliases in the scenario's words).
@@ -436,19 +406,26 @@ double configured_rate(const DiagnoseOptions& o) {
   }
 }
 
-// The variants of a failing scenario, those that can weigh on the
-// hypotheses the ladder `rungs` leaves best first under a budget (Note [The
-// next probe chosen to decide]), then its learning-rate search (Note [The
-// learning rate, searched]: down to the configuration's own rate when the
-// command's overrides raised it).
+// The variants of a failing scenario, under a budget the next chosen after
+// every probe among those that can weigh on the hypotheses the evidence so
+// far leaves best (Note [The next probe chosen to decide]), then its
+// learning-rate search (Note [The learning rate, searched]: down to the
+// configuration's own rate when the command's overrides raised it).
 RateSearch run_variants(const DiagnoseOptions& o, const scenario::Scenario& s, const std::vector<Rung>& rungs,
                         std::vector<Rung>& variants, probe::Prober& prober, ProbeBudget& budget) {
   const auto& failure = rungs.back().probe.analysis;  // the scenario as given
-  if (budget.max > 0) {
-    order_to_decide(variants, conclude_ladder(ladder_of({&rungs}, failure.failure.klass, false,
-                                                        s.data.source == scenario::DataSource::kReal)));
+  const bool real = s.data.source == scenario::DataSource::kReal;
+  const auto judge = [&] {
+    Ladder now = ladder_of({&rungs, &variants}, failure.failure.klass, false, real);
+    now.failure_step = failure.failure.step;
+    return conclude_ladder(now);
+  };
+  if (budget.max > 0 && prober.jobs() == 1) {
+    run_to_decide(variants, judge, [&](Rung& r) { run_rung(prober, r, &budget); });
+  } else {
+    if (budget.max > 0) order_to_decide(variants, judge());  // once: the variants run ahead in parallel
+    run_rungs(prober, variants, &budget);
   }
-  run_rungs(prober, variants, &budget);
   return search_learning_rate(prober, s, failure, configured_rate(o), &budget);
 }
 

@@ -8,9 +8,11 @@
 
 #include "harness/common/text.h"
 #include "harness/diagnose/lr_search.h"
+#include "harness/kb/knowledge_base.h"
 #include "harness/scenario/command_syntax.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/schema.h"
+#include "harness/supervisor/outcome.h"
 #include "harness/supervisor/worker_contract.h"
 
 namespace dbh::harness::diagnose {
@@ -121,11 +123,39 @@ std::vector<Rung> learning_rungs(const scenario::Scenario& s, bool silent) {
   };
 }
 
+Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const std::string& klass, bool silent,
+                 bool real_data) {
+  Ladder ladder;
+  for (const auto* group : groups) {
+    for (const auto& r : *group) {
+      RungEvidence e;
+      e.id = r.id;
+      e.name = r.name;
+      e.result = row_result(r);
+      e.ran = r.ran;
+      e.outcome = r.probe.analysis.outcome;
+      e.klass = r.probe.analysis.failure.klass;
+      e.step = r.probe.analysis.failure.step;
+      e.rate = r.rate;
+      e.blocked = r.blocked;
+      ladder.rungs.push_back(e);
+    }
+  }
+  const bool fails = !klass.empty();
+  const kb::FailureClass* kb = fails ? kb::KnowledgeBase::shipped().find(klass) : nullptr;
+  ladder.klass = klass;
+  ladder.kind = failure_kind(ladder.klass, silent, kb != nullptr && grows_across_runs(*kb));
+  ladder.real_data = real_data;
+  ladder.memory_exhaustion = fails && supervisor::is_memory_exhaustion(klass);
+  ladder.data_invalid = fails && klass == "data_invalid";
+  return ladder;
+}
+
 std::string ProbeBudget::why_not() const {
   return "not run: the probe budget (--max-probes " + std::to_string(max) + ") was spent";
 }
 
-void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now) {
+void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now, size_t from) {
   std::vector<HypothesisId> best = now.tied;
   if (best.empty() && !now.ranked.empty()) best.push_back(now.ranked.front().id);
   const auto speaks = [&](const Rung& r) {
@@ -135,7 +165,15 @@ void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now) {
     }
     return false;
   };
-  std::stable_partition(rungs.begin(), rungs.end(), speaks);
+  if (from < rungs.size()) std::stable_partition(rungs.begin() + static_cast<std::ptrdiff_t>(from), rungs.end(), speaks);
+}
+
+void run_to_decide(std::vector<Rung>& rungs, const std::function<LadderConclusion()>& judge,
+                   const std::function<void(Rung&)>& run) {
+  for (size_t i = 0; i < rungs.size(); ++i) {
+    order_to_decide(rungs, judge(), i);
+    run(rungs[i]);
+  }
 }
 
 // Why `r` cannot run here, "" when it can: it does not apply, is no valid

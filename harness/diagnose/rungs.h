@@ -2,6 +2,8 @@
 // The rungs `dbh diagnose` runs (Note [The diagnosis ladder]): each a variant
 // of the diagnosed scenario, probed, with the row the pages show.
 
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,12 @@ struct Rung {
 /// The row's result: "works", "FAILS: diverged `nonfinite_loss` at step 3",
 /// "n/a (…)", "could not tell (…)".
 std::string row_result(const Rung& r);
+
+/// The rungs' evidence for conclude_ladder: every rung of the groups, in
+/// order, and what the full scenario's failure (`klass`, "" when it passed)
+/// is.
+Ladder ladder_of(std::initializer_list<const std::vector<Rung>*> groups, const std::string& klass, bool silent,
+                 bool real_data);
 
 std::vector<std::string> concat_overrides(std::vector<std::string> a, const std::vector<std::string>& b);
 
@@ -99,17 +107,26 @@ void check_against_scenario(std::vector<Rung>& rungs, const supervisor::TrialAna
 // user sets a budget (`--max-probes N`). Under a budget the order decides
 // what is learnt: after the ladder, the run without the command's overrides
 // (one probe that, when it trains, hands the difference to the config
-// bisection), then the variants that can weigh on the hypotheses the ladder
+// bisection), then the variants one at a time, the next chosen after every
+// probe among those that can weigh on the hypotheses the evidence so far
 // leaves best (rungs_about), then the rest, the learning-rate search and
-// the learning rungs. A rung the budget leaves out is n/a and blocked, so a
-// diagnosis left unsure names it, with why, among the rungs that could
-// have decided.
+// the learning rungs. With `--jobs` above 1 the variants' order is chosen
+// once, after the ladder, so that they can run ahead in parallel. A rung
+// the budget leaves out is n/a and blocked, so a diagnosis left unsure
+// names it, with why, among the rungs that could have decided.
 
-/// Note [The next probe chosen to decide]: `rungs` reordered, stably, so
-/// that those that can weigh on the hypotheses `now` ranks best (the tied
-/// ones, else the first) come first: under a budget, the probes that can
-/// separate them run before the rest. Pure.
-void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now);
+/// Note [The next probe chosen to decide]: `rungs` from `from` on
+/// reordered, stably, so that those that can weigh on the hypotheses `now`
+/// ranks best (the tied ones, else the first) come first: under a budget,
+/// the probes that can separate them run before the rest. Pure.
+void order_to_decide(std::vector<Rung>& rungs, const LadderConclusion& now, size_t from = 0);
+
+/// Note [The next probe chosen to decide]: each rung of `rungs` run by
+/// `run`, one at a time, the next chosen after every probe: before each,
+/// those left are ordered by what `judge` (the evidence so far, `rungs`
+/// included) ranks best.
+void run_to_decide(std::vector<Rung>& rungs, const std::function<LadderConclusion()>& judge,
+                   const std::function<void(Rung&)>& run);
 
 /// A number as an override writes it, in as few digits as tell it: "12.5".
 std::string number_text(double x);

@@ -62,6 +62,46 @@ TEST(RungsTest, WithoutATieTheBestHypothesisLeads) {
   EXPECT_EQ(rungs.front().id, RungId::kSmallerBatch);
 }
 
+// Note [The next probe chosen to decide], after every probe: the first rung
+// runs for the tie the ladder left (memory or the device); its result leaves
+// the model alone on top, so the next is the rung about the model, ahead of
+// the one about memory that an order chosen once would have run second.
+TEST(RungsTest, TheNextProbeIsChosenAgainAfterEveryProbe) {
+  std::vector<Rung> rungs = {rung(RungId::kBlockingLaunches), rung(RungId::kSmallerBatch), rung(RungId::kFixedBatch)};
+  ASSERT_TRUE(about(HypothesisId::kDevice, RungId::kBlockingLaunches));
+  ASSERT_TRUE(about(HypothesisId::kMemory, RungId::kSmallerBatch));
+  ASSERT_TRUE(about(HypothesisId::kModel, RungId::kFixedBatch));
+  ASSERT_FALSE(about(HypothesisId::kModel, RungId::kSmallerBatch));
+  int judged = 0;
+  const auto judge = [&] {
+    ++judged;
+    LadderConclusion now;
+    const bool launches_ran =
+        std::any_of(rungs.begin(), rungs.end(), [](const Rung& r) { return r.ran && r.id == RungId::kBlockingLaunches; });
+    if (!launches_ran) {
+      now.tied = {HypothesisId::kDevice, HypothesisId::kMemory};
+    } else {
+      Hypothesis model;
+      model.id = HypothesisId::kModel;
+      now.ranked = {model};
+    }
+    return now;
+  };
+  std::vector<RungId> order;
+  run_to_decide(rungs, judge, [&](Rung& r) {
+    r.ran = true;
+    order.push_back(r.id);
+  });
+  EXPECT_EQ(order, (std::vector<RungId>{RungId::kBlockingLaunches, RungId::kFixedBatch, RungId::kSmallerBatch}));
+  EXPECT_EQ(judged, 3);  // before every probe
+  // Chosen once, the order would have run memory's rung second.
+  std::vector<Rung> once = {rung(RungId::kBlockingLaunches), rung(RungId::kSmallerBatch), rung(RungId::kFixedBatch)};
+  LadderConclusion tie;
+  tie.tied = {HypothesisId::kDevice, HypothesisId::kMemory};
+  order_to_decide(once, tie);
+  EXPECT_EQ(once[1].id, RungId::kSmallerBatch);
+}
+
 TEST(RungsTest, ABudgetIsSpentByWhatRuns) {
   ProbeBudget none;
   EXPECT_FALSE(none.exhausted());  // 0: no limit
