@@ -414,6 +414,13 @@ fs::path fixtures_with_truncated(const Dir& dir, const std::string& file) {
   return dir / "data";
 }
 
+// `dbh diagnose SCENARIO` on the fixtures with img_006.jpg truncated, given as the command's data.path.
+testing::ProcessResult diagnose_with_a_truncated_image(const Dir& dir, const std::string& scenario) {
+  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
+  return dbh({"diagnose", scenario, "data.path=" + data.string(), "--out", (dir / "out").string(), "--cache",
+              (dir / "cache").string(), "-q"});
+}
+
 // Note [Samples as the loader reads them]: the broken image is named by the index the user's dataset gives it and
 // by the name it reported, after one probe on it alone, without dbh assuming its own order of the folder.
 TEST_F(OwnTrainingTest, RegionsBisectDataNamesTheTruncatedImageTheUsersLoaderRead) {
@@ -440,9 +447,7 @@ TEST_F(OwnTrainingTest, RegionsBisectDataNamesTheTruncatedImageTheUsersLoaderRea
 // data-dependent, and its follow-up bisection names the image.
 TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
   const Dir dir("dbh-regions-diagnose-data");
-  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
-  const auto r = dbh({"diagnose", kRegions + "/scenarios/clean.yaml", "data.path=" + data.string(), "--out",
-                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  const auto r = diagnose_with_a_truncated_image(dir, kRegions + "/scenarios/clean.yaml");
   ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "data-dependent") << j.dump(2);
@@ -461,9 +466,7 @@ TEST_F(OwnTrainingTest, RegionsDiagnoseOfATruncatedImageIsDataDependent) {
 // followed by the sample search (Note [The samples, named]), whose answer is the cause.
 TEST_F(OwnTrainingTest, LightningDiagnoseOfATruncatedImageNamesItWithoutSyntheticData) {
   const Dir dir("dbh-lightning-diagnose-data");
-  const fs::path data = fixtures_with_truncated(dir, "img_006.jpg");
-  const auto r = dbh({"diagnose", kScenarios + "/clean.yaml", "data.path=" + data.string(), "--out",
-                      (dir / "out").string(), "--cache", (dir / "cache").string(), "-q"});
+  const auto r = diagnose_with_a_truncated_image(dir, kScenarios + "/clean.yaml");
   ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
   const auto j = read_json(dir / "out" / "diagnosis.json");
   EXPECT_EQ(j["conclusion"], "data") << j.dump(2);

@@ -149,12 +149,18 @@ TEST(HypothesesTest, SilentFailuresAreJudgedByTheLearningRungs) {
   EXPECT_FALSE(j.data_dependent);  // a silent failure has no bad sample to find
 }
 
-TEST(HypothesesTest, SyntheticPassingRealFailingIsDataDependent) {
+// A crash on real data reading a sample that cannot be read.
+Ladder data_invalid_on_real_data() {
   Ladder l;
   l.kind = FailureKind::kCrashOrError;
   l.klass = "data_invalid";
   l.real_data = true;
   l.data_invalid = true;
+  return l;
+}
+
+TEST(HypothesesTest, SyntheticPassingRealFailingIsDataDependent) {
+  Ladder l = data_invalid_on_real_data();
   l.rungs = {works(RungId::kSynthetic, "synthetic"),
              fails(RungId::kRealNoWorkers, "real, no workers", scenario::Outcome::kFailed, "data_invalid"),
              fails(RungId::kAsGiven, "as given", scenario::Outcome::kFailed, "data_invalid")};
@@ -375,11 +381,7 @@ TEST(HypothesesTest, TheFirstBatchRepeatedSeparatesTheDataStreamFromTheModel) {
 // synthetic data to compare (a worker that serves none), the data is still
 // the conclusion and its samples are searched (Note [The samples, named]).
 TEST(HypothesesTest, AFirstBatchThatCannotBeReadIsTheDataAndItsSamplesAreSearched) {
-  Ladder l;
-  l.kind = FailureKind::kCrashOrError;
-  l.klass = "data_invalid";
-  l.real_data = true;
-  l.data_invalid = true;
+  Ladder l = data_invalid_on_real_data();
   l.failure_step = 0;
   RungEvidence synthetic;
   synthetic.id = RungId::kSynthetic;
