@@ -137,6 +137,35 @@ std::vector<PassedKey> passed_keys(const scenario::Scenario& s);
 
 namespace {
 
+// The refusal without the usage text argparse and click print before their
+// error (it names every option): what comes before the usage, and the
+// error's own lines from "error: " (argparse's "prog: error: …", click's
+// "Error: …") on. Without both, all of it.
+std::string refusal_text(const std::string& stderr_tail) {
+  size_t usage = stderr_tail.rfind("usage: ");
+  if (usage == std::string::npos) usage = stderr_tail.rfind("Usage: ");
+  if (usage == std::string::npos) return stderr_tail;
+  const size_t error = stderr_tail.find("rror: ", usage);
+  if (error == std::string::npos) return stderr_tail;
+  const size_t line = stderr_tail.rfind('\n', error);
+  return stderr_tail.substr(0, usage) + stderr_tail.substr(line == std::string::npos || line < usage ? error : line + 1);
+}
+
+// Whether `key` stands in `text` as a word of its own (not inside a longer
+// name: `bs` in `absolute`).
+bool names_word(const std::string& text, const std::string& key) {
+  if (key.empty()) return false;
+  const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    const bool before = at > 0 && word_char(text[at - 1]);
+    const bool after = at + key.size() < text.size() && word_char(text[at + key.size()]);
+    if (!before && !after) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 // Note [The user's own names]: a command that refused a word dbh passed is
 // told what dbh passed, in which syntax, and the scenario line that changes
 // it: the syntax when the command refused the form of the words (argparse's
@@ -151,10 +180,11 @@ std::string refused_key_hint(const scenario::Scenario& s, const std::string& std
                             stderr_tail.find("unrecognized argument") != std::string::npos ||
                             stderr_tail.find("No such option") != std::string::npos ||
                             stderr_tail.find("Got unexpected extra argument") != std::string::npos;
+  const std::string refusal = refusal_text(stderr_tail);
   std::string named;  // the passed words the command's error names
   for (const auto& a : arguments) {
     const std::string written = scenario::describe_argument(s.worker, a.key, a.value);
-    if (stderr_tail.find(a.key) == std::string::npos) continue;
+    if (!names_word(refusal, a.key)) continue;
     named += std::string(named.empty() ? "" : ", ") + "`" + one_line(truncate_utf8(written, 200)) + "`";
     if (!form_refused) {
       std::string dbh_key;
@@ -175,8 +205,6 @@ std::string refused_key_hint(const scenario::Scenario& s, const std::string& std
          "value`; option with `worker.syntax_option`: `-o key=value`) or `worker.written_as` (`<your key>: --option`) "
          "in the scenario, or let `dbh scenario from-command --external '<your command>'` write them";
 }
-
-}  // namespace
 
 std::vector<PassedKey> passed_keys(const scenario::Scenario& s) {
   std::vector<std::string> keys = scenario::worker_passed_keys();

@@ -124,6 +124,13 @@ std::string key_not_passed(const scenario::Scenario& s, const std::string& key);
 /// reason; "" when every one reaches the worker or is dbh's.
 std::string overrides_not_passed(const scenario::Scenario& s, const std::vector<std::string>& overrides);
 
+/// Note [The user's own names]: what to change when a worker that ended
+/// before `hello` refused a word dbh passed, read from the end of its stderr
+/// ("" when its error names none of them). A key counts as named only as a
+/// whole word of the error itself, not of the usage text an argparse error
+/// prints before it (which names every option).
+std::string refused_key_hint(const scenario::Scenario& s, const std::string& stderr_tail);
+
 /// The process spec of an external worker's trial of `s` in `dir`, whose
 /// resolved scenario is at `resolved`.
 TrialSpec external_trial_spec(const scenario::Scenario& s, const std::string& resolved, const std::string& dir,

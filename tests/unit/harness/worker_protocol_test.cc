@@ -220,6 +220,28 @@ TEST(WorkerProtocol, AKeyTheWorkerIsNeverPassedIsNamedWithTheLineThatPassesIt) {
   EXPECT_EQ(supervisor::key_not_passed(s, DBH_SCENARIO_KEY(train.grad_clip)), "");
 }
 
+// Note [The user's own names]: a refusal names a passed key only in the
+// error itself. argparse prints its usage, every option in it, before any
+// error, so an error about another option never blames `--bs`.
+TEST(WorkerProtocol, ARefusalNamesAPassedKeyOnlyInItsErrorAsAWord) {
+  scenario::Scenario s;
+  s.worker.command = {"python", "train.py"};
+  s.worker.syntax = scenario::CommandSyntax::kFlags;
+  s.worker.keys[DBH_SCENARIO_KEY(data.batch_size)] = "bs";
+  const std::string usage =
+      "usage: train.py [-h] [--steps STEPS] [--bs BS] [--ink INK] folder\n";
+  EXPECT_EQ(supervisor::refused_key_hint(s, usage + "train.py: error: argument --ink: invalid float value: 'x'\n"),
+            "");
+  EXPECT_NE(supervisor::refused_key_hint(s, usage + "train.py: error: argument --bs: invalid int value: 'x'\n")
+                .find("the command names `bs`, which dbh passed for data.batch_size"),
+            std::string::npos);
+  // Hydra's refusal has no usage: the whole text is the error, the key a word of it, not a part of one.
+  EXPECT_NE(supervisor::refused_key_hint(s, "Could not override 'bs'.\nKey 'bs' is not in struct\n")
+                .find("the command names `bs`"),
+            std::string::npos);
+  EXPECT_EQ(supervisor::refused_key_hint(s, "Could not override 'absolute'.\n"), "");
+}
+
 TEST(WorkerProtocol, EachScenarioSettingNeedsItsCapability) {
   scenario::Scenario s;
   s.worker.command = {"python", "train.py"};
